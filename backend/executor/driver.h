@@ -1,0 +1,23 @@
+// The real CUDA driver as the executor sees it: loaded with dlopen from a configured path, never linked, and
+// never our own shim (which would forward every call back to a backend).
+#pragma once
+
+#include <cuda.h>
+
+#include <string>
+
+namespace curelay::executor {
+
+struct Driver {
+#define CURELAY_DRIVER_FUNCTION(name) decltype(&::name) name = nullptr;
+#include "backend/executor/driver_functions.inc"
+#undef CURELAY_DRIVER_FUNCTION
+
+  // Loads `path` and resolves every function; on failure returns false with `error` set.
+  bool Load(const std::string& path, std::string* error);
+
+ private:
+  void* handle_ = nullptr;
+};
+
+}  // namespace curelay::executor

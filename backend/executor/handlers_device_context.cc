@@ -1,0 +1,94 @@
+// Devices and contexts: what the client caches (device properties) and context lifetime.
+#include <cstring>
+
+#include "backend/executor/session.h"
+
+namespace curelay::executor {
+
+Session::Outcome Session::DeviceQuery(const wire::DeviceQuery& call) {
+  Outcome outcome;
+  CUdevice device = 0;
+  outcome.result = driver_.cuDeviceGet(&device, call.device());
+  if (outcome.result != CUDA_SUCCESS) return outcome;
+  char name[256] = {};
+  CUuuid uuid{};
+  size_t total = 0;
+  if ((outcome.result = driver_.cuDeviceGetName(name, sizeof(name), device)) != CUDA_SUCCESS ||
+      (outcome.result = driver_.cuDeviceGetUuid(&uuid, device)) != CUDA_SUCCESS ||
+      (outcome.result = driver_.cuDeviceTotalMem(&total, device)) != CUDA_SUCCESS) {
+    return outcome;
+  }
+  // Every attribute once, so the client answers cuDeviceGetAttribute locally from then on.
+  std::vector<int32_t> values(CU_DEVICE_ATTRIBUTE_MAX, 0), results(CU_DEVICE_ATTRIBUTE_MAX, 0);
+  for (int attribute = 1; attribute < CU_DEVICE_ATTRIBUTE_MAX; ++attribute) {
+    int value = 0;
+    results[attribute] =
+        driver_.cuDeviceGetAttribute(&value, static_cast<CUdevice_attribute>(attribute), device);
+    values[attribute] = value;
+  }
+  results[0] = CUDA_ERROR_INVALID_VALUE;
+  const auto uuid_bytes = builder_.CreateVector(reinterpret_cast<const uint8_t*>(uuid.bytes), sizeof(uuid.bytes));
+  outcome.body = wire::CreateDeviceInfo(builder_, builder_.CreateString(name), uuid_bytes, total,
+                                        builder_.CreateVector(values), builder_.CreateVector(results))
+                     .Union();
+  outcome.body_type = wire::ReplyBody::DeviceInfo;
+  return outcome;
+}
+
+Session::Outcome Session::ContextCreate(const wire::ContextCreate& call) {
+  Outcome outcome;
+  if (contexts_.count(call.context()) != 0 || call.context() == 0) return {CUDA_ERROR_INVALID_VALUE};
+  CUcontext context = nullptr;
+  outcome.result = driver_.cuCtxCreate(&context, nullptr, call.flags(), call.device());
+  if (outcome.result == CUDA_SUCCESS) {
+    contexts_[call.context()] = context;
+    created_contexts_.insert(call.context());
+    current_context_ = call.context();  // cuCtxCreate makes the new context current on this thread
+  }
+  return outcome;
+}
+
+Session::Outcome Session::ContextDestroy(const wire::ContextDestroy& call) {
+  if (created_contexts_.count(call.context()) == 0) return {CUDA_ERROR_INVALID_CONTEXT};
+  Outcome outcome;
+  outcome.result = driver_.cuCtxDestroy(contexts_.at(call.context()));
+  if (outcome.result == CUDA_SUCCESS) {
+    contexts_.erase(call.context());
+    created_contexts_.erase(call.context());
+    per_thread_streams_.erase(call.context());
+    current_context_ = kUnknownContext;  // the driver popped it if it was current; re-set on next use
+  }
+  return outcome;
+}
+
+Session::Outcome Session::ContextSynchronize() { return {TakeDeferred(driver_.cuCtxSynchronize())}; }
+
+Session::Outcome Session::PrimaryContextRetain(const wire::PrimaryContextRetain& call) {
+  CUcontext context = nullptr;
+  Outcome outcome;
+  outcome.result = driver_.cuDevicePrimaryCtxRetain(&context, call.device());
+  if (outcome.result == CUDA_SUCCESS) {
+    contexts_[call.context()] = context;
+    ++primary_retains_[call.device()];
+  }
+  return outcome;
+}
+
+Session::Outcome Session::PrimaryContextRelease(const wire::PrimaryContextRelease& call) {
+  auto found = primary_retains_.find(call.device());
+  if (found == primary_retains_.end() || found->second == 0) return {CUDA_ERROR_INVALID_CONTEXT};
+  Outcome outcome;
+  outcome.result = driver_.cuDevicePrimaryCtxRelease(call.device());
+  if (outcome.result == CUDA_SUCCESS) --found->second;
+  return outcome;
+}
+
+Session::Outcome Session::PrimaryContextSetFlags(const wire::PrimaryContextSetFlags& call) {
+  return {driver_.cuDevicePrimaryCtxSetFlags(call.device(), call.flags())};
+}
+
+Session::Outcome Session::PrimaryContextReset(const wire::PrimaryContextReset& call) {
+  return {driver_.cuDevicePrimaryCtxReset(call.device())};
+}
+
+}  // namespace curelay::executor

@@ -1,0 +1,88 @@
+// curelay-executor: owns one client session's real CUDA context. Started by curelay-backend (never by hand),
+// it loads the driver, binds its session endpoints, reports READY on the control descriptor, waits to be given a
+// session, serves that one client, and exits, which returns every GPU resource of the session to the driver.
+#include <unistd.h>
+
+#include <spdlog/spdlog.h>
+
+#include <cstdio>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "backend/executor/driver.h"
+#include "backend/executor/session.h"
+#include "backend/executor_control.h"
+#include "common/logging.h"
+#include "transport/channel.h"
+
+namespace {
+
+struct Options {
+  std::string driver_path;
+  std::vector<std::string> bind_endpoints;
+  int control_fd = -1;
+  std::string log_level = "info";
+};
+
+bool ParseOptions(int argc, char** argv, Options* options) {
+  for (int i = 1; i + 1 < argc; i += 2) {
+    const std::string flag = argv[i];
+    const std::string value = argv[i + 1];
+    if (flag == "--driver") options->driver_path = value;
+    else if (flag == "--bind") options->bind_endpoints.push_back(value);
+    else if (flag == "--control-fd") options->control_fd = std::stoi(value);
+    else if (flag == "--log-level") options->log_level = value;
+    else return false;
+  }
+  return (argc % 2) == 1 && !options->driver_path.empty() && !options->bind_endpoints.empty() &&
+         options->control_fd >= 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  using namespace curelay;
+  Options options;
+  if (!ParseOptions(argc, argv, &options)) {
+    std::fprintf(stderr,
+                 "usage: curelay-executor --driver PATH --bind ENDPOINT [--bind ENDPOINT] --control-fd FD "
+                 "[--log-level LEVEL]\n(started by curelay-backend)\n");
+    return 2;
+  }
+  ConfigureLogging("curelay-executor", options.log_level);
+  backend::ControlLine control(options.control_fd);
+
+  executor::Driver driver;
+  std::string error;
+  if (!driver.Load(options.driver_path, &error)) {
+    spdlog::error("cannot load the CUDA driver: {}", error);
+    control.Write(backend::FormatFailed(CUDA_ERROR_NO_DEVICE, error));
+    return 1;
+  }
+  // cuInit before READY: this is the slow part of a session start, and what a warm executor saves a client.
+  if (const CUresult result = driver.cuInit(0); result != CUDA_SUCCESS) {
+    spdlog::error("cuInit failed with {}", static_cast<int>(result));
+    control.Write(backend::FormatFailed(result, "cuInit failed"));
+    return 1;
+  }
+  auto channel = transport::BindChannel(options.bind_endpoints, {}, &error);
+  if (channel == nullptr) {
+    spdlog::error("cannot bind the session endpoint: {}", error);
+    control.Write(backend::FormatFailed(CUDA_ERROR_OPERATING_SYSTEM, error));
+    return 1;
+  }
+  control.Write(backend::FormatReady(channel->BoundEndpoint("ipc"), channel->BoundEndpoint("tcp")));
+
+  std::string line;
+  backend::SessionAssignment assignment;
+  if (!control.Read(&line) || !backend::ParseSession(line, &assignment)) {
+    spdlog::debug("backend closed the control line before assigning a session; exiting");
+    return 0;
+  }
+  spdlog::info("serving session {}", assignment.session_id);
+  executor::Session session(driver, *channel, std::move(assignment.key));
+  const int status = session.Run();
+  spdlog::info("session {} ended", assignment.session_id);
+  return status;
+}

@@ -1,0 +1,223 @@
+#include "backend/executor/session.h"
+
+#include <spdlog/spdlog.h>
+
+#include <cstring>
+
+namespace curelay::executor {
+
+Session::Session(Driver& driver, transport::Channel& channel, std::vector<uint8_t> session_key)
+    : driver_(driver), channel_(channel), session_key_(std::move(session_key)) {}
+
+Session::~Session() { ReleaseEverything(); }
+
+int Session::Run() {
+  if (!Attach()) return 2;
+  transport::IncomingMessage message;
+  for (;;) {
+    const auto status = channel_.Receive(message, -1);
+    if (status == transport::ReceiveStatus::kPeerLost) {
+      spdlog::info("client disconnected; releasing the session");
+      return 0;
+    }
+    if (status != transport::ReceiveStatus::kMessage) {
+      spdlog::error("session transport failed; ending the session");
+      return 1;
+    }
+    const auto* request = wire::ParseVerified<wire::Request>(message.header.bytes());
+    if (request == nullptr) {
+      spdlog::error("malformed request ({} bytes) rejected; ending the session", message.header.size());
+      return 1;
+    }
+    if (!Handle(*request, message.payload.bytes())) {
+      spdlog::error("request {} breaks the protocol; ending the session",
+                    wire::EnumNameCall(request->call_type()));
+      return 1;
+    }
+  }
+}
+
+bool Session::Attach() {
+  transport::IncomingMessage message;
+  // A client that was admitted connects at once; one that never comes must not pin a GPU context forever.
+  const auto status = channel_.Receive(message, 30000);
+  if (status != transport::ReceiveStatus::kMessage) {
+    spdlog::warn("no client attached; ending the session");
+    return false;
+  }
+  const auto* request = wire::ParseVerified<wire::Request>(message.header.bytes());
+  const auto* attach = request ? request->call_as_Attach() : nullptr;
+  if (attach == nullptr || attach->session_key() == nullptr ||
+      attach->session_key()->size() != session_key_.size() ||
+      std::memcmp(attach->session_key()->data(), session_key_.data(), session_key_.size()) != 0) {
+    spdlog::error("first message is not an Attach with this session's key; refusing the peer");
+    return false;
+  }
+  Outcome outcome;
+  if (attach->protocol_version() != wire::kProtocolVersion) {
+    outcome.result = CUDA_ERROR_SYSTEM_DRIVER_MISMATCH;
+  } else {
+    int version = 0, count = 0;
+    outcome.result = driver_.cuDriverGetVersion(&version);
+    if (outcome.result == CUDA_SUCCESS) outcome.result = driver_.cuDeviceGetCount(&count);
+    builder_.Clear();
+    std::vector<flatbuffers::Offset<wire::ErrorText>> texts;
+    const auto add_text = [&](int code) {
+      const char* name = nullptr;
+      const char* text = nullptr;
+      if (driver_.cuGetErrorName(static_cast<CUresult>(code), &name) != CUDA_SUCCESS || name == nullptr) return;
+      driver_.cuGetErrorString(static_cast<CUresult>(code), &text);
+      texts.push_back(wire::CreateErrorText(builder_, code, builder_.CreateString(name),
+                                            builder_.CreateString(text != nullptr ? text : "")));
+    };
+#define CURELAY_CUDA_ERROR(name, value, description) add_text(value);
+#include "cuda_error_table.inc"
+#undef CURELAY_CUDA_ERROR
+    outcome.body = wire::CreateAttachResult(builder_, version, count, builder_.CreateVector(texts)).Union();
+    outcome.body_type = wire::ReplyBody::AttachResult;
+  }
+  return SendReply(request->sequence(), outcome) && outcome.result == CUDA_SUCCESS;
+}
+
+bool Session::Handle(const wire::Request& request, std::span<const uint8_t> payload) {
+  builder_.Clear();
+  Outcome outcome;
+  const bool needs_context = request.call_type() != wire::Call::DeviceQuery &&
+                             request.call_type() != wire::Call::PrimaryContextRetain &&
+                             request.call_type() != wire::Call::PrimaryContextRelease &&
+                             request.call_type() != wire::Call::PrimaryContextSetFlags &&
+                             request.call_type() != wire::Call::PrimaryContextReset &&
+                             request.call_type() != wire::Call::ContextCreate &&
+                             request.call_type() != wire::Call::ContextDestroy;
+  if (needs_context) outcome.result = MakeCurrent(request.context());
+  if (outcome.result == CUDA_SUCCESS) {
+    switch (request.call_type()) {
+#define CURELAY_DISPATCH(name) \
+  case wire::Call::name:       \
+    outcome = name(*request.call_as_##name()); \
+    break;
+#define CURELAY_DISPATCH_PAYLOAD(name) \
+  case wire::Call::name:               \
+    outcome = name(*request.call_as_##name(), payload); \
+    break;
+      CURELAY_DISPATCH(DeviceQuery)
+      CURELAY_DISPATCH(ContextCreate)
+      CURELAY_DISPATCH(ContextDestroy)
+      CURELAY_DISPATCH(PrimaryContextRetain)
+      CURELAY_DISPATCH(PrimaryContextRelease)
+      CURELAY_DISPATCH(PrimaryContextSetFlags)
+      CURELAY_DISPATCH(PrimaryContextReset)
+      CURELAY_DISPATCH(MemAlloc)
+      CURELAY_DISPATCH(MemFree)
+      CURELAY_DISPATCH_PAYLOAD(MemcpyHtoD)
+      CURELAY_DISPATCH(MemcpyDtoH)
+      CURELAY_DISPATCH(MemcpyDtoD)
+      CURELAY_DISPATCH(Memset)
+      CURELAY_DISPATCH_PAYLOAD(ModuleLoad)
+      CURELAY_DISPATCH(ModuleUnload)
+      CURELAY_DISPATCH(ModuleGetFunction)
+      CURELAY_DISPATCH(ModuleGetGlobal)
+      CURELAY_DISPATCH_PAYLOAD(LaunchKernel)
+      CURELAY_DISPATCH(StreamCreate)
+      CURELAY_DISPATCH(StreamDestroy)
+      CURELAY_DISPATCH(StreamSynchronize)
+      CURELAY_DISPATCH(StreamQuery)
+      CURELAY_DISPATCH(StreamWaitEvent)
+      CURELAY_DISPATCH(EventCreate)
+      CURELAY_DISPATCH(EventRecord)
+      CURELAY_DISPATCH(EventSynchronize)
+      CURELAY_DISPATCH(EventQuery)
+      CURELAY_DISPATCH(EventElapsedTime)
+      CURELAY_DISPATCH(EventDestroy)
+#undef CURELAY_DISPATCH
+#undef CURELAY_DISPATCH_PAYLOAD
+      case wire::Call::ContextSynchronize:
+        outcome = ContextSynchronize();
+        break;
+      case wire::Call::MemGetInfo:
+        outcome = MemGetInfo();
+        break;
+      case wire::Call::Attach:
+      case wire::Call::NONE:
+        return false;
+    }
+  }
+  if (request.sequence() == 0) {
+    // Nobody waits for this call: keep its first failure for the next synchronizing call, as CUDA does for
+    // errors of asynchronous work.
+    if (outcome.result != CUDA_SUCCESS && deferred_error_ == CUDA_SUCCESS) deferred_error_ = outcome.result;
+    return true;
+  }
+  return SendReply(request.sequence(), outcome);
+}
+
+bool Session::SendReply(uint64_t sequence, const Outcome& outcome) {
+  const auto reply = wire::CreateReply(builder_, sequence, outcome.result, outcome.body_type, outcome.body);
+  builder_.Finish(reply);
+  return channel_.Send({builder_.GetBufferPointer(), builder_.GetSize()}, outcome.payload);
+}
+
+CUresult Session::TakeDeferred(CUresult own) {
+  if (own != CUDA_SUCCESS) return own;
+  return std::exchange(deferred_error_, CUDA_SUCCESS);
+}
+
+CUresult Session::MakeCurrent(uint64_t context) {
+  if (context == 0) return CUDA_ERROR_INVALID_CONTEXT;
+  if (context == current_context_) return CUDA_SUCCESS;
+  const auto found = contexts_.find(context);
+  if (found == contexts_.end()) return CUDA_ERROR_INVALID_CONTEXT;
+  const CUresult result = driver_.cuCtxSetCurrent(found->second);
+  if (result == CUDA_SUCCESS) current_context_ = context;
+  return result;
+}
+
+CUresult Session::LookupStream(uint64_t wire_stream, CUstream* stream) {
+  if (wire_stream == wire::kLegacyStream) {
+    *stream = nullptr;
+    return CUDA_SUCCESS;
+  }
+  if (wire_stream & wire::kPerThreadStreamBit) {
+    // The client's threads are distinct threads to CUDA, but the executor issues everything from one thread, so
+    // each client thread's per-thread default stream becomes a blocking stream of its own: same ordering rules
+    // (ordered with the legacy stream, concurrent with other threads' streams).
+    auto& per_context = per_thread_streams_[current_context_];
+    auto found = per_context.find(wire_stream);
+    if (found != per_context.end()) {
+      *stream = found->second;
+      return CUDA_SUCCESS;
+    }
+    const CUresult result = driver_.cuStreamCreateWithPriority(stream, CU_STREAM_DEFAULT, 0);
+    if (result == CUDA_SUCCESS) per_context.emplace(wire_stream, *stream);
+    return result;
+  }
+  const auto found = streams_.find(wire_stream);
+  if (found == streams_.end()) return CUDA_ERROR_INVALID_HANDLE;
+  *stream = found->second;
+  return CUDA_SUCCESS;
+}
+
+void Session::ReleaseEverything() {
+  // Process exit would release all of this too; doing it explicitly keeps a warm executor reusable later and
+  // makes leaks visible to tools.
+  for (auto& [id, event] : events_) driver_.cuEventDestroy(event);
+  for (auto& [context_id, per_context] : per_thread_streams_) {
+    for (auto& [id, stream] : per_context) driver_.cuStreamDestroy(stream);
+  }
+  for (auto& [id, stream] : streams_) driver_.cuStreamDestroy(stream);
+  for (auto& [ptr, bytes] : allocations_) driver_.cuMemFree(ptr);
+  for (auto& [id, module] : modules_) driver_.cuModuleUnload(module);
+  for (uint64_t id : created_contexts_) driver_.cuCtxDestroy(contexts_.at(id));
+  for (auto& [device, count] : primary_retains_) {
+    while (count-- > 0) driver_.cuDevicePrimaryCtxRelease(device);
+  }
+  events_.clear();
+  streams_.clear();
+  per_thread_streams_.clear();
+  allocations_.clear();
+  modules_.clear();
+  created_contexts_.clear();
+  contexts_.clear();
+}
+
+}  // namespace curelay::executor

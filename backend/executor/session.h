@@ -1,0 +1,105 @@
+// One client session inside an executor process: maps the client's handle ids to real driver objects, runs each
+// request against the real driver in arrival order, and answers the requests that wait for a reply.
+#pragma once
+
+#include <cuda.h>
+
+#include <cstdint>
+#include <span>
+#include <string>
+#include <unordered_map>
+#include <unordered_set>
+#include <vector>
+
+#include "backend/executor/driver.h"
+#include "schema/wire.h"
+#include "transport/channel.h"
+
+namespace curelay::executor {
+
+class Session {
+ public:
+  Session(Driver& driver, transport::Channel& channel, std::vector<uint8_t> session_key);
+  ~Session();
+
+  // Serves the client until it disconnects or breaks the protocol. Returns the process exit code.
+  int Run();
+
+ private:
+  struct Outcome {
+    Outcome(CUresult result_code = CUDA_SUCCESS) : result(result_code) {}  // NOLINT: implicit on purpose
+    CUresult result;
+    flatbuffers::Offset<void> body;
+    wire::ReplyBody body_type = wire::ReplyBody::NONE;
+    std::span<const uint8_t> payload;
+  };
+
+  bool Attach();
+  // Returns false when the message breaks the protocol (the session then ends).
+  bool Handle(const wire::Request& request, std::span<const uint8_t> payload);
+  bool SendReply(uint64_t sequence, const Outcome& outcome);
+  void ReleaseEverything();
+
+  CUresult MakeCurrent(uint64_t context);
+  CUresult LookupStream(uint64_t wire_stream, CUstream* stream);
+  CUresult TakeDeferred(CUresult own);
+
+  // Handlers, one per call, grouped by API family in handlers_*.cc.
+  Outcome DeviceQuery(const wire::DeviceQuery& call);
+  Outcome ContextCreate(const wire::ContextCreate& call);
+  Outcome ContextDestroy(const wire::ContextDestroy& call);
+  Outcome ContextSynchronize();
+  Outcome PrimaryContextRetain(const wire::PrimaryContextRetain& call);
+  Outcome PrimaryContextRelease(const wire::PrimaryContextRelease& call);
+  Outcome PrimaryContextSetFlags(const wire::PrimaryContextSetFlags& call);
+  Outcome PrimaryContextReset(const wire::PrimaryContextReset& call);
+  Outcome MemAlloc(const wire::MemAlloc& call);
+  Outcome MemFree(const wire::MemFree& call);
+  Outcome MemGetInfo();
+  Outcome MemcpyHtoD(const wire::MemcpyHtoD& call, std::span<const uint8_t> payload);
+  Outcome MemcpyDtoH(const wire::MemcpyDtoH& call);
+  Outcome MemcpyDtoD(const wire::MemcpyDtoD& call);
+  Outcome Memset(const wire::Memset& call);
+  Outcome ModuleLoad(const wire::ModuleLoad& call, std::span<const uint8_t> payload);
+  Outcome ModuleUnload(const wire::ModuleUnload& call);
+  Outcome ModuleGetFunction(const wire::ModuleGetFunction& call);
+  Outcome ModuleGetGlobal(const wire::ModuleGetGlobal& call);
+  Outcome LaunchKernel(const wire::LaunchKernel& call, std::span<const uint8_t> payload);
+  Outcome StreamCreate(const wire::StreamCreate& call);
+  Outcome StreamDestroy(const wire::StreamDestroy& call);
+  Outcome StreamSynchronize(const wire::StreamSynchronize& call);
+  Outcome StreamQuery(const wire::StreamQuery& call);
+  Outcome StreamWaitEvent(const wire::StreamWaitEvent& call);
+  Outcome EventCreate(const wire::EventCreate& call);
+  Outcome EventRecord(const wire::EventRecord& call);
+  Outcome EventSynchronize(const wire::EventSynchronize& call);
+  Outcome EventQuery(const wire::EventQuery& call);
+  Outcome EventElapsedTime(const wire::EventElapsedTime& call);
+  Outcome EventDestroy(const wire::EventDestroy& call);
+
+  Driver& driver_;
+  transport::Channel& channel_;
+  std::vector<uint8_t> session_key_;
+  flatbuffers::FlatBufferBuilder builder_;
+  std::vector<uint8_t> copy_buffer_;        // device-to-host staging for replies
+  std::vector<uint64_t> aligned_buffer_;    // 8-byte aligned copy of module images and kernel arguments
+  std::unordered_map<uint64_t, uint64_t> function_modules_;  // function id -> module id, to drop on unload
+
+  // The first error of a call the client did not wait for; reported by the next synchronizing call.
+  CUresult deferred_error_ = CUDA_SUCCESS;
+
+  static constexpr uint64_t kUnknownContext = ~uint64_t{0};
+  uint64_t current_context_ = kUnknownContext;  // the client context id this thread has current in the driver
+  std::unordered_map<uint64_t, CUcontext> contexts_;
+  std::unordered_set<uint64_t> created_contexts_;  // by cuCtxCreate, as opposed to primary contexts
+  std::unordered_map<uint64_t, CUmodule> modules_;
+  std::unordered_map<uint64_t, CUfunction> functions_;
+  std::unordered_map<uint64_t, CUstream> streams_;
+  std::unordered_map<uint64_t, CUevent> events_;
+  // Per-thread default streams, keyed by (context id, client thread index); created on first use.
+  std::unordered_map<uint64_t, std::unordered_map<uint64_t, CUstream>> per_thread_streams_;
+  std::unordered_map<CUdeviceptr, uint64_t> allocations_;
+  std::unordered_map<int, int> primary_retains_;
+};
+
+}  // namespace curelay::executor

@@ -1,0 +1,178 @@
+#include "backend/executor_pool.h"
+
+#include <fcntl.h>
+#include <signal.h>
+#include <spdlog/spdlog.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <thread>
+
+namespace curelay::backend {
+namespace {
+
+int64_t NowMs() {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(
+             std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
+
+}  // namespace
+
+ExecutorPool::ExecutorPool(ExecutorSettings settings) : settings_(std::move(settings)) {}
+
+ExecutorPool::~ExecutorPool() { Shutdown(2000); }
+
+bool ExecutorPool::Start() {
+  int fds[2];
+  if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, fds) != 0) {
+    spdlog::error("socketpair: {}", strerror(errno));
+    return false;
+  }
+  const uint64_t index = next_socket_++;
+  std::vector<std::string> args = {settings_.executor_path, "--driver", settings_.driver_path,
+                                   "--control-fd", "3", "--log-level", settings_.log_level};
+  if (settings_.ipc) {
+    args.insert(args.end(), {"--bind", "ipc://" + settings_.runtime_dir + "/executor-" +
+                                           std::to_string(getpid()) + "-" + std::to_string(index) + ".sock"});
+  }
+  for (const auto& host : settings_.tcp_hosts) args.insert(args.end(), {"--bind", "tcp://" + host + ":*"});
+  std::vector<char*> argv;
+  for (auto& arg : args) argv.push_back(arg.data());
+  argv.push_back(nullptr);
+
+  const pid_t pid = fork();
+  if (pid < 0) {
+    spdlog::error("fork: {}", strerror(errno));
+    close(fds[0]);
+    close(fds[1]);
+    return false;
+  }
+  if (pid == 0) {
+    // The child keeps only its end of the control line, as descriptor 3.
+    dup2(fds[1], 3);
+    setpgid(0, 0);  // a terminal's Ctrl-C goes to the backend, which then shuts executors down in order
+    execv(argv[0], argv.data());
+    _exit(127);
+  }
+  close(fds[1]);
+  fcntl(fds[0], F_SETFL, O_NONBLOCK);
+  auto executor = std::make_unique<ExecutorProcess>();
+  executor->pid = pid;
+  executor->control = ControlLine(fds[0]);
+  spdlog::debug("started executor pid {}", pid);
+  executors_.push_back(std::move(executor));
+  return true;
+}
+
+void ExecutorPool::Poll() {
+  for (auto& executor : executors_) {
+    if (executor->control.fd() < 0) continue;
+    const bool open = executor->control.Feed();
+    std::string line;
+    while (executor->control.PopLine(&line)) {
+      if (executor->state == ExecutorProcess::State::kStarting && ParseReady(line, &executor->ready)) {
+        executor->state = ExecutorProcess::State::kIdle;
+        consecutive_failures_ = 0;
+        spdlog::debug("executor pid {} ready ({}, tcp port {})", executor->pid, executor->ready.ipc_endpoint,
+                      executor->ready.tcp_port);
+      } else if (ParseFailed(line, &executor->failure, &executor->failure_reason)) {
+        executor->state = ExecutorProcess::State::kFailed;
+        start_failure_ = {executor->failure, executor->failure_reason};
+        spdlog::error("executor pid {} could not start: {}", executor->pid, executor->failure_reason);
+      } else {
+        spdlog::warn("executor pid {}: unexpected control line '{}'", executor->pid, line);
+      }
+    }
+    if (!open) {
+      close(executor->control.fd());
+      executor->control = ControlLine(-1);
+    }
+  }
+  Reap();
+  // Top up the warm pool; after repeated start failures, back off instead of fork-looping.
+  const auto warm = std::count_if(executors_.begin(), executors_.end(), [](const auto& e) {
+    return e->state == ExecutorProcess::State::kStarting || e->state == ExecutorProcess::State::kIdle;
+  });
+  if (static_cast<size_t>(warm) < std::max<size_t>(settings_.warm_pool, 1) && NowMs() >= retry_after_ms_) {
+    if (!Start()) retry_after_ms_ = NowMs() + 1000;
+  }
+}
+
+void ExecutorPool::Reap() {
+  for (;;) {
+    int status = 0;
+    const pid_t pid = waitpid(-1, &status, WNOHANG);
+    if (pid <= 0) return;
+    auto found = std::find_if(executors_.begin(), executors_.end(), [&](const auto& e) { return e->pid == pid; });
+    if (found == executors_.end()) continue;
+    ExecutorProcess& executor = **found;
+    if (WIFSIGNALED(status)) {
+      spdlog::error("executor pid {} (session {}) killed by signal {}", pid, executor.session_id,
+                    WTERMSIG(status));
+    } else if (executor.state == ExecutorProcess::State::kServing) {
+      spdlog::info("executor pid {} (session {}) exited with status {}", pid, executor.session_id,
+                   WEXITSTATUS(status));
+    } else if (executor.state != ExecutorProcess::State::kFailed) {
+      spdlog::error("executor pid {} exited with status {} before serving a session", pid, WEXITSTATUS(status));
+      start_failure_ = {CUDA_ERROR_NO_DEVICE, "executor exited during start"};
+    }
+    if (executor.state != ExecutorProcess::State::kServing) {
+      if (++consecutive_failures_ >= 3) retry_after_ms_ = NowMs() + 1000 * std::min(consecutive_failures_, 30);
+    }
+    if (executor.control.fd() >= 0) close(executor.control.fd());
+    if (!executor.ready.ipc_endpoint.empty()) unlink(executor.ready.ipc_endpoint.substr(6).c_str());
+    executors_.erase(found);
+  }
+}
+
+ExecutorProcess* ExecutorPool::TakeIdle() {
+  for (auto& executor : executors_) {
+    if (executor->state == ExecutorProcess::State::kIdle) return executor.get();
+  }
+  return nullptr;
+}
+
+bool ExecutorPool::Assign(ExecutorProcess& executor, const SessionAssignment& assignment) {
+  if (!executor.control.Write(FormatSession(assignment))) return false;
+  executor.state = ExecutorProcess::State::kServing;
+  executor.session_id = assignment.session_id;
+  return true;
+}
+
+std::optional<std::pair<CUresult, std::string>> ExecutorPool::TakeStartFailure() {
+  return std::exchange(start_failure_, std::nullopt);
+}
+
+size_t ExecutorPool::serving() const {
+  return std::count_if(executors_.begin(), executors_.end(),
+                       [](const auto& e) { return e->state == ExecutorProcess::State::kServing; });
+}
+
+std::vector<const ExecutorProcess*> ExecutorPool::executors() const {
+  std::vector<const ExecutorProcess*> list;
+  for (const auto& executor : executors_) list.push_back(executor.get());
+  return list;
+}
+
+void ExecutorPool::Shutdown(int grace_ms) {
+  for (auto& executor : executors_) kill(executor->pid, SIGTERM);
+  const int64_t deadline = NowMs() + grace_ms;
+  while (!executors_.empty() && NowMs() < deadline) {
+    Reap();
+    if (!executors_.empty()) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  for (auto& executor : executors_) {
+    spdlog::warn("executor pid {} ignored SIGTERM; killing it", executor->pid);
+    kill(executor->pid, SIGKILL);
+  }
+  while (!executors_.empty()) {
+    Reap();
+    if (!executors_.empty()) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+}
+
+}  // namespace curelay::backend

@@ -1,0 +1,37 @@
+// Small helpers shared by the entry points in frontend/api/.
+#pragma once
+
+#include <cuda.h>
+
+#include "frontend/client/client.h"
+
+namespace curelay::frontend {
+
+// The initialized client, or CUDA_ERROR_NOT_INITIALIZED (before cuInit, or in a forked child before its own).
+inline CUresult RequireClient(Client** client) {
+  *client = Client::Get();
+  return *client != nullptr ? CUDA_SUCCESS : CUDA_ERROR_NOT_INITIALIZED;
+}
+
+// As RequireClient, and the calling thread must have a live current context, as the driver requires for
+// anything that allocates or launches.
+inline CUresult RequireContext(Client** client) {
+  if (const CUresult result = RequireClient(client); result != CUDA_SUCCESS) return result;
+  const CUcontext context = CurrentContext();
+  return context != nullptr && (*client)->contexts.Contains(context) ? CUDA_SUCCESS : CUDA_ERROR_INVALID_CONTEXT;
+}
+
+inline CUresult RequireDevice(Client& client, CUdevice device) {
+  return device >= 0 && device < static_cast<int>(client.devices().size()) ? CUDA_SUCCESS
+                                                                           : CUDA_ERROR_INVALID_DEVICE;
+}
+
+}  // namespace curelay::frontend
+
+#define CURELAY_RETURN_IF_ERROR(expression)                   \
+  do {                                                        \
+    if (const CUresult curelay_result_ = (expression);        \
+        curelay_result_ != CUDA_SUCCESS) {                    \
+      return curelay_result_;                                 \
+    }                                                         \
+  } while (0)

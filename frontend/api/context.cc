@@ -1,0 +1,188 @@
+// Contexts. The per-thread context stack lives in the client (cuCtxGetCurrent never crosses the wire); every
+// request carries its thread's current context, and the executor makes that one current before the call.
+#include "frontend/api/api_support.h"
+
+using namespace curelay;
+using namespace curelay::frontend;
+
+namespace {
+
+CUresult CreateContext(CUcontext* result_context, unsigned int flags, CUdevice device) {
+  Client* client;
+  CURELAY_RETURN_IF_ERROR(RequireClient(&client));
+  if (result_context == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  CURELAY_RETURN_IF_ERROR(RequireDevice(*client, device));
+  CUctx_st* context = client->contexts.Create(NextObjectId(), device, false);
+  auto& builder = Builder();
+  const auto call = wire::CreateContextCreate(builder, context->id, device, flags).Union();
+  const CUresult result = client->Call(builder, wire::Call::ContextCreate, call, {}, nullptr);
+  if (result != CUDA_SUCCESS) {
+    client->contexts.Destroy(context);
+    return result;
+  }
+  ContextStack().push_back(context);
+  *result_context = context;
+  return CUDA_SUCCESS;
+}
+
+}  // namespace
+
+extern "C" {
+
+CUresult cuCtxCreate(CUcontext* context, CUctxCreateParams* params, unsigned int flags, CUdevice device) {
+  if (params != nullptr && (params->execAffinityParams != nullptr || params->cigParams != nullptr)) {
+    return CUDA_ERROR_NOT_SUPPORTED;  // execution affinity and CIG are not forwarded yet
+  }
+  return CreateContext(context, flags, device);
+}
+
+CUresult cuCtxCreate_v2_legacy(CUcontext* context, unsigned int flags, CUdevice device) __asm__("cuCtxCreate_v2");
+CUresult cuCtxCreate_v2_legacy(CUcontext* context, unsigned int flags, CUdevice device) {
+  return CreateContext(context, flags, device);
+}
+
+CUresult cuCtxDestroy(CUcontext context) {
+  Client* client;
+  CURELAY_RETURN_IF_ERROR(RequireClient(&client));
+  if (context == nullptr || !client->contexts.Contains(context) || context->primary) {
+    return CUDA_ERROR_INVALID_CONTEXT;
+  }
+  auto& builder = Builder();
+  const auto call = wire::CreateContextDestroy(builder, context->id).Union();
+  const CUresult result = client->Call(builder, wire::Call::ContextDestroy, call, {}, nullptr);
+  if (result != CUDA_SUCCESS) return result;
+  auto& stack = ContextStack();
+  std::erase(stack, context);
+  client->contexts.Destroy(context);
+  return CUDA_SUCCESS;
+}
+
+CUresult cuCtxPushCurrent(CUcontext context) {
+  Client* client;
+  CURELAY_RETURN_IF_ERROR(RequireClient(&client));
+  if (context == nullptr || !client->contexts.Contains(context)) return CUDA_ERROR_INVALID_CONTEXT;
+  ContextStack().push_back(context);
+  return CUDA_SUCCESS;
+}
+
+CUresult cuCtxPopCurrent(CUcontext* popped) {
+  Client* client;
+  CURELAY_RETURN_IF_ERROR(RequireClient(&client));
+  auto& stack = ContextStack();
+  if (stack.empty()) return CUDA_ERROR_INVALID_CONTEXT;
+  if (popped != nullptr) *popped = stack.back();
+  stack.pop_back();
+  return CUDA_SUCCESS;
+}
+
+CUresult cuCtxGetCurrent(CUcontext* context) {
+  Client* client;
+  CURELAY_RETURN_IF_ERROR(RequireClient(&client));
+  if (context == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  *context = CurrentContext();
+  return CUDA_SUCCESS;
+}
+
+CUresult cuCtxSetCurrent(CUcontext context) {
+  Client* client;
+  CURELAY_RETURN_IF_ERROR(RequireClient(&client));
+  auto& stack = ContextStack();
+  if (context == nullptr) {
+    if (!stack.empty()) stack.pop_back();
+    return CUDA_SUCCESS;
+  }
+  if (!client->contexts.Contains(context)) return CUDA_ERROR_INVALID_CONTEXT;
+  if (stack.empty()) {
+    stack.push_back(context);
+  } else {
+    stack.back() = context;
+  }
+  return CUDA_SUCCESS;
+}
+
+CUresult cuCtxGetDevice(CUdevice* device) {
+  Client* client;
+  CURELAY_RETURN_IF_ERROR(RequireContext(&client));
+  if (device == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  *device = CurrentContext()->device;
+  return CUDA_SUCCESS;
+}
+
+CUresult cuCtxSynchronize(void) {
+  Client* client;
+  CURELAY_RETURN_IF_ERROR(RequireContext(&client));
+  auto& builder = Builder();
+  const auto call = wire::CreateContextSynchronize(builder).Union();
+  return client->Call(builder, wire::Call::ContextSynchronize, call, {}, nullptr);
+}
+
+// Primary contexts: the retain count and flags are mirrored in the client so cuDevicePrimaryCtxGetState (called
+// thousands of times by the CUDA runtime) is answered locally; only the 0<->1 transitions reach the executor.
+CUresult cuDevicePrimaryCtxRetain(CUcontext* result_context, CUdevice device) {
+  Client* client;
+  CURELAY_RETURN_IF_ERROR(RequireClient(&client));
+  if (result_context == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  CURELAY_RETURN_IF_ERROR(RequireDevice(*client, device));
+  std::lock_guard<std::mutex> lock(client->primary_mutex());
+  PrimaryContext& primary = client->primary_contexts()[device];
+  if (primary.context == nullptr) primary.context = client->contexts.Create(NextObjectId(), device, true);
+  if (primary.retains == 0) {
+    auto& builder = Builder();
+    const auto call = wire::CreatePrimaryContextRetain(builder, primary.context->id, device).Union();
+    CURELAY_RETURN_IF_ERROR(client->Call(builder, wire::Call::PrimaryContextRetain, call, {}, nullptr));
+  }
+  ++primary.retains;
+  *result_context = primary.context;
+  return CUDA_SUCCESS;
+}
+
+CUresult cuDevicePrimaryCtxRelease(CUdevice device) {
+  Client* client;
+  CURELAY_RETURN_IF_ERROR(RequireClient(&client));
+  CURELAY_RETURN_IF_ERROR(RequireDevice(*client, device));
+  std::lock_guard<std::mutex> lock(client->primary_mutex());
+  PrimaryContext& primary = client->primary_contexts()[device];
+  if (primary.retains == 0) return CUDA_ERROR_INVALID_CONTEXT;
+  if (primary.retains == 1) {
+    auto& builder = Builder();
+    const auto call = wire::CreatePrimaryContextRelease(builder, device).Union();
+    CURELAY_RETURN_IF_ERROR(client->Call(builder, wire::Call::PrimaryContextRelease, call, {}, nullptr));
+  }
+  --primary.retains;
+  return CUDA_SUCCESS;
+}
+
+CUresult cuDevicePrimaryCtxGetState(CUdevice device, unsigned int* flags, int* active) {
+  Client* client;
+  CURELAY_RETURN_IF_ERROR(RequireClient(&client));
+  if (flags == nullptr || active == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  CURELAY_RETURN_IF_ERROR(RequireDevice(*client, device));
+  std::lock_guard<std::mutex> lock(client->primary_mutex());
+  const PrimaryContext& primary = client->primary_contexts()[device];
+  *flags = primary.flags;
+  *active = primary.retains > 0 ? 1 : 0;
+  return CUDA_SUCCESS;
+}
+
+CUresult cuDevicePrimaryCtxSetFlags(CUdevice device, unsigned int flags) {
+  Client* client;
+  CURELAY_RETURN_IF_ERROR(RequireClient(&client));
+  CURELAY_RETURN_IF_ERROR(RequireDevice(*client, device));
+  std::lock_guard<std::mutex> lock(client->primary_mutex());
+  auto& builder = Builder();
+  const auto call = wire::CreatePrimaryContextSetFlags(builder, device, flags).Union();
+  CURELAY_RETURN_IF_ERROR(client->Call(builder, wire::Call::PrimaryContextSetFlags, call, {}, nullptr));
+  client->primary_contexts()[device].flags = flags;
+  return CUDA_SUCCESS;
+}
+
+CUresult cuDevicePrimaryCtxReset(CUdevice device) {
+  Client* client;
+  CURELAY_RETURN_IF_ERROR(RequireClient(&client));
+  CURELAY_RETURN_IF_ERROR(RequireDevice(*client, device));
+  auto& builder = Builder();
+  const auto call = wire::CreatePrimaryContextReset(builder, device).Union();
+  return client->Call(builder, wire::Call::PrimaryContextReset, call, {}, nullptr);
+}
+
+}  // extern "C"

@@ -1,0 +1,118 @@
+// Device enumeration and properties, all answered from what the client learned at cuInit (no round trip).
+#include <algorithm>
+#include <cstring>
+
+#include "frontend/api/api_support.h"
+
+using namespace curelay::frontend;
+
+namespace {
+
+CUresult Attribute(Client& client, CUdevice device, CUdevice_attribute attribute, int* value) {
+  const auto& info = client.devices()[device];
+  if (attribute <= 0 || static_cast<size_t>(attribute) >= info.attributes.size()) return CUDA_ERROR_INVALID_VALUE;
+  const auto result = static_cast<CUresult>(info.attribute_results[attribute]);
+  if (result == CUDA_SUCCESS) *value = info.attributes[attribute];
+  return result;
+}
+
+}  // namespace
+
+extern "C" {
+
+CUresult cuDeviceGetCount(int* count) {
+  Client* client;
+  CURELAY_RETURN_IF_ERROR(RequireClient(&client));
+  if (count == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  *count = static_cast<int>(client->devices().size());
+  return CUDA_SUCCESS;
+}
+
+CUresult cuDeviceGet(CUdevice* device, int ordinal) {
+  Client* client;
+  CURELAY_RETURN_IF_ERROR(RequireClient(&client));
+  if (device == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  CURELAY_RETURN_IF_ERROR(RequireDevice(*client, ordinal));
+  *device = ordinal;
+  return CUDA_SUCCESS;
+}
+
+CUresult cuDeviceGetName(char* name, int length, CUdevice device) {
+  Client* client;
+  CURELAY_RETURN_IF_ERROR(RequireClient(&client));
+  if (name == nullptr || length <= 0) return CUDA_ERROR_INVALID_VALUE;
+  CURELAY_RETURN_IF_ERROR(RequireDevice(*client, device));
+  const std::string& full = client->devices()[device].name;
+  const size_t copied = std::min(full.size(), static_cast<size_t>(length - 1));
+  std::memcpy(name, full.data(), copied);
+  name[copied] = '\0';
+  return CUDA_SUCCESS;
+}
+
+CUresult cuDeviceGetUuid(CUuuid* uuid, CUdevice device) {
+  Client* client;
+  CURELAY_RETURN_IF_ERROR(RequireClient(&client));
+  if (uuid == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  CURELAY_RETURN_IF_ERROR(RequireDevice(*client, device));
+  *uuid = client->devices()[device].uuid;
+  return CUDA_SUCCESS;
+}
+
+// The pre-11.4 symbol: same answer (the difference was only in MIG handling, which the backend already did).
+CUresult cuDeviceGetUuid_v1(CUuuid* uuid, CUdevice device) __asm__("cuDeviceGetUuid");
+CUresult cuDeviceGetUuid_v1(CUuuid* uuid, CUdevice device) { return cuDeviceGetUuid_v2(uuid, device); }
+
+CUresult cuDeviceTotalMem(size_t* bytes, CUdevice device) {
+  Client* client;
+  CURELAY_RETURN_IF_ERROR(RequireClient(&client));
+  if (bytes == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  CURELAY_RETURN_IF_ERROR(RequireDevice(*client, device));
+  *bytes = client->devices()[device].total_memory;
+  return CUDA_SUCCESS;
+}
+
+CUresult cuDeviceGetAttribute(int* value, CUdevice_attribute attribute, CUdevice device) {
+  Client* client;
+  CURELAY_RETURN_IF_ERROR(RequireClient(&client));
+  if (value == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  CURELAY_RETURN_IF_ERROR(RequireDevice(*client, device));
+  return Attribute(*client, device, attribute, value);
+}
+
+CUresult cuDeviceComputeCapability(int* major, int* minor, CUdevice device) {
+  Client* client;
+  CURELAY_RETURN_IF_ERROR(RequireClient(&client));
+  if (major == nullptr || minor == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  CURELAY_RETURN_IF_ERROR(RequireDevice(*client, device));
+  CURELAY_RETURN_IF_ERROR(Attribute(*client, device, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, major));
+  return Attribute(*client, device, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR, minor);
+}
+
+CUresult cuDeviceGetProperties(CUdevprop* properties, CUdevice device) {
+  Client* client;
+  CURELAY_RETURN_IF_ERROR(RequireClient(&client));
+  if (properties == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  CURELAY_RETURN_IF_ERROR(RequireDevice(*client, device));
+  const auto get = [&](CUdevice_attribute attribute) {
+    int value = 0;
+    Attribute(*client, device, attribute, &value);
+    return value;
+  };
+  properties->maxThreadsPerBlock = get(CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_BLOCK);
+  properties->maxThreadsDim[0] = get(CU_DEVICE_ATTRIBUTE_MAX_BLOCK_DIM_X);
+  properties->maxThreadsDim[1] = get(CU_DEVICE_ATTRIBUTE_MAX_BLOCK_DIM_Y);
+  properties->maxThreadsDim[2] = get(CU_DEVICE_ATTRIBUTE_MAX_BLOCK_DIM_Z);
+  properties->maxGridSize[0] = get(CU_DEVICE_ATTRIBUTE_MAX_GRID_DIM_X);
+  properties->maxGridSize[1] = get(CU_DEVICE_ATTRIBUTE_MAX_GRID_DIM_Y);
+  properties->maxGridSize[2] = get(CU_DEVICE_ATTRIBUTE_MAX_GRID_DIM_Z);
+  properties->sharedMemPerBlock = get(CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK);
+  properties->totalConstantMemory = get(CU_DEVICE_ATTRIBUTE_TOTAL_CONSTANT_MEMORY);
+  properties->SIMDWidth = get(CU_DEVICE_ATTRIBUTE_WARP_SIZE);
+  properties->memPitch = get(CU_DEVICE_ATTRIBUTE_MAX_PITCH);
+  properties->regsPerBlock = get(CU_DEVICE_ATTRIBUTE_MAX_REGISTERS_PER_BLOCK);
+  properties->clockRate = get(CU_DEVICE_ATTRIBUTE_CLOCK_RATE);
+  properties->textureAlign = get(CU_DEVICE_ATTRIBUTE_TEXTURE_ALIGNMENT);
+  return CUDA_SUCCESS;
+}
+
+}  // extern "C"

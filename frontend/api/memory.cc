@@ -1,0 +1,186 @@
+// Device memory and copies. Host data crosses the wire as payload frames in chunks of wire::kCopyChunkBytes,
+// with at most wire::kCopyWindowChunks in flight, so memory held by a copy in transit stays bounded.
+#include <algorithm>
+#include <cstring>
+
+#include "frontend/api/api_support.h"
+
+using namespace curelay;
+using namespace curelay::frontend;
+
+namespace {
+
+CUresult CopyHostToDevice(CUdeviceptr dst, const void* src, size_t bytes, CUstream stream, bool async) {
+  Client* client;
+  CURELAY_RETURN_IF_ERROR(RequireContext(&client));
+  if (bytes == 0) return CUDA_SUCCESS;
+  if (src == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  uint64_t wire_stream = 0;
+  if (async) CURELAY_RETURN_IF_ERROR(WireStream(*client, stream, &wire_stream));
+  const auto* bytes_in = static_cast<const uint8_t*>(src);
+  if (bytes <= wire::kCopyChunkBytes) {
+    // The data is captured in the message before this returns, so the caller may reuse its buffer at once, as
+    // with a pageable copy to the real driver; any error surfaces at the next synchronizing call.
+    auto& builder = Builder();
+    const auto call = wire::CreateMemcpyHtoD(builder, dst, wire_stream, async).Union();
+    return client->Post(builder, wire::Call::MemcpyHtoD, call, {bytes_in, bytes});
+  }
+  Client::Pipeline pipeline(*client);
+  CUresult first_error = CUDA_SUCCESS;
+  ReplyMessage reply;
+  for (size_t offset = 0; offset < bytes; offset += wire::kCopyChunkBytes) {
+    if (pipeline.outstanding() >= wire::kCopyWindowChunks) {
+      const CUresult result = pipeline.Receive(&reply);
+      if (first_error == CUDA_SUCCESS) first_error = result;
+    }
+    const size_t chunk = std::min(wire::kCopyChunkBytes, bytes - offset);
+    auto& builder = Builder();
+    const auto call = wire::CreateMemcpyHtoD(builder, dst + offset, wire_stream, async).Union();
+    if (!pipeline.Send(builder, wire::Call::MemcpyHtoD, call, {bytes_in + offset, chunk})) break;
+  }
+  while (pipeline.outstanding() > 0) {
+    const CUresult result = pipeline.Receive(&reply);
+    if (first_error == CUDA_SUCCESS) first_error = result;
+    if (result == client->broken_result() && result != CUDA_SUCCESS) break;
+  }
+  return first_error != CUDA_SUCCESS ? first_error : client->broken_result();
+}
+
+CUresult CopyDeviceToHost(void* dst, CUdeviceptr src, size_t bytes, CUstream stream, bool async) {
+  Client* client;
+  CURELAY_RETURN_IF_ERROR(RequireContext(&client));
+  if (bytes == 0) return CUDA_SUCCESS;
+  if (dst == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  uint64_t wire_stream = 0;
+  if (async) CURELAY_RETURN_IF_ERROR(WireStream(*client, stream, &wire_stream));
+  auto* bytes_out = static_cast<uint8_t*>(dst);
+  Client::Pipeline pipeline(*client);
+  CUresult first_error = CUDA_SUCCESS;
+  size_t received = 0;
+  ReplyMessage reply;
+  const auto receive_one = [&] {
+    const CUresult result = pipeline.Receive(&reply);
+    const size_t expected = std::min(wire::kCopyChunkBytes, bytes - received);
+    if (result == CUDA_SUCCESS && reply.message.payload.size() == expected) {
+      std::memcpy(bytes_out + received, reply.message.payload.data(), expected);
+    } else if (first_error == CUDA_SUCCESS) {
+      first_error = result != CUDA_SUCCESS ? result : CUDA_ERROR_UNKNOWN;
+    }
+    received += expected;
+  };
+  for (size_t offset = 0; offset < bytes; offset += wire::kCopyChunkBytes) {
+    if (pipeline.outstanding() >= wire::kCopyWindowChunks) receive_one();
+    const size_t chunk = std::min(wire::kCopyChunkBytes, bytes - offset);
+    auto& builder = Builder();
+    const auto call = wire::CreateMemcpyDtoH(builder, src + offset, chunk, wire_stream, async).Union();
+    if (!pipeline.Send(builder, wire::Call::MemcpyDtoH, call, {})) break;
+  }
+  while (pipeline.outstanding() > 0 && client->broken_result() == CUDA_SUCCESS) receive_one();
+  return first_error != CUDA_SUCCESS ? first_error : client->broken_result();
+}
+
+CUresult CopyDeviceToDevice(CUdeviceptr dst, CUdeviceptr src, size_t bytes, CUstream stream, bool async) {
+  Client* client;
+  CURELAY_RETURN_IF_ERROR(RequireContext(&client));
+  if (bytes == 0) return CUDA_SUCCESS;
+  uint64_t wire_stream = 0;
+  if (async) CURELAY_RETURN_IF_ERROR(WireStream(*client, stream, &wire_stream));
+  auto& builder = Builder();
+  const auto call = wire::CreateMemcpyDtoD(builder, dst, src, bytes, wire_stream, async).Union();
+  return client->Post(builder, wire::Call::MemcpyDtoD, call, {});
+}
+
+CUresult SetMemory(CUdeviceptr dst, uint32_t value, uint8_t element_bytes, size_t count, CUstream stream) {
+  Client* client;
+  CURELAY_RETURN_IF_ERROR(RequireContext(&client));
+  if (count == 0) return CUDA_SUCCESS;
+  if (dst % element_bytes != 0) return CUDA_ERROR_INVALID_VALUE;  // D16/D32 need aligned addresses
+  uint64_t wire_stream = 0;
+  CURELAY_RETURN_IF_ERROR(WireStream(*client, stream, &wire_stream));
+  auto& builder = Builder();
+  const auto call = wire::CreateMemset(builder, dst, value, element_bytes, count, wire_stream, true).Union();
+  return client->Post(builder, wire::Call::Memset, call, {});
+}
+
+}  // namespace
+
+extern "C" {
+
+CUresult cuMemAlloc(CUdeviceptr* ptr, size_t bytes) {
+  Client* client;
+  CURELAY_RETURN_IF_ERROR(RequireContext(&client));
+  if (ptr == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  if (bytes == 0) return CUDA_ERROR_INVALID_VALUE;
+  auto& builder = Builder();
+  const auto call = wire::CreateMemAlloc(builder, bytes).Union();
+  ReplyMessage reply;
+  CURELAY_RETURN_IF_ERROR(client->Call(builder, wire::Call::MemAlloc, call, {}, &reply));
+  const auto* pointer = reply.reply->body_as_Pointer();
+  if (pointer == nullptr) return CUDA_ERROR_UNKNOWN;
+  *ptr = pointer->ptr();
+  return CUDA_SUCCESS;
+}
+
+CUresult cuMemFree(CUdeviceptr ptr) {
+  Client* client;
+  CURELAY_RETURN_IF_ERROR(RequireContext(&client));
+  if (ptr == 0) return CUDA_SUCCESS;
+  auto& builder = Builder();
+  const auto call = wire::CreateMemFree(builder, ptr).Union();
+  return client->Call(builder, wire::Call::MemFree, call, {}, nullptr);
+}
+
+CUresult cuMemGetInfo(size_t* free, size_t* total) {
+  Client* client;
+  CURELAY_RETURN_IF_ERROR(RequireContext(&client));
+  if (free == nullptr || total == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  auto& builder = Builder();
+  const auto call = wire::CreateMemGetInfo(builder).Union();
+  ReplyMessage reply;
+  CURELAY_RETURN_IF_ERROR(client->Call(builder, wire::Call::MemGetInfo, call, {}, &reply));
+  const auto* info = reply.reply->body_as_MemInfo();
+  if (info == nullptr) return CUDA_ERROR_UNKNOWN;
+  *free = info->free();
+  *total = info->total();
+  return CUDA_SUCCESS;
+}
+
+CUresult cuMemcpyHtoD(CUdeviceptr dst, const void* src, size_t bytes) {
+  return CopyHostToDevice(dst, src, bytes, nullptr, false);
+}
+CUresult cuMemcpyHtoDAsync(CUdeviceptr dst, const void* src, size_t bytes, CUstream stream) {
+  return CopyHostToDevice(dst, src, bytes, stream, true);
+}
+CUresult cuMemcpyDtoH(void* dst, CUdeviceptr src, size_t bytes) {
+  return CopyDeviceToHost(dst, src, bytes, nullptr, false);
+}
+CUresult cuMemcpyDtoHAsync(void* dst, CUdeviceptr src, size_t bytes, CUstream stream) {
+  return CopyDeviceToHost(dst, src, bytes, stream, true);
+}
+CUresult cuMemcpyDtoD(CUdeviceptr dst, CUdeviceptr src, size_t bytes) {
+  return CopyDeviceToDevice(dst, src, bytes, nullptr, false);
+}
+CUresult cuMemcpyDtoDAsync(CUdeviceptr dst, CUdeviceptr src, size_t bytes, CUstream stream) {
+  return CopyDeviceToDevice(dst, src, bytes, stream, true);
+}
+
+CUresult cuMemsetD8(CUdeviceptr dst, unsigned char value, size_t count) {
+  return SetMemory(dst, value, 1, count, nullptr);
+}
+CUresult cuMemsetD16(CUdeviceptr dst, unsigned short value, size_t count) {
+  return SetMemory(dst, value, 2, count, nullptr);
+}
+CUresult cuMemsetD32(CUdeviceptr dst, unsigned int value, size_t count) {
+  return SetMemory(dst, value, 4, count, nullptr);
+}
+CUresult cuMemsetD8Async(CUdeviceptr dst, unsigned char value, size_t count, CUstream stream) {
+  return SetMemory(dst, value, 1, count, stream);
+}
+CUresult cuMemsetD16Async(CUdeviceptr dst, unsigned short value, size_t count, CUstream stream) {
+  return SetMemory(dst, value, 2, count, stream);
+}
+CUresult cuMemsetD32Async(CUdeviceptr dst, unsigned int value, size_t count, CUstream stream) {
+  return SetMemory(dst, value, 4, count, stream);
+}
+
+}  // extern "C"

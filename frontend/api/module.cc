@@ -1,0 +1,105 @@
+// Modules: the image is sent once; functions and globals are looked up on the executor and cached here.
+#include "frontend/api/api_support.h"
+#include "frontend/module/image_size.h"
+
+using namespace curelay;
+using namespace curelay::frontend;
+
+extern "C" {
+
+CUresult cuModuleLoadData(CUmodule* result_module, const void* image) {
+  Client* client;
+  CURELAY_RETURN_IF_ERROR(RequireContext(&client));
+  if (result_module == nullptr || image == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  const auto bytes = ModuleImage(image, wire::kMaxPayloadBytes);
+  if (bytes.empty()) return CUDA_ERROR_INVALID_IMAGE;
+  CUmod_st* module = client->modules.Create(NextObjectId(), CurrentContext());
+  auto& builder = Builder();
+  const auto call = wire::CreateModuleLoad(builder, module->id).Union();
+  const CUresult result = client->Call(builder, wire::Call::ModuleLoad, call, bytes, nullptr);
+  if (result != CUDA_SUCCESS) {
+    client->modules.Destroy(module);
+    return result;
+  }
+  *result_module = module;
+  return CUDA_SUCCESS;
+}
+
+CUresult cuModuleUnload(CUmodule module) {
+  Client* client;
+  CURELAY_RETURN_IF_ERROR(RequireClient(&client));
+  if (module == nullptr || !client->modules.Contains(module)) return CUDA_ERROR_INVALID_HANDLE;
+  auto& builder = Builder();
+  const auto call = wire::CreateModuleUnload(builder, module->id).Union();
+  CURELAY_RETURN_IF_ERROR(client->Call(builder, wire::Call::ModuleUnload, call, {}, nullptr));
+  {
+    std::lock_guard<std::mutex> lock(module->functions_mutex);
+    for (auto& [name, function] : module->functions) client->functions.Destroy(function);
+  }
+  client->modules.Destroy(module);
+  return CUDA_SUCCESS;
+}
+
+CUresult cuModuleGetFunction(CUfunction* result_function, CUmodule module, const char* name) {
+  Client* client;
+  CURELAY_RETURN_IF_ERROR(RequireContext(&client));
+  if (result_function == nullptr || name == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  if (module == nullptr || !client->modules.Contains(module)) return CUDA_ERROR_INVALID_HANDLE;
+  std::lock_guard<std::mutex> lock(module->functions_mutex);
+  if (auto found = module->functions.find(name); found != module->functions.end()) {
+    *result_function = found->second;
+    return CUDA_SUCCESS;
+  }
+  const uint64_t id = NextObjectId();
+  auto& builder = Builder();
+  const auto call = wire::CreateModuleGetFunction(builder, module->id, id, builder.CreateString(name)).Union();
+  ReplyMessage reply;
+  CURELAY_RETURN_IF_ERROR(client->Call(builder, wire::Call::ModuleGetFunction, call, {}, &reply));
+  const auto* info = reply.reply->body_as_FunctionInfo();
+  if (info == nullptr || info->param_offsets() == nullptr || info->param_sizes() == nullptr ||
+      info->param_offsets()->size() != info->param_sizes()->size()) {
+    return CUDA_ERROR_UNKNOWN;
+  }
+  CUfunc_st layout{id, module, name, {}, {}, 0};
+  for (size_t i = 0; i < info->param_offsets()->size(); ++i) {
+    const uint32_t offset = info->param_offsets()->Get(i), size = info->param_sizes()->Get(i);
+    if (size == 0 || uint64_t{offset} + size > 32768) return CUDA_ERROR_UNKNOWN;  // beyond any kernel's limit
+    layout.param_offsets.push_back(offset);
+    layout.param_sizes.push_back(size);
+    layout.argument_bytes = std::max(layout.argument_bytes, offset + size);
+  }
+  CUfunc_st* function = client->functions.Create(std::move(layout));
+  module->functions.emplace(name, function);
+  *result_function = function;
+  return CUDA_SUCCESS;
+}
+
+CUresult cuModuleGetGlobal(CUdeviceptr* ptr, size_t* bytes, CUmodule module, const char* name) {
+  Client* client;
+  CURELAY_RETURN_IF_ERROR(RequireContext(&client));
+  if (name == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  if (module == nullptr || !client->modules.Contains(module)) return CUDA_ERROR_INVALID_HANDLE;
+  auto& builder = Builder();
+  const auto call = wire::CreateModuleGetGlobal(builder, module->id, builder.CreateString(name)).Union();
+  ReplyMessage reply;
+  CURELAY_RETURN_IF_ERROR(client->Call(builder, wire::Call::ModuleGetGlobal, call, {}, &reply));
+  const auto* pointer = reply.reply->body_as_Pointer();
+  if (pointer == nullptr) return CUDA_ERROR_UNKNOWN;
+  if (ptr != nullptr) *ptr = pointer->ptr();
+  if (bytes != nullptr) *bytes = pointer->bytes();
+  return CUDA_SUCCESS;
+}
+
+CUresult cuFuncGetParamInfo(CUfunction function, size_t index, size_t* offset, size_t* size) {
+  Client* client;
+  CURELAY_RETURN_IF_ERROR(RequireClient(&client));
+  if (function == nullptr || !client->functions.Contains(function)) return CUDA_ERROR_INVALID_HANDLE;
+  if (offset == nullptr || size == nullptr || index >= function->param_offsets.size()) {
+    return CUDA_ERROR_INVALID_VALUE;
+  }
+  *offset = function->param_offsets[index];
+  *size = function->param_sizes[index];
+  return CUDA_SUCCESS;
+}
+
+}  // extern "C"

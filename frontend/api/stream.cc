@@ -1,0 +1,79 @@
+// Streams. Creation and destruction are posted with client-chosen ids (no round trip); synchronize and query wait.
+#include "frontend/api/api_support.h"
+
+using namespace curelay;
+using namespace curelay::frontend;
+
+namespace {
+
+CUresult CreateStream(CUstream* result_stream, unsigned int flags, int priority) {
+  Client* client;
+  CURELAY_RETURN_IF_ERROR(RequireContext(&client));
+  if (result_stream == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  if ((flags & ~static_cast<unsigned int>(CU_STREAM_NON_BLOCKING)) != 0) return CUDA_ERROR_INVALID_VALUE;
+  CUstream_st* stream = client->streams.Create(NextObjectId(), CurrentContext(), flags, priority);
+  auto& builder = Builder();
+  const auto call = wire::CreateStreamCreate(builder, stream->id, flags, priority).Union();
+  const CUresult result = client->Post(builder, wire::Call::StreamCreate, call, {});
+  if (result != CUDA_SUCCESS) {
+    client->streams.Destroy(stream);
+    return result;
+  }
+  *result_stream = stream;
+  return CUDA_SUCCESS;
+}
+
+// Synchronize and query share a shape: a stream and a waited-for answer.
+template <typename MakeCall>
+CUresult WaitOnStream(CUstream stream, wire::Call type, MakeCall make_call) {
+  Client* client;
+  CURELAY_RETURN_IF_ERROR(RequireContext(&client));
+  uint64_t wire_stream = 0;
+  CURELAY_RETURN_IF_ERROR(WireStream(*client, stream, &wire_stream));
+  auto& builder = Builder();
+  const auto call = make_call(builder, wire_stream).Union();
+  return client->Call(builder, type, call, {}, nullptr);
+}
+
+}  // namespace
+
+extern "C" {
+
+CUresult cuStreamCreate(CUstream* stream, unsigned int flags) { return CreateStream(stream, flags, 0); }
+
+CUresult cuStreamCreateWithPriority(CUstream* stream, unsigned int flags, int priority) {
+  return CreateStream(stream, flags, priority);
+}
+
+CUresult cuStreamDestroy(CUstream stream) {
+  Client* client;
+  CURELAY_RETURN_IF_ERROR(RequireClient(&client));
+  if (stream == nullptr || !client->streams.Contains(stream)) return CUDA_ERROR_INVALID_HANDLE;
+  auto& builder = Builder();
+  const auto call = wire::CreateStreamDestroy(builder, stream->id).Union();
+  client->streams.Destroy(stream);
+  return client->Post(builder, wire::Call::StreamDestroy, call, {});
+}
+
+CUresult cuStreamSynchronize(CUstream stream) {
+  return WaitOnStream(stream, wire::Call::StreamSynchronize,
+                      [](auto& builder, uint64_t id) { return wire::CreateStreamSynchronize(builder, id); });
+}
+
+CUresult cuStreamQuery(CUstream stream) {
+  return WaitOnStream(stream, wire::Call::StreamQuery,
+                      [](auto& builder, uint64_t id) { return wire::CreateStreamQuery(builder, id); });
+}
+
+CUresult cuStreamWaitEvent(CUstream stream, CUevent event, unsigned int flags) {
+  Client* client;
+  CURELAY_RETURN_IF_ERROR(RequireContext(&client));
+  uint64_t wire_stream = 0;
+  CURELAY_RETURN_IF_ERROR(WireStream(*client, stream, &wire_stream));
+  if (event == nullptr || !client->events.Contains(event)) return CUDA_ERROR_INVALID_HANDLE;
+  auto& builder = Builder();
+  const auto call = wire::CreateStreamWaitEvent(builder, wire_stream, event->id, flags).Union();
+  return client->Post(builder, wire::Call::StreamWaitEvent, call, {});
+}
+
+}  // extern "C"

@@ -1,0 +1,300 @@
+#include "frontend/client/client.h"
+
+#include <errno.h>
+#include <pthread.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cstring>
+
+#include "frontend/client/config.h"
+#include "frontend/client/log.h"
+
+namespace curelay::frontend {
+namespace {
+
+// Guarded by a pthread mutex rather than std::call_once: a forked child must be able to start over.
+pthread_mutex_t init_mutex = PTHREAD_MUTEX_INITIALIZER;
+bool init_done = false;
+CUresult init_result = CUDA_ERROR_NOT_INITIALIZED;
+std::atomic<Client*> the_client{nullptr};
+std::atomic<uint64_t> generation{0};  // bumped by fork: thread-local state from before it is stale
+
+void ForgetParentSession() {
+  // The child must not touch the parent's sockets, threads or handles; they are leaked on purpose.
+  pthread_mutex_init(&init_mutex, nullptr);
+  init_done = false;
+  init_result = CUDA_ERROR_NOT_INITIALIZED;
+  the_client.store(nullptr);
+  generation.fetch_add(1);
+}
+
+struct ThreadState {
+  uint64_t generation = ~uint64_t{0};
+  std::vector<CUcontext> context_stack;
+  uint64_t thread_index = 0;
+};
+
+ThreadState& ThisThread() {
+  static std::atomic<uint64_t> next_thread_index{1};
+  thread_local ThreadState state;
+  const uint64_t now = generation.load(std::memory_order_relaxed);
+  if (state.generation != now) {
+    state.generation = now;
+    state.context_stack.clear();
+    state.thread_index = next_thread_index.fetch_add(1);
+  }
+  return state;
+}
+
+std::string EndpointHost(const std::string& endpoint) {
+  const std::string rest = endpoint.substr(endpoint.find("://") + 3);
+  return rest.substr(0, rest.rfind(':'));
+}
+
+}  // namespace
+
+Client* Client::Get() { return the_client.load(std::memory_order_acquire); }
+
+CUresult Client::Initialize() {
+  static const bool fork_handler_installed = [] {
+    pthread_atfork(nullptr, nullptr, ForgetParentSession);
+    return true;
+  }();
+  (void)fork_handler_installed;
+  pthread_mutex_lock(&init_mutex);
+  if (!init_done) {
+    auto* client = new Client();
+    init_result = client->Connect();
+    init_done = true;
+    if (init_result == CUDA_SUCCESS) {
+      the_client.store(client, std::memory_order_release);
+    } else {
+      delete client;
+    }
+  }
+  const CUresult result = init_result;
+  pthread_mutex_unlock(&init_mutex);
+  return result;
+}
+
+CUresult Client::Connect() {
+  const Config config = ReadConfig();
+  const bool ipc = config.endpoint.rfind("ipc://", 0) == 0;
+  if (!ipc && config.endpoint.rfind("tcp://", 0) != 0) {
+    Log().error("CURELAY_ENDPOINT '{}' is neither ipc:// nor tcp://", config.endpoint);
+    return CUDA_ERROR_INVALID_VALUE;
+  }
+  struct stat socket_info {};
+  if (ipc && stat(config.endpoint.c_str() + 6, &socket_info) != 0) {
+    Log().error("no curelay backend at {} ({}); cuInit fails with CUDA_ERROR_NO_DEVICE", config.endpoint,
+                strerror(errno));
+    return CUDA_ERROR_NO_DEVICE;
+  }
+
+  flatbuffers::FlatBufferBuilder builder;
+  char host[256] = {};
+  gethostname(host, sizeof(host) - 1);
+  builder.Finish(wire::CreateHello(builder, wire::kProtocolVersion, builder.CreateString(config.tenant),
+                                   static_cast<uint32_t>(getpid()), builder.CreateString(host),
+                                   builder.CreateString(program_invocation_short_name)));
+  std::string error;
+  const std::string answer = transport::RequestOnce(
+      config.endpoint, {builder.GetBufferPointer(), builder.GetSize()}, config.connect_timeout_ms, &error);
+  if (answer.empty()) {
+    Log().error("curelay backend at {} unreachable: {}; cuInit fails with CUDA_ERROR_NO_DEVICE",
+                config.endpoint, error);
+    return CUDA_ERROR_NO_DEVICE;
+  }
+  const auto* welcome =
+      wire::ParseVerified<wire::Welcome>({reinterpret_cast<const uint8_t*>(answer.data()), answer.size()});
+  if (welcome == nullptr) {
+    Log().error("malformed handshake answer from {}", config.endpoint);
+    return CUDA_ERROR_SYSTEM_DRIVER_MISMATCH;
+  }
+  if (welcome->result() != CUDA_SUCCESS) {
+    Log().error("backend at {} refused this client: {}", config.endpoint,
+                welcome->message() ? welcome->message()->str() : "");
+    return static_cast<CUresult>(welcome->result());
+  }
+  if (welcome->session_key() == nullptr) return CUDA_ERROR_SYSTEM_DRIVER_MISMATCH;
+  const std::string executor =
+      ipc ? (welcome->executor_ipc() ? welcome->executor_ipc()->str() : std::string())
+          : "tcp://" + EndpointHost(config.endpoint) + ":" + std::to_string(welcome->executor_tcp_port());
+  transport::ChannelOptions options;
+  options.spin_microseconds = config.spin_microseconds;
+  options.max_message_bytes = static_cast<int>(wire::kCopyChunkBytes + wire::kMaxHeaderBytes);
+  channel_ = transport::ConnectChannel(executor, options, &error);
+  if (channel_ == nullptr) {
+    Log().error("cannot connect to the session executor {}: {}", executor, error);
+    return CUDA_ERROR_NO_DEVICE;
+  }
+
+  // Attach, with a deadline: an executor that never answers must not hang cuInit.
+  flatbuffers::FlatBufferBuilder& request = Builder();
+  const auto key = request.CreateVector(welcome->session_key()->data(), welcome->session_key()->size());
+  const auto attach = wire::CreateAttach(request, wire::kProtocolVersion, key).Union();
+  const uint64_t sequence = FinishRequest(request, wire::Call::Attach, attach, true);
+  transport::IncomingMessage message;
+  if (!channel_->Send({request.GetBufferPointer(), request.GetSize()}, {}) ||
+      channel_->Receive(message, config.connect_timeout_ms) != transport::ReceiveStatus::kMessage) {
+    Log().error("session executor {} did not answer; cuInit fails with CUDA_ERROR_NO_DEVICE", executor);
+    return CUDA_ERROR_NO_DEVICE;
+  }
+  const auto* reply = wire::ParseVerified<wire::Reply>(message.header.bytes());
+  if (reply == nullptr || reply->sequence() != sequence || reply->body_as_AttachResult() == nullptr) {
+    Log().error("malformed attach answer from {}", executor);
+    return CUDA_ERROR_SYSTEM_DRIVER_MISMATCH;
+  }
+  if (reply->result() != CUDA_SUCCESS) return static_cast<CUresult>(reply->result());
+  driver_version_ = reply->body_as_AttachResult()->driver_version();
+  if (const auto* texts = reply->body_as_AttachResult()->error_texts(); texts != nullptr) {
+    for (const auto* entry : *texts) {
+      if (entry->name() == nullptr || entry->text() == nullptr) continue;
+      error_texts_[entry->code()] = {entry->name()->str(), entry->text()->str()};
+    }
+  }
+  const int device_count = reply->body_as_AttachResult()->device_count();
+
+  // Device properties never change: learn them once, answer every later query locally.
+  for (int ordinal = 0; ordinal < device_count && ordinal < static_cast<int>(primary_contexts_.size()); ++ordinal) {
+    ReplyMessage answer_message;
+    flatbuffers::FlatBufferBuilder& query = Builder();
+    const auto call = wire::CreateDeviceQuery(query, ordinal).Union();
+    if (const CUresult result = Call(query, wire::Call::DeviceQuery, call, {}, &answer_message);
+        result != CUDA_SUCCESS) {
+      return result;
+    }
+    const auto* info = answer_message.reply->body_as_DeviceInfo();
+    if (info == nullptr || info->attributes() == nullptr || info->attribute_results() == nullptr ||
+        info->uuid() == nullptr || info->uuid()->size() != sizeof(CUuuid::bytes)) {
+      return Break("malformed device description");
+    }
+    DeviceInfo device;
+    device.name = info->name() ? info->name()->str() : "";
+    std::memcpy(device.uuid.bytes, info->uuid()->data(), sizeof(device.uuid.bytes));
+    device.total_memory = info->total_memory();
+    device.attributes.assign(info->attributes()->begin(), info->attributes()->end());
+    device.attribute_results.assign(info->attribute_results()->begin(), info->attribute_results()->end());
+    devices_.push_back(std::move(device));
+  }
+  Log().info("session {} on {} ({} device(s), driver {})", welcome->session_id(), executor, devices_.size(),
+             driver_version_);
+  return CUDA_SUCCESS;
+}
+
+bool Client::ErrorText(CUresult code, const char** name, const char** text) const {
+  const auto found = error_texts_.find(code);
+  if (found == error_texts_.end()) return false;
+  *name = found->second.name.c_str();
+  *text = found->second.text.c_str();
+  return true;
+}
+
+uint64_t Client::FinishRequest(flatbuffers::FlatBufferBuilder& builder, wire::Call type,
+                               flatbuffers::Offset<void> call, bool wants_reply) {
+  const uint64_t sequence = wants_reply ? next_sequence_++ : 0;
+  builder.Finish(wire::CreateRequest(builder, sequence, CurrentContextId(), type, call));
+  return sequence;
+}
+
+CUresult Client::Call(flatbuffers::FlatBufferBuilder& builder, wire::Call type, flatbuffers::Offset<void> call,
+                      std::span<const uint8_t> payload, ReplyMessage* reply) {
+  std::lock_guard<std::mutex> lock(channel_mutex_);
+  if (broken_ != CUDA_SUCCESS) return broken_;
+  const uint64_t sequence = FinishRequest(builder, type, call, true);
+  if (!channel_->Send({builder.GetBufferPointer(), builder.GetSize()}, payload)) {
+    return Break("cannot send to the executor");
+  }
+  ReplyMessage local;
+  return ReceiveReply(sequence, reply != nullptr ? reply : &local);
+}
+
+CUresult Client::Post(flatbuffers::FlatBufferBuilder& builder, wire::Call type, flatbuffers::Offset<void> call,
+                      std::span<const uint8_t> payload) {
+  std::lock_guard<std::mutex> lock(channel_mutex_);
+  if (broken_ != CUDA_SUCCESS) return broken_;
+  FinishRequest(builder, type, call, false);
+  if (!channel_->Send({builder.GetBufferPointer(), builder.GetSize()}, payload)) {
+    return Break("cannot send to the executor");
+  }
+  return CUDA_SUCCESS;
+}
+
+CUresult Client::ReceiveReply(uint64_t sequence, ReplyMessage* reply) {
+  const auto status = channel_->Receive(reply->message, -1);
+  if (status == transport::ReceiveStatus::kPeerLost) return Break("the session executor is gone");
+  if (status != transport::ReceiveStatus::kMessage) return Break("the session transport failed");
+  reply->reply = wire::ParseVerified<wire::Reply>(reply->message.header.bytes());
+  if (reply->reply == nullptr) return Break("malformed reply from the executor");
+  if (reply->reply->sequence() != sequence) return Break("reply out of sequence");
+  return static_cast<CUresult>(reply->reply->result());
+}
+
+CUresult Client::Break(const char* why) {
+  if (broken_ == CUDA_SUCCESS) {
+    Log().error("{}: every further CUDA call of this process fails with CUDA_ERROR_DEVICE_UNAVAILABLE", why);
+    broken_ = CUDA_ERROR_DEVICE_UNAVAILABLE;
+  }
+  return broken_;
+}
+
+Client::Pipeline::Pipeline(Client& client) : client_(client), lock_(client.channel_mutex_) {}
+
+Client::Pipeline::~Pipeline() {
+  // Replies nobody read would be taken for the answers to later calls: drain them.
+  ReplyMessage discard;
+  while (next_expected_ < expected_.size() && client_.broken_ == CUDA_SUCCESS) Receive(&discard);
+}
+
+bool Client::Pipeline::Send(flatbuffers::FlatBufferBuilder& builder, wire::Call type,
+                            flatbuffers::Offset<void> call, std::span<const uint8_t> payload) {
+  if (client_.broken_ != CUDA_SUCCESS) return false;
+  const uint64_t sequence = client_.FinishRequest(builder, type, call, true);
+  if (!client_.channel_->Send({builder.GetBufferPointer(), builder.GetSize()}, payload)) {
+    client_.Break("cannot send to the executor");
+    return false;
+  }
+  expected_.push_back(sequence);
+  return true;
+}
+
+CUresult Client::Pipeline::Receive(ReplyMessage* reply) {
+  if (client_.broken_ != CUDA_SUCCESS) return client_.broken_;
+  if (next_expected_ >= expected_.size()) return CUDA_ERROR_UNKNOWN;
+  return client_.ReceiveReply(expected_[next_expected_++], reply);
+}
+
+std::vector<CUcontext>& ContextStack() { return ThisThread().context_stack; }
+
+CUcontext CurrentContext() {
+  auto& stack = ContextStack();
+  return stack.empty() ? nullptr : stack.back();
+}
+
+uint64_t CurrentContextId() {
+  const CUcontext context = CurrentContext();
+  return context != nullptr ? context->id : 0;
+}
+
+CUresult WireStream(Client& client, CUstream stream, uint64_t* wire_stream) {
+  if (stream == nullptr || stream == CU_STREAM_LEGACY) {
+    *wire_stream = wire::kLegacyStream;
+  } else if (stream == CU_STREAM_PER_THREAD) {
+    *wire_stream = wire::kPerThreadStreamBit | ThisThread().thread_index;
+  } else if (client.streams.Contains(stream)) {
+    *wire_stream = stream->id;
+  } else {
+    return CUDA_ERROR_INVALID_HANDLE;
+  }
+  return CUDA_SUCCESS;
+}
+
+flatbuffers::FlatBufferBuilder& Builder() {
+  thread_local flatbuffers::FlatBufferBuilder builder(1024);
+  builder.Clear();
+  return builder;
+}
+
+}  // namespace curelay::frontend

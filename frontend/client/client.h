@@ -1,0 +1,124 @@
+// The shim's per-process state: the session with the backend, what it has learned about the devices, the live
+// handles, and each thread's context stack. Created by cuInit; replaced (not reused) in a forked child.
+#pragma once
+
+#include <cuda.h>
+
+#include <array>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <span>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "frontend/client/handle_registry.h"
+#include "frontend/client/handles.h"
+#include "schema/wire.h"
+#include "transport/channel.h"
+
+namespace curelay::frontend {
+
+struct DeviceInfo {
+  std::string name;
+  CUuuid uuid{};
+  size_t total_memory = 0;
+  std::vector<int32_t> attributes;
+  std::vector<int32_t> attribute_results;
+};
+
+struct PrimaryContext {
+  CUctx_st* context = nullptr;
+  int retains = 0;
+  unsigned int flags = 0;
+};
+
+// A reply kept together with the frames it points into.
+struct ReplyMessage {
+  transport::IncomingMessage message;
+  const wire::Reply* reply = nullptr;
+};
+
+class Client {
+ public:
+  // The process's client, or nullptr before a successful cuInit (or in a forked child before its own cuInit).
+  static Client* Get();
+  // Connects and performs the handshake. Idempotent: later calls return the first outcome.
+  static CUresult Initialize();
+
+  // A call the caller waits for. `reply` may be null when only the result matters.
+  CUresult Call(flatbuffers::FlatBufferBuilder& builder, wire::Call type, flatbuffers::Offset<void> call,
+                std::span<const uint8_t> payload, ReplyMessage* reply);
+  // A call nobody waits for: its failure surfaces at the next synchronizing call.
+  CUresult Post(flatbuffers::FlatBufferBuilder& builder, wire::Call type, flatbuffers::Offset<void> call,
+                std::span<const uint8_t> payload);
+
+  // Pipelined exchange for bulk copies: many requests in flight under one lock, replies consumed in order.
+  class Pipeline {
+   public:
+    explicit Pipeline(Client& client);
+    ~Pipeline();
+    // Sends a request that wants a reply; false if the session is broken.
+    bool Send(flatbuffers::FlatBufferBuilder& builder, wire::Call type, flatbuffers::Offset<void> call,
+              std::span<const uint8_t> payload);
+    // Receives the oldest outstanding reply.
+    CUresult Receive(ReplyMessage* reply);
+    size_t outstanding() const { return expected_.size(); }
+
+   private:
+    Client& client_;
+    std::unique_lock<std::mutex> lock_;
+    std::vector<uint64_t> expected_;
+    size_t next_expected_ = 0;
+  };
+
+  const std::vector<DeviceInfo>& devices() const { return devices_; }
+  int driver_version() const { return driver_version_; }
+  // The real driver's name and description of `code`, as learned at attach; false if it sent none.
+  bool ErrorText(CUresult code, const char** name, const char** text) const;
+  CUresult broken_result() const { return broken_; }
+
+  std::array<PrimaryContext, 64>& primary_contexts() { return primary_contexts_; }
+  std::mutex& primary_mutex() { return primary_mutex_; }
+
+  HandleRegistry<CUctx_st> contexts;
+  HandleRegistry<CUmod_st> modules;
+  HandleRegistry<CUfunc_st> functions;
+  HandleRegistry<CUstream_st> streams;
+  HandleRegistry<CUevent_st> events;
+
+ private:
+  Client() = default;
+  CUresult Connect();
+  uint64_t FinishRequest(flatbuffers::FlatBufferBuilder& builder, wire::Call type,
+                         flatbuffers::Offset<void> call, bool wants_reply);
+  CUresult ReceiveReply(uint64_t sequence, ReplyMessage* reply);
+  CUresult Break(const char* why);
+
+  std::unique_ptr<transport::Channel> channel_;
+  std::mutex channel_mutex_;  // one request on the wire at a time; replies come back in order
+  uint64_t next_sequence_ = 1;
+  CUresult broken_ = CUDA_SUCCESS;  // once set, every call fails with it (the session is gone)
+
+  int driver_version_ = 0;
+  std::vector<DeviceInfo> devices_;
+  struct ErrorTextEntry {
+    std::string name, text;
+  };
+  std::unordered_map<int, ErrorTextEntry> error_texts_;
+  std::mutex primary_mutex_;
+  std::array<PrimaryContext, 64> primary_contexts_{};
+};
+
+// The calling thread's current context (the top of its context stack), or nullptr.
+CUcontext CurrentContext();
+std::vector<CUcontext>& ContextStack();
+// Wire id of the calling thread's current context, 0 if none.
+uint64_t CurrentContextId();
+// The wire encoding of a stream handle; CUDA_ERROR_INVALID_HANDLE for one that is not alive.
+CUresult WireStream(Client& client, CUstream stream, uint64_t* wire_stream);
+// A thread-local builder, cleared, for building one request.
+flatbuffers::FlatBufferBuilder& Builder();
+
+}  // namespace curelay::frontend

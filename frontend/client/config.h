@@ -1,0 +1,20 @@
+// The shim's configuration, read once from the environment (see docs/configuration.md).
+#pragma once
+
+#include <string>
+
+namespace curelay::frontend {
+
+struct Config {
+  std::string endpoint;        // CURELAY_ENDPOINT: ipc://PATH or tcp://HOST:PORT
+  std::string tenant;          // CURELAY_TENANT: tenant name or token presented in the handshake
+  std::string log_level;       // CURELAY_LOG_LEVEL: trace|debug|info|warn|error|off
+  int connect_timeout_ms = 0;  // CURELAY_CONNECT_TIMEOUT_MS
+  int spin_microseconds = 0;   // CURELAY_SPIN_US: busy-poll for replies this long before sleeping
+};
+
+inline constexpr char kDefaultEndpoint[] = "ipc:///tmp/curelay/backend.sock";
+
+Config ReadConfig();
+
+}  // namespace curelay::frontend

@@ -1,0 +1,47 @@
+// The client-side objects behind CUDA's opaque handles. cuda.h declares CUcontext as `struct CUctx_st*` and so on
+// without defining the structs; the shim defines them, so a handle the application holds is a pointer to one of
+// these. Device pointers are not here: they are the executor's real device addresses, passed through unchanged.
+#pragma once
+
+#include <cuda.h>
+
+#include <cstdint>
+#include <mutex>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+struct CUctx_st {
+  uint64_t id;
+  CUdevice device;
+  bool primary;
+};
+
+struct CUfunc_st {
+  uint64_t id;
+  CUmodule module;
+  std::string name;
+  // Kernel parameter layout from cuFuncGetParamInfo, learned once when the function is first looked up.
+  std::vector<uint32_t> param_offsets;
+  std::vector<uint32_t> param_sizes;
+  uint32_t argument_bytes;  // size of the packed argument buffer
+};
+
+struct CUmod_st {
+  uint64_t id;
+  CUcontext context;
+  std::mutex functions_mutex;
+  std::unordered_map<std::string, CUfunction> functions;  // the driver hands out one handle per name
+};
+
+struct CUstream_st {
+  uint64_t id;
+  CUcontext context;
+  unsigned int flags;
+  int priority;
+};
+
+struct CUevent_st {
+  uint64_t id;
+  unsigned int flags;
+};

@@ -1,0 +1,38 @@
+// Protocol constants and verified parsing shared by the shim, the backend and the executors.
+// Every message from the network passes through Parse*() (the FlatBuffers verifier plus size limits) before use.
+#pragma once
+
+#include <cstdint>
+#include <span>
+
+#include "curelay_generated.h"
+
+namespace curelay::wire {
+
+inline constexpr uint32_t kProtocolVersion = 1;
+
+// Size limits: a header frame is small; a payload is one copy chunk or one module image.
+inline constexpr size_t kMaxHeaderBytes = 64 * 1024;
+inline constexpr size_t kMaxPayloadBytes = size_t{1} << 30;
+// Host<->device copies travel in chunks this large, so memory held in flight stays bounded.
+inline constexpr size_t kCopyChunkBytes = size_t{4} << 20;
+// At most this many chunks are in flight before the sender waits for acknowledgements.
+inline constexpr size_t kCopyWindowChunks = 8;
+inline constexpr size_t kSessionKeyBytes = 32;
+
+// Stream handle encoding (see curelay.fbs).
+inline constexpr uint64_t kLegacyStream = 0;
+inline constexpr uint64_t kPerThreadStreamBit = uint64_t{1} << 63;
+
+template <typename T>
+const T* ParseVerified(std::span<const uint8_t> bytes) {
+  if (bytes.empty() || bytes.size() > kMaxHeaderBytes) return nullptr;
+  flatbuffers::Verifier::Options options;
+  options.max_depth = 16;
+  options.max_tables = 1024;
+  flatbuffers::Verifier verifier(bytes.data(), bytes.size(), options);
+  if (!verifier.VerifyBuffer<T>(nullptr)) return nullptr;
+  return flatbuffers::GetRoot<T>(bytes.data());
+}
+
+}  // namespace curelay::wire

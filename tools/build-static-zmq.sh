@@ -1,0 +1,34 @@
+#!/usr/bin/env bash
+# Builds a minimal static, position-independent libzmq from Debian's zeromq3 source package.
+# Why: the shim may depend on glibc alone, and Debian's libzmq.a pulls in GSSAPI, PGM, NORM and libsodium.
+# The version is pinned; the result lands in third_party/zmq (ignored by git) and is reused when present.
+set -euo pipefail
+root=$(cd "$(dirname "$0")/.." && pwd)
+version=4.3.4-6
+prefix="$root/third_party/zmq"
+if [ -f "$prefix/lib/libzmq.a" ] && [ "$(cat "$prefix/VERSION" 2>/dev/null)" = "$version" ]; then exit 0; fi
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+# A private sources list with a deb-src entry, so the machine's own apt configuration stays untouched.
+cat >"$work/sources.list" <<SRC
+deb-src http://deb.debian.org/debian bookworm main
+SRC
+apt_opts=(-o "Dir::Etc::SourceList=$work/sources.list" -o Dir::Etc::SourceParts=/dev/null
+          -o "Dir::State::Lists=$work/lists" -o "Dir::Cache=$work/cache")
+mkdir -p "$work/lists/partial" "$work/cache/archives/partial"
+apt-get "${apt_opts[@]}" update -qq
+(cd "$work" && apt-get "${apt_opts[@]}" source --download-only "zeromq3=$version" -qq)
+(cd "$work" && dpkg-source -x --no-check zeromq3_*.dsc src >/dev/null)
+cmake -S "$work/src" -B "$work/build" -G Ninja -DCMAKE_BUILD_TYPE=Release \
+  -DCMAKE_INSTALL_PREFIX="$prefix" -DCMAKE_POSITION_INDEPENDENT_CODE=ON \
+  -DCMAKE_C_FLAGS="-fvisibility=hidden" -DCMAKE_CXX_FLAGS="-fvisibility=hidden -fvisibility-inlines-hidden" \
+  -DBUILD_SHARED=OFF -DBUILD_STATIC=ON -DBUILD_TESTS=OFF -DWITH_PERF_TOOL=OFF -DWITH_DOCS=OFF \
+  -DWITH_LIBSODIUM=OFF -DENABLE_CURVE=OFF -DWITH_LIBBSD=OFF -DWITH_TLS=OFF -DWITH_NSS=OFF -DWITH_GSSAPI=OFF \
+  -DWITH_OPENPGM=OFF -DWITH_NORM=OFF -DWITH_VMCI=OFF -DENABLE_DRAFTS=OFF -DENABLE_WS=OFF -DZMQ_BUILD_TESTS=OFF \
+  >"$work/cmake.log" || { cat "$work/cmake.log"; exit 1; }
+cmake --build "$work/build" --target libzmq-static -j"$(nproc)" >"$work/build.log" || { tail -50 "$work/build.log"; exit 1; }
+mkdir -p "$prefix/lib" "$prefix/include"
+cp "$work"/build/lib/libzmq.a "$prefix/lib/"
+cp "$work"/src/include/zmq.h "$prefix/include/"
+echo "$version" >"$prefix/VERSION"
+echo "built static libzmq $version in $prefix"

@@ -1,0 +1,55 @@
+// The transport interface: everything above it (shim, backend, executor) sends and receives protocol messages
+// through these few calls, so a transport (ZeroMQ today, RDMA later) is one implementation of this header.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+
+#include "transport/frame.h"
+
+namespace curelay::transport {
+
+enum class ReceiveStatus { kMessage, kTimeout, kPeerLost, kError };
+
+// One received protocol message: a header frame (FlatBuffers) and an optional payload frame.
+struct IncomingMessage {
+  Frame header;
+  Frame payload;
+};
+
+// A connected, ordered, reliable message channel to exactly one peer. Not thread-safe: callers serialize.
+class Channel {
+ public:
+  virtual ~Channel() = default;
+  // Queues one message; returns false when the channel is broken. `payload` may be empty.
+  virtual bool Send(std::span<const uint8_t> header, std::span<const uint8_t> payload) = 0;
+  // timeout_ms < 0 waits until a message arrives or the peer is lost.
+  virtual ReceiveStatus Receive(IncomingMessage& message, int timeout_ms) = 0;
+  // True once the peer has gone (process exit, closed connection). Final.
+  virtual bool PeerLost() = 0;
+  // True once a peer has connected at least once (the executor uses it to tell "not yet" from "gone").
+  virtual bool PeerSeen() = 0;
+  // The endpoints this side is bound to (executor side), e.g. "ipc:///run/x.sock", "tcp://0.0.0.0:41234".
+  virtual std::string BoundEndpoint(std::string_view scheme) const = 0;
+};
+
+struct ChannelOptions {
+  int spin_microseconds = 100;   // busy-poll for a reply this long before sleeping: trades CPU for latency
+  int max_message_bytes = 0;     // 0: no transport-level limit (the protocol layer enforces its own)
+};
+
+// Client side of a session: connects to one executor endpoint.
+std::unique_ptr<Channel> ConnectChannel(const std::string& endpoint, const ChannelOptions& options,
+                                        std::string* error);
+// Executor side: binds every endpoint given (e.g. an ipc path and a tcp wildcard) and serves one peer.
+std::unique_ptr<Channel> BindChannel(std::span<const std::string> endpoints, const ChannelOptions& options,
+                                     std::string* error);
+
+// One-shot request/reply used for the handshake with the backend. Returns the reply header bytes, or empty on
+// failure with `error` set; never waits longer than timeout_ms.
+std::string RequestOnce(const std::string& endpoint, std::span<const uint8_t> request, int timeout_ms,
+                        std::string* error);
+
+}  // namespace curelay::transport

@@ -1,0 +1,264 @@
+// ZeroMQ implementation of transport::Channel: a PAIR socket (exactly one peer per session) plus a socket
+// monitor that turns the peer's disappearance into a final "peer lost" state instead of a silent hang.
+#include <poll.h>
+#include <unistd.h>
+#include <zmq.h>
+
+#include <atomic>
+#include <chrono>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "transport/channel.h"
+#include "transport/zmq/zmq_context.h"
+
+namespace curelay::transport {
+namespace {
+
+void ReleaseZmqMessage(void* owner) {
+  auto* message = static_cast<zmq_msg_t*>(owner);
+  zmq_msg_close(message);
+  delete message;
+}
+
+std::string ZmqError(const char* what) { return std::string(what) + ": " + zmq_strerror(zmq_errno()); }
+
+class ZmqChannel final : public Channel {
+ public:
+  ZmqChannel(void* socket, void* monitor, const ChannelOptions& options)
+      : socket_(socket), monitor_(monitor), options_(options) {}
+  ~ZmqChannel() override {
+    zmq_socket_monitor(socket_, nullptr, 0);
+    zmq_close(monitor_);
+    zmq_close(socket_);
+  }
+
+  bool Send(std::span<const uint8_t> header, std::span<const uint8_t> payload) override {
+    if (peer_lost_) return false;
+    const int more = payload.empty() ? 0 : ZMQ_SNDMORE;
+    if (zmq_send(socket_, header.data(), header.size(), more) < 0) return false;
+    if (!payload.empty() && zmq_send(socket_, payload.data(), payload.size(), 0) < 0) return false;
+    return true;
+  }
+
+  ReceiveStatus Receive(IncomingMessage& message, int timeout_ms) override {
+    using Clock = std::chrono::steady_clock;
+    // Busy-poll first: a reply usually arrives within microseconds, and sleeping costs a wake-up on each side.
+    const auto spin_until = Clock::now() + std::chrono::microseconds(options_.spin_microseconds);
+    const auto deadline = timeout_ms < 0 ? Clock::time_point::max()
+                                         : Clock::now() + std::chrono::milliseconds(timeout_ms);
+    for (;;) {
+      ReceiveStatus status = TryReceive(message);
+      if (status != ReceiveStatus::kTimeout) return status;
+      DrainMonitor();
+      if (peer_lost_) return ReceiveStatus::kPeerLost;
+      const auto now = Clock::now();
+      if (now >= deadline) return ReceiveStatus::kTimeout;
+      if (now < spin_until) continue;
+      zmq_pollitem_t items[2] = {{socket_, 0, ZMQ_POLLIN, 0}, {monitor_, 0, ZMQ_POLLIN, 0}};
+      long wait_ms = 1000;
+      if (timeout_ms >= 0) {
+        wait_ms = std::min<long>(
+            wait_ms, std::chrono::duration_cast<std::chrono::milliseconds>(deadline - now).count() + 1);
+      }
+      if (zmq_poll(items, 2, wait_ms) < 0 && zmq_errno() != EINTR) return ReceiveStatus::kError;
+    }
+  }
+
+  bool PeerLost() override {
+    DrainMonitor();
+    return peer_lost_;
+  }
+  bool PeerSeen() override {
+    DrainMonitor();
+    return peer_seen_;
+  }
+
+  std::string BoundEndpoint(std::string_view scheme) const override {
+    for (const auto& endpoint : bound_) {
+      if (endpoint.rfind(std::string(scheme) + "://", 0) == 0) return endpoint;
+    }
+    return {};
+  }
+  void AddBound(std::string endpoint) { bound_.push_back(std::move(endpoint)); }
+
+ private:
+  ReceiveStatus TryReceive(IncomingMessage& message) {
+    auto* header = new zmq_msg_t;
+    zmq_msg_init(header);
+    if (zmq_msg_recv(header, socket_, ZMQ_DONTWAIT) < 0) {
+      const int err = zmq_errno();
+      ReleaseZmqMessage(header);
+      return err == EAGAIN ? ReceiveStatus::kTimeout : ReceiveStatus::kError;
+    }
+    message.payload.Reset();
+    const bool more = zmq_msg_more(header);
+    message.header = Frame({static_cast<const uint8_t*>(zmq_msg_data(header)), zmq_msg_size(header)}, header,
+                           ReleaseZmqMessage);
+    if (more) {
+      // Frames of one message arrive atomically, so the payload is already here.
+      auto* payload = new zmq_msg_t;
+      zmq_msg_init(payload);
+      if (zmq_msg_recv(payload, socket_, 0) < 0) {
+        ReleaseZmqMessage(payload);
+        return ReceiveStatus::kError;
+      }
+      message.payload = Frame({static_cast<const uint8_t*>(zmq_msg_data(payload)), zmq_msg_size(payload)},
+                              payload, ReleaseZmqMessage);
+      // A third frame is a protocol violation: swallow it so the stream stays aligned, and report an error.
+      bool extra = zmq_msg_more(payload);
+      while (extra) {
+        zmq_msg_t junk;
+        zmq_msg_init(&junk);
+        zmq_msg_recv(&junk, socket_, 0);
+        extra = zmq_msg_more(&junk);
+        zmq_msg_close(&junk);
+        message.header.Reset();
+      }
+      if (message.header.empty()) return ReceiveStatus::kError;
+    }
+    return ReceiveStatus::kMessage;
+  }
+
+  void DrainMonitor() {
+    for (;;) {
+      zmq_msg_t event;
+      zmq_msg_init(&event);
+      if (zmq_msg_recv(&event, monitor_, ZMQ_DONTWAIT) < 0) {
+        zmq_msg_close(&event);
+        return;
+      }
+      uint16_t id = 0;
+      if (zmq_msg_size(&event) >= sizeof(id)) std::memcpy(&id, zmq_msg_data(&event), sizeof(id));
+      const bool more = zmq_msg_more(&event);
+      zmq_msg_close(&event);
+      if (more) {  // second frame: the endpoint address, unused
+        zmq_msg_t address;
+        zmq_msg_init(&address);
+        zmq_msg_recv(&address, monitor_, 0);
+        zmq_msg_close(&address);
+      }
+      if (id == ZMQ_EVENT_CONNECTED || id == ZMQ_EVENT_ACCEPTED || id == ZMQ_EVENT_HANDSHAKE_SUCCEEDED) {
+        peer_seen_ = true;
+      } else if (id == ZMQ_EVENT_DISCONNECTED && peer_seen_) {
+        peer_lost_ = true;
+      }
+    }
+  }
+
+  void* socket_;
+  void* monitor_;
+  ChannelOptions options_;
+  bool peer_seen_ = false;
+  bool peer_lost_ = false;
+  std::vector<std::string> bound_;
+};
+
+std::atomic<uint64_t> next_monitor_id{0};
+
+// Creates a PAIR socket and its monitor. The monitor is what tells a dead peer apart from a quiet one.
+bool MakePairWithMonitor(const ChannelOptions& options, void** socket, void** monitor, std::string* error) {
+  void* context = ZmqContext();
+  *socket = zmq_socket(context, ZMQ_PAIR);
+  if (*socket == nullptr) {
+    *error = ZmqError("zmq_socket");
+    return false;
+  }
+  const int linger = 0;
+  zmq_setsockopt(*socket, ZMQ_LINGER, &linger, sizeof(linger));
+  const int64_t max_bytes = options.max_message_bytes > 0 ? options.max_message_bytes : -1;
+  zmq_setsockopt(*socket, ZMQ_MAXMSGSIZE, &max_bytes, sizeof(max_bytes));
+  // Heartbeats turn a silently vanished tcp peer (host down, cable) into a disconnect event.
+  const int heartbeat_ms = 1000, heartbeat_timeout_ms = 10000;
+  zmq_setsockopt(*socket, ZMQ_HEARTBEAT_IVL, &heartbeat_ms, sizeof(heartbeat_ms));
+  zmq_setsockopt(*socket, ZMQ_HEARTBEAT_TIMEOUT, &heartbeat_timeout_ms, sizeof(heartbeat_timeout_ms));
+  const std::string monitor_endpoint = "inproc://curelay-monitor-" + std::to_string(getpid()) + "-" +
+                                       std::to_string(next_monitor_id.fetch_add(1));
+  if (zmq_socket_monitor(*socket, monitor_endpoint.c_str(),
+                         ZMQ_EVENT_CONNECTED | ZMQ_EVENT_ACCEPTED | ZMQ_EVENT_DISCONNECTED) != 0) {
+    *error = ZmqError("zmq_socket_monitor");
+    zmq_close(*socket);
+    return false;
+  }
+  *monitor = zmq_socket(context, ZMQ_PAIR);
+  if (*monitor == nullptr || zmq_connect(*monitor, monitor_endpoint.c_str()) != 0) {
+    *error = ZmqError("monitor connect");
+    zmq_close(*socket);
+    if (*monitor != nullptr) zmq_close(*monitor);
+    return false;
+  }
+  return true;
+}
+
+}  // namespace
+
+std::unique_ptr<Channel> ConnectChannel(const std::string& endpoint, const ChannelOptions& options,
+                                        std::string* error) {
+  void* socket = nullptr;
+  void* monitor = nullptr;
+  if (!MakePairWithMonitor(options, &socket, &monitor, error)) return nullptr;
+  if (zmq_connect(socket, endpoint.c_str()) != 0) {
+    *error = ZmqError(("connect " + endpoint).c_str());
+    zmq_close(monitor);
+    zmq_close(socket);
+    return nullptr;
+  }
+  return std::make_unique<ZmqChannel>(socket, monitor, options);
+}
+
+std::unique_ptr<Channel> BindChannel(std::span<const std::string> endpoints, const ChannelOptions& options,
+                                     std::string* error) {
+  void* socket = nullptr;
+  void* monitor = nullptr;
+  if (!MakePairWithMonitor(options, &socket, &monitor, error)) return nullptr;
+  auto channel = std::make_unique<ZmqChannel>(socket, monitor, options);
+  for (const auto& endpoint : endpoints) {
+    if (zmq_bind(socket, endpoint.c_str()) != 0) {
+      *error = ZmqError(("bind " + endpoint).c_str());
+      return nullptr;
+    }
+    char resolved[512];
+    size_t size = sizeof(resolved);
+    zmq_getsockopt(socket, ZMQ_LAST_ENDPOINT, resolved, &size);
+    channel->AddBound(resolved);
+  }
+  return channel;
+}
+
+std::string RequestOnce(const std::string& endpoint, std::span<const uint8_t> request, int timeout_ms,
+                        std::string* error) {
+  void* socket = zmq_socket(ZmqContext(), ZMQ_DEALER);
+  if (socket == nullptr) {
+    *error = ZmqError("zmq_socket");
+    return {};
+  }
+  const int linger = 0;
+  zmq_setsockopt(socket, ZMQ_LINGER, &linger, sizeof(linger));
+  const int64_t max_reply = 1 << 20;
+  zmq_setsockopt(socket, ZMQ_MAXMSGSIZE, &max_reply, sizeof(max_reply));
+  std::string reply;
+  if (zmq_connect(socket, endpoint.c_str()) != 0) {
+    *error = ZmqError(("connect " + endpoint).c_str());
+  } else if (zmq_send(socket, request.data(), request.size(), 0) < 0) {
+    *error = ZmqError("send");
+  } else {
+    zmq_pollitem_t item = {socket, 0, ZMQ_POLLIN, 0};
+    if (zmq_poll(&item, 1, timeout_ms) <= 0) {
+      *error = "no answer from " + endpoint + " within " + std::to_string(timeout_ms) + " ms";
+    } else {
+      zmq_msg_t message;
+      zmq_msg_init(&message);
+      if (zmq_msg_recv(&message, socket, 0) >= 0) {
+        reply.assign(static_cast<const char*>(zmq_msg_data(&message)), zmq_msg_size(&message));
+      } else {
+        *error = ZmqError("recv");
+      }
+      zmq_msg_close(&message);
+    }
+  }
+  zmq_close(socket);
+  return reply;
+}
+
+}  // namespace curelay::transport

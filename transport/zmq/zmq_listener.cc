@@ -1,0 +1,99 @@
+// ZeroMQ implementation of transport::Listener: one ROUTER socket per endpoint, so the backend knows which
+// transport (ipc or tcp) a client came in on and can hand it an executor endpoint of the same kind.
+#include <sys/stat.h>
+#include <zmq.h>
+
+#include <string>
+#include <vector>
+
+#include "transport/listener.h"
+#include "transport/zmq/zmq_context.h"
+
+namespace curelay::transport {
+namespace {
+
+std::string ReceiveFrame(void* socket, bool* more) {
+  zmq_msg_t message;
+  zmq_msg_init(&message);
+  std::string bytes;
+  if (zmq_msg_recv(&message, socket, ZMQ_DONTWAIT) >= 0) {
+    bytes.assign(static_cast<const char*>(zmq_msg_data(&message)), zmq_msg_size(&message));
+    *more = zmq_msg_more(&message);
+  } else {
+    *more = false;
+  }
+  zmq_msg_close(&message);
+  return bytes;
+}
+
+class ZmqListener final : public Listener {
+ public:
+  ~ZmqListener() override {
+    for (void* socket : sockets_) zmq_close(socket);
+  }
+
+  bool Add(const std::string& endpoint, int64_t max_request_bytes, std::string* error) {
+    void* socket = zmq_socket(ZmqContext(), ZMQ_ROUTER);
+    const int linger = 0;
+    zmq_setsockopt(socket, ZMQ_LINGER, &linger, sizeof(linger));
+    zmq_setsockopt(socket, ZMQ_MAXMSGSIZE, &max_request_bytes, sizeof(max_request_bytes));
+    if (zmq_bind(socket, endpoint.c_str()) != 0) {
+      *error = "bind " + endpoint + ": " + zmq_strerror(zmq_errno());
+      zmq_close(socket);
+      return false;
+    }
+    char resolved[512];
+    size_t size = sizeof(resolved);
+    zmq_getsockopt(socket, ZMQ_LAST_ENDPOINT, resolved, &size);
+    bound_.emplace_back(resolved);
+    sockets_.push_back(socket);
+    return true;
+  }
+
+  ReceiveStatus Receive(ListenerRequest& request, int timeout_ms) override {
+    std::vector<zmq_pollitem_t> items;
+    for (void* socket : sockets_) items.push_back({socket, 0, ZMQ_POLLIN, 0});
+    const int ready = zmq_poll(items.data(), static_cast<int>(items.size()), timeout_ms);
+    if (ready < 0) return zmq_errno() == EINTR ? ReceiveStatus::kTimeout : ReceiveStatus::kError;
+    for (size_t i = 0; i < items.size(); ++i) {
+      if (!(items[i].revents & ZMQ_POLLIN)) continue;
+      bool more = false;
+      request.endpoint_index = i;
+      request.peer = ReceiveFrame(sockets_[i], &more);
+      request.body = more ? ReceiveFrame(sockets_[i], &more) : std::string();
+      bool malformed = false;
+      while (more) {  // a well-formed handshake is one frame; drop anything extra
+        ReceiveFrame(sockets_[i], &more);
+        malformed = true;
+      }
+      if (malformed) request.body.clear();
+      return ReceiveStatus::kMessage;
+    }
+    return ReceiveStatus::kTimeout;
+  }
+
+  bool Reply(const ListenerRequest& request, std::span<const uint8_t> body) override {
+    void* socket = sockets_.at(request.endpoint_index);
+    return zmq_send(socket, request.peer.data(), request.peer.size(), ZMQ_SNDMORE) >= 0 &&
+           zmq_send(socket, body.data(), body.size(), ZMQ_DONTWAIT) >= 0;
+  }
+
+  std::string BoundEndpoint(size_t index) const override { return bound_.at(index); }
+
+ private:
+  std::vector<void*> sockets_;
+  std::vector<std::string> bound_;
+};
+
+}  // namespace
+
+std::unique_ptr<Listener> Listen(std::span<const std::string> endpoints, int64_t max_request_bytes,
+                                 std::string* error) {
+  auto listener = std::make_unique<ZmqListener>();
+  for (const auto& endpoint : endpoints) {
+    if (!listener->Add(endpoint, max_request_bytes, error)) return nullptr;
+  }
+  return listener;
+}
+
+}  // namespace curelay::transport
