@@ -1,0 +1,127 @@
+// Shim pieces testable without a session: handle registry, argument packing, module image sizes.
+#include <elf.h>
+#include <gtest/gtest.h>
+
+#include <cstring>
+
+#include "frontend/client/handle_registry.h"
+#include "frontend/launch/argument_packing.h"
+#include "frontend/module/image_size.h"
+
+namespace curelay::frontend {
+namespace {
+
+struct Thing {
+  int value;
+};
+
+TEST(HandleRegistryTest, TracksLiveHandlesOnly) {
+  HandleRegistry<Thing> registry;
+  Thing* a = registry.Create(1);
+  Thing* b = registry.Create(2);
+  EXPECT_TRUE(registry.Contains(a));
+  EXPECT_TRUE(registry.Contains(b));
+  EXPECT_TRUE(registry.Destroy(a));
+  EXPECT_FALSE(registry.Contains(a));
+  EXPECT_FALSE(registry.Destroy(a));
+  int not_a_handle = 0;
+  EXPECT_FALSE(registry.Contains(&not_a_handle));
+  EXPECT_NE(NextObjectId(), NextObjectId());
+}
+
+// The layout of param_probe(u8, u16, u32, u64, f32, f64, struct{char; double; int[3]}, u64*) as CUDA lays it out.
+const std::vector<uint32_t> kOffsets = {0, 2, 4, 8, 16, 24, 32, 64};
+const std::vector<uint32_t> kSizes = {1, 2, 4, 8, 4, 8, 32, 8};
+
+TEST(ArgumentPackingTest, KernelParamsLandAtTheirOffsets) {
+  uint8_t u8 = 0x11;
+  uint16_t u16 = 0x2222;
+  uint32_t u32 = 0x33333333;
+  uint64_t u64 = 0x4444444444444444;
+  float f32 = 1.5f;
+  double f64 = 2.25;
+  struct {
+    char c;
+    double d;
+    int i[3];
+  } probe = {'z', 3.5, {1, 2, 3}};
+  uint64_t out = 0xdeadbeef;
+  void* params[] = {&u8, &u16, &u32, &u64, &f32, &f64, &probe, &out};
+  std::vector<uint8_t> buffer;
+  ASSERT_EQ(PackArguments({kOffsets, kSizes, 72}, params, nullptr, buffer), CUDA_SUCCESS);
+  ASSERT_EQ(buffer.size(), 72u);
+  EXPECT_EQ(buffer[0], 0x11);
+  EXPECT_EQ(std::memcmp(&buffer[8], &u64, 8), 0);
+  EXPECT_EQ(std::memcmp(&buffer[24], &f64, 8), 0);
+  EXPECT_EQ(std::memcmp(&buffer[32], &probe, 32), 0);
+  EXPECT_EQ(std::memcmp(&buffer[64], &out, 8), 0);
+}
+
+TEST(ArgumentPackingTest, ExtraBufferFormAndErrors) {
+  std::vector<uint8_t> source(72);
+  for (size_t i = 0; i < source.size(); ++i) source[i] = static_cast<uint8_t>(i);
+  size_t size = source.size();
+  void* extra[] = {CU_LAUNCH_PARAM_BUFFER_POINTER, source.data(), CU_LAUNCH_PARAM_BUFFER_SIZE, &size,
+                   CU_LAUNCH_PARAM_END};
+  std::vector<uint8_t> buffer;
+  ASSERT_EQ(PackArguments({kOffsets, kSizes, 72}, nullptr, extra, buffer), CUDA_SUCCESS);
+  EXPECT_EQ(buffer, source);
+  void* params[8] = {};
+  EXPECT_EQ(PackArguments({kOffsets, kSizes, 72}, params, extra, buffer), CUDA_ERROR_INVALID_VALUE);
+  EXPECT_EQ(PackArguments({kOffsets, kSizes, 72}, nullptr, nullptr, buffer), CUDA_ERROR_INVALID_VALUE);
+  size_t too_small = 8;
+  void* short_extra[] = {CU_LAUNCH_PARAM_BUFFER_POINTER, source.data(), CU_LAUNCH_PARAM_BUFFER_SIZE,
+                         &too_small, CU_LAUNCH_PARAM_END};
+  EXPECT_EQ(PackArguments({kOffsets, kSizes, 72}, nullptr, short_extra, buffer), CUDA_ERROR_INVALID_VALUE);
+  const std::vector<uint32_t> none;
+  EXPECT_EQ(PackArguments({none, none, 0}, nullptr, nullptr, buffer), CUDA_SUCCESS);
+  EXPECT_TRUE(buffer.empty());
+}
+
+TEST(ImageSizeTest, PtxIncludesItsTerminator) {
+  const char ptx[] = ".version 8.0\n.target sm_90\n";
+  EXPECT_EQ(ModuleImage(ptx, 1 << 20).size(), sizeof(ptx));
+  const char unterminated[4] = {'a', 'b', 'c', 'd'};
+  EXPECT_TRUE(ModuleImage(unterminated, sizeof(unterminated)).empty());
+}
+
+TEST(ImageSizeTest, FatbinSizeFromHeaderAndWrapper) {
+  std::vector<uint8_t> fatbin(16 + 100, 0);
+  const uint32_t magic = kFatbinMagic;
+  const uint16_t version = 1, header_size = 16;
+  const uint64_t payload = 100;
+  std::memcpy(&fatbin[0], &magic, 4);
+  std::memcpy(&fatbin[4], &version, 2);
+  std::memcpy(&fatbin[6], &header_size, 2);
+  std::memcpy(&fatbin[8], &payload, 8);
+  EXPECT_EQ(ModuleImage(fatbin.data(), 1 << 20).size(), 116u);
+  struct {
+    int32_t magic, version;
+    const void* data;
+    void* unused;
+  } wrapper = {static_cast<int32_t>(kFatbinWrapperMagic), 1, fatbin.data(), nullptr};
+  const auto resolved = ModuleImage(&wrapper, 1 << 20);
+  EXPECT_EQ(resolved.data(), fatbin.data());
+  EXPECT_EQ(resolved.size(), 116u);
+}
+
+TEST(ImageSizeTest, ElfSizeCoversSectionsAndTables) {
+  std::vector<uint8_t> elf(4096, 0);
+  Elf64_Ehdr header{};
+  std::memcpy(header.e_ident, ELFMAG, SELFMAG);
+  header.e_ident[EI_CLASS] = ELFCLASS64;
+  header.e_shoff = 1024;
+  header.e_shnum = 2;
+  header.e_shentsize = sizeof(Elf64_Shdr);
+  std::memcpy(elf.data(), &header, sizeof(header));
+  Elf64_Shdr data_section{};
+  data_section.sh_type = SHT_PROGBITS;
+  data_section.sh_offset = 2000;
+  data_section.sh_size = 500;
+  std::memcpy(&elf[1024 + sizeof(Elf64_Shdr)], &data_section, sizeof(data_section));
+  EXPECT_EQ(ModuleImage(elf.data(), elf.size()).size(), 2500u);
+  EXPECT_TRUE(ModuleImage(elf.data(), 2000).empty());  // claims more than the caller allows
+}
+
+}  // namespace
+}  // namespace curelay::frontend
