@@ -124,7 +124,6 @@ CUresult cuMemAlloc(CUdeviceptr* ptr, size_t bytes) {
 CUresult cuMemFree(CUdeviceptr ptr) {
   Client* client;
   CURELAY_RETURN_IF_ERROR(RequireContext(&client));
-  if (ptr == 0) return CUDA_SUCCESS;
   auto& builder = Builder();
   const auto call = wire::CreateMemFree(builder, ptr).Union();
   return client->Call(builder, wire::Call::MemFree, call, {}, nullptr);

@@ -64,7 +64,7 @@ class Client {
               std::span<const uint8_t> payload);
     // Receives the oldest outstanding reply.
     CUresult Receive(ReplyMessage* reply);
-    size_t outstanding() const { return expected_.size(); }
+    size_t outstanding() const { return expected_.size() - next_expected_; }
 
    private:
     Client& client_;

@@ -1,0 +1,207 @@
+// curelay driver-API microbenchmark: run natively and through curelay, compared by bench/run.sh.
+//
+// Usage: curelay_driver_bench <kernels.ptx>
+//
+// Prints one `METRIC <name> <value> <unit>` line per measure (units: us, or GB/s for bandwidth);
+// lines starting with `INFO` are informational. bench/README.md describes each metric.
+// Driver API only (no CUDA runtime); launches use empty_kernel from tests/kernels/test_kernels.cu.
+
+#include "driver_check.h"
+
+#include <cuda.h>
+#include <dlfcn.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <exception>
+#include <fstream>
+#include <iterator>
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double seconds_since(Clock::time_point start) {
+  return std::chrono::duration<double>(Clock::now() - start).count();
+}
+
+void metric(const std::string& name, double value, const char* unit) {
+  std::printf("METRIC %s %.3f %s\n", name.c_str(), value, unit);
+  std::fflush(stdout);
+}
+
+// Sorted copy's q-quantile (nearest rank), in the samples' unit.
+double quantile(std::vector<double> samples, double q) {
+  std::sort(samples.begin(), samples.end());
+  const size_t rank = static_cast<size_t>(q * static_cast<double>(samples.size() - 1) + 0.5);
+  return samples[std::min(rank, samples.size() - 1)];
+}
+
+// Times `body` `count` times, one sample each, in microseconds.
+template <typename Body>
+std::vector<double> sample_us(int count, Body&& body) {
+  std::vector<double> us;
+  us.reserve(count);
+  for (int i = 0; i < count; ++i) {
+    const auto start = Clock::now();
+    body();
+    us.push_back(seconds_since(start) * 1e6);
+  }
+  return us;
+}
+
+struct Freer {
+  void operator()(void* p) const { std::free(p); }
+};
+
+void bench_launches(CUfunction empty) {
+  CUstream stream = nullptr;
+  CU_CHECK(cuStreamCreate(&stream, CU_STREAM_NON_BLOCKING));
+
+  // Warm-up.
+  for (int i = 0; i < 1000; ++i) CU_CHECK(cuLaunchKernel(empty, 1, 1, 1, 1, 1, 1, 0, stream, nullptr, nullptr));
+  CU_CHECK(cuStreamSynchronize(stream));
+
+  constexpr int kAsyncLaunches = 100'000;
+  const auto start = Clock::now();
+  for (int i = 0; i < kAsyncLaunches; ++i) {
+    CU_CHECK(cuLaunchKernel(empty, 1, 1, 1, 1, 1, 1, 0, stream, nullptr, nullptr));
+  }
+  const double submitted = seconds_since(start);
+  CU_CHECK(cuStreamSynchronize(stream));
+  const double drained = seconds_since(start);
+  metric("launch_async_submit", submitted * 1e6 / kAsyncLaunches, "us");
+  metric("launch_async_total", drained * 1e6 / kAsyncLaunches, "us");
+
+  constexpr int kRoundTrips = 20'000;
+  for (int i = 0; i < 200; ++i) {
+    CU_CHECK(cuLaunchKernel(empty, 1, 1, 1, 1, 1, 1, 0, stream, nullptr, nullptr));
+    CU_CHECK(cuStreamSynchronize(stream));
+  }
+  const std::vector<double> round_trips = sample_us(kRoundTrips, [&] {
+    CU_CHECK(cuLaunchKernel(empty, 1, 1, 1, 1, 1, 1, 0, stream, nullptr, nullptr));
+    CU_CHECK(cuStreamSynchronize(stream));
+  });
+  metric("launch_sync_roundtrip_median", quantile(round_trips, 0.5), "us");
+  metric("launch_sync_roundtrip_p99", quantile(round_trips, 0.99), "us");
+  CU_CHECK(cuStreamDestroy(stream));
+}
+
+void bench_calls(CUdevice device) {
+  CU_CHECK(cuCtxSynchronize());
+  for (int i = 0; i < 200; ++i) CU_CHECK(cuCtxSynchronize());
+  const std::vector<double> syncs = sample_us(10'000, [] { CU_CHECK(cuCtxSynchronize()); });
+  metric("ctx_synchronize_idle_median", quantile(syncs, 0.5), "us");
+
+  constexpr int kAttributeCalls = 100'000;
+  int value = 0;
+  const CUdevice_attribute attributes[] = {CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT,
+                                           CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR,
+                                           CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_BLOCK, CU_DEVICE_ATTRIBUTE_WARP_SIZE};
+  for (int i = 0; i < 1000; ++i) CU_CHECK(cuDeviceGetAttribute(&value, attributes[i % 4], device));
+  const auto start = Clock::now();
+  for (int i = 0; i < kAttributeCalls; ++i) CU_CHECK(cuDeviceGetAttribute(&value, attributes[i % 4], device));
+  metric("device_get_attribute", seconds_since(start) * 1e6 / kAttributeCalls, "us");
+
+  constexpr size_t kAllocBytes = size_t{1} << 20;
+  for (int i = 0; i < 100; ++i) {
+    CUdeviceptr p = 0;
+    CU_CHECK(cuMemAlloc(&p, kAllocBytes));
+    CU_CHECK(cuMemFree(p));
+  }
+  const std::vector<double> allocs = sample_us(2000, [] {
+    CUdeviceptr p = 0;
+    CU_CHECK(cuMemAlloc(&p, kAllocBytes));
+    CU_CHECK(cuMemFree(p));
+  });
+  metric("mem_alloc_free_1MiB_median", quantile(allocs, 0.5), "us");
+}
+
+// Synchronous copies from/to pageable malloc memory; GB/s = 1e9 bytes per second.
+void bench_bandwidth() {
+  struct Size {
+    const char* label;
+    size_t bytes;
+    int reps;
+  };
+  const Size sizes[] = {{"4KiB", size_t{4} << 10, 2000},
+                        {"1MiB", size_t{1} << 20, 200},
+                        {"64MiB", size_t{64} << 20, 10},
+                        {"1GiB", size_t{1} << 30, 3}};
+  for (const Size& size : sizes) {
+    std::unique_ptr<void, Freer> host(std::malloc(size.bytes));
+    if (!host) throw std::runtime_error("malloc failed");
+    std::memset(host.get(), 0x5A, size.bytes);  // touch every page before timing
+    CUdeviceptr device = 0;
+    CU_CHECK(cuMemAlloc(&device, size.bytes));
+    const int warmup = std::max(1, size.reps / 10);
+
+    for (int i = 0; i < warmup; ++i) CU_CHECK(cuMemcpyHtoD(device, host.get(), size.bytes));
+    auto start = Clock::now();
+    for (int i = 0; i < size.reps; ++i) CU_CHECK(cuMemcpyHtoD(device, host.get(), size.bytes));
+    double elapsed = seconds_since(start);
+    metric(std::string("htod_pageable_") + size.label, size.bytes * double(size.reps) / elapsed / 1e9, "GB/s");
+
+    for (int i = 0; i < warmup; ++i) CU_CHECK(cuMemcpyDtoH(host.get(), device, size.bytes));
+    start = Clock::now();
+    for (int i = 0; i < size.reps; ++i) CU_CHECK(cuMemcpyDtoH(host.get(), device, size.bytes));
+    elapsed = seconds_since(start);
+    metric(std::string("dtoh_pageable_") + size.label, size.bytes * double(size.reps) / elapsed / 1e9, "GB/s");
+
+    CU_CHECK(cuMemFree(device));
+  }
+}
+
+std::string read_text(const char* path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw std::runtime_error(std::string("cannot read ") + path);
+  return std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (argc != 2) {
+    std::fprintf(stderr, "usage: %s <kernels.ptx>\n", argv[0]);
+    return 2;
+  }
+  try {
+    Dl_info info{};
+    if (dladdr(reinterpret_cast<void*>(&cuInit), &info) != 0 && info.dli_fname != nullptr) {
+      std::printf("INFO libcuda %s\n", info.dli_fname);
+      std::fflush(stdout);
+    }
+    const std::string ptx = read_text(argv[1]);
+    CU_CHECK(cuInit(0));
+    CUdevice device = 0;
+    CU_CHECK(cuDeviceGet(&device, 0));
+    char name[256] = {};
+    CU_CHECK(cuDeviceGetName(name, sizeof name, device));
+    std::printf("INFO device %s\n", name);
+    std::fflush(stdout);
+    CUcontext context = nullptr;
+    CU_CHECK(cuDevicePrimaryCtxRetain(&context, device));
+    CU_CHECK(cuCtxSetCurrent(context));
+    CUmodule module = nullptr;
+    CU_CHECK(cuModuleLoadData(&module, ptx.c_str()));
+    CUfunction empty = nullptr;
+    CU_CHECK(cuModuleGetFunction(&empty, module, "empty_kernel"));
+
+    bench_launches(empty);
+    bench_calls(device);
+    bench_bandwidth();
+
+    CU_CHECK(cuModuleUnload(module));
+    CU_CHECK(cuDevicePrimaryCtxRelease(device));
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "curelay_driver_bench: %s\n", e.what());
+    return 1;
+  }
+  return 0;
+}

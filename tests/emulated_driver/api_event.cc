@@ -1,0 +1,145 @@
+// Events: recorded by the device worker when it reaches them, timed with
+// the host's steady clock.
+#include <chrono>
+#include <memory>
+
+#include "api_common.h"
+
+namespace emu = curelay::emulated;
+
+namespace curelay::emulated {
+namespace {
+
+struct EventState {
+  bool recorded;
+  DeviceWorker* worker;
+  uint64_t seq;
+  uint64_t generation;
+  uint64_t completed_generation;
+  std::chrono::steady_clock::time_point time;
+};
+
+EventState Snapshot(Event& e) {
+  std::lock_guard lock(e.mu);
+  return {e.recorded, e.worker, e.seq, e.generation, e.completed_generation, e.time};
+}
+
+bool Completed(const EventState& s) {
+  return !s.recorded || (s.worker->Done(s.seq) && s.completed_generation == s.generation);
+}
+
+}  // namespace
+}  // namespace curelay::emulated
+
+extern "C" {
+
+CUresult CUDAAPI cuEventCreate(CUevent* phEvent, unsigned int Flags) {
+  return emu::Guard([&] {
+    std::shared_ptr<emu::Context> ctx;
+    if (CUresult r = emu::CurrentContext(&ctx); r != CUDA_SUCCESS) return r;
+    constexpr unsigned int kKnownFlags =
+        CU_EVENT_BLOCKING_SYNC | CU_EVENT_DISABLE_TIMING | CU_EVENT_INTERPROCESS;
+    if (phEvent == nullptr || (Flags & ~kKnownFlags) != 0) return CUDA_ERROR_INVALID_VALUE;
+    if ((Flags & CU_EVENT_INTERPROCESS) != 0 && (Flags & CU_EVENT_DISABLE_TIMING) == 0) {
+      return CUDA_ERROR_INVALID_VALUE;
+    }
+    emu::Driver& driver = emu::Driver::Get();
+    auto event = std::make_shared<emu::Event>();
+    event->handle = driver.NewHandle();
+    event->ctx = ctx;
+    event->flags = Flags;
+    {
+      std::lock_guard lock(driver.mu);
+      driver.events.emplace(event->handle, event);
+    }
+    *phEvent = emu::ToHandle<CUevent>(event->handle);
+    return CUDA_SUCCESS;
+  });
+}
+
+CUresult CUDAAPI cuEventRecord(CUevent hEvent, CUstream hStream) {
+  return emu::Guard([&] {
+    std::shared_ptr<emu::Event> event;
+    if (CUresult r = emu::LookupEvent(hEvent, &event); r != CUDA_SUCCESS) return r;
+    std::shared_ptr<emu::Context> ctx;
+    std::shared_ptr<emu::Stream> stream;
+    if (CUresult r = emu::ResolveStream(hStream, &ctx, &stream); r != CUDA_SUCCESS) return r;
+    // Event and stream must belong to the same context.
+    if (event->ctx != ctx) return CUDA_ERROR_INVALID_HANDLE;
+    std::lock_guard lock(event->mu);
+    const uint64_t generation = ++event->generation;
+    event->recorded = true;
+    event->worker = ctx->worker;
+    // Re-recording replaces what the event captures; only the newest record
+    // may complete it. Recording runs even on a faulted context.
+    event->seq = ctx->worker->Submit(
+        [event, generation] {
+          const auto now = std::chrono::steady_clock::now();
+          std::lock_guard record_lock(event->mu);
+          if (event->generation != generation) return;
+          event->time = now;
+          event->completed_generation = generation;
+        },
+        {&ctx->last_seq, stream != nullptr ? &stream->last_seq : nullptr});
+    return CUDA_SUCCESS;
+  });
+}
+
+CUresult CUDAAPI cuEventQuery(CUevent hEvent) {
+  return emu::Guard([&] {
+    std::shared_ptr<emu::Event> event;
+    if (CUresult r = emu::LookupEvent(hEvent, &event); r != CUDA_SUCCESS) return r;
+    if (CUresult r = event->ctx->sticky(); r != CUDA_SUCCESS) return r;
+    return emu::Completed(emu::Snapshot(*event)) ? CUDA_SUCCESS : CUDA_ERROR_NOT_READY;
+  });
+}
+
+CUresult CUDAAPI cuEventSynchronize(CUevent hEvent) {
+  return emu::Guard([&] {
+    std::shared_ptr<emu::Event> event;
+    if (CUresult r = emu::LookupEvent(hEvent, &event); r != CUDA_SUCCESS) return r;
+    const emu::EventState state = emu::Snapshot(*event);
+    if (state.recorded) state.worker->Wait(state.seq);
+    return event->ctx->sticky();
+  });
+}
+
+CUresult CUDAAPI cuEventElapsedTime(float* pMilliseconds, CUevent hStart, CUevent hEnd) {
+  return emu::Guard([&] {
+    std::shared_ptr<emu::Event> start;
+    std::shared_ptr<emu::Event> end;
+    if (CUresult r = emu::LookupEvent(hStart, &start); r != CUDA_SUCCESS) return r;
+    if (CUresult r = emu::LookupEvent(hEnd, &end); r != CUDA_SUCCESS) return r;
+    if (pMilliseconds == nullptr) return CUDA_ERROR_INVALID_VALUE;
+    if (CUresult r = start->ctx->sticky(); r != CUDA_SUCCESS) return r;
+    if (CUresult r = end->ctx->sticky(); r != CUDA_SUCCESS) return r;
+    if (((start->flags | end->flags) & CU_EVENT_DISABLE_TIMING) != 0) {
+      return CUDA_ERROR_INVALID_HANDLE;
+    }
+    const emu::EventState s = emu::Snapshot(*start);
+    const emu::EventState e = emu::Snapshot(*end);
+    if (!s.recorded || !e.recorded) return CUDA_ERROR_INVALID_HANDLE;
+    if (!emu::Completed(s) || !emu::Completed(e)) return CUDA_ERROR_NOT_READY;
+    *pMilliseconds = std::chrono::duration<float, std::milli>(e.time - s.time).count();
+    return CUDA_SUCCESS;
+  });
+}
+
+CUresult CUDAAPI cuEventDestroy(CUevent hEvent) {
+  return emu::Guard([&] {
+    if (CUresult r = emu::CheckInit(); r != CUDA_SUCCESS) return r;
+    emu::Driver& driver = emu::Driver::Get();
+    std::shared_ptr<emu::Event> event;
+    {
+      std::lock_guard lock(driver.mu);
+      auto it = driver.events.find(emu::HandleValue(hEvent));
+      if (it == driver.events.end()) return CUDA_ERROR_INVALID_HANDLE;
+      event = std::move(it->second);
+      driver.events.erase(it);
+    }
+    // A pending record completes harmlessly on its own copy of the event.
+    return event->ctx->sticky();
+  });
+}
+
+}  // extern "C"

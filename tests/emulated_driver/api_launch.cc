@@ -1,0 +1,124 @@
+// cuLaunchKernel: launch validation, parameter marshalling (kernelParams or
+// the `extra` buffer) and submission of the emulated kernel.
+#include <cstring>
+#include <memory>
+#include <vector>
+
+#include "api_common.h"
+#include "device_access.h"
+#include "device_properties.h"
+#include "kernels.h"
+
+namespace emu = curelay::emulated;
+
+namespace curelay::emulated {
+namespace {
+
+CUresult ValidateShape(const LaunchShape& s, const KernelInfo& k) {
+  const Dim3& g = s.grid;
+  const Dim3& b = s.block;
+  if (g.x == 0 || g.y == 0 || g.z == 0 || b.x == 0 || b.y == 0 || b.z == 0) {
+    return CUDA_ERROR_INVALID_VALUE;
+  }
+  if (g.x > kMaxGridDim[0] || g.y > kMaxGridDim[1] || g.z > kMaxGridDim[2] ||
+      b.x > kMaxBlockDim[0] || b.y > kMaxBlockDim[1] || b.z > kMaxBlockDim[2]) {
+    return CUDA_ERROR_INVALID_VALUE;
+  }
+  const uint64_t threads = uint64_t{b.x} * b.y * b.z;
+  if (threads > static_cast<uint64_t>(kMaxThreadsPerBlock)) return CUDA_ERROR_INVALID_VALUE;
+  if (k.max_threads_per_block != 0 && threads > k.max_threads_per_block) {
+    return CUDA_ERROR_INVALID_VALUE;
+  }
+  if (k.required_block[0] != 0 &&
+      (b.x != k.required_block[0] || b.y != k.required_block[1] || b.z != k.required_block[2])) {
+    return CUDA_ERROR_INVALID_VALUE;
+  }
+  return CUDA_SUCCESS;
+}
+
+// Packs the arguments into the parameter buffer layout of `k`.
+CUresult MarshalParams(const KernelInfo& k, void** kernel_params, void** extra,
+                       std::vector<uint8_t>* buffer) {
+  if (kernel_params != nullptr && extra != nullptr) return CUDA_ERROR_INVALID_VALUE;
+  buffer->assign(k.param_bytes, 0);
+  if (kernel_params != nullptr) {
+    for (size_t i = 0; i < k.params.size(); ++i) {
+      if (kernel_params[i] == nullptr) return CUDA_ERROR_INVALID_VALUE;
+      std::memcpy(buffer->data() + k.params[i].offset, kernel_params[i], k.params[i].size);
+    }
+    return CUDA_SUCCESS;
+  }
+  const void* arg_buffer = nullptr;
+  const size_t* arg_size = nullptr;
+  if (extra != nullptr) {
+    for (size_t i = 0; extra[i] != CU_LAUNCH_PARAM_END; i += 2) {
+      if (extra[i] == CU_LAUNCH_PARAM_BUFFER_POINTER) {
+        arg_buffer = extra[i + 1];
+      } else if (extra[i] == CU_LAUNCH_PARAM_BUFFER_SIZE) {
+        arg_size = static_cast<const size_t*>(extra[i + 1]);
+      } else {
+        return CUDA_ERROR_INVALID_VALUE;
+      }
+    }
+    if (arg_size != nullptr && *arg_size != 0 && arg_buffer == nullptr) {
+      return CUDA_ERROR_INVALID_VALUE;
+    }
+  }
+  if (k.param_bytes == 0) return CUDA_SUCCESS;  // a kernel without parameters needs neither form
+  // The buffer only counts together with its size, and must cover the layout.
+  if (arg_buffer == nullptr || arg_size == nullptr || *arg_size < k.param_bytes) {
+    return CUDA_ERROR_INVALID_VALUE;
+  }
+  std::memcpy(buffer->data(), arg_buffer, k.param_bytes);
+  return CUDA_SUCCESS;
+}
+
+CUresult Launch(CUfunction handle, const LaunchShape& shape, unsigned int shared_bytes,
+                CUstream stream_handle, void** kernel_params, void** extra) {
+  if (CUresult r = CheckInit(); r != CUDA_SUCCESS) return r;
+  std::shared_ptr<Function> f;
+  if (CUresult r = LookupFunction(handle, &f); r != CUDA_SUCCESS) return r;
+  std::shared_ptr<Context> ctx;
+  std::shared_ptr<Stream> stream;
+  if (CUresult r = ResolveStream(stream_handle, &ctx, &stream); r != CUDA_SUCCESS) return r;
+  // A CUfunction belongs to the context its module was loaded in.
+  if (f->module->ctx != ctx) return CUDA_ERROR_INVALID_HANDLE;
+  if (CUresult r = ValidateShape(shape, *f->info); r != CUDA_SUCCESS) return r;
+  // Without cuFuncSetAttribute the default dynamic shared memory limit holds.
+  if (uint64_t{shared_bytes} + f->info->static_shared_bytes >
+      static_cast<uint64_t>(kDefaultMaxSharedPerBlock)) {
+    return CUDA_ERROR_INVALID_VALUE;
+  }
+  std::vector<uint8_t> params;
+  if (CUresult r = MarshalParams(*f->info, kernel_params, extra, &params); r != CUDA_SUCCESS) {
+    return r;
+  }
+  if (f->binding == nullptr) return CUDA_ERROR_NOT_SUPPORTED;  // no host implementation
+  const int device = ctx->device;
+  SubmitOp(ctx, stream.get(), [f, params = std::move(params), shape, device] {
+    Driver& driver = Driver::Get();
+    DeviceAccess memory(driver.memory(), driver.host(), device);
+    KernelArgs args(*f->info, params);
+    KernelContext k{shape, args, memory, f->module->global_addresses};
+    return f->binding->fn(k);
+  });
+  return CUDA_SUCCESS;
+}
+
+}  // namespace
+}  // namespace curelay::emulated
+
+extern "C" {
+
+CUresult CUDAAPI cuLaunchKernel(CUfunction f, unsigned int gridDimX, unsigned int gridDimY,
+                                unsigned int gridDimZ, unsigned int blockDimX,
+                                unsigned int blockDimY, unsigned int blockDimZ,
+                                unsigned int sharedMemBytes, CUstream hStream,
+                                void** kernelParams, void** extra) {
+  return emu::Guard([&] {
+    const emu::LaunchShape shape{{gridDimX, gridDimY, gridDimZ}, {blockDimX, blockDimY, blockDimZ}};
+    return emu::Launch(f, shape, sharedMemBytes, hStream, kernelParams, extra);
+  });
+}
+
+}  // extern "C"

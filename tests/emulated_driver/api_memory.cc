@@ -1,0 +1,285 @@
+// Device memory: allocation, host registration, copies and memsets.
+//
+// Synchronization follows the driver's documented "API synchronization
+// behavior": synchronous copies return when the copy is done (and, being
+// ordered on the device queue, after all earlier work); async copies from
+// pageable memory are staged at call time; async copies to pageable memory
+// return once complete; copies to/from registered memory are fully async;
+// synchronous memsets of device memory are asynchronous w.r.t. the host.
+#include <cstring>
+#include <memory>
+#include <new>
+
+#include "api_common.h"
+
+namespace emu = curelay::emulated;
+
+namespace curelay::emulated {
+namespace {
+
+// Queues a copy on the stream, pinning whatever device blocks it touches.
+uint64_t SubmitCopy(const std::shared_ptr<Context>& ctx, Stream* stream, void* dst,
+                    const void* src, size_t bytes, std::shared_ptr<Allocation> dst_pin,
+                    std::shared_ptr<Allocation> src_pin, std::shared_ptr<uint8_t[]> staging) {
+  return SubmitOp(ctx, stream,
+                  [dst, src, bytes, dst_pin = std::move(dst_pin), src_pin = std::move(src_pin),
+                   staging = std::move(staging)] {
+                    std::memmove(dst, src, bytes);
+                    return CUDA_SUCCESS;
+                  });
+}
+
+CUresult CopyHtoD(CUdeviceptr dst, const void* src, size_t bytes, CUstream stream_handle,
+                  bool async) {
+  std::shared_ptr<Context> ctx;
+  std::shared_ptr<Stream> stream;
+  if (CUresult r = async ? ResolveStream(stream_handle, &ctx, &stream) : CurrentContext(&ctx);
+      r != CUDA_SUCCESS) {
+    return r;
+  }
+  if (bytes == 0) return CUDA_SUCCESS;
+  if (src == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  std::shared_ptr<Allocation> pin;
+  if (CUresult r = ValidateDeviceRange(dst, bytes, &pin); r != CUDA_SUCCESS) return r;
+  void* dst_ptr = reinterpret_cast<void*>(dst);
+  if (!async) {
+    return WaitAndCheck(ctx, SubmitCopy(ctx, nullptr, dst_ptr, src, bytes, std::move(pin),
+                                        nullptr, nullptr));
+  }
+  const auto src_addr = reinterpret_cast<uint64_t>(src);
+  if (Driver::Get().host().Contains(src_addr, bytes)) {
+    // Page-locked source: the device reads it when the copy executes.
+    SubmitCopy(ctx, stream.get(), dst_ptr, src, bytes, std::move(pin), nullptr, nullptr);
+    return CUDA_SUCCESS;
+  }
+  // Pageable source: staged now, so the caller may reuse its buffer.
+  std::shared_ptr<uint8_t[]> staging(new (std::nothrow) uint8_t[bytes]);
+  if (!staging) return CUDA_ERROR_OUT_OF_MEMORY;
+  std::memcpy(staging.get(), src, bytes);
+  const uint8_t* staged = staging.get();
+  SubmitCopy(ctx, stream.get(), dst_ptr, staged, bytes, std::move(pin), nullptr,
+             std::move(staging));
+  return CUDA_SUCCESS;
+}
+
+CUresult CopyDtoH(void* dst, CUdeviceptr src, size_t bytes, CUstream stream_handle, bool async) {
+  std::shared_ptr<Context> ctx;
+  std::shared_ptr<Stream> stream;
+  if (CUresult r = async ? ResolveStream(stream_handle, &ctx, &stream) : CurrentContext(&ctx);
+      r != CUDA_SUCCESS) {
+    return r;
+  }
+  if (bytes == 0) return CUDA_SUCCESS;
+  if (dst == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  std::shared_ptr<Allocation> pin;
+  if (CUresult r = ValidateDeviceRange(src, bytes, &pin); r != CUDA_SUCCESS) return r;
+  const uint64_t seq = SubmitCopy(ctx, stream.get(), dst, reinterpret_cast<const void*>(src),
+                                  bytes, nullptr, std::move(pin), nullptr);
+  // Only a page-locked destination lets the call return before the copy.
+  if (async && Driver::Get().host().Contains(reinterpret_cast<uint64_t>(dst), bytes)) {
+    return CUDA_SUCCESS;
+  }
+  return WaitAndCheck(ctx, seq);
+}
+
+CUresult CopyDtoD(CUdeviceptr dst, CUdeviceptr src, size_t bytes, CUstream stream_handle,
+                  bool async) {
+  std::shared_ptr<Context> ctx;
+  std::shared_ptr<Stream> stream;
+  if (CUresult r = async ? ResolveStream(stream_handle, &ctx, &stream) : CurrentContext(&ctx);
+      r != CUDA_SUCCESS) {
+    return r;
+  }
+  if (bytes == 0) return CUDA_SUCCESS;
+  std::shared_ptr<Allocation> dst_pin;
+  std::shared_ptr<Allocation> src_pin;
+  if (CUresult r = ValidateDeviceRange(dst, bytes, &dst_pin); r != CUDA_SUCCESS) return r;
+  if (CUresult r = ValidateDeviceRange(src, bytes, &src_pin); r != CUDA_SUCCESS) return r;
+  const uint64_t seq =
+      SubmitCopy(ctx, stream.get(), reinterpret_cast<void*>(dst), reinterpret_cast<const void*>(src),
+                 bytes, std::move(dst_pin), std::move(src_pin), nullptr);
+  return async ? CUDA_SUCCESS : WaitAndCheck(ctx, seq);
+}
+
+template <typename T>
+CUresult Memset(CUdeviceptr dst, T value, size_t count, CUstream stream_handle, bool async) {
+  std::shared_ptr<Context> ctx;
+  std::shared_ptr<Stream> stream;
+  if (CUresult r = async ? ResolveStream(stream_handle, &ctx, &stream) : CurrentContext(&ctx);
+      r != CUDA_SUCCESS) {
+    return r;
+  }
+  if (count == 0) return CUDA_SUCCESS;
+  if (dst % sizeof(T) != 0 || count > SIZE_MAX / sizeof(T)) return CUDA_ERROR_INVALID_VALUE;
+  const size_t bytes = count * sizeof(T);
+  std::shared_ptr<Allocation> pin;
+  if (CUresult r = ValidateDeviceRange(dst, bytes, &pin); r != CUDA_SUCCESS) return r;
+  const bool host_target = pin == nullptr;  // registered host memory
+  const uint64_t seq = SubmitOp(ctx, stream.get(), [dst, value, count, pin = std::move(pin)] {
+    T* p = reinterpret_cast<T*>(dst);
+    if constexpr (sizeof(T) == 1) {
+      std::memset(p, value, count);
+    } else {
+      for (size_t i = 0; i < count; ++i) p[i] = value;
+    }
+    return CUDA_SUCCESS;
+  });
+  // Synchronous memsets only block when the target is pinned host memory.
+  if (!async && host_target) return WaitAndCheck(ctx, seq);
+  return CUDA_SUCCESS;
+}
+
+}  // namespace
+}  // namespace curelay::emulated
+
+extern "C" {
+
+CUresult CUDAAPI cuMemAlloc(CUdeviceptr* dptr, size_t bytesize) {
+  return emu::Guard([&] {
+    std::shared_ptr<emu::Context> ctx;
+    if (CUresult r = emu::CurrentContext(&ctx); r != CUDA_SUCCESS) return r;
+    if (dptr == nullptr || bytesize == 0) return CUDA_ERROR_INVALID_VALUE;
+    std::shared_ptr<emu::Allocation> allocation;
+    if (CUresult r = emu::Driver::Get().memory().Allocate(ctx->device, bytesize, ctx->handle,
+                                                          &allocation);
+        r != CUDA_SUCCESS) {
+      return r;
+    }
+    *dptr = allocation->base();
+    return CUDA_SUCCESS;
+  });
+}
+
+CUresult CUDAAPI cuMemFree(CUdeviceptr dptr) {
+  return emu::Guard([&] {
+    std::shared_ptr<emu::Context> ctx;
+    if (CUresult r = emu::CurrentContext(&ctx, /*check_sticky=*/false); r != CUDA_SUCCESS) {
+      return r;
+    }
+    emu::Driver& driver = emu::Driver::Get();
+    auto allocation = driver.memory().Find(dptr, 0);
+    if (dptr == 0 || allocation == nullptr || allocation->base() != dptr) {
+      return CUDA_ERROR_INVALID_VALUE;
+    }
+    {
+      // Module variables are not cuMemAlloc allocations.
+      std::lock_guard lock(driver.mu);
+      if (driver.modules.count(allocation->owner()) != 0) return CUDA_ERROR_INVALID_VALUE;
+    }
+    // cuMemFree synchronizes: work queued before it may still use the block.
+    emu::DeviceWorker& worker = driver.worker(allocation->device());
+    worker.Wait(worker.last_submitted());
+    if (driver.memory().Release(dptr) == nullptr) return CUDA_ERROR_INVALID_VALUE;  // raced
+    // A faulted context still frees, but reports its error like every call.
+    return ctx->sticky();
+  });
+}
+
+CUresult CUDAAPI cuMemGetInfo(size_t* free, size_t* total) {
+  return emu::Guard([&] {
+    std::shared_ptr<emu::Context> ctx;
+    if (CUresult r = emu::CurrentContext(&ctx); r != CUDA_SUCCESS) return r;
+    if (free == nullptr || total == nullptr) return CUDA_ERROR_INVALID_VALUE;
+    const emu::MemoryMap& memory = emu::Driver::Get().memory();
+    *total = memory.capacity();
+    *free = memory.capacity() - memory.used(ctx->device);
+    return CUDA_SUCCESS;
+  });
+}
+
+CUresult CUDAAPI cuMemGetAddressRange(CUdeviceptr* pbase, size_t* psize, CUdeviceptr dptr) {
+  return emu::Guard([&] {
+    std::shared_ptr<emu::Context> ctx;
+    if (CUresult r = emu::CurrentContext(&ctx); r != CUDA_SUCCESS) return r;
+    auto allocation = emu::Driver::Get().memory().Find(dptr, 0);
+    if (allocation == nullptr) return CUDA_ERROR_NOT_FOUND;
+    if (pbase != nullptr) *pbase = allocation->base();
+    if (psize != nullptr) *psize = allocation->size();
+    return CUDA_SUCCESS;
+  });
+}
+
+CUresult CUDAAPI cuMemHostRegister(void* p, size_t bytesize, unsigned int Flags) {
+  return emu::Guard([&] {
+    std::shared_ptr<emu::Context> ctx;
+    if (CUresult r = emu::CurrentContext(&ctx); r != CUDA_SUCCESS) return r;
+    constexpr unsigned int kKnownFlags = CU_MEMHOSTREGISTER_PORTABLE |
+                                         CU_MEMHOSTREGISTER_DEVICEMAP |
+                                         CU_MEMHOSTREGISTER_IOMEMORY | CU_MEMHOSTREGISTER_READ_ONLY;
+    if (p == nullptr || bytesize == 0 || (Flags & ~kKnownFlags) != 0) {
+      return CUDA_ERROR_INVALID_VALUE;
+    }
+    const auto base = reinterpret_cast<uint64_t>(p);
+    if (base + bytesize < base) return CUDA_ERROR_INVALID_VALUE;
+    // Device memory is not pageable host memory.
+    if (emu::Driver::Get().memory().Find(base, 0) != nullptr) return CUDA_ERROR_INVALID_VALUE;
+    return emu::Driver::Get().host().Register(base, bytesize, Flags, ctx->handle);
+  });
+}
+
+CUresult CUDAAPI cuMemHostUnregister(void* p) {
+  return emu::Guard([&] {
+    std::shared_ptr<emu::Context> ctx;
+    if (CUresult r = emu::CurrentContext(&ctx); r != CUDA_SUCCESS) return r;
+    if (p == nullptr) return CUDA_ERROR_INVALID_VALUE;
+    return emu::Driver::Get().host().Unregister(reinterpret_cast<uint64_t>(p));
+  });
+}
+
+CUresult CUDAAPI cuMemcpyHtoD(CUdeviceptr dstDevice, const void* srcHost, size_t ByteCount) {
+  return emu::Guard([&] { return emu::CopyHtoD(dstDevice, srcHost, ByteCount, nullptr, false); });
+}
+
+CUresult CUDAAPI cuMemcpyDtoH(void* dstHost, CUdeviceptr srcDevice, size_t ByteCount) {
+  return emu::Guard([&] { return emu::CopyDtoH(dstHost, srcDevice, ByteCount, nullptr, false); });
+}
+
+CUresult CUDAAPI cuMemcpyDtoD(CUdeviceptr dstDevice, CUdeviceptr srcDevice, size_t ByteCount) {
+  return emu::Guard(
+      [&] { return emu::CopyDtoD(dstDevice, srcDevice, ByteCount, nullptr, false); });
+}
+
+CUresult CUDAAPI cuMemcpyHtoDAsync(CUdeviceptr dstDevice, const void* srcHost, size_t ByteCount,
+                                   CUstream hStream) {
+  return emu::Guard([&] { return emu::CopyHtoD(dstDevice, srcHost, ByteCount, hStream, true); });
+}
+
+CUresult CUDAAPI cuMemcpyDtoHAsync(void* dstHost, CUdeviceptr srcDevice, size_t ByteCount,
+                                   CUstream hStream) {
+  return emu::Guard([&] { return emu::CopyDtoH(dstHost, srcDevice, ByteCount, hStream, true); });
+}
+
+CUresult CUDAAPI cuMemcpyDtoDAsync(CUdeviceptr dstDevice, CUdeviceptr srcDevice,
+                                   size_t ByteCount, CUstream hStream) {
+  return emu::Guard(
+      [&] { return emu::CopyDtoD(dstDevice, srcDevice, ByteCount, hStream, true); });
+}
+
+CUresult CUDAAPI cuMemsetD8(CUdeviceptr dstDevice, unsigned char uc, size_t N) {
+  return emu::Guard([&] { return emu::Memset<uint8_t>(dstDevice, uc, N, nullptr, false); });
+}
+
+CUresult CUDAAPI cuMemsetD16(CUdeviceptr dstDevice, unsigned short us, size_t N) {
+  return emu::Guard([&] { return emu::Memset<uint16_t>(dstDevice, us, N, nullptr, false); });
+}
+
+CUresult CUDAAPI cuMemsetD32(CUdeviceptr dstDevice, unsigned int ui, size_t N) {
+  return emu::Guard([&] { return emu::Memset<uint32_t>(dstDevice, ui, N, nullptr, false); });
+}
+
+CUresult CUDAAPI cuMemsetD8Async(CUdeviceptr dstDevice, unsigned char uc, size_t N,
+                                 CUstream hStream) {
+  return emu::Guard([&] { return emu::Memset<uint8_t>(dstDevice, uc, N, hStream, true); });
+}
+
+CUresult CUDAAPI cuMemsetD16Async(CUdeviceptr dstDevice, unsigned short us, size_t N,
+                                  CUstream hStream) {
+  return emu::Guard([&] { return emu::Memset<uint16_t>(dstDevice, us, N, hStream, true); });
+}
+
+CUresult CUDAAPI cuMemsetD32Async(CUdeviceptr dstDevice, unsigned int ui, size_t N,
+                                  CUstream hStream) {
+  return emu::Guard([&] { return emu::Memset<uint32_t>(dstDevice, ui, N, hStream, true); });
+}
+
+}  // extern "C"

@@ -1,0 +1,162 @@
+// Streams. All streams of a device feed its single in-order worker, so
+// ordering is inherent; each stream tracks the newest work it depends on to
+// answer queries and synchronizations precisely.
+#include <algorithm>
+#include <memory>
+
+#include "api_common.h"
+#include "device_properties.h"
+
+namespace emu = curelay::emulated;
+
+namespace curelay::emulated {
+namespace {
+
+CUresult CreateStream(CUstream* ph, unsigned int flags, int priority) {
+  std::shared_ptr<Context> ctx;
+  if (CUresult r = CurrentContext(&ctx); r != CUDA_SUCCESS) return r;
+  if (ph == nullptr || (flags & ~static_cast<unsigned int>(CU_STREAM_NON_BLOCKING)) != 0) {
+    return CUDA_ERROR_INVALID_VALUE;
+  }
+  Driver& driver = Driver::Get();
+  auto stream = std::make_shared<Stream>();
+  stream->handle = driver.NewHandle();
+  stream->ctx = ctx;
+  stream->flags = flags;
+  // Out-of-range priorities are clamped, as documented.
+  stream->priority = std::clamp(priority, kGreatestStreamPriority, kLeastStreamPriority);
+  {
+    std::lock_guard lock(driver.mu);
+    driver.streams.emplace(stream->handle, stream);
+  }
+  *ph = ToHandle<CUstream>(stream->handle);
+  return CUDA_SUCCESS;
+}
+
+// Newest device work that `stream` (null: the context's default stream,
+// which synchronizes with all the context's work) depends on.
+uint64_t StreamTail(const Context& ctx, const Stream* stream) {
+  return stream != nullptr ? stream->last_seq.load() : ctx.last_seq.load();
+}
+
+}  // namespace
+}  // namespace curelay::emulated
+
+extern "C" {
+
+CUresult CUDAAPI cuStreamCreate(CUstream* phStream, unsigned int Flags) {
+  return emu::Guard([&] { return emu::CreateStream(phStream, Flags, 0); });
+}
+
+CUresult CUDAAPI cuStreamCreateWithPriority(CUstream* phStream, unsigned int flags, int priority) {
+  return emu::Guard([&] { return emu::CreateStream(phStream, flags, priority); });
+}
+
+CUresult CUDAAPI cuStreamGetPriority(CUstream hStream, int* priority) {
+  return emu::Guard([&] {
+    std::shared_ptr<emu::Context> ctx;
+    std::shared_ptr<emu::Stream> stream;
+    if (CUresult r = emu::ResolveStream(hStream, &ctx, &stream); r != CUDA_SUCCESS) return r;
+    if (priority == nullptr) return CUDA_ERROR_INVALID_VALUE;
+    *priority = stream != nullptr ? stream->priority : 0;
+    return CUDA_SUCCESS;
+  });
+}
+
+CUresult CUDAAPI cuStreamGetFlags(CUstream hStream, unsigned int* flags) {
+  return emu::Guard([&] {
+    std::shared_ptr<emu::Context> ctx;
+    std::shared_ptr<emu::Stream> stream;
+    if (CUresult r = emu::ResolveStream(hStream, &ctx, &stream); r != CUDA_SUCCESS) return r;
+    if (flags == nullptr) return CUDA_ERROR_INVALID_VALUE;
+    *flags = stream != nullptr ? stream->flags : static_cast<unsigned int>(CU_STREAM_DEFAULT);
+    return CUDA_SUCCESS;
+  });
+}
+
+CUresult CUDAAPI cuStreamGetCtx(CUstream hStream, CUcontext* pctx) {
+  return emu::Guard([&] {
+    std::shared_ptr<emu::Context> ctx;
+    std::shared_ptr<emu::Stream> stream;
+    if (CUresult r = emu::ResolveStream(hStream, &ctx, &stream); r != CUDA_SUCCESS) return r;
+    if (pctx == nullptr) return CUDA_ERROR_INVALID_VALUE;
+    *pctx = emu::ToHandle<CUcontext>(ctx->handle);
+    return CUDA_SUCCESS;
+  });
+}
+
+CUresult CUDAAPI cuStreamDestroy(CUstream hStream) {
+  return emu::Guard([&] {
+    if (CUresult r = emu::CheckInit(); r != CUDA_SUCCESS) return r;
+    if (emu::IsDefaultStream(hStream)) return CUDA_ERROR_INVALID_HANDLE;
+    emu::Driver& driver = emu::Driver::Get();
+    std::shared_ptr<emu::Stream> stream;
+    {
+      std::lock_guard lock(driver.mu);
+      auto it = driver.streams.find(emu::HandleValue(hStream));
+      if (it == driver.streams.end()) return CUDA_ERROR_INVALID_HANDLE;
+      stream = std::move(it->second);
+      driver.streams.erase(it);
+    }
+    // Work already queued on the stream still runs; the call does not wait.
+    return stream->ctx->sticky();
+  });
+}
+
+CUresult CUDAAPI cuStreamSynchronize(CUstream hStream) {
+  return emu::Guard([&] {
+    std::shared_ptr<emu::Context> ctx;
+    std::shared_ptr<emu::Stream> stream;
+    if (CUresult r = emu::ResolveStream(hStream, &ctx, &stream, /*check_sticky=*/false);
+        r != CUDA_SUCCESS) {
+      return r;
+    }
+    return emu::WaitAndCheck(ctx, emu::StreamTail(*ctx, stream.get()));
+  });
+}
+
+CUresult CUDAAPI cuStreamQuery(CUstream hStream) {
+  return emu::Guard([&] {
+    std::shared_ptr<emu::Context> ctx;
+    std::shared_ptr<emu::Stream> stream;
+    if (CUresult r = emu::ResolveStream(hStream, &ctx, &stream); r != CUDA_SUCCESS) return r;
+    if (!ctx->worker->Done(emu::StreamTail(*ctx, stream.get()))) return CUDA_ERROR_NOT_READY;
+    return ctx->sticky();
+  });
+}
+
+CUresult CUDAAPI cuStreamWaitEvent(CUstream hStream, CUevent hEvent, unsigned int Flags) {
+  return emu::Guard([&] {
+    std::shared_ptr<emu::Context> ctx;
+    std::shared_ptr<emu::Stream> stream;
+    if (CUresult r = emu::ResolveStream(hStream, &ctx, &stream); r != CUDA_SUCCESS) return r;
+    std::shared_ptr<emu::Event> event;
+    if (CUresult r = emu::LookupEvent(hEvent, &event); r != CUDA_SUCCESS) return r;
+    if (Flags != CU_EVENT_WAIT_DEFAULT && Flags != CU_EVENT_WAIT_EXTERNAL) {
+      return CUDA_ERROR_INVALID_VALUE;
+    }
+    emu::DeviceWorker* event_worker;
+    uint64_t event_seq;
+    {
+      std::lock_guard lock(event->mu);
+      // Waiting for a never-recorded event is a no-op.
+      if (!event->recorded) return CUDA_SUCCESS;
+      event_worker = event->worker;
+      event_seq = event->seq;
+    }
+    std::atomic<uint64_t>& tail = stream != nullptr ? stream->last_seq : ctx->last_seq;
+    if (event_worker == ctx->worker) {
+      // Same device: the queue already runs the event's work first; the
+      // stream just inherits the dependency for its queries and syncs.
+      emu::AtomicMax(tail, event_seq);
+      return CUDA_SUCCESS;
+    }
+    // Another device: this device's queue blocks until that work is done.
+    // Runs even if the context faults, so nothing waiting on it can hang.
+    ctx->worker->Submit([event_worker, event_seq] { event_worker->Wait(event_seq); },
+                        {&ctx->last_seq, &tail});
+    return CUDA_SUCCESS;
+  });
+}
+
+}  // extern "C"

@@ -1,0 +1,139 @@
+#include "driver.h"
+
+#include <cctype>
+#include <cerrno>
+#include <cstdio>
+#include <cstdlib>
+#include <optional>
+#include <string>
+
+namespace curelay::emulated {
+namespace {
+
+// Handle values look like (non-dereferenceable) pointers and never repeat.
+constexpr uint64_t kHandleBase = 0x00007e5100000000ULL;
+constexpr uint64_t kHandleStride = 0x40;
+
+// Parses "<bytes>[K|M|G|T]" (binary multiples).
+std::optional<uint64_t> ParseSize(const char* text) {
+  errno = 0;
+  char* end = nullptr;
+  const unsigned long long value = std::strtoull(text, &end, 10);
+  if (errno != 0 || end == text) return std::nullopt;
+  int shift = 0;
+  switch (std::toupper(static_cast<unsigned char>(*end))) {
+    case '\0': break;
+    case 'K': shift = 10; break;
+    case 'M': shift = 20; break;
+    case 'G': shift = 30; break;
+    case 'T': shift = 40; break;
+    default: return std::nullopt;
+  }
+  if (*end != '\0') {
+    ++end;
+    if (*end == 'i' || *end == 'I') ++end;
+    if (*end == 'b' || *end == 'B') ++end;
+    if (*end != '\0') return std::nullopt;
+  }
+  if (shift != 0 && value > (~0ULL >> shift)) return std::nullopt;
+  return static_cast<uint64_t>(value) << shift;
+}
+
+}  // namespace
+
+Driver& Driver::Get() {
+  static Driver* driver = new Driver();
+  return *driver;
+}
+
+CUresult Driver::Init(unsigned int flags) {
+  if (flags != 0) return CUDA_ERROR_INVALID_VALUE;
+  std::lock_guard lock(init_mu_);
+  if (init_attempted_) return init_result_;
+  init_attempted_ = true;
+
+  int count = kDefaultDeviceCount;
+  if (const char* env = std::getenv("CURELAY_EMU_DEVICE_COUNT"); env != nullptr && *env != '\0') {
+    auto parsed = ParseSize(env);
+    if (!parsed || *parsed > 64) {
+      std::fprintf(stderr, "curelay emulated driver: bad CURELAY_EMU_DEVICE_COUNT=%s\n", env);
+      init_result_ = CUDA_ERROR_INVALID_VALUE;
+      return init_result_;
+    }
+    count = static_cast<int>(*parsed);
+  }
+  size_t memory = kDefaultDeviceMemory;
+  if (const char* env = std::getenv("CURELAY_EMU_DEVICE_MEMORY"); env != nullptr && *env != '\0') {
+    auto parsed = ParseSize(env);
+    if (!parsed || *parsed == 0) {
+      std::fprintf(stderr, "curelay emulated driver: bad CURELAY_EMU_DEVICE_MEMORY=%s\n", env);
+      init_result_ = CUDA_ERROR_INVALID_VALUE;
+      return init_result_;
+    }
+    memory = *parsed;
+  }
+  if (count == 0) {
+    init_result_ = CUDA_ERROR_NO_DEVICE;
+    return init_result_;
+  }
+
+  device_count_ = count;
+  device_memory_ = memory;
+  memory_.Configure(count, memory);
+  {
+    std::lock_guard tables(mu);
+    for (int d = 0; d < count; ++d) {
+      workers_.push_back(std::make_unique<DeviceWorker>(d));
+      auto primary = std::make_shared<Context>(NewHandle(), d, 0, /*primary=*/true,
+                                               workers_.back().get());
+      primary->alive = false;  // inactive until retained
+      contexts.emplace(primary->handle, primary);
+      primary_contexts.push_back(std::move(primary));
+      primary_flags.push_back(0);
+    }
+  }
+  init_result_ = CUDA_SUCCESS;
+  initialized_.store(true, std::memory_order_release);
+  return init_result_;
+}
+
+CUresult Driver::init_status() const {
+  // After a failed cuInit only cuInit itself repeats the failure; every
+  // other call reports the driver as not initialized.
+  return initialized_.load(std::memory_order_acquire) ? CUDA_SUCCESS : CUDA_ERROR_NOT_INITIALIZED;
+}
+
+uint64_t Driver::NewHandle() {
+  return kHandleBase + (next_handle_.fetch_add(1, std::memory_order_relaxed) + 1) * kHandleStride;
+}
+
+void Driver::DestroyContextResources(const std::shared_ptr<Context>& ctx) {
+  // The GPU finishes (or, after a fault, abandons) queued work before the
+  // context's memory goes away.
+  ctx->worker->Wait(ctx->last_seq.load());
+  std::vector<std::shared_ptr<Module>> dropped_modules;
+  {
+    std::lock_guard lock(mu);
+    std::erase_if(streams, [&](const auto& e) { return e.second->ctx == ctx; });
+    std::erase_if(events, [&](const auto& e) { return e.second->ctx == ctx; });
+    std::erase_if(functions, [&](const auto& e) { return e.second->module->ctx == ctx; });
+    for (auto it = modules.begin(); it != modules.end();) {
+      if (it->second->ctx == ctx) {
+        dropped_modules.push_back(std::move(it->second));
+        it = modules.erase(it);
+      } else {
+        ++it;
+      }
+    }
+  }
+  for (const auto& module : dropped_modules) memory_.ReleaseOwnedBy(module->handle);
+  memory_.ReleaseOwnedBy(ctx->handle);
+  host_.UnregisterOwnedBy(ctx->handle);
+}
+
+std::vector<uint64_t>& Driver::ContextStack() {
+  thread_local std::vector<uint64_t> stack;
+  return stack;
+}
+
+}  // namespace curelay::emulated

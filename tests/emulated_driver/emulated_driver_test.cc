@@ -1,0 +1,1264 @@
+// Tests of the emulated CUDA driver, loaded with dlopen() exactly as the
+// executor loads a driver. The process sees two emulated devices with
+// 256 MiB each (set before the library initializes).
+#include <dlfcn.h>
+
+#include <gtest/gtest.h>
+
+#include <array>
+#include <atomic>
+#include <chrono>
+#include <cmath>
+#include <cstdint>
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <iterator>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+// Deprecated entry points (cuDeviceGetProperties, ...) are tested too.
+#define CUDA_ENABLE_DEPRECATED 1
+#include <cuda.h>
+
+namespace {
+
+#define CURELAY_STR2(x) #x
+#define CURELAY_STR(x) CURELAY_STR2(x)
+
+// cuda.h maps e.g. cuMemAlloc to cuMemAlloc_v2; the member names and the
+// dlsym() names below go through the same macros, so each member is bound to
+// the ABI symbol an application built against cuda.h would call.
+#define CURELAY_API_LIST(X)                                                                   \
+  X(cuInit) X(cuDriverGetVersion) X(cuDeviceGetCount) X(cuDeviceGet) X(cuDeviceGetName)       \
+  X(cuDeviceGetUuid) X(cuDeviceTotalMem) X(cuDeviceGetAttribute) X(cuDeviceGetProperties)     \
+  X(cuDeviceComputeCapability) X(cuDevicePrimaryCtxRetain) X(cuDevicePrimaryCtxRelease)       \
+  X(cuDevicePrimaryCtxGetState) X(cuDevicePrimaryCtxSetFlags) X(cuDevicePrimaryCtxReset)      \
+  X(cuCtxCreate) X(cuCtxDestroy) X(cuCtxPushCurrent) X(cuCtxPopCurrent) X(cuCtxGetCurrent)    \
+  X(cuCtxSetCurrent) X(cuCtxGetDevice) X(cuCtxSynchronize) X(cuCtxGetApiVersion)              \
+  X(cuMemAlloc) X(cuMemFree) X(cuMemGetInfo) X(cuMemHostRegister) X(cuMemHostUnregister)      \
+  X(cuMemcpyHtoD) X(cuMemcpyDtoH) X(cuMemcpyDtoD) X(cuMemcpyHtoDAsync) X(cuMemcpyDtoHAsync)   \
+  X(cuMemcpyDtoDAsync) X(cuMemsetD8) X(cuMemsetD16) X(cuMemsetD32) X(cuMemsetD8Async)         \
+  X(cuMemsetD16Async) X(cuMemsetD32Async) X(cuModuleLoadData) X(cuModuleLoadDataEx)           \
+  X(cuModuleUnload) X(cuModuleGetFunction) X(cuModuleGetGlobal) X(cuFuncGetParamInfo)         \
+  X(cuFuncGetAttribute) X(cuLaunchKernel) X(cuStreamCreate) X(cuStreamCreateWithPriority)     \
+  X(cuStreamGetPriority) X(cuStreamGetFlags) X(cuStreamDestroy) X(cuStreamSynchronize)        \
+  X(cuStreamQuery) X(cuStreamWaitEvent) X(cuEventCreate) X(cuEventRecord)                     \
+  X(cuEventSynchronize) X(cuEventQuery) X(cuEventElapsedTime) X(cuEventDestroy)               \
+  X(cuGetErrorName) X(cuGetErrorString) X(cuGetProcAddress)
+
+struct Api {
+#define CURELAY_MEMBER(name) decltype(&::name) name = nullptr;
+  CURELAY_API_LIST(CURELAY_MEMBER)
+#undef CURELAY_MEMBER
+
+  void* lib = nullptr;
+  // Observed before anyone called cuInit.
+  CUresult count_before_init = CUDA_SUCCESS;
+  CUresult alloc_before_init = CUDA_SUCCESS;
+  int version_before_init = 0;
+  std::vector<std::string> missing;
+};
+
+const Api& api() {
+  static const Api* instance = [] {
+    // Deterministic configuration: two devices, 256 MiB each.
+    setenv("CURELAY_EMU_DEVICE_COUNT", "2", 1);
+    setenv("CURELAY_EMU_DEVICE_MEMORY", "256M", 1);
+    auto* a = new Api();
+    a->lib = dlopen(CURELAY_EMULATED_DRIVER_PATH, RTLD_NOW | RTLD_LOCAL);
+    if (a->lib == nullptr) {
+      a->missing.push_back(dlerror());
+      return a;
+    }
+#define CURELAY_LOAD(name)                                                       \
+  a->name = reinterpret_cast<decltype(a->name)>(dlsym(a->lib, CURELAY_STR(name))); \
+  if (a->name == nullptr) a->missing.push_back(CURELAY_STR(name));
+    CURELAY_API_LIST(CURELAY_LOAD)
+#undef CURELAY_LOAD
+    if (!a->missing.empty()) return a;
+    CUdeviceptr p;
+    a->count_before_init = a->cuDeviceGetCount(nullptr);
+    a->alloc_before_init = a->cuMemAlloc(&p, 16);
+    a->cuDriverGetVersion(&a->version_before_init);
+    a->cuInit(0);
+    return a;
+  }();
+  return *instance;
+}
+
+std::string ReadFile(const char* path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return {};
+  std::string data((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  return data;  // std::string keeps a NUL after the data, as PTX needs
+}
+
+// Extern "C" kernels of tests/kernels/test_kernels.cu, in declaration order.
+constexpr const char* kKernelNames[] = {"vector_add",   "fill_u32",    "increment_i32",
+                                        "busy_wait_ns", "param_probe", "fault_store",
+                                        "add_to_global", "empty_kernel"};
+
+struct ProbeStruct {
+  char c;
+  double d;
+  int i[3];
+};
+static_assert(sizeof(ProbeStruct) == 32);
+
+class EmulatedDriverTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    ASSERT_TRUE(api().missing.empty()) << "missing: " << api().missing.front();
+    ASSERT_EQ(api().cuCtxCreate(&ctx_, nullptr, 0, 0), CUDA_SUCCESS);
+  }
+
+  void TearDown() override {
+    if (module_ != nullptr) api().cuModuleUnload(module_);
+    if (ctx_ != nullptr) {
+      EXPECT_EQ(api().cuCtxDestroy(ctx_), CUDA_SUCCESS);
+    }
+    CUcontext current = nullptr;
+    api().cuCtxGetCurrent(&current);
+    EXPECT_EQ(current, nullptr) << "test leaked a current context";
+  }
+
+  // Loads the PTX of the test kernels into the current context.
+  void LoadPtx() {
+    ptx_ = ReadFile(CURELAY_TEST_PTX_PATH);
+    if (ptx_.empty()) GTEST_SKIP() << "no PTX at " << CURELAY_TEST_PTX_PATH;
+    ASSERT_EQ(api().cuModuleLoadData(&module_, ptx_.c_str()), CUDA_SUCCESS);
+  }
+
+  CUfunction Function(const char* name) {
+    CUfunction f = nullptr;
+    EXPECT_EQ(api().cuModuleGetFunction(&f, module_, name), CUDA_SUCCESS) << name;
+    return f;
+  }
+
+  CUdeviceptr Alloc(size_t bytes) {
+    CUdeviceptr p = 0;
+    EXPECT_EQ(api().cuMemAlloc(&p, bytes), CUDA_SUCCESS);
+    return p;
+  }
+
+  CUresult Launch1D(CUfunction f, unsigned grid, unsigned block, void** params,
+                    CUstream stream = nullptr) {
+    return api().cuLaunchKernel(f, grid, 1, 1, block, 1, 1, 0, stream, params, nullptr);
+  }
+
+  CUresult BusyWait(uint64_t ns, CUstream stream) {
+    void* params[] = {&ns};
+    return Launch1D(Function("busy_wait_ns"), 1, 32, params, stream);
+  }
+
+  CUcontext ctx_ = nullptr;
+  CUmodule module_ = nullptr;
+  std::string ptx_;
+};
+
+using Clock = std::chrono::steady_clock;
+
+double MsSince(Clock::time_point t) {
+  return std::chrono::duration<double, std::milli>(Clock::now() - t).count();
+}
+
+// --- Initialization and devices ----------------------------------------------
+
+TEST(EmulatedDriverInit, CallsBeforeCuInitFail) {
+  ASSERT_TRUE(api().missing.empty()) << "missing: " << api().missing.front();
+  EXPECT_EQ(api().count_before_init, CUDA_ERROR_NOT_INITIALIZED);
+  EXPECT_EQ(api().alloc_before_init, CUDA_ERROR_NOT_INITIALIZED);
+  EXPECT_EQ(api().version_before_init, 13000);
+  EXPECT_EQ(api().cuInit(0), CUDA_SUCCESS);  // idempotent
+  EXPECT_EQ(api().cuInit(1), CUDA_ERROR_INVALID_VALUE);
+}
+
+TEST(EmulatedDriverDevice, Queries) {
+  ASSERT_TRUE(api().missing.empty());
+  int count = 0;
+  ASSERT_EQ(api().cuDeviceGetCount(&count), CUDA_SUCCESS);
+  EXPECT_EQ(count, 2);
+  EXPECT_EQ(api().cuDeviceGetCount(nullptr), CUDA_ERROR_INVALID_VALUE);
+  CUdevice dev = -1;
+  EXPECT_EQ(api().cuDeviceGet(&dev, 1), CUDA_SUCCESS);
+  EXPECT_EQ(dev, 1);
+  EXPECT_EQ(api().cuDeviceGet(&dev, 2), CUDA_ERROR_INVALID_DEVICE);
+  EXPECT_EQ(api().cuDeviceGet(nullptr, 0), CUDA_ERROR_INVALID_VALUE);
+
+  char name[128];
+  ASSERT_EQ(api().cuDeviceGetName(name, sizeof(name), 0), CUDA_SUCCESS);
+  EXPECT_NE(std::string(name).find("H200"), std::string::npos);
+  char tiny[5];
+  ASSERT_EQ(api().cuDeviceGetName(tiny, sizeof(tiny), 0), CUDA_SUCCESS);
+  EXPECT_EQ(std::strlen(tiny), 4u);
+  EXPECT_EQ(api().cuDeviceGetName(name, sizeof(name), 7), CUDA_ERROR_INVALID_DEVICE);
+
+  CUuuid u0, u1;
+  ASSERT_EQ(api().cuDeviceGetUuid(&u0, 0), CUDA_SUCCESS);
+  ASSERT_EQ(api().cuDeviceGetUuid(&u1, 1), CUDA_SUCCESS);
+  EXPECT_NE(std::memcmp(u0.bytes, u1.bytes, sizeof(u0.bytes)), 0);
+
+  size_t total = 0;
+  ASSERT_EQ(api().cuDeviceTotalMem(&total, 0), CUDA_SUCCESS);
+  EXPECT_EQ(total, size_t{256} << 20);
+
+  int major = 0, minor = -1;
+  ASSERT_EQ(api().cuDeviceComputeCapability(&major, &minor, 0), CUDA_SUCCESS);
+  EXPECT_EQ(major, 9);
+  EXPECT_EQ(minor, 0);
+  CUdevprop prop;
+  ASSERT_EQ(api().cuDeviceGetProperties(&prop, 0), CUDA_SUCCESS);
+  EXPECT_EQ(prop.maxThreadsPerBlock, 1024);
+  EXPECT_EQ(prop.SIMDWidth, 32);
+}
+
+TEST(EmulatedDriverDevice, Attributes) {
+  ASSERT_TRUE(api().missing.empty());
+  auto attr = [](CUdevice_attribute a, CUdevice dev = 0) {
+    int v = -12345;
+    EXPECT_EQ(api().cuDeviceGetAttribute(&v, a, dev), CUDA_SUCCESS) << a;
+    return v;
+  };
+  EXPECT_EQ(attr(CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT), 132);
+  EXPECT_EQ(attr(CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR), 9);
+  EXPECT_EQ(attr(CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR), 0);
+  EXPECT_EQ(attr(CU_DEVICE_ATTRIBUTE_WARP_SIZE), 32);
+  EXPECT_EQ(attr(CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_BLOCK), 1024);
+  EXPECT_EQ(attr(CU_DEVICE_ATTRIBUTE_UNIFIED_ADDRESSING), 1);
+  EXPECT_EQ(attr(CU_DEVICE_ATTRIBUTE_MAX_GRID_DIM_X), 2147483647);
+  EXPECT_NE(attr(CU_DEVICE_ATTRIBUTE_PCI_BUS_ID, 0), attr(CU_DEVICE_ATTRIBUTE_PCI_BUS_ID, 1));
+  // Every attribute of cuda.h has a value.
+  for (int a = 1; a < CU_DEVICE_ATTRIBUTE_MAX; ++a) attr(static_cast<CUdevice_attribute>(a));
+  int v;
+  EXPECT_EQ(api().cuDeviceGetAttribute(&v, CU_DEVICE_ATTRIBUTE_MAX, 0), CUDA_ERROR_INVALID_VALUE);
+  EXPECT_EQ(api().cuDeviceGetAttribute(&v, static_cast<CUdevice_attribute>(0), 0),
+            CUDA_ERROR_INVALID_VALUE);
+  EXPECT_EQ(api().cuDeviceGetAttribute(&v, static_cast<CUdevice_attribute>(200), 0),
+            CUDA_ERROR_INVALID_VALUE);
+  EXPECT_EQ(api().cuDeviceGetAttribute(&v, CU_DEVICE_ATTRIBUTE_WARP_SIZE, 5),
+            CUDA_ERROR_INVALID_DEVICE);
+  EXPECT_EQ(api().cuDeviceGetAttribute(nullptr, CU_DEVICE_ATTRIBUTE_WARP_SIZE, 0),
+            CUDA_ERROR_INVALID_VALUE);
+}
+
+TEST(EmulatedDriverErrors, NamesAndStrings) {
+  ASSERT_TRUE(api().missing.empty());
+  const char* s = nullptr;
+  ASSERT_EQ(api().cuGetErrorName(CUDA_ERROR_ILLEGAL_ADDRESS, &s), CUDA_SUCCESS);
+  EXPECT_STREQ(s, "CUDA_ERROR_ILLEGAL_ADDRESS");
+  ASSERT_EQ(api().cuGetErrorString(CUDA_ERROR_ILLEGAL_ADDRESS, &s), CUDA_SUCCESS);
+  EXPECT_STREQ(s, "an illegal memory access was encountered");
+  ASSERT_EQ(api().cuGetErrorString(CUDA_SUCCESS, &s), CUDA_SUCCESS);
+  EXPECT_STREQ(s, "no error");
+  s = "x";
+  EXPECT_EQ(api().cuGetErrorString(static_cast<CUresult>(1001), &s), CUDA_ERROR_INVALID_VALUE);
+  EXPECT_EQ(s, nullptr);
+  s = "x";
+  EXPECT_EQ(api().cuGetErrorName(static_cast<CUresult>(1001), &s), CUDA_ERROR_INVALID_VALUE);
+  EXPECT_EQ(s, nullptr);
+  // Every code has both.
+  for (int code = 0; code < 1000; ++code) {
+    const char* name = nullptr;
+    const char* text = nullptr;
+    const CUresult rn = api().cuGetErrorName(static_cast<CUresult>(code), &name);
+    const CUresult rs = api().cuGetErrorString(static_cast<CUresult>(code), &text);
+    EXPECT_EQ(rn, rs) << code;
+    if (rn == CUDA_SUCCESS) {
+      EXPECT_TRUE(name != nullptr && text != nullptr && *text) << code;
+    }
+  }
+}
+
+TEST(EmulatedDriverProcAddress, ResolvesVersionedSymbols) {
+  ASSERT_TRUE(api().missing.empty());
+  void* fn = nullptr;
+  CUdriverProcAddressQueryResult status;
+  ASSERT_EQ(api().cuGetProcAddress("cuMemAlloc", &fn, 12000, CU_GET_PROC_ADDRESS_DEFAULT, &status),
+            CUDA_SUCCESS);
+  EXPECT_EQ(status, CU_GET_PROC_ADDRESS_SUCCESS);
+  EXPECT_EQ(fn, dlsym(api().lib, "cuMemAlloc_v2"));
+  ASSERT_EQ(api().cuGetProcAddress("cuCtxCreate", &fn, 12080, 0, &status), CUDA_SUCCESS);
+  EXPECT_EQ(fn, dlsym(api().lib, "cuCtxCreate_v4"));
+  ASSERT_EQ(api().cuGetProcAddress("cuCtxCreate", &fn, 11040, 0, &status), CUDA_SUCCESS);
+  EXPECT_EQ(fn, dlsym(api().lib, "cuCtxCreate_v3"));
+  ASSERT_EQ(api().cuGetProcAddress("cuLaunchKernel", &fn, 12000,
+                                   CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM, &status),
+            CUDA_SUCCESS);
+  EXPECT_EQ(fn, dlsym(api().lib, "cuLaunchKernel_ptsz"));
+  ASSERT_EQ(api().cuGetProcAddress("cuNoSuchThing", &fn, 12000, 0, &status), CUDA_SUCCESS);
+  EXPECT_EQ(fn, nullptr);
+  EXPECT_EQ(status, CU_GET_PROC_ADDRESS_SYMBOL_NOT_FOUND);
+  ASSERT_EQ(api().cuGetProcAddress("cuFuncGetParamInfo", &fn, 12000, 0, &status), CUDA_SUCCESS);
+  EXPECT_EQ(status, CU_GET_PROC_ADDRESS_VERSION_NOT_SUFFICIENT);
+}
+
+// --- Contexts -----------------------------------------------------------------
+
+TEST(EmulatedDriverContext, NoCurrentContext) {
+  ASSERT_TRUE(api().missing.empty());
+  CUdeviceptr p;
+  EXPECT_EQ(api().cuMemAlloc(&p, 64), CUDA_ERROR_INVALID_CONTEXT);
+  EXPECT_EQ(api().cuCtxSynchronize(), CUDA_ERROR_INVALID_CONTEXT);
+  CUstream s;
+  EXPECT_EQ(api().cuStreamCreate(&s, 0), CUDA_ERROR_INVALID_CONTEXT);
+  CUcontext c = reinterpret_cast<CUcontext>(1);
+  EXPECT_EQ(api().cuCtxGetCurrent(&c), CUDA_SUCCESS);
+  EXPECT_EQ(c, nullptr);
+  EXPECT_EQ(api().cuCtxPopCurrent(&c), CUDA_ERROR_INVALID_CONTEXT);
+}
+
+TEST(EmulatedDriverContext, StackAndDestroy) {
+  ASSERT_TRUE(api().missing.empty());
+  CUcontext a = nullptr, b = nullptr, cur = nullptr;
+  ASSERT_EQ(api().cuCtxCreate(&a, nullptr, 0, 0), CUDA_SUCCESS);
+  ASSERT_EQ(api().cuCtxCreate(&b, nullptr, CU_CTX_SCHED_BLOCKING_SYNC, 1), CUDA_SUCCESS);
+  ASSERT_EQ(api().cuCtxGetCurrent(&cur), CUDA_SUCCESS);
+  EXPECT_EQ(cur, b);
+  CUdevice dev = -1;
+  ASSERT_EQ(api().cuCtxGetDevice(&dev), CUDA_SUCCESS);
+  EXPECT_EQ(dev, 1);
+  ASSERT_EQ(api().cuCtxPopCurrent(&cur), CUDA_SUCCESS);
+  EXPECT_EQ(cur, b);
+  ASSERT_EQ(api().cuCtxGetCurrent(&cur), CUDA_SUCCESS);
+  EXPECT_EQ(cur, a);
+  unsigned version = 0;
+  EXPECT_EQ(api().cuCtxGetApiVersion(b, &version), CUDA_SUCCESS);
+  EXPECT_GT(version, 0u);
+  EXPECT_EQ(api().cuCtxCreate(&cur, nullptr, CU_CTX_SCHED_SPIN | CU_CTX_SCHED_YIELD, 0),
+            CUDA_ERROR_INVALID_VALUE);
+  EXPECT_EQ(api().cuCtxCreate(&cur, nullptr, 0, 9), CUDA_ERROR_INVALID_DEVICE);
+
+  // A context destroyed while current elsewhere is reported as destroyed.
+  std::thread([&] {
+    ASSERT_EQ(api().cuCtxPushCurrent(a), CUDA_SUCCESS);
+    ASSERT_EQ(api().cuCtxSetCurrent(b), CUDA_SUCCESS);
+    CUcontext mine = nullptr;
+    api().cuCtxGetCurrent(&mine);
+    EXPECT_EQ(mine, b);
+  }).join();
+  ASSERT_EQ(api().cuCtxDestroy(a), CUDA_SUCCESS);  // current: popped
+  ASSERT_EQ(api().cuCtxGetCurrent(&cur), CUDA_SUCCESS);
+  EXPECT_EQ(cur, nullptr);
+  EXPECT_EQ(api().cuCtxDestroy(a), CUDA_ERROR_INVALID_CONTEXT);
+  ASSERT_EQ(api().cuCtxPushCurrent(b), CUDA_SUCCESS);
+  std::thread([&] {
+    ASSERT_EQ(api().cuCtxSetCurrent(b), CUDA_SUCCESS);
+  }).join();
+  ASSERT_EQ(api().cuCtxPopCurrent(nullptr), CUDA_SUCCESS);
+  ASSERT_EQ(api().cuCtxDestroy(b), CUDA_SUCCESS);
+  // Pushing a destroyed context fails; one made current before destruction
+  // reports CONTEXT_IS_DESTROYED.
+  EXPECT_EQ(api().cuCtxPushCurrent(b), CUDA_ERROR_INVALID_CONTEXT);
+}
+
+TEST(EmulatedDriverContext, DestroyedWhileCurrentOnAnotherThread) {
+  ASSERT_TRUE(api().missing.empty());
+  CUcontext ctx = nullptr;
+  ASSERT_EQ(api().cuCtxCreate(&ctx, nullptr, 0, 0), CUDA_SUCCESS);
+  ASSERT_EQ(api().cuCtxPopCurrent(nullptr), CUDA_SUCCESS);
+  std::atomic<int> stage{0};
+  CUresult after_destroy = CUDA_SUCCESS;
+  std::thread t([&] {
+    api().cuCtxSetCurrent(ctx);
+    stage = 1;
+    while (stage != 2) std::this_thread::yield();
+    CUdeviceptr p;
+    after_destroy = api().cuMemAlloc(&p, 16);
+    api().cuCtxSetCurrent(nullptr);
+  });
+  while (stage != 1) std::this_thread::yield();
+  ASSERT_EQ(api().cuCtxDestroy(ctx), CUDA_SUCCESS);
+  stage = 2;
+  t.join();
+  EXPECT_EQ(after_destroy, CUDA_ERROR_CONTEXT_IS_DESTROYED);
+}
+
+TEST(EmulatedDriverContext, PrimaryContextLifecycle) {
+  ASSERT_TRUE(api().missing.empty());
+  unsigned flags = 99;
+  int active = -1;
+  ASSERT_EQ(api().cuDevicePrimaryCtxGetState(1, &flags, &active), CUDA_SUCCESS);
+  EXPECT_EQ(active, 0);
+  EXPECT_EQ(api().cuDevicePrimaryCtxRelease(1), CUDA_ERROR_INVALID_CONTEXT);
+  ASSERT_EQ(api().cuDevicePrimaryCtxSetFlags(1, CU_CTX_SCHED_YIELD), CUDA_SUCCESS);
+  CUcontext p1 = nullptr, p2 = nullptr;
+  ASSERT_EQ(api().cuDevicePrimaryCtxRetain(&p1, 1), CUDA_SUCCESS);
+  ASSERT_EQ(api().cuDevicePrimaryCtxRetain(&p2, 1), CUDA_SUCCESS);
+  EXPECT_EQ(p1, p2);
+  ASSERT_EQ(api().cuDevicePrimaryCtxGetState(1, &flags, &active), CUDA_SUCCESS);
+  EXPECT_EQ(active, 1);
+  EXPECT_EQ(flags, static_cast<unsigned>(CU_CTX_SCHED_YIELD));
+  CUcontext cur = nullptr;
+  ASSERT_EQ(api().cuCtxGetCurrent(&cur), CUDA_SUCCESS);
+  EXPECT_EQ(cur, nullptr);  // retain does not push
+  EXPECT_EQ(api().cuCtxDestroy(p1), CUDA_ERROR_INVALID_CONTEXT);
+
+  ASSERT_EQ(api().cuCtxSetCurrent(p1), CUDA_SUCCESS);
+  size_t free_before = 0, total = 0, free_after = 0;
+  ASSERT_EQ(api().cuMemGetInfo(&free_before, &total), CUDA_SUCCESS);
+  CUdeviceptr p;
+  ASSERT_EQ(api().cuMemAlloc(&p, 1 << 20), CUDA_SUCCESS);
+  ASSERT_EQ(api().cuDevicePrimaryCtxRelease(1), CUDA_SUCCESS);  // still retained once
+  ASSERT_EQ(api().cuMemGetInfo(&free_after, &total), CUDA_SUCCESS);
+  EXPECT_EQ(free_after, free_before - (1 << 20));
+  ASSERT_EQ(api().cuDevicePrimaryCtxRelease(1), CUDA_SUCCESS);  // last: reset
+  EXPECT_EQ(api().cuMemAlloc(&p, 16), CUDA_ERROR_CONTEXT_IS_DESTROYED);
+  ASSERT_EQ(api().cuDevicePrimaryCtxRetain(&p1, 1), CUDA_SUCCESS);
+  ASSERT_EQ(api().cuMemGetInfo(&free_after, &total), CUDA_SUCCESS);
+  EXPECT_EQ(free_after, free_before);  // the allocation went with the reset
+  ASSERT_EQ(api().cuDevicePrimaryCtxRelease(1), CUDA_SUCCESS);
+  ASSERT_EQ(api().cuCtxSetCurrent(nullptr), CUDA_SUCCESS);
+  ASSERT_EQ(api().cuDevicePrimaryCtxSetFlags(1, 0), CUDA_SUCCESS);
+}
+
+// --- Memory -------------------------------------------------------------------
+
+TEST_F(EmulatedDriverTest, CopiesAndMemsets) {
+  constexpr size_t kN = 1000;
+  std::vector<uint32_t> host(kN), back(kN, 0);
+  for (size_t i = 0; i < kN; ++i) host[i] = static_cast<uint32_t>(i * 2654435761u);
+  CUdeviceptr a = Alloc(kN * 4);
+  CUdeviceptr b = Alloc(kN * 4);
+  EXPECT_EQ(a % 256, 0u);
+  ASSERT_EQ(api().cuMemcpyHtoD(a, host.data(), kN * 4), CUDA_SUCCESS);
+  ASSERT_EQ(api().cuMemcpyDtoD(b, a, kN * 4), CUDA_SUCCESS);
+  ASSERT_EQ(api().cuMemcpyDtoH(back.data(), b, kN * 4), CUDA_SUCCESS);
+  EXPECT_EQ(back, host);
+
+  ASSERT_EQ(api().cuMemsetD32(a, 0xdeadbeef, kN), CUDA_SUCCESS);
+  ASSERT_EQ(api().cuMemsetD16(a + 8, 0x1234, 2), CUDA_SUCCESS);
+  ASSERT_EQ(api().cuMemsetD8(a + 16, 0x5a, 3), CUDA_SUCCESS);
+  ASSERT_EQ(api().cuMemcpyDtoH(back.data(), a, kN * 4), CUDA_SUCCESS);
+  EXPECT_EQ(back[0], 0xdeadbeefu);
+  EXPECT_EQ(back[2], 0x12341234u);
+  EXPECT_EQ(back[4], 0xde5a5a5au);
+  EXPECT_EQ(back[kN - 1], 0xdeadbeefu);
+
+  CUstream s;
+  ASSERT_EQ(api().cuStreamCreate(&s, CU_STREAM_NON_BLOCKING), CUDA_SUCCESS);
+  ASSERT_EQ(api().cuMemsetD32Async(b, 7, kN, s), CUDA_SUCCESS);
+  ASSERT_EQ(api().cuMemsetD16Async(b, 0xffff, 1, s), CUDA_SUCCESS);
+  ASSERT_EQ(api().cuMemsetD8Async(b + 4, 1, 1, s), CUDA_SUCCESS);
+  ASSERT_EQ(api().cuMemcpyDtoDAsync(a, b, kN * 4, s), CUDA_SUCCESS);
+  ASSERT_EQ(api().cuMemcpyDtoHAsync(back.data(), a, kN * 4, s), CUDA_SUCCESS);
+  ASSERT_EQ(api().cuStreamSynchronize(s), CUDA_SUCCESS);
+  EXPECT_EQ(back[0], 0x0000ffffu);
+  EXPECT_EQ(back[1], 0x00000001u);
+  EXPECT_EQ(back[2], 7u);
+  ASSERT_EQ(api().cuStreamDestroy(s), CUDA_SUCCESS);
+  EXPECT_EQ(api().cuMemFree(a), CUDA_SUCCESS);
+  EXPECT_EQ(api().cuMemFree(b), CUDA_SUCCESS);
+}
+
+TEST_F(EmulatedDriverTest, InvalidDevicePointers) {
+  CUdeviceptr a = Alloc(1024);
+  std::vector<uint8_t> host(2048);
+  EXPECT_EQ(api().cuMemcpyHtoD(a, host.data(), 1025), CUDA_ERROR_INVALID_VALUE);
+  EXPECT_EQ(api().cuMemcpyHtoD(a + 512, host.data(), 513), CUDA_ERROR_INVALID_VALUE);
+  EXPECT_EQ(api().cuMemcpyHtoD(a + 512, host.data(), 512), CUDA_SUCCESS);
+  EXPECT_EQ(api().cuMemcpyDtoH(host.data(), 0x1000, 4), CUDA_ERROR_INVALID_VALUE);
+  EXPECT_EQ(api().cuMemcpyHtoD(a, nullptr, 4), CUDA_ERROR_INVALID_VALUE);
+  EXPECT_EQ(api().cuMemcpyDtoD(a, reinterpret_cast<CUdeviceptr>(host.data()), 4),
+            CUDA_ERROR_INVALID_VALUE);  // unregistered host memory
+  EXPECT_EQ(api().cuMemsetD32(a + 2, 0, 1), CUDA_ERROR_INVALID_VALUE);  // misaligned
+  EXPECT_EQ(api().cuMemsetD32(a, 0, 257), CUDA_ERROR_INVALID_VALUE);
+  EXPECT_EQ(api().cuMemsetD16Async(a + 1, 0, 1, nullptr), CUDA_ERROR_INVALID_VALUE);
+  EXPECT_EQ(api().cuMemcpyHtoD(a, host.data(), 0), CUDA_SUCCESS);  // empty copy
+  EXPECT_EQ(api().cuMemFree(a + 16), CUDA_ERROR_INVALID_VALUE);
+  EXPECT_EQ(api().cuMemFree(a), CUDA_SUCCESS);
+  EXPECT_EQ(api().cuMemFree(a), CUDA_ERROR_INVALID_VALUE);
+  EXPECT_EQ(api().cuMemcpyHtoD(a, host.data(), 4), CUDA_ERROR_INVALID_VALUE);  // freed
+  CUdeviceptr p;
+  EXPECT_EQ(api().cuMemAlloc(&p, 0), CUDA_ERROR_INVALID_VALUE);
+  EXPECT_EQ(api().cuMemAlloc(nullptr, 4), CUDA_ERROR_INVALID_VALUE);
+}
+
+TEST_F(EmulatedDriverTest, OutOfMemoryAndMemGetInfo) {
+  size_t free0 = 0, total = 0;
+  ASSERT_EQ(api().cuMemGetInfo(&free0, &total), CUDA_SUCCESS);
+  EXPECT_EQ(total, size_t{256} << 20);
+  CUdeviceptr p;
+  EXPECT_EQ(api().cuMemAlloc(&p, size_t{300} << 20), CUDA_ERROR_OUT_OF_MEMORY);
+  CUdeviceptr big1 = Alloc(size_t{100} << 20);
+  CUdeviceptr big2 = Alloc(size_t{100} << 20);
+  size_t free1 = 0;
+  ASSERT_EQ(api().cuMemGetInfo(&free1, &total), CUDA_SUCCESS);
+  EXPECT_EQ(free1, free0 - (size_t{200} << 20));
+  EXPECT_EQ(api().cuMemAlloc(&p, free1 + 1), CUDA_ERROR_OUT_OF_MEMORY);
+  // Other devices have their own memory.
+  CUcontext other;
+  ASSERT_EQ(api().cuCtxCreate(&other, nullptr, 0, 1), CUDA_SUCCESS);
+  EXPECT_EQ(api().cuMemAlloc(&p, size_t{200} << 20), CUDA_SUCCESS);
+  ASSERT_EQ(api().cuCtxDestroy(other), CUDA_SUCCESS);  // frees it
+  ASSERT_EQ(api().cuMemFree(big1), CUDA_SUCCESS);
+  ASSERT_EQ(api().cuMemFree(big2), CUDA_SUCCESS);
+  ASSERT_EQ(api().cuMemGetInfo(&free1, &total), CUDA_SUCCESS);
+  EXPECT_EQ(free1, free0);
+  EXPECT_EQ(api().cuMemGetInfo(nullptr, &total), CUDA_ERROR_INVALID_VALUE);
+}
+
+TEST_F(EmulatedDriverTest, HostRegistration) {
+  std::vector<uint8_t> buf(8192);
+  EXPECT_EQ(api().cuMemHostRegister(buf.data(), 4096, 0), CUDA_SUCCESS);
+  EXPECT_EQ(api().cuMemHostRegister(buf.data(), 4096, 0), CUDA_ERROR_HOST_MEMORY_ALREADY_REGISTERED);
+  EXPECT_EQ(api().cuMemHostRegister(buf.data() + 100, 64, 0),
+            CUDA_ERROR_HOST_MEMORY_ALREADY_REGISTERED);
+  EXPECT_EQ(api().cuMemHostRegister(buf.data() + 4096, 4096, CU_MEMHOSTREGISTER_DEVICEMAP),
+            CUDA_SUCCESS);  // adjacent, not overlapping
+  EXPECT_EQ(api().cuMemHostRegister(buf.data(), 16, 0x100), CUDA_ERROR_INVALID_VALUE);
+  EXPECT_EQ(api().cuMemHostRegister(nullptr, 16, 0), CUDA_ERROR_INVALID_VALUE);
+  EXPECT_EQ(api().cuMemHostUnregister(buf.data() + 1), CUDA_ERROR_HOST_MEMORY_NOT_REGISTERED);
+  // Registered memory is usable as a device address (unified addressing).
+  EXPECT_EQ(api().cuMemsetD8(reinterpret_cast<CUdeviceptr>(buf.data()), 0x42, 16), CUDA_SUCCESS);
+  EXPECT_EQ(buf[15], 0x42);
+  EXPECT_EQ(api().cuMemHostUnregister(buf.data()), CUDA_SUCCESS);
+  EXPECT_EQ(api().cuMemHostUnregister(buf.data()), CUDA_ERROR_HOST_MEMORY_NOT_REGISTERED);
+  EXPECT_EQ(api().cuMemHostUnregister(buf.data() + 4096), CUDA_SUCCESS);
+}
+
+// --- Modules ------------------------------------------------------------------
+
+TEST_F(EmulatedDriverTest, PtxModuleContents) {
+  LoadPtx();
+  for (const char* name : kKernelNames) Function(name);
+  CUfunction f;
+  EXPECT_EQ(api().cuModuleGetFunction(&f, module_, "no_such_kernel"), CUDA_ERROR_NOT_FOUND);
+  EXPECT_EQ(api().cuModuleGetFunction(&f, module_, nullptr), CUDA_ERROR_INVALID_VALUE);
+
+  // The layout of param_probe's parameter buffer.
+  CUfunction probe = Function("param_probe");
+  const size_t offsets[] = {0, 2, 4, 8, 16, 24, 32, 64};
+  const size_t sizes[] = {1, 2, 4, 8, 4, 8, 32, 8};
+  for (size_t i = 0; i < 8; ++i) {
+    size_t offset = 99, size = 99;
+    ASSERT_EQ(api().cuFuncGetParamInfo(probe, i, &offset, &size), CUDA_SUCCESS);
+    EXPECT_EQ(offset, offsets[i]) << i;
+    EXPECT_EQ(size, sizes[i]) << i;
+  }
+  size_t offset;
+  EXPECT_EQ(api().cuFuncGetParamInfo(probe, 8, &offset, nullptr), CUDA_ERROR_INVALID_VALUE);
+  EXPECT_EQ(api().cuFuncGetParamInfo(Function("empty_kernel"), 0, &offset, nullptr),
+            CUDA_ERROR_INVALID_VALUE);
+
+  CUdeviceptr global = 0;
+  size_t bytes = 0;
+  ASSERT_EQ(api().cuModuleGetGlobal(&global, &bytes, module_, "global_counter"), CUDA_SUCCESS);
+  EXPECT_EQ(bytes, 4u);
+  EXPECT_NE(global, 0u);
+  EXPECT_EQ(api().cuModuleGetGlobal(&global, &bytes, module_, "nope"), CUDA_ERROR_NOT_FOUND);
+  EXPECT_EQ(api().cuMemFree(global), CUDA_ERROR_INVALID_VALUE);  // not a cuMemAlloc block
+
+  int v = 0;
+  ASSERT_EQ(api().cuFuncGetAttribute(&v, CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK, probe),
+            CUDA_SUCCESS);
+  EXPECT_EQ(v, 1024);
+  ASSERT_EQ(api().cuFuncGetAttribute(&v, CU_FUNC_ATTRIBUTE_PTX_VERSION, probe), CUDA_SUCCESS);
+  EXPECT_EQ(v, 90);
+  ASSERT_EQ(api().cuFuncGetAttribute(&v, CU_FUNC_ATTRIBUTE_BINARY_VERSION, probe), CUDA_SUCCESS);
+  EXPECT_EQ(v, 90);
+  ASSERT_EQ(api().cuFuncGetAttribute(&v, CU_FUNC_ATTRIBUTE_NUM_REGS, probe), CUDA_SUCCESS);
+  EXPECT_GT(v, 0);
+  EXPECT_EQ(api().cuFuncGetAttribute(&v, CU_FUNC_ATTRIBUTE_MAX, probe), CUDA_ERROR_INVALID_VALUE);
+}
+
+TEST_F(EmulatedDriverTest, CubinAndFatbinMatchPtx) {
+  LoadPtx();
+  for (const char* path : {CURELAY_TEST_CUBIN_PATH, CURELAY_TEST_FATBIN_PATH}) {
+    SCOPED_TRACE(path);
+    const std::string image = ReadFile(path);
+    if (image.empty()) GTEST_SKIP() << "missing " << path;
+    CUmodule mod = nullptr;
+    ASSERT_EQ(api().cuModuleLoadData(&mod, image.data()), CUDA_SUCCESS);
+    for (const char* name : kKernelNames) {
+      CUfunction fp = Function(name);
+      CUfunction fb = nullptr;
+      ASSERT_EQ(api().cuModuleGetFunction(&fb, mod, name), CUDA_SUCCESS) << name;
+      for (size_t i = 0;; ++i) {
+        size_t po, ps, bo, bs;
+        const CUresult rp = api().cuFuncGetParamInfo(fp, i, &po, &ps);
+        const CUresult rb = api().cuFuncGetParamInfo(fb, i, &bo, &bs);
+        ASSERT_EQ(rp, rb) << name << " param " << i;
+        if (rp != CUDA_SUCCESS) break;
+        EXPECT_EQ(po, bo) << name << " param " << i;
+        EXPECT_EQ(ps, bs) << name << " param " << i;
+      }
+    }
+    size_t bytes = 0;
+    CUdeviceptr global = 0;
+    EXPECT_EQ(api().cuModuleGetGlobal(&global, &bytes, mod, "global_counter"), CUDA_SUCCESS);
+    EXPECT_EQ(bytes, 4u);
+
+    // And the kernels run.
+    CUfunction add;
+    ASSERT_EQ(api().cuModuleGetFunction(&add, mod, "vector_add"), CUDA_SUCCESS);
+    float ha[3] = {1, 2, 3}, hb[3] = {10, 20, 30}, hc[3] = {};
+    CUdeviceptr a = Alloc(12), b = Alloc(12), c = Alloc(12);
+    api().cuMemcpyHtoD(a, ha, 12);
+    api().cuMemcpyHtoD(b, hb, 12);
+    int n = 3;
+    void* params[] = {&a, &b, &c, &n};
+    ASSERT_EQ(Launch1D(add, 1, 32, params), CUDA_SUCCESS);
+    ASSERT_EQ(api().cuMemcpyDtoH(hc, c, 12), CUDA_SUCCESS);
+    EXPECT_EQ(hc[2], 33.0f);
+    ASSERT_EQ(api().cuModuleUnload(mod), CUDA_SUCCESS);
+  }
+}
+
+// Builds a single-entry fatbin (the container layout nvcc emits).
+std::string MakeFatbin(uint16_t kind, uint32_t arch, uint64_t flags, const std::string& payload,
+                       uint64_t uncompressed_size = 0) {
+  struct Entry {
+    uint16_t kind;
+    uint16_t unknown0 = 0x0101;
+    uint32_t header_size = 64;
+    uint64_t payload_size;
+    uint32_t compressed_size = 0;
+    uint32_t unknown1 = 0;
+    uint16_t minor = 0;
+    uint16_t major = 9;
+    uint32_t arch;
+    uint32_t name_offset = 0;
+    uint32_t name_size = 0;
+    uint64_t flags;
+    uint64_t unknown2 = 0;
+    uint64_t uncompressed_size;
+  };
+  static_assert(sizeof(Entry) == 64);
+  std::string padded = payload;
+  padded.resize((payload.size() + 7) / 8 * 8, '\0');
+  Entry e{};
+  e.kind = kind;
+  e.header_size = 64;
+  e.payload_size = padded.size();
+  e.arch = arch;
+  e.flags = flags;
+  e.uncompressed_size = uncompressed_size;
+  const uint32_t magic = 0xBA55ED50;
+  const uint16_t version = 1, header_size = 16;
+  const uint64_t fat_size = sizeof(e) + padded.size();
+  std::string out;
+  out.append(reinterpret_cast<const char*>(&magic), 4);
+  out.append(reinterpret_cast<const char*>(&version), 2);
+  out.append(reinterpret_cast<const char*>(&header_size), 2);
+  out.append(reinterpret_cast<const char*>(&fat_size), 8);
+  out.append(reinterpret_cast<const char*>(&e), sizeof(e));
+  out += padded;
+  return out;
+}
+
+TEST_F(EmulatedDriverTest, FatbinAndCubinSelection) {
+  const std::string ptx = ReadFile(CURELAY_TEST_PTX_PATH);
+  const std::string cubin = ReadFile(CURELAY_TEST_CUBIN_PATH);
+  if (ptx.empty() || cubin.empty()) GTEST_SKIP() << "kernel images not built";
+  constexpr uint64_t kElf64Linux = 0x11;
+  CUmodule mod;
+  CUfunction f;
+  // PTX-only fatbin (JIT path).
+  std::string fat = MakeFatbin(1, 90, kElf64Linux, ptx + '\0');
+  ASSERT_EQ(api().cuModuleLoadData(&mod, fat.data()), CUDA_SUCCESS);
+  EXPECT_EQ(api().cuModuleGetFunction(&f, mod, "param_probe"), CUDA_SUCCESS);
+  ASSERT_EQ(api().cuModuleUnload(mod), CUDA_SUCCESS);
+  // The same through the __fatBinC_Wrapper_t indirection.
+  struct {
+    int magic = 0x466243b1;
+    int version = 1;
+    const void* data;
+    void* unused = nullptr;
+  } wrapper;
+  wrapper.data = fat.data();
+  ASSERT_EQ(api().cuModuleLoadData(&mod, &wrapper), CUDA_SUCCESS);
+  ASSERT_EQ(api().cuModuleUnload(mod), CUDA_SUCCESS);
+  // PTX for a newer virtual architecture cannot be JIT-compiled for sm_90,
+  // and SASS for another architecture cannot run.
+  fat = MakeFatbin(1, 100, kElf64Linux, ptx + '\0');
+  EXPECT_EQ(api().cuModuleLoadData(&mod, fat.data()), CUDA_ERROR_NO_BINARY_FOR_GPU);
+  fat = MakeFatbin(2, 80, kElf64Linux, cubin);
+  EXPECT_EQ(api().cuModuleLoadData(&mod, fat.data()), CUDA_ERROR_NO_BINARY_FOR_GPU);
+  std::string sm80 = cubin;
+  uint32_t e_flags;
+  std::memcpy(&e_flags, sm80.data() + 48, 4);
+  const bool new_abi = static_cast<uint8_t>(sm80[7]) == 0x41;
+  e_flags = new_abi ? (e_flags & ~0xff00u) | (80u << 8) : (e_flags & ~0xffu) | 80u;
+  std::memcpy(sm80.data() + 48, &e_flags, 4);
+  EXPECT_EQ(api().cuModuleLoadData(&mod, sm80.data()), CUDA_ERROR_NO_BINARY_FOR_GPU);
+
+  // zstd-compressed PTX, when libzstd is around to compress it here.
+  void* zstd = dlopen("libzstd.so.1", RTLD_NOW | RTLD_LOCAL);
+  if (zstd == nullptr) GTEST_SKIP() << "libzstd.so.1 not available";
+  using CompressFn = size_t (*)(void*, size_t, const void*, size_t, int);
+  auto compress = reinterpret_cast<CompressFn>(dlsym(zstd, "ZSTD_compress"));
+  ASSERT_NE(compress, nullptr);
+  std::string packed(ptx.size() + 1024, '\0');
+  const size_t n = compress(packed.data(), packed.size(), ptx.c_str(), ptx.size() + 1, 3);
+  ASSERT_LT(n, packed.size());
+  packed.resize(n);
+  fat = MakeFatbin(1, 90, kElf64Linux | 0x8000, packed, ptx.size() + 1);
+  ASSERT_EQ(api().cuModuleLoadData(&mod, fat.data()), CUDA_SUCCESS);
+  EXPECT_EQ(api().cuModuleGetFunction(&f, mod, "add_to_global"), CUDA_SUCCESS);
+  ASSERT_EQ(api().cuModuleUnload(mod), CUDA_SUCCESS);
+}
+
+TEST_F(EmulatedDriverTest, InvalidImages) {
+  CUmodule mod;
+  EXPECT_EQ(api().cuModuleLoadData(&mod, "this is not PTX"), CUDA_ERROR_INVALID_IMAGE);
+  const unsigned char binary[] = {0x01, 0x02, 0x03, 0x04, 0x05, 0x00};
+  EXPECT_EQ(api().cuModuleLoadData(&mod, binary), CUDA_ERROR_INVALID_IMAGE);
+  EXPECT_EQ(api().cuModuleLoadData(&mod, ""), CUDA_ERROR_INVALID_IMAGE);
+  EXPECT_EQ(api().cuModuleLoadData(&mod, nullptr), CUDA_ERROR_INVALID_VALUE);
+  EXPECT_EQ(api().cuModuleLoadData(&mod, ".version 9.0\n.target sm_100\n.address_size 64\n"),
+            CUDA_ERROR_INVALID_PTX);
+  EXPECT_EQ(api().cuModuleLoadData(&mod, ".version 99.0\n.target sm_90\n.address_size 64\n"),
+            CUDA_ERROR_UNSUPPORTED_PTX_VERSION);
+  EXPECT_EQ(api().cuModuleLoadData(&mod,
+                                   ".version 9.0\n.target sm_90\n.address_size 64\n"
+                                   ".visible .entry broken(\n.param .u64 p\n{\nret;\n}\n"),
+            CUDA_ERROR_INVALID_PTX);
+  // JIT log options are filled in.
+  char log[256] = "untouched";
+  CUjit_option options[] = {CU_JIT_ERROR_LOG_BUFFER, CU_JIT_ERROR_LOG_BUFFER_SIZE_BYTES};
+  void* values[] = {log, reinterpret_cast<void*>(sizeof(log))};
+  EXPECT_EQ(api().cuModuleLoadDataEx(&mod, "junk", 2, options, values), CUDA_ERROR_INVALID_IMAGE);
+  EXPECT_NE(std::string(log).find("curelay"), std::string::npos);
+}
+
+TEST_F(EmulatedDriverTest, PtxGlobalsWithInitializers) {
+  const char* ptx = R"(
+.version 8.0
+.target sm_80
+.address_size 64
+.global .align 4 .u32 scalar = 7;
+.visible .global .align 4 .f32 floats[3] = {0f3F800000, 0f40000000, 0f40400000};
+.visible .const .align 8 .u64 table[] = {1, 2, 3, 4};
+.global .align 8 .u64 self_ref = generic(scalar)+4;
+.visible .entry custom(.param .u32 x) .maxntid 128, 1, 1 { ret; }
+)";
+  ASSERT_EQ(api().cuModuleLoadData(&module_, ptx), CUDA_SUCCESS);
+  CUdeviceptr p;
+  size_t bytes;
+  ASSERT_EQ(api().cuModuleGetGlobal(&p, &bytes, module_, "scalar"), CUDA_SUCCESS);
+  uint32_t scalar = 0;
+  api().cuMemcpyDtoH(&scalar, p, 4);
+  EXPECT_EQ(scalar, 7u);
+  const CUdeviceptr scalar_addr = p;
+  ASSERT_EQ(api().cuModuleGetGlobal(&p, &bytes, module_, "floats"), CUDA_SUCCESS);
+  float floats[3];
+  api().cuMemcpyDtoH(floats, p, 12);
+  EXPECT_EQ(floats[2], 3.0f);
+  ASSERT_EQ(api().cuModuleGetGlobal(nullptr, &bytes, module_, "table"), CUDA_SUCCESS);
+  EXPECT_EQ(bytes, 32u);
+  ASSERT_EQ(api().cuModuleGetGlobal(&p, nullptr, module_, "self_ref"), CUDA_SUCCESS);
+  uint64_t ref = 0;
+  api().cuMemcpyDtoH(&ref, p, 8);
+  EXPECT_EQ(ref, scalar_addr + 4);
+
+  // An entry without a host implementation loads but cannot run.
+  CUfunction custom = Function("custom");
+  int v = 0;
+  ASSERT_EQ(api().cuFuncGetAttribute(&v, CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK, custom),
+            CUDA_SUCCESS);
+  EXPECT_EQ(v, 128);
+  unsigned x = 1;
+  void* params[] = {&x};
+  EXPECT_EQ(Launch1D(custom, 1, 256, params), CUDA_ERROR_INVALID_VALUE);  // > .maxntid
+  EXPECT_EQ(Launch1D(custom, 1, 128, params), CUDA_ERROR_NOT_SUPPORTED);
+}
+
+// --- Launches -----------------------------------------------------------------
+
+TEST_F(EmulatedDriverTest, VectorAdd) {
+  LoadPtx();
+  constexpr int kN = 100000;
+  std::vector<float> ha(kN), hb(kN), hc(kN, -1.0f);
+  for (int i = 0; i < kN; ++i) {
+    ha[i] = 0.5f * static_cast<float>(i);
+    hb[i] = std::sqrt(static_cast<float>(i)) + 1e-3f;
+  }
+  // One element more than n, to check the bounds check leaves it alone.
+  CUdeviceptr a = Alloc(kN * 4), b = Alloc(kN * 4), c = Alloc((kN + 1) * 4);
+  ASSERT_EQ(api().cuMemcpyHtoD(a, ha.data(), kN * 4), CUDA_SUCCESS);
+  ASSERT_EQ(api().cuMemcpyHtoD(b, hb.data(), kN * 4), CUDA_SUCCESS);
+  ASSERT_EQ(api().cuMemsetD32(c, 0xffffffff, kN + 1), CUDA_SUCCESS);
+  int n = kN;
+  void* params[] = {&a, &b, &c, &n};
+  ASSERT_EQ(Launch1D(Function("vector_add"), (kN + 255) / 256 + 3, 256, params), CUDA_SUCCESS);
+  std::vector<float> out(kN + 1);
+  ASSERT_EQ(api().cuMemcpyDtoH(out.data(), c, (kN + 1) * 4), CUDA_SUCCESS);
+  for (int i = 0; i < kN; ++i) ASSERT_EQ(out[i], ha[i] + hb[i]) << i;
+  uint32_t sentinel;
+  std::memcpy(&sentinel, &out[kN], 4);
+  EXPECT_EQ(sentinel, 0xffffffffu);
+}
+
+TEST_F(EmulatedDriverTest, FillAndIncrementWithMultiDimensionalGrids) {
+  LoadPtx();
+  constexpr unsigned kN = 5000;
+  CUdeviceptr p = Alloc(kN * 4);
+  unsigned value = 0x01020304;
+  unsigned long long n64 = kN;
+  void* fill_params[] = {&p, &value, &n64};
+  ASSERT_EQ(Launch1D(Function("fill_u32"), 20, 256, fill_params), CUDA_SUCCESS);
+  int n = kN;
+  void* inc_params[] = {&p, &n};
+  // y and z replicate each x index: every element is incremented 2*3 times.
+  ASSERT_EQ(api().cuLaunchKernel(Function("increment_i32"), 5000, 2, 1, 1, 3, 1, 0, nullptr,
+                                 inc_params, nullptr),
+            CUDA_SUCCESS);
+  std::vector<unsigned> out(kN);
+  ASSERT_EQ(api().cuMemcpyDtoH(out.data(), p, kN * 4), CUDA_SUCCESS);
+  for (unsigned i = 0; i < kN; ++i) ASSERT_EQ(out[i], value + 6) << i;
+}
+
+struct ProbeArgs {
+  unsigned char u8 = 0xab;
+  unsigned short u16 = 0xbeef;
+  unsigned int u32 = 0xdeadbeef;
+  unsigned long long u64 = 0x0123456789abcdefULL;
+  float f32 = -1.5f;
+  double f64 = 3.141592653589793;
+  ProbeStruct s{-7, -2.25, {-1, 2, 0x7fffffff}};
+};
+
+void ExpectProbe(const ProbeArgs& a, const uint64_t* out) {
+  uint32_t f32_bits;
+  std::memcpy(&f32_bits, &a.f32, 4);
+  uint64_t f64_bits, d_bits;
+  std::memcpy(&f64_bits, &a.f64, 8);
+  std::memcpy(&d_bits, &a.s.d, 8);
+  EXPECT_EQ(out[0], a.u8);
+  EXPECT_EQ(out[1], a.u16);
+  EXPECT_EQ(out[2], a.u32);
+  EXPECT_EQ(out[3], a.u64);
+  EXPECT_EQ(out[4], f32_bits);
+  EXPECT_EQ(out[5], f64_bits);
+  EXPECT_EQ(out[6], static_cast<uint64_t>(int64_t{a.s.c}));
+  EXPECT_EQ(out[7], d_bits);
+  for (int i = 0; i < 3; ++i) EXPECT_EQ(out[8 + i], static_cast<uint64_t>(int64_t{a.s.i[i]}));
+}
+
+TEST_F(EmulatedDriverTest, ParamProbeKernelParams) {
+  LoadPtx();
+  CUdeviceptr out = Alloc(11 * 8);
+  ProbeArgs a;
+  void* params[] = {&a.u8, &a.u16, &a.u32, &a.u64, &a.f32, &a.f64, &a.s, &out};
+  ASSERT_EQ(api().cuLaunchKernel(Function("param_probe"), 2, 2, 1, 32, 2, 1, 0, nullptr, params,
+                                 nullptr),
+            CUDA_SUCCESS);
+  uint64_t words[11];
+  ASSERT_EQ(api().cuMemcpyDtoH(words, out, sizeof(words)), CUDA_SUCCESS);
+  ExpectProbe(a, words);
+}
+
+TEST_F(EmulatedDriverTest, ParamProbeExtraBuffer) {
+  LoadPtx();
+  CUfunction probe = Function("param_probe");
+  CUdeviceptr out = Alloc(11 * 8);
+  ProbeArgs a;
+  a.u8 = 0x01;
+  a.s.c = 100;
+  // Pack the buffer with the offsets the driver reports.
+  std::array<uint8_t, 72> buffer{};
+  const void* values[] = {&a.u8, &a.u16, &a.u32, &a.u64, &a.f32, &a.f64, &a.s, &out};
+  for (size_t i = 0; i < 8; ++i) {
+    size_t offset, size;
+    ASSERT_EQ(api().cuFuncGetParamInfo(probe, i, &offset, &size), CUDA_SUCCESS);
+    ASSERT_LE(offset + size, buffer.size());
+    std::memcpy(buffer.data() + offset, values[i], size);
+  }
+  size_t size = buffer.size();
+  void* extra[] = {CU_LAUNCH_PARAM_BUFFER_POINTER, buffer.data(), CU_LAUNCH_PARAM_BUFFER_SIZE,
+                   &size, CU_LAUNCH_PARAM_END};
+  ASSERT_EQ(api().cuLaunchKernel(probe, 1, 1, 1, 1, 1, 1, 0, nullptr, nullptr, extra),
+            CUDA_SUCCESS);
+  uint64_t words[11];
+  ASSERT_EQ(api().cuMemcpyDtoH(words, out, sizeof(words)), CUDA_SUCCESS);
+  ExpectProbe(a, words);
+
+  // Too small a buffer, both forms, and neither form are rejected.
+  size_t small = 64;
+  void* small_extra[] = {CU_LAUNCH_PARAM_BUFFER_POINTER, buffer.data(),
+                         CU_LAUNCH_PARAM_BUFFER_SIZE, &small, CU_LAUNCH_PARAM_END};
+  EXPECT_EQ(api().cuLaunchKernel(probe, 1, 1, 1, 1, 1, 1, 0, nullptr, nullptr, small_extra),
+            CUDA_ERROR_INVALID_VALUE);
+  void* params[] = {&a.u8, &a.u16, &a.u32, &a.u64, &a.f32, &a.f64, &a.s, &out};
+  EXPECT_EQ(api().cuLaunchKernel(probe, 1, 1, 1, 1, 1, 1, 0, nullptr, params, extra),
+            CUDA_ERROR_INVALID_VALUE);
+  EXPECT_EQ(api().cuLaunchKernel(probe, 1, 1, 1, 1, 1, 1, 0, nullptr, nullptr, nullptr),
+            CUDA_ERROR_INVALID_VALUE);
+  void* no_size[] = {CU_LAUNCH_PARAM_BUFFER_POINTER, buffer.data(), CU_LAUNCH_PARAM_END};
+  EXPECT_EQ(api().cuLaunchKernel(probe, 1, 1, 1, 1, 1, 1, 0, nullptr, nullptr, no_size),
+            CUDA_ERROR_INVALID_VALUE);
+  void* bad_key[] = {reinterpret_cast<void*>(0x77), nullptr, CU_LAUNCH_PARAM_END};
+  EXPECT_EQ(api().cuLaunchKernel(probe, 1, 1, 1, 1, 1, 1, 0, nullptr, nullptr, bad_key),
+            CUDA_ERROR_INVALID_VALUE);
+  // A kernel without parameters needs neither.
+  EXPECT_EQ(api().cuLaunchKernel(Function("empty_kernel"), 1, 1, 1, 1, 1, 1, 0, nullptr, nullptr,
+                                 nullptr),
+            CUDA_SUCCESS);
+  EXPECT_EQ(api().cuCtxSynchronize(), CUDA_SUCCESS);
+}
+
+TEST_F(EmulatedDriverTest, LaunchShapeValidation) {
+  LoadPtx();
+  CUfunction f = Function("empty_kernel");
+  auto launch = [&](unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by, unsigned bz,
+                    unsigned shared = 0) {
+    return api().cuLaunchKernel(f, gx, gy, gz, bx, by, bz, shared, nullptr, nullptr, nullptr);
+  };
+  EXPECT_EQ(launch(0, 1, 1, 1, 1, 1), CUDA_ERROR_INVALID_VALUE);
+  EXPECT_EQ(launch(1, 1, 1, 0, 1, 1), CUDA_ERROR_INVALID_VALUE);
+  EXPECT_EQ(launch(1, 1, 1, 1025, 1, 1), CUDA_ERROR_INVALID_VALUE);
+  EXPECT_EQ(launch(1, 1, 1, 32, 32, 2), CUDA_ERROR_INVALID_VALUE);
+  EXPECT_EQ(launch(1, 1, 1, 1, 1, 65), CUDA_ERROR_INVALID_VALUE);
+  EXPECT_EQ(launch(1, 65536, 1, 1, 1, 1), CUDA_ERROR_INVALID_VALUE);
+  EXPECT_EQ(launch(1, 1, 1, 1, 1, 1, 48 * 1024 + 1), CUDA_ERROR_INVALID_VALUE);
+  EXPECT_EQ(launch(2147483647u, 65535, 1, 32, 32, 1), CUDA_SUCCESS);  // idle threads are free
+  EXPECT_EQ(launch(1, 1, 1, 1024, 1, 1, 48 * 1024), CUDA_SUCCESS);
+  EXPECT_EQ(api().cuCtxSynchronize(), CUDA_SUCCESS);
+}
+
+TEST_F(EmulatedDriverTest, InvalidHandles) {
+  LoadPtx();
+  auto bogus = [](auto type_tag) { return reinterpret_cast<decltype(type_tag)>(0xdead0000); };
+  EXPECT_EQ(api().cuStreamSynchronize(bogus(CUstream{})), CUDA_ERROR_INVALID_HANDLE);
+  EXPECT_EQ(api().cuStreamQuery(bogus(CUstream{})), CUDA_ERROR_INVALID_HANDLE);
+  EXPECT_EQ(api().cuStreamDestroy(nullptr), CUDA_ERROR_INVALID_HANDLE);
+  EXPECT_EQ(api().cuEventQuery(bogus(CUevent{})), CUDA_ERROR_INVALID_HANDLE);
+  EXPECT_EQ(api().cuEventRecord(bogus(CUevent{}), nullptr), CUDA_ERROR_INVALID_HANDLE);
+  EXPECT_EQ(api().cuEventDestroy(bogus(CUevent{})), CUDA_ERROR_INVALID_HANDLE);
+  CUfunction f;
+  EXPECT_EQ(api().cuModuleGetFunction(&f, bogus(CUmodule{}), "vector_add"),
+            CUDA_ERROR_INVALID_HANDLE);
+  EXPECT_EQ(api().cuModuleUnload(bogus(CUmodule{})), CUDA_ERROR_INVALID_HANDLE);
+  EXPECT_EQ(api().cuLaunchKernel(bogus(CUfunction{}), 1, 1, 1, 1, 1, 1, 0, nullptr, nullptr,
+                                 nullptr),
+            CUDA_ERROR_INVALID_HANDLE);
+  size_t offset;
+  EXPECT_EQ(api().cuFuncGetParamInfo(bogus(CUfunction{}), 0, &offset, nullptr),
+            CUDA_ERROR_INVALID_HANDLE);
+
+  // Handles of destroyed objects are invalid, not recycled.
+  CUstream s;
+  CUevent e;
+  ASSERT_EQ(api().cuStreamCreate(&s, 0), CUDA_SUCCESS);
+  ASSERT_EQ(api().cuEventCreate(&e, 0), CUDA_SUCCESS);
+  ASSERT_EQ(api().cuStreamDestroy(s), CUDA_SUCCESS);
+  ASSERT_EQ(api().cuEventDestroy(e), CUDA_SUCCESS);
+  EXPECT_EQ(api().cuStreamQuery(s), CUDA_ERROR_INVALID_HANDLE);
+  EXPECT_EQ(api().cuEventSynchronize(e), CUDA_ERROR_INVALID_HANDLE);
+  CUfunction add = Function("vector_add");
+  ASSERT_EQ(api().cuModuleUnload(module_), CUDA_SUCCESS);
+  EXPECT_EQ(api().cuLaunchKernel(add, 1, 1, 1, 1, 1, 1, 0, nullptr, nullptr, nullptr),
+            CUDA_ERROR_INVALID_HANDLE);
+  EXPECT_EQ(api().cuModuleUnload(module_), CUDA_ERROR_INVALID_HANDLE);
+  module_ = nullptr;
+}
+
+// --- Streams and events -------------------------------------------------------
+
+TEST_F(EmulatedDriverTest, StreamOrderAndEventTiming) {
+  LoadPtx();
+  CUstream s;
+  ASSERT_EQ(api().cuStreamCreate(&s, 0), CUDA_SUCCESS);
+  CUevent start, stop, no_timing, never;
+  ASSERT_EQ(api().cuEventCreate(&start, CU_EVENT_DEFAULT), CUDA_SUCCESS);
+  ASSERT_EQ(api().cuEventCreate(&stop, CU_EVENT_BLOCKING_SYNC), CUDA_SUCCESS);
+  ASSERT_EQ(api().cuEventCreate(&no_timing, CU_EVENT_DISABLE_TIMING), CUDA_SUCCESS);
+  ASSERT_EQ(api().cuEventCreate(&never, 0), CUDA_SUCCESS);
+  EXPECT_EQ(api().cuEventCreate(&never, CU_EVENT_INTERPROCESS), CUDA_ERROR_INVALID_VALUE);
+
+  CUdeviceptr p = Alloc(1024 * 4);
+  ASSERT_EQ(api().cuMemsetD32(p, 0, 1024), CUDA_SUCCESS);
+  const auto t0 = Clock::now();
+  ASSERT_EQ(api().cuEventRecord(start, s), CUDA_SUCCESS);
+  ASSERT_EQ(BusyWait(100'000'000, s), CUDA_SUCCESS);  // 100 ms
+  ASSERT_EQ(api().cuEventRecord(stop, s), CUDA_SUCCESS);
+  ASSERT_EQ(api().cuEventRecord(no_timing, s), CUDA_SUCCESS);
+  int n = 1024;
+  void* params[] = {&p, &n};
+  ASSERT_EQ(Launch1D(Function("increment_i32"), 4, 256, params, s), CUDA_SUCCESS);
+  EXPECT_LT(MsSince(t0), 50.0) << "launches must not block";
+
+  EXPECT_EQ(api().cuStreamQuery(s), CUDA_ERROR_NOT_READY);
+  EXPECT_EQ(api().cuEventQuery(stop), CUDA_ERROR_NOT_READY);
+  EXPECT_EQ(api().cuEventQuery(never), CUDA_SUCCESS);
+  float ms = 0;
+  EXPECT_EQ(api().cuEventElapsedTime(&ms, start, stop), CUDA_ERROR_NOT_READY);
+  EXPECT_EQ(api().cuEventElapsedTime(&ms, start, never), CUDA_ERROR_INVALID_HANDLE);
+  // A stream without work is idle even while the device is busy.
+  CUstream idle;
+  ASSERT_EQ(api().cuStreamCreate(&idle, CU_STREAM_NON_BLOCKING), CUDA_SUCCESS);
+  EXPECT_EQ(api().cuStreamQuery(idle), CUDA_SUCCESS);
+
+  ASSERT_EQ(api().cuEventSynchronize(stop), CUDA_SUCCESS);
+  EXPECT_GE(MsSince(t0), 99.0);
+  ASSERT_EQ(api().cuEventElapsedTime(&ms, start, stop), CUDA_SUCCESS);
+  EXPECT_GE(ms, 99.0f);
+  EXPECT_LT(ms, 1000.0f);
+  EXPECT_EQ(api().cuEventElapsedTime(&ms, start, no_timing), CUDA_ERROR_INVALID_HANDLE);
+  ASSERT_EQ(api().cuStreamSynchronize(s), CUDA_SUCCESS);
+  EXPECT_EQ(api().cuStreamQuery(s), CUDA_SUCCESS);
+  std::vector<int> out(1024);
+  ASSERT_EQ(api().cuMemcpyDtoH(out.data(), p, 4096), CUDA_SUCCESS);
+  EXPECT_EQ(out[1023], 1);
+
+  for (CUevent e : {start, stop, no_timing, never}) EXPECT_EQ(api().cuEventDestroy(e), CUDA_SUCCESS);
+  EXPECT_EQ(api().cuStreamDestroy(s), CUDA_SUCCESS);
+  EXPECT_EQ(api().cuStreamDestroy(idle), CUDA_SUCCESS);
+}
+
+TEST_F(EmulatedDriverTest, CrossStreamDependencies) {
+  LoadPtx();
+  CUstream s1, s2;
+  ASSERT_EQ(api().cuStreamCreate(&s1, CU_STREAM_NON_BLOCKING), CUDA_SUCCESS);
+  ASSERT_EQ(api().cuStreamCreate(&s2, CU_STREAM_NON_BLOCKING), CUDA_SUCCESS);
+  CUevent e;
+  ASSERT_EQ(api().cuEventCreate(&e, CU_EVENT_DISABLE_TIMING), CUDA_SUCCESS);
+  CUdeviceptr p = Alloc(4);
+  ASSERT_EQ(api().cuMemsetD32(p, 0, 1), CUDA_SUCCESS);
+  int n = 1;
+  void* params[] = {&p, &n};
+  ASSERT_EQ(BusyWait(60'000'000, s1), CUDA_SUCCESS);
+  ASSERT_EQ(Launch1D(Function("increment_i32"), 1, 1, params, s1), CUDA_SUCCESS);
+  ASSERT_EQ(api().cuEventRecord(e, s1), CUDA_SUCCESS);
+  ASSERT_EQ(api().cuStreamWaitEvent(s2, e, 0), CUDA_SUCCESS);
+  EXPECT_EQ(api().cuStreamQuery(s2), CUDA_ERROR_NOT_READY);  // inherits the dependency
+  ASSERT_EQ(Launch1D(Function("increment_i32"), 1, 1, params, s2), CUDA_SUCCESS);
+  ASSERT_EQ(api().cuStreamSynchronize(s2), CUDA_SUCCESS);
+  EXPECT_EQ(api().cuStreamQuery(s1), CUDA_SUCCESS);
+  int value = 0;
+  ASSERT_EQ(api().cuMemcpyDtoH(&value, p, 4), CUDA_SUCCESS);
+  EXPECT_EQ(value, 2);
+  EXPECT_EQ(api().cuStreamWaitEvent(s2, e, 0x10), CUDA_ERROR_INVALID_VALUE);
+  api().cuEventDestroy(e);
+  api().cuStreamDestroy(s1);
+  api().cuStreamDestroy(s2);
+}
+
+TEST_F(EmulatedDriverTest, CrossDeviceEventWait) {
+  LoadPtx();
+  CUfunction busy0 = Function("busy_wait_ns");
+  CUstream s0;
+  ASSERT_EQ(api().cuStreamCreate(&s0, 0), CUDA_SUCCESS);
+  CUevent e0;
+  ASSERT_EQ(api().cuEventCreate(&e0, 0), CUDA_SUCCESS);
+  unsigned long long ns = 80'000'000;
+  void* busy_params[] = {&ns};
+  ASSERT_EQ(Launch1D(busy0, 1, 1, busy_params, s0), CUDA_SUCCESS);
+  ASSERT_EQ(api().cuEventRecord(e0, s0), CUDA_SUCCESS);
+
+  CUcontext dev1;
+  ASSERT_EQ(api().cuCtxCreate(&dev1, nullptr, 0, 1), CUDA_SUCCESS);
+  CUstream s1;
+  ASSERT_EQ(api().cuStreamCreate(&s1, 0), CUDA_SUCCESS);
+  CUevent e1;
+  ASSERT_EQ(api().cuEventCreate(&e1, 0), CUDA_SUCCESS);
+  const auto t0 = Clock::now();
+  ASSERT_EQ(api().cuStreamWaitEvent(s1, e0, 0), CUDA_SUCCESS);
+  ASSERT_EQ(api().cuEventRecord(e1, s1), CUDA_SUCCESS);
+  ASSERT_EQ(api().cuEventSynchronize(e1), CUDA_SUCCESS);
+  EXPECT_EQ(api().cuEventQuery(e0), CUDA_SUCCESS);  // e1 completed after e0
+  EXPECT_GE(MsSince(t0), 40.0);
+  ASSERT_EQ(api().cuCtxDestroy(dev1), CUDA_SUCCESS);
+  api().cuEventDestroy(e0);
+  api().cuStreamDestroy(s0);
+}
+
+TEST_F(EmulatedDriverTest, AsyncCopySemantics) {
+  LoadPtx();
+  CUstream s;
+  ASSERT_EQ(api().cuStreamCreate(&s, 0), CUDA_SUCCESS);
+  constexpr size_t kN = 4096;
+  CUdeviceptr p = Alloc(kN);
+  std::vector<uint8_t> host(kN, 0x11);
+  // Pageable source: staged at call time, so reuse right away is safe.
+  ASSERT_EQ(BusyWait(30'000'000, s), CUDA_SUCCESS);
+  ASSERT_EQ(api().cuMemcpyHtoDAsync(p, host.data(), kN, s), CUDA_SUCCESS);
+  std::fill(host.begin(), host.end(), 0x22);
+  // Pageable destination: returns only once the copy is done.
+  std::vector<uint8_t> back(kN, 0);
+  ASSERT_EQ(api().cuMemcpyDtoHAsync(back.data(), p, kN, s), CUDA_SUCCESS);
+  EXPECT_EQ(back[0], 0x11);
+  EXPECT_EQ(back[kN - 1], 0x11);
+
+  // Registered memory: truly asynchronous in both directions.
+  std::vector<uint8_t> pinned(kN, 0x33);
+  ASSERT_EQ(api().cuMemHostRegister(pinned.data(), kN, 0), CUDA_SUCCESS);
+  ASSERT_EQ(BusyWait(30'000'000, s), CUDA_SUCCESS);
+  ASSERT_EQ(api().cuMemcpyDtoHAsync(pinned.data(), p, kN, s), CUDA_SUCCESS);
+  EXPECT_EQ(pinned[0], 0x33);  // the device is still busy
+  ASSERT_EQ(api().cuStreamSynchronize(s), CUDA_SUCCESS);
+  EXPECT_EQ(pinned[0], 0x11);
+  ASSERT_EQ(api().cuMemHostUnregister(pinned.data()), CUDA_SUCCESS);
+  api().cuStreamDestroy(s);
+}
+
+TEST_F(EmulatedDriverTest, StreamProperties) {
+  CUstream s;
+  ASSERT_EQ(api().cuStreamCreateWithPriority(&s, CU_STREAM_NON_BLOCKING, -100), CUDA_SUCCESS);
+  int priority = 0;
+  unsigned flags = 0;
+  ASSERT_EQ(api().cuStreamGetPriority(s, &priority), CUDA_SUCCESS);
+  EXPECT_EQ(priority, -5);  // clamped to the greatest priority
+  ASSERT_EQ(api().cuStreamGetFlags(s, &flags), CUDA_SUCCESS);
+  EXPECT_EQ(flags, static_cast<unsigned>(CU_STREAM_NON_BLOCKING));
+  ASSERT_EQ(api().cuStreamGetPriority(nullptr, &priority), CUDA_SUCCESS);
+  EXPECT_EQ(priority, 0);
+  for (CUstream special : {CUstream{nullptr}, CU_STREAM_LEGACY, CU_STREAM_PER_THREAD}) {
+    EXPECT_EQ(api().cuStreamSynchronize(special), CUDA_SUCCESS);
+    EXPECT_EQ(api().cuStreamQuery(special), CUDA_SUCCESS);
+  }
+  EXPECT_EQ(api().cuStreamCreate(&s, 0x4), CUDA_ERROR_INVALID_VALUE);
+  ASSERT_EQ(api().cuStreamDestroy(s), CUDA_SUCCESS);
+}
+
+TEST_F(EmulatedDriverTest, ModuleGlobalAndAtomicAdd) {
+  LoadPtx();
+  CUdeviceptr counter;
+  size_t bytes;
+  ASSERT_EQ(api().cuModuleGetGlobal(&counter, &bytes, module_, "global_counter"), CUDA_SUCCESS);
+  unsigned zero = 0, v = 3, result = 0;
+  ASSERT_EQ(api().cuMemcpyHtoD(counter, &zero, 4), CUDA_SUCCESS);
+  void* params[] = {&v};
+  ASSERT_EQ(api().cuLaunchKernel(Function("add_to_global"), 4, 2, 1, 32, 1, 2, 0, nullptr, params,
+                                 nullptr),
+            CUDA_SUCCESS);
+  ASSERT_EQ(Launch1D(Function("add_to_global"), 1, 1, params), CUDA_SUCCESS);
+  ASSERT_EQ(api().cuMemcpyDtoH(&result, counter, 4), CUDA_SUCCESS);
+  EXPECT_EQ(result, 3u * (4 * 2 * 32 * 2 + 1));
+}
+
+// --- Faults -------------------------------------------------------------------
+
+TEST_F(EmulatedDriverTest, StickyIllegalAddress) {
+  LoadPtx();
+  CUfunction empty = Function("empty_kernel");
+  CUdeviceptr ok = Alloc(64);
+  CUstream s;
+  ASSERT_EQ(api().cuStreamCreate(&s, 0), CUDA_SUCCESS);
+  CUdeviceptr bad = 0x10;
+  void* params[] = {&bad};
+  ASSERT_EQ(Launch1D(Function("fault_store"), 1, 32, params, s), CUDA_SUCCESS);  // async
+  EXPECT_EQ(api().cuStreamSynchronize(s), CUDA_ERROR_ILLEGAL_ADDRESS);
+  // Sticky: every later call on the context reports it.
+  CUdeviceptr p;
+  EXPECT_EQ(api().cuCtxSynchronize(), CUDA_ERROR_ILLEGAL_ADDRESS);
+  EXPECT_EQ(api().cuMemAlloc(&p, 16), CUDA_ERROR_ILLEGAL_ADDRESS);
+  uint32_t x = 0;
+  EXPECT_EQ(api().cuMemcpyHtoD(ok, &x, 4), CUDA_ERROR_ILLEGAL_ADDRESS);
+  EXPECT_EQ(api().cuMemcpyDtoH(&x, ok, 4), CUDA_ERROR_ILLEGAL_ADDRESS);
+  EXPECT_EQ(Launch1D(empty, 1, 1, nullptr), CUDA_ERROR_ILLEGAL_ADDRESS);
+  CUfunction f;
+  EXPECT_EQ(api().cuModuleGetFunction(&f, module_, "vector_add"), CUDA_ERROR_ILLEGAL_ADDRESS);
+  EXPECT_EQ(api().cuStreamQuery(s), CUDA_ERROR_ILLEGAL_ADDRESS);
+  CUevent e;
+  EXPECT_EQ(api().cuEventCreate(&e, 0), CUDA_ERROR_ILLEGAL_ADDRESS);
+  EXPECT_EQ(api().cuCtxSynchronize(), CUDA_ERROR_ILLEGAL_ADDRESS);
+
+  // Other contexts, on the same device, are unaffected.
+  CUcontext healthy;
+  ASSERT_EQ(api().cuCtxCreate(&healthy, nullptr, 0, 0), CUDA_SUCCESS);
+  ASSERT_EQ(api().cuMemAlloc(&p, 16), CUDA_SUCCESS);
+  EXPECT_EQ(api().cuCtxSynchronize(), CUDA_SUCCESS);
+  ASSERT_EQ(api().cuCtxDestroy(healthy), CUDA_SUCCESS);
+  // Destroying the faulted context is the way out (TearDown).
+}
+
+TEST_F(EmulatedDriverTest, BadKernelPointersFaultInsteadOfCrashing) {
+  LoadPtx();
+  CUfunction add = Function("vector_add");
+  CUdeviceptr a = Alloc(256 * 4), b = Alloc(256 * 4), c = Alloc(256 * 4);
+  int n = 257;  // one past the allocations
+  void* params[] = {&a, &b, &c, &n};
+  ASSERT_EQ(Launch1D(add, 2, 256, params), CUDA_SUCCESS);
+  EXPECT_EQ(api().cuCtxSynchronize(), CUDA_ERROR_ILLEGAL_ADDRESS);
+  ASSERT_EQ(api().cuCtxDestroy(ctx_), CUDA_SUCCESS);
+  module_ = nullptr;
+
+  // Misaligned, on a fresh context.
+  ASSERT_EQ(api().cuCtxCreate(&ctx_, nullptr, 0, 0), CUDA_SUCCESS);
+  LoadPtx();
+  CUdeviceptr q = Alloc(64);
+  CUdeviceptr misaligned = q + 2;
+  void* fault_params[] = {&misaligned};
+  ASSERT_EQ(Launch1D(Function("fault_store"), 1, 1, fault_params), CUDA_SUCCESS);
+  EXPECT_EQ(api().cuCtxSynchronize(), CUDA_ERROR_MISALIGNED_ADDRESS);
+  ASSERT_EQ(api().cuCtxDestroy(ctx_), CUDA_SUCCESS);
+  module_ = nullptr;
+
+  // Memory of another device is not mapped for this one.
+  ASSERT_EQ(api().cuCtxCreate(&ctx_, nullptr, 0, 1), CUDA_SUCCESS);
+  LoadPtx();
+  CUcontext dev0;
+  ASSERT_EQ(api().cuCtxCreate(&dev0, nullptr, 0, 0), CUDA_SUCCESS);
+  CUdeviceptr on_dev0 = Alloc(64);
+  ASSERT_EQ(api().cuCtxPopCurrent(nullptr), CUDA_SUCCESS);
+  void* cross_params[] = {&on_dev0};
+  ASSERT_EQ(Launch1D(Function("fault_store"), 1, 1, cross_params), CUDA_SUCCESS);
+  EXPECT_EQ(api().cuCtxSynchronize(), CUDA_ERROR_ILLEGAL_ADDRESS);
+  ASSERT_EQ(api().cuCtxDestroy(dev0), CUDA_SUCCESS);
+}
+
+TEST(EmulatedDriverFault, PrimaryContextResetClearsStickyError) {
+  ASSERT_TRUE(api().missing.empty());
+  const std::string ptx = ReadFile(CURELAY_TEST_PTX_PATH);
+  if (ptx.empty()) GTEST_SKIP();
+  CUcontext primary;
+  ASSERT_EQ(api().cuDevicePrimaryCtxRetain(&primary, 0), CUDA_SUCCESS);
+  ASSERT_EQ(api().cuCtxPushCurrent(primary), CUDA_SUCCESS);
+  CUmodule mod;
+  ASSERT_EQ(api().cuModuleLoadData(&mod, ptx.c_str()), CUDA_SUCCESS);
+  CUfunction fault;
+  ASSERT_EQ(api().cuModuleGetFunction(&fault, mod, "fault_store"), CUDA_SUCCESS);
+  CUdeviceptr bad = 8;
+  void* params[] = {&bad};
+  ASSERT_EQ(api().cuLaunchKernel(fault, 1, 1, 1, 1, 1, 1, 0, nullptr, params, nullptr),
+            CUDA_SUCCESS);
+  EXPECT_EQ(api().cuCtxSynchronize(), CUDA_ERROR_ILLEGAL_ADDRESS);
+  ASSERT_EQ(api().cuDevicePrimaryCtxReset(0), CUDA_SUCCESS);
+  EXPECT_EQ(api().cuCtxSynchronize(), CUDA_SUCCESS);
+  EXPECT_EQ(api().cuModuleGetFunction(&fault, mod, "fault_store"), CUDA_ERROR_INVALID_HANDLE);
+  CUdeviceptr p;
+  EXPECT_EQ(api().cuMemAlloc(&p, 16), CUDA_SUCCESS);
+  ASSERT_EQ(api().cuCtxPopCurrent(nullptr), CUDA_SUCCESS);
+  ASSERT_EQ(api().cuDevicePrimaryCtxRelease(0), CUDA_SUCCESS);
+}
+
+// --- Threads ------------------------------------------------------------------
+
+TEST_F(EmulatedDriverTest, ConcurrentLaunchesFromManyThreads) {
+  LoadPtx();
+  constexpr int kThreads = 8;
+  constexpr int kIters = 200;
+  CUdeviceptr p = Alloc(4);
+  ASSERT_EQ(api().cuMemsetD32(p, 0, 1), CUDA_SUCCESS);
+  CUfunction inc = Function("increment_i32");
+  std::vector<std::thread> threads;
+  for (int t = 0; t < kThreads; ++t) {
+    threads.emplace_back([&] {
+      CUcontext mine = nullptr;
+      api().cuCtxGetCurrent(&mine);
+      EXPECT_EQ(mine, nullptr);  // the stack is per thread
+      ASSERT_EQ(api().cuCtxSetCurrent(ctx_), CUDA_SUCCESS);
+      CUstream s;
+      ASSERT_EQ(api().cuStreamCreate(&s, CU_STREAM_NON_BLOCKING), CUDA_SUCCESS);
+      int n = 1;
+      void* params[] = {const_cast<CUdeviceptr*>(&p), &n};
+      for (int i = 0; i < kIters; ++i) {
+        ASSERT_EQ(api().cuLaunchKernel(inc, 1, 1, 1, 1, 1, 1, 0, s, params, nullptr),
+                  CUDA_SUCCESS);
+      }
+      ASSERT_EQ(api().cuStreamSynchronize(s), CUDA_SUCCESS);
+      ASSERT_EQ(api().cuStreamDestroy(s), CUDA_SUCCESS);
+      api().cuCtxSetCurrent(nullptr);
+    });
+  }
+  for (auto& t : threads) t.join();
+  int value = 0;
+  ASSERT_EQ(api().cuMemcpyDtoH(&value, p, 4), CUDA_SUCCESS);
+  EXPECT_EQ(value, kThreads * kIters);  // one kernel at a time: no lost updates
+}
+
+}  // namespace

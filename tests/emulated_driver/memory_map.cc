@@ -1,0 +1,126 @@
+#include "memory_map.h"
+
+#include <sys/mman.h>
+
+#include <cstdlib>
+#include <cstring>
+#include <mutex>
+
+namespace curelay::emulated {
+namespace {
+
+// Large blocks are mmap()ed so that a multi-GiB emulated device only commits
+// the pages that are really touched; small ones come from the heap so that
+// tests allocating many buffers do not exhaust the kernel's mapping limit.
+constexpr size_t kMmapThreshold = size_t{1} << 20;
+
+size_t RoundUp(size_t value, size_t alignment) {
+  return (value + alignment - 1) / alignment * alignment;
+}
+
+}  // namespace
+
+Allocation::Allocation(void* storage, size_t size, size_t charged, bool mmapped, int device,
+                       uint64_t owner)
+    : storage_(storage),
+      size_(size),
+      charged_(charged),
+      mmapped_(mmapped),
+      device_(device),
+      owner_(owner) {}
+
+Allocation::~Allocation() {
+  if (mmapped_) {
+    munmap(storage_, charged_);
+  } else {
+    std::free(storage_);
+  }
+}
+
+void MemoryMap::Configure(int device_count, size_t capacity_per_device) {
+  std::unique_lock lock(mu_);
+  used_.assign(static_cast<size_t>(device_count), 0);
+  capacity_ = capacity_per_device;
+}
+
+CUresult MemoryMap::Allocate(int device, size_t size, uint64_t owner,
+                             std::shared_ptr<Allocation>* out) {
+  if (size == 0) return CUDA_ERROR_INVALID_VALUE;
+  if (size > capacity_) return CUDA_ERROR_OUT_OF_MEMORY;
+  const size_t charged = RoundUp(size, kDeviceAllocAlignment);
+  {
+    // Reserve capacity first so that concurrent allocations cannot overshoot.
+    std::unique_lock lock(mu_);
+    size_t& used = used_.at(static_cast<size_t>(device));
+    if (charged > capacity_ - used) return CUDA_ERROR_OUT_OF_MEMORY;
+    used += charged;
+  }
+  void* storage = nullptr;
+  bool mmapped = charged >= kMmapThreshold;
+  if (mmapped) {
+    void* p = mmap(nullptr, charged, PROT_READ | PROT_WRITE,
+                   MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    if (p != MAP_FAILED) storage = p;
+  } else {
+    storage = std::aligned_alloc(kDeviceAllocAlignment, charged);
+    // Fresh device memory reads as zeros, which keeps tests deterministic.
+    if (storage != nullptr) std::memset(storage, 0, charged);
+  }
+  std::unique_lock lock(mu_);
+  if (storage == nullptr) {
+    used_[static_cast<size_t>(device)] -= charged;
+    return CUDA_ERROR_OUT_OF_MEMORY;
+  }
+  auto allocation = std::make_shared<Allocation>(storage, size, charged, mmapped, device, owner);
+  by_base_.emplace(allocation->base(), allocation);
+  *out = std::move(allocation);
+  return CUDA_SUCCESS;
+}
+
+std::shared_ptr<Allocation> MemoryMap::Release(uint64_t base) {
+  std::unique_lock lock(mu_);
+  auto it = by_base_.find(base);
+  if (it == by_base_.end()) return nullptr;
+  std::shared_ptr<Allocation> allocation = std::move(it->second);
+  by_base_.erase(it);
+  used_[static_cast<size_t>(allocation->device())] -= allocation->charged();
+  return allocation;
+}
+
+std::vector<std::shared_ptr<Allocation>> MemoryMap::ReleaseOwnedBy(uint64_t owner) {
+  std::unique_lock lock(mu_);
+  std::vector<std::shared_ptr<Allocation>> released;
+  for (auto it = by_base_.begin(); it != by_base_.end();) {
+    if (it->second->owner() == owner) {
+      used_[static_cast<size_t>(it->second->device())] -= it->second->charged();
+      released.push_back(std::move(it->second));
+      it = by_base_.erase(it);
+    } else {
+      ++it;
+    }
+  }
+  return released;
+}
+
+std::shared_ptr<Allocation> MemoryMap::Find(uint64_t addr, size_t bytes, int device) const {
+  std::shared_lock lock(mu_);
+  auto it = by_base_.upper_bound(addr);
+  if (it == by_base_.begin()) return nullptr;
+  --it;
+  const std::shared_ptr<Allocation>& allocation = it->second;
+  if (!allocation->Contains(addr, bytes)) return nullptr;
+  if (device >= 0 && allocation->device() != device) return nullptr;
+  return allocation;
+}
+
+size_t MemoryMap::capacity() const {
+  std::shared_lock lock(mu_);
+  return capacity_;
+}
+
+size_t MemoryMap::used(int device) const {
+  std::shared_lock lock(mu_);
+  return used_.at(static_cast<size_t>(device));
+}
+
+}  // namespace curelay::emulated

@@ -1,0 +1,87 @@
+// Emulated device memory: host memory blocks tracked in an interval map so
+// that every device pointer handed to the API or dereferenced by an emulated
+// kernel can be validated, and so that per-device capacity can be enforced.
+#ifndef CURELAY_TESTS_EMULATED_DRIVER_MEMORY_MAP_H_
+#define CURELAY_TESTS_EMULATED_DRIVER_MEMORY_MAP_H_
+
+#include <cstddef>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <shared_mutex>
+#include <vector>
+
+#include "cuda_api.h"
+
+namespace curelay::emulated {
+
+// Device allocations are aligned like the real driver's (cuMemAlloc
+// guarantees at least 256 bytes).
+inline constexpr size_t kDeviceAllocAlignment = 256;
+
+// One block of emulated device memory (cuMemAlloc or a module global). The
+// backing storage lives as long as any holder of the shared_ptr, so a kernel
+// running on the device worker can never touch freed host memory.
+class Allocation {
+ public:
+  Allocation(void* storage, size_t size, size_t charged, bool mmapped, int device,
+             uint64_t owner);
+  ~Allocation();
+  Allocation(const Allocation&) = delete;
+  Allocation& operator=(const Allocation&) = delete;
+
+  uint64_t base() const { return reinterpret_cast<uint64_t>(storage_); }
+  uint8_t* data() const { return static_cast<uint8_t*>(storage_); }
+  size_t size() const { return size_; }
+  // Bytes counted against the device capacity.
+  size_t charged() const { return charged_; }
+  int device() const { return device_; }
+  // Handle value of the context or module that owns the block.
+  uint64_t owner() const { return owner_; }
+
+  // bytes == 0 asks whether addr itself lies inside the block.
+  bool Contains(uint64_t addr, size_t bytes) const {
+    const size_t n = bytes == 0 ? 1 : bytes;
+    return addr >= base() && n <= size_ && addr - base() <= size_ - n;
+  }
+
+ private:
+  void* storage_;
+  size_t size_;
+  size_t charged_;
+  bool mmapped_;
+  int device_;
+  uint64_t owner_;
+};
+
+class MemoryMap {
+ public:
+  // Sets the number of devices and the capacity of each. Called once by cuInit.
+  void Configure(int device_count, size_t capacity_per_device);
+
+  // CUDA_ERROR_INVALID_VALUE for size 0, CUDA_ERROR_OUT_OF_MEMORY when the
+  // device capacity (or host memory) is exhausted.
+  CUresult Allocate(int device, size_t size, uint64_t owner, std::shared_ptr<Allocation>* out);
+
+  // Unmaps the allocation starting exactly at `base`; nullptr if there is none.
+  std::shared_ptr<Allocation> Release(uint64_t base);
+  // Unmaps every allocation owned by `owner` (context or module teardown).
+  std::vector<std::shared_ptr<Allocation>> ReleaseOwnedBy(uint64_t owner);
+
+  // The allocation holding all of [addr, addr + bytes) (bytes may be 0), or
+  // nullptr. device < 0 accepts any device (unified addressing).
+  std::shared_ptr<Allocation> Find(uint64_t addr, size_t bytes, int device = -1) const;
+
+  size_t capacity() const;
+  size_t used(int device) const;
+
+ private:
+  mutable std::shared_mutex mu_;
+  std::map<uint64_t, std::shared_ptr<Allocation>> by_base_;
+  std::vector<size_t> used_;
+  size_t capacity_ = 0;
+};
+
+}  // namespace curelay::emulated
+
+#endif  // CURELAY_TESTS_EMULATED_DRIVER_MEMORY_MAP_H_

@@ -1,0 +1,104 @@
+// The driver objects behind the opaque handles of the API. Handles are
+// unique, never reused integers (see Driver::NewHandle), so a stale or
+// foreign handle is reliably reported as invalid instead of aliasing a new
+// object. Objects referenced by queued device work are kept alive by the
+// work itself through shared_ptr.
+#ifndef CURELAY_TESTS_EMULATED_DRIVER_OBJECTS_H_
+#define CURELAY_TESTS_EMULATED_DRIVER_OBJECTS_H_
+
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <unordered_map>
+
+#include "cuda_api.h"
+#include "device_worker.h"
+#include "kernels.h"
+#include "memory_map.h"
+#include "module_image.h"
+
+namespace curelay::emulated {
+
+struct Context {
+  Context(uint64_t handle_value, int device_index, unsigned int ctx_flags, bool is_primary,
+          DeviceWorker* device_worker)
+      : handle(handle_value),
+        device(device_index),
+        primary(is_primary),
+        worker(device_worker),
+        flags(ctx_flags) {}
+
+  // First device fault wins and sticks until the context is destroyed (or,
+  // for a primary context, reset), as on a GPU.
+  void Poison(CUresult error) {
+    CUresult expected = CUDA_SUCCESS;
+    sticky_error.compare_exchange_strong(expected, error);
+  }
+  CUresult sticky() const { return sticky_error.load(); }
+
+  const uint64_t handle;
+  const int device;
+  const bool primary;
+  DeviceWorker* const worker;
+  std::atomic<unsigned int> flags;
+  std::atomic<CUresult> sticky_error{CUDA_SUCCESS};
+  // Newest device work submitted on behalf of this context.
+  std::atomic<uint64_t> last_seq{0};
+
+  // Guarded by Driver::mu.
+  // Regular contexts: false once destroyed. Primary contexts: whether the
+  // context is active (retained at least once since the last full release).
+  bool alive = true;
+  int retain_count = 0;
+};
+
+struct Stream {
+  uint64_t handle = 0;
+  std::shared_ptr<Context> ctx;
+  unsigned int flags = 0;
+  int priority = 0;
+  // Newest device work this stream depends on (its own submissions and the
+  // events it was told to wait for on the same device).
+  std::atomic<uint64_t> last_seq{0};
+};
+
+struct Event {
+  uint64_t handle = 0;
+  std::shared_ptr<Context> ctx;
+  unsigned int flags = 0;
+
+  std::mutex mu;
+  // Latest cuEventRecord: the device work item that completes the event.
+  bool recorded = false;
+  uint64_t generation = 0;
+  DeviceWorker* worker = nullptr;
+  uint64_t seq = 0;
+  // Written by the device worker when it reaches the record.
+  uint64_t completed_generation = 0;
+  std::chrono::steady_clock::time_point time{};
+};
+
+struct Module {
+  uint64_t handle = 0;
+  std::shared_ptr<Context> ctx;
+  ModuleImage image;
+  std::unordered_map<std::string, uint64_t> functions;  // entry name -> handle
+  std::unordered_map<std::string, std::shared_ptr<Allocation>> globals;
+  std::unordered_map<std::string, uint64_t> global_addresses;
+};
+
+struct Function {
+  uint64_t handle = 0;
+  // Keeps the module's metadata and variables alive while launches using
+  // the function are queued.
+  std::shared_ptr<Module> module;
+  const KernelInfo* info = nullptr;
+  const KernelBinding* binding = nullptr;  // nullptr: no host implementation
+};
+
+}  // namespace curelay::emulated
+
+#endif  // CURELAY_TESTS_EMULATED_DRIVER_OBJECTS_H_

@@ -1,0 +1,1065 @@
+// curelay GPU acceptance test: one program, run twice on the GPU host (natively and through curelay).
+//
+// Usage: curelay_gpu_acceptance <kernels.ptx> <kernels.cubin> <kernels.fatbin>
+//
+// Every case prints exactly one line `CASE <name> <value>`, where value is deterministic for a given
+// GPU and driver (a count, a short readable record, or an FNV-1a 64 digest of the bytes that came
+// back), so tests/gpu/run.sh can compare the native and the curelay run line by line. A case that
+// hits an unexpected driver error prints `CASE <name> error:<CUDA_ERROR_...>` (details on stderr) and
+// the program moves on. Lines that do not start with `CASE ` (e.g. `INFO libcuda <path>`) are not
+// compared. The exit code is 0 once every case ran; results are judged outside.
+//
+// Driver API only (no CUDA runtime); the kernels come from tests/kernels/test_kernels.cu.
+
+#include "driver_check.h"
+
+#include <cuda.h>
+#include <dlfcn.h>
+
+#include <algorithm>
+#include <array>
+#include <bit>
+#include <cstdint>
+#include <cstdio>
+#include <cstring>
+#include <exception>
+#include <fstream>
+#include <functional>
+#include <iterator>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <utility>
+#include <vector>
+
+namespace {
+
+using curelay_gpu::DriverError;
+using curelay_gpu::error_name;
+
+// ---------------------------------------------------------------------------------------------
+// Deterministic data and digests
+
+class Fnv1a {
+ public:
+  void add(const void* data, size_t size) {
+    const auto* bytes = static_cast<const unsigned char*>(data);
+    for (size_t i = 0; i < size; ++i) {
+      hash_ ^= bytes[i];
+      hash_ *= 0x100000001b3ULL;
+    }
+  }
+  template <typename T>
+  void add_value(const T& value) {
+    add(&value, sizeof value);
+  }
+  void add_string(const std::string& s) { add(s.data(), s.size() + 1); }  // includes a separator
+  uint64_t value() const { return hash_; }
+  std::string hex() const {
+    char buf[17];
+    std::snprintf(buf, sizeof buf, "%016llx", static_cast<unsigned long long>(hash_));
+    return buf;
+  }
+
+ private:
+  uint64_t hash_ = 0xcbf29ce484222325ULL;
+};
+
+std::string digest(const void* data, size_t size) {
+  Fnv1a f;
+  f.add(data, size);
+  return f.hex();
+}
+
+uint64_t splitmix64(uint64_t& state) {
+  uint64_t z = (state += 0x9e3779b97f4a7c15ULL);
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
+  return z ^ (z >> 31);
+}
+
+void fill_pseudo_random(void* data, size_t size, uint64_t seed) {
+  auto* out = static_cast<unsigned char*>(data);
+  uint64_t state = seed;
+  size_t i = 0;
+  for (; i + 8 <= size; i += 8) {
+    const uint64_t word = splitmix64(state);
+    std::memcpy(out + i, &word, 8);
+  }
+  if (i < size) {
+    const uint64_t word = splitmix64(state);
+    std::memcpy(out + i, &word, size - i);
+  }
+}
+
+std::string hex_u64(uint64_t v) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%llx", static_cast<unsigned long long>(v));
+  return buf;
+}
+
+std::string code_str(CUresult r) { return std::to_string(static_cast<int>(r)); }
+
+// Values must be one token-friendly string: spaces become underscores.
+std::string sanitize(std::string s) {
+  for (char& c : s) {
+    if (c == ' ' || c == '\t' || c == '\n' || c == '\r') c = '_';
+  }
+  return s;
+}
+
+std::vector<char> read_file(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw std::runtime_error("cannot read " + path);
+  return std::vector<char>(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+}
+
+// ---------------------------------------------------------------------------------------------
+// RAII wrappers; destructors ignore errors (after the sticky fault everything fails).
+
+template <typename T, typename Destroy>
+class Handle {
+ public:
+  Handle() = default;
+  explicit Handle(T h) : h_(h) {}
+  Handle(const Handle&) = delete;
+  Handle& operator=(const Handle&) = delete;
+  Handle(Handle&& o) noexcept : h_(std::exchange(o.h_, T{})) {}
+  Handle& operator=(Handle&& o) noexcept {
+    reset();
+    h_ = std::exchange(o.h_, T{});
+    return *this;
+  }
+  ~Handle() { reset(); }
+  void reset() {
+    if (h_) Destroy{}(h_);
+    h_ = T{};
+  }
+  T get() const { return h_; }
+  T* out() {
+    reset();
+    return &h_;
+  }
+  T release() { return std::exchange(h_, T{}); }
+
+ private:
+  T h_{};
+};
+
+struct FreeDevice {
+  void operator()(CUdeviceptr p) const { (void)cuMemFree(p); }
+};
+struct FreeHost {
+  void operator()(void* p) const { (void)cuMemFreeHost(p); }
+};
+struct DestroyStream {
+  void operator()(CUstream s) const { (void)cuStreamDestroy(s); }
+};
+struct DestroyEvent {
+  void operator()(CUevent e) const { (void)cuEventDestroy(e); }
+};
+struct UnloadModule {
+  void operator()(CUmodule m) const { (void)cuModuleUnload(m); }
+};
+struct UnloadLibrary {
+  void operator()(CUlibrary l) const { (void)cuLibraryUnload(l); }
+};
+
+using DeviceMemory = Handle<CUdeviceptr, FreeDevice>;
+using PinnedMemory = Handle<void*, FreeHost>;
+using Stream = Handle<CUstream, DestroyStream>;
+using Event = Handle<CUevent, DestroyEvent>;
+using Module = Handle<CUmodule, UnloadModule>;
+using Library = Handle<CUlibrary, UnloadLibrary>;
+
+DeviceMemory device_alloc(size_t size) {
+  DeviceMemory m;
+  CU_CHECK(cuMemAlloc(m.out(), size));
+  return m;
+}
+
+PinnedMemory pinned_alloc(size_t size) {
+  PinnedMemory m;
+  CU_CHECK(cuMemAllocHost(m.out(), size));
+  return m;
+}
+
+Stream make_stream(unsigned flags = CU_STREAM_NON_BLOCKING, int priority = 0) {
+  Stream s;
+  CU_CHECK(cuStreamCreateWithPriority(s.out(), flags, priority));
+  return s;
+}
+
+Event make_event(unsigned flags = CU_EVENT_DEFAULT) {
+  Event e;
+  CU_CHECK(cuEventCreate(e.out(), flags));
+  return e;
+}
+
+// Launches f with the kernel arguments passed by value in `args` (their types must match the
+// kernel's parameters exactly). Returns the launch's CUresult so the caller wraps it in CU_CHECK.
+template <typename... Args>
+CUresult launch(CUfunction f, unsigned grid, unsigned block, CUstream stream, Args... args) {
+  if constexpr (sizeof...(Args) == 0) {
+    return cuLaunchKernel(f, grid, 1, 1, block, 1, 1, 0, stream, nullptr, nullptr);
+  } else {
+    void* params[] = {static_cast<void*>(&args)...};
+    return cuLaunchKernel(f, grid, 1, 1, block, 1, 1, 0, stream, params, nullptr);
+  }
+}
+
+unsigned blocks_for(unsigned long long n, unsigned block) {
+  return static_cast<unsigned>((n + block - 1) / block);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Shared state built up by the early cases.
+
+struct ProbeStruct {
+  char c;
+  double d;
+  int i[3];
+};
+static_assert(sizeof(ProbeStruct) == 32 && alignof(ProbeStruct) == 8, "must match the device layout");
+
+struct State {
+  std::string ptx_path, cubin_path, fatbin_path;
+  bool initialized = false;
+  CUdevice device = -1;
+  CUcontext primary = nullptr;
+  Module module;  // main module (from PTX) used by the later cases
+
+  void require_context() const {
+    if (!initialized || primary == nullptr) throw std::runtime_error("no_context");
+  }
+  CUfunction function(const char* name) const {
+    require_context();
+    if (!module.get()) throw std::runtime_error("no_module");
+    CUfunction f = nullptr;
+    CU_CHECK(cuModuleGetFunction(&f, module.get(), name));
+    return f;
+  }
+};
+
+State g;
+
+void run_case(const std::string& name, const std::function<std::string()>& body) {
+  std::string value;
+  try {
+    value = body();
+  } catch (const DriverError& e) {
+    value = "error:" + error_name(e.code());
+  } catch (const std::exception& e) {
+    value = "exception:" + sanitize(e.what());
+  }
+  std::printf("CASE %s %s\n", name.c_str(), value.c_str());
+  std::fflush(stdout);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Device enumeration and contexts
+
+std::string case_init() {
+  CU_CHECK(cuInit(0));
+  g.initialized = true;
+  CU_CHECK(cuDeviceGet(&g.device, 0));
+  return "ok";
+}
+
+std::string case_driver_version() {
+  int version = 0;
+  CU_CHECK(cuDriverGetVersion(&version));
+  return std::to_string(version);
+}
+
+std::string case_device_count() {
+  int count = 0;
+  CU_CHECK(cuDeviceGetCount(&count));
+  return std::to_string(count);
+}
+
+std::string case_device_name() {
+  char name[256] = {};
+  CU_CHECK(cuDeviceGetName(name, sizeof name, g.device));
+  return sanitize(name);
+}
+
+std::string case_device_total_mem() {
+  size_t bytes = 0;
+  CU_CHECK(cuDeviceTotalMem(&bytes, g.device));
+  return std::to_string(bytes);
+}
+
+std::string case_device_attributes() {
+  static constexpr std::pair<const char*, CUdevice_attribute> kAttributes[] = {
+      {"cc_major", CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR},
+      {"cc_minor", CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR},
+      {"sms", CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT},
+      {"max_threads_per_block", CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_BLOCK},
+      {"max_block_x", CU_DEVICE_ATTRIBUTE_MAX_BLOCK_DIM_X},
+      {"max_grid_x", CU_DEVICE_ATTRIBUTE_MAX_GRID_DIM_X},
+      {"warp", CU_DEVICE_ATTRIBUTE_WARP_SIZE},
+      {"smem_per_block", CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK},
+      {"smem_optin", CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN},
+      {"regs_per_block", CU_DEVICE_ATTRIBUTE_MAX_REGISTERS_PER_BLOCK},
+      {"l2", CU_DEVICE_ATTRIBUTE_L2_CACHE_SIZE},
+      {"bus_width", CU_DEVICE_ATTRIBUTE_GLOBAL_MEMORY_BUS_WIDTH},
+      {"uva", CU_DEVICE_ATTRIBUTE_UNIFIED_ADDRESSING},
+      {"concurrent_kernels", CU_DEVICE_ATTRIBUTE_CONCURRENT_KERNELS},
+      {"async_engines", CU_DEVICE_ATTRIBUTE_ASYNC_ENGINE_COUNT},
+      {"pci_bus", CU_DEVICE_ATTRIBUTE_PCI_BUS_ID},
+      {"compute_mode", CU_DEVICE_ATTRIBUTE_COMPUTE_MODE},
+  };
+  std::string out;
+  for (const auto& [label, attribute] : kAttributes) {
+    int value = 0;
+    CU_CHECK(cuDeviceGetAttribute(&value, attribute, g.device));
+    if (!out.empty()) out += ',';
+    out += std::string(label) + "=" + std::to_string(value);
+  }
+  return out;
+}
+
+std::string case_device_uuid() {
+  CUuuid uuid{};
+  CU_CHECK(cuDeviceGetUuid(&uuid, g.device));
+  std::string out;
+  char buf[3];
+  for (char b : uuid.bytes) {
+    std::snprintf(buf, sizeof buf, "%02x", static_cast<unsigned char>(b));
+    out += buf;
+  }
+  char pci[64] = {};
+  CU_CHECK(cuDeviceGetPCIBusId(pci, sizeof pci, g.device));
+  return out + " pci=" + sanitize(pci);
+}
+
+std::string case_primary_ctx() {
+  unsigned flags_before = 0, flags_after = 0;
+  int active_before = 0, active_after = 0;
+  CU_CHECK(cuDevicePrimaryCtxGetState(g.device, &flags_before, &active_before));
+  CUcontext primary = nullptr;
+  CU_CHECK(cuDevicePrimaryCtxRetain(&primary, g.device));
+  CU_CHECK(cuDevicePrimaryCtxGetState(g.device, &flags_after, &active_after));
+  CU_CHECK(cuCtxSetCurrent(primary));
+  g.primary = primary;
+  CUcontext current = nullptr;
+  CU_CHECK(cuCtxGetCurrent(&current));
+  CUdevice device = -1;
+  CU_CHECK(cuCtxGetDevice(&device));
+  unsigned api_version = 0;
+  CU_CHECK(cuCtxGetApiVersion(primary, &api_version));
+  std::ostringstream out;
+  out << "before=" << flags_before << "/" << active_before << " after=" << flags_after << "/" << active_after
+      << " current_is_primary=" << (current == primary) << " device=" << device << " api=" << api_version;
+  return out.str();
+}
+
+std::string case_ctx_create_push_pop() {
+  g.require_context();
+  auto label = [](CUcontext c, CUcontext created) -> std::string {
+    if (c == nullptr) return "null";
+    if (c == g.primary) return "primary";
+    if (c == created) return "created";
+    return "other";
+  };
+  CUcontext created = nullptr;
+  CU_CHECK(cuCtxCreate(&created, nullptr, 0, g.device));
+  std::string trace;
+  CUcontext c = nullptr;
+  CU_CHECK(cuCtxGetCurrent(&c));
+  trace += "create:" + label(c, created);
+  unsigned flags = 0;
+  CU_CHECK(cuCtxGetFlags(&flags));
+  trace += " flags:" + std::to_string(flags);
+  CUcontext popped = nullptr;
+  CU_CHECK(cuCtxPopCurrent(&popped));
+  CU_CHECK(cuCtxGetCurrent(&c));
+  trace += " pop:" + label(popped, created) + "->" + label(c, created);
+  CU_CHECK(cuCtxPushCurrent(created));
+  CU_CHECK(cuCtxGetCurrent(&c));
+  trace += " push:" + label(c, created);
+  // Work in the created context: a small allocation and memset round trip.
+  DeviceMemory m = device_alloc(64);
+  CU_CHECK(cuMemsetD32(m.get(), 0xA5A5A5A5u, 16));
+  std::array<unsigned, 16> host{};
+  CU_CHECK(cuMemcpyDtoH(host.data(), m.get(), sizeof host));
+  trace += " work:" + std::string(std::all_of(host.begin(), host.end(), [](unsigned v) { return v == 0xA5A5A5A5u; })
+                                      ? "ok"
+                                      : "bad");
+  m.reset();
+  CU_CHECK(cuCtxPopCurrent(&popped));
+  CU_CHECK(cuCtxGetCurrent(&c));
+  trace += " pop:" + label(popped, created) + "->" + label(c, created);
+  CU_CHECK(cuCtxDestroy(created));
+  CU_CHECK(cuCtxGetCurrent(&c));
+  trace += " destroy:" + label(c, created);
+  CU_CHECK(cuCtxSetCurrent(g.primary));
+  return trace;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Modules and kernels
+
+// Runs vector_add from `f` on n elements with the given block size; returns "ok <digest>" or
+// "mismatch@<index> <digest>".
+std::string run_vector_add(CUfunction f, int n, unsigned block) {
+  std::vector<float> a(n), b(n), c(n, -1.0f), expect(n);
+  uint64_t state = 0x5eed0000ULL + static_cast<uint64_t>(n);
+  for (int i = 0; i < n; ++i) {
+    a[i] = static_cast<float>(i % 1000) * 0.25f;
+    b[i] = static_cast<float>(splitmix64(state) >> 40) / 16777216.0f;
+    expect[i] = a[i] + b[i];
+  }
+  const size_t bytes = sizeof(float) * static_cast<size_t>(n);
+  DeviceMemory da = device_alloc(bytes), db = device_alloc(bytes), dc = device_alloc(bytes);
+  CU_CHECK(cuMemcpyHtoD(da.get(), a.data(), bytes));
+  CU_CHECK(cuMemcpyHtoD(db.get(), b.data(), bytes));
+  CU_CHECK(cuMemsetD8(dc.get(), 0xFF, bytes));
+  CU_CHECK(launch(f, blocks_for(n, block), block, nullptr, da.get(), db.get(), dc.get(), n));
+  CU_CHECK(cuCtxSynchronize());
+  CU_CHECK(cuMemcpyDtoH(c.data(), dc.get(), bytes));
+  const std::string d = digest(c.data(), bytes);
+  for (int i = 0; i < n; ++i) {
+    if (std::bit_cast<uint32_t>(c[i]) != std::bit_cast<uint32_t>(expect[i])) {
+      return "mismatch@" + std::to_string(i) + " " + d;
+    }
+  }
+  return "ok " + d;
+}
+
+std::string module_check(CUmodule module) {
+  CUfunction f = nullptr;
+  CU_CHECK(cuModuleGetFunction(&f, module, "vector_add"));
+  int max_threads = 0;
+  CU_CHECK(cuFuncGetAttribute(&max_threads, CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK, f));
+  return run_vector_add(f, 4099, 128) + " max_threads=" + std::to_string(max_threads);
+}
+
+std::string case_module_ptx() {
+  g.require_context();
+  std::vector<char> ptx = read_file(g.ptx_path);
+  ptx.push_back('\0');
+  Module m;
+  CU_CHECK(cuModuleLoadData(m.out(), ptx.data()));
+  const std::string result = module_check(m.get());
+  g.module = std::move(m);  // the main module of the later cases
+  return result;
+}
+
+std::string case_module_ptx_jit_options() {
+  g.require_context();
+  std::vector<char> ptx = read_file(g.ptx_path);
+  ptx.push_back('\0');
+  CUjit_option options[] = {CU_JIT_OPTIMIZATION_LEVEL, CU_JIT_MAX_REGISTERS};
+  void* values[] = {reinterpret_cast<void*>(uintptr_t{3}), reinterpret_cast<void*>(uintptr_t{64})};
+  Module m;
+  CU_CHECK(cuModuleLoadDataEx(m.out(), ptx.data(), 2, options, values));
+  return module_check(m.get());
+}
+
+std::string case_module_cubin_file() {
+  g.require_context();
+  Module m;
+  CU_CHECK(cuModuleLoad(m.out(), g.cubin_path.c_str()));
+  return module_check(m.get());
+}
+
+std::string case_module_cubin_data() {
+  g.require_context();
+  const std::vector<char> cubin = read_file(g.cubin_path);
+  Module m;
+  CU_CHECK(cuModuleLoadData(m.out(), cubin.data()));
+  return module_check(m.get());
+}
+
+std::string case_module_fatbin() {
+  g.require_context();
+  const std::vector<char> fatbin = read_file(g.fatbin_path);
+  Module m;
+  CU_CHECK(cuModuleLoadFatBinary(m.out(), fatbin.data()));
+  return module_check(m.get());
+}
+
+std::string case_library_fatbin() {
+  g.require_context();
+  const std::vector<char> fatbin = read_file(g.fatbin_path);
+  Library lib;
+  CU_CHECK(cuLibraryLoadData(lib.out(), fatbin.data(), nullptr, nullptr, 0, nullptr, nullptr, 0));
+  CUkernel kernel = nullptr;
+  CU_CHECK(cuLibraryGetKernel(&kernel, lib.get(), "vector_add"));
+  CUfunction f = nullptr;
+  CU_CHECK(cuKernelGetFunction(&f, kernel));
+  CUdeviceptr counter = 0;
+  size_t bytes = 0;
+  CU_CHECK(cuLibraryGetGlobal(&counter, &bytes, lib.get(), "global_counter"));
+  return run_vector_add(f, 777, 64) + " global_bytes=" + std::to_string(bytes);
+}
+
+std::string case_module_global() {
+  CUfunction add = g.function("add_to_global");
+  CUdeviceptr counter = 0;
+  size_t bytes = 0;
+  CU_CHECK(cuModuleGetGlobal(&counter, &bytes, g.module.get(), "global_counter"));
+  unsigned initial = 0xFFFFFFFFu, after_add = 0, after_second = 0;
+  CU_CHECK(cuMemcpyDtoH(&initial, counter, sizeof initial));
+  const unsigned start = 100;
+  unsigned seven = 7;
+  void* add_args[] = {&seven};
+  CU_CHECK(cuMemcpyHtoD(counter, &start, sizeof start));
+  CU_CHECK(launch(add, 1, 1, nullptr, 5u));
+  CU_CHECK(cuCtxSynchronize());
+  CU_CHECK(cuMemcpyDtoH(&after_add, counter, sizeof after_add));
+  CU_CHECK(cuLaunchKernel(add, 2, 1, 1, 3, 1, 1, 0, nullptr, add_args, nullptr));  // 6 threads add 7 each
+  CU_CHECK(cuCtxSynchronize());
+  CU_CHECK(cuMemcpyDtoH(&after_second, counter, sizeof after_second));
+  std::ostringstream out;
+  out << "bytes=" << bytes << " initial=" << initial << " after=" << after_add << "," << after_second;
+  return out.str();
+}
+
+std::string case_vector_add(int n, unsigned block) { return run_vector_add(g.function("vector_add"), n, block); }
+
+// param_probe: thread 0 writes 11 u64 words (u8, u16, u32, u64, f32 bits, f64 bits, s.c, s.d bits,
+// s.i[0..2]); signed values sign-extended.
+constexpr unsigned char kProbeU8 = 0xAB;
+constexpr unsigned short kProbeU16 = 0xBEEF;
+constexpr unsigned int kProbeU32 = 0xDEADBEEFu;
+constexpr unsigned long long kProbeU64 = 0x0123456789ABCDEFULL;
+constexpr float kProbeF32 = 3.5f;
+constexpr double kProbeF64 = -2.25;
+constexpr ProbeStruct kProbeStruct = {'x', 1.0 / 3.0, {7, -8, 0x7FFFFFFF}};  // the kernel sign-extends
+constexpr int kProbeWords = 11;
+
+std::string probe_result(const std::array<unsigned long long, kProbeWords>& words) {
+  const std::array<unsigned long long, kProbeWords> expect = {
+      kProbeU8,
+      kProbeU16,
+      kProbeU32,
+      kProbeU64,
+      std::bit_cast<uint32_t>(kProbeF32),
+      std::bit_cast<uint64_t>(kProbeF64),
+      static_cast<unsigned long long>(kProbeStruct.c),
+      std::bit_cast<uint64_t>(kProbeStruct.d),
+      static_cast<unsigned long long>(kProbeStruct.i[0]),
+      static_cast<unsigned long long>(kProbeStruct.i[1]),
+      static_cast<unsigned long long>(kProbeStruct.i[2]),
+  };
+  const std::string d = digest(words.data(), sizeof words);
+  if (words == expect) return "ok " + d;
+  std::string out = "mismatch " + d + " words=";
+  for (int i = 0; i < kProbeWords; ++i) out += (i ? "," : "") + hex_u64(words[i]);
+  return out;
+}
+
+std::string case_param_probe_kernel_params() {
+  CUfunction f = g.function("param_probe");
+  DeviceMemory out = device_alloc(sizeof(unsigned long long) * kProbeWords);
+  CU_CHECK(cuMemsetD8(out.get(), 0, sizeof(unsigned long long) * kProbeWords));
+  CU_CHECK(launch(f, 1, 32, nullptr, kProbeU8, kProbeU16, kProbeU32, kProbeU64, kProbeF32, kProbeF64, kProbeStruct,
+                  out.get()));
+  CU_CHECK(cuCtxSynchronize());
+  std::array<unsigned long long, kProbeWords> words{};
+  CU_CHECK(cuMemcpyDtoH(words.data(), out.get(), sizeof words));
+  return probe_result(words);
+}
+
+std::string case_param_probe_extra_buffer() {
+  CUfunction f = g.function("param_probe");
+  DeviceMemory out = device_alloc(sizeof(unsigned long long) * kProbeWords);
+  CU_CHECK(cuMemsetD8(out.get(), 0, sizeof(unsigned long long) * kProbeWords));
+  const CUdeviceptr out_ptr = out.get();
+
+  // The host-side value of each parameter, in declaration order.
+  const std::array<std::pair<const void*, size_t>, 8> args = {{
+      {&kProbeU8, sizeof kProbeU8},
+      {&kProbeU16, sizeof kProbeU16},
+      {&kProbeU32, sizeof kProbeU32},
+      {&kProbeU64, sizeof kProbeU64},
+      {&kProbeF32, sizeof kProbeF32},
+      {&kProbeF64, sizeof kProbeF64},
+      {&kProbeStruct, sizeof kProbeStruct},
+      {&out_ptr, sizeof out_ptr},
+  }};
+  std::vector<unsigned char> buffer;
+  std::string layout;
+  for (size_t i = 0; i < args.size(); ++i) {
+    size_t offset = 0, size = 0;
+    CU_CHECK(cuFuncGetParamInfo(f, i, &offset, &size));
+    if (size != args[i].second) {
+      throw std::runtime_error("param " + std::to_string(i) + " size " + std::to_string(size) + " expected " +
+                               std::to_string(args[i].second));
+    }
+    if (buffer.size() < offset + size) buffer.resize(offset + size, 0);
+    std::memcpy(buffer.data() + offset, args[i].first, size);
+    layout += (i ? "," : "") + std::to_string(offset) + "+" + std::to_string(size);
+  }
+  // One past the last parameter must be rejected.
+  size_t offset = 0, size = 0;
+  const CUresult past_end = cuFuncGetParamInfo(f, args.size(), &offset, &size);
+
+  size_t buffer_size = buffer.size();
+  void* config[] = {CU_LAUNCH_PARAM_BUFFER_POINTER, buffer.data(), CU_LAUNCH_PARAM_BUFFER_SIZE, &buffer_size,
+                    CU_LAUNCH_PARAM_END};
+  CU_CHECK(cuLaunchKernel(f, 1, 1, 1, 32, 1, 1, 0, nullptr, nullptr, config));
+  CU_CHECK(cuCtxSynchronize());
+  std::array<unsigned long long, kProbeWords> words{};
+  CU_CHECK(cuMemcpyDtoH(words.data(), out.get(), sizeof words));
+  return probe_result(words) + " layout=" + layout + " past_end=" + code_str(past_end);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Copies and memsets
+
+constexpr size_t kMiB = size_t{1} << 20;
+
+// HtoD into an unaligned device offset, DtoD to another unaligned offset, DtoH back; host pointers
+// are unaligned too.
+std::string case_copy_sync(size_t n) {
+  g.require_context();
+  const size_t src_off = 1 + n % 7, dst_off = 3, host_off = 1;
+  std::vector<unsigned char> src(n + host_off), back(n + host_off, 0);
+  fill_pseudo_random(src.data() + host_off, n, 0xC0FFEE00ULL ^ n);
+  DeviceMemory a = device_alloc(n + 16), b = device_alloc(n + 16);
+  CU_CHECK(cuMemcpyHtoD(a.get() + src_off, src.data() + host_off, n));
+  CU_CHECK(cuMemcpyDtoD(b.get() + dst_off, a.get() + src_off, n));
+  CU_CHECK(cuMemcpyDtoH(back.data() + host_off, b.get() + dst_off, n));
+  const std::string d = digest(back.data() + host_off, n);
+  const bool ok = std::memcmp(src.data() + host_off, back.data() + host_off, n) == 0;
+  return (ok ? "ok " : "mismatch ") + d;
+}
+
+// Async copies on two streams ordered only by events: s1 waits 10 ms, then HtoD into A; s2 waits for
+// that, copies A to B; s1 waits for the copy, then DtoH from B. Misordering shows up as the fill
+// bytes (0xEE in A, 0x00 in B) in the digest.
+std::string case_copy_async(size_t n, bool pinned) {
+  CUfunction busy = g.function("busy_wait_ns");
+  std::vector<unsigned char> pageable_src, pageable_dst;
+  PinnedMemory pinned_src, pinned_dst;
+  unsigned char *src = nullptr, *dst = nullptr;
+  if (pinned) {
+    pinned_src = pinned_alloc(n);
+    pinned_dst = pinned_alloc(n);
+    src = static_cast<unsigned char*>(pinned_src.get());
+    dst = static_cast<unsigned char*>(pinned_dst.get());
+  } else {
+    pageable_src.resize(n);
+    pageable_dst.resize(n);
+    src = pageable_src.data();
+    dst = pageable_dst.data();
+  }
+  fill_pseudo_random(src, n, 0xA5C0FFEEULL ^ n);
+  std::memset(dst, 0x33, n);
+  const size_t a_off = 5, b_off = 2;
+  DeviceMemory a = device_alloc(n + 16), b = device_alloc(n + 16);
+  CU_CHECK(cuMemsetD8(a.get(), 0xEE, n + 16));
+  CU_CHECK(cuMemsetD8(b.get(), 0x00, n + 16));
+  CU_CHECK(cuCtxSynchronize());
+  Stream s1 = make_stream(), s2 = make_stream();
+  Event copied_in = make_event(CU_EVENT_DISABLE_TIMING), copied_across = make_event(CU_EVENT_DISABLE_TIMING);
+  CU_CHECK(launch(busy, 1, 1, s1.get(), 10'000'000ULL));
+  CU_CHECK(cuMemcpyHtoDAsync(a.get() + a_off, src, n, s1.get()));
+  CU_CHECK(cuEventRecord(copied_in.get(), s1.get()));
+  CU_CHECK(cuStreamWaitEvent(s2.get(), copied_in.get(), 0));
+  CU_CHECK(cuMemcpyDtoDAsync(b.get() + b_off, a.get() + a_off, n, s2.get()));
+  CU_CHECK(cuEventRecord(copied_across.get(), s2.get()));
+  CU_CHECK(cuStreamWaitEvent(s1.get(), copied_across.get(), 0));
+  CU_CHECK(cuMemcpyDtoHAsync(dst, b.get() + b_off, n, s1.get()));
+  CU_CHECK(cuStreamSynchronize(s1.get()));
+  const std::string d = digest(dst, n);
+  const bool ok = std::memcmp(src, dst, n) == 0;
+  return (ok ? "ok " : "mismatch ") + d;
+}
+
+struct MemsetOp {
+  int width;  // 1, 2 or 4 bytes
+  size_t byte_offset;
+  uint32_t value;
+  size_t count;  // elements
+};
+
+void apply_memset(std::vector<unsigned char>& model, const MemsetOp& op) {
+  for (size_t i = 0; i < op.count; ++i) {
+    std::memcpy(model.data() + op.byte_offset + i * op.width, &op.value, op.width);
+  }
+}
+
+std::string run_memsets(const std::vector<MemsetOp>& ops, bool async) {
+  g.require_context();
+  const size_t total = kMiB + 64;
+  std::vector<unsigned char> model(total, 0xCD), back(total, 0);
+  DeviceMemory m = device_alloc(total);
+  CU_CHECK(cuMemsetD8(m.get(), 0xCD, total));
+  CU_CHECK(cuCtxSynchronize());
+  Stream s = make_stream();
+  for (const MemsetOp& op : ops) {
+    const CUdeviceptr p = m.get() + op.byte_offset;
+    if (async) {
+      switch (op.width) {
+        case 1: CU_CHECK(cuMemsetD8Async(p, static_cast<unsigned char>(op.value), op.count, s.get())); break;
+        case 2: CU_CHECK(cuMemsetD16Async(p, static_cast<unsigned short>(op.value), op.count, s.get())); break;
+        default: CU_CHECK(cuMemsetD32Async(p, op.value, op.count, s.get())); break;
+      }
+    } else {
+      switch (op.width) {
+        case 1: CU_CHECK(cuMemsetD8(p, static_cast<unsigned char>(op.value), op.count)); break;
+        case 2: CU_CHECK(cuMemsetD16(p, static_cast<unsigned short>(op.value), op.count)); break;
+        default: CU_CHECK(cuMemsetD32(p, op.value, op.count)); break;
+      }
+    }
+    apply_memset(model, op);
+  }
+  if (async) CU_CHECK(cuStreamSynchronize(s.get()));
+  CU_CHECK(cuMemcpyDtoH(back.data(), m.get(), total));
+  const std::string d = digest(back.data(), total);
+  return (back == model ? "ok " : "mismatch ") + d;
+}
+
+std::string case_memset_sync() {
+  return run_memsets({{1, 3, 0x5A, 1001},
+                      {2, 2050, 0xBEEF, 777},
+                      {4, 8196, 0xDEADBEEF, 12345},
+                      {1, 8190, 0x11, 9},  // overlaps the D32 range above
+                      {1, 100001, 0x22, 1},
+                      {4, 600004, 0x01020304, 100003}},
+                     false);
+}
+
+std::string case_memset_async() {
+  return run_memsets({{1, 200003, 0x77, 65537},
+                      {2, 300002, 0x1234, 4097},
+                      {4, 400008, 0xCAFEBABE, 33333},
+                      {1, 400010, 0xEE, 5},  // overlaps the D32 range above; same stream, so ordered
+                      {2, 6, 0x8001, 1},
+                      {4, 1048572, 0x0BADF00D, 17}},
+                     true);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Streams and events
+
+std::string case_stream_flags_priorities() {
+  g.require_context();
+  int least = 0, greatest = 0;
+  CU_CHECK(cuCtxGetStreamPriorityRange(&least, &greatest));
+  struct Spec {
+    unsigned flags;
+    int priority;
+  };
+  const Spec specs[] = {{CU_STREAM_DEFAULT, least},
+                        {CU_STREAM_NON_BLOCKING, greatest},
+                        {CU_STREAM_NON_BLOCKING, least},
+                        {CU_STREAM_DEFAULT, greatest - 10},  // clamped to greatest
+                        {CU_STREAM_NON_BLOCKING, least + 10}};  // clamped to least
+  std::ostringstream out;
+  out << "range=" << least << ".." << greatest;
+  for (const Spec& spec : specs) {
+    Stream s = make_stream(spec.flags, spec.priority);
+    unsigned flags = 0;
+    int priority = 0;
+    CU_CHECK(cuStreamGetFlags(s.get(), &flags));
+    CU_CHECK(cuStreamGetPriority(s.get(), &priority));
+    CUcontext ctx = nullptr;
+    CU_CHECK(cuStreamGetCtx(s.get(), &ctx));
+    out << " " << flags << "/" << priority << (ctx == g.primary ? "/primary" : "/other");
+  }
+  Stream plain;
+  CU_CHECK(cuStreamCreate(plain.out(), CU_STREAM_NON_BLOCKING));
+  unsigned flags = 0;
+  int priority = -99;
+  CU_CHECK(cuStreamGetFlags(plain.get(), &flags));
+  CU_CHECK(cuStreamGetPriority(plain.get(), &priority));
+  out << " plain=" << flags << "/" << priority;
+  return out.str();
+}
+
+// s1: busy 50 ms, fill 100, record; s2: wait, increment. Ordered -> every element is 101.
+std::string case_stream_wait_event() {
+  CUfunction busy = g.function("busy_wait_ns"), fill = g.function("fill_u32"), inc = g.function("increment_i32");
+  const int n = 1 << 20;
+  DeviceMemory m = device_alloc(sizeof(int) * n);
+  CU_CHECK(cuMemsetD32(m.get(), 0, n));
+  CU_CHECK(cuCtxSynchronize());
+  Stream s1 = make_stream(), s2 = make_stream();
+  Event filled = make_event(CU_EVENT_DISABLE_TIMING);
+  CU_CHECK(launch(busy, 1, 1, s1.get(), 50'000'000ULL));
+  CU_CHECK(launch(fill, blocks_for(n, 256), 256, s1.get(), m.get(), 100u, static_cast<unsigned long long>(n)));
+  CU_CHECK(cuEventRecord(filled.get(), s1.get()));
+  CU_CHECK(cuStreamWaitEvent(s2.get(), filled.get(), 0));
+  CU_CHECK(launch(inc, blocks_for(n, 256), 256, s2.get(), m.get(), n));
+  CU_CHECK(cuStreamSynchronize(s2.get()));
+  std::vector<int> host(n);
+  CU_CHECK(cuMemcpyDtoH(host.data(), m.get(), sizeof(int) * host.size()));
+  const auto ordered = std::count(host.begin(), host.end(), 101);
+  return "ordered=" + std::to_string(ordered) + "/" + std::to_string(n);
+}
+
+std::string case_event_elapsed() {
+  CUfunction busy = g.function("busy_wait_ns");
+  Stream s = make_stream();
+  Event start = make_event(), stop = make_event();
+  CU_CHECK(cuEventRecord(start.get(), s.get()));
+  CU_CHECK(launch(busy, 1, 1, s.get(), 20'000'000ULL));
+  CU_CHECK(cuEventRecord(stop.get(), s.get()));
+  CU_CHECK(cuEventSynchronize(stop.get()));
+  float ms = -1.0f;
+  CU_CHECK(cuEventElapsedTime(&ms, start.get(), stop.get()));
+  if (ms >= 19.5f && ms <= 200.0f) return "ok";
+  char buf[64];
+  std::snprintf(buf, sizeof buf, "%.3fms", ms);
+  return buf;
+}
+
+std::string case_stream_query() {
+  CUfunction busy = g.function("busy_wait_ns");
+  Stream s = make_stream();
+  Event done = make_event(CU_EVENT_DISABLE_TIMING);
+  CU_CHECK(launch(busy, 1, 1, s.get(), 300'000'000ULL));
+  CU_CHECK(cuEventRecord(done.get(), s.get()));
+  const CUresult stream_during = cuStreamQuery(s.get());
+  const CUresult event_during = cuEventQuery(done.get());
+  CU_CHECK(cuStreamSynchronize(s.get()));
+  const CUresult stream_after = cuStreamQuery(s.get());
+  const CUresult event_after = cuEventQuery(done.get());
+  return "during=" + code_str(stream_during) + "," + code_str(event_during) + " after=" + code_str(stream_after) +
+         "," + code_str(event_after);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Errors
+
+// Stale and bogus handles. Destroyed streams and events are not used: the native driver does not
+// validate them (cuStreamQuery/cuEventQuery on a destroyed handle segfault on driver 580), so there is
+// no native result to compare against. These calls return a defined code natively.
+std::string case_error_invalid_handles() {
+  g.require_context();
+  std::ostringstream out;
+
+  // A module used after cuModuleUnload.
+  std::vector<char> ptx = read_file(g.ptx_path);
+  ptx.push_back('\0');
+  CUmodule module = nullptr;
+  CU_CHECK(cuModuleLoadData(&module, ptx.data()));
+  CU_CHECK(cuModuleUnload(module));
+  CUfunction f = nullptr;
+  out << "unloaded_module=" << code_str(cuModuleGetFunction(&f, module, "vector_add")) << ","
+      << code_str(cuModuleUnload(module));
+
+  out << " null_function=" << code_str(cuLaunchKernel(nullptr, 1, 1, 1, 1, 1, 1, 0, nullptr, nullptr, nullptr));
+
+  // Elapsed time between events that were never recorded, and between timing-disabled events.
+  Event a = make_event(), b = make_event();
+  float ms = 0;
+  out << " unrecorded_events=" << code_str(cuEventElapsedTime(&ms, a.get(), b.get()));
+  Event c = make_event(CU_EVENT_DISABLE_TIMING), d = make_event(CU_EVENT_DISABLE_TIMING);
+  CU_CHECK(cuEventRecord(c.get(), nullptr));
+  CU_CHECK(cuEventRecord(d.get(), nullptr));
+  CU_CHECK(cuEventSynchronize(d.get()));
+  out << " untimed_events=" << code_str(cuEventElapsedTime(&ms, c.get(), d.get()));
+
+  // A destroyed context.
+  CUcontext created = nullptr, popped = nullptr;
+  CU_CHECK(cuCtxCreate(&created, nullptr, 0, g.device));
+  CU_CHECK(cuCtxPopCurrent(&popped));
+  CU_CHECK(cuCtxDestroy(created));
+  unsigned api_version = 0;
+  out << " destroyed_ctx=" << code_str(cuCtxGetApiVersion(created, &api_version));
+  CU_CHECK(cuCtxSetCurrent(g.primary));
+
+  // Freed and never-allocated device pointers, a device ordinal that does not exist.
+  CUdeviceptr p = 0;
+  CU_CHECK(cuMemAlloc(&p, 4096));
+  CU_CHECK(cuMemFree(p));
+  out << " double_free=" << code_str(cuMemFree(p));
+  char host[16];
+  out << " bogus_copy=" << code_str(cuMemcpyDtoH(host, 0xdeadbeef000ULL, sizeof host));
+  int value = 0;
+  out << " bad_device=" << code_str(cuDeviceGetAttribute(&value, CU_DEVICE_ATTRIBUTE_WARP_SIZE, 99));
+  return out.str();
+}
+
+std::string case_error_alloc_1pib() {
+  g.require_context();
+  CUdeviceptr p = 0;
+  const CUresult huge = cuMemAlloc(&p, size_t{1} << 50);
+  if (huge == CUDA_SUCCESS) (void)cuMemFree(p);
+  DeviceMemory small = device_alloc(4096);  // the failure must not stick
+  return code_str(huge) + " then=0";
+}
+
+std::string case_error_unknown_function() {
+  g.require_context();
+  if (!g.module.get()) throw std::runtime_error("no_module");
+  CUfunction f = nullptr;
+  const CUresult r = cuModuleGetFunction(&f, g.module.get(), "no_such_kernel");
+  CUdeviceptr p = 0;
+  size_t bytes = 0;
+  const CUresult global = cuModuleGetGlobal(&p, &bytes, g.module.get(), "no_such_global");
+  return code_str(r) + " global=" + code_str(global);
+}
+
+std::string case_error_names() {
+  const int codes[] = {0, 1, 2, 3, 4, 100, 101, 200, 201, 209, 218, 300, 400, 401, 500, 600, 700, 701, 716, 719, 999};
+  std::string names;
+  Fnv1a strings;
+  for (int code : codes) {
+    const char* name = nullptr;
+    const char* text = nullptr;
+    CU_CHECK(cuGetErrorName(static_cast<CUresult>(code), &name));
+    CU_CHECK(cuGetErrorString(static_cast<CUresult>(code), &text));
+    names += (names.empty() ? "" : ",") + std::string(name ? name : "null");
+    strings.add_string(text ? text : "null");
+  }
+  // An unknown code: both calls reject it and leave the output NULL.
+  const char* name = "unchanged";
+  const char* text = "unchanged";
+  const CUresult bad_name = cuGetErrorName(static_cast<CUresult>(12345), &name);
+  const CUresult bad_text = cuGetErrorString(static_cast<CUresult>(12345), &text);
+  return names + " strings=" + strings.hex() + " unknown=" + code_str(bad_name) + "/" +
+         (name ? "set" : "null") + "," + code_str(bad_text) + "/" + (text ? "set" : "null");
+}
+
+// An invalid launch (2048 threads per block). Natively the launch itself fails; a remoting layer may
+// defer the error to the next synchronization. Print the first non-success code of {launch, sync},
+// then check that the context still works.
+std::string case_error_launch_block_2048() {
+  CUfunction empty = g.function("empty_kernel");
+  Stream s = make_stream();
+  const CUresult launched = cuLaunchKernel(empty, 1, 1, 1, 2048, 1, 1, 0, s.get(), nullptr, nullptr);
+  const CUresult synced = cuStreamSynchronize(s.get());
+  const CUresult first = launched != CUDA_SUCCESS ? launched : synced;
+  CU_CHECK(launch(empty, 1, 32, s.get()));
+  CU_CHECK(cuStreamSynchronize(s.get()));
+  return "first_error=" + code_str(first) + " recovered=0";
+}
+
+// ---------------------------------------------------------------------------------------------
+// Threads
+
+std::string case_multithreaded() {
+  CUfunction fill = g.function("fill_u32");
+  constexpr int kThreads = 4, kIterations = 16;
+  constexpr unsigned long long kElements = 1 << 20;
+  std::array<std::string, kThreads> digests, errors;
+  std::array<bool, kThreads> values_ok{};
+  std::vector<std::thread> threads;
+  for (int t = 0; t < kThreads; ++t) {
+    threads.emplace_back([&, t] {
+      try {
+        CU_CHECK(cuCtxSetCurrent(g.primary));
+        Stream s = make_stream();
+        DeviceMemory m = device_alloc(sizeof(unsigned) * kElements);
+        std::vector<unsigned> host(kElements);
+        Fnv1a f;
+        bool ok = true;
+        for (int i = 0; i < kIterations; ++i) {
+          const unsigned value = 0x10000u * (t + 1) + i;
+          CU_CHECK(launch(fill, blocks_for(kElements, 256), 256, s.get(), m.get(), value, kElements));
+          CU_CHECK(cuMemcpyDtoHAsync(host.data(), m.get(), sizeof(unsigned) * kElements, s.get()));
+          CU_CHECK(cuStreamSynchronize(s.get()));
+          ok = ok && std::all_of(host.begin(), host.end(), [value](unsigned v) { return v == value; });
+          f.add(host.data(), sizeof(unsigned) * kElements);
+        }
+        digests[t] = f.hex();
+        values_ok[t] = ok;
+      } catch (const DriverError& e) {
+        errors[t] = "error:" + error_name(e.code());
+      } catch (const std::exception& e) {
+        errors[t] = "exception:" + sanitize(e.what());
+      }
+    });
+  }
+  for (auto& th : threads) th.join();
+  for (int t = 0; t < kThreads; ++t) {
+    if (!errors[t].empty()) return "thread" + std::to_string(t) + ":" + errors[t];
+  }
+  Fnv1a combined;
+  for (const auto& d : digests) combined.add_string(d);
+  const bool ok = std::all_of(values_ok.begin(), values_ok.end(), [](bool b) { return b; });
+  return (ok ? "ok " : "mismatch ") + combined.hex();
+}
+
+// ---------------------------------------------------------------------------------------------
+// The sticky fault (must be last: it ruins the context).
+
+std::string case_sticky_fault() {
+  CUfunction fault = g.function("fault_store");
+  const CUdeviceptr bad = 0x10;
+  const CUresult launched = launch(fault, 1, 1, nullptr, bad);
+  const CUresult synced = cuCtxSynchronize();
+  CUdeviceptr p = 0;
+  const CUresult alloc = cuMemAlloc(&p, 4096);
+  if (alloc == CUDA_SUCCESS) (void)cuMemFree(p);
+  return "launch=" + code_str(launched) + " sync=" + code_str(synced) + " alloc=" + code_str(alloc);
+}
+
+std::string loaded_libcuda() {
+  Dl_info info{};
+  if (dladdr(reinterpret_cast<void*>(&cuInit), &info) == 0 || info.dli_fname == nullptr) return "unknown";
+  return info.dli_fname;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (argc != 4) {
+    std::fprintf(stderr, "usage: %s <kernels.ptx> <kernels.cubin> <kernels.fatbin>\n", argv[0]);
+    return 2;
+  }
+  g.ptx_path = argv[1];
+  g.cubin_path = argv[2];
+  g.fatbin_path = argv[3];
+  std::printf("INFO libcuda %s\n", loaded_libcuda().c_str());
+  std::fflush(stdout);
+
+  run_case("init", case_init);
+  if (!g.initialized) return 1;
+  run_case("driver_version", case_driver_version);
+  run_case("device_count", case_device_count);
+  run_case("device_name", case_device_name);
+  run_case("device_total_mem", case_device_total_mem);
+  run_case("device_attributes", case_device_attributes);
+  run_case("device_uuid", case_device_uuid);
+  run_case("primary_ctx", case_primary_ctx);
+  run_case("ctx_create_push_pop", case_ctx_create_push_pop);
+
+  run_case("module_ptx", case_module_ptx);
+  run_case("module_ptx_jit_options", case_module_ptx_jit_options);
+  run_case("module_cubin_file", case_module_cubin_file);
+  run_case("module_cubin_data", case_module_cubin_data);
+  run_case("module_fatbin", case_module_fatbin);
+  run_case("library_fatbin", case_library_fatbin);
+  run_case("module_global", case_module_global);
+
+  run_case("vector_add_n1_b64", [] { return case_vector_add(1, 64); });
+  run_case("vector_add_n1000_b96", [] { return case_vector_add(1000, 96); });
+  run_case("vector_add_n1048576_b192", [] { return case_vector_add(1 << 20, 192); });
+  run_case("param_probe_kernel_params", case_param_probe_kernel_params);
+  run_case("param_probe_extra_buffer", case_param_probe_extra_buffer);
+
+  for (size_t n : {size_t{1}, size_t{3}, size_t{4095}, size_t{4096}, size_t{65537}, kMiB + 7, 64 * kMiB, 256 * kMiB}) {
+    run_case("copy_sync_" + std::to_string(n), [n] { return case_copy_sync(n); });
+  }
+  for (size_t n : {size_t{3}, size_t{65537}, kMiB + 7, 64 * kMiB}) {
+    run_case("copy_async_pageable_" + std::to_string(n), [n] { return case_copy_async(n, false); });
+    run_case("copy_async_pinned_" + std::to_string(n), [n] { return case_copy_async(n, true); });
+  }
+  run_case("memset_sync", case_memset_sync);
+  run_case("memset_async", case_memset_async);
+
+  run_case("stream_flags_priorities", case_stream_flags_priorities);
+  run_case("stream_wait_event", case_stream_wait_event);
+  run_case("event_elapsed_busy_20ms", case_event_elapsed);
+  run_case("stream_query_not_ready", case_stream_query);
+
+  run_case("error_invalid_handles", case_error_invalid_handles);
+  run_case("error_alloc_1pib", case_error_alloc_1pib);
+  run_case("error_unknown_function", case_error_unknown_function);
+  run_case("error_names", case_error_names);
+  run_case("error_launch_block_2048", case_error_launch_block_2048);
+
+  run_case("multithreaded_4x", case_multithreaded);
+
+  run_case("sticky_fault", case_sticky_fault);
+  return 0;
+}

@@ -1,0 +1,32 @@
+# curelay_write_paths_env(<output> TARGETS <VAR> <target>... FILES <VAR>...)
+# Writes KEY=path lines for tests/gpu/run.sh and bench/run.sh: each TARGETS pair becomes
+# VAR=<the target's executable>, each FILES name VAR=<value of the CMake variable VAR>. Paths under
+# the top build directory are written relative to it, so the build directory may be moved or copied
+# to the GPU host as a whole; other paths stay absolute.
+include_guard(GLOBAL)
+
+function(curelay_write_paths_env output)
+  cmake_parse_arguments(PARSE_ARGV 1 arg "" "" "TARGETS;FILES")
+  set(content "")
+  list(LENGTH arg_TARGETS count)
+  math(EXPR last "${count} - 1")
+  foreach(i RANGE 0 ${last} 2)
+    math(EXPR j "${i} + 1")
+    list(GET arg_TARGETS ${i} key)
+    list(GET arg_TARGETS ${j} target)
+    string(APPEND content "${key}=$<PATH:RELATIVE_PATH,$<TARGET_FILE:${target}>,${CMAKE_BINARY_DIR}>\n")
+  endforeach()
+  foreach(var IN LISTS arg_FILES)
+    set(path "${${var}}")
+    if(path STREQUAL "")
+      message(WARNING "${var} is not set; ${output} will lack it (pass that path by hand)")
+    else()
+      cmake_path(IS_PREFIX CMAKE_BINARY_DIR "${path}" NORMALIZE under_build)
+      if(under_build)
+        file(RELATIVE_PATH path "${CMAKE_BINARY_DIR}" "${path}")
+      endif()
+    endif()
+    string(APPEND content "${var}=${path}\n")
+  endforeach()
+  file(GENERATE OUTPUT "${output}" CONTENT "${content}")
+endfunction()

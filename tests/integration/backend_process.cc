@@ -1,0 +1,160 @@
+#include "tests/integration/backend_process.h"
+
+#include <dirent.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <fstream>
+#include <regex>
+#include <sstream>
+
+namespace curelay::testing {
+namespace {
+
+void ExecWithEnv(const std::string& program, const std::vector<std::string>& args,
+                 const std::map<std::string, std::string>& env) {
+  for (const auto& [key, value] : env) setenv(key.c_str(), value.c_str(), 1);
+  std::vector<char*> argv;
+  std::vector<std::string> storage = {program};
+  storage.insert(storage.end(), args.begin(), args.end());
+  for (auto& arg : storage) argv.push_back(arg.data());
+  argv.push_back(nullptr);
+  execv(program.c_str(), argv.data());
+  _exit(127);
+}
+
+}  // namespace
+
+bool ProcessExists(pid_t pid) {
+  // A zombie still "exists" to kill(); look at its state instead.
+  std::ifstream stat("/proc/" + std::to_string(pid) + "/stat");
+  std::string content;
+  if (!std::getline(stat, content)) return false;
+  const auto close_paren = content.rfind(')');
+  return close_paren != std::string::npos && content.size() > close_paren + 2 && content[close_paren + 2] != 'Z';
+}
+
+BackendProcess::BackendProcess(const std::string& name, std::map<std::string, std::string> extra_env,
+                               Transport transport)
+    : name_(name), extra_env_(std::move(extra_env)), transport_(transport) {
+  char pattern[] = "/tmp/curelay-it-XXXXXX";
+  directory_ = mkdtemp(pattern);
+  // A loopback port derived from the pid keeps parallel test processes apart.
+  endpoint_ = transport == Transport::kIpc ? "ipc://" + directory_ + "/backend.sock"
+                                           : "tcp://127.0.0.1:" + std::to_string(20000 + getpid() % 40000);
+  log_path_ = directory_ + "/backend.log";
+}
+
+BackendProcess::~BackendProcess() {
+  Stop();
+  std::system(("rm -rf " + directory_).c_str());
+}
+
+bool BackendProcess::Start() {
+  pid_ = fork();
+  if (pid_ == 0) {
+    const int log = open(log_path_.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    dup2(log, 2);
+    dup2(log, 1);
+    ExecWithEnv(CURELAY_BACKEND_PATH,
+                {"--listen", endpoint_, "--driver", CURELAY_EMULATED_DRIVER_PATH, "--runtime-dir", directory_,
+                 "--log-level", "debug"},
+                extra_env_);
+  }
+  return WaitFor([&] {
+    struct stat info {};
+    const bool listening = transport_ == Transport::kTcp ? Log().find("listening on") != std::string::npos
+                                                         : stat(endpoint_.c_str() + 6, &info) == 0;
+    return listening && Log().find("ready") != std::string::npos;
+  }, std::chrono::seconds(20));
+}
+
+void BackendProcess::Stop() {
+  if (pid_ <= 0) return;
+  kill(pid_, SIGTERM);
+  if (!WaitFor([&] { return waitpid(pid_, nullptr, WNOHANG) == pid_; }, std::chrono::seconds(10))) {
+    kill(pid_, SIGKILL);
+    waitpid(pid_, nullptr, 0);
+  }
+  pid_ = -1;
+}
+
+bool BackendProcess::Alive() const { return pid_ > 0 && ProcessExists(pid_); }
+
+std::string BackendProcess::Log() const {
+  std::ifstream in(log_path_);
+  std::stringstream text;
+  text << in.rdbuf();
+  return text.str();
+}
+
+pid_t BackendProcess::LatestSessionExecutor(std::chrono::milliseconds timeout) const {
+  pid_t found = -1;
+  WaitFor([&] {
+    static const std::regex pattern(R"(session \d+ -> executor pid (\d+))");
+    const std::string log = Log();
+    for (auto it = std::sregex_iterator(log.begin(), log.end(), pattern); it != std::sregex_iterator(); ++it) {
+      found = std::stoi((*it)[1].str());
+    }
+    return found > 0;
+  }, timeout);
+  return found;
+}
+
+std::vector<pid_t> BackendProcess::Children() const {
+  std::vector<pid_t> children;
+  DIR* proc = opendir("/proc");
+  while (dirent* entry = readdir(proc)) {
+    const pid_t pid = std::atoi(entry->d_name);
+    if (pid <= 0) continue;
+    std::ifstream status("/proc/" + std::string(entry->d_name) + "/status");
+    std::string line;
+    while (std::getline(status, line)) {
+      if (line.rfind("PPid:", 0) == 0) {
+        if (std::atoi(line.c_str() + 5) == pid_ && ProcessExists(pid)) children.push_back(pid);
+        break;
+      }
+    }
+  }
+  closedir(proc);
+  return children;
+}
+
+pid_t StartClient(const std::vector<std::string>& args, const std::map<std::string, std::string>& env,
+                  const std::string& output_path) {
+  const pid_t pid = fork();
+  if (pid == 0) {
+    const int out = open(output_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    dup2(out, 1);
+    ExecWithEnv(CURELAY_TEST_CLIENT_PATH, args, env);
+  }
+  return pid;
+}
+
+ProcessResult RunClient(const std::vector<std::string>& args, const std::map<std::string, std::string>& env,
+                        std::chrono::milliseconds timeout) {
+  char pattern[] = "/tmp/curelay-client-XXXXXX";
+  const int fd = mkstemp(pattern);
+  close(fd);
+  const pid_t pid = StartClient(args, env, pattern);
+  ProcessResult result;
+  int status = 0;
+  if (!WaitFor([&] { return waitpid(pid, &status, WNOHANG) == pid; }, timeout)) {
+    kill(pid, SIGKILL);
+    waitpid(pid, &status, 0);
+  } else if (WIFEXITED(status)) {
+    result.exit_code = WEXITSTATUS(status);
+  }
+  std::ifstream in(pattern);
+  std::stringstream text;
+  text << in.rdbuf();
+  result.output = text.str();
+  unlink(pattern);
+  return result;
+}
+
+}  // namespace curelay::testing

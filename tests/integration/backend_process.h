@@ -1,0 +1,67 @@
+// A real curelay-backend process for integration tests, on the emulated driver, with its own socket and
+// runtime directory. Its log is kept so tests can see which executor serves which session.
+#pragma once
+
+#include <sys/types.h>
+
+#include <chrono>
+#include <map>
+#include <string>
+#include <vector>
+
+namespace curelay::testing {
+
+class BackendProcess {
+ public:
+  // extra_env: variables for the backend (and so its executors), e.g. CURELAY_EMU_DEVICE_MEMORY.
+  enum class Transport { kIpc, kTcp };
+  explicit BackendProcess(const std::string& name, std::map<std::string, std::string> extra_env = {},
+                          Transport transport = Transport::kIpc);
+  ~BackendProcess();
+
+  bool Start();
+  void Stop();
+  pid_t pid() const { return pid_; }
+  const std::string& endpoint() const { return endpoint_; }
+  std::string Log() const;
+  // The pid of the executor the backend gave to its most recent session, waiting up to `timeout`.
+  pid_t LatestSessionExecutor(std::chrono::milliseconds timeout) const;
+  // The backend's live child processes (its executors, idle or serving).
+  std::vector<pid_t> Children() const;
+  bool Alive() const;
+
+ private:
+  std::string name_;
+  std::map<std::string, std::string> extra_env_;
+  std::string directory_;
+  Transport transport_;
+  std::string endpoint_;
+  std::string log_path_;
+  pid_t pid_ = -1;
+};
+
+bool ProcessExists(pid_t pid);
+// Waits until `condition` holds, polling, for at most `timeout`.
+template <typename Condition>
+bool WaitFor(Condition condition, std::chrono::milliseconds timeout) {
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  while (std::chrono::steady_clock::now() < deadline) {
+    if (condition()) return true;
+    struct timespec pause = {0, 10'000'000};
+    nanosleep(&pause, nullptr);
+  }
+  return condition();
+}
+
+struct ProcessResult {
+  int exit_code = -1;  // -1: did not exit in time (killed) or crashed
+  std::string output;
+};
+// Runs the test client with arguments and environment additions; kills it after `timeout`.
+ProcessResult RunClient(const std::vector<std::string>& args, const std::map<std::string, std::string>& env,
+                        std::chrono::milliseconds timeout);
+// Starts the test client without waiting; its stdout goes to `output_path`.
+pid_t StartClient(const std::vector<std::string>& args, const std::map<std::string, std::string>& env,
+                  const std::string& output_path);
+
+}  // namespace curelay::testing

@@ -1,0 +1,423 @@
+// The driver API through the whole remoting path: this test process loads the shim as its libcuda, a real
+// backend and executor run on the emulated driver, and every assertion is about CUDA semantics.
+#include <cuda.h>
+#include <dlfcn.h>
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <cstring>
+#include <fstream>
+#include <numeric>
+#include <random>
+#include <sstream>
+#include <thread>
+
+#include "tests/integration/backend_process.h"
+
+namespace curelay::testing {
+namespace {
+
+#define ASSERT_CU(call) ASSERT_EQ((call), CUDA_SUCCESS) << #call
+
+BackendProcess* backend = nullptr;
+
+class SessionEnvironment : public ::testing::Environment {
+ public:
+  void SetUp() override {
+    // Small enough that an out-of-memory case is quick, large enough for 256 MiB copies.
+    backend = new BackendProcess("driver-api", {{"CURELAY_EMU_DEVICE_MEMORY", std::to_string(2ull << 30)}});
+    ASSERT_TRUE(backend->Start()) << backend->Log();
+    setenv("CURELAY_ENDPOINT", backend->endpoint().c_str(), 1);
+  }
+  void TearDown() override { delete backend; }
+};
+const auto* const environment = ::testing::AddGlobalTestEnvironment(new SessionEnvironment);
+
+std::string Ptx() {
+  std::ifstream in(CURELAY_TEST_PTX_PATH);
+  std::stringstream text;
+  text << in.rdbuf();
+  return text.str();
+}
+
+class DriverApiTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    ASSERT_CU(cuInit(0));
+    ASSERT_CU(cuDevicePrimaryCtxRetain(&context_, 0));
+    ASSERT_CU(cuCtxSetCurrent(context_));
+  }
+  void TearDown() override { cuDevicePrimaryCtxRelease(0); }
+
+  CUfunction Function(const char* name) {
+    if (module_ == nullptr) {
+      const std::string ptx = Ptx();
+      EXPECT_EQ(cuModuleLoadData(&module_, ptx.c_str()), CUDA_SUCCESS);
+    }
+    CUfunction function = nullptr;
+    EXPECT_EQ(cuModuleGetFunction(&function, module_, name), CUDA_SUCCESS) << name;
+    return function;
+  }
+
+  CUcontext context_ = nullptr;
+  CUmodule module_ = nullptr;
+};
+
+TEST_F(DriverApiTest, DeviceQueriesAreAnsweredConsistently) {
+  int count = 0, version = 0;
+  ASSERT_CU(cuDeviceGetCount(&count));
+  EXPECT_EQ(count, 1);
+  ASSERT_CU(cuDriverGetVersion(&version));
+  EXPECT_EQ(version, CUDA_VERSION);
+  CUdevice device;
+  ASSERT_CU(cuDeviceGet(&device, 0));
+  EXPECT_EQ(cuDeviceGet(&device, 1), CUDA_ERROR_INVALID_DEVICE);
+  char name[256];
+  ASSERT_CU(cuDeviceGetName(name, sizeof(name), 0));
+  EXPECT_GT(std::strlen(name), 0u);
+  char tiny[4];
+  ASSERT_CU(cuDeviceGetName(tiny, sizeof(tiny), 0));
+  EXPECT_EQ(std::strlen(tiny), 3u);
+  int sms = 0, major = 0, warp = 0;
+  ASSERT_CU(cuDeviceGetAttribute(&sms, CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, 0));
+  ASSERT_CU(cuDeviceGetAttribute(&major, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, 0));
+  ASSERT_CU(cuDeviceGetAttribute(&warp, CU_DEVICE_ATTRIBUTE_WARP_SIZE, 0));
+  EXPECT_GT(sms, 0);
+  EXPECT_EQ(warp, 32);
+  int value;
+  EXPECT_EQ(cuDeviceGetAttribute(&value, static_cast<CUdevice_attribute>(100000), 0), CUDA_ERROR_INVALID_VALUE);
+  EXPECT_EQ(cuDeviceGetAttribute(nullptr, CU_DEVICE_ATTRIBUTE_WARP_SIZE, 0), CUDA_ERROR_INVALID_VALUE);
+  size_t total = 0;
+  ASSERT_CU(cuDeviceTotalMem(&total, 0));
+  EXPECT_EQ(total, 2ull << 30);
+  CUuuid uuid;
+  ASSERT_CU(cuDeviceGetUuid(&uuid, 0));
+}
+
+TEST_F(DriverApiTest, ContextStackIsPerThread) {
+  CUcontext current = nullptr;
+  ASSERT_CU(cuCtxGetCurrent(&current));
+  EXPECT_EQ(current, context_);
+  CUcontext created = nullptr;
+  ASSERT_CU(cuCtxCreate(&created, nullptr, 0, 0));
+  ASSERT_CU(cuCtxGetCurrent(&current));
+  EXPECT_EQ(current, created);
+  std::thread other([&] {
+    CUcontext seen = reinterpret_cast<CUcontext>(1);
+    EXPECT_EQ(cuCtxGetCurrent(&seen), CUDA_SUCCESS);
+    EXPECT_EQ(seen, nullptr);  // a new thread starts with no current context
+    CUdeviceptr ptr;
+    EXPECT_EQ(cuMemAlloc(&ptr, 16), CUDA_ERROR_INVALID_CONTEXT);
+  });
+  other.join();
+  CUdeviceptr in_created;
+  ASSERT_CU(cuMemAlloc(&in_created, 1 << 20));
+  ASSERT_CU(cuMemFree(in_created));
+  CUcontext popped = nullptr;
+  ASSERT_CU(cuCtxPopCurrent(&popped));
+  EXPECT_EQ(popped, created);
+  ASSERT_CU(cuCtxGetCurrent(&current));
+  EXPECT_EQ(current, context_);
+  ASSERT_CU(cuCtxDestroy(created));
+  EXPECT_EQ(cuCtxDestroy(created), CUDA_ERROR_INVALID_CONTEXT);
+  EXPECT_EQ(cuCtxPushCurrent(created), CUDA_ERROR_INVALID_CONTEXT);
+  unsigned flags = 0;
+  int active = 0;
+  ASSERT_CU(cuDevicePrimaryCtxGetState(0, &flags, &active));
+  EXPECT_EQ(active, 1);
+}
+
+TEST_F(DriverApiTest, CopiesOfEverySizeAndDirectionAtUnalignedOffsets) {
+  std::mt19937_64 random(7);
+  for (const size_t bytes : {size_t{1}, size_t{3}, size_t{4095}, size_t{4096}, size_t{65537}, (size_t{1} << 20) + 7,
+                             size_t{4} << 20, (size_t{4} << 20) + 1, (size_t{64} << 20) + 13, size_t{256} << 20}) {
+    SCOPED_TRACE(bytes);
+    std::vector<uint8_t> source(bytes), back(bytes, 0), back2(bytes, 0);
+    for (auto& byte : source) byte = static_cast<uint8_t>(random());
+    CUdeviceptr a, b;
+    ASSERT_CU(cuMemAlloc(&a, bytes + 64));
+    ASSERT_CU(cuMemAlloc(&b, bytes + 64));
+    ASSERT_CU(cuMemcpyHtoD(a + 3, source.data(), bytes));
+    ASSERT_CU(cuMemcpyDtoD(b + 5, a + 3, bytes));
+    ASSERT_CU(cuMemcpyDtoH(back.data(), b + 5, bytes));
+    EXPECT_EQ(back, source);
+    CUstream stream;
+    ASSERT_CU(cuStreamCreate(&stream, CU_STREAM_NON_BLOCKING));
+    ASSERT_CU(cuMemsetD8Async(a, 0, bytes + 64, stream));
+    ASSERT_CU(cuMemcpyHtoDAsync(a + 1, source.data(), bytes, stream));
+    ASSERT_CU(cuMemcpyDtoDAsync(b + 9, a + 1, bytes, stream));
+    ASSERT_CU(cuMemcpyDtoHAsync(back2.data(), b + 9, bytes, stream));
+    ASSERT_CU(cuStreamSynchronize(stream));
+    EXPECT_EQ(back2, source);
+    ASSERT_CU(cuStreamDestroy(stream));
+    ASSERT_CU(cuMemFree(a));
+    ASSERT_CU(cuMemFree(b));
+  }
+}
+
+TEST_F(DriverApiTest, MemsetsAtOddOffsets) {
+  CUdeviceptr ptr;
+  ASSERT_CU(cuMemAlloc(&ptr, 4096));
+  ASSERT_CU(cuMemsetD8(ptr, 0, 4096));
+  ASSERT_CU(cuMemsetD8(ptr + 1, 0xab, 5));
+  ASSERT_CU(cuMemsetD16(ptr + 10, 0x1234, 3));
+  ASSERT_CU(cuMemsetD32Async(ptr + 20, 0xdeadbeef, 2, nullptr));
+  EXPECT_EQ(cuMemsetD32(ptr + 2, 1, 1), CUDA_ERROR_INVALID_VALUE);  // misaligned for 4-byte elements
+  std::vector<uint8_t> host(32);
+  ASSERT_CU(cuMemcpyDtoH(host.data(), ptr, host.size()));
+  const std::vector<uint8_t> expected = {0,    0xab, 0xab, 0xab, 0xab, 0xab, 0,    0,    0,    0,    0x34,
+                                         0x12, 0x34, 0x12, 0x34, 0x12, 0,    0,    0,    0,    0xef, 0xbe,
+                                         0xad, 0xde, 0xef, 0xbe, 0xad, 0xde, 0,    0,    0,    0};
+  EXPECT_EQ(host, expected);
+  ASSERT_CU(cuMemFree(ptr));
+}
+
+TEST_F(DriverApiTest, LaunchesWithEveryParameterShapeInBothForms) {
+  CUfunction probe = Function("param_probe");
+  struct ProbeStruct {
+    char c;
+    double d;
+    int i[3];
+  };
+  unsigned char u8 = 0xa5;
+  unsigned short u16 = 0xbeef;
+  unsigned int u32 = 0xcafef00d;
+  unsigned long long u64 = 0x0123456789abcdefull;
+  float f32 = -3.25f;
+  double f64 = 6.02214076e23;
+  ProbeStruct s = {'q', -1.5, {7, -8, 9}};
+  CUdeviceptr out;
+  ASSERT_CU(cuMemAlloc(&out, 11 * 8));
+  const auto expect_probe = [&] {
+    uint64_t words[11];
+    ASSERT_CU(cuMemcpyDtoH(words, out, sizeof(words)));
+    uint32_t f32_bits;
+    uint64_t f64_bits, d_bits;
+    std::memcpy(&f32_bits, &f32, 4);
+    std::memcpy(&f64_bits, &f64, 8);
+    std::memcpy(&d_bits, &s.d, 8);
+    const uint64_t expected[11] = {u8, u16, u32, u64, f32_bits, f64_bits, static_cast<uint64_t>(s.c), d_bits,
+                                   static_cast<uint64_t>(static_cast<int64_t>(s.i[0])),
+                                   static_cast<uint64_t>(static_cast<int64_t>(s.i[1])),
+                                   static_cast<uint64_t>(static_cast<int64_t>(s.i[2]))};
+    for (int i = 0; i < 11; ++i) EXPECT_EQ(words[i] & (i >= 8 ? 0xffffffffull : ~0ull), expected[i] & (i >= 8 ? 0xffffffffull : ~0ull)) << "word " << i;
+  };
+  void* params[] = {&u8, &u16, &u32, &u64, &f32, &f64, &s, &out};
+  ASSERT_CU(cuLaunchKernel(probe, 1, 1, 1, 1, 1, 1, 0, nullptr, params, nullptr));
+  expect_probe();
+
+  // The same launch through the `extra` buffer form, laid out with cuFuncGetParamInfo.
+  ASSERT_CU(cuMemsetD8(out, 0, 88));
+  std::vector<uint8_t> buffer;
+  for (size_t i = 0; i < 8; ++i) {
+    size_t offset = 0, size = 0;
+    ASSERT_CU(cuFuncGetParamInfo(probe, i, &offset, &size));
+    buffer.resize(std::max(buffer.size(), offset + size));
+    std::memcpy(buffer.data() + offset, params[i], size);
+  }
+  size_t buffer_size = buffer.size();
+  void* extra[] = {CU_LAUNCH_PARAM_BUFFER_POINTER, buffer.data(), CU_LAUNCH_PARAM_BUFFER_SIZE, &buffer_size,
+                   CU_LAUNCH_PARAM_END};
+  ASSERT_CU(cuLaunchKernel(probe, 1, 1, 1, 1, 1, 1, 0, nullptr, nullptr, extra));
+  expect_probe();
+  EXPECT_EQ(cuLaunchKernel(probe, 1, 1, 1, 1, 1, 1, 0, nullptr, params, extra), CUDA_ERROR_INVALID_VALUE);
+  ASSERT_CU(cuMemFree(out));
+}
+
+TEST_F(DriverApiTest, VectorAddAndGlobals) {
+  CUfunction add = Function("vector_add");
+  const int n = 100003;
+  std::vector<float> a(n), b(n), c(n);
+  std::iota(a.begin(), a.end(), 0.0f);
+  std::iota(b.begin(), b.end(), 1.0f);
+  CUdeviceptr da, db, dc;
+  ASSERT_CU(cuMemAlloc(&da, n * 4));
+  ASSERT_CU(cuMemAlloc(&db, n * 4));
+  ASSERT_CU(cuMemAlloc(&dc, n * 4));
+  ASSERT_CU(cuMemcpyHtoD(da, a.data(), n * 4));
+  ASSERT_CU(cuMemcpyHtoD(db, b.data(), n * 4));
+  int count = n;
+  void* params[] = {&da, &db, &dc, &count};
+  ASSERT_CU(cuLaunchKernel(add, (n + 255) / 256, 1, 1, 256, 1, 1, 0, nullptr, params, nullptr));
+  ASSERT_CU(cuMemcpyDtoH(c.data(), dc, n * 4));
+  for (int i = 0; i < n; ++i) ASSERT_EQ(c[i], a[i] + b[i]) << i;
+
+  CUdeviceptr counter;
+  size_t counter_bytes = 0;
+  ASSERT_CU(cuModuleGetGlobal(&counter, &counter_bytes, module_, "global_counter"));
+  EXPECT_EQ(counter_bytes, 4u);
+  ASSERT_CU(cuMemsetD32(counter, 10, 1));
+  CUfunction add_global = Function("add_to_global");
+  unsigned int v = 5;
+  void* add_params[] = {&v};
+  ASSERT_CU(cuLaunchKernel(add_global, 2, 1, 1, 3, 1, 1, 0, nullptr, add_params, nullptr));
+  unsigned int result = 0;
+  ASSERT_CU(cuMemcpyDtoH(&result, counter, 4));
+  EXPECT_EQ(result, 10u + 6 * 5);
+  CUdeviceptr none;
+  EXPECT_EQ(cuModuleGetGlobal(&none, nullptr, module_, "no_such_global"), CUDA_ERROR_NOT_FOUND);
+  for (CUdeviceptr p : {da, db, dc}) ASSERT_CU(cuMemFree(p));
+}
+
+TEST_F(DriverApiTest, StreamsAndEventsKeepTheirOrder) {
+  CUfunction busy = Function("busy_wait_ns");
+  CUfunction increment = Function("increment_i32");
+  CUstream first, second;
+  ASSERT_CU(cuStreamCreate(&first, CU_STREAM_NON_BLOCKING));
+  ASSERT_CU(cuStreamCreateWithPriority(&second, CU_STREAM_NON_BLOCKING, -1));
+  CUevent start, done;
+  ASSERT_CU(cuEventCreate(&start, 0));
+  ASSERT_CU(cuEventCreate(&done, 0));
+  CUdeviceptr value;
+  ASSERT_CU(cuMemAlloc(&value, 4));
+  ASSERT_CU(cuMemsetD32(value, 41, 1));
+  ASSERT_CU(cuCtxSynchronize());
+
+  unsigned long long ns = 200'000'000;
+  void* busy_params[] = {&ns};
+  ASSERT_CU(cuEventRecord(start, first));
+  ASSERT_CU(cuLaunchKernel(busy, 1, 1, 1, 1, 1, 1, 0, first, busy_params, nullptr));
+  ASSERT_CU(cuEventRecord(done, first));
+  EXPECT_EQ(cuStreamQuery(first), CUDA_ERROR_NOT_READY);
+  EXPECT_EQ(cuEventQuery(done), CUDA_ERROR_NOT_READY);
+  // The second stream waits for the busy kernel before incrementing.
+  ASSERT_CU(cuStreamWaitEvent(second, done, 0));
+  int one = 1;
+  void* increment_params[] = {&value, &one};
+  ASSERT_CU(cuLaunchKernel(increment, 1, 1, 1, 1, 1, 1, 0, second, increment_params, nullptr));
+  ASSERT_CU(cuStreamSynchronize(second));
+  EXPECT_EQ(cuEventQuery(done), CUDA_SUCCESS);
+  ASSERT_CU(cuEventSynchronize(done));
+  float ms = 0;
+  ASSERT_CU(cuEventElapsedTime(&ms, start, done));
+  EXPECT_GE(ms, 195.0f);
+  EXPECT_LT(ms, 5000.0f);
+  int result = 0;
+  ASSERT_CU(cuMemcpyDtoH(&result, value, 4));
+  EXPECT_EQ(result, 42);
+  ASSERT_CU(cuEventDestroy(start));
+  ASSERT_CU(cuEventDestroy(done));
+  ASSERT_CU(cuStreamDestroy(first));
+  ASSERT_CU(cuStreamDestroy(second));
+  ASSERT_CU(cuMemFree(value));
+}
+
+TEST_F(DriverApiTest, AsyncErrorSurfacesAtTheNextSynchronizingCall) {
+  CUfunction add = Function("vector_add");
+  CUdeviceptr ptr;
+  ASSERT_CU(cuMemAlloc(&ptr, 64));
+  int n = 1;
+  void* params[] = {&ptr, &ptr, &ptr, &n};
+  // Too many threads per block: the launch is posted, so the error arrives with the next sync.
+  const CUresult launch = cuLaunchKernel(add, 1, 1, 1, 2048, 1, 1, 0, nullptr, params, nullptr);
+  const CUresult sync = cuCtxSynchronize();
+  EXPECT_EQ(launch == CUDA_SUCCESS ? sync : launch, CUDA_ERROR_INVALID_VALUE);
+  EXPECT_EQ(cuCtxSynchronize(), CUDA_SUCCESS);  // reported once; the session carries on
+  ASSERT_CU(cuMemFree(ptr));
+}
+
+TEST_F(DriverApiTest, InvalidHandlesAndOutOfMemory) {
+  CUstream stream;
+  ASSERT_CU(cuStreamCreate(&stream, 0));
+  ASSERT_CU(cuStreamDestroy(stream));
+  EXPECT_EQ(cuStreamSynchronize(stream), CUDA_ERROR_INVALID_HANDLE);
+  EXPECT_EQ(cuStreamDestroy(stream), CUDA_ERROR_INVALID_HANDLE);
+  CUfunction made_up = reinterpret_cast<CUfunction>(0x1234);
+  EXPECT_EQ(cuLaunchKernel(made_up, 1, 1, 1, 1, 1, 1, 0, nullptr, nullptr, nullptr), CUDA_ERROR_INVALID_HANDLE);
+  CUfunction missing;
+  Function("empty_kernel");
+  EXPECT_EQ(cuModuleGetFunction(&missing, module_, "no_such_kernel"), CUDA_ERROR_NOT_FOUND);
+  CUevent event;
+  ASSERT_CU(cuEventCreate(&event, 0));
+  ASSERT_CU(cuEventDestroy(event));
+  EXPECT_EQ(cuEventRecord(event, nullptr), CUDA_ERROR_INVALID_HANDLE);
+  CUdeviceptr huge;
+  EXPECT_EQ(cuMemAlloc(&huge, size_t{1} << 50), CUDA_ERROR_OUT_OF_MEMORY);
+  size_t free = 0, total = 0;
+  ASSERT_CU(cuMemGetInfo(&free, &total));
+  EXPECT_LE(free, total);
+  CUdeviceptr fine;
+  ASSERT_CU(cuMemAlloc(&fine, 1 << 20));  // the session carries on
+  ASSERT_CU(cuMemFree(fine));
+  EXPECT_EQ(cuModuleLoadData(&module_, "not ptx at all"), CUDA_ERROR_INVALID_IMAGE);
+}
+
+TEST_F(DriverApiTest, ManyThreadsAtOnce) {
+  CUfunction fill = Function("fill_u32");
+  std::atomic<int> failures{0};
+  std::vector<std::thread> threads;
+  for (int t = 0; t < 8; ++t) {
+    threads.emplace_back([&, t] {
+      if (cuCtxSetCurrent(context_) != CUDA_SUCCESS) return void(++failures);
+      CUstream stream;
+      CUdeviceptr ptr;
+      const unsigned long long n = 10000;
+      if (cuStreamCreate(&stream, CU_STREAM_NON_BLOCKING) != CUDA_SUCCESS ||
+          cuMemAlloc(&ptr, n * 4) != CUDA_SUCCESS) {
+        return void(++failures);
+      }
+      for (unsigned int round = 0; round < 20; ++round) {
+        unsigned int value = t * 1000 + round;
+        unsigned long long count = n;
+        void* params[] = {&ptr, &value, &count};
+        std::vector<unsigned int> host(n);
+        if (cuLaunchKernel(fill, (n + 255) / 256, 1, 1, 256, 1, 1, 0, stream, params, nullptr) != CUDA_SUCCESS ||
+            cuMemcpyDtoHAsync(host.data(), ptr, n * 4, stream) != CUDA_SUCCESS ||
+            cuStreamSynchronize(stream) != CUDA_SUCCESS) {
+          return void(++failures);
+        }
+        for (auto x : host) {
+          if (x != value) return void(++failures);
+        }
+      }
+      if (cuMemFree(ptr) != CUDA_SUCCESS || cuStreamDestroy(stream) != CUDA_SUCCESS) ++failures;
+    });
+  }
+  for (auto& thread : threads) thread.join();
+  EXPECT_EQ(failures.load(), 0);
+}
+
+TEST_F(DriverApiTest, PerThreadDefaultStream) {
+  CUfunction increment = Function("increment_i32");
+  CUdeviceptr value;
+  ASSERT_CU(cuMemAlloc(&value, 4));
+  ASSERT_CU(cuMemsetD32(value, 0, 1));
+  int one = 1;
+  void* params[] = {&value, &one};
+  for (int i = 0; i < 5; ++i) {
+    ASSERT_CU(cuLaunchKernel(increment, 1, 1, 1, 1, 1, 1, 0, CU_STREAM_PER_THREAD, params, nullptr));
+  }
+  ASSERT_CU(cuStreamSynchronize(CU_STREAM_PER_THREAD));
+  int result = 0;
+  ASSERT_CU(cuMemcpyDtoH(&result, value, 4));
+  EXPECT_EQ(result, 5);
+  ASSERT_CU(cuMemFree(value));
+}
+
+TEST_F(DriverApiTest, ErrorStringsProcAddressAndUnsupportedEntryPoints) {
+  const char* text = nullptr;
+  ASSERT_CU(cuGetErrorName(CUDA_ERROR_INVALID_VALUE, &text));
+  EXPECT_STREQ(text, "CUDA_ERROR_INVALID_VALUE");
+  ASSERT_CU(cuGetErrorString(CUDA_ERROR_OUT_OF_MEMORY, &text));
+  EXPECT_GT(std::strlen(text), 0u);
+  EXPECT_EQ(cuGetErrorName(static_cast<CUresult>(123456), &text), CUDA_ERROR_INVALID_VALUE);
+
+  void* function = nullptr;
+  CUdriverProcAddressQueryResult status;
+  ASSERT_CU(cuGetProcAddress("cuMemAlloc", &function, 12000, CU_GET_PROC_ADDRESS_DEFAULT, &status));
+  EXPECT_EQ(status, CU_GET_PROC_ADDRESS_SUCCESS);
+  EXPECT_EQ(function, dlsym(RTLD_DEFAULT, "cuMemAlloc_v2"));
+  EXPECT_EQ(cuGetProcAddress("cuNoSuchThing", &function, 12000, CU_GET_PROC_ADDRESS_DEFAULT, &status),
+            CUDA_ERROR_NOT_FOUND);
+  EXPECT_EQ(status, CU_GET_PROC_ADDRESS_SYMBOL_NOT_FOUND);
+
+  // An entry point the shim does not implement answers NOT_SUPPORTED, never success.
+  using GraphCreate = CUresult (*)(CUgraph*, unsigned int);
+  auto graph_create = reinterpret_cast<GraphCreate>(dlsym(RTLD_DEFAULT, "cuGraphCreate"));
+  ASSERT_NE(graph_create, nullptr);
+  CUgraph graph;
+  EXPECT_EQ(graph_create(&graph, 0), CUDA_ERROR_NOT_SUPPORTED);
+}
+
+}  // namespace
+}  // namespace curelay::testing

@@ -1,0 +1,174 @@
+// Failure isolation with real processes: clients and executors killed mid-run, garbage on the wire, an
+// unreachable backend, fork. Each test has a backend of its own.
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <fstream>
+#include <random>
+#include <sstream>
+#include <thread>
+
+#include "schema/wire.h"
+#include "tests/integration/backend_process.h"
+#include "transport/channel.h"
+
+namespace curelay::testing {
+namespace {
+
+using namespace std::chrono_literals;
+
+std::map<std::string, std::string> ClientEnv(const BackendProcess& backend) {
+  return {{"CURELAY_ENDPOINT", backend.endpoint()}, {"CURELAY_CONNECT_TIMEOUT_MS", "3000"}};
+}
+
+std::string ReadFile(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream text;
+  text << in.rdbuf();
+  return text.str();
+}
+
+TEST(ProcessTest, UnreachableBackendFailsCuInitQuickly) {
+  // No socket at all: immediate CUDA_ERROR_NO_DEVICE.
+  auto result = RunClient({"init"}, {{"CURELAY_ENDPOINT", "ipc:///tmp/curelay-no-such-backend.sock"}}, 10s);
+  EXPECT_EQ(result.exit_code, 0);
+  EXPECT_NE(result.output.find("cuInit 100 "), std::string::npos) << result.output;
+  // A tcp port nobody answers on: bounded by the connect timeout, never a hang.
+  result = RunClient({"init"}, {{"CURELAY_ENDPOINT", "tcp://127.0.0.1:1"}, {"CURELAY_CONNECT_TIMEOUT_MS", "300"}}, 10s);
+  EXPECT_EQ(result.exit_code, 0);
+  EXPECT_NE(result.output.find("cuInit 100 "), std::string::npos) << result.output;
+}
+
+TEST(ProcessTest, BasicClientOverIpcAndTcp) {
+  for (const auto transport : {BackendProcess::Transport::kIpc, BackendProcess::Transport::kTcp}) {
+    BackendProcess backend("basic", {}, transport);
+    ASSERT_TRUE(backend.Start()) << backend.Log();
+    auto result = RunClient({"basic", CURELAY_TEST_PTX_PATH}, ClientEnv(backend), 30s);
+    EXPECT_EQ(result.output, "OK\n") << backend.endpoint() << "\n" << backend.Log();
+  }
+}
+
+TEST(ProcessTest, KilledClientLeavesNoExecutorBehind) {
+  BackendProcess backend("client-killed");
+  ASSERT_TRUE(backend.Start()) << backend.Log();
+  const std::string output = "/tmp/curelay-hold-" + std::to_string(getpid());
+  const pid_t client = StartClient({"hold", std::to_string(256 << 20)}, ClientEnv(backend), output);
+  ASSERT_TRUE(WaitFor([&] { return ReadFile(output).find("HOLDING") != std::string::npos; }, 20s))
+      << ReadFile(output) << backend.Log();
+  const pid_t executor = backend.LatestSessionExecutor(5s);
+  ASSERT_GT(executor, 0);
+  ASSERT_TRUE(ProcessExists(executor));
+  kill(client, SIGKILL);
+  waitpid(client, nullptr, 0);
+  // The executor notices, releases the session's memory by exiting, and the backend reaps it.
+  EXPECT_TRUE(WaitFor([&] { return !ProcessExists(executor); }, 10s)) << backend.Log();
+  EXPECT_TRUE(backend.Alive());
+  auto result = RunClient({"basic", CURELAY_TEST_PTX_PATH}, ClientEnv(backend), 30s);
+  EXPECT_EQ(result.output, "OK\n");
+  unlink(output.c_str());
+}
+
+TEST(ProcessTest, KilledExecutorFailsOnlyItsOwnClient) {
+  BackendProcess backend("executor-killed");
+  ASSERT_TRUE(backend.Start()) << backend.Log();
+  const std::string output = "/tmp/curelay-victim-" + std::to_string(getpid());
+  const pid_t victim = StartClient({"until-error"}, ClientEnv(backend), output);
+  ASSERT_TRUE(WaitFor([&] { return ReadFile(output).find("RUNNING") != std::string::npos; }, 20s));
+  const pid_t executor = backend.LatestSessionExecutor(5s);
+  ASSERT_GT(executor, 0);
+  kill(executor, SIGKILL);
+  int status = 0;
+  ASSERT_TRUE(WaitFor([&] { return waitpid(victim, &status, WNOHANG) == victim; }, 15s)) << "client hung";
+  // CUDA_ERROR_DEVICE_UNAVAILABLE (46) on the next call, and on every call after it.
+  EXPECT_NE(ReadFile(output).find("ERROR 46 then 46"), std::string::npos) << ReadFile(output);
+  EXPECT_TRUE(backend.Alive());
+  EXPECT_TRUE(WaitFor([&] { return backend.Log().find("killed by signal 9") != std::string::npos; }, 5s))
+      << backend.Log();
+  auto result = RunClient({"basic", CURELAY_TEST_PTX_PATH}, ClientEnv(backend), 30s);
+  EXPECT_EQ(result.output, "OK\n");
+  unlink(output.c_str());
+}
+
+TEST(ProcessTest, GarbageIsRejectedWithoutHarmToOthers) {
+  BackendProcess backend("garbage");
+  ASSERT_TRUE(backend.Start()) << backend.Log();
+  std::mt19937 random(99);
+  std::string error;
+  // 1. Garbage handshakes: no answer, no crash.
+  for (int i = 0; i < 20; ++i) {
+    std::vector<uint8_t> junk(1 + random() % 300);
+    for (auto& byte : junk) byte = static_cast<uint8_t>(random());
+    EXPECT_EQ(transport::RequestOnce(backend.endpoint(), junk, 200, &error), "");
+  }
+  // 2. A client that is admitted, then sends garbage to its executor: only that session ends.
+  flatbuffers::FlatBufferBuilder hello;
+  hello.Finish(wire::CreateHello(hello, wire::kProtocolVersion, hello.CreateString("evil")));
+  const std::string answer = transport::RequestOnce(backend.endpoint(), {hello.GetBufferPointer(), hello.GetSize()},
+                                                    3000, &error);
+  const auto* welcome =
+      wire::ParseVerified<wire::Welcome>({reinterpret_cast<const uint8_t*>(answer.data()), answer.size()});
+  ASSERT_NE(welcome, nullptr) << error;
+  ASSERT_EQ(welcome->result(), 0);
+  const pid_t evil_executor = backend.LatestSessionExecutor(5s);
+  auto channel = transport::ConnectChannel(welcome->executor_ipc()->str(), {}, &error);
+  ASSERT_NE(channel, nullptr);
+  flatbuffers::FlatBufferBuilder attach;
+  const auto key = attach.CreateVector(welcome->session_key()->data(), welcome->session_key()->size());
+  attach.Finish(wire::CreateRequest(attach, 1, 0, wire::Call::Attach,
+                                    wire::CreateAttach(attach, wire::kProtocolVersion, key).Union()));
+  ASSERT_TRUE(channel->Send({attach.GetBufferPointer(), attach.GetSize()}, {}));
+  transport::IncomingMessage reply;
+  ASSERT_EQ(channel->Receive(reply, 5000), transport::ReceiveStatus::kMessage);
+
+  // Meanwhile an honest client runs, and keeps running afterwards.
+  const std::string output = "/tmp/curelay-honest-" + std::to_string(getpid());
+  const pid_t honest = StartClient({"until-error"}, ClientEnv(backend), output);
+  ASSERT_TRUE(WaitFor([&] { return ReadFile(output).find("RUNNING") != std::string::npos; }, 20s));
+
+  std::vector<uint8_t> junk(64);
+  for (auto& byte : junk) byte = static_cast<uint8_t>(random());
+  ASSERT_TRUE(channel->Send(junk, {}));
+  EXPECT_TRUE(WaitFor([&] { return !ProcessExists(evil_executor); }, 10s));
+  EXPECT_NE(backend.Log().find("malformed request"), std::string::npos);
+  EXPECT_TRUE(backend.Alive());
+  std::this_thread::sleep_for(200ms);
+  EXPECT_EQ(ReadFile(output).find("ERROR"), std::string::npos);  // the honest session is untouched
+  kill(honest, SIGKILL);
+  waitpid(honest, nullptr, 0);
+  auto result = RunClient({"basic", CURELAY_TEST_PTX_PATH}, ClientEnv(backend), 30s);
+  EXPECT_EQ(result.output, "OK\n");
+  unlink(output.c_str());
+}
+
+TEST(ProcessTest, ForkedChildGetsItsOwnSession) {
+  BackendProcess backend("fork");
+  ASSERT_TRUE(backend.Start()) << backend.Log();
+  auto result = RunClient({"fork", CURELAY_TEST_PTX_PATH}, ClientEnv(backend), 30s);
+  EXPECT_EQ(result.exit_code, 0) << result.output;
+  // 3 = CUDA_ERROR_NOT_INITIALIZED: the parent's session is not the child's.
+  EXPECT_NE(result.output.find("child-before-init 3"), std::string::npos) << result.output;
+  EXPECT_NE(result.output.find("child OK"), std::string::npos) << result.output;
+  EXPECT_NE(result.output.find("parent OK child-exit 0"), std::string::npos) << result.output;
+}
+
+TEST(ProcessTest, BackendRefusesToLoadTheShimAsItsDriver) {
+  // Misconfiguration: the backend pointed at the shim would loop calls back into itself.
+  const std::string log_path = "/tmp/curelay-shim-driver-" + std::to_string(getpid()) + ".log";
+  const pid_t pid = fork();
+  if (pid == 0) {
+    freopen(log_path.c_str(), "w", stderr);
+    execl(CURELAY_EXECUTOR_PATH, CURELAY_EXECUTOR_PATH, "--driver", CURELAY_SHIM_PATH, "--bind",
+          "ipc:///tmp/curelay-shim-driver.sock", "--control-fd", "2", nullptr);
+    _exit(127);
+  }
+  int status = 0;
+  waitpid(pid, &status, 0);
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 1);
+  EXPECT_NE(ReadFile(log_path).find("refusing to load it"), std::string::npos) << ReadFile(log_path);
+  unlink(log_path.c_str());
+}
+
+}  // namespace
+}  // namespace curelay::testing

@@ -1,0 +1,147 @@
+// curelay_test_client: a small driver-API program the integration tests run as a separate process (through the
+// shim), so they can kill it, kill its executor, or fork it. Prints one line per milestone on stdout.
+#include <cuda.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+namespace {
+
+std::string ReadFile(const char* path) {
+  std::ifstream in(path);
+  std::stringstream text;
+  text << in.rdbuf();
+  return text.str();
+}
+
+#define CHECK(call)                                                              \
+  do {                                                                           \
+    if (const CUresult result_ = (call); result_ != CUDA_SUCCESS) {              \
+      std::printf("FAIL %s -> %d\n", #call, static_cast<int>(result_));          \
+      std::fflush(stdout);                                                       \
+      return 1;                                                                  \
+    }                                                                            \
+  } while (0)
+
+int VectorAdd(const std::string& ptx) {
+  CUmodule module;
+  CUfunction function;
+  CHECK(cuModuleLoadData(&module, ptx.c_str()));
+  CHECK(cuModuleGetFunction(&function, module, "vector_add"));
+  const int n = 1000;
+  std::vector<float> a(n), b(n), c(n);
+  for (int i = 0; i < n; ++i) {
+    a[i] = static_cast<float>(i);
+    b[i] = 2.0f * i;
+  }
+  CUdeviceptr da, db, dc;
+  CHECK(cuMemAlloc(&da, n * sizeof(float)));
+  CHECK(cuMemAlloc(&db, n * sizeof(float)));
+  CHECK(cuMemAlloc(&dc, n * sizeof(float)));
+  CHECK(cuMemcpyHtoD(da, a.data(), n * sizeof(float)));
+  CHECK(cuMemcpyHtoD(db, b.data(), n * sizeof(float)));
+  int count = n;
+  void* params[] = {&da, &db, &dc, &count};
+  CHECK(cuLaunchKernel(function, (n + 127) / 128, 1, 1, 128, 1, 1, 0, nullptr, params, nullptr));
+  CHECK(cuMemcpyDtoH(c.data(), dc, n * sizeof(float)));
+  for (int i = 0; i < n; ++i) {
+    if (c[i] != 3.0f * i) {
+      std::printf("FAIL c[%d]=%f\n", i, c[i]);
+      return 1;
+    }
+  }
+  CHECK(cuMemFree(da));
+  CHECK(cuMemFree(db));
+  CHECK(cuMemFree(dc));
+  CHECK(cuModuleUnload(module));
+  return 0;
+}
+
+int InitContext() {
+  CHECK(cuInit(0));
+  CUcontext context;
+  CHECK(cuDevicePrimaryCtxRetain(&context, 0));
+  CHECK(cuCtxSetCurrent(context));
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (argc < 2) {
+    std::fprintf(stderr, "usage: curelay_test_client init|basic PTX|hold BYTES|until-error|fork PTX\n");
+    return 2;
+  }
+  const std::string mode = argv[1];
+  if (mode == "init") {
+    const auto start = std::chrono::steady_clock::now();
+    const CUresult result = cuInit(0);
+    const auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - start);
+    std::printf("cuInit %d %lld ms\n", static_cast<int>(result), static_cast<long long>(ms.count()));
+    return 0;
+  }
+  if (mode == "basic" && argc == 3) {
+    if (InitContext() != 0 || VectorAdd(ReadFile(argv[2])) != 0) return 1;
+    std::printf("OK\n");
+    return 0;
+  }
+  if (mode == "hold" && argc == 3) {
+    if (InitContext() != 0) return 1;
+    CUdeviceptr ptr;
+    const size_t bytes = std::strtoull(argv[2], nullptr, 10);
+    CHECK(cuMemAlloc(&ptr, bytes));
+    CHECK(cuMemsetD8(ptr, 0x5a, bytes));
+    CHECK(cuCtxSynchronize());
+    std::printf("HOLDING\n");
+    std::fflush(stdout);
+    std::this_thread::sleep_for(std::chrono::seconds(60));
+    return 0;
+  }
+  if (mode == "until-error") {
+    if (InitContext() != 0) return 1;
+    std::printf("RUNNING\n");
+    std::fflush(stdout);
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+    while (std::chrono::steady_clock::now() < deadline) {
+      if (const CUresult result = cuCtxSynchronize(); result != CUDA_SUCCESS) {
+        CUdeviceptr ptr;
+        std::printf("ERROR %d then %d\n", static_cast<int>(result), static_cast<int>(cuMemAlloc(&ptr, 16)));
+        return 0;
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    }
+    std::printf("NO-ERROR\n");
+    return 1;
+  }
+  if (mode == "fork" && argc == 3) {
+    const std::string ptx = ReadFile(argv[2]);
+    if (InitContext() != 0 || VectorAdd(ptx) != 0) return 1;
+    std::fflush(stdout);
+    const pid_t child = fork();
+    if (child == 0) {
+      // The child must not reuse the parent's session: nothing works until its own cuInit.
+      CUdeviceptr ptr;
+      std::printf("child-before-init %d\n", static_cast<int>(cuMemAlloc(&ptr, 16)));
+      if (InitContext() != 0 || VectorAdd(ptx) != 0) _exit(1);
+      std::printf("child OK\n");
+      std::fflush(stdout);
+      _exit(0);
+    }
+    int status = 0;
+    waitpid(child, &status, 0);
+    if (VectorAdd(ptx) != 0) return 1;
+    std::printf("parent OK child-exit %d\n", WIFEXITED(status) ? WEXITSTATUS(status) : -1);
+    return 0;
+  }
+  std::fprintf(stderr, "unknown mode %s\n", mode.c_str());
+  return 2;
+}

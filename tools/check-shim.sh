@@ -1,0 +1,15 @@
+#!/usr/bin/env bash
+# The shim's contract with the processes it lives in: glibc only, and exactly the real driver's exports.
+set -euo pipefail
+shim=$1
+root=$(cd "$(dirname "$0")/.." && pwd)
+deps=$(ldd "$shim" | awk '{print $1}' | grep -vE '^(linux-vdso\.so\.1|libc\.so\.6|/lib64/ld-linux-x86-64\.so\.2)$' || true)
+if [ -n "$deps" ]; then echo "check-shim: $shim depends on more than glibc: $deps"; exit 1; fi
+exported=$(nm -D --defined-only "$shim" | awk '{print $3}' | sort)
+expected=$(sort "$root/frontend/driver_exports.txt")
+if [ "$exported" != "$expected" ]; then
+  echo "check-shim: exports differ from frontend/driver_exports.txt:"
+  diff <(echo "$expected") <(echo "$exported") | head -20
+  exit 1
+fi
+echo "check-shim: $(basename "$shim") links glibc only and exports exactly the $(echo "$expected" | wc -l) driver symbols"

@@ -1,0 +1,8 @@
+#!/usr/bin/env bash
+# The whole test suite: set up and build, then every unit and integration test through CTest.
+set -euo pipefail
+root=$(cd "$(dirname "$0")/.." && pwd)
+"$root/tools/build.sh"
+"$root/tools/check-shim.sh" "$root/build/frontend/libcuda.so.1"
+cd "$root/build"
+ctest --output-on-failure -j"$(nproc)" --timeout 600
