@@ -54,6 +54,10 @@ bool Driver::Load(const std::string& path, std::string* error) {
   }
 #include "backend/executor/driver_functions.inc"
 #undef CURELAY_DRIVER_FUNCTION
+#define CURELAY_DRIVER_FUNCTION(name) \
+  name = reinterpret_cast<decltype(name)>(dlsym(handle_, CURELAY_ABI_NAME(name)));
+#include "backend/executor/driver_functions_optional.inc"
+#undef CURELAY_DRIVER_FUNCTION
   return true;
 }
 

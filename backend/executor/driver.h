@@ -11,6 +11,7 @@ namespace curelay::executor {
 struct Driver {
 #define CURELAY_DRIVER_FUNCTION(name) decltype(&::name) name = nullptr;
 #include "backend/executor/driver_functions.inc"
+#include "backend/executor/driver_functions_optional.inc"
 #undef CURELAY_DRIVER_FUNCTION
 
   // Loads `path` and resolves every function; on failure returns false with `error` set.

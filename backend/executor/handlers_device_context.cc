@@ -61,6 +61,22 @@ Session::Outcome Session::ContextDestroy(const wire::ContextDestroy& call) {
   return outcome;
 }
 
+Session::Outcome Session::ContextQuery(const wire::ContextQuery& call) {
+  const auto queried = contexts_.find(call.context());
+  if (queried == contexts_.end()) return {CUDA_ERROR_INVALID_CONTEXT};
+  Outcome outcome;
+  unsigned int api_version = 0, flags = 0;
+  int least = 0, greatest = 0;
+  if ((outcome.result = driver_.cuCtxGetApiVersion(queried->second, &api_version)) != CUDA_SUCCESS ||
+      (outcome.result = driver_.cuCtxGetFlags(&flags)) != CUDA_SUCCESS ||
+      (outcome.result = driver_.cuCtxGetStreamPriorityRange(&least, &greatest)) != CUDA_SUCCESS) {
+    return outcome;
+  }
+  outcome.body = wire::CreateContextInfo(builder_, api_version, flags, least, greatest).Union();
+  outcome.body_type = wire::ReplyBody::ContextInfo;
+  return outcome;
+}
+
 Session::Outcome Session::ContextSynchronize() { return {TakeDeferred(driver_.cuCtxSynchronize())}; }
 
 Session::Outcome Session::PrimaryContextRetain(const wire::PrimaryContextRetain& call) {

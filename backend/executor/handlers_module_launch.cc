@@ -1,5 +1,7 @@
 // Modules, functions and kernel launches.
+#include <algorithm>
 #include <cstring>
+#include <string>
 
 #include "backend/executor/session.h"
 
@@ -13,16 +15,79 @@ const void* Aligned(std::span<const uint8_t> bytes, std::vector<uint64_t>& stora
   return storage.data();
 }
 
+// The parameter layout of a function or kernel, learned once here, lets the client pack kernelParams itself.
+template <typename Handle>
+flatbuffers::Offset<void> ParameterLayout(flatbuffers::FlatBufferBuilder& builder,
+                                          CUresult (*param_info)(Handle, size_t, size_t*, size_t*),
+                                          Handle handle) {
+  std::vector<uint32_t> offsets, sizes;
+  for (size_t index = 0;; ++index) {
+    size_t offset = 0, size = 0;
+    if (param_info(handle, index, &offset, &size) != CUDA_SUCCESS) break;
+    offsets.push_back(static_cast<uint32_t>(offset));
+    sizes.push_back(static_cast<uint32_t>(size));
+  }
+  return wire::CreateFunctionInfo(builder, builder.CreateVector(offsets), builder.CreateVector(sizes)).Union();
+}
+
 }  // namespace
 
 Session::Outcome Session::ModuleLoad(const wire::ModuleLoad& call, std::span<const uint8_t> payload) {
   if (payload.empty() || call.module_id() == 0 || modules_.count(call.module_id()) != 0) {
     return {CUDA_ERROR_INVALID_VALUE};
   }
-  CUmodule module = nullptr;
+  const void* image = Aligned(payload, aligned_buffer_);
+  return LoadWithJitOptions(call.jit_options(), [&](unsigned count, CUjit_option* options, void** values) {
+    CUmodule module = nullptr;
+    const CUresult result = driver_.cuModuleLoadDataEx(&module, image, count, options, values);
+    if (result == CUDA_SUCCESS) modules_[call.module_id()] = module;
+    return result;
+  });
+}
+
+template <typename Load>
+Session::Outcome Session::LoadWithJitOptions(
+    const flatbuffers::Vector<flatbuffers::Offset<wire::JitOption>>* wire_options, Load load) {
+  // Log buffers live here; their sizes come from the client's options, bounded so a client cannot make the
+  // executor allocate without limit.
+  constexpr uint64_t kMaxLogBytes = 1 << 20;
+  std::vector<CUjit_option> options;
+  std::vector<void*> values;
+  std::string info_log, error_log;
+  size_t info_index = SIZE_MAX, error_index = SIZE_MAX, wall_index = SIZE_MAX;
+  if (wire_options != nullptr) {
+    for (const auto* option : *wire_options) {
+      const auto kind = static_cast<CUjit_option>(option->option());
+      uint64_t value = option->value();
+      if (kind == CU_JIT_INFO_LOG_BUFFER_SIZE_BYTES || kind == CU_JIT_ERROR_LOG_BUFFER_SIZE_BYTES) {
+        value = std::min(value, kMaxLogBytes);
+        (kind == CU_JIT_INFO_LOG_BUFFER_SIZE_BYTES ? info_log : error_log).assign(value, '\0');
+      }
+      if (kind == CU_JIT_WALL_TIME) wall_index = options.size();
+      options.push_back(kind);
+      values.push_back(reinterpret_cast<void*>(static_cast<uintptr_t>(value)));
+    }
+  }
+  for (size_t i = 0; i < options.size(); ++i) {
+    if (options[i] == CU_JIT_INFO_LOG_BUFFER) {
+      values[i] = info_log.data();
+      info_index = i;
+    } else if (options[i] == CU_JIT_ERROR_LOG_BUFFER) {
+      values[i] = error_log.data();
+      error_index = i;
+    }
+  }
   Outcome outcome;
-  outcome.result = driver_.cuModuleLoadData(&module, Aligned(payload, aligned_buffer_));
-  if (outcome.result == CUDA_SUCCESS) modules_[call.module_id()] = module;
+  outcome.result = load(static_cast<unsigned>(options.size()), options.data(), values.data());
+  const auto text = [](const std::string& log, size_t index) {
+    return index == SIZE_MAX ? std::string() : std::string(log.c_str());
+  };
+  float wall_ms = 0;
+  if (wall_index != SIZE_MAX) std::memcpy(&wall_ms, &values[wall_index], sizeof(wall_ms));
+  outcome.body = wire::CreateJitLogs(builder_, builder_.CreateString(text(info_log, info_index)),
+                                     builder_.CreateString(text(error_log, error_index)), wall_ms)
+                     .Union();
+  outcome.body_type = wire::ReplyBody::JitLogs;
   return outcome;
 }
 
@@ -52,16 +117,7 @@ Session::Outcome Session::ModuleGetFunction(const wire::ModuleGetFunction& call)
   if (outcome.result != CUDA_SUCCESS) return outcome;
   functions_[call.function()] = function;
   function_modules_[call.function()] = call.module_id();
-  // The parameter layout, learned once here, lets the client pack kernelParams without asking again.
-  std::vector<uint32_t> offsets, sizes;
-  for (size_t index = 0;; ++index) {
-    size_t offset = 0, size = 0;
-    if (driver_.cuFuncGetParamInfo(function, index, &offset, &size) != CUDA_SUCCESS) break;
-    offsets.push_back(static_cast<uint32_t>(offset));
-    sizes.push_back(static_cast<uint32_t>(size));
-  }
-  outcome.body =
-      wire::CreateFunctionInfo(builder_, builder_.CreateVector(offsets), builder_.CreateVector(sizes)).Union();
+  outcome.body = ParameterLayout(builder_, driver_.cuFuncGetParamInfo, function);
   outcome.body_type = wire::ReplyBody::FunctionInfo;
   return outcome;
 }
@@ -95,6 +151,78 @@ Session::Outcome Session::LaunchKernel(const wire::LaunchKernel& call, std::span
                                           call.shared_mem_bytes(), stream, nullptr,
                                           payload.empty() ? nullptr : extra);
   return outcome;
+}
+
+Session::Outcome Session::FunctionGetAttribute(const wire::FunctionGetAttribute& call) {
+  auto found = functions_.find(call.function());
+  if (found == functions_.end()) return {CUDA_ERROR_INVALID_HANDLE};
+  int value = 0;
+  Outcome outcome;
+  outcome.result =
+      driver_.cuFuncGetAttribute(&value, static_cast<CUfunction_attribute>(call.attribute()), found->second);
+  outcome.body = wire::CreateIntegerValue(builder_, value).Union();
+  outcome.body_type = wire::ReplyBody::IntegerValue;
+  return outcome;
+}
+
+Session::Outcome Session::LibraryLoad(const wire::LibraryLoad& call, std::span<const uint8_t> payload) {
+  if (driver_.cuLibraryLoadData == nullptr) return {CUDA_ERROR_NOT_SUPPORTED};
+  if (payload.empty() || call.library_id() == 0 || libraries_.count(call.library_id()) != 0) {
+    return {CUDA_ERROR_INVALID_VALUE};
+  }
+  const void* image = Aligned(payload, aligned_buffer_);
+  return LoadWithJitOptions(call.jit_options(), [&](unsigned count, CUjit_option* options, void** values) {
+    CUlibrary library = nullptr;
+    const CUresult result =
+        driver_.cuLibraryLoadData(&library, image, options, values, count, nullptr, nullptr, 0);
+    if (result == CUDA_SUCCESS) libraries_[call.library_id()] = library;
+    return result;
+  });
+}
+
+Session::Outcome Session::LibraryUnload(const wire::LibraryUnload& call) {
+  auto found = libraries_.find(call.library_id());
+  if (found == libraries_.end()) return {CUDA_ERROR_INVALID_HANDLE};
+  const CUresult result = driver_.cuLibraryUnload(found->second);
+  if (result == CUDA_SUCCESS) libraries_.erase(found);
+  return {result};
+}
+
+Session::Outcome Session::LibraryGetKernel(const wire::LibraryGetKernel& call) {
+  auto found = libraries_.find(call.library_id());
+  if (found == libraries_.end()) return {CUDA_ERROR_INVALID_HANDLE};
+  if (call.name() == nullptr || call.kernel_id() == 0) return {CUDA_ERROR_INVALID_VALUE};
+  CUkernel kernel = nullptr;
+  Outcome outcome;
+  outcome.result = driver_.cuLibraryGetKernel(&kernel, found->second, call.name()->c_str());
+  if (outcome.result != CUDA_SUCCESS) return outcome;
+  kernels_[call.kernel_id()] = kernel;
+  outcome.body = ParameterLayout(builder_, driver_.cuKernelGetParamInfo, kernel);
+  outcome.body_type = wire::ReplyBody::FunctionInfo;
+  return outcome;
+}
+
+Session::Outcome Session::LibraryGetGlobal(const wire::LibraryGetGlobal& call) {
+  auto found = libraries_.find(call.library_id());
+  if (found == libraries_.end()) return {CUDA_ERROR_INVALID_HANDLE};
+  if (call.name() == nullptr) return {CUDA_ERROR_INVALID_VALUE};
+  CUdeviceptr ptr = 0;
+  size_t bytes = 0;
+  Outcome outcome;
+  outcome.result = driver_.cuLibraryGetGlobal(&ptr, &bytes, found->second, call.name()->c_str());
+  outcome.body = wire::CreatePointer(builder_, ptr, bytes).Union();
+  outcome.body_type = wire::ReplyBody::Pointer;
+  return outcome;
+}
+
+Session::Outcome Session::KernelGetFunction(const wire::KernelGetFunction& call) {
+  auto found = kernels_.find(call.kernel_id());
+  if (found == kernels_.end()) return {CUDA_ERROR_INVALID_HANDLE};
+  if (call.function() == 0 || functions_.count(call.function()) != 0) return {CUDA_ERROR_INVALID_VALUE};
+  CUfunction function = nullptr;
+  const CUresult result = driver_.cuKernelGetFunction(&function, found->second);
+  if (result == CUDA_SUCCESS) functions_[call.function()] = function;
+  return {result};
 }
 
 }  // namespace curelay::executor

@@ -14,6 +14,7 @@
 #include "backend/executor/session.h"
 #include "backend/executor_control.h"
 #include "common/logging.h"
+#include "schema/wire.h"
 #include "transport/channel.h"
 
 namespace {
@@ -66,7 +67,10 @@ int main(int argc, char** argv) {
     control.Write(backend::FormatFailed(result, "cuInit failed"));
     return 1;
   }
-  auto channel = transport::BindChannel(options.bind_endpoints, {}, &error);
+  transport::ChannelOptions channel_options;
+  // The largest legitimate message is a module image; anything bigger is refused by the transport itself.
+  channel_options.max_message_bytes = static_cast<int>(wire::kMaxPayloadBytes + wire::kMaxHeaderBytes);
+  auto channel = transport::BindChannel(options.bind_endpoints, channel_options, &error);
   if (channel == nullptr) {
     spdlog::error("cannot bind the session endpoint: {}", error);
     control.Write(backend::FormatFailed(CUDA_ERROR_OPERATING_SYSTEM, error));

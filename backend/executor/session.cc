@@ -88,7 +88,10 @@ bool Session::Handle(const wire::Request& request, std::span<const uint8_t> payl
                              request.call_type() != wire::Call::PrimaryContextSetFlags &&
                              request.call_type() != wire::Call::PrimaryContextReset &&
                              request.call_type() != wire::Call::ContextCreate &&
-                             request.call_type() != wire::Call::ContextDestroy;
+                             request.call_type() != wire::Call::ContextDestroy &&
+                             request.call_type() != wire::Call::LibraryLoad &&
+                             request.call_type() != wire::Call::LibraryUnload &&
+                             request.call_type() != wire::Call::LibraryGetKernel;
   if (needs_context) outcome.result = MakeCurrent(request.context());
   if (outcome.result == CUDA_SUCCESS) {
     switch (request.call_type()) {
@@ -117,6 +120,13 @@ bool Session::Handle(const wire::Request& request, std::span<const uint8_t> payl
       CURELAY_DISPATCH(ModuleUnload)
       CURELAY_DISPATCH(ModuleGetFunction)
       CURELAY_DISPATCH(ModuleGetGlobal)
+      CURELAY_DISPATCH(FunctionGetAttribute)
+      CURELAY_DISPATCH(ContextQuery)
+      CURELAY_DISPATCH_PAYLOAD(LibraryLoad)
+      CURELAY_DISPATCH(LibraryUnload)
+      CURELAY_DISPATCH(LibraryGetKernel)
+      CURELAY_DISPATCH(LibraryGetGlobal)
+      CURELAY_DISPATCH(KernelGetFunction)
       CURELAY_DISPATCH_PAYLOAD(LaunchKernel)
       CURELAY_DISPATCH(StreamCreate)
       CURELAY_DISPATCH(StreamDestroy)
@@ -207,6 +217,7 @@ void Session::ReleaseEverything() {
   for (auto& [id, stream] : streams_) driver_.cuStreamDestroy(stream);
   for (auto& [ptr, bytes] : allocations_) driver_.cuMemFree(ptr);
   for (auto& [id, module] : modules_) driver_.cuModuleUnload(module);
+  for (auto& [id, library] : libraries_) driver_.cuLibraryUnload(library);
   for (uint64_t id : created_contexts_) driver_.cuCtxDestroy(contexts_.at(id));
   for (auto& [device, count] : primary_retains_) {
     while (count-- > 0) driver_.cuDevicePrimaryCtxRelease(device);
@@ -216,6 +227,8 @@ void Session::ReleaseEverything() {
   per_thread_streams_.clear();
   allocations_.clear();
   modules_.clear();
+  libraries_.clear();
+  kernels_.clear();
   created_contexts_.clear();
   contexts_.clear();
 }

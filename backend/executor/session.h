@@ -65,6 +65,16 @@ class Session {
   Outcome ModuleGetFunction(const wire::ModuleGetFunction& call);
   Outcome ModuleGetGlobal(const wire::ModuleGetGlobal& call);
   Outcome LaunchKernel(const wire::LaunchKernel& call, std::span<const uint8_t> payload);
+  Outcome FunctionGetAttribute(const wire::FunctionGetAttribute& call);
+  Outcome ContextQuery(const wire::ContextQuery& call);
+  Outcome LibraryLoad(const wire::LibraryLoad& call, std::span<const uint8_t> payload);
+  Outcome LibraryUnload(const wire::LibraryUnload& call);
+  Outcome LibraryGetKernel(const wire::LibraryGetKernel& call);
+  Outcome LibraryGetGlobal(const wire::LibraryGetGlobal& call);
+  Outcome KernelGetFunction(const wire::KernelGetFunction& call);
+  // Loads a module or library image with the client's JIT options; logs come back in the reply.
+  template <typename Load>
+  Outcome LoadWithJitOptions(const flatbuffers::Vector<flatbuffers::Offset<wire::JitOption>>* options, Load load);
   Outcome StreamCreate(const wire::StreamCreate& call);
   Outcome StreamDestroy(const wire::StreamDestroy& call);
   Outcome StreamSynchronize(const wire::StreamSynchronize& call);
@@ -94,6 +104,8 @@ class Session {
   std::unordered_set<uint64_t> created_contexts_;  // by cuCtxCreate, as opposed to primary contexts
   std::unordered_map<uint64_t, CUmodule> modules_;
   std::unordered_map<uint64_t, CUfunction> functions_;
+  std::unordered_map<uint64_t, CUlibrary> libraries_;
+  std::unordered_map<uint64_t, CUkernel> kernels_;
   std::unordered_map<uint64_t, CUstream> streams_;
   std::unordered_map<uint64_t, CUevent> events_;
   // Per-thread default streams, keyed by (context id, client thread index); created on first use.

@@ -116,6 +116,53 @@ CUresult cuCtxSynchronize(void) {
   return client->Call(builder, wire::Call::ContextSynchronize, call, {}, nullptr);
 }
 
+namespace {
+
+CUresult QueryContext(CUcontext context, const wire::ContextInfo** info, ReplyMessage* reply) {
+  Client* client;
+  CURELAY_RETURN_IF_ERROR(RequireContext(&client));
+  if (context == nullptr || !client->contexts.Contains(context)) return CUDA_ERROR_INVALID_CONTEXT;
+  auto& builder = Builder();
+  const auto call = wire::CreateContextQuery(builder, context->id).Union();
+  CURELAY_RETURN_IF_ERROR(client->Call(builder, wire::Call::ContextQuery, call, {}, reply));
+  *info = reply->reply->body_as_ContextInfo();
+  return *info != nullptr ? CUDA_SUCCESS : CUDA_ERROR_UNKNOWN;
+}
+
+}  // namespace
+
+CUresult cuCtxGetApiVersion(CUcontext context, unsigned int* version) {
+  if (version == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  Client* client;
+  CURELAY_RETURN_IF_ERROR(RequireClient(&client));
+  if (context == nullptr) context = CurrentContext();
+  if (context == nullptr || !client->contexts.Contains(context)) return CUDA_ERROR_INVALID_CONTEXT;
+  ReplyMessage reply;
+  const wire::ContextInfo* info = nullptr;
+  CURELAY_RETURN_IF_ERROR(QueryContext(context, &info, &reply));
+  *version = info->api_version();
+  return CUDA_SUCCESS;
+}
+
+CUresult cuCtxGetFlags(unsigned int* flags) {
+  if (flags == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  ReplyMessage reply;
+  const wire::ContextInfo* info = nullptr;
+  CURELAY_RETURN_IF_ERROR(QueryContext(CurrentContext(), &info, &reply));
+  *flags = info->flags();
+  return CUDA_SUCCESS;
+}
+
+CUresult cuCtxGetStreamPriorityRange(int* least, int* greatest) {
+  Client* client;
+  CURELAY_RETURN_IF_ERROR(RequireContext(&client));
+  int low = 0, high = 0;
+  CURELAY_RETURN_IF_ERROR(client->StreamPriorityRange(CurrentContext()->device, &low, &high));
+  if (least != nullptr) *least = low;
+  if (greatest != nullptr) *greatest = high;
+  return CUDA_SUCCESS;
+}
+
 // Primary contexts: the retain count and flags are mirrored in the client so cuDevicePrimaryCtxGetState (called
 // thousands of times by the CUDA runtime) is answered locally; only the 0<->1 transitions reach the executor.
 CUresult cuDevicePrimaryCtxRetain(CUcontext* result_context, CUdevice device) {

@@ -1,5 +1,6 @@
 // Device enumeration and properties, all answered from what the client learned at cuInit (no round trip).
 #include <algorithm>
+#include <cstdio>
 #include <cstring>
 
 #include "frontend/api/api_support.h"
@@ -112,6 +113,20 @@ CUresult cuDeviceGetProperties(CUdevprop* properties, CUdevice device) {
   properties->regsPerBlock = get(CU_DEVICE_ATTRIBUTE_MAX_REGISTERS_PER_BLOCK);
   properties->clockRate = get(CU_DEVICE_ATTRIBUTE_CLOCK_RATE);
   properties->textureAlign = get(CU_DEVICE_ATTRIBUTE_TEXTURE_ALIGNMENT);
+  return CUDA_SUCCESS;
+}
+
+CUresult cuDeviceGetPCIBusId(char* bus_id, int length, CUdevice device) {
+  Client* client;
+  CURELAY_RETURN_IF_ERROR(RequireClient(&client));
+  if (bus_id == nullptr || length <= 0) return CUDA_ERROR_INVALID_VALUE;
+  CURELAY_RETURN_IF_ERROR(RequireDevice(*client, device));
+  int domain = 0, bus = 0, slot = 0;
+  CURELAY_RETURN_IF_ERROR(Attribute(*client, device, CU_DEVICE_ATTRIBUTE_PCI_DOMAIN_ID, &domain));
+  CURELAY_RETURN_IF_ERROR(Attribute(*client, device, CU_DEVICE_ATTRIBUTE_PCI_BUS_ID, &bus));
+  CURELAY_RETURN_IF_ERROR(Attribute(*client, device, CU_DEVICE_ATTRIBUTE_PCI_DEVICE_ID, &slot));
+  // The bus id of the GPU on the backend host, in the driver's format.
+  std::snprintf(bus_id, static_cast<size_t>(length), "%04x:%02x:%02x.0", domain, bus, slot);
   return CUDA_SUCCESS;
 }
 

@@ -3,6 +3,7 @@
 #include <vector>
 
 #include "frontend/api/api_support.h"
+#include "frontend/api/library_kernels.h"
 #include "frontend/launch/argument_packing.h"
 
 using namespace curelay;
@@ -14,7 +15,13 @@ extern "C" CUresult cuLaunchKernel(CUfunction function, unsigned int grid_x, uns
                                    void** kernel_params, void** extra) {
   Client* client;
   CURELAY_RETURN_IF_ERROR(RequireContext(&client));
-  if (function == nullptr || !client->functions.Contains(function)) return CUDA_ERROR_INVALID_HANDLE;
+  if (function == nullptr) return CUDA_ERROR_INVALID_HANDLE;
+  if (!client->functions.Contains(function)) {
+    // The runtime launches library kernels by passing the CUkernel where a CUfunction goes.
+    const auto kernel = reinterpret_cast<CUkernel>(function);
+    if (!client->kernels.Contains(kernel)) return CUDA_ERROR_INVALID_HANDLE;
+    CURELAY_RETURN_IF_ERROR(KernelFunction(*client, kernel, &function));
+  }
   uint64_t wire_stream = 0;
   CURELAY_RETURN_IF_ERROR(WireStream(*client, stream, &wire_stream));
   thread_local std::vector<uint8_t> arguments;

@@ -182,4 +182,32 @@ CUresult cuMemsetD32Async(CUdeviceptr dst, unsigned int value, size_t count, CUs
   return SetMemory(dst, value, 4, count, stream);
 }
 
+// Page-locked host memory. The client's memory is never DMA'd from directly (the data crosses the wire), so it is
+// ordinary page-aligned memory; what matters to callers is that it is host memory they may use at once.
+// Mapped (DEVICEMAP) memory needs the shared-memory path of a later issue and is refused clearly for now.
+CUresult cuMemHostAlloc(void** ptr, size_t bytes, unsigned int flags) {
+  Client* client;
+  CURELAY_RETURN_IF_ERROR(RequireContext(&client));
+  if (ptr == nullptr || bytes == 0) return CUDA_ERROR_INVALID_VALUE;
+  constexpr unsigned int kKnown = CU_MEMHOSTALLOC_PORTABLE | CU_MEMHOSTALLOC_DEVICEMAP | CU_MEMHOSTALLOC_WRITECOMBINED;
+  if ((flags & ~kKnown) != 0) return CUDA_ERROR_INVALID_VALUE;
+  if (flags & CU_MEMHOSTALLOC_DEVICEMAP) return CUDA_ERROR_NOT_SUPPORTED;
+  return client->host_allocations.Allocate(bytes, flags, ptr);
+}
+
+CUresult cuMemAllocHost(void** ptr, size_t bytes) { return cuMemHostAlloc(ptr, bytes, 0); }
+
+CUresult cuMemFreeHost(void* ptr) {
+  Client* client;
+  CURELAY_RETURN_IF_ERROR(RequireClient(&client));
+  return client->host_allocations.Free(ptr);
+}
+
+CUresult cuMemHostGetFlags(unsigned int* flags, void* ptr) {
+  Client* client;
+  CURELAY_RETURN_IF_ERROR(RequireClient(&client));
+  if (flags == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  return client->host_allocations.Flags(ptr, flags);
+}
+
 }  // extern "C"

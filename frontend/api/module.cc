@@ -1,28 +1,67 @@
 // Modules: the image is sent once; functions and globals are looked up on the executor and cached here.
+#include <fstream>
+#include <iterator>
+#include <string>
+
 #include "frontend/api/api_support.h"
+#include "frontend/module/jit_options.h"
 #include "frontend/module/image_size.h"
 
 using namespace curelay;
 using namespace curelay::frontend;
 
-extern "C" {
+namespace {
 
-CUresult cuModuleLoadData(CUmodule* result_module, const void* image) {
-  Client* client;
-  CURELAY_RETURN_IF_ERROR(RequireContext(&client));
-  if (result_module == nullptr || image == nullptr) return CUDA_ERROR_INVALID_VALUE;
-  const auto bytes = ModuleImage(image, wire::kMaxPayloadBytes);
-  if (bytes.empty()) return CUDA_ERROR_INVALID_IMAGE;
-  CUmod_st* module = client->modules.Create(NextObjectId(), CurrentContext());
+CUresult LoadModule(Client& client, CUmodule* result_module, std::span<const uint8_t> image,
+                    unsigned int option_count, CUjit_option* options, void** option_values) {
+  if (image.empty()) return CUDA_ERROR_INVALID_IMAGE;
   auto& builder = Builder();
-  const auto call = wire::CreateModuleLoad(builder, module->id).Union();
-  const CUresult result = client->Call(builder, wire::Call::ModuleLoad, call, bytes, nullptr);
+  flatbuffers::Offset<flatbuffers::Vector<flatbuffers::Offset<wire::JitOption>>> jit;
+  CURELAY_RETURN_IF_ERROR(EncodeJitOptions(builder, option_count, options, option_values, &jit));
+  CUmod_st* module = client.modules.Create(NextObjectId(), CurrentContext());
+  const auto call = wire::CreateModuleLoad(builder, module->id, jit).Union();
+  ReplyMessage reply;
+  const CUresult result = client.Call(builder, wire::Call::ModuleLoad, call, image, &reply);
+  if (reply.reply != nullptr) ApplyJitLogs(reply.reply->body_as_JitLogs(), option_count, options, option_values);
   if (result != CUDA_SUCCESS) {
-    client->modules.Destroy(module);
+    client.modules.Destroy(module);
     return result;
   }
   *result_module = module;
   return CUDA_SUCCESS;
+}
+
+}  // namespace
+
+extern "C" {
+
+CUresult cuModuleLoadDataEx(CUmodule* result_module, const void* image, unsigned int option_count,
+                            CUjit_option* options, void** option_values) {
+  Client* client;
+  CURELAY_RETURN_IF_ERROR(RequireContext(&client));
+  if (result_module == nullptr || image == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  return LoadModule(*client, result_module, ModuleImage(image, wire::kMaxPayloadBytes), option_count, options,
+                    option_values);
+}
+
+CUresult cuModuleLoadData(CUmodule* result_module, const void* image) {
+  return cuModuleLoadDataEx(result_module, image, 0, nullptr, nullptr);
+}
+
+CUresult cuModuleLoadFatBinary(CUmodule* result_module, const void* fatbin) {
+  return cuModuleLoadDataEx(result_module, fatbin, 0, nullptr, nullptr);
+}
+
+CUresult cuModuleLoad(CUmodule* result_module, const char* path) {
+  Client* client;
+  CURELAY_RETURN_IF_ERROR(RequireContext(&client));
+  if (result_module == nullptr || path == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  // The file is the application's, on its side: read it here and ship the image.
+  std::ifstream file(path, std::ios::binary);
+  if (!file) return CUDA_ERROR_FILE_NOT_FOUND;
+  std::string bytes((std::istreambuf_iterator<char>(file)), std::istreambuf_iterator<char>());
+  bytes.push_back('\0');  // PTX text needs its terminator; binary formats carry their own size
+  return LoadModule(*client, result_module, ModuleImage(bytes.data(), bytes.size()), 0, nullptr, nullptr);
 }
 
 CUresult cuModuleUnload(CUmodule module) {
@@ -99,6 +138,21 @@ CUresult cuFuncGetParamInfo(CUfunction function, size_t index, size_t* offset, s
   }
   *offset = function->param_offsets[index];
   *size = function->param_sizes[index];
+  return CUDA_SUCCESS;
+}
+
+CUresult cuFuncGetAttribute(int* value, CUfunction_attribute attribute, CUfunction function) {
+  Client* client;
+  CURELAY_RETURN_IF_ERROR(RequireContext(&client));
+  if (value == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  if (function == nullptr || !client->functions.Contains(function)) return CUDA_ERROR_INVALID_HANDLE;
+  auto& builder = Builder();
+  const auto call = wire::CreateFunctionGetAttribute(builder, function->id, attribute).Union();
+  ReplyMessage reply;
+  CURELAY_RETURN_IF_ERROR(client->Call(builder, wire::Call::FunctionGetAttribute, call, {}, &reply));
+  const auto* answer = reply.reply->body_as_IntegerValue();
+  if (answer == nullptr) return CUDA_ERROR_UNKNOWN;
+  *value = static_cast<int>(answer->value());
   return CUDA_SUCCESS;
 }
 

@@ -1,4 +1,6 @@
 // Streams. Creation and destruction are posted with client-chosen ids (no round trip); synchronize and query wait.
+#include <algorithm>
+
 #include "frontend/api/api_support.h"
 
 using namespace curelay;
@@ -11,6 +13,12 @@ CUresult CreateStream(CUstream* result_stream, unsigned int flags, int priority)
   CURELAY_RETURN_IF_ERROR(RequireContext(&client));
   if (result_stream == nullptr) return CUDA_ERROR_INVALID_VALUE;
   if ((flags & ~static_cast<unsigned int>(CU_STREAM_NON_BLOCKING)) != 0) return CUDA_ERROR_INVALID_VALUE;
+  if (priority != 0) {
+    // The driver clamps priorities into the device's range; clamp here so cuStreamGetPriority agrees.
+    int least = 0, greatest = 0;
+    CURELAY_RETURN_IF_ERROR(client->StreamPriorityRange(CurrentContext()->device, &least, &greatest));
+    priority = std::clamp(priority, greatest, least);
+  }
   CUstream_st* stream = client->streams.Create(NextObjectId(), CurrentContext(), flags, priority);
   auto& builder = Builder();
   const auto call = wire::CreateStreamCreate(builder, stream->id, flags, priority).Union();
@@ -74,6 +82,41 @@ CUresult cuStreamWaitEvent(CUstream stream, CUevent event, unsigned int flags) {
   auto& builder = Builder();
   const auto call = wire::CreateStreamWaitEvent(builder, wire_stream, event->id, flags).Union();
   return client->Post(builder, wire::Call::StreamWaitEvent, call, {});
+}
+
+// Stream properties are answered from the client's own stream objects.
+CUresult cuStreamGetFlags(CUstream stream, unsigned int* flags) {
+  Client* client;
+  CURELAY_RETURN_IF_ERROR(RequireClient(&client));
+  if (flags == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  uint64_t wire_stream = 0;
+  CURELAY_RETURN_IF_ERROR(WireStream(*client, stream, &wire_stream));
+  *flags = client->streams.Contains(stream) ? stream->flags : 0;
+  return CUDA_SUCCESS;
+}
+
+CUresult cuStreamGetPriority(CUstream stream, int* priority) {
+  Client* client;
+  CURELAY_RETURN_IF_ERROR(RequireClient(&client));
+  if (priority == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  uint64_t wire_stream = 0;
+  CURELAY_RETURN_IF_ERROR(WireStream(*client, stream, &wire_stream));
+  *priority = client->streams.Contains(stream) ? stream->priority : 0;
+  return CUDA_SUCCESS;
+}
+
+CUresult cuStreamGetCtx(CUstream stream, CUcontext* context) {
+  Client* client;
+  CURELAY_RETURN_IF_ERROR(RequireClient(&client));
+  if (context == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  uint64_t wire_stream = 0;
+  CURELAY_RETURN_IF_ERROR(WireStream(*client, stream, &wire_stream));
+  if (client->streams.Contains(stream)) {
+    *context = stream->context;
+    return CUDA_SUCCESS;
+  }
+  *context = CurrentContext();  // the default streams belong to the calling thread's context
+  return *context != nullptr ? CUDA_SUCCESS : CUDA_ERROR_INVALID_CONTEXT;
 }
 
 }  // extern "C"

@@ -184,6 +184,30 @@ CUresult Client::Connect() {
   return CUDA_SUCCESS;
 }
 
+CUresult Client::StreamPriorityRange(CUdevice device, int* least, int* greatest) {
+  {
+    std::lock_guard<std::mutex> lock(primary_mutex_);
+    if (priority_ranges_[device].known) {
+      *least = priority_ranges_[device].least;
+      *greatest = priority_ranges_[device].greatest;
+      return CUDA_SUCCESS;
+    }
+  }
+  auto& builder = Builder();
+  const auto call = wire::CreateContextQuery(builder, CurrentContextId()).Union();
+  ReplyMessage reply;
+  if (const CUresult result = Call(builder, wire::Call::ContextQuery, call, {}, &reply); result != CUDA_SUCCESS) {
+    return result;
+  }
+  const auto* info = reply.reply->body_as_ContextInfo();
+  if (info == nullptr) return CUDA_ERROR_UNKNOWN;
+  std::lock_guard<std::mutex> lock(primary_mutex_);
+  priority_ranges_[device] = {true, info->priority_least(), info->priority_greatest()};
+  *least = info->priority_least();
+  *greatest = info->priority_greatest();
+  return CUDA_SUCCESS;
+}
+
 bool Client::ErrorText(CUresult code, const char** name, const char** text) const {
   const auto found = error_texts_.find(code);
   if (found == error_texts_.end()) return false;

@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "frontend/client/handle_registry.h"
+#include "frontend/client/host_allocations.h"
 #include "frontend/client/handles.h"
 #include "schema/wire.h"
 #include "transport/channel.h"
@@ -80,12 +81,17 @@ class Client {
   CUresult broken_result() const { return broken_; }
 
   std::array<PrimaryContext, 64>& primary_contexts() { return primary_contexts_; }
+  // The stream priority range of a device, learned from the executor the first time it is needed.
+  CUresult StreamPriorityRange(CUdevice device, int* least, int* greatest);
   std::mutex& primary_mutex() { return primary_mutex_; }
 
   HandleRegistry<CUctx_st> contexts;
   HandleRegistry<CUmod_st> modules;
   HandleRegistry<CUfunc_st> functions;
   HandleRegistry<CUstream_st> streams;
+  HandleRegistry<CUlib_st> libraries;
+  HandleRegistry<CUkern_st> kernels;
+  HostAllocations host_allocations;
   HandleRegistry<CUevent_st> events;
 
  private:
@@ -109,6 +115,11 @@ class Client {
   std::unordered_map<int, ErrorTextEntry> error_texts_;
   std::mutex primary_mutex_;
   std::array<PrimaryContext, 64> primary_contexts_{};
+  struct PriorityRange {
+    bool known = false;
+    int least = 0, greatest = 0;
+  };
+  std::array<PriorityRange, 64> priority_ranges_{};
 };
 
 // The calling thread's current context (the top of its context stack), or nullptr.

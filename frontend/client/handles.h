@@ -19,7 +19,7 @@ struct CUctx_st {
 
 struct CUfunc_st {
   uint64_t id;
-  CUmodule module;
+  CUmodule module;  // null for a function obtained from a library kernel
   std::string name;
   // Kernel parameter layout from cuFuncGetParamInfo, learned once when the function is first looked up.
   std::vector<uint32_t> param_offsets;
@@ -44,4 +44,22 @@ struct CUstream_st {
 struct CUevent_st {
   uint64_t id;
   unsigned int flags;
+};
+
+// A library is context-independent; its kernels become functions per context (cuKernelGetFunction).
+struct CUkern_st {
+  uint64_t id;
+  CUlibrary library;
+  std::string name;
+  std::vector<uint32_t> param_offsets;
+  std::vector<uint32_t> param_sizes;
+  uint32_t argument_bytes;
+  std::mutex functions_mutex;
+  std::unordered_map<CUcontext, CUfunction> functions;  // one per context it was used in
+};
+
+struct CUlib_st {
+  uint64_t id;
+  std::mutex kernels_mutex;
+  std::unordered_map<std::string, CUkernel> kernels;
 };

@@ -419,5 +419,111 @@ TEST_F(DriverApiTest, ErrorStringsProcAddressAndUnsupportedEntryPoints) {
   EXPECT_EQ(graph_create(&graph, 0), CUDA_ERROR_NOT_SUPPORTED);
 }
 
+TEST_F(DriverApiTest, ModuleLoadersJitLogsAndFunctionAttributes) {
+  const std::string ptx = Ptx();
+  char info[4096] = {}, error[4096] = {};
+  CUjit_option options[] = {CU_JIT_INFO_LOG_BUFFER, CU_JIT_INFO_LOG_BUFFER_SIZE_BYTES, CU_JIT_ERROR_LOG_BUFFER,
+                            CU_JIT_ERROR_LOG_BUFFER_SIZE_BYTES, CU_JIT_OPTIMIZATION_LEVEL};
+  void* values[] = {info, reinterpret_cast<void*>(sizeof(info)), error, reinterpret_cast<void*>(sizeof(error)),
+                    reinterpret_cast<void*>(3)};
+  CUmodule with_options;
+  ASSERT_CU(cuModuleLoadDataEx(&with_options, ptx.c_str(), 5, options, values));
+  EXPECT_LE(reinterpret_cast<uintptr_t>(values[1]), sizeof(info));  // written back: bytes used
+  CUfunction add;
+  ASSERT_CU(cuModuleGetFunction(&add, with_options, "vector_add"));
+  int max_threads = 0;
+  ASSERT_CU(cuFuncGetAttribute(&max_threads, CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK, add));
+  EXPECT_EQ(max_threads, 1024);
+  ASSERT_CU(cuModuleUnload(with_options));
+  EXPECT_EQ(cuFuncGetAttribute(&max_threads, CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK, add), CUDA_ERROR_INVALID_HANDLE);
+
+  for (const char* path : {CURELAY_TEST_PTX_PATH, CURELAY_TEST_CUBIN_PATH, CURELAY_TEST_FATBIN_PATH}) {
+    SCOPED_TRACE(path);
+    CUmodule from_file;
+    ASSERT_CU(cuModuleLoad(&from_file, path));
+    CUfunction fill;
+    ASSERT_CU(cuModuleGetFunction(&fill, from_file, "fill_u32"));
+    CUdeviceptr ptr;
+    ASSERT_CU(cuMemAlloc(&ptr, 400));
+    unsigned int value = 77;
+    unsigned long long n = 100;
+    void* params[] = {&ptr, &value, &n};
+    ASSERT_CU(cuLaunchKernel(fill, 1, 1, 1, 128, 1, 1, 0, nullptr, params, nullptr));
+    std::vector<unsigned int> host(100);
+    ASSERT_CU(cuMemcpyDtoH(host.data(), ptr, 400));
+    EXPECT_EQ(host, std::vector<unsigned int>(100, 77));
+    ASSERT_CU(cuMemFree(ptr));
+    ASSERT_CU(cuModuleUnload(from_file));
+  }
+  CUmodule missing;
+  EXPECT_EQ(cuModuleLoad(&missing, "/nonexistent/kernels.ptx"), CUDA_ERROR_FILE_NOT_FOUND);
+}
+
+TEST_F(DriverApiTest, ContextAndStreamProperties) {
+  unsigned int api = 0, flags = 99;
+  ASSERT_CU(cuCtxGetApiVersion(context_, &api));
+  EXPECT_GT(api, 0u);
+  ASSERT_CU(cuCtxGetFlags(&flags));
+  int least = 0, greatest = 0;
+  ASSERT_CU(cuCtxGetStreamPriorityRange(&least, &greatest));
+  EXPECT_LE(greatest, least);
+  CUstream urgent, plain;
+  ASSERT_CU(cuStreamCreateWithPriority(&urgent, CU_STREAM_NON_BLOCKING, greatest - 100));
+  ASSERT_CU(cuStreamCreate(&plain, 0));
+  int priority = 1;
+  unsigned int stream_flags = 99;
+  ASSERT_CU(cuStreamGetPriority(urgent, &priority));
+  EXPECT_EQ(priority, greatest);  // clamped into the device's range, as the driver does
+  ASSERT_CU(cuStreamGetFlags(urgent, &stream_flags));
+  EXPECT_EQ(stream_flags, static_cast<unsigned>(CU_STREAM_NON_BLOCKING));
+  ASSERT_CU(cuStreamGetFlags(plain, &stream_flags));
+  EXPECT_EQ(stream_flags, 0u);
+  CUcontext owner = nullptr;
+  ASSERT_CU(cuStreamGetCtx(plain, &owner));
+  EXPECT_EQ(owner, context_);
+  ASSERT_CU(cuStreamDestroy(urgent));
+  ASSERT_CU(cuStreamDestroy(plain));
+  char bus_id[32];
+  ASSERT_CU(cuDeviceGetPCIBusId(bus_id, sizeof(bus_id), 0));
+  EXPECT_EQ(std::strlen(bus_id), 12u);
+}
+
+TEST_F(DriverApiTest, HostAllocations) {
+  void* pinned = nullptr;
+  ASSERT_CU(cuMemAllocHost(&pinned, 1 << 20));
+  unsigned int flags = 99;
+  ASSERT_CU(cuMemHostGetFlags(&flags, static_cast<char*>(pinned) + 100));
+  EXPECT_EQ(flags, 0u);
+  void* portable = nullptr;
+  ASSERT_CU(cuMemHostAlloc(&portable, 4096, CU_MEMHOSTALLOC_PORTABLE));
+  ASSERT_CU(cuMemHostGetFlags(&flags, portable));
+  EXPECT_EQ(flags, static_cast<unsigned>(CU_MEMHOSTALLOC_PORTABLE));
+  // Copies from and to it behave like any host memory.
+  std::memset(pinned, 0x3c, 1 << 20);
+  CUdeviceptr device;
+  ASSERT_CU(cuMemAlloc(&device, 1 << 20));
+  ASSERT_CU(cuMemcpyHtoDAsync(device, pinned, 1 << 20, nullptr));
+  ASSERT_CU(cuMemcpyDtoH(portable, device, 4096));
+  EXPECT_EQ(static_cast<unsigned char*>(portable)[4095], 0x3c);
+  ASSERT_CU(cuMemFree(device));
+  ASSERT_CU(cuMemFreeHost(pinned));
+  ASSERT_CU(cuMemFreeHost(portable));
+  EXPECT_EQ(cuMemFreeHost(pinned), CUDA_ERROR_INVALID_VALUE);
+  int stack_value = 0;
+  EXPECT_EQ(cuMemHostGetFlags(&flags, &stack_value), CUDA_ERROR_INVALID_VALUE);
+  void* mapped = nullptr;
+  EXPECT_EQ(cuMemHostAlloc(&mapped, 4096, CU_MEMHOSTALLOC_DEVICEMAP), CUDA_ERROR_NOT_SUPPORTED);
+}
+
+TEST_F(DriverApiTest, LibraryApiAnswersNotSupportedWhereTheDriverLacksIt) {
+  // The emulated driver has no library API; the executor says so rather than pretending (the GPU suite covers
+  // the library API on the real driver).
+  const std::string ptx = Ptx();
+  CUlibrary library = nullptr;
+  EXPECT_EQ(cuLibraryLoadData(&library, ptx.c_str(), nullptr, nullptr, 0, nullptr, nullptr, 0),
+            CUDA_ERROR_NOT_SUPPORTED);
+  EXPECT_EQ(cuLibraryUnload(library), CUDA_ERROR_INVALID_HANDLE);
+}
+
 }  // namespace
 }  // namespace curelay::testing

@@ -1,0 +1,155 @@
+// Libraries and kernels (the context-independent module API the CUDA 12+ runtime loads code with). A kernel
+// becomes a function in each context it is used in; the client caches that binding per context.
+#include "frontend/api/api_support.h"
+#include "frontend/api/library_kernels.h"
+#include "frontend/module/image_size.h"
+#include "frontend/module/jit_options.h"
+
+using namespace curelay;
+using namespace curelay::frontend;
+
+namespace curelay::frontend {
+
+CUresult KernelFunction(Client& client, CUkernel kernel, CUfunction* function) {
+  const CUcontext context = CurrentContext();
+  std::lock_guard<std::mutex> lock(kernel->functions_mutex);
+  if (auto found = kernel->functions.find(context); found != kernel->functions.end()) {
+    *function = found->second;
+    return CUDA_SUCCESS;
+  }
+  CUfunc_st* bound = client.functions.Create(NextObjectId(), nullptr, kernel->name, kernel->param_offsets,
+                                             kernel->param_sizes, kernel->argument_bytes);
+  auto& builder = Builder();
+  const auto call = wire::CreateKernelGetFunction(builder, kernel->id, bound->id).Union();
+  if (const CUresult result = client.Call(builder, wire::Call::KernelGetFunction, call, {}, nullptr);
+      result != CUDA_SUCCESS) {
+    client.functions.Destroy(bound);
+    return result;
+  }
+  kernel->functions.emplace(context, bound);
+  *function = bound;
+  return CUDA_SUCCESS;
+}
+
+}  // namespace curelay::frontend
+
+extern "C" {
+
+CUresult cuLibraryLoadData(CUlibrary* result_library, const void* code, CUjit_option* jit_options,
+                           void** jit_option_values, unsigned int jit_option_count,
+                           CUlibraryOption* library_options, void** library_option_values,
+                           unsigned int library_option_count) {
+  Client* client;
+  CURELAY_RETURN_IF_ERROR(RequireClient(&client));
+  if (result_library == nullptr || code == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  (void)library_options;
+  (void)library_option_values;
+  if (library_option_count != 0) return CUDA_ERROR_NOT_SUPPORTED;  // host-table and binary-retention options
+  const auto image = ModuleImage(code, wire::kMaxPayloadBytes);
+  if (image.empty()) return CUDA_ERROR_INVALID_IMAGE;
+  auto& builder = Builder();
+  flatbuffers::Offset<flatbuffers::Vector<flatbuffers::Offset<wire::JitOption>>> jit;
+  CURELAY_RETURN_IF_ERROR(EncodeJitOptions(builder, jit_option_count, jit_options, jit_option_values, &jit));
+  CUlib_st* library = client->libraries.Create(NextObjectId());
+  const auto call = wire::CreateLibraryLoad(builder, library->id, jit).Union();
+  ReplyMessage reply;
+  const CUresult result = client->Call(builder, wire::Call::LibraryLoad, call, image, &reply);
+  if (reply.reply != nullptr) {
+    ApplyJitLogs(reply.reply->body_as_JitLogs(), jit_option_count, jit_options, jit_option_values);
+  }
+  if (result != CUDA_SUCCESS) {
+    client->libraries.Destroy(library);
+    return result;
+  }
+  *result_library = library;
+  return CUDA_SUCCESS;
+}
+
+CUresult cuLibraryUnload(CUlibrary library) {
+  Client* client;
+  CURELAY_RETURN_IF_ERROR(RequireClient(&client));
+  if (library == nullptr || !client->libraries.Contains(library)) return CUDA_ERROR_INVALID_HANDLE;
+  auto& builder = Builder();
+  const auto call = wire::CreateLibraryUnload(builder, library->id).Union();
+  CURELAY_RETURN_IF_ERROR(client->Call(builder, wire::Call::LibraryUnload, call, {}, nullptr));
+  {
+    std::lock_guard<std::mutex> lock(library->kernels_mutex);
+    for (auto& [name, kernel] : library->kernels) {
+      for (auto& [context, function] : kernel->functions) client->functions.Destroy(function);
+      client->kernels.Destroy(kernel);
+    }
+  }
+  client->libraries.Destroy(library);
+  return CUDA_SUCCESS;
+}
+
+CUresult cuLibraryGetKernel(CUkernel* result_kernel, CUlibrary library, const char* name) {
+  Client* client;
+  CURELAY_RETURN_IF_ERROR(RequireClient(&client));
+  if (result_kernel == nullptr || name == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  if (library == nullptr || !client->libraries.Contains(library)) return CUDA_ERROR_INVALID_HANDLE;
+  std::lock_guard<std::mutex> lock(library->kernels_mutex);
+  if (auto found = library->kernels.find(name); found != library->kernels.end()) {
+    *result_kernel = found->second;
+    return CUDA_SUCCESS;
+  }
+  const uint64_t id = NextObjectId();
+  auto& builder = Builder();
+  const auto call = wire::CreateLibraryGetKernel(builder, library->id, id, builder.CreateString(name)).Union();
+  ReplyMessage reply;
+  CURELAY_RETURN_IF_ERROR(client->Call(builder, wire::Call::LibraryGetKernel, call, {}, &reply));
+  const auto* info = reply.reply->body_as_FunctionInfo();
+  if (info == nullptr || info->param_offsets() == nullptr || info->param_sizes() == nullptr ||
+      info->param_offsets()->size() != info->param_sizes()->size()) {
+    return CUDA_ERROR_UNKNOWN;
+  }
+  CUkern_st* kernel = client->kernels.Create(id, library, name);
+  for (size_t i = 0; i < info->param_offsets()->size(); ++i) {
+    const uint32_t offset = info->param_offsets()->Get(i), size = info->param_sizes()->Get(i);
+    if (size == 0 || uint64_t{offset} + size > 32768) return CUDA_ERROR_UNKNOWN;
+    kernel->param_offsets.push_back(offset);
+    kernel->param_sizes.push_back(size);
+    kernel->argument_bytes = std::max(kernel->argument_bytes, offset + size);
+  }
+  library->kernels.emplace(name, kernel);
+  *result_kernel = kernel;
+  return CUDA_SUCCESS;
+}
+
+CUresult cuKernelGetFunction(CUfunction* function, CUkernel kernel) {
+  Client* client;
+  CURELAY_RETURN_IF_ERROR(RequireContext(&client));
+  if (function == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  if (kernel == nullptr || !client->kernels.Contains(kernel)) return CUDA_ERROR_INVALID_HANDLE;
+  return KernelFunction(*client, kernel, function);
+}
+
+CUresult cuKernelGetParamInfo(CUkernel kernel, size_t index, size_t* offset, size_t* size) {
+  Client* client;
+  CURELAY_RETURN_IF_ERROR(RequireClient(&client));
+  if (kernel == nullptr || !client->kernels.Contains(kernel)) return CUDA_ERROR_INVALID_HANDLE;
+  if (offset == nullptr || size == nullptr || index >= kernel->param_offsets.size()) {
+    return CUDA_ERROR_INVALID_VALUE;
+  }
+  *offset = kernel->param_offsets[index];
+  *size = kernel->param_sizes[index];
+  return CUDA_SUCCESS;
+}
+
+CUresult cuLibraryGetGlobal(CUdeviceptr* ptr, size_t* bytes, CUlibrary library, const char* name) {
+  Client* client;
+  CURELAY_RETURN_IF_ERROR(RequireContext(&client));
+  if (name == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  if (library == nullptr || !client->libraries.Contains(library)) return CUDA_ERROR_INVALID_HANDLE;
+  auto& builder = Builder();
+  const auto call = wire::CreateLibraryGetGlobal(builder, library->id, builder.CreateString(name)).Union();
+  ReplyMessage reply;
+  CURELAY_RETURN_IF_ERROR(client->Call(builder, wire::Call::LibraryGetGlobal, call, {}, &reply));
+  const auto* pointer = reply.reply->body_as_Pointer();
+  if (pointer == nullptr) return CUDA_ERROR_UNKNOWN;
+  if (ptr != nullptr) *ptr = pointer->ptr();
+  if (bytes != nullptr) *bytes = pointer->bytes();
+  return CUDA_SUCCESS;
+}
+
+}  // extern "C"
