@@ -70,7 +70,7 @@ int main(int argc, char** argv) {
   transport::ChannelOptions channel_options;
   // The largest legitimate message is a module image; anything bigger is refused by the transport itself.
   channel_options.max_message_bytes = static_cast<int>(wire::kMaxPayloadBytes + wire::kMaxHeaderBytes);
-  auto channel = transport::BindChannel(options.bind_endpoints, channel_options, &error);
+  std::shared_ptr<transport::Channel> channel = transport::BindChannel(options.bind_endpoints, channel_options, &error);
   if (channel == nullptr) {
     spdlog::error("cannot bind the session endpoint: {}", error);
     control.Write(backend::FormatFailed(CUDA_ERROR_OPERATING_SYSTEM, error));
@@ -85,7 +85,7 @@ int main(int argc, char** argv) {
     return 0;
   }
   spdlog::info("serving session {}", assignment.session_id);
-  executor::Session session(driver, *channel, std::move(assignment.key));
+  executor::Session session(driver, std::move(channel), std::move(assignment.key));
   const int status = session.Run();
   spdlog::info("session {} ended", assignment.session_id);
   return status;

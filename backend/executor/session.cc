@@ -4,10 +4,13 @@
 
 #include <cstring>
 
+#include "transport/shm/shm_channel.h"
+
 namespace curelay::executor {
 
-Session::Session(Driver& driver, transport::Channel& channel, std::vector<uint8_t> session_key)
-    : driver_(driver), channel_(channel), session_key_(std::move(session_key)) {}
+Session::Session(Driver& driver, std::shared_ptr<transport::Channel> channel, std::vector<uint8_t> session_key)
+    : driver_(driver), session_key_(std::move(session_key)), zmq_channel_(std::move(channel)),
+      channel_(zmq_channel_.get()) {}
 
 Session::~Session() { ReleaseEverything(); }
 
@@ -15,7 +18,7 @@ int Session::Run() {
   if (!Attach()) return 2;
   transport::IncomingMessage message;
   for (;;) {
-    const auto status = channel_.Receive(message, -1);
+    const auto status = channel_->Receive(message, -1);
     if (status == transport::ReceiveStatus::kPeerLost) {
       spdlog::info("client disconnected; releasing the session");
       return 0;
@@ -40,7 +43,7 @@ int Session::Run() {
 bool Session::Attach() {
   transport::IncomingMessage message;
   // A client that was admitted connects at once; one that never comes must not pin a GPU context forever.
-  const auto status = channel_.Receive(message, 30000);
+  const auto status = channel_->Receive(message, 30000);
   if (status != transport::ReceiveStatus::kMessage) {
     spdlog::warn("no client attached; ending the session");
     return false;
@@ -73,10 +76,28 @@ bool Session::Attach() {
 #define CURELAY_CUDA_ERROR(name, value, description) add_text(value);
 #include "cuda_error_table.inc"
 #undef CURELAY_CUDA_ERROR
-    outcome.body = wire::CreateAttachResult(builder_, version, count, builder_.CreateVector(texts)).Union();
+    // A same-host client offers shared memory; take it if the file is where and what it must be.
+    if (attach->shm_path() != nullptr) {
+      const std::string ipc = zmq_channel_->BoundEndpoint("ipc");
+      const std::string directory = ipc.substr(6, ipc.rfind('/') - 6);
+      std::string error;
+      transport::ChannelOptions options;
+      options.max_message_bytes = static_cast<int>(wire::kMaxPayloadBytes + wire::kMaxHeaderBytes);
+      shm_channel_ = ipc.empty() ? nullptr
+                                 : transport::OpenShmChannel(zmq_channel_, attach->shm_path()->str(), directory,
+                                                             options, &error);
+      if (shm_channel_ == nullptr) spdlog::warn("shared memory refused, staying on ZeroMQ: {}", error);
+    }
+    outcome.body = wire::CreateAttachResult(builder_, version, count, builder_.CreateVector(texts),
+                                            shm_channel_ != nullptr)
+                       .Union();
     outcome.body_type = wire::ReplyBody::AttachResult;
   }
-  return SendReply(request->sequence(), outcome) && outcome.result == CUDA_SUCCESS;
+  const bool attached = SendReply(request->sequence(), outcome) && outcome.result == CUDA_SUCCESS;
+  // The answer went over ZeroMQ; everything after it uses shared memory when it was accepted.
+  if (shm_channel_ != nullptr) channel_ = shm_channel_.get();
+  if (attached) spdlog::info("client attached over {}", shm_channel_ != nullptr ? "shared memory" : "ZeroMQ");
+  return attached;
 }
 
 bool Session::Handle(const wire::Request& request, std::span<const uint8_t> payload) {
@@ -164,7 +185,7 @@ bool Session::Handle(const wire::Request& request, std::span<const uint8_t> payl
 bool Session::SendReply(uint64_t sequence, const Outcome& outcome) {
   const auto reply = wire::CreateReply(builder_, sequence, outcome.result, outcome.body_type, outcome.body);
   builder_.Finish(reply);
-  return channel_.Send({builder_.GetBufferPointer(), builder_.GetSize()}, outcome.payload);
+  return channel_->Send({builder_.GetBufferPointer(), builder_.GetSize()}, outcome.payload);
 }
 
 CUresult Session::TakeDeferred(CUresult own) {

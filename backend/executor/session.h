@@ -5,6 +5,7 @@
 #include <cuda.h>
 
 #include <cstdint>
+#include <memory>
 #include <span>
 #include <string>
 #include <unordered_map>
@@ -19,7 +20,7 @@ namespace curelay::executor {
 
 class Session {
  public:
-  Session(Driver& driver, transport::Channel& channel, std::vector<uint8_t> session_key);
+  Session(Driver& driver, std::shared_ptr<transport::Channel> channel, std::vector<uint8_t> session_key);
   ~Session();
 
   // Serves the client until it disconnects or breaks the protocol. Returns the process exit code.
@@ -88,7 +89,9 @@ class Session {
   Outcome EventDestroy(const wire::EventDestroy& call);
 
   Driver& driver_;
-  transport::Channel& channel_;
+  std::shared_ptr<transport::Channel> zmq_channel_;   // the session's ZeroMQ connection (always kept: liveness)
+  std::unique_ptr<transport::Channel> shm_channel_;   // shared memory, when the client offered it and it opened
+  transport::Channel* channel_;                        // the one in use
   std::vector<uint8_t> session_key_;
   flatbuffers::FlatBufferBuilder builder_;
   std::vector<uint8_t> copy_buffer_;        // device-to-host staging for replies

@@ -10,6 +10,7 @@
 
 #include "frontend/client/config.h"
 #include "frontend/client/log.h"
+#include "transport/shm/shm_channel.h"
 
 namespace curelay::frontend {
 namespace {
@@ -47,6 +48,24 @@ ThreadState& ThisThread() {
   }
   return state;
 }
+
+// Lets the client own its ZeroMQ channel through the same pointer type whichever channel it ends up using.
+class ForwardingChannel final : public transport::Channel {
+ public:
+  explicit ForwardingChannel(std::shared_ptr<transport::Channel> inner) : inner_(std::move(inner)) {}
+  bool Send(std::span<const uint8_t> header, std::span<const uint8_t> payload) override {
+    return inner_->Send(header, payload);
+  }
+  transport::ReceiveStatus Receive(transport::IncomingMessage& message, int timeout_ms) override {
+    return inner_->Receive(message, timeout_ms);
+  }
+  bool PeerLost() override { return inner_->PeerLost(); }
+  bool PeerSeen() override { return inner_->PeerSeen(); }
+  std::string BoundEndpoint(std::string_view scheme) const override { return inner_->BoundEndpoint(scheme); }
+
+ private:
+  std::shared_ptr<transport::Channel> inner_;
+};
 
 std::string EndpointHost(const std::string& endpoint) {
   const std::string rest = endpoint.substr(endpoint.find("://") + 3);
@@ -125,20 +144,32 @@ CUresult Client::Connect() {
   transport::ChannelOptions options;
   options.spin_microseconds = config.spin_microseconds;
   options.max_message_bytes = static_cast<int>(wire::kCopyChunkBytes + wire::kMaxHeaderBytes);
-  channel_ = transport::ConnectChannel(executor, options, &error);
-  if (channel_ == nullptr) {
+  std::shared_ptr<transport::Channel> zmq_channel = transport::ConnectChannel(executor, options, &error);
+  if (zmq_channel == nullptr) {
     Log().error("cannot connect to the session executor {}: {}", executor, error);
     return CUDA_ERROR_NO_DEVICE;
   }
 
+  // Same host (ipc://): offer a shared-memory channel in the executor's socket directory. If it cannot be
+  // created here or opened there, the session simply stays on ZeroMQ.
+  std::unique_ptr<transport::Channel> shm_channel;
+  std::string shm_path;
+  if (ipc && !config.disable_shared_memory) {
+    const std::string directory = executor.substr(6, executor.rfind('/') - 6);
+    shm_channel = transport::CreateShmChannel(zmq_channel, directory, options, &shm_path, &error);
+    if (shm_channel == nullptr) Log().info("shared memory unavailable ({}); using ZeroMQ", error);
+  }
   // Attach, with a deadline: an executor that never answers must not hang cuInit.
   flatbuffers::FlatBufferBuilder& request = Builder();
   const auto key = request.CreateVector(welcome->session_key()->data(), welcome->session_key()->size());
-  const auto attach = wire::CreateAttach(request, wire::kProtocolVersion, key).Union();
+  const auto path = shm_channel != nullptr ? request.CreateString(shm_path) : 0;
+  const auto attach = wire::CreateAttach(request, wire::kProtocolVersion, key, path).Union();
   const uint64_t sequence = FinishRequest(request, wire::Call::Attach, attach, true);
   transport::IncomingMessage message;
-  if (!channel_->Send({request.GetBufferPointer(), request.GetSize()}, {}) ||
-      channel_->Receive(message, config.connect_timeout_ms) != transport::ReceiveStatus::kMessage) {
+  const bool answered = zmq_channel->Send({request.GetBufferPointer(), request.GetSize()}, {}) &&
+                        zmq_channel->Receive(message, config.connect_timeout_ms) == transport::ReceiveStatus::kMessage;
+  if (shm_channel != nullptr) unlink(shm_path.c_str());  // normally the executor already did
+  if (!answered) {
     Log().error("session executor {} did not answer; cuInit fails with CUDA_ERROR_NO_DEVICE", executor);
     return CUDA_ERROR_NO_DEVICE;
   }
@@ -149,6 +180,12 @@ CUresult Client::Connect() {
   }
   if (reply->result() != CUDA_SUCCESS) return static_cast<CUresult>(reply->result());
   driver_version_ = reply->body_as_AttachResult()->driver_version();
+  if (shm_channel != nullptr && reply->body_as_AttachResult()->shm_accepted()) {
+    channel_ = std::move(shm_channel);
+  } else {
+    shm_channel.reset();
+    channel_ = std::make_unique<ForwardingChannel>(zmq_channel);
+  }
   if (const auto* texts = reply->body_as_AttachResult()->error_texts(); texts != nullptr) {
     for (const auto* entry : *texts) {
       if (entry->name() == nullptr || entry->text() == nullptr) continue;

@@ -102,7 +102,7 @@ class Client {
   CUresult ReceiveReply(uint64_t sequence, ReplyMessage* reply);
   CUresult Break(const char* why);
 
-  std::unique_ptr<transport::Channel> channel_;
+  std::unique_ptr<transport::Channel> channel_;  // shared memory over a ZeroMQ liveness channel, or ZeroMQ
   std::mutex channel_mutex_;  // one request on the wire at a time; replies come back in order
   uint64_t next_sequence_ = 1;
   CUresult broken_ = CUDA_SUCCESS;  // once set, every call fails with it (the session is gone)

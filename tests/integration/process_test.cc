@@ -13,6 +13,7 @@
 #include "schema/wire.h"
 #include "tests/integration/backend_process.h"
 #include "transport/channel.h"
+#include "transport/shm/shm_channel.h"
 
 namespace curelay::testing {
 namespace {
@@ -41,13 +42,68 @@ TEST(ProcessTest, UnreachableBackendFailsCuInitQuickly) {
   EXPECT_NE(result.output.find("cuInit 100 "), std::string::npos) << result.output;
 }
 
-TEST(ProcessTest, BasicClientOverIpcAndTcp) {
-  for (const auto transport : {BackendProcess::Transport::kIpc, BackendProcess::Transport::kTcp}) {
-    BackendProcess backend("basic", {}, transport);
+TEST(ProcessTest, BasicClientOverEveryTransport) {
+  struct Case {
+    BackendProcess::Transport transport;
+    const char* shm;
+    const char* expected;
+  };
+  for (const Case& c : {Case{BackendProcess::Transport::kIpc, "1", "attached over shared memory"},
+                        Case{BackendProcess::Transport::kIpc, "0", "attached over ZeroMQ"},
+                        Case{BackendProcess::Transport::kTcp, "1", "attached over ZeroMQ"}}) {
+    BackendProcess backend("basic", {}, c.transport);
     ASSERT_TRUE(backend.Start()) << backend.Log();
-    auto result = RunClient({"basic", CURELAY_TEST_PTX_PATH}, ClientEnv(backend), 30s);
+    auto env = ClientEnv(backend);
+    env["CURELAY_SHM"] = c.shm;
+    auto result = RunClient({"basic", CURELAY_TEST_PTX_PATH}, env, 30s);
     EXPECT_EQ(result.output, "OK\n") << backend.endpoint() << "\n" << backend.Log();
+    EXPECT_TRUE(WaitFor([&] { return backend.Log().find(c.expected) != std::string::npos; }, 5s))
+        << backend.endpoint() << " CURELAY_SHM=" << c.shm << "\n" << backend.Log();
   }
+}
+
+TEST(ProcessTest, GarbageOverSharedMemoryEndsOnlyThatSession) {
+  BackendProcess backend("shm-garbage");
+  ASSERT_TRUE(backend.Start()) << backend.Log();
+  for (const bool absurd_length : {false, true}) {
+    std::string error;
+    flatbuffers::FlatBufferBuilder hello;
+    hello.Finish(wire::CreateHello(hello, wire::kProtocolVersion, hello.CreateString("evil")));
+    const std::string answer = transport::RequestOnce(backend.endpoint(), {hello.GetBufferPointer(), hello.GetSize()},
+                                                      3000, &error);
+    const auto* welcome =
+        wire::ParseVerified<wire::Welcome>({reinterpret_cast<const uint8_t*>(answer.data()), answer.size()});
+    ASSERT_NE(welcome, nullptr) << error;
+    const pid_t executor = backend.LatestSessionExecutor(5s);
+    const std::string endpoint = welcome->executor_ipc()->str();
+    std::shared_ptr<transport::Channel> zmq = transport::ConnectChannel(endpoint, {}, &error);
+    std::string path;
+    auto shm = transport::CreateShmChannel(zmq, endpoint.substr(6, endpoint.rfind('/') - 6), {}, &path, &error);
+    ASSERT_NE(shm, nullptr) << error;
+    flatbuffers::FlatBufferBuilder attach;
+    const auto key = attach.CreateVector(welcome->session_key()->data(), welcome->session_key()->size());
+    attach.Finish(wire::CreateRequest(attach, 1, 0, wire::Call::Attach,
+                                      wire::CreateAttach(attach, wire::kProtocolVersion, key,
+                                                         attach.CreateString(path)).Union()));
+    ASSERT_TRUE(zmq->Send({attach.GetBufferPointer(), attach.GetSize()}, {}));
+    transport::IncomingMessage reply;
+    ASSERT_EQ(zmq->Receive(reply, 5000), transport::ReceiveStatus::kMessage);
+    ASSERT_TRUE(WaitFor([&] { return backend.Log().find("attached over shared memory") != std::string::npos; }, 5s));
+    if (absurd_length) {
+      // A frame header claiming a 1 TiB payload: refused by the length check, never allocated.
+      std::vector<uint8_t> header(16, 0);
+      ASSERT_TRUE(shm->Send(header, {}));  // a zero-filled 16-byte "request" is itself malformed, too
+      std::vector<uint8_t> frame = {8, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1, 0, 0};
+      shm->Send(frame, {});
+    } else {
+      std::vector<uint8_t> junk(64, 0xee);
+      ASSERT_TRUE(shm->Send(junk, {}));
+    }
+    EXPECT_TRUE(WaitFor([&] { return !ProcessExists(executor); }, 10s)) << backend.Log();
+    EXPECT_TRUE(backend.Alive());
+  }
+  auto result = RunClient({"basic", CURELAY_TEST_PTX_PATH}, ClientEnv(backend), 30s);
+  EXPECT_EQ(result.output, "OK\n");
 }
 
 TEST(ProcessTest, KilledClientLeavesNoExecutorBehind) {

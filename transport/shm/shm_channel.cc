@@ -1,0 +1,192 @@
+#include "transport/shm/shm_channel.h"
+
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/random.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <new>
+#include <vector>
+
+#include "transport/shm/shm_ring.h"
+
+namespace curelay::transport {
+namespace {
+
+constexpr uint64_t kMagic = 0x63757265'6c617931;  // "curelay1"
+constexpr uint64_t kHeaderRegion = 4096;
+constexpr uint32_t kMaxHeaderFrame = 1 << 20;
+
+struct SharedHeader {
+  uint64_t magic;
+  uint64_t ring_bytes;
+  ShmRingControl rings[2];  // 0: client -> executor, 1: executor -> client
+};
+static_assert(sizeof(SharedHeader) <= kHeaderRegion);
+
+struct FrameHeader {
+  uint32_t header_bytes;
+  uint32_t reserved;
+  uint64_t payload_bytes;
+};
+
+constexpr uint64_t MappingBytes() { return kHeaderRegion + 2 * kShmRingBytes; }
+
+void ReleaseVector(void* owner) { delete static_cast<std::vector<uint8_t>*>(owner); }
+
+class ShmChannel final : public Channel {
+ public:
+  ShmChannel(std::shared_ptr<Channel> liveness, void* mapping, bool client, const ChannelOptions& options)
+      : liveness_(std::move(liveness)), mapping_(mapping), options_(options) {
+    auto* header = static_cast<SharedHeader*>(mapping);
+    auto* data = static_cast<uint8_t*>(mapping) + kHeaderRegion;
+    ShmRing to_executor(&header->rings[0], data, kShmRingBytes);
+    ShmRing to_client(&header->rings[1], data + kShmRingBytes, kShmRingBytes);
+    send_ = std::make_unique<ShmRing>(client ? to_executor : to_client);
+    receive_ = std::make_unique<ShmRing>(client ? to_client : to_executor);
+    alive_ = [this] { return !liveness_->PeerLost(); };
+  }
+  ~ShmChannel() override { munmap(mapping_, MappingBytes()); }
+
+  bool Send(std::span<const uint8_t> header, std::span<const uint8_t> payload) override {
+    if (broken_) return false;
+    const FrameHeader frame{static_cast<uint32_t>(header.size()), 0, payload.size()};
+    const bool sent = Ok(send_->Write(&frame, sizeof(frame), options_.spin_microseconds, alive_)) &&
+                      Ok(send_->Write(header.data(), header.size(), options_.spin_microseconds, alive_)) &&
+                      (payload.empty() ||
+                       Ok(send_->Write(payload.data(), payload.size(), options_.spin_microseconds, alive_)));
+    return sent;
+  }
+
+  ReceiveStatus Receive(IncomingMessage& message, int timeout_ms) override {
+    if (broken_) return ReceiveStatus::kError;
+    FrameHeader frame{};
+    const RingStatus status = receive_->Read(&frame, sizeof(frame), options_.spin_microseconds, timeout_ms, alive_);
+    if (status == RingStatus::kTimeout) return ReceiveStatus::kTimeout;
+    if (!Ok(status)) return peer_lost_ ? ReceiveStatus::kPeerLost : ReceiveStatus::kError;
+    const uint64_t payload_limit =
+        options_.max_message_bytes > 0 ? static_cast<uint64_t>(options_.max_message_bytes) : uint64_t{1} << 31;
+    if (frame.header_bytes == 0 || frame.header_bytes > kMaxHeaderFrame || frame.payload_bytes > payload_limit) {
+      broken_ = true;  // the stream can no longer be trusted to be aligned
+      return ReceiveStatus::kError;
+    }
+    message.header = ReadFrame(frame.header_bytes);
+    message.payload = frame.payload_bytes > 0 ? ReadFrame(frame.payload_bytes) : Frame();
+    if (broken_ || message.header.empty()) return peer_lost_ ? ReceiveStatus::kPeerLost : ReceiveStatus::kError;
+    return ReceiveStatus::kMessage;
+  }
+
+  bool PeerLost() override { return peer_lost_ || liveness_->PeerLost(); }
+  bool PeerSeen() override { return liveness_->PeerSeen(); }
+  std::string BoundEndpoint(std::string_view scheme) const override { return liveness_->BoundEndpoint(scheme); }
+
+ private:
+  bool Ok(RingStatus status) {
+    if (status == RingStatus::kOk) return true;
+    if (status == RingStatus::kPeerLost) peer_lost_ = true;
+    broken_ = true;
+    return false;
+  }
+
+  Frame ReadFrame(uint64_t bytes) {
+    auto* buffer = new (std::nothrow) std::vector<uint8_t>();
+    if (buffer == nullptr) {
+      broken_ = true;
+      return {};
+    }
+    buffer->resize(bytes);
+    if (!Ok(receive_->Read(buffer->data(), bytes, options_.spin_microseconds, -1, alive_))) {
+      delete buffer;
+      return {};
+    }
+    return Frame({buffer->data(), buffer->size()}, buffer, ReleaseVector);
+  }
+
+  std::shared_ptr<Channel> liveness_;
+  void* mapping_;
+  ChannelOptions options_;
+  std::unique_ptr<ShmRing> send_;
+  std::unique_ptr<ShmRing> receive_;
+  std::function<bool()> alive_;
+  bool broken_ = false;
+  bool peer_lost_ = false;
+};
+
+void* MapShared(int fd, std::string* error) {
+  void* mapping = mmap(nullptr, MappingBytes(), PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  if (mapping == MAP_FAILED) {
+    *error = std::string("mmap: ") + strerror(errno);
+    return nullptr;
+  }
+  return mapping;
+}
+
+}  // namespace
+
+std::unique_ptr<Channel> CreateShmChannel(std::shared_ptr<Channel> liveness, const std::string& directory,
+                                          const ChannelOptions& options, std::string* path, std::string* error) {
+  uint64_t nonce = 0;
+  if (getrandom(&nonce, sizeof(nonce), 0) != sizeof(nonce)) nonce = static_cast<uint64_t>(getpid()) << 20;
+  char name[64];
+  std::snprintf(name, sizeof(name), "/shm-%d-%016llx", getpid(), static_cast<unsigned long long>(nonce));
+  *path = directory + name;
+  const int fd = open(path->c_str(), O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0600);
+  if (fd < 0) {
+    *error = "create " + *path + ": " + strerror(errno);
+    return nullptr;
+  }
+  void* mapping = nullptr;
+  if (ftruncate(fd, static_cast<off_t>(MappingBytes())) != 0) {
+    *error = std::string("ftruncate: ") + strerror(errno);
+  } else {
+    mapping = MapShared(fd, error);
+  }
+  close(fd);
+  if (mapping == nullptr) {
+    unlink(path->c_str());
+    return nullptr;
+  }
+  auto* header = new (mapping) SharedHeader{};
+  header->ring_bytes = kShmRingBytes;
+  std::atomic_thread_fence(std::memory_order_release);
+  header->magic = kMagic;
+  return std::make_unique<ShmChannel>(std::move(liveness), mapping, true, options);
+}
+
+std::unique_ptr<Channel> OpenShmChannel(std::shared_ptr<Channel> liveness, const std::string& path,
+                                        const std::string& allowed_directory, const ChannelOptions& options,
+                                        std::string* error) {
+  const auto slash = path.rfind('/');
+  if (slash == std::string::npos || path.substr(0, slash) != allowed_directory ||
+      path.find("/shm-", slash) != slash || path.find("..") != std::string::npos) {
+    *error = "shared memory path '" + path + "' is not a session file in " + allowed_directory;
+    return nullptr;
+  }
+  const int fd = open(path.c_str(), O_RDWR | O_CLOEXEC | O_NOFOLLOW);
+  if (fd < 0) {
+    *error = "open " + path + ": " + strerror(errno);
+    return nullptr;
+  }
+  struct stat info {};
+  void* mapping = nullptr;
+  if (fstat(fd, &info) != 0 || !S_ISREG(info.st_mode) || static_cast<uint64_t>(info.st_size) != MappingBytes()) {
+    *error = path + " is not a session file of the expected size";
+  } else {
+    mapping = MapShared(fd, error);
+  }
+  close(fd);
+  unlink(path.c_str());  // both sides hold the mapping; the name is no longer needed
+  if (mapping == nullptr) return nullptr;
+  const auto* header = static_cast<const SharedHeader*>(mapping);
+  if (header->magic != kMagic || header->ring_bytes != kShmRingBytes) {
+    *error = path + " does not hold a curelay session header";
+    munmap(mapping, MappingBytes());
+    return nullptr;
+  }
+  return std::make_unique<ShmChannel>(std::move(liveness), mapping, false, options);
+}
+
+}  // namespace curelay::transport
