@@ -24,7 +24,7 @@ extern "C" CUresult cuLaunchKernel(CUfunction function, unsigned int grid_x, uns
   }
   uint64_t wire_stream = 0;
   CURELAY_RETURN_IF_ERROR(WireStream(*client, stream, &wire_stream));
-  thread_local std::vector<uint8_t> arguments;
+  std::vector<uint8_t>& arguments = ArgumentBuffer();
   CURELAY_RETURN_IF_ERROR(PackArguments({function->param_offsets, function->param_sizes, function->argument_bytes}, kernel_params, extra,
                                         arguments));
   auto& builder = Builder();

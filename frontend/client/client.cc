@@ -35,18 +35,34 @@ struct ThreadState {
   uint64_t generation = ~uint64_t{0};
   std::vector<CUcontext> context_stack;
   uint64_t thread_index = 0;
+  flatbuffers::FlatBufferBuilder builder{1024};
+  std::vector<uint8_t> argument_buffer;
 };
 
+// Per-thread state lives on the heap, freed by a pthread key destructor when its thread exits. Not a C++
+// thread_local object: the main thread's would be destroyed at exit() before the application's static
+// destructors and atexit handlers, which may still call CUDA (and do: they release handles).
+void DeleteThreadState(void* state) { delete static_cast<ThreadState*>(state); }
+
 ThreadState& ThisThread() {
+  static pthread_key_t key = [] {
+    pthread_key_t created;
+    pthread_key_create(&created, DeleteThreadState);
+    return created;
+  }();
   static std::atomic<uint64_t> next_thread_index{1};
-  thread_local ThreadState state;
-  const uint64_t now = generation.load(std::memory_order_relaxed);
-  if (state.generation != now) {
-    state.generation = now;
-    state.context_stack.clear();
-    state.thread_index = next_thread_index.fetch_add(1);
+  auto* state = static_cast<ThreadState*>(pthread_getspecific(key));
+  if (state == nullptr) {
+    state = new ThreadState;
+    pthread_setspecific(key, state);
   }
-  return state;
+  const uint64_t now = generation.load(std::memory_order_relaxed);
+  if (state->generation != now) {
+    state->generation = now;
+    state->context_stack.clear();
+    state->thread_index = next_thread_index.fetch_add(1);
+  }
+  return *state;
 }
 
 // Lets the client own its ZeroMQ channel through the same pointer type whichever channel it ends up using.
@@ -353,9 +369,11 @@ CUresult WireStream(Client& client, CUstream stream, uint64_t* wire_stream) {
 }
 
 flatbuffers::FlatBufferBuilder& Builder() {
-  thread_local flatbuffers::FlatBufferBuilder builder(1024);
+  auto& builder = ThisThread().builder;
   builder.Clear();
   return builder;
 }
+
+std::vector<uint8_t>& ArgumentBuffer() { return ThisThread().argument_buffer; }
 
 }  // namespace curelay::frontend

@@ -129,7 +129,9 @@ std::vector<CUcontext>& ContextStack();
 uint64_t CurrentContextId();
 // The wire encoding of a stream handle; CUDA_ERROR_INVALID_HANDLE for one that is not alive.
 CUresult WireStream(Client& client, CUstream stream, uint64_t* wire_stream);
-// A thread-local builder, cleared, for building one request.
+// The calling thread's builder, cleared, for building one request.
 flatbuffers::FlatBufferBuilder& Builder();
+// The calling thread's scratch buffer for packing kernel arguments.
+std::vector<uint8_t>& ArgumentBuffer();
 
 }  // namespace curelay::frontend

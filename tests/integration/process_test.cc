@@ -209,6 +209,14 @@ TEST(ProcessTest, ForkedChildGetsItsOwnSession) {
   EXPECT_NE(result.output.find("parent OK child-exit 0"), std::string::npos) << result.output;
 }
 
+TEST(ProcessTest, CudaCallsFromExitHandlersWork) {
+  BackendProcess backend("exit-handlers");
+  ASSERT_TRUE(backend.Start()) << backend.Log();
+  auto result = RunClient({"exit-handlers", CURELAY_TEST_PTX_PATH}, ClientEnv(backend), 30s);
+  EXPECT_EQ(result.exit_code, 0) << result.output;
+  EXPECT_EQ(result.output, "main done\natexit OK\n");
+}
+
 TEST(ProcessTest, BackendRefusesToLoadTheShimAsItsDriver) {
   // Misconfiguration: the backend pointed at the shim would loop calls back into itself.
   const std::string log_path = "/tmp/curelay-shim-driver-" + std::to_string(getpid()) + ".log";

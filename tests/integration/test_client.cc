@@ -142,6 +142,27 @@ int main(int argc, char** argv) {
     std::printf("parent OK child-exit %d\n", WIFEXITED(status) ? WEXITSTATUS(status) : -1);
     return 0;
   }
+  if (mode == "exit-handlers" && argc == 3) {
+    // Applications release CUDA objects from static destructors and atexit handlers, after main returns.
+    static const std::string ptx = ReadFile(argv[2]);
+    if (InitContext() != 0) return 1;
+    static CUdeviceptr ptr = 0;
+    static CUstream stream = nullptr;
+    static CUmodule module = nullptr;
+    CHECK(cuMemAlloc(&ptr, 1 << 20));
+    CHECK(cuStreamCreate(&stream, 0));
+    CHECK(cuModuleLoadData(&module, ptx.c_str()));
+    std::atexit([] {
+      const CUresult results[] = {cuMemFree(ptr), cuStreamDestroy(stream), cuModuleUnload(module),
+                                  cuCtxSynchronize()};
+      bool ok = true;
+      for (CUresult result : results) ok = ok && result == CUDA_SUCCESS;
+      std::printf("atexit %s\n", ok ? "OK" : "FAILED");
+      std::fflush(stdout);
+    });
+    std::printf("main done\n");
+    return 0;
+  }
   std::fprintf(stderr, "unknown mode %s\n", mode.c_str());
   return 2;
 }
