@@ -1,6 +1,8 @@
 // Device memory: allocation and copies. Host data arrives as the payload frame; data read back leaves as one.
 #include <spdlog/spdlog.h>
 
+#include <cstdlib>
+
 #include "backend/executor/session.h"
 
 namespace curelay::executor {
@@ -44,9 +46,22 @@ Session::Outcome Session::MemcpyHtoD(const wire::MemcpyHtoD& call, std::span<con
   return outcome;
 }
 
+uint8_t* Session::CopyBuffer() {
+  if (copy_buffer_ == nullptr) {
+    copy_buffer_ = static_cast<uint8_t*>(std::aligned_alloc(4096, wire::kCopyChunkBytes));
+  }
+  if (copy_buffer_ != nullptr && !copy_buffer_pinned_) {
+    // Needs a current context, so it is done on first use; if it fails the copy still works, only slower.
+    copy_buffer_pinned_ = driver_.cuMemHostRegister(copy_buffer_, wire::kCopyChunkBytes,
+                                                    CU_MEMHOSTREGISTER_PORTABLE) == CUDA_SUCCESS;
+  }
+  return copy_buffer_;
+}
+
 Session::Outcome Session::MemcpyDtoH(const wire::MemcpyDtoH& call) {
   if (call.bytes() == 0 || call.bytes() > wire::kCopyChunkBytes) return {CUDA_ERROR_INVALID_VALUE};
-  copy_buffer_.resize(call.bytes());
+  uint8_t* staging = CopyBuffer();
+  if (staging == nullptr) return {CUDA_ERROR_OUT_OF_MEMORY};
   Outcome outcome;
   if (call.async()) {
     // The client's destination is in another process, so the data can only leave once the stream has produced
@@ -54,14 +69,14 @@ Session::Outcome Session::MemcpyDtoH(const wire::MemcpyDtoH& call) {
     CUstream stream = nullptr;
     outcome.result = LookupStream(call.stream(), &stream);
     if (outcome.result == CUDA_SUCCESS) {
-      outcome.result = driver_.cuMemcpyDtoHAsync(copy_buffer_.data(), call.src(), call.bytes(), stream);
+      outcome.result = driver_.cuMemcpyDtoHAsync(staging, call.src(), call.bytes(), stream);
     }
     if (outcome.result == CUDA_SUCCESS) outcome.result = driver_.cuStreamSynchronize(stream);
   } else {
-    outcome.result = driver_.cuMemcpyDtoH(copy_buffer_.data(), call.src(), call.bytes());
+    outcome.result = driver_.cuMemcpyDtoH(staging, call.src(), call.bytes());
   }
   outcome.result = TakeDeferred(outcome.result);
-  if (outcome.result == CUDA_SUCCESS) outcome.payload = copy_buffer_;
+  if (outcome.result == CUDA_SUCCESS) outcome.payload = {staging, call.bytes()};
   return outcome;
 }
 

@@ -231,6 +231,10 @@ CUresult Session::LookupStream(uint64_t wire_stream, CUstream* stream) {
 void Session::ReleaseEverything() {
   // Process exit would release all of this too; doing it explicitly keeps a warm executor reusable later and
   // makes leaks visible to tools.
+  if (copy_buffer_pinned_) driver_.cuMemHostUnregister(copy_buffer_);
+  std::free(copy_buffer_);
+  copy_buffer_ = nullptr;
+  copy_buffer_pinned_ = false;
   for (auto& [id, event] : events_) driver_.cuEventDestroy(event);
   for (auto& [context_id, per_context] : per_thread_streams_) {
     for (auto& [id, stream] : per_context) driver_.cuStreamDestroy(stream);

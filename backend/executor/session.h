@@ -94,7 +94,11 @@ class Session {
   transport::Channel* channel_;                        // the one in use
   std::vector<uint8_t> session_key_;
   flatbuffers::FlatBufferBuilder builder_;
-  std::vector<uint8_t> copy_buffer_;        // device-to-host staging for replies
+  // Device-to-host staging for replies: one chunk, page-locked once so the DMA lands in it directly instead of
+  // going through the driver's own staging for pageable memory.
+  uint8_t* copy_buffer_ = nullptr;
+  bool copy_buffer_pinned_ = false;
+  uint8_t* CopyBuffer();
   std::vector<uint64_t> aligned_buffer_;    // 8-byte aligned copy of module images and kernel arguments
   std::unordered_map<uint64_t, uint64_t> function_modules_;  // function id -> module id, to drop on unload
 

@@ -8,6 +8,7 @@
 
 #include <cerrno>
 #include <cstring>
+#include <mutex>
 #include <new>
 #include <vector>
 
@@ -35,7 +36,34 @@ struct FrameHeader {
 
 constexpr uint64_t MappingBytes() { return kHeaderRegion + 2 * kShmRingBytes; }
 
-void ReleaseVector(void* owner) { delete static_cast<std::vector<uint8_t>*>(owner); }
+// Received frames reuse a few buffers: a fresh multi-megabyte allocation per message would pay for its page
+// faults on every copy chunk.
+struct BufferPool {
+  std::mutex mutex;
+  std::vector<std::vector<uint8_t>*> free;
+  ~BufferPool() {
+    for (auto* buffer : free) delete buffer;
+  }
+};
+
+struct PooledBuffer {
+  std::shared_ptr<BufferPool> pool;
+  std::vector<uint8_t>* bytes;
+};
+
+void ReleasePooled(void* owner) {
+  auto* pooled = static_cast<PooledBuffer*>(owner);
+  constexpr size_t kKeep = 4, kLargestKept = size_t{8} << 20;
+  {
+    std::lock_guard<std::mutex> lock(pooled->pool->mutex);
+    if (pooled->pool->free.size() < kKeep && pooled->bytes->size() <= kLargestKept) {
+      pooled->pool->free.push_back(pooled->bytes);
+      pooled->bytes = nullptr;
+    }
+  }
+  delete pooled->bytes;
+  delete pooled;
+}
 
 class ShmChannel final : public Channel {
  public:
@@ -92,17 +120,27 @@ class ShmChannel final : public Channel {
   }
 
   Frame ReadFrame(uint64_t bytes) {
-    auto* buffer = new (std::nothrow) std::vector<uint8_t>();
-    if (buffer == nullptr) {
+    auto* pooled = new PooledBuffer{pool_, nullptr};
+    {
+      std::lock_guard<std::mutex> lock(pool_->mutex);
+      if (!pool_->free.empty()) {
+        pooled->bytes = pool_->free.back();
+        pool_->free.pop_back();
+      }
+    }
+    try {
+      if (pooled->bytes == nullptr) pooled->bytes = new std::vector<uint8_t>();
+      if (pooled->bytes->size() < bytes) pooled->bytes->resize(bytes);  // grows only; contents are overwritten
+    } catch (const std::bad_alloc&) {
+      ReleasePooled(pooled);
       broken_ = true;
       return {};
     }
-    buffer->resize(bytes);
-    if (!Ok(receive_->Read(buffer->data(), bytes, options_.spin_microseconds, -1, alive_))) {
-      delete buffer;
+    if (!Ok(receive_->Read(pooled->bytes->data(), bytes, options_.spin_microseconds, -1, alive_))) {
+      ReleasePooled(pooled);
       return {};
     }
-    return Frame({buffer->data(), buffer->size()}, buffer, ReleaseVector);
+    return Frame({pooled->bytes->data(), bytes}, pooled, ReleasePooled);
   }
 
   std::shared_ptr<Channel> liveness_;
@@ -111,6 +149,7 @@ class ShmChannel final : public Channel {
   std::unique_ptr<ShmRing> send_;
   std::unique_ptr<ShmRing> receive_;
   std::function<bool()> alive_;
+  std::shared_ptr<BufferPool> pool_ = std::make_shared<BufferPool>();
   bool broken_ = false;
   bool peer_lost_ = false;
 };
