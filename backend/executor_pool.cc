@@ -110,7 +110,9 @@ void ExecutorPool::Reap() {
     auto found = std::find_if(executors_.begin(), executors_.end(), [&](const auto& e) { return e->pid == pid; });
     if (found == executors_.end()) continue;
     ExecutorProcess& executor = **found;
-    if (WIFSIGNALED(status)) {
+    if (WIFSIGNALED(status) && shutting_down_ && WTERMSIG(status) == SIGTERM) {
+      spdlog::info("executor pid {} (session {}) stopped", pid, executor.session_id);
+    } else if (WIFSIGNALED(status)) {
       spdlog::error("executor pid {} (session {}) killed by signal {}", pid, executor.session_id,
                     WTERMSIG(status));
     } else if (executor.state == ExecutorProcess::State::kServing) {
@@ -159,6 +161,7 @@ std::vector<const ExecutorProcess*> ExecutorPool::executors() const {
 }
 
 void ExecutorPool::Shutdown(int grace_ms) {
+  shutting_down_ = true;
   for (auto& executor : executors_) kill(executor->pid, SIGTERM);
   const int64_t deadline = NowMs() + grace_ms;
   while (!executors_.empty() && NowMs() < deadline) {

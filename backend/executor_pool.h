@@ -62,6 +62,7 @@ class ExecutorPool {
   std::optional<std::pair<CUresult, std::string>> start_failure_;
   int consecutive_failures_ = 0;
   int64_t retry_after_ms_ = 0;
+  bool shutting_down_ = false;  // executors ended by Shutdown() are expected to die of SIGTERM
 };
 
 }  // namespace curelay::backend
