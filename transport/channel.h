@@ -31,6 +31,9 @@ class Channel {
   virtual bool PeerLost() = 0;
   // True once a peer has connected at least once (the executor uses it to tell "not yet" from "gone").
   virtual bool PeerSeen() = 0;
+  // True when Send and Receive may run at the same time on different threads (one of each at most). Otherwise
+  // callers must serialize every operation.
+  virtual bool FullDuplex() const { return false; }
   // The endpoints this side is bound to (executor side), e.g. "ipc:///run/x.sock", "tcp://0.0.0.0:41234".
   virtual std::string BoundEndpoint(std::string_view scheme) const = 0;
 };

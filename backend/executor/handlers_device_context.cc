@@ -77,7 +77,25 @@ Session::Outcome Session::ContextQuery(const wire::ContextQuery& call) {
   return outcome;
 }
 
-Session::Outcome Session::ContextSynchronize() { return {TakeDeferred(driver_.cuCtxSynchronize())}; }
+Session::Outcome Session::ContextSynchronize() {
+  // Markers on the legacy stream and on every stream of the current context: together they complete when all of
+  // the context's work has, which is what cuCtxSynchronize waits for.
+  std::vector<CUevent> markers;
+  CUresult result = RecordMarker(nullptr, markers);
+  for (const auto& [id, stream] : streams_) {
+    if (result != CUDA_SUCCESS) break;
+    if (stream_contexts_[id] == current_context_) result = RecordMarker(stream, markers);
+  }
+  for (const auto& [thread, stream] : per_thread_streams_[current_context_]) {
+    if (result != CUDA_SUCCESS) break;
+    result = RecordMarker(stream, markers);
+  }
+  if (result != CUDA_SUCCESS) {
+    for (CUevent marker : markers) driver_.cuEventDestroy(marker);
+    return {TakeDeferred(result)};
+  }
+  return Defer(std::move(markers), 0);
+}
 
 Session::Outcome Session::PrimaryContextRetain(const wire::PrimaryContextRetain& call) {
   CUcontext context = nullptr;

@@ -1,4 +1,6 @@
 // Streams and events. Creation uses ids the client chose, so it needs no round trip.
+#include <algorithm>
+
 #include "backend/executor/session.h"
 
 namespace curelay::executor {
@@ -10,7 +12,10 @@ Session::Outcome Session::StreamCreate(const wire::StreamCreate& call) {
   CUstream stream = nullptr;
   Outcome outcome;
   outcome.result = driver_.cuStreamCreateWithPriority(&stream, call.flags(), call.priority());
-  if (outcome.result == CUDA_SUCCESS) streams_[call.stream()] = stream;
+  if (outcome.result == CUDA_SUCCESS) {
+    streams_[call.stream()] = stream;
+    stream_contexts_[call.stream()] = current_context_;
+  }
   return outcome;
 }
 
@@ -20,14 +25,22 @@ Session::Outcome Session::StreamDestroy(const wire::StreamDestroy& call) {
   Outcome outcome;
   outcome.result = driver_.cuStreamDestroy(found->second);
   streams_.erase(found);
+  stream_contexts_.erase(call.stream());
   return outcome;
 }
 
 Session::Outcome Session::StreamSynchronize(const wire::StreamSynchronize& call) {
+  // A marker at the stream's tail completes when everything before it has: the same wait as
+  // cuStreamSynchronize, without blocking the session's thread.
   CUstream stream = nullptr;
+  std::vector<CUevent> markers;
   CUresult result = LookupStream(call.stream(), &stream);
-  if (result == CUDA_SUCCESS) result = driver_.cuStreamSynchronize(stream);
-  return {TakeDeferred(result)};
+  if (result == CUDA_SUCCESS) result = RecordMarker(stream, markers);
+  if (result != CUDA_SUCCESS) {
+    for (CUevent marker : markers) driver_.cuEventDestroy(marker);
+    return {TakeDeferred(result)};
+  }
+  return Defer(std::move(markers), 0);
 }
 
 Session::Outcome Session::StreamQuery(const wire::StreamQuery& call) {
@@ -67,7 +80,9 @@ Session::Outcome Session::EventRecord(const wire::EventRecord& call) {
 Session::Outcome Session::EventSynchronize(const wire::EventSynchronize& call) {
   auto event = events_.find(call.event());
   if (event == events_.end()) return {CUDA_ERROR_INVALID_HANDLE};
-  return {TakeDeferred(driver_.cuEventSynchronize(event->second))};
+  const CUresult state = driver_.cuEventQuery(event->second);
+  if (state == CUDA_ERROR_NOT_READY) return Defer({}, call.event());
+  return {TakeDeferred(state)};
 }
 
 Session::Outcome Session::EventQuery(const wire::EventQuery& call) {
@@ -91,6 +106,14 @@ Session::Outcome Session::EventElapsedTime(const wire::EventElapsedTime& call) {
 Session::Outcome Session::EventDestroy(const wire::EventDestroy& call) {
   auto found = events_.find(call.event());
   if (found == events_.end()) return {CUDA_ERROR_INVALID_HANDLE};
+  const bool awaited = std::any_of(pending_waits_.begin(), pending_waits_.end(),
+                                   [&](const PendingWait& wait) { return wait.client_event == call.event(); });
+  if (awaited) {
+    // Another client thread is still synchronizing on it: destroy it when that wait ends.
+    doomed_events_.emplace(call.event(), found->second);
+    events_.erase(found);
+    return {CUDA_SUCCESS};
+  }
   Outcome outcome;
   outcome.result = driver_.cuEventDestroy(found->second);
   events_.erase(found);

@@ -1,6 +1,11 @@
 #include "backend/executor/session.h"
 
 #include <spdlog/spdlog.h>
+#include <sys/prctl.h>
+#include <time.h>
+
+#include <algorithm>
+#include <chrono>
 
 #include <cstring>
 
@@ -16,9 +21,27 @@ Session::~Session() { ReleaseEverything(); }
 
 int Session::Run() {
   if (!Attach()) return 2;
+  // Fine-grained sleeps while waiting for the GPU (the default 50 us timer slack would dominate them).
+  prctl(PR_SET_TIMERSLACK, 1000UL, 0, 0, 0);
   transport::IncomingMessage message;
+  auto last_progress = std::chrono::steady_clock::now();
   for (;;) {
-    const auto status = channel_->Receive(message, -1);
+    const bool waiting = !pending_waits_.empty();
+    const auto status = channel_->Receive(message, waiting ? 0 : -1);
+    if (status == transport::ReceiveStatus::kTimeout && waiting) {
+      const size_t before = pending_waits_.size();
+      if (!PollPendingWaits()) return 1;
+      const auto now = std::chrono::steady_clock::now();
+      if (pending_waits_.size() != before) {
+        last_progress = now;
+      } else if (now - last_progress > std::chrono::microseconds(200)) {
+        // Long GPU work: check every ~20 us instead of spinning a core for its whole duration.
+        struct timespec pause = {0, 20'000};
+        nanosleep(&pause, nullptr);
+      }
+      continue;
+    }
+    last_progress = std::chrono::steady_clock::now();
     if (status == transport::ReceiveStatus::kPeerLost) {
       spdlog::info("client disconnected; releasing the session");
       return 0;
@@ -37,7 +60,65 @@ int Session::Run() {
                     wire::EnumNameCall(request->call_type()));
       return 1;
     }
+    if (!pending_waits_.empty() && !PollPendingWaits()) return 1;
   }
+}
+
+CUevent Session::FindEvent(uint64_t id) const {
+  if (auto found = events_.find(id); found != events_.end()) return found->second;
+  if (auto found = doomed_events_.find(id); found != doomed_events_.end()) return found->second;
+  return nullptr;
+}
+
+CUresult Session::RecordMarker(CUstream stream, std::vector<CUevent>& markers) {
+  CUevent marker = nullptr;
+  CUresult result = driver_.cuEventCreate(&marker, CU_EVENT_DISABLE_TIMING);
+  if (result != CUDA_SUCCESS) return result;
+  markers.push_back(marker);
+  return driver_.cuEventRecord(marker, stream);
+}
+
+Session::Outcome Session::Defer(std::vector<CUevent> markers, uint64_t client_event) {
+  deferring_ = {0, std::move(markers), client_event};
+  Outcome outcome;
+  outcome.deferred = true;
+  return outcome;
+}
+
+bool Session::PollPendingWaits() {
+  for (size_t i = 0; i < pending_waits_.size();) {
+    PendingWait& wait = pending_waits_[i];
+    CUresult result = CUDA_SUCCESS;
+    bool ready = true;
+    const auto check = [&](CUevent event) {
+      const CUresult state = driver_.cuEventQuery(event);
+      if (state == CUDA_ERROR_NOT_READY) {
+        ready = false;
+      } else if (state != CUDA_SUCCESS && result == CUDA_SUCCESS) {
+        result = state;
+      }
+    };
+    for (CUevent marker : wait.markers) check(marker);
+    if (wait.client_event != 0) check(FindEvent(wait.client_event));
+    if (!ready) {
+      ++i;
+      continue;
+    }
+    for (CUevent marker : wait.markers) driver_.cuEventDestroy(marker);
+    const uint64_t sequence = wait.sequence, client_event = wait.client_event;
+    pending_waits_.erase(pending_waits_.begin() + static_cast<std::ptrdiff_t>(i));
+    if (client_event != 0 && doomed_events_.count(client_event) != 0) {
+      const bool still_needed = std::any_of(pending_waits_.begin(), pending_waits_.end(),
+                                            [&](const PendingWait& other) { return other.client_event == client_event; });
+      if (!still_needed) {
+        driver_.cuEventDestroy(doomed_events_.at(client_event));
+        doomed_events_.erase(client_event);
+      }
+    }
+    builder_.Clear();
+    if (!SendReply(sequence, Outcome(TakeDeferred(result)))) return false;
+  }
+  return true;
 }
 
 bool Session::Attach() {
@@ -173,6 +254,13 @@ bool Session::Handle(const wire::Request& request, std::span<const uint8_t> payl
         return false;
     }
   }
+  if (outcome.deferred) {
+    deferring_.sequence = request.sequence();
+    if (deferring_.sequence == 0) return false;  // a synchronize nobody waits for is not a valid request
+    pending_waits_.push_back(std::move(deferring_));
+    deferring_ = {};
+    return true;
+  }
   if (request.sequence() == 0) {
     // Nobody waits for this call: keep its first failure for the next synchronizing call, as CUDA does for
     // errors of asynchronous work.
@@ -235,6 +323,12 @@ void Session::ReleaseEverything() {
   std::free(copy_buffer_);
   copy_buffer_ = nullptr;
   copy_buffer_pinned_ = false;
+  for (auto& wait : pending_waits_) {
+    for (CUevent marker : wait.markers) driver_.cuEventDestroy(marker);
+  }
+  pending_waits_.clear();
+  for (auto& [id, event] : doomed_events_) driver_.cuEventDestroy(event);
+  doomed_events_.clear();
   for (auto& [id, event] : events_) driver_.cuEventDestroy(event);
   for (auto& [context_id, per_context] : per_thread_streams_) {
     for (auto& [id, stream] : per_context) driver_.cuStreamDestroy(stream);

@@ -33,9 +33,24 @@ class Session {
     flatbuffers::Offset<void> body;
     wire::ReplyBody body_type = wire::ReplyBody::NONE;
     std::span<const uint8_t> payload;
+    bool deferred = false;  // answered later, when the GPU work it waits for is done (see PendingWait)
+  };
+
+  // A synchronize call waiting for the GPU. The session keeps serving other client threads meanwhile and answers
+  // this one when every marker event (and the client's event, for cuEventSynchronize) has completed.
+  struct PendingWait {
+    uint64_t sequence = 0;
+    std::vector<CUevent> markers;  // recorded by the executor, destroyed when the wait ends
+    uint64_t client_event = 0;     // cuEventSynchronize: the client's event id
   };
 
   bool Attach();
+  // Answers the pending waits whose work has completed. Returns false if a reply could not be sent.
+  bool PollPendingWaits();
+  // Records a completion marker on `stream` for a wait being built.
+  CUresult RecordMarker(CUstream stream, std::vector<CUevent>& markers);
+  Outcome Defer(std::vector<CUevent> markers, uint64_t client_event);
+  CUevent FindEvent(uint64_t id) const;
   // Returns false when the message breaks the protocol (the session then ends).
   bool Handle(const wire::Request& request, std::span<const uint8_t> payload);
   bool SendReply(uint64_t sequence, const Outcome& outcome);
@@ -101,6 +116,13 @@ class Session {
   uint8_t* CopyBuffer();
   std::vector<uint64_t> aligned_buffer_;    // 8-byte aligned copy of module images and kernel arguments
   std::unordered_map<uint64_t, uint64_t> function_modules_;  // function id -> module id, to drop on unload
+
+  std::vector<PendingWait> pending_waits_;
+  PendingWait deferring_;  // filled by Defer(), queued by Handle() with the request's sequence
+  // Events the client destroyed while a pending wait still needed them; destroyed when it ends.
+  std::unordered_map<uint64_t, CUevent> doomed_events_;
+  // Stream id -> the context id it was created in (cuCtxSynchronize waits on a context's streams).
+  std::unordered_map<uint64_t, uint64_t> stream_contexts_;
 
   // The first error of a call the client did not wait for; reported by the next synchronizing call.
   CUresult deferred_error_ = CUDA_SUCCESS;

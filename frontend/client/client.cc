@@ -77,6 +77,7 @@ class ForwardingChannel final : public transport::Channel {
   }
   bool PeerLost() override { return inner_->PeerLost(); }
   bool PeerSeen() override { return inner_->PeerSeen(); }
+  bool FullDuplex() const override { return inner_->FullDuplex(); }
   std::string BoundEndpoint(std::string_view scheme) const override { return inner_->BoundEndpoint(scheme); }
 
  private:
@@ -276,71 +277,139 @@ uint64_t Client::FinishRequest(flatbuffers::FlatBufferBuilder& builder, wire::Ca
   return sequence;
 }
 
+CUresult Client::Send(flatbuffers::FlatBufferBuilder& builder, wire::Call type, flatbuffers::Offset<void> call,
+                      std::span<const uint8_t> payload, Waiter* waiter, uint64_t* sequence) {
+  std::lock_guard<std::mutex> send_lock(send_mutex_);
+  if (const CUresult broken = broken_.load(); broken != CUDA_SUCCESS) return broken;
+  *sequence = FinishRequest(builder, type, call, waiter != nullptr);
+  if (waiter != nullptr) {
+    std::lock_guard<std::mutex> lock(reply_mutex_);
+    waiters_[*sequence] = waiter;
+  }
+  bool sent;
+  if (channel_->FullDuplex()) {
+    sent = channel_->Send({builder.GetBufferPointer(), builder.GetSize()}, payload);
+  } else {
+    std::lock_guard<std::mutex> io_lock(io_mutex_);
+    sent = channel_->Send({builder.GetBufferPointer(), builder.GetSize()}, payload);
+  }
+  return sent ? CUDA_SUCCESS : Break("cannot send to the executor");
+}
+
+CUresult Client::Wait(uint64_t sequence, Waiter& waiter) {
+  std::unique_lock<std::mutex> lock(reply_mutex_);
+  while (!waiter.done) {
+    if (reader_active_) {
+      reply_arrived_.wait(lock);
+      continue;
+    }
+    reader_active_ = true;
+    lock.unlock();
+    transport::IncomingMessage message;
+    transport::ReceiveStatus status;
+    if (channel_->FullDuplex()) {
+      status = channel_->Receive(message, -1);
+    } else {
+      // Short turns, so senders get the socket between them.
+      std::lock_guard<std::mutex> io_lock(io_mutex_);
+      status = channel_->Receive(message, 2);
+    }
+    const char* failure = nullptr;
+    const wire::Reply* reply = nullptr;
+    if (status == transport::ReceiveStatus::kPeerLost) {
+      failure = "the session executor is gone";
+    } else if (status == transport::ReceiveStatus::kError) {
+      failure = "the session transport failed";
+    } else if (status == transport::ReceiveStatus::kMessage) {
+      reply = wire::ParseVerified<wire::Reply>(message.header.bytes());
+      if (reply == nullptr) failure = "malformed reply from the executor";
+    }
+    if (failure != nullptr) Break(failure);
+    lock.lock();
+    reader_active_ = false;
+    if (reply != nullptr) {
+      const auto found = waiters_.find(reply->sequence());
+      if (found == waiters_.end()) {
+        lock.unlock();
+        Break("reply for a request nobody sent");
+        lock.lock();
+      } else {
+        Waiter* owner = found->second;
+        waiters_.erase(found);
+        owner->result = static_cast<CUresult>(reply->result());
+        if (owner->reply != nullptr) {
+          owner->reply->message = std::move(message);
+          owner->reply->reply = reply;
+        }
+        owner->done = true;
+      }
+    }
+    reply_arrived_.notify_all();
+  }
+  (void)sequence;
+  return waiter.result;
+}
+
 CUresult Client::Call(flatbuffers::FlatBufferBuilder& builder, wire::Call type, flatbuffers::Offset<void> call,
                       std::span<const uint8_t> payload, ReplyMessage* reply) {
-  std::lock_guard<std::mutex> lock(channel_mutex_);
-  if (broken_ != CUDA_SUCCESS) return broken_;
-  const uint64_t sequence = FinishRequest(builder, type, call, true);
-  if (!channel_->Send({builder.GetBufferPointer(), builder.GetSize()}, payload)) {
-    return Break("cannot send to the executor");
+  Waiter waiter;
+  waiter.reply = reply;
+  uint64_t sequence = 0;
+  if (const CUresult result = Send(builder, type, call, payload, &waiter, &sequence); result != CUDA_SUCCESS) {
+    std::lock_guard<std::mutex> lock(reply_mutex_);
+    waiters_.erase(sequence);
+    return result;
   }
-  ReplyMessage local;
-  return ReceiveReply(sequence, reply != nullptr ? reply : &local);
+  return Wait(sequence, waiter);
 }
 
 CUresult Client::Post(flatbuffers::FlatBufferBuilder& builder, wire::Call type, flatbuffers::Offset<void> call,
                       std::span<const uint8_t> payload) {
-  std::lock_guard<std::mutex> lock(channel_mutex_);
-  if (broken_ != CUDA_SUCCESS) return broken_;
-  FinishRequest(builder, type, call, false);
-  if (!channel_->Send({builder.GetBufferPointer(), builder.GetSize()}, payload)) {
-    return Break("cannot send to the executor");
-  }
-  return CUDA_SUCCESS;
-}
-
-CUresult Client::ReceiveReply(uint64_t sequence, ReplyMessage* reply) {
-  const auto status = channel_->Receive(reply->message, -1);
-  if (status == transport::ReceiveStatus::kPeerLost) return Break("the session executor is gone");
-  if (status != transport::ReceiveStatus::kMessage) return Break("the session transport failed");
-  reply->reply = wire::ParseVerified<wire::Reply>(reply->message.header.bytes());
-  if (reply->reply == nullptr) return Break("malformed reply from the executor");
-  if (reply->reply->sequence() != sequence) return Break("reply out of sequence");
-  return static_cast<CUresult>(reply->reply->result());
+  uint64_t sequence = 0;
+  return Send(builder, type, call, payload, nullptr, &sequence);
 }
 
 CUresult Client::Break(const char* why) {
-  if (broken_ == CUDA_SUCCESS) {
+  CUresult expected = CUDA_SUCCESS;
+  if (broken_.compare_exchange_strong(expected, CUDA_ERROR_DEVICE_UNAVAILABLE)) {
     Log().error("{}: every further CUDA call of this process fails with CUDA_ERROR_DEVICE_UNAVAILABLE", why);
-    broken_ = CUDA_ERROR_DEVICE_UNAVAILABLE;
   }
-  return broken_;
+  // Nobody will answer the callers still waiting: release them all with the session's error.
+  std::lock_guard<std::mutex> lock(reply_mutex_);
+  for (auto& [sequence, waiter] : waiters_) {
+    waiter->result = broken_.load();
+    waiter->done = true;
+  }
+  waiters_.clear();
+  reply_arrived_.notify_all();
+  return broken_.load();
 }
 
-Client::Pipeline::Pipeline(Client& client) : client_(client), lock_(client.channel_mutex_) {}
-
 Client::Pipeline::~Pipeline() {
-  // Replies nobody read would be taken for the answers to later calls: drain them.
+  // Replies nobody read must still be collected: their waiters live in this pipeline.
   ReplyMessage discard;
-  while (next_expected_ < expected_.size() && client_.broken_ == CUDA_SUCCESS) Receive(&discard);
+  while (next_ < pending_.size()) Receive(&discard);
 }
 
 bool Client::Pipeline::Send(flatbuffers::FlatBufferBuilder& builder, wire::Call type,
                             flatbuffers::Offset<void> call, std::span<const uint8_t> payload) {
-  if (client_.broken_ != CUDA_SUCCESS) return false;
-  const uint64_t sequence = client_.FinishRequest(builder, type, call, true);
-  if (!client_.channel_->Send({builder.GetBufferPointer(), builder.GetSize()}, payload)) {
-    client_.Break("cannot send to the executor");
+  auto slot = std::make_unique<Slot>();
+  slot->waiter.reply = &slot->reply;
+  if (client_.Send(builder, type, call, payload, &slot->waiter, &slot->sequence) != CUDA_SUCCESS) {
+    std::lock_guard<std::mutex> lock(client_.reply_mutex_);
+    client_.waiters_.erase(slot->sequence);
     return false;
   }
-  expected_.push_back(sequence);
+  pending_.push_back(std::move(slot));
   return true;
 }
 
 CUresult Client::Pipeline::Receive(ReplyMessage* reply) {
-  if (client_.broken_ != CUDA_SUCCESS) return client_.broken_;
-  if (next_expected_ >= expected_.size()) return CUDA_ERROR_UNKNOWN;
-  return client_.ReceiveReply(expected_[next_expected_++], reply);
+  if (next_ >= pending_.size()) return CUDA_ERROR_UNKNOWN;
+  Slot& slot = *pending_[next_++];
+  const CUresult result = client_.Wait(slot.sequence, slot.waiter);
+  *reply = std::move(slot.reply);
+  return result;
 }
 
 std::vector<CUcontext>& ContextStack() { return ThisThread().context_stack; }

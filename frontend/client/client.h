@@ -5,6 +5,8 @@
 #include <cuda.h>
 
 #include <array>
+#include <atomic>
+#include <condition_variable>
 #include <cstdint>
 #include <memory>
 #include <mutex>
@@ -42,6 +44,13 @@ struct ReplyMessage {
 };
 
 class Client {
+  // A caller waiting for the reply with a given sequence number.
+  struct Waiter {
+    ReplyMessage* reply = nullptr;
+    CUresult result = CUDA_SUCCESS;
+    bool done = false;
+  };
+
  public:
   // The process's client, or nullptr before a successful cuInit (or in a forked child before its own cuInit).
   static Client* Get();
@@ -55,30 +64,35 @@ class Client {
   CUresult Post(flatbuffers::FlatBufferBuilder& builder, wire::Call type, flatbuffers::Offset<void> call,
                 std::span<const uint8_t> payload);
 
-  // Pipelined exchange for bulk copies: many requests in flight under one lock, replies consumed in order.
+  // Pipelined exchange for bulk copies: many requests in flight, replies consumed oldest first. Other threads'
+  // calls may interleave with these on the wire; each reply finds its caller by sequence number.
   class Pipeline {
    public:
-    explicit Pipeline(Client& client);
+    explicit Pipeline(Client& client) : client_(client) {}
     ~Pipeline();
     // Sends a request that wants a reply; false if the session is broken.
     bool Send(flatbuffers::FlatBufferBuilder& builder, wire::Call type, flatbuffers::Offset<void> call,
               std::span<const uint8_t> payload);
     // Receives the oldest outstanding reply.
     CUresult Receive(ReplyMessage* reply);
-    size_t outstanding() const { return expected_.size() - next_expected_; }
+    size_t outstanding() const { return pending_.size() - next_; }
 
    private:
+    struct Slot {
+      Waiter waiter;
+      ReplyMessage reply;
+      uint64_t sequence = 0;
+    };
     Client& client_;
-    std::unique_lock<std::mutex> lock_;
-    std::vector<uint64_t> expected_;
-    size_t next_expected_ = 0;
+    std::vector<std::unique_ptr<Slot>> pending_;
+    size_t next_ = 0;
   };
 
   const std::vector<DeviceInfo>& devices() const { return devices_; }
   int driver_version() const { return driver_version_; }
   // The real driver's name and description of `code`, as learned at attach; false if it sent none.
   bool ErrorText(CUresult code, const char** name, const char** text) const;
-  CUresult broken_result() const { return broken_; }
+  CUresult broken_result() const { return broken_.load(); }
 
   std::array<PrimaryContext, 64>& primary_contexts() { return primary_contexts_; }
   // The stream priority range of a device, learned from the executor the first time it is needed.
@@ -99,13 +113,23 @@ class Client {
   CUresult Connect();
   uint64_t FinishRequest(flatbuffers::FlatBufferBuilder& builder, wire::Call type,
                          flatbuffers::Offset<void> call, bool wants_reply);
-  CUresult ReceiveReply(uint64_t sequence, ReplyMessage* reply);
+  // Sends one request; when `waiter` is given, it is registered for the reply before the request leaves.
+  CUresult Send(flatbuffers::FlatBufferBuilder& builder, wire::Call type, flatbuffers::Offset<void> call,
+                std::span<const uint8_t> payload, Waiter* waiter, uint64_t* sequence);
+  // Waits for `waiter`'s reply. Whichever waiting thread gets there first reads the channel and hands each reply
+  // to its waiter, so no thread holds the channel while it waits for the GPU.
+  CUresult Wait(uint64_t sequence, Waiter& waiter);
   CUresult Break(const char* why);
 
   std::unique_ptr<transport::Channel> channel_;  // shared memory over a ZeroMQ liveness channel, or ZeroMQ
-  std::mutex channel_mutex_;  // one request on the wire at a time; replies come back in order
+  std::mutex send_mutex_;   // one request on the wire at a time; sequence numbers in wire order
+  std::mutex io_mutex_;     // every channel operation, unless the channel is full duplex
+  std::mutex reply_mutex_;  // guards waiters_, reader_active_ and the waiters' fields
+  std::condition_variable reply_arrived_;
+  bool reader_active_ = false;
+  std::unordered_map<uint64_t, Waiter*> waiters_;
   uint64_t next_sequence_ = 1;
-  CUresult broken_ = CUDA_SUCCESS;  // once set, every call fails with it (the session is gone)
+  std::atomic<CUresult> broken_{CUDA_SUCCESS};  // once set, every call fails with it (the session is gone)
 
   int driver_version_ = 0;
   std::vector<DeviceInfo> devices_;

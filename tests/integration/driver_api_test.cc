@@ -377,6 +377,51 @@ TEST_F(DriverApiTest, ManyThreadsAtOnce) {
   EXPECT_EQ(failures.load(), 0);
 }
 
+TEST_F(DriverApiTest, AThreadWaitingForTheGpuDoesNotBlockOtherThreads) {
+  CUfunction busy = Function("busy_wait_ns");
+  CUstream slow;
+  ASSERT_CU(cuStreamCreate(&slow, CU_STREAM_NON_BLOCKING));
+  CUevent slow_done;
+  ASSERT_CU(cuEventCreate(&slow_done, CU_EVENT_DISABLE_TIMING));
+  unsigned long long ns = 600'000'000;
+  void* params[] = {&ns};
+  ASSERT_CU(cuLaunchKernel(busy, 1, 1, 1, 1, 1, 1, 0, slow, params, nullptr));
+  ASSERT_CU(cuEventRecord(slow_done, slow));
+  std::atomic<bool> stream_waiter_returned{false}, event_waiter_returned{false};
+  std::thread stream_waiter([&] {
+    EXPECT_EQ(cuCtxSetCurrent(context_), CUDA_SUCCESS);
+    EXPECT_EQ(cuStreamSynchronize(slow), CUDA_SUCCESS);
+    stream_waiter_returned = true;
+  });
+  std::thread event_waiter([&] {
+    EXPECT_EQ(cuCtxSetCurrent(context_), CUDA_SUCCESS);
+    EXPECT_EQ(cuEventSynchronize(slow_done), CUDA_SUCCESS);
+    event_waiter_returned = true;
+  });
+  std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  // Meanwhile this thread's own round trips go through: none of these calls waits for the busy stream (cuMemFree
+  // would: it synchronizes, natively too, so the frees come after).
+  CUfunction add = Function("vector_add");
+  std::vector<CUdeviceptr> allocations(50);
+  for (auto& ptr : allocations) {
+    ASSERT_CU(cuMemAlloc(&ptr, 4096));
+    int threads = 0;
+    ASSERT_CU(cuFuncGetAttribute(&threads, CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK, add));
+    size_t free = 0, total = 0;
+    ASSERT_CU(cuMemGetInfo(&free, &total));
+  }
+  EXPECT_FALSE(stream_waiter_returned.load()) << "the other threads' calls waited for the busy kernel";
+  EXPECT_FALSE(event_waiter_returned.load());
+  // Destroying an event another thread is synchronizing on is deferred until that wait ends.
+  ASSERT_CU(cuEventDestroy(slow_done));
+  stream_waiter.join();
+  event_waiter.join();
+  EXPECT_TRUE(stream_waiter_returned.load());
+  for (CUdeviceptr ptr : allocations) ASSERT_CU(cuMemFree(ptr));
+  ASSERT_CU(cuStreamDestroy(slow));
+  ASSERT_CU(cuCtxSynchronize());
+}
+
 TEST_F(DriverApiTest, PerThreadDefaultStream) {
   CUfunction increment = Function("increment_i32");
   CUdeviceptr value;

@@ -8,6 +8,7 @@
 
 #include <cerrno>
 #include <cstring>
+#include <atomic>
 #include <mutex>
 #include <new>
 #include <vector>
@@ -75,7 +76,11 @@ class ShmChannel final : public Channel {
     ShmRing to_client(&header->rings[1], data + kShmRingBytes, kShmRingBytes);
     send_ = std::make_unique<ShmRing>(client ? to_executor : to_client);
     receive_ = std::make_unique<ShmRing>(client ? to_client : to_executor);
-    alive_ = [this] { return !liveness_->PeerLost(); };
+    alive_ = [this] {
+      // The sending and the receiving thread may both be waiting; the ZeroMQ liveness channel is not thread-safe.
+      std::lock_guard<std::mutex> lock(liveness_mutex_);
+      return !liveness_->PeerLost();
+    };
   }
   ~ShmChannel() override { munmap(mapping_, MappingBytes()); }
 
@@ -107,7 +112,8 @@ class ShmChannel final : public Channel {
     return ReceiveStatus::kMessage;
   }
 
-  bool PeerLost() override { return peer_lost_ || liveness_->PeerLost(); }
+  bool PeerLost() override { return peer_lost_ || !alive_(); }
+  bool FullDuplex() const override { return true; }
   bool PeerSeen() override { return liveness_->PeerSeen(); }
   std::string BoundEndpoint(std::string_view scheme) const override { return liveness_->BoundEndpoint(scheme); }
 
@@ -149,9 +155,10 @@ class ShmChannel final : public Channel {
   std::unique_ptr<ShmRing> send_;
   std::unique_ptr<ShmRing> receive_;
   std::function<bool()> alive_;
+  std::mutex liveness_mutex_;
   std::shared_ptr<BufferPool> pool_ = std::make_shared<BufferPool>();
-  bool broken_ = false;
-  bool peer_lost_ = false;
+  std::atomic<bool> broken_{false};
+  std::atomic<bool> peer_lost_{false};
 };
 
 void* MapShared(int fd, std::string* error) {

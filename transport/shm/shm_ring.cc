@@ -28,6 +28,7 @@ template <typename Ready>
 RingStatus WaitUntil(Ready ready, std::atomic<uint32_t>* seq, std::atomic<uint32_t>* sleeping, int spin_us,
                      int timeout_ms, const std::function<bool()>& alive) {
   const auto start = Clock::now();
+  if (timeout_ms == 0) return ready() ? RingStatus::kOk : RingStatus::kTimeout;  // a poll: no spinning
   const auto spin_until = start + std::chrono::microseconds(spin_us);
   while (Clock::now() < spin_until) {
     if (ready()) return RingStatus::kOk;
