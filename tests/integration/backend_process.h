@@ -21,6 +21,8 @@ class BackendProcess {
 
   bool Start();
   void Stop();
+  // After the test reaped the process itself.
+  void Forget() { pid_ = -1; }
   pid_t pid() const { return pid_; }
   const std::string& endpoint() const { return endpoint_; }
   std::string Log() const;

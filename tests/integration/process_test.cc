@@ -209,6 +209,46 @@ TEST(ProcessTest, ForkedChildGetsItsOwnSession) {
   EXPECT_NE(result.output.find("parent OK child-exit 0"), std::string::npos) << result.output;
 }
 
+TEST(ProcessTest, StickyGpuFaultFailsOnlyItsOwnSession) {
+  BackendProcess backend("sticky-fault");
+  ASSERT_TRUE(backend.Start()) << backend.Log();
+  const std::string output = "/tmp/curelay-bystander-" + std::to_string(getpid());
+  const pid_t bystander = StartClient({"until-error"}, ClientEnv(backend), output);
+  ASSERT_TRUE(WaitFor([&] { return ReadFile(output).find("RUNNING") != std::string::npos; }, 20s));
+  auto faulty = RunClient({"fault", CURELAY_TEST_PTX_PATH}, ClientEnv(backend), 30s);
+  // 700 = CUDA_ERROR_ILLEGAL_ADDRESS, at the sync and sticky afterwards, exactly as natively.
+  EXPECT_EQ(faulty.output, "FAULT 700 then 700\n");
+  std::this_thread::sleep_for(200ms);
+  EXPECT_EQ(ReadFile(output).find("ERROR"), std::string::npos) << "the fault leaked into another session";
+  auto result = RunClient({"basic", CURELAY_TEST_PTX_PATH}, ClientEnv(backend), 30s);
+  EXPECT_EQ(result.output, "OK\n");
+  kill(bystander, SIGKILL);
+  waitpid(bystander, nullptr, 0);
+  unlink(output.c_str());
+}
+
+TEST(ProcessTest, SigtermShutsTheBackendDownCleanly) {
+  BackendProcess backend("sigterm");
+  ASSERT_TRUE(backend.Start()) << backend.Log();
+  const std::string output = "/tmp/curelay-sigterm-" + std::to_string(getpid());
+  const pid_t client = StartClient({"until-error"}, ClientEnv(backend), output);
+  ASSERT_TRUE(WaitFor([&] { return ReadFile(output).find("RUNNING") != std::string::npos; }, 20s));
+  const pid_t executor = backend.LatestSessionExecutor(5s);
+  const std::vector<pid_t> executors = backend.Children();
+  ASSERT_FALSE(executors.empty());
+  kill(backend.pid(), SIGTERM);
+  int status = 0;
+  ASSERT_TRUE(WaitFor([&] { return waitpid(backend.pid(), &status, WNOHANG) == backend.pid(); }, 10s));
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << backend.Log();
+  backend.Forget();
+  for (pid_t pid : executors) EXPECT_FALSE(ProcessExists(pid)) << "executor " << pid << " outlived the backend";
+  EXPECT_FALSE(ProcessExists(executor));
+  // The client is told, not hung.
+  ASSERT_TRUE(WaitFor([&] { return waitpid(client, &status, WNOHANG) == client; }, 15s));
+  EXPECT_NE(ReadFile(output).find("ERROR 46"), std::string::npos) << ReadFile(output);
+  unlink(output.c_str());
+}
+
 TEST(ProcessTest, CudaCallsFromExitHandlersWork) {
   BackendProcess backend("exit-handlers");
   ASSERT_TRUE(backend.Start()) << backend.Log();

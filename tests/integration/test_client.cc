@@ -142,6 +142,22 @@ int main(int argc, char** argv) {
     std::printf("parent OK child-exit %d\n", WIFEXITED(status) ? WEXITSTATUS(status) : -1);
     return 0;
   }
+  if (mode == "fault" && argc == 3) {
+    // An illegal-address fault poisons this session's context, as it would natively.
+    const std::string ptx = ReadFile(argv[2]);
+    if (InitContext() != 0) return 1;
+    CUmodule module;
+    CUfunction fault;
+    CHECK(cuModuleLoadData(&module, ptx.c_str()));
+    CHECK(cuModuleGetFunction(&fault, module, "fault_store"));
+    CUdeviceptr bad = 0x10;
+    void* params[] = {&bad};
+    CHECK(cuLaunchKernel(fault, 1, 1, 1, 1, 1, 1, 0, nullptr, params, nullptr));
+    const CUresult sync = cuCtxSynchronize();
+    CUdeviceptr ptr;
+    std::printf("FAULT %d then %d\n", static_cast<int>(sync), static_cast<int>(cuMemAlloc(&ptr, 16)));
+    return 0;
+  }
   if (mode == "exit-handlers" && argc == 3) {
     // Applications release CUDA objects from static destructors and atexit handlers, after main returns.
     static const std::string ptx = ReadFile(argv[2]);
