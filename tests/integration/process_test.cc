@@ -31,6 +31,47 @@ std::string ReadFile(const std::string& path) {
   return text.str();
 }
 
+// A client that loops on cuCtxSynchronize until a call fails, already past cuInit when this returns.
+pid_t StartSyncingClient(const BackendProcess& backend, const std::string& output) {
+  const pid_t pid = StartClient({"until-error"}, ClientEnv(backend), output);
+  EXPECT_TRUE(WaitFor([&] { return ReadFile(output).find("RUNNING") != std::string::npos; }, 20s))
+      << ReadFile(output);
+  return pid;
+}
+
+void ExpectNewClientsServed(const BackendProcess& backend) {
+  auto result = RunClient({"basic", CURELAY_TEST_PTX_PATH}, ClientEnv(backend), 30s);
+  EXPECT_EQ(result.output, "OK\n") << backend.Log();
+}
+
+// The handshake done by hand, as a hostile client would: the backend's answer, kept with its bytes.
+struct RawAdmission {
+  std::string answer;
+  const wire::Welcome* welcome = nullptr;
+};
+
+RawAdmission Admit(const BackendProcess& backend) {
+  RawAdmission admission;
+  std::string error;
+  flatbuffers::FlatBufferBuilder hello;
+  hello.Finish(wire::CreateHello(hello, wire::kProtocolVersion, hello.CreateString("evil")));
+  admission.answer = transport::RequestOnce(backend.endpoint(), {hello.GetBufferPointer(), hello.GetSize()}, 3000,
+                                            &error);
+  admission.welcome = wire::ParseVerified<wire::Welcome>(
+      {reinterpret_cast<const uint8_t*>(admission.answer.data()), admission.answer.size()});
+  return admission;
+}
+
+// The Attach request for an admitted session, optionally offering a shared-memory file.
+void SendAttach(transport::Channel& channel, const wire::Welcome& welcome, const std::string& shm_path) {
+  flatbuffers::FlatBufferBuilder attach;
+  const auto key = attach.CreateVector(welcome.session_key()->data(), welcome.session_key()->size());
+  const auto path = shm_path.empty() ? 0 : attach.CreateString(shm_path);
+  attach.Finish(wire::CreateRequest(attach, 1, 0, wire::Call::Attach,
+                                    wire::CreateAttach(attach, wire::kProtocolVersion, key, path).Union()));
+  ASSERT_TRUE(channel.Send({attach.GetBufferPointer(), attach.GetSize()}, {}));
+}
+
 TEST(ProcessTest, UnreachableBackendFailsCuInitQuickly) {
   // No socket at all: immediate CUDA_ERROR_NO_DEVICE.
   auto result = RunClient({"init"}, {{"CURELAY_ENDPOINT", "ipc:///tmp/curelay-no-such-backend.sock"}}, 10s);
@@ -67,25 +108,15 @@ TEST(ProcessTest, GarbageOverSharedMemoryEndsOnlyThatSession) {
   ASSERT_TRUE(backend.Start()) << backend.Log();
   for (const bool absurd_length : {false, true}) {
     std::string error;
-    flatbuffers::FlatBufferBuilder hello;
-    hello.Finish(wire::CreateHello(hello, wire::kProtocolVersion, hello.CreateString("evil")));
-    const std::string answer = transport::RequestOnce(backend.endpoint(), {hello.GetBufferPointer(), hello.GetSize()},
-                                                      3000, &error);
-    const auto* welcome =
-        wire::ParseVerified<wire::Welcome>({reinterpret_cast<const uint8_t*>(answer.data()), answer.size()});
-    ASSERT_NE(welcome, nullptr) << error;
+    const RawAdmission admission = Admit(backend);
+    ASSERT_NE(admission.welcome, nullptr);
     const pid_t executor = backend.LatestSessionExecutor(5s);
-    const std::string endpoint = welcome->executor_ipc()->str();
+    const std::string endpoint = admission.welcome->executor_ipc()->str();
     std::shared_ptr<transport::Channel> zmq = transport::ConnectChannel(endpoint, {}, &error);
     std::string path;
     auto shm = transport::CreateShmChannel(zmq, endpoint.substr(6, endpoint.rfind('/') - 6), {}, &path, &error);
     ASSERT_NE(shm, nullptr) << error;
-    flatbuffers::FlatBufferBuilder attach;
-    const auto key = attach.CreateVector(welcome->session_key()->data(), welcome->session_key()->size());
-    attach.Finish(wire::CreateRequest(attach, 1, 0, wire::Call::Attach,
-                                      wire::CreateAttach(attach, wire::kProtocolVersion, key,
-                                                         attach.CreateString(path)).Union()));
-    ASSERT_TRUE(zmq->Send({attach.GetBufferPointer(), attach.GetSize()}, {}));
+    SendAttach(*zmq, *admission.welcome, path);
     transport::IncomingMessage reply;
     ASSERT_EQ(zmq->Receive(reply, 5000), transport::ReceiveStatus::kMessage);
     ASSERT_TRUE(WaitFor([&] { return backend.Log().find("attached over shared memory") != std::string::npos; }, 5s));
@@ -102,8 +133,7 @@ TEST(ProcessTest, GarbageOverSharedMemoryEndsOnlyThatSession) {
     EXPECT_TRUE(WaitFor([&] { return !ProcessExists(executor); }, 10s)) << backend.Log();
     EXPECT_TRUE(backend.Alive());
   }
-  auto result = RunClient({"basic", CURELAY_TEST_PTX_PATH}, ClientEnv(backend), 30s);
-  EXPECT_EQ(result.output, "OK\n");
+  ExpectNewClientsServed(backend);
 }
 
 TEST(ProcessTest, KilledClientLeavesNoExecutorBehind) {
@@ -121,8 +151,7 @@ TEST(ProcessTest, KilledClientLeavesNoExecutorBehind) {
   // The executor notices, releases the session's memory by exiting, and the backend reaps it.
   EXPECT_TRUE(WaitFor([&] { return !ProcessExists(executor); }, 10s)) << backend.Log();
   EXPECT_TRUE(backend.Alive());
-  auto result = RunClient({"basic", CURELAY_TEST_PTX_PATH}, ClientEnv(backend), 30s);
-  EXPECT_EQ(result.output, "OK\n");
+  ExpectNewClientsServed(backend);
   unlink(output.c_str());
 }
 
@@ -130,8 +159,7 @@ TEST(ProcessTest, KilledExecutorFailsOnlyItsOwnClient) {
   BackendProcess backend("executor-killed");
   ASSERT_TRUE(backend.Start()) << backend.Log();
   const std::string output = "/tmp/curelay-victim-" + std::to_string(getpid());
-  const pid_t victim = StartClient({"until-error"}, ClientEnv(backend), output);
-  ASSERT_TRUE(WaitFor([&] { return ReadFile(output).find("RUNNING") != std::string::npos; }, 20s));
+  const pid_t victim = StartSyncingClient(backend, output);
   const pid_t executor = backend.LatestSessionExecutor(5s);
   ASSERT_GT(executor, 0);
   kill(executor, SIGKILL);
@@ -142,8 +170,7 @@ TEST(ProcessTest, KilledExecutorFailsOnlyItsOwnClient) {
   EXPECT_TRUE(backend.Alive());
   EXPECT_TRUE(WaitFor([&] { return backend.Log().find("killed by signal 9") != std::string::npos; }, 5s))
       << backend.Log();
-  auto result = RunClient({"basic", CURELAY_TEST_PTX_PATH}, ClientEnv(backend), 30s);
-  EXPECT_EQ(result.output, "OK\n");
+  ExpectNewClientsServed(backend);
   unlink(output.c_str());
 }
 
@@ -159,29 +186,19 @@ TEST(ProcessTest, GarbageIsRejectedWithoutHarmToOthers) {
     EXPECT_EQ(transport::RequestOnce(backend.endpoint(), junk, 200, &error), "");
   }
   // 2. A client that is admitted, then sends garbage to its executor: only that session ends.
-  flatbuffers::FlatBufferBuilder hello;
-  hello.Finish(wire::CreateHello(hello, wire::kProtocolVersion, hello.CreateString("evil")));
-  const std::string answer = transport::RequestOnce(backend.endpoint(), {hello.GetBufferPointer(), hello.GetSize()},
-                                                    3000, &error);
-  const auto* welcome =
-      wire::ParseVerified<wire::Welcome>({reinterpret_cast<const uint8_t*>(answer.data()), answer.size()});
-  ASSERT_NE(welcome, nullptr) << error;
-  ASSERT_EQ(welcome->result(), 0);
+  const RawAdmission admission = Admit(backend);
+  ASSERT_NE(admission.welcome, nullptr);
+  ASSERT_EQ(admission.welcome->result(), 0);
   const pid_t evil_executor = backend.LatestSessionExecutor(5s);
-  auto channel = transport::ConnectChannel(welcome->executor_ipc()->str(), {}, &error);
+  auto channel = transport::ConnectChannel(admission.welcome->executor_ipc()->str(), {}, &error);
   ASSERT_NE(channel, nullptr);
-  flatbuffers::FlatBufferBuilder attach;
-  const auto key = attach.CreateVector(welcome->session_key()->data(), welcome->session_key()->size());
-  attach.Finish(wire::CreateRequest(attach, 1, 0, wire::Call::Attach,
-                                    wire::CreateAttach(attach, wire::kProtocolVersion, key).Union()));
-  ASSERT_TRUE(channel->Send({attach.GetBufferPointer(), attach.GetSize()}, {}));
+  SendAttach(*channel, *admission.welcome, "");
   transport::IncomingMessage reply;
   ASSERT_EQ(channel->Receive(reply, 5000), transport::ReceiveStatus::kMessage);
 
   // Meanwhile an honest client runs, and keeps running afterwards.
   const std::string output = "/tmp/curelay-honest-" + std::to_string(getpid());
-  const pid_t honest = StartClient({"until-error"}, ClientEnv(backend), output);
-  ASSERT_TRUE(WaitFor([&] { return ReadFile(output).find("RUNNING") != std::string::npos; }, 20s));
+  const pid_t honest = StartSyncingClient(backend, output);
 
   std::vector<uint8_t> junk(64);
   for (auto& byte : junk) byte = static_cast<uint8_t>(random());
@@ -193,8 +210,7 @@ TEST(ProcessTest, GarbageIsRejectedWithoutHarmToOthers) {
   EXPECT_EQ(ReadFile(output).find("ERROR"), std::string::npos);  // the honest session is untouched
   kill(honest, SIGKILL);
   waitpid(honest, nullptr, 0);
-  auto result = RunClient({"basic", CURELAY_TEST_PTX_PATH}, ClientEnv(backend), 30s);
-  EXPECT_EQ(result.output, "OK\n");
+  ExpectNewClientsServed(backend);
   unlink(output.c_str());
 }
 
@@ -213,15 +229,13 @@ TEST(ProcessTest, StickyGpuFaultFailsOnlyItsOwnSession) {
   BackendProcess backend("sticky-fault");
   ASSERT_TRUE(backend.Start()) << backend.Log();
   const std::string output = "/tmp/curelay-bystander-" + std::to_string(getpid());
-  const pid_t bystander = StartClient({"until-error"}, ClientEnv(backend), output);
-  ASSERT_TRUE(WaitFor([&] { return ReadFile(output).find("RUNNING") != std::string::npos; }, 20s));
+  const pid_t bystander = StartSyncingClient(backend, output);
   auto faulty = RunClient({"fault", CURELAY_TEST_PTX_PATH}, ClientEnv(backend), 30s);
   // 700 = CUDA_ERROR_ILLEGAL_ADDRESS, at the sync and sticky afterwards, exactly as natively.
   EXPECT_EQ(faulty.output, "FAULT 700 then 700\n");
   std::this_thread::sleep_for(200ms);
   EXPECT_EQ(ReadFile(output).find("ERROR"), std::string::npos) << "the fault leaked into another session";
-  auto result = RunClient({"basic", CURELAY_TEST_PTX_PATH}, ClientEnv(backend), 30s);
-  EXPECT_EQ(result.output, "OK\n");
+  ExpectNewClientsServed(backend);
   kill(bystander, SIGKILL);
   waitpid(bystander, nullptr, 0);
   unlink(output.c_str());
@@ -231,8 +245,7 @@ TEST(ProcessTest, SigtermShutsTheBackendDownCleanly) {
   BackendProcess backend("sigterm");
   ASSERT_TRUE(backend.Start()) << backend.Log();
   const std::string output = "/tmp/curelay-sigterm-" + std::to_string(getpid());
-  const pid_t client = StartClient({"until-error"}, ClientEnv(backend), output);
-  ASSERT_TRUE(WaitFor([&] { return ReadFile(output).find("RUNNING") != std::string::npos; }, 20s));
+  const pid_t client = StartSyncingClient(backend, output);
   const pid_t executor = backend.LatestSessionExecutor(5s);
   const std::vector<pid_t> executors = backend.Children();
   ASSERT_FALSE(executors.empty());
