@@ -25,8 +25,7 @@ extern "C" CUresult cuLaunchKernel(CUfunction function, unsigned int grid_x, uns
   uint64_t wire_stream = 0;
   CURELAY_RETURN_IF_ERROR(WireStream(*client, stream, &wire_stream));
   std::vector<uint8_t>& arguments = ArgumentBuffer();
-  CURELAY_RETURN_IF_ERROR(PackArguments({function->param_offsets, function->param_sizes, function->argument_bytes}, kernel_params, extra,
-                                        arguments));
+  CURELAY_RETURN_IF_ERROR(PackArguments(function->parameters, kernel_params, extra, arguments));
   auto& builder = Builder();
   const auto call = wire::CreateLaunchKernel(builder, function->id, grid_x, grid_y, grid_z, block_x, block_y,
                                              block_z, shared_mem_bytes, wire_stream)

@@ -17,8 +17,7 @@ CUresult KernelFunction(Client& client, CUkernel kernel, CUfunction* function) {
     *function = found->second;
     return CUDA_SUCCESS;
   }
-  CUfunc_st* bound = client.functions.Create(NextObjectId(), nullptr, kernel->name, kernel->param_offsets,
-                                             kernel->param_sizes, kernel->argument_bytes);
+  CUfunc_st* bound = client.functions.Create(NextObjectId(), nullptr, kernel->name, kernel->parameters);
   auto& builder = Builder();
   const auto call = wire::CreateKernelGetFunction(builder, kernel->id, bound->id).Union();
   if (const CUresult result = client.Call(builder, wire::Call::KernelGetFunction, call, {}, nullptr);
@@ -98,19 +97,9 @@ CUresult cuLibraryGetKernel(CUkernel* result_kernel, CUlibrary library, const ch
   const auto call = wire::CreateLibraryGetKernel(builder, library->id, id, builder.CreateString(name)).Union();
   ReplyMessage reply;
   CURELAY_RETURN_IF_ERROR(client->Call(builder, wire::Call::LibraryGetKernel, call, {}, &reply));
-  const auto* info = reply.reply->body_as_FunctionInfo();
-  if (info == nullptr || info->param_offsets() == nullptr || info->param_sizes() == nullptr ||
-      info->param_offsets()->size() != info->param_sizes()->size()) {
-    return CUDA_ERROR_UNKNOWN;
-  }
-  CUkern_st* kernel = client->kernels.Create(id, library, name);
-  for (size_t i = 0; i < info->param_offsets()->size(); ++i) {
-    const uint32_t offset = info->param_offsets()->Get(i), size = info->param_sizes()->Get(i);
-    if (size == 0 || uint64_t{offset} + size > 32768) return CUDA_ERROR_UNKNOWN;
-    kernel->param_offsets.push_back(offset);
-    kernel->param_sizes.push_back(size);
-    kernel->argument_bytes = std::max(kernel->argument_bytes, offset + size);
-  }
+  KernelParameters parameters;
+  if (!ParseKernelParameters(reply.reply->body_as_FunctionInfo(), &parameters)) return CUDA_ERROR_UNKNOWN;
+  CUkern_st* kernel = client->kernels.Create(id, library, name, std::move(parameters));
   library->kernels.emplace(name, kernel);
   *result_kernel = kernel;
   return CUDA_SUCCESS;
@@ -128,11 +117,11 @@ CUresult cuKernelGetParamInfo(CUkernel kernel, size_t index, size_t* offset, siz
   Client* client;
   CURELAY_RETURN_IF_ERROR(RequireClient(&client));
   if (kernel == nullptr || !client->kernels.Contains(kernel)) return CUDA_ERROR_INVALID_HANDLE;
-  if (offset == nullptr || size == nullptr || index >= kernel->param_offsets.size()) {
+  if (offset == nullptr || size == nullptr || index >= kernel->parameters.offsets.size()) {
     return CUDA_ERROR_INVALID_VALUE;
   }
-  *offset = kernel->param_offsets[index];
-  *size = kernel->param_sizes[index];
+  *offset = kernel->parameters.offsets[index];
+  *size = kernel->parameters.sizes[index];
   return CUDA_SUCCESS;
 }
 

@@ -94,20 +94,9 @@ CUresult cuModuleGetFunction(CUfunction* result_function, CUmodule module, const
   const auto call = wire::CreateModuleGetFunction(builder, module->id, id, builder.CreateString(name)).Union();
   ReplyMessage reply;
   CURELAY_RETURN_IF_ERROR(client->Call(builder, wire::Call::ModuleGetFunction, call, {}, &reply));
-  const auto* info = reply.reply->body_as_FunctionInfo();
-  if (info == nullptr || info->param_offsets() == nullptr || info->param_sizes() == nullptr ||
-      info->param_offsets()->size() != info->param_sizes()->size()) {
-    return CUDA_ERROR_UNKNOWN;
-  }
-  CUfunc_st layout{id, module, name, {}, {}, 0};
-  for (size_t i = 0; i < info->param_offsets()->size(); ++i) {
-    const uint32_t offset = info->param_offsets()->Get(i), size = info->param_sizes()->Get(i);
-    if (size == 0 || uint64_t{offset} + size > 32768) return CUDA_ERROR_UNKNOWN;  // beyond any kernel's limit
-    layout.param_offsets.push_back(offset);
-    layout.param_sizes.push_back(size);
-    layout.argument_bytes = std::max(layout.argument_bytes, offset + size);
-  }
-  CUfunc_st* function = client->functions.Create(std::move(layout));
+  KernelParameters parameters;
+  if (!ParseKernelParameters(reply.reply->body_as_FunctionInfo(), &parameters)) return CUDA_ERROR_UNKNOWN;
+  CUfunc_st* function = client->functions.Create(id, module, name, std::move(parameters));
   module->functions.emplace(name, function);
   *result_function = function;
   return CUDA_SUCCESS;
@@ -133,11 +122,11 @@ CUresult cuFuncGetParamInfo(CUfunction function, size_t index, size_t* offset, s
   Client* client;
   CURELAY_RETURN_IF_ERROR(RequireClient(&client));
   if (function == nullptr || !client->functions.Contains(function)) return CUDA_ERROR_INVALID_HANDLE;
-  if (offset == nullptr || size == nullptr || index >= function->param_offsets.size()) {
+  if (offset == nullptr || size == nullptr || index >= function->parameters.offsets.size()) {
     return CUDA_ERROR_INVALID_VALUE;
   }
-  *offset = function->param_offsets[index];
-  *size = function->param_sizes[index];
+  *offset = function->parameters.offsets[index];
+  *size = function->parameters.sizes[index];
   return CUDA_SUCCESS;
 }
 

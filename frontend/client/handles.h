@@ -11,6 +11,8 @@
 #include <unordered_map>
 #include <vector>
 
+#include "frontend/launch/argument_packing.h"
+
 struct CUctx_st {
   uint64_t id;
   CUdevice device;
@@ -21,10 +23,7 @@ struct CUfunc_st {
   uint64_t id;
   CUmodule module;  // null for a function obtained from a library kernel
   std::string name;
-  // Kernel parameter layout from cuFuncGetParamInfo, learned once when the function is first looked up.
-  std::vector<uint32_t> param_offsets;
-  std::vector<uint32_t> param_sizes;
-  uint32_t argument_bytes;  // size of the packed argument buffer
+  curelay::frontend::KernelParameters parameters;  // learned once, when the function is first looked up
 };
 
 struct CUmod_st {
@@ -51,9 +50,7 @@ struct CUkern_st {
   uint64_t id;
   CUlibrary library;
   std::string name;
-  std::vector<uint32_t> param_offsets;
-  std::vector<uint32_t> param_sizes;
-  uint32_t argument_bytes;
+  curelay::frontend::KernelParameters parameters;
   std::mutex functions_mutex;
   std::unordered_map<CUcontext, CUfunction> functions;  // one per context it was used in
 };

@@ -1,10 +1,27 @@
 #include "frontend/launch/argument_packing.h"
 
+#include <algorithm>
 #include <cstring>
 
 namespace curelay::frontend {
 
-CUresult PackArguments(const ParameterLayout& layout, void** kernel_params, void** extra,
+bool ParseKernelParameters(const wire::FunctionInfo* info, KernelParameters* parameters) {
+  if (info == nullptr || info->param_offsets() == nullptr || info->param_sizes() == nullptr ||
+      info->param_offsets()->size() != info->param_sizes()->size()) {
+    return false;
+  }
+  for (size_t i = 0; i < info->param_offsets()->size(); ++i) {
+    const uint32_t offset = info->param_offsets()->Get(i), size = info->param_sizes()->Get(i);
+    constexpr uint64_t kLargestParameterBuffer = 32768;  // CUDA's limit for kernel parameters
+    if (size == 0 || uint64_t{offset} + size > kLargestParameterBuffer) return false;
+    parameters->offsets.push_back(offset);
+    parameters->sizes.push_back(size);
+    parameters->argument_bytes = std::max(parameters->argument_bytes, offset + size);
+  }
+  return true;
+}
+
+CUresult PackArguments(const KernelParameters& layout, void** kernel_params, void** extra,
                        std::vector<uint8_t>& buffer) {
   if (kernel_params != nullptr && extra != nullptr) return CUDA_ERROR_INVALID_VALUE;
   if (extra != nullptr) {
