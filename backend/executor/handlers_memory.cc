@@ -1,7 +1,7 @@
 // Device memory: allocation and copies. Host data arrives as the payload frame; data read back leaves as one.
 #include <spdlog/spdlog.h>
 
-#include <cstdlib>
+#include <vector>
 
 #include "backend/executor/session.h"
 
@@ -46,38 +46,30 @@ Session::Outcome Session::MemcpyHtoD(const wire::MemcpyHtoD& call, std::span<con
   return outcome;
 }
 
-uint8_t* Session::CopyBuffer() {
-  if (copy_buffer_ == nullptr) {
-    copy_buffer_ = static_cast<uint8_t*>(std::aligned_alloc(4096, wire::kCopyChunkBytes));
-  }
-  if (copy_buffer_ != nullptr && !copy_buffer_pinned_) {
-    // Needs a current context, so it is done on first use; if it fails the copy still works, only slower.
-    copy_buffer_pinned_ = driver_.cuMemHostRegister(copy_buffer_, wire::kCopyChunkBytes,
-                                                    CU_MEMHOSTREGISTER_PORTABLE) == CUDA_SUCCESS;
-  }
-  return copy_buffer_;
-}
-
 Session::Outcome Session::MemcpyDtoH(const wire::MemcpyDtoH& call) {
   if (call.bytes() == 0 || call.bytes() > wire::kCopyChunkBytes) return {CUDA_ERROR_INVALID_VALUE};
-  uint8_t* staging = CopyBuffer();
-  if (staging == nullptr) return {CUDA_ERROR_OUT_OF_MEMORY};
-  Outcome outcome;
-  if (call.async()) {
-    // The client's destination is in another process, so the data can only leave once the stream has produced
-    // it: the copy is stream-ordered, and the reply waits for it (CUDA allows a pageable copy to be synchronous).
-    CUstream stream = nullptr;
-    outcome.result = LookupStream(call.stream(), &stream);
-    if (outcome.result == CUDA_SUCCESS) {
-      outcome.result = driver_.cuMemcpyDtoHAsync(staging, call.src(), call.bytes(), stream);
-    }
-    if (outcome.result == CUDA_SUCCESS) outcome.result = driver_.cuStreamSynchronize(stream);
-  } else {
-    outcome.result = driver_.cuMemcpyDtoH(staging, call.src(), call.bytes());
+  // Both forms become a stream-ordered copy into a pinned chunk, answered (with the data) when a marker behind it
+  // completes: the plain form on the legacy stream, which is what it is ordered with natively. The session's
+  // thread does not block meanwhile, and the client's chunks overlap their DMA with their transfer.
+  CUstream stream = nullptr;
+  CUresult result = call.async() ? LookupStream(call.stream(), &stream) : CUDA_SUCCESS;
+  if (result != CUDA_SUCCESS) return {TakeDeferred(result)};
+  uint8_t* staging = staging_.Take();
+  while (staging == nullptr && !pending_waits_.empty()) {
+    // Every buffer is in flight: finish waits until one comes back (they complete as the GPU progresses).
+    if (!PollPendingWaits()) return {CUDA_ERROR_UNKNOWN};
+    staging = staging_.Take();
   }
-  outcome.result = TakeDeferred(outcome.result);
-  if (outcome.result == CUDA_SUCCESS) outcome.payload = {staging, call.bytes()};
-  return outcome;
+  if (staging == nullptr) return {CUDA_ERROR_OUT_OF_MEMORY};
+  std::vector<CUevent> markers;
+  result = driver_.cuMemcpyDtoHAsync(staging, call.src(), call.bytes(), stream);
+  if (result == CUDA_SUCCESS) result = RecordMarker(stream, markers);
+  if (result != CUDA_SUCCESS) {
+    for (CUevent marker : markers) driver_.cuEventDestroy(marker);
+    staging_.Give(staging);
+    return {TakeDeferred(result)};
+  }
+  return Defer(std::move(markers), 0, staging, call.bytes());
 }
 
 Session::Outcome Session::MemcpyDtoD(const wire::MemcpyDtoD& call) {

@@ -78,8 +78,9 @@ CUresult Session::RecordMarker(CUstream stream, std::vector<CUevent>& markers) {
   return driver_.cuEventRecord(marker, stream);
 }
 
-Session::Outcome Session::Defer(std::vector<CUevent> markers, uint64_t client_event) {
-  deferring_ = {0, std::move(markers), client_event};
+Session::Outcome Session::Defer(std::vector<CUevent> markers, uint64_t client_event, uint8_t* staging,
+                                uint64_t staging_bytes) {
+  deferring_ = {0, std::move(markers), client_event, staging, staging_bytes};
   Outcome outcome;
   outcome.deferred = true;
   return outcome;
@@ -106,6 +107,8 @@ bool Session::PollPendingWaits() {
     }
     for (CUevent marker : wait.markers) driver_.cuEventDestroy(marker);
     const uint64_t sequence = wait.sequence, client_event = wait.client_event;
+    uint8_t* const staging = wait.staging;
+    const uint64_t staging_bytes = wait.staging_bytes;
     pending_waits_.erase(pending_waits_.begin() + static_cast<std::ptrdiff_t>(i));
     if (client_event != 0 && doomed_events_.count(client_event) != 0) {
       const bool still_needed = std::any_of(pending_waits_.begin(), pending_waits_.end(),
@@ -116,7 +119,11 @@ bool Session::PollPendingWaits() {
       }
     }
     builder_.Clear();
-    if (!SendReply(sequence, Outcome(TakeDeferred(result)))) return false;
+    Outcome outcome(TakeDeferred(result));
+    if (staging != nullptr && outcome.result == CUDA_SUCCESS) outcome.payload = {staging, staging_bytes};
+    const bool sent = SendReply(sequence, outcome);
+    staging_.Give(staging);  // the channel copied the payload
+    if (!sent) return false;
   }
   return true;
 }
@@ -319,14 +326,11 @@ CUresult Session::LookupStream(uint64_t wire_stream, CUstream* stream) {
 void Session::ReleaseEverything() {
   // Process exit would release all of this too; doing it explicitly keeps a warm executor reusable later and
   // makes leaks visible to tools.
-  if (copy_buffer_pinned_) driver_.cuMemHostUnregister(copy_buffer_);
-  std::free(copy_buffer_);
-  copy_buffer_ = nullptr;
-  copy_buffer_pinned_ = false;
   for (auto& wait : pending_waits_) {
     for (CUevent marker : wait.markers) driver_.cuEventDestroy(marker);
   }
   pending_waits_.clear();
+  staging_.Release();
   for (auto& [id, event] : doomed_events_) driver_.cuEventDestroy(event);
   doomed_events_.clear();
   for (auto& [id, event] : events_) driver_.cuEventDestroy(event);

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "backend/executor/driver.h"
+#include "backend/executor/staging_pool.h"
 #include "schema/wire.h"
 #include "transport/channel.h"
 
@@ -42,6 +43,8 @@ class Session {
     uint64_t sequence = 0;
     std::vector<CUevent> markers;  // recorded by the executor, destroyed when the wait ends
     uint64_t client_event = 0;     // cuEventSynchronize: the client's event id
+    uint8_t* staging = nullptr;    // device-to-host copy: the data to send with the answer (from staging_)
+    uint64_t staging_bytes = 0;
   };
 
   bool Attach();
@@ -49,7 +52,8 @@ class Session {
   bool PollPendingWaits();
   // Records a completion marker on `stream` for a wait being built.
   CUresult RecordMarker(CUstream stream, std::vector<CUevent>& markers);
-  Outcome Defer(std::vector<CUevent> markers, uint64_t client_event);
+  Outcome Defer(std::vector<CUevent> markers, uint64_t client_event, uint8_t* staging = nullptr,
+                uint64_t staging_bytes = 0);
   CUevent FindEvent(uint64_t id) const;
   // Returns false when the message breaks the protocol (the session then ends).
   bool Handle(const wire::Request& request, std::span<const uint8_t> payload);
@@ -109,11 +113,8 @@ class Session {
   transport::Channel* channel_;                        // the one in use
   std::vector<uint8_t> session_key_;
   flatbuffers::FlatBufferBuilder builder_;
-  // Device-to-host staging for replies: one chunk, page-locked once so the DMA lands in it directly instead of
-  // going through the driver's own staging for pageable memory.
-  uint8_t* copy_buffer_ = nullptr;
-  bool copy_buffer_pinned_ = false;
-  uint8_t* CopyBuffer();
+  // Device-to-host chunks in flight: at most 32 x 4 MiB page-locked per session.
+  StagingPool staging_{driver_, wire::kCopyChunkBytes, 32};
   std::vector<uint64_t> aligned_buffer_;    // 8-byte aligned copy of module images and kernel arguments
   std::unordered_map<uint64_t, uint64_t> function_modules_;  // function id -> module id, to drop on unload
 

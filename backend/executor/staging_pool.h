@@ -1,0 +1,39 @@
+// Page-locked host buffers of one copy chunk each, for device-to-host copies in flight: the DMA lands in them
+// directly, and several chunks can be in flight while earlier ones are being sent to the client.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "backend/executor/driver.h"
+
+namespace curelay::executor {
+
+class StagingPool {
+ public:
+  StagingPool(Driver& driver, size_t buffer_bytes, size_t max_buffers)
+      : driver_(driver), buffer_bytes_(buffer_bytes), max_buffers_(max_buffers) {}
+  ~StagingPool() { Release(); }
+  StagingPool(const StagingPool&) = delete;
+  StagingPool& operator=(const StagingPool&) = delete;
+
+  // A buffer of buffer_bytes, or nullptr when max_buffers are all in use or host memory is exhausted. Needs a current context the first time
+  // (page-locking does); an unpinned buffer still works, only slower.
+  uint8_t* Take();
+  void Give(uint8_t* buffer);
+  // Unpins and frees every buffer (before the session's contexts go away).
+  void Release();
+
+ private:
+  struct Buffer {
+    uint8_t* bytes;
+    bool pinned;
+  };
+  Driver& driver_;
+  size_t buffer_bytes_;
+  size_t max_buffers_;
+  std::vector<Buffer> all_;
+  std::vector<uint8_t*> free_;
+};
+
+}  // namespace curelay::executor
