@@ -34,6 +34,10 @@ class Channel {
   // True when Send and Receive may run at the same time on different threads (one of each at most). Otherwise
   // callers must serialize every operation.
   virtual bool FullDuplex() const { return false; }
+  // Sleeps until the channel may have something to receive, or timeout_ms passes. Touches no channel state, so
+  // it may run while another thread sends (which is how a half-duplex channel is shared without a lock held
+  // across a wait).
+  virtual void AwaitActivity(int timeout_ms) = 0;
   // The endpoints this side is bound to (executor side), e.g. "ipc:///run/x.sock", "tcp://0.0.0.0:41234".
   virtual std::string BoundEndpoint(std::string_view scheme) const = 0;
 };

@@ -78,6 +78,7 @@ class ForwardingChannel final : public transport::Channel {
   bool PeerLost() override { return inner_->PeerLost(); }
   bool PeerSeen() override { return inner_->PeerSeen(); }
   bool FullDuplex() const override { return inner_->FullDuplex(); }
+  void AwaitActivity(int timeout_ms) override { inner_->AwaitActivity(timeout_ms); }
   std::string BoundEndpoint(std::string_view scheme) const override { return inner_->BoundEndpoint(scheme); }
 
  private:
@@ -310,9 +311,16 @@ CUresult Client::Wait(uint64_t sequence, Waiter& waiter) {
     if (channel_->FullDuplex()) {
       status = channel_->Receive(message, -1);
     } else {
-      // Short turns, so senders get the socket between them.
-      std::lock_guard<std::mutex> io_lock(io_mutex_);
-      status = channel_->Receive(message, 2);
+      // Look without waiting while holding the socket, then wait for activity without holding it, so senders
+      // never queue behind a reader's wait.
+      for (;;) {
+        {
+          std::lock_guard<std::mutex> io_lock(io_mutex_);
+          status = channel_->Receive(message, 0);
+        }
+        if (status != transport::ReceiveStatus::kTimeout) break;
+        channel_->AwaitActivity(1);
+      }
     }
     const char* failure = nullptr;
     const wire::Reply* reply = nullptr;

@@ -383,7 +383,7 @@ TEST_F(DriverApiTest, AThreadWaitingForTheGpuDoesNotBlockOtherThreads) {
   ASSERT_CU(cuStreamCreate(&slow, CU_STREAM_NON_BLOCKING));
   CUevent slow_done;
   ASSERT_CU(cuEventCreate(&slow_done, CU_EVENT_DISABLE_TIMING));
-  unsigned long long ns = 600'000'000;
+  unsigned long long ns = 1'000'000'000;
   void* params[] = {&ns};
   ASSERT_CU(cuLaunchKernel(busy, 1, 1, 1, 1, 1, 1, 0, slow, params, nullptr));
   ASSERT_CU(cuEventRecord(slow_done, slow));

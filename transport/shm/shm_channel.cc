@@ -4,6 +4,7 @@
 #include <sys/mman.h>
 #include <sys/random.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -114,6 +115,11 @@ class ShmChannel final : public Channel {
 
   bool PeerLost() override { return peer_lost_ || !alive_(); }
   bool FullDuplex() const override { return true; }
+  void AwaitActivity(int timeout_ms) override {
+    // Full duplex: callers block in Receive instead. A bounded sleep keeps this correct if called anyway.
+    struct timespec pause = {timeout_ms / 1000, (timeout_ms % 1000) * 1'000'000L};
+    nanosleep(&pause, nullptr);
+  }
   bool PeerSeen() override { return liveness_->PeerSeen(); }
   std::string BoundEndpoint(std::string_view scheme) const override { return liveness_->BoundEndpoint(scheme); }
 

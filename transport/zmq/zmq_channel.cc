@@ -27,7 +27,12 @@ std::string ZmqError(const char* what) { return std::string(what) + ": " + zmq_s
 class ZmqChannel final : public Channel {
  public:
   ZmqChannel(void* socket, void* monitor, const ChannelOptions& options)
-      : socket_(socket), monitor_(monitor), options_(options) {}
+      : socket_(socket), monitor_(monitor), options_(options) {
+    size_t size = sizeof(socket_fd_);
+    zmq_getsockopt(socket_, ZMQ_FD, &socket_fd_, &size);
+    size = sizeof(monitor_fd_);
+    zmq_getsockopt(monitor_, ZMQ_FD, &monitor_fd_, &size);
+  }
   ~ZmqChannel() override {
     zmq_socket_monitor(socket_, nullptr, 0);
     zmq_close(monitor_);
@@ -64,6 +69,13 @@ class ZmqChannel final : public Channel {
       }
       if (zmq_poll(items, 2, wait_ms) < 0 && zmq_errno() != EINTR) return ReceiveStatus::kError;
     }
+  }
+
+  void AwaitActivity(int timeout_ms) override {
+    // ZeroMQ's notification descriptors are edge-triggered: a wake-up means "look again", and a missed edge is
+    // covered by the timeout.
+    struct pollfd fds[2] = {{socket_fd_, POLLIN, 0}, {monitor_fd_, POLLIN, 0}};
+    poll(fds, 2, timeout_ms);
   }
 
   bool PeerLost() override {
@@ -149,6 +161,8 @@ class ZmqChannel final : public Channel {
 
   void* socket_;
   void* monitor_;
+  int socket_fd_ = -1;
+  int monitor_fd_ = -1;
   ChannelOptions options_;
   bool peer_seen_ = false;
   bool peer_lost_ = false;
