@@ -34,8 +34,9 @@ int Session::Run() {
       const auto now = std::chrono::steady_clock::now();
       if (pending_waits_.size() != before) {
         last_progress = now;
-      } else if (now - last_progress > std::chrono::microseconds(200)) {
-        // Long GPU work: check every ~20 us instead of spinning a core for its whole duration.
+      } else if (now - last_progress > std::chrono::microseconds(1000)) {
+        // Long GPU work: after 1 ms without progress (longer than one copy chunk's DMA), check every ~20 us
+        // instead of spinning a core for the whole wait.
         struct timespec pause = {0, 20'000};
         nanosleep(&pause, nullptr);
       }

@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <chrono>
 #include <cstring>
 
 #include "frontend/client/config.h"
@@ -161,6 +162,7 @@ CUresult Client::Connect() {
           : "tcp://" + EndpointHost(config.endpoint) + ":" + std::to_string(welcome->executor_tcp_port());
   transport::ChannelOptions options;
   options.spin_microseconds = config.spin_microseconds;
+  spin_microseconds_ = config.spin_microseconds;
   options.max_message_bytes = static_cast<int>(wire::kCopyChunkBytes + wire::kMaxHeaderBytes);
   std::shared_ptr<transport::Channel> zmq_channel = transport::ConnectChannel(executor, options, &error);
   if (zmq_channel == nullptr) {
@@ -312,14 +314,15 @@ CUresult Client::Wait(uint64_t sequence, Waiter& waiter) {
       status = channel_->Receive(message, -1);
     } else {
       // Look without waiting while holding the socket, then wait for activity without holding it, so senders
-      // never queue behind a reader's wait.
+      // never queue behind a reader's wait. Busy-poll first: a reply usually comes within microseconds.
+      const auto spin_until = std::chrono::steady_clock::now() + std::chrono::microseconds(spin_microseconds_);
       for (;;) {
         {
           std::lock_guard<std::mutex> io_lock(io_mutex_);
           status = channel_->Receive(message, 0);
         }
         if (status != transport::ReceiveStatus::kTimeout) break;
-        channel_->AwaitActivity(1);
+        if (std::chrono::steady_clock::now() >= spin_until) channel_->AwaitActivity(1);
       }
     }
     const char* failure = nullptr;

@@ -129,6 +129,7 @@ class Client {
   bool reader_active_ = false;
   std::unordered_map<uint64_t, Waiter*> waiters_;
   uint64_t next_sequence_ = 1;
+  int spin_microseconds_ = 0;  // how long a reader busy-polls a half-duplex channel before sleeping
   std::atomic<CUresult> broken_{CUDA_SUCCESS};  // once set, every call fails with it (the session is gone)
 
   int driver_version_ = 0;
