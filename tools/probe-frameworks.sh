@@ -20,7 +20,6 @@ for framework in torch cupy; do
   LD_LIBRARY_PATH="$build/frontend" CURELAY_ENDPOINT=ipc:///tmp/curelay-probe-run/b.sock timeout 120 \
     python3 -c "$program" >"$out/probe-$framework.log" 2>&1
   echo "exit $?"; grep -v "is not supported" "$out/probe-$framework.log" | tail -4
-  echo "-- export tables it asked for:"; grep -o "cuGetExportTable([0-9a-f]*)" "$out/probe-$framework.log" | tr "\n" " "; echo
   echo "-- export tables it asked for:"; grep -o "cuGetExportTable([0-9a-f]*)" "$out/probe-$framework.log" | tr '\n' ' '; echo
   echo "-- unsupported entry points it called:"; grep -o "curelay: [A-Za-z0-9_]* is not supported" \
     "$out/probe-$framework.log" | awk '{print $2}' | tr '\n' ' '; echo
