@@ -35,7 +35,7 @@ LOCAL = {
 
 # Defined by hand (to record what callers ask for) but still answering CUDA_ERROR_NOT_SUPPORTED.
 EXPLICITLY_UNSUPPORTED = {
-    "cuGetExportTable": "not supported yet: logs each table id once (docs/research/export-tables.md)",
+    "cuGetExportTable": "no table served yet: the driver's answer for a missing table (INVALID_VALUE, null)",
 }
 
 
@@ -46,7 +46,8 @@ def main() -> None:
     symbols = subprocess.run(["nm", "-D", "--defined-only", shim], capture_output=True, text=True, check=True)
     strong = {line.split()[2] for line in symbols.stdout.splitlines() if line.split()[1] == "T"}
     implemented = [name for name in exports if name in strong and name not in EXPLICITLY_UNSUPPORTED]
-    unsupported = [name for name in exports if name not in strong or name in EXPLICITLY_UNSUPPORTED]
+    unsupported = [name for name in exports if name not in strong]
+    partial = [name for name in exports if name in EXPLICITLY_UNSUPPORTED]
     local = [name for name in implemented if name in LOCAL]
     lines = [
         "# API coverage",
@@ -57,7 +58,8 @@ def main() -> None:
         f"{len(local)} of them are answered inside the client without a round trip once `cuInit` has run, the rest are",
         "forwarded to the session's executor. The other "
         f"{len(unsupported)} return `CUDA_ERROR_NOT_SUPPORTED` (801) and print",
-        "`curelay: NAME is not supported` once per name; none of them reports success.",
+        "`curelay: NAME is not supported` once per name; none of them reports success. "
+        + "; ".join(f"`{name}`: {EXPLICITLY_UNSUPPORTED[name]}" for name in partial) + ".",
         "",
         "| entry point | how |",
         "|---|---|",
@@ -76,7 +78,9 @@ def main() -> None:
         "| `cuCtxCreate` with execution-affinity or CIG parameters | `CUDA_ERROR_NOT_SUPPORTED` |",
         "| library API on the emulated test driver | `CUDA_ERROR_NOT_SUPPORTED` (the real driver has it) |",
         "| `cuGetProcAddress` version selection | the newest variant cuda.h 13.0 maps a name to, whatever version is asked |",
-        "| `cuGetExportTable` (every table: PyTorch and CuPy stop here) | `CUDA_ERROR_NOT_SUPPORTED`, table id logged once |",
+        "| `cuGetExportTable` (every table; the CUDA runtime needs some: PyTorch and CuPy stop here) | "
+        "`CUDA_ERROR_INVALID_VALUE` and a null table, as the real driver answers for a table it lacks; the table id "
+        "is logged once |",
         "| everything listed below | `CUDA_ERROR_NOT_SUPPORTED` |",
         "",
         "## Not supported yet",

@@ -456,6 +456,13 @@ TEST_F(DriverApiTest, ErrorStringsProcAddressAndUnsupportedEntryPoints) {
             CUDA_ERROR_NOT_FOUND);
   EXPECT_EQ(status, CU_GET_PROC_ADDRESS_SYMBOL_NOT_FOUND);
 
+  // A private table the shim does not serve gets the real driver's answer for a missing table (measured on 580).
+  const void* table = reinterpret_cast<const void*>(1);
+  CUuuid unknown;
+  for (int i = 0; i < 16; ++i) unknown.bytes[i] = static_cast<char>(0x12 + 0x11 * i);
+  EXPECT_EQ(cuGetExportTable(&table, &unknown), CUDA_ERROR_INVALID_VALUE);
+  EXPECT_EQ(table, nullptr);
+
   // An entry point the shim does not implement answers NOT_SUPPORTED, never success.
   using GraphCreate = CUresult (*)(CUgraph*, unsigned int);
   auto graph_create = reinterpret_cast<GraphCreate>(dlsym(RTLD_DEFAULT, "cuGraphCreate"));
