@@ -77,7 +77,6 @@ def main() -> None:
         "| JIT options with host symbol tables (`CU_JIT_GLOBAL_SYMBOL_*`, `CU_JIT_REFERENCED_*`) | `CUDA_ERROR_NOT_SUPPORTED` |",
         "| `cuCtxCreate` with execution-affinity or CIG parameters | `CUDA_ERROR_NOT_SUPPORTED` |",
         "| library API on the emulated test driver | `CUDA_ERROR_NOT_SUPPORTED` (the real driver has it) |",
-        "| `cuGetProcAddress` version selection | the newest variant cuda.h 13.0 maps a name to, whatever version is asked |",
         "| `cuGetExportTable` (every table; the CUDA runtime needs some: PyTorch and CuPy stop here) | "
         "`CUDA_ERROR_INVALID_VALUE` and a null table, as the real driver answers for a table it lacks; the table id "
         "is logged once |",

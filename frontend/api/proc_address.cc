@@ -1,6 +1,8 @@
 // cuGetProcAddress: how the CUDA runtime finds every other entry point. It must hand out the shim's own
 // functions (cuGetProcAddress included), resolved by API name the way the driver does.
+#include <algorithm>
 #include <cstring>
+#include <iterator>
 #include <string_view>
 
 #include "driver_table.h"
@@ -10,6 +12,22 @@ using namespace curelay::frontend;
 
 namespace {
 
+// Which ABI variant a cudaVersion gets (generated from cudaTypedefs.h by codegen/gen_proc_versions.py).
+struct ProcVersion {
+  std::string_view api;
+  int min_version;
+  const char* abi;
+  const char* per_thread_abi;
+  int per_thread_min_version;
+};
+
+constexpr ProcVersion kProcVersions[] = {
+#define CURELAY_PROC_VERSION(api, min_version, abi, per_thread_abi, per_thread_min) \
+  {api, min_version, abi, per_thread_abi, per_thread_min},
+#include "proc_versions.inc"
+#undef CURELAY_PROC_VERSION
+};
+
 CUresult Resolve(const char* symbol, void** pfn, int cuda_version, cuuint64_t flags,
                  CUdriverProcAddressQueryResult* status) {
   if (symbol == nullptr || pfn == nullptr) return CUDA_ERROR_INVALID_VALUE;
@@ -18,10 +36,25 @@ CUresult Resolve(const char* symbol, void** pfn, int cuda_version, cuuint64_t fl
     return CUDA_ERROR_INVALID_VALUE;
   }
   const bool per_thread = (flags & CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM) != 0;
-  // Version-aware selection among _v2/_v3 variants arrives with the full surface (issue 3); until then the
-  // newest variant cuda.h 13.0 maps the name to is returned, which is what every 12.x/13.x caller asks for.
-  (void)cuda_version;
-  *pfn = ResolveProcAddress(symbol, per_thread);
+  const std::string_view name(symbol);
+  const auto [first, last] = std::equal_range(
+      std::begin(kProcVersions), std::end(kProcVersions), ProcVersion{name, 0, nullptr, nullptr, 0},
+      [](const ProcVersion& a, const ProcVersion& b) { return a.api < b.api; });
+  if (first == last) {
+    *pfn = ResolveProcAddress(name, per_thread);  // no versioned variants: the name as cuda.h maps it
+  } else {
+    // The newest variant introduced at or before the caller's version, as the driver chooses.
+    const ProcVersion* chosen = nullptr;
+    for (auto entry = first; entry != last && entry->min_version <= cuda_version; ++entry) chosen = &*entry;
+    if (chosen == nullptr) {
+      *pfn = nullptr;
+      if (status != nullptr) *status = CU_GET_PROC_ADDRESS_VERSION_NOT_SUFFICIENT;
+      return CUDA_ERROR_NOT_FOUND;
+    }
+    const bool use_per_thread = per_thread && chosen->per_thread_abi != nullptr &&
+                                cuda_version >= chosen->per_thread_min_version;
+    *pfn = FindDriverSymbol(use_per_thread ? chosen->per_thread_abi : chosen->abi);
+  }
   if (*pfn == nullptr) {
     if (status != nullptr) *status = CU_GET_PROC_ADDRESS_SYMBOL_NOT_FOUND;
     return CUDA_ERROR_NOT_FOUND;

@@ -456,6 +456,36 @@ TEST_F(DriverApiTest, ErrorStringsProcAddressAndUnsupportedEntryPoints) {
             CUDA_ERROR_NOT_FOUND);
   EXPECT_EQ(status, CU_GET_PROC_ADDRESS_SYMBOL_NOT_FOUND);
 
+  // Versioned lookups: each caller gets the ABI variant of the version it was built for (cudaTypedefs.h).
+  struct Lookup {
+    const char* name;
+    int version;
+    cuuint64_t flags;
+    const char* expected;
+  };
+  for (const Lookup& lookup : {Lookup{"cuMemAlloc", 2000, 0, "cuMemAlloc"}, Lookup{"cuMemAlloc", 3020, 0, "cuMemAlloc_v2"},
+                               Lookup{"cuMemAlloc", 13000, 0, "cuMemAlloc_v2"},
+                               Lookup{"cuCtxCreate", 11040, 0, "cuCtxCreate_v3"},
+                               Lookup{"cuCtxCreate", 12050, 0, "cuCtxCreate_v4"},
+                               Lookup{"cuMemcpyHtoD", 12000, CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM,
+                                      "cuMemcpyHtoD_v2_ptds"},
+                               Lookup{"cuLaunchKernel", 12000, CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM,
+                                      "cuLaunchKernel_ptsz"},
+                               Lookup{"cuLaunchKernel", 12000, 0, "cuLaunchKernel"},
+                               Lookup{"cuGraphInstantiate", 11000, 0, "cuGraphInstantiate_v2"},
+                               Lookup{"cuGraphInstantiate", 12000, 0, "cuGraphInstantiateWithFlags"},
+                               Lookup{"cuGetProcAddress", 12000, 0, "cuGetProcAddress_v2"}}) {
+    void* resolved = nullptr;
+    ASSERT_CU(cuGetProcAddress(lookup.name, &resolved, lookup.version, lookup.flags, &status));
+    EXPECT_EQ(resolved, dlsym(RTLD_DEFAULT, lookup.expected)) << lookup.name << "@" << lookup.version;
+    EXPECT_EQ(status, CU_GET_PROC_ADDRESS_SUCCESS);
+  }
+  void* too_old = reinterpret_cast<void*>(1);
+  EXPECT_EQ(cuGetProcAddress("cuMemAlloc", &too_old, 1000, CU_GET_PROC_ADDRESS_DEFAULT, &status),
+            CUDA_ERROR_NOT_FOUND);
+  EXPECT_EQ(status, CU_GET_PROC_ADDRESS_VERSION_NOT_SUFFICIENT);
+  EXPECT_EQ(too_old, nullptr);
+
   // A private table the shim does not serve gets the real driver's answer for a missing table (measured on 580).
   const void* table = reinterpret_cast<const void*>(1);
   CUuuid unknown;
