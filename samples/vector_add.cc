@@ -25,6 +25,10 @@ int main(int argc, char** argv) {
     return 2;
   }
   std::ifstream in(argv[1]);
+  if (!in) {
+    std::fprintf(stderr, "cannot read %s\n", argv[1]);
+    return 2;
+  }
   std::stringstream ptx;
   ptx << in.rdbuf();
 
