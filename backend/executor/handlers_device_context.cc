@@ -78,15 +78,27 @@ Session::Outcome Session::ContextQuery(const wire::ContextQuery& call) {
 }
 
 Session::Outcome Session::ContextSynchronize() {
-  // Markers on the legacy stream and on every stream of the current context: together they complete when all of
-  // the context's work has, which is what cuCtxSynchronize waits for.
-  std::vector<CUevent> markers;
-  CUresult result = RecordMarker(nullptr, markers);
+  // The context's streams: the legacy stream, its created streams and its per-thread streams. Together they hold
+  // all of the context's work, which is what cuCtxSynchronize waits for.
+  std::vector<CUstream> streams = {nullptr};
   for (const auto& [id, stream] : streams_) {
-    if (result != CUDA_SUCCESS) break;
-    if (stream_contexts_[id] == current_context_) result = RecordMarker(stream, markers);
+    if (stream_contexts_[id] == current_context_) streams.push_back(stream);
   }
-  for (const auto& [thread, stream] : per_thread_streams_[current_context_]) {
+  for (const auto& [thread, stream] : per_thread_streams_[current_context_]) streams.push_back(stream);
+  // All idle already (an idle synchronize): answer now, no markers needed.
+  bool idle = true;
+  for (CUstream stream : streams) {
+    const CUresult state = driver_.cuStreamQuery(stream);
+    if (state == CUDA_ERROR_NOT_READY) {
+      idle = false;
+      break;
+    }
+    if (state != CUDA_SUCCESS) return {TakeDeferred(state)};
+  }
+  if (idle) return {TakeDeferred(CUDA_SUCCESS)};
+  std::vector<CUevent> markers;
+  CUresult result = CUDA_SUCCESS;
+  for (CUstream stream : streams) {
     if (result != CUDA_SUCCESS) break;
     result = RecordMarker(stream, markers);
   }

@@ -35,7 +35,11 @@ Session::Outcome Session::StreamSynchronize(const wire::StreamSynchronize& call)
   CUstream stream = nullptr;
   std::vector<CUevent> markers;
   CUresult result = LookupStream(call.stream(), &stream);
-  if (result == CUDA_SUCCESS) result = RecordMarker(stream, markers);
+  if (result != CUDA_SUCCESS) return {TakeDeferred(result)};
+  // Already idle (the common case for a sync after short work): answer now, no marker needed.
+  const CUresult state = driver_.cuStreamQuery(stream);
+  if (state != CUDA_ERROR_NOT_READY) return {TakeDeferred(state)};
+  result = RecordMarker(stream, markers);
   if (result != CUDA_SUCCESS) {
     for (CUevent marker : markers) driver_.cuEventDestroy(marker);
     return {TakeDeferred(result)};
