@@ -43,6 +43,19 @@ CUresult WaitOnStream(CUstream stream, wire::Call type, MakeCall make_call) {
   return client->Call(builder, type, call, {}, nullptr);
 }
 
+// Validates a property query once: the output pointer and the handle. `object` is the client's stream, or null
+// for the legacy and per-thread default streams.
+template <typename Output>
+CUresult StreamProperties(CUstream stream, Output* output, const CUstream_st** object) {
+  Client* client;
+  CURELAY_RETURN_IF_ERROR(RequireClient(&client));
+  if (output == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  if (stream == nullptr || stream == CU_STREAM_LEGACY || stream == CU_STREAM_PER_THREAD) return CUDA_SUCCESS;
+  if (!client->streams.Contains(stream)) return CUDA_ERROR_INVALID_HANDLE;
+  *object = stream;
+  return CUDA_SUCCESS;
+}
+
 }  // namespace
 
 extern "C" {
@@ -86,36 +99,24 @@ CUresult cuStreamWaitEvent(CUstream stream, CUevent event, unsigned int flags) {
 
 // Stream properties are answered from the client's own stream objects.
 CUresult cuStreamGetFlags(CUstream stream, unsigned int* flags) {
-  Client* client;
-  CURELAY_RETURN_IF_ERROR(RequireClient(&client));
-  if (flags == nullptr) return CUDA_ERROR_INVALID_VALUE;
-  uint64_t wire_stream = 0;
-  CURELAY_RETURN_IF_ERROR(WireStream(*client, stream, &wire_stream));
-  *flags = client->streams.Contains(stream) ? stream->flags : 0;
+  const CUstream_st* object = nullptr;
+  CURELAY_RETURN_IF_ERROR(StreamProperties(stream, flags, &object));
+  *flags = object != nullptr ? object->flags : 0;
   return CUDA_SUCCESS;
 }
 
 CUresult cuStreamGetPriority(CUstream stream, int* priority) {
-  Client* client;
-  CURELAY_RETURN_IF_ERROR(RequireClient(&client));
-  if (priority == nullptr) return CUDA_ERROR_INVALID_VALUE;
-  uint64_t wire_stream = 0;
-  CURELAY_RETURN_IF_ERROR(WireStream(*client, stream, &wire_stream));
-  *priority = client->streams.Contains(stream) ? stream->priority : 0;
+  const CUstream_st* object = nullptr;
+  CURELAY_RETURN_IF_ERROR(StreamProperties(stream, priority, &object));
+  *priority = object != nullptr ? object->priority : 0;
   return CUDA_SUCCESS;
 }
 
 CUresult cuStreamGetCtx(CUstream stream, CUcontext* context) {
-  Client* client;
-  CURELAY_RETURN_IF_ERROR(RequireClient(&client));
-  if (context == nullptr) return CUDA_ERROR_INVALID_VALUE;
-  uint64_t wire_stream = 0;
-  CURELAY_RETURN_IF_ERROR(WireStream(*client, stream, &wire_stream));
-  if (client->streams.Contains(stream)) {
-    *context = stream->context;
-    return CUDA_SUCCESS;
-  }
-  *context = CurrentContext();  // the default streams belong to the calling thread's context
+  const CUstream_st* object = nullptr;
+  CURELAY_RETURN_IF_ERROR(StreamProperties(stream, context, &object));
+  // The default streams belong to the calling thread's context.
+  *context = object != nullptr ? object->context : CurrentContext();
   return *context != nullptr ? CUDA_SUCCESS : CUDA_ERROR_INVALID_CONTEXT;
 }
 
