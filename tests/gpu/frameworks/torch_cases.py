@@ -1,0 +1,182 @@
+#!/usr/bin/env python3
+"""PyTorch acceptance cases for curelay (GPU host). Prints `CASE <name> <digest>` per case, `CASE <name> exception: ...`
+when a case raises. Run it natively and through curelay; tests/gpu/run_frameworks.sh compares the two.
+
+Every case seeds itself and runs with deterministic algorithms, so a native run is bitwise repeatable and the
+digests (SHA-256 of the result tensors' bytes) must match exactly.
+"""
+import hashlib
+import os
+import sys
+import traceback
+
+os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
+import torch  # noqa: E402
+import torch.nn as nn  # noqa: E402
+import torch.nn.functional as F  # noqa: E402
+
+torch.backends.cudnn.deterministic = True
+torch.backends.cudnn.benchmark = False
+torch.use_deterministic_algorithms(True)
+DEV = "cuda"
+
+
+def digest(*tensors):
+    h = hashlib.sha256()
+    for t in tensors:
+        h.update(t.detach().float().cpu().contiguous().numpy().tobytes())
+    return h.hexdigest()[:16]
+
+
+def seeded(seed=1234):
+    torch.manual_seed(seed)
+    torch.cuda.manual_seed_all(seed)
+
+
+class TinyTransformer(nn.Module):
+    def __init__(self, vocab=512, d=128, heads=4, layers=2):
+        super().__init__()
+        self.embed = nn.Embedding(vocab, d)
+        layer = nn.TransformerEncoderLayer(d, heads, 4 * d, dropout=0.0, batch_first=True)
+        self.encoder = nn.TransformerEncoder(layer, layers)
+        self.head = nn.Linear(d, vocab)
+
+    def forward(self, tokens):
+        return self.head(self.encoder(self.embed(tokens)))
+
+
+def case_device():
+    p = torch.cuda.get_device_properties(0)
+    return f"count={torch.cuda.device_count()} name={p.name} sms={p.multi_processor_count} cc={p.major}.{p.minor}"
+
+
+def case_transformer_train_bf16_adamw():
+    seeded()
+    model = TinyTransformer().to(DEV)
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    tokens = torch.randint(0, 512, (8, 64), device=DEV)
+    losses = []
+    for _ in range(8):
+        with torch.autocast("cuda", dtype=torch.bfloat16):
+            logits = model(tokens[:, :-1])
+            loss = F.cross_entropy(logits.reshape(-1, 512).float(), tokens[:, 1:].reshape(-1))
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        opt.step()
+        losses.append(loss.item())
+    return " ".join(f"{l:.6f}" for l in losses) + " " + digest(*model.parameters())
+
+
+def case_convnet_batchnorm_train():
+    seeded()
+    model = nn.Sequential(nn.Conv2d(3, 16, 3, padding=1), nn.BatchNorm2d(16), nn.ReLU(),
+                          nn.Conv2d(16, 32, 3, padding=1), nn.BatchNorm2d(32), nn.ReLU(),
+                          nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(32, 10)).to(DEV)
+    opt = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
+    x = torch.randn(32, 3, 32, 32, device=DEV)
+    y = torch.randint(0, 10, (32,), device=DEV)
+    losses = []
+    for _ in range(6):
+        loss = F.cross_entropy(model(x), y)
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        opt.step()
+        losses.append(loss.item())
+    return " ".join(f"{l:.6f}" for l in losses) + " " + digest(*model.parameters(), *model.buffers())
+
+
+def case_scaled_dot_product_attention():
+    seeded()
+    q, k, v = (torch.randn(4, 8, 128, 64, device=DEV, dtype=torch.bfloat16) for _ in range(3))
+    out = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+    return digest(out)
+
+
+def case_synchronize_and_pinned_copies():
+    seeded()
+    host = torch.randn(1 << 20).pin_memory()
+    dev = host.to(DEV, non_blocking=True)
+    dev.mul_(2)
+    back = torch.empty_like(host).pin_memory()
+    back.copy_(dev, non_blocking=True)
+    torch.cuda.synchronize()
+    ok = torch.equal(back, host * 2)
+    return f"pinned={host.is_pinned()} equal={ok} {digest(back)}"
+
+
+def case_cuda_graph_capture_replay():
+    seeded()
+    model = nn.Sequential(nn.Linear(64, 128), nn.GELU(), nn.Linear(128, 64)).to(DEV)
+    static_in = torch.randn(16, 64, device=DEV)
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        for _ in range(3):
+            model(static_in)
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        static_out = model(static_in)
+    outs = []
+    for i in range(4):
+        static_in.copy_(torch.full((16, 64), float(i), device=DEV))
+        graph.replay()
+        outs.append(static_out.clone())
+    torch.cuda.synchronize()
+    eager = model(static_in)
+    return f"replay_matches_eager={torch.equal(eager, outs[-1])} {digest(*outs)}"
+
+
+def case_inference_loop():
+    seeded(7)
+    model = TinyTransformer().to(DEV).eval()
+    outs = []
+    with torch.inference_mode():
+        for i in range(20):
+            tokens = torch.randint(0, 512, (1, 32), device=DEV)
+            outs.append(model(tokens).argmax(-1))
+    torch.cuda.synchronize()
+    return digest(*outs)
+
+
+def case_memory_stats():
+    torch.cuda.empty_cache()
+    before = torch.cuda.memory_allocated()
+    x = torch.empty(64 << 20, dtype=torch.uint8, device=DEV)
+    during = torch.cuda.memory_allocated() - before
+    del x
+    free, total = torch.cuda.mem_get_info()
+    return f"allocated_delta={during} total_positive={total > 0} free_le_total={free <= total}"
+
+
+CASES = [case_device, case_transformer_train_bf16_adamw, case_convnet_batchnorm_train,
+         case_scaled_dot_product_attention, case_synchronize_and_pinned_copies, case_cuda_graph_capture_replay,
+         case_inference_loop, case_memory_stats]
+
+
+def loaded_libcuda():
+    """The libcuda.so.1 this process really mapped (the check that a curelay run did not reach the real driver)."""
+    with open("/proc/self/maps") as maps:
+        for line in maps:
+            if line.rstrip().endswith("/libcuda.so.1"):
+                return line.split()[-1]
+    return "<none>"
+
+
+def main():
+    only = set(sys.argv[1:])
+    for case in CASES:
+        name = case.__name__[len("case_"):]
+        if only and name not in only:
+            continue
+        try:
+            print(f"CASE torch.{name} {case()}", flush=True)
+        except Exception as e:  # a failing case must not hide the others
+            print(f"CASE torch.{name} exception: {type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}",
+                  flush=True)
+            traceback.print_exc(file=sys.stderr)
+    print(f"INFO libcuda {loaded_libcuda()}", flush=True)
+
+
+if __name__ == "__main__":
+    main()

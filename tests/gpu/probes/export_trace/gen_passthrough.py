@@ -1,0 +1,58 @@
+#!/usr/bin/env python3
+"""Writes passthrough.S and names.h for a logging pass-through libcuda.so.1 (GPU-host probe, not product).
+
+Every function the real driver exports jumps to it through real_tab, except the ones export_trace.c wraps.
+Also writes slot trampolines (slot_tramp.S): each calls the real slot, then logs (table, slot, result, arguments,
+what the pointer arguments point to afterwards, caller).
+Usage: gen_passthrough.py <real libcuda.so.1>
+"""
+import subprocess
+import sys
+
+TABLES, SLOTS = 16, 48
+WRAPPED = {"cuGetProcAddress", "cuGetProcAddress_v2", "cuGetExportTable"}
+
+real = sys.argv[1]
+nm = subprocess.run(["nm", "-D", "--defined-only", real], capture_output=True, text=True, check=True).stdout
+symbols = sorted({p[2].split("@")[0] for p in (l.split() for l in nm.splitlines()) if len(p) == 3 and p[1] in "TtWi"})
+
+with open("passthrough.S", "w") as f:
+    f.write('.section .note.GNU-stack,"",@progbits\n.text\n')
+    for i, s in enumerate(symbols):
+        if s not in WRAPPED:
+            f.write(f".globl {s}\n.type {s},@function\n{s}:\n  jmp *real_tab+{8 * i}(%rip)\n")
+    f.write(f".data\n.globl real_tab\n.hidden real_tab\nreal_tab:\n  .zero {8 * len(symbols)}\n")
+
+with open("names.h", "w") as f:
+    f.write("static const char* kNames[] = {\n" + ",\n".join(f'"{s}"' for s in symbols) + "};\n")
+    f.write(f"enum {{ kNumNames = {len(symbols)}, kMaxTables = {TABLES}, kMaxSlots = {SLOTS} }};\n")
+
+# A slot trampoline calls the real slot (arguments untouched in their registers; no slot takes stack arguments),
+# then slot_log(k, result, saved) with the six integer arguments and the return address saved in its frame.
+with open("slot_tramp.S", "w") as f:
+    f.write('.section .note.GNU-stack,"",@progbits\n.text\n')
+    for k in range(TABLES * SLOTS):
+        f.write(f""".globl slot_{k}
+.hidden slot_{k}
+slot_{k}:
+  push %rbp
+  mov %rsp, %rbp
+  sub $64, %rsp
+  mov %rdi, 0(%rsp); mov %rsi, 8(%rsp); mov %rdx, 16(%rsp); mov %rcx, 24(%rsp); mov %r8, 32(%rsp); mov %r9, 40(%rsp)
+  mov 8(%rbp), %rax
+  mov %rax, 48(%rsp)
+  call *slot_real+{8 * k}(%rip)
+  mov %rax, 56(%rsp)
+  mov ${k}, %edi
+  mov %rax, %rsi
+  mov %rsp, %rdx
+  call slot_log
+  mov 56(%rsp), %rax
+  leave
+  ret
+""")
+    f.write(f".data\n.globl slot_real\n.hidden slot_real\nslot_real:\n  .zero {8 * TABLES * SLOTS}\n")
+    f.write(".section .data.rel.ro\n.globl slot_tramps\n.hidden slot_tramps\nslot_tramps:\n")
+    for k in range(TABLES * SLOTS):
+        f.write(f"  .quad slot_{k}\n")
+print(len(symbols), "symbols")
