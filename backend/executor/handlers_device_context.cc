@@ -137,4 +137,15 @@ Session::Outcome Session::PrimaryContextReset(const wire::PrimaryContextReset& c
   return {driver_.cuDevicePrimaryCtxReset(call.device())};
 }
 
+Session::Outcome Session::ContextLimit(const wire::ContextLimit& call) {
+  if (driver_.cuCtxGetLimit == nullptr || driver_.cuCtxSetLimit == nullptr) return {CUDA_ERROR_NOT_SUPPORTED};
+  const auto limit = static_cast<CUlimit>(call.limit());
+  size_t value = static_cast<size_t>(call.value());
+  Outcome outcome;
+  outcome.result = call.set() ? driver_.cuCtxSetLimit(limit, value) : driver_.cuCtxGetLimit(&value, limit);
+  outcome.body = wire::CreateIntegerValue(builder_, static_cast<int64_t>(value)).Union();
+  outcome.body_type = wire::ReplyBody::IntegerValue;
+  return outcome;
+}
+
 }  // namespace curelay::executor

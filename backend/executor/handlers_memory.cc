@@ -107,4 +107,47 @@ Session::Outcome Session::Memset(const wire::Memset& call) {
   return outcome;
 }
 
+Session::Outcome Session::PointerAttributes(const wire::PointerAttributes& call) {
+  if (driver_.cuPointerGetAttributes == nullptr) return {CUDA_ERROR_NOT_SUPPORTED};
+  if (call.attributes() == nullptr || call.attributes()->size() > 64) return {CUDA_ERROR_INVALID_VALUE};
+  // Only this session's own allocations are asked about: any other address means nothing to the client (it may
+  // be a pointer into the client's own memory that happens to fall on one of the executor's staging buffers), and
+  // the driver's answer for an unknown pointer is obtained with an address no allocation can have.
+  CUdeviceptr ptr = 1;
+  for (const auto& [base, bytes] : allocations_) {
+    if (call.ptr() >= base && call.ptr() - base < bytes) ptr = call.ptr();
+  }
+  const size_t count = call.attributes()->size();
+  std::vector<CUpointer_attribute> attributes(count);
+  // Each answer lands in an 8-byte slot prefilled with a pattern, so the width the driver writes shows.
+  constexpr uint64_t kPattern = 0xa5a5a5a5a5a5a5a5ull;
+  std::vector<uint64_t> slots(count, kPattern);
+  std::vector<void*> data(count);
+  for (size_t i = 0; i < count; ++i) {
+    attributes[i] = static_cast<CUpointer_attribute>(call.attributes()->Get(i));
+    if (attributes[i] == CU_POINTER_ATTRIBUTE_P2P_TOKENS) return {CUDA_ERROR_NOT_SUPPORTED};  // 16-byte struct
+    data[i] = &slots[i];
+  }
+  Outcome outcome;
+  outcome.result = driver_.cuPointerGetAttributes(static_cast<unsigned>(count), attributes.data(), data.data(), ptr);
+  std::vector<wire::AttributeValue> values;
+  for (size_t i = 0; i < count; ++i) {
+    uint32_t width = 8;
+    while (width > 0 && ((slots[i] >> (8 * (width - 1))) & 0xff) == 0xa5) --width;
+    if (width == 3) width = 4;
+    else if (width > 4 && width < 8) width = 8;
+    const uint64_t value = width == 8 ? slots[i] : slots[i] & ((1ull << (8 * width)) - 1);
+    uint64_t context = 0;
+    if (attributes[i] == CU_POINTER_ATTRIBUTE_CONTEXT && value != 0) {
+      for (const auto& [id, handle] : contexts_) {
+        if (reinterpret_cast<uint64_t>(handle) == value) context = id;
+      }
+    }
+    values.emplace_back(value, width, context);
+  }
+  outcome.body = wire::CreateAttributeValues(builder_, builder_.CreateVectorOfStructs(values)).Union();
+  outcome.body_type = wire::ReplyBody::AttributeValues;
+  return outcome;
+}
+
 }  // namespace curelay::executor

@@ -146,10 +146,124 @@ Session::Outcome Session::LaunchKernel(const wire::LaunchKernel& call, std::span
   size_t argument_bytes = payload.size();
   void* extra[] = {CU_LAUNCH_PARAM_BUFFER_POINTER, const_cast<void*>(Aligned(payload, aligned_buffer_)),
                    CU_LAUNCH_PARAM_BUFFER_SIZE, &argument_bytes, CU_LAUNCH_PARAM_END};
-  outcome.result = driver_.cuLaunchKernel(found->second, call.grid_x(), call.grid_y(), call.grid_z(),
-                                          call.block_x(), call.block_y(), call.block_z(),
-                                          call.shared_mem_bytes(), stream, nullptr,
-                                          payload.empty() ? nullptr : extra);
+  if (call.attributes() == nullptr || call.attributes()->size() == 0) {
+    outcome.result = driver_.cuLaunchKernel(found->second, call.grid_x(), call.grid_y(), call.grid_z(),
+                                            call.block_x(), call.block_y(), call.block_z(),
+                                            call.shared_mem_bytes(), stream, nullptr,
+                                            payload.empty() ? nullptr : extra);
+    return outcome;
+  }
+  if (driver_.cuLaunchKernelEx == nullptr) return {CUDA_ERROR_NOT_SUPPORTED};
+  std::vector<CUlaunchAttribute> attributes;
+  if (!DecodeLaunchAttributes(call.attributes(), &attributes)) return {CUDA_ERROR_INVALID_VALUE};
+  CUlaunchConfig config{};
+  config.gridDimX = call.grid_x();
+  config.gridDimY = call.grid_y();
+  config.gridDimZ = call.grid_z();
+  config.blockDimX = call.block_x();
+  config.blockDimY = call.block_y();
+  config.blockDimZ = call.block_z();
+  config.sharedMemBytes = call.shared_mem_bytes();
+  config.hStream = stream;
+  config.attrs = attributes.data();
+  config.numAttrs = static_cast<unsigned>(attributes.size());
+  outcome.result = driver_.cuLaunchKernelEx(&config, found->second, nullptr, payload.empty() ? nullptr : extra);
+  return outcome;
+}
+
+bool Session::DecodeLaunchAttributes(
+    const flatbuffers::Vector<flatbuffers::Offset<wire::LaunchAttribute>>* encoded,
+    std::vector<CUlaunchAttribute>* attributes) {
+  if (encoded == nullptr) return true;
+  for (const wire::LaunchAttribute* entry : *encoded) {
+    CUlaunchAttribute attribute{};
+    attribute.id = static_cast<CUlaunchAttributeID>(entry->id());
+    if (entry->value() == nullptr || entry->value()->size() != sizeof(attribute.value)) return false;
+    std::memcpy(&attribute.value, entry->value()->data(), sizeof(attribute.value));
+    if (attribute.id == CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_EVENT ||
+        attribute.id == CU_LAUNCH_ATTRIBUTE_LAUNCH_COMPLETION_EVENT) {
+      auto event = events_.find(entry->event());
+      if (event == events_.end()) return false;
+      if (attribute.id == CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_EVENT) {
+        attribute.value.programmaticEvent.event = event->second;
+      } else {
+        attribute.value.launchCompletionEvent.event = event->second;
+      }
+    } else if (attribute.id == CU_LAUNCH_ATTRIBUTE_DEVICE_UPDATABLE_KERNEL_NODE) {
+      return false;  // carries a device-node handle out: not forwarded
+    }
+    attributes->push_back(attribute);
+  }
+  return true;
+}
+
+Session::Outcome Session::FunctionSetAttribute(const wire::FunctionSetAttribute& call) {
+  auto found = functions_.find(call.function());
+  if (found == functions_.end()) return {CUDA_ERROR_INVALID_HANDLE};
+  if (driver_.cuFuncSetAttribute == nullptr) return {CUDA_ERROR_NOT_SUPPORTED};
+  return {driver_.cuFuncSetAttribute(found->second, static_cast<CUfunction_attribute>(call.attribute()),
+                                     call.value())};
+}
+
+Session::Outcome Session::FunctionSetCacheConfig(const wire::FunctionSetCacheConfig& call) {
+  auto found = functions_.find(call.function());
+  if (found == functions_.end()) return {CUDA_ERROR_INVALID_HANDLE};
+  if (driver_.cuFuncSetCacheConfig == nullptr) return {CUDA_ERROR_NOT_SUPPORTED};
+  return {driver_.cuFuncSetCacheConfig(found->second, static_cast<CUfunc_cache>(call.config()))};
+}
+
+Session::Outcome Session::Occupancy(const wire::Occupancy& call) {
+  auto found = functions_.find(call.function());
+  if (found == functions_.end()) return {CUDA_ERROR_INVALID_HANDLE};
+  const CUfunction function = found->second;
+  int64_t value = 0;
+  CUresult result = CUDA_ERROR_NOT_SUPPORTED;
+  switch (call.query()) {
+    case wire::OccupancyQuery::MaxActiveBlocksPerMultiprocessor:
+      if (driver_.cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags != nullptr) {
+        int blocks = 0;
+        result = driver_.cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags(
+            &blocks, function, call.block_size(), call.dynamic_smem_bytes(), call.flags());
+        value = blocks;
+      }
+      break;
+    case wire::OccupancyQuery::AvailableDynamicSMemPerBlock:
+      if (driver_.cuOccupancyAvailableDynamicSMemPerBlock != nullptr) {
+        size_t bytes = 0;
+        result = driver_.cuOccupancyAvailableDynamicSMemPerBlock(&bytes, function, call.num_blocks(),
+                                                                  call.block_size());
+        value = static_cast<int64_t>(bytes);
+      }
+      break;
+    case wire::OccupancyQuery::MaxActiveClusters:
+    case wire::OccupancyQuery::MaxPotentialClusterSize: {
+      std::vector<CUlaunchAttribute> attributes;
+      if (!DecodeLaunchAttributes(call.attributes(), &attributes)) return {CUDA_ERROR_INVALID_VALUE};
+      CUlaunchConfig config{};
+      config.gridDimX = call.grid_x();
+      config.gridDimY = call.grid_y();
+      config.gridDimZ = call.grid_z();
+      config.blockDimX = call.block_x();
+      config.blockDimY = call.block_y();
+      config.blockDimZ = call.block_z();
+      config.sharedMemBytes = static_cast<unsigned>(call.dynamic_smem_bytes());
+      config.attrs = attributes.data();
+      config.numAttrs = static_cast<unsigned>(attributes.size());
+      int answer = 0;
+      if (call.query() == wire::OccupancyQuery::MaxActiveClusters) {
+        if (driver_.cuOccupancyMaxActiveClusters != nullptr) {
+          result = driver_.cuOccupancyMaxActiveClusters(&answer, function, &config);
+        }
+      } else if (driver_.cuOccupancyMaxPotentialClusterSize != nullptr) {
+        result = driver_.cuOccupancyMaxPotentialClusterSize(&answer, function, &config);
+      }
+      value = answer;
+      break;
+    }
+  }
+  Outcome outcome{result};
+  outcome.body = wire::CreateIntegerValue(builder_, value).Union();
+  outcome.body_type = wire::ReplyBody::IntegerValue;
   return outcome;
 }
 

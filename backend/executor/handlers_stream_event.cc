@@ -77,7 +77,10 @@ Session::Outcome Session::EventRecord(const wire::EventRecord& call) {
   if (event == events_.end()) return {CUDA_ERROR_INVALID_HANDLE};
   CUstream stream = nullptr;
   CUresult result = LookupStream(call.stream(), &stream);
-  if (result == CUDA_SUCCESS) result = driver_.cuEventRecord(event->second, stream);
+  if (result != CUDA_SUCCESS) return {result};
+  if (call.flags() == 0) return {driver_.cuEventRecord(event->second, stream)};
+  if (driver_.cuEventRecordWithFlags == nullptr) return {CUDA_ERROR_NOT_SUPPORTED};
+  result = driver_.cuEventRecordWithFlags(event->second, stream, call.flags());
   return {result};
 }
 

@@ -1,6 +1,8 @@
 // curelay-executor: owns one client session's real CUDA context. Started by curelay-backend (never by hand),
 // it loads the driver, binds its session endpoints, reports READY on the control descriptor, waits to be given a
 // session, serves that one client, and exits, which returns every GPU resource of the session to the driver.
+#include <execinfo.h>
+#include <signal.h>
 #include <unistd.h>
 
 #include <spdlog/spdlog.h>
@@ -40,6 +42,24 @@ bool ParseOptions(int argc, char** argv, Options* options) {
          options->control_fd >= 0;
 }
 
+// A crash of the executor ends only its session, but the backend log should say where it happened: the stack
+// goes to stderr (the backend's log), using only async-signal-safe calls, then the signal is re-raised.
+void ReportCrash(int signal_number) {
+  void* frames[64];
+  const int count = backtrace(frames, 64);
+  const char header[] = "curelay-executor: fatal signal; stack:\n";
+  (void)!write(STDERR_FILENO, header, sizeof(header) - 1);
+  backtrace_symbols_fd(frames, count, STDERR_FILENO);
+  signal(signal_number, SIG_DFL);
+  raise(signal_number);
+}
+
+void InstallCrashReport() {
+  void* warm_up[1];
+  backtrace(warm_up, 1);  // loads libgcc's unwinder now, not inside the handler
+  for (int signal_number : {SIGSEGV, SIGBUS, SIGILL, SIGFPE, SIGABRT}) signal(signal_number, ReportCrash);
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -52,6 +72,7 @@ int main(int argc, char** argv) {
     return 2;
   }
   ConfigureLogging("curelay-executor", options.log_level);
+  InstallCrashReport();
   backend::ControlLine control(options.control_fd);
 
   executor::Driver driver;

@@ -72,6 +72,8 @@ CUevent Session::FindEvent(uint64_t id) const {
 }
 
 CUresult Session::RecordMarker(CUstream stream, std::vector<CUevent>& markers) {
+  // On a capturing stream the record would be captured into the graph instead, and querying it would fail.
+  if (const CUresult refused = RefuseCapturingStream(stream); refused != CUDA_SUCCESS) return refused;
   CUevent marker = nullptr;
   CUresult result = driver_.cuEventCreate(&marker, CU_EVENT_DISABLE_TIMING);
   if (result != CUDA_SUCCESS) return result;
@@ -88,6 +90,7 @@ Session::Outcome Session::Defer(std::vector<CUevent> markers, uint64_t client_ev
 }
 
 bool Session::PollPendingWaits() {
+  const RelaxedCapture relaxed(*this);  // these queries are the executor's own, not the client's
   for (size_t i = 0; i < pending_waits_.size();) {
     PendingWait& wait = pending_waits_[i];
     CUresult result = CUDA_SUCCESS;
@@ -177,8 +180,10 @@ bool Session::Attach() {
                                                              options, &error);
       if (shm_channel_ == nullptr) spdlog::warn("shared memory refused, staying on ZeroMQ: {}", error);
     }
+    CUmoduleLoadingMode loading_mode = CU_MODULE_EAGER_LOADING;
+    if (driver_.cuModuleGetLoadingMode != nullptr) driver_.cuModuleGetLoadingMode(&loading_mode);
     outcome.body = wire::CreateAttachResult(builder_, version, count, builder_.CreateVector(texts),
-                                            shm_channel_ != nullptr)
+                                            shm_channel_ != nullptr, loading_mode)
                        .Union();
     outcome.body_type = wire::ReplyBody::AttachResult;
   }
@@ -201,9 +206,15 @@ bool Session::Handle(const wire::Request& request, std::span<const uint8_t> payl
                              request.call_type() != wire::Call::ContextDestroy &&
                              request.call_type() != wire::Call::LibraryLoad &&
                              request.call_type() != wire::Call::LibraryUnload &&
-                             request.call_type() != wire::Call::LibraryGetKernel;
+                             request.call_type() != wire::Call::LibraryGetKernel &&
+                             request.call_type() != wire::Call::ThreadCaptureMode &&
+                             request.call_type() != wire::Call::GraphCreate &&
+                             request.call_type() != wire::Call::GraphDestroy &&
+                             request.call_type() != wire::Call::GraphGetNodes &&
+                             request.call_type() != wire::Call::GraphExecDestroy;
   if (needs_context) outcome.result = MakeCurrent(request.context());
-  if (outcome.result == CUDA_SUCCESS) {
+  const bool during_capture = outcome.result == CUDA_SUCCESS && HandleDuringCapture(request, &outcome);
+  if (outcome.result == CUDA_SUCCESS && !during_capture) {
     switch (request.call_type()) {
 #define CURELAY_DISPATCH(name) \
   case wire::Call::name:       \
@@ -249,6 +260,25 @@ bool Session::Handle(const wire::Request& request, std::span<const uint8_t> payl
       CURELAY_DISPATCH(EventQuery)
       CURELAY_DISPATCH(EventElapsedTime)
       CURELAY_DISPATCH(EventDestroy)
+      CURELAY_DISPATCH(StreamBeginCapture)
+      CURELAY_DISPATCH(StreamEndCapture)
+      CURELAY_DISPATCH(StreamIsCapturing)
+      CURELAY_DISPATCH(StreamGetCaptureInfo)
+      CURELAY_DISPATCH(ThreadCaptureMode)
+      CURELAY_DISPATCH(GraphCreate)
+      CURELAY_DISPATCH(GraphDestroy)
+      CURELAY_DISPATCH(GraphGetNodes)
+      CURELAY_DISPATCH(GraphInstantiate)
+      CURELAY_DISPATCH(GraphExecDestroy)
+      CURELAY_DISPATCH(GraphLaunch)
+      CURELAY_DISPATCH(FunctionSetAttribute)
+      CURELAY_DISPATCH(FunctionSetCacheConfig)
+      CURELAY_DISPATCH(Occupancy)
+      CURELAY_DISPATCH(ContextLimit)
+      CURELAY_DISPATCH(PointerAttributes)
+      CURELAY_DISPATCH(HostRegister)
+      CURELAY_DISPATCH(HostUnregister)
+      CURELAY_DISPATCH(ClusterTopologyQuery)
 #undef CURELAY_DISPATCH
 #undef CURELAY_DISPATCH_PAYLOAD
       case wire::Call::ContextSynchronize:
@@ -325,6 +355,7 @@ CUresult Session::LookupStream(uint64_t wire_stream, CUstream* stream) {
 }
 
 void Session::ReleaseEverything() {
+  ReleaseGraphs();  // first: a capture in progress holds its stream
   // Process exit would release all of this too; doing it explicitly keeps a warm executor reusable later and
   // makes leaks visible to tools.
   for (auto& wait : pending_waits_) {
@@ -339,6 +370,7 @@ void Session::ReleaseEverything() {
     for (auto& [id, stream] : per_context) driver_.cuStreamDestroy(stream);
   }
   for (auto& [id, stream] : streams_) driver_.cuStreamDestroy(stream);
+  ReleaseHostRegistrations();
   for (auto& [ptr, bytes] : allocations_) driver_.cuMemFree(ptr);
   for (auto& [id, module] : modules_) driver_.cuModuleUnload(module);
   for (auto& [id, library] : libraries_) driver_.cuLibraryUnload(library);

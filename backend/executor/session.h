@@ -86,6 +86,18 @@ class Session {
   Outcome ModuleGetGlobal(const wire::ModuleGetGlobal& call);
   Outcome LaunchKernel(const wire::LaunchKernel& call, std::span<const uint8_t> payload);
   Outcome FunctionGetAttribute(const wire::FunctionGetAttribute& call);
+  Outcome FunctionSetAttribute(const wire::FunctionSetAttribute& call);
+  Outcome FunctionSetCacheConfig(const wire::FunctionSetCacheConfig& call);
+  Outcome Occupancy(const wire::Occupancy& call);
+  Outcome ContextLimit(const wire::ContextLimit& call);
+  Outcome PointerAttributes(const wire::PointerAttributes& call);
+  Outcome HostRegister(const wire::HostRegister& call);
+  Outcome HostUnregister(const wire::HostUnregister& call);
+  void ReleaseHostRegistrations();
+  // The driver's form of launch attributes that came over the wire; false if one is malformed.
+  bool DecodeLaunchAttributes(
+      const flatbuffers::Vector<flatbuffers::Offset<wire::LaunchAttribute>>* encoded,
+      std::vector<CUlaunchAttribute>* attributes);
   Outcome ContextQuery(const wire::ContextQuery& call);
   Outcome LibraryLoad(const wire::LibraryLoad& call, std::span<const uint8_t> payload);
   Outcome LibraryUnload(const wire::LibraryUnload& call);
@@ -106,6 +118,46 @@ class Session {
   Outcome EventQuery(const wire::EventQuery& call);
   Outcome EventElapsedTime(const wire::EventElapsedTime& call);
   Outcome EventDestroy(const wire::EventDestroy& call);
+  // Stream capture and graphs (handlers_graph.cc).
+  Outcome StreamBeginCapture(const wire::StreamBeginCapture& call);
+  Outcome StreamEndCapture(const wire::StreamEndCapture& call);
+  Outcome StreamIsCapturing(const wire::StreamIsCapturing& call);
+  Outcome StreamGetCaptureInfo(const wire::StreamGetCaptureInfo& call);
+  Outcome ThreadCaptureMode(const wire::ThreadCaptureMode& call);
+  Outcome GraphCreate(const wire::GraphCreate& call);
+  Outcome GraphDestroy(const wire::GraphDestroy& call);
+  Outcome GraphGetNodes(const wire::GraphGetNodes& call);
+  Outcome GraphInstantiate(const wire::GraphInstantiate& call);
+  Outcome GraphExecDestroy(const wire::GraphExecDestroy& call);
+  Outcome GraphLaunch(const wire::GraphLaunch& call);
+  // While captures are active, the requests whose usual handling would not be what the driver does during a
+  // capture: true when `outcome` is the answer (see handlers_graph.cc).
+  bool HandleDuringCapture(const wire::Request& request, Outcome* outcome);
+  // CUDA_SUCCESS if `stream` takes no part in a capture; otherwise the error a synchronizing operation gets there
+  // (the capture is then invalidated, as the driver does). Marker events are never recorded on a capturing stream.
+  CUresult RefuseCapturingStream(CUstream stream);
+  // The capture `stream` takes part in, if the executor began it (nullptr otherwise).
+  struct CaptureRecord;
+  CaptureRecord* CaptureOf(CUstream stream);
+  CUgraph FindGraph(uint64_t id);
+  uint64_t NodeId(uint64_t graph, CUgraphNode node);
+  flatbuffers::Offset<wire::GraphNodes> EncodeNodes(uint64_t graph, const CUgraphNode* nodes, size_t count);
+  void ForgetGraphNodes(uint64_t graph);
+  void ReleaseGraphs();
+  // While a capture is active, the executor's own bookkeeping (polling its marker events) runs in relaxed capture
+  // mode: it must never trip a capture's restrictions or invalidate it.
+  class RelaxedCapture {
+   public:
+    explicit RelaxedCapture(Session& session);
+    ~RelaxedCapture();
+
+   private:
+    Session& session_;
+    bool changed_ = false;
+    CUstreamCaptureMode previous_ = CU_STREAM_CAPTURE_MODE_GLOBAL;
+  };
+  // Slot 4 of the real driver's private ClusterPrototype table (handlers_export_tables.cc).
+  Outcome ClusterTopologyQuery(const wire::ClusterTopologyQuery& call);
 
   Driver& driver_;
   std::shared_ptr<transport::Channel> zmq_channel_;   // the session's ZeroMQ connection (always kept: liveness)
@@ -141,7 +193,27 @@ class Session {
   // Per-thread default streams, keyed by (context id, client thread index); created on first use.
   std::unordered_map<uint64_t, std::unordered_map<uint64_t, CUstream>> per_thread_streams_;
   std::unordered_map<CUdeviceptr, uint64_t> allocations_;
+  struct HostRegistration {
+    void* mapping;
+    uint64_t bytes;
+  };
+  std::unordered_map<CUdeviceptr, HostRegistration> host_registrations_;  // by device address
   std::unordered_map<int, int> primary_retains_;
+  // Captures begun by the client, by the driver's capture id.
+  struct CaptureRecord {
+    CUstream origin = nullptr;
+    uint64_t graph = 0;     // the client's id for the graph being captured
+    bool refused = false;   // the executor refused an operation in it: cuStreamEndCapture reports it invalidated
+  };
+  std::unordered_map<uint64_t, CaptureRecord> captures_;
+  // Client graph id -> graph, once created or captured (a graph still being captured is found through its capture).
+  std::unordered_map<uint64_t, CUgraph> graphs_;
+  std::unordered_map<uint64_t, CUgraphExec> graph_execs_;
+  // Graph nodes the client holds handles for: id -> node and back, and each graph's ids (dropped with the graph).
+  std::unordered_map<uint64_t, CUgraphNode> graph_nodes_;
+  std::unordered_map<CUgraphNode, uint64_t> graph_node_ids_;
+  std::unordered_map<uint64_t, std::vector<uint64_t>> nodes_of_graph_;
+  uint64_t next_graph_node_id_ = 1;
 };
 
 }  // namespace curelay::executor

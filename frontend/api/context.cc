@@ -1,6 +1,7 @@
 // Contexts. The per-thread context stack lives in the client (cuCtxGetCurrent never crosses the wire); every
 // request carries its thread's current context, and the executor makes that one current before the call.
 #include "frontend/api/api_support.h"
+#include "frontend/export_tables/context_local_storage.h"
 
 using namespace curelay;
 using namespace curelay::frontend;
@@ -53,6 +54,9 @@ CUresult cuCtxDestroy(CUcontext context) {
   if (result != CUDA_SUCCESS) return result;
   auto& stack = ContextStack();
   std::erase(stack, context);
+  // Context-local storage goes with the context; its destructors run on return, after the handle is gone.
+  ContextStorageRelease storage;
+  storage.Take(context);
   client->contexts.Destroy(context);
   return CUDA_SUCCESS;
 }
@@ -187,6 +191,7 @@ CUresult cuDevicePrimaryCtxRelease(CUdevice device) {
   Client* client;
   CURELAY_RETURN_IF_ERROR(RequireClient(&client));
   CURELAY_RETURN_IF_ERROR(RequireDevice(*client, device));
+  ContextStorageRelease storage;  // declared before the lock: the destructors run after it is dropped
   std::lock_guard<std::mutex> lock(client->primary_mutex());
   PrimaryContext& primary = client->primary_contexts()[device];
   if (primary.retains == 0) return CUDA_ERROR_INVALID_CONTEXT;
@@ -194,6 +199,7 @@ CUresult cuDevicePrimaryCtxRelease(CUdevice device) {
     auto& builder = Builder();
     const auto call = wire::CreatePrimaryContextRelease(builder, device).Union();
     CURELAY_RETURN_IF_ERROR(client->Call(builder, wire::Call::PrimaryContextRelease, call, {}, nullptr));
+    storage.Take(primary.context);  // the last release destroys the driver's primary context
   }
   --primary.retains;
   return CUDA_SUCCESS;
@@ -229,7 +235,12 @@ CUresult cuDevicePrimaryCtxReset(CUdevice device) {
   CURELAY_RETURN_IF_ERROR(RequireDevice(*client, device));
   auto& builder = Builder();
   const auto call = wire::CreatePrimaryContextReset(builder, device).Union();
-  return client->Call(builder, wire::Call::PrimaryContextReset, call, {}, nullptr);
+  CURELAY_RETURN_IF_ERROR(client->Call(builder, wire::Call::PrimaryContextReset, call, {}, nullptr));
+  // A reset destroys the primary context's state, its context-local storage included (destructors run on return).
+  ContextStorageRelease storage;
+  std::lock_guard<std::mutex> lock(client->primary_mutex());
+  storage.Take(client->primary_contexts()[device].context);
+  return CUDA_SUCCESS;
 }
 
 }  // extern "C"

@@ -33,16 +33,18 @@ CUresult cuEventCreate(CUevent* result_event, unsigned int flags) {
   return CUDA_SUCCESS;
 }
 
-CUresult cuEventRecord(CUevent event, CUstream stream) {
+CUresult cuEventRecordWithFlags(CUevent event, CUstream stream, unsigned int flags) {
   Client* client;
   CURELAY_RETURN_IF_ERROR(RequireEvent(&client, event));
   CURELAY_RETURN_IF_ERROR(RequireContext(&client));
   uint64_t wire_stream = 0;
   CURELAY_RETURN_IF_ERROR(WireStream(*client, stream, &wire_stream));
   auto& builder = Builder();
-  const auto call = wire::CreateEventRecord(builder, event->id, wire_stream).Union();
+  const auto call = wire::CreateEventRecord(builder, event->id, wire_stream, flags).Union();
   return client->Post(builder, wire::Call::EventRecord, call, {});
 }
+
+CUresult cuEventRecord(CUevent event, CUstream stream) { return cuEventRecordWithFlags(event, stream, 0); }
 
 CUresult cuEventSynchronize(CUevent event) {
   Client* client;

@@ -2,6 +2,7 @@
 // becomes a function in each context it is used in; the client caches that binding per context.
 #include "frontend/api/api_support.h"
 #include "frontend/api/library_kernels.h"
+#include "frontend/client/log.h"
 #include "frontend/module/image_size.h"
 #include "frontend/module/jit_options.h"
 
@@ -30,6 +31,20 @@ CUresult KernelFunction(Client& client, CUkernel kernel, CUfunction* function) {
   return CUDA_SUCCESS;
 }
 
+// The runtime passes CU_LIBRARY_BINARY_IS_PRESERVED (a promise that the image outlives the library, which lets the
+// driver skip a copy): harmless to drop, since the image is copied over the wire anyway. A host function and data
+// table (for cuLibraryGetUnifiedFunction) would point into the client and cannot be forwarded.
+CUresult CheckLibraryOptions(const CUlibraryOption* options, unsigned int count) {
+  if (count != 0 && options == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  for (unsigned int i = 0; i < count; ++i) {
+    if (options[i] == CU_LIBRARY_BINARY_IS_PRESERVED) continue;
+    Log().warn("cuLibraryLoad*: library option {} is not supported; answering CUDA_ERROR_NOT_SUPPORTED",
+               static_cast<int>(options[i]));
+    return CUDA_ERROR_NOT_SUPPORTED;
+  }
+  return CUDA_SUCCESS;
+}
+
 }  // namespace curelay::frontend
 
 extern "C" {
@@ -41,9 +56,8 @@ CUresult cuLibraryLoadData(CUlibrary* result_library, const void* code, CUjit_op
   Client* client;
   CURELAY_RETURN_IF_ERROR(RequireClient(&client));
   if (result_library == nullptr || code == nullptr) return CUDA_ERROR_INVALID_VALUE;
-  (void)library_options;
+  CURELAY_RETURN_IF_ERROR(CheckLibraryOptions(library_options, library_option_count));
   (void)library_option_values;
-  if (library_option_count != 0) return CUDA_ERROR_NOT_SUPPORTED;  // host-table and binary-retention options
   const auto image = ModuleImage(code, wire::kMaxPayloadBytes);
   if (image.empty()) return CUDA_ERROR_INVALID_IMAGE;
   auto& builder = Builder();

@@ -1,9 +1,14 @@
 // Device memory and copies. Host data crosses the wire as payload frames in chunks of wire::kCopyChunkBytes,
 // with at most wire::kCopyWindowChunks in flight, so memory held by a copy in transit stays bounded.
+#include <sys/mman.h>
+#include <unistd.h>
+
 #include <algorithm>
 #include <cstring>
 
 #include "frontend/api/api_support.h"
+#include "frontend/client/log.h"
+#include "transport/shm/shared_file.h"
 
 using namespace curelay;
 using namespace curelay::frontend;
@@ -102,6 +107,38 @@ CUresult SetMemory(CUdeviceptr dst, uint32_t value, uint8_t element_bytes, size_
   return client->Post(builder, wire::Call::Memset, call, {});
 }
 
+CUresult AllocateMappedHostMemory(Client& client, size_t bytes, unsigned int flags, void** ptr) {
+  if (client.same_host_directory().empty()) {
+    Log().warn("cuMemHostAlloc: mapped host memory (CU_MEMHOSTALLOC_DEVICEMAP) needs the backend on this host; "
+               "answering CUDA_ERROR_NOT_SUPPORTED");
+    return CUDA_ERROR_NOT_SUPPORTED;
+  }
+  const size_t page = static_cast<size_t>(sysconf(_SC_PAGESIZE));
+  const size_t rounded = (bytes + page - 1) / page * page;
+  std::string path, error;
+  void* memory = transport::CreateSharedFile(client.same_host_directory(), "hostmem", rounded, &path, &error);
+  if (memory == nullptr) {
+    Log().warn("cuMemHostAlloc: cannot create mapped host memory: {}", error);
+    return CUDA_ERROR_OUT_OF_MEMORY;
+  }
+  auto& builder = Builder();
+  const auto call = wire::CreateHostRegister(builder, builder.CreateString(path), rounded,
+                                             reinterpret_cast<uint64_t>(memory))
+                        .Union();
+  ReplyMessage reply;
+  CUresult result = client.Call(builder, wire::Call::HostRegister, call, {}, &reply);
+  unlink(path.c_str());  // normally the executor already did
+  const auto* pointer = result == CUDA_SUCCESS ? reply.reply->body_as_Pointer() : nullptr;
+  if (result == CUDA_SUCCESS && pointer == nullptr) result = CUDA_ERROR_UNKNOWN;
+  if (result != CUDA_SUCCESS) {
+    munmap(memory, rounded);
+    return result;
+  }
+  client.host_allocations.Adopt(memory, rounded, flags, pointer->ptr());
+  *ptr = memory;
+  return CUDA_SUCCESS;
+}
+
 }  // namespace
 
 extern "C" {
@@ -182,16 +219,23 @@ CUresult cuMemsetD32Async(CUdeviceptr dst, unsigned int value, size_t count, CUs
   return SetMemory(dst, value, 4, count, stream);
 }
 
-// Page-locked host memory. The client's memory is never DMA'd from directly (the data crosses the wire), so it is
-// ordinary page-aligned memory; what matters to callers is that it is host memory they may use at once.
-// Mapped (DEVICEMAP) memory needs the shared-memory path of a later issue and is refused clearly for now.
+// Page-locked host memory. With unified addressing the real driver maps every page-locked allocation for the
+// device (contexts map host memory by default), and runtimes rely on that: cudaPointerGetAttributes reports such
+// memory as pinned only if it has a device address. So when the executor is on this host, every allocation is a
+// file both map and the executor registers with its driver: kernels read and write it directly, as natively.
+// Over tcp:// nothing can be shared: plain allocations are ordinary page-aligned client memory (their data
+// crosses the wire like any host memory) and DEVICEMAP is refused with CUDA_ERROR_NOT_SUPPORTED.
 CUresult cuMemHostAlloc(void** ptr, size_t bytes, unsigned int flags) {
   Client* client;
   CURELAY_RETURN_IF_ERROR(RequireContext(&client));
   if (ptr == nullptr || bytes == 0) return CUDA_ERROR_INVALID_VALUE;
   constexpr unsigned int kKnown = CU_MEMHOSTALLOC_PORTABLE | CU_MEMHOSTALLOC_DEVICEMAP | CU_MEMHOSTALLOC_WRITECOMBINED;
   if ((flags & ~kKnown) != 0) return CUDA_ERROR_INVALID_VALUE;
-  if (flags & CU_MEMHOSTALLOC_DEVICEMAP) return CUDA_ERROR_NOT_SUPPORTED;
+  if ((flags & CU_MEMHOSTALLOC_DEVICEMAP) != 0 || !client->same_host_directory().empty()) {
+    const CUresult mapped = AllocateMappedHostMemory(*client, bytes, flags, ptr);
+    // Mapping was only a bonus where the application did not ask for it.
+    if (mapped == CUDA_SUCCESS || (flags & CU_MEMHOSTALLOC_DEVICEMAP) != 0) return mapped;
+  }
   return client->host_allocations.Allocate(bytes, flags, ptr);
 }
 
@@ -200,7 +244,24 @@ CUresult cuMemAllocHost(void** ptr, size_t bytes) { return cuMemHostAlloc(ptr, b
 CUresult cuMemFreeHost(void* ptr) {
   Client* client;
   CURELAY_RETURN_IF_ERROR(RequireClient(&client));
+  CUdeviceptr device_ptr = 0;
+  if (client->host_allocations.DevicePointer(ptr, &device_ptr) == CUDA_SUCCESS) {
+    // The executor lets go of its mapping first, so the device never reaches pages that are gone.
+    auto& builder = Builder();
+    const auto call = wire::CreateHostUnregister(builder, device_ptr).Union();
+    if (const CUresult result = client->Call(builder, wire::Call::HostUnregister, call, {}, nullptr);
+        result != CUDA_SUCCESS) {
+      return result;
+    }
+  }
   return client->host_allocations.Free(ptr);
+}
+
+CUresult cuMemHostGetDevicePointer(CUdeviceptr* device_ptr, void* ptr, unsigned int flags) {
+  Client* client;
+  CURELAY_RETURN_IF_ERROR(RequireContext(&client));
+  if (device_ptr == nullptr || flags != 0) return CUDA_ERROR_INVALID_VALUE;
+  return client->host_allocations.DevicePointer(ptr, device_ptr);
 }
 
 CUresult cuMemHostGetFlags(unsigned int* flags, void* ptr) {

@@ -130,18 +130,12 @@ CUresult cuFuncGetParamInfo(CUfunction function, size_t index, size_t* offset, s
   return CUDA_SUCCESS;
 }
 
-CUresult cuFuncGetAttribute(int* value, CUfunction_attribute attribute, CUfunction function) {
+// The executor's driver loads the modules, so its loading mode (from the executor's environment) is the answer.
+CUresult cuModuleGetLoadingMode(CUmoduleLoadingMode* mode) {
   Client* client;
-  CURELAY_RETURN_IF_ERROR(RequireContext(&client));
-  if (value == nullptr) return CUDA_ERROR_INVALID_VALUE;
-  if (function == nullptr || !client->functions.Contains(function)) return CUDA_ERROR_INVALID_HANDLE;
-  auto& builder = Builder();
-  const auto call = wire::CreateFunctionGetAttribute(builder, function->id, attribute).Union();
-  ReplyMessage reply;
-  CURELAY_RETURN_IF_ERROR(client->Call(builder, wire::Call::FunctionGetAttribute, call, {}, &reply));
-  const auto* answer = reply.reply->body_as_IntegerValue();
-  if (answer == nullptr) return CUDA_ERROR_UNKNOWN;
-  *value = static_cast<int>(answer->value());
+  CURELAY_RETURN_IF_ERROR(RequireClient(&client));
+  if (mode == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  *mode = client->module_loading_mode();
   return CUDA_SUCCESS;
 }
 

@@ -112,6 +112,23 @@ CUresult cuStreamGetPriority(CUstream stream, int* priority) {
   return CUDA_SUCCESS;
 }
 
+// Stream ids: a created stream's wire id (process-unique, never reused, as the driver's ids are).
+CUresult cuStreamGetId(CUstream stream, unsigned long long* id) {
+  const CUstream_st* object = nullptr;
+  CURELAY_RETURN_IF_ERROR(StreamProperties(stream, id, &object));
+  if (object != nullptr) {
+    *id = object->id;
+  } else {
+    // The legacy stream and the calling thread's per-thread stream: ids no created stream has (the top bit).
+    uint64_t wire_stream = 0;
+    Client* client;
+    CURELAY_RETURN_IF_ERROR(RequireContext(&client));
+    CURELAY_RETURN_IF_ERROR(WireStream(*client, stream, &wire_stream));
+    *id = (uint64_t{1} << 63) | wire_stream;
+  }
+  return CUDA_SUCCESS;
+}
+
 CUresult cuStreamGetCtx(CUstream stream, CUcontext* context) {
   const CUstream_st* object = nullptr;
   CURELAY_RETURN_IF_ERROR(StreamProperties(stream, context, &object));

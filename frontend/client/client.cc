@@ -174,8 +174,9 @@ CUresult Client::Connect() {
   // created here or opened there, the session simply stays on ZeroMQ.
   std::unique_ptr<transport::Channel> shm_channel;
   std::string shm_path;
+  if (ipc) same_host_directory_ = executor.substr(6, executor.rfind('/') - 6);
   if (ipc && !config.disable_shared_memory) {
-    const std::string directory = executor.substr(6, executor.rfind('/') - 6);
+    const std::string& directory = same_host_directory_;
     shm_channel = transport::CreateShmChannel(zmq_channel, directory, options, &shm_path, &error);
     if (shm_channel == nullptr) Log().info("shared memory unavailable ({}); using ZeroMQ", error);
   }
@@ -200,6 +201,7 @@ CUresult Client::Connect() {
   }
   if (reply->result() != CUDA_SUCCESS) return static_cast<CUresult>(reply->result());
   driver_version_ = reply->body_as_AttachResult()->driver_version();
+  module_loading_mode_ = static_cast<CUmoduleLoadingMode>(reply->body_as_AttachResult()->module_loading_mode());
   if (shm_channel != nullptr && reply->body_as_AttachResult()->shm_accepted()) {
     channel_ = std::move(shm_channel);
   } else {

@@ -90,6 +90,9 @@ class Client {
 
   const std::vector<DeviceInfo>& devices() const { return devices_; }
   int driver_version() const { return driver_version_; }
+  CUmoduleLoadingMode module_loading_mode() const { return module_loading_mode_; }
+  // The executor's directory when it runs on this host (ipc://), where files both map are made; else empty.
+  const std::string& same_host_directory() const { return same_host_directory_; }
   // The real driver's name and description of `code`, as learned at attach; false if it sent none.
   bool ErrorText(CUresult code, const char** name, const char** text) const;
   CUresult broken_result() const { return broken_.load(); }
@@ -133,6 +136,8 @@ class Client {
   std::atomic<CUresult> broken_{CUDA_SUCCESS};  // once set, every call fails with it (the session is gone)
 
   int driver_version_ = 0;
+  CUmoduleLoadingMode module_loading_mode_ = CU_MODULE_EAGER_LOADING;
+  std::string same_host_directory_;
   std::vector<DeviceInfo> devices_;
   struct ErrorTextEntry {
     std::string name, text;

@@ -24,6 +24,14 @@ class HandleRegistry {
     std::lock_guard<std::mutex> lock(mutex_);
     return live_.count(static_cast<T*>(const_cast<void*>(handle))) != 0;
   }
+  // The live object whose wire id is `id`, or null (a linear scan: for rare look-ups such as pointer attributes).
+  T* FindById(uint64_t id) const {
+    std::lock_guard<std::mutex> lock(mutex_);
+    for (T* object : live_) {
+      if (object->id == id) return object;
+    }
+    return nullptr;
+  }
   // Removes and frees the handle; false if it was not alive.
   bool Destroy(T* handle) {
     {

@@ -5,6 +5,7 @@
 
 #include <cuda.h>
 
+#include <atomic>
 #include <cstdint>
 #include <mutex>
 #include <string>
@@ -13,10 +14,20 @@
 
 #include "frontend/launch/argument_packing.h"
 
+namespace curelay::frontend {
+// Contexts' own numbering, apart from wire ids (which every kind of object shares): 1, 2, … in creation order, as
+// the driver numbers contexts for cuCtxGetId and the tools export table.
+inline uint64_t NextContextUniqueId() {
+  static std::atomic<uint64_t> next{1};
+  return next.fetch_add(1, std::memory_order_relaxed);
+}
+}  // namespace curelay::frontend
+
 struct CUctx_st {
   uint64_t id;
   CUdevice device;
   bool primary;
+  uint64_t unique_id = curelay::frontend::NextContextUniqueId();  // what cuCtxGetId answers
 };
 
 struct CUfunc_st {
@@ -24,6 +35,10 @@ struct CUfunc_st {
   CUmodule module;  // null for a function obtained from a library kernel
   std::string name;
   curelay::frontend::KernelParameters parameters;  // learned once, when the function is first looked up
+  // Attribute values read from the executor. They change only through cuFuncSetAttribute/cuKernelSetAttribute,
+  // which go through this shim and clear the cache, so a cached value is always current.
+  std::mutex attributes_mutex;
+  std::unordered_map<int, int> attributes;
 };
 
 struct CUmod_st {
@@ -59,4 +74,26 @@ struct CUlib_st {
   uint64_t id;
   std::mutex kernels_mutex;
   std::unordered_map<std::string, CUkernel> kernels;
+};
+
+// A graph: made by cuGraphCreate, or by a stream capture (from cuStreamBeginCapture on, so cuStreamGetCaptureInfo can
+// name it). Its nodes are client objects too, one per executor node id, living as long as the graph.
+struct CUgraphNode_st {
+  uint64_t id;  // the executor's id of the driver's node
+  CUgraph graph;
+  CUgraphNodeType type;
+};
+
+struct CUgraph_st {
+  uint64_t id;
+  std::mutex mutex;  // guards the fields below
+  bool capturing = false;  // a capture sequence is still building it
+  std::unordered_map<uint64_t, CUgraphNode> nodes;  // every node handle handed out, by id
+  bool nodes_complete = false;  // `all_nodes` is the full list (a finished graph does not change)
+  std::vector<CUgraphNode> all_nodes;
+};
+
+struct CUgraphExec_st {
+  uint64_t id;
+  unsigned long long flags;
 };

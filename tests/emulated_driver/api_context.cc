@@ -5,6 +5,7 @@
 #include "api_common.h"
 #include "context_api.h"
 #include "device_properties.h"
+#include "graph.h"
 
 namespace emu = curelay::emulated;
 
@@ -238,6 +239,7 @@ CUresult CUDAAPI cuCtxSynchronize(void) {
   return emu::Guard([&] {
     std::shared_ptr<emu::Context> ctx;
     if (CUresult r = emu::CurrentContext(&ctx, /*check_sticky=*/false); r != CUDA_SUCCESS) return r;
+    if (CUresult r = emu::CheckUnsafeCall(); r != CUDA_SUCCESS) return r;
     return emu::WaitAndCheck(ctx, ctx->last_seq.load());
   });
 }

@@ -4,6 +4,7 @@
 #include <memory>
 
 #include "api_common.h"
+#include "graph.h"
 
 namespace emu = curelay::emulated;
 
@@ -66,6 +67,12 @@ CUresult CUDAAPI cuEventRecord(CUevent hEvent, CUstream hStream) {
     if (CUresult r = emu::ResolveStream(hStream, &ctx, &stream); r != CUDA_SUCCESS) return r;
     // Event and stream must belong to the same context.
     if (event->ctx != ctx) return CUDA_ERROR_INVALID_HANDLE;
+    // On a capturing stream the record marks a point of the capture instead.
+    bool captured = false;
+    if (CUresult r = emu::CaptureEventRecord(ctx, stream.get(), event->handle, &captured);
+        r != CUDA_SUCCESS || captured) {
+      return r;
+    }
     std::lock_guard lock(event->mu);
     const uint64_t generation = ++event->generation;
     event->recorded = true;
@@ -90,6 +97,7 @@ CUresult CUDAAPI cuEventQuery(CUevent hEvent) {
     std::shared_ptr<emu::Event> event;
     if (CUresult r = emu::LookupEvent(hEvent, &event); r != CUDA_SUCCESS) return r;
     if (CUresult r = event->ctx->sticky(); r != CUDA_SUCCESS) return r;
+    if (CUresult r = emu::CheckEventSync(event->handle); r != CUDA_SUCCESS) return r;
     return emu::Completed(emu::Snapshot(*event)) ? CUDA_SUCCESS : CUDA_ERROR_NOT_READY;
   });
 }
@@ -98,6 +106,7 @@ CUresult CUDAAPI cuEventSynchronize(CUevent hEvent) {
   return emu::Guard([&] {
     std::shared_ptr<emu::Event> event;
     if (CUresult r = emu::LookupEvent(hEvent, &event); r != CUDA_SUCCESS) return r;
+    if (CUresult r = emu::CheckEventSync(event->handle); r != CUDA_SUCCESS) return r;
     const emu::EventState state = emu::Snapshot(*event);
     if (state.recorded) state.worker->Wait(state.seq);
     return event->ctx->sticky();

@@ -7,6 +7,7 @@
 #include "api_common.h"
 #include "device_access.h"
 #include "device_properties.h"
+#include "graph.h"
 #include "kernels.h"
 
 namespace emu = curelay::emulated;
@@ -95,13 +96,19 @@ CUresult Launch(CUfunction handle, const LaunchShape& shape, unsigned int shared
   }
   if (f->binding == nullptr) return CUDA_ERROR_NOT_SUPPORTED;  // no host implementation
   const int device = ctx->device;
-  SubmitOp(ctx, stream.get(), [f, params = std::move(params), shape, device] {
+  std::function<CUresult()> op = [f, params = std::move(params), shape, device] {
     Driver& driver = Driver::Get();
     DeviceAccess memory(driver.memory(), driver.host(), device);
     KernelArgs args(*f->info, params);
     KernelContext k{shape, args, memory, f->module->global_addresses};
     return f->binding->fn(k);
-  });
+  };
+  bool captured = false;
+  if (CUresult r = CaptureOp(ctx, stream.get(), CU_GRAPH_NODE_TYPE_KERNEL, op, &captured);
+      r != CUDA_SUCCESS || captured) {
+    return r;
+  }
+  SubmitOp(ctx, stream.get(), std::move(op));
   return CUDA_SUCCESS;
 }
 

@@ -11,22 +11,36 @@
 #include <new>
 
 #include "api_common.h"
+#include "graph.h"
 
 namespace emu = curelay::emulated;
 
 namespace curelay::emulated {
 namespace {
 
-// Queues a copy on the stream, pinning whatever device blocks it touches.
-uint64_t SubmitCopy(const std::shared_ptr<Context>& ctx, Stream* stream, void* dst,
-                    const void* src, size_t bytes, std::shared_ptr<Allocation> dst_pin,
-                    std::shared_ptr<Allocation> src_pin, std::shared_ptr<uint8_t[]> staging) {
-  return SubmitOp(ctx, stream,
-                  [dst, src, bytes, dst_pin = std::move(dst_pin), src_pin = std::move(src_pin),
-                   staging = std::move(staging)] {
-                    std::memmove(dst, src, bytes);
-                    return CUDA_SUCCESS;
-                  });
+// Queues a copy on the stream, pinning whatever device blocks it touches; on a capturing
+// stream the copy becomes a graph node instead (*seq 0). `sync`: a synchronous copy, which a
+// capture may forbid.
+CUresult SubmitCopy(const std::shared_ptr<Context>& ctx, Stream* stream, void* dst, const void* src,
+                    size_t bytes, std::shared_ptr<Allocation> dst_pin,
+                    std::shared_ptr<Allocation> src_pin, std::shared_ptr<uint8_t[]> staging,
+                    bool sync, uint64_t* seq) {
+  *seq = 0;
+  if (sync) {
+    if (CUresult r = CheckUnsafeCall(); r != CUDA_SUCCESS) return r;
+  }
+  std::function<CUresult()> op = [dst, src, bytes, dst_pin = std::move(dst_pin),
+                                  src_pin = std::move(src_pin), staging = std::move(staging)] {
+    std::memmove(dst, src, bytes);
+    return CUDA_SUCCESS;
+  };
+  bool captured = false;
+  if (CUresult r = CaptureOp(ctx, stream, CU_GRAPH_NODE_TYPE_MEMCPY, op, &captured);
+      r != CUDA_SUCCESS || captured) {
+    return r;
+  }
+  *seq = SubmitOp(ctx, stream, std::move(op));
+  return CUDA_SUCCESS;
 }
 
 CUresult CopyHtoD(CUdeviceptr dst, const void* src, size_t bytes, CUstream stream_handle,
@@ -42,24 +56,30 @@ CUresult CopyHtoD(CUdeviceptr dst, const void* src, size_t bytes, CUstream strea
   std::shared_ptr<Allocation> pin;
   if (CUresult r = ValidateDeviceRange(dst, bytes, &pin); r != CUDA_SUCCESS) return r;
   void* dst_ptr = reinterpret_cast<void*>(dst);
+  uint64_t seq = 0;
   if (!async) {
-    return WaitAndCheck(ctx, SubmitCopy(ctx, nullptr, dst_ptr, src, bytes, std::move(pin),
-                                        nullptr, nullptr));
+    if (CUresult r = SubmitCopy(ctx, nullptr, dst_ptr, src, bytes, std::move(pin), nullptr, nullptr,
+                                /*sync=*/true, &seq);
+        r != CUDA_SUCCESS) {
+      return r;
+    }
+    return WaitAndCheck(ctx, seq);
   }
   const auto src_addr = reinterpret_cast<uint64_t>(src);
   if (Driver::Get().host().Contains(src_addr, bytes)) {
-    // Page-locked source: the device reads it when the copy executes.
-    SubmitCopy(ctx, stream.get(), dst_ptr, src, bytes, std::move(pin), nullptr, nullptr);
-    return CUDA_SUCCESS;
+    // Page-locked source: the device reads it when the copy executes (at each replay, if
+    // captured).
+    return SubmitCopy(ctx, stream.get(), dst_ptr, src, bytes, std::move(pin), nullptr, nullptr,
+                      /*sync=*/false, &seq);
   }
-  // Pageable source: staged now, so the caller may reuse its buffer.
+  // Pageable source: not capturable; otherwise staged now, so the caller may reuse its buffer.
+  if (CUresult r = RefuseInCapture(stream.get()); r != CUDA_SUCCESS) return r;
   std::shared_ptr<uint8_t[]> staging(new (std::nothrow) uint8_t[bytes]);
   if (!staging) return CUDA_ERROR_OUT_OF_MEMORY;
   std::memcpy(staging.get(), src, bytes);
   const uint8_t* staged = staging.get();
-  SubmitCopy(ctx, stream.get(), dst_ptr, staged, bytes, std::move(pin), nullptr,
-             std::move(staging));
-  return CUDA_SUCCESS;
+  return SubmitCopy(ctx, stream.get(), dst_ptr, staged, bytes, std::move(pin), nullptr,
+                    std::move(staging), /*sync=*/false, &seq);
 }
 
 CUresult CopyDtoH(void* dst, CUdeviceptr src, size_t bytes, CUstream stream_handle, bool async) {
@@ -73,12 +93,19 @@ CUresult CopyDtoH(void* dst, CUdeviceptr src, size_t bytes, CUstream stream_hand
   if (dst == nullptr) return CUDA_ERROR_INVALID_VALUE;
   std::shared_ptr<Allocation> pin;
   if (CUresult r = ValidateDeviceRange(src, bytes, &pin); r != CUDA_SUCCESS) return r;
-  const uint64_t seq = SubmitCopy(ctx, stream.get(), dst, reinterpret_cast<const void*>(src),
-                                  bytes, nullptr, std::move(pin), nullptr);
-  // Only a page-locked destination lets the call return before the copy.
-  if (async && Driver::Get().host().Contains(reinterpret_cast<uint64_t>(dst), bytes)) {
-    return CUDA_SUCCESS;
+  const bool pinned_dst = Driver::Get().host().Contains(reinterpret_cast<uint64_t>(dst), bytes);
+  if (async && !pinned_dst) {
+    // Pageable: not capturable.
+    if (CUresult r = RefuseInCapture(stream.get()); r != CUDA_SUCCESS) return r;
   }
+  uint64_t seq = 0;
+  if (CUresult r = SubmitCopy(ctx, stream.get(), dst, reinterpret_cast<const void*>(src), bytes,
+                              nullptr, std::move(pin), nullptr, /*sync=*/!async, &seq);
+      r != CUDA_SUCCESS) {
+    return r;
+  }
+  // Only a page-locked destination lets the call return before the copy (or was captured).
+  if (async && pinned_dst) return CUDA_SUCCESS;
   return WaitAndCheck(ctx, seq);
 }
 
@@ -95,9 +122,13 @@ CUresult CopyDtoD(CUdeviceptr dst, CUdeviceptr src, size_t bytes, CUstream strea
   std::shared_ptr<Allocation> src_pin;
   if (CUresult r = ValidateDeviceRange(dst, bytes, &dst_pin); r != CUDA_SUCCESS) return r;
   if (CUresult r = ValidateDeviceRange(src, bytes, &src_pin); r != CUDA_SUCCESS) return r;
-  const uint64_t seq =
-      SubmitCopy(ctx, stream.get(), reinterpret_cast<void*>(dst), reinterpret_cast<const void*>(src),
-                 bytes, std::move(dst_pin), std::move(src_pin), nullptr);
+  uint64_t seq = 0;
+  if (CUresult r = SubmitCopy(ctx, stream.get(), reinterpret_cast<void*>(dst),
+                              reinterpret_cast<const void*>(src), bytes, std::move(dst_pin),
+                              std::move(src_pin), nullptr, /*sync=*/!async, &seq);
+      r != CUDA_SUCCESS) {
+    return r;
+  }
   return async ? CUDA_SUCCESS : WaitAndCheck(ctx, seq);
 }
 
@@ -115,7 +146,7 @@ CUresult Memset(CUdeviceptr dst, T value, size_t count, CUstream stream_handle, 
   std::shared_ptr<Allocation> pin;
   if (CUresult r = ValidateDeviceRange(dst, bytes, &pin); r != CUDA_SUCCESS) return r;
   const bool host_target = pin == nullptr;  // registered host memory
-  const uint64_t seq = SubmitOp(ctx, stream.get(), [dst, value, count, pin = std::move(pin)] {
+  std::function<CUresult()> op = [dst, value, count, pin = std::move(pin)] {
     T* p = reinterpret_cast<T*>(dst);
     if constexpr (sizeof(T) == 1) {
       std::memset(p, value, count);
@@ -123,7 +154,13 @@ CUresult Memset(CUdeviceptr dst, T value, size_t count, CUstream stream_handle, 
       for (size_t i = 0; i < count; ++i) p[i] = value;
     }
     return CUDA_SUCCESS;
-  });
+  };
+  bool captured = false;
+  if (CUresult r = CaptureOp(ctx, stream.get(), CU_GRAPH_NODE_TYPE_MEMSET, op, &captured);
+      r != CUDA_SUCCESS || captured) {
+    return r;
+  }
+  const uint64_t seq = SubmitOp(ctx, stream.get(), std::move(op));
   // Synchronous memsets only block when the target is pinned host memory.
   if (!async && host_target) return WaitAndCheck(ctx, seq);
   return CUDA_SUCCESS;
@@ -139,6 +176,7 @@ CUresult CUDAAPI cuMemAlloc(CUdeviceptr* dptr, size_t bytesize) {
     std::shared_ptr<emu::Context> ctx;
     if (CUresult r = emu::CurrentContext(&ctx); r != CUDA_SUCCESS) return r;
     if (dptr == nullptr || bytesize == 0) return CUDA_ERROR_INVALID_VALUE;
+    if (CUresult r = emu::CheckUnsafeCall(); r != CUDA_SUCCESS) return r;
     std::shared_ptr<emu::Allocation> allocation;
     if (CUresult r = emu::Driver::Get().memory().Allocate(ctx->device, bytesize, ctx->handle,
                                                           &allocation);
@@ -156,6 +194,7 @@ CUresult CUDAAPI cuMemFree(CUdeviceptr dptr) {
     if (CUresult r = emu::CurrentContext(&ctx, /*check_sticky=*/false); r != CUDA_SUCCESS) {
       return r;
     }
+    if (CUresult r = emu::CheckUnsafeCall(); r != CUDA_SUCCESS) return r;
     emu::Driver& driver = emu::Driver::Get();
     auto allocation = driver.memory().Find(dptr, 0);
     if (dptr == 0 || allocation == nullptr || allocation->base() != dptr) {
@@ -223,6 +262,18 @@ CUresult CUDAAPI cuMemHostUnregister(void* p) {
     if (CUresult r = emu::CurrentContext(&ctx); r != CUDA_SUCCESS) return r;
     if (p == nullptr) return CUDA_ERROR_INVALID_VALUE;
     return emu::Driver::Get().host().Unregister(reinterpret_cast<uint64_t>(p));
+  });
+}
+
+// Registered host memory is reached by kernels at its host address (unified addressing).
+CUresult CUDAAPI cuMemHostGetDevicePointer(CUdeviceptr* pdptr, void* p, unsigned int Flags) {
+  return emu::Guard([&] {
+    std::shared_ptr<emu::Context> ctx;
+    if (CUresult r = emu::CurrentContext(&ctx); r != CUDA_SUCCESS) return r;
+    if (pdptr == nullptr || Flags != 0) return CUDA_ERROR_INVALID_VALUE;
+    if (!emu::Driver::Get().host().Contains(reinterpret_cast<uint64_t>(p), 1)) return CUDA_ERROR_INVALID_VALUE;
+    *pdptr = reinterpret_cast<CUdeviceptr>(p);
+    return CUDA_SUCCESS;
   });
 }
 

@@ -6,6 +6,7 @@
 
 #include "api_common.h"
 #include "device_properties.h"
+#include "graph.h"
 
 namespace emu = curelay::emulated;
 
@@ -111,6 +112,7 @@ CUresult CUDAAPI cuStreamSynchronize(CUstream hStream) {
         r != CUDA_SUCCESS) {
       return r;
     }
+    if (CUresult r = emu::CheckStreamSync(ctx, stream.get()); r != CUDA_SUCCESS) return r;
     return emu::WaitAndCheck(ctx, emu::StreamTail(*ctx, stream.get()));
   });
 }
@@ -120,6 +122,7 @@ CUresult CUDAAPI cuStreamQuery(CUstream hStream) {
     std::shared_ptr<emu::Context> ctx;
     std::shared_ptr<emu::Stream> stream;
     if (CUresult r = emu::ResolveStream(hStream, &ctx, &stream); r != CUDA_SUCCESS) return r;
+    if (CUresult r = emu::CheckStreamSync(ctx, stream.get()); r != CUDA_SUCCESS) return r;
     if (!ctx->worker->Done(emu::StreamTail(*ctx, stream.get()))) return CUDA_ERROR_NOT_READY;
     return ctx->sticky();
   });
@@ -134,6 +137,11 @@ CUresult CUDAAPI cuStreamWaitEvent(CUstream hStream, CUevent hEvent, unsigned in
     if (CUresult r = emu::LookupEvent(hEvent, &event); r != CUDA_SUCCESS) return r;
     if (Flags != CU_EVENT_WAIT_DEFAULT && Flags != CU_EVENT_WAIT_EXTERNAL) {
       return CUDA_ERROR_INVALID_VALUE;
+    }
+    bool handled = false;  // by stream capture: a fork or join of a capture
+    if (CUresult r = emu::CaptureStreamWait(ctx, stream.get(), event->handle, Flags, &handled);
+        r != CUDA_SUCCESS || handled) {
+      return r;
     }
     emu::DeviceWorker* event_worker;
     uint64_t event_seq;

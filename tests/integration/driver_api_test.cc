@@ -494,11 +494,11 @@ TEST_F(DriverApiTest, ErrorStringsProcAddressAndUnsupportedEntryPoints) {
   EXPECT_EQ(table, nullptr);
 
   // An entry point the shim does not implement answers NOT_SUPPORTED, never success.
-  using GraphCreate = CUresult (*)(CUgraph*, unsigned int);
-  auto graph_create = reinterpret_cast<GraphCreate>(dlsym(RTLD_DEFAULT, "cuGraphCreate"));
-  ASSERT_NE(graph_create, nullptr);
-  CUgraph graph;
-  EXPECT_EQ(graph_create(&graph, 0), CUDA_ERROR_NOT_SUPPORTED);
+  using TexRefCreate = CUresult (*)(CUtexref*);
+  auto texref_create = reinterpret_cast<TexRefCreate>(dlsym(RTLD_DEFAULT, "cuTexRefCreate"));
+  ASSERT_NE(texref_create, nullptr);
+  CUtexref texref;
+  EXPECT_EQ(texref_create(&texref), CUDA_ERROR_NOT_SUPPORTED);
 }
 
 TEST_F(DriverApiTest, ModuleLoadersJitLogsAndFunctionAttributes) {
@@ -593,8 +593,6 @@ TEST_F(DriverApiTest, HostAllocations) {
   EXPECT_EQ(cuMemFreeHost(pinned), CUDA_ERROR_INVALID_VALUE);
   int stack_value = 0;
   EXPECT_EQ(cuMemHostGetFlags(&flags, &stack_value), CUDA_ERROR_INVALID_VALUE);
-  void* mapped = nullptr;
-  EXPECT_EQ(cuMemHostAlloc(&mapped, 4096, CU_MEMHOSTALLOC_DEVICEMAP), CUDA_ERROR_NOT_SUPPORTED);
 }
 
 TEST_F(DriverApiTest, LibraryApiAnswersNotSupportedWhereTheDriverLacksIt) {
@@ -605,6 +603,152 @@ TEST_F(DriverApiTest, LibraryApiAnswersNotSupportedWhereTheDriverLacksIt) {
   EXPECT_EQ(cuLibraryLoadData(&library, ptx.c_str(), nullptr, nullptr, 0, nullptr, nullptr, 0),
             CUDA_ERROR_NOT_SUPPORTED);
   EXPECT_EQ(cuLibraryUnload(library), CUDA_ERROR_INVALID_HANDLE);
+}
+
+TEST_F(DriverApiTest, LaunchKernelExAttributesOccupancyAndLimits) {
+  CUfunction add = Function("vector_add");
+  const int n = 4099;
+  std::vector<float> a(n, 1.5f), b(n), c(n);
+  std::iota(b.begin(), b.end(), 0.0f);
+  CUdeviceptr da, db, dc;
+  ASSERT_CU(cuMemAlloc(&da, n * 4));
+  ASSERT_CU(cuMemAlloc(&db, n * 4));
+  ASSERT_CU(cuMemAlloc(&dc, n * 4));
+  ASSERT_CU(cuMemcpyHtoD(da, a.data(), n * 4));
+  ASSERT_CU(cuMemcpyHtoD(db, b.data(), n * 4));
+  int count = n;
+  void* params[] = {&da, &db, &dc, &count};
+
+  // Attributes travel to the driver: priority and a 1x1x1 cluster are accepted, a cluster the emulated device
+  // cannot form is refused by it, and that refusal reaches the application at the next synchronizing call.
+  CUlaunchAttribute attributes[3] = {};
+  attributes[0].id = CU_LAUNCH_ATTRIBUTE_PRIORITY;
+  attributes[0].value.priority = 0;
+  attributes[1].id = CU_LAUNCH_ATTRIBUTE_IGNORE;
+  attributes[2].id = CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION;
+  attributes[2].value.clusterDim.x = attributes[2].value.clusterDim.y = attributes[2].value.clusterDim.z = 1;
+  CUlaunchConfig config{};
+  config.gridDimX = (n + 127) / 128;
+  config.gridDimY = config.gridDimZ = 1;
+  config.blockDimX = 128;
+  config.blockDimY = config.blockDimZ = 1;
+  config.attrs = attributes;
+  config.numAttrs = 3;
+  ASSERT_CU(cuLaunchKernelEx(&config, add, params, nullptr));
+  ASSERT_CU(cuMemcpyDtoH(c.data(), dc, n * 4));
+  for (int i = 0; i < n; ++i) ASSERT_EQ(c[i], a[i] + b[i]) << i;
+  attributes[2].value.clusterDim.x = 2;
+  ASSERT_CU(cuLaunchKernelEx(&config, add, params, nullptr));
+  EXPECT_EQ(cuCtxSynchronize(), CUDA_ERROR_NOT_SUPPORTED);
+  EXPECT_EQ(cuLaunchKernelEx(nullptr, add, params, nullptr), CUDA_ERROR_INVALID_VALUE);
+  config.attrs = nullptr;
+  EXPECT_EQ(cuLaunchKernelEx(&config, add, params, nullptr), CUDA_ERROR_INVALID_VALUE);
+  CUlaunchAttribute bad_event{};
+  bad_event.id = CU_LAUNCH_ATTRIBUTE_LAUNCH_COMPLETION_EVENT;
+  bad_event.value.launchCompletionEvent.event = reinterpret_cast<CUevent>(&bad_event);
+  config.attrs = &bad_event;
+  config.numAttrs = 1;
+  EXPECT_EQ(cuLaunchKernelEx(&config, add, params, nullptr), CUDA_ERROR_INVALID_HANDLE);
+
+  // Occupancy is the driver's answer; a shared memory request beyond the device's limit gives no block.
+  int blocks = -1;
+  ASSERT_CU(cuOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, add, 256, 0));
+  EXPECT_EQ(blocks, 8);
+  ASSERT_CU(cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags(&blocks, add, 256, 1 << 30, 0));
+  EXPECT_EQ(blocks, 0);
+  EXPECT_EQ(cuOccupancyMaxActiveBlocksPerMultiprocessor(nullptr, add, 256, 0), CUDA_ERROR_INVALID_VALUE);
+
+  // Function attributes: repeated reads agree (the second is answered from the client's cache).
+  int threads_first = 0, threads_again = 0;
+  ASSERT_CU(cuFuncGetAttribute(&threads_first, CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK, add));
+  ASSERT_CU(cuFuncGetAttribute(&threads_again, CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK, add));
+  EXPECT_EQ(threads_first, threads_again);
+  EXPECT_GT(threads_first, 0);
+  const char* name = nullptr;
+  ASSERT_CU(cuFuncGetName(&name, add));
+  EXPECT_STREQ(name, "vector_add");
+
+  // Context limits round-trip through the executor's driver.
+  size_t stack = 0;
+  ASSERT_CU(cuCtxGetLimit(&stack, CU_LIMIT_STACK_SIZE));
+  ASSERT_CU(cuCtxSetLimit(CU_LIMIT_STACK_SIZE, stack * 2));
+  size_t doubled = 0;
+  ASSERT_CU(cuCtxGetLimit(&doubled, CU_LIMIT_STACK_SIZE));
+  EXPECT_EQ(doubled, stack * 2);
+  ASSERT_CU(cuCtxSetLimit(CU_LIMIT_STACK_SIZE, stack));
+  size_t unused = 0;
+  EXPECT_EQ(cuCtxGetLimit(&unused, CU_LIMIT_MAX_L2_FETCH_GRANULARITY), CUDA_ERROR_UNSUPPORTED_LIMIT);
+
+  CUmoduleLoadingMode mode = CU_MODULE_LAZY_LOADING;
+  ASSERT_CU(cuModuleGetLoadingMode(&mode));
+  EXPECT_EQ(mode, CU_MODULE_EAGER_LOADING);  // what the emulated driver reports
+  CUdevice device = -1;
+  ASSERT_CU(cuCtxGetDevice_v2(&device, nullptr));
+  EXPECT_EQ(device, 0);
+  ASSERT_CU(cuCtxGetDevice_v2(&device, context_));
+  ASSERT_CU(cuCtxSynchronize_v2(context_));
+  for (CUdeviceptr p : {da, db, dc}) ASSERT_CU(cuMemFree(p));
+
+  // Pinned host memory of this client is described without a round trip, at any address inside it.
+  void* pinned = nullptr;
+  ASSERT_CU(cuMemAllocHost(&pinned, 10000));
+  unsigned int memory_type = 0;
+  size_t range = 0;
+  CUdeviceptr start = 0;
+  CUpointer_attribute asked[3] = {CU_POINTER_ATTRIBUTE_MEMORY_TYPE, CU_POINTER_ATTRIBUTE_RANGE_SIZE,
+                                  CU_POINTER_ATTRIBUTE_RANGE_START_ADDR};
+  void* answers[3] = {&memory_type, &range, &start};
+  ASSERT_CU(cuPointerGetAttributes(3, asked, answers, reinterpret_cast<CUdeviceptr>(pinned) + 123));
+  EXPECT_EQ(memory_type, static_cast<unsigned>(CU_MEMORYTYPE_HOST));
+  EXPECT_GE(range, 10000u);
+  EXPECT_EQ(start, reinterpret_cast<CUdeviceptr>(pinned));
+  EXPECT_EQ(cuPointerGetAttributes(0, asked, answers, start), CUDA_ERROR_INVALID_VALUE);
+  ASSERT_CU(cuMemFreeHost(pinned));
+}
+
+TEST_F(DriverApiTest, MappedHostMemoryIsSharedWithKernels) {
+  // Same-host sessions: a kernel writes through the device address, the application reads its own pages.
+  void* host = nullptr;
+  const size_t n = 5000;
+  ASSERT_CU(cuMemHostAlloc(&host, n * 4, CU_MEMHOSTALLOC_DEVICEMAP | CU_MEMHOSTALLOC_PORTABLE));
+  CUdeviceptr device = 0;
+  ASSERT_CU(cuMemHostGetDevicePointer(&device, host, 0));
+  EXPECT_NE(device, 0u);
+  CUdeviceptr inside = 0;
+  ASSERT_CU(cuMemHostGetDevicePointer(&inside, static_cast<char*>(host) + 400, 0));
+  EXPECT_EQ(inside, device + 400);
+  unsigned int flags = 0;
+  ASSERT_CU(cuMemHostGetFlags(&flags, host));
+  EXPECT_TRUE(flags & CU_MEMHOSTALLOC_DEVICEMAP);
+  CUfunction fill = Function("fill_u32");
+  unsigned int value = 0xfeedbeef;
+  unsigned long long count = n;
+  void* params[] = {&device, &value, &count};
+  ASSERT_CU(cuLaunchKernel(fill, (n + 127) / 128, 1, 1, 128, 1, 1, 0, nullptr, params, nullptr));
+  ASSERT_CU(cuCtxSynchronize());
+  const auto* words = static_cast<const unsigned int*>(host);
+  for (size_t i = 0; i < n; ++i) ASSERT_EQ(words[i], 0xfeedbeefu) << i;
+  // Copies between device memory and mapped host memory behave as with any host memory.
+  CUdeviceptr scratch;
+  ASSERT_CU(cuMemAlloc(&scratch, n * 4));
+  ASSERT_CU(cuMemsetD32(scratch, 7, n));
+  ASSERT_CU(cuMemcpyDtoH(host, scratch, n * 4));
+  EXPECT_EQ(words[n - 1], 7u);
+  CUdeviceptr described = 0;
+  CUpointer_attribute asked = CU_POINTER_ATTRIBUTE_DEVICE_POINTER;
+  void* answer = &described;
+  ASSERT_CU(cuPointerGetAttributes(1, &asked, &answer, reinterpret_cast<CUdeviceptr>(host)));
+  EXPECT_EQ(described, device);
+  ASSERT_CU(cuMemFree(scratch));
+  ASSERT_CU(cuMemFreeHost(host));
+  EXPECT_EQ(cuMemHostGetDevicePointer(&device, host, 0), CUDA_ERROR_INVALID_VALUE);
+
+  // As with unified addressing natively, pinned memory allocated without DEVICEMAP is mapped too.
+  void* plain = nullptr;
+  ASSERT_CU(cuMemAllocHost(&plain, 4096));
+  ASSERT_CU(cuMemHostGetDevicePointer(&device, plain, 0));
+  EXPECT_NE(device, 0u);
+  ASSERT_CU(cuMemFreeHost(plain));
 }
 
 }  // namespace

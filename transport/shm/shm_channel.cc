@@ -1,5 +1,7 @@
 #include "transport/shm/shm_channel.h"
 
+#include "transport/shm/shared_file.h"
+
 #include <fcntl.h>
 #include <sys/mman.h>
 #include <sys/random.h>
@@ -167,40 +169,12 @@ class ShmChannel final : public Channel {
   std::atomic<bool> peer_lost_{false};
 };
 
-void* MapShared(int fd, std::string* error) {
-  void* mapping = mmap(nullptr, MappingBytes(), PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-  if (mapping == MAP_FAILED) {
-    *error = std::string("mmap: ") + strerror(errno);
-    return nullptr;
-  }
-  return mapping;
-}
-
 }  // namespace
 
 std::unique_ptr<Channel> CreateShmChannel(std::shared_ptr<Channel> liveness, const std::string& directory,
                                           const ChannelOptions& options, std::string* path, std::string* error) {
-  uint64_t nonce = 0;
-  if (getrandom(&nonce, sizeof(nonce), 0) != sizeof(nonce)) nonce = static_cast<uint64_t>(getpid()) << 20;
-  char name[64];
-  std::snprintf(name, sizeof(name), "/shm-%d-%016llx", getpid(), static_cast<unsigned long long>(nonce));
-  *path = directory + name;
-  const int fd = open(path->c_str(), O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0600);
-  if (fd < 0) {
-    *error = "create " + *path + ": " + strerror(errno);
-    return nullptr;
-  }
-  void* mapping = nullptr;
-  if (ftruncate(fd, static_cast<off_t>(MappingBytes())) != 0) {
-    *error = std::string("ftruncate: ") + strerror(errno);
-  } else {
-    mapping = MapShared(fd, error);
-  }
-  close(fd);
-  if (mapping == nullptr) {
-    unlink(path->c_str());
-    return nullptr;
-  }
+  void* mapping = CreateSharedFile(directory, "shm", MappingBytes(), path, error);
+  if (mapping == nullptr) return nullptr;
   auto* header = new (mapping) SharedHeader{};
   header->ring_bytes = kShmRingBytes;
   std::atomic_thread_fence(std::memory_order_release);
@@ -211,26 +185,7 @@ std::unique_ptr<Channel> CreateShmChannel(std::shared_ptr<Channel> liveness, con
 std::unique_ptr<Channel> OpenShmChannel(std::shared_ptr<Channel> liveness, const std::string& path,
                                         const std::string& allowed_directory, const ChannelOptions& options,
                                         std::string* error) {
-  const auto slash = path.rfind('/');
-  if (slash == std::string::npos || path.substr(0, slash) != allowed_directory ||
-      path.find("/shm-", slash) != slash || path.find("..") != std::string::npos) {
-    *error = "shared memory path '" + path + "' is not a session file in " + allowed_directory;
-    return nullptr;
-  }
-  const int fd = open(path.c_str(), O_RDWR | O_CLOEXEC | O_NOFOLLOW);
-  if (fd < 0) {
-    *error = "open " + path + ": " + strerror(errno);
-    return nullptr;
-  }
-  struct stat info {};
-  void* mapping = nullptr;
-  if (fstat(fd, &info) != 0 || !S_ISREG(info.st_mode) || static_cast<uint64_t>(info.st_size) != MappingBytes()) {
-    *error = path + " is not a session file of the expected size";
-  } else {
-    mapping = MapShared(fd, error);
-  }
-  close(fd);
-  unlink(path.c_str());  // both sides hold the mapping; the name is no longer needed
+  void* mapping = OpenSharedFile(path, allowed_directory, "shm", MappingBytes(), error);
   if (mapping == nullptr) return nullptr;
   const auto* header = static_cast<const SharedHeader*>(mapping);
   if (header->magic != kMagic || header->ring_bytes != kShmRingBytes) {

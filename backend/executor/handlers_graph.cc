@@ -1,0 +1,435 @@
+// Stream capture and CUDA graphs. The capture is the real driver's: the client keeps sending launches, memsets and
+// copies for the capturing stream, and they are issued on the real stream, which records them into the graph.
+//
+// The executor issues every call of the session from one thread, which the driver sees as the thread of every
+// capture. Consequences handled here:
+// - a THREAD_LOCAL capture is begun RELAXED, so it does not restrict the calls of the session's other client
+//   threads (which natively run on other threads and are not restricted by it). The capturing thread's own
+//   potentially unsafe calls are then not refused either.
+// - the thread's interaction mode follows the client (ThreadCaptureMode: RELAXED while a client thread is), and the
+//   executor's own bookkeeping (polling the marker events of pending synchronizes) runs relaxed (RelaxedCapture),
+//   so it neither fails under a capture's restrictions nor invalidates the capture.
+// - cuStreamEndCapture's wrong-thread rule is checked by the client.
+#include <algorithm>
+
+#include "backend/executor/session.h"
+
+namespace curelay::executor {
+namespace {
+
+bool IsCaptureError(CUresult result) {
+  return result >= CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED && result <= CUDA_ERROR_STREAM_CAPTURE_WRONG_THREAD;
+}
+
+}  // namespace
+
+Session::RelaxedCapture::RelaxedCapture(Session& session) : session_(session) {
+  if (session_.captures_.empty() || session_.driver_.cuThreadExchangeStreamCaptureMode == nullptr) return;
+  CUstreamCaptureMode mode = CU_STREAM_CAPTURE_MODE_RELAXED;
+  if (session_.driver_.cuThreadExchangeStreamCaptureMode(&mode) == CUDA_SUCCESS) {
+    previous_ = mode;
+    changed_ = true;
+  }
+}
+
+Session::RelaxedCapture::~RelaxedCapture() {
+  if (!changed_) return;
+  CUstreamCaptureMode mode = previous_;
+  session_.driver_.cuThreadExchangeStreamCaptureMode(&mode);
+}
+
+Session::CaptureRecord* Session::CaptureOf(CUstream stream) {
+  if (captures_.empty() || driver_.cuStreamGetCaptureInfo == nullptr) return nullptr;
+  CUstreamCaptureStatus status = CU_STREAM_CAPTURE_STATUS_NONE;
+  cuuint64_t id = 0;
+  if (driver_.cuStreamGetCaptureInfo(stream, &status, &id, nullptr, nullptr, nullptr, nullptr) != CUDA_SUCCESS ||
+      status == CU_STREAM_CAPTURE_STATUS_NONE) {
+    return nullptr;
+  }
+  const auto found = captures_.find(id);
+  return found != captures_.end() ? &found->second : nullptr;
+}
+
+CUresult Session::RefuseCapturingStream(CUstream stream) {
+  if (captures_.empty() || driver_.cuStreamIsCapturing == nullptr) return CUDA_SUCCESS;
+  CUstreamCaptureStatus status = CU_STREAM_CAPTURE_STATUS_NONE;
+  // The legacy stream answers CUDA_ERROR_STREAM_CAPTURE_IMPLICIT while a blocking stream captures.
+  if (const CUresult result = driver_.cuStreamIsCapturing(stream, &status); result != CUDA_SUCCESS) return result;
+  if (status == CU_STREAM_CAPTURE_STATUS_NONE) return CUDA_SUCCESS;
+  if (status == CU_STREAM_CAPTURE_STATUS_INVALIDATED) return CUDA_ERROR_STREAM_CAPTURE_INVALIDATED;
+  if (CaptureRecord* record = CaptureOf(stream); record != nullptr) record->refused = true;
+  return CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
+}
+
+bool Session::HandleDuringCapture(const wire::Request& request, Outcome* outcome) {
+  if (captures_.empty()) return false;
+  switch (request.call_type()) {
+    case wire::Call::MemcpyHtoD:
+    case wire::Call::MemcpyDtoH: {
+      // A captured host-to-device copy would read the executor's receive buffer (reused at once) at every replay,
+      // and a captured device-to-host copy would write into a staging buffer that goes back to the pool: neither
+      // can be replayed correctly, so both are refused as the driver refuses capture-unsafe operations (natively,
+      // pageable host memory is not capturable either).
+      const auto* htod = request.call_as_MemcpyHtoD();
+      const auto* dtoh = request.call_as_MemcpyDtoH();
+      if (!(htod != nullptr ? htod->async() : dtoh->async())) return false;
+      CUstream stream = nullptr;
+      // A bad stream is the handler's to report; the legacy stream never captures (the driver judges its implicit
+      // dependencies on capturing streams itself).
+      if (LookupStream(htod != nullptr ? htod->stream() : dtoh->stream(), &stream) != CUDA_SUCCESS ||
+          stream == nullptr) {
+        return false;
+      }
+      const CUresult refused = RefuseCapturingStream(stream);
+      if (refused == CUDA_SUCCESS) return false;
+      *outcome = Outcome(refused);
+      return true;
+    }
+    // Synchronizes are normally answered from marker events the executor records and polls, which would get in a
+    // capture's way: a capturing stream must take no markers, and querying it invalidates the capture. While a
+    // capture is active the real synchronize runs instead. The driver refuses it where the capture forbids it
+    // (invalidating the capture, as natively) and otherwise waits, blocking the session's thread meanwhile.
+    case wire::Call::StreamSynchronize: {
+      CUstream stream = nullptr;
+      CUresult result = LookupStream(request.call_as_StreamSynchronize()->stream(), &stream);
+      if (result == CUDA_SUCCESS) result = driver_.cuStreamSynchronize(stream);
+      *outcome = Outcome(TakeDeferred(result));
+      return true;
+    }
+    case wire::Call::ContextSynchronize:
+      *outcome = Outcome(TakeDeferred(driver_.cuCtxSynchronize()));
+      return true;
+    case wire::Call::EventSynchronize: {
+      const auto event = events_.find(request.call_as_EventSynchronize()->event());
+      *outcome = event == events_.end() ? Outcome(CUDA_ERROR_INVALID_HANDLE)
+                                        : Outcome(TakeDeferred(driver_.cuEventSynchronize(event->second)));
+      return true;
+    }
+    case wire::Call::StreamDestroy: {
+      // A capture whose origin stream goes away ends with it; the executor no longer tracks it (the driver
+      // terminates it).
+      const auto stream = streams_.find(request.call_as_StreamDestroy()->stream());
+      if (stream == streams_.end()) return false;
+      for (auto record = captures_.begin(); record != captures_.end();) {
+        if (record->second.origin != stream->second) {
+          ++record;
+          continue;
+        }
+        ForgetGraphNodes(record->second.graph);
+        record = captures_.erase(record);
+      }
+      return false;  // the destroy itself is the usual one
+    }
+    default:
+      return false;
+  }
+}
+
+CUgraph Session::FindGraph(uint64_t id) {
+  // A graph still being captured into: the driver's current one (it may replace or drop it on errors).
+  for (const auto& [capture, record] : captures_) {
+    if (record.graph != id) continue;
+    CUstreamCaptureStatus status = CU_STREAM_CAPTURE_STATUS_NONE;
+    CUgraph graph = nullptr;
+    if (driver_.cuStreamGetCaptureInfo(record.origin, &status, nullptr, &graph, nullptr, nullptr, nullptr) !=
+            CUDA_SUCCESS ||
+        status != CU_STREAM_CAPTURE_STATUS_ACTIVE) {
+      return nullptr;
+    }
+    return graph;
+  }
+  const auto found = graphs_.find(id);
+  return found != graphs_.end() ? found->second : nullptr;
+}
+
+uint64_t Session::NodeId(uint64_t graph, CUgraphNode node) {
+  if (const auto found = graph_node_ids_.find(node); found != graph_node_ids_.end()) return found->second;
+  const uint64_t id = next_graph_node_id_++;
+  graph_node_ids_.emplace(node, id);
+  graph_nodes_.emplace(id, node);
+  nodes_of_graph_[graph].push_back(id);
+  return id;
+}
+
+flatbuffers::Offset<wire::GraphNodes> Session::EncodeNodes(uint64_t graph, const CUgraphNode* nodes, size_t count) {
+  std::vector<uint64_t> ids;
+  std::vector<int32_t> types;
+  for (size_t i = 0; i < count; ++i) {
+    CUgraphNodeType type = CU_GRAPH_NODE_TYPE_EMPTY;
+    if (driver_.cuGraphNodeGetType != nullptr) driver_.cuGraphNodeGetType(nodes[i], &type);
+    ids.push_back(NodeId(graph, nodes[i]));
+    types.push_back(type);
+  }
+  return wire::CreateGraphNodes(builder_, builder_.CreateVector(ids), builder_.CreateVector(types));
+}
+
+void Session::ForgetGraphNodes(uint64_t graph) {
+  const auto found = nodes_of_graph_.find(graph);
+  if (found == nodes_of_graph_.end()) return;
+  for (uint64_t id : found->second) {
+    graph_node_ids_.erase(graph_nodes_.at(id));
+    graph_nodes_.erase(id);
+  }
+  nodes_of_graph_.erase(found);
+}
+
+Session::Outcome Session::ThreadCaptureMode(const wire::ThreadCaptureMode& call) {
+  if (driver_.cuThreadExchangeStreamCaptureMode == nullptr) return {CUDA_SUCCESS};  // nothing to restrict
+  auto mode = static_cast<CUstreamCaptureMode>(call.mode());
+  return {driver_.cuThreadExchangeStreamCaptureMode(&mode)};
+}
+
+Session::Outcome Session::StreamBeginCapture(const wire::StreamBeginCapture& call) {
+  if (driver_.cuStreamBeginCapture == nullptr || driver_.cuStreamGetCaptureInfo == nullptr ||
+      driver_.cuStreamEndCapture == nullptr) {
+    return {CUDA_ERROR_NOT_SUPPORTED};
+  }
+  const bool graph_in_use = graphs_.count(call.graph()) != 0 ||
+                            std::any_of(captures_.begin(), captures_.end(),
+                                        [&](const auto& entry) { return entry.second.graph == call.graph(); });
+  if (call.graph() == 0 || graph_in_use) return {CUDA_ERROR_INVALID_VALUE};
+  CUstream stream = nullptr;
+  CUresult result = LookupStream(call.stream(), &stream);
+  if (result != CUDA_SUCCESS) return {result};
+  auto mode = static_cast<CUstreamCaptureMode>(call.mode());
+  if (mode == CU_STREAM_CAPTURE_MODE_THREAD_LOCAL) mode = CU_STREAM_CAPTURE_MODE_RELAXED;  // see the file comment
+  result = driver_.cuStreamBeginCapture(stream, mode);
+  if (result != CUDA_SUCCESS) return {result};
+  CUstreamCaptureStatus status = CU_STREAM_CAPTURE_STATUS_NONE;
+  cuuint64_t id = 0;
+  result = driver_.cuStreamGetCaptureInfo(stream, &status, &id, nullptr, nullptr, nullptr, nullptr);
+  if (result != CUDA_SUCCESS) {
+    CUgraph graph = nullptr;
+    if (driver_.cuStreamEndCapture(stream, &graph) == CUDA_SUCCESS && graph != nullptr &&
+        driver_.cuGraphDestroy != nullptr) {
+      driver_.cuGraphDestroy(graph);
+    }
+    return {result};
+  }
+  captures_[id] = {stream, call.graph(), false};
+  return {CUDA_SUCCESS};
+}
+
+Session::Outcome Session::StreamEndCapture(const wire::StreamEndCapture& call) {
+  if (driver_.cuStreamEndCapture == nullptr || driver_.cuStreamIsCapturing == nullptr) {
+    return {CUDA_ERROR_NOT_SUPPORTED};
+  }
+  CUstream stream = nullptr;
+  CUresult result = LookupStream(call.stream(), &stream);
+  if (result != CUDA_SUCCESS) return {result};
+  const auto record = std::find_if(captures_.begin(), captures_.end(),
+                                   [&](const auto& entry) { return entry.second.origin == stream; });
+  CUgraph graph = nullptr;
+  result = driver_.cuStreamEndCapture(stream, &graph);
+  bool ended = false;
+  if (record != captures_.end()) {
+    CUstreamCaptureStatus status = CU_STREAM_CAPTURE_STATUS_ACTIVE;
+    ended = driver_.cuStreamIsCapturing(stream, &status) == CUDA_SUCCESS && status == CU_STREAM_CAPTURE_STATUS_NONE;
+  }
+  const auto destroy = [&] {
+    if (graph != nullptr && driver_.cuGraphDestroy != nullptr) driver_.cuGraphDestroy(graph);
+    graph = nullptr;
+  };
+  if (!ended) {
+    destroy();  // a capture the client never began (cannot happen): nobody could name its graph
+  } else {
+    const uint64_t graph_id = record->second.graph;
+    const bool refused = record->second.refused;
+    captures_.erase(record);
+    if (result == CUDA_SUCCESS && refused) {
+      destroy();
+      result = CUDA_ERROR_STREAM_CAPTURE_INVALIDATED;
+    }
+    if (result == CUDA_SUCCESS) {
+      // Posted work that failed during the capture (natively that call itself would have failed): this synchronous
+      // call is the first that can report it, and the graph it belongs to is discarded.
+      result = TakeDeferred(CUDA_SUCCESS);
+      if (result != CUDA_SUCCESS) destroy();
+    } else if (IsCaptureError(deferred_error_)) {
+      deferred_error_ = CUDA_SUCCESS;  // what invalidated the capture, reported now as its invalidation
+    }
+    if (graph != nullptr) {
+      graphs_[graph_id] = graph;
+    } else {
+      ForgetGraphNodes(graph_id);  // the driver destroyed the graph with the capture
+    }
+  }
+  Outcome outcome(result);
+  outcome.body = wire::CreateIntegerValue(builder_, ended ? 1 : 0).Union();
+  outcome.body_type = wire::ReplyBody::IntegerValue;
+  return outcome;
+}
+
+Session::Outcome Session::StreamIsCapturing(const wire::StreamIsCapturing& call) {
+  if (driver_.cuStreamIsCapturing == nullptr) return {CUDA_ERROR_NOT_SUPPORTED};
+  CUstream stream = nullptr;
+  CUresult result = LookupStream(call.stream(), &stream);
+  if (result != CUDA_SUCCESS) return {result};
+  CUstreamCaptureStatus status = CU_STREAM_CAPTURE_STATUS_NONE;
+  result = driver_.cuStreamIsCapturing(stream, &status);
+  if (result != CUDA_SUCCESS) return {result};
+  if (status == CU_STREAM_CAPTURE_STATUS_ACTIVE) {
+    if (const CaptureRecord* record = CaptureOf(stream); record != nullptr && record->refused) {
+      status = CU_STREAM_CAPTURE_STATUS_INVALIDATED;
+    }
+  }
+  Outcome outcome;
+  outcome.body = wire::CreateIntegerValue(builder_, status).Union();
+  outcome.body_type = wire::ReplyBody::IntegerValue;
+  return outcome;
+}
+
+Session::Outcome Session::StreamGetCaptureInfo(const wire::StreamGetCaptureInfo& call) {
+  if (driver_.cuStreamGetCaptureInfo == nullptr) return {CUDA_ERROR_NOT_SUPPORTED};
+  CUstream stream = nullptr;
+  CUresult result = LookupStream(call.stream(), &stream);
+  if (result != CUDA_SUCCESS) return {result};
+  CUstreamCaptureStatus status = CU_STREAM_CAPTURE_STATUS_NONE;
+  cuuint64_t id = 0;
+  CUgraph graph = nullptr;
+  const CUgraphNode* dependencies = nullptr;
+  const CUgraphEdgeData* edges = nullptr;
+  size_t count = 0;
+  result = driver_.cuStreamGetCaptureInfo(stream, &status, &id, &graph, call.dependencies() ? &dependencies : nullptr,
+                                          call.edges() ? &edges : nullptr, &count);
+  if (result != CUDA_SUCCESS) return {result};
+  uint64_t graph_id = 0;
+  if (status == CU_STREAM_CAPTURE_STATUS_ACTIVE) {
+    if (const auto found = captures_.find(id); found != captures_.end()) {
+      graph_id = found->second.graph;
+      if (found->second.refused) status = CU_STREAM_CAPTURE_STATUS_INVALIDATED;
+    }
+  }
+  flatbuffers::Offset<wire::GraphNodes> nodes;
+  flatbuffers::Offset<flatbuffers::Vector<uint8_t>> edge_bytes;
+  if (status == CU_STREAM_CAPTURE_STATUS_ACTIVE && graph_id != 0) {
+    if (dependencies != nullptr) nodes = EncodeNodes(graph_id, dependencies, count);
+    if (edges != nullptr) {
+      edge_bytes = builder_.CreateVector(reinterpret_cast<const uint8_t*>(edges), count * sizeof(CUgraphEdgeData));
+    }
+  }
+  Outcome outcome;
+  outcome.body = wire::CreateCaptureInfo(builder_, status, id, graph_id, nodes, edge_bytes).Union();
+  outcome.body_type = wire::ReplyBody::CaptureInfo;
+  return outcome;
+}
+
+Session::Outcome Session::GraphCreate(const wire::GraphCreate& call) {
+  if (driver_.cuGraphCreate == nullptr) return {CUDA_ERROR_NOT_SUPPORTED};
+  if (call.graph() == 0 || FindGraph(call.graph()) != nullptr) return {CUDA_ERROR_INVALID_VALUE};
+  CUgraph graph = nullptr;
+  const CUresult result = driver_.cuGraphCreate(&graph, call.flags());
+  if (result == CUDA_SUCCESS) graphs_[call.graph()] = graph;
+  return {result};
+}
+
+Session::Outcome Session::GraphDestroy(const wire::GraphDestroy& call) {
+  const auto found = graphs_.find(call.graph());
+  if (found == graphs_.end() || driver_.cuGraphDestroy == nullptr) return {CUDA_ERROR_INVALID_VALUE};
+  const CUresult result = driver_.cuGraphDestroy(found->second);
+  graphs_.erase(found);
+  ForgetGraphNodes(call.graph());
+  return {result};
+}
+
+Session::Outcome Session::GraphGetNodes(const wire::GraphGetNodes& call) {
+  if (driver_.cuGraphGetNodes == nullptr) return {CUDA_ERROR_NOT_SUPPORTED};
+  CUgraph graph = FindGraph(call.graph());
+  if (graph == nullptr) return {CUDA_ERROR_INVALID_VALUE};
+  size_t count = 0;
+  CUresult result = driver_.cuGraphGetNodes(graph, nullptr, &count);
+  std::vector<CUgraphNode> nodes(count);
+  if (result == CUDA_SUCCESS && count != 0) result = driver_.cuGraphGetNodes(graph, nodes.data(), &count);
+  if (result != CUDA_SUCCESS) return {result};
+  Outcome outcome;
+  outcome.body = EncodeNodes(call.graph(), nodes.data(), std::min(count, nodes.size())).Union();
+  outcome.body_type = wire::ReplyBody::GraphNodes;
+  return outcome;
+}
+
+Session::Outcome Session::GraphInstantiate(const wire::GraphInstantiate& call) {
+  CUgraph graph = FindGraph(call.graph());
+  if (graph == nullptr || call.exec() == 0 || graph_execs_.count(call.exec()) != 0) {
+    return {CUDA_ERROR_INVALID_VALUE};
+  }
+  CUgraphExec exec = nullptr;
+  CUresult result;
+  int32_t result_info = CUDA_GRAPH_INSTANTIATE_SUCCESS;
+  flatbuffers::Offset<wire::GraphNodes> error_node;
+  if (call.with_params()) {
+    if (driver_.cuGraphInstantiateWithParams == nullptr) return {CUDA_ERROR_NOT_SUPPORTED};
+    CUDA_GRAPH_INSTANTIATE_PARAMS params{};
+    params.flags = call.flags();
+    result = LookupStream(call.upload_stream(), &params.hUploadStream);
+    if (result != CUDA_SUCCESS) return {result};
+    result = driver_.cuGraphInstantiateWithParams(&exec, graph, &params);
+    result_info = params.result_out;
+    if (params.hErrNode_out != nullptr) error_node = EncodeNodes(call.graph(), &params.hErrNode_out, 1);
+  } else {
+    if (driver_.cuGraphInstantiateWithFlags == nullptr) return {CUDA_ERROR_NOT_SUPPORTED};
+    result = driver_.cuGraphInstantiateWithFlags(&exec, graph, call.flags());
+    if (result != CUDA_SUCCESS) result_info = CUDA_GRAPH_INSTANTIATE_ERROR;
+  }
+  if (result == CUDA_SUCCESS) graph_execs_[call.exec()] = exec;
+  Outcome outcome(result);
+  outcome.body = wire::CreateGraphInstantiateInfo(builder_, result_info, error_node).Union();
+  outcome.body_type = wire::ReplyBody::GraphInstantiateInfo;
+  return outcome;
+}
+
+Session::Outcome Session::GraphExecDestroy(const wire::GraphExecDestroy& call) {
+  const auto found = graph_execs_.find(call.exec());
+  if (found == graph_execs_.end() || driver_.cuGraphExecDestroy == nullptr) return {CUDA_ERROR_INVALID_VALUE};
+  const CUresult result = driver_.cuGraphExecDestroy(found->second);
+  graph_execs_.erase(found);
+  return {result};
+}
+
+Session::Outcome Session::GraphLaunch(const wire::GraphLaunch& call) {
+  const auto found = graph_execs_.find(call.exec());
+  if (found == graph_execs_.end()) return {CUDA_ERROR_INVALID_VALUE};
+  const auto launch = call.upload() ? driver_.cuGraphUpload : driver_.cuGraphLaunch;
+  if (launch == nullptr) return {CUDA_ERROR_NOT_SUPPORTED};
+  CUstream stream = nullptr;
+  const CUresult result = LookupStream(call.stream(), &stream);
+  if (result != CUDA_SUCCESS) return {result};
+  return {launch(found->second, stream)};
+}
+
+void Session::ReleaseGraphs() {
+  // Captures still in progress end first (their graphs die with them), then executable graphs, then graphs. A
+  // capture whose stream the client destroyed is left to the driver.
+  const auto stream_alive = [&](CUstream stream) {
+    for (const auto& [id, live] : streams_) {
+      if (live == stream) return true;
+    }
+    for (const auto& [context, per_context] : per_thread_streams_) {
+      for (const auto& [thread, live] : per_context) {
+        if (live == stream) return true;
+      }
+    }
+    return false;
+  };
+  for (auto& [id, record] : captures_) {
+    CUgraph graph = nullptr;
+    if (driver_.cuStreamEndCapture != nullptr && stream_alive(record.origin) &&
+        driver_.cuStreamEndCapture(record.origin, &graph) == CUDA_SUCCESS && graph != nullptr &&
+        driver_.cuGraphDestroy != nullptr) {
+      driver_.cuGraphDestroy(graph);
+    }
+  }
+  captures_.clear();
+  for (auto& [id, exec] : graph_execs_) {
+    if (driver_.cuGraphExecDestroy != nullptr) driver_.cuGraphExecDestroy(exec);
+  }
+  graph_execs_.clear();
+  for (auto& [id, graph] : graphs_) {
+    if (driver_.cuGraphDestroy != nullptr) driver_.cuGraphDestroy(graph);
+  }
+  graphs_.clear();
+  graph_nodes_.clear();
+  graph_node_ids_.clear();
+  nodes_of_graph_.clear();
+}
+
+}  // namespace curelay::executor

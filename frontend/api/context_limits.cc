@@ -1,0 +1,66 @@
+// Context limits and the CUDA 12.x "_v2" context entry points that name their context explicitly.
+#include "frontend/api/api_support.h"
+
+using namespace curelay;
+using namespace curelay::frontend;
+
+namespace {
+
+CUresult ExchangeLimit(CUlimit limit, uint64_t value, bool set, uint64_t* answer) {
+  Client* client;
+  CURELAY_RETURN_IF_ERROR(RequireContext(&client));
+  auto& builder = Builder();
+  const auto call = wire::CreateContextLimit(builder, limit, value, set).Union();
+  ReplyMessage reply;
+  CURELAY_RETURN_IF_ERROR(client->Call(builder, wire::Call::ContextLimit, call, {}, &reply));
+  const auto* integer = reply.reply->body_as_IntegerValue();
+  if (integer == nullptr) return CUDA_ERROR_UNKNOWN;
+  if (answer != nullptr) *answer = static_cast<uint64_t>(integer->value());
+  return CUDA_SUCCESS;
+}
+
+// Runs `call` with `context` current on this thread (null: the current context, as the driver reads it).
+template <typename Call>
+CUresult WithContext(CUcontext context, Call call) {
+  if (context == nullptr || context == CurrentContext()) return call();
+  CURELAY_RETURN_IF_ERROR(cuCtxPushCurrent(context));
+  const CUresult result = call();
+  CUcontext popped = nullptr;
+  cuCtxPopCurrent(&popped);
+  return result;
+}
+
+}  // namespace
+
+extern "C" {
+
+CUresult cuCtxGetLimit(size_t* value, CUlimit limit) {
+  if (value == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  uint64_t answer = 0;
+  CURELAY_RETURN_IF_ERROR(ExchangeLimit(limit, 0, false, &answer));
+  *value = static_cast<size_t>(answer);
+  return CUDA_SUCCESS;
+}
+
+CUresult cuCtxSetLimit(CUlimit limit, size_t value) { return ExchangeLimit(limit, value, true, nullptr); }
+
+CUresult cuCtxGetDevice_v2(CUdevice* device, CUcontext context) {
+  if (context == nullptr) return cuCtxGetDevice(device);
+  Client* client;
+  CURELAY_RETURN_IF_ERROR(RequireClient(&client));
+  if (!client->contexts.Contains(context)) return CUDA_ERROR_INVALID_CONTEXT;
+  if (device == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  *device = context->device;
+  return CUDA_SUCCESS;
+}
+
+CUresult cuCtxSynchronize_v2(CUcontext context) {
+  if (context != nullptr) {
+    Client* client;
+    CURELAY_RETURN_IF_ERROR(RequireClient(&client));
+    if (!client->contexts.Contains(context)) return CUDA_ERROR_INVALID_CONTEXT;
+  }
+  return WithContext(context, [] { return cuCtxSynchronize(); });
+}
+
+}  // extern "C"

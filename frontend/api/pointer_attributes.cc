@@ -1,0 +1,101 @@
+// cuPointerGetAttribute(s): the client's own pinned host allocations are described locally; any other pointer is
+// asked of the executor, which answers only for this session's device allocations (an unknown pointer gets the
+// driver's answer for an unknown pointer).
+#include <cstring>
+#include <vector>
+
+#include "frontend/api/api_support.h"
+#include "frontend/client/log.h"
+
+using namespace curelay;
+using namespace curelay::frontend;
+
+namespace {
+
+template <typename T>
+void Store(void* data, T value) {
+  std::memcpy(data, &value, sizeof(value));
+}
+
+// A pinned host allocation of this client, as the driver describes page-locked host memory.
+CUresult DescribeHostAllocation(Client& client, unsigned int count, CUpointer_attribute* attributes, void** data,
+                                const char* base, size_t bytes, CUdeviceptr ptr) {
+  for (unsigned int i = 0; i < count; ++i) {
+    void* out = data[i];
+    switch (attributes[i]) {
+      case CU_POINTER_ATTRIBUTE_CONTEXT: Store(out, CurrentContext()); break;
+      case CU_POINTER_ATTRIBUTE_MEMORY_TYPE: Store(out, static_cast<unsigned int>(CU_MEMORYTYPE_HOST)); break;
+      case CU_POINTER_ATTRIBUTE_HOST_POINTER: Store(out, reinterpret_cast<void*>(ptr)); break;
+      case CU_POINTER_ATTRIBUTE_IS_MANAGED: Store(out, 0u); break;
+      case CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL: Store(out, CurrentContext() != nullptr ? CurrentContext()->device : 0); break;
+      case CU_POINTER_ATTRIBUTE_RANGE_START_ADDR: Store(out, reinterpret_cast<CUdeviceptr>(base)); break;
+      case CU_POINTER_ATTRIBUTE_RANGE_SIZE: Store(out, bytes); break;
+      case CU_POINTER_ATTRIBUTE_MAPPED: Store(out, 1u); break;
+      case CU_POINTER_ATTRIBUTE_DEVICE_POINTER: {
+        // Only mapped host memory has a device address; the driver reports the others as not mapped.
+        CUdeviceptr device_ptr = 0;
+        CURELAY_RETURN_IF_ERROR(client.host_allocations.DevicePointer(reinterpret_cast<const void*>(ptr), &device_ptr));
+        Store(out, device_ptr);
+        break;
+      }
+      default:
+        Log().warn("cuPointerGetAttributes: attribute {} of pinned host memory is not supported",
+                   static_cast<int>(attributes[i]));
+        return CUDA_ERROR_NOT_SUPPORTED;
+    }
+  }
+  return CUDA_SUCCESS;
+}
+
+}  // namespace
+
+extern "C" {
+
+CUresult cuPointerGetAttributes(unsigned int count, CUpointer_attribute* attributes, void** data, CUdeviceptr ptr) {
+  Client* client;
+  CURELAY_RETURN_IF_ERROR(RequireClient(&client));
+  if (count == 0 || attributes == nullptr || data == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  for (unsigned int i = 0; i < count; ++i) {
+    if (data[i] == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  }
+  const char* base = nullptr;
+  size_t bytes = 0;
+  const bool own = client->host_allocations.Find(reinterpret_cast<const void*>(ptr), &base, &bytes);
+  Log().debug("cuPointerGetAttributes({:#x}, {} attributes, first {}): {}", ptr, count, static_cast<int>(attributes[0]),
+              own ? "pinned host memory of this client" : "asking the executor");
+  if (own) {
+    return DescribeHostAllocation(*client, count, attributes, data, base, bytes, ptr);
+  }
+  if (CurrentContext() == nullptr) return CUDA_ERROR_INVALID_CONTEXT;
+  auto& builder = Builder();
+  const auto requested = builder.CreateVector(reinterpret_cast<const int32_t*>(attributes), count);
+  const auto call = wire::CreatePointerAttributes(builder, ptr, requested).Union();
+  ReplyMessage reply;
+  CURELAY_RETURN_IF_ERROR(client->Call(builder, wire::Call::PointerAttributes, call, {}, &reply));
+  const auto* answer = reply.reply->body_as_AttributeValues();
+  if (answer == nullptr || answer->values() == nullptr || answer->values()->size() != count) {
+    return CUDA_ERROR_UNKNOWN;
+  }
+  for (unsigned int i = 0; i < count; ++i) {
+    const wire::AttributeValue* value = answer->values()->Get(i);
+    if (attributes[i] == CU_POINTER_ATTRIBUTE_CONTEXT) {
+      Store(data[i], static_cast<CUcontext>(client->contexts.FindById(value->context())));
+      continue;
+    }
+    const uint64_t raw = value->value();
+    std::memcpy(data[i], &raw, std::min<uint32_t>(value->bytes(), sizeof(raw)));
+  }
+  return CUDA_SUCCESS;
+}
+
+CUresult cuPointerGetAttribute(void* data, CUpointer_attribute attribute, CUdeviceptr ptr) {
+  // Unlike the plural form, the driver reports a pointer it does not know as an error.
+  if (data == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  unsigned int memory_type = 0;
+  CUpointer_attribute attributes[2] = {CU_POINTER_ATTRIBUTE_MEMORY_TYPE, attribute};
+  void* outputs[2] = {&memory_type, data};
+  CURELAY_RETURN_IF_ERROR(cuPointerGetAttributes(2, attributes, outputs, ptr));
+  return memory_type != 0 ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
+}
+
+}  // extern "C"

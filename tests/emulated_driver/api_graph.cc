@@ -1,0 +1,562 @@
+// Stream capture and CUDA graphs, minimal: a capture records the stream work submitted on its
+// streams (kernels, memsets, device-to-device copies, copies with registered host memory) as a list
+// of nodes in submission order; an executable graph replays that list on the launch stream. All
+// work of a device runs in one order anyway, so a list is an exact schedule. Node dependencies are
+// that order: a stream's capture dependencies are the last node it captured (or the point its event
+// wait joined).
+//
+// Rules emulated: a capture must begin on a created stream (not a default stream), and end on its
+// origin stream from the beginning thread unless it is RELAXED; potentially unsafe calls follow
+// cuThreadExchangeStreamCaptureMode's rules; syncing or querying a capturing stream, using the
+// legacy stream while a blocking stream captures, querying a captured event and waiting on an
+// uncaptured event from a capturing stream are errors; errors invalidate the capture, which then
+// ends in CUDA_ERROR_STREAM_CAPTURE_INVALIDATED without a graph.
+#include <algorithm>
+#include <mutex>
+#include <thread>
+#include <unordered_map>
+#include <vector>
+
+#include "api_common.h"
+#include "graph.h"
+
+namespace emu = curelay::emulated;
+
+namespace curelay::emulated {
+namespace {
+
+struct Node {
+  uint64_t handle = 0;
+  CUgraphNodeType type = CU_GRAPH_NODE_TYPE_EMPTY;
+  std::function<CUresult()> op;
+};
+
+struct Graph {
+  uint64_t handle = 0;
+  std::vector<std::shared_ptr<Node>> nodes;
+};
+
+struct Exec {
+  uint64_t handle = 0;
+  uint64_t flags = 0;
+  std::vector<std::shared_ptr<Node>> nodes;  // an executable graph outlives its graph
+};
+
+struct Capture {
+  uint64_t id = 0;
+  std::shared_ptr<Graph> graph;
+  std::shared_ptr<Context> ctx;
+  CUstreamCaptureMode mode = CU_STREAM_CAPTURE_MODE_GLOBAL;
+  std::thread::id owner;
+  uint64_t origin = 0;
+  bool invalidated = false;
+  bool ended = false;
+};
+
+struct StreamCapture {
+  std::shared_ptr<Capture> capture;
+  std::shared_ptr<Node> tail;  // the next node depends on this one
+  bool blocking = true;        // not created with CU_STREAM_NON_BLOCKING
+  // cuStreamGetCaptureInfo's arrays, valid until the next call on the stream.
+  std::vector<CUgraphNode> dependencies;
+  std::vector<CUgraphEdgeData> edges;
+};
+
+struct EventCapture {
+  std::shared_ptr<Capture> capture;
+  std::shared_ptr<Node> tail;
+};
+
+struct State {
+  std::mutex mu;
+  std::unordered_map<uint64_t, std::shared_ptr<Capture>> captures;  // active, by id
+  std::unordered_map<uint64_t, StreamCapture> streams;              // capturing streams, by handle
+  std::unordered_map<uint64_t, EventCapture> events;            // events last recorded in a capture
+  std::unordered_map<uint64_t, std::shared_ptr<Graph>> graphs;  // finished and created graphs
+  std::unordered_map<uint64_t, std::shared_ptr<Node>> nodes;    // nodes of live graphs and captures
+  std::unordered_map<uint64_t, std::shared_ptr<Exec>> execs;
+  uint64_t next_capture_id = 1;
+};
+
+State& state() {
+  static State* s = new State();  // never destroyed, like the driver
+  return *s;
+}
+
+thread_local CUstreamCaptureMode thread_mode = CU_STREAM_CAPTURE_MODE_GLOBAL;
+
+void ForgetNodes(State& s, const Graph& graph) {
+  for (const auto& node : graph.nodes) s.nodes.erase(node->handle);
+}
+
+// The blocking streams of `ctx` that capture: the legacy stream implicitly depends on them. Locked.
+bool InvalidateImplicit(State& s, const std::shared_ptr<Context>& ctx) {
+  bool any = false;
+  for (auto& [handle, entry] : s.streams) {
+    if (entry.blocking && entry.capture->ctx == ctx) {
+      entry.capture->invalidated = true;
+      any = true;
+    }
+  }
+  return any;
+}
+
+bool HasImplicit(State& s, const std::shared_ptr<Context>& ctx) {
+  return std::any_of(s.streams.begin(), s.streams.end(), [&](const auto& entry) {
+    return entry.second.blocking && entry.second.capture->ctx == ctx;
+  });
+}
+
+CUresult CheckUnsafeLocked(State& s) {
+  const CUstreamCaptureMode mode = thread_mode;
+  if (s.captures.empty() || mode == CU_STREAM_CAPTURE_MODE_RELAXED) return CUDA_SUCCESS;
+  const std::thread::id self = std::this_thread::get_id();
+  bool prohibited = false;
+  for (auto& [id, capture] : s.captures) {
+    if (capture->mode == CU_STREAM_CAPTURE_MODE_RELAXED) continue;
+    if (capture->owner == self ||
+        (mode == CU_STREAM_CAPTURE_MODE_GLOBAL && capture->mode == CU_STREAM_CAPTURE_MODE_GLOBAL)) {
+      capture->invalidated = true;
+      prohibited = true;
+    }
+  }
+  return prohibited ? CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED : CUDA_SUCCESS;
+}
+
+std::shared_ptr<Graph> FindGraph(State& s, CUgraph handle) {
+  if (auto it = s.graphs.find(HandleValue(handle)); it != s.graphs.end()) return it->second;
+  for (auto& [id, capture] : s.captures) {
+    if (capture->graph->handle == HandleValue(handle)) return capture->graph;
+  }
+  return nullptr;
+}
+
+CUresult Instantiate(CUgraphExec* exec_out, CUgraph graph_handle, uint64_t flags) {
+  if (CUresult r = CheckInit(); r != CUDA_SUCCESS) return r;
+  constexpr uint64_t kKnownFlags =
+      CUDA_GRAPH_INSTANTIATE_FLAG_AUTO_FREE_ON_LAUNCH | CUDA_GRAPH_INSTANTIATE_FLAG_UPLOAD |
+      CUDA_GRAPH_INSTANTIATE_FLAG_DEVICE_LAUNCH | CUDA_GRAPH_INSTANTIATE_FLAG_USE_NODE_PRIORITY;
+  if (exec_out == nullptr || (flags & ~kKnownFlags) != 0) return CUDA_ERROR_INVALID_VALUE;
+  State& s = state();
+  std::lock_guard lock(s.mu);
+  auto graph = s.graphs.find(HandleValue(graph_handle));
+  if (graph == s.graphs.end()) return CUDA_ERROR_INVALID_VALUE;
+  auto exec = std::make_shared<Exec>();
+  exec->handle = Driver::Get().NewHandle();
+  exec->flags = flags;
+  exec->nodes = graph->second->nodes;
+  s.execs.emplace(exec->handle, exec);
+  *exec_out = ToHandle<CUgraphExec>(exec->handle);
+  return CUDA_SUCCESS;
+}
+
+}  // namespace
+
+CUresult CaptureOp(const std::shared_ptr<Context>& ctx, const Stream* stream, CUgraphNodeType type,
+                   const std::function<CUresult()>& op, bool* captured) {
+  *captured = false;
+  State& s = state();
+  std::lock_guard lock(s.mu);
+  if (s.streams.empty()) return CUDA_SUCCESS;
+  if (stream == nullptr)
+    return InvalidateImplicit(s, ctx) ? CUDA_ERROR_STREAM_CAPTURE_IMPLICIT : CUDA_SUCCESS;
+  auto it = s.streams.find(stream->handle);
+  if (it == s.streams.end()) return CUDA_SUCCESS;
+  *captured = true;
+  Capture& capture = *it->second.capture;
+  if (capture.invalidated) return CUDA_ERROR_STREAM_CAPTURE_INVALIDATED;
+  auto node = std::make_shared<Node>();
+  node->handle = Driver::Get().NewHandle();
+  node->type = type;
+  node->op = op;
+  capture.graph->nodes.push_back(node);
+  s.nodes.emplace(node->handle, node);
+  it->second.tail = std::move(node);
+  return CUDA_SUCCESS;
+}
+
+CUresult RefuseInCapture(const Stream* stream) {
+  if (stream == nullptr) return CUDA_SUCCESS;
+  State& s = state();
+  std::lock_guard lock(s.mu);
+  auto it = s.streams.find(stream->handle);
+  if (it == s.streams.end()) return CUDA_SUCCESS;
+  it->second.capture->invalidated = true;
+  return CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
+}
+
+CUresult CheckUnsafeCall() {
+  State& s = state();
+  std::lock_guard lock(s.mu);
+  return CheckUnsafeLocked(s);
+}
+
+CUresult CheckStreamSync(const std::shared_ptr<Context>& ctx, const Stream* stream) {
+  State& s = state();
+  std::lock_guard lock(s.mu);
+  if (stream != nullptr) {
+    if (auto it = s.streams.find(stream->handle); it != s.streams.end()) {
+      it->second.capture->invalidated = true;
+      return CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
+    }
+  } else if (InvalidateImplicit(s, ctx)) {
+    return CUDA_ERROR_STREAM_CAPTURE_IMPLICIT;
+  }
+  return CheckUnsafeLocked(s);
+}
+
+CUresult CaptureEventRecord(const std::shared_ptr<Context>& ctx, const Stream* stream,
+                            uint64_t event, bool* captured) {
+  *captured = false;
+  State& s = state();
+  std::lock_guard lock(s.mu);
+  if (stream == nullptr) {
+    if (InvalidateImplicit(s, ctx)) return CUDA_ERROR_STREAM_CAPTURE_IMPLICIT;
+    s.events.erase(event);
+    return CUDA_SUCCESS;
+  }
+  auto it = s.streams.find(stream->handle);
+  if (it == s.streams.end()) {
+    s.events.erase(event);
+    return CUDA_SUCCESS;
+  }
+  *captured = true;
+  if (it->second.capture->invalidated) return CUDA_ERROR_STREAM_CAPTURE_INVALIDATED;
+  s.events[event] = {it->second.capture, it->second.tail};
+  return CUDA_SUCCESS;
+}
+
+CUresult CheckEventSync(uint64_t event) {
+  State& s = state();
+  std::lock_guard lock(s.mu);
+  if (s.events.count(event) != 0) return CUDA_ERROR_CAPTURED_EVENT;
+  return CheckUnsafeLocked(s);
+}
+
+CUresult CaptureStreamWait(const std::shared_ptr<Context>& ctx, const Stream* stream,
+                           uint64_t event, unsigned int flags, bool* handled) {
+  *handled = false;
+  State& s = state();
+  std::lock_guard lock(s.mu);
+  auto captured_event = s.events.find(event);
+  auto waiting = stream != nullptr ? s.streams.find(stream->handle) : s.streams.end();
+  if (captured_event == s.events.end()) {
+    if (waiting == s.streams.end()) {
+      if (stream == nullptr && InvalidateImplicit(s, ctx))
+        return CUDA_ERROR_STREAM_CAPTURE_IMPLICIT;
+      return CUDA_SUCCESS;  // an ordinary wait
+    }
+    *handled = true;
+    if (flags == CU_EVENT_WAIT_EXTERNAL)
+      return CUDA_SUCCESS;  // an external dependency: nothing to order here
+    waiting->second.capture->invalidated = true;
+    return CUDA_ERROR_STREAM_CAPTURE_ISOLATION;
+  }
+  *handled = true;
+  const EventCapture& point = captured_event->second;
+  if (point.capture->ended) return CUDA_SUCCESS;  // its capture is over; nothing runs for it
+  if (stream == nullptr) {
+    point.capture->invalidated = true;
+    return CUDA_ERROR_STREAM_CAPTURE_IMPLICIT;
+  }
+  if (waiting == s.streams.end()) {
+    // Fork: the stream joins the capture from the event's point on.
+    StreamCapture joined;
+    joined.capture = point.capture;
+    joined.tail = point.tail;
+    joined.blocking = (stream->flags & CU_STREAM_NON_BLOCKING) == 0;
+    s.streams.emplace(stream->handle, std::move(joined));
+    return CUDA_SUCCESS;
+  }
+  if (waiting->second.capture != point.capture) {
+    point.capture->invalidated = true;
+    waiting->second.capture->invalidated = true;
+    return CUDA_ERROR_STREAM_CAPTURE_MERGE;
+  }
+  // Join within the capture: nodes are in submission order already; the later of the two points is
+  // the tail.
+  return CUDA_SUCCESS;
+}
+
+}  // namespace curelay::emulated
+
+extern "C" {
+
+CUresult CUDAAPI cuThreadExchangeStreamCaptureMode(CUstreamCaptureMode* mode) {
+  return emu::Guard([&] {
+    if (CUresult r = emu::CheckInit(); r != CUDA_SUCCESS) return r;
+    if (mode == nullptr ||
+        static_cast<unsigned>(*mode) > static_cast<unsigned>(CU_STREAM_CAPTURE_MODE_RELAXED)) {
+      return CUDA_ERROR_INVALID_VALUE;
+    }
+    std::swap(*mode, emu::thread_mode);
+    return CUDA_SUCCESS;
+  });
+}
+
+CUresult CUDAAPI cuStreamBeginCapture(CUstream hStream, CUstreamCaptureMode mode) {
+  return emu::Guard([&] {
+    std::shared_ptr<emu::Context> ctx;
+    std::shared_ptr<emu::Stream> stream;
+    if (CUresult r = emu::ResolveStream(hStream, &ctx, &stream); r != CUDA_SUCCESS) return r;
+    if (stream == nullptr)
+      return CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;  // the default streams cannot capture
+    if (static_cast<unsigned>(mode) > static_cast<unsigned>(CU_STREAM_CAPTURE_MODE_RELAXED)) {
+      return CUDA_ERROR_INVALID_VALUE;
+    }
+    emu::State& s = emu::state();
+    std::lock_guard lock(s.mu);
+    if (s.streams.count(stream->handle) != 0) return CUDA_ERROR_ILLEGAL_STATE;
+    auto capture = std::make_shared<emu::Capture>();
+    capture->id = s.next_capture_id++;
+    capture->graph = std::make_shared<emu::Graph>();
+    capture->graph->handle = emu::Driver::Get().NewHandle();
+    capture->ctx = ctx;
+    capture->mode = mode;
+    capture->owner = std::this_thread::get_id();
+    capture->origin = stream->handle;
+    emu::StreamCapture entry;
+    entry.capture = capture;
+    entry.blocking = (stream->flags & CU_STREAM_NON_BLOCKING) == 0;
+    s.streams.emplace(stream->handle, std::move(entry));
+    s.captures.emplace(capture->id, std::move(capture));
+    return CUDA_SUCCESS;
+  });
+}
+
+CUresult CUDAAPI cuStreamEndCapture(CUstream hStream, CUgraph* phGraph) {
+  return emu::Guard([&] {
+    std::shared_ptr<emu::Context> ctx;
+    std::shared_ptr<emu::Stream> stream;
+    if (CUresult r = emu::ResolveStream(hStream, &ctx, &stream, /*check_sticky=*/false);
+        r != CUDA_SUCCESS) {
+      return r;
+    }
+    if (phGraph == nullptr) return CUDA_ERROR_INVALID_VALUE;
+    if (stream == nullptr) return CUDA_ERROR_ILLEGAL_STATE;
+    emu::State& s = emu::state();
+    std::lock_guard lock(s.mu);
+    auto it = s.streams.find(stream->handle);
+    if (it == s.streams.end()) return CUDA_ERROR_ILLEGAL_STATE;
+    std::shared_ptr<emu::Capture> capture = it->second.capture;
+    if (capture->origin != stream->handle) return CUDA_ERROR_STREAM_CAPTURE_UNMATCHED;
+    if (capture->mode != CU_STREAM_CAPTURE_MODE_RELAXED &&
+        capture->owner != std::this_thread::get_id()) {
+      return CUDA_ERROR_STREAM_CAPTURE_WRONG_THREAD;
+    }
+    std::erase_if(s.streams, [&](const auto& entry) { return entry.second.capture == capture; });
+    s.captures.erase(capture->id);
+    capture->ended = true;
+    if (capture->invalidated) {
+      emu::ForgetNodes(s, *capture->graph);
+      *phGraph = nullptr;
+      return CUDA_ERROR_STREAM_CAPTURE_INVALIDATED;
+    }
+    s.graphs.emplace(capture->graph->handle, capture->graph);
+    *phGraph = emu::ToHandle<CUgraph>(capture->graph->handle);
+    return CUDA_SUCCESS;
+  });
+}
+
+CUresult CUDAAPI cuStreamIsCapturing(CUstream hStream, CUstreamCaptureStatus* captureStatus) {
+  return emu::Guard([&] {
+    std::shared_ptr<emu::Context> ctx;
+    std::shared_ptr<emu::Stream> stream;
+    if (CUresult r = emu::ResolveStream(hStream, &ctx, &stream, /*check_sticky=*/false);
+        r != CUDA_SUCCESS) {
+      return r;
+    }
+    if (captureStatus == nullptr) return CUDA_ERROR_INVALID_VALUE;
+    emu::State& s = emu::state();
+    std::lock_guard lock(s.mu);
+    *captureStatus = CU_STREAM_CAPTURE_STATUS_NONE;
+    if (stream == nullptr)
+      return emu::HasImplicit(s, ctx) ? CUDA_ERROR_STREAM_CAPTURE_IMPLICIT : CUDA_SUCCESS;
+    if (auto it = s.streams.find(stream->handle); it != s.streams.end()) {
+      *captureStatus = it->second.capture->invalidated ? CU_STREAM_CAPTURE_STATUS_INVALIDATED
+                                                       : CU_STREAM_CAPTURE_STATUS_ACTIVE;
+    }
+    return CUDA_SUCCESS;
+  });
+}
+
+CUresult CUDAAPI cuStreamGetCaptureInfo(CUstream hStream, CUstreamCaptureStatus* captureStatus_out,
+                                        cuuint64_t* id_out, CUgraph* graph_out,
+                                        const CUgraphNode** dependencies_out,
+                                        const CUgraphEdgeData** edgeData_out,
+                                        size_t* numDependencies_out) {
+  return emu::Guard([&] {
+    std::shared_ptr<emu::Context> ctx;
+    std::shared_ptr<emu::Stream> stream;
+    if (CUresult r = emu::ResolveStream(hStream, &ctx, &stream, /*check_sticky=*/false);
+        r != CUDA_SUCCESS) {
+      return r;
+    }
+    if (captureStatus_out == nullptr || (edgeData_out != nullptr && dependencies_out == nullptr)) {
+      return CUDA_ERROR_INVALID_VALUE;
+    }
+    emu::State& s = emu::state();
+    std::lock_guard lock(s.mu);
+    *captureStatus_out = CU_STREAM_CAPTURE_STATUS_NONE;
+    if (stream == nullptr)
+      return emu::HasImplicit(s, ctx) ? CUDA_ERROR_STREAM_CAPTURE_IMPLICIT : CUDA_SUCCESS;
+    auto it = s.streams.find(stream->handle);
+    if (it == s.streams.end()) return CUDA_SUCCESS;
+    emu::StreamCapture& entry = it->second;
+    if (entry.capture->invalidated) {
+      *captureStatus_out = CU_STREAM_CAPTURE_STATUS_INVALIDATED;
+      return CUDA_SUCCESS;
+    }
+    *captureStatus_out = CU_STREAM_CAPTURE_STATUS_ACTIVE;
+    if (id_out != nullptr) *id_out = entry.capture->id;
+    if (graph_out != nullptr) *graph_out = emu::ToHandle<CUgraph>(entry.capture->graph->handle);
+    entry.dependencies.clear();
+    if (entry.tail != nullptr)
+      entry.dependencies.push_back(emu::ToHandle<CUgraphNode>(entry.tail->handle));
+    entry.edges.assign(entry.dependencies.size(), CUgraphEdgeData{});
+    if (dependencies_out != nullptr)
+      *dependencies_out = entry.dependencies.empty() ? nullptr : entry.dependencies.data();
+    if (edgeData_out != nullptr) *edgeData_out = entry.edges.empty() ? nullptr : entry.edges.data();
+    if (numDependencies_out != nullptr) *numDependencies_out = entry.dependencies.size();
+    return CUDA_SUCCESS;
+  });
+}
+
+CUresult CUDAAPI cuGraphCreate(CUgraph* phGraph, unsigned int flags) {
+  return emu::Guard([&] {
+    if (CUresult r = emu::CheckInit(); r != CUDA_SUCCESS) return r;
+    if (phGraph == nullptr || flags != 0) return CUDA_ERROR_INVALID_VALUE;
+    auto graph = std::make_shared<emu::Graph>();
+    graph->handle = emu::Driver::Get().NewHandle();
+    emu::State& s = emu::state();
+    std::lock_guard lock(s.mu);
+    s.graphs.emplace(graph->handle, graph);
+    *phGraph = emu::ToHandle<CUgraph>(graph->handle);
+    return CUDA_SUCCESS;
+  });
+}
+
+CUresult CUDAAPI cuGraphDestroy(CUgraph hGraph) {
+  return emu::Guard([&] {
+    if (CUresult r = emu::CheckInit(); r != CUDA_SUCCESS) return r;
+    emu::State& s = emu::state();
+    std::lock_guard lock(s.mu);
+    auto it = s.graphs.find(emu::HandleValue(hGraph));
+    if (it == s.graphs.end())
+      return CUDA_ERROR_INVALID_VALUE;  // unknown, or still being captured into
+    emu::ForgetNodes(s, *it->second);
+    s.graphs.erase(it);
+    return CUDA_SUCCESS;
+  });
+}
+
+CUresult CUDAAPI cuGraphGetNodes(CUgraph hGraph, CUgraphNode* nodes, size_t* numNodes) {
+  return emu::Guard([&] {
+    if (CUresult r = emu::CheckInit(); r != CUDA_SUCCESS) return r;
+    if (numNodes == nullptr) return CUDA_ERROR_INVALID_VALUE;
+    emu::State& s = emu::state();
+    std::lock_guard lock(s.mu);
+    std::shared_ptr<emu::Graph> graph = emu::FindGraph(s, hGraph);
+    if (graph == nullptr) return CUDA_ERROR_INVALID_VALUE;
+    if (nodes == nullptr) {
+      *numNodes = graph->nodes.size();
+      return CUDA_SUCCESS;
+    }
+    for (size_t i = 0; i < *numNodes; ++i) {
+      nodes[i] =
+          i < graph->nodes.size() ? emu::ToHandle<CUgraphNode>(graph->nodes[i]->handle) : nullptr;
+    }
+    *numNodes = std::min(*numNodes, graph->nodes.size());
+    return CUDA_SUCCESS;
+  });
+}
+
+CUresult CUDAAPI cuGraphNodeGetType(CUgraphNode hNode, CUgraphNodeType* type) {
+  return emu::Guard([&] {
+    if (CUresult r = emu::CheckInit(); r != CUDA_SUCCESS) return r;
+    if (type == nullptr) return CUDA_ERROR_INVALID_VALUE;
+    emu::State& s = emu::state();
+    std::lock_guard lock(s.mu);
+    auto it = s.nodes.find(emu::HandleValue(hNode));
+    if (it == s.nodes.end()) return CUDA_ERROR_INVALID_VALUE;
+    *type = it->second->type;
+    return CUDA_SUCCESS;
+  });
+}
+
+CUresult CUDAAPI cuGraphInstantiateWithFlags(CUgraphExec* phGraphExec, CUgraph hGraph,
+                                             unsigned long long flags) {
+  return emu::Guard([&] { return emu::Instantiate(phGraphExec, hGraph, flags); });
+}
+
+CUresult CUDAAPI cuGraphInstantiateWithParams(CUgraphExec* phGraphExec, CUgraph hGraph,
+                                              CUDA_GRAPH_INSTANTIATE_PARAMS* instantiateParams) {
+  return emu::Guard([&] {
+    if (instantiateParams == nullptr) return CUDA_ERROR_INVALID_VALUE;
+    instantiateParams->hErrNode_out = nullptr;
+    instantiateParams->result_out = CUDA_GRAPH_INSTANTIATE_ERROR;
+    if ((instantiateParams->flags & CUDA_GRAPH_INSTANTIATE_FLAG_UPLOAD) != 0) {
+      std::shared_ptr<emu::Context> ctx;
+      std::shared_ptr<emu::Stream> stream;
+      if (CUresult r = emu::ResolveStream(instantiateParams->hUploadStream, &ctx, &stream);
+          r != CUDA_SUCCESS) {
+        return r;
+      }
+    }
+    const CUresult r = emu::Instantiate(phGraphExec, hGraph, instantiateParams->flags);
+    if (r == CUDA_SUCCESS) instantiateParams->result_out = CUDA_GRAPH_INSTANTIATE_SUCCESS;
+    return r;
+  });
+}
+
+CUresult CUDAAPI cuGraphExecDestroy(CUgraphExec hGraphExec) {
+  return emu::Guard([&] {
+    if (CUresult r = emu::CheckInit(); r != CUDA_SUCCESS) return r;
+    emu::State& s = emu::state();
+    std::lock_guard lock(s.mu);
+    // Launches already queued keep their nodes alive.
+    return s.execs.erase(emu::HandleValue(hGraphExec)) != 0 ? CUDA_SUCCESS
+                                                            : CUDA_ERROR_INVALID_VALUE;
+  });
+}
+
+CUresult CUDAAPI cuGraphUpload(CUgraphExec hGraphExec, CUstream hStream) {
+  return emu::Guard([&] {
+    std::shared_ptr<emu::Context> ctx;
+    std::shared_ptr<emu::Stream> stream;
+    if (CUresult r = emu::ResolveStream(hStream, &ctx, &stream); r != CUDA_SUCCESS) return r;
+    emu::State& s = emu::state();
+    std::lock_guard lock(s.mu);
+    return s.execs.count(emu::HandleValue(hGraphExec)) != 0 ? CUDA_SUCCESS
+                                                            : CUDA_ERROR_INVALID_VALUE;
+  });
+}
+
+CUresult CUDAAPI cuGraphLaunch(CUgraphExec hGraphExec, CUstream hStream) {
+  return emu::Guard([&] {
+    std::shared_ptr<emu::Context> ctx;
+    std::shared_ptr<emu::Stream> stream;
+    if (CUresult r = emu::ResolveStream(hStream, &ctx, &stream); r != CUDA_SUCCESS) return r;
+    std::shared_ptr<emu::Exec> exec;
+    {
+      emu::State& s = emu::state();
+      std::lock_guard lock(s.mu);
+      auto it = s.execs.find(emu::HandleValue(hGraphExec));
+      if (it == s.execs.end()) return CUDA_ERROR_INVALID_VALUE;
+      exec = it->second;
+    }
+    // Each node runs as stream work in order; launched into a capture, the nodes are captured
+    // (flattened).
+    for (const auto& node : exec->nodes) {
+      bool captured = false;
+      if (CUresult r = emu::CaptureOp(ctx, stream.get(), node->type, node->op, &captured);
+          r != CUDA_SUCCESS) {
+        return r;
+      }
+      if (!captured) emu::SubmitOp(ctx, stream.get(), node->op);
+    }
+    return CUDA_SUCCESS;
+  });
+}
+
+}  // extern "C"

@@ -1,0 +1,90 @@
+// The CUDA 12+ launch and occupancy entry points the runtime uses, context limits and the module loading mode,
+// for the emulated device: enough behaviour to test that curelay forwards them faithfully.
+#include <algorithm>
+#include <map>
+#include <mutex>
+
+#include "api_common.h"
+#include "device_properties.h"
+
+namespace emu = curelay::emulated;
+
+namespace {
+
+std::mutex limits_mutex;
+std::map<int, size_t> limits = {{CU_LIMIT_STACK_SIZE, 1024},
+                                {CU_LIMIT_PRINTF_FIFO_SIZE, 1 << 20},
+                                {CU_LIMIT_MALLOC_HEAP_SIZE, 8 << 20}};
+
+}  // namespace
+
+extern "C" {
+
+CUresult CUDAAPI cuLaunchKernelEx(const CUlaunchConfig* config, CUfunction f, void** kernelParams, void** extra) {
+  if (config == nullptr || (config->numAttrs != 0 && config->attrs == nullptr)) return CUDA_ERROR_INVALID_VALUE;
+  for (unsigned i = 0; i < config->numAttrs; ++i) {
+    const CUlaunchAttribute& attribute = config->attrs[i];
+    switch (attribute.id) {
+      case CU_LAUNCH_ATTRIBUTE_IGNORE:
+      case CU_LAUNCH_ATTRIBUTE_PRIORITY:
+      case CU_LAUNCH_ATTRIBUTE_COOPERATIVE:
+      case CU_LAUNCH_ATTRIBUTE_MEM_SYNC_DOMAIN:
+        break;
+      case CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION: {
+        const auto& dim = attribute.value.clusterDim;
+        if (dim.x * dim.y * dim.z != 1) return CUDA_ERROR_NOT_SUPPORTED;  // the emulated device has no clusters
+        break;
+      }
+      default:
+        return CUDA_ERROR_NOT_SUPPORTED;
+    }
+  }
+  return cuLaunchKernel(f, config->gridDimX, config->gridDimY, config->gridDimZ, config->blockDimX,
+                        config->blockDimY, config->blockDimZ, config->sharedMemBytes, config->hStream, kernelParams,
+                        extra);
+}
+
+CUresult CUDAAPI cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags(int* numBlocks, CUfunction func,
+                                                                      int blockSize, size_t dynamicSMemSize,
+                                                                      unsigned int flags) {
+  return emu::Guard([&] {
+    if (CUresult r = emu::CheckInit(); r != CUDA_SUCCESS) return r;
+    std::shared_ptr<emu::Function> f;
+    if (CUresult r = emu::LookupFunction(func, &f); r != CUDA_SUCCESS) return r;
+    if (numBlocks == nullptr || blockSize <= 0 || flags > CU_OCCUPANCY_DISABLE_CACHING_OVERRIDE) {
+      return CUDA_ERROR_INVALID_VALUE;
+    }
+    // 2048 resident threads per multiprocessor in whole warps, at most 32 blocks, and the shared memory limit.
+    const int warps = (blockSize + 31) / 32;
+    int blocks = std::min(32, 64 / warps);
+    const size_t shared = dynamicSMemSize + f->info->static_shared_bytes;
+    if (shared > static_cast<size_t>(emu::kDefaultMaxSharedPerBlock)) blocks = 0;
+    *numBlocks = blocks;
+    return CUDA_SUCCESS;
+  });
+}
+
+CUresult CUDAAPI cuCtxGetLimit(size_t* pvalue, CUlimit limit) {
+  if (pvalue == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  std::lock_guard<std::mutex> lock(limits_mutex);
+  auto found = limits.find(limit);
+  if (found == limits.end()) return CUDA_ERROR_UNSUPPORTED_LIMIT;
+  *pvalue = found->second;
+  return CUDA_SUCCESS;
+}
+
+CUresult CUDAAPI cuCtxSetLimit(CUlimit limit, size_t value) {
+  std::lock_guard<std::mutex> lock(limits_mutex);
+  auto found = limits.find(limit);
+  if (found == limits.end()) return CUDA_ERROR_UNSUPPORTED_LIMIT;
+  found->second = value;
+  return CUDA_SUCCESS;
+}
+
+CUresult CUDAAPI cuModuleGetLoadingMode(CUmoduleLoadingMode* mode) {
+  if (mode == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  *mode = CU_MODULE_EAGER_LOADING;
+  return CUDA_SUCCESS;
+}
+
+}  // extern "C"

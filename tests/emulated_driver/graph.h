@@ -1,0 +1,57 @@
+// Stream capture and graphs (api_graph.cc): the hooks the other entry points call so that work on a
+// capturing stream is recorded into the capture's graph instead of running, and so that calls a
+// capture forbids fail as they do with the driver.
+#ifndef CURELAY_TESTS_EMULATED_DRIVER_GRAPH_H_
+#define CURELAY_TESTS_EMULATED_DRIVER_GRAPH_H_
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+
+#include "cuda_api.h"
+#include "objects.h"
+
+namespace curelay::emulated {
+
+// Stream work (`op`, to run on the device worker) submitted on `stream` (null: the context's
+// default stream). *captured false with CUDA_SUCCESS: run it as usual. *captured true: it became a
+// node of the capturing graph (or was dropped because the capture is invalidated: the result says
+// so). An error with *captured false: refused, the legacy stream used while a blocking stream of
+// the context captures (CUDA_ERROR_STREAM_CAPTURE_IMPLICIT, which invalidates those captures).
+CUresult CaptureOp(const std::shared_ptr<Context>& ctx, const Stream* stream, CUgraphNodeType type,
+                   const std::function<CUresult()>& op, bool* captured);
+
+// Work that cannot be captured (copies from or to pageable host memory):
+// CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED, invalidating the capture, if `stream` is capturing; else
+// CUDA_SUCCESS.
+CUresult RefuseInCapture(const Stream* stream);
+
+// A potentially unsafe call (allocation, free, synchronization, query) while captures are active:
+// refused with CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED, invalidating the conflicting captures, when
+// the calling thread's capture interaction mode and the captures' modes prohibit it
+// (cuThreadExchangeStreamCaptureMode's rules).
+CUresult CheckUnsafeCall();
+
+// cuStreamSynchronize/cuStreamQuery: a capturing stream -> CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
+// the default stream while a blocking stream of `ctx` captures ->
+// CUDA_ERROR_STREAM_CAPTURE_IMPLICIT (both invalidate); else the unsafe-call rules.
+CUresult CheckStreamSync(const std::shared_ptr<Context>& ctx, const Stream* stream);
+
+// cuEventRecord: on a capturing stream the event marks a point of the capture (*captured true, no
+// device work); recorded elsewhere it is an ordinary event again.
+CUresult CaptureEventRecord(const std::shared_ptr<Context>& ctx, const Stream* stream,
+                            uint64_t event, bool* captured);
+
+// cuEventQuery/cuEventSynchronize: CUDA_ERROR_CAPTURED_EVENT for an event last recorded in a
+// capture, else the unsafe-call rules.
+CUresult CheckEventSync(uint64_t event);
+
+// cuStreamWaitEvent: a wait on a captured event joins `stream` to that capture; a capturing stream
+// may not wait on an event recorded outside it (CUDA_ERROR_STREAM_CAPTURE_ISOLATION). *handled:
+// nothing more to do.
+CUresult CaptureStreamWait(const std::shared_ptr<Context>& ctx, const Stream* stream,
+                           uint64_t event, unsigned int flags, bool* handled);
+
+}  // namespace curelay::emulated
+
+#endif  // CURELAY_TESTS_EMULATED_DRIVER_GRAPH_H_

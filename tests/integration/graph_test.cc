@@ -1,0 +1,668 @@
+// Stream capture and CUDA graphs through the whole remoting path: this process loads the shim as its libcuda, a real
+// backend and executor run on the emulated driver (whose capture records stream work into a node list and replays
+// it), and every assertion is about CUDA semantics.
+#include <cuda.h>
+#include <dlfcn.h>
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <cstring>
+#include <fstream>
+#include <sstream>
+#include <thread>
+#include <vector>
+
+#include "tests/integration/backend_process.h"
+
+namespace curelay::testing {
+namespace {
+
+#define ASSERT_CU(call) ASSERT_EQ((call), CUDA_SUCCESS) << #call
+#define EXPECT_CU(call) EXPECT_EQ((call), CUDA_SUCCESS) << #call
+
+BackendProcess* backend = nullptr;
+
+class SessionEnvironment : public ::testing::Environment {
+ public:
+  void SetUp() override {
+    backend = new BackendProcess("graphs", {{"CURELAY_EMU_DEVICE_MEMORY", std::to_string(1ull << 30)}});
+    ASSERT_TRUE(backend->Start()) << backend->Log();
+    setenv("CURELAY_ENDPOINT", backend->endpoint().c_str(), 1);
+  }
+  void TearDown() override { delete backend; }
+};
+const auto* const environment = ::testing::AddGlobalTestEnvironment(new SessionEnvironment);
+
+std::string Ptx() {
+  std::ifstream in(CURELAY_TEST_PTX_PATH);
+  std::stringstream text;
+  text << in.rdbuf();
+  return text.str();
+}
+
+// Entry points cuda.h does not declare (older ABI versions, per-thread-default-stream variants), from the shim.
+template <typename Function>
+Function Symbol(const char* name) {
+  return reinterpret_cast<Function>(dlsym(RTLD_DEFAULT, name));
+}
+
+class GraphTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    ASSERT_CU(cuInit(0));
+    ASSERT_CU(cuDevicePrimaryCtxRetain(&context_, 0));
+    ASSERT_CU(cuCtxSetCurrent(context_));
+    const std::string ptx = Ptx();
+    ASSERT_CU(cuModuleLoadData(&module_, ptx.c_str()));
+    ASSERT_CU(cuModuleGetFunction(&fill_, module_, "fill_u32"));
+    ASSERT_CU(cuModuleGetFunction(&increment_, module_, "increment_i32"));
+    ASSERT_CU(cuModuleGetFunction(&add_, module_, "vector_add"));
+    ASSERT_CU(cuModuleGetFunction(&busy_, module_, "busy_wait_ns"));
+    ASSERT_CU(cuStreamCreate(&stream_, CU_STREAM_NON_BLOCKING));
+  }
+  void TearDown() override {
+    cuStreamDestroy(stream_);
+    cuModuleUnload(module_);
+    cuDevicePrimaryCtxRelease(0);
+  }
+
+  CUresult Fill(CUstream stream, CUdeviceptr target, unsigned value, unsigned long long n) {
+    void* params[] = {&target, &value, &n};
+    return cuLaunchKernel(fill_, static_cast<unsigned>((n + 127) / 128), 1, 1, 128, 1, 1, 0, stream, params,
+                          nullptr);
+  }
+  CUresult Increment(CUstream stream, CUdeviceptr target, int n) {
+    void* params[] = {&target, &n};
+    return cuLaunchKernel(increment_, (n + 127) / 128, 1, 1, 128, 1, 1, 0, stream, params, nullptr);
+  }
+  CUresult Add(CUstream stream, CUdeviceptr a, CUdeviceptr b, CUdeviceptr c, int n) {
+    void* params[] = {&a, &b, &c, &n};
+    return cuLaunchKernel(add_, (n + 127) / 128, 1, 1, 128, 1, 1, 0, stream, params, nullptr);
+  }
+  CUresult Busy(CUstream stream, unsigned long long nanoseconds) {
+    void* params[] = {&nanoseconds};
+    return cuLaunchKernel(busy_, 1, 1, 1, 1, 1, 1, 0, stream, params, nullptr);
+  }
+  template <typename T>
+  std::vector<T> Read(CUdeviceptr source, size_t n) {
+    std::vector<T> host(n);
+    EXPECT_CU(cuMemcpyDtoH(host.data(), source, n * sizeof(T)));
+    return host;
+  }
+  // A small captured graph: d = 7, d += 1 (kernel), c = 0, c = a + b (kernel), e = c (copy).
+  void CaptureSmallGraph(CUdeviceptr a, CUdeviceptr b, CUdeviceptr c, CUdeviceptr d, CUdeviceptr e, int n,
+                         CUgraph* graph) {
+    ASSERT_CU(cuStreamBeginCapture(stream_, CU_STREAM_CAPTURE_MODE_GLOBAL));
+    ASSERT_CU(cuMemsetD32Async(d, 7, n, stream_));
+    ASSERT_CU(Increment(stream_, d, n));
+    ASSERT_CU(cuMemsetD32Async(c, 0, n, stream_));
+    ASSERT_CU(Add(stream_, a, b, c, n));
+    ASSERT_CU(cuMemcpyDtoDAsync(e, c, n * sizeof(float), stream_));
+    ASSERT_CU(cuStreamEndCapture(stream_, graph));
+    ASSERT_NE(*graph, nullptr);
+  }
+
+  CUcontext context_ = nullptr;
+  CUmodule module_ = nullptr;
+  CUfunction fill_ = nullptr, increment_ = nullptr, add_ = nullptr, busy_ = nullptr;
+  CUstream stream_ = nullptr;
+};
+
+TEST_F(GraphTest, CapturedKernelsAndMemsetsReplayWithChangedInputs) {
+  const int n = 1000;
+  const size_t bytes = n * sizeof(float);
+  CUdeviceptr a, b, c, d, e;
+  for (CUdeviceptr* p : {&a, &b, &c, &d, &e}) ASSERT_CU(cuMemAlloc(p, bytes));
+  ASSERT_CU(cuMemsetD32(e, 0xdeadbeef, n));
+  ASSERT_CU(cuMemsetD32(d, 0, n));
+  CUgraph graph = nullptr;
+  CaptureSmallGraph(a, b, c, d, e, n, &graph);
+  // Captured work did not run.
+  for (uint32_t word : Read<uint32_t>(e, n)) ASSERT_EQ(word, 0xdeadbeefu);
+  for (int value : Read<int>(d, n)) ASSERT_EQ(value, 0);
+
+  size_t count = 0;
+  ASSERT_CU(cuGraphGetNodes(graph, nullptr, &count));
+  ASSERT_EQ(count, 5u);
+  std::vector<CUgraphNode> nodes(7, reinterpret_cast<CUgraphNode>(1));
+  count = nodes.size();
+  ASSERT_CU(cuGraphGetNodes(graph, nodes.data(), &count));
+  EXPECT_EQ(count, 5u);
+  EXPECT_EQ(nodes[5], nullptr);  // entries past the real number are cleared
+  const CUgraphNodeType expected[] = {CU_GRAPH_NODE_TYPE_MEMSET, CU_GRAPH_NODE_TYPE_KERNEL, CU_GRAPH_NODE_TYPE_MEMSET,
+                                      CU_GRAPH_NODE_TYPE_KERNEL, CU_GRAPH_NODE_TYPE_MEMCPY};
+  for (size_t i = 0; i < 5; ++i) {
+    CUgraphNodeType type;
+    ASSERT_CU(cuGraphNodeGetType(nodes[i], &type));
+    EXPECT_EQ(type, expected[i]) << i;
+  }
+  size_t two = 2;
+  std::vector<CUgraphNode> first_two(2);
+  ASSERT_CU(cuGraphGetNodes(graph, first_two.data(), &two));
+  EXPECT_EQ(two, 2u);
+  EXPECT_EQ(first_two[0], nodes[0]);  // the same node, the same handle
+
+  CUgraphExec exec = nullptr;
+  ASSERT_CU(cuGraphInstantiate(&exec, graph, 0));
+  cuuint64_t flags = 1;
+  ASSERT_CU(cuGraphExecGetFlags(exec, &flags));
+  EXPECT_EQ(flags, 0u);
+  for (int round = 0; round < 3; ++round) {
+    std::vector<float> host_a(n), host_b(n);
+    for (int i = 0; i < n; ++i) {
+      host_a[i] = static_cast<float>(i * (round + 1));
+      host_b[i] = 0.5f * static_cast<float>(round);
+    }
+    ASSERT_CU(cuMemcpyHtoD(a, host_a.data(), bytes));
+    ASSERT_CU(cuMemcpyHtoD(b, host_b.data(), bytes));
+    ASSERT_CU(cuMemsetD32(e, 0, n));
+    ASSERT_CU(cuGraphLaunch(exec, stream_));
+    ASSERT_CU(cuStreamSynchronize(stream_));
+    const auto sums = Read<float>(e, n);
+    for (int i = 0; i < n; ++i) ASSERT_EQ(sums[i], host_a[i] + host_b[i]) << "round " << round << " element " << i;
+    for (int value : Read<int>(d, n)) ASSERT_EQ(value, 8);
+  }
+  ASSERT_CU(cuGraphExecDestroy(exec));
+  ASSERT_CU(cuGraphDestroy(graph));
+  for (CUdeviceptr p : {a, b, c, d, e}) ASSERT_CU(cuMemFree(p));
+}
+
+TEST_F(GraphTest, AGraphDestroyedWhileItsExecutableLives) {
+  const int n = 256;
+  CUdeviceptr a, b, c, d, e;
+  for (CUdeviceptr* p : {&a, &b, &c, &d, &e}) ASSERT_CU(cuMemAlloc(p, n * sizeof(float)));
+  ASSERT_CU(cuMemsetD32(a, 0x3f800000, n));  // 1.0f
+  ASSERT_CU(cuMemsetD32(b, 0x40000000, n));  // 2.0f
+  CUgraph graph = nullptr;
+  CaptureSmallGraph(a, b, c, d, e, n, &graph);
+  CUgraphNode node = nullptr;
+  size_t one = 1;
+  ASSERT_CU(cuGraphGetNodes(graph, &node, &one));
+  CUgraphExec exec = nullptr;
+  ASSERT_CU(cuGraphInstantiateWithFlags(&exec, graph, CUDA_GRAPH_INSTANTIATE_FLAG_AUTO_FREE_ON_LAUNCH));
+  ASSERT_CU(cuGraphDestroy(graph));  // what PyTorch does right after instantiating
+  size_t count = 0;
+  EXPECT_EQ(cuGraphGetNodes(graph, nullptr, &count), CUDA_ERROR_INVALID_VALUE);
+  CUgraphNodeType type;
+  EXPECT_EQ(cuGraphNodeGetType(node, &type), CUDA_ERROR_INVALID_VALUE);  // nodes die with their graph
+  EXPECT_EQ(cuGraphDestroy(graph), CUDA_ERROR_INVALID_VALUE);
+  for (int round = 0; round < 2; ++round) {
+    ASSERT_CU(cuMemsetD32(e, 0, n));
+    ASSERT_CU(cuGraphLaunch(exec, stream_));
+    ASSERT_CU(cuStreamSynchronize(stream_));
+    for (float value : Read<float>(e, n)) ASSERT_EQ(value, 3.0f);
+  }
+  ASSERT_CU(cuGraphExecDestroy(exec));
+  EXPECT_EQ(cuGraphExecDestroy(exec), CUDA_ERROR_INVALID_VALUE);
+  EXPECT_EQ(cuGraphLaunch(exec, stream_), CUDA_ERROR_INVALID_VALUE);
+  for (CUdeviceptr p : {a, b, c, d, e}) ASSERT_CU(cuMemFree(p));
+}
+
+TEST_F(GraphTest, CaptureStatusAndCaptureInfo) {
+  CUdeviceptr p;
+  ASSERT_CU(cuMemAlloc(&p, 4096));
+  CUstream other;
+  ASSERT_CU(cuStreamCreate(&other, CU_STREAM_NON_BLOCKING));
+  CUstreamCaptureStatus status = CU_STREAM_CAPTURE_STATUS_ACTIVE;
+  ASSERT_CU(cuStreamIsCapturing(stream_, &status));
+  EXPECT_EQ(status, CU_STREAM_CAPTURE_STATUS_NONE);
+  ASSERT_CU(cuStreamGetCaptureInfo(stream_, &status, nullptr, nullptr, nullptr, nullptr, nullptr));
+  EXPECT_EQ(status, CU_STREAM_CAPTURE_STATUS_NONE);
+
+  ASSERT_CU(cuStreamBeginCapture(stream_, CU_STREAM_CAPTURE_MODE_GLOBAL));
+  ASSERT_CU(cuStreamIsCapturing(stream_, &status));
+  EXPECT_EQ(status, CU_STREAM_CAPTURE_STATUS_ACTIVE);
+  ASSERT_CU(cuStreamIsCapturing(other, &status));  // asked of the executor: captures are active
+  EXPECT_EQ(status, CU_STREAM_CAPTURE_STATUS_NONE);
+  ASSERT_CU(cuStreamIsCapturing(CU_STREAM_LEGACY, &status));  // the capturing stream is non-blocking
+  EXPECT_EQ(status, CU_STREAM_CAPTURE_STATUS_NONE);
+
+  cuuint64_t id = 0;
+  CUgraph captured = nullptr;
+  const CUgraphNode* dependencies = reinterpret_cast<const CUgraphNode*>(1);
+  const CUgraphEdgeData* edges = reinterpret_cast<const CUgraphEdgeData*>(1);
+  size_t count = 99;
+  ASSERT_CU(cuStreamGetCaptureInfo(stream_, &status, &id, &captured, &dependencies, &edges, &count));
+  EXPECT_EQ(status, CU_STREAM_CAPTURE_STATUS_ACTIVE);
+  EXPECT_NE(id, 0u);
+  EXPECT_NE(captured, nullptr);
+  EXPECT_EQ(count, 0u);  // nothing captured yet
+  ASSERT_CU(Fill(stream_, p, 5, 16));
+  ASSERT_CU(cuStreamGetCaptureInfo(stream_, &status, nullptr, nullptr, &dependencies, &edges, &count));
+  ASSERT_EQ(count, 1u);
+  CUgraphNodeType type;
+  ASSERT_CU(cuGraphNodeGetType(dependencies[0], &type));
+  EXPECT_EQ(type, CU_GRAPH_NODE_TYPE_KERNEL);
+  EXPECT_EQ(edges[0].from_port, 0);
+  EXPECT_EQ(edges[0].type, 0);
+  const CUgraphNode dependency = dependencies[0];
+  // Older forms, as cudart and CuPy of other CUDA versions call them.
+  using InfoV2 = CUresult (*)(CUstream, CUstreamCaptureStatus*, cuuint64_t*, CUgraph*, const CUgraphNode**, size_t*);
+  using InfoV1 = CUresult (*)(CUstream, CUstreamCaptureStatus*, cuuint64_t*);
+  auto info_v2 = Symbol<InfoV2>("cuStreamGetCaptureInfo_v2");
+  auto info_v1 = Symbol<InfoV1>("cuStreamGetCaptureInfo");
+  ASSERT_NE(info_v2, nullptr);
+  ASSERT_NE(info_v1, nullptr);
+  cuuint64_t id2 = 0;
+  CUgraph graph2 = nullptr;
+  ASSERT_CU(info_v2(stream_, &status, &id2, &graph2, &dependencies, &count));
+  EXPECT_EQ(id2, id);
+  EXPECT_EQ(graph2, captured);
+  ASSERT_EQ(count, 1u);
+  EXPECT_EQ(dependencies[0], dependency);  // interned: the same node handle again
+  ASSERT_CU(info_v1(stream_, &status, &id2));
+  EXPECT_EQ(status, CU_STREAM_CAPTURE_STATUS_ACTIVE);
+  EXPECT_EQ(id2, id);
+  // Graph queries are allowed during capture; destroying the graph is not.
+  size_t nodes = 0;
+  ASSERT_CU(cuGraphGetNodes(captured, nullptr, &nodes));
+  EXPECT_EQ(nodes, 1u);
+  EXPECT_EQ(cuGraphDestroy(captured), CUDA_ERROR_INVALID_VALUE);
+
+  CUgraph graph = nullptr;
+  ASSERT_CU(cuStreamEndCapture(stream_, &graph));
+  EXPECT_EQ(graph, captured);  // the graph the capture built
+  ASSERT_CU(cuGraphNodeGetType(dependency, &type));  // its nodes live on with it
+  ASSERT_CU(cuStreamIsCapturing(stream_, &status));
+  EXPECT_EQ(status, CU_STREAM_CAPTURE_STATUS_NONE);
+  ASSERT_CU(cuGraphDestroy(graph));
+
+  // A second capture has another id; on a blocking stream, the legacy stream reports the implicit dependency.
+  CUstream blocking;
+  ASSERT_CU(cuStreamCreate(&blocking, CU_STREAM_DEFAULT));
+  ASSERT_CU(cuStreamBeginCapture(blocking, CU_STREAM_CAPTURE_MODE_GLOBAL));
+  cuuint64_t second = 0;
+  ASSERT_CU(cuStreamGetCaptureInfo(blocking, &status, &second, nullptr, nullptr, nullptr, nullptr));
+  EXPECT_NE(second, id);
+  EXPECT_EQ(cuStreamIsCapturing(CU_STREAM_LEGACY, &status), CUDA_ERROR_STREAM_CAPTURE_IMPLICIT);
+  EXPECT_EQ(cuStreamIsCapturing(nullptr, &status), CUDA_ERROR_STREAM_CAPTURE_IMPLICIT);
+  ASSERT_CU(cuStreamEndCapture(blocking, &graph));  // the query did not invalidate the capture
+  ASSERT_CU(cuGraphDestroy(graph));
+  ASSERT_CU(cuStreamDestroy(blocking));
+  ASSERT_CU(cuStreamDestroy(other));
+  ASSERT_CU(cuMemFree(p));
+}
+
+TEST_F(GraphTest, ThreadCaptureModeIsPerThreadAndGovernsUnsafeCalls) {
+  CUstreamCaptureMode mode = CU_STREAM_CAPTURE_MODE_RELAXED;
+  ASSERT_CU(cuThreadExchangeStreamCaptureMode(&mode));
+  EXPECT_EQ(mode, CU_STREAM_CAPTURE_MODE_GLOBAL);  // the default
+  std::thread([] {
+    CUstreamCaptureMode seen = CU_STREAM_CAPTURE_MODE_THREAD_LOCAL;
+    EXPECT_CU(cuThreadExchangeStreamCaptureMode(&seen));
+    EXPECT_EQ(seen, CU_STREAM_CAPTURE_MODE_GLOBAL);  // another thread has its own mode
+  }).join();
+  mode = CU_STREAM_CAPTURE_MODE_GLOBAL;
+  ASSERT_CU(cuThreadExchangeStreamCaptureMode(&mode));
+  EXPECT_EQ(mode, CU_STREAM_CAPTURE_MODE_RELAXED);
+  EXPECT_EQ(cuThreadExchangeStreamCaptureMode(nullptr), CUDA_ERROR_INVALID_VALUE);
+  mode = static_cast<CUstreamCaptureMode>(7);
+  EXPECT_EQ(cuThreadExchangeStreamCaptureMode(&mode), CUDA_ERROR_INVALID_VALUE);
+
+  // GLOBAL capture: an allocation in the default mode is a prohibited unsafe call and invalidates the capture.
+  CUdeviceptr p = 0;
+  ASSERT_CU(cuStreamBeginCapture(stream_, CU_STREAM_CAPTURE_MODE_GLOBAL));
+  EXPECT_EQ(cuMemAlloc(&p, 4096), CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED);
+  CUgraph graph = reinterpret_cast<CUgraph>(1);
+  EXPECT_EQ(cuStreamEndCapture(stream_, &graph), CUDA_ERROR_STREAM_CAPTURE_INVALIDATED);
+  EXPECT_EQ(graph, nullptr);
+
+  // The same allocation in relaxed mode (PyTorch's guard around cudaMalloc during capture) is allowed, from the
+  // capturing thread and from another one.
+  CUdeviceptr target;
+  ASSERT_CU(cuMemAlloc(&target, 4096));
+  ASSERT_CU(cuStreamBeginCapture(stream_, CU_STREAM_CAPTURE_MODE_GLOBAL));
+  mode = CU_STREAM_CAPTURE_MODE_RELAXED;
+  ASSERT_CU(cuThreadExchangeStreamCaptureMode(&mode));
+  ASSERT_CU(cuMemAlloc(&p, 4096));
+  ASSERT_CU(cuThreadExchangeStreamCaptureMode(&mode));
+  EXPECT_EQ(mode, CU_STREAM_CAPTURE_MODE_RELAXED);
+  CUdeviceptr q = 0;
+  std::thread([&] {
+    ASSERT_CU(cuCtxSetCurrent(context_));
+    CUstreamCaptureMode relaxed = CU_STREAM_CAPTURE_MODE_RELAXED;
+    ASSERT_CU(cuThreadExchangeStreamCaptureMode(&relaxed));
+    EXPECT_CU(cuMemAlloc(&q, 4096));
+    ASSERT_CU(cuThreadExchangeStreamCaptureMode(&relaxed));
+  }).join();
+  ASSERT_CU(Fill(stream_, target, 42, 1024));
+  ASSERT_CU(cuStreamEndCapture(stream_, &graph));
+  CUgraphExec exec;
+  ASSERT_CU(cuGraphInstantiate(&exec, graph, 0));
+  ASSERT_CU(cuGraphLaunch(exec, stream_));
+  ASSERT_CU(cuStreamSynchronize(stream_));
+  for (unsigned value : Read<unsigned>(target, 1024)) ASSERT_EQ(value, 42u);
+  ASSERT_CU(cuGraphExecDestroy(exec));
+  ASSERT_CU(cuGraphDestroy(graph));
+
+  // THREAD_LOCAL capture: another thread's unsafe calls are not restricted by it.
+  ASSERT_CU(cuStreamBeginCapture(stream_, CU_STREAM_CAPTURE_MODE_THREAD_LOCAL));
+  CUdeviceptr r = 0;
+  std::thread([&] {
+    ASSERT_CU(cuCtxSetCurrent(context_));
+    EXPECT_CU(cuMemAlloc(&r, 4096));
+  }).join();
+  ASSERT_CU(cuStreamEndCapture(stream_, &graph));
+  ASSERT_CU(cuGraphDestroy(graph));
+  for (CUdeviceptr allocation : {p, q, r, target}) ASSERT_CU(cuMemFree(allocation));
+}
+
+TEST_F(GraphTest, EndCaptureFromAnotherThread) {
+  CUgraph graph = nullptr;
+  ASSERT_CU(cuStreamBeginCapture(stream_, CU_STREAM_CAPTURE_MODE_GLOBAL));
+  std::thread([&] {
+    ASSERT_CU(cuCtxSetCurrent(context_));
+    CUgraph other = nullptr;
+    EXPECT_EQ(cuStreamEndCapture(stream_, &other), CUDA_ERROR_STREAM_CAPTURE_WRONG_THREAD);
+  }).join();
+  CUstreamCaptureStatus status;
+  ASSERT_CU(cuStreamIsCapturing(stream_, &status));
+  EXPECT_EQ(status, CU_STREAM_CAPTURE_STATUS_ACTIVE);  // still capturing
+  ASSERT_CU(cuStreamEndCapture(stream_, &graph));
+  ASSERT_CU(cuGraphDestroy(graph));
+  // A relaxed capture may be ended by any thread.
+  ASSERT_CU(cuStreamBeginCapture(stream_, CU_STREAM_CAPTURE_MODE_RELAXED));
+  std::thread([&] {
+    ASSERT_CU(cuCtxSetCurrent(context_));
+    EXPECT_CU(cuStreamEndCapture(stream_, &graph));
+  }).join();
+  ASSERT_NE(graph, nullptr);
+  ASSERT_CU(cuGraphDestroy(graph));
+}
+
+// The executor answers synchronizes without blocking by polling marker events; while another client thread
+// captures in GLOBAL mode, those polls must neither fail under the capture's restrictions nor invalidate it.
+TEST_F(GraphTest, ExecutorBookkeepingLeavesCapturesAlone) {
+  const int n = 4096;
+  CUdeviceptr slow, target;
+  ASSERT_CU(cuMemAlloc(&slow, n * sizeof(unsigned)));
+  ASSERT_CU(cuMemAlloc(&target, n * sizeof(unsigned)));
+  ASSERT_CU(Busy(nullptr, 300'000'000ull));
+  ASSERT_CU(Fill(nullptr, slow, 9, n));
+  std::vector<unsigned> copied(n, 0);
+  CUresult copy_result = CUDA_ERROR_UNKNOWN;
+  std::thread waiter([&] {
+    cuCtxSetCurrent(context_);
+    copy_result = cuMemcpyDtoH(copied.data(), slow, n * sizeof(unsigned));  // waits ~300 ms for the busy kernel
+  });
+  std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  CUgraph graph = nullptr;
+  ASSERT_CU(cuStreamBeginCapture(stream_, CU_STREAM_CAPTURE_MODE_GLOBAL));
+  ASSERT_CU(Fill(stream_, target, 3, n));
+  std::this_thread::sleep_for(std::chrono::milliseconds(20));  // the executor polls meanwhile
+  ASSERT_CU(cuStreamEndCapture(stream_, &graph));
+  waiter.join();
+  EXPECT_EQ(copy_result, CUDA_SUCCESS);
+  for (unsigned value : copied) ASSERT_EQ(value, 9u);
+  CUgraphExec exec;
+  ASSERT_CU(cuGraphInstantiate(&exec, graph, 0));
+  ASSERT_CU(cuGraphLaunch(exec, stream_));
+  ASSERT_CU(cuStreamSynchronize(stream_));
+  for (unsigned value : Read<unsigned>(target, n)) ASSERT_EQ(value, 3u);
+  ASSERT_CU(cuGraphExecDestroy(exec));
+  ASSERT_CU(cuGraphDestroy(graph));
+  ASSERT_CU(cuMemFree(slow));
+  ASSERT_CU(cuMemFree(target));
+}
+
+// Posted work refused during capture surfaces at cuStreamEndCapture, a synchronous call.
+TEST_F(GraphTest, CaptureErrorsSurfaceAtEndCapture) {
+  CUdeviceptr p;
+  ASSERT_CU(cuMemAlloc(&p, 4096));
+  // A host-to-device copy cannot be captured: its host side would not exist at replay time.
+  ASSERT_CU(cuStreamBeginCapture(stream_, CU_STREAM_CAPTURE_MODE_GLOBAL));
+  const uint32_t host[4] = {1, 2, 3, 4};
+  EXPECT_CU(cuMemcpyHtoDAsync(p, host, sizeof(host), stream_));  // posted: the answer comes at the end
+  CUstreamCaptureStatus status;
+  ASSERT_CU(cuStreamGetCaptureInfo(stream_, &status, nullptr, nullptr, nullptr, nullptr, nullptr));
+  EXPECT_EQ(status, CU_STREAM_CAPTURE_STATUS_INVALIDATED);
+  ASSERT_CU(cuStreamIsCapturing(stream_, &status));  // the client learned it
+  EXPECT_EQ(status, CU_STREAM_CAPTURE_STATUS_INVALIDATED);
+  CUgraph graph = reinterpret_cast<CUgraph>(1);
+  EXPECT_EQ(cuStreamEndCapture(stream_, &graph), CUDA_ERROR_STREAM_CAPTURE_INVALIDATED);
+  EXPECT_EQ(graph, nullptr);
+  ASSERT_CU(cuStreamSynchronize(stream_));  // reported once
+  ASSERT_CU(cuCtxSynchronize());
+
+  // So can a device-to-host copy, which waits for its answer.
+  ASSERT_CU(cuStreamBeginCapture(stream_, CU_STREAM_CAPTURE_MODE_GLOBAL));
+  uint32_t back[4];
+  EXPECT_EQ(cuMemcpyDtoHAsync(back, p, sizeof(back), stream_), CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED);
+  EXPECT_EQ(cuStreamEndCapture(stream_, &graph), CUDA_ERROR_STREAM_CAPTURE_INVALIDATED);
+
+  // Synchronizing a capturing stream is illegal and invalidates the capture.
+  ASSERT_CU(cuStreamBeginCapture(stream_, CU_STREAM_CAPTURE_MODE_GLOBAL));
+  ASSERT_CU(Fill(stream_, p, 1, 16));
+  EXPECT_EQ(cuStreamSynchronize(stream_), CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED);
+  EXPECT_EQ(cuStreamEndCapture(stream_, &graph), CUDA_ERROR_STREAM_CAPTURE_INVALIDATED);
+
+  // An invalid launch during capture makes the capture fail at its end.
+  ASSERT_CU(cuStreamBeginCapture(stream_, CU_STREAM_CAPTURE_MODE_GLOBAL));
+  void* params[] = {&p, &p, &p, &p};
+  EXPECT_CU(cuLaunchKernel(add_, 1, 1, 1, 2048, 1, 1, 0, stream_, params, nullptr));  // posted
+  EXPECT_EQ(cuStreamEndCapture(stream_, &graph), CUDA_ERROR_INVALID_VALUE);
+  EXPECT_EQ(graph, nullptr);
+
+  // The stream captures normally afterwards.
+  ASSERT_CU(cuStreamBeginCapture(stream_, CU_STREAM_CAPTURE_MODE_GLOBAL));
+  ASSERT_CU(Fill(stream_, p, 6, 16));
+  ASSERT_CU(cuStreamEndCapture(stream_, &graph));
+  ASSERT_CU(cuGraphDestroy(graph));
+  ASSERT_CU(cuMemFree(p));
+}
+
+// During a capture the executor runs the real synchronize (not its marker events): the driver refuses it where the
+// capture forbids it and otherwise waits, and the capture goes on.
+TEST_F(GraphTest, SynchronizesDuringACaptureFollowTheCaptureMode) {
+  const int n = 2048;
+  CUdeviceptr p, q;
+  ASSERT_CU(cuMemAlloc(&p, n * sizeof(unsigned)));
+  ASSERT_CU(cuMemAlloc(&q, n * sizeof(unsigned)));
+  CUstream other;
+  ASSERT_CU(cuStreamCreate(&other, CU_STREAM_NON_BLOCKING));
+  CUevent done;
+  ASSERT_CU(cuEventCreate(&done, CU_EVENT_DISABLE_TIMING));
+  ASSERT_CU(cuStreamBeginCapture(stream_, CU_STREAM_CAPTURE_MODE_GLOBAL));
+  ASSERT_CU(Fill(stream_, q, 1, n));
+  ASSERT_CU(Busy(other, 100'000'000ull));
+  ASSERT_CU(Fill(other, p, 4, n));
+  ASSERT_CU(cuEventRecord(done, other));
+  CUstreamCaptureMode mode = CU_STREAM_CAPTURE_MODE_RELAXED;
+  ASSERT_CU(cuThreadExchangeStreamCaptureMode(&mode));
+  EXPECT_CU(cuEventSynchronize(done));
+  EXPECT_CU(cuStreamSynchronize(other));
+  EXPECT_CU(cuCtxSynchronize());  // the capturing stream holds nothing to wait for
+  ASSERT_CU(cuThreadExchangeStreamCaptureMode(&mode));
+  CUstreamCaptureStatus status;
+  ASSERT_CU(cuStreamGetCaptureInfo(stream_, &status, nullptr, nullptr, nullptr, nullptr, nullptr));
+  EXPECT_EQ(status, CU_STREAM_CAPTURE_STATUS_ACTIVE);
+  CUgraph graph = nullptr;
+  ASSERT_CU(cuStreamEndCapture(stream_, &graph));
+  ASSERT_CU(cuGraphDestroy(graph));
+  for (unsigned value : Read<unsigned>(p, n)) ASSERT_EQ(value, 4u);
+
+  // In the default (global) mode the same synchronize is a prohibited unsafe call.
+  ASSERT_CU(cuStreamBeginCapture(stream_, CU_STREAM_CAPTURE_MODE_GLOBAL));
+  ASSERT_CU(Fill(stream_, q, 1, n));
+  EXPECT_EQ(cuStreamSynchronize(other), CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED);
+  EXPECT_EQ(cuStreamEndCapture(stream_, &graph), CUDA_ERROR_STREAM_CAPTURE_INVALIDATED);
+  ASSERT_CU(cuEventDestroy(done));
+  ASSERT_CU(cuStreamDestroy(other));
+  ASSERT_CU(cuMemFree(p));
+  ASSERT_CU(cuMemFree(q));
+}
+
+TEST_F(GraphTest, ForkedStreamsJoinTheCapture) {
+  const int n = 512;
+  CUdeviceptr x, y;
+  ASSERT_CU(cuMemAlloc(&x, n * sizeof(int)));
+  ASSERT_CU(cuMemAlloc(&y, n * sizeof(int)));
+  CUstream side;
+  ASSERT_CU(cuStreamCreate(&side, CU_STREAM_NON_BLOCKING));
+  CUevent fork, join;
+  ASSERT_CU(cuEventCreate(&fork, CU_EVENT_DISABLE_TIMING));
+  ASSERT_CU(cuEventCreate(&join, CU_EVENT_DISABLE_TIMING));
+  ASSERT_CU(cuStreamBeginCapture(stream_, CU_STREAM_CAPTURE_MODE_GLOBAL));
+  ASSERT_CU(cuMemsetD32Async(x, 10, n, stream_));
+  ASSERT_CU(cuEventRecord(fork, stream_));
+  ASSERT_CU(cuStreamWaitEvent(side, fork, 0));
+  CUstreamCaptureStatus status = CU_STREAM_CAPTURE_STATUS_NONE;
+  ASSERT_CU(cuStreamIsCapturing(side, &status));  // joined: only the executor knows
+  EXPECT_EQ(status, CU_STREAM_CAPTURE_STATUS_ACTIVE);
+  ASSERT_CU(cuMemsetD32Async(y, 20, n, side));
+  ASSERT_CU(Increment(side, y, n));
+  ASSERT_CU(cuEventRecord(join, side));
+  ASSERT_CU(cuStreamWaitEvent(stream_, join, 0));
+  ASSERT_CU(Increment(stream_, x, n));
+  CUgraph graph;
+  ASSERT_CU(cuStreamEndCapture(stream_, &graph));
+  ASSERT_CU(cuStreamIsCapturing(side, &status));
+  EXPECT_EQ(status, CU_STREAM_CAPTURE_STATUS_NONE);
+  size_t count = 0;
+  ASSERT_CU(cuGraphGetNodes(graph, nullptr, &count));
+  EXPECT_EQ(count, 4u);
+  CUgraphExec exec;
+  ASSERT_CU(cuGraphInstantiate(&exec, graph, 0));
+  ASSERT_CU(cuGraphLaunch(exec, side));
+  ASSERT_CU(cuStreamSynchronize(side));
+  for (int value : Read<int>(x, n)) ASSERT_EQ(value, 11);
+  for (int value : Read<int>(y, n)) ASSERT_EQ(value, 21);
+  ASSERT_CU(cuGraphExecDestroy(exec));
+  ASSERT_CU(cuGraphDestroy(graph));
+  ASSERT_CU(cuEventDestroy(fork));
+  ASSERT_CU(cuEventDestroy(join));
+  ASSERT_CU(cuStreamDestroy(side));
+  ASSERT_CU(cuMemFree(x));
+  ASSERT_CU(cuMemFree(y));
+}
+
+TEST_F(GraphTest, PerThreadDefaultStreamVariantsAndOtherInstantiateForms) {
+  using BeginPtsz = CUresult (*)(CUstream, CUstreamCaptureMode);
+  using EndPtsz = CUresult (*)(CUstream, CUgraph*);
+  using IsCapturingPtsz = CUresult (*)(CUstream, CUstreamCaptureStatus*);
+  using LaunchPtsz = CUresult (*)(CUgraphExec, CUstream);
+  using InstantiateV1 = CUresult (*)(CUgraphExec*, CUgraph, CUgraphNode*, char*, size_t);
+  auto begin = Symbol<BeginPtsz>("cuStreamBeginCapture_v2_ptsz");
+  auto end = Symbol<EndPtsz>("cuStreamEndCapture_ptsz");
+  auto is_capturing = Symbol<IsCapturingPtsz>("cuStreamIsCapturing_ptsz");
+  auto launch = Symbol<LaunchPtsz>("cuGraphLaunch_ptsz");
+  auto instantiate_v1 = Symbol<InstantiateV1>("cuGraphInstantiate");
+  ASSERT_TRUE(begin && end && is_capturing && launch && instantiate_v1);
+  // cuGetProcAddress hands out the same entry points by name, version and stream mode.
+  void* entry = nullptr;
+  CUdriverProcAddressQueryResult found;
+  ASSERT_CU(cuGetProcAddress("cuStreamBeginCapture", &entry, 12000, CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM,
+                             &found));
+  EXPECT_EQ(entry, reinterpret_cast<void*>(begin));
+  ASSERT_CU(cuGetProcAddress("cuStreamGetCaptureInfo", &entry, 12030, CU_GET_PROC_ADDRESS_DEFAULT, &found));
+  EXPECT_EQ(entry, dlsym(RTLD_DEFAULT, "cuStreamGetCaptureInfo_v3"));
+  ASSERT_CU(cuGetProcAddress("cuStreamGetCaptureInfo", &entry, 11030, CU_GET_PROC_ADDRESS_DEFAULT, &found));
+  EXPECT_EQ(entry, dlsym(RTLD_DEFAULT, "cuStreamGetCaptureInfo_v2"));
+  ASSERT_CU(cuGetProcAddress("cuGraphInstantiate", &entry, 12000, CU_GET_PROC_ADDRESS_DEFAULT, &found));
+  EXPECT_EQ(entry, reinterpret_cast<void*>(&cuGraphInstantiateWithFlags));
+  ASSERT_CU(cuGetProcAddress("cuGraphInstantiate", &entry, 11000, CU_GET_PROC_ADDRESS_DEFAULT, &found));
+  EXPECT_EQ(entry, dlsym(RTLD_DEFAULT, "cuGraphInstantiate_v2"));
+  ASSERT_CU(cuGetProcAddress("cuGraphLaunch", &entry, 12000, CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM, &found));
+  EXPECT_EQ(entry, reinterpret_cast<void*>(launch));
+  const int n = 300;
+  CUdeviceptr p;
+  ASSERT_CU(cuMemAlloc(&p, n * sizeof(int)));
+  ASSERT_CU(cuMemsetD32(p, 0, n));
+  // A null stream in a _ptsz variant is the calling thread's per-thread default stream.
+  ASSERT_CU(begin(nullptr, CU_STREAM_CAPTURE_MODE_GLOBAL));
+  CUstreamCaptureStatus status;
+  ASSERT_CU(is_capturing(nullptr, &status));
+  EXPECT_EQ(status, CU_STREAM_CAPTURE_STATUS_ACTIVE);
+  ASSERT_CU(cuStreamIsCapturing(CU_STREAM_PER_THREAD, &status));
+  EXPECT_EQ(status, CU_STREAM_CAPTURE_STATUS_ACTIVE);
+  ASSERT_CU(Increment(CU_STREAM_PER_THREAD, p, n));
+  CUgraph graph;
+  ASSERT_CU(end(nullptr, &graph));
+
+  CUgraphExec exec = nullptr;
+  CUgraphNode error_node = reinterpret_cast<CUgraphNode>(1);
+  char log[16] = "unchanged";
+  ASSERT_CU(instantiate_v1(&exec, graph, &error_node, log, sizeof(log)));
+  EXPECT_EQ(error_node, nullptr);
+  EXPECT_STREQ(log, "");
+  ASSERT_CU(launch(exec, nullptr));
+  ASSERT_CU(cuGraphUpload(exec, stream_));
+  ASSERT_CU(cuGraphLaunch(exec, stream_));
+  ASSERT_CU(cuCtxSynchronize());
+  for (int value : Read<int>(p, n)) ASSERT_EQ(value, 2);
+  ASSERT_CU(cuGraphExecDestroy(exec));
+
+  CUDA_GRAPH_INSTANTIATE_PARAMS params{};
+  params.flags = CUDA_GRAPH_INSTANTIATE_FLAG_UPLOAD;
+  params.hUploadStream = stream_;
+  params.result_out = CUDA_GRAPH_INSTANTIATE_ERROR;
+  ASSERT_CU(cuGraphInstantiateWithParams(&exec, graph, &params));
+  EXPECT_EQ(params.result_out, CUDA_GRAPH_INSTANTIATE_SUCCESS);
+  EXPECT_EQ(params.hErrNode_out, nullptr);
+  cuuint64_t flags = 0;
+  ASSERT_CU(cuGraphExecGetFlags(exec, &flags));
+  EXPECT_EQ(flags, static_cast<cuuint64_t>(CUDA_GRAPH_INSTANTIATE_FLAG_UPLOAD));
+  ASSERT_CU(cuGraphLaunch(exec, stream_));
+  ASSERT_CU(cuStreamSynchronize(stream_));
+  for (int value : Read<int>(p, n)) ASSERT_EQ(value, 3);
+  ASSERT_CU(cuGraphExecDestroy(exec));
+  ASSERT_CU(cuGraphDestroy(graph));
+  ASSERT_CU(cuMemFree(p));
+}
+
+TEST_F(GraphTest, EmptyGraphsAndInvalidHandles) {
+  CUgraph graph = nullptr;
+  EXPECT_EQ(cuGraphCreate(&graph, 1), CUDA_ERROR_INVALID_VALUE);
+  EXPECT_EQ(cuGraphCreate(nullptr, 0), CUDA_ERROR_INVALID_VALUE);
+  ASSERT_CU(cuGraphCreate(&graph, 0));
+  size_t count = 7;
+  ASSERT_CU(cuGraphGetNodes(graph, nullptr, &count));
+  EXPECT_EQ(count, 0u);
+  CUgraphExec exec = nullptr;
+  ASSERT_CU(cuGraphInstantiate(&exec, graph, 0));
+  ASSERT_CU(cuGraphLaunch(exec, stream_));
+  ASSERT_CU(cuStreamSynchronize(stream_));
+
+  // Graph-family handles: CUDA_ERROR_INVALID_VALUE, as the driver documents; streams keep INVALID_HANDLE.
+  EXPECT_EQ(cuGraphLaunch(nullptr, stream_), CUDA_ERROR_INVALID_VALUE);
+  EXPECT_EQ(cuGraphLaunch(exec, reinterpret_cast<CUstream>(0x1234)), CUDA_ERROR_INVALID_HANDLE);
+  EXPECT_EQ(cuGraphUpload(nullptr, stream_), CUDA_ERROR_INVALID_VALUE);
+  EXPECT_EQ(cuGraphExecDestroy(nullptr), CUDA_ERROR_INVALID_VALUE);
+  EXPECT_EQ(cuGraphDestroy(nullptr), CUDA_ERROR_INVALID_VALUE);
+  EXPECT_EQ(cuGraphGetNodes(nullptr, nullptr, &count), CUDA_ERROR_INVALID_VALUE);
+  EXPECT_EQ(cuGraphGetNodes(graph, nullptr, nullptr), CUDA_ERROR_INVALID_VALUE);
+  CUgraphNodeType type;
+  EXPECT_EQ(cuGraphNodeGetType(nullptr, &type), CUDA_ERROR_INVALID_VALUE);
+  EXPECT_EQ(cuGraphNodeGetType(reinterpret_cast<CUgraphNode>(0x40), &type), CUDA_ERROR_INVALID_VALUE);
+  CUgraphExec other = nullptr;
+  EXPECT_EQ(cuGraphInstantiate(&other, nullptr, 0), CUDA_ERROR_INVALID_VALUE);
+  EXPECT_EQ(cuGraphInstantiate(nullptr, graph, 0), CUDA_ERROR_INVALID_VALUE);
+  EXPECT_EQ(cuGraphInstantiateWithParams(&other, graph, nullptr), CUDA_ERROR_INVALID_VALUE);
+  EXPECT_EQ(cuGraphExecGetFlags(nullptr, nullptr), CUDA_ERROR_INVALID_VALUE);
+
+  // Capture calls: status output required, default streams cannot capture, no second capture, end needs one.
+  CUstreamCaptureStatus status;
+  EXPECT_EQ(cuStreamIsCapturing(stream_, nullptr), CUDA_ERROR_INVALID_VALUE);
+  EXPECT_EQ(cuStreamIsCapturing(reinterpret_cast<CUstream>(0x1234), &status), CUDA_ERROR_INVALID_HANDLE);
+  EXPECT_EQ(cuStreamGetCaptureInfo(stream_, nullptr, nullptr, nullptr, nullptr, nullptr, nullptr),
+            CUDA_ERROR_INVALID_VALUE);
+  EXPECT_EQ(cuStreamBeginCapture(reinterpret_cast<CUstream>(0x1234), CU_STREAM_CAPTURE_MODE_GLOBAL),
+            CUDA_ERROR_INVALID_HANDLE);
+  EXPECT_EQ(cuStreamBeginCapture(CU_STREAM_LEGACY, CU_STREAM_CAPTURE_MODE_GLOBAL),
+            CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED);
+  CUgraph ended = nullptr;
+  EXPECT_EQ(cuStreamEndCapture(stream_, &ended), CUDA_ERROR_ILLEGAL_STATE);
+  ASSERT_CU(cuStreamBeginCapture(stream_, CU_STREAM_CAPTURE_MODE_GLOBAL));
+  EXPECT_EQ(cuStreamBeginCapture(stream_, CU_STREAM_CAPTURE_MODE_GLOBAL), CUDA_ERROR_ILLEGAL_STATE);
+  EXPECT_EQ(cuStreamEndCapture(stream_, nullptr), CUDA_ERROR_INVALID_VALUE);
+  ASSERT_CU(cuStreamIsCapturing(stream_, &status));
+  EXPECT_EQ(status, CU_STREAM_CAPTURE_STATUS_ACTIVE);  // the failed second begin changed nothing
+  ASSERT_CU(cuStreamEndCapture(stream_, &ended));
+  ASSERT_CU(cuGraphDestroy(ended));
+
+  ASSERT_CU(cuGraphExecDestroy(exec));
+  ASSERT_CU(cuGraphDestroy(graph));
+}
+
+}  // namespace
+}  // namespace curelay::testing
