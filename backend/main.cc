@@ -3,6 +3,7 @@
 #include <limits.h>
 #include <signal.h>
 #include <sys/stat.h>
+#include <sys/vfs.h>
 #include <unistd.h>
 
 #include <spdlog/spdlog.h>
@@ -32,11 +33,11 @@ int Usage() {
   std::fprintf(stderr,
                "usage: curelay-backend [--listen ENDPOINT]... [--driver PATH] [--executor PATH]\n"
                "                       [--runtime-dir DIR] [--warm-pool N] [--log-level LEVEL]\n"
-               "  --listen      ipc://PATH or tcp://HOST:PORT (repeatable; default ipc:///tmp/curelay/backend.sock)\n"
+               "  --listen      ipc://PATH or tcp://HOST:PORT (repeatable; default ipc:///dev/shm/curelay/backend.sock)\n"
                "  --driver      the real libcuda.so.1 (default $CURELAY_REAL_DRIVER or libcuda.so.1 on the\n"
                "                loader path; the curelay shim itself is refused)\n"
                "  --executor    the curelay-executor binary (default: next to this one)\n"
-               "  --runtime-dir where session sockets live (default /tmp/curelay)\n"
+               "  --runtime-dir where session sockets live (default /dev/shm/curelay; must be tmpfs for pinned host memory)\n"
                "  --warm-pool   executors started ahead of demand (default 1)\n"
                "  --log-level   trace|debug|info|warn|error (default info, or $CURELAY_LOG_LEVEL)\n");
   return 2;
@@ -50,7 +51,7 @@ int main(int argc, char** argv) {
   const char* env_driver = std::getenv("CURELAY_REAL_DRIVER");
   settings.executors.driver_path = env_driver ? env_driver : "libcuda.so.1";
   settings.executors.executor_path = SiblingExecutable("curelay-executor");
-  settings.executors.runtime_dir = "/tmp/curelay";
+  settings.executors.runtime_dir = "/dev/shm/curelay";
   const char* env_level = std::getenv("CURELAY_LOG_LEVEL");
   std::string log_level = env_level ? env_level : "info";
   for (int i = 1; i < argc; ++i) {
@@ -70,7 +71,7 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "unknown log level '%s'\n", log_level.c_str());
     return 2;
   }
-  if (settings.listen_endpoints.empty()) settings.listen_endpoints.push_back("ipc:///tmp/curelay/backend.sock");
+  if (settings.listen_endpoints.empty()) settings.listen_endpoints.push_back("ipc:///dev/shm/curelay/backend.sock");
   settings.executors.ipc = false;
   for (const auto& endpoint : settings.listen_endpoints) {
     if (endpoint.rfind("ipc://", 0) == 0) {
@@ -87,6 +88,14 @@ int main(int argc, char** argv) {
     }
   }
   mkdir(settings.executors.runtime_dir.c_str(), 0755);
+  // Same-host clients' pinned host memory is a file here that the executor registers with the driver, and the
+  // driver pins only memory-backed pages (measured: a file on a disk filesystem is refused).
+  constexpr long kTmpfsMagic = 0x01021994;
+  struct statfs runtime_fs {};
+  if (statfs(settings.executors.runtime_dir.c_str(), &runtime_fs) == 0 && runtime_fs.f_type != kTmpfsMagic) {
+    spdlog::warn("runtime directory {} is not on tmpfs: pinned and mapped host memory of same-host clients will "
+                 "fail to register (put it under /dev/shm)", settings.executors.runtime_dir);
+  }
   settings.executors.log_level = log_level;
 
   struct sigaction action {};

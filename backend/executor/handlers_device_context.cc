@@ -116,6 +116,14 @@ Session::Outcome Session::PrimaryContextRetain(const wire::PrimaryContextRetain&
   if (outcome.result == CUDA_SUCCESS) {
     contexts_[call.context()] = context;
     ++primary_retains_[call.device()];
+    // The session keeps one retain of its own until it ends. Runtimes release the primary context at exit while
+    // their streams, events and modules still exist; if that final release destroyed the real context, those
+    // handles would dangle here and the session's cleanup would destroy them a second time.
+    CUcontext pinned = nullptr;
+    if (pinned_primary_devices_.count(call.device()) == 0 &&
+        driver_.cuDevicePrimaryCtxRetain(&pinned, call.device()) == CUDA_SUCCESS) {
+      pinned_primary_devices_.insert(call.device());
+    }
   }
   return outcome;
 }

@@ -378,6 +378,8 @@ void Session::ReleaseEverything() {
   for (auto& [device, count] : primary_retains_) {
     while (count-- > 0) driver_.cuDevicePrimaryCtxRelease(device);
   }
+  for (int device : pinned_primary_devices_) driver_.cuDevicePrimaryCtxRelease(device);
+  pinned_primary_devices_.clear();
   events_.clear();
   streams_.clear();
   per_thread_streams_.clear();

@@ -199,6 +199,7 @@ class Session {
   };
   std::unordered_map<CUdeviceptr, HostRegistration> host_registrations_;  // by device address
   std::unordered_map<int, int> primary_retains_;
+  std::unordered_set<int> pinned_primary_devices_;  // devices whose primary context the session itself retains
   // Captures begun by the client, by the driver's capture id.
   struct CaptureRecord {
     CUstream origin = nullptr;

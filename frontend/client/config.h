@@ -14,7 +14,7 @@ struct Config {
   bool disable_shared_memory = false;  // CURELAY_SHM=0: stay on ZeroMQ even when client and backend share a host
 };
 
-inline constexpr char kDefaultEndpoint[] = "ipc:///tmp/curelay/backend.sock";
+inline constexpr char kDefaultEndpoint[] = "ipc:///dev/shm/curelay/backend.sock";
 
 Config ReadConfig();
 

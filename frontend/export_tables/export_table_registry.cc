@@ -30,6 +30,7 @@ constexpr ServedTable kServed[] = {
     {ExportTableKind::kToolsContext, kToolsContextTableId, "ToolsContext (21318c60)", &ToolsContextTable},
     {ExportTableKind::kClusterPrototype, kClusterPrototypeTableId, "ClusterPrototype (1734dc26)",
      &ClusterPrototypeTable},
+    {ExportTableKind::kToolsModule, kToolsModuleTableId, "ToolsModule (6e163fbe)", &ToolsModuleTable},
 };
 
 struct RefusedTable {

@@ -25,6 +25,8 @@ inline constexpr ExportTableId kToolsContextTableId = {0x21, 0x31, 0x8c, 0x60, 0
 // The executor asks its real driver for this one too (backend/executor/handlers_export_tables.cc has a copy).
 inline constexpr ExportTableId kClusterPrototypeTableId = {0x17, 0x34, 0xdc, 0x26, 0x80, 0x0d, 0x47, 0x45,
                                                            0x87, 0x26, 0xc0, 0xf1, 0xe7, 0xdd, 0x8b, 0xca};
+inline constexpr ExportTableId kToolsModuleTableId = {0x6e, 0x16, 0x3f, 0xbe, 0xb9, 0x58, 0x44, 0x4d,
+                                                      0x83, 0x5c, 0xe1, 0x82, 0xaf, 0xf1, 0x99, 0x1e};
 // kCudartInterfaceTableId and kIntegrityTableId are in integrity_check.h, which hashes both tables' addresses.
 
 // The table served for `id`, or nullptr when curelay refuses it. `name` (optional) receives the table's name,

@@ -27,6 +27,7 @@ enum class ExportTableKind : uint8_t {
   kIntegrity,
   kToolsContext,
   kClusterPrototype,
+  kToolsModule,
 };
 
 // "ToolsContext (21318c60…)", for log lines.
@@ -78,6 +79,7 @@ const void* ContextLocalStorageTable();  // context_local_storage.cc
 const void* ContextChecksTable();        // context_checks.cc
 const void* IntegrityTable();            // integrity_table.cc
 const void* ToolsContextTable();         // tools_context.cc
+const void* ToolsModuleTable();          // tools_module.cc
 const void* ClusterPrototypeTable();     // cluster_prototype.cc
 
 }  // namespace curelay::frontend

@@ -45,6 +45,7 @@ constexpr std::string_view kContextLocalStorage = "c693336e1121df11a8c368f355d89
 constexpr std::string_view kContextChecks = "263e88607cd2614392f6bbd5006dfa7e";
 constexpr std::string_view kIntegrity = "d4082055bde6704b8d34ba123c66e1f2";
 constexpr std::string_view kToolsContext = "21318c60971432488ca641ff7324c8f2";
+constexpr std::string_view kToolsModule = "6e163fbeb958444d835ce182aff1991e";
 constexpr std::string_view kClusterPrototype = "1734dc26800d47458726c0f1e7dd8bca";
 
 CUuuid Id(std::string_view hex) {
@@ -123,7 +124,7 @@ TEST(ExportTablesBeforeInit, ServedWithoutASession) {
   CUcontext current;
   if (cuCtxGetCurrent(&current) != CUDA_ERROR_NOT_INITIALIZED) GTEST_SKIP() << "cuInit already ran in this process";
   for (std::string_view id : {kCudartInterface, kToolsCallbackHooks, kToolsTls, kContextLocalStorage, kContextChecks,
-                              kIntegrity, kToolsContext, kClusterPrototype}) {
+                              kIntegrity, kToolsContext, kClusterPrototype, kToolsModule}) {
     EXPECT_NE(Table(id), nullptr) << id;
   }
   // The real driver answers the integrity check with NOT_INITIALIZED and zeros before cuInit.
@@ -160,7 +161,8 @@ TEST_F(ExportTablesTest, SizeWordsAndSlots) {
   };
   for (const Expected& table : {Expected{kCudartInterface, 13}, Expected{kToolsCallbackHooks, 7},
                                 Expected{kToolsTls, 3}, Expected{kContextChecks, 15}, Expected{kIntegrity, 3},
-                                Expected{kToolsContext, 95}, Expected{kClusterPrototype, 17}}) {
+                                Expected{kToolsContext, 95}, Expected{kClusterPrototype, 17},
+                                Expected{kToolsModule, 99}}) {
     SCOPED_TRACE(table.id);
     const void* const* words = Table(table.id);
     ASSERT_NE(words, nullptr);
