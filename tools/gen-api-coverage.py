@@ -30,13 +30,23 @@ LOCAL = {
     "cuStreamGetCtx": "client stream object",
     "cuMemAllocHost_v2": "client host memory", "cuMemHostAlloc": "client host memory",
     "cuMemFreeHost": "client host memory", "cuMemHostGetFlags": "client host memory",
+    "cuMemHostGetDevicePointer_v2": "device address learned when the mapped memory was registered",
+    "cuGetExportTable": "static tables in the client (frontend/export_tables/); only ClusterPrototype slot 4 asks "
+                        "the executor",
+    "cuCtxGetDevice_v2": "client context object", "cuModuleGetLoadingMode": "the executor driver's, learned at attach",
+    "cuFuncGetName": "client function object", "cuKernelGetName": "client kernel object",
+    "cuFuncGetAttribute": "cached per function after the first read (writes go through the shim and clear it)",
+    "cuKernelGetAttribute": "cached per function after the first read",
+    "cuStreamGetId": "client stream object",
+    "cuStreamIsCapturing": "capture state kept in the client (asks the executor only for a stream that may have "
+                           "joined a capture)",
+    "cuThreadExchangeStreamCaptureMode": "per-thread mode kept in the client",
+    "cuGraphNodeGetType": "learned with the node", "cuGraphExecGetFlags": "client graph-exec object",
 }
 
 
 # Defined by hand (to record what callers ask for) but still answering CUDA_ERROR_NOT_SUPPORTED.
-EXPLICITLY_UNSUPPORTED = {
-    "cuGetExportTable": "no table served yet: the driver's answer for a missing table (INVALID_VALUE, null)",
-}
+EXPLICITLY_UNSUPPORTED: dict[str, str] = {}
 
 
 def main() -> None:
@@ -58,8 +68,8 @@ def main() -> None:
         f"{len(local)} of them are answered inside the client without a round trip once `cuInit` has run, the rest are",
         "forwarded to the session's executor. The other "
         f"{len(unsupported)} return `CUDA_ERROR_NOT_SUPPORTED` (801) and print",
-        "`curelay: NAME is not supported` once per name; none of them reports success. "
-        + "; ".join(f"`{name}`: {EXPLICITLY_UNSUPPORTED[name]}" for name in partial) + ".",
+        "`curelay: NAME is not supported` once per name; none of them reports success."
+        + "".join(f" `{name}`: {EXPLICITLY_UNSUPPORTED[name]}." for name in partial),
         "",
         "| entry point | how |",
         "|---|---|",
@@ -72,12 +82,18 @@ def main() -> None:
         "",
         "| feature | what the program gets |",
         "|---|---|",
-        "| `cuMemHostAlloc` with `CU_MEMHOSTALLOC_DEVICEMAP` (mapped host memory) | `CUDA_ERROR_NOT_SUPPORTED` |",
-        "| `cuLibraryLoadData` with library options | `CUDA_ERROR_NOT_SUPPORTED` |",
+        "| mapped host memory (`CU_MEMHOSTALLOC_DEVICEMAP`) over tcp:// (nothing can be shared) | "
+        "`CUDA_ERROR_NOT_SUPPORTED`; same-host sessions get real shared pages (the runtime directory must be tmpfs) |",
+        "| `cuLibraryLoadData` with `CU_LIBRARY_HOST_UNIVERSAL_FUNCTION_AND_DATA_TABLE` | `CUDA_ERROR_NOT_SUPPORTED` |",
+        "| a pageable host-to-device copy captured into a graph | the capture is invalidated "
+        "(`CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED`; the driver itself captures it); docs/stream-capture.md |",
+        "| cuFFT plan creation (CuPy `cupy.fft`) | `CUFFT_INTERNAL_ERROR`: cuFFT gives up after ToolsModule (6e163fbe) "
+        "slot 7, whose meaning is unknown (docs/research/export-tables.md) |",
+        "| export-table slots curelay does not implement | `CUDA_ERROR_NOT_SUPPORTED`, logged once per slot |",
         "| JIT options with host symbol tables (`CU_JIT_GLOBAL_SYMBOL_*`, `CU_JIT_REFERENCED_*`) | `CUDA_ERROR_NOT_SUPPORTED` |",
         "| `cuCtxCreate` with execution-affinity or CIG parameters | `CUDA_ERROR_NOT_SUPPORTED` |",
         "| library API on the emulated test driver | `CUDA_ERROR_NOT_SUPPORTED` (the real driver has it) |",
-        "| `cuGetExportTable` (every table; the CUDA runtime needs some: PyTorch and CuPy stop here) | "
+        "| `cuGetExportTable` for a table curelay does not serve | "
         "`CUDA_ERROR_INVALID_VALUE` and a null table, as the real driver answers for a table it lacks; the table id "
         "is logged once |",
         "| everything listed below | `CUDA_ERROR_NOT_SUPPORTED` |",

@@ -7,6 +7,7 @@
 
 #include "driver_table.h"
 #include "frontend/api/api_support.h"
+#include "frontend/client/log.h"
 
 using namespace curelay::frontend;
 
@@ -47,6 +48,7 @@ CUresult Resolve(const char* symbol, void** pfn, int cuda_version, cuuint64_t fl
     const ProcVersion* chosen = nullptr;
     for (auto entry = first; entry != last && entry->min_version <= cuda_version; ++entry) chosen = &*entry;
     if (chosen == nullptr) {
+      Log().debug("cuGetProcAddress({}, version {}): version not sufficient", symbol, cuda_version);
       *pfn = nullptr;
       if (status != nullptr) *status = CU_GET_PROC_ADDRESS_VERSION_NOT_SUFFICIENT;
       return CUDA_ERROR_NOT_FOUND;
@@ -56,6 +58,7 @@ CUresult Resolve(const char* symbol, void** pfn, int cuda_version, cuuint64_t fl
     *pfn = FindDriverSymbol(use_per_thread ? chosen->per_thread_abi : chosen->abi);
   }
   if (*pfn == nullptr) {
+    Log().debug("cuGetProcAddress({}, version {}): not found", symbol, cuda_version);
     if (status != nullptr) *status = CU_GET_PROC_ADDRESS_SYMBOL_NOT_FOUND;
     return CUDA_ERROR_NOT_FOUND;
   }

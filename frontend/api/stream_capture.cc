@@ -13,7 +13,7 @@
 //   session from one thread, so it gets one mode for the session: RELAXED while any client thread is relaxed (the
 //   PyTorch allocator's guard around cudaMalloc during capture), else GLOBAL; sent when that changes.
 //   cuStreamEndCapture from another thread than a non-relaxed capture's owner is CUDA_ERROR_STREAM_CAPTURE_WRONG_THREAD
-//   here, as the executor's single thread would never see it.
+//   here, as the executor's single thread would never see it; as natively, that failed end still ends the capture.
 //
 // Posted work that fails during capture (the driver refuses it, or the executor refuses a host<->device copy whose
 // host side could not be replayed) is reported by cuStreamEndCapture, a synchronous call.
@@ -130,13 +130,12 @@ CUresult EndCapture(CUstream stream, CUgraph* result_graph) {
   if (result_graph == nullptr) return CUDA_ERROR_INVALID_VALUE;
   CaptureState& state = State();
   const StreamKey key = KeyOf(wire_stream);
+  bool wrong_thread = false;
   {
     std::lock_guard<std::mutex> lock(state.mutex);
     const auto found = state.captures.find(key);
-    if (found != state.captures.end() && found->second.mode != CU_STREAM_CAPTURE_MODE_RELAXED &&
-        !pthread_equal(found->second.owner, pthread_self())) {
-      return CUDA_ERROR_STREAM_CAPTURE_WRONG_THREAD;
-    }
+    wrong_thread = found != state.captures.end() && found->second.mode != CU_STREAM_CAPTURE_MODE_RELAXED &&
+                   !pthread_equal(found->second.owner, pthread_self());
   }
   auto& builder = Builder();
   const auto call = wire::CreateStreamEndCapture(builder, wire_stream).Union();
@@ -157,6 +156,12 @@ CUresult EndCapture(CUstream stream, CUgraph* result_graph) {
   if (graph != nullptr) {
     std::lock_guard<std::mutex> lock(graph->mutex);
     graph->capturing = false;
+  }
+  if (wrong_thread) {
+    // Measured on driver 580: an end from the wrong thread fails, and it ends the capture all the same (the
+    // owner's own end then answers CUDA_ERROR_ILLEGAL_STATE and no graph).
+    if (graph != nullptr) DestroyGraphObject(graph);
+    return CUDA_ERROR_STREAM_CAPTURE_WRONG_THREAD;
   }
   if (result == CUDA_SUCCESS) {
     if (graph == nullptr) return CUDA_ERROR_UNKNOWN;  // the executor ended a capture this client never began

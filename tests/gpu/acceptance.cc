@@ -883,6 +883,9 @@ std::string case_graph_capture_replay() {
     }
     CU_CHECK(cuMemcpyHtoD(a.get(), ha.data(), bytes));
     CU_CHECK(cuMemcpyHtoD(b.get(), hb.data(), bytes));
+    // A synchronous copy from pageable memory may return before its DMA lands, and `s` does not wait for the
+    // legacy stream: without this the graph could read old inputs (seen natively).
+    CU_CHECK(cuCtxSynchronize());
     CU_CHECK(cuGraphLaunch(exec.get(), s.get()));
     CU_CHECK(cuStreamSynchronize(s.get()));
     CU_CHECK(cuMemcpyDtoH(hc.data(), c.get(), bytes));
