@@ -8,6 +8,22 @@
 namespace curelay::executor {
 namespace {
 
+// The launch configuration a LaunchKernel or Occupancy request describes (its stream is set by the caller).
+template <typename Request>
+CUlaunchConfig LaunchConfig(const Request& call, unsigned shared_mem_bytes, std::vector<CUlaunchAttribute>& attributes) {
+  CUlaunchConfig config{};
+  config.gridDimX = call.grid_x();
+  config.gridDimY = call.grid_y();
+  config.gridDimZ = call.grid_z();
+  config.blockDimX = call.block_x();
+  config.blockDimY = call.block_y();
+  config.blockDimZ = call.block_z();
+  config.sharedMemBytes = shared_mem_bytes;
+  config.attrs = attributes.data();
+  config.numAttrs = static_cast<unsigned>(attributes.size());
+  return config;
+}
+
 // Copies bytes into 8-byte aligned storage: ELF images and argument buffers are read with aligned loads.
 const void* Aligned(std::span<const uint8_t> bytes, std::vector<uint64_t>& storage) {
   storage.resize((bytes.size() + sizeof(uint64_t) - 1) / sizeof(uint64_t));
@@ -156,17 +172,8 @@ Session::Outcome Session::LaunchKernel(const wire::LaunchKernel& call, std::span
   if (driver_.cuLaunchKernelEx == nullptr) return {CUDA_ERROR_NOT_SUPPORTED};
   std::vector<CUlaunchAttribute> attributes;
   if (!DecodeLaunchAttributes(call.attributes(), &attributes)) return {CUDA_ERROR_INVALID_VALUE};
-  CUlaunchConfig config{};
-  config.gridDimX = call.grid_x();
-  config.gridDimY = call.grid_y();
-  config.gridDimZ = call.grid_z();
-  config.blockDimX = call.block_x();
-  config.blockDimY = call.block_y();
-  config.blockDimZ = call.block_z();
-  config.sharedMemBytes = call.shared_mem_bytes();
+  CUlaunchConfig config = LaunchConfig(call, call.shared_mem_bytes(), attributes);
   config.hStream = stream;
-  config.attrs = attributes.data();
-  config.numAttrs = static_cast<unsigned>(attributes.size());
   outcome.result = driver_.cuLaunchKernelEx(&config, found->second, nullptr, payload.empty() ? nullptr : extra);
   return outcome;
 }
@@ -239,16 +246,8 @@ Session::Outcome Session::Occupancy(const wire::Occupancy& call) {
     case wire::OccupancyQuery::MaxPotentialClusterSize: {
       std::vector<CUlaunchAttribute> attributes;
       if (!DecodeLaunchAttributes(call.attributes(), &attributes)) return {CUDA_ERROR_INVALID_VALUE};
-      CUlaunchConfig config{};
-      config.gridDimX = call.grid_x();
-      config.gridDimY = call.grid_y();
-      config.gridDimZ = call.grid_z();
-      config.blockDimX = call.block_x();
-      config.blockDimY = call.block_y();
-      config.blockDimZ = call.block_z();
-      config.sharedMemBytes = static_cast<unsigned>(call.dynamic_smem_bytes());
-      config.attrs = attributes.data();
-      config.numAttrs = static_cast<unsigned>(attributes.size());
+      const CUlaunchConfig config =
+          LaunchConfig(call, static_cast<unsigned>(call.dynamic_smem_bytes()), attributes);
       int answer = 0;
       if (call.query() == wire::OccupancyQuery::MaxActiveClusters) {
         if (driver_.cuOccupancyMaxActiveClusters != nullptr) {

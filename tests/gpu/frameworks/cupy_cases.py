@@ -2,10 +2,11 @@
 """CuPy acceptance cases for curelay (GPU host). Prints `CASE <name> <digest>` per case (see torch_cases.py)."""
 import hashlib
 import sys
-import traceback
 
 import cupy as cp
 import numpy as np
+
+from case_runner import run_cases
 
 
 def digest(*arrays):
@@ -77,28 +78,8 @@ CASES = [case_device, case_array_math, case_matmul_cublas, case_reductions, case
          case_elementwise_and_streams]
 
 
-def loaded_libcuda():
-    """The libcuda.so.1 this process really mapped (the check that a curelay run did not reach the real driver)."""
-    with open("/proc/self/maps") as maps:
-        for line in maps:
-            if line.rstrip().endswith("/libcuda.so.1"):
-                return line.split()[-1]
-    return "<none>"
-
-
 def main():
-    only = set(sys.argv[1:])
-    for case in CASES:
-        name = case.__name__[len("case_"):]
-        if only and name not in only:
-            continue
-        try:
-            print(f"CASE cupy.{name} {case()}", flush=True)
-        except Exception as e:
-            print(f"CASE cupy.{name} exception: {type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}",
-                  flush=True)
-            traceback.print_exc(file=sys.stderr)
-    print(f"INFO libcuda {loaded_libcuda()}", flush=True)
+    run_cases("cupy", CASES, set(sys.argv[1:]))
 
 
 if __name__ == "__main__":

@@ -8,12 +8,12 @@ digests (SHA-256 of the result tensors' bytes) must match exactly.
 import hashlib
 import os
 import sys
-import traceback
 
 os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
 import torch  # noqa: E402
 import torch.nn as nn  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
+from case_runner import run_cases  # noqa: E402
 
 torch.backends.cudnn.deterministic = True
 torch.backends.cudnn.benchmark = False
@@ -154,28 +154,8 @@ CASES = [case_device, case_transformer_train_bf16_adamw, case_convnet_batchnorm_
          case_inference_loop, case_memory_stats]
 
 
-def loaded_libcuda():
-    """The libcuda.so.1 this process really mapped (the check that a curelay run did not reach the real driver)."""
-    with open("/proc/self/maps") as maps:
-        for line in maps:
-            if line.rstrip().endswith("/libcuda.so.1"):
-                return line.split()[-1]
-    return "<none>"
-
-
 def main():
-    only = set(sys.argv[1:])
-    for case in CASES:
-        name = case.__name__[len("case_"):]
-        if only and name not in only:
-            continue
-        try:
-            print(f"CASE torch.{name} {case()}", flush=True)
-        except Exception as e:  # a failing case must not hide the others
-            print(f"CASE torch.{name} exception: {type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}",
-                  flush=True)
-            traceback.print_exc(file=sys.stderr)
-    print(f"INFO libcuda {loaded_libcuda()}", flush=True)
+    run_cases("torch", CASES, set(sys.argv[1:]))
 
 
 if __name__ == "__main__":
