@@ -373,7 +373,10 @@ CUresult Client::Call(flatbuffers::FlatBufferBuilder& builder, wire::Call type, 
     waiters_.erase(sequence);
     return result;
   }
-  return Wait(sequence, waiter);
+  const CUresult result = Wait(sequence, waiter);
+  // Failures are the application's to handle; at debug level they are listed, to find what a framework tripped on.
+  if (result != CUDA_SUCCESS) Log().debug("{} answered {}", wire::EnumNameCall(type), static_cast<int>(result));
+  return result;
 }
 
 CUresult Client::Post(flatbuffers::FlatBufferBuilder& builder, wire::Call type, flatbuffers::Offset<void> call,

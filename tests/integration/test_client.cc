@@ -89,6 +89,22 @@ int main(int argc, char** argv) {
     std::printf("cuInit %d %lld ms\n", static_cast<int>(result), static_cast<long long>(ms.count()));
     return 0;
   }
+  if (mode == "host-memory") {
+    // What pinned host memory can be in this session: mapped (DEVICEMAP) and plain, and whether plain memory has a
+    // device address (it does when the executor shares the pages, i.e. on the same host).
+    if (InitContext() != 0) return 1;
+    void* mapped = nullptr;
+    void* plain = nullptr;
+    CUdeviceptr device = 0;
+    const CUresult mapped_result = cuMemHostAlloc(&mapped, 4096, CU_MEMHOSTALLOC_DEVICEMAP);
+    CHECK(cuMemAllocHost(&plain, 4096));
+    const CUresult device_result = cuMemHostGetDevicePointer(&device, plain, 0);
+    std::printf("devicemap=%d plain_device_pointer=%d\n", static_cast<int>(mapped_result),
+                static_cast<int>(device_result));
+    if (mapped_result == CUDA_SUCCESS) CHECK(cuMemFreeHost(mapped));
+    CHECK(cuMemFreeHost(plain));
+    return 0;
+  }
   if (mode == "basic" && argc == 3) {
     if (InitContext() != 0 || VectorAdd(ReadFile(argv[2])) != 0) return 1;
     std::printf("OK\n");
