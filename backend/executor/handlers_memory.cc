@@ -114,7 +114,12 @@ Session::Outcome Session::PointerAttributes(const wire::PointerAttributes& call)
   // be a pointer into the client's own memory that happens to fall on one of the executor's staging buffers), and
   // the driver's answer for an unknown pointer is obtained with an address no allocation can have.
   CUdeviceptr ptr = 1;
-  for (const auto& [base, bytes] : allocations_) {
+  for (const auto* owned : {&allocations_, &pool_allocations_}) {
+    for (const auto& [base, bytes] : *owned) {
+      if (call.ptr() >= base && call.ptr() - base < bytes) ptr = call.ptr();
+    }
+  }
+  for (const auto& [base, bytes] : virtual_mappings_) {  // mapped virtual memory (handlers_virtual_memory.cc)
     if (call.ptr() >= base && call.ptr() - base < bytes) ptr = call.ptr();
   }
   const size_t count = call.attributes()->size();

@@ -237,6 +237,11 @@ bool Session::Handle(const wire::Request& request, std::span<const uint8_t> payl
       CURELAY_DISPATCH(MemcpyDtoH)
       CURELAY_DISPATCH(MemcpyDtoD)
       CURELAY_DISPATCH(Memset)
+      CURELAY_DISPATCH(MemAllocPitch)
+      CURELAY_DISPATCH(MemGetAddressRange)
+      CURELAY_DISPATCH(Memset2D)
+      CURELAY_DISPATCH_PAYLOAD(Memcpy2D)
+      CURELAY_DISPATCH(MemcpyPeer)
       CURELAY_DISPATCH_PAYLOAD(ModuleLoad)
       CURELAY_DISPATCH(ModuleUnload)
       CURELAY_DISPATCH(ModuleGetFunction)
@@ -279,6 +284,21 @@ bool Session::Handle(const wire::Request& request, std::span<const uint8_t> payl
       CURELAY_DISPATCH(HostRegister)
       CURELAY_DISPATCH(HostUnregister)
       CURELAY_DISPATCH(ClusterTopologyQuery)
+      CURELAY_DISPATCH(MemGetAllocationGranularity)
+      CURELAY_DISPATCH(MemAddressReserve)
+      CURELAY_DISPATCH(MemAddressFree)
+      CURELAY_DISPATCH(MemCreate)
+      CURELAY_DISPATCH(MemRelease)
+      CURELAY_DISPATCH(MemMap)
+      CURELAY_DISPATCH(MemUnmap)
+      CURELAY_DISPATCH(MemSetAccess)
+      CURELAY_DISPATCH(MemGetAccess)
+      CURELAY_DISPATCH(MemRetainAllocationHandle)
+      CURELAY_DISPATCH(MemGetAllocationProperties)
+      CURELAY_DISPATCH(MemAllocAsync)
+      CURELAY_DISPATCH(MemFreeAsync)
+      CURELAY_DISPATCH(MemPoolAttribute)
+      CURELAY_DISPATCH(MemPoolTrimTo)
 #undef CURELAY_DISPATCH
 #undef CURELAY_DISPATCH_PAYLOAD
       case wire::Call::ContextSynchronize:
@@ -371,6 +391,8 @@ void Session::ReleaseEverything() {
   }
   for (auto& [id, stream] : streams_) driver_.cuStreamDestroy(stream);
   ReleaseHostRegistrations();
+  ReleaseVirtualMemory();
+  ReleasePoolAllocations();
   for (auto& [ptr, bytes] : allocations_) driver_.cuMemFree(ptr);
   for (auto& [id, module] : modules_) driver_.cuModuleUnload(module);
   for (auto& [id, library] : libraries_) driver_.cuLibraryUnload(library);

@@ -5,6 +5,7 @@
 #include <cuda.h>
 
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <span>
 #include <string>
@@ -80,6 +81,12 @@ class Session {
   Outcome MemcpyDtoH(const wire::MemcpyDtoH& call);
   Outcome MemcpyDtoD(const wire::MemcpyDtoD& call);
   Outcome Memset(const wire::Memset& call);
+  // Pitched memory, 2D copies and memsets, peer copies (handlers_memory_2d.cc).
+  Outcome MemAllocPitch(const wire::MemAllocPitch& call);
+  Outcome MemGetAddressRange(const wire::MemGetAddressRange& call);
+  Outcome Memset2D(const wire::Memset2D& call);
+  Outcome Memcpy2D(const wire::Memcpy2D& call, std::span<const uint8_t> payload);
+  Outcome MemcpyPeer(const wire::MemcpyPeer& call);
   Outcome ModuleLoad(const wire::ModuleLoad& call, std::span<const uint8_t> payload);
   Outcome ModuleUnload(const wire::ModuleUnload& call);
   Outcome ModuleGetFunction(const wire::ModuleGetFunction& call);
@@ -158,6 +165,25 @@ class Session {
   };
   // Slot 4 of the real driver's private ClusterPrototype table (handlers_export_tables.cc).
   Outcome ClusterTopologyQuery(const wire::ClusterTopologyQuery& call);
+  // Virtual memory management (handlers_virtual_memory.cc).
+  Outcome MemGetAllocationGranularity(const wire::MemGetAllocationGranularity& call);
+  Outcome MemAddressReserve(const wire::MemAddressReserve& call);
+  Outcome MemAddressFree(const wire::MemAddressFree& call);
+  Outcome MemCreate(const wire::MemCreate& call);
+  Outcome MemRelease(const wire::MemRelease& call);
+  Outcome MemMap(const wire::MemMap& call);
+  Outcome MemUnmap(const wire::MemUnmap& call);
+  Outcome MemSetAccess(const wire::MemSetAccess& call);
+  Outcome MemGetAccess(const wire::MemGetAccess& call);
+  Outcome MemRetainAllocationHandle(const wire::MemRetainAllocationHandle& call);
+  Outcome MemGetAllocationProperties(const wire::MemGetAllocationProperties& call);
+  void ReleaseVirtualMemory();
+  // Stream-ordered allocation from the default pools (handlers_memory_pools.cc).
+  Outcome MemAllocAsync(const wire::MemAllocAsync& call);
+  Outcome MemFreeAsync(const wire::MemFreeAsync& call);
+  Outcome MemPoolAttribute(const wire::MemPoolAttribute& call);
+  Outcome MemPoolTrimTo(const wire::MemPoolTrimTo& call);
+  void ReleasePoolAllocations();
 
   Driver& driver_;
   std::shared_ptr<transport::Channel> zmq_channel_;   // the session's ZeroMQ connection (always kept: liveness)
@@ -215,6 +241,16 @@ class Session {
   std::unordered_map<CUgraphNode, uint64_t> graph_node_ids_;
   std::unordered_map<uint64_t, std::vector<uint64_t>> nodes_of_graph_;
   uint64_t next_graph_node_id_ = 1;
+  // Virtual memory: client allocation-handle id -> the driver's handle and how many releases it still needs
+  // (cuMemRetainAllocationHandle adds one); mapped ranges and address reservations, by address.
+  struct PhysicalAllocation {
+    CUmemGenericAllocationHandle handle = 0;
+    int references = 0;
+  };
+  std::unordered_map<uint64_t, PhysicalAllocation> physical_allocations_;
+  std::map<CUdeviceptr, uint64_t> virtual_mappings_;
+  std::map<CUdeviceptr, uint64_t> address_reservations_;
+  std::unordered_map<CUdeviceptr, uint64_t> pool_allocations_;  // by cuMemAllocAsync, not yet freed; bytes
 };
 
 }  // namespace curelay::executor

@@ -204,6 +204,8 @@ CUresult CUDAAPI cuMemFree(CUdeviceptr dptr) {
       // Module variables are not cuMemAlloc allocations.
       std::lock_guard lock(driver.mu);
       if (driver.modules.count(allocation->owner()) != 0) return CUDA_ERROR_INVALID_VALUE;
+      // Nor are virtual memory mappings (borrowed, uncharged blocks: api_virtual_memory.cc).
+      if (allocation->charged() == 0) return CUDA_ERROR_INVALID_VALUE;
     }
     // cuMemFree synchronizes: work queued before it may still use the block.
     emu::DeviceWorker& worker = driver.worker(allocation->device());

@@ -29,7 +29,13 @@ Allocation::Allocation(void* storage, size_t size, size_t charged, bool mmapped,
       device_(device),
       owner_(owner) {}
 
+std::shared_ptr<Allocation> Allocation::Borrowed(void* storage, size_t size, int device) {
+  // charged == 0 marks the storage as not ours (owned blocks are always charged at least one alignment unit).
+  return std::make_shared<Allocation>(storage, size, 0, false, device, 0);
+}
+
 Allocation::~Allocation() {
+  if (charged_ == 0) return;
   if (mmapped_) {
     munmap(storage_, charged_);
   } else {
@@ -75,6 +81,11 @@ CUresult MemoryMap::Allocate(int device, size_t size, uint64_t owner,
   by_base_.emplace(allocation->base(), allocation);
   *out = std::move(allocation);
   return CUDA_SUCCESS;
+}
+
+void MemoryMap::Insert(std::shared_ptr<Allocation> allocation) {
+  std::unique_lock lock(mu_);
+  by_base_[allocation->base()] = std::move(allocation);
 }
 
 std::shared_ptr<Allocation> MemoryMap::Release(uint64_t base) {

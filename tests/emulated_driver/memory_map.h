@@ -26,6 +26,8 @@ class Allocation {
  public:
   Allocation(void* storage, size_t size, size_t charged, bool mmapped, int device,
              uint64_t owner);
+  // A block whose storage someone else manages (virtual memory mappings): never freed here.
+  static std::shared_ptr<Allocation> Borrowed(void* storage, size_t size, int device);
   ~Allocation();
   Allocation(const Allocation&) = delete;
   Allocation& operator=(const Allocation&) = delete;
@@ -62,6 +64,9 @@ class MemoryMap {
   // CUDA_ERROR_INVALID_VALUE for size 0, CUDA_ERROR_OUT_OF_MEMORY when the
   // device capacity (or host memory) is exhausted.
   CUresult Allocate(int device, size_t size, uint64_t owner, std::shared_ptr<Allocation>* out);
+
+  // Enters a borrowed block (Allocation::Borrowed); nothing is charged against capacity.
+  void Insert(std::shared_ptr<Allocation> allocation);
 
   // Unmaps the allocation starting exactly at `base`; nullptr if there is none.
   std::shared_ptr<Allocation> Release(uint64_t base);

@@ -958,6 +958,97 @@ std::string case_graph_capture_queries() {
   return out.str();
 }
 
+// The virtual memory API as PyTorch's expandable segments use it: two physical chunks mapped back to back in one
+// reservation, used across the seam by copies, a memset and a kernel, then torn down.
+std::string case_virtual_memory_map() {
+  CUfunction fill = g.function("fill_u32");
+  CUmemAllocationProp prop{};
+  prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
+  prop.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+  prop.location.id = 0;
+  size_t granularity = 0;
+  CU_CHECK(cuMemGetAllocationGranularity(&granularity, &prop, CU_MEM_ALLOC_GRANULARITY_MINIMUM));
+  CUdeviceptr base = 0;
+  CU_CHECK(cuMemAddressReserve(&base, 2 * granularity, 0, 0, 0));
+  CUmemGenericAllocationHandle chunks[2] = {};
+  for (auto& chunk : chunks) CU_CHECK(cuMemCreate(&chunk, granularity, &prop, 0));
+  CU_CHECK(cuMemMap(base, granularity, 0, chunks[0], 0));
+  CU_CHECK(cuMemMap(base + granularity, granularity, 0, chunks[1], 0));
+  CUmemAccessDesc access{};
+  access.location = prop.location;
+  access.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
+  CU_CHECK(cuMemSetAccess(base, 2 * granularity, &access, 1));
+  const size_t words = 2 * granularity / 4;
+  CU_CHECK(cuMemsetD32(base, 0x11111111u, words));
+  const size_t seam = granularity / 4 - 100;  // 200 words straddling the boundary
+  CU_CHECK(launch(fill, 1, 256, nullptr, base + seam * 4, 0xabcdef01u, 200ULL));
+  std::vector<uint32_t> host(words);
+  CU_CHECK(cuMemcpyDtoH(host.data(), base, 2 * granularity));
+  Fnv1a f;
+  f.add(host.data(), host.size() * 4);
+  CUmemGenericAllocationHandle retained = 0;
+  const CUresult retain = cuMemRetainAllocationHandle(&retained, reinterpret_cast<void*>(base + granularity + 8));
+  if (retain == CUDA_SUCCESS) CU_CHECK(cuMemRelease(retained));
+  CU_CHECK(cuMemUnmap(base, 2 * granularity));
+  for (auto chunk : chunks) CU_CHECK(cuMemRelease(chunk));
+  CU_CHECK(cuMemAddressFree(base, 2 * granularity));
+  const CUresult map_unreserved = cuMemMap(base, granularity, 0, chunks[0], 0);
+  return "granularity_ok=" + std::to_string(granularity >= 4096) + " retain=" + code_str(retain) +
+         " map_after_free=" + code_str(map_unreserved) + " " + f.hex();
+}
+
+// Pitched memory and 2D/3D copies between host and device and within the device, at odd widths and offsets.
+std::string case_memcpy_2d_3d() {
+  const size_t width = 333, height = 37, depth = 3;
+  CUdeviceptr pitched = 0;
+  size_t pitch = 0;
+  CU_CHECK(cuMemAllocPitch(&pitched, &pitch, width, height * depth, 4));
+  std::vector<unsigned char> source(width * height * depth), back(width * height * depth);
+  for (size_t i = 0; i < source.size(); ++i) source[i] = static_cast<unsigned char>(i * 7 + 3);
+  CUDA_MEMCPY2D up{};
+  up.srcMemoryType = CU_MEMORYTYPE_HOST;
+  up.srcHost = source.data();
+  up.srcPitch = width;
+  up.dstMemoryType = CU_MEMORYTYPE_DEVICE;
+  up.dstDevice = pitched;
+  up.dstPitch = pitch;
+  up.WidthInBytes = width;
+  up.Height = height * depth;
+  CU_CHECK(cuMemcpy2D(&up));
+  CU_CHECK(cuMemsetD2D8(pitched + 5, pitch, 0xee, 17, 4));
+  DeviceMemory copy = device_alloc(pitch * height * depth);
+  CUDA_MEMCPY2D across{};
+  across.srcMemoryType = CU_MEMORYTYPE_DEVICE;
+  across.srcDevice = pitched;
+  across.srcPitch = pitch;
+  across.dstMemoryType = CU_MEMORYTYPE_DEVICE;
+  across.dstDevice = copy.get();
+  across.dstPitch = pitch;
+  across.WidthInBytes = width;
+  across.Height = height * depth;
+  CU_CHECK(cuMemcpy2D(&across));
+  CUDA_MEMCPY3D down{};
+  down.srcMemoryType = CU_MEMORYTYPE_DEVICE;
+  down.srcDevice = copy.get();
+  down.srcPitch = pitch;
+  down.srcHeight = height;
+  down.dstMemoryType = CU_MEMORYTYPE_HOST;
+  down.dstHost = back.data();
+  down.dstPitch = width;
+  down.dstHeight = height;
+  down.WidthInBytes = width;
+  down.Height = height;
+  down.Depth = depth;
+  CU_CHECK(cuMemcpy3D(&down));
+  Fnv1a f;
+  f.add(back.data(), back.size());
+  CUDA_MEMCPY2D bad = up;
+  bad.WidthInBytes = pitch + 1;
+  const CUresult too_wide = cuMemcpy2D(&bad);
+  CU_CHECK(cuMemFree(pitched));
+  return "pitch_ok=" + std::to_string(pitch >= width) + " too_wide=" + code_str(too_wide) + " " + f.hex();
+}
+
 // A pageable host-to-device copy captured into a graph. The driver captures it (its memcpy node reads the
 // application's memory at replay); curelay cannot reach client memory at replay and refuses the capture
 // (CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED, invalidating it): a known difference, docs/stream-capture.md.
@@ -1256,6 +1347,8 @@ int main(int argc, char** argv) {
   run_case("event_elapsed_busy_20ms", case_event_elapsed);
   run_case("stream_query_not_ready", case_stream_query);
 
+  run_case("virtual_memory_map", case_virtual_memory_map);
+  run_case("memcpy_2d_3d", case_memcpy_2d_3d);
   run_case("graph_capture_replay", case_graph_capture_replay);
   run_case("graph_capture_queries", case_graph_capture_queries);
   run_case("graph_capture_pageable_htod", case_graph_capture_pageable_htod);

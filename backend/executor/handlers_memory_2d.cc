@@ -1,0 +1,168 @@
+// Pitched memory, 2D copies and memsets, and peer copies. Host-side 2D layouts never reach the executor: the client
+// packs rows itself, so host data here is always `height` rows of `width` bytes back to back.
+#include <spdlog/spdlog.h>
+
+#include <vector>
+
+#include "backend/executor/session.h"
+
+namespace curelay::executor {
+
+namespace {
+
+CUDA_MEMCPY2D DeviceToDevice2D(const wire::Memcpy2D& call) {
+  CUDA_MEMCPY2D copy{};
+  copy.srcMemoryType = CU_MEMORYTYPE_DEVICE;
+  copy.srcDevice = call.src();
+  copy.srcPitch = call.src_pitch();
+  copy.dstMemoryType = CU_MEMORYTYPE_DEVICE;
+  copy.dstDevice = call.dst();
+  copy.dstPitch = call.dst_pitch();
+  copy.WidthInBytes = call.width();
+  copy.Height = call.height();
+  return copy;
+}
+
+}  // namespace
+
+Session::Outcome Session::MemAllocPitch(const wire::MemAllocPitch& call) {
+  if (driver_.cuMemAllocPitch == nullptr) return {CUDA_ERROR_NOT_SUPPORTED};
+  Outcome outcome;
+  CUdeviceptr ptr = 0;
+  size_t pitch = 0;
+  outcome.result = driver_.cuMemAllocPitch(&ptr, &pitch, call.width(), call.height(), call.element_bytes());
+  // Known as one allocation of pitch x height bytes, as cuPointerGetAttributes must see it.
+  if (outcome.result == CUDA_SUCCESS) allocations_[ptr] = static_cast<uint64_t>(pitch) * call.height();
+  outcome.body = wire::CreatePointer(builder_, ptr, pitch).Union();
+  outcome.body_type = wire::ReplyBody::Pointer;
+  return outcome;
+}
+
+Session::Outcome Session::MemGetAddressRange(const wire::MemGetAddressRange& call) {
+  if (driver_.cuMemGetAddressRange == nullptr) return {CUDA_ERROR_NOT_SUPPORTED};
+  Outcome outcome;
+  CUdeviceptr base = 0;
+  size_t bytes = 0;
+  outcome.result = driver_.cuMemGetAddressRange(&base, &bytes, call.ptr());
+  outcome.body = wire::CreatePointer(builder_, base, bytes).Union();
+  outcome.body_type = wire::ReplyBody::Pointer;
+  return outcome;
+}
+
+Session::Outcome Session::Memset2D(const wire::Memset2D& call) {
+  CUstream stream = nullptr;
+  Outcome outcome;
+  outcome.result = LookupStream(call.stream(), &stream);
+  if (outcome.result != CUDA_SUCCESS) return outcome;
+  // As with 1D memsets, the plain form is stream-ordered device work on stream 0.
+  switch (call.element_bytes()) {
+    case 1:
+      if (driver_.cuMemsetD2D8Async == nullptr) return {CUDA_ERROR_NOT_SUPPORTED};
+      outcome.result = driver_.cuMemsetD2D8Async(call.dst(), call.pitch(), static_cast<unsigned char>(call.value()),
+                                                 call.width(), call.height(), stream);
+      break;
+    case 2:
+      if (driver_.cuMemsetD2D16Async == nullptr) return {CUDA_ERROR_NOT_SUPPORTED};
+      outcome.result = driver_.cuMemsetD2D16Async(call.dst(), call.pitch(),
+                                                  static_cast<unsigned short>(call.value()), call.width(),
+                                                  call.height(), stream);
+      break;
+    case 4:
+      if (driver_.cuMemsetD2D32Async == nullptr) return {CUDA_ERROR_NOT_SUPPORTED};
+      outcome.result =
+          driver_.cuMemsetD2D32Async(call.dst(), call.pitch(), call.value(), call.width(), call.height(), stream);
+      break;
+    default:
+      outcome.result = CUDA_ERROR_INVALID_VALUE;
+  }
+  return outcome;
+}
+
+Session::Outcome Session::Memcpy2D(const wire::Memcpy2D& call, std::span<const uint8_t> payload) {
+  if (driver_.cuMemcpy2D == nullptr || driver_.cuMemcpy2DAsync == nullptr) return {CUDA_ERROR_NOT_SUPPORTED};
+  const uint64_t packed_bytes = call.width() * call.height();
+  if (call.width() == 0 || call.height() == 0 || packed_bytes / call.height() != call.width()) {
+    return {CUDA_ERROR_INVALID_VALUE};
+  }
+  CUstream stream = nullptr;
+  CUresult result = call.async() ? LookupStream(call.stream(), &stream) : CUDA_SUCCESS;
+  // Host data goes through the receive buffer or a staging buffer, which a captured copy would reach at every
+  // replay: refused on a capturing stream, like MemcpyHtoD/MemcpyDtoH (see HandleDuringCapture).
+  if (result == CUDA_SUCCESS && call.async() && stream != nullptr &&
+      call.kind() != wire::Copy2DKind::DeviceToDevice) {
+    result = RefuseCapturingStream(stream);
+    if (result != CUDA_SUCCESS) return {result};
+  }
+  switch (call.kind()) {
+    case wire::Copy2DKind::HostToDevice: {
+      if (result != CUDA_SUCCESS) return {result};
+      if (payload.size() != packed_bytes) return {CUDA_ERROR_INVALID_VALUE};
+      CUDA_MEMCPY2D copy{};
+      copy.srcMemoryType = CU_MEMORYTYPE_HOST;
+      copy.srcHost = payload.data();
+      copy.srcPitch = call.width();
+      copy.dstMemoryType = CU_MEMORYTYPE_DEVICE;
+      copy.dstDevice = call.dst();
+      copy.dstPitch = call.dst_pitch();
+      copy.WidthInBytes = call.width();
+      copy.Height = call.height();
+      // The payload is pageable memory, which the driver stages before returning (as for MemcpyHtoD).
+      return {call.async() ? driver_.cuMemcpy2DAsync(&copy, stream) : driver_.cuMemcpy2D(&copy)};
+    }
+    case wire::Copy2DKind::DeviceToHost: {
+      if (packed_bytes > wire::kCopyChunkBytes) return {CUDA_ERROR_INVALID_VALUE};
+      if (result != CUDA_SUCCESS) return {TakeDeferred(result)};
+      // Like MemcpyDtoH: a stream-ordered copy into a pinned chunk, answered when a marker behind it completes.
+      uint8_t* staging = staging_.Take();
+      while (staging == nullptr && !pending_waits_.empty()) {
+        if (!PollPendingWaits()) return {CUDA_ERROR_UNKNOWN};
+        staging = staging_.Take();
+      }
+      if (staging == nullptr) return {CUDA_ERROR_OUT_OF_MEMORY};
+      CUDA_MEMCPY2D copy{};
+      copy.srcMemoryType = CU_MEMORYTYPE_DEVICE;
+      copy.srcDevice = call.src();
+      copy.srcPitch = call.src_pitch();
+      copy.dstMemoryType = CU_MEMORYTYPE_HOST;
+      copy.dstHost = staging;
+      copy.dstPitch = call.width();
+      copy.WidthInBytes = call.width();
+      copy.Height = call.height();
+      std::vector<CUevent> markers;
+      result = driver_.cuMemcpy2DAsync(&copy, stream);
+      if (result == CUDA_SUCCESS) result = RecordMarker(stream, markers);
+      if (result != CUDA_SUCCESS) {
+        for (CUevent marker : markers) driver_.cuEventDestroy(marker);
+        staging_.Give(staging);
+        return {TakeDeferred(result)};
+      }
+      return Defer(std::move(markers), 0, staging, packed_bytes);
+    }
+    case wire::Copy2DKind::DeviceToDevice: {
+      if (result != CUDA_SUCCESS) return {result};
+      const CUDA_MEMCPY2D copy = DeviceToDevice2D(call);
+      return {call.async() ? driver_.cuMemcpy2DAsync(&copy, stream) : driver_.cuMemcpy2D(&copy)};
+    }
+  }
+  return {CUDA_ERROR_INVALID_VALUE};
+}
+
+Session::Outcome Session::MemcpyPeer(const wire::MemcpyPeer& call) {
+  if (driver_.cuMemcpyPeer == nullptr || driver_.cuMemcpyPeerAsync == nullptr) return {CUDA_ERROR_NOT_SUPPORTED};
+  const auto dst_context = contexts_.find(call.dst_context());
+  const auto src_context = contexts_.find(call.src_context());
+  if (dst_context == contexts_.end() || src_context == contexts_.end()) return {CUDA_ERROR_INVALID_CONTEXT};
+  if (!call.async()) {
+    return {driver_.cuMemcpyPeer(call.dst(), dst_context->second, call.src(), src_context->second, call.bytes())};
+  }
+  CUstream stream = nullptr;
+  Outcome outcome;
+  outcome.result = LookupStream(call.stream(), &stream);
+  if (outcome.result == CUDA_SUCCESS) {
+    outcome.result = driver_.cuMemcpyPeerAsync(call.dst(), dst_context->second, call.src(), src_context->second,
+                                               call.bytes(), stream);
+  }
+  return outcome;
+}
+
+}  // namespace curelay::executor

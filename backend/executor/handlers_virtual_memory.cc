@@ -1,0 +1,198 @@
+// Virtual memory management: address reservations, physical allocations and their mappings. The client names
+// physical allocations by ids it assigns; addresses are the driver's own. Everything still held when the session
+// ends is unmapped, released and freed (ReleaseVirtualMemory).
+#include <spdlog/spdlog.h>
+
+#include <vector>
+
+#include "backend/executor/session.h"
+
+namespace curelay::executor {
+namespace {
+
+CUmemAllocationProp DecodeProp(const wire::MemAllocationProp& encoded) {
+  CUmemAllocationProp prop{};
+  prop.type = static_cast<CUmemAllocationType>(encoded.type());
+  prop.requestedHandleTypes = static_cast<CUmemAllocationHandleType>(encoded.requested_handle_types());
+  prop.location.type = static_cast<CUmemLocationType>(encoded.location_type());
+  prop.location.id = encoded.location_id();
+  prop.win32HandleMetaData = nullptr;  // never crosses the wire
+  prop.allocFlags.compressionType = encoded.compression_type();
+  prop.allocFlags.gpuDirectRDMACapable = encoded.gpu_direct_rdma_capable();
+  prop.allocFlags.usage = encoded.usage();
+  return prop;
+}
+
+}  // namespace
+
+Session::Outcome Session::MemGetAllocationGranularity(const wire::MemGetAllocationGranularity& call) {
+  if (driver_.cuMemGetAllocationGranularity == nullptr) return {CUDA_ERROR_NOT_SUPPORTED};
+  if (call.prop() == nullptr) return {CUDA_ERROR_INVALID_VALUE};
+  const CUmemAllocationProp prop = DecodeProp(*call.prop());
+  size_t granularity = 0;
+  Outcome outcome;
+  outcome.result = driver_.cuMemGetAllocationGranularity(
+      &granularity, &prop, static_cast<CUmemAllocationGranularity_flags>(call.option()));
+  outcome.body = wire::CreateIntegerValue(builder_, static_cast<int64_t>(granularity)).Union();
+  outcome.body_type = wire::ReplyBody::IntegerValue;
+  return outcome;
+}
+
+Session::Outcome Session::MemAddressReserve(const wire::MemAddressReserve& call) {
+  if (driver_.cuMemAddressReserve == nullptr) return {CUDA_ERROR_NOT_SUPPORTED};
+  CUdeviceptr ptr = 0;
+  Outcome outcome;
+  outcome.result = driver_.cuMemAddressReserve(&ptr, call.bytes(), call.alignment(), call.addr(), call.flags());
+  if (outcome.result == CUDA_SUCCESS) address_reservations_[ptr] = call.bytes();
+  outcome.body = wire::CreatePointer(builder_, ptr, call.bytes()).Union();
+  outcome.body_type = wire::ReplyBody::Pointer;
+  return outcome;
+}
+
+Session::Outcome Session::MemAddressFree(const wire::MemAddressFree& call) {
+  if (driver_.cuMemAddressFree == nullptr) return {CUDA_ERROR_NOT_SUPPORTED};
+  const CUresult result = driver_.cuMemAddressFree(call.ptr(), call.bytes());
+  if (result == CUDA_SUCCESS) address_reservations_.erase(call.ptr());
+  return {result};
+}
+
+Session::Outcome Session::MemCreate(const wire::MemCreate& call) {
+  if (driver_.cuMemCreate == nullptr) return {CUDA_ERROR_NOT_SUPPORTED};
+  // An id already in use would lose track of a driver allocation: the client broke its own numbering.
+  if (call.prop() == nullptr || call.handle() == 0 || physical_allocations_.count(call.handle()) != 0) {
+    return {CUDA_ERROR_INVALID_VALUE};
+  }
+  const CUmemAllocationProp prop = DecodeProp(*call.prop());
+  CUmemGenericAllocationHandle handle = 0;
+  const CUresult result = driver_.cuMemCreate(&handle, call.bytes(), &prop, call.flags());
+  if (result == CUDA_SUCCESS) physical_allocations_[call.handle()] = {handle, 1};
+  return {result};
+}
+
+Session::Outcome Session::MemRelease(const wire::MemRelease& call) {
+  if (driver_.cuMemRelease == nullptr) return {CUDA_ERROR_NOT_SUPPORTED};
+  const auto found = physical_allocations_.find(call.handle());
+  // What the driver answers for a handle it never gave out.
+  if (found == physical_allocations_.end()) return {CUDA_ERROR_INVALID_VALUE};
+  const CUresult result = driver_.cuMemRelease(found->second.handle);
+  if (result == CUDA_SUCCESS && --found->second.references == 0) physical_allocations_.erase(found);
+  return {result};
+}
+
+Session::Outcome Session::MemMap(const wire::MemMap& call) {
+  if (driver_.cuMemMap == nullptr) return {CUDA_ERROR_NOT_SUPPORTED};
+  const auto found = physical_allocations_.find(call.handle());
+  if (found == physical_allocations_.end()) return {CUDA_ERROR_INVALID_VALUE};
+  const CUresult result =
+      driver_.cuMemMap(call.ptr(), call.bytes(), call.offset(), found->second.handle, call.flags());
+  if (result == CUDA_SUCCESS) virtual_mappings_[call.ptr()] = call.bytes();
+  return {result};
+}
+
+Session::Outcome Session::MemUnmap(const wire::MemUnmap& call) {
+  if (driver_.cuMemUnmap == nullptr) return {CUDA_ERROR_NOT_SUPPORTED};
+  const CUresult result = driver_.cuMemUnmap(call.ptr(), call.bytes());
+  if (result == CUDA_SUCCESS) {
+    // One unmap may cover several mappings that lie side by side.
+    const auto first = virtual_mappings_.lower_bound(call.ptr());
+    const auto last = virtual_mappings_.lower_bound(call.ptr() + call.bytes());
+    virtual_mappings_.erase(first, last);
+  }
+  return {result};
+}
+
+Session::Outcome Session::MemSetAccess(const wire::MemSetAccess& call) {
+  if (driver_.cuMemSetAccess == nullptr) return {CUDA_ERROR_NOT_SUPPORTED};
+  if (call.descriptors() == nullptr || call.descriptors()->size() > 1024) return {CUDA_ERROR_INVALID_VALUE};
+  std::vector<CUmemAccessDesc> descriptors;
+  descriptors.reserve(call.descriptors()->size());
+  for (const wire::MemAccessDesc* encoded : *call.descriptors()) {
+    CUmemAccessDesc desc{};
+    desc.location.type = static_cast<CUmemLocationType>(encoded->location_type());
+    desc.location.id = encoded->location_id();
+    desc.flags = static_cast<CUmemAccess_flags>(encoded->flags());
+    descriptors.push_back(desc);
+  }
+  return {driver_.cuMemSetAccess(call.ptr(), call.bytes(), descriptors.data(), descriptors.size())};
+}
+
+Session::Outcome Session::MemGetAccess(const wire::MemGetAccess& call) {
+  if (driver_.cuMemGetAccess == nullptr) return {CUDA_ERROR_NOT_SUPPORTED};
+  CUmemLocation location{};
+  location.type = static_cast<CUmemLocationType>(call.location_type());
+  location.id = call.location_id();
+  unsigned long long flags = 0;
+  Outcome outcome;
+  outcome.result = driver_.cuMemGetAccess(&flags, &location, call.ptr());
+  outcome.body = wire::CreateIntegerValue(builder_, static_cast<int64_t>(flags)).Union();
+  outcome.body_type = wire::ReplyBody::IntegerValue;
+  return outcome;
+}
+
+Session::Outcome Session::MemRetainAllocationHandle(const wire::MemRetainAllocationHandle& call) {
+  if (driver_.cuMemRetainAllocationHandle == nullptr) return {CUDA_ERROR_NOT_SUPPORTED};
+  CUmemGenericAllocationHandle handle = 0;
+  Outcome outcome;
+  outcome.result = driver_.cuMemRetainAllocationHandle(&handle, reinterpret_cast<void*>(call.ptr()));
+  if (outcome.result != CUDA_SUCCESS) return outcome;
+  // The driver answers the handle it gave out at cuMemCreate: the client keeps the id it knows it by.
+  uint64_t id = 0;
+  for (auto& [known_id, physical] : physical_allocations_) {
+    if (physical.handle == handle) {
+      id = known_id;
+      ++physical.references;
+      break;
+    }
+  }
+  if (id == 0) {
+    if (call.handle() == 0 || physical_allocations_.count(call.handle()) != 0) {
+      driver_.cuMemRelease(handle);
+      return {CUDA_ERROR_INVALID_VALUE};
+    }
+    id = call.handle();
+    physical_allocations_[id] = {handle, 1};
+  }
+  outcome.body = wire::CreateIntegerValue(builder_, static_cast<int64_t>(id)).Union();
+  outcome.body_type = wire::ReplyBody::IntegerValue;
+  return outcome;
+}
+
+Session::Outcome Session::MemGetAllocationProperties(const wire::MemGetAllocationProperties& call) {
+  if (driver_.cuMemGetAllocationPropertiesFromHandle == nullptr) return {CUDA_ERROR_NOT_SUPPORTED};
+  const auto found = physical_allocations_.find(call.handle());
+  if (found == physical_allocations_.end()) return {CUDA_ERROR_INVALID_VALUE};
+  CUmemAllocationProp prop{};
+  Outcome outcome;
+  outcome.result = driver_.cuMemGetAllocationPropertiesFromHandle(&prop, found->second.handle);
+  outcome.body = wire::CreateMemAllocationProp(builder_, prop.type, prop.requestedHandleTypes, prop.location.type,
+                                               prop.location.id, prop.allocFlags.compressionType,
+                                               prop.allocFlags.gpuDirectRDMACapable, prop.allocFlags.usage)
+                     .Union();
+  outcome.body_type = wire::ReplyBody::MemAllocationProp;
+  return outcome;
+}
+
+void Session::ReleaseVirtualMemory() {
+  // Mappings first: a physical allocation is only freed once nothing maps it, and a reservation can only be
+  // freed once nothing is mapped in it.
+  if (driver_.cuMemUnmap != nullptr) {
+    for (const auto& [ptr, bytes] : virtual_mappings_) {
+      if (const CUresult result = driver_.cuMemUnmap(ptr, bytes); result != CUDA_SUCCESS) {
+        spdlog::warn("cuMemUnmap of a mapping the session left: error {}", static_cast<int>(result));
+      }
+    }
+  }
+  if (driver_.cuMemRelease != nullptr) {
+    for (auto& [id, physical] : physical_allocations_) {
+      while (physical.references-- > 0) driver_.cuMemRelease(physical.handle);
+    }
+  }
+  if (driver_.cuMemAddressFree != nullptr) {
+    for (const auto& [ptr, bytes] : address_reservations_) driver_.cuMemAddressFree(ptr, bytes);
+  }
+  virtual_mappings_.clear();
+  physical_allocations_.clear();
+  address_reservations_.clear();
+}
+
+}  // namespace curelay::executor

@@ -1,0 +1,186 @@
+// Virtual memory management (as PyTorch's expandable segments use it): every call is answered by the executor's
+// driver. Reserved and mapped addresses are the executor's device addresses, passed through; the
+// CUmemGenericAllocationHandle values the application sees are ids this process assigns, which the executor maps to
+// its driver's handles. Structures travel as explicit fields, never as bytes (CUmemAllocationProp holds a pointer).
+#include <atomic>
+#include <vector>
+
+#include "frontend/api/api_support.h"
+
+using namespace curelay;
+using namespace curelay::frontend;
+
+namespace {
+
+// Allocation handle ids: unique within the process, never 0 (which applications may take for "no handle").
+uint64_t NextAllocationId() {
+  static std::atomic<uint64_t> next{1};
+  return next.fetch_add(1);
+}
+
+CUresult EncodeProp(flatbuffers::FlatBufferBuilder& builder, const CUmemAllocationProp* prop,
+                    flatbuffers::Offset<wire::MemAllocationProp>* encoded) {
+  if (prop == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  // Windows object attributes mean nothing to an executor elsewhere (and are never sent as a pointer).
+  if (prop->win32HandleMetaData != nullptr) return CUDA_ERROR_NOT_SUPPORTED;
+  *encoded = wire::CreateMemAllocationProp(builder, prop->type, prop->requestedHandleTypes, prop->location.type,
+                                           prop->location.id, prop->allocFlags.compressionType,
+                                           prop->allocFlags.gpuDirectRDMACapable, prop->allocFlags.usage);
+  return CUDA_SUCCESS;
+}
+
+CUresult CallForInteger(Client& client, flatbuffers::FlatBufferBuilder& builder, wire::Call type,
+                        flatbuffers::Offset<void> call, int64_t* value) {
+  ReplyMessage reply;
+  CURELAY_RETURN_IF_ERROR(client.Call(builder, type, call, {}, &reply));
+  const auto* answer = reply.reply->body_as_IntegerValue();
+  if (answer == nullptr) return CUDA_ERROR_UNKNOWN;
+  *value = answer->value();
+  return CUDA_SUCCESS;
+}
+
+}  // namespace
+
+extern "C" {
+
+CUresult cuMemGetAllocationGranularity(size_t* granularity, const CUmemAllocationProp* prop,
+                                       CUmemAllocationGranularity_flags option) {
+  Client* client;
+  CURELAY_RETURN_IF_ERROR(RequireContext(&client));
+  if (granularity == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  auto& builder = Builder();
+  flatbuffers::Offset<wire::MemAllocationProp> encoded;
+  CURELAY_RETURN_IF_ERROR(EncodeProp(builder, prop, &encoded));
+  const auto call = wire::CreateMemGetAllocationGranularity(builder, encoded, option).Union();
+  int64_t value = 0;
+  CURELAY_RETURN_IF_ERROR(CallForInteger(*client, builder, wire::Call::MemGetAllocationGranularity, call, &value));
+  *granularity = static_cast<size_t>(value);
+  return CUDA_SUCCESS;
+}
+
+CUresult cuMemAddressReserve(CUdeviceptr* ptr, size_t size, size_t alignment, CUdeviceptr addr,
+                             unsigned long long flags) {
+  Client* client;
+  CURELAY_RETURN_IF_ERROR(RequireContext(&client));
+  if (ptr == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  auto& builder = Builder();
+  const auto call = wire::CreateMemAddressReserve(builder, size, alignment, addr, flags).Union();
+  ReplyMessage reply;
+  CURELAY_RETURN_IF_ERROR(client->Call(builder, wire::Call::MemAddressReserve, call, {}, &reply));
+  const auto* pointer = reply.reply->body_as_Pointer();
+  if (pointer == nullptr) return CUDA_ERROR_UNKNOWN;
+  *ptr = pointer->ptr();
+  return CUDA_SUCCESS;
+}
+
+CUresult cuMemAddressFree(CUdeviceptr ptr, size_t size) {
+  Client* client;
+  CURELAY_RETURN_IF_ERROR(RequireContext(&client));
+  auto& builder = Builder();
+  const auto call = wire::CreateMemAddressFree(builder, ptr, size).Union();
+  return client->Call(builder, wire::Call::MemAddressFree, call, {}, nullptr);
+}
+
+CUresult cuMemCreate(CUmemGenericAllocationHandle* handle, size_t size, const CUmemAllocationProp* prop,
+                     unsigned long long flags) {
+  Client* client;
+  CURELAY_RETURN_IF_ERROR(RequireContext(&client));
+  if (handle == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  auto& builder = Builder();
+  flatbuffers::Offset<wire::MemAllocationProp> encoded;
+  CURELAY_RETURN_IF_ERROR(EncodeProp(builder, prop, &encoded));
+  const uint64_t id = NextAllocationId();
+  const auto call = wire::CreateMemCreate(builder, id, size, encoded, flags).Union();
+  CURELAY_RETURN_IF_ERROR(client->Call(builder, wire::Call::MemCreate, call, {}, nullptr));
+  *handle = id;
+  return CUDA_SUCCESS;
+}
+
+CUresult cuMemRelease(CUmemGenericAllocationHandle handle) {
+  Client* client;
+  CURELAY_RETURN_IF_ERROR(RequireContext(&client));
+  auto& builder = Builder();
+  const auto call = wire::CreateMemRelease(builder, handle).Union();
+  return client->Call(builder, wire::Call::MemRelease, call, {}, nullptr);
+}
+
+CUresult cuMemMap(CUdeviceptr ptr, size_t size, size_t offset, CUmemGenericAllocationHandle handle,
+                  unsigned long long flags) {
+  Client* client;
+  CURELAY_RETURN_IF_ERROR(RequireContext(&client));
+  auto& builder = Builder();
+  const auto call = wire::CreateMemMap(builder, ptr, size, offset, handle, flags).Union();
+  return client->Call(builder, wire::Call::MemMap, call, {}, nullptr);
+}
+
+CUresult cuMemUnmap(CUdeviceptr ptr, size_t size) {
+  Client* client;
+  CURELAY_RETURN_IF_ERROR(RequireContext(&client));
+  auto& builder = Builder();
+  const auto call = wire::CreateMemUnmap(builder, ptr, size).Union();
+  return client->Call(builder, wire::Call::MemUnmap, call, {}, nullptr);
+}
+
+CUresult cuMemSetAccess(CUdeviceptr ptr, size_t size, const CUmemAccessDesc* desc, size_t count) {
+  Client* client;
+  CURELAY_RETURN_IF_ERROR(RequireContext(&client));
+  if (desc == nullptr || count == 0 || count > 1024) return CUDA_ERROR_INVALID_VALUE;
+  std::vector<wire::MemAccessDesc> descriptors;
+  descriptors.reserve(count);
+  for (size_t i = 0; i < count; ++i) {
+    descriptors.emplace_back(desc[i].location.type, desc[i].location.id, desc[i].flags);
+  }
+  auto& builder = Builder();
+  const auto call =
+      wire::CreateMemSetAccess(builder, ptr, size, builder.CreateVectorOfStructs(descriptors)).Union();
+  return client->Call(builder, wire::Call::MemSetAccess, call, {}, nullptr);
+}
+
+CUresult cuMemGetAccess(unsigned long long* flags, const CUmemLocation* location, CUdeviceptr ptr) {
+  Client* client;
+  CURELAY_RETURN_IF_ERROR(RequireContext(&client));
+  if (flags == nullptr || location == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  auto& builder = Builder();
+  const auto call = wire::CreateMemGetAccess(builder, location->type, location->id, ptr).Union();
+  int64_t value = 0;
+  CURELAY_RETURN_IF_ERROR(CallForInteger(*client, builder, wire::Call::MemGetAccess, call, &value));
+  *flags = static_cast<unsigned long long>(value);
+  return CUDA_SUCCESS;
+}
+
+CUresult cuMemRetainAllocationHandle(CUmemGenericAllocationHandle* handle, void* addr) {
+  Client* client;
+  CURELAY_RETURN_IF_ERROR(RequireContext(&client));
+  if (handle == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  auto& builder = Builder();
+  // The id offered is used only when the executor knows no id for that allocation yet.
+  const auto call =
+      wire::CreateMemRetainAllocationHandle(builder, NextAllocationId(), reinterpret_cast<uint64_t>(addr)).Union();
+  int64_t value = 0;
+  CURELAY_RETURN_IF_ERROR(CallForInteger(*client, builder, wire::Call::MemRetainAllocationHandle, call, &value));
+  *handle = static_cast<CUmemGenericAllocationHandle>(value);
+  return CUDA_SUCCESS;
+}
+
+CUresult cuMemGetAllocationPropertiesFromHandle(CUmemAllocationProp* prop, CUmemGenericAllocationHandle handle) {
+  Client* client;
+  CURELAY_RETURN_IF_ERROR(RequireContext(&client));
+  if (prop == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  auto& builder = Builder();
+  const auto call = wire::CreateMemGetAllocationProperties(builder, handle).Union();
+  ReplyMessage reply;
+  CURELAY_RETURN_IF_ERROR(client->Call(builder, wire::Call::MemGetAllocationProperties, call, {}, &reply));
+  const auto* answer = reply.reply->body_as_MemAllocationProp();
+  if (answer == nullptr) return CUDA_ERROR_UNKNOWN;
+  *prop = CUmemAllocationProp{};
+  prop->type = static_cast<CUmemAllocationType>(answer->type());
+  prop->requestedHandleTypes = static_cast<CUmemAllocationHandleType>(answer->requested_handle_types());
+  prop->location.type = static_cast<CUmemLocationType>(answer->location_type());
+  prop->location.id = answer->location_id();
+  prop->allocFlags.compressionType = answer->compression_type();
+  prop->allocFlags.gpuDirectRDMACapable = answer->gpu_direct_rdma_capable();
+  prop->allocFlags.usage = answer->usage();
+  return CUDA_SUCCESS;
+}
+
+}  // extern "C"

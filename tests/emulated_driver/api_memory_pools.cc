@@ -1,0 +1,147 @@
+// Stream-ordered allocation from each device's default pool: an allocation is made at once (emulated memory is
+// never busy), and a free is queued on the stream, so the block stays valid for the work ordered before it. The
+// pool's settable attributes are remembered; its memory statistics read as zero (nothing is kept in reserve).
+#include <mutex>
+
+#include "api_common.h"
+#include "graph.h"
+
+namespace emu = curelay::emulated;
+
+struct CUmemPoolHandle_st {
+  int device = 0;
+  int reuse[3] = {1, 1, 1};  // the three REUSE_* attributes, all enabled by default as on the real driver
+  cuuint64_t release_threshold = 0;
+};
+
+namespace curelay::emulated {
+namespace {
+
+constexpr int kMaxPools = 64;
+
+std::mutex pools_mu;
+
+CUmemPoolHandle_st* DefaultPools() {
+  static auto* pools = [] {
+    auto* made = new CUmemPoolHandle_st[kMaxPools];
+    for (int device = 0; device < kMaxPools; ++device) made[device].device = device;
+    return made;
+  }();
+  return pools;
+}
+
+bool KnownPool(CUmemoryPool pool) {
+  return pool >= DefaultPools() && pool < DefaultPools() + kMaxPools &&
+         pool->device < Driver::Get().device_count();
+}
+
+}  // namespace
+}  // namespace curelay::emulated
+
+extern "C" {
+
+CUresult CUDAAPI cuDeviceGetDefaultMemPool(CUmemoryPool* pool, CUdevice device) {
+  return emu::Guard([&] {
+    if (CUresult r = emu::CheckInit(); r != CUDA_SUCCESS) return r;
+    if (pool == nullptr) return CUDA_ERROR_INVALID_VALUE;
+    if (device < 0 || device >= emu::Driver::Get().device_count() || device >= emu::kMaxPools) {
+      return CUDA_ERROR_INVALID_DEVICE;
+    }
+    *pool = &emu::DefaultPools()[device];
+    return CUDA_SUCCESS;
+  });
+}
+
+CUresult CUDAAPI cuMemPoolSetAttribute(CUmemoryPool pool, CUmemPool_attribute attribute, void* value) {
+  return emu::Guard([&] {
+    if (CUresult r = emu::CheckInit(); r != CUDA_SUCCESS) return r;
+    if (!emu::KnownPool(pool) || value == nullptr) return CUDA_ERROR_INVALID_VALUE;
+    std::lock_guard lock(emu::pools_mu);
+    switch (attribute) {
+      case CU_MEMPOOL_ATTR_REUSE_FOLLOW_EVENT_DEPENDENCIES:
+      case CU_MEMPOOL_ATTR_REUSE_ALLOW_OPPORTUNISTIC:
+      case CU_MEMPOOL_ATTR_REUSE_ALLOW_INTERNAL_DEPENDENCIES:
+        pool->reuse[attribute - CU_MEMPOOL_ATTR_REUSE_FOLLOW_EVENT_DEPENDENCIES] = *static_cast<int*>(value) != 0;
+        return CUDA_SUCCESS;
+      case CU_MEMPOOL_ATTR_RELEASE_THRESHOLD:
+        pool->release_threshold = *static_cast<cuuint64_t*>(value);
+        return CUDA_SUCCESS;
+      case CU_MEMPOOL_ATTR_RESERVED_MEM_HIGH:
+      case CU_MEMPOOL_ATTR_USED_MEM_HIGH:
+        // Only a reset (to 0) is allowed.
+        return *static_cast<cuuint64_t*>(value) == 0 ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
+      default:
+        return CUDA_ERROR_INVALID_VALUE;
+    }
+  });
+}
+
+CUresult CUDAAPI cuMemPoolGetAttribute(CUmemoryPool pool, CUmemPool_attribute attribute, void* value) {
+  return emu::Guard([&] {
+    if (CUresult r = emu::CheckInit(); r != CUDA_SUCCESS) return r;
+    if (!emu::KnownPool(pool) || value == nullptr) return CUDA_ERROR_INVALID_VALUE;
+    std::lock_guard lock(emu::pools_mu);
+    switch (attribute) {
+      case CU_MEMPOOL_ATTR_REUSE_FOLLOW_EVENT_DEPENDENCIES:
+      case CU_MEMPOOL_ATTR_REUSE_ALLOW_OPPORTUNISTIC:
+      case CU_MEMPOOL_ATTR_REUSE_ALLOW_INTERNAL_DEPENDENCIES:
+        *static_cast<int*>(value) = pool->reuse[attribute - CU_MEMPOOL_ATTR_REUSE_FOLLOW_EVENT_DEPENDENCIES];
+        return CUDA_SUCCESS;
+      case CU_MEMPOOL_ATTR_RELEASE_THRESHOLD:
+        *static_cast<cuuint64_t*>(value) = pool->release_threshold;
+        return CUDA_SUCCESS;
+      case CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT:
+      case CU_MEMPOOL_ATTR_RESERVED_MEM_HIGH:
+      case CU_MEMPOOL_ATTR_USED_MEM_CURRENT:
+      case CU_MEMPOOL_ATTR_USED_MEM_HIGH:
+        *static_cast<cuuint64_t*>(value) = 0;
+        return CUDA_SUCCESS;
+      default:
+        return CUDA_ERROR_INVALID_VALUE;
+    }
+  });
+}
+
+CUresult CUDAAPI cuMemPoolTrimTo(CUmemoryPool pool, size_t min_bytes_to_keep) {
+  return emu::Guard([&] {
+    (void)min_bytes_to_keep;  // nothing is kept in reserve
+    if (CUresult r = emu::CheckInit(); r != CUDA_SUCCESS) return r;
+    return emu::KnownPool(pool) ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
+  });
+}
+
+CUresult CUDAAPI cuMemAllocAsync(CUdeviceptr* dptr, size_t bytesize, CUstream stream_handle) {
+  return emu::Guard([&] {
+    std::shared_ptr<emu::Context> ctx;
+    std::shared_ptr<emu::Stream> stream;
+    if (CUresult r = emu::ResolveStream(stream_handle, &ctx, &stream); r != CUDA_SUCCESS) return r;
+    if (dptr == nullptr || bytesize == 0) return CUDA_ERROR_INVALID_VALUE;
+    // Allocation nodes are not emulated.
+    if (CUresult r = emu::RefuseInCapture(stream.get()); r != CUDA_SUCCESS) return r;
+    std::shared_ptr<emu::Allocation> allocation;
+    if (CUresult r = emu::Driver::Get().memory().Allocate(ctx->device, bytesize, ctx->handle, &allocation);
+        r != CUDA_SUCCESS) {
+      return r;
+    }
+    *dptr = allocation->base();
+    return CUDA_SUCCESS;
+  });
+}
+
+CUresult CUDAAPI cuMemFreeAsync(CUdeviceptr dptr, CUstream stream_handle) {
+  return emu::Guard([&] {
+    std::shared_ptr<emu::Context> ctx;
+    std::shared_ptr<emu::Stream> stream;
+    if (CUresult r = emu::ResolveStream(stream_handle, &ctx, &stream); r != CUDA_SUCCESS) return r;
+    if (CUresult r = emu::RefuseInCapture(stream.get()); r != CUDA_SUCCESS) return r;
+    auto allocation = emu::Driver::Get().memory().Find(dptr, 0);
+    if (dptr == 0 || allocation == nullptr || allocation->base() != dptr) return CUDA_ERROR_INVALID_VALUE;
+    emu::SubmitOp(ctx, stream.get(), [dptr] {
+      emu::Driver::Get().memory().Release(dptr);
+      return CUDA_SUCCESS;
+    });
+    return CUDA_SUCCESS;
+  });
+}
+
+}  // extern "C"

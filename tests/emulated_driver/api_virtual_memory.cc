@@ -1,0 +1,372 @@
+// Virtual memory management on host memory: a reservation is a PROT_NONE range of the process's address space
+// (device addresses are host addresses here), a physical allocation is a memfd, and mapping one into a
+// reservation maps the file there. Only ranges whose access was set are entered in the MemoryMap (as borrowed
+// blocks, adjacent mappings merged), so copies, memsets and kernels reach exactly what the real driver lets them.
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <cstring>
+#include <map>
+#include <mutex>
+#include <unordered_map>
+#include <vector>
+
+#include "api_common.h"
+
+namespace emu = curelay::emulated;
+
+namespace curelay::emulated {
+namespace {
+
+// The real driver's granularity for device memory (minimum and recommended) on current GPUs.
+constexpr size_t kGranularity = size_t{2} << 20;
+
+struct PhysicalAllocation {
+  int fd = -1;
+  size_t size = 0;
+  CUmemAllocationProp prop{};
+  int references = 1;  // cuMemCreate and each cuMemRetainAllocationHandle; cuMemRelease drops one
+  int mappings = 0;    // the memory lives on while mapped, even once released
+};
+
+struct Mapping {
+  size_t size = 0;
+  uint64_t handle = 0;
+  int device = 0;
+  CUmemAccess_flags access = CU_MEM_ACCESS_FLAGS_PROT_NONE;
+};
+
+struct Reservation {
+  size_t size = 0;
+  std::map<uint64_t, Mapping> mappings;  // by address
+  std::vector<uint64_t> entered;         // bases of the blocks this reservation has in the MemoryMap
+};
+
+struct VirtualMemory {
+  std::mutex mu;
+  std::map<uint64_t, Reservation> reservations;  // by base
+  std::unordered_map<uint64_t, PhysicalAllocation> physical;
+  uint64_t next_handle = 1;
+};
+
+VirtualMemory& State() {
+  static auto* state = new VirtualMemory;  // never destroyed: device workers may outlive static destructors
+  return *state;
+}
+
+bool Aligned(uint64_t value) { return value % kGranularity == 0; }
+
+// The reservation holding all of [addr, addr + size), or nullptr.
+Reservation* FindReservation(VirtualMemory& state, uint64_t addr, size_t size) {
+  auto it = state.reservations.upper_bound(addr);
+  if (it == state.reservations.begin()) return nullptr;
+  --it;
+  const uint64_t base = it->first;
+  if (size > it->second.size || addr - base > it->second.size - size) return nullptr;
+  return &it->second;
+}
+
+// Re-enters the accessible mappings of `reservation` in the MemoryMap, adjacent ones of a device as one block, so a
+// copy or memset may cross from one mapping into the next as on the real device.
+void EnterAccessible(Reservation& reservation) {
+  MemoryMap& memory = Driver::Get().memory();
+  for (uint64_t base : reservation.entered) memory.Release(base);
+  reservation.entered.clear();
+  uint64_t run_base = 0, run_end = 0;
+  int run_device = -1;
+  const auto flush = [&] {
+    if (run_device < 0) return;
+    memory.Insert(Allocation::Borrowed(reinterpret_cast<void*>(run_base), run_end - run_base, run_device));
+    reservation.entered.push_back(run_base);
+    run_device = -1;
+  };
+  for (const auto& [addr, mapping] : reservation.mappings) {
+    if (mapping.access == CU_MEM_ACCESS_FLAGS_PROT_NONE) {
+      flush();
+      continue;
+    }
+    if (run_device == mapping.device && run_end == addr) {
+      run_end = addr + mapping.size;
+      continue;
+    }
+    flush();
+    run_base = addr, run_end = addr + mapping.size, run_device = mapping.device;
+  }
+  flush();
+}
+
+void DropPhysicalIfUnused(VirtualMemory& state, uint64_t handle) {
+  auto it = state.physical.find(handle);
+  if (it == state.physical.end() || it->second.references > 0 || it->second.mappings > 0) return;
+  close(it->second.fd);
+  state.physical.erase(it);
+}
+
+CUresult CheckDeviceLocation(const CUmemLocation& location) {
+  if (location.type != CU_MEM_LOCATION_TYPE_DEVICE) return CUDA_ERROR_INVALID_VALUE;
+  return location.id >= 0 && location.id < Driver::Get().device_count() ? CUDA_SUCCESS
+                                                                          : CUDA_ERROR_INVALID_DEVICE;
+}
+
+CUresult CheckProp(const CUmemAllocationProp* prop) {
+  if (prop == nullptr || prop->type != CU_MEM_ALLOCATION_TYPE_PINNED) return CUDA_ERROR_INVALID_VALUE;
+  if (prop->requestedHandleTypes != CU_MEM_HANDLE_TYPE_NONE) return CUDA_ERROR_NOT_SUPPORTED;  // no IPC here
+  return CheckDeviceLocation(prop->location);
+}
+
+// Device work queued before an unmap may still touch the range.
+void DrainDevices() {
+  Driver& driver = Driver::Get();
+  for (int device = 0; device < driver.device_count(); ++device) {
+    DeviceWorker& worker = driver.worker(device);
+    worker.Wait(worker.last_submitted());
+  }
+}
+
+}  // namespace
+}  // namespace curelay::emulated
+
+extern "C" {
+
+CUresult CUDAAPI cuMemGetAllocationGranularity(size_t* granularity, const CUmemAllocationProp* prop,
+                                               CUmemAllocationGranularity_flags option) {
+  return emu::Guard([&] {
+    if (CUresult r = emu::CheckInit(); r != CUDA_SUCCESS) return r;
+    if (granularity == nullptr) return CUDA_ERROR_INVALID_VALUE;
+    if (option != CU_MEM_ALLOC_GRANULARITY_MINIMUM && option != CU_MEM_ALLOC_GRANULARITY_RECOMMENDED) {
+      return CUDA_ERROR_INVALID_VALUE;
+    }
+    if (CUresult r = emu::CheckProp(prop); r != CUDA_SUCCESS) return r;
+    *granularity = emu::kGranularity;
+    return CUDA_SUCCESS;
+  });
+}
+
+CUresult CUDAAPI cuMemAddressReserve(CUdeviceptr* ptr, size_t size, size_t alignment, CUdeviceptr addr,
+                                     unsigned long long flags) {
+  return emu::Guard([&] {
+    if (CUresult r = emu::CheckInit(); r != CUDA_SUCCESS) return r;
+    if (ptr == nullptr || size == 0 || !emu::Aligned(size) || flags != 0) return CUDA_ERROR_INVALID_VALUE;
+    if (alignment == 0) alignment = emu::kGranularity;
+    if ((alignment & (alignment - 1)) != 0 || !emu::Aligned(alignment)) return CUDA_ERROR_INVALID_VALUE;
+    // Over-reserve, then trim to an aligned range; `addr` is only a hint, as for the real driver.
+    const size_t span = size + alignment;
+    void* hint = addr != 0 ? reinterpret_cast<void*>(addr) : nullptr;
+    void* raw = mmap(hint, span, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    if (raw == MAP_FAILED) return CUDA_ERROR_OUT_OF_MEMORY;
+    const auto start = reinterpret_cast<uint64_t>(raw);
+    const uint64_t base = (start + alignment - 1) / alignment * alignment;
+    if (base > start) munmap(raw, base - start);
+    if (start + span > base + size) munmap(reinterpret_cast<void*>(base + size), start + span - (base + size));
+    emu::VirtualMemory& state = emu::State();
+    std::lock_guard lock(state.mu);
+    state.reservations[base].size = size;
+    *ptr = base;
+    return CUDA_SUCCESS;
+  });
+}
+
+CUresult CUDAAPI cuMemAddressFree(CUdeviceptr ptr, size_t size) {
+  return emu::Guard([&] {
+    if (CUresult r = emu::CheckInit(); r != CUDA_SUCCESS) return r;
+    emu::VirtualMemory& state = emu::State();
+    std::lock_guard lock(state.mu);
+    auto it = state.reservations.find(ptr);
+    if (it == state.reservations.end() || it->second.size != size || !it->second.mappings.empty()) {
+      return CUDA_ERROR_INVALID_VALUE;
+    }
+    munmap(reinterpret_cast<void*>(ptr), size);
+    state.reservations.erase(it);
+    return CUDA_SUCCESS;
+  });
+}
+
+CUresult CUDAAPI cuMemCreate(CUmemGenericAllocationHandle* handle, size_t size, const CUmemAllocationProp* prop,
+                             unsigned long long flags) {
+  return emu::Guard([&] {
+    if (CUresult r = emu::CheckInit(); r != CUDA_SUCCESS) return r;
+    if (handle == nullptr || size == 0 || !emu::Aligned(size) || flags != 0) return CUDA_ERROR_INVALID_VALUE;
+    if (CUresult r = emu::CheckProp(prop); r != CUDA_SUCCESS) return r;
+    // The file's pages are committed when touched and read as zeros until then.
+    const int fd = memfd_create("curelay-emulated-vmm", MFD_CLOEXEC);
+    if (fd < 0) return CUDA_ERROR_OUT_OF_MEMORY;
+    if (ftruncate(fd, static_cast<off_t>(size)) != 0) {
+      close(fd);
+      return CUDA_ERROR_OUT_OF_MEMORY;
+    }
+    emu::VirtualMemory& state = emu::State();
+    std::lock_guard lock(state.mu);
+    const uint64_t id = state.next_handle++;
+    emu::PhysicalAllocation& physical = state.physical[id];
+    physical.fd = fd;
+    physical.size = size;
+    physical.prop = *prop;
+    *handle = id;
+    return CUDA_SUCCESS;
+  });
+}
+
+CUresult CUDAAPI cuMemRelease(CUmemGenericAllocationHandle handle) {
+  return emu::Guard([&] {
+    if (CUresult r = emu::CheckInit(); r != CUDA_SUCCESS) return r;
+    emu::VirtualMemory& state = emu::State();
+    std::lock_guard lock(state.mu);
+    auto it = state.physical.find(handle);
+    if (it == state.physical.end() || it->second.references == 0) return CUDA_ERROR_INVALID_VALUE;
+    --it->second.references;
+    emu::DropPhysicalIfUnused(state, handle);
+    return CUDA_SUCCESS;
+  });
+}
+
+CUresult CUDAAPI cuMemMap(CUdeviceptr ptr, size_t size, size_t offset, CUmemGenericAllocationHandle handle,
+                          unsigned long long flags) {
+  return emu::Guard([&] {
+    if (CUresult r = emu::CheckInit(); r != CUDA_SUCCESS) return r;
+    if (size == 0 || flags != 0 || !emu::Aligned(ptr) || !emu::Aligned(size) || !emu::Aligned(offset)) {
+      return CUDA_ERROR_INVALID_VALUE;
+    }
+    emu::VirtualMemory& state = emu::State();
+    std::lock_guard lock(state.mu);
+    auto physical = state.physical.find(handle);
+    if (physical == state.physical.end() || physical->second.references == 0) return CUDA_ERROR_INVALID_HANDLE;
+    if (offset > physical->second.size || size > physical->second.size - offset) return CUDA_ERROR_INVALID_VALUE;
+    emu::Reservation* reservation = emu::FindReservation(state, ptr, size);
+    if (reservation == nullptr) return CUDA_ERROR_INVALID_VALUE;
+    for (const auto& [addr, mapping] : reservation->mappings) {
+      if (addr < ptr + size && ptr < addr + mapping.size) return CUDA_ERROR_INVALID_VALUE;  // already mapped
+    }
+    void* mapped = mmap(reinterpret_cast<void*>(ptr), size, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_FIXED,
+                        physical->second.fd, static_cast<off_t>(offset));
+    if (mapped == MAP_FAILED) return CUDA_ERROR_OUT_OF_MEMORY;
+    reservation->mappings[ptr] = {size, handle, physical->second.prop.location.id};
+    ++physical->second.mappings;
+    return CUDA_SUCCESS;
+  });
+}
+
+CUresult CUDAAPI cuMemUnmap(CUdeviceptr ptr, size_t size) {
+  return emu::Guard([&] {
+    if (CUresult r = emu::CheckInit(); r != CUDA_SUCCESS) return r;
+    if (size == 0) return CUDA_ERROR_INVALID_VALUE;
+    emu::VirtualMemory& state = emu::State();
+    std::unique_lock lock(state.mu);
+    emu::Reservation* reservation = emu::FindReservation(state, ptr, size);
+    if (reservation == nullptr) return CUDA_ERROR_INVALID_VALUE;
+    // The range must consist of whole mappings, with nothing unmapped in it.
+    uint64_t next = ptr;
+    for (auto it = reservation->mappings.lower_bound(ptr); it != reservation->mappings.end() && it->first < ptr + size;
+         ++it) {
+      if (it->first != next) return CUDA_ERROR_INVALID_VALUE;
+      next += it->second.size;
+    }
+    if (next != ptr + size) return CUDA_ERROR_INVALID_VALUE;
+    auto first = reservation->mappings.lower_bound(ptr);
+    auto last = reservation->mappings.lower_bound(ptr + size);
+    std::vector<uint64_t> handles;
+    for (auto it = first; it != last; ++it) handles.push_back(it->second.handle);
+    reservation->mappings.erase(first, last);
+    emu::EnterAccessible(*reservation);
+    lock.unlock();
+    emu::DrainDevices();
+    lock.lock();
+    mmap(reinterpret_cast<void*>(ptr), size, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | MAP_FIXED, -1,
+         0);
+    for (uint64_t handle : handles) {
+      auto physical = state.physical.find(handle);
+      if (physical == state.physical.end()) continue;
+      --physical->second.mappings;
+      emu::DropPhysicalIfUnused(state, handle);
+    }
+    return CUDA_SUCCESS;
+  });
+}
+
+CUresult CUDAAPI cuMemSetAccess(CUdeviceptr ptr, size_t size, const CUmemAccessDesc* desc, size_t count) {
+  return emu::Guard([&] {
+    if (CUresult r = emu::CheckInit(); r != CUDA_SUCCESS) return r;
+    if (desc == nullptr || count == 0 || size == 0) return CUDA_ERROR_INVALID_VALUE;
+    for (size_t i = 0; i < count; ++i) {
+      if (CUresult r = emu::CheckDeviceLocation(desc[i].location); r != CUDA_SUCCESS) return r;
+      if (desc[i].flags != CU_MEM_ACCESS_FLAGS_PROT_NONE && desc[i].flags != CU_MEM_ACCESS_FLAGS_PROT_READ &&
+          desc[i].flags != CU_MEM_ACCESS_FLAGS_PROT_READWRITE) {
+        return CUDA_ERROR_INVALID_VALUE;
+      }
+    }
+    emu::VirtualMemory& state = emu::State();
+    std::lock_guard lock(state.mu);
+    emu::Reservation* reservation = emu::FindReservation(state, ptr, size);
+    if (reservation == nullptr) return CUDA_ERROR_INVALID_VALUE;
+    // Every byte of the range must be mapped.
+    std::vector<emu::Mapping*> covered;
+    uint64_t next = ptr;
+    auto it = reservation->mappings.upper_bound(ptr);
+    if (it != reservation->mappings.begin()) --it;
+    for (; it != reservation->mappings.end() && it->first < ptr + size; ++it) {
+      if (it->first + it->second.size <= ptr) continue;
+      if (it->first > next) return CUDA_ERROR_INVALID_VALUE;
+      next = it->first + it->second.size;
+      covered.push_back(&it->second);
+    }
+    if (next < ptr + size) return CUDA_ERROR_INVALID_VALUE;
+    // The emulated devices share one memory: the last descriptor naming a device sets the access of the mapping.
+    for (emu::Mapping* mapping : covered) {
+      for (size_t i = 0; i < count; ++i) mapping->access = desc[i].flags;
+    }
+    emu::EnterAccessible(*reservation);
+    return CUDA_SUCCESS;
+  });
+}
+
+CUresult CUDAAPI cuMemGetAccess(unsigned long long* flags, const CUmemLocation* location, CUdeviceptr ptr) {
+  return emu::Guard([&] {
+    if (CUresult r = emu::CheckInit(); r != CUDA_SUCCESS) return r;
+    if (flags == nullptr || location == nullptr) return CUDA_ERROR_INVALID_VALUE;
+    if (CUresult r = emu::CheckDeviceLocation(*location); r != CUDA_SUCCESS) return r;
+    emu::VirtualMemory& state = emu::State();
+    std::lock_guard lock(state.mu);
+    emu::Reservation* reservation = emu::FindReservation(state, ptr, 1);
+    if (reservation == nullptr) return CUDA_ERROR_INVALID_VALUE;
+    auto it = reservation->mappings.upper_bound(ptr);
+    if (it == reservation->mappings.begin()) return CUDA_ERROR_INVALID_VALUE;
+    --it;
+    if (ptr - it->first >= it->second.size) return CUDA_ERROR_INVALID_VALUE;
+    *flags = it->second.access;
+    return CUDA_SUCCESS;
+  });
+}
+
+CUresult CUDAAPI cuMemRetainAllocationHandle(CUmemGenericAllocationHandle* handle, void* addr) {
+  return emu::Guard([&] {
+    if (CUresult r = emu::CheckInit(); r != CUDA_SUCCESS) return r;
+    if (handle == nullptr) return CUDA_ERROR_INVALID_VALUE;
+    const auto ptr = reinterpret_cast<uint64_t>(addr);
+    emu::VirtualMemory& state = emu::State();
+    std::lock_guard lock(state.mu);
+    emu::Reservation* reservation = emu::FindReservation(state, ptr, 1);
+    if (reservation == nullptr) return CUDA_ERROR_INVALID_VALUE;
+    auto it = reservation->mappings.upper_bound(ptr);
+    if (it == reservation->mappings.begin()) return CUDA_ERROR_INVALID_VALUE;
+    --it;
+    if (ptr - it->first >= it->second.size) return CUDA_ERROR_INVALID_VALUE;
+    ++state.physical.at(it->second.handle).references;
+    *handle = it->second.handle;
+    return CUDA_SUCCESS;
+  });
+}
+
+CUresult CUDAAPI cuMemGetAllocationPropertiesFromHandle(CUmemAllocationProp* prop,
+                                                        CUmemGenericAllocationHandle handle) {
+  return emu::Guard([&] {
+    if (CUresult r = emu::CheckInit(); r != CUDA_SUCCESS) return r;
+    if (prop == nullptr) return CUDA_ERROR_INVALID_VALUE;
+    emu::VirtualMemory& state = emu::State();
+    std::lock_guard lock(state.mu);
+    auto it = state.physical.find(handle);
+    if (it == state.physical.end() || it->second.references == 0) return CUDA_ERROR_INVALID_VALUE;
+    *prop = it->second.prop;
+    return CUDA_SUCCESS;
+  });
+}
+
+}  // extern "C"

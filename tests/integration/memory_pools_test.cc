@@ -1,0 +1,88 @@
+// Stream-ordered allocation from the device's default pool through the whole remoting path (the emulated driver
+// allocates at once and queues each free on its stream).
+#include <cuda.h>
+#include <gtest/gtest.h>
+
+#include <vector>
+
+#include "tests/integration/backend_process.h"
+
+namespace curelay::testing {
+namespace {
+
+#define ASSERT_CU(call) ASSERT_EQ((call), CUDA_SUCCESS) << #call
+#define EXPECT_CU(call) EXPECT_EQ((call), CUDA_SUCCESS) << #call
+
+BackendProcess* backend = nullptr;
+
+class SessionEnvironment : public ::testing::Environment {
+ public:
+  void SetUp() override {
+    backend = new BackendProcess("memory-pools", {{"CURELAY_EMU_DEVICE_MEMORY", std::to_string(1ull << 30)}});
+    ASSERT_TRUE(backend->Start()) << backend->Log();
+    setenv("CURELAY_ENDPOINT", backend->endpoint().c_str(), 1);
+  }
+  void TearDown() override { delete backend; }
+};
+const auto* const environment = ::testing::AddGlobalTestEnvironment(new SessionEnvironment);
+
+class MemoryPoolTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    ASSERT_CU(cuInit(0));
+    ASSERT_CU(cuDevicePrimaryCtxRetain(&context_, 0));
+    ASSERT_CU(cuCtxSetCurrent(context_));
+    ASSERT_CU(cuStreamCreate(&stream_, CU_STREAM_NON_BLOCKING));
+  }
+  void TearDown() override {
+    cuStreamDestroy(stream_);
+    cuDevicePrimaryCtxRelease(0);
+  }
+
+  CUcontext context_ = nullptr;
+  CUstream stream_ = nullptr;
+};
+
+TEST_F(MemoryPoolTest, AllocateUseAndFreeOnAStream) {
+  const size_t n = 100000;
+  CUdeviceptr ptr = 0;
+  ASSERT_CU(cuMemAllocAsync(&ptr, n * sizeof(uint32_t), stream_));
+  ASSERT_NE(ptr, 0u);
+  ASSERT_CU(cuMemsetD32Async(ptr, 0x12345678u, n, stream_));
+  std::vector<uint32_t> back(n);
+  ASSERT_CU(cuMemcpyDtoHAsync(back.data(), ptr, n * sizeof(uint32_t), stream_));
+  ASSERT_CU(cuMemFreeAsync(ptr, stream_));
+  ASSERT_CU(cuStreamSynchronize(stream_));
+  EXPECT_EQ(back.front(), 0x12345678u);
+  EXPECT_EQ(back.back(), 0x12345678u);
+  // The block is gone once the free has run.
+  CUdeviceptr other = 0;
+  ASSERT_CU(cuMemAllocAsync(&other, 256, nullptr));
+  ASSERT_CU(cuMemFreeAsync(other, nullptr));
+  ASSERT_CU(cuCtxSynchronize());
+}
+
+TEST_F(MemoryPoolTest, DefaultPoolAttributes) {
+  CUmemoryPool pool = nullptr;
+  ASSERT_CU(cuDeviceGetDefaultMemPool(&pool, 0));
+  ASSERT_NE(pool, nullptr);
+  CUmemoryPool again = nullptr;
+  ASSERT_CU(cuDeviceGetDefaultMemPool(&again, 0));
+  EXPECT_EQ(pool, again);
+  cuuint64_t threshold = ~cuuint64_t{0};
+  ASSERT_CU(cuMemPoolSetAttribute(pool, CU_MEMPOOL_ATTR_RELEASE_THRESHOLD, &threshold));
+  cuuint64_t read = 0;
+  ASSERT_CU(cuMemPoolGetAttribute(pool, CU_MEMPOOL_ATTR_RELEASE_THRESHOLD, &read));
+  EXPECT_EQ(read, threshold);
+  int reuse = 0;
+  ASSERT_CU(cuMemPoolSetAttribute(pool, CU_MEMPOOL_ATTR_REUSE_ALLOW_OPPORTUNISTIC, &reuse));
+  int reuse_read = 1;
+  ASSERT_CU(cuMemPoolGetAttribute(pool, CU_MEMPOOL_ATTR_REUSE_ALLOW_OPPORTUNISTIC, &reuse_read));
+  EXPECT_EQ(reuse_read, 0);
+  ASSERT_CU(cuMemPoolTrimTo(pool, 0));
+  EXPECT_EQ(cuDeviceGetDefaultMemPool(&again, 99), CUDA_ERROR_INVALID_DEVICE);
+  EXPECT_EQ(cuMemPoolTrimTo(reinterpret_cast<CUmemoryPool>(&reuse), 0), CUDA_ERROR_INVALID_VALUE);
+}
+
+}  // namespace
+}  // namespace curelay::testing

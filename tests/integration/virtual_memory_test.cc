@@ -1,0 +1,186 @@
+// Virtual memory management through the whole remoting path, the way PyTorch's expandable segments use it:
+// reserve address space, back it with physical allocations mapped side by side, and use the range as one buffer.
+// The backend and executor run on the emulated driver (reservations and mappings of host address space).
+#include <cuda.h>
+#include <gtest/gtest.h>
+
+#include <fstream>
+#include <sstream>
+#include <vector>
+
+#include "tests/integration/backend_process.h"
+
+namespace curelay::testing {
+namespace {
+
+#define ASSERT_CU(call) ASSERT_EQ((call), CUDA_SUCCESS) << #call
+#define EXPECT_CU(call) EXPECT_EQ((call), CUDA_SUCCESS) << #call
+
+BackendProcess* backend = nullptr;
+
+class SessionEnvironment : public ::testing::Environment {
+ public:
+  void SetUp() override {
+    backend = new BackendProcess("virtual-memory", {{"CURELAY_EMU_DEVICE_MEMORY", std::to_string(1ull << 30)}});
+    ASSERT_TRUE(backend->Start()) << backend->Log();
+    setenv("CURELAY_ENDPOINT", backend->endpoint().c_str(), 1);
+  }
+  void TearDown() override { delete backend; }
+};
+const auto* const environment = ::testing::AddGlobalTestEnvironment(new SessionEnvironment);
+
+std::string Ptx() {
+  std::ifstream in(CURELAY_TEST_PTX_PATH);
+  std::stringstream text;
+  text << in.rdbuf();
+  return text.str();
+}
+
+CUmemAllocationProp DeviceProp() {
+  CUmemAllocationProp prop{};
+  prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
+  prop.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+  prop.location.id = 0;
+  return prop;
+}
+
+class VirtualMemoryTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    ASSERT_CU(cuInit(0));
+    ASSERT_CU(cuDevicePrimaryCtxRetain(&context_, 0));
+    ASSERT_CU(cuCtxSetCurrent(context_));
+    const std::string ptx = Ptx();
+    ASSERT_CU(cuModuleLoadData(&module_, ptx.c_str()));
+    ASSERT_CU(cuModuleGetFunction(&fill_, module_, "fill_u32"));
+    const CUmemAllocationProp prop = DeviceProp();
+    ASSERT_CU(cuMemGetAllocationGranularity(&granularity_, &prop, CU_MEM_ALLOC_GRANULARITY_RECOMMENDED));
+    ASSERT_GT(granularity_, 0u);
+  }
+  void TearDown() override {
+    cuModuleUnload(module_);
+    cuDevicePrimaryCtxRelease(0);
+  }
+
+  CUresult Fill(CUdeviceptr target, unsigned value, unsigned long long n) {
+    void* params[] = {&target, &value, &n};
+    return cuLaunchKernel(fill_, static_cast<unsigned>((n + 127) / 128), 1, 1, 128, 1, 1, 0, nullptr, params,
+                          nullptr);
+  }
+
+  CUcontext context_ = nullptr;
+  CUmodule module_ = nullptr;
+  CUfunction fill_ = nullptr;
+  size_t granularity_ = 0;
+};
+
+TEST_F(VirtualMemoryTest, TwoAllocationsMappedSideBySideWorkAsOneBuffer) {
+  const CUmemAllocationProp prop = DeviceProp();
+  CUdeviceptr base = 0;
+  ASSERT_CU(cuMemAddressReserve(&base, 2 * granularity_, 0, 0, 0));
+  ASSERT_NE(base, 0u);
+  CUmemGenericAllocationHandle first = 0, second = 0;
+  ASSERT_CU(cuMemCreate(&first, granularity_, &prop, 0));
+  ASSERT_CU(cuMemCreate(&second, granularity_, &prop, 0));
+  EXPECT_NE(first, second);
+  ASSERT_CU(cuMemMap(base, granularity_, 0, first, 0));
+  ASSERT_CU(cuMemMap(base + granularity_, granularity_, 0, second, 0));
+  CUmemAccessDesc access{};
+  access.location = prop.location;
+  access.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
+  ASSERT_CU(cuMemSetAccess(base, 2 * granularity_, &access, 1));
+  unsigned long long flags = 0;
+  ASSERT_CU(cuMemGetAccess(&flags, &prop.location, base + granularity_ + 4096));
+  EXPECT_EQ(flags, CU_MEM_ACCESS_FLAGS_PROT_READWRITE);
+
+  // Memset and copies across the boundary between the two allocations.
+  const size_t words = 2 * granularity_ / sizeof(uint32_t);
+  ASSERT_CU(cuMemsetD32(base, 0x11111111u, words));
+  const size_t window = 64 * 1024;  // words on each side of the boundary
+  const CUdeviceptr straddle = base + granularity_ - window * sizeof(uint32_t);
+  std::vector<uint32_t> pattern(2 * window);
+  for (size_t i = 0; i < pattern.size(); ++i) pattern[i] = static_cast<uint32_t>(i * 2654435761u);
+  ASSERT_CU(cuMemcpyHtoD(straddle, pattern.data(), pattern.size() * sizeof(uint32_t)));
+  std::vector<uint32_t> back(pattern.size() + 2);
+  ASSERT_CU(cuMemcpyDtoH(back.data(), straddle - sizeof(uint32_t), back.size() * sizeof(uint32_t)));
+  EXPECT_EQ(back.front(), 0x11111111u);
+  EXPECT_EQ(back.back(), 0x11111111u);
+  EXPECT_TRUE(std::equal(pattern.begin(), pattern.end(), back.begin() + 1));
+
+  // A kernel writing across it.
+  const CUdeviceptr kernel_start = base + granularity_ - 1000 * sizeof(uint32_t);
+  ASSERT_CU(Fill(kernel_start, 0xabcdef01u, 3000));
+  ASSERT_CU(cuCtxSynchronize());
+  std::vector<uint32_t> filled(3002);
+  ASSERT_CU(cuMemcpyDtoH(filled.data(), kernel_start - sizeof(uint32_t), filled.size() * sizeof(uint32_t)));
+  EXPECT_NE(filled.front(), 0xabcdef01u);
+  EXPECT_NE(filled.back(), 0xabcdef01u);
+  for (size_t i = 1; i + 1 < filled.size(); ++i) ASSERT_EQ(filled[i], 0xabcdef01u) << i;
+
+  // Mapped memory is not cuMemAlloc memory.
+  EXPECT_EQ(cuMemFree(base), CUDA_ERROR_INVALID_VALUE);
+
+  // A device-to-device copy from one allocation into the other.
+  ASSERT_CU(cuMemcpyDtoD(base + granularity_ + 8192, base + 4096, 4096));
+
+  // The allocation behind an address, and its properties.
+  CUmemGenericAllocationHandle retained = 0;
+  ASSERT_CU(cuMemRetainAllocationHandle(&retained, reinterpret_cast<void*>(base + granularity_ + 100)));
+  EXPECT_EQ(retained, second);
+  CUmemAllocationProp properties{};
+  ASSERT_CU(cuMemGetAllocationPropertiesFromHandle(&properties, retained));
+  EXPECT_EQ(properties.type, CU_MEM_ALLOCATION_TYPE_PINNED);
+  EXPECT_EQ(properties.location.type, CU_MEM_LOCATION_TYPE_DEVICE);
+  EXPECT_EQ(properties.location.id, 0);
+  ASSERT_CU(cuMemRelease(retained));
+
+  ASSERT_CU(cuMemUnmap(base, 2 * granularity_));
+  ASSERT_CU(cuMemRelease(first));
+  ASSERT_CU(cuMemRelease(second));
+  ASSERT_CU(cuMemAddressFree(base, 2 * granularity_));
+  // Released handles are gone.
+  EXPECT_EQ(cuMemRelease(first), CUDA_ERROR_INVALID_VALUE);
+}
+
+TEST_F(VirtualMemoryTest, MemoryStaysWhileMappedAfterItsHandleIsReleased) {
+  const CUmemAllocationProp prop = DeviceProp();
+  CUdeviceptr base = 0;
+  ASSERT_CU(cuMemAddressReserve(&base, granularity_, 0, 0, 0));
+  CUmemGenericAllocationHandle handle = 0;
+  ASSERT_CU(cuMemCreate(&handle, granularity_, &prop, 0));
+  ASSERT_CU(cuMemMap(base, granularity_, 0, handle, 0));
+  ASSERT_CU(cuMemRelease(handle));  // as PyTorch does right after mapping
+  CUmemAccessDesc access{};
+  access.location = prop.location;
+  access.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
+  ASSERT_CU(cuMemSetAccess(base, granularity_, &access, 1));
+  ASSERT_CU(cuMemsetD8(base, 0x5a, granularity_));
+  unsigned char last = 0;
+  ASSERT_CU(cuMemcpyDtoH(&last, base + granularity_ - 1, 1));
+  EXPECT_EQ(last, 0x5a);
+  ASSERT_CU(cuMemUnmap(base, granularity_));
+  ASSERT_CU(cuMemAddressFree(base, granularity_));
+}
+
+TEST_F(VirtualMemoryTest, ErrorsAreTheDriversErrors) {
+  const CUmemAllocationProp prop = DeviceProp();
+  CUmemGenericAllocationHandle handle = 0;
+  ASSERT_CU(cuMemCreate(&handle, granularity_, &prop, 0));
+  // Mapping where nothing is reserved.
+  CUdeviceptr base = 0;
+  ASSERT_CU(cuMemAddressReserve(&base, granularity_, 0, 0, 0));
+  ASSERT_CU(cuMemAddressFree(base, granularity_));
+  EXPECT_EQ(cuMemMap(base, granularity_, 0, handle, 0), CUDA_ERROR_INVALID_VALUE);
+  // A handle nobody created.
+  EXPECT_EQ(cuMemRelease(handle + 1000), CUDA_ERROR_INVALID_VALUE);
+  // Windows security attributes never cross the wire.
+  CUmemAllocationProp windows = prop;
+  int attributes = 0;
+  windows.win32HandleMetaData = &attributes;
+  CUmemGenericAllocationHandle refused = 0;
+  EXPECT_EQ(cuMemCreate(&refused, granularity_, &windows, 0), CUDA_ERROR_NOT_SUPPORTED);
+  ASSERT_CU(cuMemRelease(handle));
+}
+
+}  // namespace
+}  // namespace curelay::testing
