@@ -2,9 +2,12 @@
 """Writes docs/api-coverage.md from the built shim: which driver exports are implemented (strong symbols), which
 of those are answered inside the client, and which answer CUDA_ERROR_NOT_SUPPORTED (the weak generated stubs).
 
-Usage: gen-api-coverage.py SHIM_SO DRIVER_EXPORTS OUTPUT_MD [--check]
+Usage: gen-api-coverage.py SHIM_SO DRIVER_EXPORTS OUTPUT_MD [--per-thread-forms GENERATED_CC] [--check]
 With --check, exits 1 if OUTPUT_MD differs from what would be written (a ctest keeps the doc current).
+The generated per-thread forms (`_ptsz`/`_ptds`, weak wrappers of their ordinary entry point) count as implemented
+exactly when their ordinary entry point is.
 """
+import re
 import subprocess
 import sys
 
@@ -51,10 +54,16 @@ EXPLICITLY_UNSUPPORTED: dict[str, str] = {}
 
 def main() -> None:
     shim, exports_path, output = sys.argv[1:4]
-    check = "--check" in sys.argv[4:]
+    options = sys.argv[4:]
+    check = "--check" in options
+    forms = {}
+    if "--per-thread-forms" in options:
+        generated = open(options[options.index("--per-thread-forms") + 1]).read()
+        forms = dict(re.findall(r"^CURELAY_PER_THREAD_FORM\((\w+), (\w+),", generated, re.M))
     exports = sorted(set(open(exports_path).read().split()))
     symbols = subprocess.run(["nm", "-D", "--defined-only", shim], capture_output=True, text=True, check=True)
     strong = {line.split()[2] for line in symbols.stdout.splitlines() if line.split()[1] == "T"}
+    strong |= {form for form, ordinary in forms.items() if ordinary in strong}
     implemented = [name for name in exports if name in strong and name not in EXPLICITLY_UNSUPPORTED]
     unsupported = [name for name in exports if name not in strong]
     partial = [name for name in exports if name in EXPLICITLY_UNSUPPORTED]
@@ -75,7 +84,11 @@ def main() -> None:
         "|---|---|",
     ]
     for name in implemented:
-        lines.append(f"| `{name}` | {'local: ' + LOCAL[name] if name in LOCAL else 'forwarded'} |")
+        if name in forms:
+            how = f"per-thread default stream form of `{forms[name]}` (generated)"
+        else:
+            how = "local: " + LOCAL[name] if name in LOCAL else "forwarded"
+        lines.append(f"| `{name}` | {how} |")
     lines += [
         "",
         "## Known gaps a program may meet",

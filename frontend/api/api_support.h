@@ -4,6 +4,7 @@
 #include <cuda.h>
 
 #include "frontend/client/client.h"
+#include "frontend/client/per_thread_stream.h"
 
 namespace curelay::frontend {
 

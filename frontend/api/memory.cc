@@ -21,7 +21,7 @@ CUresult CopyHostToDevice(CUdeviceptr dst, const void* src, size_t bytes, CUstre
   if (bytes == 0) return CUDA_SUCCESS;
   if (src == nullptr) return CUDA_ERROR_INVALID_VALUE;
   uint64_t wire_stream = 0;
-  if (async) CURELAY_RETURN_IF_ERROR(WireStream(*client, stream, &wire_stream));
+  CURELAY_RETURN_IF_ERROR(CopyStream(*client, stream, &async, &wire_stream));
   const auto* bytes_in = static_cast<const uint8_t*>(src);
   if (bytes <= wire::kCopyChunkBytes) {
     // The data is captured in the message before this returns, so the caller may reuse its buffer at once, as
@@ -57,7 +57,7 @@ CUresult CopyDeviceToHost(void* dst, CUdeviceptr src, size_t bytes, CUstream str
   if (bytes == 0) return CUDA_SUCCESS;
   if (dst == nullptr) return CUDA_ERROR_INVALID_VALUE;
   uint64_t wire_stream = 0;
-  if (async) CURELAY_RETURN_IF_ERROR(WireStream(*client, stream, &wire_stream));
+  CURELAY_RETURN_IF_ERROR(CopyStream(*client, stream, &async, &wire_stream));
   auto* bytes_out = static_cast<uint8_t*>(dst);
   Client::Pipeline pipeline(*client);
   CUresult first_error = CUDA_SUCCESS;
@@ -89,7 +89,7 @@ CUresult CopyDeviceToDevice(CUdeviceptr dst, CUdeviceptr src, size_t bytes, CUst
   CURELAY_RETURN_IF_ERROR(RequireContext(&client));
   if (bytes == 0) return CUDA_SUCCESS;
   uint64_t wire_stream = 0;
-  if (async) CURELAY_RETURN_IF_ERROR(WireStream(*client, stream, &wire_stream));
+  CURELAY_RETURN_IF_ERROR(CopyStream(*client, stream, &async, &wire_stream));
   auto& builder = Builder();
   const auto call = wire::CreateMemcpyDtoD(builder, dst, src, bytes, wire_stream, async).Union();
   return client->Post(builder, wire::Call::MemcpyDtoD, call, {});

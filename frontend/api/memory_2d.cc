@@ -201,7 +201,7 @@ CUresult CopyDeviceToDevice3D(Client& client, const Copy3D& copy, uint64_t wire_
 CUresult RunCopy(Client& client, const Copy3D& copy, CUstream stream, bool async) {
   if (copy.width == 0 || copy.height == 0 || copy.depth == 0) return CUDA_SUCCESS;
   uint64_t wire_stream = 0;
-  if (async) CURELAY_RETURN_IF_ERROR(WireStream(client, stream, &wire_stream));
+  CURELAY_RETURN_IF_ERROR(CopyStream(client, stream, &async, &wire_stream));
   if (copy.src.host && copy.dst.host) {
     CopyHostToHost(copy);
     return CUDA_SUCCESS;
@@ -327,7 +327,7 @@ CUresult PeerCopy(CUdeviceptr dst, CUcontext dst_context, CUdeviceptr src, CUcon
   }
   if (bytes == 0) return CUDA_SUCCESS;
   uint64_t wire_stream = 0;
-  if (async) CURELAY_RETURN_IF_ERROR(WireStream(*client, stream, &wire_stream));
+  CURELAY_RETURN_IF_ERROR(CopyStream(*client, stream, &async, &wire_stream));
   auto& builder = Builder();
   const auto call =
       wire::CreateMemcpyPeer(builder, dst, dst_context->id, src, src_context->id, bytes, wire_stream, async).Union();
@@ -416,67 +416,6 @@ CUresult cuMemcpyPeer(CUdeviceptr dst, CUcontext dst_context, CUdeviceptr src, C
 CUresult cuMemcpyPeerAsync(CUdeviceptr dst, CUcontext dst_context, CUdeviceptr src, CUcontext src_context,
                            size_t bytes, CUstream stream) {
   return PeerCopy(dst, dst_context, src, src_context, bytes, stream, true);
-}
-
-}  // extern "C"
-
-// Per-thread default stream forms (what code built with CUDA_API_PER_THREAD_DEFAULT_STREAM calls): the plain forms
-// are ordered on the calling thread's default stream instead of the legacy one.
-namespace {
-CUstream PerThread(CUstream stream) { return stream == nullptr ? CU_STREAM_PER_THREAD : stream; }
-}  // namespace
-
-extern "C" {
-
-CUresult cuMemcpy2D_v2_ptds(const CUDA_MEMCPY2D* params) {
-  return Memcpy2D(params, CU_STREAM_PER_THREAD, true, "cuMemcpy2D_v2_ptds");
-}
-CUresult cuMemcpy2DUnaligned_v2_ptds(const CUDA_MEMCPY2D* params) {
-  return Memcpy2D(params, CU_STREAM_PER_THREAD, true, "cuMemcpy2DUnaligned_v2_ptds");
-}
-CUresult cuMemcpy2DAsync_v2_ptsz(const CUDA_MEMCPY2D* params, CUstream stream) {
-  return Memcpy2D(params, PerThread(stream), true, "cuMemcpy2DAsync_v2_ptsz");
-}
-CUresult cuMemcpy3D_v2_ptds(const CUDA_MEMCPY3D* params) {
-  return Memcpy3D(params, CU_STREAM_PER_THREAD, true, "cuMemcpy3D_v2_ptds");
-}
-CUresult cuMemcpy3DAsync_v2_ptsz(const CUDA_MEMCPY3D* params, CUstream stream) {
-  return Memcpy3D(params, PerThread(stream), true, "cuMemcpy3DAsync_v2_ptsz");
-}
-CUresult cuMemcpy_ptds(CUdeviceptr dst, CUdeviceptr src, size_t bytes) {
-  return UnifiedCopy(dst, src, bytes, CU_STREAM_PER_THREAD, true);
-}
-CUresult cuMemcpyAsync_ptsz(CUdeviceptr dst, CUdeviceptr src, size_t bytes, CUstream stream) {
-  return UnifiedCopy(dst, src, bytes, PerThread(stream), true);
-}
-CUresult cuMemcpyPeer_ptds(CUdeviceptr dst, CUcontext dst_context, CUdeviceptr src, CUcontext src_context,
-                           size_t bytes) {
-  return PeerCopy(dst, dst_context, src, src_context, bytes, CU_STREAM_PER_THREAD, true);
-}
-CUresult cuMemcpyPeerAsync_ptsz(CUdeviceptr dst, CUcontext dst_context, CUdeviceptr src, CUcontext src_context,
-                                size_t bytes, CUstream stream) {
-  return PeerCopy(dst, dst_context, src, src_context, bytes, PerThread(stream), true);
-}
-CUresult cuMemsetD2D8_v2_ptds(CUdeviceptr dst, size_t pitch, unsigned char value, size_t width, size_t height) {
-  return Memset2D(dst, pitch, value, 1, width, height, CU_STREAM_PER_THREAD);
-}
-CUresult cuMemsetD2D16_v2_ptds(CUdeviceptr dst, size_t pitch, unsigned short value, size_t width, size_t height) {
-  return Memset2D(dst, pitch, value, 2, width, height, CU_STREAM_PER_THREAD);
-}
-CUresult cuMemsetD2D32_v2_ptds(CUdeviceptr dst, size_t pitch, unsigned int value, size_t width, size_t height) {
-  return Memset2D(dst, pitch, value, 4, width, height, CU_STREAM_PER_THREAD);
-}
-CUresult cuMemsetD2D8Async_ptsz(CUdeviceptr dst, size_t pitch, unsigned char value, size_t width, size_t height,
-                                CUstream stream) {
-  return Memset2D(dst, pitch, value, 1, width, height, PerThread(stream));
-}
-CUresult cuMemsetD2D16Async_ptsz(CUdeviceptr dst, size_t pitch, unsigned short value, size_t width, size_t height,
-                                 CUstream stream) {
-  return Memset2D(dst, pitch, value, 2, width, height, PerThread(stream));
-}
-CUresult cuMemsetD2D32Async_ptsz(CUdeviceptr dst, size_t pitch, unsigned int value, size_t width, size_t height,
-                                 CUstream stream) {
-  return Memset2D(dst, pitch, value, 4, width, height, PerThread(stream));
 }
 
 }  // extern "C"

@@ -128,12 +128,6 @@ CUresult cuMemPoolTrimTo(CUmemoryPool pool, size_t min_bytes_to_keep) {
 }
 
 CUresult cuMemAllocAsync(CUdeviceptr* ptr, size_t bytes, CUstream stream) { return AllocAsync(ptr, bytes, stream); }
-CUresult cuMemAllocAsync_ptsz(CUdeviceptr* ptr, size_t bytes, CUstream stream) {
-  return AllocAsync(ptr, bytes, stream == nullptr ? CU_STREAM_PER_THREAD : stream);
-}
 CUresult cuMemFreeAsync(CUdeviceptr ptr, CUstream stream) { return FreeAsync(ptr, stream); }
-CUresult cuMemFreeAsync_ptsz(CUdeviceptr ptr, CUstream stream) {
-  return FreeAsync(ptr, stream == nullptr ? CU_STREAM_PER_THREAD : stream);
-}
 
 }  // extern "C"

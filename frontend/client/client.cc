@@ -11,6 +11,7 @@
 
 #include "frontend/client/config.h"
 #include "frontend/client/log.h"
+#include "frontend/client/per_thread_stream.h"
 #include "transport/shm/shm_channel.h"
 
 namespace curelay::frontend {
@@ -441,7 +442,8 @@ uint64_t CurrentContextId() {
 }
 
 CUresult WireStream(Client& client, CUstream stream, uint64_t* wire_stream) {
-  if (stream == nullptr || stream == CU_STREAM_LEGACY) {
+  if (stream == nullptr) stream = NullStreamIsPerThread() ? CU_STREAM_PER_THREAD : CU_STREAM_LEGACY;
+  if (stream == CU_STREAM_LEGACY) {
     *wire_stream = wire::kLegacyStream;
   } else if (stream == CU_STREAM_PER_THREAD) {
     *wire_stream = wire::kPerThreadStreamBit | ThisThread().thread_index;
@@ -451,6 +453,12 @@ CUresult WireStream(Client& client, CUstream stream, uint64_t* wire_stream) {
     return CUDA_ERROR_INVALID_HANDLE;
   }
   return CUDA_SUCCESS;
+}
+
+CUresult CopyStream(Client& client, CUstream stream, bool* async, uint64_t* wire_stream) {
+  if (!*async && !NullStreamIsPerThread()) return CUDA_SUCCESS;
+  *async = true;
+  return WireStream(client, stream, wire_stream);
 }
 
 flatbuffers::FlatBufferBuilder& Builder() {

@@ -159,6 +159,10 @@ std::vector<CUcontext>& ContextStack();
 uint64_t CurrentContextId();
 // The wire encoding of a stream handle; CUDA_ERROR_INVALID_HANDLE for one that is not alive.
 CUresult WireStream(Client& client, CUstream stream, uint64_t* wire_stream);
+// The stream of a copy: a synchronous one (*async false) runs on the legacy stream as the driver's synchronous
+// call; inside a per-thread form (`_ptds`) it is ordered on the thread's default stream instead, so it travels as
+// that stream's work (*async becomes true) and the caller still waits for what a synchronous copy promises.
+CUresult CopyStream(Client& client, CUstream stream, bool* async, uint64_t* wire_stream);
 // The calling thread's builder, cleared, for building one request.
 flatbuffers::FlatBufferBuilder& Builder();
 // The calling thread's scratch buffer for packing kernel arguments.

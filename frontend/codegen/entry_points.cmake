@@ -73,6 +73,7 @@ function(curelay_generate_entry_points prefix)
   set(out "${CMAKE_CURRENT_BINARY_DIR}/generated")
   set(outputs
     "${out}/driver_stubs.cc"
+    "${out}/per_thread_forms.cc"
     "${out}/driver_table.cc"
     "${out}/driver_table.h"
     "${out}/libcuda.map")
@@ -82,8 +83,10 @@ function(curelay_generate_entry_points prefix)
     COMMAND "${Python3_EXECUTABLE}" "${script}" generate
             --cuda-h "${cuda_h}" ${extra_args}
             --exports "${ARG_EXPORTS}"
+            --typedefs-h "${cuda_dir}/cudaTypedefs.h"
             --out-dir "${out}"
-    DEPENDS "${script}" "${cuda_h}" ${extra_headers} "${ARG_EXPORTS}"
+    DEPENDS "${script}" "${codegen_dir}/gen_per_thread_forms.py" "${cuda_h}" "${cuda_dir}/cudaTypedefs.h"
+            ${extra_headers} "${ARG_EXPORTS}"
     COMMENT "Generating libcuda entry points (driver_stubs.cc, driver_table.cc, libcuda.map)"
     VERBATIM)
 
@@ -92,7 +95,7 @@ function(curelay_generate_entry_points prefix)
   # prototypes intentionally differ from the real ones; with LTO, GCC would
   # flag every implemented entry point with -Wlto-type-mismatch.
   set_source_files_properties(
-    "${out}/driver_stubs.cc" "${out}/driver_table.cc"
+    "${out}/driver_stubs.cc" "${out}/per_thread_forms.cc" "${out}/driver_table.cc"
     PROPERTIES
       GENERATED TRUE
       INCLUDE_DIRECTORIES "${frontend_dir};${out}"

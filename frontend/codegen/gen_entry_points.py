@@ -31,6 +31,9 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from gen_per_thread_forms import emit_per_thread_forms, per_thread_forms  # noqa: E402
+
 GENERATOR = "frontend/codegen/gen_entry_points.py"
 
 # --------------------------------------------------------------------------
@@ -290,7 +293,7 @@ def _cstr(s: str | None) -> str:
     return "nullptr" if s is None else f'"{s}"'
 
 
-def emit_stubs(names: list[str], banner: str) -> str:
+def emit_stubs(names: list[str], banner: str, skip: set[str] = frozenset()) -> str:
     out = [banner, """\
 //
 // One WEAK definition per symbol exported by the real libcuda.so.1.  The
@@ -334,6 +337,8 @@ def emit_stubs(names: list[str], banner: str) -> str:
 
 """]
     for i, n in enumerate(names):
+        if n in skip:
+            continue  # generated per-thread form (per_thread_forms.cc)
         if n in DATA_SYMBOLS:
             out.append(f"CURELAY_DRIVER_DATA({n}, {DATA_SYMBOLS[n]})\n")
         else:
@@ -537,7 +542,11 @@ def cmd_generate(args: argparse.Namespace) -> int:
     banner = _banner(info, [args.cuda_h, *args.extra_header, args.exports])
     out: Path = args.out_dir
     out.mkdir(parents=True, exist_ok=True)
-    write_file(out / "driver_stubs.cc", emit_stubs(names, banner))
+    forms = {}
+    if args.typedefs_h is not None:
+        forms = per_thread_forms(args.typedefs_h.read_text(encoding="utf-8"), set(names))
+        write_file(out / "per_thread_forms.cc", emit_per_thread_forms(forms, banner))
+    write_file(out / "driver_stubs.cc", emit_stubs(names, banner, set(forms)))
     write_file(out / "driver_table.h", emit_table_h(names, banner))
     write_file(out / "driver_table.cc", emit_table_cc(names, aliases, banner))
     write_file(out / "libcuda.map", emit_version_script(names, banner))
@@ -607,7 +616,8 @@ def cmd_check_exports(args: argparse.Namespace) -> int:
     stubs = sum(k == "W" for k in kinds)
     data = sum(k in ("V", "v", "D", "B") for k in kinds)
     print(f"check-exports: {args.library.name}: {len(kinds)}/{len(expected)} exported: "
-          f"{len(kinds) - stubs - data} implemented, {stubs} not-supported stubs, "
+          f"{len(kinds) - stubs - data} implemented, {stubs} weak (not-supported stubs and generated per-thread "
+          "forms), "
           f"{data} data objects")
     return 1 if missing or extra else 0
 
@@ -626,6 +636,7 @@ def main(argv: list[str] | None = None) -> int:
     g = sub.add_parser("generate", help="write generated sources")
     add_inputs(g)
     g.add_argument("--out-dir", type=Path, required=True)
+    g.add_argument("--typedefs-h", type=Path, help="cudaTypedefs.h: also write per_thread_forms.cc")
     g.set_defaults(func=cmd_generate)
 
     r = sub.add_parser("report", help="print header/export analysis")

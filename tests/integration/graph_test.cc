@@ -611,6 +611,58 @@ TEST_F(GraphTest, PerThreadDefaultStreamVariantsAndOtherInstantiateForms) {
   ASSERT_CU(cuMemFree(p));
 }
 
+// The generated per-thread forms (frontend/codegen/gen_per_thread_forms.py): with a null stream they work on the
+// calling thread's default stream, which a capture shows: while that stream captures, a null-stream launch, memset
+// and copy through the _ptsz/_ptds forms become graph nodes instead of running (on the legacy stream).
+TEST_F(GraphTest, GeneratedPerThreadFormsUseTheThreadsDefaultStream) {
+  using LaunchPtsz = CUresult (*)(CUfunction, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned,
+                                  CUstream, void**, void**);
+  using MemsetPtsz = CUresult (*)(CUdeviceptr, unsigned, size_t, CUstream);
+  using CopyPtds = CUresult (*)(CUdeviceptr, CUdeviceptr, size_t);
+  using SynchronizePtsz = CUresult (*)(CUstream);
+  auto launch = Symbol<LaunchPtsz>("cuLaunchKernel_ptsz");
+  auto memset = Symbol<MemsetPtsz>("cuMemsetD32Async_ptsz");
+  auto copy = Symbol<CopyPtds>("cuMemcpyDtoD_v2_ptds");
+  auto synchronize = Symbol<SynchronizePtsz>("cuStreamSynchronize_ptsz");
+  ASSERT_TRUE(launch && memset && copy && synchronize);
+  void* entry = nullptr;
+  CUdriverProcAddressQueryResult found;
+  ASSERT_CU(cuGetProcAddress("cuLaunchKernel", &entry, 12000, CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM, &found));
+  EXPECT_EQ(entry, reinterpret_cast<void*>(launch));
+  ASSERT_CU(cuGetProcAddress("cuMemcpyDtoD", &entry, 12000, CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM, &found));
+  EXPECT_EQ(entry, reinterpret_cast<void*>(copy));
+
+  const int n = 256;
+  CUdeviceptr a, b;
+  ASSERT_CU(cuMemAlloc(&a, n * sizeof(int)));
+  ASSERT_CU(cuMemAlloc(&b, n * sizeof(int)));
+  ASSERT_CU(cuMemsetD32(a, 0, n));
+  ASSERT_CU(cuMemsetD32(b, 0, n));
+  ASSERT_CU(cuStreamBeginCapture(CU_STREAM_PER_THREAD, CU_STREAM_CAPTURE_MODE_THREAD_LOCAL));
+  ASSERT_CU(memset(a, 40, n, nullptr));
+  int count = n;
+  void* params[] = {&a, &count};
+  ASSERT_CU(launch(increment_, (n + 127) / 128, 1, 1, 128, 1, 1, 0, nullptr, params, nullptr));
+  ASSERT_CU(copy(b, a, n * sizeof(int)));
+  CUgraph graph = nullptr;
+  ASSERT_CU(cuStreamEndCapture(CU_STREAM_PER_THREAD, &graph));
+  size_t nodes = 0;
+  ASSERT_CU(cuGraphGetNodes(graph, nullptr, &nodes));
+  EXPECT_EQ(nodes, 3u);
+  for (int value : Read<int>(b, n)) ASSERT_EQ(value, 0);  // captured, not run
+
+  CUgraphExec exec = nullptr;
+  ASSERT_CU(cuGraphInstantiateWithFlags(&exec, graph, 0));
+  ASSERT_CU(cuGraphLaunch(exec, CU_STREAM_PER_THREAD));
+  ASSERT_CU(synchronize(nullptr));
+  for (int value : Read<int>(b, n)) ASSERT_EQ(value, 41);
+
+  ASSERT_CU(cuGraphExecDestroy(exec));
+  ASSERT_CU(cuGraphDestroy(graph));
+  ASSERT_CU(cuMemFree(a));
+  ASSERT_CU(cuMemFree(b));
+}
+
 TEST_F(GraphTest, EmptyGraphsAndInvalidHandles) {
   CUgraph graph = nullptr;
   EXPECT_EQ(cuGraphCreate(&graph, 1), CUDA_ERROR_INVALID_VALUE);

@@ -4,6 +4,8 @@
 // with its result, arguments and what they point to afterwards (tables named in TRACE_NO_WRAP are handed out unwrapped: the runtime's
 // integrity check hashes the table addresses it receives).
 // Environment: REAL_LIBCUDA, TRACE_LOG, TRACE_NO_WRAP (comma-separated uuid prefixes, e.g. "6bd5fb6c,d4082055").
+// Built with CALL_TRACE (gen_passthrough.py --calls), it also logs every driver call and its result ("CALL name
+// result"), whether the client called the exported symbol or a pointer cuGetProcAddress handed out.
 #define _GNU_SOURCE
 #include <dlfcn.h>
 #include <pthread.h>
@@ -126,6 +128,37 @@ static const void* wrap_table(const unsigned char* uuid, const void* const* src,
   return wrap ? (const void*)table_copy[t] : (const void*)src;
 }
 
+#ifdef CALL_TRACE
+extern void* fn_tramps[] __attribute__((visibility("hidden")));
+enum { kMaxDepth = 256 };
+static __thread void* return_stack[kMaxDepth];
+static __thread int return_depth;
+
+__attribute__((visibility("hidden"))) void fn_enter(long k, void* ret) {
+  (void)k;
+  if (return_depth == kMaxDepth) abort();
+  return_stack[return_depth++] = ret;
+}
+
+__attribute__((visibility("hidden"))) void* fn_exit(long k, unsigned long result) {
+  pthread_mutex_lock(&mu);
+  fprintf(trace, "CALL %s %d%s\n", kNames[k], (int)result, return_depth > 1 ? " nested" : "");
+  fflush(trace);
+  pthread_mutex_unlock(&mu);
+  return return_stack[--return_depth];
+}
+
+// A pointer cuGetProcAddress hands out is traced too when it is one of the exported functions.
+static void trace_pointer(void** pfn) {
+  for (int i = 0; i < kNumNames; i++) {
+    if (real_tab[i] == *pfn && real_tab[i] != NULL) {
+      *pfn = fn_tramps[i];
+      return;
+    }
+  }
+}
+#endif
+
 typedef int (*get_export_table_t)(const void**, const void*);
 int cuGetExportTable(const void** table, const void* uuid) {
   static get_export_table_t real_get;
@@ -156,6 +189,9 @@ static void swap_in_ours(void** pfn, int r) {
   if (*pfn == dlsym(real, "cuGetExportTable")) *pfn = (void*)cuGetExportTable;
   else if (*pfn == dlsym(real, "cuGetProcAddress")) *pfn = (void*)cuGetProcAddress;
   else if (*pfn == dlsym(real, "cuGetProcAddress_v2")) *pfn = (void*)cuGetProcAddress_v2;
+#ifdef CALL_TRACE
+  else trace_pointer(pfn);
+#endif
 }
 int cuGetProcAddress_v2(const char* symbol, void** pfn, int version, uint64_t flags, int* status) {
   static gpa2_t f;

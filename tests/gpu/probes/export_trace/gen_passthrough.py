@@ -4,7 +4,9 @@
 Every function the real driver exports jumps to it through real_tab, except the ones export_trace.c wraps.
 Also writes slot trampolines (slot_tramp.S): each calls the real slot, then logs (table, slot, result, arguments,
 what the pointer arguments point to afterwards, caller).
-Usage: gen_passthrough.py <real libcuda.so.1>
+With --calls, every exported function is a logging trampoline instead (call_tramp.S): it runs the real function
+and logs its name and result (export_trace.c, TRACE_CALLS), so two runs can be diffed call by call.
+Usage: gen_passthrough.py <real libcuda.so.1> [--calls]
 """
 import subprocess
 import sys
@@ -13,14 +15,17 @@ TABLES, SLOTS = 16, 48
 WRAPPED = {"cuGetProcAddress", "cuGetProcAddress_v2", "cuGetExportTable"}
 
 real = sys.argv[1]
+calls = "--calls" in sys.argv[2:]
 nm = subprocess.run(["nm", "-D", "--defined-only", real], capture_output=True, text=True, check=True).stdout
 symbols = sorted({p[2].split("@")[0] for p in (l.split() for l in nm.splitlines()) if len(p) == 3 and p[1] in "TtWi"})
 
 with open("passthrough.S", "w") as f:
     f.write('.section .note.GNU-stack,"",@progbits\n.text\n')
     for i, s in enumerate(symbols):
-        if s not in WRAPPED:
-            f.write(f".globl {s}\n.type {s},@function\n{s}:\n  jmp *real_tab+{8 * i}(%rip)\n")
+        if s in WRAPPED:
+            continue
+        f.write(f".globl {s}\n.type {s},@function\n{s}:\n")
+        f.write(f"  jmp fn_{i}\n" if calls else f"  jmp *real_tab+{8 * i}(%rip)\n")
     f.write(f".data\n.globl real_tab\n.hidden real_tab\nreal_tab:\n  .zero {8 * len(symbols)}\n")
 
 with open("names.h", "w") as f:
@@ -55,4 +60,34 @@ slot_{k}:
     f.write(".section .data.rel.ro\n.globl slot_tramps\n.hidden slot_tramps\nslot_tramps:\n")
     for k in range(TABLES * SLOTS):
         f.write(f"  .quad slot_{k}\n")
+# A function trampoline keeps the caller's stack arguments where the real function expects them: it moves the
+# return address to a per-thread stack (fn_enter), calls the real function from the same stack position, logs the
+# result (fn_exit, which hands the return address back) and returns. The C helpers touch no vector registers.
+with open("call_tramp.S", "w") as f:
+    f.write('.section .note.GNU-stack,"",@progbits\n.text\n')
+    for i in range(len(symbols)):
+        f.write(f""".globl fn_{i}
+.hidden fn_{i}
+fn_{i}:
+  pop %r11
+  push %rdi; push %rsi; push %rdx; push %rcx; push %r8; push %r9
+  mov ${i}, %edi
+  mov %r11, %rsi
+  call fn_enter
+  pop %r9; pop %r8; pop %rcx; pop %rdx; pop %rsi; pop %rdi
+  call *real_tab+{8 * i}(%rip)
+  push %rax
+  sub $8, %rsp
+  mov ${i}, %edi
+  mov %rax, %rsi
+  call fn_exit
+  add $8, %rsp
+  mov %rax, %r11
+  pop %rax
+  push %r11
+  ret
+""")
+    f.write(".section .data.rel.ro\n.globl fn_tramps\n.hidden fn_tramps\nfn_tramps:\n")
+    for i in range(len(symbols)):
+        f.write(f"  .quad fn_{i}\n")
 print(len(symbols), "symbols")
