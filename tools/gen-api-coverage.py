@@ -100,8 +100,6 @@ def main() -> None:
         "| `cuLibraryLoadData` with `CU_LIBRARY_HOST_UNIVERSAL_FUNCTION_AND_DATA_TABLE` | `CUDA_ERROR_NOT_SUPPORTED` |",
         "| a pageable host-to-device copy captured into a graph | the capture is invalidated "
         "(`CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED`; the driver itself captures it); docs/stream-capture.md |",
-        "| cuFFT plan creation (CuPy `cupy.fft`) | `CUFFT_INTERNAL_ERROR`: cuFFT gives up after ToolsModule (6e163fbe) "
-        "slot 7, whose meaning is unknown (docs/research/export-tables.md) |",
         "| export-table slots curelay does not implement | `CUDA_ERROR_NOT_SUPPORTED`, logged once per slot |",
         "| JIT options with host symbol tables (`CU_JIT_GLOBAL_SYMBOL_*`, `CU_JIT_REFERENCED_*`) | `CUDA_ERROR_NOT_SUPPORTED` |",
         "| `cuCtxCreate` with execution-affinity or CIG parameters | `CUDA_ERROR_NOT_SUPPORTED` |",

@@ -138,6 +138,32 @@ Session::Outcome Session::ModuleGetFunction(const wire::ModuleGetFunction& call)
   return outcome;
 }
 
+Session::Outcome Session::ModuleEnumerateFunctions(const wire::ModuleEnumerateFunctions& call) {
+  auto found = modules_.find(call.module_id());
+  if (found == modules_.end()) return {CUDA_ERROR_INVALID_HANDLE};
+  if (driver_.cuModuleGetFunctionCount == nullptr || driver_.cuModuleEnumerateFunctions == nullptr ||
+      driver_.cuFuncGetName == nullptr) {
+    return {CUDA_ERROR_NOT_SUPPORTED};
+  }
+  unsigned count = 0;
+  Outcome outcome;
+  outcome.result = driver_.cuModuleGetFunctionCount(&count, found->second);
+  if (outcome.result != CUDA_SUCCESS) return outcome;
+  std::vector<CUfunction> functions(count);
+  outcome.result = driver_.cuModuleEnumerateFunctions(functions.data(), count, found->second);
+  if (outcome.result != CUDA_SUCCESS) return outcome;
+  std::vector<flatbuffers::Offset<flatbuffers::String>> names;
+  for (CUfunction function : functions) {
+    const char* name = nullptr;
+    outcome.result = driver_.cuFuncGetName(&name, function);
+    if (outcome.result != CUDA_SUCCESS) return outcome;
+    names.push_back(builder_.CreateString(name));
+  }
+  outcome.body = wire::CreateFunctionNames(builder_, builder_.CreateVector(names)).Union();
+  outcome.body_type = wire::ReplyBody::FunctionNames;
+  return outcome;
+}
+
 Session::Outcome Session::ModuleGetGlobal(const wire::ModuleGetGlobal& call) {
   auto found = modules_.find(call.module_id());
   if (found == modules_.end()) return {CUDA_ERROR_INVALID_HANDLE};

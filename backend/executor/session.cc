@@ -245,6 +245,7 @@ bool Session::Handle(const wire::Request& request, std::span<const uint8_t> payl
       CURELAY_DISPATCH_PAYLOAD(ModuleLoad)
       CURELAY_DISPATCH(ModuleUnload)
       CURELAY_DISPATCH(ModuleGetFunction)
+      CURELAY_DISPATCH(ModuleEnumerateFunctions)
       CURELAY_DISPATCH(ModuleGetGlobal)
       CURELAY_DISPATCH(FunctionGetAttribute)
       CURELAY_DISPATCH(ContextQuery)

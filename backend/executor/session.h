@@ -90,6 +90,7 @@ class Session {
   Outcome ModuleLoad(const wire::ModuleLoad& call, std::span<const uint8_t> payload);
   Outcome ModuleUnload(const wire::ModuleUnload& call);
   Outcome ModuleGetFunction(const wire::ModuleGetFunction& call);
+  Outcome ModuleEnumerateFunctions(const wire::ModuleEnumerateFunctions& call);
   Outcome ModuleGetGlobal(const wire::ModuleGetGlobal& call);
   Outcome LaunchKernel(const wire::LaunchKernel& call, std::span<const uint8_t> payload);
   Outcome FunctionGetAttribute(const wire::FunctionGetAttribute& call);

@@ -1,14 +1,42 @@
 // Modules: the image is sent once; functions and globals are looked up on the executor and cached here.
+#include <algorithm>
 #include <fstream>
 #include <iterator>
 #include <string>
 
 #include "frontend/api/api_support.h"
+#include "frontend/api/module_functions.h"
 #include "frontend/module/jit_options.h"
 #include "frontend/module/image_size.h"
 
 using namespace curelay;
 using namespace curelay::frontend;
+
+namespace curelay::frontend {
+
+CUresult ModuleFunctions(CUmodule module, std::vector<CUfunction>* functions) {
+  Client* client;
+  CURELAY_RETURN_IF_ERROR(RequireClient(&client));
+  if (module == nullptr || !client->modules.Contains(module)) return CUDA_ERROR_INVALID_HANDLE;
+  auto& builder = Builder();
+  const auto call = wire::CreateModuleEnumerateFunctions(builder, module->id).Union();
+  ReplyMessage reply;
+  CURELAY_RETURN_IF_ERROR(client->Call(builder, wire::Call::ModuleEnumerateFunctions, call, {}, &reply));
+  const auto* listing = reply.reply->body_as_FunctionNames();
+  if (listing == nullptr || listing->names() == nullptr) return CUDA_ERROR_UNKNOWN;
+  // The names are copied first: cuModuleGetFunction reuses this thread's message buffers.
+  std::vector<std::string> names;
+  for (const auto* name : *listing->names()) names.emplace_back(name->str());
+  functions->clear();
+  for (const auto& name : names) {
+    CUfunction function = nullptr;
+    CURELAY_RETURN_IF_ERROR(cuModuleGetFunction(&function, module, name.c_str()));
+    functions->push_back(function);
+  }
+  return CUDA_SUCCESS;
+}
+
+}  // namespace curelay::frontend
 
 namespace {
 
@@ -99,6 +127,23 @@ CUresult cuModuleGetFunction(CUfunction* result_function, CUmodule module, const
   CUfunc_st* function = client->functions.Create(id, module, name, std::move(parameters));
   module->functions.emplace(name, function);
   *result_function = function;
+  return CUDA_SUCCESS;
+}
+
+CUresult cuModuleGetFunctionCount(unsigned int* count, CUmodule module) {
+  if (count == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  std::vector<CUfunction> functions;
+  CURELAY_RETURN_IF_ERROR(ModuleFunctions(module, &functions));
+  *count = static_cast<unsigned int>(functions.size());
+  return CUDA_SUCCESS;
+}
+
+CUresult cuModuleEnumerateFunctions(CUfunction* functions, unsigned int count, CUmodule module) {
+  if (functions == nullptr || count == 0) return CUDA_ERROR_INVALID_VALUE;
+  std::vector<CUfunction> all;
+  CURELAY_RETURN_IF_ERROR(ModuleFunctions(module, &all));
+  if (count > all.size()) return CUDA_ERROR_INVALID_VALUE;
+  std::copy_n(all.begin(), count, functions);
   return CUDA_SUCCESS;
 }
 

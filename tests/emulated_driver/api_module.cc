@@ -4,6 +4,7 @@
 #include <cstring>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "api_common.h"
 #include "device_properties.h"
@@ -163,6 +164,33 @@ CUresult CUDAAPI cuModuleGetFunction(CUfunction* hfunc, CUmodule hmod, const cha
     auto it = mod->functions.find(name);
     if (it == mod->functions.end()) return CUDA_ERROR_NOT_FOUND;
     *hfunc = emu::ToHandle<CUfunction>(it->second);
+    return CUDA_SUCCESS;
+  });
+}
+
+CUresult CUDAAPI cuModuleGetFunctionCount(unsigned int* count, CUmodule hmod) {
+  return emu::Guard([&] {
+    if (CUresult r = emu::CheckInit(); r != CUDA_SUCCESS) return r;
+    if (count == nullptr) return CUDA_ERROR_INVALID_VALUE;
+    std::shared_ptr<emu::Module> mod;
+    if (CUresult r = emu::LookupModule(hmod, &mod); r != CUDA_SUCCESS) return r;
+    *count = static_cast<unsigned int>(mod->functions.size());
+    return CUDA_SUCCESS;
+  });
+}
+
+// In handle order (the order the module's kernels were created in), so a listing is stable.
+CUresult CUDAAPI cuModuleEnumerateFunctions(CUfunction* functions, unsigned int count, CUmodule hmod) {
+  return emu::Guard([&] {
+    if (CUresult r = emu::CheckInit(); r != CUDA_SUCCESS) return r;
+    if (functions == nullptr || count == 0) return CUDA_ERROR_INVALID_VALUE;
+    std::shared_ptr<emu::Module> mod;
+    if (CUresult r = emu::LookupModule(hmod, &mod); r != CUDA_SUCCESS) return r;
+    std::vector<uint64_t> handles;
+    for (const auto& [name, handle] : mod->functions) handles.push_back(handle);
+    std::sort(handles.begin(), handles.end());
+    if (count > handles.size()) return CUDA_ERROR_INVALID_VALUE;
+    for (unsigned int i = 0; i < count; ++i) functions[i] = emu::ToHandle<CUfunction>(handles[i]);
     return CUDA_SUCCESS;
   });
 }

@@ -80,6 +80,8 @@ const ProcEntry kProcs[] = {
     {"cuModuleGetGlobal", 3020, Fn(&cuModuleGetGlobal_v2), nullptr},
     {"cuFuncGetAttribute", 2020, Fn(&cuFuncGetAttribute), nullptr},
     {"cuFuncGetName", 12030, Fn(&cuFuncGetName), nullptr},
+    {"cuModuleGetFunctionCount", 12040, Fn(&cuModuleGetFunctionCount), nullptr},
+    {"cuModuleEnumerateFunctions", 12040, Fn(&cuModuleEnumerateFunctions), nullptr},
     {"cuFuncGetParamInfo", 12040, Fn(&cuFuncGetParamInfo), nullptr},
     {"cuLaunchKernel", 4000, Fn(&cuLaunchKernel), Fn(&cuLaunchKernel_ptsz)},
     {"cuStreamCreate", 2000, Fn(&cuStreamCreate), nullptr},

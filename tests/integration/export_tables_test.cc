@@ -277,6 +277,58 @@ TEST_F(ExportTablesTest, CudartInterfaceLoadsFatbins) {
   EXPECT_EQ(Slot<LoadFatBinary>(kCudartInterface, 1)(&module, &linked), CUDA_ERROR_NOT_SUPPORTED);
 }
 
+// ToolsModule slot 7, as cuFFT calls it after loading each module: the callback gets every function of the module
+// (the same objects cuModuleEnumerateFunctions and cuModuleGetFunction hand out), and the count comes back.
+TEST_F(ExportTablesTest, ToolsModuleEnumeratesAModulesFunctions) {
+  std::ifstream file(CURELAY_TEST_FATBIN_PATH, std::ios::binary);
+  const std::string image((std::istreambuf_iterator<char>(file)), std::istreambuf_iterator<char>());
+  ASSERT_FALSE(image.empty()) << CURELAY_TEST_FATBIN_PATH;
+  CUmodule module = nullptr;
+  ASSERT_CU(cuModuleLoadData(&module, image.data()));
+  unsigned int count = 0;
+  ASSERT_CU(cuModuleGetFunctionCount(&count, module));
+  ASSERT_GE(count, 4u);
+  std::vector<CUfunction> listed(count);
+  ASSERT_CU(cuModuleEnumerateFunctions(listed.data(), count, module));
+  std::vector<CUfunction> too_many(count + 1);
+  EXPECT_EQ(cuModuleEnumerateFunctions(too_many.data(), count + 1, module), CUDA_ERROR_INVALID_VALUE);
+  CUfunction fill = nullptr;
+  for (CUfunction function : listed) {
+    const char* name = nullptr;
+    ASSERT_CU(cuFuncGetName(&name, function));
+    CUfunction by_name = nullptr;
+    ASSERT_CU(cuModuleGetFunction(&by_name, module, name));
+    EXPECT_EQ(by_name, function) << name;
+    if (std::string_view(name) == "fill_u32") fill = function;
+  }
+  ASSERT_NE(fill, nullptr);
+
+  using Callback = void (*)(void*, CUfunction);
+  using Enumerate = int (*)(CUcontext, CUmodule, Callback, void*);
+  const Callback record = [](void* user, CUfunction function) {
+    static_cast<std::vector<CUfunction>*>(user)->push_back(function);
+  };
+  std::vector<CUfunction> seen;
+  EXPECT_EQ(Slot<Enumerate>(kToolsModule, 7)(context_, module, record, &seen), static_cast<int>(count));
+  EXPECT_EQ(seen, listed);
+  seen.clear();
+  EXPECT_EQ(Slot<Enumerate>(kToolsModule, 7)(context_, nullptr, record, &seen), 0);
+  EXPECT_TRUE(seen.empty());
+
+  // A function found this way launches like any other.
+  CUdeviceptr target = 0;
+  const unsigned long long n = 1000;
+  unsigned value = 0x5eed;
+  ASSERT_CU(cuMemAlloc(&target, n * 4));
+  void* params[] = {&target, &value, const_cast<unsigned long long*>(&n)};
+  ASSERT_CU(cuLaunchKernel(fill, 8, 1, 1, 128, 1, 1, 0, nullptr, params, nullptr));
+  std::vector<unsigned> back(n);
+  ASSERT_CU(cuMemcpyDtoH(back.data(), target, n * 4));
+  for (unsigned word : back) ASSERT_EQ(word, value);
+  ASSERT_CU(cuMemFree(target));
+  ASSERT_CU(cuModuleUnload(module));
+}
+
 TEST_F(ExportTablesTest, ToolsCallbackHooksServeZeroedEnableBuffers) {
   for (const auto& [slot, entries] : {std::pair<size_t, size_t>{2, 1024}, std::pair<size_t, size_t>{6, 14}}) {
     SCOPED_TRACE(slot);

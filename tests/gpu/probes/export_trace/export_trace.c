@@ -68,8 +68,10 @@ __attribute__((visibility("hidden"))) void slot_log(long k, unsigned long result
     const unsigned char* u = table_uuid[k / kMaxSlots];
     fprintf(trace, "SLOT %02x%02x%02x%02x s%ld n%lu -> %lx args", u[0], u[1], u[2], u[3], k % kMaxSlots, n, result);
     for (int i = 0; i < 4; i++) {
-      unsigned long w[2];
-      if (peek(saved[i], w)) fprintf(trace, " %lx[%lx,%lx]", saved[i], w[0], w[1]);
+      unsigned long w[2], more[2];
+      if (peek(saved[i], w) && peek(saved[i] + 16, more))
+        fprintf(trace, " %lx[%lx,%lx,%lx,%lx]", saved[i], w[0], w[1], more[0], more[1]);
+      else if (peek(saved[i], w)) fprintf(trace, " %lx[%lx,%lx]", saved[i], w[0], w[1]);
       else fprintf(trace, " %lx", saved[i]);
     }
     fprintf(trace, " caller %s\n", caller_name((void*)saved[6]));
@@ -132,17 +134,25 @@ static const void* wrap_table(const unsigned char* uuid, const void* const* src,
 extern void* fn_tramps[] __attribute__((visibility("hidden")));
 enum { kMaxDepth = 256 };
 static __thread void* return_stack[kMaxDepth];
+static __thread unsigned long first_arguments[kMaxDepth][2];
 static __thread int return_depth;
 
-__attribute__((visibility("hidden"))) void fn_enter(long k, void* ret) {
+// saved: the pushed argument registers, r9 first (call_tramp.S); the first two arguments are logged on exit.
+__attribute__((visibility("hidden"))) void fn_enter(long k, void* ret, const unsigned long* saved) {
   (void)k;
   if (return_depth == kMaxDepth) abort();
+  first_arguments[return_depth][0] = saved[5];
+  first_arguments[return_depth][1] = saved[4];
   return_stack[return_depth++] = ret;
 }
 
 __attribute__((visibility("hidden"))) void* fn_exit(long k, unsigned long result) {
   pthread_mutex_lock(&mu);
-  fprintf(trace, "CALL %s %d%s\n", kNames[k], (int)result, return_depth > 1 ? " nested" : "");
+  const unsigned long* arguments = first_arguments[return_depth - 1];
+  unsigned long w[2];
+  fprintf(trace, "CALL %s %d%s (%lx", kNames[k], (int)result, return_depth > 1 ? " nested" : "", arguments[0]);
+  if (peek(arguments[0], w)) fprintf(trace, "[%lx,%lx]", w[0], w[1]);
+  fprintf(trace, ", %lx)\n", arguments[1]);
   fflush(trace);
   pthread_mutex_unlock(&mu);
   return return_stack[--return_depth];

@@ -73,6 +73,7 @@ fn_{i}:
   push %rdi; push %rsi; push %rdx; push %rcx; push %r8; push %r9
   mov ${i}, %edi
   mov %r11, %rsi
+  mov %rsp, %rdx
   call fn_enter
   pop %r9; pop %r8; pop %rcx; pop %rdx; pop %rsi; pop %rdi
   call *real_tab+{8 * i}(%rip)
