@@ -135,6 +135,18 @@ CUresult QueryContext(CUcontext context, const wire::ContextInfo** info, ReplyMe
 
 }  // namespace
 
+// The context's process-unique id (numbered from 1 in creation order, as the driver does), the same one the
+// ToolsContext export table reports.
+CUresult cuCtxGetId(CUcontext context, unsigned long long* id) {
+  if (id == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  Client* client;
+  CURELAY_RETURN_IF_ERROR(RequireClient(&client));
+  if (context == nullptr) context = CurrentContext();
+  if (context == nullptr || !client->contexts.Contains(context)) return CUDA_ERROR_INVALID_CONTEXT;
+  *id = context->unique_id;
+  return CUDA_SUCCESS;
+}
+
 CUresult cuCtxGetApiVersion(CUcontext context, unsigned int* version) {
   if (version == nullptr) return CUDA_ERROR_INVALID_VALUE;
   Client* client;

@@ -563,6 +563,13 @@ TEST_F(ExportTablesTest, ToolsContextDescribesContexts) {
   ASSERT_CU(id_of(second, &second_id));
   EXPECT_GT(first_id, primary_id);
   EXPECT_GT(second_id, first_id);
+  // cuCtxGetId answers the same ids (the current context for a null one).
+  unsigned long long public_id = 0;
+  ASSERT_CU(cuCtxGetId(first, &public_id));
+  EXPECT_EQ(public_id, first_id);
+  ASSERT_CU(cuCtxGetId(nullptr, &public_id));
+  EXPECT_EQ(public_id, second_id);
+  EXPECT_EQ(cuCtxGetId(first, nullptr), CUDA_ERROR_INVALID_VALUE);
   ASSERT_CU(device_of(first, &ordinal));
   EXPECT_EQ(ordinal, 1u);
 
@@ -576,9 +583,14 @@ TEST_F(ExportTablesTest, ToolsContextDescribesContexts) {
   ASSERT_CU(cuCtxDestroy(second));
   ASSERT_CU(cuCtxDestroy(first));
   EXPECT_EQ(id_of(first, &first_id), CUDA_ERROR_INVALID_CONTEXT);
+  EXPECT_EQ(cuCtxGetId(first, &public_id), CUDA_ERROR_INVALID_CONTEXT);
   EXPECT_EQ(synchronize(first), CUDA_ERROR_INVALID_CONTEXT);
   ASSERT_CU(cuCtxSetCurrent(context_));
-  std::thread other([&] { EXPECT_EQ(id_of(nullptr, &current_id), CUDA_ERROR_INVALID_CONTEXT); });
+  std::thread other([&] {
+    EXPECT_EQ(id_of(nullptr, &current_id), CUDA_ERROR_INVALID_CONTEXT);
+    unsigned long long none = 0;
+    EXPECT_EQ(cuCtxGetId(nullptr, &none), CUDA_ERROR_INVALID_CONTEXT);
+  });
   other.join();
 }
 
