@@ -97,6 +97,12 @@ def main() -> None:
         "|---|---|",
         "| mapped host memory (`CU_MEMHOSTALLOC_DEVICEMAP`) over tcp:// (nothing can be shared) | "
         "`CUDA_ERROR_NOT_SUPPORTED`; same-host sessions get real shared pages (the runtime directory must be tmpfs) |",
+        "| host functions (`cuLaunchHostFunc`, `cuStreamAddCallback`) over tcp:// | `CUDA_ERROR_NOT_SUPPORTED`: the "
+        "stream waits on a gate in memory shared with the client, so the backend must be on the client's host |",
+        "| a host function on a capturing stream (a host node in a graph) | `CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED`, "
+        "and the capture is invalidated |",
+        "| `cuStreamAddCallback`'s status argument | always `CUDA_SUCCESS`: an earlier failure of the stream's work "
+        "fails the next synchronizing call instead |",
         "| `cuLibraryLoadData` with `CU_LIBRARY_HOST_UNIVERSAL_FUNCTION_AND_DATA_TABLE` | `CUDA_ERROR_NOT_SUPPORTED` |",
         "| a pageable host-to-device copy captured into a graph | the capture is invalidated "
         "(`CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED`; the driver itself captures it); docs/stream-capture.md |",

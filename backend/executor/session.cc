@@ -246,6 +246,8 @@ bool Session::Handle(const wire::Request& request, std::span<const uint8_t> payl
       CURELAY_DISPATCH(ModuleUnload)
       CURELAY_DISPATCH(ModuleGetFunction)
       CURELAY_DISPATCH(ModuleEnumerateFunctions)
+      CURELAY_DISPATCH(HostFunctionBoard)
+      CURELAY_DISPATCH(LaunchHostFunction)
       CURELAY_DISPATCH(ModuleGetGlobal)
       CURELAY_DISPATCH(FunctionGetAttribute)
       CURELAY_DISPATCH(ContextQuery)
@@ -390,6 +392,7 @@ void Session::ReleaseEverything() {
   for (auto& [context_id, per_context] : per_thread_streams_) {
     for (auto& [id, stream] : per_context) driver_.cuStreamDestroy(stream);
   }
+  AbandonHostFunctions();  // first: streams held at a gate would keep the teardown below waiting
   for (auto& [id, stream] : streams_) driver_.cuStreamDestroy(stream);
   ReleaseHostRegistrations();
   ReleaseVirtualMemory();

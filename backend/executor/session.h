@@ -4,6 +4,7 @@
 
 #include <cuda.h>
 
+#include <atomic>
 #include <cstdint>
 #include <map>
 #include <memory>
@@ -166,6 +167,10 @@ class Session {
   };
   // Slot 4 of the real driver's private ClusterPrototype table (handlers_export_tables.cc).
   Outcome ClusterTopologyQuery(const wire::ClusterTopologyQuery& call);
+  // Host functions run by the client while their stream waits (handlers_host_functions.cc).
+  Outcome HostFunctionBoard(const wire::HostFunctionBoard& call);
+  Outcome LaunchHostFunction(const wire::LaunchHostFunction& call);
+  void AbandonHostFunctions();
   // Virtual memory management (handlers_virtual_memory.cc).
   Outcome MemGetAllocationGranularity(const wire::MemGetAllocationGranularity& call);
   Outcome MemAddressReserve(const wire::MemAddressReserve& call);
@@ -252,6 +257,10 @@ class Session {
   std::map<CUdeviceptr, uint64_t> virtual_mappings_;
   std::map<CUdeviceptr, uint64_t> address_reservations_;
   std::unordered_map<CUdeviceptr, uint64_t> pool_allocations_;  // by cuMemAllocAsync, not yet freed; bytes
+  // The client's board of host-function gates (mapped for the life of the process: driver callbacks may still
+  // hold a gate during teardown) and the flag that lets every waiting gate go when the session ends.
+  std::atomic<uint32_t>* host_function_board_ = nullptr;
+  std::shared_ptr<std::atomic<bool>> host_functions_abandoned_ = std::make_shared<std::atomic<bool>>(false);
 };
 
 }  // namespace curelay::executor

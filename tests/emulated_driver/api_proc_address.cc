@@ -82,6 +82,7 @@ const ProcEntry kProcs[] = {
     {"cuFuncGetName", 12030, Fn(&cuFuncGetName), nullptr},
     {"cuModuleGetFunctionCount", 12040, Fn(&cuModuleGetFunctionCount), nullptr},
     {"cuModuleEnumerateFunctions", 12040, Fn(&cuModuleEnumerateFunctions), nullptr},
+    {"cuLaunchHostFunc", 10000, Fn(&cuLaunchHostFunc), nullptr},
     {"cuFuncGetParamInfo", 12040, Fn(&cuFuncGetParamInfo), nullptr},
     {"cuLaunchKernel", 4000, Fn(&cuLaunchKernel), Fn(&cuLaunchKernel_ptsz)},
     {"cuStreamCreate", 2000, Fn(&cuStreamCreate), nullptr},

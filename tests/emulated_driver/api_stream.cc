@@ -167,4 +167,27 @@ CUresult CUDAAPI cuStreamWaitEvent(CUstream hStream, CUevent hEvent, unsigned in
   });
 }
 
+// The function runs on the device worker in stream order, so later work on every stream of the device waits for it
+// (the real driver runs host functions on a thread of its own; only the stream's later work must wait).
+CUresult CUDAAPI cuLaunchHostFunc(CUstream hStream, CUhostFn fn, void* userData) {
+  return emu::Guard([&] {
+    if (CUresult r = emu::CheckInit(); r != CUDA_SUCCESS) return r;
+    if (fn == nullptr) return CUDA_ERROR_INVALID_VALUE;
+    std::shared_ptr<emu::Context> ctx;
+    std::shared_ptr<emu::Stream> stream;
+    if (CUresult r = emu::ResolveStream(hStream, &ctx, &stream); r != CUDA_SUCCESS) return r;
+    std::function<CUresult()> op = [fn, userData] {
+      fn(userData);
+      return CUDA_SUCCESS;
+    };
+    bool captured = false;
+    if (CUresult r = emu::CaptureOp(ctx, stream.get(), CU_GRAPH_NODE_TYPE_HOST, op, &captured);
+        r != CUDA_SUCCESS || captured) {
+      return r;
+    }
+    emu::SubmitOp(ctx, stream.get(), std::move(op));
+    return CUDA_SUCCESS;
+  });
+}
+
 }  // extern "C"

@@ -89,11 +89,15 @@ TEST(ProcessTest, BasicClientOverEveryTransport) {
     const char* shm;
     const char* expected;
     const char* host_memory;  // mapped host memory needs the executor on this host; over tcp it is refused (801)
+    const char* host_function;  // so do host functions
   };
   for (const Case& c :
-       {Case{BackendProcess::Transport::kIpc, "1", "attached over shared memory", "devicemap=0 plain_device_pointer=0\n"},
-        Case{BackendProcess::Transport::kIpc, "0", "attached over ZeroMQ", "devicemap=0 plain_device_pointer=0\n"},
-        Case{BackendProcess::Transport::kTcp, "1", "attached over ZeroMQ", "devicemap=801 plain_device_pointer=1\n"}}) {
+       {Case{BackendProcess::Transport::kIpc, "1", "attached over shared memory", "devicemap=0 plain_device_pointer=0\n",
+             "hostfunc=0 ran=1\n"},
+        Case{BackendProcess::Transport::kIpc, "0", "attached over ZeroMQ", "devicemap=0 plain_device_pointer=0\n",
+             "hostfunc=0 ran=1\n"},
+        Case{BackendProcess::Transport::kTcp, "1", "attached over ZeroMQ", "devicemap=801 plain_device_pointer=1\n",
+             "hostfunc=801 ran=0\n"}}) {
     BackendProcess backend("basic", {}, c.transport);
     ASSERT_TRUE(backend.Start()) << backend.Log();
     auto env = ClientEnv(backend);
@@ -101,6 +105,8 @@ TEST(ProcessTest, BasicClientOverEveryTransport) {
     auto result = RunClient({"basic", CURELAY_TEST_PTX_PATH}, env, 30s);
     EXPECT_EQ(result.output, "OK\n") << backend.endpoint() << "\n" << backend.Log();
     EXPECT_EQ(RunClient({"host-memory"}, env, 30s).output, c.host_memory) << backend.endpoint() << "\n" << backend.Log();
+    EXPECT_EQ(RunClient({"host-function"}, env, 30s).output, c.host_function) << backend.endpoint() << "\n"
+                                                                                << backend.Log();
     EXPECT_TRUE(WaitFor([&] { return backend.Log().find(c.expected) != std::string::npos; }, 5s))
         << backend.endpoint() << " CURELAY_SHM=" << c.shm << "\n" << backend.Log();
   }

@@ -4,6 +4,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -103,6 +104,15 @@ int main(int argc, char** argv) {
                 static_cast<int>(device_result));
     if (mapped_result == CUDA_SUCCESS) CHECK(cuMemFreeHost(mapped));
     CHECK(cuMemFreeHost(plain));
+    return 0;
+  }
+  if (mode == "host-function") {
+    // Whether a host function can run in this session (it needs the executor on this host) and whether it ran.
+    if (InitContext() != 0) return 1;
+    static std::atomic<int> runs{0};
+    const CUresult launched = cuLaunchHostFunc(nullptr, [](void*) { ++runs; }, nullptr);
+    CHECK(cuCtxSynchronize());
+    std::printf("hostfunc=%d ran=%d\n", static_cast<int>(launched), runs.load());
     return 0;
   }
   if (mode == "basic" && argc == 3) {

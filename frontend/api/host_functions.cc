@@ -1,0 +1,123 @@
+// Host functions (cuLaunchHostFunc, cuStreamAddCallback) run in this process, in stream order: the executor puts a
+// driver host function on the stream that holds it at a gate of a board shared with this process, and a thread
+// here waits for the gate, runs the application's function and opens the gate again
+// (transport/shm/host_function_board.h). Shared memory is the only way for a stream to wait on this process without
+// a message loop in between, so host functions need the backend on this host; over tcp:// they are not supported.
+#include <unistd.h>
+
+#include <chrono>
+#include <functional>
+#include <mutex>
+#include <thread>
+
+#include "frontend/api/api_support.h"
+#include "frontend/client/log.h"
+#include "transport/shm/host_function_board.h"
+#include "transport/shm/shared_file.h"
+
+using namespace curelay;
+using namespace curelay::frontend;
+
+namespace {
+
+using transport::GateWord;
+
+// The session's board, set up at the first host function (per client: a forked child has its own session).
+CUresult Board(Client& client, GateWord** gates) {
+  static std::mutex mutex;
+  static Client* owner = nullptr;
+  static GateWord* board = nullptr;
+  static CUresult status = CUDA_SUCCESS;
+  std::lock_guard<std::mutex> lock(mutex);
+  if (owner != &client) {
+    owner = &client;
+    board = nullptr;
+    status = CUDA_SUCCESS;
+    if (client.same_host_directory().empty()) {
+      Log().warn("host functions (cuLaunchHostFunc, cuStreamAddCallback) need the backend on this host; answering "
+                 "CUDA_ERROR_NOT_SUPPORTED");
+      status = CUDA_ERROR_NOT_SUPPORTED;
+    } else {
+      std::string path, error;
+      void* mapping = transport::CreateSharedFile(client.same_host_directory(), transport::kHostFunctionBoardPrefix,
+                                                  transport::kHostFunctionBoardBytes, &path, &error);
+      if (mapping == nullptr) {
+        Log().warn("host functions: cannot create the gate board: {}", error);
+        status = CUDA_ERROR_OUT_OF_MEMORY;
+      } else {
+        auto& builder = Builder();
+        const auto call = wire::CreateHostFunctionBoard(builder, builder.CreateString(path)).Union();
+        status = client.Call(builder, wire::Call::HostFunctionBoard, call, {}, nullptr);
+        unlink(path.c_str());  // normally the executor already did
+        board = static_cast<GateWord*>(mapping);  // kept mapped: gates may be in use until the process ends
+      }
+    }
+  }
+  *gates = board;
+  return status;
+}
+
+// An idle gate, claimed. All 1024 busy means that many host functions wait on their streams: wait for one.
+GateWord* ClaimGate(GateWord* board, uint32_t* index) {
+  static std::atomic<uint32_t> next{0};
+  for (;;) {
+    for (size_t tries = 0; tries < transport::kHostFunctionGates; ++tries) {
+      const uint32_t i = next.fetch_add(1) % transport::kHostFunctionGates;
+      uint32_t idle = transport::kGateIdle;
+      if (board[i].compare_exchange_strong(idle, transport::kGateLaunched)) {
+        *index = i;
+        return &board[i];
+      }
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+}
+
+CUresult LaunchHostFunction(CUstream stream, std::function<void()> body) {
+  Client* client;
+  CURELAY_RETURN_IF_ERROR(RequireContext(&client));
+  uint64_t wire_stream = 0;
+  CURELAY_RETURN_IF_ERROR(WireStream(*client, stream, &wire_stream));
+  GateWord* board = nullptr;
+  CURELAY_RETURN_IF_ERROR(Board(*client, &board));
+  uint32_t index = 0;
+  GateWord* gate = ClaimGate(board, &index);
+  auto& builder = Builder();
+  const auto call = wire::CreateLaunchHostFunction(builder, wire_stream, index).Union();
+  // A round trip, so that a refusal (a capturing stream, say) is this call's result, as with the driver.
+  if (const CUresult result = client->Call(builder, wire::Call::LaunchHostFunction, call, {}, nullptr);
+      result != CUDA_SUCCESS) {
+    gate->store(transport::kGateIdle);
+    return result;
+  }
+  // One thread per host function: a function waiting for its stream never holds up another stream's.
+  std::thread([client, gate, body = std::move(body)] {
+    while (gate->load() == transport::kGateLaunched) {
+      if (client->broken_result() != CUDA_SUCCESS) return;  // the session is gone: nothing will reach the gate
+      transport::WaitGate(gate, transport::kGateLaunched, 100);
+    }
+    if (gate->load() != transport::kGateReached) return;
+    body();
+    gate->store(transport::kGateReturned);
+    transport::WakeGate(gate);
+  }).detach();
+  return CUDA_SUCCESS;
+}
+
+}  // namespace
+
+extern "C" {
+
+CUresult cuLaunchHostFunc(CUstream stream, CUhostFn function, void* user_data) {
+  if (function == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  return LaunchHostFunction(stream, [function, user_data] { function(user_data); });
+}
+
+// The driver's older form: the callback also gets the stream and the stream's status (no error reaches it here:
+// work that failed fails the session's next synchronizing call instead).
+CUresult cuStreamAddCallback(CUstream stream, CUstreamCallback callback, void* user_data, unsigned int flags) {
+  if (callback == nullptr || flags != 0) return CUDA_ERROR_INVALID_VALUE;
+  return LaunchHostFunction(stream, [stream, callback, user_data] { callback(stream, CUDA_SUCCESS, user_data); });
+}
+
+}  // extern "C"

@@ -1,0 +1,191 @@
+// Host functions (cuLaunchHostFunc, cuStreamAddCallback) through the whole remoting path: the function runs in this
+// process, after the stream's earlier work and before its later work, on a thread of its own; a same-host session
+// on either channel. (Over tcp:// they are refused: process_test.cc.)
+#include <cuda.h>
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <chrono>
+#include <fstream>
+#include <mutex>
+#include <sstream>
+#include <thread>
+#include <vector>
+
+#include "tests/integration/backend_process.h"
+
+namespace curelay::testing {
+namespace {
+
+#define ASSERT_CU(call) ASSERT_EQ((call), CUDA_SUCCESS) << #call
+#define EXPECT_CU(call) EXPECT_EQ((call), CUDA_SUCCESS) << #call
+
+using Clock = std::chrono::steady_clock;
+
+BackendProcess* backend = nullptr;
+
+class SessionEnvironment : public ::testing::Environment {
+ public:
+  void SetUp() override {
+    backend = new BackendProcess("host-functions", {{"CURELAY_EMU_DEVICE_MEMORY", std::to_string(1ull << 30)}});
+    ASSERT_TRUE(backend->Start()) << backend->Log();
+    setenv("CURELAY_ENDPOINT", backend->endpoint().c_str(), 1);
+  }
+  void TearDown() override { delete backend; }
+};
+const auto* const environment = ::testing::AddGlobalTestEnvironment(new SessionEnvironment);
+
+class HostFunctionTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    ASSERT_CU(cuInit(0));
+    ASSERT_CU(cuDevicePrimaryCtxRetain(&context_, 0));
+    ASSERT_CU(cuCtxSetCurrent(context_));
+    std::ifstream in(CURELAY_TEST_PTX_PATH);
+    std::stringstream ptx;
+    ptx << in.rdbuf();
+    ASSERT_CU(cuModuleLoadData(&module_, ptx.str().c_str()));
+    ASSERT_CU(cuModuleGetFunction(&busy_, module_, "busy_wait_ns"));
+    ASSERT_CU(cuStreamCreate(&stream_, CU_STREAM_NON_BLOCKING));
+  }
+  void TearDown() override {
+    cuStreamDestroy(stream_);
+    cuModuleUnload(module_);
+    cuDevicePrimaryCtxRelease(0);
+  }
+  CUresult Busy(CUstream stream, std::chrono::milliseconds duration) {
+    unsigned long long nanoseconds = std::chrono::nanoseconds(duration).count();
+    void* params[] = {&nanoseconds};
+    return cuLaunchKernel(busy_, 1, 1, 1, 1, 1, 1, 0, stream, params, nullptr);
+  }
+
+  CUcontext context_ = nullptr;
+  CUmodule module_ = nullptr;
+  CUfunction busy_ = nullptr;
+  CUstream stream_ = nullptr;
+};
+
+struct Record {
+  std::atomic<bool> ran{false};
+  Clock::time_point when{};
+  std::thread::id thread{};
+  std::chrono::milliseconds sleep{0};
+};
+
+void CUDA_CB RecordRun(void* data) {
+  auto* record = static_cast<Record*>(data);
+  record->when = Clock::now();
+  record->thread = std::this_thread::get_id();
+  std::this_thread::sleep_for(record->sleep);
+  record->ran = true;
+}
+
+TEST_F(HostFunctionTest, RunsAfterTheStreamsEarlierWorkOnAThreadOfItsOwn) {
+  Record record;
+  const auto start = Clock::now();
+  ASSERT_CU(Busy(stream_, std::chrono::milliseconds(60)));
+  ASSERT_CU(cuLaunchHostFunc(stream_, RecordRun, &record));
+  ASSERT_CU(cuStreamSynchronize(stream_));
+  ASSERT_TRUE(record.ran);
+  EXPECT_GE(record.when - start, std::chrono::milliseconds(55));
+  EXPECT_NE(record.thread, std::this_thread::get_id());
+}
+
+TEST_F(HostFunctionTest, TheStreamsLaterWorkWaitsForIt) {
+  Record record;
+  record.sleep = std::chrono::milliseconds(150);
+  CUdeviceptr word = 0;
+  ASSERT_CU(cuMemAlloc(&word, 4));
+  ASSERT_CU(cuMemsetD32(word, 0, 1));
+  ASSERT_CU(cuLaunchHostFunc(stream_, RecordRun, &record));
+  ASSERT_CU(cuMemsetD32Async(word, 7, 1, stream_));
+  std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  EXPECT_EQ(cuStreamQuery(stream_), CUDA_ERROR_NOT_READY);  // held behind the sleeping function
+  ASSERT_CU(cuStreamSynchronize(stream_));
+  EXPECT_TRUE(record.ran);
+  unsigned value = 0;
+  ASSERT_CU(cuMemcpyDtoH(&value, word, 4));
+  EXPECT_EQ(value, 7u);
+  ASSERT_CU(cuMemFree(word));
+}
+
+// A driver call of the executor that waits for the stream (here a synchronous pageable copy on the legacy stream,
+// which waits for blocking streams) must not keep the host function from running.
+TEST_F(HostFunctionTest, BlockingCallsBehindAHostFunctionDoNotDeadlock) {
+  CUstream blocking = nullptr;
+  ASSERT_CU(cuStreamCreate(&blocking, CU_STREAM_DEFAULT));
+  Record record;
+  record.sleep = std::chrono::milliseconds(50);
+  ASSERT_CU(cuLaunchHostFunc(blocking, RecordRun, &record));
+  CUdeviceptr buffer = 0;
+  std::vector<unsigned char> bytes(8 << 20, 0x3c);
+  ASSERT_CU(cuMemAlloc(&buffer, bytes.size()));
+  ASSERT_CU(cuMemcpyHtoD(buffer, bytes.data(), bytes.size()));
+  ASSERT_CU(cuMemFree(buffer));
+  ASSERT_CU(cuCtxSynchronize());
+  EXPECT_TRUE(record.ran);
+  ASSERT_CU(cuStreamDestroy(blocking));
+}
+
+TEST_F(HostFunctionTest, FunctionsOfOneStreamRunInOrder) {
+  std::mutex mutex;
+  std::vector<int> order;
+  struct Step {
+    std::mutex* mutex;
+    std::vector<int>* order;
+    int index;
+  };
+  std::vector<Step> steps;
+  for (int i = 0; i < 100; ++i) steps.push_back({&mutex, &order, i});
+  for (auto& step : steps) {
+    ASSERT_CU(cuLaunchHostFunc(stream_, [](void* data) {
+      auto* s = static_cast<Step*>(data);
+      std::lock_guard<std::mutex> lock(*s->mutex);
+      s->order->push_back(s->index);
+    }, &step));
+  }
+  // And another stream's function alongside.
+  CUstream other = nullptr;
+  ASSERT_CU(cuStreamCreate(&other, CU_STREAM_NON_BLOCKING));
+  Record quick;
+  ASSERT_CU(cuLaunchHostFunc(other, RecordRun, &quick));
+  ASSERT_CU(cuStreamSynchronize(other));
+  EXPECT_TRUE(quick.ran);
+  ASSERT_CU(cuStreamSynchronize(stream_));
+  ASSERT_EQ(order.size(), 100u);
+  for (int i = 0; i < 100; ++i) ASSERT_EQ(order[i], i);
+  ASSERT_CU(cuStreamDestroy(other));
+}
+
+TEST_F(HostFunctionTest, StreamCallbacksGetTheirStreamAndStatus) {
+  struct Seen {
+    CUstream stream = reinterpret_cast<CUstream>(1);
+    CUresult status = CUDA_ERROR_UNKNOWN;
+    void* data = nullptr;
+  } seen;
+  ASSERT_CU(cuStreamAddCallback(stream_, [](CUstream stream, CUresult status, void* data) {
+    auto* s = static_cast<Seen*>(data);
+    s->stream = stream;
+    s->status = status;
+    s->data = data;
+  }, &seen, 0));
+  ASSERT_CU(cuStreamSynchronize(stream_));
+  EXPECT_EQ(seen.stream, stream_);
+  EXPECT_EQ(seen.status, CUDA_SUCCESS);
+  EXPECT_EQ(seen.data, &seen);
+  EXPECT_EQ(cuStreamAddCallback(stream_, [](CUstream, CUresult, void*) {}, nullptr, 1), CUDA_ERROR_INVALID_VALUE);
+  EXPECT_EQ(cuLaunchHostFunc(stream_, nullptr, nullptr), CUDA_ERROR_INVALID_VALUE);
+  EXPECT_EQ(cuLaunchHostFunc(reinterpret_cast<CUstream>(0x1234), RecordRun, nullptr), CUDA_ERROR_INVALID_HANDLE);
+}
+
+TEST_F(HostFunctionTest, RefusedOnACapturingStream) {
+  ASSERT_CU(cuStreamBeginCapture(stream_, CU_STREAM_CAPTURE_MODE_GLOBAL));
+  Record record;
+  EXPECT_EQ(cuLaunchHostFunc(stream_, RecordRun, &record), CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED);
+  CUgraph graph = nullptr;
+  EXPECT_EQ(cuStreamEndCapture(stream_, &graph), CUDA_ERROR_STREAM_CAPTURE_INVALIDATED);
+  EXPECT_FALSE(record.ran);
+}
+
+}  // namespace
+}  // namespace curelay::testing
