@@ -19,6 +19,7 @@
 #include <algorithm>
 #include <array>
 #include <bit>
+#include <chrono>
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
@@ -26,6 +27,7 @@
 #include <fstream>
 #include <functional>
 #include <iterator>
+#include <mutex>
 #include <sstream>
 #include <string>
 #include <thread>
@@ -834,6 +836,50 @@ std::string case_stream_query() {
          "," + code_str(event_after);
 }
 
+// Host functions in stream order: each runs after the stream's earlier work (a 20 ms kernel) and holds the later
+// work (a memset) while it sleeps; a stream callback gets its stream and CUDA_SUCCESS. Prints the order the three
+// functions ran in, the stream's state while one sleeps, and the memset's result.
+std::string case_host_functions() {
+  CUfunction busy = g.function("busy_wait_ns");
+  Stream s = make_stream();
+  DeviceMemory word = device_alloc(4);
+  CU_CHECK(cuMemsetD32(word.get(), 0, 1));
+  struct Log {
+    std::mutex mutex;
+    std::string order;
+    CUstream callback_stream = nullptr;
+    CUresult callback_status = CUDA_ERROR_UNKNOWN;
+  } log;
+  CU_CHECK(launch(busy, 1, 1, s.get(), 20'000'000ULL));
+  CU_CHECK(cuLaunchHostFunc(s.get(), [](void* data) {
+    auto* l = static_cast<Log*>(data);
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    std::lock_guard<std::mutex> lock(l->mutex);
+    l->order += "a";
+  }, &log));
+  CU_CHECK(cuMemsetD32Async(word.get(), 7, 1, s.get()));
+  CU_CHECK(cuLaunchHostFunc(s.get(), [](void* data) {
+    auto* l = static_cast<Log*>(data);
+    std::lock_guard<std::mutex> lock(l->mutex);
+    l->order += "b";
+  }, &log));
+  CU_CHECK(cuStreamAddCallback(s.get(), [](CUstream stream, CUresult status, void* data) {
+    auto* l = static_cast<Log*>(data);
+    std::lock_guard<std::mutex> lock(l->mutex);
+    l->order += "c";
+    l->callback_stream = stream;
+    l->callback_status = status;
+  }, &log, 0));
+  std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  const CUresult held = cuStreamQuery(s.get());
+  CU_CHECK(cuStreamSynchronize(s.get()));
+  unsigned value = 0;
+  CU_CHECK(cuMemcpyDtoH(&value, word.get(), 4));
+  return "order=" + log.order + " held=" + code_str(held) + " value=" + std::to_string(value) +
+         " callback_stream_ok=" + std::to_string(log.callback_stream == s.get()) +
+         " callback_status=" + code_str(log.callback_status);
+}
+
 // ---------------------------------------------------------------------------------------------
 // Stream capture and CUDA graphs
 
@@ -1346,6 +1392,7 @@ int main(int argc, char** argv) {
   run_case("stream_wait_event", case_stream_wait_event);
   run_case("event_elapsed_busy_20ms", case_event_elapsed);
   run_case("stream_query_not_ready", case_stream_query);
+  run_case("host_functions_in_stream_order", case_host_functions);
 
   run_case("virtual_memory_map", case_virtual_memory_map);
   run_case("memcpy_2d_3d", case_memcpy_2d_3d);

@@ -74,8 +74,22 @@ def case_elementwise_and_streams():
     return f"{int(b.sum())}"
 
 
+def case_host_functions():
+    # Host functions run in stream order between GPU work (launch_host_func, and the older add_callback).
+    stream = cp.cuda.Stream(non_blocking=True)
+    seen = []
+    with stream:
+        a = cp.arange(1 << 20, dtype=cp.int64)
+        b = a * 3
+        stream.launch_host_func(lambda arg: seen.append(arg), "first")
+        c = b + 1
+        stream.add_callback(lambda s, status, arg: seen.append((arg, status)), "second")
+    stream.synchronize()
+    return f"{seen} {int(c.sum())}"
+
+
 CASES = [case_device, case_array_math, case_matmul_cublas, case_reductions, case_rawkernel_nvrtc, case_fft,
-         case_elementwise_and_streams]
+         case_elementwise_and_streams, case_host_functions]
 
 
 def main():
