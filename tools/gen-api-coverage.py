@@ -36,7 +36,8 @@ LOCAL = {
     "cuMemHostGetDevicePointer_v2": "device address learned when the mapped memory was registered",
     "cuGetExportTable": "static tables in the client (frontend/export_tables/); only ClusterPrototype slot 4 asks "
                         "the executor",
-    "cuCtxGetDevice_v2": "client context object", "cuCtxGetId": "client context object", "cuModuleGetLoadingMode": "the executor driver's, learned at attach",
+    "cuCtxGetDevice_v2": "client context object", "cuCtxGetId": "client context object",
+    "cuKernelGetLibrary": "client kernel object", "cuModuleGetLoadingMode": "the executor driver's, learned at attach",
     "cuFuncGetName": "client function object", "cuKernelGetName": "client kernel object",
     "cuFuncGetAttribute": "cached per function after the first read (writes go through the shim and clear it)",
     "cuKernelGetAttribute": "cached per function after the first read",

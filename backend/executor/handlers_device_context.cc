@@ -156,4 +156,37 @@ Session::Outcome Session::ContextLimit(const wire::ContextLimit& call) {
   return outcome;
 }
 
+Session::Outcome Session::ContextSetting(const wire::ContextSetting& call) {
+  Outcome outcome;
+  unsigned int value = call.value();
+  switch (call.kind()) {
+    case wire::ContextSettingKind::CacheConfig: {
+      if (driver_.cuCtxGetCacheConfig == nullptr || driver_.cuCtxSetCacheConfig == nullptr) break;
+      auto config = static_cast<CUfunc_cache>(value);
+      outcome.result = call.set() ? driver_.cuCtxSetCacheConfig(config) : driver_.cuCtxGetCacheConfig(&config);
+      value = static_cast<unsigned int>(config);
+      return WithInteger(outcome, value);
+    }
+    case wire::ContextSettingKind::SharedMemConfig: {
+      if (driver_.cuCtxGetSharedMemConfig == nullptr || driver_.cuCtxSetSharedMemConfig == nullptr) break;
+      auto config = static_cast<CUsharedconfig>(value);
+      outcome.result =
+          call.set() ? driver_.cuCtxSetSharedMemConfig(config) : driver_.cuCtxGetSharedMemConfig(&config);
+      value = static_cast<unsigned int>(config);
+      return WithInteger(outcome, value);
+    }
+    case wire::ContextSettingKind::Flags:
+      if (driver_.cuCtxSetFlags == nullptr || !call.set()) break;  // flags are read with ContextQuery
+      outcome.result = driver_.cuCtxSetFlags(value);
+      return outcome;
+  }
+  return {CUDA_ERROR_NOT_SUPPORTED};
+}
+
+Session::Outcome Session::WithInteger(Outcome outcome, int64_t value) {
+  outcome.body = wire::CreateIntegerValue(builder_, value).Union();
+  outcome.body_type = wire::ReplyBody::IntegerValue;
+  return outcome;
+}
+
 }  // namespace curelay::executor

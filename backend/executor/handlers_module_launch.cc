@@ -107,19 +107,25 @@ Session::Outcome Session::LoadWithJitOptions(
   return outcome;
 }
 
+// Drops the executor's records of a module: its functions, and the module itself.
+void Session::ForgetModule(uint64_t module_id) {
+  modules_.erase(module_id);
+  library_modules_.erase(module_id);
+  std::erase_if(function_modules_, [&](const auto& entry) {
+    if (entry.second != module_id) return false;
+    functions_.erase(entry.first);
+    return true;
+  });
+}
+
 Session::Outcome Session::ModuleUnload(const wire::ModuleUnload& call) {
   auto found = modules_.find(call.module_id());
   if (found == modules_.end()) return {CUDA_ERROR_INVALID_HANDLE};
+  // A library's module is unloaded with its library (cuLibraryUnload), not on its own.
+  if (library_modules_.count(call.module_id()) != 0) return {CUDA_ERROR_INVALID_HANDLE};
   Outcome outcome;
   outcome.result = driver_.cuModuleUnload(found->second);
-  if (outcome.result == CUDA_SUCCESS) {
-    modules_.erase(found);
-    std::erase_if(function_modules_, [&](const auto& entry) {
-      if (entry.second != call.module_id()) return false;
-      functions_.erase(entry.first);
-      return true;
-    });
-  }
+  if (outcome.result == CUDA_SUCCESS) ForgetModule(call.module_id());
   return outcome;
 }
 
@@ -323,7 +329,28 @@ Session::Outcome Session::LibraryUnload(const wire::LibraryUnload& call) {
   auto found = libraries_.find(call.library_id());
   if (found == libraries_.end()) return {CUDA_ERROR_INVALID_HANDLE};
   const CUresult result = driver_.cuLibraryUnload(found->second);
-  if (result == CUDA_SUCCESS) libraries_.erase(found);
+  if (result == CUDA_SUCCESS) {
+    std::vector<uint64_t> owned;
+    for (const auto& [module_id, library_id] : library_modules_) {
+      if (library_id == call.library_id()) owned.push_back(module_id);
+    }
+    for (uint64_t module_id : owned) ForgetModule(module_id);
+    libraries_.erase(found);
+  }
+  return {result};
+}
+
+Session::Outcome Session::LibraryGetModule(const wire::LibraryGetModule& call) {
+  if (driver_.cuLibraryGetModule == nullptr) return {CUDA_ERROR_NOT_SUPPORTED};
+  auto found = libraries_.find(call.library_id());
+  if (found == libraries_.end()) return {CUDA_ERROR_INVALID_HANDLE};
+  if (call.module_id() == 0 || modules_.count(call.module_id()) != 0) return {CUDA_ERROR_INVALID_VALUE};
+  CUmodule module = nullptr;
+  const CUresult result = driver_.cuLibraryGetModule(&module, found->second);
+  if (result == CUDA_SUCCESS) {
+    modules_[call.module_id()] = module;
+    library_modules_[call.module_id()] = call.library_id();
+  }
   return {result};
 }
 

@@ -246,6 +246,8 @@ bool Session::Handle(const wire::Request& request, std::span<const uint8_t> payl
       CURELAY_DISPATCH(ModuleUnload)
       CURELAY_DISPATCH(ModuleGetFunction)
       CURELAY_DISPATCH(ModuleEnumerateFunctions)
+      CURELAY_DISPATCH(ContextSetting)
+      CURELAY_DISPATCH(LibraryGetModule)
       CURELAY_DISPATCH(HostFunctionBoard)
       CURELAY_DISPATCH(LaunchHostFunction)
       CURELAY_DISPATCH(ModuleGetGlobal)
@@ -398,7 +400,9 @@ void Session::ReleaseEverything() {
   ReleaseVirtualMemory();
   ReleasePoolAllocations();
   for (auto& [ptr, bytes] : allocations_) driver_.cuMemFree(ptr);
-  for (auto& [id, module] : modules_) driver_.cuModuleUnload(module);
+  for (auto& [id, module] : modules_) {
+    if (library_modules_.count(id) == 0) driver_.cuModuleUnload(module);  // a library's goes with the library
+  }
   for (auto& [id, library] : libraries_) driver_.cuLibraryUnload(library);
   for (uint64_t id : created_contexts_) driver_.cuCtxDestroy(contexts_.at(id));
   for (auto& [device, count] : primary_retains_) {

@@ -92,6 +92,8 @@ class Session {
   Outcome ModuleUnload(const wire::ModuleUnload& call);
   Outcome ModuleGetFunction(const wire::ModuleGetFunction& call);
   Outcome ModuleEnumerateFunctions(const wire::ModuleEnumerateFunctions& call);
+  Outcome LibraryGetModule(const wire::LibraryGetModule& call);
+  void ForgetModule(uint64_t module_id);
   Outcome ModuleGetGlobal(const wire::ModuleGetGlobal& call);
   Outcome LaunchKernel(const wire::LaunchKernel& call, std::span<const uint8_t> payload);
   Outcome FunctionGetAttribute(const wire::FunctionGetAttribute& call);
@@ -99,6 +101,8 @@ class Session {
   Outcome FunctionSetCacheConfig(const wire::FunctionSetCacheConfig& call);
   Outcome Occupancy(const wire::Occupancy& call);
   Outcome ContextLimit(const wire::ContextLimit& call);
+  Outcome ContextSetting(const wire::ContextSetting& call);
+  Outcome WithInteger(Outcome outcome, int64_t value);  // the outcome, answering `value` as an IntegerValue
   Outcome PointerAttributes(const wire::PointerAttributes& call);
   Outcome HostRegister(const wire::HostRegister& call);
   Outcome HostUnregister(const wire::HostUnregister& call);
@@ -217,6 +221,7 @@ class Session {
   std::unordered_map<uint64_t, CUcontext> contexts_;
   std::unordered_set<uint64_t> created_contexts_;  // by cuCtxCreate, as opposed to primary contexts
   std::unordered_map<uint64_t, CUmodule> modules_;
+  std::unordered_map<uint64_t, uint64_t> library_modules_;  // module id -> library id: a library's, never unloaded
   std::unordered_map<uint64_t, CUfunction> functions_;
   std::unordered_map<uint64_t, CUlibrary> libraries_;
   std::unordered_map<uint64_t, CUkernel> kernels_;

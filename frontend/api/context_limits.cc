@@ -1,4 +1,5 @@
-// Context limits and the CUDA 12.x "_v2" context entry points that name their context explicitly.
+// Context limits and settings (cache and shared-memory configuration, flags), and the CUDA 12.x "_v2" context entry
+// points that name their context explicitly.
 #include "frontend/api/api_support.h"
 
 using namespace curelay;
@@ -16,6 +17,20 @@ CUresult ExchangeLimit(CUlimit limit, uint64_t value, bool set, uint64_t* answer
   const auto* integer = reply.reply->body_as_IntegerValue();
   if (integer == nullptr) return CUDA_ERROR_UNKNOWN;
   if (answer != nullptr) *answer = static_cast<uint64_t>(integer->value());
+  return CUDA_SUCCESS;
+}
+
+CUresult ExchangeSetting(wire::ContextSettingKind kind, uint32_t value, bool set, uint32_t* answer) {
+  Client* client;
+  CURELAY_RETURN_IF_ERROR(RequireContext(&client));
+  auto& builder = Builder();
+  const auto call = wire::CreateContextSetting(builder, kind, value, set).Union();
+  ReplyMessage reply;
+  CURELAY_RETURN_IF_ERROR(client->Call(builder, wire::Call::ContextSetting, call, {}, &reply));
+  if (answer == nullptr) return CUDA_SUCCESS;
+  const auto* integer = reply.reply->body_as_IntegerValue();
+  if (integer == nullptr) return CUDA_ERROR_UNKNOWN;
+  *answer = static_cast<uint32_t>(integer->value());
   return CUDA_SUCCESS;
 }
 
@@ -43,6 +58,34 @@ CUresult cuCtxGetLimit(size_t* value, CUlimit limit) {
 }
 
 CUresult cuCtxSetLimit(CUlimit limit, size_t value) { return ExchangeLimit(limit, value, true, nullptr); }
+
+CUresult cuCtxGetCacheConfig(CUfunc_cache* config) {
+  if (config == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  uint32_t answer = 0;
+  CURELAY_RETURN_IF_ERROR(ExchangeSetting(wire::ContextSettingKind::CacheConfig, 0, false, &answer));
+  *config = static_cast<CUfunc_cache>(answer);
+  return CUDA_SUCCESS;
+}
+
+CUresult cuCtxSetCacheConfig(CUfunc_cache config) {
+  return ExchangeSetting(wire::ContextSettingKind::CacheConfig, static_cast<uint32_t>(config), true, nullptr);
+}
+
+CUresult cuCtxGetSharedMemConfig(CUsharedconfig* config) {
+  if (config == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  uint32_t answer = 0;
+  CURELAY_RETURN_IF_ERROR(ExchangeSetting(wire::ContextSettingKind::SharedMemConfig, 0, false, &answer));
+  *config = static_cast<CUsharedconfig>(answer);
+  return CUDA_SUCCESS;
+}
+
+CUresult cuCtxSetSharedMemConfig(CUsharedconfig config) {
+  return ExchangeSetting(wire::ContextSettingKind::SharedMemConfig, static_cast<uint32_t>(config), true, nullptr);
+}
+
+CUresult cuCtxSetFlags(unsigned int flags) {
+  return ExchangeSetting(wire::ContextSettingKind::Flags, flags, true, nullptr);
+}
 
 CUresult cuCtxGetDevice_v2(CUdevice* device, CUcontext context) {
   if (context == nullptr) return cuCtxGetDevice(device);

@@ -93,6 +93,25 @@ CUresult cuFuncGetName(const char** name, CUfunction function) {
   return CUDA_SUCCESS;
 }
 
+// A module's function names its module; a library kernel's function names the library's module in the context it
+// was bound in (cuLibraryGetModule there).
+CUresult cuFuncGetModule(CUmodule* module, CUfunction function) {
+  Client* client;
+  CURELAY_RETURN_IF_ERROR(RequireClient(&client));
+  if (module == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  if (function == nullptr || !client->functions.Contains(function)) return CUDA_ERROR_INVALID_HANDLE;
+  if (function->module != nullptr) {
+    *module = function->module;
+    return CUDA_SUCCESS;
+  }
+  if (function->kernel_context == CurrentContext()) return cuLibraryGetModule(module, function->kernel->library);
+  CURELAY_RETURN_IF_ERROR(cuCtxPushCurrent(function->kernel_context));
+  const CUresult result = cuLibraryGetModule(module, function->kernel->library);
+  CUcontext popped = nullptr;
+  cuCtxPopCurrent(&popped);
+  return result;
+}
+
 CUresult cuKernelGetAttribute(int* value, CUfunction_attribute attribute, CUkernel kernel, CUdevice device) {
   Client* client;
   CUfunction function;

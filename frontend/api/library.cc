@@ -1,5 +1,9 @@
 // Libraries and kernels (the context-independent module API the CUDA 12+ runtime loads code with). A kernel
 // becomes a function in each context it is used in; the client caches that binding per context.
+#include <fstream>
+#include <iterator>
+#include <string>
+
 #include "frontend/api/api_support.h"
 #include "frontend/api/library_kernels.h"
 #include "frontend/client/log.h"
@@ -26,6 +30,8 @@ CUresult KernelFunction(Client& client, CUkernel kernel, CUfunction* function) {
     client.functions.Destroy(bound);
     return result;
   }
+  bound->kernel = kernel;
+  bound->kernel_context = context;
   kernel->functions.emplace(context, bound);
   *function = bound;
   return CUDA_SUCCESS;
@@ -91,8 +97,62 @@ CUresult cuLibraryUnload(CUlibrary library) {
       for (auto& [context, function] : kernel->functions) client->functions.Destroy(function);
       client->kernels.Destroy(kernel);
     }
+    for (auto& [context, module] : library->modules) {
+      std::lock_guard<std::mutex> functions_lock(module->functions_mutex);
+      for (auto& [name, function] : module->functions) client->functions.Destroy(function);
+      client->modules.Destroy(module);
+    }
   }
   client->libraries.Destroy(library);
+  return CUDA_SUCCESS;
+}
+
+// The file is the application's, on its side: read it here and load its bytes.
+CUresult cuLibraryLoadFromFile(CUlibrary* result_library, const char* path, CUjit_option* jit_options,
+                               void** jit_option_values, unsigned int jit_option_count,
+                               CUlibraryOption* library_options, void** library_option_values,
+                               unsigned int library_option_count) {
+  if (path == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  std::ifstream file(path, std::ios::binary);
+  if (!file) return CUDA_ERROR_FILE_NOT_FOUND;
+  std::string bytes((std::istreambuf_iterator<char>(file)), std::istreambuf_iterator<char>());
+  bytes.push_back('\0');  // PTX text needs its terminator; binary formats carry their own size
+  return cuLibraryLoadData(result_library, bytes.data(), jit_options, jit_option_values, jit_option_count,
+                           library_options, library_option_values, library_option_count);
+}
+
+// The library's module in the current context: a module object here like any other (functions, globals), which
+// goes away with the library.
+CUresult cuLibraryGetModule(CUmodule* result_module, CUlibrary library) {
+  Client* client;
+  CURELAY_RETURN_IF_ERROR(RequireContext(&client));
+  if (result_module == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  if (library == nullptr || !client->libraries.Contains(library)) return CUDA_ERROR_INVALID_HANDLE;
+  const CUcontext context = CurrentContext();
+  std::lock_guard<std::mutex> lock(library->kernels_mutex);
+  if (auto found = library->modules.find(context); found != library->modules.end()) {
+    *result_module = found->second;
+    return CUDA_SUCCESS;
+  }
+  CUmod_st* module = client->modules.Create(NextObjectId(), context);
+  auto& builder = Builder();
+  const auto call = wire::CreateLibraryGetModule(builder, library->id, module->id).Union();
+  if (const CUresult result = client->Call(builder, wire::Call::LibraryGetModule, call, {}, nullptr);
+      result != CUDA_SUCCESS) {
+    client->modules.Destroy(module);
+    return result;
+  }
+  library->modules.emplace(context, module);
+  *result_module = module;
+  return CUDA_SUCCESS;
+}
+
+CUresult cuKernelGetLibrary(CUlibrary* result_library, CUkernel kernel) {
+  Client* client;
+  CURELAY_RETURN_IF_ERROR(RequireClient(&client));
+  if (result_library == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  if (kernel == nullptr || !client->kernels.Contains(kernel)) return CUDA_ERROR_INVALID_HANDLE;
+  *result_library = kernel->library;
   return CUDA_SUCCESS;
 }
 

@@ -39,6 +39,8 @@ struct CUfunc_st {
   // which go through this shim and clear the cache, so a cached value is always current.
   std::mutex attributes_mutex;
   std::unordered_map<int, int> attributes;
+  CUkernel kernel = nullptr;  // for a function bound from a library kernel: that kernel, and the context it is in
+  CUcontext kernel_context = nullptr;
 };
 
 struct CUmod_st {
@@ -72,8 +74,9 @@ struct CUkern_st {
 
 struct CUlib_st {
   uint64_t id;
-  std::mutex kernels_mutex;
+  std::mutex kernels_mutex;  // guards both maps
   std::unordered_map<std::string, CUkernel> kernels;
+  std::unordered_map<CUcontext, CUmodule> modules;  // cuLibraryGetModule: the library's module in each context
 };
 
 // A graph: made by cuGraphCreate, or by a stream capture (from cuStreamBeginCapture on, so cuStreamGetCaptureInfo can

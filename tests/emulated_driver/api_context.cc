@@ -235,6 +235,40 @@ CUresult CUDAAPI cuCtxGetFlags(unsigned int* flags) {
   });
 }
 
+// Only the scheduling and host-map flags may change, as with the driver.
+CUresult CUDAAPI cuCtxSetFlags(unsigned int flags) {
+  return emu::Guard([&] {
+    if (CUresult r = emu::CheckInit(); r != CUDA_SUCCESS) return r;
+    if ((flags & ~(CU_CTX_SCHED_MASK | CU_CTX_MAP_HOST)) != 0) return CUDA_ERROR_INVALID_VALUE;
+    std::shared_ptr<emu::Context> ctx;
+    if (CUresult r = emu::CurrentContext(&ctx, /*check_sticky=*/false); r != CUDA_SUCCESS) return r;
+    ctx->flags = flags;
+    return CUDA_SUCCESS;
+  });
+}
+
+CUresult CUDAAPI cuCtxGetCacheConfig(CUfunc_cache* config) {
+  return emu::Guard([&] {
+    if (CUresult r = emu::CheckInit(); r != CUDA_SUCCESS) return r;
+    if (config == nullptr) return CUDA_ERROR_INVALID_VALUE;
+    std::shared_ptr<emu::Context> ctx;
+    if (CUresult r = emu::CurrentContext(&ctx, /*check_sticky=*/false); r != CUDA_SUCCESS) return r;
+    *config = ctx->cache_config;
+    return CUDA_SUCCESS;
+  });
+}
+
+CUresult CUDAAPI cuCtxSetCacheConfig(CUfunc_cache config) {
+  return emu::Guard([&] {
+    if (CUresult r = emu::CheckInit(); r != CUDA_SUCCESS) return r;
+    if (config < CU_FUNC_CACHE_PREFER_NONE || config > CU_FUNC_CACHE_PREFER_EQUAL) return CUDA_ERROR_INVALID_VALUE;
+    std::shared_ptr<emu::Context> ctx;
+    if (CUresult r = emu::CurrentContext(&ctx, /*check_sticky=*/false); r != CUDA_SUCCESS) return r;
+    ctx->cache_config = config;
+    return CUDA_SUCCESS;
+  });
+}
+
 CUresult CUDAAPI cuCtxSynchronize(void) {
   return emu::Guard([&] {
     std::shared_ptr<emu::Context> ctx;

@@ -44,6 +44,7 @@ struct Context {
   const bool primary;
   DeviceWorker* const worker;
   std::atomic<unsigned int> flags;
+  std::atomic<CUfunc_cache> cache_config{CU_FUNC_CACHE_PREFER_NONE};  // recorded only: no cache to configure
   std::atomic<CUresult> sticky_error{CUDA_SUCCESS};
   // Newest device work submitted on behalf of this context.
   std::atomic<uint64_t> last_seq{0};

@@ -507,6 +507,60 @@ std::string case_library_fatbin() {
   return run_vector_add(f, 777, 64) + " global_bytes=" + std::to_string(bytes);
 }
 
+// Cache and shared-memory configuration and flags of the current context, set and read back, then restored.
+std::string case_context_settings() {
+  g.require_context();
+  CUfunc_cache cache = CU_FUNC_CACHE_PREFER_NONE, cache_after = CU_FUNC_CACHE_PREFER_NONE;
+  CU_CHECK(cuCtxGetCacheConfig(&cache));
+  CU_CHECK(cuCtxSetCacheConfig(CU_FUNC_CACHE_PREFER_L1));
+  CU_CHECK(cuCtxGetCacheConfig(&cache_after));
+  CU_CHECK(cuCtxSetCacheConfig(cache));
+  CUsharedconfig shared = CU_SHARED_MEM_CONFIG_DEFAULT_BANK_SIZE;
+  const CUresult shared_result = cuCtxGetSharedMemConfig(&shared);
+  unsigned flags = 0, flags_after = 0;
+  CU_CHECK(cuCtxGetFlags(&flags));
+  CU_CHECK(cuCtxSetFlags(CU_CTX_SCHED_YIELD));
+  CU_CHECK(cuCtxGetFlags(&flags_after));
+  CU_CHECK(cuCtxSetFlags(flags & (CU_CTX_SCHED_MASK | CU_CTX_MAP_HOST)));
+  const CUresult bad_flags = cuCtxSetFlags(0x1000000);
+  unsigned long long id = 0;
+  CU_CHECK(cuCtxGetId(nullptr, &id));
+  return "cache=" + std::to_string(cache) + "->" + std::to_string(cache_after) + " shared=" + code_str(shared_result) +
+         "/" + std::to_string(shared) + " flags_after_sched=" + std::to_string(flags_after & CU_CTX_SCHED_MASK) +
+         " bad_flags=" + code_str(bad_flags) + " id_nonzero=" + std::to_string(id != 0);
+}
+
+// A library loaded from its file, its module in this context (the same one for its kernel's function), a function
+// of that module, and the kernel's library.
+std::string case_library_module() {
+  g.require_context();
+  Library lib;
+  CU_CHECK(cuLibraryLoadFromFile(lib.out(), g.fatbin_path.c_str(), nullptr, nullptr, 0, nullptr, nullptr, 0));
+  CUmodule module = nullptr, again = nullptr, of_function = nullptr;
+  CU_CHECK(cuLibraryGetModule(&module, lib.get()));
+  CU_CHECK(cuLibraryGetModule(&again, lib.get()));
+  CUkernel kernel = nullptr;
+  CU_CHECK(cuLibraryGetKernel(&kernel, lib.get(), "vector_add"));
+  CUlibrary owner = nullptr;
+  CU_CHECK(cuKernelGetLibrary(&owner, kernel));
+  CUfunction bound = nullptr, from_module = nullptr;
+  CU_CHECK(cuKernelGetFunction(&bound, kernel));
+  CU_CHECK(cuFuncGetModule(&of_function, bound));
+  CU_CHECK(cuModuleGetFunction(&from_module, module, "vector_add"));
+  CUmodule module_of_module_function = nullptr;
+  CU_CHECK(cuFuncGetModule(&module_of_module_function, from_module));
+  unsigned count = 0;
+  CU_CHECK(cuModuleGetFunctionCount(&count, module));
+  CUlibrary missing = nullptr;
+  const CUresult no_file = cuLibraryLoadFromFile(&missing, "/nonexistent/kernels.fatbin", nullptr, nullptr, 0,
+                                                 nullptr, nullptr, 0);
+  return run_vector_add(from_module, 333, 32) + " same_module=" + std::to_string(module == again) +
+         " function_module=" + std::to_string(of_function == module) +
+         " module_function_module=" + std::to_string(module_of_module_function == module) +
+         " kernel_library=" + std::to_string(owner == lib.get()) + " functions=" + std::to_string(count) +
+         " missing=" + code_str(no_file);
+}
+
 std::string case_module_global() {
   CUfunction add = g.function("add_to_global");
   CUdeviceptr counter = 0;
@@ -1370,6 +1424,8 @@ int main(int argc, char** argv) {
   run_case("module_cubin_data", case_module_cubin_data);
   run_case("module_fatbin", case_module_fatbin);
   run_case("library_fatbin", case_library_fatbin);
+  run_case("library_module", case_library_module);
+  run_case("context_settings", case_context_settings);
   run_case("module_global", case_module_global);
 
   run_case("vector_add_n1_b64", [] { return case_vector_add(1, 64); });

@@ -539,6 +539,37 @@ TEST_F(DriverApiTest, ModuleLoadersJitLogsAndFunctionAttributes) {
   }
   CUmodule missing;
   EXPECT_EQ(cuModuleLoad(&missing, "/nonexistent/kernels.ptx"), CUDA_ERROR_FILE_NOT_FOUND);
+  CUlibrary missing_library;
+  EXPECT_EQ(cuLibraryLoadFromFile(&missing_library, "/nonexistent/kernels.ptx", nullptr, nullptr, 0, nullptr,
+                                  nullptr, 0),
+            CUDA_ERROR_FILE_NOT_FOUND);
+  // A module's function names its module.
+  CUmodule module_of = nullptr;
+  CUfunction vector_add = Function("vector_add");
+  ASSERT_CU(cuFuncGetModule(&module_of, vector_add));
+  EXPECT_EQ(module_of, module_);
+  EXPECT_EQ(cuFuncGetModule(&module_of, reinterpret_cast<CUfunction>(0x1234)), CUDA_ERROR_INVALID_HANDLE);
+  CUlibrary library_of = nullptr;
+  EXPECT_EQ(cuKernelGetLibrary(&library_of, reinterpret_cast<CUkernel>(0x1234)), CUDA_ERROR_INVALID_HANDLE);
+}
+
+// Cache configuration and flags are the executor's context's: set here, read back through the session.
+TEST_F(DriverApiTest, ContextSettings) {
+  CUfunc_cache config = CU_FUNC_CACHE_PREFER_NONE;
+  ASSERT_CU(cuCtxSetCacheConfig(CU_FUNC_CACHE_PREFER_SHARED));
+  ASSERT_CU(cuCtxGetCacheConfig(&config));
+  EXPECT_EQ(config, CU_FUNC_CACHE_PREFER_SHARED);
+  ASSERT_CU(cuCtxSetCacheConfig(CU_FUNC_CACHE_PREFER_NONE));
+  EXPECT_EQ(cuCtxSetCacheConfig(static_cast<CUfunc_cache>(17)), CUDA_ERROR_INVALID_VALUE);
+  EXPECT_EQ(cuCtxGetCacheConfig(nullptr), CUDA_ERROR_INVALID_VALUE);
+
+  unsigned int original = 0, flags = 0;
+  ASSERT_CU(cuCtxGetFlags(&original));
+  ASSERT_CU(cuCtxSetFlags(CU_CTX_SCHED_BLOCKING_SYNC));
+  ASSERT_CU(cuCtxGetFlags(&flags));
+  EXPECT_EQ(flags & CU_CTX_SCHED_MASK, static_cast<unsigned>(CU_CTX_SCHED_BLOCKING_SYNC));
+  EXPECT_EQ(cuCtxSetFlags(0x1000000), CUDA_ERROR_INVALID_VALUE);
+  ASSERT_CU(cuCtxSetFlags(original));
 }
 
 TEST_F(DriverApiTest, ContextAndStreamProperties) {
