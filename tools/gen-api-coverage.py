@@ -98,6 +98,11 @@ def main() -> None:
         "|---|---|",
         "| mapped host memory (`CU_MEMHOSTALLOC_DEVICEMAP`) over tcp:// (nothing can be shared) | "
         "`CUDA_ERROR_NOT_SUPPORTED`; same-host sessions get real shared pages (the runtime directory must be tmpfs) |",
+        "| `cuMemHostRegister` with `CU_MEMHOSTREGISTER_DEVICEMAP` over tcp:// | `CUDA_ERROR_NOT_SUPPORTED` (without "
+        "it the range is recorded and copies as pageable memory). On the backend's host the registered pages are moved "
+        "onto a shared file (same addresses and contents) that the executor registers; `CU_MEMHOSTREGISTER_IOMEMORY` "
+        "is not supported; ranges are tracked in whole pages, so two registrations sharing a page collide "
+        "(`CUDA_ERROR_HOST_MEMORY_ALREADY_REGISTERED`) |",
         "| host functions (`cuLaunchHostFunc`, `cuStreamAddCallback`) over tcp:// | `CUDA_ERROR_NOT_SUPPORTED`: the "
         "stream waits on a gate in memory shared with the client, so the backend must be on the client's host |",
         "| a host function on a capturing stream (a host node in a graph) | `CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED`, "

@@ -1,10 +1,12 @@
 // Device memory and copies. Host data crosses the wire as payload frames in chunks of wire::kCopyChunkBytes,
 // with at most wire::kCopyWindowChunks in flight, so memory held by a copy in transit stays bounded.
+#include <fcntl.h>
 #include <sys/mman.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <cstring>
+#include <string>
 
 #include "frontend/api/api_support.h"
 #include "frontend/client/log.h"
@@ -139,6 +141,39 @@ CUresult AllocateMappedHostMemory(Client& client, size_t bytes, unsigned int fla
   return CUDA_SUCCESS;
 }
 
+// Application memory registered on the same host: its pages move onto a shared file, keeping their contents and
+// addresses, and the executor maps that file and registers it with its driver, so kernels reach the very memory the
+// application holds. (A thread writing the range while it moves could lose that write.)
+CUresult RegisterSharedHostMemory(Client& client, char* base, size_t bytes, CUdeviceptr* device_ptr) {
+  std::string path, error;
+  void* staging = transport::CreateSharedFile(client.same_host_directory(), "hostmem", bytes, &path, &error);
+  if (staging == nullptr) {
+    Log().warn("cuMemHostRegister: cannot create the shared file: {}", error);
+    return CUDA_ERROR_OUT_OF_MEMORY;
+  }
+  std::memcpy(staging, base, bytes);
+  const int fd = open(path.c_str(), O_RDWR | O_CLOEXEC);
+  void* moved = fd < 0 ? MAP_FAILED : mmap(base, bytes, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_FIXED, fd, 0);
+  if (fd >= 0) close(fd);
+  munmap(staging, bytes);
+  if (moved != base) {
+    unlink(path.c_str());
+    Log().warn("cuMemHostRegister: cannot move {} bytes at {} onto shared memory", bytes, static_cast<void*>(base));
+    return CUDA_ERROR_INVALID_VALUE;
+  }
+  auto& builder = Builder();
+  const auto call = wire::CreateHostRegister(builder, builder.CreateString(path), bytes,
+                                             reinterpret_cast<uint64_t>(base))
+                        .Union();
+  ReplyMessage reply;
+  CUresult result = client.Call(builder, wire::Call::HostRegister, call, {}, &reply);
+  unlink(path.c_str());  // normally the executor already did
+  const auto* pointer = result == CUDA_SUCCESS ? reply.reply->body_as_Pointer() : nullptr;
+  if (result == CUDA_SUCCESS && pointer == nullptr) result = CUDA_ERROR_UNKNOWN;
+  if (result == CUDA_SUCCESS) *device_ptr = pointer->ptr();
+  return result;  // on failure the pages stay on the (unlinked) file: same memory, same contents
+}
+
 }  // namespace
 
 extern "C" {
@@ -255,6 +290,48 @@ CUresult cuMemFreeHost(void* ptr) {
     }
   }
   return client->host_allocations.Free(ptr);
+}
+
+// Elsewhere than on the backend's host, registered memory is recorded (it copies like any pageable memory) and a
+// device mapping (CU_MEMHOSTREGISTER_DEVICEMAP) is refused: kernels cannot reach memory across a network.
+CUresult cuMemHostRegister(void* ptr, size_t bytes, unsigned int flags) {
+  Client* client;
+  CURELAY_RETURN_IF_ERROR(RequireContext(&client));
+  if (ptr == nullptr || bytes == 0) return CUDA_ERROR_INVALID_VALUE;
+  constexpr unsigned int kKnown = CU_MEMHOSTREGISTER_PORTABLE | CU_MEMHOSTREGISTER_DEVICEMAP |
+                                  CU_MEMHOSTREGISTER_IOMEMORY | CU_MEMHOSTREGISTER_READ_ONLY;
+  if ((flags & ~kKnown) != 0) return CUDA_ERROR_INVALID_VALUE;
+  if ((flags & CU_MEMHOSTREGISTER_IOMEMORY) != 0) {
+    Log().warn("cuMemHostRegister: I/O memory (CU_MEMHOSTREGISTER_IOMEMORY) is not supported");
+    return CUDA_ERROR_NOT_SUPPORTED;
+  }
+  const uintptr_t page = static_cast<uintptr_t>(sysconf(_SC_PAGESIZE));
+  const uintptr_t start = reinterpret_cast<uintptr_t>(ptr) & ~(page - 1);
+  const uintptr_t end = (reinterpret_cast<uintptr_t>(ptr) + bytes + page - 1) & ~(page - 1);
+  char* base = reinterpret_cast<char*>(start);
+  if (client->host_allocations.Overlaps(base, end - start)) return CUDA_ERROR_HOST_MEMORY_ALREADY_REGISTERED;
+  CUdeviceptr device_ptr = 0;  // the device address of `base`
+  if (!client->same_host_directory().empty()) {
+    CURELAY_RETURN_IF_ERROR(RegisterSharedHostMemory(*client, base, end - start, &device_ptr));
+  } else if ((flags & CU_MEMHOSTREGISTER_DEVICEMAP) != 0) {
+    Log().warn("cuMemHostRegister: mapped registration (CU_MEMHOSTREGISTER_DEVICEMAP) needs the backend on this "
+               "host; answering CUDA_ERROR_NOT_SUPPORTED");
+    return CUDA_ERROR_NOT_SUPPORTED;
+  }
+  return client->host_allocations.Register(base, end - start, ptr, flags, device_ptr);
+}
+
+CUresult cuMemHostUnregister(void* ptr) {
+  Client* client;
+  CURELAY_RETURN_IF_ERROR(RequireClient(&client));
+  if (ptr == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  CUdeviceptr device_ptr = 0;
+  CURELAY_RETURN_IF_ERROR(client->host_allocations.Unregister(ptr, &device_ptr));
+  if (device_ptr == 0) return CUDA_SUCCESS;
+  // The executor lets go of its mapping; the application's pages stay where they are.
+  auto& builder = Builder();
+  const auto call = wire::CreateHostUnregister(builder, device_ptr).Union();
+  return client->Call(builder, wire::Call::HostUnregister, call, {}, nullptr);
 }
 
 CUresult cuMemHostGetDevicePointer(CUdeviceptr* device_ptr, void* ptr, unsigned int flags) {

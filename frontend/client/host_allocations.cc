@@ -32,9 +32,41 @@ CUresult HostAllocations::DevicePointer(const void* ptr, CUdeviceptr* device_ptr
 CUresult HostAllocations::Free(void* ptr, CUdeviceptr* device_ptr) {
   std::lock_guard<std::mutex> lock(mutex_);
   auto found = allocations_.find(static_cast<const char*>(ptr));
-  if (found == allocations_.end()) return CUDA_ERROR_INVALID_VALUE;
+  if (found == allocations_.end() || found->second.registered_ptr != nullptr) return CUDA_ERROR_INVALID_VALUE;
   if (device_ptr != nullptr) *device_ptr = found->second.device_ptr;
   munmap(ptr, found->second.bytes);
+  allocations_.erase(found);
+  return CUDA_SUCCESS;
+}
+
+bool HostAllocations::OverlapsLocked(const char* start, size_t bytes) const {
+  auto after = allocations_.lower_bound(start + bytes);
+  if (after == allocations_.begin()) return false;
+  const auto& [other, allocation] = *std::prev(after);
+  return other + allocation.bytes > start;
+}
+
+bool HostAllocations::Overlaps(const void* base, size_t bytes) const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return OverlapsLocked(static_cast<const char*>(base), bytes);
+}
+
+CUresult HostAllocations::Register(const void* base, size_t bytes, const void* ptr, unsigned int flags,
+                                   CUdeviceptr device_ptr) {
+  const auto* start = static_cast<const char*>(base);
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (OverlapsLocked(start, bytes)) return CUDA_ERROR_HOST_MEMORY_ALREADY_REGISTERED;
+  allocations_[start] = {bytes, flags, device_ptr, ptr};
+  return CUDA_SUCCESS;
+}
+
+CUresult HostAllocations::Unregister(const void* ptr, CUdeviceptr* device_ptr) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  auto after = allocations_.upper_bound(static_cast<const char*>(ptr));
+  if (after == allocations_.begin()) return CUDA_ERROR_HOST_MEMORY_NOT_REGISTERED;
+  auto found = std::prev(after);
+  if (found->second.registered_ptr != ptr) return CUDA_ERROR_HOST_MEMORY_NOT_REGISTERED;
+  *device_ptr = found->second.device_ptr;
   allocations_.erase(found);
   return CUDA_SUCCESS;
 }

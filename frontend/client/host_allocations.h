@@ -1,5 +1,6 @@
-// Host memory handed out by cuMemHostAlloc/cuMemAllocHost: page-aligned mappings the client tracks so that
-// cuMemFreeHost and cuMemHostGetFlags can tell them from any other pointer, as the driver does.
+// Host memory handed out by cuMemHostAlloc/cuMemAllocHost, and application memory registered with
+// cuMemHostRegister: page-aligned ranges the client tracks so that cuMemFreeHost, cuMemHostUnregister and
+// cuMemHostGetFlags can tell them from any other pointer, as the driver does.
 #pragma once
 
 #include <cuda.h>
@@ -16,6 +17,12 @@ class HostAllocations {
   void Adopt(void* memory, size_t bytes, unsigned int flags, CUdeviceptr device_ptr);
   // Unmaps the allocation starting at ptr; *device_ptr tells whether it was mapped for the device (0: not).
   CUresult Free(void* ptr, CUdeviceptr* device_ptr = nullptr);
+  // Records application memory registered at `ptr`, whose pages [base, base + bytes) kernels reach at
+  // `device_ptr` (0: not mapped). CUDA_ERROR_HOST_MEMORY_ALREADY_REGISTERED if a tracked range overlaps.
+  CUresult Register(const void* base, size_t bytes, const void* ptr, unsigned int flags, CUdeviceptr device_ptr);
+  bool Overlaps(const void* base, size_t bytes) const;
+  // Forgets the registration made at `ptr` (never unmaps: the memory is the application's).
+  CUresult Unregister(const void* ptr, CUdeviceptr* device_ptr);
   // The device address of ptr inside mapped host memory; CUDA_ERROR_INVALID_VALUE otherwise.
   CUresult DevicePointer(const void* ptr, CUdeviceptr* device_ptr) const;
   // Flags of the allocation containing ptr (any address inside it).
@@ -24,10 +31,12 @@ class HostAllocations {
   bool Find(const void* ptr, const char** base, size_t* bytes) const;
 
  private:
+  bool OverlapsLocked(const char* start, size_t bytes) const;
   struct Allocation {
     size_t bytes;
     unsigned int flags;
     CUdeviceptr device_ptr = 0;
+    const void* registered_ptr = nullptr;  // set for a registration: the pointer it was registered with
   };
   mutable std::mutex mutex_;
   std::map<const char*, Allocation> allocations_;

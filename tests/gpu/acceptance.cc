@@ -507,6 +507,30 @@ std::string case_library_fatbin() {
   return run_vector_add(f, 777, 64) + " global_bytes=" + std::to_string(bytes);
 }
 
+// Application memory registered for the device (not page-aligned): a kernel writes it through its device address,
+// the application's bytes outside the range stay, and it is the application's again after unregistering.
+std::string case_host_register() {
+  CUfunction fill = g.function("fill_u32");
+  const size_t page = 4096, n = 3 * page / 4;
+  std::vector<unsigned char> backing(5 * page);
+  for (size_t i = 0; i < backing.size(); ++i) backing[i] = static_cast<unsigned char>(i * 7 + 1);
+  auto* words = reinterpret_cast<unsigned int*>(backing.data() + 2 * 64);
+  CU_CHECK(cuMemHostRegister(words, n * 4, CU_MEMHOSTREGISTER_DEVICEMAP | CU_MEMHOSTREGISTER_PORTABLE));
+  const CUresult again = cuMemHostRegister(words + 4, 64, 0);
+  CUdeviceptr device = 0;
+  CU_CHECK(cuMemHostGetDevicePointer(&device, words, 0));
+  CU_CHECK(launch(fill, static_cast<unsigned>((n + 255) / 256), 256, nullptr, device, 0xa5a5f00du,
+                  static_cast<unsigned long long>(n)));
+  CU_CHECK(cuCtxSynchronize());
+  Fnv1a f;
+  f.add(backing.data(), backing.size());
+  CU_CHECK(cuMemHostUnregister(words));
+  const CUresult twice = cuMemHostUnregister(words);
+  words[0] = 42;
+  return "again=" + code_str(again) + " twice=" + code_str(twice) + " first=" + std::to_string(words[0]) + " " +
+         f.hex();
+}
+
 // Cache and shared-memory configuration and flags of the current context, set and read back, then restored.
 std::string case_context_settings() {
   g.require_context();
@@ -1426,6 +1450,7 @@ int main(int argc, char** argv) {
   run_case("library_fatbin", case_library_fatbin);
   run_case("library_module", case_library_module);
   run_case("context_settings", case_context_settings);
+  run_case("host_register", case_host_register);
   run_case("module_global", case_module_global);
 
   run_case("vector_add_n1_b64", [] { return case_vector_add(1, 64); });

@@ -737,6 +737,58 @@ TEST_F(DriverApiTest, LaunchKernelExAttributesOccupancyAndLimits) {
   ASSERT_CU(cuMemFreeHost(pinned));
 }
 
+// Registered application memory (same-host session): its contents survive the registration, a kernel writes it
+// through its device address and reads what the application wrote, and it stays the application's afterwards.
+TEST_F(DriverApiTest, RegisteredHostMemoryIsSharedWithKernels) {
+  const size_t page = static_cast<size_t>(sysconf(_SC_PAGESIZE));
+  void* block = nullptr;
+  ASSERT_EQ(posix_memalign(&block, page, 4 * page), 0);
+  auto* bytes = static_cast<unsigned char*>(block);
+  for (size_t i = 0; i < 4 * page; ++i) bytes[i] = static_cast<unsigned char>(i * 13 + 5);
+  // Not page-aligned, as applications register it: 2 pages from byte 64 on.
+  auto* words = reinterpret_cast<unsigned int*>(bytes + 64);
+  const size_t n = (2 * page) / 4;
+  ASSERT_CU(cuMemHostRegister(words, n * 4, CU_MEMHOSTREGISTER_DEVICEMAP));
+  for (size_t i = 0; i < 4 * page; ++i) ASSERT_EQ(bytes[i], static_cast<unsigned char>(i * 13 + 5)) << i;
+  EXPECT_EQ(cuMemHostRegister(words + 8, 16, 0), CUDA_ERROR_HOST_MEMORY_ALREADY_REGISTERED);
+  EXPECT_EQ(cuMemFreeHost(words), CUDA_ERROR_INVALID_VALUE);
+  unsigned int flags = 0;
+  ASSERT_CU(cuMemHostGetFlags(&flags, words + 3));
+  EXPECT_TRUE(flags & CU_MEMHOSTREGISTER_DEVICEMAP);
+  CUdeviceptr device = 0, inside = 0;
+  ASSERT_CU(cuMemHostGetDevicePointer(&device, words, 0));
+  ASSERT_CU(cuMemHostGetDevicePointer(&inside, words + 10, 0));
+  EXPECT_EQ(inside, device + 40);
+
+  CUfunction fill = Function("fill_u32");
+  unsigned int value = 0x600dcafe;
+  unsigned long long count = n;
+  void* params[] = {&device, &value, &count};
+  ASSERT_CU(cuLaunchKernel(fill, static_cast<unsigned>((n + 127) / 128), 1, 1, 128, 1, 1, 0, nullptr, params,
+                           nullptr));
+  ASSERT_CU(cuCtxSynchronize());
+  for (size_t i = 0; i < n; ++i) ASSERT_EQ(words[i], value) << i;
+  EXPECT_EQ(bytes[63], static_cast<unsigned char>(63 * 13 + 5));  // outside the range: untouched
+  // The other way: what the application writes, a copy from the device address reads.
+  words[7] = 0x12345678;
+  CUdeviceptr copy = 0;
+  ASSERT_CU(cuMemAlloc(&copy, 4));
+  ASSERT_CU(cuMemcpyDtoD(copy, device + 7 * 4, 4));
+  unsigned int back = 0;
+  ASSERT_CU(cuMemcpyDtoH(&back, copy, 4));
+  EXPECT_EQ(back, 0x12345678u);
+  ASSERT_CU(cuMemFree(copy));
+
+  ASSERT_CU(cuMemHostUnregister(words));
+  EXPECT_EQ(cuMemHostUnregister(words), CUDA_ERROR_HOST_MEMORY_NOT_REGISTERED);
+  EXPECT_EQ(cuMemHostGetDevicePointer(&device, words, 0), CUDA_ERROR_INVALID_VALUE);
+  words[0] = 1;  // still the application's memory
+  EXPECT_EQ(words[0], 1u);
+  EXPECT_EQ(cuMemHostRegister(words, 16, CU_MEMHOSTREGISTER_IOMEMORY), CUDA_ERROR_NOT_SUPPORTED);
+  EXPECT_EQ(cuMemHostRegister(words, 16, 0x100), CUDA_ERROR_INVALID_VALUE);
+  free(block);
+}
+
 TEST_F(DriverApiTest, MappedHostMemoryIsSharedWithKernels) {
   // Same-host sessions: a kernel writes through the device address, the application reads its own pages.
   void* host = nullptr;

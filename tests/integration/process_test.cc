@@ -92,11 +92,11 @@ TEST(ProcessTest, BasicClientOverEveryTransport) {
     const char* host_function;  // so do host functions
   };
   for (const Case& c :
-       {Case{BackendProcess::Transport::kIpc, "1", "attached over shared memory", "devicemap=0 plain_device_pointer=0\n",
+       {Case{BackendProcess::Transport::kIpc, "1", "attached over shared memory", "devicemap=0 plain_device_pointer=0 register_devicemap=0 register=0\n",
              "hostfunc=0 ran=1\n"},
-        Case{BackendProcess::Transport::kIpc, "0", "attached over ZeroMQ", "devicemap=0 plain_device_pointer=0\n",
+        Case{BackendProcess::Transport::kIpc, "0", "attached over ZeroMQ", "devicemap=0 plain_device_pointer=0 register_devicemap=0 register=0\n",
              "hostfunc=0 ran=1\n"},
-        Case{BackendProcess::Transport::kTcp, "1", "attached over ZeroMQ", "devicemap=801 plain_device_pointer=1\n",
+        Case{BackendProcess::Transport::kTcp, "1", "attached over ZeroMQ", "devicemap=801 plain_device_pointer=1 register_devicemap=801 register=0\n",
              "hostfunc=801 ran=0\n"}}) {
     BackendProcess backend("basic", {}, c.transport);
     ASSERT_TRUE(backend.Start()) << backend.Log();

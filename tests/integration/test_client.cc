@@ -100,8 +100,14 @@ int main(int argc, char** argv) {
     const CUresult mapped_result = cuMemHostAlloc(&mapped, 4096, CU_MEMHOSTALLOC_DEVICEMAP);
     CHECK(cuMemAllocHost(&plain, 4096));
     const CUresult device_result = cuMemHostGetDevicePointer(&device, plain, 0);
-    std::printf("devicemap=%d plain_device_pointer=%d\n", static_cast<int>(mapped_result),
-                static_cast<int>(device_result));
+    static unsigned char application[8192];
+    const CUresult register_mapped = cuMemHostRegister(application, 4096, CU_MEMHOSTREGISTER_DEVICEMAP);
+    if (register_mapped == CUDA_SUCCESS) CHECK(cuMemHostUnregister(application));
+    const CUresult register_plain = cuMemHostRegister(application, 4096, 0);
+    if (register_plain == CUDA_SUCCESS) CHECK(cuMemHostUnregister(application));
+    std::printf("devicemap=%d plain_device_pointer=%d register_devicemap=%d register=%d\n",
+                static_cast<int>(mapped_result), static_cast<int>(device_result), static_cast<int>(register_mapped),
+                static_cast<int>(register_plain));
     if (mapped_result == CUDA_SUCCESS) CHECK(cuMemFreeHost(mapped));
     CHECK(cuMemFreeHost(plain));
     return 0;
