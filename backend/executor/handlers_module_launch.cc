@@ -3,6 +3,8 @@
 #include <cstring>
 #include <string>
 
+#include "backend/executor/aligned_copy.h"
+#include "backend/executor/jit_option_set.h"
 #include "backend/executor/session.h"
 
 namespace curelay::executor {
@@ -22,13 +24,6 @@ CUlaunchConfig LaunchConfig(const Request& call, unsigned shared_mem_bytes, std:
   config.attrs = attributes.data();
   config.numAttrs = static_cast<unsigned>(attributes.size());
   return config;
-}
-
-// Copies bytes into 8-byte aligned storage: ELF images and argument buffers are read with aligned loads.
-const void* Aligned(std::span<const uint8_t> bytes, std::vector<uint64_t>& storage) {
-  storage.resize((bytes.size() + sizeof(uint64_t) - 1) / sizeof(uint64_t));
-  std::memcpy(storage.data(), bytes.data(), bytes.size());
-  return storage.data();
 }
 
 // The parameter layout of a function or kernel, learned once here, lets the client pack kernelParams itself.
@@ -64,45 +59,10 @@ Session::Outcome Session::ModuleLoad(const wire::ModuleLoad& call, std::span<con
 template <typename Load>
 Session::Outcome Session::LoadWithJitOptions(
     const flatbuffers::Vector<flatbuffers::Offset<wire::JitOption>>* wire_options, Load load) {
-  // Log buffers live here; their sizes come from the client's options, bounded so a client cannot make the
-  // executor allocate without limit.
-  constexpr uint64_t kMaxLogBytes = 1 << 20;
-  std::vector<CUjit_option> options;
-  std::vector<void*> values;
-  std::string info_log, error_log;
-  size_t info_index = SIZE_MAX, error_index = SIZE_MAX, wall_index = SIZE_MAX;
-  if (wire_options != nullptr) {
-    for (const auto* option : *wire_options) {
-      const auto kind = static_cast<CUjit_option>(option->option());
-      uint64_t value = option->value();
-      if (kind == CU_JIT_INFO_LOG_BUFFER_SIZE_BYTES || kind == CU_JIT_ERROR_LOG_BUFFER_SIZE_BYTES) {
-        value = std::min(value, kMaxLogBytes);
-        (kind == CU_JIT_INFO_LOG_BUFFER_SIZE_BYTES ? info_log : error_log).assign(value, '\0');
-      }
-      if (kind == CU_JIT_WALL_TIME) wall_index = options.size();
-      options.push_back(kind);
-      values.push_back(reinterpret_cast<void*>(static_cast<uintptr_t>(value)));
-    }
-  }
-  for (size_t i = 0; i < options.size(); ++i) {
-    if (options[i] == CU_JIT_INFO_LOG_BUFFER) {
-      values[i] = info_log.data();
-      info_index = i;
-    } else if (options[i] == CU_JIT_ERROR_LOG_BUFFER) {
-      values[i] = error_log.data();
-      error_index = i;
-    }
-  }
+  JitOptionSet jit(wire_options);
   Outcome outcome;
-  outcome.result = load(static_cast<unsigned>(options.size()), options.data(), values.data());
-  const auto text = [](const std::string& log, size_t index) {
-    return index == SIZE_MAX ? std::string() : std::string(log.c_str());
-  };
-  float wall_ms = 0;
-  if (wall_index != SIZE_MAX) std::memcpy(&wall_ms, &values[wall_index], sizeof(wall_ms));
-  outcome.body = wire::CreateJitLogs(builder_, builder_.CreateString(text(info_log, info_index)),
-                                     builder_.CreateString(text(error_log, error_index)), wall_ms)
-                     .Union();
+  outcome.result = load(jit.count(), jit.options(), jit.values());
+  outcome.body = jit.Logs(builder_).Union();
   outcome.body_type = wire::ReplyBody::JitLogs;
   return outcome;
 }

@@ -248,6 +248,10 @@ bool Session::Handle(const wire::Request& request, std::span<const uint8_t> payl
       CURELAY_DISPATCH(ModuleEnumerateFunctions)
       CURELAY_DISPATCH(ContextSetting)
       CURELAY_DISPATCH(LibraryGetModule)
+      CURELAY_DISPATCH(LinkCreate)
+      CURELAY_DISPATCH_PAYLOAD(LinkAddData)
+      CURELAY_DISPATCH(LinkComplete)
+      CURELAY_DISPATCH(LinkDestroy)
       CURELAY_DISPATCH(HostFunctionBoard)
       CURELAY_DISPATCH(LaunchHostFunction)
       CURELAY_DISPATCH(ModuleGetGlobal)
@@ -397,6 +401,8 @@ void Session::ReleaseEverything() {
   AbandonHostFunctions();  // first: streams held at a gate would keep the teardown below waiting
   for (auto& [id, stream] : streams_) driver_.cuStreamDestroy(stream);
   ReleaseHostRegistrations();
+  for (auto& [id, link] : links_) driver_.cuLinkDestroy(link.state);
+  links_.clear();
   ReleaseVirtualMemory();
   ReleasePoolAllocations();
   for (auto& [ptr, bytes] : allocations_) driver_.cuMemFree(ptr);

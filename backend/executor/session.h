@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "backend/executor/driver.h"
+#include "backend/executor/jit_option_set.h"
 #include "backend/executor/staging_pool.h"
 #include "schema/wire.h"
 #include "transport/channel.h"
@@ -93,6 +94,11 @@ class Session {
   Outcome ModuleGetFunction(const wire::ModuleGetFunction& call);
   Outcome ModuleEnumerateFunctions(const wire::ModuleEnumerateFunctions& call);
   Outcome LibraryGetModule(const wire::LibraryGetModule& call);
+  // JIT linking (handlers_link.cc).
+  Outcome LinkCreate(const wire::LinkCreate& call);
+  Outcome LinkAddData(const wire::LinkAddData& call, std::span<const uint8_t> payload);
+  Outcome LinkComplete(const wire::LinkComplete& call);
+  Outcome LinkDestroy(const wire::LinkDestroy& call);
   void ForgetModule(uint64_t module_id);
   Outcome ModuleGetGlobal(const wire::ModuleGetGlobal& call);
   Outcome LaunchKernel(const wire::LaunchKernel& call, std::span<const uint8_t> payload);
@@ -221,7 +227,12 @@ class Session {
   std::unordered_map<uint64_t, CUcontext> contexts_;
   std::unordered_set<uint64_t> created_contexts_;  // by cuCtxCreate, as opposed to primary contexts
   std::unordered_map<uint64_t, CUmodule> modules_;
-  std::unordered_map<uint64_t, uint64_t> library_modules_;  // module id -> library id: a library's, never unloaded
+  std::unordered_map<uint64_t, uint64_t> library_modules_;
+  struct Link {
+    std::unique_ptr<JitOptionSet> jit;  // the link's options: its log buffers fill up over the link's life
+    CUlinkState state = nullptr;
+  };
+  std::unordered_map<uint64_t, Link> links_;  // module id -> library id: a library's, never unloaded
   std::unordered_map<uint64_t, CUfunction> functions_;
   std::unordered_map<uint64_t, CUlibrary> libraries_;
   std::unordered_map<uint64_t, CUkernel> kernels_;

@@ -110,6 +110,7 @@ class Client {
   HandleRegistry<CUkern_st> kernels;
   HostAllocations host_allocations;
   HandleRegistry<CUevent_st> events;
+  HandleRegistry<CUlinkState_st> links;
 
  private:
   Client() = default;

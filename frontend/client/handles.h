@@ -72,6 +72,17 @@ struct CUkern_st {
   std::unordered_map<CUcontext, CUfunction> functions;  // one per context it was used in
 };
 
+// A JIT link in progress on the executor. The application's option arrays (which the driver requires to outlive
+// the link when it asks for outputs) receive the link's logs and outputs at every step; the linked image is kept
+// from cuLinkComplete on.
+struct CUlinkState_st {
+  uint64_t id;
+  unsigned int option_count;
+  CUjit_option* options;
+  void** values;
+  std::vector<uint8_t> image;
+};
+
 struct CUlib_st {
   uint64_t id;
   std::mutex kernels_mutex;  // guards both maps

@@ -531,6 +531,49 @@ std::string case_host_register() {
          f.hex();
 }
 
+// JIT linking: the test kernels' PTX added as data and again as a file to two links, each completed into a cubin
+// that loads and runs; the link's info log and wall time come back through the options; a bad input is refused.
+std::string case_link_ptx() {
+  g.require_context();
+  std::vector<char> ptx = read_file(g.ptx_path);
+  ptx.push_back('\0');
+  std::string out;
+  for (const bool from_file : {false, true}) {
+    char info[4096] = {};
+    CUjit_option options[] = {CU_JIT_INFO_LOG_BUFFER, CU_JIT_INFO_LOG_BUFFER_SIZE_BYTES, CU_JIT_WALL_TIME,
+                              CU_JIT_LOG_VERBOSE};
+    void* values[] = {info, reinterpret_cast<void*>(sizeof info), nullptr, reinterpret_cast<void*>(1)};
+    CUlinkState link = nullptr;
+    CU_CHECK(cuLinkCreate(4, options, values, &link));
+    if (from_file) {
+      CU_CHECK(cuLinkAddFile(link, CU_JIT_INPUT_PTX, g.ptx_path.c_str(), 0, nullptr, nullptr));
+    } else {
+      CU_CHECK(cuLinkAddData(link, CU_JIT_INPUT_PTX, ptx.data(), ptx.size(), "kernels.ptx", 0, nullptr, nullptr));
+    }
+    const char garbage[] = "not an object";
+    const CUresult bad = cuLinkAddData(link, CU_JIT_INPUT_OBJECT, const_cast<char*>(garbage), sizeof garbage,
+                                       "garbage", 0, nullptr, nullptr);
+    void* cubin = nullptr;
+    size_t cubin_bytes = 0;
+    const CUresult complete = cuLinkComplete(link, &cubin, &cubin_bytes);
+    std::string ran = "-";
+    if (complete == CUDA_SUCCESS) {
+      Module m;
+      CU_CHECK(cuModuleLoadData(m.out(), cubin));
+      CUfunction add = nullptr;
+      CU_CHECK(cuModuleGetFunction(&add, m.get(), "vector_add"));
+      ran = run_vector_add(add, 123, 16);
+    }
+    CU_CHECK(cuLinkDestroy(link));
+    out += std::string(from_file ? " file:" : "data:") + " bad=" + code_str(bad) + " complete=" + code_str(complete) +
+           " elf=" + std::to_string(cubin_bytes > 4 && std::memcmp(cubin, "\x7f" "ELF", 4) == 0) + " ran=" + ran +
+           " info_log=" + std::to_string(info[0] != '\0') +
+           " info_bytes_reported=" + std::to_string(reinterpret_cast<uintptr_t>(values[1]) > 1) +
+           " wall_reported=" + std::to_string(values[2] != nullptr);
+  }
+  return out;
+}
+
 // Cache and shared-memory configuration and flags of the current context, set and read back, then restored.
 std::string case_context_settings() {
   g.require_context();
@@ -1451,6 +1494,7 @@ int main(int argc, char** argv) {
   run_case("library_module", case_library_module);
   run_case("context_settings", case_context_settings);
   run_case("host_register", case_host_register);
+  run_case("link_ptx", case_link_ptx);
   run_case("module_global", case_module_global);
 
   run_case("vector_add_n1_b64", [] { return case_vector_add(1, 64); });

@@ -553,6 +553,28 @@ TEST_F(DriverApiTest, ModuleLoadersJitLogsAndFunctionAttributes) {
   EXPECT_EQ(cuKernelGetLibrary(&library_of, reinterpret_cast<CUkernel>(0x1234)), CUDA_ERROR_INVALID_HANDLE);
 }
 
+// JIT linking runs on the executor's driver (checked on a GPU by tests/gpu); the emulated driver has no linker, so
+// here the session answers what the executor's driver lacks, and the client refuses bad handles and arguments.
+TEST_F(DriverApiTest, LinkingIsTheExecutorDriversAndChecksItsArguments) {
+  CUlinkState link = nullptr;
+  EXPECT_EQ(cuLinkCreate(0, nullptr, nullptr, &link), CUDA_ERROR_NOT_SUPPORTED);
+  EXPECT_EQ(link, nullptr);
+  EXPECT_EQ(cuLinkCreate(0, nullptr, nullptr, nullptr), CUDA_ERROR_INVALID_VALUE);
+  CUjit_option symbols = CU_JIT_GLOBAL_SYMBOL_NAMES;
+  void* none = nullptr;
+  EXPECT_EQ(cuLinkCreate(1, &symbols, &none, &link), CUDA_ERROR_NOT_SUPPORTED);  // host symbol tables stay here
+  const auto bogus = reinterpret_cast<CUlinkState>(0x1234);
+  char ptx[] = "//";
+  EXPECT_EQ(cuLinkAddData(bogus, CU_JIT_INPUT_PTX, ptx, sizeof ptx, "x", 0, nullptr, nullptr),
+            CUDA_ERROR_INVALID_HANDLE);
+  EXPECT_EQ(cuLinkAddFile(bogus, CU_JIT_INPUT_PTX, "/nonexistent.ptx", 0, nullptr, nullptr),
+            CUDA_ERROR_FILE_NOT_FOUND);
+  void* image = nullptr;
+  size_t bytes = 0;
+  EXPECT_EQ(cuLinkComplete(bogus, &image, &bytes), CUDA_ERROR_INVALID_HANDLE);
+  EXPECT_EQ(cuLinkDestroy(bogus), CUDA_ERROR_INVALID_HANDLE);
+}
+
 // Cache configuration and flags are the executor's context's: set here, read back through the session.
 TEST_F(DriverApiTest, ContextSettings) {
   CUfunc_cache config = CU_FUNC_CACHE_PREFER_NONE;
