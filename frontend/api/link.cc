@@ -13,9 +13,15 @@ using namespace curelay::frontend;
 
 namespace {
 
-// The link's logs and outputs, into the application's option arrays given at cuLinkCreate.
+// The link's logs and outputs (all of it so far, each time), into the application's option arrays given at
+// cuLinkCreate, against the log capacities it gave there.
 void ApplyLinkLogs(CUlinkState link, const ReplyMessage& reply) {
   if (reply.reply == nullptr || link->option_count == 0) return;
+  for (unsigned int i = 0; i < link->option_count; ++i) {
+    if (link->options[i] == CU_JIT_INFO_LOG_BUFFER_SIZE_BYTES || link->options[i] == CU_JIT_ERROR_LOG_BUFFER_SIZE_BYTES) {
+      link->values[i] = link->given_values[i];
+    }
+  }
   ApplyJitLogs(reply.reply->body_as_JitLogs(), link->option_count, link->options, link->values);
 }
 
@@ -54,6 +60,7 @@ CUresult cuLinkCreate(unsigned int option_count, CUjit_option* options, void** o
   flatbuffers::Offset<flatbuffers::Vector<flatbuffers::Offset<wire::JitOption>>> jit;
   CURELAY_RETURN_IF_ERROR(EncodeJitOptions(builder, option_count, options, option_values, &jit));
   CUlinkState_st* link = client->links.Create(NextObjectId(), option_count, options, option_values);
+  if (option_count > 0) link->given_values.assign(option_values, option_values + option_count);
   const auto call = wire::CreateLinkCreate(builder, link->id, jit).Union();
   ReplyMessage reply;
   const CUresult result = client->Call(builder, wire::Call::LinkCreate, call, {}, &reply);

@@ -80,6 +80,7 @@ struct CUlinkState_st {
   unsigned int option_count;
   CUjit_option* options;
   void** values;
+  std::vector<void*> given_values;  // the values as given: log capacities are outputs too, and get overwritten
   std::vector<uint8_t> image;
 };
 

@@ -531,6 +531,16 @@ std::string case_host_register() {
          f.hex();
 }
 
+std::string hex_bytes(const void* data, size_t count) {
+  std::string out;
+  char digits[3];
+  for (size_t i = 0; i < count; ++i) {
+    std::snprintf(digits, sizeof digits, "%02x", static_cast<const unsigned char*>(data)[i]);
+    out += digits;
+  }
+  return out;
+}
+
 // JIT linking: the test kernels' PTX added as data and again as a file to two links, each completed into a cubin
 // that loads and runs; the link's info log and wall time come back through the options; a bad input is refused.
 std::string case_link_ptx() {
@@ -556,6 +566,7 @@ std::string case_link_ptx() {
     void* cubin = nullptr;
     size_t cubin_bytes = 0;
     const CUresult complete = cuLinkComplete(link, &cubin, &cubin_bytes);
+    const std::string magic = complete == CUDA_SUCCESS && cubin_bytes >= 4 ? hex_bytes(cubin, 4) : "-";
     std::string ran = "-";
     if (complete == CUDA_SUCCESS) {
       Module m;
@@ -566,7 +577,7 @@ std::string case_link_ptx() {
     }
     CU_CHECK(cuLinkDestroy(link));
     out += std::string(from_file ? " file:" : "data:") + " bad=" + code_str(bad) + " complete=" + code_str(complete) +
-           " elf=" + std::to_string(cubin_bytes > 4 && std::memcmp(cubin, "\x7f" "ELF", 4) == 0) + " ran=" + ran +
+           " magic=" + magic + " ran=" + ran +
            " info_log=" + std::to_string(info[0] != '\0') +
            " info_bytes_reported=" + std::to_string(reinterpret_cast<uintptr_t>(values[1]) > 1) +
            " wall_reported=" + std::to_string(values[2] != nullptr);
