@@ -12,33 +12,14 @@
 #include <sstream>
 #include <thread>
 
-#include "tests/integration/backend_process.h"
+#include "tests/integration/session_environment.h"
 
 namespace curelay::testing {
 namespace {
 
-#define ASSERT_CU(call) ASSERT_EQ((call), CUDA_SUCCESS) << #call
-
-BackendProcess* backend = nullptr;
-
-class SessionEnvironment : public ::testing::Environment {
- public:
-  void SetUp() override {
-    // Small enough that an out-of-memory case is quick, large enough for 256 MiB copies.
-    backend = new BackendProcess("driver-api", {{"CURELAY_EMU_DEVICE_MEMORY", std::to_string(2ull << 30)}});
-    ASSERT_TRUE(backend->Start()) << backend->Log();
-    setenv("CURELAY_ENDPOINT", backend->endpoint().c_str(), 1);
-  }
-  void TearDown() override { delete backend; }
-};
-const auto* const environment = ::testing::AddGlobalTestEnvironment(new SessionEnvironment);
-
-std::string Ptx() {
-  std::ifstream in(CURELAY_TEST_PTX_PATH);
-  std::stringstream text;
-  text << in.rdbuf();
-  return text.str();
-}
+// Small enough that an out-of-memory case is quick, large enough for 256 MiB copies.
+const auto* const environment = AddSessionEnvironment(
+    "driver-api", {{"CURELAY_EMU_DEVICE_MEMORY", std::to_string(2ull << 30)}});
 
 class DriverApiTest : public ::testing::Test {
  protected:

@@ -16,26 +16,13 @@
 #include <vector>
 
 #include "frontend/export_tables/integrity_check.h"
-#include "tests/integration/backend_process.h"
+#include "tests/integration/session_environment.h"
 
 namespace curelay::testing {
 namespace {
 
-#define ASSERT_CU(call) ASSERT_EQ((call), CUDA_SUCCESS) << #call
-
-BackendProcess* backend = nullptr;
-
-class SessionEnvironment : public ::testing::Environment {
- public:
-  void SetUp() override {
-    // Two devices, so the integrity check covers more than one device record.
-    backend = new BackendProcess("export-tables", {{"CURELAY_EMU_DEVICE_COUNT", "2"}});
-    ASSERT_TRUE(backend->Start()) << backend->Log();
-    setenv("CURELAY_ENDPOINT", backend->endpoint().c_str(), 1);
-  }
-  void TearDown() override { delete backend; }
-};
-const auto* const environment = ::testing::AddGlobalTestEnvironment(new SessionEnvironment);
+// Two devices, so the integrity check covers more than one device record.
+const auto* const environment = AddSessionEnvironment("export-tables", {{"CURELAY_EMU_DEVICE_COUNT", "2"}});
 
 // Table ids in the byte order callers pass them.
 constexpr std::string_view kCudartInterface = "6bd5fb6c5bf4e74a8987d93912fd9df9";

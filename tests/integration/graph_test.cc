@@ -12,33 +12,13 @@
 #include <thread>
 #include <vector>
 
-#include "tests/integration/backend_process.h"
+#include "tests/integration/session_environment.h"
 
 namespace curelay::testing {
 namespace {
 
-#define ASSERT_CU(call) ASSERT_EQ((call), CUDA_SUCCESS) << #call
-#define EXPECT_CU(call) EXPECT_EQ((call), CUDA_SUCCESS) << #call
-
-BackendProcess* backend = nullptr;
-
-class SessionEnvironment : public ::testing::Environment {
- public:
-  void SetUp() override {
-    backend = new BackendProcess("graphs", {{"CURELAY_EMU_DEVICE_MEMORY", std::to_string(1ull << 30)}});
-    ASSERT_TRUE(backend->Start()) << backend->Log();
-    setenv("CURELAY_ENDPOINT", backend->endpoint().c_str(), 1);
-  }
-  void TearDown() override { delete backend; }
-};
-const auto* const environment = ::testing::AddGlobalTestEnvironment(new SessionEnvironment);
-
-std::string Ptx() {
-  std::ifstream in(CURELAY_TEST_PTX_PATH);
-  std::stringstream text;
-  text << in.rdbuf();
-  return text.str();
-}
+const auto* const environment = AddSessionEnvironment(
+    "graphs", {{"CURELAY_EMU_DEVICE_MEMORY", std::to_string(1ull << 30)}});
 
 // Entry points cuda.h does not declare (older ABI versions, per-thread-default-stream variants), from the shim.
 template <typename Function>

@@ -6,34 +6,19 @@
 
 #include <atomic>
 #include <chrono>
-#include <fstream>
 #include <mutex>
-#include <sstream>
 #include <thread>
 #include <vector>
 
-#include "tests/integration/backend_process.h"
+#include "tests/integration/session_environment.h"
 
 namespace curelay::testing {
 namespace {
 
-#define ASSERT_CU(call) ASSERT_EQ((call), CUDA_SUCCESS) << #call
-#define EXPECT_CU(call) EXPECT_EQ((call), CUDA_SUCCESS) << #call
-
 using Clock = std::chrono::steady_clock;
 
-BackendProcess* backend = nullptr;
-
-class SessionEnvironment : public ::testing::Environment {
- public:
-  void SetUp() override {
-    backend = new BackendProcess("host-functions", {{"CURELAY_EMU_DEVICE_MEMORY", std::to_string(1ull << 30)}});
-    ASSERT_TRUE(backend->Start()) << backend->Log();
-    setenv("CURELAY_ENDPOINT", backend->endpoint().c_str(), 1);
-  }
-  void TearDown() override { delete backend; }
-};
-const auto* const environment = ::testing::AddGlobalTestEnvironment(new SessionEnvironment);
+const auto* const environment = AddSessionEnvironment(
+    "host-functions", {{"CURELAY_EMU_DEVICE_MEMORY", std::to_string(1ull << 30)}});
 
 class HostFunctionTest : public ::testing::Test {
  protected:
@@ -41,10 +26,7 @@ class HostFunctionTest : public ::testing::Test {
     ASSERT_CU(cuInit(0));
     ASSERT_CU(cuDevicePrimaryCtxRetain(&context_, 0));
     ASSERT_CU(cuCtxSetCurrent(context_));
-    std::ifstream in(CURELAY_TEST_PTX_PATH);
-    std::stringstream ptx;
-    ptx << in.rdbuf();
-    ASSERT_CU(cuModuleLoadData(&module_, ptx.str().c_str()));
+    ASSERT_CU(cuModuleLoadData(&module_, Ptx().c_str()));
     ASSERT_CU(cuModuleGetFunction(&busy_, module_, "busy_wait_ns"));
     ASSERT_CU(cuStreamCreate(&stream_, CU_STREAM_NON_BLOCKING));
   }

@@ -5,26 +5,13 @@
 
 #include <vector>
 
-#include "tests/integration/backend_process.h"
+#include "tests/integration/session_environment.h"
 
 namespace curelay::testing {
 namespace {
 
-#define ASSERT_CU(call) ASSERT_EQ((call), CUDA_SUCCESS) << #call
-#define EXPECT_CU(call) EXPECT_EQ((call), CUDA_SUCCESS) << #call
-
-BackendProcess* backend = nullptr;
-
-class SessionEnvironment : public ::testing::Environment {
- public:
-  void SetUp() override {
-    backend = new BackendProcess("memory-pools", {{"CURELAY_EMU_DEVICE_MEMORY", std::to_string(1ull << 30)}});
-    ASSERT_TRUE(backend->Start()) << backend->Log();
-    setenv("CURELAY_ENDPOINT", backend->endpoint().c_str(), 1);
-  }
-  void TearDown() override { delete backend; }
-};
-const auto* const environment = ::testing::AddGlobalTestEnvironment(new SessionEnvironment);
+const auto* const environment = AddSessionEnvironment(
+    "memory-pools", {{"CURELAY_EMU_DEVICE_MEMORY", std::to_string(1ull << 30)}});
 
 class MemoryPoolTest : public ::testing::Test {
  protected:

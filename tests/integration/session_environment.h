@@ -1,0 +1,54 @@
+// What the in-process integration suites share: one real backend (and its executors, on the emulated driver) for
+// the whole test program, which the shim, linked as this process's libcuda, connects to; and CUresult assertions.
+#pragma once
+
+#include <cuda.h>
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+#include <fstream>
+#include <map>
+#include <memory>
+#include <sstream>
+#include <string>
+
+#include "tests/integration/backend_process.h"
+
+#define ASSERT_CU(call) ASSERT_EQ((call), CUDA_SUCCESS) << #call
+#define EXPECT_CU(call) EXPECT_EQ((call), CUDA_SUCCESS) << #call
+
+namespace curelay::testing {
+
+// Starts the backend before the first test and points CURELAY_ENDPOINT at it; stops it after the last.
+class SessionEnvironment : public ::testing::Environment {
+ public:
+  SessionEnvironment(std::string name, std::map<std::string, std::string> backend_env)
+      : name_(std::move(name)), backend_env_(std::move(backend_env)) {}
+  void SetUp() override {
+    backend_ = std::make_unique<BackendProcess>(name_, backend_env_);
+    ASSERT_TRUE(backend_->Start()) << backend_->Log();
+    setenv("CURELAY_ENDPOINT", backend_->endpoint().c_str(), 1);
+  }
+  void TearDown() override { backend_.reset(); }
+
+ private:
+  std::string name_;
+  std::map<std::string, std::string> backend_env_;
+  std::unique_ptr<BackendProcess> backend_;
+};
+
+// Registers the suite's backend; call once, from a namespace-scope initializer.
+inline ::testing::Environment* AddSessionEnvironment(std::string name,
+                                                     std::map<std::string, std::string> backend_env = {}) {
+  return ::testing::AddGlobalTestEnvironment(new SessionEnvironment(std::move(name), std::move(backend_env)));
+}
+
+// The test kernels' PTX text.
+inline std::string Ptx() {
+  std::ifstream in(CURELAY_TEST_PTX_PATH);
+  std::stringstream text;
+  text << in.rdbuf();
+  return text.str();
+}
+
+}  // namespace curelay::testing
