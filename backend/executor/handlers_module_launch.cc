@@ -211,6 +211,33 @@ Session::Outcome Session::FunctionSetCacheConfig(const wire::FunctionSetCacheCon
   return {driver_.cuFuncSetCacheConfig(found->second, static_cast<CUfunc_cache>(call.config()))};
 }
 
+namespace {
+// The application's dynamic shared memory for each block size, during one PotentialBlockSize call (the driver's
+// callback takes no user data; this thread is the only one that calls the driver).
+const flatbuffers::Vector<uint64_t>* dynamic_smem_by_block_size = nullptr;
+
+size_t DynamicSmemOfBlockSize(int block_size) {
+  const auto* table = dynamic_smem_by_block_size;
+  if (table == nullptr || block_size < 1 || static_cast<size_t>(block_size) > table->size()) return 0;
+  return static_cast<size_t>(table->Get(static_cast<flatbuffers::uoffset_t>(block_size - 1)));
+}
+}  // namespace
+
+Session::Outcome Session::PotentialBlockSize(const wire::Occupancy& call, CUfunction function) {
+  const auto* table = call.dynamic_smem_by_block_size();
+  const bool by_block_size = table != nullptr && table->size() > 0;
+  dynamic_smem_by_block_size = table;
+  int min_grid_size = 0, block_size = 0;
+  Outcome outcome;
+  outcome.result = driver_.cuOccupancyMaxPotentialBlockSizeWithFlags(
+      &min_grid_size, &block_size, function, by_block_size ? DynamicSmemOfBlockSize : nullptr,
+      call.dynamic_smem_bytes(), call.block_size(), call.flags());
+  dynamic_smem_by_block_size = nullptr;
+  outcome.body = wire::CreateBlockSizeSuggestion(builder_, min_grid_size, block_size).Union();
+  outcome.body_type = wire::ReplyBody::BlockSizeSuggestion;
+  return outcome;
+}
+
 Session::Outcome Session::Occupancy(const wire::Occupancy& call) {
   auto found = functions_.find(call.function());
   if (found == functions_.end()) return {CUDA_ERROR_INVALID_HANDLE};
@@ -233,6 +260,9 @@ Session::Outcome Session::Occupancy(const wire::Occupancy& call) {
                                                                   call.block_size());
         value = static_cast<int64_t>(bytes);
       }
+      break;
+    case wire::OccupancyQuery::MaxPotentialBlockSize:
+      if (driver_.cuOccupancyMaxPotentialBlockSizeWithFlags != nullptr) return PotentialBlockSize(call, function);
       break;
     case wire::OccupancyQuery::MaxActiveClusters:
     case wire::OccupancyQuery::MaxPotentialClusterSize: {

@@ -107,6 +107,7 @@ class Session {
   Outcome FunctionSetCacheConfig(const wire::FunctionSetCacheConfig& call);
   Outcome Occupancy(const wire::Occupancy& call);
   Outcome ContextLimit(const wire::ContextLimit& call);
+  Outcome PotentialBlockSize(const wire::Occupancy& call, CUfunction function);
   Outcome ContextSetting(const wire::ContextSetting& call);
   Outcome WithInteger(Outcome outcome, int64_t value);  // the outcome, answering `value` as an IntegerValue
   Outcome PointerAttributes(const wire::PointerAttributes& call);

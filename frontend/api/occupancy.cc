@@ -1,4 +1,7 @@
 // Occupancy queries: answered by the executor's driver, which knows the function's resource use.
+#include <algorithm>
+#include <vector>
+
 #include "frontend/api/api_support.h"
 #include "frontend/api/library_kernels.h"
 #include "frontend/launch/launch_attributes.h"
@@ -15,9 +18,10 @@ struct OccupancyRequest {
   size_t dynamic_smem_bytes = 0;
   unsigned int flags = 0;
   const CUlaunchConfig* config = nullptr;
+  const std::vector<uint64_t>* dynamic_smem_by_block_size = nullptr;
 };
 
-CUresult AskOccupancy(CUfunction function, const OccupancyRequest& request, int64_t* value) {
+CUresult AskOccupancy(CUfunction function, const OccupancyRequest& request, ReplyMessage* reply) {
   Client* client;
   CURELAY_RETURN_IF_ERROR(RequireContext(&client));
   if (function == nullptr) return CUDA_ERROR_INVALID_HANDLE;
@@ -40,15 +44,50 @@ CUresult AskOccupancy(CUfunction function, const OccupancyRequest& request, int6
     block[0] = config.blockDimX, block[1] = config.blockDimY, block[2] = config.blockDimZ;
     dynamic_smem = config.sharedMemBytes;
   }
+  flatbuffers::Offset<flatbuffers::Vector<uint64_t>> smem_table;
+  if (request.dynamic_smem_by_block_size != nullptr) smem_table = builder.CreateVector(*request.dynamic_smem_by_block_size);
   const auto call = wire::CreateOccupancy(builder, request.query, function->id, request.block_size,
                                           request.num_blocks, dynamic_smem, request.flags, grid[0], grid[1],
-                                          grid[2], block[0], block[1], block[2], attributes)
+                                          grid[2], block[0], block[1], block[2], attributes, smem_table)
                         .Union();
+  return client->Call(builder, wire::Call::Occupancy, call, {}, reply);
+}
+
+CUresult AskOccupancy(CUfunction function, const OccupancyRequest& request, int64_t* value) {
   ReplyMessage reply;
-  CURELAY_RETURN_IF_ERROR(client->Call(builder, wire::Call::Occupancy, call, {}, &reply));
+  CURELAY_RETURN_IF_ERROR(AskOccupancy(function, request, &reply));
   const auto* answer = reply.reply->body_as_IntegerValue();
   if (answer == nullptr) return CUDA_ERROR_UNKNOWN;
   *value = answer->value();
+  return CUDA_SUCCESS;
+}
+
+// The driver asks the application's function for the dynamic shared memory of the block sizes it tries; it runs
+// here, once for every block size up to the limit, and the executor's driver gets the table.
+CUresult PotentialBlockSize(int* min_grid_size, int* block_size, CUfunction function,
+                            CUoccupancyB2DSize dynamic_smem_of, size_t dynamic_smem_bytes, int block_size_limit,
+                            unsigned int flags) {
+  if (min_grid_size == nullptr || block_size == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  OccupancyRequest request{wire::OccupancyQuery::MaxPotentialBlockSize, block_size_limit, 0, dynamic_smem_bytes,
+                           flags};
+  std::vector<uint64_t> table;
+  if (dynamic_smem_of != nullptr) {
+    Client* client;
+    CURELAY_RETURN_IF_ERROR(RequireContext(&client));
+    const auto& attributes = client->devices()[CurrentContext()->device].attributes;
+    int most = attributes.size() > CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_BLOCK
+                   ? attributes[CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_BLOCK]
+                   : 1024;
+    if (block_size_limit > 0) most = std::min(most, block_size_limit);
+    for (int threads = 1; threads <= most; ++threads) table.push_back(dynamic_smem_of(threads));
+    request.dynamic_smem_by_block_size = &table;
+  }
+  ReplyMessage reply;
+  CURELAY_RETURN_IF_ERROR(AskOccupancy(function, request, &reply));
+  const auto* answer = reply.reply->body_as_BlockSizeSuggestion();
+  if (answer == nullptr) return CUDA_ERROR_UNKNOWN;
+  *min_grid_size = answer->min_grid_size();
+  *block_size = answer->block_size();
   return CUDA_SUCCESS;
 }
 
@@ -81,6 +120,20 @@ CUresult cuOccupancyAvailableDynamicSMemPerBlock(size_t* bytes, CUfunction funct
       function, {wire::OccupancyQuery::AvailableDynamicSMemPerBlock, block_size, num_blocks}, &value));
   *bytes = static_cast<size_t>(value);
   return CUDA_SUCCESS;
+}
+
+CUresult cuOccupancyMaxPotentialBlockSize(int* min_grid_size, int* block_size, CUfunction function,
+                                          CUoccupancyB2DSize dynamic_smem_of, size_t dynamic_smem_bytes,
+                                          int block_size_limit) {
+  return PotentialBlockSize(min_grid_size, block_size, function, dynamic_smem_of, dynamic_smem_bytes,
+                            block_size_limit, CU_OCCUPANCY_DEFAULT);
+}
+
+CUresult cuOccupancyMaxPotentialBlockSizeWithFlags(int* min_grid_size, int* block_size, CUfunction function,
+                                                   CUoccupancyB2DSize dynamic_smem_of, size_t dynamic_smem_bytes,
+                                                   int block_size_limit, unsigned int flags) {
+  return PotentialBlockSize(min_grid_size, block_size, function, dynamic_smem_of, dynamic_smem_bytes,
+                            block_size_limit, flags);
 }
 
 CUresult cuOccupancyMaxActiveClusters(int* clusters, CUfunction function, const CUlaunchConfig* config) {

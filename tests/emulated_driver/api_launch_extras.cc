@@ -64,6 +64,39 @@ CUresult CUDAAPI cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags(int* numBl
   });
 }
 
+// The block size (a whole number of warps, up to the limit) with the most resident warps per multiprocessor by the
+// rule above, the larger one on a tie; the grid that fills the device with it.
+CUresult CUDAAPI cuOccupancyMaxPotentialBlockSizeWithFlags(int* minGridSize, int* blockSize, CUfunction func,
+                                                           CUoccupancyB2DSize blockSizeToDynamicSMemSize,
+                                                           size_t dynamicSMemSize, int blockSizeLimit,
+                                                           unsigned int flags) {
+  if (minGridSize == nullptr || blockSize == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  CUdevice device = 0;
+  int sms = 0;
+  if (CUresult r = cuCtxGetDevice(&device); r != CUDA_SUCCESS) return r;
+  if (CUresult r = cuDeviceGetAttribute(&sms, CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, device); r != CUDA_SUCCESS) {
+    return r;
+  }
+  const int limit = blockSizeLimit > 0 ? std::min(blockSizeLimit, 1024) : 1024;
+  int best_block = 0, best_blocks = 0, best_warps = 0;
+  for (int threads = 32; threads <= limit; threads += 32) {
+    const size_t smem = blockSizeToDynamicSMemSize != nullptr ? blockSizeToDynamicSMemSize(threads) : dynamicSMemSize;
+    int blocks = 0;
+    if (CUresult r = cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags(&blocks, func, threads, smem, flags);
+        r != CUDA_SUCCESS) {
+      return r;
+    }
+    if (blocks * (threads / 32) >= best_warps && blocks > 0) {
+      best_warps = blocks * (threads / 32);
+      best_block = threads;
+      best_blocks = blocks;
+    }
+  }
+  *blockSize = best_block;
+  *minGridSize = best_blocks * sms;
+  return CUDA_SUCCESS;
+}
+
 CUresult CUDAAPI cuCtxGetLimit(size_t* pvalue, CUlimit limit) {
   if (pvalue == nullptr) return CUDA_ERROR_INVALID_VALUE;
   std::lock_guard<std::mutex> lock(limits_mutex);

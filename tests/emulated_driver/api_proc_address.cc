@@ -84,6 +84,7 @@ const ProcEntry kProcs[] = {
     {"cuModuleEnumerateFunctions", 12040, Fn(&cuModuleEnumerateFunctions), nullptr},
     {"cuLaunchHostFunc", 10000, Fn(&cuLaunchHostFunc), nullptr},
     {"cuCtxSetFlags", 12010, Fn(&cuCtxSetFlags), nullptr},
+    {"cuOccupancyMaxPotentialBlockSizeWithFlags", 7000, Fn(&cuOccupancyMaxPotentialBlockSizeWithFlags), nullptr},
     {"cuCtxGetCacheConfig", 3020, Fn(&cuCtxGetCacheConfig), nullptr},
     {"cuCtxSetCacheConfig", 3020, Fn(&cuCtxSetCacheConfig), nullptr},
     {"cuFuncGetParamInfo", 12040, Fn(&cuFuncGetParamInfo), nullptr},

@@ -585,6 +585,24 @@ std::string case_link_ptx() {
   return out;
 }
 
+// Suggested block sizes: with no dynamic shared memory, with a fixed amount, with a function of the block size
+// (4 bytes a thread), and under a limit.
+std::string case_potential_block_size() {
+  CUfunction add = g.function("vector_add");
+  std::string out;
+  const auto ask = [&](CUoccupancyB2DSize smem_of, size_t smem, int limit) {
+    int min_grid = 0, block = 0;
+    CU_CHECK(cuOccupancyMaxPotentialBlockSizeWithFlags(&min_grid, &block, add, smem_of, smem, limit,
+                                                        CU_OCCUPANCY_DEFAULT));
+    out += " " + std::to_string(min_grid) + "x" + std::to_string(block);
+  };
+  ask(nullptr, 0, 0);
+  ask(nullptr, 48 * 1024, 0);
+  ask([](int threads) -> size_t { return static_cast<size_t>(threads) * 4; }, 0, 0);
+  ask(nullptr, 0, 96);
+  return out.substr(1);
+}
+
 // Cache and shared-memory configuration and flags of the current context, set and read back, then restored.
 std::string case_context_settings() {
   g.require_context();
@@ -1506,6 +1524,7 @@ int main(int argc, char** argv) {
   run_case("context_settings", case_context_settings);
   run_case("host_register", case_host_register);
   run_case("link_ptx", case_link_ptx);
+  run_case("potential_block_size", case_potential_block_size);
   run_case("module_global", case_module_global);
 
   run_case("vector_add_n1_b64", [] { return case_vector_add(1, 64); });

@@ -534,6 +534,36 @@ TEST_F(DriverApiTest, ModuleLoadersJitLogsAndFunctionAttributes) {
   EXPECT_EQ(cuKernelGetLibrary(&library_of, reinterpret_cast<CUkernel>(0x1234)), CUDA_ERROR_INVALID_HANDLE);
 }
 
+// The suggested block size: the application's function of the block size runs here, in this process, and the
+// executor's driver weighs its answers.
+TEST_F(DriverApiTest, PotentialBlockSizeAsksTheApplicationsFunctionHere) {
+  CUfunction fill = Function("fill_u32");
+  CUdevice device = 0;
+  int sms = 0;
+  ASSERT_CU(cuCtxGetDevice(&device));
+  ASSERT_CU(cuDeviceGetAttribute(&sms, CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, device));
+  int min_grid = 0, block = 0, blocks_per_sm = 0;
+  ASSERT_CU(cuOccupancyMaxPotentialBlockSize(&min_grid, &block, fill, nullptr, 0, 0));
+  ASSERT_GT(block, 0);
+  ASSERT_CU(cuOccupancyMaxActiveBlocksPerMultiprocessor(&blocks_per_sm, fill, block, 0));
+  EXPECT_EQ(min_grid, blocks_per_sm * sms);
+
+  static std::atomic<int> asked{0};
+  static const std::thread::id test_thread = std::this_thread::get_id();
+  // More shared memory than a block may have above 256 threads: the suggestion must stay at or below 256.
+  const CUoccupancyB2DSize smem_of = [](int threads) -> size_t {
+    if (std::this_thread::get_id() == test_thread) ++asked;
+    return threads > 256 ? size_t{1} << 30 : 0;
+  };
+  ASSERT_CU(cuOccupancyMaxPotentialBlockSizeWithFlags(&min_grid, &block, fill, smem_of, 0, 0, CU_OCCUPANCY_DEFAULT));
+  EXPECT_GT(asked.load(), 0);
+  EXPECT_GT(block, 0);
+  EXPECT_LE(block, 256);
+  ASSERT_CU(cuOccupancyMaxPotentialBlockSize(&min_grid, &block, fill, nullptr, 0, 64));
+  EXPECT_LE(block, 64);
+  EXPECT_EQ(cuOccupancyMaxPotentialBlockSize(nullptr, &block, fill, nullptr, 0, 0), CUDA_ERROR_INVALID_VALUE);
+}
+
 // JIT linking runs on the executor's driver (checked on a GPU by tests/gpu); the emulated driver has no linker, so
 // here the session answers what the executor's driver lacks, and the client refuses bad handles and arguments.
 TEST_F(DriverApiTest, LinkingIsTheExecutorDriversAndChecksItsArguments) {
