@@ -57,10 +57,11 @@ CUresult Board(Client& client, GateWord** gates) {
   return status;
 }
 
-// An idle gate, claimed. All 1024 busy means that many host functions wait on their streams: wait for one.
-GateWord* ClaimGate(GateWord* board, uint32_t* index) {
+// An idle gate, claimed. All 1024 busy means that many host functions wait on their streams: wait for one (null if
+// the session breaks meanwhile).
+GateWord* ClaimGate(const Client& client, GateWord* board, uint32_t* index) {
   static std::atomic<uint32_t> next{0};
-  for (;;) {
+  while (client.broken_result() == CUDA_SUCCESS) {
     for (size_t tries = 0; tries < transport::kHostFunctionGates; ++tries) {
       const uint32_t i = next.fetch_add(1) % transport::kHostFunctionGates;
       uint32_t idle = transport::kGateIdle;
@@ -71,6 +72,7 @@ GateWord* ClaimGate(GateWord* board, uint32_t* index) {
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(1));
   }
+  return nullptr;
 }
 
 CUresult LaunchHostFunction(CUstream stream, std::function<void()> body) {
@@ -81,7 +83,8 @@ CUresult LaunchHostFunction(CUstream stream, std::function<void()> body) {
   GateWord* board = nullptr;
   CURELAY_RETURN_IF_ERROR(Board(*client, &board));
   uint32_t index = 0;
-  GateWord* gate = ClaimGate(board, &index);
+  GateWord* gate = ClaimGate(*client, board, &index);
+  if (gate == nullptr) return client->broken_result();
   auto& builder = Builder();
   const auto call = wire::CreateLaunchHostFunction(builder, wire_stream, index).Union();
   // A round trip, so that a refusal (a capturing stream, say) is this call's result, as with the driver.

@@ -109,6 +109,23 @@ CUresult SetMemory(CUdeviceptr dst, uint32_t value, uint8_t element_bytes, size_
   return client->Post(builder, wire::Call::Memset, call, {});
 }
 
+// Has the executor map the shared file at `path` (which this process maps at `address`) and register it with its
+// driver; answers the device address of `address`. The file's name is gone afterwards.
+CUresult RegisterWithExecutor(Client& client, const std::string& path, void* address, size_t bytes,
+                              CUdeviceptr* device_ptr) {
+  auto& builder = Builder();
+  const auto call = wire::CreateHostRegister(builder, builder.CreateString(path), bytes,
+                                             reinterpret_cast<uint64_t>(address))
+                        .Union();
+  ReplyMessage reply;
+  CUresult result = client.Call(builder, wire::Call::HostRegister, call, {}, &reply);
+  unlink(path.c_str());  // normally the executor already did
+  const auto* pointer = result == CUDA_SUCCESS ? reply.reply->body_as_Pointer() : nullptr;
+  if (result == CUDA_SUCCESS && pointer == nullptr) result = CUDA_ERROR_UNKNOWN;
+  if (result == CUDA_SUCCESS) *device_ptr = pointer->ptr();
+  return result;
+}
+
 CUresult AllocateMappedHostMemory(Client& client, size_t bytes, unsigned int flags, void** ptr) {
   if (client.same_host_directory().empty()) {
     Log().warn("cuMemHostAlloc: mapped host memory (CU_MEMHOSTALLOC_DEVICEMAP) needs the backend on this host; "
@@ -123,20 +140,13 @@ CUresult AllocateMappedHostMemory(Client& client, size_t bytes, unsigned int fla
     Log().warn("cuMemHostAlloc: cannot create mapped host memory: {}", error);
     return CUDA_ERROR_OUT_OF_MEMORY;
   }
-  auto& builder = Builder();
-  const auto call = wire::CreateHostRegister(builder, builder.CreateString(path), rounded,
-                                             reinterpret_cast<uint64_t>(memory))
-                        .Union();
-  ReplyMessage reply;
-  CUresult result = client.Call(builder, wire::Call::HostRegister, call, {}, &reply);
-  unlink(path.c_str());  // normally the executor already did
-  const auto* pointer = result == CUDA_SUCCESS ? reply.reply->body_as_Pointer() : nullptr;
-  if (result == CUDA_SUCCESS && pointer == nullptr) result = CUDA_ERROR_UNKNOWN;
-  if (result != CUDA_SUCCESS) {
+  CUdeviceptr device_ptr = 0;
+  if (const CUresult result = RegisterWithExecutor(client, path, memory, rounded, &device_ptr);
+      result != CUDA_SUCCESS) {
     munmap(memory, rounded);
     return result;
   }
-  client.host_allocations.Adopt(memory, rounded, flags, pointer->ptr());
+  client.host_allocations.Adopt(memory, rounded, flags, device_ptr);
   *ptr = memory;
   return CUDA_SUCCESS;
 }
@@ -161,17 +171,8 @@ CUresult RegisterSharedHostMemory(Client& client, char* base, size_t bytes, CUde
     Log().warn("cuMemHostRegister: cannot move {} bytes at {} onto shared memory", bytes, static_cast<void*>(base));
     return CUDA_ERROR_INVALID_VALUE;
   }
-  auto& builder = Builder();
-  const auto call = wire::CreateHostRegister(builder, builder.CreateString(path), bytes,
-                                             reinterpret_cast<uint64_t>(base))
-                        .Union();
-  ReplyMessage reply;
-  CUresult result = client.Call(builder, wire::Call::HostRegister, call, {}, &reply);
-  unlink(path.c_str());  // normally the executor already did
-  const auto* pointer = result == CUDA_SUCCESS ? reply.reply->body_as_Pointer() : nullptr;
-  if (result == CUDA_SUCCESS && pointer == nullptr) result = CUDA_ERROR_UNKNOWN;
-  if (result == CUDA_SUCCESS) *device_ptr = pointer->ptr();
-  return result;  // on failure the pages stay on the (unlinked) file: same memory, same contents
+  // On failure the pages stay on the (unlinked) file: same memory, same contents.
+  return RegisterWithExecutor(client, path, base, bytes, device_ptr);
 }
 
 }  // namespace
