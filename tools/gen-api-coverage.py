@@ -37,7 +37,7 @@ LOCAL = {
     "cuGetExportTable": "static tables in the client (frontend/export_tables/); only ClusterPrototype slot 4 asks "
                         "the executor",
     "cuCtxGetDevice_v2": "client context object", "cuCtxGetId": "client context object",
-    "cuKernelGetLibrary": "client kernel object", "cuModuleGetLoadingMode": "the executor driver's, learned at attach",
+    "cuKernelGetLibrary": "client kernel object", "cuDeviceGetMemPool": "current pool mirrored in the client", "cuModuleGetLoadingMode": "the executor driver's, learned at attach",
     "cuFuncGetName": "client function object", "cuKernelGetName": "client kernel object",
     "cuFuncGetAttribute": "cached per function after the first read (writes go through the shim and clear it)",
     "cuKernelGetAttribute": "cached per function after the first read",
@@ -103,6 +103,7 @@ def main() -> None:
         "onto a shared file (same addresses and contents) that the executor registers; `CU_MEMHOSTREGISTER_IOMEMORY` "
         "is not supported; ranges are tracked in whole pages, so two registrations sharing a page collide "
         "(`CUDA_ERROR_HOST_MEMORY_ALREADY_REGISTERED`) |",
+        "| `cuMemPoolCreate` of a pool located on the host | `CUDA_ERROR_NOT_SUPPORTED` (device pools work) |",
         "| host functions (`cuLaunchHostFunc`, `cuStreamAddCallback`) over tcp:// | `CUDA_ERROR_NOT_SUPPORTED`: the "
         "stream waits on a gate in memory shared with the client, so the backend must be on the client's host |",
         "| a host function on a capturing stream (a host node in a graph) | `CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED`, "

@@ -1,5 +1,5 @@
-// Stream-ordered allocation from each device's default pool. Allocations the client has not freed are freed at
-// session end (ReleasePoolAllocations); cuMemFree accepts them and waits for the work that may use them.
+// Stream-ordered allocation from each device's default pool and from pools the client created. Allocations the
+// client has not freed are freed at session end, then its pools are destroyed (ReleasePoolAllocations).
 #include "backend/executor/session.h"
 
 namespace curelay::executor {
@@ -14,14 +14,33 @@ bool IntAttribute(CUmemPool_attribute attribute) {
 
 }  // namespace
 
+CUresult Session::ResolvePool(int device, uint64_t pool_id, CUmemoryPool* pool) {
+  if (pool_id == 0) {
+    if (driver_.cuDeviceGetDefaultMemPool == nullptr) return CUDA_ERROR_NOT_SUPPORTED;
+    return driver_.cuDeviceGetDefaultMemPool(pool, device);
+  }
+  auto found = memory_pools_.find(pool_id);
+  if (found == memory_pools_.end()) return CUDA_ERROR_INVALID_VALUE;
+  *pool = found->second;
+  return CUDA_SUCCESS;
+}
+
 Session::Outcome Session::MemAllocAsync(const wire::MemAllocAsync& call) {
-  if (driver_.cuMemAllocAsync == nullptr) return {CUDA_ERROR_NOT_SUPPORTED};
+  if (driver_.cuMemAllocAsync == nullptr || driver_.cuMemAllocFromPoolAsync == nullptr) {
+    return {CUDA_ERROR_NOT_SUPPORTED};
+  }
   CUstream stream = nullptr;
   Outcome outcome;
   outcome.result = LookupStream(call.stream(), &stream);
   if (outcome.result != CUDA_SUCCESS) return outcome;
   CUdeviceptr ptr = 0;
-  outcome.result = driver_.cuMemAllocAsync(&ptr, call.bytes(), stream);
+  if (call.from_pool()) {
+    CUmemoryPool pool = nullptr;
+    outcome.result = ResolvePool(call.device(), call.pool(), &pool);
+    if (outcome.result == CUDA_SUCCESS) outcome.result = driver_.cuMemAllocFromPoolAsync(&ptr, call.bytes(), pool, stream);
+  } else {
+    outcome.result = driver_.cuMemAllocAsync(&ptr, call.bytes(), stream);
+  }
   if (outcome.result == CUDA_SUCCESS) pool_allocations_[ptr] = call.bytes();
   outcome.body = wire::CreatePointer(builder_, ptr, call.bytes()).Union();
   outcome.body_type = wire::ReplyBody::Pointer;
@@ -38,13 +57,12 @@ Session::Outcome Session::MemFreeAsync(const wire::MemFreeAsync& call) {
 }
 
 Session::Outcome Session::MemPoolAttribute(const wire::MemPoolAttribute& call) {
-  if (driver_.cuDeviceGetDefaultMemPool == nullptr || driver_.cuMemPoolGetAttribute == nullptr ||
-      driver_.cuMemPoolSetAttribute == nullptr) {
+  if (driver_.cuMemPoolGetAttribute == nullptr || driver_.cuMemPoolSetAttribute == nullptr) {
     return {CUDA_ERROR_NOT_SUPPORTED};
   }
   CUmemoryPool pool = nullptr;
   Outcome outcome;
-  outcome.result = driver_.cuDeviceGetDefaultMemPool(&pool, call.device());
+  outcome.result = ResolvePool(call.device(), call.pool(), &pool);
   if (outcome.result != CUDA_SUCCESS) return outcome;
   const auto attribute = static_cast<CUmemPool_attribute>(call.attribute());
   int int_value = static_cast<int>(call.value());
@@ -59,18 +77,50 @@ Session::Outcome Session::MemPoolAttribute(const wire::MemPoolAttribute& call) {
 }
 
 Session::Outcome Session::MemPoolTrimTo(const wire::MemPoolTrimTo& call) {
-  if (driver_.cuDeviceGetDefaultMemPool == nullptr || driver_.cuMemPoolTrimTo == nullptr) {
-    return {CUDA_ERROR_NOT_SUPPORTED};
-  }
+  if (driver_.cuMemPoolTrimTo == nullptr) return {CUDA_ERROR_NOT_SUPPORTED};
   CUmemoryPool pool = nullptr;
-  CUresult result = driver_.cuDeviceGetDefaultMemPool(&pool, call.device());
+  CUresult result = ResolvePool(call.device(), call.pool(), &pool);
   if (result == CUDA_SUCCESS) result = driver_.cuMemPoolTrimTo(pool, call.min_bytes_to_keep());
+  return {result};
+}
+
+Session::Outcome Session::MemPoolCreate(const wire::MemPoolCreate& call) {
+  if (driver_.cuMemPoolCreate == nullptr || driver_.cuMemPoolDestroy == nullptr) return {CUDA_ERROR_NOT_SUPPORTED};
+  if (call.pool() == 0 || memory_pools_.count(call.pool()) != 0) return {CUDA_ERROR_INVALID_VALUE};
+  CUmemPoolProps props{};
+  props.allocType = static_cast<CUmemAllocationType>(call.allocation_type());
+  props.handleTypes = static_cast<CUmemAllocationHandleType>(call.handle_types());
+  props.location.type = static_cast<CUmemLocationType>(call.location_type());
+  props.location.id = call.location_id();
+  props.maxSize = call.max_size();
+  CUmemoryPool pool = nullptr;
+  const CUresult result = driver_.cuMemPoolCreate(&pool, &props);
+  if (result == CUDA_SUCCESS) memory_pools_[call.pool()] = pool;
+  return {result};
+}
+
+Session::Outcome Session::MemPoolDestroy(const wire::MemPoolDestroy& call) {
+  auto found = memory_pools_.find(call.pool());
+  if (found == memory_pools_.end()) return {CUDA_ERROR_INVALID_VALUE};
+  const CUresult result = driver_.cuMemPoolDestroy(found->second);
+  if (result == CUDA_SUCCESS) memory_pools_.erase(found);
+  return {result};
+}
+
+Session::Outcome Session::DeviceSetMemPool(const wire::DeviceSetMemPool& call) {
+  if (driver_.cuDeviceSetMemPool == nullptr) return {CUDA_ERROR_NOT_SUPPORTED};
+  CUmemoryPool pool = nullptr;
+  CUresult result = ResolvePool(call.device(), call.pool(), &pool);
+  if (result == CUDA_SUCCESS) result = driver_.cuDeviceSetMemPool(call.device(), pool);
   return {result};
 }
 
 void Session::ReleasePoolAllocations() {
   for (const auto& [ptr, bytes] : pool_allocations_) driver_.cuMemFree(ptr);
   pool_allocations_.clear();
+  // Destroying a device's current pool makes its default pool current again, for the next session of this process.
+  for (const auto& [id, pool] : memory_pools_) driver_.cuMemPoolDestroy(pool);
+  memory_pools_.clear();
 }
 
 }  // namespace curelay::executor

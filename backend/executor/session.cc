@@ -308,6 +308,9 @@ bool Session::Handle(const wire::Request& request, std::span<const uint8_t> payl
       CURELAY_DISPATCH(MemFreeAsync)
       CURELAY_DISPATCH(MemPoolAttribute)
       CURELAY_DISPATCH(MemPoolTrimTo)
+      CURELAY_DISPATCH(MemPoolCreate)
+      CURELAY_DISPATCH(MemPoolDestroy)
+      CURELAY_DISPATCH(DeviceSetMemPool)
 #undef CURELAY_DISPATCH
 #undef CURELAY_DISPATCH_PAYLOAD
       case wire::Call::ContextSynchronize:

@@ -200,6 +200,10 @@ class Session {
   Outcome MemFreeAsync(const wire::MemFreeAsync& call);
   Outcome MemPoolAttribute(const wire::MemPoolAttribute& call);
   Outcome MemPoolTrimTo(const wire::MemPoolTrimTo& call);
+  Outcome MemPoolCreate(const wire::MemPoolCreate& call);
+  Outcome MemPoolDestroy(const wire::MemPoolDestroy& call);
+  Outcome DeviceSetMemPool(const wire::DeviceSetMemPool& call);
+  CUresult ResolvePool(int device, uint64_t pool_id, CUmemoryPool* pool);
   void ReleasePoolAllocations();
 
   Driver& driver_;
@@ -273,7 +277,8 @@ class Session {
   std::unordered_map<uint64_t, PhysicalAllocation> physical_allocations_;
   std::map<CUdeviceptr, uint64_t> virtual_mappings_;
   std::map<CUdeviceptr, uint64_t> address_reservations_;
-  std::unordered_map<CUdeviceptr, uint64_t> pool_allocations_;  // by cuMemAllocAsync, not yet freed; bytes
+  std::unordered_map<CUdeviceptr, uint64_t> pool_allocations_;
+  std::unordered_map<uint64_t, CUmemoryPool> memory_pools_;  // created by the client (cuMemPoolCreate), by id  // by cuMemAllocAsync, not yet freed; bytes
   // The client's board of host-function gates (mapped for the life of the process: driver callbacks may still
   // hold a gate during teardown) and the flag that lets every waiting gate go when the session ends.
   std::atomic<uint32_t>* host_function_board_ = nullptr;

@@ -1,34 +1,46 @@
-// Stream-ordered allocation from each device's default memory pool, answered by the executor's driver. The
-// application's CUmemoryPool for a default pool is a local token naming the device (the executor's pool handle
-// means nothing here); pools of its own (cuMemPoolCreate) are not supported.
+// Stream-ordered allocation from memory pools, answered by the executor's driver. The application's CUmemoryPool
+// is a local object (the executor's pool handles mean nothing here): a device's default pool, or a pool it created,
+// known to the executor by id. Each device's current pool (cuDeviceSetMemPool) is mirrored here.
+#include <mutex>
+#include <set>
+
 #include "frontend/api/api_support.h"
 
 using namespace curelay;
 using namespace curelay::frontend;
 
-// Opaque in cuda.h; here a default pool is only the device it belongs to.
+// Opaque in cuda.h. id 0: the device's default pool.
 struct CUmemPoolHandle_st {
   int device;
+  uint64_t id;
 };
 
 namespace {
 
 constexpr int kMaxDevices = 64;
 
+std::mutex pools_mutex;
+std::set<CUmemoryPool> created_pools;        // guarded by pools_mutex
+CUmemoryPool current_pools[kMaxDevices] = {};  // null: the default pool; guarded by pools_mutex
+
 CUmemPoolHandle_st* DefaultPools() {
   static CUmemPoolHandle_st pools[kMaxDevices] = {};
   static const bool initialized = [] {
-    for (int device = 0; device < kMaxDevices; ++device) pools[device].device = device;
+    for (int device = 0; device < kMaxDevices; ++device) pools[device] = {device, 0};
     return true;
   }();
   (void)initialized;
   return pools;
 }
 
-CUresult PoolDevice(CUmemoryPool pool, int* device) {
+CUresult LookupPool(CUmemoryPool pool, int* device, uint64_t* id) {
   CUmemPoolHandle_st* pools = DefaultPools();
-  if (pool < pools || pool >= pools + kMaxDevices) return CUDA_ERROR_INVALID_VALUE;
+  if (pool < pools || pool >= pools + kMaxDevices) {
+    std::lock_guard<std::mutex> lock(pools_mutex);
+    if (created_pools.count(pool) == 0) return CUDA_ERROR_INVALID_VALUE;
+  }
   *device = pool->device;
+  *id = pool->id;
   return CUDA_SUCCESS;
 }
 
@@ -38,14 +50,18 @@ bool IntAttribute(CUmemPool_attribute attribute) {
          attribute == CU_MEMPOOL_ATTR_REUSE_ALLOW_INTERNAL_DEPENDENCIES;
 }
 
-CUresult AllocAsync(CUdeviceptr* ptr, size_t bytes, CUstream stream) {
+// From the device's current pool, or from `pool` when one is given.
+CUresult AllocAsync(CUdeviceptr* ptr, size_t bytes, CUstream stream, CUmemoryPool pool) {
   Client* client;
   CURELAY_RETURN_IF_ERROR(RequireContext(&client));
   if (ptr == nullptr || bytes == 0) return CUDA_ERROR_INVALID_VALUE;
+  int device = 0;
+  uint64_t pool_id = 0;
+  if (pool != nullptr) CURELAY_RETURN_IF_ERROR(LookupPool(pool, &device, &pool_id));
   uint64_t wire_stream = 0;
   CURELAY_RETURN_IF_ERROR(WireStream(*client, stream, &wire_stream));
   auto& builder = Builder();
-  const auto call = wire::CreateMemAllocAsync(builder, bytes, wire_stream).Union();
+  const auto call = wire::CreateMemAllocAsync(builder, bytes, wire_stream, pool != nullptr, device, pool_id).Union();
   ReplyMessage reply;
   CURELAY_RETURN_IF_ERROR(client->Call(builder, wire::Call::MemAllocAsync, call, {}, &reply));
   const auto* pointer = reply.reply->body_as_Pointer();
@@ -69,13 +85,14 @@ CUresult PoolAttribute(CUmemoryPool pool, CUmemPool_attribute attribute, void* v
   Client* client;
   CURELAY_RETURN_IF_ERROR(RequireContext(&client));
   int device = 0;
-  CURELAY_RETURN_IF_ERROR(PoolDevice(pool, &device));
+  uint64_t pool_id = 0;
+  CURELAY_RETURN_IF_ERROR(LookupPool(pool, &device, &pool_id));
   if (value == nullptr) return CUDA_ERROR_INVALID_VALUE;
   const bool narrow = IntAttribute(attribute);
   uint64_t encoded = 0;
   if (set) encoded = narrow ? static_cast<uint64_t>(*static_cast<int*>(value)) : *static_cast<cuuint64_t*>(value);
   auto& builder = Builder();
-  const auto call = wire::CreateMemPoolAttribute(builder, device, attribute, encoded, set).Union();
+  const auto call = wire::CreateMemPoolAttribute(builder, device, attribute, encoded, set, pool_id).Union();
   if (set) return client->Call(builder, wire::Call::MemPoolAttribute, call, {}, nullptr);
   ReplyMessage reply;
   CURELAY_RETURN_IF_ERROR(client->Call(builder, wire::Call::MemPoolAttribute, call, {}, &reply));
@@ -121,13 +138,94 @@ CUresult cuMemPoolTrimTo(CUmemoryPool pool, size_t min_bytes_to_keep) {
   Client* client;
   CURELAY_RETURN_IF_ERROR(RequireContext(&client));
   int device = 0;
-  CURELAY_RETURN_IF_ERROR(PoolDevice(pool, &device));
+  uint64_t pool_id = 0;
+  CURELAY_RETURN_IF_ERROR(LookupPool(pool, &device, &pool_id));
   auto& builder = Builder();
-  const auto call = wire::CreateMemPoolTrimTo(builder, device, min_bytes_to_keep).Union();
+  const auto call = wire::CreateMemPoolTrimTo(builder, device, min_bytes_to_keep, pool_id).Union();
   return client->Call(builder, wire::Call::MemPoolTrimTo, call, {}, nullptr);
 }
 
-CUresult cuMemAllocAsync(CUdeviceptr* ptr, size_t bytes, CUstream stream) { return AllocAsync(ptr, bytes, stream); }
+CUresult cuMemAllocAsync(CUdeviceptr* ptr, size_t bytes, CUstream stream) {
+  return AllocAsync(ptr, bytes, stream, nullptr);
+}
+
+CUresult cuMemAllocFromPoolAsync(CUdeviceptr* ptr, size_t bytes, CUmemoryPool pool, CUstream stream) {
+  if (pool == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  return AllocAsync(ptr, bytes, stream, pool);
+}
+
+// Pools located on a device; host-located pools and shareable handles would need memory the client cannot reach.
+CUresult cuMemPoolCreate(CUmemoryPool* result_pool, const CUmemPoolProps* props) {
+  Client* client;
+  CURELAY_RETURN_IF_ERROR(RequireClient(&client));
+  if (result_pool == nullptr || props == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  if (props->location.type != CU_MEM_LOCATION_TYPE_DEVICE) return CUDA_ERROR_NOT_SUPPORTED;
+  CURELAY_RETURN_IF_ERROR(RequireDevice(*client, props->location.id));
+  if (props->location.id >= kMaxDevices) return CUDA_ERROR_INVALID_DEVICE;
+  if (props->win32SecurityAttributes != nullptr) return CUDA_ERROR_NOT_SUPPORTED;
+  auto* pool = new CUmemPoolHandle_st{props->location.id, NextObjectId()};
+  auto& builder = Builder();
+  const auto call = wire::CreateMemPoolCreate(builder, pool->id, props->allocType, props->handleTypes,
+                                              props->location.type, props->location.id, props->maxSize)
+                        .Union();
+  if (const CUresult result = client->Call(builder, wire::Call::MemPoolCreate, call, {}, nullptr);
+      result != CUDA_SUCCESS) {
+    delete pool;
+    return result;
+  }
+  std::lock_guard<std::mutex> lock(pools_mutex);
+  created_pools.insert(pool);
+  *result_pool = pool;
+  return CUDA_SUCCESS;
+}
+
+CUresult cuMemPoolDestroy(CUmemoryPool pool) {
+  Client* client;
+  CURELAY_RETURN_IF_ERROR(RequireClient(&client));
+  {
+    std::lock_guard<std::mutex> lock(pools_mutex);
+    if (created_pools.count(pool) == 0) return CUDA_ERROR_INVALID_VALUE;
+  }
+  auto& builder = Builder();
+  const auto call = wire::CreateMemPoolDestroy(builder, pool->id).Union();
+  CURELAY_RETURN_IF_ERROR(client->Call(builder, wire::Call::MemPoolDestroy, call, {}, nullptr));
+  std::lock_guard<std::mutex> lock(pools_mutex);
+  created_pools.erase(pool);
+  // As the driver: a device whose current pool is destroyed goes back to its default pool.
+  for (auto& current : current_pools) {
+    if (current == pool) current = nullptr;
+  }
+  delete pool;
+  return CUDA_SUCCESS;
+}
+
+CUresult cuDeviceSetMemPool(CUdevice device, CUmemoryPool pool) {
+  Client* client;
+  CURELAY_RETURN_IF_ERROR(RequireClient(&client));
+  CURELAY_RETURN_IF_ERROR(RequireDevice(*client, device));
+  if (device >= kMaxDevices) return CUDA_ERROR_INVALID_DEVICE;
+  int pool_device = 0;
+  uint64_t pool_id = 0;
+  CURELAY_RETURN_IF_ERROR(LookupPool(pool, &pool_device, &pool_id));
+  if (pool_device != device) return CUDA_ERROR_INVALID_VALUE;
+  auto& builder = Builder();
+  const auto call = wire::CreateDeviceSetMemPool(builder, device, pool_id).Union();
+  CURELAY_RETURN_IF_ERROR(client->Call(builder, wire::Call::DeviceSetMemPool, call, {}, nullptr));
+  std::lock_guard<std::mutex> lock(pools_mutex);
+  current_pools[device] = pool_id == 0 ? nullptr : pool;
+  return CUDA_SUCCESS;
+}
+
+CUresult cuDeviceGetMemPool(CUmemoryPool* pool, CUdevice device) {
+  Client* client;
+  CURELAY_RETURN_IF_ERROR(RequireClient(&client));
+  if (pool == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  CURELAY_RETURN_IF_ERROR(RequireDevice(*client, device));
+  if (device >= kMaxDevices) return CUDA_ERROR_INVALID_DEVICE;
+  std::lock_guard<std::mutex> lock(pools_mutex);
+  *pool = current_pools[device] != nullptr ? current_pools[device] : &DefaultPools()[device];
+  return CUDA_SUCCESS;
+}
 CUresult cuMemFreeAsync(CUdeviceptr ptr, CUstream stream) { return FreeAsync(ptr, stream); }
 
 }  // extern "C"

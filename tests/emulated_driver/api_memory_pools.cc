@@ -1,7 +1,9 @@
-// Stream-ordered allocation from each device's default pool: an allocation is made at once (emulated memory is
-// never busy), and a free is queued on the stream, so the block stays valid for the work ordered before it. The
-// pool's settable attributes are remembered; its memory statistics read as zero (nothing is kept in reserve).
+// Stream-ordered allocation from each device's default pool and from pools the application creates: an allocation
+// is made at once (emulated memory is never busy), and a free is queued on the stream, so the block stays valid for
+// the work ordered before it. A pool's settable attributes are remembered; its memory statistics read as zero
+// (nothing is kept in reserve). Each device has a current pool (cuDeviceSetMemPool), the default one at first.
 #include <mutex>
+#include <set>
 
 #include "api_common.h"
 #include "graph.h"
@@ -20,6 +22,8 @@ namespace {
 constexpr int kMaxPools = 64;
 
 std::mutex pools_mu;
+std::set<CUmemoryPool> created_pools;      // guarded by pools_mu
+CUmemoryPool current_pools[kMaxPools] = {};  // null: the default pool; guarded by pools_mu
 
 CUmemPoolHandle_st* DefaultPools() {
   static auto* pools = [] {
@@ -31,8 +35,25 @@ CUmemPoolHandle_st* DefaultPools() {
 }
 
 bool KnownPool(CUmemoryPool pool) {
-  return pool >= DefaultPools() && pool < DefaultPools() + kMaxPools &&
-         pool->device < Driver::Get().device_count();
+  if (pool >= DefaultPools() && pool < DefaultPools() + kMaxPools) return pool->device < Driver::Get().device_count();
+  std::lock_guard lock(pools_mu);
+  return created_pools.count(pool) != 0;
+}
+
+CUresult AllocateFromStream(CUdeviceptr* dptr, size_t bytesize, CUstream stream_handle) {
+  std::shared_ptr<Context> ctx;
+  std::shared_ptr<Stream> stream;
+  if (CUresult r = ResolveStream(stream_handle, &ctx, &stream); r != CUDA_SUCCESS) return r;
+  if (dptr == nullptr || bytesize == 0) return CUDA_ERROR_INVALID_VALUE;
+  // Allocation nodes are not emulated.
+  if (CUresult r = RefuseInCapture(stream.get()); r != CUDA_SUCCESS) return r;
+  std::shared_ptr<Allocation> allocation;
+  if (CUresult r = Driver::Get().memory().Allocate(ctx->device, bytesize, ctx->handle, &allocation);
+      r != CUDA_SUCCESS) {
+    return r;
+  }
+  *dptr = allocation->base();
+  return CUDA_SUCCESS;
 }
 
 }  // namespace
@@ -111,19 +132,71 @@ CUresult CUDAAPI cuMemPoolTrimTo(CUmemoryPool pool, size_t min_bytes_to_keep) {
 }
 
 CUresult CUDAAPI cuMemAllocAsync(CUdeviceptr* dptr, size_t bytesize, CUstream stream_handle) {
+  return emu::Guard([&] { return emu::AllocateFromStream(dptr, bytesize, stream_handle); });
+}
+
+CUresult CUDAAPI cuMemAllocFromPoolAsync(CUdeviceptr* dptr, size_t bytesize, CUmemoryPool pool,
+                                         CUstream stream_handle) {
   return emu::Guard([&] {
-    std::shared_ptr<emu::Context> ctx;
-    std::shared_ptr<emu::Stream> stream;
-    if (CUresult r = emu::ResolveStream(stream_handle, &ctx, &stream); r != CUDA_SUCCESS) return r;
-    if (dptr == nullptr || bytesize == 0) return CUDA_ERROR_INVALID_VALUE;
-    // Allocation nodes are not emulated.
-    if (CUresult r = emu::RefuseInCapture(stream.get()); r != CUDA_SUCCESS) return r;
-    std::shared_ptr<emu::Allocation> allocation;
-    if (CUresult r = emu::Driver::Get().memory().Allocate(ctx->device, bytesize, ctx->handle, &allocation);
-        r != CUDA_SUCCESS) {
-      return r;
+    if (CUresult r = emu::CheckInit(); r != CUDA_SUCCESS) return r;
+    if (!emu::KnownPool(pool)) return CUDA_ERROR_INVALID_VALUE;
+    return emu::AllocateFromStream(dptr, bytesize, stream_handle);
+  });
+}
+
+CUresult CUDAAPI cuMemPoolCreate(CUmemoryPool* pool, const CUmemPoolProps* props) {
+  return emu::Guard([&] {
+    if (CUresult r = emu::CheckInit(); r != CUDA_SUCCESS) return r;
+    if (pool == nullptr || props == nullptr || props->allocType != CU_MEM_ALLOCATION_TYPE_PINNED ||
+        props->location.type != CU_MEM_LOCATION_TYPE_DEVICE || props->location.id < 0 ||
+        props->location.id >= emu::Driver::Get().device_count()) {
+      return CUDA_ERROR_INVALID_VALUE;
     }
-    *dptr = allocation->base();
+    auto* made = new CUmemPoolHandle_st;
+    made->device = props->location.id;
+    std::lock_guard lock(emu::pools_mu);
+    emu::created_pools.insert(made);
+    *pool = made;
+    return CUDA_SUCCESS;
+  });
+}
+
+CUresult CUDAAPI cuMemPoolDestroy(CUmemoryPool pool) {
+  return emu::Guard([&] {
+    if (CUresult r = emu::CheckInit(); r != CUDA_SUCCESS) return r;
+    std::lock_guard lock(emu::pools_mu);
+    if (emu::created_pools.erase(pool) == 0) return CUDA_ERROR_INVALID_VALUE;
+    // As the driver: a device whose current pool is destroyed goes back to its default pool.
+    for (auto& current : emu::current_pools) {
+      if (current == pool) current = nullptr;
+    }
+    delete pool;
+    return CUDA_SUCCESS;
+  });
+}
+
+CUresult CUDAAPI cuDeviceSetMemPool(CUdevice device, CUmemoryPool pool) {
+  return emu::Guard([&] {
+    if (CUresult r = emu::CheckInit(); r != CUDA_SUCCESS) return r;
+    if (device < 0 || device >= emu::Driver::Get().device_count() || device >= emu::kMaxPools) {
+      return CUDA_ERROR_INVALID_DEVICE;
+    }
+    if (!emu::KnownPool(pool) || pool->device != device) return CUDA_ERROR_INVALID_VALUE;
+    std::lock_guard lock(emu::pools_mu);
+    emu::current_pools[device] = pool == &emu::DefaultPools()[device] ? nullptr : pool;
+    return CUDA_SUCCESS;
+  });
+}
+
+CUresult CUDAAPI cuDeviceGetMemPool(CUmemoryPool* pool, CUdevice device) {
+  return emu::Guard([&] {
+    if (CUresult r = emu::CheckInit(); r != CUDA_SUCCESS) return r;
+    if (pool == nullptr) return CUDA_ERROR_INVALID_VALUE;
+    if (device < 0 || device >= emu::Driver::Get().device_count() || device >= emu::kMaxPools) {
+      return CUDA_ERROR_INVALID_DEVICE;
+    }
+    std::lock_guard lock(emu::pools_mu);
+    *pool = emu::current_pools[device] != nullptr ? emu::current_pools[device] : &emu::DefaultPools()[device];
     return CUDA_SUCCESS;
   });
 }

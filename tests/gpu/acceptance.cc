@@ -603,6 +603,49 @@ std::string case_potential_block_size() {
   return out.substr(1);
 }
 
+// A device pool of the application's own: allocated from directly and as the device's current pool, its
+// attributes apart from the default pool's, destroyed (the default pool is current again).
+std::string case_created_memory_pool() {
+  g.require_context();
+  CUmemPoolProps props{};
+  props.allocType = CU_MEM_ALLOCATION_TYPE_PINNED;
+  props.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+  props.location.id = 0;
+  CUmemoryPool pool = nullptr, default_pool = nullptr, current = nullptr;
+  CU_CHECK(cuMemPoolCreate(&pool, &props));
+  CU_CHECK(cuDeviceGetDefaultMemPool(&default_pool, 0));
+  cuuint64_t threshold = 8 << 20, own = 0, other = 0;
+  CU_CHECK(cuMemPoolSetAttribute(pool, CU_MEMPOOL_ATTR_RELEASE_THRESHOLD, &threshold));
+  CU_CHECK(cuMemPoolGetAttribute(pool, CU_MEMPOOL_ATTR_RELEASE_THRESHOLD, &own));
+  CU_CHECK(cuMemPoolGetAttribute(default_pool, CU_MEMPOOL_ATTR_RELEASE_THRESHOLD, &other));
+  Stream s = make_stream();
+  const size_t n = 1 << 20;
+  CUdeviceptr a = 0, b = 0;
+  CU_CHECK(cuMemAllocFromPoolAsync(&a, n * 4, pool, s.get()));
+  CU_CHECK(cuDeviceSetMemPool(0, pool));
+  CU_CHECK(cuDeviceGetMemPool(&current, 0));
+  const bool became_current = current == pool;
+  CU_CHECK(cuMemAllocAsync(&b, n * 4, s.get()));
+  CU_CHECK(cuMemsetD32Async(a, 0x1234567u, n, s.get()));
+  CU_CHECK(cuMemcpyDtoDAsync(b, a, n * 4, s.get()));
+  cuuint64_t used = 0;
+  CU_CHECK(cuStreamSynchronize(s.get()));
+  CU_CHECK(cuMemPoolGetAttribute(pool, CU_MEMPOOL_ATTR_USED_MEM_CURRENT, &used));
+  std::vector<uint32_t> back(n);
+  CU_CHECK(cuMemcpyDtoH(back.data(), b, n * 4));
+  CU_CHECK(cuMemFreeAsync(a, s.get()));
+  CU_CHECK(cuMemFreeAsync(b, s.get()));
+  CU_CHECK(cuStreamSynchronize(s.get()));
+  CU_CHECK(cuMemPoolTrimTo(pool, 0));
+  CU_CHECK(cuMemPoolDestroy(pool));
+  CU_CHECK(cuDeviceGetMemPool(&current, 0));
+  Fnv1a f;
+  f.add(back.data(), back.size() * 4);
+  return "own=" + std::to_string(own) + " default=" + std::to_string(other) + " current=" +
+         std::to_string(became_current) + " used_at_least=" + std::to_string(used >= 2 * n * 4) +
+         " default_again=" + std::to_string(current == default_pool) + " " + f.hex();
+}
+
 // Cache and shared-memory configuration and flags of the current context, set and read back, then restored.
 std::string case_context_settings() {
   g.require_context();
@@ -1525,6 +1568,7 @@ int main(int argc, char** argv) {
   run_case("host_register", case_host_register);
   run_case("link_ptx", case_link_ptx);
   run_case("potential_block_size", case_potential_block_size);
+  run_case("created_memory_pool", case_created_memory_pool);
   run_case("module_global", case_module_global);
 
   run_case("vector_add_n1_b64", [] { return case_vector_add(1, 64); });

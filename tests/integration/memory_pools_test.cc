@@ -71,5 +71,55 @@ TEST_F(MemoryPoolTest, DefaultPoolAttributes) {
   EXPECT_EQ(cuMemPoolTrimTo(reinterpret_cast<CUmemoryPool>(&reuse), 0), CUDA_ERROR_INVALID_VALUE);
 }
 
+// A pool of the application's own: made current for the device, allocated from directly and through the current
+// pool, with attributes of its own, then destroyed (the default pool is current again).
+TEST_F(MemoryPoolTest, CreatedPoolsAllocateAndBecomeCurrent) {
+  CUmemPoolProps props{};
+  props.allocType = CU_MEM_ALLOCATION_TYPE_PINNED;
+  props.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+  props.location.id = 0;
+  CUmemoryPool pool = nullptr, default_pool = nullptr, current = nullptr;
+  ASSERT_CU(cuMemPoolCreate(&pool, &props));
+  ASSERT_CU(cuDeviceGetDefaultMemPool(&default_pool, 0));
+  ASSERT_NE(pool, default_pool);
+  ASSERT_CU(cuDeviceGetMemPool(&current, 0));
+  EXPECT_EQ(current, default_pool);
+
+  cuuint64_t threshold = 1 << 20, read_back = 0;
+  ASSERT_CU(cuMemPoolSetAttribute(pool, CU_MEMPOOL_ATTR_RELEASE_THRESHOLD, &threshold));
+  ASSERT_CU(cuMemPoolGetAttribute(pool, CU_MEMPOOL_ATTR_RELEASE_THRESHOLD, &read_back));
+  EXPECT_EQ(read_back, threshold);
+  ASSERT_CU(cuMemPoolGetAttribute(default_pool, CU_MEMPOOL_ATTR_RELEASE_THRESHOLD, &read_back));
+  EXPECT_NE(read_back, threshold);  // the default pool's own
+
+  const size_t n = 4096;
+  CUdeviceptr direct = 0, through_current = 0;
+  ASSERT_CU(cuMemAllocFromPoolAsync(&direct, n * 4, pool, stream_));
+  ASSERT_CU(cuDeviceSetMemPool(0, pool));
+  ASSERT_CU(cuDeviceGetMemPool(&current, 0));
+  EXPECT_EQ(current, pool);
+  ASSERT_CU(cuMemAllocAsync(&through_current, n * 4, stream_));
+  ASSERT_CU(cuMemsetD32Async(direct, 0xabcd, n, stream_));
+  ASSERT_CU(cuMemcpyDtoDAsync(through_current, direct, n * 4, stream_));
+  std::vector<uint32_t> back(n);
+  ASSERT_CU(cuMemcpyDtoHAsync(back.data(), through_current, n * 4, stream_));
+  ASSERT_CU(cuMemFreeAsync(direct, stream_));
+  ASSERT_CU(cuMemFreeAsync(through_current, stream_));
+  ASSERT_CU(cuStreamSynchronize(stream_));
+  EXPECT_EQ(back.front(), 0xabcdu);
+  EXPECT_EQ(back.back(), 0xabcdu);
+  ASSERT_CU(cuMemPoolTrimTo(pool, 0));
+
+  ASSERT_CU(cuMemPoolDestroy(pool));
+  ASSERT_CU(cuDeviceGetMemPool(&current, 0));
+  EXPECT_EQ(current, default_pool);
+  CUdeviceptr after = 0;
+  EXPECT_EQ(cuMemAllocFromPoolAsync(&after, 256, pool, stream_), CUDA_ERROR_INVALID_VALUE);
+  EXPECT_EQ(cuMemPoolDestroy(pool), CUDA_ERROR_INVALID_VALUE);
+  EXPECT_EQ(cuMemPoolDestroy(default_pool), CUDA_ERROR_INVALID_VALUE);
+  props.location.type = CU_MEM_LOCATION_TYPE_HOST;
+  EXPECT_EQ(cuMemPoolCreate(&pool, &props), CUDA_ERROR_NOT_SUPPORTED);
+}
+
 }  // namespace
 }  // namespace curelay::testing
