@@ -137,4 +137,19 @@ CUresult cuStreamGetCtx(CUstream stream, CUcontext* context) {
   return *context != nullptr ? CUDA_SUCCESS : CUDA_ERROR_INVALID_CONTEXT;
 }
 
+// curelay has no green contexts: a stream's green context is always null.
+CUresult cuStreamGetCtx_v2(CUstream stream, CUcontext* context, CUgreenCtx* green_context) {
+  if (context == nullptr || green_context == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  *green_context = nullptr;
+  return cuStreamGetCtx(stream, context);
+}
+
+CUresult cuStreamGetDevice(CUstream stream, CUdevice* device) {
+  if (device == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  CUcontext context = nullptr;
+  CURELAY_RETURN_IF_ERROR(cuStreamGetCtx(stream, &context));
+  *device = context->device;
+  return CUDA_SUCCESS;
+}
+
 }  // extern "C"

@@ -974,6 +974,14 @@ std::string case_stream_flags_priorities() {
   CU_CHECK(cuStreamGetFlags(plain.get(), &flags));
   CU_CHECK(cuStreamGetPriority(plain.get(), &priority));
   out << " plain=" << flags << "/" << priority;
+  CUcontext owner = nullptr;
+  CUgreenCtx green = reinterpret_cast<CUgreenCtx>(1);
+  CUdevice device = -1, legacy_device = -1;
+  CU_CHECK(cuStreamGetCtx_v2(plain.get(), &owner, &green));
+  CU_CHECK(cuStreamGetDevice(plain.get(), &device));
+  CU_CHECK(cuStreamGetDevice(nullptr, &legacy_device));
+  out << " ctx_v2=" << (owner == g.primary ? "primary" : "other") << "/green_null=" << (green == nullptr)
+      << " device=" << device << "," << legacy_device;
   return out.str();
 }
 

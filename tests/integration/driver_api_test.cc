@@ -627,6 +627,17 @@ TEST_F(DriverApiTest, ContextAndStreamProperties) {
   CUcontext owner = nullptr;
   ASSERT_CU(cuStreamGetCtx(plain, &owner));
   EXPECT_EQ(owner, context_);
+  CUgreenCtx green = reinterpret_cast<CUgreenCtx>(1);
+  owner = nullptr;
+  ASSERT_CU(cuStreamGetCtx_v2(urgent, &owner, &green));
+  EXPECT_EQ(owner, context_);
+  EXPECT_EQ(green, nullptr);
+  CUdevice stream_device = -1;
+  ASSERT_CU(cuStreamGetDevice(plain, &stream_device));
+  EXPECT_EQ(stream_device, 0);
+  ASSERT_CU(cuStreamGetDevice(nullptr, &stream_device));  // the legacy stream: the current context's device
+  EXPECT_EQ(stream_device, 0);
+  EXPECT_EQ(cuStreamGetDevice(reinterpret_cast<CUstream>(0x1234), &stream_device), CUDA_ERROR_INVALID_HANDLE);
   ASSERT_CU(cuStreamDestroy(urgent));
   ASSERT_CU(cuStreamDestroy(plain));
   char bus_id[32];
