@@ -9,10 +9,15 @@
 namespace curelay::executor {
 
 struct Driver {
+// Some entry points the executor forwards are deprecated in cuda.h (cuCtxGet/SetSharedMemConfig): applications
+// still call them, so their pointers are kept without the deprecation warning.
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wdeprecated-declarations"
 #define CURELAY_DRIVER_FUNCTION(name) decltype(&::name) name = nullptr;
 #include "backend/executor/driver_functions.inc"
 #include "backend/executor/driver_functions_optional.inc"
 #undef CURELAY_DRIVER_FUNCTION
+#pragma GCC diagnostic pop
 
   // Loads `path` and resolves every function; on failure returns false with `error` set.
   bool Load(const std::string& path, std::string* error);

@@ -14,8 +14,8 @@
 namespace curelay::executor {
 
 Session::Session(Driver& driver, std::shared_ptr<transport::Channel> channel, std::vector<uint8_t> session_key)
-    : driver_(driver), session_key_(std::move(session_key)), zmq_channel_(std::move(channel)),
-      channel_(zmq_channel_.get()) {}
+    : driver_(driver), zmq_channel_(std::move(channel)), channel_(zmq_channel_.get()),
+      session_key_(std::move(session_key)) {}
 
 Session::~Session() { ReleaseEverything(); }
 
