@@ -34,6 +34,11 @@ CUmemPoolHandle_st* DefaultPools() {
   return pools;
 }
 
+// A device that exists and has a pool slot.
+bool PoolDevice(CUdevice device) {
+  return device >= 0 && device < Driver::Get().device_count() && device < kMaxPools;
+}
+
 bool KnownPool(CUmemoryPool pool) {
   if (pool >= DefaultPools() && pool < DefaultPools() + kMaxPools) return pool->device < Driver::Get().device_count();
   std::lock_guard lock(pools_mu);
@@ -65,9 +70,7 @@ CUresult CUDAAPI cuDeviceGetDefaultMemPool(CUmemoryPool* pool, CUdevice device) 
   return emu::Guard([&] {
     if (CUresult r = emu::CheckInit(); r != CUDA_SUCCESS) return r;
     if (pool == nullptr) return CUDA_ERROR_INVALID_VALUE;
-    if (device < 0 || device >= emu::Driver::Get().device_count() || device >= emu::kMaxPools) {
-      return CUDA_ERROR_INVALID_DEVICE;
-    }
+    if (!emu::PoolDevice(device)) return CUDA_ERROR_INVALID_DEVICE;
     *pool = &emu::DefaultPools()[device];
     return CUDA_SUCCESS;
   });
@@ -178,9 +181,7 @@ CUresult CUDAAPI cuMemPoolDestroy(CUmemoryPool pool) {
 CUresult CUDAAPI cuDeviceSetMemPool(CUdevice device, CUmemoryPool pool) {
   return emu::Guard([&] {
     if (CUresult r = emu::CheckInit(); r != CUDA_SUCCESS) return r;
-    if (device < 0 || device >= emu::Driver::Get().device_count() || device >= emu::kMaxPools) {
-      return CUDA_ERROR_INVALID_DEVICE;
-    }
+    if (!emu::PoolDevice(device)) return CUDA_ERROR_INVALID_DEVICE;
     if (!emu::KnownPool(pool) || pool->device != device) return CUDA_ERROR_INVALID_VALUE;
     std::lock_guard lock(emu::pools_mu);
     emu::current_pools[device] = pool == &emu::DefaultPools()[device] ? nullptr : pool;
@@ -192,9 +193,7 @@ CUresult CUDAAPI cuDeviceGetMemPool(CUmemoryPool* pool, CUdevice device) {
   return emu::Guard([&] {
     if (CUresult r = emu::CheckInit(); r != CUDA_SUCCESS) return r;
     if (pool == nullptr) return CUDA_ERROR_INVALID_VALUE;
-    if (device < 0 || device >= emu::Driver::Get().device_count() || device >= emu::kMaxPools) {
-      return CUDA_ERROR_INVALID_DEVICE;
-    }
+    if (!emu::PoolDevice(device)) return CUDA_ERROR_INVALID_DEVICE;
     std::lock_guard lock(emu::pools_mu);
     *pool = emu::current_pools[device] != nullptr ? emu::current_pools[device] : &emu::DefaultPools()[device];
     return CUDA_SUCCESS;
