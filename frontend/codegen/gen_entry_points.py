@@ -500,7 +500,7 @@ const ApiAbiAlias* FindApiAbiAlias(std::string_view api_name) noexcept {
 
 void* ResolveProcAddress(std::string_view api_name,
                          bool per_thread_default_stream) noexcept {
-  // TODO(version-aware): pick older ABI variants by the caller's cudaVersion.
+  // The fallback for names cudaTypedefs.h gives no versions (api/proc_address.cc resolves versioned ones first).
   if (const ApiAbiAlias* alias = FindApiAbiAlias(api_name)) {
     if (per_thread_default_stream && alias->per_thread_abi_name != nullptr) {
       return FindDriverSymbol(alias->per_thread_abi_name);
