@@ -9,7 +9,7 @@
 
 namespace curelay::wire {
 
-inline constexpr uint32_t kProtocolVersion = 2;  // 2: the issue-3 calls (memory families, host functions, links, ...)
+inline constexpr uint32_t kProtocolVersion = 3;  // 2: the issue-3 calls (memory families, host functions, links, ...); 3: CUDA arrays
 
 // Size limits: a header frame is small; a payload is one copy chunk or one module image.
 inline constexpr size_t kMaxHeaderBytes = 64 * 1024;

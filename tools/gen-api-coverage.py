@@ -47,6 +47,7 @@ LOCAL = {
                            "joined a capture)",
     "cuThreadExchangeStreamCaptureMode": "per-thread mode kept in the client",
     "cuGraphNodeGetType": "learned with the node", "cuGraphExecGetFlags": "client graph-exec object",
+    "cuArrayGetDescriptor_v2": "client array object", "cuArray3DGetDescriptor_v2": "client array object",
 }
 
 
@@ -114,6 +115,15 @@ def main() -> None:
         "| `cuLibraryLoadData` with `CU_LIBRARY_HOST_UNIVERSAL_FUNCTION_AND_DATA_TABLE` | `CUDA_ERROR_NOT_SUPPORTED` |",
         "| a pageable host-to-device copy captured into a graph | the capture is invalidated "
         "(`CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED`; the driver itself captures it); docs/stream-capture.md |",
+        "| a copy between host memory and a CUDA array on a capturing stream | "
+        "`CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED`, and the capture is invalidated (as for pageable copies); copies "
+        "between arrays and device memory are captured |",
+        "| CUDA arrays with flags (layered, cubemap, surface, sparse...) on the emulated test driver | "
+        "`CUDA_ERROR_NOT_SUPPORTED` (the real driver has them; curelay forwards the flags) |",
+        "| texture and surface objects (`cuTexObjectCreate`, `cuSurfObjectCreate`), mipmapped arrays, "
+        "`cuArrayGetPlane`/`GetMemoryRequirements`/`GetSparseProperties` | `CUDA_ERROR_NOT_SUPPORTED` |",
+        "| managed memory (`cuMemAllocManaged`, `cuLibraryGetManaged`) | `CUDA_ERROR_NOT_SUPPORTED`: the host side of "
+        "managed memory lives in the executor's process, where the application cannot touch it |",
         "| export-table slots curelay does not implement | `CUDA_ERROR_NOT_SUPPORTED`, logged once per slot |",
         "| JIT options with host symbol tables (`CU_JIT_GLOBAL_SYMBOL_*`, `CU_JIT_REFERENCED_*`) | `CUDA_ERROR_NOT_SUPPORTED` |",
         "| `cuCtxCreate` with execution-affinity or CIG parameters | `CUDA_ERROR_NOT_SUPPORTED` |",

@@ -54,6 +54,13 @@ Session::Outcome Session::MemcpyDtoH(const wire::MemcpyDtoH& call) {
   CUstream stream = nullptr;
   CUresult result = call.async() ? LookupStream(call.stream(), &stream) : CUDA_SUCCESS;
   if (result != CUDA_SUCCESS) return {TakeDeferred(result)};
+  return CopyToHostDeferred(stream, call.bytes(), [&](uint8_t* staging) {
+    return driver_.cuMemcpyDtoHAsync(staging, call.src(), call.bytes(), stream);
+  });
+}
+
+Session::Outcome Session::CopyToHostDeferred(CUstream stream, uint64_t bytes,
+                                             const std::function<CUresult(uint8_t*)>& enqueue) {
   uint8_t* staging = staging_.Take();
   while (staging == nullptr && !pending_waits_.empty()) {
     // Every buffer is in flight: finish waits until one comes back (they complete as the GPU progresses).
@@ -62,14 +69,14 @@ Session::Outcome Session::MemcpyDtoH(const wire::MemcpyDtoH& call) {
   }
   if (staging == nullptr) return {CUDA_ERROR_OUT_OF_MEMORY};
   std::vector<CUevent> markers;
-  result = driver_.cuMemcpyDtoHAsync(staging, call.src(), call.bytes(), stream);
+  CUresult result = enqueue(staging);
   if (result == CUDA_SUCCESS) result = RecordMarker(stream, markers);
   if (result != CUDA_SUCCESS) {
     for (CUevent marker : markers) driver_.cuEventDestroy(marker);
     staging_.Give(staging);
     return {TakeDeferred(result)};
   }
-  return Defer(std::move(markers), 0, staging, call.bytes());
+  return Defer(std::move(markers), 0, staging, bytes);
 }
 
 Session::Outcome Session::MemcpyDtoD(const wire::MemcpyDtoD& call) {

@@ -113,30 +113,18 @@ Session::Outcome Session::Memcpy2D(const wire::Memcpy2D& call, std::span<const u
       if (packed_bytes > wire::kCopyChunkBytes) return {CUDA_ERROR_INVALID_VALUE};
       if (result != CUDA_SUCCESS) return {TakeDeferred(result)};
       // Like MemcpyDtoH: a stream-ordered copy into a pinned chunk, answered when a marker behind it completes.
-      uint8_t* staging = staging_.Take();
-      while (staging == nullptr && !pending_waits_.empty()) {
-        if (!PollPendingWaits()) return {CUDA_ERROR_UNKNOWN};
-        staging = staging_.Take();
-      }
-      if (staging == nullptr) return {CUDA_ERROR_OUT_OF_MEMORY};
-      CUDA_MEMCPY2D copy{};
-      copy.srcMemoryType = CU_MEMORYTYPE_DEVICE;
-      copy.srcDevice = call.src();
-      copy.srcPitch = call.src_pitch();
-      copy.dstMemoryType = CU_MEMORYTYPE_HOST;
-      copy.dstHost = staging;
-      copy.dstPitch = call.width();
-      copy.WidthInBytes = call.width();
-      copy.Height = call.height();
-      std::vector<CUevent> markers;
-      result = driver_.cuMemcpy2DAsync(&copy, stream);
-      if (result == CUDA_SUCCESS) result = RecordMarker(stream, markers);
-      if (result != CUDA_SUCCESS) {
-        for (CUevent marker : markers) driver_.cuEventDestroy(marker);
-        staging_.Give(staging);
-        return {TakeDeferred(result)};
-      }
-      return Defer(std::move(markers), 0, staging, packed_bytes);
+      return CopyToHostDeferred(stream, packed_bytes, [&](uint8_t* staging) {
+        CUDA_MEMCPY2D copy{};
+        copy.srcMemoryType = CU_MEMORYTYPE_DEVICE;
+        copy.srcDevice = call.src();
+        copy.srcPitch = call.src_pitch();
+        copy.dstMemoryType = CU_MEMORYTYPE_HOST;
+        copy.dstHost = staging;
+        copy.dstPitch = call.width();
+        copy.WidthInBytes = call.width();
+        copy.Height = call.height();
+        return driver_.cuMemcpy2DAsync(&copy, stream);
+      });
     }
     case wire::Copy2DKind::DeviceToDevice: {
       if (result != CUDA_SUCCESS) return {result};

@@ -242,6 +242,9 @@ bool Session::Handle(const wire::Request& request, std::span<const uint8_t> payl
       CURELAY_DISPATCH(Memset2D)
       CURELAY_DISPATCH_PAYLOAD(Memcpy2D)
       CURELAY_DISPATCH(MemcpyPeer)
+      CURELAY_DISPATCH(ArrayCreate)
+      CURELAY_DISPATCH(ArrayDestroy)
+      CURELAY_DISPATCH_PAYLOAD(MemcpyArray)
       CURELAY_DISPATCH_PAYLOAD(ModuleLoad)
       CURELAY_DISPATCH(ModuleUnload)
       CURELAY_DISPATCH(ModuleGetFunction)
@@ -408,6 +411,7 @@ void Session::ReleaseEverything() {
   links_.clear();
   ReleaseVirtualMemory();
   ReleasePoolAllocations();
+  ReleaseArrays();
   for (auto& [ptr, bytes] : allocations_) driver_.cuMemFree(ptr);
   for (auto& [id, module] : modules_) {
     if (library_modules_.count(id) == 0) driver_.cuModuleUnload(module);  // a library's goes with the library

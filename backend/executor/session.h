@@ -6,6 +6,7 @@
 
 #include <atomic>
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <span>
@@ -57,6 +58,9 @@ class Session {
   CUresult RecordMarker(CUstream stream, std::vector<CUevent>& markers);
   Outcome Defer(std::vector<CUevent> markers, uint64_t client_event, uint8_t* staging = nullptr,
                 uint64_t staging_bytes = 0);
+  // A stream-ordered copy of `bytes` into a pinned staging chunk (`enqueue` issues it into the chunk it is given),
+  // answered with the data when a marker behind it completes: the session's thread does not block meanwhile.
+  Outcome CopyToHostDeferred(CUstream stream, uint64_t bytes, const std::function<CUresult(uint8_t*)>& enqueue);
   CUevent FindEvent(uint64_t id) const;
   // Returns false when the message breaks the protocol (the session then ends).
   bool Handle(const wire::Request& request, std::span<const uint8_t> payload);
@@ -89,6 +93,11 @@ class Session {
   Outcome Memset2D(const wire::Memset2D& call);
   Outcome Memcpy2D(const wire::Memcpy2D& call, std::span<const uint8_t> payload);
   Outcome MemcpyPeer(const wire::MemcpyPeer& call);
+  // CUDA arrays and the copies to and from them (handlers_arrays.cc).
+  Outcome ArrayCreate(const wire::ArrayCreate& call);
+  Outcome ArrayDestroy(const wire::ArrayDestroy& call);
+  Outcome MemcpyArray(const wire::MemcpyArray& call, std::span<const uint8_t> payload);
+  void ReleaseArrays();
   Outcome ModuleLoad(const wire::ModuleLoad& call, std::span<const uint8_t> payload);
   Outcome ModuleUnload(const wire::ModuleUnload& call);
   Outcome ModuleGetFunction(const wire::ModuleGetFunction& call);
@@ -277,8 +286,9 @@ class Session {
   std::unordered_map<uint64_t, PhysicalAllocation> physical_allocations_;
   std::map<CUdeviceptr, uint64_t> virtual_mappings_;
   std::map<CUdeviceptr, uint64_t> address_reservations_;
-  std::unordered_map<CUdeviceptr, uint64_t> pool_allocations_;
-  std::unordered_map<uint64_t, CUmemoryPool> memory_pools_;  // created by the client (cuMemPoolCreate), by id  // by cuMemAllocAsync, not yet freed; bytes
+  std::unordered_map<CUdeviceptr, uint64_t> pool_allocations_;  // by cuMemAllocAsync, not yet freed; bytes
+  std::unordered_map<uint64_t, CUmemoryPool> memory_pools_;  // created by the client (cuMemPoolCreate), by id
+  std::unordered_map<uint64_t, CUarray> arrays_;  // by the client's array id
   // The client's board of host-function gates (mapped for the life of the process: driver callbacks may still
   // hold a gate during teardown) and the flag that lets every waiting gate go when the session ends.
   std::atomic<uint32_t>* host_function_board_ = nullptr;

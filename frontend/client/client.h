@@ -111,6 +111,7 @@ class Client {
   HostAllocations host_allocations;
   HandleRegistry<CUevent_st> events;
   HandleRegistry<CUlinkState_st> links;
+  HandleRegistry<CUarray_st> arrays;
 
  private:
   Client() = default;

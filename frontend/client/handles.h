@@ -57,6 +57,12 @@ struct CUstream_st {
   int priority;
 };
 
+// A CUDA array lives in the executor; its descriptor is kept here, where cuArray(3D)GetDescriptor reads it.
+struct CUarray_st {
+  uint64_t id;
+  CUDA_ARRAY3D_DESCRIPTOR descriptor;
+};
+
 struct CUevent_st {
   uint64_t id;
   unsigned int flags;

@@ -34,7 +34,7 @@ CUresult ResolveSide(CUmemorytype type, const void* host, CUdeviceptr device, si
       side->address = device + y * pitch + x;
       return CUDA_SUCCESS;
     case CU_MEMORYTYPE_ARRAY:
-      return CUDA_ERROR_NOT_SUPPORTED;  // the emulated driver has no arrays
+      return CUDA_ERROR_NOT_SUPPORTED;  // arrays are emulated in cuMemcpy3D (api_arrays.cc), not here
   }
   return CUDA_ERROR_INVALID_VALUE;
 }

@@ -1296,6 +1296,147 @@ std::string case_memcpy_2d_3d() {
   return "pitch_ok=" + std::to_string(pitch >= width) + " too_wide=" + code_str(too_wide) + " " + f.hex();
 }
 
+// CUDA arrays: descriptors, the 1D array copies, and arrays on either side of 2D/3D copies (a 3D copy larger than one
+// wire chunk among them), with the data hashed after the round trips; and how the driver judges bad array calls.
+std::string case_arrays() {
+  std::ostringstream out;
+  Fnv1a f;
+  // 1D: host -> array -> array -> device -> array (at an offset) -> host.
+  CUDA_ARRAY_DESCRIPTOR linear_descriptor{};
+  linear_descriptor.Width = 8192;
+  linear_descriptor.Format = CU_AD_FORMAT_UNSIGNED_INT8;
+  linear_descriptor.NumChannels = 1;
+  CUarray line = nullptr, line_copy = nullptr;
+  CU_CHECK(cuArrayCreate(&line, &linear_descriptor));
+  CU_CHECK(cuArrayCreate(&line_copy, &linear_descriptor));
+  std::vector<unsigned char> bytes(8192), back(8192);
+  for (size_t i = 0; i < bytes.size(); ++i) bytes[i] = static_cast<unsigned char>(i * 13 + 1);
+  CU_CHECK(cuMemcpyHtoA(line, 0, bytes.data(), bytes.size()));
+  CU_CHECK(cuMemcpyAtoA(line_copy, 0, line, 0, bytes.size()));
+  DeviceMemory linear_device = device_alloc(8192);
+  CU_CHECK(cuMemcpyAtoD(linear_device.get(), line_copy, 0, 8192));
+  CU_CHECK(cuMemcpyDtoA(line_copy, 4096, linear_device.get(), 1000));
+  CU_CHECK(cuMemcpyAtoH(back.data(), line_copy, 0, back.size()));
+  f.add(back.data(), back.size());
+  out << "linear_out_of_bounds=" << code_str(cuMemcpyHtoA(line, 8000, bytes.data(), 193));
+
+  // 2D float2: a window of a pitched host image into the array, then array -> pitched device -> host.
+  constexpr size_t kWidth = 61, kHeight = 29, kElement = 8;
+  CUDA_ARRAY_DESCRIPTOR flat_descriptor{};
+  flat_descriptor.Width = kWidth;
+  flat_descriptor.Height = kHeight;
+  flat_descriptor.Format = CU_AD_FORMAT_FLOAT;
+  flat_descriptor.NumChannels = 2;
+  CUarray flat = nullptr;
+  CU_CHECK(cuArrayCreate(&flat, &flat_descriptor));
+  const size_t row_bytes = kWidth * kElement, image_pitch = row_bytes + 40;
+  std::vector<unsigned char> image(image_pitch * (kHeight + 4));
+  for (size_t i = 0; i < image.size(); ++i) image[i] = static_cast<unsigned char>(i * 5 + 9);
+  CUDA_MEMCPY2D up{};
+  up.srcMemoryType = CU_MEMORYTYPE_HOST;
+  up.srcHost = image.data();
+  up.srcPitch = image_pitch;
+  up.srcY = 2;
+  up.dstMemoryType = CU_MEMORYTYPE_ARRAY;
+  up.dstArray = flat;
+  up.WidthInBytes = row_bytes;
+  up.Height = kHeight;
+  CU_CHECK(cuMemcpy2D(&up));
+  CUDA_MEMCPY2D window = up;
+  window.srcXInBytes = 3 * kElement;
+  window.dstXInBytes = 10 * kElement;
+  window.dstY = 5;
+  window.WidthInBytes = 7 * kElement;
+  window.Height = 6;
+  CU_CHECK(cuMemcpy2D(&window));
+  CUdeviceptr pitched = 0;
+  size_t pitch = 0;
+  CU_CHECK(cuMemAllocPitch(&pitched, &pitch, row_bytes, kHeight, 8));
+  Stream s = make_stream();
+  CUDA_MEMCPY2D to_device{};
+  to_device.srcMemoryType = CU_MEMORYTYPE_ARRAY;
+  to_device.srcArray = flat;
+  to_device.dstMemoryType = CU_MEMORYTYPE_DEVICE;
+  to_device.dstDevice = pitched;
+  to_device.dstPitch = pitch;
+  to_device.WidthInBytes = row_bytes;
+  to_device.Height = kHeight;
+  CU_CHECK(cuMemcpy2DAsync(&to_device, s.get()));
+  std::vector<unsigned char> flat_back(row_bytes * kHeight);
+  CUDA_MEMCPY2D down{};
+  down.srcMemoryType = CU_MEMORYTYPE_DEVICE;
+  down.srcDevice = pitched;
+  down.srcPitch = pitch;
+  down.dstMemoryType = CU_MEMORYTYPE_HOST;
+  down.dstHost = flat_back.data();
+  down.dstPitch = row_bytes;
+  down.WidthInBytes = row_bytes;
+  down.Height = kHeight;
+  CU_CHECK(cuMemcpy2DAsync(&down, s.get()));
+  CU_CHECK(cuStreamSynchronize(s.get()));
+  f.add(flat_back.data(), flat_back.size());
+  window.dstXInBytes = (kWidth - 3) * kElement;
+  out << " window_out_of_bounds=" << code_str(cuMemcpy2D(&window));
+
+  // 3D float4, 6.9 MiB: host volume -> array -> host, stream-ordered.
+  CUDA_ARRAY3D_DESCRIPTOR volume_descriptor{};
+  volume_descriptor.Width = 300;
+  volume_descriptor.Height = 75;
+  volume_descriptor.Depth = 20;
+  volume_descriptor.Format = CU_AD_FORMAT_FLOAT;
+  volume_descriptor.NumChannels = 4;
+  CUarray volume = nullptr;
+  CU_CHECK(cuArray3DCreate(&volume, &volume_descriptor));
+  const size_t volume_row = 300 * 16;
+  std::vector<unsigned char> cube(volume_row * 75 * 20), cube_back(cube.size());
+  for (size_t i = 0; i < cube.size(); ++i) cube[i] = static_cast<unsigned char>(i * 3 + (i >> 12));
+  CUDA_MEMCPY3D cube_up{};
+  cube_up.srcMemoryType = CU_MEMORYTYPE_HOST;
+  cube_up.srcHost = cube.data();
+  cube_up.srcPitch = volume_row;
+  cube_up.srcHeight = 75;
+  cube_up.dstMemoryType = CU_MEMORYTYPE_ARRAY;
+  cube_up.dstArray = volume;
+  cube_up.WidthInBytes = volume_row;
+  cube_up.Height = 75;
+  cube_up.Depth = 20;
+  CU_CHECK(cuMemcpy3DAsync(&cube_up, s.get()));
+  CUDA_MEMCPY3D cube_down{};
+  cube_down.srcMemoryType = CU_MEMORYTYPE_ARRAY;
+  cube_down.srcArray = volume;
+  cube_down.srcXInBytes = 16;
+  cube_down.srcY = 1;
+  cube_down.srcZ = 2;
+  cube_down.dstMemoryType = CU_MEMORYTYPE_HOST;
+  cube_down.dstHost = cube_back.data();
+  cube_down.dstPitch = volume_row;
+  cube_down.dstHeight = 75;
+  cube_down.WidthInBytes = volume_row - 16;
+  cube_down.Height = 70;
+  cube_down.Depth = 17;
+  CU_CHECK(cuMemcpy3DAsync(&cube_down, s.get()));
+  CU_CHECK(cuStreamSynchronize(s.get()));
+  f.add(cube_back.data(), cube_back.size());
+
+  CUDA_ARRAY_DESCRIPTOR read{};
+  CUDA_ARRAY3D_DESCRIPTOR read3d{};
+  const CUresult flat_of_volume = cuArrayGetDescriptor(&read, volume);
+  CU_CHECK(cuArray3DGetDescriptor(&read3d, flat));
+  out << " describe=" << read.Width << "x" << read.Height << "/" << code_str(flat_of_volume) << " describe3d="
+      << read3d.Width << "x" << read3d.Height << "x" << read3d.Depth << "/" << read3d.Format << "/"
+      << read3d.NumChannels;
+  flat_descriptor.NumChannels = 3;
+  CUarray bad = nullptr;
+  out << " three_channels=" << code_str(cuArrayCreate(&bad, &flat_descriptor));
+  CU_CHECK(cuMemFree(pitched));
+  CU_CHECK(cuArrayDestroy(volume));
+  CU_CHECK(cuArrayDestroy(flat));
+  CU_CHECK(cuArrayDestroy(line_copy));
+  CU_CHECK(cuArrayDestroy(line));
+  out << " destroy_null=" << code_str(cuArrayDestroy(nullptr)) << " " << f.hex();
+  return out.str();
+}
+
 // A pageable host-to-device copy captured into a graph. The driver captures it (its memcpy node reads the
 // application's memory at replay); curelay cannot reach client memory at replay and refuses the capture
 // (CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED, invalidating it): a known difference, docs/stream-capture.md.
@@ -1603,6 +1744,7 @@ int main(int argc, char** argv) {
 
   run_case("virtual_memory_map", case_virtual_memory_map);
   run_case("memcpy_2d_3d", case_memcpy_2d_3d);
+  run_case("arrays", case_arrays);
   run_case("graph_capture_replay", case_graph_capture_replay);
   run_case("graph_capture_queries", case_graph_capture_queries);
   run_case("graph_capture_pageable_htod", case_graph_capture_pageable_htod);

@@ -366,8 +366,8 @@ TEST_F(Memory2DTest, InvalidParameters) {
   EXPECT_EQ(cuMemcpy2DAsync(&copy, stream_), CUDA_ERROR_INVALID_VALUE);
   EXPECT_EQ(cuMemcpy2D(nullptr), CUDA_ERROR_INVALID_VALUE);
   copy = HostToDevice(host.data(), 64, device, pitch, 32, 2);
-  copy.dstMemoryType = CU_MEMORYTYPE_ARRAY;
-  EXPECT_EQ(cuMemcpy2D(&copy), CUDA_ERROR_NOT_SUPPORTED);
+  copy.dstMemoryType = CU_MEMORYTYPE_ARRAY;  // with no array
+  EXPECT_EQ(cuMemcpy2D(&copy), CUDA_ERROR_INVALID_VALUE);
   copy.dstMemoryType = CU_MEMORYTYPE_DEVICE;
   copy.srcHost = nullptr;
   EXPECT_EQ(cuMemcpy2D(&copy), CUDA_ERROR_INVALID_VALUE);
@@ -377,7 +377,7 @@ TEST_F(Memory2DTest, InvalidParameters) {
   volume.WidthInBytes = 1;
   volume.Height = 1;
   volume.Depth = 1;
-  EXPECT_EQ(cuMemcpy3D(&volume), CUDA_ERROR_NOT_SUPPORTED);
+  EXPECT_EQ(cuMemcpy3D(&volume), CUDA_ERROR_INVALID_VALUE);
   // Zero-sized copies do nothing.
   copy = HostToDevice(host.data(), 64, device, pitch, 0, 2);
   EXPECT_CU(cuMemcpy2D(&copy));

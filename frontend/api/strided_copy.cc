@@ -1,0 +1,288 @@
+#include "frontend/api/strided_copy.h"
+
+#include <algorithm>
+#include <cstring>
+#include <span>
+#include <vector>
+
+#include "frontend/api/api_support.h"
+
+namespace curelay::frontend {
+namespace {
+
+// Host to host: the driver does it on the host as well.
+void CopyHostToHost(const StridedCopy& copy) {
+  for (size_t slice = 0; slice < copy.depth; ++slice) {
+    for (size_t row = 0; row < copy.height; ++row) {
+      std::memmove(copy.dst.host_ptr + copy.dst.RowOffset(row, slice),
+                   copy.src.host_ptr + copy.src.RowOffset(row, slice), copy.width);
+    }
+  }
+}
+
+// One message's share of a copy: `rows` rows of one slice starting at `row`, bytes [column, column + columns) of
+// each (a row wider than a chunk is split into columns: only array copies get here with one).
+struct RowBlock {
+  size_t slice, row, rows;
+  size_t column, columns;
+};
+
+std::vector<RowBlock> SplitRows(const StridedCopy& copy) {
+  std::vector<RowBlock> blocks;
+  if (copy.width > wire::kCopyChunkBytes) {
+    for (size_t slice = 0; slice < copy.depth; ++slice) {
+      for (size_t row = 0; row < copy.height; ++row) {
+        for (size_t column = 0; column < copy.width; column += wire::kCopyChunkBytes) {
+          blocks.push_back({slice, row, 1, column, std::min(wire::kCopyChunkBytes, copy.width - column)});
+        }
+      }
+    }
+    return blocks;
+  }
+  const size_t rows_per_block = wire::kCopyChunkBytes / copy.width;
+  for (size_t slice = 0; slice < copy.depth; ++slice) {
+    for (size_t row = 0; row < copy.height; row += rows_per_block) {
+      blocks.push_back({slice, row, std::min(rows_per_block, copy.height - row), 0, copy.width});
+    }
+  }
+  return blocks;
+}
+
+// The whole copy as one block (no host side: the executor copies it in one call).
+RowBlock WholeCopy(const StridedCopy& copy) { return {0, 0, copy.height, 0, copy.width}; }
+
+flatbuffers::Offset<wire::CopyEnd> ArrayCopyEnd(flatbuffers::FlatBufferBuilder& builder, const CopySide& side,
+                                                const RowBlock& block) {
+  if (side.host) return wire::CreateCopyEnd(builder, wire::CopyEndType::Host);
+  const size_t x = side.x + block.column;
+  const size_t y = side.y + block.row;
+  const size_t z = side.z + block.slice;
+  if (side.array != nullptr) return wire::CreateCopyEnd(builder, wire::CopyEndType::Array, 0, side.array->id, x, y, z);
+  return wire::CreateCopyEnd(builder, wire::CopyEndType::Device, side.device_ptr, 0, x, y, z, side.pitch,
+                             side.slice_rows);
+}
+
+// The message for one block: MemcpyArray when an array is involved, else Memcpy2D (with the host side packed).
+struct BlockCall {
+  wire::Call type;
+  flatbuffers::Offset<void> call;
+};
+
+BlockCall Block(flatbuffers::FlatBufferBuilder& builder, const StridedCopy& copy, const RowBlock& block,
+                size_t depth, uint64_t wire_stream, bool async) {
+  if (copy.has_array()) {
+    const auto src = ArrayCopyEnd(builder, copy.src, block);
+    const auto dst = ArrayCopyEnd(builder, copy.dst, block);
+    return {wire::Call::MemcpyArray, wire::CreateMemcpyArray(builder, src, dst, block.columns, block.rows, depth,
+                                                             copy.linear, wire_stream, async)
+                                         .Union()};
+  }
+  const wire::Copy2DKind kind = copy.src.host   ? wire::Copy2DKind::HostToDevice
+                                : copy.dst.host ? wire::Copy2DKind::DeviceToHost
+                                                : wire::Copy2DKind::DeviceToDevice;
+  const CUdeviceptr dst = copy.dst.host ? 0 : copy.dst.device_ptr + copy.dst.RowOffset(block.row, block.slice);
+  const CUdeviceptr src = copy.src.host ? 0 : copy.src.device_ptr + copy.src.RowOffset(block.row, block.slice);
+  return {wire::Call::Memcpy2D, wire::CreateMemcpy2D(builder, kind, dst, copy.dst.pitch, src, copy.src.pitch,
+                                                     block.columns, block.rows, wire_stream, async)
+                                    .Union()};
+}
+
+// Rows wider than a chunk, between host and device memory: each row is an ordinary (chunked) 1D copy.
+CUresult CopyWideRows(const StridedCopy& copy, CUstream stream, bool async) {
+  for (size_t slice = 0; slice < copy.depth; ++slice) {
+    for (size_t row = 0; row < copy.height; ++row) {
+      const size_t src_offset = copy.src.RowOffset(row, slice);
+      const size_t dst_offset = copy.dst.RowOffset(row, slice);
+      CUresult result;
+      if (copy.src.host) {
+        result = async ? cuMemcpyHtoDAsync(copy.dst.device_ptr + dst_offset, copy.src.host_ptr + src_offset,
+                                           copy.width, stream)
+                       : cuMemcpyHtoD(copy.dst.device_ptr + dst_offset, copy.src.host_ptr + src_offset, copy.width);
+      } else {
+        result = async ? cuMemcpyDtoHAsync(copy.dst.host_ptr + dst_offset, copy.src.device_ptr + src_offset,
+                                           copy.width, stream)
+                       : cuMemcpyDtoH(copy.dst.host_ptr + dst_offset, copy.src.device_ptr + src_offset, copy.width);
+      }
+      CURELAY_RETURN_IF_ERROR(result);
+    }
+  }
+  return CUDA_SUCCESS;
+}
+
+CUresult CopyRowsFromHost(Client& client, const StridedCopy& copy, uint64_t wire_stream, bool async) {
+  const std::vector<RowBlock> blocks = SplitRows(copy);
+  std::vector<uint8_t> packed;
+  const auto pack = [&](const RowBlock& block) {
+    packed.resize(block.rows * block.columns);
+    for (size_t i = 0; i < block.rows; ++i) {
+      std::memcpy(packed.data() + i * block.columns,
+                  copy.src.host_ptr + copy.src.RowOffset(block.row + i, block.slice) + block.column, block.columns);
+    }
+    return std::span<const uint8_t>(packed);
+  };
+  if (blocks.size() == 1) {
+    // Captured in the message, as a small cuMemcpyHtoD is: posted, errors at the next synchronizing call.
+    auto& builder = Builder();
+    const BlockCall call = Block(builder, copy, blocks[0], 1, wire_stream, async);
+    return client.Post(builder, call.type, call.call, pack(blocks[0]));
+  }
+  Client::Pipeline pipeline(client);
+  CUresult first_error = CUDA_SUCCESS;
+  ReplyMessage reply;
+  for (const RowBlock& block : blocks) {
+    if (pipeline.outstanding() >= wire::kCopyWindowChunks) {
+      const CUresult result = pipeline.Receive(&reply);
+      if (first_error == CUDA_SUCCESS) first_error = result;
+    }
+    auto& builder = Builder();
+    const BlockCall call = Block(builder, copy, block, 1, wire_stream, async);
+    if (!pipeline.Send(builder, call.type, call.call, pack(block))) break;
+  }
+  while (pipeline.outstanding() > 0) {
+    const CUresult result = pipeline.Receive(&reply);
+    if (first_error == CUDA_SUCCESS) first_error = result;
+    if (result == client.broken_result() && result != CUDA_SUCCESS) break;
+  }
+  return first_error != CUDA_SUCCESS ? first_error : client.broken_result();
+}
+
+CUresult CopyRowsToHost(Client& client, const StridedCopy& copy, uint64_t wire_stream, bool async) {
+  const std::vector<RowBlock> blocks = SplitRows(copy);
+  Client::Pipeline pipeline(client);
+  CUresult first_error = CUDA_SUCCESS;
+  size_t received = 0;
+  ReplyMessage reply;
+  const auto receive_one = [&] {
+    const RowBlock& block = blocks[received++];
+    const CUresult result = pipeline.Receive(&reply);
+    const size_t expected = block.rows * block.columns;
+    if (result == CUDA_SUCCESS && reply.message.payload.size() == expected) {
+      for (size_t i = 0; i < block.rows; ++i) {
+        std::memcpy(copy.dst.host_ptr + copy.dst.RowOffset(block.row + i, block.slice) + block.column,
+                    reply.message.payload.data() + i * block.columns, block.columns);
+      }
+    } else if (first_error == CUDA_SUCCESS) {
+      first_error = result != CUDA_SUCCESS ? result : CUDA_ERROR_UNKNOWN;
+    }
+  };
+  for (const RowBlock& block : blocks) {
+    if (pipeline.outstanding() >= wire::kCopyWindowChunks) receive_one();
+    auto& builder = Builder();
+    const BlockCall call = Block(builder, copy, block, 1, wire_stream, async);
+    if (!pipeline.Send(builder, call.type, call.call, {})) break;
+  }
+  while (pipeline.outstanding() > 0 && client.broken_result() == CUDA_SUCCESS) receive_one();
+  return first_error != CUDA_SUCCESS ? first_error : client.broken_result();
+}
+
+CUresult CopyWithinDevice(Client& client, const StridedCopy& copy, uint64_t wire_stream, bool async) {
+  if (copy.has_array()) {
+    // Arrays and device memory: one real cuMemcpy3D (or 1D array copy) in the executor.
+    auto& builder = Builder();
+    const BlockCall call = Block(builder, copy, WholeCopy(copy), copy.depth, wire_stream, async);
+    return client.Post(builder, call.type, call.call, {});
+  }
+  // One real cuMemcpy2D per slice (slices of a 3D copy are pitch x height apart, which cuMemcpy2D cannot express).
+  for (size_t slice = 0; slice < copy.depth; ++slice) {
+    auto& builder = Builder();
+    const BlockCall call = Block(builder, copy, {slice, 0, copy.height, 0, copy.width}, 1, wire_stream, async);
+    CURELAY_RETURN_IF_ERROR(client.Post(builder, call.type, call.call, {}));
+  }
+  return CUDA_SUCCESS;
+}
+
+// Bytes per element of an array format (times its channels), or 0 where the layout is not elements (the
+// block-compressed formats: the driver judges those copies).
+size_t ElementBytes(const CUDA_ARRAY3D_DESCRIPTOR& descriptor) {
+  size_t channel_bytes = 0;
+  switch (descriptor.Format) {
+    case CU_AD_FORMAT_UNSIGNED_INT8:
+    case CU_AD_FORMAT_SIGNED_INT8:
+    case CU_AD_FORMAT_UNORM_INT8X1:
+    case CU_AD_FORMAT_SNORM_INT8X1:
+      channel_bytes = 1;
+      break;
+    case CU_AD_FORMAT_UNSIGNED_INT16:
+    case CU_AD_FORMAT_SIGNED_INT16:
+    case CU_AD_FORMAT_HALF:
+    case CU_AD_FORMAT_UNORM_INT16X1:
+    case CU_AD_FORMAT_SNORM_INT16X1:
+      channel_bytes = 2;
+      break;
+    case CU_AD_FORMAT_UNSIGNED_INT32:
+    case CU_AD_FORMAT_SIGNED_INT32:
+    case CU_AD_FORMAT_FLOAT:
+      channel_bytes = 4;
+      break;
+    default:
+      return 0;
+  }
+  return channel_bytes * descriptor.NumChannels;
+}
+
+// Whether the copy stays inside an array side, as the driver checks before it copies anything (so the error comes
+// back at once even where the copy itself is posted).
+bool InsideArray(const CopySide& side, const StridedCopy& copy) {
+  if (side.array == nullptr) return true;
+  const CUDA_ARRAY3D_DESCRIPTOR& descriptor = side.array->descriptor;
+  const size_t element_bytes = ElementBytes(descriptor);
+  if (element_bytes == 0) return true;
+  const size_t row_bytes = descriptor.Width * element_bytes;
+  const size_t rows = std::max<size_t>(descriptor.Height, 1);
+  const size_t slices = std::max<size_t>(descriptor.Depth, 1);
+  if (copy.linear) return side.x <= row_bytes * rows * slices && copy.width <= row_bytes * rows * slices - side.x;
+  return side.x <= row_bytes && copy.width <= row_bytes - side.x && side.y <= rows && copy.height <= rows - side.y &&
+         side.z <= slices && copy.depth <= slices - side.z;
+}
+
+}  // namespace
+
+bool IsClientHostAllocation(Client& client, const void* ptr) {
+  const char* base = nullptr;
+  size_t bytes = 0;
+  return client.host_allocations.Find(ptr, &base, &bytes);
+}
+
+CUresult ResolveCopySide(Client& client, CUmemorytype type, const void* host, CUdeviceptr device, CUarray array,
+                         CopySide* side) {
+  switch (type) {
+    case CU_MEMORYTYPE_HOST:
+      side->host = true;
+      side->host_ptr = static_cast<uint8_t*>(const_cast<void*>(host));
+      return side->host_ptr != nullptr ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
+    case CU_MEMORYTYPE_DEVICE:
+      side->device_ptr = device;
+      return CUDA_SUCCESS;
+    case CU_MEMORYTYPE_UNIFIED:
+      // The driver takes a unified address from the *Device field.
+      if (IsClientHostAllocation(client, reinterpret_cast<const void*>(device))) {
+        side->host = true;
+        side->host_ptr = reinterpret_cast<uint8_t*>(device);
+      } else {
+        side->device_ptr = device;
+      }
+      return CUDA_SUCCESS;
+    case CU_MEMORYTYPE_ARRAY:
+      if (!client.arrays.Contains(array)) return CUDA_ERROR_INVALID_VALUE;
+      side->array = array;
+      return CUDA_SUCCESS;
+  }
+  return CUDA_ERROR_INVALID_VALUE;
+}
+
+CUresult RunStridedCopy(Client& client, const StridedCopy& copy, CUstream stream, bool async) {
+  if (copy.width == 0 || copy.height == 0 || copy.depth == 0) return CUDA_SUCCESS;
+  if (!InsideArray(copy.src, copy) || !InsideArray(copy.dst, copy)) return CUDA_ERROR_INVALID_VALUE;
+  uint64_t wire_stream = 0;
+  CURELAY_RETURN_IF_ERROR(CopyStream(client, stream, &async, &wire_stream));
+  if (copy.src.host && copy.dst.host) {
+    CopyHostToHost(copy);
+    return CUDA_SUCCESS;
+  }
+  if (!copy.src.host && !copy.dst.host) return CopyWithinDevice(client, copy, wire_stream, async);
+  if (copy.width > wire::kCopyChunkBytes && !copy.has_array()) return CopyWideRows(copy, stream, async);
+  return copy.src.host ? CopyRowsFromHost(client, copy, wire_stream, async)
+                       : CopyRowsToHost(client, copy, wire_stream, async);
+}
+
+}  // namespace curelay::frontend

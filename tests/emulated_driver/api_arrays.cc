@@ -1,0 +1,288 @@
+// CUDA arrays. An emulated array is a device allocation laid out row by row (rows of Width elements, Height rows
+// per slice, Depth slices), with the descriptor beside it; the layout is private, as on a GPU, and only copies
+// reach the data. Copies run row by row on the 1D entry points, so their ordering and staging are those of the 1D
+// calls (api_memory.cc).
+#include <cstring>
+#include <mutex>
+#include <set>
+
+#include "api_common.h"
+
+namespace emu = curelay::emulated;
+
+struct CUarray_st {
+  CUdeviceptr storage = 0;
+  CUDA_ARRAY3D_DESCRIPTOR descriptor{};
+  size_t row_bytes = 0;
+  size_t rows = 0;    // per slice
+  size_t slices = 0;
+  size_t bytes() const { return row_bytes * rows * slices; }
+};
+
+namespace curelay::emulated {
+namespace {
+
+std::mutex arrays_mu;
+std::set<CUarray> live_arrays;  // guarded by arrays_mu
+
+bool LiveArray(CUarray array) {
+  std::lock_guard lock(arrays_mu);
+  return live_arrays.count(array) != 0;
+}
+
+// Bytes per channel of the formats the emulation lays out (the block-compressed ones are not emulated).
+size_t FormatBytes(CUarray_format format) {
+  switch (format) {
+    case CU_AD_FORMAT_UNSIGNED_INT8:
+    case CU_AD_FORMAT_SIGNED_INT8:
+      return 1;
+    case CU_AD_FORMAT_UNSIGNED_INT16:
+    case CU_AD_FORMAT_SIGNED_INT16:
+    case CU_AD_FORMAT_HALF:
+      return 2;
+    case CU_AD_FORMAT_UNSIGNED_INT32:
+    case CU_AD_FORMAT_SIGNED_INT32:
+    case CU_AD_FORMAT_FLOAT:
+      return 4;
+    default:
+      return 0;
+  }
+}
+
+CUresult CreateArray(CUarray* handle, const CUDA_ARRAY3D_DESCRIPTOR& descriptor) {
+  if (handle == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  const size_t format_bytes = FormatBytes(descriptor.Format);
+  const unsigned channels = descriptor.NumChannels;
+  if (format_bytes == 0 || (channels != 1 && channels != 2 && channels != 4)) return CUDA_ERROR_INVALID_VALUE;
+  // A 3D array needs a height; layered, cubemap and other special arrays are not emulated.
+  if (descriptor.Width == 0 || (descriptor.Depth != 0 && descriptor.Height == 0)) return CUDA_ERROR_INVALID_VALUE;
+  if (descriptor.Flags != 0) return CUDA_ERROR_NOT_SUPPORTED;
+  auto array = std::make_unique<CUarray_st>();
+  array->descriptor = descriptor;
+  array->row_bytes = descriptor.Width * format_bytes * channels;
+  array->rows = descriptor.Height == 0 ? 1 : descriptor.Height;
+  array->slices = descriptor.Depth == 0 ? 1 : descriptor.Depth;
+  if (CUresult r = cuMemAlloc(&array->storage, array->bytes()); r != CUDA_SUCCESS) return r;
+  std::lock_guard lock(arrays_mu);
+  live_arrays.insert(array.get());
+  *handle = array.release();
+  return CUDA_SUCCESS;
+}
+
+// One side of a 3D copy: its first byte and its layout.
+struct Side {
+  bool host = false;
+  uint64_t address = 0;
+  size_t pitch = 0;
+  size_t slice_rows = 0;
+};
+
+CUresult ResolveSide(CUmemorytype type, const void* host, CUdeviceptr device, CUarray array, size_t x, size_t y,
+                     size_t z, size_t pitch, size_t height, size_t width, size_t rows, size_t slices, Side* side) {
+  switch (type) {
+    case CU_MEMORYTYPE_HOST:
+      if (host == nullptr) return CUDA_ERROR_INVALID_VALUE;
+      side->host = true;
+      side->address = reinterpret_cast<uint64_t>(host);
+      break;
+    case CU_MEMORYTYPE_DEVICE:
+    case CU_MEMORYTYPE_UNIFIED:
+      side->address = device;
+      break;
+    case CU_MEMORYTYPE_ARRAY:
+      if (!LiveArray(array)) return CUDA_ERROR_INVALID_VALUE;
+      // The copy must stay inside the array.
+      if (x + width > array->row_bytes || y + rows > array->rows || z + slices > array->slices) {
+        return CUDA_ERROR_INVALID_VALUE;
+      }
+      pitch = array->row_bytes;
+      height = array->rows;
+      side->address = array->storage;
+      break;
+    default:
+      return CUDA_ERROR_INVALID_VALUE;
+  }
+  if (width > pitch) return CUDA_ERROR_INVALID_VALUE;
+  if (slices > 1 && y + rows > height) return CUDA_ERROR_INVALID_VALUE;
+  side->pitch = pitch;
+  side->slice_rows = height;
+  side->address += (z * height + y) * pitch + x;
+  return CUDA_SUCCESS;
+}
+
+CUresult CopyBytes(const Side& dst, uint64_t dst_offset, const Side& src, uint64_t src_offset, size_t bytes,
+                   CUstream stream, bool async) {
+  const uint64_t dst_address = dst.address + dst_offset;
+  const uint64_t src_address = src.address + src_offset;
+  auto* dst_host = reinterpret_cast<void*>(dst_address);
+  const auto* src_host = reinterpret_cast<const void*>(src_address);
+  if (dst.host && src.host) {
+    std::memmove(dst_host, src_host, bytes);
+    return CUDA_SUCCESS;
+  }
+  if (src.host) {
+    return async ? cuMemcpyHtoDAsync(dst_address, src_host, bytes, stream) : cuMemcpyHtoD(dst_address, src_host, bytes);
+  }
+  if (dst.host) {
+    return async ? cuMemcpyDtoHAsync(dst_host, src_address, bytes, stream) : cuMemcpyDtoH(dst_host, src_address, bytes);
+  }
+  return async ? cuMemcpyDtoDAsync(dst_address, src_address, bytes, stream)
+               : cuMemcpyDtoD(dst_address, src_address, bytes);
+}
+
+CUresult Copy3D(const CUDA_MEMCPY3D* p, CUstream stream, bool async) {
+  if (p == nullptr || p->reserved0 != nullptr || p->reserved1 != nullptr) return CUDA_ERROR_INVALID_VALUE;
+  if (p->srcLOD != 0 || p->dstLOD != 0) return CUDA_ERROR_INVALID_VALUE;
+  Side src, dst;
+  if (CUresult r = ResolveSide(p->srcMemoryType, p->srcHost, p->srcDevice, p->srcArray, p->srcXInBytes, p->srcY,
+                               p->srcZ, p->srcPitch, p->srcHeight, p->WidthInBytes, p->Height, p->Depth, &src);
+      r != CUDA_SUCCESS) {
+    return r;
+  }
+  if (CUresult r = ResolveSide(p->dstMemoryType, p->dstHost, p->dstDevice, p->dstArray, p->dstXInBytes, p->dstY,
+                               p->dstZ, p->dstPitch, p->dstHeight, p->WidthInBytes, p->Height, p->Depth, &dst);
+      r != CUDA_SUCCESS) {
+    return r;
+  }
+  for (size_t slice = 0; slice < p->Depth; ++slice) {
+    for (size_t row = 0; row < p->Height; ++row) {
+      const uint64_t dst_offset = (slice * dst.slice_rows + row) * dst.pitch;
+      const uint64_t src_offset = (slice * src.slice_rows + row) * src.pitch;
+      if (CUresult r = CopyBytes(dst, dst_offset, src, src_offset, p->WidthInBytes, stream, async); r != CUDA_SUCCESS) {
+        return r;
+      }
+    }
+  }
+  return CUDA_SUCCESS;
+}
+
+// The 1D array copies: a byte range of the array's storage.
+CUresult ArrayRange(CUarray array, size_t offset, size_t bytes, Side* side) {
+  if (!LiveArray(array)) return CUDA_ERROR_INVALID_VALUE;
+  if (offset > array->bytes() || bytes > array->bytes() - offset) return CUDA_ERROR_INVALID_VALUE;
+  side->address = array->storage + offset;
+  return CUDA_SUCCESS;
+}
+
+Side HostRange(const void* host) { return {true, reinterpret_cast<uint64_t>(host), 0, 0}; }
+Side DeviceRange(CUdeviceptr device) { return {false, device, 0, 0}; }
+
+}  // namespace
+}  // namespace curelay::emulated
+
+extern "C" {
+
+CUresult CUDAAPI cuArrayCreate(CUarray* pHandle, const CUDA_ARRAY_DESCRIPTOR* pAllocateArray) {
+  return emu::Guard([&] {
+    if (pAllocateArray == nullptr) return CUDA_ERROR_INVALID_VALUE;
+    CUDA_ARRAY3D_DESCRIPTOR descriptor{};
+    descriptor.Width = pAllocateArray->Width;
+    descriptor.Height = pAllocateArray->Height;
+    descriptor.Format = pAllocateArray->Format;
+    descriptor.NumChannels = pAllocateArray->NumChannels;
+    return emu::CreateArray(pHandle, descriptor);
+  });
+}
+
+CUresult CUDAAPI cuArray3DCreate(CUarray* pHandle, const CUDA_ARRAY3D_DESCRIPTOR* pAllocateArray) {
+  return emu::Guard([&] {
+    if (pAllocateArray == nullptr) return CUDA_ERROR_INVALID_VALUE;
+    return emu::CreateArray(pHandle, *pAllocateArray);
+  });
+}
+
+CUresult CUDAAPI cuArrayDestroy(CUarray hArray) {
+  return emu::Guard([&] {
+    {
+      std::lock_guard lock(emu::arrays_mu);
+      if (emu::live_arrays.erase(hArray) == 0) return CUDA_ERROR_INVALID_HANDLE;
+    }
+    const CUresult result = cuMemFree(hArray->storage);
+    delete hArray;
+    return result;
+  });
+}
+
+CUresult CUDAAPI cuArrayGetDescriptor(CUDA_ARRAY_DESCRIPTOR* pArrayDescriptor, CUarray hArray) {
+  return emu::Guard([&] {
+    if (pArrayDescriptor == nullptr) return CUDA_ERROR_INVALID_VALUE;
+    if (!emu::LiveArray(hArray)) return CUDA_ERROR_INVALID_HANDLE;
+    pArrayDescriptor->Width = hArray->descriptor.Width;
+    pArrayDescriptor->Height = hArray->descriptor.Height;
+    pArrayDescriptor->Format = hArray->descriptor.Format;
+    pArrayDescriptor->NumChannels = hArray->descriptor.NumChannels;
+    return CUDA_SUCCESS;
+  });
+}
+
+CUresult CUDAAPI cuArray3DGetDescriptor(CUDA_ARRAY3D_DESCRIPTOR* pArrayDescriptor, CUarray hArray) {
+  return emu::Guard([&] {
+    if (pArrayDescriptor == nullptr) return CUDA_ERROR_INVALID_VALUE;
+    if (!emu::LiveArray(hArray)) return CUDA_ERROR_INVALID_HANDLE;
+    *pArrayDescriptor = hArray->descriptor;
+    return CUDA_SUCCESS;
+  });
+}
+
+CUresult CUDAAPI cuMemcpy3D(const CUDA_MEMCPY3D* pCopy) {
+  return emu::Guard([&] { return emu::Copy3D(pCopy, nullptr, false); });
+}
+CUresult CUDAAPI cuMemcpy3DAsync(const CUDA_MEMCPY3D* pCopy, CUstream hStream) {
+  return emu::Guard([&] { return emu::Copy3D(pCopy, hStream, true); });
+}
+
+CUresult CUDAAPI cuMemcpyHtoA(CUarray dstArray, size_t dstOffset, const void* srcHost, size_t ByteCount) {
+  return emu::Guard([&] {
+    emu::Side dst;
+    if (CUresult r = emu::ArrayRange(dstArray, dstOffset, ByteCount, &dst); r != CUDA_SUCCESS) return r;
+    return emu::CopyBytes(dst, 0, emu::HostRange(srcHost), 0, ByteCount, nullptr, false);
+  });
+}
+CUresult CUDAAPI cuMemcpyHtoAAsync(CUarray dstArray, size_t dstOffset, const void* srcHost, size_t ByteCount,
+                                   CUstream hStream) {
+  return emu::Guard([&] {
+    emu::Side dst;
+    if (CUresult r = emu::ArrayRange(dstArray, dstOffset, ByteCount, &dst); r != CUDA_SUCCESS) return r;
+    return emu::CopyBytes(dst, 0, emu::HostRange(srcHost), 0, ByteCount, hStream, true);
+  });
+}
+CUresult CUDAAPI cuMemcpyAtoH(void* dstHost, CUarray srcArray, size_t srcOffset, size_t ByteCount) {
+  return emu::Guard([&] {
+    emu::Side src;
+    if (CUresult r = emu::ArrayRange(srcArray, srcOffset, ByteCount, &src); r != CUDA_SUCCESS) return r;
+    return emu::CopyBytes(emu::HostRange(dstHost), 0, src, 0, ByteCount, nullptr, false);
+  });
+}
+CUresult CUDAAPI cuMemcpyAtoHAsync(void* dstHost, CUarray srcArray, size_t srcOffset, size_t ByteCount,
+                                   CUstream hStream) {
+  return emu::Guard([&] {
+    emu::Side src;
+    if (CUresult r = emu::ArrayRange(srcArray, srcOffset, ByteCount, &src); r != CUDA_SUCCESS) return r;
+    return emu::CopyBytes(emu::HostRange(dstHost), 0, src, 0, ByteCount, hStream, true);
+  });
+}
+CUresult CUDAAPI cuMemcpyDtoA(CUarray dstArray, size_t dstOffset, CUdeviceptr srcDevice, size_t ByteCount) {
+  return emu::Guard([&] {
+    emu::Side dst;
+    if (CUresult r = emu::ArrayRange(dstArray, dstOffset, ByteCount, &dst); r != CUDA_SUCCESS) return r;
+    return emu::CopyBytes(dst, 0, emu::DeviceRange(srcDevice), 0, ByteCount, nullptr, false);
+  });
+}
+CUresult CUDAAPI cuMemcpyAtoD(CUdeviceptr dstDevice, CUarray srcArray, size_t srcOffset, size_t ByteCount) {
+  return emu::Guard([&] {
+    emu::Side src;
+    if (CUresult r = emu::ArrayRange(srcArray, srcOffset, ByteCount, &src); r != CUDA_SUCCESS) return r;
+    return emu::CopyBytes(emu::DeviceRange(dstDevice), 0, src, 0, ByteCount, nullptr, false);
+  });
+}
+CUresult CUDAAPI cuMemcpyAtoA(CUarray dstArray, size_t dstOffset, CUarray srcArray, size_t srcOffset,
+                              size_t ByteCount) {
+  return emu::Guard([&] {
+    emu::Side dst, src;
+    if (CUresult r = emu::ArrayRange(dstArray, dstOffset, ByteCount, &dst); r != CUDA_SUCCESS) return r;
+    if (CUresult r = emu::ArrayRange(srcArray, srcOffset, ByteCount, &src); r != CUDA_SUCCESS) return r;
+    return emu::CopyBytes(dst, 0, src, 0, ByteCount, nullptr, false);
+  });
+}
+
+}  // extern "C"

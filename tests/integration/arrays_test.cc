@@ -1,0 +1,381 @@
+// CUDA arrays through the whole remoting path (this process loads the shim as its libcuda; a real backend and
+// executor run on the emulated driver): creation and descriptors, the 1D array copies, and arrays on either side of
+// 2D and 3D copies, synchronous and stream-ordered, including copies larger than one wire chunk. Every copy is
+// checked byte for byte, and the bytes around it must stay untouched.
+#include <cuda.h>
+#include <gtest/gtest.h>
+
+#include <cstdint>
+#include <cstring>
+#include <vector>
+
+#include "tests/integration/session_environment.h"
+
+namespace curelay::testing {
+namespace {
+
+const auto* const environment =
+    AddSessionEnvironment("arrays", {{"CURELAY_EMU_DEVICE_MEMORY", std::to_string(1ull << 30)}});
+
+std::vector<uint8_t> Pattern(size_t bytes, uint8_t seed) {
+  std::vector<uint8_t> data(bytes);
+  for (size_t i = 0; i < bytes; ++i) data[i] = static_cast<uint8_t>(i * 29 + seed + (i >> 9));
+  return data;
+}
+
+CUDA_ARRAY3D_DESCRIPTOR Descriptor3D(size_t width, size_t height, size_t depth, CUarray_format format,
+                                     unsigned channels) {
+  CUDA_ARRAY3D_DESCRIPTOR descriptor{};
+  descriptor.Width = width;
+  descriptor.Height = height;
+  descriptor.Depth = depth;
+  descriptor.Format = format;
+  descriptor.NumChannels = channels;
+  return descriptor;
+}
+
+class ArraysTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    ASSERT_CU(cuInit(0));
+    ASSERT_CU(cuDevicePrimaryCtxRetain(&context_, 0));
+    ASSERT_CU(cuCtxSetCurrent(context_));
+    ASSERT_CU(cuStreamCreate(&stream_, CU_STREAM_NON_BLOCKING));
+  }
+  void TearDown() override {
+    EXPECT_CU(cuCtxSynchronize());
+    cuStreamDestroy(stream_);
+    cuDevicePrimaryCtxRelease(0);
+  }
+
+  CUcontext context_ = nullptr;
+  CUstream stream_ = nullptr;
+};
+
+TEST_F(ArraysTest, CreateDescribeDestroy) {
+  CUDA_ARRAY_DESCRIPTOR flat{};
+  flat.Width = 37;
+  flat.Height = 11;
+  flat.Format = CU_AD_FORMAT_FLOAT;
+  flat.NumChannels = 2;
+  CUarray array = nullptr;
+  ASSERT_CU(cuArrayCreate(&array, &flat));
+  CUDA_ARRAY_DESCRIPTOR read{};
+  ASSERT_CU(cuArrayGetDescriptor(&read, array));
+  EXPECT_EQ(read.Width, 37u);
+  EXPECT_EQ(read.Height, 11u);
+  EXPECT_EQ(read.Format, CU_AD_FORMAT_FLOAT);
+  EXPECT_EQ(read.NumChannels, 2u);
+  CUDA_ARRAY3D_DESCRIPTOR read3d{};
+  ASSERT_CU(cuArray3DGetDescriptor(&read3d, array));
+  EXPECT_EQ(read3d.Width, 37u);
+  EXPECT_EQ(read3d.Height, 11u);
+  EXPECT_EQ(read3d.Depth, 0u);
+
+  CUarray volume = nullptr;
+  const CUDA_ARRAY3D_DESCRIPTOR descriptor = Descriptor3D(16, 8, 4, CU_AD_FORMAT_UNSIGNED_INT16, 4);
+  ASSERT_CU(cuArray3DCreate(&volume, &descriptor));
+  ASSERT_CU(cuArray3DGetDescriptor(&read3d, volume));
+  EXPECT_EQ(read3d.Depth, 4u);
+  EXPECT_EQ(read3d.Format, CU_AD_FORMAT_UNSIGNED_INT16);
+  EXPECT_EQ(read3d.NumChannels, 4u);
+
+  EXPECT_CU(cuArrayDestroy(array));
+  EXPECT_CU(cuArrayDestroy(volume));
+  EXPECT_EQ(cuArrayDestroy(array), CUDA_ERROR_INVALID_HANDLE);
+  EXPECT_EQ(cuArrayGetDescriptor(&read, array), CUDA_ERROR_INVALID_HANDLE);
+
+  // The executor's driver judges descriptors: three channels are not a format.
+  flat.NumChannels = 3;
+  EXPECT_EQ(cuArrayCreate(&array, &flat), CUDA_ERROR_INVALID_VALUE);
+  EXPECT_EQ(cuArrayCreate(nullptr, &flat), CUDA_ERROR_INVALID_VALUE);
+  EXPECT_EQ(cuArray3DCreate(&array, nullptr), CUDA_ERROR_INVALID_VALUE);
+}
+
+TEST_F(ArraysTest, ArraysHoldDeviceMemoryUntilDestroyed) {
+  size_t free_before = 0, free_with = 0, free_after = 0, total = 0;
+  ASSERT_CU(cuMemGetInfo(&free_before, &total));
+  CUarray array = nullptr;
+  const CUDA_ARRAY3D_DESCRIPTOR descriptor = Descriptor3D(1024, 1024, 8, CU_AD_FORMAT_FLOAT, 4);  // 128 MiB
+  ASSERT_CU(cuArray3DCreate(&array, &descriptor));
+  ASSERT_CU(cuMemGetInfo(&free_with, &total));
+  EXPECT_GE(free_before - free_with, size_t{128} << 20);
+  ASSERT_CU(cuArrayDestroy(array));
+  ASSERT_CU(cuMemGetInfo(&free_after, &total));
+  EXPECT_EQ(free_after, free_before);
+}
+
+TEST_F(ArraysTest, LinearCopies) {
+  CUDA_ARRAY_DESCRIPTOR flat{};
+  flat.Width = 4096;
+  flat.Format = CU_AD_FORMAT_UNSIGNED_INT8;
+  flat.NumChannels = 1;
+  CUarray first = nullptr, second = nullptr;
+  ASSERT_CU(cuArrayCreate(&first, &flat));
+  ASSERT_CU(cuArrayCreate(&second, &flat));
+  const std::vector<uint8_t> source = Pattern(4096, 3);
+  ASSERT_CU(cuMemcpyHtoA(first, 0, source.data(), 4096));
+  ASSERT_CU(cuMemcpyHtoA(first, 100, source.data() + 1000, 500));  // overwrite 500 bytes at 100
+  std::vector<uint8_t> expected = source;
+  std::memcpy(expected.data() + 100, source.data() + 1000, 500);
+
+  // Array -> array -> device -> array -> host.
+  ASSERT_CU(cuMemcpyAtoA(second, 0, first, 0, 4096));
+  CUdeviceptr device = 0;
+  ASSERT_CU(cuMemAlloc(&device, 4096));
+  ASSERT_CU(cuMemcpyAtoD(device, second, 0, 4096));
+  std::vector<uint8_t> via_device(4096, 0);
+  ASSERT_CU(cuMemcpyDtoH(via_device.data(), device, 4096));
+  EXPECT_TRUE(via_device == expected);
+  ASSERT_CU(cuMemsetD8(device, 0x5a, 64));
+  ASSERT_CU(cuMemcpyDtoA(second, 1024, device, 64));
+  std::memset(expected.data() + 1024, 0x5a, 64);
+  std::vector<uint8_t> read(4096, 0);
+  ASSERT_CU(cuMemcpyAtoH(read.data(), second, 0, 4096));
+  EXPECT_TRUE(read == expected);
+
+  // Stream-ordered forms, read back at an offset.
+  std::vector<uint8_t> partial(300, 0);
+  ASSERT_CU(cuMemcpyHtoAAsync(first, 2000, source.data(), 300, stream_));
+  ASSERT_CU(cuMemcpyAtoHAsync(partial.data(), first, 2000, 300, stream_));
+  ASSERT_CU(cuStreamSynchronize(stream_));
+  EXPECT_EQ(0, std::memcmp(partial.data(), source.data(), 300));
+
+  // Outside the array: refused at once, nothing copied.
+  EXPECT_EQ(cuMemcpyHtoA(first, 4000, source.data(), 97), CUDA_ERROR_INVALID_VALUE);
+  EXPECT_EQ(cuMemcpyAtoH(read.data(), first, 4097, 1), CUDA_ERROR_INVALID_VALUE);
+  EXPECT_EQ(cuMemcpyAtoA(second, 1, first, 0, 4096), CUDA_ERROR_INVALID_VALUE);
+  EXPECT_EQ(cuMemcpyHtoA(nullptr, 0, source.data(), 1), CUDA_ERROR_INVALID_VALUE);
+  EXPECT_CU(cuCtxSynchronize());
+
+  EXPECT_CU(cuMemFree(device));
+  EXPECT_CU(cuArrayDestroy(first));
+  EXPECT_CU(cuArrayDestroy(second));
+}
+
+// A linear copy of more than one wire chunk goes in column blocks.
+TEST_F(ArraysTest, LinearCopyLargerThanAChunk) {
+  CUDA_ARRAY_DESCRIPTOR flat{};
+  flat.Width = (size_t{9} << 20) / 4 + 5;  // 9 MiB + 20 bytes of uchar4
+  flat.Format = CU_AD_FORMAT_UNSIGNED_INT8;
+  flat.NumChannels = 4;
+  const size_t bytes = flat.Width * 4;
+  CUarray array = nullptr;
+  ASSERT_CU(cuArrayCreate(&array, &flat));
+  const std::vector<uint8_t> source = Pattern(bytes, 41);
+  ASSERT_CU(cuMemcpyHtoA(array, 0, source.data(), bytes));
+  std::vector<uint8_t> read(bytes, 0);
+  ASSERT_CU(cuMemcpyAtoHAsync(read.data(), array, 0, bytes, stream_));
+  ASSERT_CU(cuStreamSynchronize(stream_));
+  EXPECT_TRUE(read == source);
+  EXPECT_CU(cuArrayDestroy(array));
+}
+
+// Host (pitched, at an offset) -> 2D array (at an offset) -> pitched device memory and another array -> host.
+TEST_F(ArraysTest, TwoDimensionalCopies) {
+  constexpr size_t kWidth = 19, kHeight = 13, kElement = 8;  // float2
+  CUDA_ARRAY_DESCRIPTOR flat{};
+  flat.Width = kWidth;
+  flat.Height = kHeight;
+  flat.Format = CU_AD_FORMAT_FLOAT;
+  flat.NumChannels = 2;
+  CUarray array = nullptr, other = nullptr;
+  ASSERT_CU(cuArrayCreate(&array, &flat));
+  ASSERT_CU(cuArrayCreate(&other, &flat));
+  const size_t row_bytes = kWidth * kElement;
+  // Fill the whole array first, so every byte read back is known.
+  const std::vector<uint8_t> base = Pattern(row_bytes * kHeight, 7);
+  CUDA_MEMCPY2D fill{};
+  fill.srcMemoryType = CU_MEMORYTYPE_HOST;
+  fill.srcHost = base.data();
+  fill.srcPitch = row_bytes;
+  fill.dstMemoryType = CU_MEMORYTYPE_ARRAY;
+  fill.dstArray = array;
+  fill.WidthInBytes = row_bytes;
+  fill.Height = kHeight;
+  ASSERT_CU(cuMemcpy2D(&fill));
+
+  // A 5 x 4 element window from a pitched host image at (2, 3) into the array at (6, 7).
+  const size_t host_pitch = 300;
+  const std::vector<uint8_t> image = Pattern(host_pitch * 20, 99);
+  CUDA_MEMCPY2D window{};
+  window.srcMemoryType = CU_MEMORYTYPE_HOST;
+  window.srcHost = image.data();
+  window.srcPitch = host_pitch;
+  window.srcXInBytes = 2 * kElement;
+  window.srcY = 3;
+  window.dstMemoryType = CU_MEMORYTYPE_ARRAY;
+  window.dstArray = array;
+  window.dstXInBytes = 6 * kElement;
+  window.dstY = 7;
+  window.WidthInBytes = 5 * kElement;
+  window.Height = 4;
+  ASSERT_CU(cuMemcpy2DAsync(&window, stream_));
+  std::vector<uint8_t> expected = base;
+  for (size_t row = 0; row < 4; ++row) {
+    std::memcpy(expected.data() + (7 + row) * row_bytes + 6 * kElement,
+                image.data() + (3 + row) * host_pitch + 2 * kElement, 5 * kElement);
+  }
+
+  // Array -> pitched device memory -> the other array -> host.
+  CUdeviceptr device = 0;
+  size_t device_pitch = 0;
+  ASSERT_CU(cuMemAllocPitch(&device, &device_pitch, row_bytes, kHeight, 4));
+  CUDA_MEMCPY2D to_device{};
+  to_device.srcMemoryType = CU_MEMORYTYPE_ARRAY;
+  to_device.srcArray = array;
+  to_device.dstMemoryType = CU_MEMORYTYPE_DEVICE;
+  to_device.dstDevice = device;
+  to_device.dstPitch = device_pitch;
+  to_device.WidthInBytes = row_bytes;
+  to_device.Height = kHeight;
+  ASSERT_CU(cuMemcpy2DAsync(&to_device, stream_));
+  CUDA_MEMCPY2D to_other{};
+  to_other.srcMemoryType = CU_MEMORYTYPE_DEVICE;
+  to_other.srcDevice = device;
+  to_other.srcPitch = device_pitch;
+  to_other.dstMemoryType = CU_MEMORYTYPE_ARRAY;
+  to_other.dstArray = other;
+  to_other.WidthInBytes = row_bytes;
+  to_other.Height = kHeight;
+  ASSERT_CU(cuMemcpy2DAsync(&to_other, stream_));
+  std::vector<uint8_t> read(row_bytes * kHeight, 0);
+  CUDA_MEMCPY2D back{};
+  back.srcMemoryType = CU_MEMORYTYPE_ARRAY;
+  back.srcArray = other;
+  back.dstMemoryType = CU_MEMORYTYPE_HOST;
+  back.dstHost = read.data();
+  back.dstPitch = row_bytes;
+  back.WidthInBytes = row_bytes;
+  back.Height = kHeight;
+  ASSERT_CU(cuMemcpy2DAsync(&back, stream_));
+  ASSERT_CU(cuStreamSynchronize(stream_));
+  EXPECT_TRUE(read == expected);
+
+  // Array to array directly, a window of rows (synchronous form), read back through the legacy stream.
+  CUDA_MEMCPY2D rows{};
+  rows.srcMemoryType = CU_MEMORYTYPE_ARRAY;
+  rows.srcArray = array;
+  rows.srcY = 1;
+  rows.dstMemoryType = CU_MEMORYTYPE_ARRAY;
+  rows.dstArray = other;
+  rows.WidthInBytes = row_bytes;
+  rows.Height = 2;
+  ASSERT_CU(cuMemcpy2D(&rows));
+  ASSERT_CU(cuMemcpy2D(&back));
+  std::vector<uint8_t> expected_other = expected;
+  std::memcpy(expected_other.data(), expected.data() + row_bytes, 2 * row_bytes);
+  EXPECT_TRUE(read == expected_other);
+
+  // Outside the array: refused at once.
+  window.dstXInBytes = (kWidth - 4) * kElement;
+  EXPECT_EQ(cuMemcpy2D(&window), CUDA_ERROR_INVALID_VALUE);
+  window.dstXInBytes = 0;
+  window.dstY = kHeight - 3;
+  EXPECT_EQ(cuMemcpy2D(&window), CUDA_ERROR_INVALID_VALUE);
+  window.dstArray = nullptr;
+  window.dstY = 0;
+  EXPECT_EQ(cuMemcpy2D(&window), CUDA_ERROR_INVALID_VALUE);
+
+  EXPECT_CU(cuMemFree(device));
+  EXPECT_CU(cuArrayDestroy(array));
+  EXPECT_CU(cuArrayDestroy(other));
+}
+
+// A 3D array larger than a wire chunk: host volume (at an offset, with its own pitch and slice height) -> array ->
+// host, and a sub-volume through pitched device memory.
+TEST_F(ArraysTest, ThreeDimensionalCopies) {
+  constexpr size_t kWidth = 300, kHeight = 70, kDepth = 20, kElement = 16;  // float4: 6.4 MiB
+  CUarray array = nullptr;
+  const CUDA_ARRAY3D_DESCRIPTOR descriptor = Descriptor3D(kWidth, kHeight, kDepth, CU_AD_FORMAT_FLOAT, 4);
+  ASSERT_CU(cuArray3DCreate(&array, &descriptor));
+  const size_t row_bytes = kWidth * kElement;
+  const size_t host_pitch = row_bytes + 48, host_rows = kHeight + 3;
+  const std::vector<uint8_t> volume = Pattern(host_pitch * host_rows * (kDepth + 1), 11);
+
+  CUDA_MEMCPY3D up{};
+  up.srcMemoryType = CU_MEMORYTYPE_HOST;
+  up.srcHost = volume.data();
+  up.srcXInBytes = 32;
+  up.srcY = 2;
+  up.srcZ = 1;
+  up.srcPitch = host_pitch;
+  up.srcHeight = host_rows;
+  up.dstMemoryType = CU_MEMORYTYPE_ARRAY;
+  up.dstArray = array;
+  up.WidthInBytes = row_bytes;
+  up.Height = kHeight;
+  up.Depth = kDepth;
+  ASSERT_CU(cuMemcpy3D(&up));
+
+  const auto host_at = [&](size_t x, size_t y, size_t z) {
+    return volume.data() + ((1 + z) * host_rows + 2 + y) * host_pitch + 32 + x;
+  };
+  std::vector<uint8_t> read(row_bytes * kHeight * kDepth, 0);
+  CUDA_MEMCPY3D down{};
+  down.srcMemoryType = CU_MEMORYTYPE_ARRAY;
+  down.srcArray = array;
+  down.dstMemoryType = CU_MEMORYTYPE_HOST;
+  down.dstHost = read.data();
+  down.dstPitch = row_bytes;
+  down.dstHeight = kHeight;
+  down.WidthInBytes = row_bytes;
+  down.Height = kHeight;
+  down.Depth = kDepth;
+  ASSERT_CU(cuMemcpy3DAsync(&down, stream_));
+  ASSERT_CU(cuStreamSynchronize(stream_));
+  bool same = true;
+  for (size_t z = 0; z < kDepth && same; ++z) {
+    for (size_t y = 0; y < kHeight && same; ++y) {
+      same = std::memcmp(read.data() + (z * kHeight + y) * row_bytes, host_at(0, y, z), row_bytes) == 0;
+    }
+  }
+  EXPECT_TRUE(same);
+
+  // A 10 x 5 x 3 element sub-volume at (4, 6, 2) of the array, through pitched device memory.
+  CUdeviceptr device = 0;
+  size_t device_pitch = 0;
+  ASSERT_CU(cuMemAllocPitch(&device, &device_pitch, 10 * kElement, 5 * 3, 16));
+  CUDA_MEMCPY3D to_device{};
+  to_device.srcMemoryType = CU_MEMORYTYPE_ARRAY;
+  to_device.srcArray = array;
+  to_device.srcXInBytes = 4 * kElement;
+  to_device.srcY = 6;
+  to_device.srcZ = 2;
+  to_device.dstMemoryType = CU_MEMORYTYPE_DEVICE;
+  to_device.dstDevice = device;
+  to_device.dstPitch = device_pitch;
+  to_device.dstHeight = 5;
+  to_device.WidthInBytes = 10 * kElement;
+  to_device.Height = 5;
+  to_device.Depth = 3;
+  ASSERT_CU(cuMemcpy3D(&to_device));
+  std::vector<uint8_t> sub(10 * kElement * 5 * 3, 0);
+  CUDA_MEMCPY2D sub_down{};
+  sub_down.srcMemoryType = CU_MEMORYTYPE_DEVICE;
+  sub_down.srcDevice = device;
+  sub_down.srcPitch = device_pitch;
+  sub_down.dstMemoryType = CU_MEMORYTYPE_HOST;
+  sub_down.dstHost = sub.data();
+  sub_down.dstPitch = 10 * kElement;
+  sub_down.WidthInBytes = 10 * kElement;
+  sub_down.Height = 15;
+  ASSERT_CU(cuMemcpy2D(&sub_down));
+  same = true;
+  for (size_t z = 0; z < 3 && same; ++z) {
+    for (size_t y = 0; y < 5 && same; ++y) {
+      same = std::memcmp(sub.data() + (z * 5 + y) * 10 * kElement, host_at(4 * kElement, 6 + y, 2 + z),
+                         10 * kElement) == 0;
+    }
+  }
+  EXPECT_TRUE(same);
+
+  // Deeper than the array: refused.
+  to_device.srcZ = kDepth - 2;
+  EXPECT_EQ(cuMemcpy3D(&to_device), CUDA_ERROR_INVALID_VALUE);
+  EXPECT_CU(cuMemFree(device));
+  EXPECT_CU(cuArrayDestroy(array));
+}
+
+}  // namespace
+}  // namespace curelay::testing
