@@ -2,8 +2,10 @@
 
 #include <spdlog/spdlog.h>
 #include <sys/random.h>
+#include <sys/stat.h>
 
 #include <chrono>
+#include <ctime>
 
 #include "schema/wire.h"
 
@@ -30,7 +32,12 @@ bool IsIpc(const std::string& endpoint) { return endpoint.rfind("ipc://", 0) == 
 
 }  // namespace
 
-Broker::Broker(BrokerSettings settings) : settings_(std::move(settings)), pool_(settings_.executors) {}
+Broker::Broker(BrokerSettings settings, std::unique_ptr<TenantRegistry> registry)
+    : settings_(std::move(settings)),
+      registry_(std::move(registry)),
+      pool_(settings_.executors),
+      admin_(*registry_, pool_, settings_.admin_token_sha256,
+             [this](const std::string& name) { TenantChanged(name); }, [this] { return Stats(); }) {}
 
 bool Broker::Run(const std::atomic<bool>& stop) {
   std::string error;
@@ -42,9 +49,34 @@ bool Broker::Run(const std::atomic<bool>& stop) {
   for (size_t i = 0; i < settings_.listen_endpoints.size(); ++i) {
     spdlog::info("listening on {}", listener_->BoundEndpoint(i));
   }
+  quota_board_.reset(MemoryQuotaBoard::Create(settings_.executors.runtime_dir + "/memory-quotas", &error));
+  if (quota_board_ == nullptr) {
+    spdlog::critical("cannot create the memory quota board: {}", error);
+    return false;
+  }
+  for (const TenantRecord& tenant : registry_->List()) TenantChanged(tenant.name);
+  pool_.OnSessionEnd([this](const ExecutorProcess& executor) {
+    if (executor.quota_session_slot < 0) return;
+    quota_board_->Settle(executor.quota_session_slot);
+    session_slot_used_[executor.quota_session_slot] = false;
+  });
+  if (!settings_.admin_endpoints.empty()) {
+    // Owner-only from the moment the socket file exists: whoever can connect administers tenants.
+    const mode_t previous_umask = umask(0077);
+    admin_listener_ = transport::Listen(settings_.admin_endpoints, wire::kMaxHeaderBytes, &error);
+    umask(previous_umask);
+    if (admin_listener_ == nullptr) {
+      spdlog::critical("cannot listen for administration: {}", error);
+      return false;
+    }
+    for (size_t i = 0; i < settings_.admin_endpoints.size(); ++i) {
+      spdlog::info("admin endpoint {}", admin_listener_->BoundEndpoint(i));
+    }
+  }
   while (!stop.load()) {
     pool_.Poll();
     ServePending();
+    ServeAdmin();
     transport::ListenerRequest request;
     if (listener_->Receive(request, 20) == transport::ReceiveStatus::kMessage) HandleHello(std::move(request));
   }
@@ -70,10 +102,101 @@ void Broker::HandleHello(transport::ListenerRequest request) {
                std::to_string(wire::kProtocolVersion));
     return;
   }
+  SessionInfo session{"", hello->client_pid(), host, program, static_cast<int64_t>(std::time(nullptr))};
+  const std::string token = hello->tenant() ? hello->tenant()->str() : "";
+  if (token.empty() && !settings_.allow_anonymous) {
+    spdlog::warn("refused {} (pid {} on {}): no tenant token", program, hello->client_pid(), host);
+    Refuse(request, CUDA_ERROR_NOT_PERMITTED, "no tenant token: set CURELAY_TOKEN to the token of your tenant");
+    return;
+  }
+  if (!token.empty()) {
+    const std::optional<TenantRecord> tenant = registry_->Authenticate(token);
+    if (!tenant) {
+      spdlog::warn("refused {} (pid {} on {}): unknown tenant token", program, hello->client_pid(), host);
+      Refuse(request, CUDA_ERROR_NOT_PERMITTED, "unknown tenant token");
+      return;
+    }
+    if (tenant->max_sessions != 0 && SessionsOf(tenant->name) >= tenant->max_sessions) {
+      spdlog::warn("refused {} (pid {} on {}): tenant '{}' has its {} session(s)", program, hello->client_pid(),
+                   host, tenant->name, tenant->max_sessions);
+      Refuse(request, CUDA_ERROR_NOT_PERMITTED,
+             "tenant '" + tenant->name + "' already has its " + std::to_string(tenant->max_sessions) +
+                 " session(s)");
+      return;
+    }
+    session.tenant = tenant->name;
+  }
   spdlog::info("hello from {} (pid {} on {}, tenant '{}')", program, hello->client_pid(), host,
-               hello->tenant() ? hello->tenant()->str() : "");
-  pending_.push_back({std::move(request), NowMs() + settings_.pending_timeout_ms});
+               session.tenant.empty() ? "(anonymous)" : session.tenant);
+  pending_.push_back({std::move(request), NowMs() + settings_.pending_timeout_ms, std::move(session)});
   ServePending();
+}
+
+size_t Broker::SessionsOf(const std::string& tenant) const {
+  size_t count = 0;
+  for (const ExecutorProcess* executor : pool_.executors()) {
+    count += executor->state == ExecutorProcess::State::kServing && executor->session.tenant == tenant;
+  }
+  for (const PendingHello& pending : pending_) count += pending.session.tenant == tenant;
+  return count;
+}
+
+void Broker::ServeAdmin() {
+  if (admin_listener_ == nullptr) return;
+  transport::ListenerRequest request;
+  while (admin_listener_->Receive(request, 0) == transport::ReceiveStatus::kMessage) {
+    const bool trusted = IsIpc(settings_.admin_endpoints.at(request.endpoint_index));
+    const std::string reply = admin_.Handle(request.body, trusted);
+    admin_listener_->Reply(request, {reinterpret_cast<const uint8_t*>(reply.data()), reply.size()});
+  }
+}
+
+void Broker::TenantChanged(const std::string& name) {
+  const std::optional<TenantRecord> tenant = registry_->Find(name);
+  if (!tenant) return;  // removed: its running sessions keep their last limits until they end
+  const int slot = TenantSlot(name);
+  if (slot < 0) return;
+  TenantMemoryAccount& account = quota_board_->tenant(slot);
+  account.quota.store(tenant->memory_quota_bytes);
+  account.wait_when_short.store(tenant->memory_policy == "wait" ? 1 : 0);
+  account.wait_timeout_ms.store(tenant->wait_timeout_ms);
+}
+
+nlohmann::json Broker::Stats() {
+  nlohmann::json tenants = nlohmann::json::array();
+  for (const TenantRecord& tenant : registry_->List()) {
+    const int slot = TenantSlot(tenant.name);
+    const TenantMemoryAccount* account = slot >= 0 ? &quota_board_->tenant(slot) : nullptr;
+    tenants.push_back({{"tenant", tenant.name},
+                       {"priority", tenant.priority},
+                       {"weight", tenant.weight},
+                       {"sessions", SessionsOf(tenant.name)},
+                       {"memory_used_bytes", account != nullptr ? account->used.load() : 0},
+                       {"memory_peak_bytes", account != nullptr ? account->peak.load() : 0},
+                       {"memory_quota_bytes", tenant.memory_quota_bytes}});
+  }
+  return tenants;
+}
+
+int Broker::TenantSlot(const std::string& name) {
+  const auto found = tenant_slots_.find(name);
+  if (found != tenant_slots_.end()) return found->second;
+  if (tenant_slots_.size() >= static_cast<size_t>(kMaxQuotaTenants)) return -1;
+  const int slot = static_cast<int>(tenant_slots_.size());
+  tenant_slots_.emplace(name, slot);
+  return slot;
+}
+
+int Broker::TakeSessionSlot(int tenant_slot) {
+  for (int slot = 0; slot < kMaxQuotaSessions; ++slot) {
+    if (session_slot_used_[slot]) continue;
+    session_slot_used_[slot] = true;
+    SessionMemoryAccount& account = quota_board_->session(slot);
+    account.used.store(0);
+    account.tenant.store(tenant_slot);
+    return slot;
+  }
+  return -1;
 }
 
 void Broker::ServePending() {
@@ -91,7 +214,7 @@ void Broker::ServePending() {
     }
     ExecutorProcess* executor = pool_.TakeIdle();
     if (executor == nullptr) return;
-    Admit(pending_.front().request, *executor);
+    Admit(pending_.front(), *executor);
     pending_.pop_front();
   }
 }
@@ -102,9 +225,23 @@ void Broker::Refuse(const transport::ListenerRequest& request, CUresult result, 
   listener_->Reply(request, {builder.GetBufferPointer(), builder.GetSize()});
 }
 
-void Broker::Admit(const transport::ListenerRequest& request, ExecutorProcess& executor) {
+void Broker::Admit(const PendingHello& hello, ExecutorProcess& executor) {
+  const transport::ListenerRequest& request = hello.request;
   SessionAssignment assignment{next_session_++, RandomKey()};
-  if (!pool_.Assign(executor, assignment)) {
+  if (!hello.session.tenant.empty()) {
+    const int tenant_slot = TenantSlot(hello.session.tenant);
+    assignment.quota_session_slot = tenant_slot < 0 ? -1 : TakeSessionSlot(tenant_slot);
+    if (assignment.quota_session_slot < 0) {
+      Refuse(request, CUDA_ERROR_OUT_OF_MEMORY, "the backend's quota board is full");
+      return;
+    }
+    assignment.quota_board = quota_board_->path();
+  }
+  if (!pool_.Assign(executor, assignment, hello.session)) {
+    if (assignment.quota_session_slot >= 0) {
+      quota_board_->Settle(assignment.quota_session_slot);
+      session_slot_used_[assignment.quota_session_slot] = false;
+    }
     Refuse(request, CUDA_ERROR_OPERATING_SYSTEM, "executor lost before the session started");
     return;
   }
@@ -116,7 +253,8 @@ void Broker::Admit(const transport::ListenerRequest& request, ExecutorProcess& e
                                      assignment.session_id, key, ipc_endpoint,
                                      ipc ? 0 : executor.ready.tcp_port));
   listener_->Reply(request, {builder.GetBufferPointer(), builder.GetSize()});
-  spdlog::info("session {} -> executor pid {}", assignment.session_id, executor.pid);
+  spdlog::info("session {} -> executor pid {} (tenant '{}')", assignment.session_id, executor.pid,
+               hello.session.tenant.empty() ? "(anonymous)" : hello.session.tenant);
 }
 
 }  // namespace curelay::backend

@@ -4,11 +4,15 @@
 
 #include <atomic>
 #include <deque>
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
 
+#include "backend/admin/admin_service.h"
 #include "backend/executor_pool.h"
+#include "backend/quota/memory_quota_board.h"
+#include "backend/tenants/tenant_registry.h"
 #include "transport/listener.h"
 
 namespace curelay::backend {
@@ -17,11 +21,14 @@ struct BrokerSettings {
   std::vector<std::string> listen_endpoints;
   ExecutorSettings executors;
   int pending_timeout_ms = 60000;  // a Hello waits this long for an executor before it is refused
+  bool allow_anonymous = false;    // admit clients without a tenant token
+  std::vector<std::string> admin_endpoints;  // ipc:// (created owner-only) and tcp:// (admin token required)
+  std::string admin_token_sha256;
 };
 
 class Broker {
  public:
-  explicit Broker(BrokerSettings settings);
+  Broker(BrokerSettings settings, std::unique_ptr<TenantRegistry> registry);
   // Runs until `stop` becomes true. Returns false if the endpoints cannot be bound.
   bool Run(const std::atomic<bool>& stop);
 
@@ -29,18 +36,34 @@ class Broker {
   struct PendingHello {
     transport::ListenerRequest request;
     int64_t deadline_ms = 0;
+    SessionInfo session;
   };
 
   void HandleHello(transport::ListenerRequest request);
   void ServePending();
   void Refuse(const transport::ListenerRequest& request, CUresult result, const std::string& message);
-  void Admit(const transport::ListenerRequest& request, ExecutorProcess& executor);
+  void Admit(const PendingHello& hello, ExecutorProcess& executor);
+  // Sessions of `tenant` serving or waiting for an executor.
+  size_t SessionsOf(const std::string& tenant) const;
+  void ServeAdmin();
+  // Writes a tenant's limits onto its quota account (running sessions see them at their next allocation).
+  void TenantChanged(const std::string& name);
+  // The tenant's account on the quota board, assigned on first use; -1 when the board is full.
+  int TenantSlot(const std::string& name);
+  int TakeSessionSlot(int tenant_slot);
+  nlohmann::json Stats();
 
   BrokerSettings settings_;
+  std::unique_ptr<TenantRegistry> registry_;
   std::unique_ptr<transport::Listener> listener_;
+  std::unique_ptr<transport::Listener> admin_listener_;
   ExecutorPool pool_;
+  AdminService admin_;
   std::deque<PendingHello> pending_;
   uint64_t next_session_ = 1;
+  std::unique_ptr<MemoryQuotaBoard> quota_board_;
+  std::map<std::string, int> tenant_slots_;
+  std::vector<bool> session_slot_used_ = std::vector<bool>(kMaxQuotaSessions, false);
 };
 
 }  // namespace curelay::backend

@@ -48,7 +48,9 @@ std::string FormatFailed(CUresult result, const std::string& reason) {
 }
 
 std::string FormatSession(const SessionAssignment& assignment) {
-  return "SESSION " + std::to_string(assignment.session_id) + " " + Hex(assignment.key);
+  return "SESSION " + std::to_string(assignment.session_id) + " " + Hex(assignment.key) + " " +
+         (assignment.quota_board.empty() ? "-" : assignment.quota_board) + " " +
+         std::to_string(assignment.quota_session_slot);
 }
 
 bool ParseReady(const std::string& line, ExecutorReady* ready) {
@@ -73,8 +75,13 @@ bool ParseFailed(const std::string& line, CUresult* result, std::string* reason)
 
 bool ParseSession(const std::string& line, SessionAssignment* assignment) {
   std::istringstream in(line);
-  std::string word, key;
-  return (in >> word >> assignment->session_id >> key) && word == "SESSION" && FromHex(key, &assignment->key);
+  std::string word, key, board;
+  if (!(in >> word >> assignment->session_id >> key >> board >> assignment->quota_session_slot) ||
+      word != "SESSION" || !FromHex(key, &assignment->key)) {
+    return false;
+  }
+  assignment->quota_board = board == "-" ? std::string() : board;
+  return assignment->quota_session_slot >= -1;
 }
 
 bool ControlLine::Write(const std::string& line) {

@@ -18,6 +18,9 @@ struct ExecutorReady {
 struct SessionAssignment {
   uint64_t session_id = 0;
   std::vector<uint8_t> key;
+  // The memory quota board and this session's account on it (docs/scheduling.md); none for anonymous sessions.
+  std::string quota_board;
+  int quota_session_slot = -1;
 };
 
 std::string FormatReady(const std::string& ipc_endpoint, const std::string& tcp_endpoint);

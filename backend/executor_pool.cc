@@ -112,6 +112,8 @@ void ExecutorPool::Reap() {
     ExecutorProcess& executor = **found;
     if (WIFSIGNALED(status) && shutting_down_ && WTERMSIG(status) == SIGTERM) {
       spdlog::info("executor pid {} (session {}) stopped", pid, executor.session_id);
+    } else if (executor.killed_by_admin) {
+      spdlog::info("executor pid {} (session {}) ended by an administrator", pid, executor.session_id);
     } else if (WIFSIGNALED(status)) {
       spdlog::error("executor pid {} (session {}) killed by signal {}", pid, executor.session_id,
                     WTERMSIG(status));
@@ -125,6 +127,7 @@ void ExecutorPool::Reap() {
     if (executor.state != ExecutorProcess::State::kServing) {
       if (++consecutive_failures_ >= 3) retry_after_ms_ = NowMs() + 1000 * std::min(consecutive_failures_, 30);
     }
+    if (executor.state == ExecutorProcess::State::kServing && on_session_end_) on_session_end_(executor);
     if (executor.control.fd() >= 0) close(executor.control.fd());
     if (!executor.ready.ipc_endpoint.empty()) unlink(executor.ready.ipc_endpoint.substr(6).c_str());
     executors_.erase(found);
@@ -138,11 +141,23 @@ ExecutorProcess* ExecutorPool::TakeIdle() {
   return nullptr;
 }
 
-bool ExecutorPool::Assign(ExecutorProcess& executor, const SessionAssignment& assignment) {
+bool ExecutorPool::Assign(ExecutorProcess& executor, const SessionAssignment& assignment, SessionInfo session) {
   if (!executor.control.Write(FormatSession(assignment))) return false;
   executor.state = ExecutorProcess::State::kServing;
   executor.session_id = assignment.session_id;
+  executor.session = std::move(session);
+  executor.quota_session_slot = assignment.quota_session_slot;
   return true;
+}
+
+bool ExecutorPool::Kill(uint64_t session_id) {
+  for (auto& executor : executors_) {
+    if (executor->state != ExecutorProcess::State::kServing || executor->session_id != session_id) continue;
+    executor->killed_by_admin = true;
+    kill(executor->pid, SIGKILL);
+    return true;
+  }
+  return false;
 }
 
 std::optional<std::pair<CUresult, std::string>> ExecutorPool::TakeStartFailure() {

@@ -5,6 +5,7 @@
 #include <sys/types.h>
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -24,6 +25,15 @@ struct ExecutorSettings {
   size_t warm_pool = 1;
 };
 
+// Who a serving executor's session belongs to (for admission limits, backendctl and metrics).
+struct SessionInfo {
+  std::string tenant;          // empty: an anonymous session
+  uint32_t client_pid = 0;
+  std::string client_host;
+  std::string client_program;
+  int64_t started_unix = 0;
+};
+
 struct ExecutorProcess {
   enum class State { kStarting, kIdle, kServing, kFailed };
   pid_t pid = 0;
@@ -31,6 +41,9 @@ struct ExecutorProcess {
   ControlLine control{-1};
   ExecutorReady ready;
   uint64_t session_id = 0;
+  SessionInfo session;
+  int quota_session_slot = -1;
+  bool killed_by_admin = false;
   CUresult failure = CUDA_SUCCESS;
   std::string failure_reason;
 };
@@ -44,7 +57,11 @@ class ExecutorPool {
   void Poll();
   // An idle executor for a new session, or nullptr if none is ready yet (Poll() starts more).
   ExecutorProcess* TakeIdle();
-  bool Assign(ExecutorProcess& executor, const SessionAssignment& assignment);
+  bool Assign(ExecutorProcess& executor, const SessionAssignment& assignment, SessionInfo session);
+  // Called when a serving executor has exited (however it ended), before it is forgotten.
+  void OnSessionEnd(std::function<void(const ExecutorProcess&)> callback) { on_session_end_ = std::move(callback); }
+  // Ends a session at once (SIGKILL to its executor: the client's next call fails); false if no such session.
+  bool Kill(uint64_t session_id);
   // The failure of the most recent executor that could not start, for refusing clients with its reason.
   std::optional<std::pair<CUresult, std::string>> TakeStartFailure();
   size_t serving() const;
@@ -62,7 +79,8 @@ class ExecutorPool {
   std::optional<std::pair<CUresult, std::string>> start_failure_;
   int consecutive_failures_ = 0;
   int64_t retry_after_ms_ = 0;
-  bool shutting_down_ = false;  // executors ended by Shutdown() are expected to die of SIGTERM
+  bool shutting_down_ = false;
+  std::function<void(const ExecutorProcess&)> on_session_end_;  // executors ended by Shutdown() are expected to die of SIGTERM
 };
 
 }  // namespace curelay::backend

@@ -13,6 +13,7 @@
 #include <cstdlib>
 #include <string>
 
+#include "backend/backend_config.h"
 #include "backend/broker.h"
 #include "common/logging.h"
 
@@ -31,46 +32,88 @@ std::string SiblingExecutable(const char* name) {
 
 int Usage() {
   std::fprintf(stderr,
-               "usage: curelay-backend [--listen ENDPOINT]... [--driver PATH] [--executor PATH]\n"
-               "                       [--runtime-dir DIR] [--warm-pool N] [--log-level LEVEL]\n"
+               "usage: curelay-backend [--config FILE] [--listen ENDPOINT]... [--driver PATH] [--executor PATH]\n"
+               "                       [--runtime-dir DIR] [--state-dir DIR] [--warm-pool N] [--log-level LEVEL]\n"
+               "                       [--admin-socket PATH] [--allow-anonymous]\n"
+               "  --config      TOML file with [backend] and [admin] settings (docs/configuration.md); flags win\n"
                "  --listen      ipc://PATH or tcp://HOST:PORT (repeatable; default ipc:///dev/shm/curelay/backend.sock)\n"
                "  --driver      the real libcuda.so.1 (default $CURELAY_REAL_DRIVER or libcuda.so.1 on the\n"
                "                loader path; the curelay shim itself is refused)\n"
                "  --executor    the curelay-executor binary (default: next to this one)\n"
                "  --runtime-dir where session sockets live (default /dev/shm/curelay; must be tmpfs for pinned host memory)\n"
+               "  --state-dir   where the tenant registry lives (default /var/lib/curelay)\n"
                "  --warm-pool   executors started ahead of demand (default 1)\n"
-               "  --log-level   trace|debug|info|warn|error (default info, or $CURELAY_LOG_LEVEL)\n");
+               "  --log-level   trace|debug|info|warn|error (default info, or $CURELAY_LOG_LEVEL)\n"
+               "  --admin-socket the owner-only admin socket backendctl uses (default <runtime-dir>/admin.sock)\n"
+               "  --allow-anonymous admit clients without a tenant token (no limits apply to them)\n");
   return 2;
+}
+
+// Config file first, then flags over it.
+bool ReadSettings(int argc, char** argv, curelay::backend::BackendConfig* config, int* exit_code) {
+  for (int i = 1; i + 1 < argc; ++i) {
+    if (std::string(argv[i]) != "--config") continue;
+    std::string error;
+    if (!curelay::backend::LoadBackendConfig(argv[i + 1], config, &error)) {
+      std::fprintf(stderr, "curelay-backend: %s\n", error.c_str());
+      *exit_code = 2;
+      return false;
+    }
+  }
+  bool listen_from_flags = false;
+  for (int i = 1; i < argc; ++i) {
+    const std::string flag = argv[i];
+    if (flag == "--help" || flag == "-h") {
+      Usage();
+      *exit_code = 0;
+      return false;
+    }
+    if (flag == "--allow-anonymous") {
+      config->allow_anonymous = true;
+      continue;
+    }
+    if (i + 1 >= argc) return *exit_code = Usage(), false;
+    const std::string value = argv[++i];
+    if (flag == "--config") continue;
+    if (flag == "--listen") {
+      if (!listen_from_flags) config->listen.clear();
+      listen_from_flags = true;
+      config->listen.push_back(value);
+    } else if (flag == "--driver") config->driver = value;
+    else if (flag == "--executor") config->executor = value;
+    else if (flag == "--runtime-dir") config->runtime_dir = value;
+    else if (flag == "--state-dir") config->state_dir = value;
+    else if (flag == "--warm-pool") config->warm_pool = std::stoul(value);
+    else if (flag == "--log-level") config->log_level = value;
+    else if (flag == "--admin-socket") config->admin_socket = value;
+    else return *exit_code = Usage(), false;
+  }
+  return true;
 }
 
 }  // namespace
 
 int main(int argc, char** argv) {
   using namespace curelay::backend;
-  BrokerSettings settings;
+  BackendConfig config;
   const char* env_driver = std::getenv("CURELAY_REAL_DRIVER");
-  settings.executors.driver_path = env_driver ? env_driver : "libcuda.so.1";
-  settings.executors.executor_path = SiblingExecutable("curelay-executor");
-  settings.executors.runtime_dir = "/dev/shm/curelay";
+  config.driver = env_driver ? env_driver : "libcuda.so.1";
+  config.executor = SiblingExecutable("curelay-executor");
   const char* env_level = std::getenv("CURELAY_LOG_LEVEL");
-  std::string log_level = env_level ? env_level : "info";
-  for (int i = 1; i < argc; ++i) {
-    const std::string flag = argv[i];
-    if (flag == "--help" || flag == "-h") return Usage(), 0;
-    if (i + 1 >= argc) return Usage();
-    const std::string value = argv[++i];
-    if (flag == "--listen") settings.listen_endpoints.push_back(value);
-    else if (flag == "--driver") settings.executors.driver_path = value;
-    else if (flag == "--executor") settings.executors.executor_path = value;
-    else if (flag == "--runtime-dir") settings.executors.runtime_dir = value;
-    else if (flag == "--warm-pool") settings.executors.warm_pool = std::stoul(value);
-    else if (flag == "--log-level") log_level = value;
-    else return Usage();
-  }
-  if (!curelay::ConfigureLogging("curelay-backend", log_level)) {
-    std::fprintf(stderr, "unknown log level '%s'\n", log_level.c_str());
+  if (env_level != nullptr) config.log_level = env_level;
+  int exit_code = 0;
+  if (!ReadSettings(argc, argv, &config, &exit_code)) return exit_code;
+  if (!curelay::ConfigureLogging("curelay-backend", config.log_level)) {
+    std::fprintf(stderr, "unknown log level '%s'\n", config.log_level.c_str());
     return 2;
   }
+  BrokerSettings settings;
+  settings.listen_endpoints = config.listen;
+  settings.executors.driver_path = config.driver;
+  settings.executors.executor_path = config.executor;
+  settings.executors.runtime_dir = config.runtime_dir;
+  settings.executors.warm_pool = config.warm_pool;
+  settings.allow_anonymous = config.allow_anonymous;
   if (settings.listen_endpoints.empty()) settings.listen_endpoints.push_back("ipc:///dev/shm/curelay/backend.sock");
   settings.executors.ipc = false;
   for (const auto& endpoint : settings.listen_endpoints) {
@@ -96,7 +139,21 @@ int main(int argc, char** argv) {
     spdlog::warn("runtime directory {} is not on tmpfs: pinned and mapped host memory of same-host clients will "
                  "fail to register (put it under /dev/shm)", settings.executors.runtime_dir);
   }
-  settings.executors.log_level = log_level;
+  settings.executors.log_level = config.log_level;
+  settings.admin_endpoints.push_back(
+      "ipc://" + (config.admin_socket.empty() ? config.runtime_dir + "/admin.sock" : config.admin_socket));
+  if (!config.admin_tcp.empty()) settings.admin_endpoints.push_back(config.admin_tcp);
+  settings.admin_token_sha256 = config.admin_token_sha256;
+
+  mkdir(config.state_dir.c_str(), 0700);
+  std::string error;
+  auto registry = TenantRegistry::Open(config.state_dir + "/tenants.db", &error);
+  if (registry == nullptr) {
+    spdlog::critical("tenant registry: {}", error);
+    return 1;
+  }
+  spdlog::info("tenant registry {}/tenants.db ({} tenant(s)){}", config.state_dir, registry->List().size(),
+               config.allow_anonymous ? "; anonymous clients admitted" : "");
 
   struct sigaction action {};
   action.sa_handler = RequestStop;
@@ -105,6 +162,6 @@ int main(int argc, char** argv) {
   signal(SIGPIPE, SIG_IGN);
 
   spdlog::info("driver {}, executor {}", settings.executors.driver_path, settings.executors.executor_path);
-  Broker broker(std::move(settings));
+  Broker broker(std::move(settings), std::move(registry));
   return broker.Run(stop_requested) ? 0 : 1;
 }

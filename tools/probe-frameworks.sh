@@ -7,7 +7,7 @@ out=${OUT:-/tmp/curelay-probe}
 mkdir -p "$out" /tmp/curelay-probe-run
 "$build/backend/curelay-backend" --listen ipc:///tmp/curelay-probe-run/b.sock \
   --driver "${CURELAY_REAL_DRIVER:-/usr/local/nvidia/lib64/libcuda.so.1}" --runtime-dir /tmp/curelay-probe-run \
-  --log-level warn 2>"$out/probe-backend.log" &
+  --state-dir /tmp/curelay-probe-run/state --allow-anonymous --log-level warn 2>"$out/probe-backend.log" &
 backend=$!
 trap 'kill $backend 2>/dev/null; wait $backend 2>/dev/null' EXIT
 sleep 2

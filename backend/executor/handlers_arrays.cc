@@ -1,7 +1,10 @@
 // CUDA arrays and the copies with an array on one side. The arrays live here, in the executor's driver; the client
 // packs and unpacks host rows itself (as for 2D copies), so a host end here is always rows of `width` bytes back to
 // back: the request's payload, or a staging chunk that goes back in the reply.
+#include <algorithm>
+
 #include "backend/executor/session.h"
+#include "common/array_format.h"
 
 namespace curelay::executor {
 namespace {
@@ -15,7 +18,8 @@ struct CopyEnd {
   size_t x = 0, y = 0, z = 0, pitch = 0, height = 0;
 };
 
-CUresult ResolveEnd(const wire::CopyEnd* end, const std::unordered_map<uint64_t, CUarray>& arrays, void* host,
+template <typename Arrays>
+CUresult ResolveEnd(const wire::CopyEnd* end, const Arrays& arrays, void* host,
                     const wire::MemcpyArray& call, CopyEnd* resolved) {
   if (end == nullptr) return CUDA_ERROR_INVALID_VALUE;
   switch (end->type()) {
@@ -35,7 +39,7 @@ CUresult ResolveEnd(const wire::CopyEnd* end, const std::unordered_map<uint64_t,
       const auto found = arrays.find(end->array());
       if (found == arrays.end()) return CUDA_ERROR_INVALID_HANDLE;
       resolved->type = CU_MEMORYTYPE_ARRAY;
-      resolved->array = found->second;
+      resolved->array = found->second.array;
       break;
     }
     default:
@@ -85,9 +89,13 @@ Session::Outcome Session::ArrayCreate(const wire::ArrayCreate& call) {
   descriptor.Format = static_cast<CUarray_format>(call.format());
   descriptor.NumChannels = call.channels();
   descriptor.Flags = call.flags();
+  // Charged at its elements' size (the driver's padding is not visible here): width x height x depth elements.
+  const uint64_t element_bytes = ArrayElementBytes(descriptor.Format, descriptor.NumChannels);
+  const uint64_t bytes = element_bytes * descriptor.Width * std::max<uint64_t>(descriptor.Height, 1) *
+                         std::max<uint64_t>(descriptor.Depth, 1);
   CUarray array = nullptr;
-  const CUresult result = driver_.cuArray3DCreate(&array, &descriptor);
-  if (result == CUDA_SUCCESS) arrays_.emplace(call.array_id(), array);
+  const CUresult result = AllocateCharged(bytes, [&] { return driver_.cuArray3DCreate(&array, &descriptor); });
+  if (result == CUDA_SUCCESS) arrays_.emplace(call.array_id(), ArrayRecord{array, bytes});
   return {result};
 }
 
@@ -95,8 +103,11 @@ Session::Outcome Session::ArrayDestroy(const wire::ArrayDestroy& call) {
   if (driver_.cuArrayDestroy == nullptr) return {CUDA_ERROR_NOT_SUPPORTED};
   const auto found = arrays_.find(call.array_id());
   if (found == arrays_.end()) return {CUDA_ERROR_INVALID_HANDLE};
-  const CUresult result = driver_.cuArrayDestroy(found->second);
-  if (result == CUDA_SUCCESS) arrays_.erase(found);
+  const CUresult result = driver_.cuArrayDestroy(found->second.array);
+  if (result == CUDA_SUCCESS) {
+    memory_quota_.Refund(found->second.charged_bytes);
+    arrays_.erase(found);
+  }
   return {result};
 }
 
@@ -160,7 +171,7 @@ Session::Outcome Session::MemcpyArray(const wire::MemcpyArray& call, std::span<c
 }
 
 void Session::ReleaseArrays() {
-  for (auto& [id, array] : arrays_) driver_.cuArrayDestroy(array);
+  for (auto& [id, record] : arrays_) driver_.cuArrayDestroy(record.array);
   arrays_.clear();
 }
 

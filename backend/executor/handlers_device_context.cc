@@ -18,6 +18,8 @@ Session::Outcome Session::DeviceQuery(const wire::DeviceQuery& call) {
       (outcome.result = driver_.cuDeviceTotalMem(&total, device)) != CUDA_SUCCESS) {
     return outcome;
   }
+  // cuDeviceTotalMem reports the tenant's quota, as on a GPU that size (the client learns it once, at cuInit).
+  if (const uint64_t quota = memory_quota_.quota(); quota != 0 && quota < total) total = quota;
   // Every attribute once, so the client answers cuDeviceGetAttribute locally from then on.
   std::vector<int32_t> values(CU_DEVICE_ATTRIBUTE_MAX, 0), results(CU_DEVICE_ATTRIBUTE_MAX, 0);
   for (int attribute = 1; attribute < CU_DEVICE_ATTRIBUTE_MAX; ++attribute) {

@@ -3,6 +3,10 @@
 
 #include <vector>
 
+#include <algorithm>
+#include <chrono>
+#include <thread>
+
 #include "backend/executor/session.h"
 
 namespace curelay::executor {
@@ -10,7 +14,7 @@ namespace curelay::executor {
 Session::Outcome Session::MemAlloc(const wire::MemAlloc& call) {
   Outcome outcome;
   CUdeviceptr ptr = 0;
-  outcome.result = driver_.cuMemAlloc(&ptr, call.bytes());
+  outcome.result = AllocateCharged(call.bytes(), [&] { return driver_.cuMemAlloc(&ptr, call.bytes()); });
   if (outcome.result == CUDA_SUCCESS) allocations_[ptr] = call.bytes();
   outcome.body = wire::CreatePointer(builder_, ptr, call.bytes()).Union();
   outcome.body_type = wire::ReplyBody::Pointer;
@@ -20,14 +24,42 @@ Session::Outcome Session::MemAlloc(const wire::MemAlloc& call) {
 Session::Outcome Session::MemFree(const wire::MemFree& call) {
   Outcome outcome;
   outcome.result = driver_.cuMemFree(call.ptr());
-  if (outcome.result == CUDA_SUCCESS) allocations_.erase(call.ptr());
+  if (outcome.result == CUDA_SUCCESS) {
+    const auto found = allocations_.find(call.ptr());
+    if (found != allocations_.end()) {
+      memory_quota_.Refund(found->second);
+      allocations_.erase(found);
+    }
+  }
   return outcome;
+}
+
+CUresult Session::AllocateCharged(uint64_t bytes, const std::function<CUresult()>& allocate) {
+  if (!memory_quota_.Charge(bytes)) return CUDA_ERROR_OUT_OF_MEMORY;
+  CUresult result = allocate();
+  if (result == CUDA_ERROR_OUT_OF_MEMORY && memory_quota_.wait_when_short()) {
+    // Within quota but the GPU is full: wait for other sessions to free memory, up to the tenant's timeout.
+    const auto deadline =
+        std::chrono::steady_clock::now() + std::chrono::milliseconds(memory_quota_.wait_timeout_ms());
+    while (result == CUDA_ERROR_OUT_OF_MEMORY && std::chrono::steady_clock::now() < deadline) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+      result = allocate();
+    }
+  }
+  if (result != CUDA_SUCCESS) memory_quota_.Refund(bytes);
+  return result;
 }
 
 Session::Outcome Session::MemGetInfo() {
   Outcome outcome;
   size_t free = 0, total = 0;
   outcome.result = driver_.cuMemGetInfo(&free, &total);
+  // A tenant with a quota sees a GPU of the quota's size, as a process on a GPU that size would.
+  if (const uint64_t quota = memory_quota_.quota(); quota != 0 && quota < total) {
+    const uint64_t used = memory_quota_.tenant_used();
+    total = quota;
+    free = std::min<uint64_t>(free, used < quota ? quota - used : 0);
+  }
   outcome.body = wire::CreateMemInfo(builder_, free, total).Union();
   outcome.body_type = wire::ReplyBody::MemInfo;
   return outcome;

@@ -31,8 +31,16 @@ Session::Outcome Session::MemAllocPitch(const wire::MemAllocPitch& call) {
   CUdeviceptr ptr = 0;
   size_t pitch = 0;
   outcome.result = driver_.cuMemAllocPitch(&ptr, &pitch, call.width(), call.height(), call.element_bytes());
-  // Known as one allocation of pitch x height bytes, as cuPointerGetAttributes must see it.
-  if (outcome.result == CUDA_SUCCESS) allocations_[ptr] = static_cast<uint64_t>(pitch) * call.height();
+  // Known as one allocation of pitch x height bytes, as cuPointerGetAttributes must see it, and charged so (the
+  // pitch is the driver's choice, so the charge follows the allocation).
+  const uint64_t bytes = static_cast<uint64_t>(pitch) * call.height();
+  if (outcome.result == CUDA_SUCCESS && !memory_quota_.Charge(bytes)) {
+    driver_.cuMemFree(ptr);
+    ptr = 0;
+    pitch = 0;
+    outcome.result = CUDA_ERROR_OUT_OF_MEMORY;
+  }
+  if (outcome.result == CUDA_SUCCESS) allocations_[ptr] = bytes;
   outcome.body = wire::CreatePointer(builder_, ptr, pitch).Union();
   outcome.body_type = wire::ReplyBody::Pointer;
   return outcome;

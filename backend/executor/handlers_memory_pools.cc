@@ -34,13 +34,13 @@ Session::Outcome Session::MemAllocAsync(const wire::MemAllocAsync& call) {
   outcome.result = LookupStream(call.stream(), &stream);
   if (outcome.result != CUDA_SUCCESS) return outcome;
   CUdeviceptr ptr = 0;
-  if (call.from_pool()) {
-    CUmemoryPool pool = nullptr;
-    outcome.result = ResolvePool(call.device(), call.pool(), &pool);
-    if (outcome.result == CUDA_SUCCESS) outcome.result = driver_.cuMemAllocFromPoolAsync(&ptr, call.bytes(), pool, stream);
-  } else {
-    outcome.result = driver_.cuMemAllocAsync(&ptr, call.bytes(), stream);
-  }
+  CUmemoryPool pool = nullptr;
+  if (call.from_pool()) outcome.result = ResolvePool(call.device(), call.pool(), &pool);
+  if (outcome.result != CUDA_SUCCESS) return outcome;
+  outcome.result = AllocateCharged(call.bytes(), [&] {
+    return pool != nullptr ? driver_.cuMemAllocFromPoolAsync(&ptr, call.bytes(), pool, stream)
+                           : driver_.cuMemAllocAsync(&ptr, call.bytes(), stream);
+  });
   if (outcome.result == CUDA_SUCCESS) pool_allocations_[ptr] = call.bytes();
   outcome.body = wire::CreatePointer(builder_, ptr, call.bytes()).Union();
   outcome.body_type = wire::ReplyBody::Pointer;
@@ -52,7 +52,10 @@ Session::Outcome Session::MemFreeAsync(const wire::MemFreeAsync& call) {
   CUstream stream = nullptr;
   CUresult result = LookupStream(call.stream(), &stream);
   if (result == CUDA_SUCCESS) result = driver_.cuMemFreeAsync(call.ptr(), stream);
-  if (result == CUDA_SUCCESS) pool_allocations_.erase(call.ptr());
+  if (const auto found = pool_allocations_.find(call.ptr()); result == CUDA_SUCCESS && found != pool_allocations_.end()) {
+    memory_quota_.Refund(found->second);
+    pool_allocations_.erase(found);
+  }
   return {result};
 }
 

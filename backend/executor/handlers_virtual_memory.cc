@@ -64,8 +64,9 @@ Session::Outcome Session::MemCreate(const wire::MemCreate& call) {
   }
   const CUmemAllocationProp prop = DecodeProp(*call.prop());
   CUmemGenericAllocationHandle handle = 0;
-  const CUresult result = driver_.cuMemCreate(&handle, call.bytes(), &prop, call.flags());
-  if (result == CUDA_SUCCESS) physical_allocations_[call.handle()] = {handle, 1};
+  const CUresult result =
+      AllocateCharged(call.bytes(), [&] { return driver_.cuMemCreate(&handle, call.bytes(), &prop, call.flags()); });
+  if (result == CUDA_SUCCESS) physical_allocations_[call.handle()] = {handle, 1, call.bytes()};
   return {result};
 }
 
@@ -75,7 +76,10 @@ Session::Outcome Session::MemRelease(const wire::MemRelease& call) {
   // What the driver answers for a handle it never gave out.
   if (found == physical_allocations_.end()) return {CUDA_ERROR_INVALID_VALUE};
   const CUresult result = driver_.cuMemRelease(found->second.handle);
-  if (result == CUDA_SUCCESS && --found->second.references == 0) physical_allocations_.erase(found);
+  if (result == CUDA_SUCCESS && --found->second.references == 0) {
+    memory_quota_.Refund(found->second.bytes);
+    physical_allocations_.erase(found);
+  }
   return {result};
 }
 

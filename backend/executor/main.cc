@@ -107,6 +107,10 @@ int main(int argc, char** argv) {
   }
   spdlog::info("serving session {}", assignment.session_id);
   executor::Session session(driver, std::move(channel), std::move(assignment.key));
+  if (!session.memory_quota().Attach(assignment.quota_board, assignment.quota_session_slot, &error)) {
+    spdlog::error("session {}: cannot open the memory quota board: {}", assignment.session_id, error);
+    return 1;
+  }
   const int status = session.Run();
   spdlog::info("session {} ended", assignment.session_id);
   return status;

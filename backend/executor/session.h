@@ -17,6 +17,7 @@
 
 #include "backend/executor/driver.h"
 #include "backend/executor/jit_option_set.h"
+#include "backend/executor/session_memory_quota.h"
 #include "backend/executor/staging_pool.h"
 #include "schema/wire.h"
 #include "transport/channel.h"
@@ -26,6 +27,8 @@ namespace curelay::executor {
 class Session {
  public:
   Session(Driver& driver, std::shared_ptr<transport::Channel> channel, std::vector<uint8_t> session_key);
+  // The tenant's memory account this session charges (before Run; none: no quota).
+  SessionMemoryQuota& memory_quota() { return memory_quota_; }
   ~Session();
 
   // Serves the client until it disconnects or breaks the protocol. Returns the process exit code.
@@ -60,6 +63,10 @@ class Session {
                 uint64_t staging_bytes = 0);
   // A stream-ordered copy of `bytes` into a pinned staging chunk (`enqueue` issues it into the chunk it is given),
   // answered with the data when a marker behind it completes: the session's thread does not block meanwhile.
+  // Runs `allocate` for `bytes` charged to the tenant's quota: CUDA_ERROR_OUT_OF_MEMORY without trying when the
+  // quota would be exceeded; when the GPU itself is short and the tenant's policy is to wait, retries until memory
+  // frees up or the tenant's timeout passes. The charge is refunded if the allocation fails.
+  CUresult AllocateCharged(uint64_t bytes, const std::function<CUresult()>& allocate);
   Outcome CopyToHostDeferred(CUstream stream, uint64_t bytes, const std::function<CUresult(uint8_t*)>& enqueue);
   CUevent FindEvent(uint64_t id) const;
   // Returns false when the message breaks the protocol (the session then ends).
@@ -282,13 +289,19 @@ class Session {
   struct PhysicalAllocation {
     CUmemGenericAllocationHandle handle = 0;
     int references = 0;
+    uint64_t bytes = 0;
   };
   std::unordered_map<uint64_t, PhysicalAllocation> physical_allocations_;
   std::map<CUdeviceptr, uint64_t> virtual_mappings_;
   std::map<CUdeviceptr, uint64_t> address_reservations_;
   std::unordered_map<CUdeviceptr, uint64_t> pool_allocations_;  // by cuMemAllocAsync, not yet freed; bytes
   std::unordered_map<uint64_t, CUmemoryPool> memory_pools_;  // created by the client (cuMemPoolCreate), by id
-  std::unordered_map<uint64_t, CUarray> arrays_;  // by the client's array id
+  struct ArrayRecord {
+    CUarray array = nullptr;
+    uint64_t charged_bytes = 0;  // what the array counts against the tenant's quota
+  };
+  std::unordered_map<uint64_t, ArrayRecord> arrays_;  // by the client's array id
+  SessionMemoryQuota memory_quota_;
   // The client's board of host-function gates (mapped for the life of the process: driver callbacks may still
   // hold a gate during teardown) and the flag that lets every waiting gate go when the session ends.
   std::atomic<uint32_t>* host_function_board_ = nullptr;

@@ -5,6 +5,7 @@
 #include <span>
 #include <vector>
 
+#include "common/array_format.h"
 #include "frontend/api/api_support.h"
 
 namespace curelay::frontend {
@@ -191,41 +192,12 @@ CUresult CopyWithinDevice(Client& client, const StridedCopy& copy, uint64_t wire
   return CUDA_SUCCESS;
 }
 
-// Bytes per element of an array format (times its channels), or 0 where the layout is not elements (the
-// block-compressed formats: the driver judges those copies).
-size_t ElementBytes(const CUDA_ARRAY3D_DESCRIPTOR& descriptor) {
-  size_t channel_bytes = 0;
-  switch (descriptor.Format) {
-    case CU_AD_FORMAT_UNSIGNED_INT8:
-    case CU_AD_FORMAT_SIGNED_INT8:
-    case CU_AD_FORMAT_UNORM_INT8X1:
-    case CU_AD_FORMAT_SNORM_INT8X1:
-      channel_bytes = 1;
-      break;
-    case CU_AD_FORMAT_UNSIGNED_INT16:
-    case CU_AD_FORMAT_SIGNED_INT16:
-    case CU_AD_FORMAT_HALF:
-    case CU_AD_FORMAT_UNORM_INT16X1:
-    case CU_AD_FORMAT_SNORM_INT16X1:
-      channel_bytes = 2;
-      break;
-    case CU_AD_FORMAT_UNSIGNED_INT32:
-    case CU_AD_FORMAT_SIGNED_INT32:
-    case CU_AD_FORMAT_FLOAT:
-      channel_bytes = 4;
-      break;
-    default:
-      return 0;
-  }
-  return channel_bytes * descriptor.NumChannels;
-}
-
 // Whether the copy stays inside an array side, as the driver checks before it copies anything (so the error comes
 // back at once even where the copy itself is posted).
 bool InsideArray(const CopySide& side, const StridedCopy& copy) {
   if (side.array == nullptr) return true;
   const CUDA_ARRAY3D_DESCRIPTOR& descriptor = side.array->descriptor;
-  const size_t element_bytes = ElementBytes(descriptor);
+  const size_t element_bytes = ArrayElementBytes(descriptor.Format, descriptor.NumChannels);
   if (element_bytes == 0) return true;
   const size_t row_bytes = descriptor.Width * element_bytes;
   const size_t rows = std::max<size_t>(descriptor.Height, 1);

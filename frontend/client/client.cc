@@ -135,7 +135,7 @@ CUresult Client::Connect() {
   flatbuffers::FlatBufferBuilder builder;
   char host[256] = {};
   gethostname(host, sizeof(host) - 1);
-  builder.Finish(wire::CreateHello(builder, wire::kProtocolVersion, builder.CreateString(config.tenant),
+  builder.Finish(wire::CreateHello(builder, wire::kProtocolVersion, builder.CreateString(config.token),
                                    static_cast<uint32_t>(getpid()), builder.CreateString(host),
                                    builder.CreateString(program_invocation_short_name)));
   std::string error;

@@ -23,7 +23,7 @@ int EnvInt(const char* name, int fallback) {
 Config ReadConfig() {
   Config config;
   config.endpoint = Env("CURELAY_ENDPOINT", kDefaultEndpoint);
-  config.tenant = Env("CURELAY_TENANT", "");
+  config.token = Env("CURELAY_TOKEN", "");
   config.log_level = Env("CURELAY_LOG_LEVEL", "warn");
   config.connect_timeout_ms = EnvInt("CURELAY_CONNECT_TIMEOUT_MS", 5000);
   config.spin_microseconds = EnvInt("CURELAY_SPIN_US", 200);

@@ -80,6 +80,14 @@ CUresult Driver::Init(unsigned int flags) {
   device_count_ = count;
   device_memory_ = memory;
   memory_.Configure(count, memory);
+  if (const char* shared = std::getenv("CURELAY_EMU_SHARED_MEMORY_FILE"); shared != nullptr && *shared != '\0') {
+    std::string error;
+    if (!memory_.ShareCapacity(shared, &error)) {
+      std::fprintf(stderr, "curelay emulated driver: CURELAY_EMU_SHARED_MEMORY_FILE: %s\n", error.c_str());
+      init_result_ = CUDA_ERROR_INVALID_VALUE;
+      return init_result_;
+    }
+  }
   {
     std::lock_guard tables(mu);
     for (int d = 0; d < count; ++d) {

@@ -1,7 +1,11 @@
 #include "memory_map.h"
 
+#include <fcntl.h>
 #include <sys/mman.h>
+#include <unistd.h>
 
+#include <algorithm>
+#include <cerrno>
 #include <cstdlib>
 #include <cstring>
 #include <mutex>
@@ -59,6 +63,7 @@ CUresult MemoryMap::Allocate(int device, size_t size, uint64_t owner,
     std::unique_lock lock(mu_);
     size_t& used = used_.at(static_cast<size_t>(device));
     if (charged > capacity_ - used) return CUDA_ERROR_OUT_OF_MEMORY;
+    if (!ChargeShared(device, charged)) return CUDA_ERROR_OUT_OF_MEMORY;
     used += charged;
   }
   void* storage = nullptr;
@@ -75,6 +80,7 @@ CUresult MemoryMap::Allocate(int device, size_t size, uint64_t owner,
   std::unique_lock lock(mu_);
   if (storage == nullptr) {
     used_[static_cast<size_t>(device)] -= charged;
+    UnchargeShared(device, charged);
     return CUDA_ERROR_OUT_OF_MEMORY;
   }
   auto allocation = std::make_shared<Allocation>(storage, size, charged, mmapped, device, owner);
@@ -95,6 +101,7 @@ std::shared_ptr<Allocation> MemoryMap::Release(uint64_t base) {
   std::shared_ptr<Allocation> allocation = std::move(it->second);
   by_base_.erase(it);
   used_[static_cast<size_t>(allocation->device())] -= allocation->charged();
+  UnchargeShared(allocation->device(), allocation->charged());
   return allocation;
 }
 
@@ -104,6 +111,7 @@ std::vector<std::shared_ptr<Allocation>> MemoryMap::ReleaseOwnedBy(uint64_t owne
   for (auto it = by_base_.begin(); it != by_base_.end();) {
     if (it->second->owner() == owner) {
       used_[static_cast<size_t>(it->second->device())] -= it->second->charged();
+      UnchargeShared(it->second->device(), it->second->charged());
       released.push_back(std::move(it->second));
       it = by_base_.erase(it);
     } else {
@@ -122,6 +130,38 @@ std::shared_ptr<Allocation> MemoryMap::Find(uint64_t addr, size_t bytes, int dev
   if (!allocation->Contains(addr, bytes)) return nullptr;
   if (device >= 0 && allocation->device() != device) return nullptr;
   return allocation;
+}
+
+bool MemoryMap::ShareCapacity(const std::string& path, std::string* error) {
+  constexpr size_t kDevices = 64;
+  const int fd = open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+  if (fd < 0 || ftruncate(fd, kDevices * sizeof(uint64_t)) != 0) {
+    *error = path + ": " + std::strerror(errno);
+    if (fd >= 0) close(fd);
+    return false;
+  }
+  void* mapping = mmap(nullptr, kDevices * sizeof(uint64_t), PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  close(fd);
+  if (mapping == MAP_FAILED) {
+    *error = path + ": " + std::strerror(errno);
+    return false;
+  }
+  shared_used_ = static_cast<std::atomic<uint64_t>*>(mapping);
+  return true;
+}
+
+bool MemoryMap::ChargeShared(int device, size_t bytes) {
+  if (shared_used_ == nullptr) return true;
+  std::atomic<uint64_t>& used = shared_used_[device];
+  uint64_t current = used.load();
+  do {
+    if (bytes > capacity_ - std::min<uint64_t>(current, capacity_)) return false;
+  } while (!used.compare_exchange_weak(current, current + bytes));
+  return true;
+}
+
+void MemoryMap::UnchargeShared(int device, size_t bytes) {
+  if (shared_used_ != nullptr) shared_used_[device].fetch_sub(bytes);
 }
 
 size_t MemoryMap::capacity() const {

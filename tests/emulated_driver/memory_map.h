@@ -8,7 +8,9 @@
 #include <cstdint>
 #include <map>
 #include <memory>
+#include <atomic>
 #include <shared_mutex>
+#include <string>
 #include <vector>
 
 #include "cuda_api.h"
@@ -80,11 +82,19 @@ class MemoryMap {
   size_t capacity() const;
   size_t used(int device) const;
 
+  // Makes every process that names the same file share each device's capacity, as processes share one real GPU
+  // (CURELAY_EMU_SHARED_MEMORY_FILE). Memory of a process that dies without freeing stays counted there.
+  bool ShareCapacity(const std::string& path, std::string* error);
+
  private:
+  bool ChargeShared(int device, size_t bytes);
+  void UnchargeShared(int device, size_t bytes);
+
   mutable std::shared_mutex mu_;
   std::map<uint64_t, std::shared_ptr<Allocation>> by_base_;
   std::vector<size_t> used_;
   size_t capacity_ = 0;
+  std::atomic<uint64_t>* shared_used_ = nullptr;  // per device, in the shared file; null: not shared
 };
 
 }  // namespace curelay::emulated

@@ -90,8 +90,9 @@ curelay_backend_start() {
       ;;
   esac
   echo "=== $(date -u +%FT%TZ) curelay-backend --listen $CURELAY_GPU_ENDPOINT --driver $CURELAY_REAL_DRIVER" >>"$log"
+  # Anonymous sessions: the GPU suite measures the driver surface, not tenants (bench/ measures those).
   "$CURELAY_BUILD/backend/curelay-backend" --listen "$CURELAY_GPU_ENDPOINT" --driver "$CURELAY_REAL_DRIVER" \
-    --log-level info >>"$log" 2>&1 &
+    --state-dir "$(dirname "${CURELAY_GPU_ENDPOINT#ipc://}")/state" --allow-anonymous --log-level info >>"$log" 2>&1 &
   CURELAY_BACKEND_PID=$!
   trap curelay_backend_stop EXIT
   trap 'exit 130' INT  # so that the EXIT trap runs on Ctrl-C and SIGTERM too

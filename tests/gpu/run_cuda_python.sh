@@ -6,7 +6,7 @@ build=$(cd "${1:-$here/../../build}" && pwd)
 real=${CURELAY_REAL_DRIVER:-/usr/local/nvidia/lib64/libcuda.so.1}
 runtime=$(mktemp -d /tmp/curelay-cuda-python-XXXXXX)
 "$build/backend/curelay-backend" --listen "ipc://$runtime/b.sock" --driver "$real" --runtime-dir "$runtime" \
-  --log-level warn &
+  --state-dir "$runtime/state" --allow-anonymous --log-level warn &
 backend=$!
 trap 'kill $backend 2>/dev/null; wait $backend 2>/dev/null; rm -rf "$runtime"' EXIT
 for _ in $(seq 100); do [ -S "$runtime/b.sock" ] && break; sleep 0.1; done

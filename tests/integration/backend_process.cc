@@ -60,10 +60,11 @@ bool BackendProcess::Start() {
     const int log = open(log_path_.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
     dup2(log, 2);
     dup2(log, 1);
-    ExecWithEnv(CURELAY_BACKEND_PATH,
-                {"--listen", endpoint_, "--driver", CURELAY_EMULATED_DRIVER_PATH, "--runtime-dir", directory_,
-                 "--log-level", "debug"},
-                extra_env_);
+    std::vector<std::string> args = {"--listen",      endpoint_,  "--driver",    CURELAY_EMULATED_DRIVER_PATH,
+                                     "--runtime-dir", directory_, "--state-dir", directory_ + "/state",
+                                     "--log-level",   "debug"};
+    if (allow_anonymous_) args.push_back("--allow-anonymous");
+    ExecWithEnv(CURELAY_BACKEND_PATH, args, extra_env_);
   }
   return WaitFor([&] {
     struct stat info {};

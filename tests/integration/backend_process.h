@@ -19,12 +19,16 @@ class BackendProcess {
                           Transport transport = Transport::kIpc);
   ~BackendProcess();
 
+  // Clients must then present a tenant token (by default the test backend admits anonymous clients).
+  void RequireTokens() { allow_anonymous_ = false; }
+  // Starts the backend; after Stop() it starts again on the same runtime and state directories.
   bool Start();
   void Stop();
   // After the test reaped the process itself.
   void Forget() { pid_ = -1; }
   pid_t pid() const { return pid_; }
   const std::string& endpoint() const { return endpoint_; }
+  std::string admin_endpoint() const { return "ipc://" + directory_ + "/admin.sock"; }
   std::string Log() const;
   // The pid of the executor the backend gave to its most recent session, waiting up to `timeout`.
   pid_t LatestSessionExecutor(std::chrono::milliseconds timeout) const;
@@ -40,6 +44,7 @@ class BackendProcess {
   std::string endpoint_;
   std::string log_path_;
   pid_t pid_ = -1;
+  bool allow_anonymous_ = true;
 };
 
 bool ProcessExists(pid_t pid);

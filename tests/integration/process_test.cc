@@ -54,7 +54,7 @@ RawAdmission Admit(const BackendProcess& backend) {
   RawAdmission admission;
   std::string error;
   flatbuffers::FlatBufferBuilder hello;
-  hello.Finish(wire::CreateHello(hello, wire::kProtocolVersion, hello.CreateString("evil")));
+  hello.Finish(wire::CreateHello(hello, wire::kProtocolVersion, hello.CreateString("")));
   admission.answer = transport::RequestOnce(backend.endpoint(), {hello.GetBufferPointer(), hello.GetSize()}, 3000,
                                             &error);
   admission.welcome = wire::ParseVerified<wire::Welcome>(

@@ -10,6 +10,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
+#include <iostream>
 #include <sstream>
 #include <string>
 #include <thread>
@@ -136,6 +137,50 @@ int main(int argc, char** argv) {
     std::printf("HOLDING\n");
     std::fflush(stdout);
     std::this_thread::sleep_for(std::chrono::seconds(60));
+    return 0;
+  }
+  if (mode == "interactive") {
+    // Memory commands from stdin, one answer line each, for tests that interleave several sessions.
+    if (InitContext() != 0) return 1;
+    std::printf("READY\n");
+    std::fflush(stdout);
+    std::vector<CUdeviceptr> held;
+    std::string command;
+    while (std::cin >> command) {
+      if (command == "alloc") {
+        size_t bytes = 0;
+        std::cin >> bytes;
+        CUdeviceptr ptr = 0;
+        const CUresult result = cuMemAlloc(&ptr, bytes);
+        if (result == CUDA_SUCCESS) held.push_back(ptr);
+        std::printf("alloc %d\n", static_cast<int>(result));
+      } else if (command == "free") {
+        const CUresult result = held.empty() ? CUDA_ERROR_INVALID_VALUE : cuMemFree(held.back());
+        if (!held.empty()) held.pop_back();
+        std::printf("free %d\n", static_cast<int>(result));
+      } else if (command == "info") {
+        size_t free = 0, total = 0, device_total = 0;
+        const CUresult result = cuMemGetInfo(&free, &total);
+        cuDeviceTotalMem(&device_total, 0);
+        std::printf("info %d %zu %zu %zu\n", static_cast<int>(result), free, total, device_total);
+      } else if (command == "array") {
+        CUDA_ARRAY_DESCRIPTOR descriptor{};
+        std::cin >> descriptor.Width >> descriptor.Height;
+        descriptor.Format = CU_AD_FORMAT_FLOAT;
+        descriptor.NumChannels = 1;
+        CUarray array = nullptr;
+        std::printf("array %d\n", static_cast<int>(cuArrayCreate(&array, &descriptor)));
+      } else if (command == "pool") {
+        size_t bytes = 0;
+        std::cin >> bytes;
+        CUdeviceptr ptr = 0;
+        const CUresult result = cuMemAllocAsync(&ptr, bytes, nullptr);
+        std::printf("pool %d\n", static_cast<int>(result));
+      } else {
+        std::printf("unknown %s\n", command.c_str());
+      }
+      std::fflush(stdout);
+    }
     return 0;
   }
   if (mode == "until-error") {

@@ -1,0 +1,143 @@
+#include "backend/admin/admin_service.h"
+
+#include <spdlog/spdlog.h>
+
+#include <nlohmann/json.hpp>
+
+#include "backend/tenants/tenant_token.h"
+
+namespace curelay::backend {
+namespace {
+
+using nlohmann::json;
+
+json TenantJson(const TenantRecord& tenant) {
+  return {{"name", tenant.name},
+          {"priority", tenant.priority},
+          {"weight", tenant.weight},
+          {"memory_quota_bytes", tenant.memory_quota_bytes},
+          {"memory_policy", tenant.memory_policy},
+          {"wait_timeout_ms", tenant.wait_timeout_ms},
+          {"max_sessions", tenant.max_sessions},
+          {"gpus", tenant.gpus},
+          {"created_unix", tenant.created_unix}};
+}
+
+// Applies the fields present in `fields` to `tenant`; false with `error` on a field of the wrong type or name.
+bool ApplyFields(const json& fields, TenantRecord* tenant, std::string* error) {
+  if (!fields.is_object()) {
+    *error = "tenant fields must be an object";
+    return false;
+  }
+  try {
+    for (const auto& [key, value] : fields.items()) {
+      if (key == "name") tenant->name = value.get<std::string>();
+      else if (key == "priority") tenant->priority = value.get<std::string>();
+      else if (key == "weight") tenant->weight = value.get<uint32_t>();
+      else if (key == "memory_quota_bytes") tenant->memory_quota_bytes = value.get<uint64_t>();
+      else if (key == "memory_policy") tenant->memory_policy = value.get<std::string>();
+      else if (key == "wait_timeout_ms") tenant->wait_timeout_ms = value.get<uint32_t>();
+      else if (key == "max_sessions") tenant->max_sessions = value.get<uint32_t>();
+      else if (key == "gpus") tenant->gpus = value.get<std::vector<int>>();
+      else {
+        *error = "unknown tenant field '" + key + "'";
+        return false;
+      }
+    }
+  } catch (const json::exception& failure) {
+    *error = std::string("bad tenant field: ") + failure.what();
+    return false;
+  }
+  return true;
+}
+
+json Failure(const std::string& error) { return {{"ok", false}, {"error", error}}; }
+json Success(json result) { return {{"ok", true}, {"result", std::move(result)}}; }
+
+}  // namespace
+
+std::string AdminService::Handle(const std::string& request_text, bool trusted_transport) {
+  const json request = json::parse(request_text, nullptr, /*allow_exceptions=*/false);
+  if (request.is_discarded() || !request.is_object() || !request.contains("command") ||
+      !request["command"].is_string()) {
+    return Failure("a request is a JSON object with a \"command\"").dump();
+  }
+  if (!trusted_transport) {
+    const std::string token = request.value("admin_token", std::string());
+    if (admin_token_sha256_.empty() || HashTenantToken(token) != admin_token_sha256_) {
+      spdlog::warn("admin request over TCP refused: missing or wrong admin token");
+      return Failure("admin token missing or wrong").dump();
+    }
+  }
+  const std::string command = request["command"];
+  const json args = request.value("args", json::object());
+  std::string error;
+  if (command == "tenant.add") {
+    TenantRecord tenant;
+    if (!ApplyFields(args, &tenant, &error)) return Failure(error).dump();
+    const std::string token = registry_.Add(tenant, &error);
+    if (token.empty()) return Failure(error).dump();
+    spdlog::info("tenant '{}' added ({} priority, weight {})", tenant.name, tenant.priority, tenant.weight);
+    tenant_changed_(tenant.name);
+    return Success({{"tenant", TenantJson(*registry_.Find(tenant.name))}, {"token", token}}).dump();
+  }
+  if (command == "tenant.set") {
+    const std::string name = args.value("name", std::string());
+    auto tenant = registry_.Find(name);
+    if (!tenant) return Failure("no tenant '" + name + "'").dump();
+    if (!ApplyFields(args, &*tenant, &error)) return Failure(error).dump();
+    if (tenant->name != name) return Failure("a tenant cannot be renamed").dump();
+    if (!registry_.Update(*tenant, &error)) return Failure(error).dump();
+    spdlog::info("tenant '{}' changed", name);
+    tenant_changed_(name);
+    return Success({{"tenant", TenantJson(*tenant)}}).dump();
+  }
+  if (command == "tenant.remove") {
+    const std::string name = args.value("name", std::string());
+    if (!registry_.Remove(name, &error)) return Failure(error).dump();
+    spdlog::info("tenant '{}' removed (its running sessions keep running)", name);
+    tenant_changed_(name);
+    return Success(json::object()).dump();
+  }
+  if (command == "tenant.list") {
+    json tenants = json::array();
+    for (const TenantRecord& tenant : registry_.List()) tenants.push_back(TenantJson(tenant));
+    return Success({{"tenants", tenants}}).dump();
+  }
+  if (command == "tenant.show") {
+    const std::string name = args.value("name", std::string());
+    auto tenant = registry_.Find(name);
+    if (!tenant) return Failure("no tenant '" + name + "'").dump();
+    json usage = json::array();
+    for (const auto& row : registry_.Usage(name)) {
+      usage.push_back({{"interval_start_unix", row.interval_start_unix},
+                       {"gpu_seconds", row.gpu_seconds},
+                       {"peak_memory_bytes", row.peak_memory_bytes}});
+    }
+    return Success({{"tenant", TenantJson(*tenant)}, {"usage", usage}}).dump();
+  }
+  if (command == "session.list") {
+    json sessions = json::array();
+    for (const ExecutorProcess* executor : pool_.executors()) {
+      if (executor->state != ExecutorProcess::State::kServing) continue;
+      sessions.push_back({{"session", executor->session_id},
+                          {"tenant", executor->session.tenant},
+                          {"executor_pid", executor->pid},
+                          {"client_pid", executor->session.client_pid},
+                          {"client_host", executor->session.client_host},
+                          {"client_program", executor->session.client_program},
+                          {"started_unix", executor->session.started_unix}});
+    }
+    return Success({{"sessions", sessions}}).dump();
+  }
+  if (command == "session.kill") {
+    const uint64_t session = args.value("session", uint64_t{0});
+    if (!pool_.Kill(session)) return Failure("no session " + std::to_string(session)).dump();
+    spdlog::info("session {} killed by an administrator", session);
+    return Success(json::object()).dump();
+  }
+  if (command == "stats") return Success({{"tenants", stats_()}}).dump();
+  return Failure("unknown command '" + command + "'").dump();
+}
+
+}  // namespace curelay::backend

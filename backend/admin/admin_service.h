@@ -1,0 +1,37 @@
+// What backendctl asks the backend, answered: one JSON request in, one JSON reply out. No I/O here; the broker
+// carries the messages over the admin endpoint (a Unix socket, or TCP with the admin token).
+#pragma once
+
+#include <functional>
+#include <nlohmann/json.hpp>
+#include <string>
+
+#include "backend/executor_pool.h"
+#include "backend/tenants/tenant_registry.h"
+
+namespace curelay::backend {
+
+class AdminService {
+ public:
+  // `tenant_changed` runs after a tenant is added, changed or removed, so running sessions get its new limits;
+  // `stats` gives the per-tenant figures of the stats command.
+  AdminService(TenantRegistry& registry, ExecutorPool& pool, std::string admin_token_sha256,
+               std::function<void(const std::string&)> tenant_changed, std::function<nlohmann::json()> stats)
+      : registry_(registry),
+        pool_(pool),
+        admin_token_sha256_(std::move(admin_token_sha256)),
+        tenant_changed_(std::move(tenant_changed)),
+        stats_(std::move(stats)) {}
+
+  // `trusted_transport`: the request came over the owner-only Unix socket, so no admin token is needed.
+  std::string Handle(const std::string& request, bool trusted_transport);
+
+ private:
+  TenantRegistry& registry_;
+  ExecutorPool& pool_;
+  std::string admin_token_sha256_;
+  std::function<void(const std::string&)> tenant_changed_;
+  std::function<nlohmann::json()> stats_;
+};
+
+}  // namespace curelay::backend

@@ -1,0 +1,90 @@
+#include "backend/backend_config.h"
+
+#include <toml++/toml.h>
+
+namespace curelay::backend {
+namespace {
+
+// Known keys only: a misspelt key is an error, not a silently ignored setting.
+bool CheckKeys(const toml::table& table, std::initializer_list<std::string_view> known, const std::string& where,
+               std::string* error) {
+  for (const auto& [key, value] : table) {
+    bool found = false;
+    for (std::string_view name : known) found |= key.str() == name;
+    if (!found) {
+      *error = "unknown key '" + std::string(key.str()) + "' in " + where;
+      return false;
+    }
+  }
+  return true;
+}
+
+template <typename T>
+bool Read(const toml::table& table, const char* key, T* value, std::string* error) {
+  const toml::node* node = table.get(key);
+  if (node == nullptr) return true;
+  if (auto typed = node->value<T>()) {
+    *value = *typed;
+    return true;
+  }
+  *error = std::string("'") + key + "' has the wrong type";
+  return false;
+}
+
+}  // namespace
+
+bool LoadBackendConfig(const std::string& path, BackendConfig* config, std::string* error) {
+  toml::table root;
+  try {
+    root = toml::parse_file(path);
+  } catch (const toml::parse_error& failure) {
+    *error = path + ": " + std::string(failure.description());
+    return false;
+  }
+  if (!CheckKeys(root, {"backend", "admin"}, path, error)) return false;
+  if (const toml::table* backend = root["backend"].as_table()) {
+    if (!CheckKeys(*backend, {"listen", "driver", "executor", "runtime_dir", "state_dir", "log_level", "warm_pool",
+                              "allow_anonymous"},
+                   "[backend]", error)) {
+      return false;
+    }
+    if (const toml::array* listen = (*backend)["listen"].as_array()) {
+      config->listen.clear();
+      for (const auto& item : *listen) {
+        auto endpoint = item.value<std::string>();
+        if (!endpoint) {
+          *error = "'listen' holds strings";
+          return false;
+        }
+        config->listen.push_back(*endpoint);
+      }
+    }
+    int64_t warm_pool = static_cast<int64_t>(config->warm_pool);
+    if (!Read(*backend, "driver", &config->driver, error) || !Read(*backend, "executor", &config->executor, error) ||
+        !Read(*backend, "runtime_dir", &config->runtime_dir, error) ||
+        !Read(*backend, "state_dir", &config->state_dir, error) ||
+        !Read(*backend, "log_level", &config->log_level, error) || !Read(*backend, "warm_pool", &warm_pool, error) ||
+        !Read(*backend, "allow_anonymous", &config->allow_anonymous, error)) {
+      return false;
+    }
+    if (warm_pool < 0 || warm_pool > 64) {
+      *error = "'warm_pool' is 0 to 64";
+      return false;
+    }
+    config->warm_pool = static_cast<size_t>(warm_pool);
+  }
+  if (const toml::table* admin = root["admin"].as_table()) {
+    if (!CheckKeys(*admin, {"socket", "tcp", "token_sha256"}, "[admin]", error) ||
+        !Read(*admin, "socket", &config->admin_socket, error) || !Read(*admin, "tcp", &config->admin_tcp, error) ||
+        !Read(*admin, "token_sha256", &config->admin_token_sha256, error)) {
+      return false;
+    }
+  }
+  if (!config->admin_tcp.empty() && config->admin_token_sha256.size() != 64) {
+    *error = "[admin] tcp needs token_sha256 (the hex SHA-256 of the admin token)";
+    return false;
+  }
+  return true;
+}
+
+}  // namespace curelay::backend

@@ -1,0 +1,29 @@
+// The backend's static configuration: a TOML file (--config), then command-line flags over it. Tenants and their
+// limits are not here: they live in the registry (state_dir/tenants.db) and change through backendctl.
+#pragma once
+
+#include <string>
+#include <vector>
+
+namespace curelay::backend {
+
+struct BackendConfig {
+  std::vector<std::string> listen;       // client endpoints, ipc:// or tcp://
+  std::string driver;                    // the real libcuda.so.1
+  std::string executor;                  // the curelay-executor binary
+  std::string runtime_dir = "/dev/shm/curelay";
+  std::string state_dir = "/var/lib/curelay";
+  std::string log_level = "info";
+  size_t warm_pool = 1;
+  // Admit clients without a tenant token (single-user hosts and tests); they belong to no tenant and get no limits.
+  bool allow_anonymous = false;
+  // Admin endpoint: a Unix socket (owner-only) and, optionally, TCP, which requires the admin token.
+  std::string admin_socket;              // default: <runtime_dir>/admin.sock
+  std::string admin_tcp;                 // e.g. tcp://127.0.0.1:7720; empty: none
+  std::string admin_token_sha256;        // hex SHA-256 of the admin token (required with admin_tcp)
+};
+
+// Reads `path` into `config` (keys it lacks keep their values); false with `error` set on a bad file or key.
+bool LoadBackendConfig(const std::string& path, BackendConfig* config, std::string* error);
+
+}  // namespace curelay::backend

@@ -1,0 +1,36 @@
+// This session's charges on its tenant's memory account (backend/quota/memory_quota_board.h): every allocation
+// path charges before it keeps memory and refunds when the memory goes. A session without a tenant (anonymous) has
+// no account, and every charge succeeds.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "backend/quota/memory_quota_board.h"
+
+namespace curelay::executor {
+
+class SessionMemoryQuota {
+ public:
+  // Opens the board the backend named for this session; false with `error` when it cannot.
+  bool Attach(const std::string& board_path, int session_slot, std::string* error);
+
+  bool Charge(uint64_t bytes) { return board_ == nullptr || board_->Reserve(slot_, bytes); }
+  void Refund(uint64_t bytes) {
+    if (board_ != nullptr) board_->Release(slot_, bytes);
+  }
+  // The tenant's limits as they are now (the backend changes them live); quota 0: none.
+  uint64_t quota() const { return tenant() != nullptr ? tenant()->quota.load() : 0; }
+  uint64_t tenant_used() const { return tenant() != nullptr ? tenant()->used.load() : 0; }
+  bool wait_when_short() const { return tenant() != nullptr && tenant()->wait_when_short.load() != 0; }
+  uint32_t wait_timeout_ms() const { return tenant() != nullptr ? tenant()->wait_timeout_ms.load() : 0; }
+
+ private:
+  const backend::TenantMemoryAccount* tenant() const;
+
+  std::unique_ptr<backend::MemoryQuotaBoard> board_;
+  int slot_ = -1;
+};
+
+}  // namespace curelay::executor

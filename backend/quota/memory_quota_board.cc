@@ -1,0 +1,102 @@
+#include "backend/quota/memory_quota_board.h"
+
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <new>
+
+namespace curelay::backend {
+namespace {
+
+constexpr uint64_t kMagic = 0x31647271796c6572;  // "relyqrd1"
+
+MemoryQuotaBoardLayout* Map(int fd, std::string* error) {
+  void* mapping = mmap(nullptr, sizeof(MemoryQuotaBoardLayout), PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  if (mapping == MAP_FAILED) {
+    *error = std::string("mmap: ") + std::strerror(errno);
+    return nullptr;
+  }
+  return static_cast<MemoryQuotaBoardLayout*>(mapping);
+}
+
+}  // namespace
+
+MemoryQuotaBoard* MemoryQuotaBoard::Create(const std::string& path, std::string* error) {
+  unlink(path.c_str());
+  const int fd = open(path.c_str(), O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+  if (fd < 0 || ftruncate(fd, sizeof(MemoryQuotaBoardLayout)) != 0) {
+    *error = path + ": " + std::strerror(errno);
+    if (fd >= 0) close(fd);
+    return nullptr;
+  }
+  MemoryQuotaBoardLayout* layout = Map(fd, error);
+  close(fd);
+  if (layout == nullptr) return nullptr;
+  new (layout) MemoryQuotaBoardLayout{};  // the atomics' initial values (the file is zero-filled anyway)
+  layout->magic = kMagic;
+  return new MemoryQuotaBoard(layout, path);
+}
+
+MemoryQuotaBoard* MemoryQuotaBoard::Open(const std::string& path, std::string* error) {
+  const int fd = open(path.c_str(), O_RDWR | O_CLOEXEC);
+  struct stat info {};
+  if (fd < 0 || fstat(fd, &info) != 0 || static_cast<size_t>(info.st_size) != sizeof(MemoryQuotaBoardLayout)) {
+    *error = path + ": " + (fd < 0 ? std::strerror(errno) : "not a quota board");
+    if (fd >= 0) close(fd);
+    return nullptr;
+  }
+  MemoryQuotaBoardLayout* layout = Map(fd, error);
+  close(fd);
+  if (layout == nullptr) return nullptr;
+  if (layout->magic != kMagic) {
+    munmap(layout, sizeof(MemoryQuotaBoardLayout));
+    *error = path + ": not a quota board";
+    return nullptr;
+  }
+  return new MemoryQuotaBoard(layout, path);
+}
+
+MemoryQuotaBoard::~MemoryQuotaBoard() { munmap(layout_, sizeof(MemoryQuotaBoardLayout)); }
+
+bool MemoryQuotaBoard::Reserve(int session_slot, uint64_t bytes) {
+  SessionMemoryAccount& session = layout_->sessions[session_slot];
+  const int tenant_slot = session.tenant.load(std::memory_order_acquire);
+  if (tenant_slot < 0 || tenant_slot >= kMaxQuotaTenants) return true;  // a session without a tenant: no quota
+  TenantMemoryAccount& tenant = layout_->tenants[tenant_slot];
+  uint64_t used = tenant.used.load(std::memory_order_relaxed);
+  for (;;) {
+    const uint64_t quota = tenant.quota.load(std::memory_order_relaxed);
+    if (quota != 0 && (bytes > quota || used > quota - bytes)) return false;
+    if (tenant.used.compare_exchange_weak(used, used + bytes, std::memory_order_acq_rel)) break;
+  }
+  // The tenant is charged first: an executor that dies before the next line leaves the tenant over-counted by
+  // `bytes` (never under), which Settle cannot see; the session's own count is what Settle returns.
+  session.used.fetch_add(bytes, std::memory_order_acq_rel);
+  uint64_t peak = tenant.peak.load(std::memory_order_relaxed);
+  while (used + bytes > peak && !tenant.peak.compare_exchange_weak(peak, used + bytes)) {
+  }
+  return true;
+}
+
+void MemoryQuotaBoard::Release(int session_slot, uint64_t bytes) {
+  SessionMemoryAccount& session = layout_->sessions[session_slot];
+  const int tenant_slot = session.tenant.load(std::memory_order_acquire);
+  if (tenant_slot < 0 || tenant_slot >= kMaxQuotaTenants) return;
+  session.used.fetch_sub(bytes, std::memory_order_acq_rel);
+  layout_->tenants[tenant_slot].used.fetch_sub(bytes, std::memory_order_acq_rel);
+}
+
+void MemoryQuotaBoard::Settle(int session_slot) {
+  SessionMemoryAccount& session = layout_->sessions[session_slot];
+  const int tenant_slot = session.tenant.exchange(-1, std::memory_order_acq_rel);
+  const uint64_t held = session.used.exchange(0, std::memory_order_acq_rel);
+  if (tenant_slot >= 0 && tenant_slot < kMaxQuotaTenants) {
+    layout_->tenants[tenant_slot].used.fetch_sub(held, std::memory_order_acq_rel);
+  }
+}
+
+}  // namespace curelay::backend

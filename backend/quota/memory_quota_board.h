@@ -1,0 +1,60 @@
+// Tenants' GPU memory accounts in memory shared by the backend and every executor, so an allocation is checked
+// against its tenant's quota, across all the tenant's sessions, with one atomic operation and no round trip.
+// The backend owns the board: it assigns a tenant's account and each session's account, writes quotas (live
+// changes take effect at the next allocation), and settles a session's account when its executor ends, so a
+// crashed executor leaves nothing counted.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <string>
+
+namespace curelay::backend {
+
+inline constexpr int kMaxQuotaTenants = 256;
+inline constexpr int kMaxQuotaSessions = 1024;
+
+struct alignas(64) TenantMemoryAccount {
+  std::atomic<uint64_t> used{0};
+  std::atomic<uint64_t> peak{0};
+  std::atomic<uint64_t> quota{0};            // 0: no quota
+  std::atomic<uint32_t> wait_when_short{0};  // policy when the GPU itself is short: 0 fail, 1 wait
+  std::atomic<uint32_t> wait_timeout_ms{0};
+};
+
+struct alignas(64) SessionMemoryAccount {
+  std::atomic<uint64_t> used{0};
+  std::atomic<int32_t> tenant{-1};  // the tenant account this session charges; -1: slot free
+};
+
+struct MemoryQuotaBoardLayout {
+  uint64_t magic;
+  TenantMemoryAccount tenants[kMaxQuotaTenants];
+  SessionMemoryAccount sessions[kMaxQuotaSessions];
+};
+
+// A mapping of the board file. The backend creates it; executors open it by path.
+class MemoryQuotaBoard {
+ public:
+  static MemoryQuotaBoard* Create(const std::string& path, std::string* error);
+  static MemoryQuotaBoard* Open(const std::string& path, std::string* error);
+  ~MemoryQuotaBoard();
+
+  TenantMemoryAccount& tenant(int slot) { return layout_->tenants[slot]; }
+  SessionMemoryAccount& session(int slot) { return layout_->sessions[slot]; }
+  const std::string& path() const { return path_; }
+
+  // Charges `bytes` to the session and its tenant; false (nothing charged) when the tenant's quota would be
+  // exceeded.
+  bool Reserve(int session_slot, uint64_t bytes);
+  void Release(int session_slot, uint64_t bytes);
+  // Returns whatever the session still holds to its tenant and frees the slot (its executor is gone).
+  void Settle(int session_slot);
+
+ private:
+  MemoryQuotaBoard(MemoryQuotaBoardLayout* layout, std::string path) : layout_(layout), path_(std::move(path)) {}
+  MemoryQuotaBoardLayout* layout_;
+  std::string path_;
+};
+
+}  // namespace curelay::backend

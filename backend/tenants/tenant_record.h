@@ -1,0 +1,26 @@
+// A tenant as the registry stores it: who it is and its limits. The scheduler takes these limits as they are;
+// text fields hold the names an administrator types (priority "high|normal|low", policy "fail|wait").
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace curelay::backend {
+
+struct TenantRecord {
+  std::string name;
+  std::string priority = "normal";       // high | normal | low: strict precedence
+  uint32_t weight = 1;                   // share of GPU time among tenants of its class
+  uint64_t memory_quota_bytes = 0;       // 0: no quota beyond the GPU's memory
+  std::string memory_policy = "fail";    // when the GPU is short within quota: fail now, or wait
+  uint32_t wait_timeout_ms = 10000;      // how long "wait" waits
+  uint32_t max_sessions = 0;             // 0: unlimited
+  std::vector<int> gpus;                 // empty: every GPU
+  int64_t created_unix = 0;
+};
+
+// Checks the fields an administrator may set; returns an error text, or empty when valid.
+std::string ValidateTenant(const TenantRecord& tenant);
+
+}  // namespace curelay::backend

@@ -1,0 +1,229 @@
+// backendctl: the administrator's command line for a curelay backend. It sends one JSON request to the backend's
+// admin endpoint (docs/operations.md) and prints the answer as a table, or as JSON with -o json.
+// Exit codes: 0 done, 1 the backend refused or could not be reached, 2 usage error.
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <ctime>
+#include <iostream>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "backendctl/table.h"
+#include "transport/channel.h"
+
+namespace {
+
+using nlohmann::json;
+
+constexpr const char* kUsage =
+    "usage: backendctl [--endpoint ENDPOINT] [-o table|json] COMMAND\n"
+    "commands:\n"
+    "  tenant add NAME [LIMITS]     create a tenant; prints its token once\n"
+    "  tenant set NAME LIMITS       change limits (running sessions follow at once)\n"
+    "  tenant remove NAME\n"
+    "  tenant list\n"
+    "  tenant show NAME\n"
+    "  session list\n"
+    "  session kill SESSION\n"
+    "  stats                        per tenant: sessions, memory used and quota\n"
+    "  top [--interval SECONDS]     stats, refreshed until interrupted\n"
+    "limits:\n"
+    "  --priority high|normal|low   --weight N           --memory-quota BYTES[K|M|G|T] (0: none)\n"
+    "  --memory-policy fail|wait    --wait-timeout MS    --max-sessions N (0: unlimited)\n"
+    "endpoint: --endpoint, else $CURELAY_ADMIN_ENDPOINT, else ipc:///dev/shm/curelay/admin.sock;\n"
+    "a tcp:// endpoint needs the admin token in $CURELAY_ADMIN_TOKEN.\n";
+
+int UsageError(const std::string& message) {
+  if (!message.empty()) std::fprintf(stderr, "backendctl: %s\n", message.c_str());
+  std::fputs(kUsage, stderr);
+  return 2;
+}
+
+bool ParseBytes(const std::string& text, uint64_t* bytes) {
+  char* end = nullptr;
+  const unsigned long long value = std::strtoull(text.c_str(), &end, 10);
+  if (end == text.c_str()) return false;
+  uint64_t scale = 1;
+  const std::string suffix = end;
+  if (suffix == "K" || suffix == "KiB") scale = 1ull << 10;
+  else if (suffix == "M" || suffix == "MiB") scale = 1ull << 20;
+  else if (suffix == "G" || suffix == "GiB") scale = 1ull << 30;
+  else if (suffix == "T" || suffix == "TiB") scale = 1ull << 40;
+  else if (!suffix.empty()) return false;
+  *bytes = value * scale;
+  return true;
+}
+
+bool ParseCount(const std::string& text, uint64_t* value) {
+  char* end = nullptr;
+  *value = std::strtoull(text.c_str(), &end, 10);
+  return end != text.c_str() && *end == '\0';
+}
+
+// Limit flags into tenant fields; false with `error` on a bad flag or value.
+bool ParseLimits(const std::vector<std::string>& args, size_t first, json* fields, std::string* error) {
+  for (size_t i = first; i < args.size(); i += 2) {
+    const std::string& flag = args[i];
+    if (i + 1 >= args.size()) {
+      *error = flag + " needs a value";
+      return false;
+    }
+    const std::string& value = args[i + 1];
+    uint64_t number = 0;
+    if (flag == "--priority") (*fields)["priority"] = value;
+    else if (flag == "--memory-policy") (*fields)["memory_policy"] = value;
+    else if (flag == "--memory-quota" && ParseBytes(value, &number)) (*fields)["memory_quota_bytes"] = number;
+    else if (flag == "--weight" && ParseCount(value, &number)) (*fields)["weight"] = number;
+    else if (flag == "--wait-timeout" && ParseCount(value, &number)) (*fields)["wait_timeout_ms"] = number;
+    else if (flag == "--max-sessions" && ParseCount(value, &number)) (*fields)["max_sessions"] = number;
+    else {
+      *error = "bad limit " + flag + " " + value;
+      return false;
+    }
+  }
+  return true;
+}
+
+// Sends the request; the backend's answer, or a failure object when it cannot be reached.
+json Ask(const std::string& endpoint, json request) {
+  if (const char* token = std::getenv("CURELAY_ADMIN_TOKEN")) request["admin_token"] = token;
+  const std::string text = request.dump();
+  std::string error;
+  const std::string answer =
+      curelay::transport::RequestOnce(endpoint, {reinterpret_cast<const uint8_t*>(text.data()), text.size()}, 5000,
+                                      &error);
+  if (answer.empty()) return {{"ok", false}, {"error", "backend at " + endpoint + " unreachable: " + error}};
+  json reply = json::parse(answer, nullptr, false);
+  if (reply.is_discarded()) return {{"ok", false}, {"error", "malformed answer from " + endpoint}};
+  return reply;
+}
+
+std::string Bytes(uint64_t bytes) {
+  if (bytes == 0) return "-";
+  const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+  double value = static_cast<double>(bytes);
+  int unit = 0;
+  while (value >= 1024 && unit < 4) {
+    value /= 1024;
+    ++unit;
+  }
+  char text[32];
+  std::snprintf(text, sizeof text, unit == 0 ? "%.0f %s" : "%.1f %s", value, units[unit]);
+  return text;
+}
+
+void PrintTenants(const json& tenants) {
+  curelay::backendctl::Table table({"NAME", "PRIORITY", "WEIGHT", "MEMORY QUOTA", "POLICY", "WAIT MS", "MAX SESSIONS"});
+  for (const json& t : tenants) {
+    const uint64_t max_sessions = t["max_sessions"];
+    table.Add({t["name"], t["priority"], std::to_string(t["weight"].get<uint64_t>()),
+               Bytes(t["memory_quota_bytes"]), t["memory_policy"], std::to_string(t["wait_timeout_ms"].get<uint64_t>()),
+               max_sessions == 0 ? "-" : std::to_string(max_sessions)});
+  }
+  table.Print(std::cout);
+}
+
+void PrintSessions(const json& sessions) {
+  curelay::backendctl::Table table({"SESSION", "TENANT", "PROGRAM", "CLIENT PID", "CLIENT HOST", "EXECUTOR PID"});
+  for (const json& s : sessions) {
+    const std::string tenant = s["tenant"];
+    table.Add({std::to_string(s["session"].get<uint64_t>()), tenant.empty() ? "(anonymous)" : tenant,
+               s["client_program"], std::to_string(s["client_pid"].get<uint64_t>()), s["client_host"],
+               std::to_string(s["executor_pid"].get<int64_t>())});
+  }
+  table.Print(std::cout);
+}
+
+void PrintStats(const json& stats) {
+  curelay::backendctl::Table table({"TENANT", "SESSIONS", "MEMORY USED", "PEAK", "QUOTA"});
+  for (const json& s : stats) {
+    table.Add({s["tenant"], std::to_string(s["sessions"].get<uint64_t>()), Bytes(s["memory_used_bytes"]),
+               Bytes(s["memory_peak_bytes"]), Bytes(s["memory_quota_bytes"])});
+  }
+  table.Print(std::cout);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  std::vector<std::string> args(argv + 1, argv + argc);
+  const char* env_endpoint = std::getenv("CURELAY_ADMIN_ENDPOINT");
+  std::string endpoint = env_endpoint ? env_endpoint : "ipc:///dev/shm/curelay/admin.sock";
+  bool as_json = false;
+  while (!args.empty() && args[0].rfind("-", 0) == 0) {
+    if (args[0] == "-h" || args[0] == "--help") return std::fputs(kUsage, stdout), 0;
+    if (args.size() < 2) return UsageError(args[0] + " needs a value");
+    if (args[0] == "--endpoint") endpoint = args[1];
+    else if (args[0] == "-o" && (args[1] == "json" || args[1] == "table")) as_json = args[1] == "json";
+    else return UsageError("unknown option " + args[0] + " " + args[1]);
+    args.erase(args.begin(), args.begin() + 2);
+  }
+  if (args.empty()) return UsageError("");
+  const std::string noun = args[0];
+  const std::string verb = args.size() > 1 ? args[1] : "";
+  json request;
+  std::string error;
+  if (noun == "tenant" && (verb == "add" || verb == "set") && args.size() >= 3) {
+    json fields = {{"name", args[2]}};
+    if (!ParseLimits(args, 3, &fields, &error)) return UsageError(error);
+    request = {{"command", "tenant." + verb}, {"args", fields}};
+  } else if (noun == "tenant" && (verb == "remove" || verb == "show") && args.size() == 3) {
+    request = {{"command", "tenant." + verb}, {"args", {{"name", args[2]}}}};
+  } else if (noun == "tenant" && verb == "list" && args.size() == 2) {
+    request = {{"command", "tenant.list"}};
+  } else if (noun == "session" && verb == "list" && args.size() == 2) {
+    request = {{"command", "session.list"}};
+  } else if (noun == "session" && verb == "kill" && args.size() == 3) {
+    uint64_t session = 0;
+    if (!ParseCount(args[2], &session)) return UsageError("a session is a number");
+    request = {{"command", "session.kill"}, {"args", {{"session", session}}}};
+  } else if (noun == "stats" && args.size() == 1) {
+    request = {{"command", "stats"}};
+  } else if (noun == "top" && (args.size() == 1 || (args.size() == 3 && args[1] == "--interval"))) {
+    const double interval = args.size() == 3 ? std::atof(args[2].c_str()) : 2.0;
+    if (interval <= 0) return UsageError("--interval is a positive number of seconds");
+    for (;;) {
+      const json reply = Ask(endpoint, {{"command", "stats"}});
+      if (!reply.value("ok", false)) {
+        std::fprintf(stderr, "backendctl: %s\n", reply.value("error", std::string("failed")).c_str());
+        return 1;
+      }
+      const std::time_t now = std::time(nullptr);
+      std::cout << "\033[H\033[2J" << "curelay backend " << endpoint << "  " << std::ctime(&now) << "\n";
+      PrintStats(reply["result"]["tenants"]);
+      std::cout.flush();
+      usleep(static_cast<useconds_t>(interval * 1e6));
+    }
+  } else {
+    return UsageError("unknown or incomplete command");
+  }
+
+  const json reply = Ask(endpoint, request);
+  if (!reply.value("ok", false)) {
+    std::fprintf(stderr, "backendctl: %s\n", reply.value("error", std::string("failed")).c_str());
+    return 1;
+  }
+  const json& result = reply["result"];
+  if (as_json) {
+    std::cout << result.dump(2) << "\n";
+    return 0;
+  }
+  if (request["command"] == "tenant.add") {
+    PrintTenants(json::array({result["tenant"]}));
+    std::cout << "\ntoken (shown once; give it to the tenant as CURELAY_TOKEN):\n" << result["token"].get<std::string>()
+              << "\n";
+  } else if (request["command"] == "tenant.set" || request["command"] == "tenant.show") {
+    PrintTenants(json::array({result["tenant"]}));
+  } else if (request["command"] == "tenant.list") {
+    PrintTenants(result["tenants"]);
+  } else if (request["command"] == "session.list") {
+    PrintSessions(result["sessions"]);
+  } else if (request["command"] == "stats") {
+    PrintStats(result["tenants"]);
+  }
+  return 0;
+}

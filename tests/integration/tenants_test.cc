@@ -1,0 +1,343 @@
+// Tenants end to end, with real processes: a backend that requires tokens, backendctl changing tenants over the
+// admin socket, and test clients (the shim) as tenants' programs. Covers refused handshakes, backendctl's tables,
+// JSON and exit codes, memory quotas across two sessions of one tenant, limits changed live, the wait policy,
+// session kill, and tenants surviving a backend restart.
+#include <fcntl.h>
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "tests/integration/backend_process.h"
+
+namespace curelay::testing {
+namespace {
+
+using namespace std::chrono_literals;
+using nlohmann::json;
+
+constexpr uint64_t kMiB = 1ull << 20;
+
+std::string ReadFile(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream text;
+  text << in.rdbuf();
+  return text.str();
+}
+
+struct CommandResult {
+  int exit_code = -1;
+  std::string out;
+};
+
+// Runs backendctl against `backend`'s admin socket.
+CommandResult Backendctl(const BackendProcess& backend, std::vector<std::string> args) {
+  std::string command = std::string(CURELAY_BACKENDCTL_PATH) + " --endpoint " + backend.admin_endpoint();
+  for (const auto& arg : args) command += " '" + arg + "'";
+  command += " 2>&1";
+  CommandResult result;
+  FILE* pipe = popen(command.c_str(), "r");
+  char buffer[4096];
+  while (size_t n = fread(buffer, 1, sizeof buffer, pipe)) result.out.append(buffer, n);
+  const int status = pclose(pipe);
+  result.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  return result;
+}
+
+// Creates a tenant and returns its token.
+std::string AddTenant(const BackendProcess& backend, const std::string& name, std::vector<std::string> limits = {}) {
+  std::vector<std::string> args = {"-o", "json", "tenant", "add", name};
+  args.insert(args.end(), limits.begin(), limits.end());
+  const CommandResult added = Backendctl(backend, args);
+  EXPECT_EQ(added.exit_code, 0) << added.out;
+  const json reply = json::parse(added.out, nullptr, false);
+  return reply.is_object() ? reply.value("token", std::string()) : std::string();
+}
+
+std::map<std::string, std::string> ClientEnv(const BackendProcess& backend, const std::string& token) {
+  std::map<std::string, std::string> env = {{"CURELAY_ENDPOINT", backend.endpoint()},
+                                            {"CURELAY_CONNECT_TIMEOUT_MS", "3000"}};
+  if (!token.empty()) env["CURELAY_TOKEN"] = token;
+  return env;
+}
+
+// A test client in "interactive" mode: commands on its stdin, one answer line each on its stdout.
+class InteractiveClient {
+ public:
+  InteractiveClient(const BackendProcess& backend, const std::string& token, const std::string& name) {
+    char pattern[] = "/tmp/curelay-client-XXXXXX";
+    output_ = std::string(mkdtemp(pattern)) + "/" + name + ".out";
+    int pipe_fds[2];
+    EXPECT_EQ(pipe(pipe_fds), 0);
+    pid_ = fork();
+    if (pid_ == 0) {
+      dup2(pipe_fds[0], 0);
+      close(pipe_fds[1]);
+      const int out = open(output_.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+      dup2(out, 1);
+      dup2(out, 2);
+      for (const auto& [key, value] : ClientEnv(backend, token)) setenv(key.c_str(), value.c_str(), 1);
+      execl(CURELAY_TEST_CLIENT_PATH, CURELAY_TEST_CLIENT_PATH, "interactive", nullptr);
+      _exit(127);
+    }
+    close(pipe_fds[0]);
+    input_ = pipe_fds[1];
+    ready_ = WaitFor([&] { return ReadFile(output_).find("READY") != std::string::npos; }, 20s);
+  }
+  ~InteractiveClient() {
+    close(input_);
+    if (!WaitFor([&] { return waitpid(pid_, nullptr, WNOHANG) == pid_; }, 10s)) {
+      kill(pid_, SIGKILL);
+      waitpid(pid_, nullptr, 0);
+    }
+  }
+  bool ready() const { return ready_; }
+  // Sends one command and returns its answer line ("alloc 0", ...), or "" if none came.
+  std::string Ask(const std::string& command) {
+    const std::string line = command + "\n";
+    EXPECT_EQ(write(input_, line.data(), line.size()), static_cast<ssize_t>(line.size()));
+    ++answers_;
+    std::string answer;
+    WaitFor([&] {
+      std::istringstream lines(ReadFile(output_));
+      std::string current;
+      size_t seen = 0;
+      bool past_ready = false;
+      while (std::getline(lines, current)) {
+        if (!past_ready) {
+          past_ready = current == "READY";
+          continue;
+        }
+        if (current.rfind("curelay", 0) == 0) continue;  // the shim's own log lines
+        if (++seen == answers_) answer = current;
+      }
+      return !answer.empty();
+    }, 20s);
+    return answer;
+  }
+  std::string output() const { return ReadFile(output_); }
+
+ private:
+  pid_t pid_ = -1;
+  int input_ = -1;
+  std::string output_;
+  size_t answers_ = 0;
+  bool ready_ = false;
+};
+
+std::string Alloc(uint64_t bytes) { return "alloc " + std::to_string(bytes); }
+
+class TenantsTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    backend_.RequireTokens();
+    ASSERT_TRUE(backend_.Start()) << backend_.Log();
+  }
+  // Executors share the emulated GPU's 1 GiB, as sessions share a real one.
+  std::string shared_memory_file_ = "/tmp/curelay-tenants-gpu-" + std::to_string(getpid()) + "-" +
+                                    ::testing::UnitTest::GetInstance()->current_test_info()->name();
+  BackendProcess backend_{"tenants",
+                          {{"CURELAY_EMU_DEVICE_MEMORY", std::to_string(1024 * kMiB)},
+                           {"CURELAY_EMU_SHARED_MEMORY_FILE", shared_memory_file_}}};
+  void TearDown() override { unlink(shared_memory_file_.c_str()); }
+};
+
+TEST_F(TenantsTest, MissingOrUnknownTokensAreRefusedAtCuInit) {
+  auto result = RunClient({"init"}, ClientEnv(backend_, ""), 30s);
+  EXPECT_NE(result.output.find("cuInit 800"), std::string::npos) << result.output;  // CUDA_ERROR_NOT_PERMITTED
+  EXPECT_TRUE(WaitFor([&] { return backend_.Log().find("no tenant token") != std::string::npos; }, 5s));
+  result = RunClient({"init"}, ClientEnv(backend_, "crl_not-a-real-token"), 30s);
+  EXPECT_NE(result.output.find("cuInit 800"), std::string::npos) << result.output;
+  EXPECT_TRUE(WaitFor([&] { return backend_.Log().find("unknown tenant token") != std::string::npos; }, 5s));
+  // No executor served either of them.
+  EXPECT_EQ(backend_.Log().find("session 1 -> executor"), std::string::npos);
+
+  const std::string token = AddTenant(backend_, "team-a");
+  ASSERT_EQ(token.rfind("crl_", 0), 0u) << token;
+  result = RunClient({"init"}, ClientEnv(backend_, token), 30s);
+  EXPECT_NE(result.output.find("cuInit 0 "), std::string::npos) << result.output;
+  EXPECT_NE(backend_.Log().find("tenant 'team-a'"), std::string::npos);
+}
+
+TEST_F(TenantsTest, BackendctlManagesTenants) {
+  CommandResult added = Backendctl(backend_, {"tenant", "add", "batch", "--priority", "low", "--weight", "3",
+                                              "--memory-quota", "2G", "--memory-policy", "wait", "--max-sessions",
+                                              "4"});
+  ASSERT_EQ(added.exit_code, 0) << added.out;
+  EXPECT_NE(added.out.find("token (shown once"), std::string::npos) << added.out;
+  EXPECT_NE(added.out.find("2.0 GiB"), std::string::npos) << added.out;
+
+  CommandResult listed = Backendctl(backend_, {"-o", "json", "tenant", "list"});
+  ASSERT_EQ(listed.exit_code, 0) << listed.out;
+  json tenants = json::parse(listed.out)["tenants"];
+  ASSERT_EQ(tenants.size(), 1u);
+  EXPECT_EQ(tenants[0]["priority"], "low");
+  EXPECT_EQ(tenants[0]["weight"], 3);
+  EXPECT_EQ(tenants[0]["memory_quota_bytes"], 2048 * kMiB);
+  EXPECT_EQ(tenants[0]["memory_policy"], "wait");
+  EXPECT_EQ(tenants[0]["max_sessions"], 4);
+  EXPECT_EQ(tenants[0].count("token"), 0u);  // never shown again
+
+  ASSERT_EQ(Backendctl(backend_, {"tenant", "set", "batch", "--weight", "5"}).exit_code, 0);
+  CommandResult shown = Backendctl(backend_, {"-o", "json", "tenant", "show", "batch"});
+  ASSERT_EQ(shown.exit_code, 0) << shown.out;
+  EXPECT_EQ(json::parse(shown.out)["tenant"]["weight"], 5);
+  EXPECT_EQ(json::parse(shown.out)["tenant"]["priority"], "low");  // unchanged fields stay
+
+  // Failures: exit 1 with a clear message; usage errors: exit 2.
+  CommandResult duplicate = Backendctl(backend_, {"tenant", "add", "batch"});
+  EXPECT_EQ(duplicate.exit_code, 1);
+  EXPECT_NE(duplicate.out.find("exists"), std::string::npos) << duplicate.out;
+  CommandResult bad_priority = Backendctl(backend_, {"tenant", "set", "batch", "--priority", "urgent"});
+  EXPECT_EQ(bad_priority.exit_code, 1);
+  EXPECT_NE(bad_priority.out.find("priority is high, normal or low"), std::string::npos) << bad_priority.out;
+  EXPECT_EQ(Backendctl(backend_, {"tenant", "show", "nobody"}).exit_code, 1);
+  EXPECT_EQ(Backendctl(backend_, {"tenant", "frobnicate"}).exit_code, 2);
+  EXPECT_EQ(Backendctl(backend_, {"tenant", "add", "x", "--weight"}).exit_code, 2);
+  EXPECT_EQ(Backendctl(backend_, {"session", "kill", "123456"}).exit_code, 1);
+
+  ASSERT_EQ(Backendctl(backend_, {"tenant", "remove", "batch"}).exit_code, 0);
+  EXPECT_EQ(json::parse(Backendctl(backend_, {"-o", "json", "tenant", "list"}).out)["tenants"].size(), 0u);
+
+  // An unreachable backend is a failure, not a usage error.
+  backend_.Stop();
+  EXPECT_EQ(Backendctl(backend_, {"tenant", "list"}).exit_code, 1);
+}
+
+TEST_F(TenantsTest, AdminSocketIsOwnerOnly) {
+  struct stat info {};
+  ASSERT_EQ(stat(backend_.admin_endpoint().c_str() + 6, &info), 0);
+  EXPECT_EQ(info.st_mode & 077, 0u) << std::oct << info.st_mode;  // nobody but the owner may connect
+}
+
+TEST_F(TenantsTest, QuotaCountsEveryAllocationOfAllSessionsOfATenant) {
+  const std::string token = AddTenant(backend_, "capped", {"--memory-quota", "256M"});
+  InteractiveClient first(backend_, token, "first");
+  InteractiveClient second(backend_, token, "second");
+  ASSERT_TRUE(first.ready()) << first.output();
+  ASSERT_TRUE(second.ready()) << second.output();
+
+  EXPECT_EQ(first.Ask(Alloc(200 * kMiB)), "alloc 0");
+  EXPECT_EQ(second.Ask(Alloc(100 * kMiB)), "alloc 2");  // CUDA_ERROR_OUT_OF_MEMORY: 300 MiB > 256 MiB
+  EXPECT_EQ(second.Ask(Alloc(50 * kMiB)), "alloc 0");
+  // The session sees a GPU of the quota's size: total 256 MiB, 6 MiB of it free.
+  EXPECT_EQ(second.Ask("info"),
+            "info 0 " + std::to_string(6 * kMiB) + " " + std::to_string(256 * kMiB) + " " +
+                std::to_string(256 * kMiB));
+  // Other allocation paths count too: a 1024 x 1024 float array (4 MiB) fits, a pool allocation of 8 MiB not.
+  EXPECT_EQ(second.Ask("array 1024 1024"), "array 0");
+  EXPECT_EQ(second.Ask("pool " + std::to_string(8 * kMiB)), "pool 2");
+
+  CommandResult stats = Backendctl(backend_, {"-o", "json", "stats"});
+  ASSERT_EQ(stats.exit_code, 0) << stats.out;
+  const json row = json::parse(stats.out)["tenants"][0];
+  EXPECT_EQ(row["memory_used_bytes"], 254 * kMiB);
+  EXPECT_EQ(row["sessions"], 2);
+
+  // Freeing in one session makes room for the other.
+  EXPECT_EQ(first.Ask("free"), "free 0");
+  EXPECT_EQ(second.Ask(Alloc(150 * kMiB)), "alloc 0");
+}
+
+TEST_F(TenantsTest, LimitsChangeLiveAndFreeNothing) {
+  const std::string token = AddTenant(backend_, "elastic", {"--memory-quota", "512M"});
+  InteractiveClient client(backend_, token, "client");
+  ASSERT_TRUE(client.ready()) << client.output();
+  EXPECT_EQ(client.Ask(Alloc(300 * kMiB)), "alloc 0");
+  // Lowered below what the tenant holds: new allocations fail, nothing already held is taken away.
+  ASSERT_EQ(Backendctl(backend_, {"tenant", "set", "elastic", "--memory-quota", "100M"}).exit_code, 0);
+  EXPECT_EQ(client.Ask(Alloc(1 * kMiB)), "alloc 2");
+  CommandResult stats = Backendctl(backend_, {"-o", "json", "stats"});
+  EXPECT_EQ(json::parse(stats.out)["tenants"][0]["memory_used_bytes"], 300 * kMiB) << stats.out;
+  // Raised: allocations go through again.
+  ASSERT_EQ(Backendctl(backend_, {"tenant", "set", "elastic", "--memory-quota", "1G"}).exit_code, 0);
+  EXPECT_EQ(client.Ask(Alloc(200 * kMiB)), "alloc 0");
+}
+
+TEST_F(TenantsTest, WaitPolicyWaitsForTheGpuAndFailPolicyDoesNot) {
+  // The emulated GPU has 1 GiB; the "hog" tenant holds most of it.
+  const std::string hog_token = AddTenant(backend_, "hog");
+  const std::string patient_token =
+      AddTenant(backend_, "patient", {"--memory-policy", "wait", "--wait-timeout", "10000"});
+  const std::string hasty_token = AddTenant(backend_, "hasty", {"--memory-policy", "fail"});
+  InteractiveClient hog(backend_, hog_token, "hog");
+  InteractiveClient patient(backend_, patient_token, "patient");
+  InteractiveClient hasty(backend_, hasty_token, "hasty");
+  ASSERT_TRUE(hog.ready() && patient.ready() && hasty.ready());
+  ASSERT_EQ(hog.Ask(Alloc(900 * kMiB)), "alloc 0");
+  EXPECT_EQ(hasty.Ask(Alloc(300 * kMiB)), "alloc 2");  // fails at once
+
+  // The patient tenant's allocation waits until the hog frees, then succeeds.
+  const auto start = std::chrono::steady_clock::now();
+  std::thread release([&] {
+    std::this_thread::sleep_for(700ms);
+    EXPECT_EQ(hog.Ask("free"), "free 0");
+  });
+  EXPECT_EQ(patient.Ask(Alloc(300 * kMiB)), "alloc 0");
+  release.join();
+  EXPECT_GE(std::chrono::steady_clock::now() - start, 600ms);
+}
+
+TEST_F(TenantsTest, WaitPolicyGivesUpAfterItsTimeout) {
+  const std::string hog_token = AddTenant(backend_, "hog");
+  const std::string patient_token =
+      AddTenant(backend_, "patient", {"--memory-policy", "wait", "--wait-timeout", "400"});
+  InteractiveClient hog(backend_, hog_token, "hog");
+  InteractiveClient patient(backend_, patient_token, "patient");
+  ASSERT_TRUE(hog.ready() && patient.ready());
+  ASSERT_EQ(hog.Ask(Alloc(900 * kMiB)), "alloc 0");
+  const auto start = std::chrono::steady_clock::now();
+  EXPECT_EQ(patient.Ask(Alloc(300 * kMiB)), "alloc 2");
+  EXPECT_GE(std::chrono::steady_clock::now() - start, 350ms);
+}
+
+TEST_F(TenantsTest, SessionsAreListedKilledAndLimited) {
+  const std::string token = AddTenant(backend_, "solo", {"--max-sessions", "1", "--memory-quota", "64M"});
+  InteractiveClient client(backend_, token, "client");
+  ASSERT_TRUE(client.ready()) << client.output();
+  ASSERT_EQ(client.Ask(Alloc(32 * kMiB)), "alloc 0");
+  // A second session of the tenant is refused while the first runs.
+  auto second = RunClient({"init"}, ClientEnv(backend_, token), 30s);
+  EXPECT_NE(second.output.find("cuInit 800"), std::string::npos) << second.output;
+  EXPECT_TRUE(WaitFor([&] { return backend_.Log().find("has its 1 session") != std::string::npos; }, 5s));
+
+  CommandResult listed = Backendctl(backend_, {"-o", "json", "session", "list"});
+  ASSERT_EQ(listed.exit_code, 0) << listed.out;
+  const json sessions = json::parse(listed.out)["sessions"];
+  ASSERT_EQ(sessions.size(), 1u);
+  EXPECT_EQ(sessions[0]["tenant"], "solo");
+  EXPECT_EQ(sessions[0]["client_program"], "curelay_test_client");
+  const uint64_t session = sessions[0]["session"];
+  EXPECT_EQ(Backendctl(backend_, {"session", "kill", std::to_string(session)}).exit_code, 0);
+  // Its memory is returned to the tenant once the executor is gone, and the tenant may start a new session.
+  EXPECT_TRUE(WaitFor([&] {
+    const json stats = json::parse(Backendctl(backend_, {"-o", "json", "stats"}).out);
+    return stats["tenants"][0]["memory_used_bytes"] == 0 && stats["tenants"][0]["sessions"] == 0;
+  }, 10s));
+  EXPECT_NE(client.Ask(Alloc(1 * kMiB)), "alloc 0");
+  auto again = RunClient({"init"}, ClientEnv(backend_, token), 30s);
+  EXPECT_NE(again.output.find("cuInit 0 "), std::string::npos) << again.output;
+}
+
+TEST_F(TenantsTest, TenantsSurviveARestart) {
+  const std::string token = AddTenant(backend_, "durable", {"--priority", "high", "--memory-quota", "128M"});
+  backend_.Stop();
+  ASSERT_TRUE(backend_.Start()) << backend_.Log();
+  const json tenants = json::parse(Backendctl(backend_, {"-o", "json", "tenant", "list"}).out)["tenants"];
+  ASSERT_EQ(tenants.size(), 1u);
+  EXPECT_EQ(tenants[0]["priority"], "high");
+  InteractiveClient client(backend_, token, "client");
+  ASSERT_TRUE(client.ready()) << client.output();
+  EXPECT_EQ(client.Ask(Alloc(100 * kMiB)), "alloc 0");
+  EXPECT_EQ(client.Ask(Alloc(100 * kMiB)), "alloc 2");  // the quota came back too
+}
+
+}  // namespace
+}  // namespace curelay::testing
