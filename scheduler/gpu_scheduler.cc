@@ -1,0 +1,275 @@
+#include "scheduler/gpu_scheduler.h"
+
+#include <algorithm>
+#include <tuple>
+
+namespace curelay::scheduler {
+
+GpuScheduler::GpuScheduler(const SchedulerConfig& config)
+    : config_(config), cost_model_(config.default_kernel_estimate, config.estimate_smoothing) {}
+
+void GpuScheduler::SetTenant(TenantId tenant, PriorityClass priority, uint32_t weight, TimePoint now) {
+  now = Advance(now);
+  const auto [it, added] = tenants_.try_emplace(tenant);
+  TenantState& state = it->second;
+  if (added || state.priority != priority) state.normalized_usage = usage_floor_[ClassIndex(priority)];
+  state.priority = priority;
+  state.weight = std::max<uint32_t>(weight, 1);
+  Refresh(now);
+}
+
+bool GpuScheduler::RemoveTenant(TenantId tenant) {
+  const auto found = tenants_.find(tenant);
+  if (found == tenants_.end() || found->second.sessions != 0) return false;
+  tenants_.erase(found);
+  return true;
+}
+
+bool GpuScheduler::AddSession(SessionId session, TenantId tenant, TimePoint now) {
+  now = Advance(now);
+  const auto found = tenants_.find(tenant);
+  if (found == tenants_.end()) return false;
+  const auto [it, added] = sessions_.try_emplace(session);
+  if (!added) return false;
+  it->second.tenant = tenant;
+  ++found->second.sessions;
+  Refresh(now);
+  return true;
+}
+
+bool GpuScheduler::RemoveSession(SessionId session, TimePoint now) {
+  now = Advance(now);
+  const auto found = sessions_.find(session);
+  if (found == sessions_.end()) return false;
+  TenantState& tenant = tenants_.at(found->second.tenant);
+  --tenant.sessions;
+  tenant.pending -= found->second.pending_count;
+  tenant.inflight -= found->second.inflight.size();
+  sessions_.erase(found);
+  Refresh(now);
+  return true;
+}
+
+bool GpuScheduler::WorkArrived(SessionId session, TimePoint now, uint64_t count) {
+  now = Advance(now);
+  const auto found = sessions_.find(session);
+  if (found == sessions_.end()) return false;
+  AddPending(found->second, now, count);
+  Refresh(now);
+  return true;
+}
+
+DispatchDecision GpuScheduler::TryDispatch(SessionId session, KernelKey kernel, TimePoint now) {
+  now = Advance(now);
+  DispatchDecision decision;
+  const auto found = sessions_.find(session);
+  if (found == sessions_.end()) return decision;
+  SessionState& state = found->second;
+  if (state.pending_count == 0) AddPending(state, now, 1);
+  // The arrival may change the top class or end an expired slice, so decide on fresh state.
+  Refresh(now);
+
+  const TenantState& tenant = tenants_.at(state.tenant);
+  decision.estimate = cost_model_.Estimate(kernel);
+  // The session has work pending, so a top active class exists and is not below the session's.
+  if (Outranks(*top_active_, tenant.priority)) {
+    decision.verdict = DispatchVerdict::kHigherClassActive;
+  } else if (holder_ != state.tenant) {
+    decision.verdict = DispatchVerdict::kNotSliceHolder;
+  } else if (Budgeted(tenant) && state.inflight_estimate > Duration::zero() &&
+             state.inflight_estimate + decision.estimate > config_.low_priority_inflight_budget) {
+    decision.verdict = DispatchVerdict::kOverInflightBudget;
+  } else {
+    Admit(state, kernel, decision.estimate, now, decision);
+    // The holder may just have run dry, which passes the turn at once.
+    Refresh(now);
+  }
+  return decision;
+}
+
+DispatchDecision GpuScheduler::WorkDispatched(SessionId session, KernelKey kernel, TimePoint now) {
+  now = Advance(now);
+  DispatchDecision decision;
+  const auto found = sessions_.find(session);
+  if (found == sessions_.end()) return decision;
+  // Work the scheduler never heard arrive counts as arriving now, with no queue wait.
+  if (found->second.pending_count == 0) AddPending(found->second, now, 1);
+  Admit(found->second, kernel, cost_model_.Estimate(kernel), now, decision);
+  Refresh(now);
+  return decision;
+}
+
+bool GpuScheduler::WorkCompleted(SessionId session, KernelKey kernel, Duration gpu_time, TimePoint now) {
+  now = Advance(now);
+  const auto found = sessions_.find(session);
+  if (found == sessions_.end()) return false;
+  SessionState& state = found->second;
+  const auto work = std::find_if(state.inflight.begin(), state.inflight.end(),
+                                 [kernel](const InflightWork& w) { return w.kernel == kernel; });
+  if (work == state.inflight.end()) return false;
+  state.inflight_estimate = std::max(state.inflight_estimate - work->charged, Duration::zero());
+  state.inflight.erase(work);
+  gpu_time = std::max(gpu_time, Duration::zero());
+  TenantState& tenant = tenants_.at(state.tenant);
+  --tenant.inflight;
+  tenant.normalized_usage += static_cast<double>(gpu_time.count()) / tenant.weight;
+  cost_model_.Observe(kernel, gpu_time);
+  Refresh(now);
+  return true;
+}
+
+void GpuScheduler::Tick(TimePoint now) { Refresh(Advance(now)); }
+
+const Grant* GpuScheduler::FindGrant(SessionId session) const {
+  const auto found = sessions_.find(session);
+  return found == sessions_.end() ? nullptr : &found->second.grant;
+}
+
+void GpuScheduler::TakeChangedGrants(std::vector<SessionGrant>& out) {
+  for (auto& [id, state] : sessions_) {
+    if (!state.grant_changed) continue;
+    out.push_back({id, state.grant});
+    state.grant_changed = false;
+  }
+}
+
+uint64_t GpuScheduler::Pending(SessionId session) const {
+  const auto found = sessions_.find(session);
+  return found == sessions_.end() ? 0 : found->second.pending_count;
+}
+
+Duration GpuScheduler::InflightEstimate(SessionId session) const {
+  const auto found = sessions_.find(session);
+  return found == sessions_.end() ? Duration::zero() : found->second.inflight_estimate;
+}
+
+size_t GpuScheduler::InflightCount(SessionId session) const {
+  const auto found = sessions_.find(session);
+  return found == sessions_.end() ? 0 : found->second.inflight.size();
+}
+
+double GpuScheduler::NormalizedUsage(TenantId tenant) const {
+  const auto found = tenants_.find(tenant);
+  return found == tenants_.end() ? 0 : found->second.normalized_usage;
+}
+
+TimePoint GpuScheduler::Advance(TimePoint now) {
+  now_ = std::max(now_, now);
+  return now_;
+}
+
+void GpuScheduler::AddPending(SessionState& session, TimePoint now, uint64_t count) {
+  if (count == 0) return;
+  TenantState& tenant = tenants_.at(session.tenant);
+  if (tenant.pending == 0) {
+    // Back from idle: catch up with the class, less one slice of credit (see usage_floor_).
+    const double credit = static_cast<double>(config_.slice.count()) / tenant.weight;
+    tenant.normalized_usage = std::max(tenant.normalized_usage, usage_floor_[ClassIndex(tenant.priority)] - credit);
+  }
+  if (!session.pending.empty() && session.pending.back().since == now) {
+    session.pending.back().count += count;
+  } else {
+    session.pending.push_back({now, count});
+  }
+  session.pending_count += count;
+  tenant.pending += count;
+}
+
+void GpuScheduler::Admit(SessionState& session, KernelKey kernel, Duration estimate, TimePoint now,
+                         DispatchDecision& decision) {
+  PendingRun& oldest = session.pending.front();
+  decision.verdict = DispatchVerdict::kAllowed;
+  decision.estimate = estimate;
+  decision.queue_wait = now - oldest.since;
+  if (--oldest.count == 0) session.pending.pop_front();
+  --session.pending_count;
+  session.inflight.push_back({kernel, estimate});
+  session.inflight_estimate += estimate;
+  TenantState& tenant = tenants_.at(session.tenant);
+  --tenant.pending;
+  ++tenant.inflight;
+}
+
+bool GpuScheduler::Budgeted(const TenantState& tenant) const {
+  return top_open_ && Outranks(*top_open_, tenant.priority);
+}
+
+void GpuScheduler::Refresh(TimePoint now) {
+  top_active_.reset();
+  top_open_.reset();
+  std::array<std::optional<double>, kPriorityClassCount> least_backlogged{};
+  for (const auto& [id, tenant] : tenants_) {
+    const auto raise = [&](std::optional<PriorityClass>& top) {
+      if (!top || Outranks(tenant.priority, *top)) top = tenant.priority;
+    };
+    if (tenant.sessions > 0) raise(top_open_);
+    if (tenant.pending > 0 || tenant.inflight > 0) raise(top_active_);
+    if (tenant.pending > 0) {
+      auto& least = least_backlogged[ClassIndex(tenant.priority)];
+      least = std::min(least.value_or(tenant.normalized_usage), tenant.normalized_usage);
+    }
+  }
+  for (size_t c = 0; c < kPriorityClassCount; ++c) {
+    if (least_backlogged[c]) usage_floor_[c] = std::max(usage_floor_[c], *least_backlogged[c]);
+  }
+
+  if (!top_active_) {
+    holder_.reset();
+  } else {
+    const auto held = holder_ ? tenants_.find(*holder_) : tenants_.end();
+    const bool holder_valid =
+        held != tenants_.end() && held->second.priority == *top_active_ && held->second.pending > 0;
+    if (!holder_valid) {
+      PickHolder(*top_active_, now);
+    } else if (now - slice_start_ >= config_.slice && OthersBacklogged(*top_active_, *holder_)) {
+      // The turn is up and someone else wants it. The holder keeps it only if it is still the least served (it
+      // may be, with a large weight); a new slice starts either way. Uncontested, the slice just runs over, so a
+      // tenant whose work arrives later gets the GPU at once.
+      PickHolder(*top_active_, now);
+    }
+  }
+
+  for (auto& [id, session] : sessions_) {
+    Grant rights = RightsOf(session);
+    if (session.grant.generation != 0 && rights.SameRights(session.grant)) continue;
+    rights.generation = next_generation_++;
+    session.grant = rights;
+    session.grant_changed = true;
+  }
+}
+
+bool GpuScheduler::OthersBacklogged(PriorityClass priority, TenantId except) const {
+  return std::any_of(tenants_.begin(), tenants_.end(), [&](const auto& entry) {
+    return entry.first != except && entry.second.priority == priority && entry.second.pending > 0;
+  });
+}
+
+void GpuScheduler::PickHolder(PriorityClass priority, TimePoint now) {
+  std::optional<TenantId> best;
+  // Least normalized usage wins; on a tie the current holder yields, then the lower id goes first.
+  auto rank = [this](TenantId id, const TenantState& t) {
+    return std::make_tuple(t.normalized_usage, holder_ == id, id);
+  };
+  for (const auto& [id, tenant] : tenants_) {
+    if (tenant.priority != priority || tenant.pending == 0) continue;
+    if (!best || rank(id, tenant) < rank(*best, tenants_.at(*best))) best = id;
+  }
+  holder_ = best;
+  slice_start_ = now;
+}
+
+Grant GpuScheduler::RightsOf(const SessionState& session) const {
+  const TenantState& tenant = tenants_.at(session.tenant);
+  Grant rights;
+  rights.inflight_budget_ns = Budgeted(tenant) ? config_.low_priority_inflight_budget.count() : kUnlimitedInflightNs;
+  if (!top_active_ || Outranks(tenant.priority, *top_active_)) {
+    rights.may_dispatch = true;  // work arriving now would make this session's class the top one
+  } else if (tenant.priority == *top_active_) {
+    rights.may_dispatch = !holder_ || *holder_ == session.tenant;
+  } else {
+    rights.may_dispatch = false;
+  }
+  return rights;
+}
+
+}  // namespace curelay::scheduler

@@ -1,0 +1,132 @@
+// One GPU's dispatch policy: who may start work on the GPU now.
+//
+//  * Priority: while a session of a higher class has work pending or in flight, lower classes start nothing.
+//  * Budget: while a higher class has a session open on the GPU (busy or not), a lower-class session may keep at
+//    most `low_priority_inflight_budget` of estimated GPU time in flight, so work of the higher class that arrives
+//    waits behind at most that much (per lower-class session). A session with nothing in flight may always start
+//    one piece of work, however large, so none starves.
+//  * Slices: among the tenants of the top active class that have work pending, one holds the GPU for `slice` of
+//    wall time; then the tenant with the least GPU time used per unit of weight takes it. A holder with nothing
+//    pending gives the turn up at once. The previous holder's work in flight drains on its own.
+//
+// Driven by events, each carrying the caller's `now`; a `now` earlier than one already seen is taken as the
+// latest seen. Every event recomputes the grants of the GPU's sessions (see grant.h).
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <deque>
+#include <map>
+#include <optional>
+#include <vector>
+
+#include "scheduler/clock.h"
+#include "scheduler/dispatch_decision.h"
+#include "scheduler/grant.h"
+#include "scheduler/ids.h"
+#include "scheduler/kernel_cost_model.h"
+#include "scheduler/priority_class.h"
+#include "scheduler/scheduler_config.h"
+
+namespace curelay::scheduler {
+
+class GpuScheduler {
+ public:
+  explicit GpuScheduler(const SchedulerConfig& config);
+
+  // Adds a tenant or changes its class and weight; the next decision uses them. A tenant that changes class
+  // starts level with the tenants of its new class (its GPU time in the old class neither helps nor hurts it).
+  void SetTenant(TenantId tenant, PriorityClass priority, uint32_t weight, TimePoint now);
+  // Forgets a tenant with no sessions left here. False if it still has sessions.
+  bool RemoveTenant(TenantId tenant);
+  bool HasTenant(TenantId tenant) const { return tenants_.count(tenant) != 0; }
+
+  // False: unknown tenant, or the session exists.
+  bool AddSession(SessionId session, TenantId tenant, TimePoint now);
+  // Drops the session with its pending and in-flight work (its context is gone).
+  bool RemoveSession(SessionId session, TimePoint now);
+
+  // `count` pieces of work joined the session's queue.
+  bool WorkArrived(SessionId session, TimePoint now, uint64_t count = 1);
+  // Decides whether the session may start work on `kernel` now; if so, records it as dispatched (its oldest
+  // pending piece leaves the queue and its estimate joins the in-flight estimate). A session with nothing pending
+  // is taken to have had this work arrive now.
+  DispatchDecision TryDispatch(SessionId session, KernelKey kernel, TimePoint now);
+  // Records work the executor started on its published grant, without deciding anything.
+  DispatchDecision WorkDispatched(SessionId session, KernelKey kernel, TimePoint now);
+  // Work dispatched earlier finished after `gpu_time` on the GPU (the oldest in-flight work with that key, since
+  // completions on different streams can come out of order). False if no such work is in flight.
+  bool WorkCompleted(SessionId session, KernelKey kernel, Duration gpu_time, TimePoint now);
+  // Time passed: ends a slice whose time is up.
+  void Tick(TimePoint now);
+
+  const Grant* FindGrant(SessionId session) const;
+  // Grants that changed since the last call, by session id.
+  void TakeChangedGrants(std::vector<SessionGrant>& out);
+
+  // Introspection, for reporting and tests.
+  std::optional<TenantId> slice_holder() const { return holder_; }
+  std::optional<PriorityClass> top_active_class() const { return top_active_; }
+  uint64_t Pending(SessionId session) const;
+  Duration InflightEstimate(SessionId session) const;
+  size_t InflightCount(SessionId session) const;
+  // GPU time used here per unit of weight, as compared when choosing the next slice holder.
+  double NormalizedUsage(TenantId tenant) const;
+  const KernelCostModel& cost_model() const { return cost_model_; }
+
+ private:
+  struct PendingRun {  // `count` pieces of work that arrived at `since`
+    TimePoint since;
+    uint64_t count;
+  };
+  struct InflightWork {
+    KernelKey kernel;
+    Duration charged;  // the estimate added at dispatch, taken back at completion even if the estimate moved
+  };
+  struct SessionState {
+    TenantId tenant = 0;
+    std::deque<PendingRun> pending;
+    uint64_t pending_count = 0;
+    std::vector<InflightWork> inflight;
+    Duration inflight_estimate{0};
+    Grant grant;
+    bool grant_changed = false;
+  };
+  struct TenantState {
+    PriorityClass priority = PriorityClass::kNormal;
+    uint32_t weight = 1;
+    uint32_t sessions = 0;
+    uint64_t pending = 0;   // over its sessions here
+    uint64_t inflight = 0;  // over its sessions here
+    // GPU nanoseconds used here divided by weight, accumulated at each completion with the weight then current,
+    // so a weight change affects what comes after it, not the past.
+    double normalized_usage = 0;
+  };
+
+  TimePoint Advance(TimePoint now);
+  void AddPending(SessionState& session, TimePoint now, uint64_t count);
+  void Admit(SessionState& session, KernelKey kernel, Duration estimate, TimePoint now, DispatchDecision& decision);
+  bool Budgeted(const TenantState& tenant) const;
+  // Recomputes the top active class, the slice holder and every grant.
+  void Refresh(TimePoint now);
+  bool OthersBacklogged(PriorityClass priority, TenantId except) const;
+  void PickHolder(PriorityClass priority, TimePoint now);
+  Grant RightsOf(const SessionState& session) const;
+
+  SchedulerConfig config_;
+  KernelCostModel cost_model_;
+  std::map<SessionId, SessionState> sessions_;
+  std::map<TenantId, TenantState> tenants_;
+  TimePoint now_{};
+  std::optional<PriorityClass> top_active_;   // highest class with work pending or in flight
+  std::optional<PriorityClass> top_open_;     // highest class with a session open
+  std::optional<TenantId> holder_;
+  TimePoint slice_start_{};
+  // Per class, a floor under which a tenant's normalized usage is not left when it gets work again after being
+  // idle, so time spent idle does not become a claim on the GPU (less one slice of credit, so brief gaps between
+  // a tenant's batches cost it nothing). Never decreases.
+  std::array<double, kPriorityClassCount> usage_floor_{};
+  uint64_t next_generation_ = 1;
+};
+
+}  // namespace curelay::scheduler

@@ -1,0 +1,37 @@
+// A session's right to dispatch, in a form the backend can copy into shared memory for the session's executor to
+// read on its hot path without asking the scheduler.
+#pragma once
+
+#include <cstdint>
+#include <limits>
+#include <type_traits>
+
+#include "scheduler/ids.h"
+
+namespace curelay::scheduler {
+
+inline constexpr int64_t kUnlimitedInflightNs = std::numeric_limits<int64_t>::max();
+
+struct Grant {
+  // False while a higher class has work on the GPU, or another tenant of the session's class holds the slice.
+  // For a session with nothing pending it says whether work arriving now could be dispatched at once.
+  bool may_dispatch = false;
+  // The most estimated GPU time the session may have in flight (kUnlimitedInflightNs unless a higher class has a
+  // session open on the GPU). Work may always start when nothing of the session's is in flight.
+  int64_t inflight_budget_ns = kUnlimitedInflightNs;
+  // Grows every time this grant changes; no two grants on one GPU share a value, so a reader can tell a new grant
+  // from a stale copy.
+  uint64_t generation = 0;
+
+  bool SameRights(const Grant& other) const {
+    return may_dispatch == other.may_dispatch && inflight_budget_ns == other.inflight_budget_ns;
+  }
+};
+static_assert(std::is_trivially_copyable_v<Grant>, "grants are copied into shared memory");
+
+struct SessionGrant {
+  SessionId session = 0;
+  Grant grant;
+};
+
+}  // namespace curelay::scheduler

@@ -1,0 +1,33 @@
+// Learns how much GPU time each kernel takes, from completed work, so in-flight budgets can be checked before
+// the work runs. Keys the model has never seen completed get a configured default.
+#pragma once
+
+#include <cstddef>
+#include <unordered_map>
+
+#include "scheduler/clock.h"
+#include "scheduler/ids.h"
+
+namespace curelay::scheduler {
+
+class KernelCostModel {
+ public:
+  // `smoothing` is the weight of each new observation in the moving average, clamped into (0, 1].
+  KernelCostModel(Duration default_estimate, double smoothing);
+
+  Duration Estimate(KernelKey key) const;
+  // The first observation replaces the default outright (the default is a guess, not a measurement); later ones
+  // move the estimate toward the observation by `smoothing` of the difference.
+  void Observe(KernelKey key, Duration gpu_time);
+
+  bool Knows(KernelKey key) const { return estimates_ns_.count(key) != 0; }
+  size_t size() const { return estimates_ns_.size(); }
+
+ private:
+  Duration default_estimate_;
+  double smoothing_;
+  // Fractional nanoseconds, so small corrections accumulate instead of rounding away.
+  std::unordered_map<KernelKey, double> estimates_ns_;
+};
+
+}  // namespace curelay::scheduler

@@ -1,0 +1,25 @@
+// Scheduler-wide knobs, fixed for the scheduler's lifetime (tenant limits are the live-changeable part).
+#pragma once
+
+#include <chrono>
+#include <cstddef>
+
+#include "scheduler/clock.h"
+
+namespace curelay::scheduler {
+
+struct SchedulerConfig {
+  // Wall time a tenant holds a GPU before the turn passes to another tenant of its class that has work.
+  Duration slice = std::chrono::milliseconds(10);
+  // Estimated GPU time a session may have in flight while a session of a higher class is open on its GPU. It
+  // bounds how long that higher session's first work waits behind lower-class work already queued on the GPU.
+  Duration low_priority_inflight_budget = std::chrono::milliseconds(2);
+  // Estimate for a kernel key never seen to complete.
+  Duration default_kernel_estimate = std::chrono::microseconds(500);
+  // Weight of a new observation in a kernel's moving-average estimate, in (0, 1].
+  double estimate_smoothing = 0.25;
+  // Queue-wait samples kept per tenant for percentiles (the most recent ones).
+  size_t queue_wait_samples = 4096;
+};
+
+}  // namespace curelay::scheduler
