@@ -41,7 +41,18 @@ bool LoadBackendConfig(const std::string& path, BackendConfig* config, std::stri
     *error = path + ": " + std::string(failure.description());
     return false;
   }
-  if (!CheckKeys(root, {"backend", "admin"}, path, error)) return false;
+  if (!CheckKeys(root, {"backend", "admin", "scheduler"}, path, error)) return false;
+  if (const toml::table* scheduling = root["scheduler"].as_table()) {
+    if (!CheckKeys(*scheduling, {"slice_us", "low_priority_budget_us"}, "[scheduler]", error) ||
+        !Read(*scheduling, "slice_us", &config->slice_us, error) ||
+        !Read(*scheduling, "low_priority_budget_us", &config->low_priority_budget_us, error)) {
+      return false;
+    }
+    if (config->slice_us <= 0 || config->low_priority_budget_us <= 0) {
+      *error = "[scheduler] times are positive";
+      return false;
+    }
+  }
   if (const toml::table* backend = root["backend"].as_table()) {
     if (!CheckKeys(*backend, {"listen", "driver", "executor", "runtime_dir", "state_dir", "log_level", "warm_pool",
                               "allow_anonymous"},

@@ -54,8 +54,13 @@ bool Broker::Run(const std::atomic<bool>& stop) {
     spdlog::critical("cannot create the memory quota board: {}", error);
     return false;
   }
+  if (!dispatch_.Start(settings_.executors.runtime_dir + "/dispatch", &error)) {
+    spdlog::critical("cannot start the scheduler: {}", error);
+    return false;
+  }
   for (const TenantRecord& tenant : registry_->List()) TenantChanged(tenant.name);
   pool_.OnSessionEnd([this](const ExecutorProcess& executor) {
+    dispatch_.CloseSession(executor.session_id);
     if (executor.quota_session_slot < 0) return;
     quota_board_->Settle(executor.quota_session_slot);
     session_slot_used_[executor.quota_session_slot] = false;
@@ -160,6 +165,7 @@ void Broker::TenantChanged(const std::string& name) {
   account.quota.store(tenant->memory_quota_bytes);
   account.wait_when_short.store(tenant->memory_policy == "wait" ? 1 : 0);
   account.wait_timeout_ms.store(tenant->wait_timeout_ms);
+  dispatch_.SetTenant(*tenant);
 }
 
 nlohmann::json Broker::Stats() {
@@ -174,6 +180,14 @@ nlohmann::json Broker::Stats() {
                        {"memory_used_bytes", account != nullptr ? account->used.load() : 0},
                        {"memory_peak_bytes", account != nullptr ? account->peak.load() : 0},
                        {"memory_quota_bytes", tenant.memory_quota_bytes}});
+    if (const auto figures = dispatch_.Figures(tenant.name)) {
+      nlohmann::json& row = tenants.back();
+      row["gpu_seconds"] = figures->gpu_seconds;
+      row["gpu_share"] = figures->share;
+      row["kernels"] = figures->kernels;
+      row["queue_wait_p50_ms"] = figures->queue_wait_p50_ms;
+      row["queue_wait_p99_ms"] = figures->queue_wait_p99_ms;
+    }
   }
   return tenants;
 }
@@ -236,8 +250,17 @@ void Broker::Admit(const PendingHello& hello, ExecutorProcess& executor) {
       return;
     }
     assignment.quota_board = quota_board_->path();
+    std::string error;
+    if (!dispatch_.OpenSession(assignment.session_id, hello.session.tenant, assignment.quota_session_slot, &error)) {
+      quota_board_->Settle(assignment.quota_session_slot);
+      session_slot_used_[assignment.quota_session_slot] = false;
+      Refuse(request, CUDA_ERROR_NOT_PERMITTED, error);
+      return;
+    }
+    assignment.dispatch_board = dispatch_.board_path();
   }
   if (!pool_.Assign(executor, assignment, hello.session)) {
+    dispatch_.CloseSession(assignment.session_id);
     if (assignment.quota_session_slot >= 0) {
       quota_board_->Settle(assignment.quota_session_slot);
       session_slot_used_[assignment.quota_session_slot] = false;

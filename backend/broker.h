@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "backend/admin/admin_service.h"
+#include "backend/dispatch/dispatch_service.h"
 #include "backend/executor_pool.h"
 #include "backend/quota/memory_quota_board.h"
 #include "backend/tenants/tenant_registry.h"
@@ -24,6 +25,7 @@ struct BrokerSettings {
   bool allow_anonymous = false;    // admit clients without a tenant token
   std::vector<std::string> admin_endpoints;  // ipc:// (created owner-only) and tcp:// (admin token required)
   std::string admin_token_sha256;
+  scheduler::SchedulerConfig scheduling;
 };
 
 class Broker {
@@ -62,6 +64,7 @@ class Broker {
   std::deque<PendingHello> pending_;
   uint64_t next_session_ = 1;
   std::unique_ptr<MemoryQuotaBoard> quota_board_;
+  DispatchService dispatch_{settings_.scheduling};
   std::map<std::string, int> tenant_slots_;
   std::vector<bool> session_slot_used_ = std::vector<bool>(kMaxQuotaSessions, false);
 };

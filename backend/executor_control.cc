@@ -50,7 +50,8 @@ std::string FormatFailed(CUresult result, const std::string& reason) {
 std::string FormatSession(const SessionAssignment& assignment) {
   return "SESSION " + std::to_string(assignment.session_id) + " " + Hex(assignment.key) + " " +
          (assignment.quota_board.empty() ? "-" : assignment.quota_board) + " " +
-         std::to_string(assignment.quota_session_slot);
+         std::to_string(assignment.quota_session_slot) + " " +
+         (assignment.dispatch_board.empty() ? "-" : assignment.dispatch_board);
 }
 
 bool ParseReady(const std::string& line, ExecutorReady* ready) {
@@ -75,12 +76,13 @@ bool ParseFailed(const std::string& line, CUresult* result, std::string* reason)
 
 bool ParseSession(const std::string& line, SessionAssignment* assignment) {
   std::istringstream in(line);
-  std::string word, key, board;
-  if (!(in >> word >> assignment->session_id >> key >> board >> assignment->quota_session_slot) ||
+  std::string word, key, board, dispatch;
+  if (!(in >> word >> assignment->session_id >> key >> board >> assignment->quota_session_slot >> dispatch) ||
       word != "SESSION" || !FromHex(key, &assignment->key)) {
     return false;
   }
   assignment->quota_board = board == "-" ? std::string() : board;
+  assignment->dispatch_board = dispatch == "-" ? std::string() : dispatch;
   return assignment->quota_session_slot >= -1;
 }
 

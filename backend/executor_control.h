@@ -21,6 +21,8 @@ struct SessionAssignment {
   // The memory quota board and this session's account on it (docs/scheduling.md); none for anonymous sessions.
   std::string quota_board;
   int quota_session_slot = -1;
+  // The scheduler's dispatch board; the session's slot on it is quota_session_slot (tenant sessions only).
+  std::string dispatch_board;
 };
 
 std::string FormatReady(const std::string& ipc_endpoint, const std::string& tcp_endpoint);

@@ -9,6 +9,7 @@
 #include <spdlog/spdlog.h>
 
 #include <atomic>
+#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <string>
@@ -144,6 +145,8 @@ int main(int argc, char** argv) {
       "ipc://" + (config.admin_socket.empty() ? config.runtime_dir + "/admin.sock" : config.admin_socket));
   if (!config.admin_tcp.empty()) settings.admin_endpoints.push_back(config.admin_tcp);
   settings.admin_token_sha256 = config.admin_token_sha256;
+  settings.scheduling.slice = std::chrono::microseconds(config.slice_us);
+  settings.scheduling.low_priority_inflight_budget = std::chrono::microseconds(config.low_priority_budget_us);
 
   mkdir(config.state_dir.c_str(), 0700);
   std::string error;

@@ -29,7 +29,7 @@ constexpr const char* kUsage =
     "  tenant show NAME\n"
     "  session list\n"
     "  session kill SESSION\n"
-    "  stats                        per tenant: sessions, memory used and quota\n"
+    "  stats                        per tenant: GPU time and share, kernels, queue wait, memory and quota\n"
     "  top [--interval SECONDS]     stats, refreshed until interrupted\n"
     "limits:\n"
     "  --priority high|normal|low   --weight N           --memory-quota BYTES[K|M|G|T] (0: none)\n"
@@ -139,10 +139,19 @@ void PrintSessions(const json& sessions) {
 }
 
 void PrintStats(const json& stats) {
-  curelay::backendctl::Table table({"TENANT", "SESSIONS", "MEMORY USED", "PEAK", "QUOTA"});
+  curelay::backendctl::Table table({"TENANT", "PRIORITY", "WEIGHT", "SESSIONS", "GPU S", "SHARE", "KERNELS",
+                                    "WAIT P50 MS", "WAIT P99 MS", "MEMORY USED", "PEAK", "QUOTA"});
+  const auto number = [](const json& row, const char* key, const char* format) {
+    char text[32];
+    std::snprintf(text, sizeof text, format, row.value(key, 0.0));
+    return std::string(text);
+  };
   for (const json& s : stats) {
-    table.Add({s["tenant"], std::to_string(s["sessions"].get<uint64_t>()), Bytes(s["memory_used_bytes"]),
-               Bytes(s["memory_peak_bytes"]), Bytes(s["memory_quota_bytes"])});
+    table.Add({s["tenant"], s["priority"], std::to_string(s["weight"].get<uint64_t>()),
+               std::to_string(s["sessions"].get<uint64_t>()), number(s, "gpu_seconds", "%.3f"),
+               number(s, "gpu_share", "%.3f"), std::to_string(s.value("kernels", uint64_t{0})),
+               number(s, "queue_wait_p50_ms", "%.3f"), number(s, "queue_wait_p99_ms", "%.3f"),
+               Bytes(s["memory_used_bytes"]), Bytes(s["memory_peak_bytes"]), Bytes(s["memory_quota_bytes"])});
   }
   table.Print(std::cout);
 }

@@ -74,8 +74,8 @@ DispatchDecision GpuScheduler::TryDispatch(SessionId session, KernelKey kernel, 
   // The session has work pending, so a top active class exists and is not below the session's.
   if (Outranks(*top_active_, tenant.priority)) {
     decision.verdict = DispatchVerdict::kHigherClassActive;
-  } else if (holder_ != state.tenant) {
-    decision.verdict = DispatchVerdict::kNotSliceHolder;
+  } else if (holder_ != state.tenant || OthersInflight(tenant.priority, state.tenant)) {
+    decision.verdict = DispatchVerdict::kNotSliceHolder;  // or its turn has not begun: the last one still drains
   } else if (Budgeted(tenant) && state.inflight_estimate > Duration::zero() &&
              state.inflight_estimate + decision.estimate > config_.low_priority_inflight_budget) {
     decision.verdict = DispatchVerdict::kOverInflightBudget;
@@ -112,6 +112,7 @@ bool GpuScheduler::WorkCompleted(SessionId session, KernelKey kernel, Duration g
   gpu_time = std::max(gpu_time, Duration::zero());
   TenantState& tenant = tenants_.at(state.tenant);
   --tenant.inflight;
+  tenant.last_busy = now;
   tenant.normalized_usage += static_cast<double>(gpu_time.count()) / tenant.weight;
   cost_model_.Observe(kernel, gpu_time);
   Refresh(now);
@@ -161,8 +162,9 @@ TimePoint GpuScheduler::Advance(TimePoint now) {
 void GpuScheduler::AddPending(SessionState& session, TimePoint now, uint64_t count) {
   if (count == 0) return;
   TenantState& tenant = tenants_.at(session.tenant);
-  if (tenant.pending == 0) {
-    // Back from idle: catch up with the class, less one slice of credit (see usage_floor_).
+  // Back from idle, not from a pause between batches (nothing waiting or running for over a slice): catch up
+  // with the class, less one slice of credit (see usage_floor_).
+  if (tenant.pending == 0 && tenant.inflight == 0 && now - tenant.last_busy > config_.slice) {
     const double credit = static_cast<double>(config_.slice.count()) / tenant.weight;
     tenant.normalized_usage = std::max(tenant.normalized_usage, usage_floor_[ClassIndex(tenant.priority)] - credit);
   }
@@ -188,6 +190,7 @@ void GpuScheduler::Admit(SessionState& session, KernelKey kernel, Duration estim
   TenantState& tenant = tenants_.at(session.tenant);
   --tenant.pending;
   ++tenant.inflight;
+  tenant.last_busy = now;
 }
 
 bool GpuScheduler::Budgeted(const TenantState& tenant) const {
@@ -217,8 +220,19 @@ void GpuScheduler::Refresh(TimePoint now) {
     holder_.reset();
   } else {
     const auto held = holder_ ? tenants_.find(*holder_) : tenants_.end();
-    const bool holder_valid =
-        held != tenants_.end() && held->second.priority == *top_active_ && held->second.pending > 0;
+    // A turn lasts while the holder has work pending or still running: executors dispatch on their grant without
+    // asking, so a holder between two batches (its last work in flight) must not let another tenant in. Out of
+    // work, it keeps the turn for the anticipation window if it is still the least served of its class.
+    const bool same_class = held != tenants_.end() && held->second.priority == *top_active_;
+    const bool busy = same_class && (held->second.pending > 0 || held->second.inflight > 0);
+    if (busy || !same_class) {
+      holder_idle_since_.reset();
+    } else if (!holder_idle_since_) {
+      holder_idle_since_ = now;
+    }
+    const bool anticipating = same_class && !busy && now - *holder_idle_since_ < config_.anticipation &&
+                              LeastServed(*top_active_, *holder_);
+    const bool holder_valid = busy || anticipating;
     if (!holder_valid) {
       PickHolder(*top_active_, now);
     } else if (now - slice_start_ >= config_.slice && OthersBacklogged(*top_active_, *holder_)) {
@@ -238,6 +252,20 @@ void GpuScheduler::Refresh(TimePoint now) {
   }
 }
 
+bool GpuScheduler::LeastServed(PriorityClass priority, TenantId tenant) const {
+  const double usage = tenants_.at(tenant).normalized_usage;
+  return std::none_of(tenants_.begin(), tenants_.end(), [&](const auto& entry) {
+    return entry.first != tenant && entry.second.priority == priority && entry.second.pending > 0 &&
+           entry.second.normalized_usage < usage;
+  });
+}
+
+bool GpuScheduler::OthersInflight(PriorityClass priority, TenantId except) const {
+  return std::any_of(tenants_.begin(), tenants_.end(), [&](const auto& entry) {
+    return entry.first != except && entry.second.priority == priority && entry.second.inflight > 0;
+  });
+}
+
 bool GpuScheduler::OthersBacklogged(PriorityClass priority, TenantId except) const {
   return std::any_of(tenants_.begin(), tenants_.end(), [&](const auto& entry) {
     return entry.first != except && entry.second.priority == priority && entry.second.pending > 0;
@@ -250,8 +278,10 @@ void GpuScheduler::PickHolder(PriorityClass priority, TimePoint now) {
   auto rank = [this](TenantId id, const TenantState& t) {
     return std::make_tuple(t.normalized_usage, holder_ == id, id);
   };
+  // Among tenants with work waiting or still running: one whose last batch still runs is as much in line as one
+  // whose next batch waits (executors dispatch whole batches at once).
   for (const auto& [id, tenant] : tenants_) {
-    if (tenant.priority != priority || tenant.pending == 0) continue;
+    if (tenant.priority != priority || tenant.pending + tenant.inflight == 0) continue;
     if (!best || rank(id, tenant) < rank(*best, tenants_.at(*best))) best = id;
   }
   holder_ = best;
@@ -265,7 +295,9 @@ Grant GpuScheduler::RightsOf(const SessionState& session) const {
   if (!top_active_ || Outranks(tenant.priority, *top_active_)) {
     rights.may_dispatch = true;  // work arriving now would make this session's class the top one
   } else if (tenant.priority == *top_active_) {
-    rights.may_dispatch = !holder_ || *holder_ == session.tenant;
+    // The new holder starts once the previous holder's work has drained: on a GPU the two would only time-slice,
+    // and the overlap would be charged to neither turn.
+    rights.may_dispatch = (!holder_ || *holder_ == session.tenant) && !OthersInflight(tenant.priority, session.tenant);
   } else {
     rights.may_dispatch = false;
   }

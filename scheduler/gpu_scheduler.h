@@ -101,6 +101,7 @@ class GpuScheduler {
     // GPU nanoseconds used here divided by weight, accumulated at each completion with the weight then current,
     // so a weight change affects what comes after it, not the past.
     double normalized_usage = 0;
+    TimePoint last_busy{};  // when its last work completed (or was dispatched)
   };
 
   TimePoint Advance(TimePoint now);
@@ -109,6 +110,9 @@ class GpuScheduler {
   bool Budgeted(const TenantState& tenant) const;
   // Recomputes the top active class, the slice holder and every grant.
   void Refresh(TimePoint now);
+  // No other tenant of the class with work waiting has used less GPU time per unit of weight.
+  bool LeastServed(PriorityClass priority, TenantId tenant) const;
+  bool OthersInflight(PriorityClass priority, TenantId except) const;
   bool OthersBacklogged(PriorityClass priority, TenantId except) const;
   void PickHolder(PriorityClass priority, TimePoint now);
   Grant RightsOf(const SessionState& session) const;
@@ -122,6 +126,7 @@ class GpuScheduler {
   std::optional<PriorityClass> top_open_;     // highest class with a session open
   std::optional<TenantId> holder_;
   TimePoint slice_start_{};
+  std::optional<TimePoint> holder_idle_since_;  // when the holder last ran out of work, while it still holds
   // Per class, a floor under which a tenant's normalized usage is not left when it gets work again after being
   // idle, so time spent idle does not become a claim on the GPU (less one slice of credit, so brief gaps between
   // a tenant's batches cost it nothing). Never decreases.

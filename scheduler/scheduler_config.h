@@ -11,6 +11,10 @@ namespace curelay::scheduler {
 struct SchedulerConfig {
   // Wall time a tenant holds a GPU before the turn passes to another tenant of its class that has work.
   Duration slice = std::chrono::milliseconds(10);
+  // How long a slice holder whose work is all done keeps its turn, waiting for its next work, while it is still
+  // the least served tenant of its class (per unit of weight). Programs pause between batches (a synchronize, a
+  // host step); passing the turn at every pause would share the GPU by turns taken, not by weight.
+  Duration anticipation = std::chrono::milliseconds(1);
   // Estimated GPU time a session may have in flight while a session of a higher class is open on its GPU. It
   // bounds how long that higher session's first work waits behind lower-class work already queued on the GPU.
   Duration low_priority_inflight_budget = std::chrono::milliseconds(2);

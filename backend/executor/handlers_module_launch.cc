@@ -154,19 +154,38 @@ Session::Outcome Session::LaunchKernel(const wire::LaunchKernel& call, std::span
   size_t argument_bytes = payload.size();
   void* extra[] = {CU_LAUNCH_PARAM_BUFFER_POINTER, const_cast<void*>(Aligned(payload, aligned_buffer_)),
                    CU_LAUNCH_PARAM_BUFFER_SIZE, &argument_bytes, CU_LAUNCH_PARAM_END};
-  if (call.attributes() == nullptr || call.attributes()->size() == 0) {
+  std::vector<CUlaunchAttribute> attributes;
+  const bool with_attributes = call.attributes() != nullptr && call.attributes()->size() != 0;
+  if (with_attributes && driver_.cuLaunchKernelEx == nullptr) return {CUDA_ERROR_NOT_SUPPORTED};
+  if (with_attributes && !DecodeLaunchAttributes(call.attributes(), &attributes)) return {CUDA_ERROR_INVALID_VALUE};
+  // A tenant session launches when the scheduler's grant allows it, timed so the scheduler learns what it costs.
+  // Launches into a stream capture are not GPU work yet (and markers would join the graph): not gated.
+  const bool scheduled = dispatch_gate_.active() && captures_.empty();
+  // Kernel keys are per session: the client's function ids, which each client numbers from 1.
+  const uint64_t kernel = call.function();
+  CUevent start = nullptr;
+  if (scheduled) {
+    dispatch_gate_.AwaitGrant(kernel);
+    start = dispatch_gate_.BeginLaunch(stream);
+  }
+  if (!with_attributes) {
     outcome.result = driver_.cuLaunchKernel(found->second, call.grid_x(), call.grid_y(), call.grid_z(),
                                             call.block_x(), call.block_y(), call.block_z(),
                                             call.shared_mem_bytes(), stream, nullptr,
                                             payload.empty() ? nullptr : extra);
-    return outcome;
+  } else {
+    CUlaunchConfig config = LaunchConfig(call, call.shared_mem_bytes(), attributes);
+    config.hStream = stream;
+    outcome.result =
+        driver_.cuLaunchKernelEx(&config, found->second, nullptr, payload.empty() ? nullptr : extra);
   }
-  if (driver_.cuLaunchKernelEx == nullptr) return {CUDA_ERROR_NOT_SUPPORTED};
-  std::vector<CUlaunchAttribute> attributes;
-  if (!DecodeLaunchAttributes(call.attributes(), &attributes)) return {CUDA_ERROR_INVALID_VALUE};
-  CUlaunchConfig config = LaunchConfig(call, call.shared_mem_bytes(), attributes);
-  config.hStream = stream;
-  outcome.result = driver_.cuLaunchKernelEx(&config, found->second, nullptr, payload.empty() ? nullptr : extra);
+  if (scheduled) {
+    if (outcome.result == CUDA_SUCCESS) {
+      dispatch_gate_.EndLaunch(kernel, stream, start);
+    } else {
+      dispatch_gate_.AbandonLaunch(start);
+    }
+  }
   return outcome;
 }
 

@@ -111,6 +111,10 @@ int main(int argc, char** argv) {
     spdlog::error("session {}: cannot open the memory quota board: {}", assignment.session_id, error);
     return 1;
   }
+  if (!session.dispatch_gate().Attach(assignment.dispatch_board, assignment.quota_session_slot, &error)) {
+    spdlog::error("session {}: cannot open the dispatch board: {}", assignment.session_id, error);
+    return 1;
+  }
   const int status = session.Run();
   spdlog::info("session {} ended", assignment.session_id);
   return status;

@@ -26,11 +26,13 @@ int Session::Run() {
   transport::IncomingMessage message;
   auto last_progress = std::chrono::steady_clock::now();
   for (;;) {
-    const bool waiting = !pending_waits_.empty();
+    // Launches the scheduler times are polled for completion like pending waits are.
+    const bool waiting = !pending_waits_.empty() || dispatch_gate_.HasInflight();
     const auto status = channel_->Receive(message, waiting ? 0 : -1);
     if (status == transport::ReceiveStatus::kTimeout && waiting) {
       const size_t before = pending_waits_.size();
       if (!PollPendingWaits()) return 1;
+      dispatch_gate_.Poll();
       const auto now = std::chrono::steady_clock::now();
       if (pending_waits_.size() != before) {
         last_progress = now;
@@ -391,6 +393,7 @@ CUresult Session::LookupStream(uint64_t wire_stream, CUstream* stream) {
 
 void Session::ReleaseEverything() {
   ReleaseGraphs();  // first: a capture in progress holds its stream
+  dispatch_gate_.Release();
   // Process exit would release all of this too; doing it explicitly keeps a warm executor reusable later and
   // makes leaks visible to tools.
   for (auto& wait : pending_waits_) {

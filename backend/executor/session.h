@@ -15,6 +15,7 @@
 #include <unordered_set>
 #include <vector>
 
+#include "backend/executor/dispatch_gate.h"
 #include "backend/executor/driver.h"
 #include "backend/executor/jit_option_set.h"
 #include "backend/executor/session_memory_quota.h"
@@ -29,6 +30,8 @@ class Session {
   Session(Driver& driver, std::shared_ptr<transport::Channel> channel, std::vector<uint8_t> session_key);
   // The tenant's memory account this session charges (before Run; none: no quota).
   SessionMemoryQuota& memory_quota() { return memory_quota_; }
+  // The scheduler's gate on this session's kernel launches (before Run; none: not scheduled).
+  DispatchGate& dispatch_gate() { return dispatch_gate_; }
   ~Session();
 
   // Serves the client until it disconnects or breaks the protocol. Returns the process exit code.
@@ -302,6 +305,7 @@ class Session {
   };
   std::unordered_map<uint64_t, ArrayRecord> arrays_;  // by the client's array id
   SessionMemoryQuota memory_quota_;
+  DispatchGate dispatch_gate_{driver_};
   // The client's board of host-function gates (mapped for the life of the process: driver callbacks may still
   // hold a gate during teardown) and the flag that lets every waiting gate go when the session ends.
   std::atomic<uint32_t>* host_function_board_ = nullptr;

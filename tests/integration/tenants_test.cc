@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "tests/integration/backend_process.h"
+#include "tests/integration/tenant_helpers.h"
 
 namespace curelay::testing {
 namespace {
@@ -24,49 +25,6 @@ using namespace std::chrono_literals;
 using nlohmann::json;
 
 constexpr uint64_t kMiB = 1ull << 20;
-
-std::string ReadFile(const std::string& path) {
-  std::ifstream in(path);
-  std::stringstream text;
-  text << in.rdbuf();
-  return text.str();
-}
-
-struct CommandResult {
-  int exit_code = -1;
-  std::string out;
-};
-
-// Runs backendctl against `backend`'s admin socket.
-CommandResult Backendctl(const BackendProcess& backend, std::vector<std::string> args) {
-  std::string command = std::string(CURELAY_BACKENDCTL_PATH) + " --endpoint " + backend.admin_endpoint();
-  for (const auto& arg : args) command += " '" + arg + "'";
-  command += " 2>&1";
-  CommandResult result;
-  FILE* pipe = popen(command.c_str(), "r");
-  char buffer[4096];
-  while (size_t n = fread(buffer, 1, sizeof buffer, pipe)) result.out.append(buffer, n);
-  const int status = pclose(pipe);
-  result.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-  return result;
-}
-
-// Creates a tenant and returns its token.
-std::string AddTenant(const BackendProcess& backend, const std::string& name, std::vector<std::string> limits = {}) {
-  std::vector<std::string> args = {"-o", "json", "tenant", "add", name};
-  args.insert(args.end(), limits.begin(), limits.end());
-  const CommandResult added = Backendctl(backend, args);
-  EXPECT_EQ(added.exit_code, 0) << added.out;
-  const json reply = json::parse(added.out, nullptr, false);
-  return reply.is_object() ? reply.value("token", std::string()) : std::string();
-}
-
-std::map<std::string, std::string> ClientEnv(const BackendProcess& backend, const std::string& token) {
-  std::map<std::string, std::string> env = {{"CURELAY_ENDPOINT", backend.endpoint()},
-                                            {"CURELAY_CONNECT_TIMEOUT_MS", "3000"}};
-  if (!token.empty()) env["CURELAY_TOKEN"] = token;
-  return env;
-}
 
 // A test client in "interactive" mode: commands on its stdin, one answer line each on its stdout.
 class InteractiveClient {

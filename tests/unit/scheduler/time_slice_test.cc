@@ -138,12 +138,16 @@ TEST(TimeSliceTest, SessionsOfTheHolderAllDispatchDuringItsTurn) {
   EXPECT_TRUE(scheduler.TryDispatch(11, kKernel, At(1ms)).allowed());
   EXPECT_EQ(scheduler.TryDispatch(20, kKernel, At(1ms)).verdict, DispatchVerdict::kNotSliceHolder);
   EXPECT_FALSE(scheduler.GetGrant(20)->may_dispatch);
-  // The turn passes at the slice's end; the old holder's work in flight is left to drain.
+  // The turn passes at the slice's end; the new holder starts once the old holder's work in flight has drained.
   scheduler.Tick(At(10ms));
   EXPECT_EQ(scheduler.FindGpu(0)->slice_holder(), 2u);
-  EXPECT_TRUE(scheduler.TryDispatch(20, kKernel, At(10ms)).allowed());
-  EXPECT_EQ(scheduler.TryDispatch(10, kKernel, At(10ms)).verdict, DispatchVerdict::kNotSliceHolder);
+  EXPECT_EQ(scheduler.TryDispatch(20, kKernel, At(10ms)).verdict, DispatchVerdict::kNotSliceHolder);
+  EXPECT_FALSE(scheduler.GetGrant(20)->may_dispatch);
   EXPECT_EQ(scheduler.WorkCompleted(10, kKernel, 9ms, At(11ms)), Status::kOk);
+  EXPECT_EQ(scheduler.WorkCompleted(11, kKernel, 9ms, At(11ms)), Status::kOk);
+  EXPECT_TRUE(scheduler.GetGrant(20)->may_dispatch);
+  EXPECT_TRUE(scheduler.TryDispatch(20, kKernel, At(11ms)).allowed());
+  EXPECT_EQ(scheduler.TryDispatch(10, kKernel, At(11ms)).verdict, DispatchVerdict::kNotSliceHolder);
 }
 
 TEST(TimeSliceTest, TenantWithNothingPendingIsSkipped) {
@@ -161,7 +165,7 @@ TEST(TimeSliceTest, TenantWithNothingPendingIsSkipped) {
   }
 }
 
-TEST(TimeSliceTest, HolderThatRunsDryPassesTheTurnAtOnce) {
+TEST(TimeSliceTest, HolderWhoseWorkIsDonePassesTheTurnAtOnce) {
   Scheduler scheduler(Config());
   ASSERT_EQ(scheduler.AddTenant(1, Weight(1)), Status::kOk);
   ASSERT_EQ(scheduler.AddTenant(2, Weight(1)), Status::kOk);
@@ -173,10 +177,15 @@ TEST(TimeSliceTest, HolderThatRunsDryPassesTheTurnAtOnce) {
   EXPECT_EQ(scheduler.TryDispatch(20, kKernel, At(1ms)).verdict, DispatchVerdict::kNotSliceHolder);
   EXPECT_TRUE(scheduler.TryDispatch(10, kKernel, At(1ms)).allowed());
   EXPECT_TRUE(scheduler.TryDispatch(10, kKernel, At(2ms)).allowed());  // its last pending work
-  // 8 ms before the slice would end, tenant 2 may go.
+  // Its work still runs, so the turn is still its own: executors dispatch on their grant without asking.
+  EXPECT_EQ(scheduler.FindGpu(0)->slice_holder(), 1u);
+  EXPECT_FALSE(scheduler.GetGrant(20)->may_dispatch);
+  // Once that work is done, 7 ms before the slice would end, tenant 2 may go.
+  ASSERT_EQ(scheduler.WorkCompleted(10, kKernel, 500us, At(3ms)), Status::kOk);
+  ASSERT_EQ(scheduler.WorkCompleted(10, kKernel, 500us, At(3ms)), Status::kOk);
   EXPECT_EQ(scheduler.FindGpu(0)->slice_holder(), 2u);
   EXPECT_TRUE(scheduler.GetGrant(20)->may_dispatch);
-  EXPECT_TRUE(scheduler.TryDispatch(20, kKernel, At(2ms)).allowed());
+  EXPECT_TRUE(scheduler.TryDispatch(20, kKernel, At(3ms)).allowed());
 }
 
 TEST(TimeSliceTest, LateArrivalTakesOverAnOverrunUncontestedSlice) {

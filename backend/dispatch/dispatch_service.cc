@@ -1,0 +1,150 @@
+#include "backend/dispatch/dispatch_service.h"
+
+#include <spdlog/spdlog.h>
+#include <time.h>
+
+#include <algorithm>
+#include <chrono>
+
+namespace curelay::backend {
+namespace {
+
+scheduler::TimePoint Now() {
+  return std::chrono::time_point_cast<scheduler::Duration>(std::chrono::steady_clock::now());
+}
+
+scheduler::TenantLimits Limits(const TenantRecord& tenant) {
+  scheduler::TenantLimits limits;
+  limits.priority = tenant.priority == "high"  ? scheduler::PriorityClass::kHigh
+                    : tenant.priority == "low" ? scheduler::PriorityClass::kLow
+                                               : scheduler::PriorityClass::kNormal;
+  limits.weight = std::max<uint32_t>(tenant.weight, 1);
+  // Sessions and memory are the broker's and the quota board's to limit; the scheduler only orders work.
+  return limits;
+}
+
+// Sessions are scheduled on the host's first GPU (docs/scheduling.md: one GPU per host for now).
+constexpr scheduler::GpuIndex kGpu = 0;
+
+}  // namespace
+
+bool DispatchService::Start(const std::string& board_path, std::string* error) {
+  board_.reset(DispatchBoard::Create(board_path, error));
+  if (board_ == nullptr) return false;
+  thread_ = std::thread([this] { Loop(); });
+  return true;
+}
+
+void DispatchService::Stop() {
+  stop_.store(true);
+  if (thread_.joinable()) thread_.join();
+}
+
+void DispatchService::SetTenant(const TenantRecord& tenant) {
+  std::lock_guard lock(mutex_);
+  const auto found = tenant_ids_.find(tenant.name);
+  if (found == tenant_ids_.end()) {
+    const scheduler::TenantId id = tenant_ids_.size() + 1;
+    tenant_ids_.emplace(tenant.name, id);
+    scheduler_.AddTenant(id, Limits(tenant));
+  } else {
+    scheduler_.UpdateTenant(found->second, Limits(tenant), Now());
+  }
+}
+
+bool DispatchService::OpenSession(uint64_t session, const std::string& tenant, int slot, std::string* error) {
+  std::lock_guard lock(mutex_);
+  const auto found = tenant_ids_.find(tenant);
+  if (found == tenant_ids_.end() || slot < 0 || slot >= kMaxDispatchSessions) {
+    *error = "no scheduler tenant '" + tenant + "'";
+    return false;
+  }
+  board_->Reset(slot);
+  const scheduler::Status status = scheduler_.OpenSession(session, found->second, kGpu, Now());
+  if (status != scheduler::Status::kOk) {
+    *error = "the scheduler refused the session";
+    return false;
+  }
+  session_slots_[session] = slot;
+  // The first grant, before the executor's first launch.
+  if (const auto grant = scheduler_.GetGrant(session)) {
+    board_->slot(slot).inflight_budget_ns.store(grant->inflight_budget_ns);
+    board_->slot(slot).may_dispatch.store(grant->may_dispatch ? 1 : 0);
+  }
+  return true;
+}
+
+void DispatchService::CloseSession(uint64_t session) {
+  std::lock_guard lock(mutex_);
+  if (session_slots_.erase(session) == 0) return;
+  scheduler_.CloseSession(session, Now());
+}
+
+void DispatchService::Drain(uint64_t session, int slot, scheduler::TimePoint now) {
+  DispatchEvent event{};
+  while (DispatchBoard::Pop(board_->slot(slot), &event)) {
+    switch (event.kind) {
+      case DispatchEventKind::kArrived:
+        scheduler_.WorkArrived(session, now);
+        break;
+      case DispatchEventKind::kDispatched:
+        scheduler_.WorkDispatched(session, event.kernel, now);
+        break;
+      case DispatchEventKind::kCompleted: {
+        const int64_t gpu_ns = std::max<int64_t>(event.gpu_ns, 0);
+        scheduler_.WorkCompleted(session, event.kernel, scheduler::Duration(gpu_ns), now);
+        busy_ns_[busy_bucket_ % 10] += gpu_ns;
+        break;
+      }
+    }
+  }
+}
+
+void DispatchService::Loop() {
+  std::vector<scheduler::SessionGrant> changed;
+  while (!stop_.load()) {
+    {
+      std::lock_guard lock(mutex_);
+      const scheduler::TimePoint now = Now();
+      const int64_t bucket = now.time_since_epoch().count() / 100'000'000;
+      while (busy_bucket_ < bucket) busy_ns_[++busy_bucket_ % 10] = 0;
+      for (const auto& [session, slot] : session_slots_) Drain(session, slot, now);
+      scheduler_.Tick(now);
+      for (const scheduler::SessionGrant& change : scheduler_.TakeChangedGrants()) {
+        const auto slot = session_slots_.find(change.session);
+        if (slot == session_slots_.end()) continue;
+        SessionDispatchSlot& target = board_->slot(slot->second);
+        // The budget first: an executor that sees the new permission must not use the old budget with it.
+        target.inflight_budget_ns.store(change.grant.inflight_budget_ns, std::memory_order_release);
+        target.may_dispatch.store(change.grant.may_dispatch ? 1 : 0, std::memory_order_release);
+      }
+    }
+    struct timespec pause = {0, 100'000};
+    nanosleep(&pause, nullptr);
+  }
+}
+
+std::optional<DispatchService::TenantFigures> DispatchService::Figures(const std::string& tenant) {
+  std::lock_guard lock(mutex_);
+  const auto found = tenant_ids_.find(tenant);
+  if (found == tenant_ids_.end()) return std::nullopt;
+  const auto stats = scheduler_.Stats(found->second);
+  if (!stats) return std::nullopt;
+  TenantFigures figures;
+  figures.gpu_seconds = std::chrono::duration<double>(stats->gpu_time).count();
+  figures.kernels = stats->kernels_completed;
+  figures.share = stats->gpu_time_share;
+  figures.queue_wait_p50_ms = std::chrono::duration<double, std::milli>(stats->queue_wait_p50).count();
+  figures.queue_wait_p99_ms = std::chrono::duration<double, std::milli>(stats->queue_wait_p99).count();
+  figures.queue_wait_samples = stats->queue_wait_samples;
+  return figures;
+}
+
+double DispatchService::Utilization() {
+  std::lock_guard lock(mutex_);
+  int64_t busy = 0;
+  for (int64_t ns : busy_ns_) busy += ns;
+  return std::min(1.0, static_cast<double>(busy) / 1e9);
+}
+
+}  // namespace curelay::backend

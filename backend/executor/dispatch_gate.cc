@@ -1,0 +1,135 @@
+#include "backend/executor/dispatch_gate.h"
+
+#include <spdlog/spdlog.h>
+#include <time.h>
+
+#include <chrono>
+
+namespace curelay::executor {
+namespace {
+
+void Pause(long nanoseconds) {
+  struct timespec pause = {0, nanoseconds};
+  nanosleep(&pause, nullptr);
+}
+
+}  // namespace
+
+DispatchGate::~DispatchGate() { Release(); }
+
+bool DispatchGate::Attach(const std::string& board_path, int slot, std::string* error) {
+  if (board_path.empty() || slot < 0) return true;
+  if (slot >= backend::kMaxDispatchSessions) {
+    *error = "dispatch slot out of range";
+    return false;
+  }
+  board_.reset(backend::DispatchBoard::Open(board_path, error));
+  if (board_ == nullptr) return false;
+  slot_ = &board_->slot(slot);
+  return true;
+}
+
+void DispatchGate::Report(backend::DispatchEventKind kind, uint64_t kernel, int64_t gpu_ns) {
+  const backend::DispatchEvent event{kind, 0, kernel, gpu_ns};
+  // The backend drains every slot every ~100 us; a ring still full after a second means it is gone or stuck, and
+  // the event is dropped rather than stopping the session.
+  for (int attempt = 0; attempt < 50000; ++attempt) {
+    if (backend::DispatchBoard::Push(*slot_, event)) return;
+    Pause(20'000);
+  }
+  spdlog::warn("dispatch ring full for 1 s: an event was dropped");
+}
+
+void DispatchGate::AwaitGrant(uint64_t kernel) {
+  if (slot_ == nullptr) return;
+  const int64_t estimate = std::chrono::nanoseconds(cost_model_.Estimate(kernel)).count();
+  bool reported = false;
+  for (;;) {
+    Poll();
+    const bool may_dispatch = slot_->may_dispatch.load(std::memory_order_acquire) != 0;
+    const int64_t budget = slot_->inflight_budget_ns.load(std::memory_order_acquire);
+    // Work may always start when nothing of this session's is in flight, however large (nothing starves).
+    if (may_dispatch && (inflight_.empty() || inflight_estimate_ns_ <= budget - estimate)) return;
+    if (!reported) {
+      Report(backend::DispatchEventKind::kArrived, kernel, 0);
+      reported = true;
+    }
+    Pause(20'000);
+  }
+}
+
+CUevent DispatchGate::TakeEvent() {
+  if (!spare_events_.empty()) {
+    CUevent event = spare_events_.back();
+    spare_events_.pop_back();
+    return event;
+  }
+  CUevent event = nullptr;
+  return driver_.cuEventCreate(&event, CU_EVENT_DEFAULT) == CUDA_SUCCESS ? event : nullptr;
+}
+
+CUevent DispatchGate::BeginLaunch(CUstream stream) {
+  if (slot_ == nullptr) return nullptr;
+  CUevent start = TakeEvent();
+  if (start != nullptr && driver_.cuEventRecord(start, stream) != CUDA_SUCCESS) {
+    spare_events_.push_back(start);
+    return nullptr;
+  }
+  return start;
+}
+
+void DispatchGate::EndLaunch(uint64_t kernel, CUstream stream, CUevent start) {
+  if (slot_ == nullptr) return;
+  Report(backend::DispatchEventKind::kDispatched, kernel, 0);
+  CUevent end = start != nullptr ? TakeEvent() : nullptr;
+  if (end == nullptr || driver_.cuEventRecord(end, stream) != CUDA_SUCCESS) {
+    // Untimed: the scheduler hears of the completion at once with the estimate as its time.
+    if (end != nullptr) spare_events_.push_back(end);
+    if (start != nullptr) spare_events_.push_back(start);
+    Report(backend::DispatchEventKind::kCompleted, kernel,
+           std::chrono::nanoseconds(cost_model_.Estimate(kernel)).count());
+    return;
+  }
+  const int64_t estimate = std::chrono::nanoseconds(cost_model_.Estimate(kernel)).count();
+  inflight_.push_back({kernel, estimate, start, end});
+  inflight_estimate_ns_ += estimate;
+}
+
+void DispatchGate::AbandonLaunch(CUevent start) {
+  if (start != nullptr) spare_events_.push_back(start);
+}
+
+void DispatchGate::Poll() {
+  // Launches on different streams can complete out of order: look at every one in flight.
+  for (auto it = inflight_.begin(); it != inflight_.end();) {
+    const CUresult state = driver_.cuEventQuery(it->end);
+    if (state == CUDA_ERROR_NOT_READY) {
+      ++it;
+      continue;
+    }
+    float milliseconds = 0;
+    int64_t gpu_ns = it->estimate_ns;
+    if (state == CUDA_SUCCESS && driver_.cuEventElapsedTime(&milliseconds, it->start, it->end) == CUDA_SUCCESS) {
+      gpu_ns = static_cast<int64_t>(static_cast<double>(milliseconds) * 1e6);
+      cost_model_.Observe(it->kernel, std::chrono::nanoseconds(gpu_ns));
+    }
+    Report(backend::DispatchEventKind::kCompleted, it->kernel, gpu_ns);
+    inflight_estimate_ns_ -= it->estimate_ns;
+    spare_events_.push_back(it->start);
+    spare_events_.push_back(it->end);
+    it = inflight_.erase(it);
+  }
+}
+
+void DispatchGate::Release() {
+  for (const Inflight& launch : inflight_) {
+    driver_.cuEventDestroy(launch.start);
+    driver_.cuEventDestroy(launch.end);
+  }
+  inflight_.clear();
+  inflight_estimate_ns_ = 0;
+  for (CUevent event : spare_events_) driver_.cuEventDestroy(event);
+  spare_events_.clear();
+}
+
+}  // namespace curelay::executor

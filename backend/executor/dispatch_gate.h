@@ -1,0 +1,63 @@
+// Holds a tenant session's kernel launches to the scheduler's grant (backend/dispatch/dispatch_board.h) and reports
+// each launch and the GPU time it took, measured with a pair of driver events around it. The grant is read from
+// shared memory before every launch; the executor waits (polling every 20 us) only while the grant says no, or
+// while its in-flight work would exceed the budget a higher class imposes. Sessions without a slot (anonymous)
+// are not scheduled and pay nothing.
+#pragma once
+
+#include <cuda.h>
+
+#include <cstdint>
+#include <deque>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "backend/dispatch/dispatch_board.h"
+#include "backend/executor/driver.h"
+#include "scheduler/kernel_cost_model.h"
+
+namespace curelay::executor {
+
+class DispatchGate {
+ public:
+  explicit DispatchGate(Driver& driver) : driver_(driver) {}
+  ~DispatchGate();
+
+  bool Attach(const std::string& board_path, int slot, std::string* error);
+  bool active() const { return slot_ != nullptr; }
+
+  // Waits until a launch of `kernel` may start.
+  void AwaitGrant(uint64_t kernel);
+  // Records the start marker of a launch on `stream` (null when it cannot be timed; the launch goes ahead).
+  CUevent BeginLaunch(CUstream stream);
+  // After a successful launch: records its end marker and reports it dispatched.
+  void EndLaunch(uint64_t kernel, CUstream stream, CUevent start);
+  // A launch that failed after BeginLaunch gives its marker back.
+  void AbandonLaunch(CUevent start);
+  // Reports launches whose end marker has completed, with their GPU time.
+  void Poll();
+  bool HasInflight() const { return !inflight_.empty(); }
+  // Drops everything in flight (session teardown).
+  void Release();
+
+ private:
+  struct Inflight {
+    uint64_t kernel;
+    int64_t estimate_ns;
+    CUevent start;
+    CUevent end;
+  };
+  CUevent TakeEvent();
+  void Report(backend::DispatchEventKind kind, uint64_t kernel, int64_t gpu_ns);
+
+  Driver& driver_;
+  std::unique_ptr<backend::DispatchBoard> board_;
+  backend::SessionDispatchSlot* slot_ = nullptr;
+  std::deque<Inflight> inflight_;
+  int64_t inflight_estimate_ns_ = 0;
+  std::vector<CUevent> spare_events_;
+  scheduler::KernelCostModel cost_model_{std::chrono::microseconds(500), 0.25};
+};
+
+}  // namespace curelay::executor
