@@ -41,7 +41,12 @@ bool LoadBackendConfig(const std::string& path, BackendConfig* config, std::stri
     *error = path + ": " + std::string(failure.description());
     return false;
   }
-  if (!CheckKeys(root, {"backend", "admin", "scheduler"}, path, error)) return false;
+  if (!CheckKeys(root, {"backend", "admin", "scheduler", "metrics"}, path, error)) return false;
+  if (const toml::table* metrics = root["metrics"].as_table()) {
+    if (!CheckKeys(*metrics, {"listen"}, "[metrics]", error) || !Read(*metrics, "listen", &config->metrics_listen, error)) {
+      return false;
+    }
+  }
   if (const toml::table* scheduling = root["scheduler"].as_table()) {
     if (!CheckKeys(*scheduling, {"slice_us", "low_priority_budget_us"}, "[scheduler]", error) ||
         !Read(*scheduling, "slice_us", &config->slice_us, error) ||

@@ -7,6 +7,7 @@
 #include <chrono>
 #include <ctime>
 
+#include "backend/metrics/listen_address.h"
 #include "schema/wire.h"
 
 namespace curelay::backend {
@@ -65,6 +66,18 @@ bool Broker::Run(const std::atomic<bool>& stop) {
     quota_board_->Settle(executor.quota_session_slot);
     session_slot_used_[executor.quota_session_slot] = false;
   });
+  if (!settings_.metrics_listen.empty()) {
+    const std::optional<ListenAddress> address = ParseListenAddress(settings_.metrics_listen, &error);
+    metrics_server_ = std::make_unique<MetricsServer>([this] {
+      std::lock_guard lock(metrics_mutex_);
+      return metrics_;
+    });
+    if (!address || !metrics_server_->Start(address->host, address->port, &error)) {
+      spdlog::critical("cannot serve metrics on {}: {}", settings_.metrics_listen, error);
+      return false;
+    }
+    spdlog::info("metrics on http://{}/metrics", FormatListenAddress(address->host, metrics_server_->port()));
+  }
   if (!settings_.admin_endpoints.empty()) {
     // Owner-only from the moment the socket file exists: whoever can connect administers tenants.
     const mode_t previous_umask = umask(0077);
@@ -82,9 +95,11 @@ bool Broker::Run(const std::atomic<bool>& stop) {
     pool_.Poll();
     ServePending();
     ServeAdmin();
+    if (metrics_server_ != nullptr && NowMs() - metrics_refreshed_ms_ >= 1000) RefreshMetrics();
     transport::ListenerRequest request;
     if (listener_->Receive(request, 20) == transport::ReceiveStatus::kMessage) HandleHello(std::move(request));
   }
+  if (metrics_server_ != nullptr) metrics_server_->Stop();
   spdlog::info("shutting down: stopping {} session(s)", pool_.serving());
   pool_.Shutdown(3000);
   return true;
@@ -190,6 +205,32 @@ nlohmann::json Broker::Stats() {
     }
   }
   return tenants;
+}
+
+void Broker::RefreshMetrics() {
+  MetricsSnapshot snapshot;
+  for (const TenantRecord& tenant : registry_->List()) {
+    TenantMetrics row;
+    row.name = tenant.name;
+    row.priority = tenant.priority;
+    row.weight = tenant.weight;
+    row.quota_bytes = tenant.memory_quota_bytes;
+    row.sessions = SessionsOf(tenant.name);
+    if (const int slot = TenantSlot(tenant.name); slot >= 0) {
+      row.memory_bytes = quota_board_->tenant(slot).used.load();
+      row.memory_peak_bytes = quota_board_->tenant(slot).peak.load();
+    }
+    if (const auto figures = dispatch_.Figures(tenant.name)) {
+      row.gpu_seconds = figures->gpu_seconds;
+      row.kernels = figures->kernels;
+      row.queue_wait = figures->queue_wait;
+    }
+    snapshot.tenants.push_back(std::move(row));
+  }
+  snapshot.gpus.push_back({0, dispatch_.Utilization(), dispatch_.BusySeconds()});
+  std::lock_guard lock(metrics_mutex_);
+  metrics_ = std::move(snapshot);
+  metrics_refreshed_ms_ = NowMs();
 }
 
 int Broker::TenantSlot(const std::string& name) {

@@ -4,6 +4,7 @@
 
 #include <atomic>
 #include <deque>
+#include <mutex>
 #include <map>
 #include <memory>
 #include <string>
@@ -12,6 +13,7 @@
 #include "backend/admin/admin_service.h"
 #include "backend/dispatch/dispatch_service.h"
 #include "backend/executor_pool.h"
+#include "backend/metrics/metrics_server.h"
 #include "backend/quota/memory_quota_board.h"
 #include "backend/tenants/tenant_registry.h"
 #include "transport/listener.h"
@@ -24,6 +26,7 @@ struct BrokerSettings {
   int pending_timeout_ms = 60000;  // a Hello waits this long for an executor before it is refused
   bool allow_anonymous = false;    // admit clients without a tenant token
   std::vector<std::string> admin_endpoints;  // ipc:// (created owner-only) and tcp:// (admin token required)
+  std::string metrics_listen;                // host:port of the Prometheus endpoint; empty: none
   std::string admin_token_sha256;
   scheduler::SchedulerConfig scheduling;
 };
@@ -54,6 +57,8 @@ class Broker {
   int TenantSlot(const std::string& name);
   int TakeSessionSlot(int tenant_slot);
   nlohmann::json Stats();
+  // Rebuilds the snapshot the metrics endpoint serves (on the broker's thread, about once a second).
+  void RefreshMetrics();
 
   BrokerSettings settings_;
   std::unique_ptr<TenantRegistry> registry_;
@@ -65,6 +70,10 @@ class Broker {
   uint64_t next_session_ = 1;
   std::unique_ptr<MemoryQuotaBoard> quota_board_;
   DispatchService dispatch_{settings_.scheduling};
+  std::mutex metrics_mutex_;
+  MetricsSnapshot metrics_;  // guarded by metrics_mutex_: read by the metrics server's threads
+  int64_t metrics_refreshed_ms_ = 0;
+  std::unique_ptr<MetricsServer> metrics_server_;
   std::map<std::string, int> tenant_slots_;
   std::vector<bool> session_slot_used_ = std::vector<bool>(kMaxQuotaSessions, false);
 };

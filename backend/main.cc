@@ -35,7 +35,7 @@ int Usage() {
   std::fprintf(stderr,
                "usage: curelay-backend [--config FILE] [--listen ENDPOINT]... [--driver PATH] [--executor PATH]\n"
                "                       [--runtime-dir DIR] [--state-dir DIR] [--warm-pool N] [--log-level LEVEL]\n"
-               "                       [--admin-socket PATH] [--allow-anonymous]\n"
+               "                       [--admin-socket PATH] [--allow-anonymous] [--metrics HOST:PORT]\n"
                "  --config      TOML file with [backend] and [admin] settings (docs/configuration.md); flags win\n"
                "  --listen      ipc://PATH or tcp://HOST:PORT (repeatable; default ipc:///dev/shm/curelay/backend.sock)\n"
                "  --driver      the real libcuda.so.1 (default $CURELAY_REAL_DRIVER or libcuda.so.1 on the\n"
@@ -46,7 +46,8 @@ int Usage() {
                "  --warm-pool   executors started ahead of demand (default 1)\n"
                "  --log-level   trace|debug|info|warn|error (default info, or $CURELAY_LOG_LEVEL)\n"
                "  --admin-socket the owner-only admin socket backendctl uses (default <runtime-dir>/admin.sock)\n"
-               "  --allow-anonymous admit clients without a tenant token (no limits apply to them)\n");
+               "  --allow-anonymous admit clients without a tenant token (no limits apply to them)\n"
+               "  --metrics     HOST:PORT to serve Prometheus metrics on (/metrics; unauthenticated: keep it private)\n");
   return 2;
 }
 
@@ -87,6 +88,7 @@ bool ReadSettings(int argc, char** argv, curelay::backend::BackendConfig* config
     else if (flag == "--warm-pool") config->warm_pool = std::stoul(value);
     else if (flag == "--log-level") config->log_level = value;
     else if (flag == "--admin-socket") config->admin_socket = value;
+    else if (flag == "--metrics") config->metrics_listen = value;
     else return *exit_code = Usage(), false;
   }
   return true;
@@ -145,6 +147,7 @@ int main(int argc, char** argv) {
       "ipc://" + (config.admin_socket.empty() ? config.runtime_dir + "/admin.sock" : config.admin_socket));
   if (!config.admin_tcp.empty()) settings.admin_endpoints.push_back(config.admin_tcp);
   settings.admin_token_sha256 = config.admin_token_sha256;
+  settings.metrics_listen = config.metrics_listen;
   settings.scheduling.slice = std::chrono::microseconds(config.slice_us);
   settings.scheduling.low_priority_inflight_budget = std::chrono::microseconds(config.low_priority_budget_us);
 

@@ -14,3 +14,4 @@ if [ ${#missing[@]} -gt 0 ]; then
   apt-get install -y -qq --no-install-recommends "${missing[@]}"
 fi
 "$root/tools/build-static-zmq.sh"
+"$root/tools/fetch-httplib.sh"

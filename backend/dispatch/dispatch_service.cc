@@ -66,6 +66,7 @@ bool DispatchService::OpenSession(uint64_t session, const std::string& tenant, i
     return false;
   }
   session_slots_[session] = slot;
+  session_tenants_[session] = found->second;
   // The first grant, before the executor's first launch.
   if (const auto grant = scheduler_.GetGrant(session)) {
     board_->slot(slot).inflight_budget_ns.store(grant->inflight_budget_ns);
@@ -77,6 +78,7 @@ bool DispatchService::OpenSession(uint64_t session, const std::string& tenant, i
 void DispatchService::CloseSession(uint64_t session) {
   std::lock_guard lock(mutex_);
   if (session_slots_.erase(session) == 0) return;
+  session_tenants_.erase(session);
   scheduler_.CloseSession(session, Now());
 }
 
@@ -87,13 +89,17 @@ void DispatchService::Drain(uint64_t session, int slot, scheduler::TimePoint now
       case DispatchEventKind::kArrived:
         scheduler_.WorkArrived(session, now);
         break;
-      case DispatchEventKind::kDispatched:
-        scheduler_.WorkDispatched(session, event.kernel, now);
+      case DispatchEventKind::kDispatched: {
+        const scheduler::DispatchDecision decision = scheduler_.WorkDispatched(session, event.kernel, now);
+        queue_waits_[session_tenants_[session]].Observe(
+            std::chrono::duration<double>(decision.queue_wait).count());
         break;
+      }
       case DispatchEventKind::kCompleted: {
         const int64_t gpu_ns = std::max<int64_t>(event.gpu_ns, 0);
         scheduler_.WorkCompleted(session, event.kernel, scheduler::Duration(gpu_ns), now);
         busy_ns_[busy_bucket_ % 10] += gpu_ns;
+        busy_total_ns_ += gpu_ns;
         break;
       }
     }
@@ -137,7 +143,13 @@ std::optional<DispatchService::TenantFigures> DispatchService::Figures(const std
   figures.queue_wait_p50_ms = std::chrono::duration<double, std::milli>(stats->queue_wait_p50).count();
   figures.queue_wait_p99_ms = std::chrono::duration<double, std::milli>(stats->queue_wait_p99).count();
   figures.queue_wait_samples = stats->queue_wait_samples;
+  figures.queue_wait = queue_waits_[found->second];
   return figures;
+}
+
+double DispatchService::BusySeconds() {
+  std::lock_guard lock(mutex_);
+  return static_cast<double>(busy_total_ns_) / 1e9;
 }
 
 double DispatchService::Utilization() {

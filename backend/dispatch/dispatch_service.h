@@ -13,6 +13,7 @@
 #include <thread>
 
 #include "backend/dispatch/dispatch_board.h"
+#include "backend/metrics/metrics_snapshot.h"
 #include "backend/tenants/tenant_record.h"
 #include "scheduler/scheduler.h"
 
@@ -41,10 +42,13 @@ class DispatchService {
     double queue_wait_p50_ms = 0;
     double queue_wait_p99_ms = 0;
     uint64_t queue_wait_samples = 0;
+    QueueWaitHistogram queue_wait;  // every dispatch since the backend started
   };
   std::optional<TenantFigures> Figures(const std::string& tenant);
   // Fraction of the last second the GPU had scheduled work completing, as the scheduler saw it (GPU 0).
   double Utilization();
+  // GPU time of all scheduled work completed since the backend started (GPU 0).
+  double BusySeconds();
 
  private:
   void Loop();
@@ -55,6 +59,9 @@ class DispatchService {
   std::unique_ptr<DispatchBoard> board_;
   std::map<std::string, scheduler::TenantId> tenant_ids_;
   std::map<uint64_t, int> session_slots_;
+  std::map<uint64_t, scheduler::TenantId> session_tenants_;
+  std::map<scheduler::TenantId, QueueWaitHistogram> queue_waits_;
+  int64_t busy_total_ns_ = 0;
   // GPU time completed, in 100 ms buckets over the last second, for utilization.
   int64_t busy_ns_[10] = {};
   int64_t busy_bucket_ = 0;

@@ -50,9 +50,9 @@ bool MetricsServer::Start(const std::string& host, int port, std::string* error)
   server->set_keep_alive_timeout(kFirstRequestTimeoutSeconds);
   // httplib sets SO_REUSEPORT by default, which would let a second backend bind the same port and take half the
   // scrapes. SO_REUSEADDR alone still lets a restarted backend rebind past TIME_WAIT, but a live listener wins.
-  server->set_socket_options([](socket_t socket) {
+  server->set_socket_options([](socket_t fd) {
     const int yes = 1;
-    setsockopt(socket, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof(yes));
+    setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof(yes));
   });
   server->Get("/metrics", [this](const httplib::Request&, httplib::Response& response) {
     response.set_content(RenderPrometheusText(TakeSnapshot()), std::string(kPrometheusTextContentType));

@@ -64,6 +64,7 @@ bool BackendProcess::Start() {
                                      "--runtime-dir", directory_, "--state-dir", directory_ + "/state",
                                      "--log-level",   "debug"};
     if (allow_anonymous_) args.push_back("--allow-anonymous");
+    args.insert(args.end(), extra_args_.begin(), extra_args_.end());
     ExecWithEnv(CURELAY_BACKEND_PATH, args, extra_env_);
   }
   return WaitFor([&] {

@@ -21,6 +21,10 @@ class BackendProcess {
 
   // Clients must then present a tenant token (by default the test backend admits anonymous clients).
   void RequireTokens() { allow_anonymous_ = false; }
+  // More command-line arguments for the backend (before Start).
+  void AddArguments(std::vector<std::string> arguments) {
+    extra_args_.insert(extra_args_.end(), arguments.begin(), arguments.end());
+  }
   // Starts the backend; after Stop() it starts again on the same runtime and state directories.
   bool Start();
   void Stop();
@@ -45,6 +49,7 @@ class BackendProcess {
   std::string log_path_;
   pid_t pid_ = -1;
   bool allow_anonymous_ = true;
+  std::vector<std::string> extra_args_;
 };
 
 bool ProcessExists(pid_t pid);

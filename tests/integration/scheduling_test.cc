@@ -2,7 +2,10 @@
 // through the shim) compete, the backend's scheduler gates their executors' launches, and backendctl reports what
 // each got. Every executor has its own emulated GPU, so what these tests see is the gating itself: GPU time split
 // by weight, and a high-priority tenant served ahead of low ones that still work whenever it idles.
+#include <arpa/inet.h>
 #include <gtest/gtest.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
 #include <cstdio>
@@ -48,10 +51,40 @@ json TenantStats(const BackendProcess& backend, const std::string& name) {
   return json::object();
 }
 
+// GET http://127.0.0.1:port/path over a plain socket; the whole response, headers included.
+std::string HttpGet(int port, const std::string& path) {
+  const int fd = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in address{};
+  address.sin_family = AF_INET;
+  address.sin_port = htons(static_cast<uint16_t>(port));
+  address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  if (connect(fd, reinterpret_cast<sockaddr*>(&address), sizeof address) != 0) {
+    close(fd);
+    return {};
+  }
+  const std::string request = "GET " + path + " HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n";
+  if (write(fd, request.data(), request.size()) != static_cast<ssize_t>(request.size())) {
+    close(fd);
+    return {};
+  }
+  std::string response;
+  char buffer[4096];
+  for (ssize_t n; (n = read(fd, buffer, sizeof buffer)) > 0;) response.append(buffer, static_cast<size_t>(n));
+  close(fd);
+  return response;
+}
+
+// The value of the sample `series` (name and labels, exactly as exported), or -1.
+double Sample(const std::string& metrics, const std::string& series) {
+  const size_t at = metrics.find("\n" + series + " ");
+  return at == std::string::npos ? -1 : std::stod(metrics.substr(at + series.size() + 2));
+}
+
 class SchedulingTest : public ::testing::Test {
  protected:
   void SetUp() override {
     backend_.RequireTokens();
+    backend_.AddArguments({"--metrics", "127.0.0.1:0"});
     ASSERT_TRUE(backend_.Start()) << backend_.Log();
   }
   BackendProcess backend_{"scheduling"};
@@ -99,6 +132,31 @@ TEST_F(SchedulingTest, HighPriorityIsServedFirstAndLowWorksWhenItIdles) {
   // The low tenants still completed work, in the high one's idle time.
   EXPECT_GT(TenantStats(backend_, "batch-1").value("kernels", uint64_t{0}), 500u);
   EXPECT_GT(TenantStats(backend_, "batch-2").value("kernels", uint64_t{0}), 500u);
+}
+
+TEST_F(SchedulingTest, PrometheusEndpointReportsTenants) {
+  const std::string token = AddTenant(backend_, "observed", {"--memory-quota", "64M", "--weight", "2"});
+  ASSERT_NE(RunLoad(backend_, token, "saturate 1 2000 4").find("kernels"), std::string::npos);
+  std::smatch match;
+  const std::string log = backend_.Log();
+  ASSERT_TRUE(std::regex_search(log, match, std::regex(R"(metrics on http://127\.0\.0\.1:(\d+)/metrics)"))) << log;
+  const int port = std::stoi(match[1]);
+  // The endpoint's snapshot is refreshed about once a second.
+  std::string metrics;
+  ASSERT_TRUE(WaitFor([&] {
+    metrics = HttpGet(port, "/metrics");
+    return Sample(metrics, "curelay_tenant_kernels_total{tenant=\"observed\"}") > 0;
+  }, std::chrono::seconds(5))) << metrics;
+  EXPECT_NE(metrics.find("HTTP/1.1 200"), std::string::npos);
+  EXPECT_NE(metrics.find("text/plain; version=0.0.4"), std::string::npos);
+  EXPECT_GT(Sample(metrics, "curelay_tenant_gpu_seconds_total{tenant=\"observed\"}"), 0.5);
+  EXPECT_EQ(Sample(metrics, "curelay_tenant_memory_quota_bytes{tenant=\"observed\"}"), 64.0 * (1 << 20));
+  EXPECT_GT(Sample(metrics, "curelay_tenant_queue_wait_seconds_count{tenant=\"observed\"}"), 0);
+  EXPECT_NE(metrics.find("curelay_tenant_info{tenant=\"observed\",priority=\"normal\",weight=\"2\"} 1"),
+            std::string::npos)
+      << metrics;
+  EXPECT_GT(Sample(metrics, "curelay_gpu_busy_seconds_total{gpu=\"0\"}"), 0.5);
+  EXPECT_NE(HttpGet(port, "/other").find("HTTP/1.1 404"), std::string::npos);
 }
 
 }  // namespace

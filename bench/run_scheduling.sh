@@ -1,0 +1,84 @@
+#!/usr/bin/env bash
+# Multi-tenant scheduling on the GPU host (docs/scheduling.md), with real processes through curelay and, for
+# comparison, the same processes on the native driver (which time-slices contexts on its own):
+#  1. priority: a high-priority tenant's requests (4 x 1 ms kernels, 5 ms apart) alone, then with two low-priority
+#     tenants saturating the GPU; p50/p95/p99 and loaded/alone ratios, and the low tenants' kernels meanwhile;
+#  2. weights: three normal tenants with weights 1:2:3 saturating the GPU for 10 s; each one's share of GPU time.
+# Usage: bench/run_scheduling.sh [build-dir]
+set -uo pipefail
+here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+build=$(cd "${1:-$here/../build}" && pwd)
+real=${CURELAY_REAL_DRIVER:-/usr/local/nvidia/lib64/libcuda.so.1}
+load="$build/bench/curelay_tenant_load"
+ptx="$build/kernels/test_kernels.ptx"
+native_lib=$(dirname "$real")
+runtime=$(mktemp -d /dev/shm/curelay-sched-XXXXXX)
+budget_us=${CURELAY_BENCH_BUDGET_US:-250}
+cat >"$runtime/backend.toml" <<TOML
+[backend]
+listen = ["ipc://$runtime/b.sock"]
+driver = "$real"
+runtime_dir = "$runtime"
+state_dir = "$runtime/state"
+log_level = "warn"
+warm_pool = 3
+[scheduler]
+slice_us = 10000
+low_priority_budget_us = $budget_us
+TOML
+"$build/backend/curelay-backend" --config "$runtime/backend.toml" 2>"$runtime/backend.log" &
+backend=$!
+trap 'kill $backend 2>/dev/null; wait $backend 2>/dev/null; rm -rf "$runtime"' EXIT
+for _ in $(seq 100); do [ -S "$runtime/admin.sock" ] && break; sleep 0.1; done
+ctl() { "$build/backendctl/backendctl" --endpoint "ipc://$runtime/admin.sock" "$@"; }
+token() { ctl -o json tenant add "$@" | sed -n 's/.*"token": "\(crl_[0-9a-f]*\)".*/\1/p'; }
+remote() { local t=$1; shift; LD_LIBRARY_PATH="$build/frontend" CURELAY_ENDPOINT="ipc://$runtime/b.sock" CURELAY_TOKEN=$t "$@"; }
+native() { shift; LD_LIBRARY_PATH="$native_lib" "$@"; }
+p() { sed -n "s/.*$1 \([0-9.]*\).*/\1/p"; }
+
+requests="requests 200 1000 5000 4"
+low_load="saturate 6 100 16"
+high=$(token interactive --priority high)
+low1=$(token batch-1 --priority low)
+low2=$(token batch-2 --priority low)
+echo "== priority (high: $requests; two low tenants: $low_load; low in-flight budget ${budget_us} us)"
+for mode in native remote; do
+  alone=$($mode "$high" "$load" "$ptx" $requests)
+  $mode "$low1" "$load" "$ptx" $low_load >"$runtime/low1.$mode" 2>&1 &
+  l1=$!
+  $mode "$low2" "$load" "$ptx" $low_load >"$runtime/low2.$mode" 2>&1 &
+  l2=$!
+  sleep 0.5
+  loaded=$($mode "$high" "$load" "$ptx" $requests)
+  wait $l1 $l2
+  label=$([ $mode = native ] && echo "native " || echo "curelay")
+  for q in p50 p95 p99; do
+    a=$(echo "$alone" | p $q)
+    l=$(echo "$loaded" | p $q)
+    awk -v label="$label" -v q=$q -v a="$a" -v l="$l" \
+      'BEGIN { printf "%s %s  alone %8.1f us  loaded %8.1f us  ratio %.2f\n", label, q, a, l, l / a }'
+  done
+  echo "$label low tenants' kernels while loaded: $(cat "$runtime/low1.$mode" | p kernels) + $(cat "$runtime/low2.$mode" | p kernels)"
+done
+ctl stats
+
+echo "== weights 1:2:3, three normal tenants saturating 10 s (2 ms kernels, batches of 4)"
+w1=$(token w1 --weight 1)
+w2=$(token w2 --weight 2)
+w3=$(token w3 --weight 3)
+pids=()
+for t in "$w1" "$w2" "$w3"; do
+  remote "$t" "$load" "$ptx" saturate 10 2000 4 >/dev/null 2>&1 &
+  pids+=($!)
+done
+wait "${pids[@]}"
+ctl -o json stats | python3 -c '
+import json, sys
+rows = {r["tenant"]: r for r in json.load(sys.stdin)["tenants"] if r["tenant"] in ("w1", "w2", "w3")}
+total = sum(r.get("gpu_seconds", 0) for r in rows.values())
+for name, weight in (("w1", 1), ("w2", 2), ("w3", 3)):
+    seconds = rows[name].get("gpu_seconds", 0)
+    print(f"tenant {name}: {seconds:.3f} GPU s, share {seconds / total:.3f} (weight share {weight / 6:.3f})")
+print(f"GPU seconds over the 10 s: {total:.2f}")
+'
+ctl stats
