@@ -60,7 +60,7 @@ bool LoadBackendConfig(const std::string& path, BackendConfig* config, std::stri
   }
   if (const toml::table* backend = root["backend"].as_table()) {
     if (!CheckKeys(*backend, {"listen", "driver", "executor", "runtime_dir", "state_dir", "log_level", "warm_pool",
-                              "allow_anonymous"},
+                              "allow_anonymous", "usage_interval_s"},
                    "[backend]", error)) {
       return false;
     }
@@ -80,7 +80,12 @@ bool LoadBackendConfig(const std::string& path, BackendConfig* config, std::stri
         !Read(*backend, "runtime_dir", &config->runtime_dir, error) ||
         !Read(*backend, "state_dir", &config->state_dir, error) ||
         !Read(*backend, "log_level", &config->log_level, error) || !Read(*backend, "warm_pool", &warm_pool, error) ||
-        !Read(*backend, "allow_anonymous", &config->allow_anonymous, error)) {
+        !Read(*backend, "allow_anonymous", &config->allow_anonymous, error) ||
+        !Read(*backend, "usage_interval_s", &config->usage_interval_s, error)) {
+      return false;
+    }
+    if (config->usage_interval_s < 1 || config->usage_interval_s > 86400) {
+      *error = "'usage_interval_s' is 1 to 86400";
       return false;
     }
     if (warm_pool < 0 || warm_pool > 64) {

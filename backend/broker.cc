@@ -60,6 +60,7 @@ bool Broker::Run(const std::atomic<bool>& stop) {
     return false;
   }
   for (const TenantRecord& tenant : registry_->List()) TenantChanged(tenant.name);
+  usage_interval_start_ = std::time(nullptr) / settings_.usage_interval_s * settings_.usage_interval_s;
   pool_.OnSessionEnd([this](const ExecutorProcess& executor) {
     dispatch_.CloseSession(executor.session_id);
     if (executor.quota_session_slot < 0) return;
@@ -96,11 +97,13 @@ bool Broker::Run(const std::atomic<bool>& stop) {
     ServePending();
     ServeAdmin();
     if (metrics_server_ != nullptr && NowMs() - metrics_refreshed_ms_ >= 1000) RefreshMetrics();
+    if (std::time(nullptr) >= usage_interval_start_ + settings_.usage_interval_s) RecordUsage();
     transport::ListenerRequest request;
     if (listener_->Receive(request, 20) == transport::ReceiveStatus::kMessage) HandleHello(std::move(request));
   }
   if (metrics_server_ != nullptr) metrics_server_->Stop();
   spdlog::info("shutting down: stopping {} session(s)", pool_.serving());
+  RecordUsage();  // the interval so far
   pool_.Shutdown(3000);
   return true;
 }
@@ -205,6 +208,26 @@ nlohmann::json Broker::Stats() {
     }
   }
   return tenants;
+}
+
+void Broker::RecordUsage() {
+  for (const TenantRecord& tenant : registry_->List()) {
+    const int slot = TenantSlot(tenant.name);
+    if (slot < 0) continue;
+    // The peak of this interval, and a fresh high-water mark for the next one starting at today's use.
+    TenantMemoryAccount& account = quota_board_->tenant(slot);
+    const uint64_t peak = account.interval_peak.exchange(account.used.load());
+    const auto figures = dispatch_.Figures(tenant.name);
+    const double gpu_seconds = figures ? figures->gpu_seconds : 0;
+    double& recorded = usage_recorded_gpu_[tenant.name];
+    const double gpu_delta = gpu_seconds - recorded;
+    recorded = gpu_seconds;
+    if (gpu_delta <= 0 && peak == 0) continue;  // no row for a tenant that did nothing
+    if (!registry_->RecordUsage(tenant.name, usage_interval_start_, gpu_delta, peak)) {
+      spdlog::warn("usage ledger: cannot record tenant '{}'", tenant.name);
+    }
+  }
+  usage_interval_start_ = std::time(nullptr) / settings_.usage_interval_s * settings_.usage_interval_s;
 }
 
 void Broker::RefreshMetrics() {

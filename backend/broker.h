@@ -29,6 +29,7 @@ struct BrokerSettings {
   std::string metrics_listen;                // host:port of the Prometheus endpoint; empty: none
   std::string admin_token_sha256;
   scheduler::SchedulerConfig scheduling;
+  int usage_interval_s = 300;  // the usage ledger's interval: a row per tenant per interval
 };
 
 class Broker {
@@ -59,6 +60,8 @@ class Broker {
   nlohmann::json Stats();
   // Rebuilds the snapshot the metrics endpoint serves (on the broker's thread, about once a second).
   void RefreshMetrics();
+  // Closes the usage ledger's interval: each active tenant's GPU seconds and peak memory in it, into the registry.
+  void RecordUsage();
 
   BrokerSettings settings_;
   std::unique_ptr<TenantRegistry> registry_;
@@ -73,6 +76,8 @@ class Broker {
   std::mutex metrics_mutex_;
   MetricsSnapshot metrics_;  // guarded by metrics_mutex_: read by the metrics server's threads
   int64_t metrics_refreshed_ms_ = 0;
+  int64_t usage_interval_start_ = 0;                 // unix seconds
+  std::map<std::string, double> usage_recorded_gpu_;  // GPU seconds already in the ledger, by tenant
   std::unique_ptr<MetricsServer> metrics_server_;
   std::map<std::string, int> tenant_slots_;
   std::vector<bool> session_slot_used_ = std::vector<bool>(kMaxQuotaSessions, false);

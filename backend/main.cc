@@ -47,7 +47,8 @@ int Usage() {
                "  --log-level   trace|debug|info|warn|error (default info, or $CURELAY_LOG_LEVEL)\n"
                "  --admin-socket the owner-only admin socket backendctl uses (default <runtime-dir>/admin.sock)\n"
                "  --allow-anonymous admit clients without a tenant token (no limits apply to them)\n"
-               "  --metrics     HOST:PORT to serve Prometheus metrics on (/metrics; unauthenticated: keep it private)\n");
+               "  --metrics     HOST:PORT to serve Prometheus metrics on (/metrics; unauthenticated: keep it private)\n"
+               "  --usage-interval SECONDS the usage ledger's interval (default 300)\n");
   return 2;
 }
 
@@ -89,6 +90,7 @@ bool ReadSettings(int argc, char** argv, curelay::backend::BackendConfig* config
     else if (flag == "--log-level") config->log_level = value;
     else if (flag == "--admin-socket") config->admin_socket = value;
     else if (flag == "--metrics") config->metrics_listen = value;
+    else if (flag == "--usage-interval") config->usage_interval_s = std::stol(value);
     else return *exit_code = Usage(), false;
   }
   return true;
@@ -106,6 +108,10 @@ int main(int argc, char** argv) {
   if (env_level != nullptr) config.log_level = env_level;
   int exit_code = 0;
   if (!ReadSettings(argc, argv, &config, &exit_code)) return exit_code;
+  if (config.usage_interval_s < 1 || config.usage_interval_s > 86400) {
+    std::fprintf(stderr, "curelay-backend: the usage interval is 1 to 86400 seconds\n");
+    return 2;
+  }
   if (!curelay::ConfigureLogging("curelay-backend", config.log_level)) {
     std::fprintf(stderr, "unknown log level '%s'\n", config.log_level.c_str());
     return 2;
@@ -148,6 +154,7 @@ int main(int argc, char** argv) {
   if (!config.admin_tcp.empty()) settings.admin_endpoints.push_back(config.admin_tcp);
   settings.admin_token_sha256 = config.admin_token_sha256;
   settings.metrics_listen = config.metrics_listen;
+  settings.usage_interval_s = static_cast<int>(config.usage_interval_s);
   settings.scheduling.slice = std::chrono::microseconds(config.slice_us);
   settings.scheduling.low_priority_inflight_budget = std::chrono::microseconds(config.low_priority_budget_us);
 

@@ -76,8 +76,10 @@ bool MemoryQuotaBoard::Reserve(int session_slot, uint64_t bytes) {
   // The tenant is charged first: an executor that dies before the next line leaves the tenant over-counted by
   // `bytes` (never under), which Settle cannot see; the session's own count is what Settle returns.
   session.used.fetch_add(bytes, std::memory_order_acq_rel);
-  uint64_t peak = tenant.peak.load(std::memory_order_relaxed);
-  while (used + bytes > peak && !tenant.peak.compare_exchange_weak(peak, used + bytes)) {
+  for (std::atomic<uint64_t>* high_water : {&tenant.peak, &tenant.interval_peak}) {
+    uint64_t peak = high_water->load(std::memory_order_relaxed);
+    while (used + bytes > peak && !high_water->compare_exchange_weak(peak, used + bytes)) {
+    }
   }
   return true;
 }

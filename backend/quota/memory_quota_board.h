@@ -16,7 +16,8 @@ inline constexpr int kMaxQuotaSessions = 1024;
 
 struct alignas(64) TenantMemoryAccount {
   std::atomic<uint64_t> used{0};
-  std::atomic<uint64_t> peak{0};
+  std::atomic<uint64_t> peak{0};           // since the backend started
+  std::atomic<uint64_t> interval_peak{0};  // since the usage ledger's last interval (the backend resets it)
   std::atomic<uint64_t> quota{0};            // 0: no quota
   std::atomic<uint32_t> wait_when_short{0};  // policy when the GPU itself is short: 0 fail, 1 wait
   std::atomic<uint32_t> wait_timeout_ms{0};

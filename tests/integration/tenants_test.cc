@@ -8,6 +8,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <fstream>
 #include <nlohmann/json.hpp>
@@ -96,6 +97,7 @@ class TenantsTest : public ::testing::Test {
  protected:
   void SetUp() override {
     backend_.RequireTokens();
+    backend_.AddArguments({"--usage-interval", "1"});
     ASSERT_TRUE(backend_.Start()) << backend_.Log();
   }
   // Executors share the emulated GPU's 1 GiB, as sessions share a real one.
@@ -295,6 +297,67 @@ TEST_F(TenantsTest, TenantsSurviveARestart) {
   ASSERT_TRUE(client.ready()) << client.output();
   EXPECT_EQ(client.Ask(Alloc(100 * kMiB)), "alloc 0");
   EXPECT_EQ(client.Ask(Alloc(100 * kMiB)), "alloc 2");  // the quota came back too
+}
+
+TEST_F(TenantsTest, UsageLedgerRecordsPeakMemoryPerInterval) {
+  const std::string token = AddTenant(backend_, "billed");
+  {
+    InteractiveClient client(backend_, token, "client");
+    ASSERT_TRUE(client.ready()) << client.output();
+    ASSERT_EQ(client.Ask(Alloc(96 * kMiB)), "alloc 0");
+    ASSERT_EQ(client.Ask(Alloc(32 * kMiB)), "alloc 0");
+    ASSERT_EQ(client.Ask("free"), "free 0");
+    // Intervals are 1 s here: the ledger gets a row once one closes.
+    ASSERT_TRUE(WaitFor([&] {
+      const json shown = json::parse(Backendctl(backend_, {"-o", "json", "tenant", "show", "billed"}).out);
+      return !shown["usage"].empty();
+    }, 10s));
+  }
+  const json usage = json::parse(Backendctl(backend_, {"-o", "json", "tenant", "show", "billed"}).out)["usage"];
+  uint64_t peak = 0;
+  for (const json& row : usage) peak = std::max(peak, row["peak_memory_bytes"].get<uint64_t>());
+  EXPECT_EQ(peak, 128 * kMiB) << usage.dump();
+  // Rows survive a restart: the ledger is in the registry.
+  backend_.Stop();
+  ASSERT_TRUE(backend_.Start()) << backend_.Log();
+  EXPECT_FALSE(json::parse(Backendctl(backend_, {"-o", "json", "tenant", "show", "billed"}).out)["usage"].empty());
+}
+
+TEST(TenantsAdminTcpTest, TcpAdminEndpointRequiresTheAdminToken) {
+  BackendProcess backend("admin-tcp");
+  const std::string token = "admin-secret-for-tests";
+  FILE* digest = popen(("printf %s '" + token + "' | sha256sum").c_str(), "r");
+  char hex[65] = {};
+  ASSERT_EQ(fread(hex, 1, 64, digest), 64u);
+  pclose(digest);
+  const std::string port = std::to_string(30000 + getpid() % 20000);
+  char config_path[] = "/tmp/curelay-admin-config-XXXXXX";
+  const int fd = mkstemp(config_path);
+  const std::string config = "[admin]\ntcp = \"tcp://127.0.0.1:" + port + "\"\ntoken_sha256 = \"" + hex + "\"\n";
+  ASSERT_EQ(write(fd, config.data(), config.size()), static_cast<ssize_t>(config.size()));
+  close(fd);
+  backend.RequireTokens();
+  backend.AddArguments({"--config", config_path});
+  ASSERT_TRUE(backend.Start()) << backend.Log();
+  const auto run = [&](const std::string& admin_token) {
+    std::string command = (admin_token.empty() ? std::string("env -u CURELAY_ADMIN_TOKEN ")
+                                                : "env CURELAY_ADMIN_TOKEN=" + admin_token + " ") +
+                          CURELAY_BACKENDCTL_PATH + " --endpoint tcp://127.0.0.1:" + port + " tenant list 2>&1";
+    FILE* pipe = popen(command.c_str(), "r");
+    char buffer[4096];
+    std::string out;
+    while (size_t n = fread(buffer, 1, sizeof buffer, pipe)) out.append(buffer, n);
+    const int status = pclose(pipe);
+    return std::make_pair(WIFEXITED(status) ? WEXITSTATUS(status) : -1, out);
+  };
+  auto [ok_code, ok_out] = run(token);
+  EXPECT_EQ(ok_code, 0) << ok_out;
+  auto [wrong_code, wrong_out] = run("guess");
+  EXPECT_EQ(wrong_code, 1);
+  EXPECT_NE(wrong_out.find("admin token missing or wrong"), std::string::npos) << wrong_out;
+  auto [none_code, none_out] = run("");
+  EXPECT_EQ(none_code, 1) << none_out;
+  unlink(config_path);
 }
 
 }  // namespace
