@@ -13,7 +13,7 @@ load="$build/bench/curelay_tenant_load"
 ptx="$build/kernels/test_kernels.ptx"
 native_lib=$(dirname "$real")
 runtime=$(mktemp -d /dev/shm/curelay-sched-XXXXXX)
-budget_us=${CURELAY_BENCH_BUDGET_US:-250}
+budget_us=${CURELAY_BENCH_BUDGET_US:-100}  # the backend's default
 cat >"$runtime/backend.toml" <<TOML
 [backend]
 listen = ["ipc://$runtime/b.sock"]

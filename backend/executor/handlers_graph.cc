@@ -393,7 +393,10 @@ Session::Outcome Session::GraphLaunch(const wire::GraphLaunch& call) {
   CUstream stream = nullptr;
   const CUresult result = LookupStream(call.stream(), &stream);
   if (result != CUDA_SUCCESS) return {result};
-  return {launch(found->second, stream)};
+  if (call.upload()) return {launch(found->second, stream)};  // moves the graph to the GPU; runs nothing
+  // A graph launch is scheduled like a kernel; its key is the executable graph's id with the top bit set, apart
+  // from function ids.
+  return {LaunchScheduled(call.exec() | (uint64_t{1} << 63), stream, [&] { return launch(found->second, stream); })};
 }
 
 void Session::ReleaseGraphs() {

@@ -158,35 +158,31 @@ Session::Outcome Session::LaunchKernel(const wire::LaunchKernel& call, std::span
   const bool with_attributes = call.attributes() != nullptr && call.attributes()->size() != 0;
   if (with_attributes && driver_.cuLaunchKernelEx == nullptr) return {CUDA_ERROR_NOT_SUPPORTED};
   if (with_attributes && !DecodeLaunchAttributes(call.attributes(), &attributes)) return {CUDA_ERROR_INVALID_VALUE};
-  // A tenant session launches when the scheduler's grant allows it, timed so the scheduler learns what it costs.
-  // Launches into a stream capture are not GPU work yet (and markers would join the graph): not gated.
-  const bool scheduled = dispatch_gate_.active() && captures_.empty();
-  // Kernel keys are per session: the client's function ids, which each client numbers from 1.
-  const uint64_t kernel = call.function();
-  CUevent start = nullptr;
-  if (scheduled) {
-    dispatch_gate_.AwaitGrant(kernel);
-    start = dispatch_gate_.BeginLaunch(stream);
-  }
-  if (!with_attributes) {
-    outcome.result = driver_.cuLaunchKernel(found->second, call.grid_x(), call.grid_y(), call.grid_z(),
-                                            call.block_x(), call.block_y(), call.block_z(),
-                                            call.shared_mem_bytes(), stream, nullptr,
-                                            payload.empty() ? nullptr : extra);
-  } else {
+  // Work keys are per session: a kernel's is the client's function id (each client numbers from 1).
+  outcome.result = LaunchScheduled(call.function(), stream, [&] {
+    if (!with_attributes) {
+      return driver_.cuLaunchKernel(found->second, call.grid_x(), call.grid_y(), call.grid_z(), call.block_x(),
+                                    call.block_y(), call.block_z(), call.shared_mem_bytes(), stream, nullptr,
+                                    payload.empty() ? nullptr : extra);
+    }
     CUlaunchConfig config = LaunchConfig(call, call.shared_mem_bytes(), attributes);
     config.hStream = stream;
-    outcome.result =
-        driver_.cuLaunchKernelEx(&config, found->second, nullptr, payload.empty() ? nullptr : extra);
-  }
-  if (scheduled) {
-    if (outcome.result == CUDA_SUCCESS) {
-      dispatch_gate_.EndLaunch(kernel, stream, start);
-    } else {
-      dispatch_gate_.AbandonLaunch(start);
-    }
-  }
+    return driver_.cuLaunchKernelEx(&config, found->second, nullptr, payload.empty() ? nullptr : extra);
+  });
   return outcome;
+}
+
+CUresult Session::LaunchScheduled(uint64_t work, CUstream stream, const std::function<CUresult()>& launch) {
+  if (!dispatch_gate_.active() || !captures_.empty()) return launch();
+  dispatch_gate_.AwaitGrant(work);
+  CUevent start = dispatch_gate_.BeginLaunch(stream);
+  const CUresult result = launch();
+  if (result == CUDA_SUCCESS) {
+    dispatch_gate_.EndLaunch(work, stream, start);
+  } else {
+    dispatch_gate_.AbandonLaunch(start);
+  }
+  return result;
 }
 
 bool Session::DecodeLaunchAttributes(

@@ -26,13 +26,14 @@ int Session::Run() {
   transport::IncomingMessage message;
   auto last_progress = std::chrono::steady_clock::now();
   for (;;) {
-    // Launches the scheduler times are polled for completion like pending waits are.
-    const bool waiting = !pending_waits_.empty() || dispatch_gate_.HasInflight();
+    // Launches the scheduler times are polled for completion like pending waits are, but not during a stream
+    // capture: querying an event there would invalidate it (their completions are reported once it ends).
+    const bool waiting = !pending_waits_.empty() || (dispatch_gate_.HasInflight() && captures_.empty());
     const auto status = channel_->Receive(message, waiting ? 0 : -1);
     if (status == transport::ReceiveStatus::kTimeout && waiting) {
       const size_t before = pending_waits_.size();
       if (!PollPendingWaits()) return 1;
-      dispatch_gate_.Poll();
+      if (captures_.empty()) dispatch_gate_.Poll();
       const auto now = std::chrono::steady_clock::now();
       if (pending_waits_.size() != before) {
         last_progress = now;

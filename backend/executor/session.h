@@ -70,6 +70,10 @@ class Session {
   // quota would be exceeded; when the GPU itself is short and the tenant's policy is to wait, retries until memory
   // frees up or the tenant's timeout passes. The charge is refunded if the allocation fails.
   CUresult AllocateCharged(uint64_t bytes, const std::function<CUresult()>& allocate);
+  // Runs `launch` (GPU work on `stream`: a kernel or a graph) when the scheduler's grant allows it, timed so the
+  // scheduler learns what `work` costs. Unscheduled sessions, and work into a stream capture (not GPU work yet,
+  // and the timing markers would join the graph), run it at once.
+  CUresult LaunchScheduled(uint64_t work, CUstream stream, const std::function<CUresult()>& launch);
   Outcome CopyToHostDeferred(CUstream stream, uint64_t bytes, const std::function<CUresult(uint8_t*)>& enqueue);
   CUevent FindEvent(uint64_t id) const;
   // Returns false when the message breaks the protocol (the session then ends).

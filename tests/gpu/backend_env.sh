@@ -7,6 +7,8 @@
 #                         as --driver
 #   CURELAY_GPU_ENDPOINT  the backend's endpoint (default ipc:///tmp/curelay-gpu-test.sock)
 #   CURELAY_GPU_TIMEOUT   seconds one program run may take (default 600)
+#   CURELAY_GPU_AS_TENANT non-empty: the backend requires tokens and the programs run as a tenant, so every kernel
+#                         and graph launch goes through the scheduler (default: anonymous, unscheduled sessions)
 #   OUT                   where logs go (default /tmp/curelay-gpu-out)
 #
 # Functions:
@@ -90,9 +92,12 @@ curelay_backend_start() {
       ;;
   esac
   echo "=== $(date -u +%FT%TZ) curelay-backend --listen $CURELAY_GPU_ENDPOINT --driver $CURELAY_REAL_DRIVER" >>"$log"
-  # Anonymous sessions: the GPU suite measures the driver surface, not tenants (bench/ measures those).
+  # By default anonymous sessions: the GPU suite measures the driver surface, not tenants (bench/ measures those).
+  local state runtime=/dev/shm/curelay-gpu-suite anonymous=--allow-anonymous
+  state=$(dirname "${CURELAY_GPU_ENDPOINT#ipc://}")/state
+  [ -z "${CURELAY_GPU_AS_TENANT:-}" ] || anonymous=
   "$CURELAY_BUILD/backend/curelay-backend" --listen "$CURELAY_GPU_ENDPOINT" --driver "$CURELAY_REAL_DRIVER" \
-    --state-dir "$(dirname "${CURELAY_GPU_ENDPOINT#ipc://}")/state" --allow-anonymous --log-level info >>"$log" 2>&1 &
+    --runtime-dir "$runtime" --state-dir "$state" $anonymous --log-level info >>"$log" 2>&1 &
   CURELAY_BACKEND_PID=$!
   trap curelay_backend_stop EXIT
   trap 'exit 130' INT  # so that the EXIT trap runs on Ctrl-C and SIGTERM too
@@ -108,6 +113,13 @@ curelay_backend_start() {
     fi
     if [ -z "$socket" ] || [ -e "$socket" ]; then
       [ -n "$socket" ] || sleep 1  # not an ipc endpoint: nothing to watch, give it a moment
+      if [ -n "${CURELAY_GPU_AS_TENANT:-}" ]; then
+        for ((waited = 0; waited < 100; waited++)); do [ -S "$runtime/admin.sock" ] && break; sleep 0.1; done
+        CURELAY_TOKEN=$("$CURELAY_BUILD/backendctl/backendctl" --endpoint "ipc://$runtime/admin.sock" -o json \
+          tenant add "gpu-suite-$$-$RANDOM" | sed -n 's/.*"token": "\(crl_[0-9a-f]*\)".*/\1/p')
+        export CURELAY_TOKEN
+        echo "=== running as a tenant (scheduled sessions)" >>"$log"
+      fi
       return 0
     fi
     sleep 0.1

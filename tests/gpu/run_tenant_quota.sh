@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # A tenant's memory quota seen by an unmodified PyTorch program on the GPU host: the backend requires tokens, a
 # tenant gets a 1 GiB quota through backendctl, and PyTorch (through the shim, with the tenant's token) must see a
-# 1 GiB GPU, allocate within it and get torch.OutOfMemoryError beyond it. One PASS/FAIL line per check.
+# 1 GiB GPU, allocate within it and get torch.OutOfMemoryError beyond it, and replay a CUDA graph in the scheduled
+# session. One PASS/FAIL line per check.
 # Usage: tests/gpu/run_tenant_quota.sh [build-dir]
 set -uo pipefail
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
@@ -30,6 +31,22 @@ try:
     print("beyond allocated")
 except torch.OutOfMemoryError:
     print("beyond oom")
+# Kernels and a CUDA graph replayed in a scheduled (tenant) session: launches wait for their grant.
+x = torch.arange(1 << 16, device="cuda", dtype=torch.float32)
+static = torch.zeros_like(x)
+stream = torch.cuda.Stream()
+stream.wait_stream(torch.cuda.current_stream())
+with torch.cuda.stream(stream):
+    static.copy_(x * 2 + 1)
+torch.cuda.current_stream().wait_stream(stream)
+graph = torch.cuda.CUDAGraph()
+with torch.cuda.graph(graph):
+    static.copy_(x * 2 + 1)
+x.add_(1)
+for _ in range(3):
+    graph.replay()
+torch.cuda.synchronize()
+print("graph", bool(torch.equal(static, x * 2 + 1)))
 PY
 )
 echo "$result" | sed 's/^/  /'
@@ -38,5 +55,6 @@ check "anonymous client refused" "$(LD_LIBRARY_PATH="$build/frontend" CURELAY_EN
 check "torch sees the quota as total memory" "$(echo "$result" | awk '/^total/ {print $2}')" "1073741824"
 check "allocation within the quota" "$(echo "$result" | awk '/^within/ {print $2}')" "True"
 check "allocation beyond the quota" "$(echo "$result" | awk '/^beyond/ {print $2}')" "oom"
+check "CUDA graph replay in a scheduled session" "$(echo "$result" | awk '/^graph/ {print $2}')" "True"
 ctl stats
 exit $status
