@@ -65,15 +65,31 @@ Session::Outcome Session::MemGetInfo() {
   return outcome;
 }
 
+namespace {
+
+// Scheduler keys of the copies and memsets (kernel keys are function ids, graph keys have bit 63 set).
+constexpr uint64_t kCopyToDeviceWork = (uint64_t{1} << 62) | 1;
+constexpr uint64_t kCopyToHostWork = (uint64_t{1} << 62) | 2;
+constexpr uint64_t kCopyOnDeviceWork = (uint64_t{1} << 62) | 3;
+constexpr uint64_t kMemsetWork = (uint64_t{1} << 62) | 4;
+
+}  // namespace
+
 Session::Outcome Session::MemcpyHtoD(const wire::MemcpyHtoD& call, std::span<const uint8_t> payload) {
   if (payload.empty()) return {CUDA_ERROR_INVALID_VALUE};
-  if (!call.async()) return {driver_.cuMemcpyHtoD(call.dst(), payload.data(), payload.size())};
+  if (!call.async()) {
+    return {LaunchScheduled(kCopyToDeviceWork, nullptr, [&] {
+      return driver_.cuMemcpyHtoD(call.dst(), payload.data(), payload.size());
+    })};
+  }
   CUstream stream = nullptr;
   Outcome outcome;
   outcome.result = LookupStream(call.stream(), &stream);
   // The payload is pageable memory, which the driver stages before returning, so the frame may be freed after.
   if (outcome.result == CUDA_SUCCESS) {
-    outcome.result = driver_.cuMemcpyHtoDAsync(call.dst(), payload.data(), payload.size(), stream);
+    outcome.result = LaunchScheduled(kCopyToDeviceWork, stream, [&] {
+      return driver_.cuMemcpyHtoDAsync(call.dst(), payload.data(), payload.size(), stream);
+    });
   }
   return outcome;
 }
@@ -87,7 +103,9 @@ Session::Outcome Session::MemcpyDtoH(const wire::MemcpyDtoH& call) {
   CUresult result = call.async() ? LookupStream(call.stream(), &stream) : CUDA_SUCCESS;
   if (result != CUDA_SUCCESS) return {TakeDeferred(result)};
   return CopyToHostDeferred(stream, call.bytes(), [&](uint8_t* staging) {
-    return driver_.cuMemcpyDtoHAsync(staging, call.src(), call.bytes(), stream);
+    return LaunchScheduled(kCopyToHostWork, stream, [&] {
+      return driver_.cuMemcpyDtoHAsync(staging, call.src(), call.bytes(), stream);
+    });
   });
 }
 
@@ -112,12 +130,17 @@ Session::Outcome Session::CopyToHostDeferred(CUstream stream, uint64_t bytes,
 }
 
 Session::Outcome Session::MemcpyDtoD(const wire::MemcpyDtoD& call) {
-  if (!call.async()) return {driver_.cuMemcpyDtoD(call.dst(), call.src(), call.bytes())};
+  if (!call.async()) {
+    return {LaunchScheduled(kCopyOnDeviceWork, nullptr,
+                            [&] { return driver_.cuMemcpyDtoD(call.dst(), call.src(), call.bytes()); })};
+  }
   CUstream stream = nullptr;
   Outcome outcome;
   outcome.result = LookupStream(call.stream(), &stream);
   if (outcome.result == CUDA_SUCCESS) {
-    outcome.result = driver_.cuMemcpyDtoDAsync(call.dst(), call.src(), call.bytes(), stream);
+    outcome.result = LaunchScheduled(kCopyOnDeviceWork, stream, [&] {
+      return driver_.cuMemcpyDtoDAsync(call.dst(), call.src(), call.bytes(), stream);
+    });
   }
   return outcome;
 }
@@ -128,21 +151,21 @@ Session::Outcome Session::Memset(const wire::Memset& call) {
   outcome.result = LookupStream(call.stream(), &stream);
   if (outcome.result != CUDA_SUCCESS) return outcome;
   // Both the plain and the Async forms are stream-ordered device work; the plain form runs on stream 0.
-  switch (call.element_bytes()) {
-    case 1:
-      outcome.result = driver_.cuMemsetD8Async(call.dst(), static_cast<unsigned char>(call.value()),
-                                               call.count(), stream);
-      break;
-    case 2:
-      outcome.result = driver_.cuMemsetD16Async(call.dst(), static_cast<unsigned short>(call.value()),
-                                                call.count(), stream);
-      break;
-    case 4:
-      outcome.result = driver_.cuMemsetD32Async(call.dst(), call.value(), call.count(), stream);
-      break;
-    default:
-      outcome.result = CUDA_ERROR_INVALID_VALUE;
+  if (call.element_bytes() != 1 && call.element_bytes() != 2 && call.element_bytes() != 4) {
+    outcome.result = CUDA_ERROR_INVALID_VALUE;
+    return outcome;
   }
+  outcome.result = LaunchScheduled(kMemsetWork, stream, [&] {
+    switch (call.element_bytes()) {
+      case 1:
+        return driver_.cuMemsetD8Async(call.dst(), static_cast<unsigned char>(call.value()), call.count(), stream);
+      case 2:
+        return driver_.cuMemsetD16Async(call.dst(), static_cast<unsigned short>(call.value()), call.count(),
+                                        stream);
+      default:
+        return driver_.cuMemsetD32Async(call.dst(), call.value(), call.count(), stream);
+    }
+  });
   return outcome;
 }
 
