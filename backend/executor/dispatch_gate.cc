@@ -4,6 +4,7 @@
 #include <time.h>
 
 #include <chrono>
+#include <iterator>
 
 namespace curelay::executor {
 namespace {
@@ -58,10 +59,17 @@ void DispatchGate::AwaitGrant(uint64_t kernel) {
   }
 }
 
-CUevent DispatchGate::TakeEvent() {
-  if (!spare_events_.empty()) {
-    CUevent event = spare_events_.back();
-    spare_events_.pop_back();
+CUcontext DispatchGate::CurrentContext() const {
+  CUcontext context = nullptr;
+  if (driver_.cuCtxGetCurrent != nullptr) driver_.cuCtxGetCurrent(&context);
+  return context;
+}
+
+CUevent DispatchGate::TakeEvent(CUcontext context) {
+  for (auto it = spare_events_.rbegin(); it != spare_events_.rend(); ++it) {
+    if (it->context != context) continue;
+    CUevent event = it->event;
+    spare_events_.erase(std::next(it).base());
     return event;
   }
   CUevent event = nullptr;
@@ -70,9 +78,10 @@ CUevent DispatchGate::TakeEvent() {
 
 CUevent DispatchGate::BeginLaunch(CUstream stream) {
   if (slot_ == nullptr) return nullptr;
-  CUevent start = TakeEvent();
+  const CUcontext context = CurrentContext();
+  CUevent start = TakeEvent(context);
   if (start != nullptr && driver_.cuEventRecord(start, stream) != CUDA_SUCCESS) {
-    spare_events_.push_back(start);
+    GiveEvent(context, start);
     return nullptr;
   }
   return start;
@@ -81,22 +90,23 @@ CUevent DispatchGate::BeginLaunch(CUstream stream) {
 void DispatchGate::EndLaunch(uint64_t kernel, CUstream stream, CUevent start) {
   if (slot_ == nullptr) return;
   Report(backend::DispatchEventKind::kDispatched, kernel, 0);
-  CUevent end = start != nullptr ? TakeEvent() : nullptr;
+  const CUcontext context = CurrentContext();
+  CUevent end = start != nullptr ? TakeEvent(context) : nullptr;
   if (end == nullptr || driver_.cuEventRecord(end, stream) != CUDA_SUCCESS) {
     // Untimed: the scheduler hears of the completion at once with the estimate as its time.
-    if (end != nullptr) spare_events_.push_back(end);
-    if (start != nullptr) spare_events_.push_back(start);
+    if (end != nullptr) GiveEvent(context, end);
+    if (start != nullptr) GiveEvent(context, start);
     Report(backend::DispatchEventKind::kCompleted, kernel,
            std::chrono::nanoseconds(cost_model_.Estimate(kernel)).count());
     return;
   }
   const int64_t estimate = std::chrono::nanoseconds(cost_model_.Estimate(kernel)).count();
-  inflight_.push_back({kernel, estimate, start, end});
+  inflight_.push_back({kernel, estimate, context, start, end});
   inflight_estimate_ns_ += estimate;
 }
 
 void DispatchGate::AbandonLaunch(CUevent start) {
-  if (start != nullptr) spare_events_.push_back(start);
+  if (start != nullptr) GiveEvent(CurrentContext(), start);
 }
 
 void DispatchGate::Poll() {
@@ -115,10 +125,23 @@ void DispatchGate::Poll() {
     }
     Report(backend::DispatchEventKind::kCompleted, it->kernel, gpu_ns);
     inflight_estimate_ns_ -= it->estimate_ns;
-    spare_events_.push_back(it->start);
-    spare_events_.push_back(it->end);
+    GiveEvent(it->context, it->start);
+    GiveEvent(it->context, it->end);
     it = inflight_.erase(it);
   }
+}
+
+void DispatchGate::ForgetContext(CUcontext context) {
+  for (auto it = inflight_.begin(); it != inflight_.end();) {
+    if (it->context != context) {
+      ++it;
+      continue;
+    }
+    Report(backend::DispatchEventKind::kCompleted, it->kernel, it->estimate_ns);
+    inflight_estimate_ns_ -= it->estimate_ns;
+    it = inflight_.erase(it);
+  }
+  std::erase_if(spare_events_, [context](const SpareEvent& spare) { return spare.context == context; });
 }
 
 void DispatchGate::Release() {
@@ -128,7 +151,7 @@ void DispatchGate::Release() {
   }
   inflight_.clear();
   inflight_estimate_ns_ = 0;
-  for (CUevent event : spare_events_) driver_.cuEventDestroy(event);
+  for (const SpareEvent& spare : spare_events_) driver_.cuEventDestroy(spare.event);
   spare_events_.clear();
 }
 

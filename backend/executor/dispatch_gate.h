@@ -40,15 +40,25 @@ class DispatchGate {
   bool HasInflight() const { return !inflight_.empty(); }
   // Drops everything in flight (session teardown).
   void Release();
+  // `context` is being destroyed or reset, and with it the markers made in it: forget them (their work is reported
+  // done at its estimate) so none is used or destroyed afterwards.
+  void ForgetContext(CUcontext context);
 
  private:
   struct Inflight {
     uint64_t kernel;
     int64_t estimate_ns;
+    CUcontext context;  // events belong to the context current when they were made
     CUevent start;
     CUevent end;
   };
-  CUevent TakeEvent();
+  struct SpareEvent {
+    CUcontext context;
+    CUevent event;
+  };
+  CUcontext CurrentContext() const;
+  CUevent TakeEvent(CUcontext context);
+  void GiveEvent(CUcontext context, CUevent event) { spare_events_.push_back({context, event}); }
   void Report(backend::DispatchEventKind kind, uint64_t kernel, int64_t gpu_ns);
 
   Driver& driver_;
@@ -56,7 +66,7 @@ class DispatchGate {
   backend::SessionDispatchSlot* slot_ = nullptr;
   std::deque<Inflight> inflight_;
   int64_t inflight_estimate_ns_ = 0;
-  std::vector<CUevent> spare_events_;
+  std::vector<SpareEvent> spare_events_;
   scheduler::KernelCostModel cost_model_{std::chrono::microseconds(500), 0.25};
 };
 

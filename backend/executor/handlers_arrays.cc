@@ -3,6 +3,7 @@
 // back: the request's payload, or a staging chunk that goes back in the reply.
 #include <algorithm>
 
+#include "backend/executor/scheduled_work.h"
 #include "backend/executor/session.h"
 #include "common/array_format.h"
 
@@ -163,11 +164,14 @@ Session::Outcome Session::MemcpyArray(const wire::MemcpyArray& call, std::span<c
 
   if (dst_host) {
     if (packed_bytes > wire::kCopyChunkBytes) return {CUDA_ERROR_INVALID_VALUE};
-    return CopyToHostDeferred(stream, packed_bytes, [&](uint8_t* staging) { return enqueue(staging); });
+    return CopyToHostDeferred(stream, packed_bytes, [&](uint8_t* staging) {
+      return LaunchScheduled(kStridedCopyWork, stream, [&] { return enqueue(staging); });
+    });
   }
   if (src_host && payload.size() != packed_bytes) return {CUDA_ERROR_INVALID_VALUE};
   // The payload is pageable memory, which the driver stages before an async copy returns (as for MemcpyHtoD).
-  return {enqueue(src_host ? const_cast<uint8_t*>(payload.data()) : nullptr)};
+  return {LaunchScheduled(kStridedCopyWork, stream,
+                          [&] { return enqueue(src_host ? const_cast<uint8_t*>(payload.data()) : nullptr); })};
 }
 
 void Session::ReleaseArrays() {

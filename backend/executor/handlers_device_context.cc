@@ -53,6 +53,7 @@ Session::Outcome Session::ContextCreate(const wire::ContextCreate& call) {
 Session::Outcome Session::ContextDestroy(const wire::ContextDestroy& call) {
   if (created_contexts_.count(call.context()) == 0) return {CUDA_ERROR_INVALID_CONTEXT};
   Outcome outcome;
+  dispatch_gate_.ForgetContext(contexts_.at(call.context()));  // its timing markers go with it
   outcome.result = driver_.cuCtxDestroy(contexts_.at(call.context()));
   if (outcome.result == CUDA_SUCCESS) {
     contexts_.erase(call.context());
@@ -144,6 +145,12 @@ Session::Outcome Session::PrimaryContextSetFlags(const wire::PrimaryContextSetFl
 }
 
 Session::Outcome Session::PrimaryContextReset(const wire::PrimaryContextReset& call) {
+  // The reset destroys the primary context's resources, the scheduler's timing markers among them.
+  CUcontext primary = nullptr;
+  if (driver_.cuDevicePrimaryCtxRetain(&primary, call.device()) == CUDA_SUCCESS) {
+    dispatch_gate_.ForgetContext(primary);
+    driver_.cuDevicePrimaryCtxRelease(call.device());
+  }
   return {driver_.cuDevicePrimaryCtxReset(call.device())};
 }
 

@@ -7,6 +7,7 @@
 #include <chrono>
 #include <thread>
 
+#include "backend/executor/scheduled_work.h"
 #include "backend/executor/session.h"
 
 namespace curelay::executor {
@@ -64,16 +65,6 @@ Session::Outcome Session::MemGetInfo() {
   outcome.body_type = wire::ReplyBody::MemInfo;
   return outcome;
 }
-
-namespace {
-
-// Scheduler keys of the copies and memsets (kernel keys are function ids, graph keys have bit 63 set).
-constexpr uint64_t kCopyToDeviceWork = (uint64_t{1} << 62) | 1;
-constexpr uint64_t kCopyToHostWork = (uint64_t{1} << 62) | 2;
-constexpr uint64_t kCopyOnDeviceWork = (uint64_t{1} << 62) | 3;
-constexpr uint64_t kMemsetWork = (uint64_t{1} << 62) | 4;
-
-}  // namespace
 
 Session::Outcome Session::MemcpyHtoD(const wire::MemcpyHtoD& call, std::span<const uint8_t> payload) {
   if (payload.empty()) return {CUDA_ERROR_INVALID_VALUE};

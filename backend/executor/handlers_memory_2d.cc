@@ -4,6 +4,7 @@
 
 #include <vector>
 
+#include "backend/executor/scheduled_work.h"
 #include "backend/executor/session.h"
 
 namespace curelay::executor {
@@ -63,26 +64,26 @@ Session::Outcome Session::Memset2D(const wire::Memset2D& call) {
   outcome.result = LookupStream(call.stream(), &stream);
   if (outcome.result != CUDA_SUCCESS) return outcome;
   // As with 1D memsets, the plain form is stream-ordered device work on stream 0.
-  switch (call.element_bytes()) {
-    case 1:
-      if (driver_.cuMemsetD2D8Async == nullptr) return {CUDA_ERROR_NOT_SUPPORTED};
-      outcome.result = driver_.cuMemsetD2D8Async(call.dst(), call.pitch(), static_cast<unsigned char>(call.value()),
-                                                 call.width(), call.height(), stream);
-      break;
-    case 2:
-      if (driver_.cuMemsetD2D16Async == nullptr) return {CUDA_ERROR_NOT_SUPPORTED};
-      outcome.result = driver_.cuMemsetD2D16Async(call.dst(), call.pitch(),
-                                                  static_cast<unsigned short>(call.value()), call.width(),
-                                                  call.height(), stream);
-      break;
-    case 4:
-      if (driver_.cuMemsetD2D32Async == nullptr) return {CUDA_ERROR_NOT_SUPPORTED};
-      outcome.result =
-          driver_.cuMemsetD2D32Async(call.dst(), call.pitch(), call.value(), call.width(), call.height(), stream);
-      break;
-    default:
-      outcome.result = CUDA_ERROR_INVALID_VALUE;
+  if (call.element_bytes() != 1 && call.element_bytes() != 2 && call.element_bytes() != 4) {
+    return {CUDA_ERROR_INVALID_VALUE};
   }
+  if (driver_.cuMemsetD2D8Async == nullptr || driver_.cuMemsetD2D16Async == nullptr ||
+      driver_.cuMemsetD2D32Async == nullptr) {
+    return {CUDA_ERROR_NOT_SUPPORTED};
+  }
+  outcome.result = LaunchScheduled(kMemsetWork, stream, [&] {
+    switch (call.element_bytes()) {
+      case 1:
+        return driver_.cuMemsetD2D8Async(call.dst(), call.pitch(), static_cast<unsigned char>(call.value()),
+                                         call.width(), call.height(), stream);
+      case 2:
+        return driver_.cuMemsetD2D16Async(call.dst(), call.pitch(), static_cast<unsigned short>(call.value()),
+                                          call.width(), call.height(), stream);
+      default:
+        return driver_.cuMemsetD2D32Async(call.dst(), call.pitch(), call.value(), call.width(), call.height(),
+                                          stream);
+    }
+  });
   return outcome;
 }
 
@@ -115,7 +116,9 @@ Session::Outcome Session::Memcpy2D(const wire::Memcpy2D& call, std::span<const u
       copy.WidthInBytes = call.width();
       copy.Height = call.height();
       // The payload is pageable memory, which the driver stages before returning (as for MemcpyHtoD).
-      return {call.async() ? driver_.cuMemcpy2DAsync(&copy, stream) : driver_.cuMemcpy2D(&copy)};
+      return {LaunchScheduled(kStridedCopyWork, stream, [&] {
+        return call.async() ? driver_.cuMemcpy2DAsync(&copy, stream) : driver_.cuMemcpy2D(&copy);
+      })};
     }
     case wire::Copy2DKind::DeviceToHost: {
       if (packed_bytes > wire::kCopyChunkBytes) return {CUDA_ERROR_INVALID_VALUE};
@@ -131,13 +134,15 @@ Session::Outcome Session::Memcpy2D(const wire::Memcpy2D& call, std::span<const u
         copy.dstPitch = call.width();
         copy.WidthInBytes = call.width();
         copy.Height = call.height();
-        return driver_.cuMemcpy2DAsync(&copy, stream);
+        return LaunchScheduled(kStridedCopyWork, stream, [&] { return driver_.cuMemcpy2DAsync(&copy, stream); });
       });
     }
     case wire::Copy2DKind::DeviceToDevice: {
       if (result != CUDA_SUCCESS) return {result};
       const CUDA_MEMCPY2D copy = DeviceToDevice2D(call);
-      return {call.async() ? driver_.cuMemcpy2DAsync(&copy, stream) : driver_.cuMemcpy2D(&copy)};
+      return {LaunchScheduled(kStridedCopyWork, stream, [&] {
+        return call.async() ? driver_.cuMemcpy2DAsync(&copy, stream) : driver_.cuMemcpy2D(&copy);
+      })};
     }
   }
   return {CUDA_ERROR_INVALID_VALUE};
@@ -149,14 +154,18 @@ Session::Outcome Session::MemcpyPeer(const wire::MemcpyPeer& call) {
   const auto src_context = contexts_.find(call.src_context());
   if (dst_context == contexts_.end() || src_context == contexts_.end()) return {CUDA_ERROR_INVALID_CONTEXT};
   if (!call.async()) {
-    return {driver_.cuMemcpyPeer(call.dst(), dst_context->second, call.src(), src_context->second, call.bytes())};
+    return {LaunchScheduled(kPeerCopyWork, nullptr, [&] {
+      return driver_.cuMemcpyPeer(call.dst(), dst_context->second, call.src(), src_context->second, call.bytes());
+    })};
   }
   CUstream stream = nullptr;
   Outcome outcome;
   outcome.result = LookupStream(call.stream(), &stream);
   if (outcome.result == CUDA_SUCCESS) {
-    outcome.result = driver_.cuMemcpyPeerAsync(call.dst(), dst_context->second, call.src(), src_context->second,
-                                               call.bytes(), stream);
+    outcome.result = LaunchScheduled(kPeerCopyWork, stream, [&] {
+      return driver_.cuMemcpyPeerAsync(call.dst(), dst_context->second, call.src(), src_context->second,
+                                       call.bytes(), stream);
+    });
   }
   return outcome;
 }

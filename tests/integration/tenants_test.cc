@@ -323,6 +323,17 @@ TEST_F(TenantsTest, UsageLedgerRecordsPeakMemoryPerInterval) {
   EXPECT_FALSE(json::parse(Backendctl(backend_, {"-o", "json", "tenant", "show", "billed"}).out)["usage"].empty());
 }
 
+// Scheduled work made timing markers in a context the application then destroyed: the session goes on.
+TEST_F(TenantsTest, ScheduledWorkSurvivesDestroyedContexts) {
+  const std::string token = AddTenant(backend_, "contexts");
+  InteractiveClient client(backend_, token, "client");
+  ASSERT_TRUE(client.ready()) << client.output();
+  EXPECT_EQ(client.Ask("context-cycle"), "context-cycle 0");
+  EXPECT_EQ(client.Ask("context-cycle"), "context-cycle 0");
+  EXPECT_EQ(client.Ask(Alloc(kMiB)), "alloc 0");
+  EXPECT_EQ(backend_.Log().find("killed by signal"), std::string::npos) << backend_.Log();
+}
+
 TEST(TenantsAdminTcpTest, TcpAdminEndpointRequiresTheAdminToken) {
   BackendProcess backend("admin-tcp");
   const std::string token = "admin-secret-for-tests";

@@ -170,6 +170,22 @@ int main(int argc, char** argv) {
         descriptor.NumChannels = 1;
         CUarray array = nullptr;
         std::printf("array %d\n", static_cast<int>(cuArrayCreate(&array, &descriptor)));
+      } else if (command == "context-cycle") {
+        // Work in a context of its own, which is then destroyed, then work in the primary context again.
+        CUcontext primary = nullptr, own = nullptr;
+        CUdeviceptr ptr = 0;
+        CUresult result = cuCtxGetCurrent(&primary);
+        if (result == CUDA_SUCCESS) result = cuCtxCreate(&own, nullptr, 0, 0);
+        if (result == CUDA_SUCCESS) result = cuMemAlloc(&ptr, 1 << 20);
+        if (result == CUDA_SUCCESS) result = cuMemsetD8(ptr, 7, 1 << 20);
+        if (result == CUDA_SUCCESS) result = cuCtxSynchronize();
+        if (own != nullptr && cuCtxDestroy(own) != CUDA_SUCCESS && result == CUDA_SUCCESS) result = CUDA_ERROR_UNKNOWN;
+        if (result == CUDA_SUCCESS) result = cuCtxSetCurrent(primary);
+        if (result == CUDA_SUCCESS) result = cuMemAlloc(&ptr, 1 << 20);
+        if (result == CUDA_SUCCESS) result = cuMemsetD8(ptr, 9, 1 << 20);
+        if (result == CUDA_SUCCESS) result = cuCtxSynchronize();
+        if (result == CUDA_SUCCESS) result = cuMemFree(ptr);
+        std::printf("context-cycle %d\n", static_cast<int>(result));
       } else if (command == "pool") {
         size_t bytes = 0;
         std::cin >> bytes;
