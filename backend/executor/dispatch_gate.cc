@@ -76,47 +76,45 @@ CUevent DispatchGate::TakeEvent(CUcontext context) {
   return driver_.cuEventCreate(&event, CU_EVENT_DEFAULT) == CUDA_SUCCESS ? event : nullptr;
 }
 
-CUevent DispatchGate::BeginLaunch(CUstream stream) {
-  if (slot_ == nullptr) return nullptr;
-  const CUcontext context = CurrentContext();
-  CUevent start = TakeEvent(context);
-  if (start != nullptr && driver_.cuEventRecord(start, stream) != CUDA_SUCCESS) {
-    GiveEvent(context, start);
-    return nullptr;
+DispatchGate::Timing DispatchGate::BeginLaunch(CUstream stream) {
+  Timing timing;
+  if (slot_ == nullptr) return timing;
+  timing.context = CurrentContext();
+  timing.start = TakeEvent(timing.context);
+  if (timing.start != nullptr && driver_.cuEventRecord(timing.start, stream) != CUDA_SUCCESS) {
+    GiveEvent(timing.context, timing.start);
+    timing.start = nullptr;
   }
-  return start;
+  return timing;
 }
 
-void DispatchGate::EndLaunch(uint64_t kernel, CUstream stream, CUevent start) {
+void DispatchGate::EndLaunch(uint64_t kernel, CUstream stream, const Timing& timing, bool launched) {
   if (slot_ == nullptr) return;
-  Report(backend::DispatchEventKind::kDispatched, kernel, 0);
-  const CUcontext context = CurrentContext();
-  CUevent end = start != nullptr ? TakeEvent(context) : nullptr;
-  if (end == nullptr || driver_.cuEventRecord(end, stream) != CUDA_SUCCESS) {
-    // Untimed: the scheduler hears of the completion at once with the estimate as its time.
-    if (end != nullptr) GiveEvent(context, end);
-    if (start != nullptr) GiveEvent(context, start);
-    Report(backend::DispatchEventKind::kCompleted, kernel,
-           std::chrono::nanoseconds(cost_model_.Estimate(kernel)).count());
+  if (!launched) {
+    if (timing.start != nullptr) GiveEvent(timing.context, timing.start);
     return;
   }
+  Report(backend::DispatchEventKind::kDispatched, kernel, 0);
   const int64_t estimate = std::chrono::nanoseconds(cost_model_.Estimate(kernel)).count();
-  inflight_.push_back({kernel, estimate, context, start, end});
+  CUevent end = timing.start != nullptr ? TakeEvent(timing.context) : nullptr;
+  if (end == nullptr || driver_.cuEventRecord(end, stream) != CUDA_SUCCESS) {
+    // Untimed: the scheduler hears of the completion at once with the estimate as its time.
+    if (end != nullptr) GiveEvent(timing.context, end);
+    if (timing.start != nullptr) GiveEvent(timing.context, timing.start);
+    Report(backend::DispatchEventKind::kCompleted, kernel, estimate);
+    return;
+  }
+  inflight_.push_back({kernel, estimate, timing.context, timing.start, end});
   inflight_estimate_ns_ += estimate;
 }
 
-void DispatchGate::AbandonLaunch(CUevent start) {
-  if (start != nullptr) GiveEvent(CurrentContext(), start);
-}
-
 void DispatchGate::Poll() {
-  // Launches on different streams can complete out of order: look at every one in flight.
+  // In launch order, up to the first launch still running: Poll runs before every launch, so it must cost one
+  // query when nothing finished. Launches on other streams that finish earlier are reported when those before
+  // them are (their in-flight estimate lingers meanwhile, which only makes a budget stricter).
   for (auto it = inflight_.begin(); it != inflight_.end();) {
     const CUresult state = driver_.cuEventQuery(it->end);
-    if (state == CUDA_ERROR_NOT_READY) {
-      ++it;
-      continue;
-    }
+    if (state == CUDA_ERROR_NOT_READY) break;
     float milliseconds = 0;
     int64_t gpu_ns = it->estimate_ns;
     if (state == CUDA_SUCCESS && driver_.cuEventElapsedTime(&milliseconds, it->start, it->end) == CUDA_SUCCESS) {

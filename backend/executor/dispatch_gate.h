@@ -29,12 +29,16 @@ class DispatchGate {
 
   // Waits until a launch of `kernel` may start.
   void AwaitGrant(uint64_t kernel);
-  // Records the start marker of a launch on `stream` (null when it cannot be timed; the launch goes ahead).
-  CUevent BeginLaunch(CUstream stream);
-  // After a successful launch: records its end marker and reports it dispatched.
-  void EndLaunch(uint64_t kernel, CUstream stream, CUevent start);
-  // A launch that failed after BeginLaunch gives its marker back.
-  void AbandonLaunch(CUevent start);
+  // A launch's start marker and the context it belongs to (start is null when the launch cannot be timed).
+  struct Timing {
+    CUcontext context = nullptr;
+    CUevent start = nullptr;
+  };
+  // Records the start marker of a launch on `stream`.
+  Timing BeginLaunch(CUstream stream);
+  // After the launch: if it succeeded, records its end marker and reports it dispatched; otherwise gives the start
+  // marker back.
+  void EndLaunch(uint64_t kernel, CUstream stream, const Timing& timing, bool launched);
   // Reports launches whose end marker has completed, with their GPU time.
   void Poll();
   bool HasInflight() const { return !inflight_.empty(); }

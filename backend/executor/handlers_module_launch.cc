@@ -172,19 +172,6 @@ Session::Outcome Session::LaunchKernel(const wire::LaunchKernel& call, std::span
   return outcome;
 }
 
-CUresult Session::LaunchScheduled(uint64_t work, CUstream stream, const std::function<CUresult()>& launch) {
-  if (!dispatch_gate_.active() || !captures_.empty()) return launch();
-  dispatch_gate_.AwaitGrant(work);
-  CUevent start = dispatch_gate_.BeginLaunch(stream);
-  const CUresult result = launch();
-  if (result == CUDA_SUCCESS) {
-    dispatch_gate_.EndLaunch(work, stream, start);
-  } else {
-    dispatch_gate_.AbandonLaunch(start);
-  }
-  return result;
-}
-
 bool Session::DecodeLaunchAttributes(
     const flatbuffers::Vector<flatbuffers::Offset<wire::LaunchAttribute>>* encoded,
     std::vector<CUlaunchAttribute>* attributes) {

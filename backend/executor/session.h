@@ -73,7 +73,16 @@ class Session {
   // Runs `launch` (GPU work on `stream`: a kernel or a graph) when the scheduler's grant allows it, timed so the
   // scheduler learns what `work` costs. Unscheduled sessions, and work into a stream capture (not GPU work yet,
   // and the timing markers would join the graph), run it at once.
-  CUresult LaunchScheduled(uint64_t work, CUstream stream, const std::function<CUresult()>& launch);
+  // A template, not std::function: every launch, copy and memset of every session passes here.
+  template <typename Launch>
+  CUresult LaunchScheduled(uint64_t work, CUstream stream, Launch&& launch) {
+    if (!dispatch_gate_.active() || !captures_.empty()) return launch();
+    dispatch_gate_.AwaitGrant(work);
+    const DispatchGate::Timing timing = dispatch_gate_.BeginLaunch(stream);
+    const CUresult result = launch();
+    dispatch_gate_.EndLaunch(work, stream, timing, result == CUDA_SUCCESS);
+    return result;
+  }
   Outcome CopyToHostDeferred(CUstream stream, uint64_t bytes, const std::function<CUresult(uint8_t*)>& enqueue);
   CUevent FindEvent(uint64_t id) const;
   // Returns false when the message breaks the protocol (the session then ends).
