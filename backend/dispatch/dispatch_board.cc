@@ -1,41 +1,20 @@
 #include "backend/dispatch/dispatch_board.h"
 
-#include <fcntl.h>
 #include <sys/mman.h>
-#include <sys/stat.h>
-#include <unistd.h>
 
-#include <cerrno>
-#include <cstring>
-#include <new>
+#include "transport/shm/shared_file.h"
 
 namespace curelay::backend {
 namespace {
 
 constexpr uint64_t kMagic = 0x3164707379616c65;  // "elaysdp1"
 
-DispatchBoardLayout* Map(int fd, std::string* error) {
-  void* mapping = mmap(nullptr, sizeof(DispatchBoardLayout), PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-  if (mapping == MAP_FAILED) {
-    *error = std::string("mmap: ") + std::strerror(errno);
-    return nullptr;
-  }
-  return static_cast<DispatchBoardLayout*>(mapping);
-}
-
 }  // namespace
 
 DispatchBoard* DispatchBoard::Create(const std::string& path, std::string* error) {
-  unlink(path.c_str());
-  const int fd = open(path.c_str(), O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
-  if (fd < 0 || ftruncate(fd, sizeof(DispatchBoardLayout)) != 0) {
-    *error = path + ": " + std::strerror(errno);
-    if (fd >= 0) close(fd);
-    return nullptr;
-  }
-  DispatchBoardLayout* layout = Map(fd, error);
-  close(fd);
-  if (layout == nullptr) return nullptr;
+  void* mapping = transport::CreateNamedSharedFile(path, sizeof(DispatchBoardLayout), error);
+  if (mapping == nullptr) return nullptr;
+  auto* layout = static_cast<DispatchBoardLayout*>(mapping);
   layout->magic = kMagic;
   auto* board = new DispatchBoard(layout, path);
   for (int i = 0; i < kMaxDispatchSessions; ++i) board->Reset(i);
@@ -43,15 +22,8 @@ DispatchBoard* DispatchBoard::Create(const std::string& path, std::string* error
 }
 
 DispatchBoard* DispatchBoard::Open(const std::string& path, std::string* error) {
-  const int fd = open(path.c_str(), O_RDWR | O_CLOEXEC);
-  struct stat info {};
-  if (fd < 0 || fstat(fd, &info) != 0 || static_cast<size_t>(info.st_size) != sizeof(DispatchBoardLayout)) {
-    *error = path + ": " + (fd < 0 ? std::strerror(errno) : "not a dispatch board");
-    if (fd >= 0) close(fd);
-    return nullptr;
-  }
-  DispatchBoardLayout* layout = Map(fd, error);
-  close(fd);
+  auto* layout =
+      static_cast<DispatchBoardLayout*>(transport::OpenNamedSharedFile(path, sizeof(DispatchBoardLayout), error));
   if (layout == nullptr) return nullptr;
   if (layout->magic != kMagic) {
     munmap(layout, sizeof(DispatchBoardLayout));

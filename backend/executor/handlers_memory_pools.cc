@@ -52,7 +52,8 @@ Session::Outcome Session::MemFreeAsync(const wire::MemFreeAsync& call) {
   CUstream stream = nullptr;
   CUresult result = LookupStream(call.stream(), &stream);
   if (result == CUDA_SUCCESS) result = driver_.cuMemFreeAsync(call.ptr(), stream);
-  if (const auto found = pool_allocations_.find(call.ptr()); result == CUDA_SUCCESS && found != pool_allocations_.end()) {
+  const auto found = pool_allocations_.find(call.ptr());
+  if (result == CUDA_SUCCESS && found != pool_allocations_.end()) {
     memory_quota_.Refund(found->second);
     pool_allocations_.erase(found);
   }

@@ -1,56 +1,29 @@
 #include "backend/quota/memory_quota_board.h"
 
-#include <fcntl.h>
 #include <sys/mman.h>
-#include <sys/stat.h>
-#include <unistd.h>
 
-#include <cerrno>
-#include <cstring>
 #include <new>
+
+#include "transport/shm/shared_file.h"
 
 namespace curelay::backend {
 namespace {
 
 constexpr uint64_t kMagic = 0x31647271796c6572;  // "relyqrd1"
 
-MemoryQuotaBoardLayout* Map(int fd, std::string* error) {
-  void* mapping = mmap(nullptr, sizeof(MemoryQuotaBoardLayout), PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-  if (mapping == MAP_FAILED) {
-    *error = std::string("mmap: ") + std::strerror(errno);
-    return nullptr;
-  }
-  return static_cast<MemoryQuotaBoardLayout*>(mapping);
-}
-
 }  // namespace
 
 MemoryQuotaBoard* MemoryQuotaBoard::Create(const std::string& path, std::string* error) {
-  unlink(path.c_str());
-  const int fd = open(path.c_str(), O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
-  if (fd < 0 || ftruncate(fd, sizeof(MemoryQuotaBoardLayout)) != 0) {
-    *error = path + ": " + std::strerror(errno);
-    if (fd >= 0) close(fd);
-    return nullptr;
-  }
-  MemoryQuotaBoardLayout* layout = Map(fd, error);
-  close(fd);
-  if (layout == nullptr) return nullptr;
-  new (layout) MemoryQuotaBoardLayout{};  // the atomics' initial values (the file is zero-filled anyway)
+  void* mapping = transport::CreateNamedSharedFile(path, sizeof(MemoryQuotaBoardLayout), error);
+  if (mapping == nullptr) return nullptr;
+  auto* layout = new (mapping) MemoryQuotaBoardLayout{};  // the atomics' initial values
   layout->magic = kMagic;
   return new MemoryQuotaBoard(layout, path);
 }
 
 MemoryQuotaBoard* MemoryQuotaBoard::Open(const std::string& path, std::string* error) {
-  const int fd = open(path.c_str(), O_RDWR | O_CLOEXEC);
-  struct stat info {};
-  if (fd < 0 || fstat(fd, &info) != 0 || static_cast<size_t>(info.st_size) != sizeof(MemoryQuotaBoardLayout)) {
-    *error = path + ": " + (fd < 0 ? std::strerror(errno) : "not a quota board");
-    if (fd >= 0) close(fd);
-    return nullptr;
-  }
-  MemoryQuotaBoardLayout* layout = Map(fd, error);
-  close(fd);
+  void* mapping = transport::OpenNamedSharedFile(path, sizeof(MemoryQuotaBoardLayout), error);
+  auto* layout = static_cast<MemoryQuotaBoardLayout*>(mapping);
   if (layout == nullptr) return nullptr;
   if (layout->magic != kMagic) {
     munmap(layout, sizeof(MemoryQuotaBoardLayout));

@@ -78,4 +78,30 @@ void* OpenSharedFile(const std::string& path, const std::string& allowed_directo
   return mapping;
 }
 
+void* CreateNamedSharedFile(const std::string& path, size_t bytes, std::string* error) {
+  unlink(path.c_str());
+  const int fd = open(path.c_str(), O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0600);
+  if (fd < 0 || ftruncate(fd, static_cast<off_t>(bytes)) != 0) {
+    *error = path + ": " + strerror(errno);
+    if (fd >= 0) close(fd);
+    return nullptr;
+  }
+  void* mapping = MapShared(fd, bytes, error);
+  close(fd);
+  return mapping;
+}
+
+void* OpenNamedSharedFile(const std::string& path, size_t bytes, std::string* error) {
+  const int fd = open(path.c_str(), O_RDWR | O_CLOEXEC | O_NOFOLLOW);
+  struct stat info {};
+  if (fd < 0 || fstat(fd, &info) != 0 || !S_ISREG(info.st_mode) || static_cast<size_t>(info.st_size) != bytes) {
+    *error = path + ": " + (fd < 0 ? strerror(errno) : "not a regular file of the expected size");
+    if (fd >= 0) close(fd);
+    return nullptr;
+  }
+  void* mapping = MapShared(fd, bytes, error);
+  close(fd);
+  return mapping;
+}
+
 }  // namespace curelay::transport

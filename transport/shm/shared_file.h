@@ -19,4 +19,11 @@ void* CreateSharedFile(const std::string& directory, const char* prefix, size_t 
 void* OpenSharedFile(const std::string& path, const std::string& allowed_directory, const char* prefix, size_t bytes,
                      std::string* error, void* address_hint = nullptr);
 
+// A board every process of a backend keeps mapped (the memory quota and dispatch boards): created afresh at a
+// fixed `path` (a stale file there is replaced), mode 0600, `bytes` zero-filled bytes, mapped shared. Null with
+// *error set.
+void* CreateNamedSharedFile(const std::string& path, size_t bytes, std::string* error);
+// Maps the existing file at `path`, which must hold exactly `bytes` bytes; it stays linked for the others.
+void* OpenNamedSharedFile(const std::string& path, size_t bytes, std::string* error);
+
 }  // namespace curelay::transport
