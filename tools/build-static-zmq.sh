@@ -4,21 +4,14 @@
 # The version is pinned; the result lands in third_party/zmq (ignored by git) and is reused when present.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
+# shellcheck source=tools/debian-source.sh
+source "$root/tools/debian-source.sh"
 version=4.3.4-6
 prefix="$root/third_party/zmq"
 if [ -f "$prefix/lib/libzmq.a" ] && [ "$(cat "$prefix/VERSION" 2>/dev/null)" = "$version" ]; then exit 0; fi
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
-# A private sources list with a deb-src entry, so the machine's own apt configuration stays untouched.
-cat >"$work/sources.list" <<SRC
-deb-src http://deb.debian.org/debian bookworm main
-SRC
-apt_opts=(-o "Dir::Etc::SourceList=$work/sources.list" -o Dir::Etc::SourceParts=/dev/null
-          -o "Dir::State::Lists=$work/lists" -o "Dir::Cache=$work/cache")
-mkdir -p "$work/lists/partial" "$work/cache/archives/partial"
-apt-get "${apt_opts[@]}" update -qq
-(cd "$work" && apt-get "${apt_opts[@]}" source --download-only "zeromq3=$version" -qq)
-(cd "$work" && dpkg-source -x --no-check zeromq3_*.dsc src >/dev/null)
+debian_source zeromq3 "$version" "$work"
 cmake -S "$work/src" -B "$work/build" -G Ninja -DCMAKE_BUILD_TYPE=Release \
   -DCMAKE_INSTALL_PREFIX="$prefix" -DCMAKE_POSITION_INDEPENDENT_CODE=ON \
   -DCMAKE_C_FLAGS="-fvisibility=hidden" -DCMAKE_CXX_FLAGS="-fvisibility=hidden -fvisibility-inlines-hidden" \

@@ -6,21 +6,14 @@
 # Debian's patches applied), and the result is reused when present.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
+# shellcheck source=tools/debian-source.sh
+source "$root/tools/debian-source.sh"
 version=0.11.4+ds-1+deb12u1
 prefix="$root/third_party/httplib"
 if [ -f "$prefix/include/httplib.h" ] && [ "$(cat "$prefix/VERSION" 2>/dev/null)" = "$version" ]; then exit 0; fi
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
-# A private sources list with a deb-src entry, so the machine's own apt configuration stays untouched.
-cat >"$work/sources.list" <<SRC
-deb-src http://deb.debian.org/debian bookworm main
-SRC
-apt_opts=(-o "Dir::Etc::SourceList=$work/sources.list" -o Dir::Etc::SourceParts=/dev/null
-          -o "Dir::State::Lists=$work/lists" -o "Dir::Cache=$work/cache")
-mkdir -p "$work/lists/partial" "$work/cache/archives/partial"
-apt-get "${apt_opts[@]}" update -qq
-(cd "$work" && apt-get "${apt_opts[@]}" source --download-only "cpp-httplib=$version" -qq)
-(cd "$work" && dpkg-source -x --no-check cpp-httplib_*.dsc src >/dev/null)
+debian_source cpp-httplib "$version" "$work"
 # The whole header defines Server::listen_after_bind; the split one only declares it.
 if ! grep -q 'inline bool Server::listen_after_bind' "$work/src/httplib.h"; then
   echo "cpp-httplib $version: httplib.h is not the single-header form" >&2
