@@ -16,30 +16,6 @@ bool RowsFitPitch(const StridedCopy& copy) {
          (copy.dst.array != nullptr || copy.width <= copy.dst.pitch);
 }
 
-CUresult Memcpy2D(const CUDA_MEMCPY2D* params, CUstream stream, bool async) {
-  Client* client;
-  CURELAY_RETURN_IF_ERROR(RequireContext(&client));
-  if (params == nullptr) return CUDA_ERROR_INVALID_VALUE;
-  StridedCopy copy;
-  CURELAY_RETURN_IF_ERROR(ResolveCopySide(*client, params->srcMemoryType, params->srcHost, params->srcDevice,
-                                          params->srcArray, &copy.src));
-  CURELAY_RETURN_IF_ERROR(ResolveCopySide(*client, params->dstMemoryType, params->dstHost, params->dstDevice,
-                                          params->dstArray, &copy.dst));
-  copy.src.x = params->srcXInBytes;
-  copy.src.y = params->srcY;
-  copy.src.pitch = params->srcPitch;
-  copy.src.slice_rows = params->srcY + params->Height;  // one slice: its height is what the copy covers
-  copy.dst.x = params->dstXInBytes;
-  copy.dst.y = params->dstY;
-  copy.dst.pitch = params->dstPitch;
-  copy.dst.slice_rows = params->dstY + params->Height;
-  copy.width = params->WidthInBytes;
-  copy.height = params->Height;
-  copy.depth = 1;
-  if (!RowsFitPitch(copy)) return CUDA_ERROR_INVALID_VALUE;
-  return RunStridedCopy(*client, copy, stream, async);
-}
-
 CUresult Memcpy3D(const CUDA_MEMCPY3D* params, CUstream stream, bool async) {
   Client* client;
   CURELAY_RETURN_IF_ERROR(RequireContext(&client));
@@ -71,6 +47,32 @@ CUresult Memcpy3D(const CUDA_MEMCPY3D* params, CUstream stream, bool async) {
     return CUDA_ERROR_INVALID_VALUE;
   }
   return RunStridedCopy(*client, copy, stream, async);
+}
+
+// A 2D copy is a 3D copy of one slice, whose height is what the copy covers.
+CUresult Memcpy2D(const CUDA_MEMCPY2D* params, CUstream stream, bool async) {
+  if (params == nullptr) return Memcpy3D(nullptr, stream, async);
+  CUDA_MEMCPY3D volume{};
+  volume.srcXInBytes = params->srcXInBytes;
+  volume.srcY = params->srcY;
+  volume.srcMemoryType = params->srcMemoryType;
+  volume.srcHost = params->srcHost;
+  volume.srcDevice = params->srcDevice;
+  volume.srcArray = params->srcArray;
+  volume.srcPitch = params->srcPitch;
+  volume.srcHeight = params->srcY + params->Height;
+  volume.dstXInBytes = params->dstXInBytes;
+  volume.dstY = params->dstY;
+  volume.dstMemoryType = params->dstMemoryType;
+  volume.dstHost = params->dstHost;
+  volume.dstDevice = params->dstDevice;
+  volume.dstArray = params->dstArray;
+  volume.dstPitch = params->dstPitch;
+  volume.dstHeight = params->dstY + params->Height;
+  volume.WidthInBytes = params->WidthInBytes;
+  volume.Height = params->Height;
+  volume.Depth = 1;
+  return Memcpy3D(&volume, stream, async);
 }
 
 CUresult Memset2D(CUdeviceptr dst, size_t pitch, uint32_t value, uint8_t element_bytes, size_t width, size_t height,
