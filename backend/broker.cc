@@ -4,6 +4,7 @@
 #include <sys/random.h>
 #include <sys/stat.h>
 
+#include <algorithm>
 #include <chrono>
 #include <ctime>
 
@@ -126,6 +127,7 @@ void Broker::HandleHello(transport::ListenerRequest request) {
     return;
   }
   SessionInfo session{"", hello->client_pid(), host, program, static_cast<int64_t>(std::time(nullptr))};
+  DeviceSet gpus;
   const std::string token = hello->tenant() ? hello->tenant()->str() : "";
   if (token.empty() && !settings_.allow_anonymous) {
     spdlog::warn("refused {} (pid {} on {}): no tenant token", program, hello->client_pid(), host);
@@ -148,10 +150,11 @@ void Broker::HandleHello(transport::ListenerRequest request) {
       return;
     }
     session.tenant = tenant->name;
+    gpus = tenant->gpus;
   }
   spdlog::info("hello from {} (pid {} on {}, tenant '{}')", program, hello->client_pid(), host,
                session.tenant.empty() ? "(anonymous)" : session.tenant);
-  pending_.push_back({std::move(request), NowMs() + settings_.pending_timeout_ms, std::move(session)});
+  pending_.push_back({std::move(request), NowMs() + settings_.pending_timeout_ms, std::move(session), std::move(gpus)});
   ServePending();
 }
 
@@ -250,7 +253,9 @@ void Broker::RefreshMetrics() {
     }
     snapshot.tenants.push_back(std::move(row));
   }
-  snapshot.gpus.push_back({0, dispatch_.Utilization(), dispatch_.BusySeconds()});
+  for (int gpu = 0; gpu < pool_.host_gpus(); ++gpu) {
+    snapshot.gpus.push_back({gpu, dispatch_.Utilization(gpu), dispatch_.BusySeconds(gpu)});
+  }
   std::lock_guard lock(metrics_mutex_);
   metrics_ = std::move(snapshot);
   metrics_refreshed_ms_ = NowMs();
@@ -278,22 +283,48 @@ int Broker::TakeSessionSlot(int tenant_slot) {
 }
 
 void Broker::ServePending() {
-  while (!pending_.empty()) {
-    if (auto failure = pool_.TakeStartFailure()) {
-      // An executor could not start (no driver, no GPU): tell the waiting clients why instead of hanging them.
-      for (const auto& pending : pending_) Refuse(pending.request, failure->first, failure->second);
-      pending_.clear();
-      return;
-    }
-    if (pending_.front().deadline_ms < NowMs()) {
-      Refuse(pending_.front().request, CUDA_ERROR_NO_DEVICE, "no executor became available in time");
-      pending_.pop_front();
+  // An executor that could not start (no driver, no GPU) refuses the clients waiting for its device set with its
+  // reason instead of hanging them; when one of every GPU cannot start, nobody can be served.
+  const auto failures = pool_.TakeStartFailures();
+  const auto every_gpu_failure = failures.find(DeviceSet{});
+  for (auto it = pending_.begin(); it != pending_.end();) {
+    auto failure = every_gpu_failure != failures.end() ? every_gpu_failure : failures.find(it->gpus);
+    if (failure != failures.end()) {
+      Refuse(it->request, failure->second.first, failure->second.second);
+      it = pending_.erase(it);
       continue;
     }
-    ExecutorProcess* executor = pool_.TakeIdle();
-    if (executor == nullptr) return;
-    Admit(pending_.front(), *executor);
-    pending_.pop_front();
+    if (it->deadline_ms < NowMs()) {
+      Refuse(it->request, CUDA_ERROR_NO_DEVICE, "no executor became available in time");
+      it = pending_.erase(it);
+      continue;
+    }
+    if (!it->gpus.empty()) {
+      // Checked before an executor is started for the set: the driver silently drops a CUDA_VISIBLE_DEVICES entry
+      // that names no GPU, and every entry after it.
+      const int host_gpus = pool_.host_gpus();
+      if (host_gpus == 0) {  // not known until the warm pool's first executor is ready
+        ++it;
+        continue;
+      }
+      const int highest = *std::max_element(it->gpus.begin(), it->gpus.end());
+      if (highest >= host_gpus) {
+        spdlog::warn("refused {} (pid {}): tenant '{}' may use GPU {}, and this host has {}",
+                     it->session.client_program, it->session.client_pid, it->session.tenant, highest, host_gpus);
+        Refuse(it->request, CUDA_ERROR_NO_DEVICE,
+               "tenant '" + it->session.tenant + "' may use GPU " + std::to_string(highest) + ", and this host has " +
+                   std::to_string(host_gpus) + " GPU(s)");
+        it = pending_.erase(it);
+        continue;
+      }
+    }
+    ExecutorProcess* executor = pool_.TakeIdle(it->gpus);
+    if (executor == nullptr) {
+      ++it;
+      continue;
+    }
+    Admit(*it, *executor);
+    it = pending_.erase(it);
   }
 }
 
@@ -315,7 +346,11 @@ void Broker::Admit(const PendingHello& hello, ExecutorProcess& executor) {
     }
     assignment.quota_board = quota_board_->path();
     std::string error;
-    if (!dispatch_.OpenSession(assignment.session_id, hello.session.tenant, assignment.quota_session_slot, &error)) {
+    // Scheduled on each GPU the executor shows its session.
+    DeviceSet gpus = executor.gpus;
+    for (int gpu = 0; executor.gpus.empty() && gpu < executor.ready.devices; ++gpu) gpus.push_back(gpu);
+    if (!dispatch_.OpenSession(assignment.session_id, hello.session.tenant, assignment.quota_session_slot, gpus,
+                               &error)) {
       quota_board_->Settle(assignment.quota_session_slot);
       session_slot_used_[assignment.quota_session_slot] = false;
       Refuse(request, CUDA_ERROR_NOT_PERMITTED, error);

@@ -43,6 +43,7 @@ class Broker {
     transport::ListenerRequest request;
     int64_t deadline_ms = 0;
     SessionInfo session;
+    DeviceSet gpus;  // the tenant's GPUs; empty: every GPU
   };
 
   void HandleHello(transport::ListenerRequest request);

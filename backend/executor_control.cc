@@ -33,12 +33,13 @@ bool FromHex(const std::string& text, std::vector<uint8_t>* bytes) {
 
 }  // namespace
 
-std::string FormatReady(const std::string& ipc_endpoint, const std::string& tcp_endpoint) {
+std::string FormatReady(const std::string& ipc_endpoint, const std::string& tcp_endpoint, int devices) {
   uint16_t port = 0;
   if (const auto colon = tcp_endpoint.rfind(':'); colon != std::string::npos) {
     std::from_chars(tcp_endpoint.data() + colon + 1, tcp_endpoint.data() + tcp_endpoint.size(), port);
   }
-  return "READY " + (ipc_endpoint.empty() ? std::string("-") : ipc_endpoint) + " " + std::to_string(port);
+  return "READY " + (ipc_endpoint.empty() ? std::string("-") : ipc_endpoint) + " " + std::to_string(port) + " " +
+         std::to_string(devices);
 }
 
 std::string FormatFailed(CUresult result, const std::string& reason) {
@@ -58,7 +59,9 @@ bool ParseReady(const std::string& line, ExecutorReady* ready) {
   std::istringstream in(line);
   std::string word, ipc;
   unsigned port = 0;
-  if (!(in >> word >> ipc >> port) || word != "READY" || port > 65535) return false;
+  int devices = 0;
+  if (!(in >> word >> ipc >> port >> devices) || word != "READY" || port > 65535 || devices < 0) return false;
+  ready->devices = devices;
   ready->ipc_endpoint = ipc == "-" ? std::string() : ipc;
   ready->tcp_port = static_cast<uint16_t>(port);
   return true;

@@ -13,6 +13,7 @@ namespace curelay::backend {
 struct ExecutorReady {
   std::string ipc_endpoint;  // empty when the executor has none
   uint16_t tcp_port = 0;     // 0 when the executor has none
+  int devices = 0;           // the GPUs its driver shows it (all of the host's, or the tenant's it was started for)
 };
 
 struct SessionAssignment {
@@ -25,7 +26,7 @@ struct SessionAssignment {
   std::string dispatch_board;
 };
 
-std::string FormatReady(const std::string& ipc_endpoint, const std::string& tcp_endpoint);
+std::string FormatReady(const std::string& ipc_endpoint, const std::string& tcp_endpoint, int devices);
 std::string FormatFailed(CUresult result, const std::string& reason);
 std::string FormatSession(const SessionAssignment& assignment);
 bool ParseReady(const std::string& line, ExecutorReady* ready);

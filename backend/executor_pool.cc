@@ -9,7 +9,11 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdlib>
+#include <cstring>
 #include <thread>
+
+#include "common/gpu_list.h"
 
 namespace curelay::backend {
 namespace {
@@ -22,11 +26,44 @@ int64_t NowMs() {
 
 }  // namespace
 
-ExecutorPool::ExecutorPool(ExecutorSettings settings) : settings_(std::move(settings)) {}
+ExecutorPool::ExecutorPool(ExecutorSettings settings) : settings_(std::move(settings)) {
+  // Device sets are in the backend's numbering, so an executor's CUDA_VISIBLE_DEVICES names the entries of the
+  // backend's own list when it has one (a backend given GPUs 2,3 gives a tenant of GPU 1 the host's GPU 3).
+  if (const char* visible = std::getenv("CUDA_VISIBLE_DEVICES"); visible != nullptr && *visible != '\0') {
+    std::string entry;
+    for (const char* c = visible;; ++c) {
+      if (*c == ',' || *c == '\0') {
+        visible_devices_.push_back(entry);
+        entry.clear();
+        if (*c == '\0') break;
+      } else {
+        entry.push_back(*c);
+      }
+    }
+  }
+}
+
+std::vector<std::string> ExecutorPool::ExecutorEnvironment(const DeviceSet& gpus) const {
+  std::vector<std::string> environment;
+  for (char** variable = environ; *variable != nullptr; ++variable) {
+    if (gpus.empty() || std::strncmp(*variable, "CUDA_VISIBLE_DEVICES=", 21) != 0) environment.push_back(*variable);
+  }
+  if (!gpus.empty()) {
+    std::string visible = "CUDA_VISIBLE_DEVICES=";
+    for (size_t i = 0; i < gpus.size(); ++i) {
+      const size_t gpu = static_cast<size_t>(gpus[i]);
+      visible += (i == 0 ? "" : ",") + (visible_devices_.empty() ? std::to_string(gpu)
+                                        : gpu < visible_devices_.size() ? visible_devices_[gpu]
+                                                                         : std::string("-1"));
+    }
+    environment.push_back(visible);
+  }
+  return environment;
+}
 
 ExecutorPool::~ExecutorPool() { Shutdown(2000); }
 
-bool ExecutorPool::Start() {
+bool ExecutorPool::Start(const DeviceSet& gpus) {
   int fds[2];
   if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, fds) != 0) {
     spdlog::error("socketpair: {}", strerror(errno));
@@ -40,9 +77,15 @@ bool ExecutorPool::Start() {
                                            std::to_string(getpid()) + "-" + std::to_string(index) + ".sock"});
   }
   for (const auto& host : settings_.tcp_hosts) args.insert(args.end(), {"--bind", "tcp://" + host + ":*"});
+  if (!gpus.empty()) args.insert(args.end(), {"--host-gpus", FormatGpuList(gpus)});
   std::vector<char*> argv;
   for (auto& arg : args) argv.push_back(arg.data());
   argv.push_back(nullptr);
+  // Built before fork: the backend has threads, so the child may only call async-signal-safe functions.
+  std::vector<std::string> environment = ExecutorEnvironment(gpus);
+  std::vector<char*> envp;
+  for (auto& variable : environment) envp.push_back(variable.data());
+  envp.push_back(nullptr);
 
   const pid_t pid = fork();
   if (pid < 0) {
@@ -55,15 +98,16 @@ bool ExecutorPool::Start() {
     // The child keeps only its end of the control line, as descriptor 3.
     dup2(fds[1], 3);
     setpgid(0, 0);  // a terminal's Ctrl-C goes to the backend, which then shuts executors down in order
-    execv(argv[0], argv.data());
+    execve(argv[0], argv.data(), envp.data());
     _exit(127);
   }
   close(fds[1]);
   fcntl(fds[0], F_SETFL, O_NONBLOCK);
   auto executor = std::make_unique<ExecutorProcess>();
   executor->pid = pid;
+  executor->gpus = gpus;
   executor->control = ControlLine(fds[0]);
-  spdlog::debug("started executor pid {}", pid);
+  spdlog::debug("started executor pid {} (GPUs {})", pid, FormatGpuList(gpus));
   executors_.push_back(std::move(executor));
   return true;
 }
@@ -76,12 +120,16 @@ void ExecutorPool::Poll() {
     while (executor->control.PopLine(&line)) {
       if (executor->state == ExecutorProcess::State::kStarting && ParseReady(line, &executor->ready)) {
         executor->state = ExecutorProcess::State::kIdle;
-        consecutive_failures_ = 0;
+        executor->idle_since_ms = NowMs();
+        if (executor->gpus.empty()) {
+          consecutive_failures_ = 0;
+          host_gpus_ = executor->ready.devices;
+        }
         spdlog::debug("executor pid {} ready ({}, tcp port {})", executor->pid, executor->ready.ipc_endpoint,
                       executor->ready.tcp_port);
       } else if (ParseFailed(line, &executor->failure, &executor->failure_reason)) {
         executor->state = ExecutorProcess::State::kFailed;
-        start_failure_ = {executor->failure, executor->failure_reason};
+        start_failures_[executor->gpus] = {executor->failure, executor->failure_reason};
         spdlog::error("executor pid {} could not start: {}", executor->pid, executor->failure_reason);
       } else {
         spdlog::warn("executor pid {}: unexpected control line '{}'", executor->pid, line);
@@ -93,12 +141,21 @@ void ExecutorPool::Poll() {
     }
   }
   Reap();
+  for (auto& executor : executors_) {
+    if (executor->state != ExecutorProcess::State::kIdle || executor->gpus.empty() || executor->retired) continue;
+    if (NowMs() - executor->idle_since_ms < kSpareIdleMs) continue;
+    spdlog::info("executor pid {} for GPUs {} idle for {} s; stopping it", executor->pid,
+                 FormatGpuList(executor->gpus), kSpareIdleMs / 1000);
+    executor->retired = true;
+    kill(executor->pid, SIGTERM);
+  }
   // Top up the warm pool; after repeated start failures, back off instead of fork-looping.
   const auto warm = std::count_if(executors_.begin(), executors_.end(), [](const auto& e) {
-    return e->state == ExecutorProcess::State::kStarting || e->state == ExecutorProcess::State::kIdle;
+    return e->gpus.empty() &&
+           (e->state == ExecutorProcess::State::kStarting || e->state == ExecutorProcess::State::kIdle);
   });
   if (static_cast<size_t>(warm) < std::max<size_t>(settings_.warm_pool, 1) && NowMs() >= retry_after_ms_) {
-    if (!Start()) retry_after_ms_ = NowMs() + 1000;
+    if (!Start({})) retry_after_ms_ = NowMs() + 1000;
   }
 }
 
@@ -110,7 +167,9 @@ void ExecutorPool::Reap() {
     auto found = std::find_if(executors_.begin(), executors_.end(), [&](const auto& e) { return e->pid == pid; });
     if (found == executors_.end()) continue;
     ExecutorProcess& executor = **found;
-    if (WIFSIGNALED(status) && shutting_down_ && WTERMSIG(status) == SIGTERM) {
+    if (executor.retired) {
+      spdlog::debug("executor pid {} retired", pid);
+    } else if (WIFSIGNALED(status) && shutting_down_ && WTERMSIG(status) == SIGTERM) {
       spdlog::info("executor pid {} (session {}) stopped", pid, executor.session_id);
     } else if (executor.killed_by_admin) {
       spdlog::info("executor pid {} (session {}) ended by an administrator", pid, executor.session_id);
@@ -122,9 +181,9 @@ void ExecutorPool::Reap() {
                    WEXITSTATUS(status));
     } else if (executor.state != ExecutorProcess::State::kFailed) {
       spdlog::error("executor pid {} exited with status {} before serving a session", pid, WEXITSTATUS(status));
-      start_failure_ = {CUDA_ERROR_NO_DEVICE, "executor exited during start"};
+      start_failures_[executor.gpus] = {CUDA_ERROR_NO_DEVICE, "executor exited during start"};
     }
-    if (executor.state != ExecutorProcess::State::kServing) {
+    if (executor.state != ExecutorProcess::State::kServing && executor.gpus.empty() && !executor.retired) {
       if (++consecutive_failures_ >= 3) retry_after_ms_ = NowMs() + 1000 * std::min(consecutive_failures_, 30);
     }
     if (executor.state == ExecutorProcess::State::kServing && on_session_end_) on_session_end_(executor);
@@ -134,11 +193,22 @@ void ExecutorPool::Reap() {
   }
 }
 
-ExecutorProcess* ExecutorPool::TakeIdle() {
+ExecutorProcess* ExecutorPool::TakeIdle(const DeviceSet& gpus) {
+  ExecutorProcess* taken = nullptr;
+  int spares = 0;
   for (auto& executor : executors_) {
-    if (executor->state == ExecutorProcess::State::kIdle) return executor.get();
+    if (executor->gpus != gpus || executor->retired) continue;
+    const bool idle = executor->state == ExecutorProcess::State::kIdle;
+    if (idle && taken == nullptr) {
+      taken = executor.get();
+    } else if (idle || executor->state == ExecutorProcess::State::kStarting) {
+      ++spares;
+    }
   }
-  return nullptr;
+  // The first session of a tenant's own set waits for an executor's cuInit (docs/performance.md); the next finds
+  // this spare ready.
+  if (!gpus.empty() && spares == 0 && !shutting_down_) Start(gpus);
+  return taken;
 }
 
 bool ExecutorPool::Assign(ExecutorProcess& executor, const SessionAssignment& assignment, SessionInfo session) {
@@ -160,8 +230,8 @@ bool ExecutorPool::Kill(uint64_t session_id) {
   return false;
 }
 
-std::optional<std::pair<CUresult, std::string>> ExecutorPool::TakeStartFailure() {
-  return std::exchange(start_failure_, std::nullopt);
+std::map<DeviceSet, std::pair<CUresult, std::string>> ExecutorPool::TakeStartFailures() {
+  return std::exchange(start_failures_, {});
 }
 
 size_t ExecutorPool::serving() const {

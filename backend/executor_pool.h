@@ -1,11 +1,15 @@
 // The executor processes of one backend: starting them (a few ahead of demand, the warm pool), handing one to
 // each admitted client, and reaping them when their session ends or they crash.
+// An executor is started for a device set: every GPU of the host (the warm pool's), or the GPUs one tenant may
+// use, which the driver in that executor alone shows through CUDA_VISIBLE_DEVICES. The driver enforces the
+// restriction, renumbers the devices as a process on such a host would see them, and reports only those.
 #pragma once
 
 #include <sys/types.h>
 
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <memory>
 #include <optional>
 #include <string>
@@ -34,9 +38,13 @@ struct SessionInfo {
   int64_t started_unix = 0;
 };
 
+// Host GPU indices as the backend numbers them (its own CUDA_VISIBLE_DEVICES order); empty: every GPU.
+using DeviceSet = std::vector<int>;
+
 struct ExecutorProcess {
   enum class State { kStarting, kIdle, kServing, kFailed };
   pid_t pid = 0;
+  DeviceSet gpus;
   State state = State::kStarting;
   ControlLine control{-1};
   ExecutorReady ready;
@@ -44,39 +52,50 @@ struct ExecutorProcess {
   SessionInfo session;
   int quota_session_slot = -1;
   bool killed_by_admin = false;
+  bool retired = false;       // stopped by the pool (a device set's spare, idle too long)
+  int64_t idle_since_ms = 0;
   CUresult failure = CUDA_SUCCESS;
   std::string failure_reason;
 };
 
 class ExecutorPool {
  public:
+  static constexpr int64_t kSpareIdleMs = 300'000;
+
   explicit ExecutorPool(ExecutorSettings settings);
   ~ExecutorPool();
 
   // Reads control lines, reaps exited executors and tops up the warm pool. Never blocks.
   void Poll();
-  // An idle executor for a new session, or nullptr if none is ready yet (Poll() starts more).
-  ExecutorProcess* TakeIdle();
+  // An idle executor of device set `gpus` for a new session, or nullptr if none is ready yet. A tenant's own set
+  // is started on demand; from then on one spare of it is kept ready for the tenant's next session, until it has
+  // been idle for `kSpareIdleMs` (the warm pool covers the set of every GPU).
+  ExecutorProcess* TakeIdle(const DeviceSet& gpus);
   bool Assign(ExecutorProcess& executor, const SessionAssignment& assignment, SessionInfo session);
   // Called when a serving executor has exited (however it ended), before it is forgotten.
   void OnSessionEnd(std::function<void(const ExecutorProcess&)> callback) { on_session_end_ = std::move(callback); }
   // Ends a session at once (SIGKILL to its executor: the client's next call fails); false if no such session.
   bool Kill(uint64_t session_id);
-  // The failure of the most recent executor that could not start, for refusing clients with its reason.
-  std::optional<std::pair<CUresult, std::string>> TakeStartFailure();
+  // Why executors could not start since the last call, by device set, for refusing the clients waiting for them.
+  std::map<DeviceSet, std::pair<CUresult, std::string>> TakeStartFailures();
+  // How many GPUs the host has, as the first executor of every GPU reported; 0 until one has started.
+  int host_gpus() const { return host_gpus_; }
   size_t serving() const;
   std::vector<const ExecutorProcess*> executors() const;
   // SIGTERM to every executor, then SIGKILL to any still alive after `grace_ms`.
   void Shutdown(int grace_ms);
 
  private:
-  bool Start();
+  bool Start(const DeviceSet& gpus);
   void Reap();
+  std::vector<std::string> ExecutorEnvironment(const DeviceSet& gpus) const;
 
   ExecutorSettings settings_;
   std::vector<std::unique_ptr<ExecutorProcess>> executors_;
   uint64_t next_socket_ = 0;
-  std::optional<std::pair<CUresult, std::string>> start_failure_;
+  std::map<DeviceSet, std::pair<CUresult, std::string>> start_failures_;
+  std::vector<std::string> visible_devices_;  // the backend's own CUDA_VISIBLE_DEVICES entries; empty if unset
+  int host_gpus_ = 0;
   int consecutive_failures_ = 0;
   int64_t retry_after_ms_ = 0;
   bool shutting_down_ = false;

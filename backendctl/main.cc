@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "backendctl/table.h"
+#include "common/gpu_list.h"
 #include "transport/channel.h"
 
 namespace {
@@ -34,6 +35,7 @@ constexpr const char* kUsage =
     "limits:\n"
     "  --priority high|normal|low   --weight N           --memory-quota BYTES[K|M|G|T] (0: none)\n"
     "  --memory-policy fail|wait    --wait-timeout MS    --max-sessions N (0: unlimited)\n"
+    "  --gpus all|I,J,...           the host GPUs (as the backend numbers them) its sessions see, in that order\n"
     "endpoint: --endpoint, else $CURELAY_ADMIN_ENDPOINT, else ipc:///dev/shm/curelay/admin.sock;\n"
     "a tcp:// endpoint needs the admin token in $CURELAY_ADMIN_TOKEN.\n";
 
@@ -80,6 +82,7 @@ bool ParseLimits(const std::vector<std::string>& args, size_t first, json* field
     else if (flag == "--weight" && ParseCount(value, &number)) (*fields)["weight"] = number;
     else if (flag == "--wait-timeout" && ParseCount(value, &number)) (*fields)["wait_timeout_ms"] = number;
     else if (flag == "--max-sessions" && ParseCount(value, &number)) (*fields)["max_sessions"] = number;
+    else if (const auto gpus = flag == "--gpus" ? curelay::ParseGpuList(value) : std::nullopt) (*fields)["gpus"] = *gpus;
     else {
       *error = "bad limit " + flag + " " + value;
       return false;
@@ -117,12 +120,13 @@ std::string Bytes(uint64_t bytes) {
 }
 
 void PrintTenants(const json& tenants) {
-  curelay::backendctl::Table table({"NAME", "PRIORITY", "WEIGHT", "MEMORY QUOTA", "POLICY", "WAIT MS", "MAX SESSIONS"});
+  curelay::backendctl::Table table({"NAME", "PRIORITY", "WEIGHT", "MEMORY QUOTA", "POLICY", "WAIT MS", "MAX SESSIONS", "GPUS"});
   for (const json& t : tenants) {
     const uint64_t max_sessions = t["max_sessions"];
     table.Add({t["name"], t["priority"], std::to_string(t["weight"].get<uint64_t>()),
                Bytes(t["memory_quota_bytes"]), t["memory_policy"], std::to_string(t["wait_timeout_ms"].get<uint64_t>()),
-               max_sessions == 0 ? "-" : std::to_string(max_sessions)});
+               max_sessions == 0 ? "-" : std::to_string(max_sessions),
+               curelay::FormatGpuList(t["gpus"].get<std::vector<int>>())});
   }
   table.Print(std::cout);
 }

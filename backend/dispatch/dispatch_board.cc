@@ -7,7 +7,7 @@
 namespace curelay::backend {
 namespace {
 
-constexpr uint64_t kMagic = 0x3164707379616c65;  // "elaysdp1"
+constexpr uint64_t kMagic = 0x3264707379616c65;  // "elaysdp2"
 
 }  // namespace
 
@@ -37,8 +37,10 @@ DispatchBoard::~DispatchBoard() { munmap(layout_, sizeof(DispatchBoardLayout)); 
 
 void DispatchBoard::Reset(int index) {
   SessionDispatchSlot& s = layout_->sessions[index];
-  s.may_dispatch.store(1);
-  s.inflight_budget_ns.store(std::numeric_limits<int64_t>::max());
+  for (GpuGrant& grant : s.grants) {
+    grant.may_dispatch.store(1);
+    grant.inflight_budget_ns.store(std::numeric_limits<int64_t>::max());
+  }
   s.tail.store(s.head.load());
 }
 

@@ -19,12 +19,10 @@ scheduler::TenantLimits Limits(const TenantRecord& tenant) {
                     : tenant.priority == "low" ? scheduler::PriorityClass::kLow
                                                : scheduler::PriorityClass::kNormal;
   limits.weight = std::max<uint32_t>(tenant.weight, 1);
+  limits.gpus.assign(tenant.gpus.begin(), tenant.gpus.end());
   // Sessions and memory are the broker's and the quota board's to limit; the scheduler only orders work.
   return limits;
 }
-
-// Sessions are scheduled on the host's first GPU (docs/scheduling.md: one GPU per host for now).
-constexpr scheduler::GpuIndex kGpu = 0;
 
 }  // namespace
 
@@ -52,7 +50,8 @@ void DispatchService::SetTenant(const TenantRecord& tenant) {
   }
 }
 
-bool DispatchService::OpenSession(uint64_t session, const std::string& tenant, int slot, std::string* error) {
+bool DispatchService::OpenSession(uint64_t session, const std::string& tenant, int slot,
+                                  const std::vector<int>& gpus, std::string* error) {
   std::lock_guard lock(mutex_);
   const auto found = tenant_ids_.find(tenant);
   if (found == tenant_ids_.end() || slot < 0 || slot >= kMaxDispatchSessions) {
@@ -60,46 +59,54 @@ bool DispatchService::OpenSession(uint64_t session, const std::string& tenant, i
     return false;
   }
   board_->Reset(slot);
-  const scheduler::Status status = scheduler_.OpenSession(session, found->second, kGpu, Now());
-  if (status != scheduler::Status::kOk) {
-    *error = "the scheduler refused the session";
-    return false;
+  const scheduler::TimePoint now = Now();
+  for (size_t i = 0; i < gpus.size(); ++i) {
+    const bool valid = gpus[i] >= 0 && gpus[i] < kMaxDispatchGpus;
+    if (!valid || scheduler_.OpenSession(Lane(session, gpus[i]), found->second, gpus[i], now) !=
+                      scheduler::Status::kOk) {
+      for (size_t j = 0; j < i; ++j) scheduler_.CloseSession(Lane(session, gpus[j]), now);
+      *error = "the scheduler refused the session on GPU " + std::to_string(gpus[i]);
+      return false;
+    }
+    // The first grant, before the executor's first launch there.
+    if (const auto grant = scheduler_.GetGrant(Lane(session, gpus[i]))) {
+      GpuGrant& target = board_->slot(slot).grants[gpus[i]];
+      target.inflight_budget_ns.store(grant->inflight_budget_ns);
+      target.may_dispatch.store(grant->may_dispatch ? 1 : 0);
+    }
   }
-  session_slots_[session] = slot;
-  session_tenants_[session] = found->second;
-  // The first grant, before the executor's first launch.
-  if (const auto grant = scheduler_.GetGrant(session)) {
-    board_->slot(slot).inflight_budget_ns.store(grant->inflight_budget_ns);
-    board_->slot(slot).may_dispatch.store(grant->may_dispatch ? 1 : 0);
-  }
+  sessions_[session] = {slot, found->second, gpus};
   return true;
 }
 
 void DispatchService::CloseSession(uint64_t session) {
   std::lock_guard lock(mutex_);
-  if (session_slots_.erase(session) == 0) return;
-  session_tenants_.erase(session);
-  scheduler_.CloseSession(session, Now());
+  const auto found = sessions_.find(session);
+  if (found == sessions_.end()) return;
+  for (int gpu : found->second.gpus) scheduler_.CloseSession(Lane(session, gpu), Now());
+  sessions_.erase(found);
 }
 
-void DispatchService::Drain(uint64_t session, int slot, scheduler::TimePoint now) {
+void DispatchService::Drain(uint64_t session, const OpenedSession& opened, scheduler::TimePoint now) {
   DispatchEvent event{};
-  while (DispatchBoard::Pop(board_->slot(slot), &event)) {
+  while (DispatchBoard::Pop(board_->slot(opened.slot), &event)) {
+    const int gpu = static_cast<int>(event.gpu);
+    if (std::find(opened.gpus.begin(), opened.gpus.end(), gpu) == opened.gpus.end()) continue;  // not its GPU
+    const uint64_t lane = Lane(session, gpu);
     switch (event.kind) {
       case DispatchEventKind::kArrived:
-        scheduler_.WorkArrived(session, now);
+        scheduler_.WorkArrived(lane, now);
         break;
       case DispatchEventKind::kDispatched: {
-        const scheduler::DispatchDecision decision = scheduler_.WorkDispatched(session, event.kernel, now);
-        queue_waits_[session_tenants_[session]].Observe(
-            std::chrono::duration<double>(decision.queue_wait).count());
+        const scheduler::DispatchDecision decision = scheduler_.WorkDispatched(lane, event.kernel, now);
+        queue_waits_[opened.tenant].Observe(std::chrono::duration<double>(decision.queue_wait).count());
         break;
       }
       case DispatchEventKind::kCompleted: {
         const int64_t gpu_ns = std::max<int64_t>(event.gpu_ns, 0);
-        scheduler_.WorkCompleted(session, event.kernel, scheduler::Duration(gpu_ns), now);
-        busy_ns_[busy_bucket_ % 10] += gpu_ns;
-        busy_total_ns_ += gpu_ns;
+        scheduler_.WorkCompleted(lane, event.kernel, scheduler::Duration(gpu_ns), now);
+        busy_[gpu].recent_ns[busy_bucket_ % 10] += gpu_ns;
+        busy_[gpu].total_ns += gpu_ns;
         break;
       }
     }
@@ -113,13 +120,16 @@ void DispatchService::Loop() {
       std::lock_guard lock(mutex_);
       const scheduler::TimePoint now = Now();
       const int64_t bucket = now.time_since_epoch().count() / 100'000'000;
-      while (busy_bucket_ < bucket) busy_ns_[++busy_bucket_ % 10] = 0;
-      for (const auto& [session, slot] : session_slots_) Drain(session, slot, now);
+      while (busy_bucket_ < bucket) {
+        ++busy_bucket_;
+        for (GpuBusy& gpu : busy_) gpu.recent_ns[busy_bucket_ % 10] = 0;
+      }
+      for (const auto& [session, opened] : sessions_) Drain(session, opened, now);
       scheduler_.Tick(now);
       for (const scheduler::SessionGrant& change : scheduler_.TakeChangedGrants()) {
-        const auto slot = session_slots_.find(change.session);
-        if (slot == session_slots_.end()) continue;
-        SessionDispatchSlot& target = board_->slot(slot->second);
+        const auto opened = sessions_.find(change.session / kMaxDispatchGpus);
+        if (opened == sessions_.end()) continue;
+        GpuGrant& target = board_->slot(opened->second.slot).grants[change.session % kMaxDispatchGpus];
         // The budget first: an executor that sees the new permission must not use the old budget with it.
         target.inflight_budget_ns.store(change.grant.inflight_budget_ns, std::memory_order_release);
         target.may_dispatch.store(change.grant.may_dispatch ? 1 : 0, std::memory_order_release);
@@ -147,15 +157,17 @@ std::optional<DispatchService::TenantFigures> DispatchService::Figures(const std
   return figures;
 }
 
-double DispatchService::BusySeconds() {
+double DispatchService::BusySeconds(int gpu) {
+  if (gpu < 0 || gpu >= kMaxDispatchGpus) return 0;
   std::lock_guard lock(mutex_);
-  return static_cast<double>(busy_total_ns_) / 1e9;
+  return static_cast<double>(busy_[gpu].total_ns) / 1e9;
 }
 
-double DispatchService::Utilization() {
+double DispatchService::Utilization(int gpu) {
+  if (gpu < 0 || gpu >= kMaxDispatchGpus) return 0;
   std::lock_guard lock(mutex_);
   int64_t busy = 0;
-  for (int64_t ns : busy_ns_) busy += ns;
+  for (int64_t ns : busy_[gpu].recent_ns) busy += ns;
   return std::min(1.0, static_cast<double>(busy) / 1e9);
 }
 

@@ -1,6 +1,8 @@
 // The scheduler at work in the backend: a thread that drains the executors' reports from the dispatch board into
 // scheduler::Scheduler, lets time pass (slices rotate), and writes the grants that changed back onto the board,
 // every 100 us. The broker tells it about tenants and sessions; backendctl and the metrics endpoint read figures.
+// A session is scheduled on each GPU it can use separately (a lane per GPU): each GPU has its own turns, budgets
+// and precedence, as the scheduler keeps one GpuScheduler per GPU.
 #pragma once
 
 #include <atomic>
@@ -11,6 +13,7 @@
 #include <optional>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "backend/dispatch/dispatch_board.h"
 #include "backend/metrics/metrics_snapshot.h"
@@ -31,8 +34,10 @@ class DispatchService {
 
   // Adds a tenant or applies its changed class and weight (at the GPU's next decision).
   void SetTenant(const TenantRecord& tenant);
-  // A tenant session on dispatch slot `slot`; false with `error` when the scheduler refuses it.
-  bool OpenSession(uint64_t session, const std::string& tenant, int slot, std::string* error);
+  // A tenant session on dispatch slot `slot`, able to use host GPUs `gpus`; false with `error` when the scheduler
+  // refuses it.
+  bool OpenSession(uint64_t session, const std::string& tenant, int slot, const std::vector<int>& gpus,
+                   std::string* error);
   void CloseSession(uint64_t session);
 
   struct TenantFigures {
@@ -45,25 +50,33 @@ class DispatchService {
     QueueWaitHistogram queue_wait;  // every dispatch since the backend started
   };
   std::optional<TenantFigures> Figures(const std::string& tenant);
-  // Fraction of the last second the GPU had scheduled work completing, as the scheduler saw it (GPU 0).
-  double Utilization();
-  // GPU time of all scheduled work completed since the backend started (GPU 0).
-  double BusySeconds();
+  // Fraction of the last second host GPU `gpu` had scheduled work completing, as the scheduler saw it.
+  double Utilization(int gpu);
+  // GPU time of all scheduled work completed on host GPU `gpu` since the backend started.
+  double BusySeconds(int gpu);
 
  private:
+  struct OpenedSession {
+    int slot = -1;
+    scheduler::TenantId tenant = 0;
+    std::vector<int> gpus;
+  };
+  // The scheduler's session id of a session's lane on one GPU.
+  static uint64_t Lane(uint64_t session, int gpu) { return session * kMaxDispatchGpus + static_cast<uint64_t>(gpu); }
   void Loop();
-  void Drain(uint64_t session, int slot, scheduler::TimePoint now);
+  void Drain(uint64_t session, const OpenedSession& opened, scheduler::TimePoint now);
 
   std::mutex mutex_;  // guards everything below (the thread and the broker both use the scheduler)
   scheduler::Scheduler scheduler_;
   std::unique_ptr<DispatchBoard> board_;
   std::map<std::string, scheduler::TenantId> tenant_ids_;
-  std::map<uint64_t, int> session_slots_;
-  std::map<uint64_t, scheduler::TenantId> session_tenants_;
+  std::map<uint64_t, OpenedSession> sessions_;
   std::map<scheduler::TenantId, QueueWaitHistogram> queue_waits_;
-  int64_t busy_total_ns_ = 0;
-  // GPU time completed, in 100 ms buckets over the last second, for utilization.
-  int64_t busy_ns_[10] = {};
+  struct GpuBusy {
+    int64_t total_ns = 0;
+    int64_t recent_ns[10] = {};  // GPU time completed, in 100 ms buckets over the last second, for utilization
+  };
+  GpuBusy busy_[kMaxDispatchGpus];
   int64_t busy_bucket_ = 0;
   std::atomic<bool> stop_{false};
   std::thread thread_;

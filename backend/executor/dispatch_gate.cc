@@ -18,7 +18,7 @@ void Pause(long nanoseconds) {
 
 DispatchGate::~DispatchGate() { Release(); }
 
-bool DispatchGate::Attach(const std::string& board_path, int slot, std::string* error) {
+bool DispatchGate::Attach(const std::string& board_path, int slot, std::vector<int> host_gpus, std::string* error) {
   if (board_path.empty() || slot < 0) return true;
   if (slot >= backend::kMaxDispatchSessions) {
     *error = "dispatch slot out of range";
@@ -27,11 +27,12 @@ bool DispatchGate::Attach(const std::string& board_path, int slot, std::string* 
   board_.reset(backend::DispatchBoard::Open(board_path, error));
   if (board_ == nullptr) return false;
   slot_ = &board_->slot(slot);
+  host_gpus_ = std::move(host_gpus);
   return true;
 }
 
-void DispatchGate::Report(backend::DispatchEventKind kind, uint64_t kernel, int64_t gpu_ns) {
-  const backend::DispatchEvent event{kind, 0, kernel, gpu_ns};
+void DispatchGate::Report(backend::DispatchEventKind kind, int gpu, uint64_t kernel, int64_t gpu_ns) {
+  const backend::DispatchEvent event{kind, static_cast<uint32_t>(gpu), kernel, gpu_ns};
   // The backend drains every slot every ~100 us; a ring still full after a second means it is gone or stuck, and
   // the event is dropped rather than stopping the session.
   for (int attempt = 0; attempt < 50000; ++attempt) {
@@ -41,28 +42,42 @@ void DispatchGate::Report(backend::DispatchEventKind kind, uint64_t kernel, int6
   spdlog::warn("dispatch ring full for 1 s: an event was dropped");
 }
 
-void DispatchGate::AwaitGrant(uint64_t kernel) {
+DispatchGate::Timing DispatchGate::Locate() const {
+  Timing where;
+  if (driver_.cuCtxGetCurrent != nullptr) driver_.cuCtxGetCurrent(&where.context);
+  CUdevice device = 0;
+  if (where.context == nullptr || driver_.cuCtxGetDevice(&device) != CUDA_SUCCESS || device < 0) device = 0;
+  const size_t ordinal = static_cast<size_t>(device);
+  where.gpu = host_gpus_.empty() ? device : ordinal < host_gpus_.size() ? host_gpus_[ordinal] : host_gpus_[0];
+  if (where.gpu >= backend::kMaxDispatchGpus) where.gpu = 0;
+  return where;
+}
+
+DispatchGate::GpuLane& DispatchGate::LaneOf(int gpu) {
+  for (GpuLane& lane : lanes_) {
+    if (lane.gpu == gpu) return lane;
+  }
+  return lanes_.emplace_back(GpuLane{gpu, {}, 0});
+}
+
+void DispatchGate::AwaitGrant(const Timing& where, uint64_t kernel) {
   if (slot_ == nullptr) return;
   const int64_t estimate = std::chrono::nanoseconds(cost_model_.Estimate(kernel)).count();
+  const backend::GpuGrant& grant = slot_->grants[where.gpu];
+  const GpuLane& lane = LaneOf(where.gpu);
   bool reported = false;
   for (;;) {
     Poll();
-    const bool may_dispatch = slot_->may_dispatch.load(std::memory_order_acquire) != 0;
-    const int64_t budget = slot_->inflight_budget_ns.load(std::memory_order_acquire);
-    // Work may always start when nothing of this session's is in flight, however large (nothing starves).
-    if (may_dispatch && (inflight_.empty() || inflight_estimate_ns_ <= budget - estimate)) return;
+    const bool may_dispatch = grant.may_dispatch.load(std::memory_order_acquire) != 0;
+    const int64_t budget = grant.inflight_budget_ns.load(std::memory_order_acquire);
+    // Work may always start when nothing of this session's is in flight there, however large (nothing starves).
+    if (may_dispatch && (lane.inflight.empty() || lane.inflight_estimate_ns <= budget - estimate)) return;
     if (!reported) {
-      Report(backend::DispatchEventKind::kArrived, kernel, 0);
+      Report(backend::DispatchEventKind::kArrived, where.gpu, kernel, 0);
       reported = true;
     }
     Pause(20'000);
   }
-}
-
-CUcontext DispatchGate::CurrentContext() const {
-  CUcontext context = nullptr;
-  if (driver_.cuCtxGetCurrent != nullptr) driver_.cuCtxGetCurrent(&context);
-  return context;
 }
 
 CUevent DispatchGate::TakeEvent(CUcontext context) {
@@ -76,16 +91,13 @@ CUevent DispatchGate::TakeEvent(CUcontext context) {
   return driver_.cuEventCreate(&event, CU_EVENT_DEFAULT) == CUDA_SUCCESS ? event : nullptr;
 }
 
-DispatchGate::Timing DispatchGate::BeginLaunch(CUstream stream) {
-  Timing timing;
-  if (slot_ == nullptr) return timing;
-  timing.context = CurrentContext();
+void DispatchGate::BeginLaunch(Timing& timing, CUstream stream) {
+  if (slot_ == nullptr) return;
   timing.start = TakeEvent(timing.context);
   if (timing.start != nullptr && driver_.cuEventRecord(timing.start, stream) != CUDA_SUCCESS) {
     GiveEvent(timing.context, timing.start);
     timing.start = nullptr;
   }
-  return timing;
 }
 
 void DispatchGate::EndLaunch(uint64_t kernel, CUstream stream, const Timing& timing, bool launched) {
@@ -94,61 +106,75 @@ void DispatchGate::EndLaunch(uint64_t kernel, CUstream stream, const Timing& tim
     if (timing.start != nullptr) GiveEvent(timing.context, timing.start);
     return;
   }
-  Report(backend::DispatchEventKind::kDispatched, kernel, 0);
+  Report(backend::DispatchEventKind::kDispatched, timing.gpu, kernel, 0);
   const int64_t estimate = std::chrono::nanoseconds(cost_model_.Estimate(kernel)).count();
   CUevent end = timing.start != nullptr ? TakeEvent(timing.context) : nullptr;
   if (end == nullptr || driver_.cuEventRecord(end, stream) != CUDA_SUCCESS) {
     // Untimed: the scheduler hears of the completion at once with the estimate as its time.
     if (end != nullptr) GiveEvent(timing.context, end);
     if (timing.start != nullptr) GiveEvent(timing.context, timing.start);
-    Report(backend::DispatchEventKind::kCompleted, kernel, estimate);
+    Report(backend::DispatchEventKind::kCompleted, timing.gpu, kernel, estimate);
     return;
   }
-  inflight_.push_back({kernel, estimate, timing.context, timing.start, end});
-  inflight_estimate_ns_ += estimate;
+  GpuLane& lane = LaneOf(timing.gpu);
+  lane.inflight.push_back({kernel, estimate, timing.context, timing.start, end});
+  lane.inflight_estimate_ns += estimate;
+}
+
+void DispatchGate::Complete(GpuLane& lane, const Inflight& work, int64_t gpu_ns) {
+  Report(backend::DispatchEventKind::kCompleted, lane.gpu, work.kernel, gpu_ns);
+  lane.inflight_estimate_ns -= work.estimate_ns;
 }
 
 void DispatchGate::Poll() {
-  // In launch order, up to the first launch still running: Poll runs before every launch, so it must cost one
-  // query when nothing finished. Launches on other streams that finish earlier are reported when those before
-  // them are (their in-flight estimate lingers meanwhile, which only makes a budget stricter).
-  for (auto it = inflight_.begin(); it != inflight_.end();) {
-    const CUresult state = driver_.cuEventQuery(it->end);
-    if (state == CUDA_ERROR_NOT_READY) break;
-    float milliseconds = 0;
-    int64_t gpu_ns = it->estimate_ns;
-    if (state == CUDA_SUCCESS && driver_.cuEventElapsedTime(&milliseconds, it->start, it->end) == CUDA_SUCCESS) {
-      gpu_ns = static_cast<int64_t>(static_cast<double>(milliseconds) * 1e6);
-      cost_model_.Observe(it->kernel, std::chrono::nanoseconds(gpu_ns));
+  // Per GPU in launch order, up to the first launch still running: Poll runs before every launch, so it must cost
+  // one query per busy GPU when nothing finished. Launches on other streams that finish earlier are reported when
+  // those before them are (their in-flight estimate lingers meanwhile, which only makes a budget stricter).
+  for (GpuLane& lane : lanes_) {
+    while (!lane.inflight.empty()) {
+      const Inflight& work = lane.inflight.front();
+      const CUresult state = driver_.cuEventQuery(work.end);
+      if (state == CUDA_ERROR_NOT_READY) break;
+      float milliseconds = 0;
+      int64_t gpu_ns = work.estimate_ns;
+      if (state == CUDA_SUCCESS && driver_.cuEventElapsedTime(&milliseconds, work.start, work.end) == CUDA_SUCCESS) {
+        gpu_ns = static_cast<int64_t>(static_cast<double>(milliseconds) * 1e6);
+        cost_model_.Observe(work.kernel, std::chrono::nanoseconds(gpu_ns));
+      }
+      Complete(lane, work, gpu_ns);
+      GiveEvent(work.context, work.start);
+      GiveEvent(work.context, work.end);
+      lane.inflight.pop_front();
     }
-    Report(backend::DispatchEventKind::kCompleted, it->kernel, gpu_ns);
-    inflight_estimate_ns_ -= it->estimate_ns;
-    GiveEvent(it->context, it->start);
-    GiveEvent(it->context, it->end);
-    it = inflight_.erase(it);
   }
 }
 
+bool DispatchGate::HasInflight() const {
+  for (const GpuLane& lane : lanes_) {
+    if (!lane.inflight.empty()) return true;
+  }
+  return false;
+}
+
 void DispatchGate::ForgetContext(CUcontext context) {
-  for (auto it = inflight_.begin(); it != inflight_.end();) {
-    if (it->context != context) {
-      ++it;
-      continue;
-    }
-    Report(backend::DispatchEventKind::kCompleted, it->kernel, it->estimate_ns);
-    inflight_estimate_ns_ -= it->estimate_ns;
-    it = inflight_.erase(it);
+  for (GpuLane& lane : lanes_) {
+    std::erase_if(lane.inflight, [&](const Inflight& work) {
+      if (work.context != context) return false;
+      Complete(lane, work, work.estimate_ns);
+      return true;
+    });
   }
   std::erase_if(spare_events_, [context](const SpareEvent& spare) { return spare.context == context; });
 }
 
 void DispatchGate::Release() {
-  for (const Inflight& launch : inflight_) {
-    driver_.cuEventDestroy(launch.start);
-    driver_.cuEventDestroy(launch.end);
+  for (GpuLane& lane : lanes_) {
+    for (const Inflight& work : lane.inflight) {
+      driver_.cuEventDestroy(work.start);
+      driver_.cuEventDestroy(work.end);
+    }
   }
-  inflight_.clear();
-  inflight_estimate_ns_ = 0;
+  lanes_.clear();
   for (const SpareEvent& spare : spare_events_) driver_.cuEventDestroy(spare.event);
   spare_events_.clear();
 }

@@ -1,8 +1,9 @@
-// Holds a tenant session's kernel launches to the scheduler's grant (backend/dispatch/dispatch_board.h) and reports
-// each launch and the GPU time it took, measured with a pair of driver events around it. The grant is read from
-// shared memory before every launch; the executor waits (polling every 20 us) only while the grant says no, or
-// while its in-flight work would exceed the budget a higher class imposes. Sessions without a slot (anonymous)
-// are not scheduled and pay nothing.
+// Holds a tenant session's GPU work to the scheduler's grant (backend/dispatch/dispatch_board.h) and reports each
+// piece of work and the GPU time it took, measured with a pair of driver events around it. Grants are per host
+// GPU: work goes by the grant of the GPU of the context current when it is issued, read from shared memory before
+// every launch; the executor waits (polling every 20 us) only while that grant says no, or while its in-flight work
+// there would exceed the budget a higher class imposes. Sessions without a slot (anonymous) are not scheduled and
+// pay nothing.
 #pragma once
 
 #include <cuda.h>
@@ -24,24 +25,29 @@ class DispatchGate {
   explicit DispatchGate(Driver& driver) : driver_(driver) {}
   ~DispatchGate();
 
-  bool Attach(const std::string& board_path, int slot, std::string* error);
+  // `host_gpus`: the host GPU index of each device ordinal the driver shows this executor; empty: the same.
+  bool Attach(const std::string& board_path, int slot, std::vector<int> host_gpus, std::string* error);
   bool active() const { return slot_ != nullptr; }
 
-  // Waits until a launch of `kernel` may start.
-  void AwaitGrant(uint64_t kernel);
-  // A launch's start marker and the context it belongs to (start is null when the launch cannot be timed).
+  // Where a piece of work runs: the current context, its host GPU, and (once begun) its start marker.
   struct Timing {
     CUcontext context = nullptr;
+    int gpu = 0;
     CUevent start = nullptr;
   };
-  // Records the start marker of a launch on `stream`.
-  Timing BeginLaunch(CUstream stream);
+  // The context current now and its GPU (work with no usable context is accounted to the session's first GPU;
+  // the driver refuses it anyway).
+  Timing Locate() const;
+  // Waits until work `kernel` may start on `where.gpu`.
+  void AwaitGrant(const Timing& where, uint64_t kernel);
+  // Records the start marker of the work on `stream`.
+  void BeginLaunch(Timing& timing, CUstream stream);
   // After the launch: if it succeeded, records its end marker and reports it dispatched; otherwise gives the start
   // marker back.
   void EndLaunch(uint64_t kernel, CUstream stream, const Timing& timing, bool launched);
-  // Reports launches whose end marker has completed, with their GPU time.
+  // Reports work whose end marker has completed, with its GPU time.
   void Poll();
-  bool HasInflight() const { return !inflight_.empty(); }
+  bool HasInflight() const;
   // Drops everything in flight (session teardown).
   void Release();
   // `context` is being destroyed or reset, and with it the markers made in it: forget them (their work is reported
@@ -56,20 +62,27 @@ class DispatchGate {
     CUevent start;
     CUevent end;
   };
+  // One GPU's work in flight, in launch order.
+  struct GpuLane {
+    int gpu;
+    std::deque<Inflight> inflight;
+    int64_t inflight_estimate_ns = 0;
+  };
   struct SpareEvent {
     CUcontext context;
     CUevent event;
   };
-  CUcontext CurrentContext() const;
+  GpuLane& LaneOf(int gpu);
   CUevent TakeEvent(CUcontext context);
   void GiveEvent(CUcontext context, CUevent event) { spare_events_.push_back({context, event}); }
-  void Report(backend::DispatchEventKind kind, uint64_t kernel, int64_t gpu_ns);
+  void Report(backend::DispatchEventKind kind, int gpu, uint64_t kernel, int64_t gpu_ns);
+  void Complete(GpuLane& lane, const Inflight& work, int64_t gpu_ns);
 
   Driver& driver_;
   std::unique_ptr<backend::DispatchBoard> board_;
   backend::SessionDispatchSlot* slot_ = nullptr;
-  std::deque<Inflight> inflight_;
-  int64_t inflight_estimate_ns_ = 0;
+  std::vector<int> host_gpus_;
+  std::vector<GpuLane> lanes_;  // a handful: the GPUs this session has used
   std::vector<SpareEvent> spare_events_;
   scheduler::KernelCostModel cost_model_{std::chrono::microseconds(500), 0.25};
 };

@@ -15,6 +15,7 @@
 #include "backend/executor/driver.h"
 #include "backend/executor/session.h"
 #include "backend/executor_control.h"
+#include "common/gpu_list.h"
 #include "common/logging.h"
 #include "schema/wire.h"
 #include "transport/channel.h"
@@ -26,6 +27,7 @@ struct Options {
   std::vector<std::string> bind_endpoints;
   int control_fd = -1;
   std::string log_level = "info";
+  std::vector<int> host_gpus;  // the host GPU index of each device its driver shows; empty: the same numbers
 };
 
 bool ParseOptions(int argc, char** argv, Options* options) {
@@ -36,7 +38,11 @@ bool ParseOptions(int argc, char** argv, Options* options) {
     else if (flag == "--bind") options->bind_endpoints.push_back(value);
     else if (flag == "--control-fd") options->control_fd = std::stoi(value);
     else if (flag == "--log-level") options->log_level = value;
-    else return false;
+    else if (const auto gpus = flag == "--host-gpus" ? curelay::ParseGpuList(value) : std::nullopt) {
+      options->host_gpus = *gpus;
+    } else {
+      return false;
+    }
   }
   return (argc % 2) == 1 && !options->driver_path.empty() && !options->bind_endpoints.empty() &&
          options->control_fd >= 0;
@@ -68,7 +74,7 @@ int main(int argc, char** argv) {
   if (!ParseOptions(argc, argv, &options)) {
     std::fprintf(stderr,
                  "usage: curelay-executor --driver PATH --bind ENDPOINT [--bind ENDPOINT] --control-fd FD "
-                 "[--log-level LEVEL]\n(started by curelay-backend)\n");
+                 "[--log-level LEVEL] [--host-gpus I,J,...]\n(started by curelay-backend)\n");
     return 2;
   }
   ConfigureLogging("curelay-executor", options.log_level);
@@ -88,6 +94,19 @@ int main(int argc, char** argv) {
     control.Write(backend::FormatFailed(result, "cuInit failed"));
     return 1;
   }
+  int devices = 0;
+  if (const CUresult result = driver.cuDeviceGetCount(&devices); result != CUDA_SUCCESS) {
+    control.Write(backend::FormatFailed(result, "cuDeviceGetCount failed"));
+    return 1;
+  }
+  if (!options.host_gpus.empty() && options.host_gpus.size() != static_cast<size_t>(devices)) {
+    // The driver dropped some of the GPUs it was told to show (one that does not exist, and all after it).
+    const std::string reason = "the driver shows " + std::to_string(devices) + " of the GPUs " +
+                               FormatGpuList(options.host_gpus) + " this executor was started for";
+    spdlog::error("{}", reason);
+    control.Write(backend::FormatFailed(CUDA_ERROR_NO_DEVICE, reason));
+    return 1;
+  }
   transport::ChannelOptions channel_options;
   // The largest legitimate message is a module image; anything bigger is refused by the transport itself.
   channel_options.max_message_bytes = static_cast<int>(wire::kMaxPayloadBytes + wire::kMaxHeaderBytes);
@@ -97,7 +116,7 @@ int main(int argc, char** argv) {
     control.Write(backend::FormatFailed(CUDA_ERROR_OPERATING_SYSTEM, error));
     return 1;
   }
-  control.Write(backend::FormatReady(channel->BoundEndpoint("ipc"), channel->BoundEndpoint("tcp")));
+  control.Write(backend::FormatReady(channel->BoundEndpoint("ipc"), channel->BoundEndpoint("tcp"), devices));
 
   std::string line;
   backend::SessionAssignment assignment;
@@ -111,7 +130,8 @@ int main(int argc, char** argv) {
     spdlog::error("session {}: cannot open the memory quota board: {}", assignment.session_id, error);
     return 1;
   }
-  if (!session.dispatch_gate().Attach(assignment.dispatch_board, assignment.quota_session_slot, &error)) {
+  if (!session.dispatch_gate().Attach(assignment.dispatch_board, assignment.quota_session_slot, options.host_gpus,
+                                     &error)) {
     spdlog::error("session {}: cannot open the dispatch board: {}", assignment.session_id, error);
     return 1;
   }

@@ -77,8 +77,9 @@ class Session {
   template <typename Launch>
   CUresult LaunchScheduled(uint64_t work, CUstream stream, Launch&& launch) {
     if (!dispatch_gate_.active() || !captures_.empty()) return launch();
-    dispatch_gate_.AwaitGrant(work);
-    const DispatchGate::Timing timing = dispatch_gate_.BeginLaunch(stream);
+    DispatchGate::Timing timing = dispatch_gate_.Locate();
+    dispatch_gate_.AwaitGrant(timing, work);
+    dispatch_gate_.BeginLaunch(timing, stream);
     const CUresult result = launch();
     dispatch_gate_.EndLaunch(work, stream, timing, result == CUDA_SUCCESS);
     return result;

@@ -16,7 +16,7 @@ struct TenantRecord {
   std::string memory_policy = "fail";    // when the GPU is short within quota: fail now, or wait
   uint32_t wait_timeout_ms = 10000;      // how long "wait" waits
   uint32_t max_sessions = 0;             // 0: unlimited
-  std::vector<int> gpus;                 // empty: every GPU
+  std::vector<int> gpus;                 // host GPU indices it may use, in the order it sees them; empty: all
   int64_t created_unix = 0;
 };
 

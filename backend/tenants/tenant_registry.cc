@@ -3,9 +3,9 @@
 #include <sqlite3.h>
 
 #include <ctime>
-#include <sstream>
 
 #include "backend/tenants/tenant_token.h"
+#include "common/gpu_list.h"
 
 namespace curelay::backend {
 namespace {
@@ -65,20 +65,11 @@ class Statement {
   sqlite3_stmt* statement_ = nullptr;
 };
 
-std::string JoinGpus(const std::vector<int>& gpus) {
-  std::string text;
-  for (int gpu : gpus) text += (text.empty() ? "" : ",") + std::to_string(gpu);
-  return text;
-}
+// The registry stores "every GPU" as an empty column.
+std::string JoinGpus(const std::vector<int>& gpus) { return gpus.empty() ? std::string() : FormatGpuList(gpus); }
 
 std::vector<int> SplitGpus(const std::string& text) {
-  std::vector<int> gpus;
-  std::stringstream in(text);
-  std::string item;
-  while (std::getline(in, item, ',')) {
-    if (!item.empty()) gpus.push_back(std::stoi(item));
-  }
-  return gpus;
+  return text.empty() ? std::vector<int>() : ParseGpuList(text).value_or(std::vector<int>());
 }
 
 constexpr const char* kColumns =

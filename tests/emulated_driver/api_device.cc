@@ -53,7 +53,7 @@ CUresult CUDAAPI cuDeviceGetUuid(CUuuid* uuid, CUdevice dev) {
   if (CUresult r = emu::CheckInit(); r != CUDA_SUCCESS) return r;
   if (uuid == nullptr) return CUDA_ERROR_INVALID_VALUE;
   if (CUresult r = emu::Driver::Get().CheckDevice(dev); r != CUDA_SUCCESS) return r;
-  *uuid = emu::DeviceUuid(dev);
+  *uuid = emu::DeviceUuid(emu::Driver::Get().physical_device(dev));
   return CUDA_SUCCESS;
 }
 
@@ -69,7 +69,7 @@ CUresult CUDAAPI cuDeviceGetAttribute(int* pi, CUdevice_attribute attrib, CUdevi
   if (CUresult r = emu::CheckInit(); r != CUDA_SUCCESS) return r;
   if (pi == nullptr) return CUDA_ERROR_INVALID_VALUE;
   if (CUresult r = emu::Driver::Get().CheckDevice(dev); r != CUDA_SUCCESS) return r;
-  return emu::DeviceAttribute(attrib, dev, pi);
+  return emu::DeviceAttribute(attrib, emu::Driver::Get().physical_device(dev), pi);
 }
 
 CUresult CUDAAPI cuDeviceGetProperties(CUdevprop* prop, CUdevice dev) {
@@ -78,7 +78,7 @@ CUresult CUDAAPI cuDeviceGetProperties(CUdevprop* prop, CUdevice dev) {
   if (CUresult r = emu::Driver::Get().CheckDevice(dev); r != CUDA_SUCCESS) return r;
   auto attr = [dev](CUdevice_attribute a) {
     int v = 0;
-    emu::DeviceAttribute(a, dev, &v);
+    emu::DeviceAttribute(a, emu::Driver::Get().physical_device(dev), &v);
     return v;
   };
   prop->maxThreadsPerBlock = attr(CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_BLOCK);

@@ -1,10 +1,12 @@
 #include "driver.h"
 
+#include <algorithm>
 #include <cctype>
 #include <cerrno>
 #include <cstdio>
 #include <cstdlib>
 #include <optional>
+#include <sstream>
 #include <string>
 
 namespace curelay::emulated {
@@ -72,14 +74,34 @@ CUresult Driver::Init(unsigned int flags) {
     }
     memory = *parsed;
   }
-  if (count == 0) {
+  // CUDA_VISIBLE_DEVICES as the driver reads it: ordinals of the GPUs to show, in that order; the list ends at the
+  // first entry that names no GPU (or one already listed). The emulated driver takes indices only, not UUIDs.
+  std::vector<int> visible;
+  for (int d = 0; d < count; ++d) visible.push_back(d);
+  if (const char* env = std::getenv("CUDA_VISIBLE_DEVICES"); env != nullptr) {
+    visible.clear();
+    std::stringstream entries(env);
+    std::string entry;
+    while (std::getline(entries, entry, ',')) {
+      char* end = nullptr;
+      const long d = std::strtol(entry.c_str(), &end, 10);
+      if (entry.empty() || *end != '\0' || d < 0 || d >= count ||
+          std::find(visible.begin(), visible.end(), d) != visible.end()) {
+        break;
+      }
+      visible.push_back(static_cast<int>(d));
+    }
+  }
+  if (visible.empty()) {
     init_result_ = CUDA_ERROR_NO_DEVICE;
     return init_result_;
   }
+  count = static_cast<int>(visible.size());
 
   device_count_ = count;
+  physical_devices_ = visible;
   device_memory_ = memory;
-  memory_.Configure(count, memory);
+  memory_.Configure(visible, memory);
   if (const char* shared = std::getenv("CURELAY_EMU_SHARED_MEMORY_FILE"); shared != nullptr && *shared != '\0') {
     std::string error;
     if (!memory_.ShareCapacity(shared, &error)) {

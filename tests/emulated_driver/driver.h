@@ -37,6 +37,8 @@ class Driver {
   CUresult init_status() const;
 
   int device_count() const { return device_count_; }
+  // The emulated GPU behind ordinal `dev` (CUDA_VISIBLE_DEVICES hides and renumbers them as the driver does).
+  int physical_device(CUdevice dev) const { return physical_devices_.at(static_cast<size_t>(dev)); }
   size_t device_memory() const { return device_memory_; }
   CUresult CheckDevice(CUdevice dev) const {
     if (CUresult r = init_status(); r != CUDA_SUCCESS) return r;
@@ -80,6 +82,7 @@ class Driver {
   CUresult init_result_ = CUDA_ERROR_NOT_INITIALIZED;
   std::atomic<bool> initialized_{false};
   int device_count_ = 0;
+  std::vector<int> physical_devices_;
   size_t device_memory_ = 0;
   MemoryMap memory_;
   HostRegistry host_;

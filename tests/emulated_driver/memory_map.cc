@@ -47,9 +47,10 @@ Allocation::~Allocation() {
   }
 }
 
-void MemoryMap::Configure(int device_count, size_t capacity_per_device) {
+void MemoryMap::Configure(const std::vector<int>& physical_devices, size_t capacity_per_device) {
   std::unique_lock lock(mu_);
-  used_.assign(static_cast<size_t>(device_count), 0);
+  used_.assign(physical_devices.size(), 0);
+  physical_devices_ = physical_devices;
   capacity_ = capacity_per_device;
 }
 
@@ -152,7 +153,7 @@ bool MemoryMap::ShareCapacity(const std::string& path, std::string* error) {
 
 bool MemoryMap::ChargeShared(int device, size_t bytes) {
   if (shared_used_ == nullptr) return true;
-  std::atomic<uint64_t>& used = shared_used_[device];
+  std::atomic<uint64_t>& used = shared_used_[physical_devices_.at(static_cast<size_t>(device))];
   uint64_t current = used.load();
   do {
     if (bytes > capacity_ - std::min<uint64_t>(current, capacity_)) return false;
@@ -161,7 +162,7 @@ bool MemoryMap::ChargeShared(int device, size_t bytes) {
 }
 
 void MemoryMap::UnchargeShared(int device, size_t bytes) {
-  if (shared_used_ != nullptr) shared_used_[device].fetch_sub(bytes);
+  if (shared_used_ != nullptr) shared_used_[physical_devices_.at(static_cast<size_t>(device))].fetch_sub(bytes);
 }
 
 size_t MemoryMap::capacity() const {

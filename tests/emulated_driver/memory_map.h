@@ -61,7 +61,8 @@ class Allocation {
 class MemoryMap {
  public:
   // Sets the number of devices and the capacity of each. Called once by cuInit.
-  void Configure(int device_count, size_t capacity_per_device);
+  // `physical_devices`: the emulated GPU behind each ordinal (whose capacity a shared file shares across processes).
+  void Configure(const std::vector<int>& physical_devices, size_t capacity_per_device);
 
   // CUDA_ERROR_INVALID_VALUE for size 0, CUDA_ERROR_OUT_OF_MEMORY when the
   // device capacity (or host memory) is exhausted.
@@ -94,7 +95,8 @@ class MemoryMap {
   std::map<uint64_t, std::shared_ptr<Allocation>> by_base_;
   std::vector<size_t> used_;
   size_t capacity_ = 0;
-  std::atomic<uint64_t>* shared_used_ = nullptr;  // per device, in the shared file; null: not shared
+  std::atomic<uint64_t>* shared_used_ = nullptr;  // per physical device, in the shared file; null: not shared
+  std::vector<int> physical_devices_;
 };
 
 }  // namespace curelay::emulated

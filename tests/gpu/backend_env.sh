@@ -9,6 +9,8 @@
 #   CURELAY_GPU_TIMEOUT   seconds one program run may take (default 600)
 #   CURELAY_GPU_AS_TENANT non-empty: the backend requires tokens and the programs run as a tenant, so every kernel
 #                         and graph launch goes through the scheduler (default: anonymous, unscheduled sessions)
+#   CURELAY_GPU_TENANT_GPUS with CURELAY_GPU_AS_TENANT: the host GPUs the tenant may use (backendctl --gpus), e.g.
+#                         "1" to run the programs on the host's second GPU as their device 0
 #   OUT                   where logs go (default /tmp/curelay-gpu-out)
 #
 # Functions:
@@ -116,7 +118,7 @@ curelay_backend_start() {
       if [ -n "${CURELAY_GPU_AS_TENANT:-}" ]; then
         for ((waited = 0; waited < 100; waited++)); do [ -S "$runtime/admin.sock" ] && break; sleep 0.1; done
         CURELAY_TOKEN=$("$CURELAY_BUILD/backendctl/backendctl" --endpoint "ipc://$runtime/admin.sock" -o json \
-          tenant add "gpu-suite-$$-$RANDOM" | sed -n 's/.*"token": "\(crl_[0-9a-f]*\)".*/\1/p')
+          tenant add "gpu-suite-$$-$RANDOM" ${CURELAY_GPU_TENANT_GPUS:+--gpus "$CURELAY_GPU_TENANT_GPUS"} | sed -n 's/.*"token": "\(crl_[0-9a-f]*\)".*/\1/p')
         export CURELAY_TOKEN
         echo "=== running as a tenant (scheduled sessions)" >>"$log"
       fi

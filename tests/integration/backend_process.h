@@ -25,6 +25,8 @@ class BackendProcess {
   void AddArguments(std::vector<std::string> arguments) {
     extra_args_.insert(extra_args_.end(), arguments.begin(), arguments.end());
   }
+  // Sets a variable of the backend's environment for its next Start (a different host after a restart).
+  void SetEnv(const std::string& key, const std::string& value) { extra_env_[key] = value; }
   // Starts the backend; after Stop() it starts again on the same runtime and state directories.
   bool Start();
   void Stop();

@@ -80,6 +80,14 @@ double Sample(const std::string& metrics, const std::string& series) {
   return at == std::string::npos ? -1 : std::stod(metrics.substr(at + series.size() + 2));
 }
 
+// The port the backend's metrics endpoint bound (it logs it), or -1.
+int MetricsPort(const BackendProcess& backend) {
+  std::smatch match;
+  const std::string log = backend.Log();
+  if (!std::regex_search(log, match, std::regex(R"(metrics on http://127\.0\.0\.1:(\d+)/metrics)"))) return -1;
+  return std::stoi(match[1]);
+}
+
 class SchedulingTest : public ::testing::Test {
  protected:
   void SetUp() override {
@@ -87,7 +95,8 @@ class SchedulingTest : public ::testing::Test {
     backend_.AddArguments({"--metrics", "127.0.0.1:0"});
     ASSERT_TRUE(backend_.Start()) << backend_.Log();
   }
-  BackendProcess backend_{"scheduling"};
+  // Two GPUs: tenants that may use every GPU work on the first, as programs do by default.
+  BackendProcess backend_{"scheduling", {{"CURELAY_EMU_DEVICE_COUNT", "2"}}};
 };
 
 TEST_F(SchedulingTest, GpuTimeIsSplitByWeight) {
@@ -134,13 +143,35 @@ TEST_F(SchedulingTest, HighPriorityIsServedFirstAndLowWorksWhenItIdles) {
   EXPECT_GT(TenantStats(backend_, "batch-2").value("kernels", uint64_t{0}), 500u);
 }
 
+TEST_F(SchedulingTest, EachGpuIsScheduledOnItsOwn) {
+  // Weights 1:3 on different GPUs: neither waits for the other's turns, so each has its GPU nearly all the time.
+  const std::string left = AddTenant(backend_, "left", {"--gpus", "0", "--weight", "1"});
+  const std::string right = AddTenant(backend_, "right", {"--gpus", "1", "--weight", "3"});
+  auto first = std::async(std::launch::async, [&] { return RunLoad(backend_, left, "saturate 3 2000 4"); });
+  auto second = std::async(std::launch::async, [&] { return RunLoad(backend_, right, "saturate 3 2000 4"); });
+  ASSERT_NE(first.get().find("kernels"), std::string::npos);
+  ASSERT_NE(second.get().find("kernels"), std::string::npos);
+  const double left_seconds = TenantStats(backend_, "left").value("gpu_seconds", 0.0);
+  const double right_seconds = TenantStats(backend_, "right").value("gpu_seconds", 0.0);
+  // Sharing one GPU's turns, "left" would get a quarter of 3 s.
+  EXPECT_GT(left_seconds, 3 * 0.7) << left_seconds << " s vs " << right_seconds << " s";
+  EXPECT_GT(right_seconds, 3 * 0.7) << left_seconds << " s vs " << right_seconds << " s";
+  // Each GPU's busy time is its own tenant's.
+  const int port = MetricsPort(backend_);
+  ASSERT_GT(port, 0) << backend_.Log();
+  std::string metrics;
+  ASSERT_TRUE(WaitFor([&] {
+    metrics = HttpGet(port, "/metrics");
+    return Sample(metrics, "curelay_gpu_busy_seconds_total{gpu=\"1\"}") >= right_seconds * 0.99;
+  }, std::chrono::seconds(5))) << metrics;
+  EXPECT_NEAR(Sample(metrics, "curelay_gpu_busy_seconds_total{gpu=\"0\"}"), left_seconds, 0.01 * left_seconds);
+}
+
 TEST_F(SchedulingTest, PrometheusEndpointReportsTenants) {
   const std::string token = AddTenant(backend_, "observed", {"--memory-quota", "64M", "--weight", "2"});
   ASSERT_NE(RunLoad(backend_, token, "saturate 1 2000 4").find("kernels"), std::string::npos);
-  std::smatch match;
-  const std::string log = backend_.Log();
-  ASSERT_TRUE(std::regex_search(log, match, std::regex(R"(metrics on http://127\.0\.0\.1:(\d+)/metrics)"))) << log;
-  const int port = std::stoi(match[1]);
+  const int port = MetricsPort(backend_);
+  ASSERT_GT(port, 0) << backend_.Log();
   // The endpoint's snapshot is refreshed about once a second.
   std::string metrics;
   ASSERT_TRUE(WaitFor([&] {

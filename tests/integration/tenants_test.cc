@@ -334,6 +334,63 @@ TEST_F(TenantsTest, ScheduledWorkSurvivesDestroyedContexts) {
   EXPECT_EQ(backend_.Log().find("killed by signal"), std::string::npos) << backend_.Log();
 }
 
+// A host of three emulated GPUs (each identified by the PCI bus its driver reports: 24, 40, 56).
+class MultiGpuTenantsTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    backend_.RequireTokens();
+    ASSERT_TRUE(backend_.Start()) << backend_.Log();
+  }
+  std::string Devices(const std::string& token) {
+    return RunClient({"devices"}, ClientEnv(backend_, token), 30s).output;
+  }
+  BackendProcess backend_{"multi-gpu", {{"CURELAY_EMU_DEVICE_COUNT", "3"}}};
+};
+
+TEST_F(MultiGpuTenantsTest, TenantsSeeOnlyTheirGpusInTheirOrder) {
+  const std::string everything = AddTenant(backend_, "everything");
+  const std::string third = AddTenant(backend_, "third", {"--gpus", "2"});
+  const std::string two = AddTenant(backend_, "two", {"--gpus", "2,0"});
+  EXPECT_NE(Devices(everything).find("devices 3 buses 24 40 56"), std::string::npos) << Devices(everything);
+  EXPECT_NE(Devices(third).find("devices 1 buses 56"), std::string::npos) << Devices(third);
+  // After a restricted tenant's first session, a spare executor of its GPUs waits for its next one, beside the
+  // warm pool's executor of every GPU.
+  EXPECT_TRUE(WaitFor([&] { return backend_.Children().size() == 2; }, 10s)) << backend_.Children().size();
+  EXPECT_NE(Devices(two).find("devices 2 buses 56 24"), std::string::npos) << Devices(two);
+  // Work runs there: the restricted session's device 0 is the host's GPU 2.
+  const CommandResult shown = Backendctl(backend_, {"tenant", "list"});
+  EXPECT_NE(shown.out.find("2,0"), std::string::npos) << shown.out;
+  const auto basic = RunClient({"basic", CURELAY_TEST_PTX_PATH}, ClientEnv(backend_, third), 30s);
+  EXPECT_NE(basic.output.find("OK"), std::string::npos) << basic.output;
+
+  // Limits change live: the next session sees the tenant's new GPUs; "all" lifts the restriction.
+  ASSERT_EQ(Backendctl(backend_, {"tenant", "set", "third", "--gpus", "1"}).exit_code, 0);
+  EXPECT_NE(Devices(third).find("devices 1 buses 40"), std::string::npos) << Devices(third);
+  ASSERT_EQ(Backendctl(backend_, {"tenant", "set", "third", "--gpus", "all"}).exit_code, 0);
+  EXPECT_NE(Devices(third).find("devices 3 buses 24 40 56"), std::string::npos) << Devices(third);
+}
+
+TEST_F(MultiGpuTenantsTest, GpusTheHostLacksAreRefused) {
+  // backendctl knows the host's GPUs once the backend's first executor has started (a session has run by then).
+  const std::string probe = AddTenant(backend_, "probe");
+  ASSERT_NE(Devices(probe).find("devices 3"), std::string::npos);
+  const CommandResult missing = Backendctl(backend_, {"tenant", "add", "far", "--gpus", "0,3"});
+  EXPECT_EQ(missing.exit_code, 1);
+  EXPECT_NE(missing.out.find("GPU 3 does not exist: this host has 3 GPU(s)"), std::string::npos) << missing.out;
+  EXPECT_EQ(Backendctl(backend_, {"tenant", "add", "bad", "--gpus", "1,1"}).exit_code, 2);  // not a GPU list
+
+  // A tenant kept across a restart onto a host with fewer GPUs is refused at cuInit with the reason.
+  const std::string last = AddTenant(backend_, "last", {"--gpus", "2"});
+  backend_.Stop();
+  backend_.SetEnv("CURELAY_EMU_DEVICE_COUNT", "2");
+  ASSERT_TRUE(backend_.Start()) << backend_.Log();
+  const auto refused = RunClient({"init"}, ClientEnv(backend_, last), 30s);
+  EXPECT_NE(refused.output.find("cuInit 100"), std::string::npos) << refused.output;  // CUDA_ERROR_NO_DEVICE
+  EXPECT_TRUE(WaitFor([&] { return backend_.Log().find("may use GPU 2, and this host has 2") != std::string::npos; },
+                      5s))
+      << backend_.Log();
+}
+
 TEST(TenantsAdminTcpTest, TcpAdminEndpointRequiresTheAdminToken) {
   BackendProcess backend("admin-tcp");
   const std::string token = "admin-secret-for-tests";

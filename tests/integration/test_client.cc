@@ -91,6 +91,22 @@ int main(int argc, char** argv) {
     std::printf("cuInit %d %lld ms\n", static_cast<int>(result), static_cast<long long>(ms.count()));
     return 0;
   }
+  if (mode == "devices") {
+    // The GPUs this session sees, each by the PCI bus its driver reports (which names the GPU behind the ordinal).
+    CHECK(cuInit(0));
+    int count = 0;
+    CHECK(cuDeviceGetCount(&count));
+    std::printf("devices %d buses", count);
+    for (int ordinal = 0; ordinal < count; ++ordinal) {
+      CUdevice device = 0;
+      int bus = -1;
+      CHECK(cuDeviceGet(&device, ordinal));
+      CHECK(cuDeviceGetAttribute(&bus, CU_DEVICE_ATTRIBUTE_PCI_BUS_ID, device));
+      std::printf(" %d", bus);
+    }
+    std::printf("\n");
+    return 0;
+  }
   if (mode == "host-memory") {
     // What pinned host memory can be in this session: mapped (DEVICEMAP) and plain, and whether plain memory has a
     // device address (it does when the executor shares the pages, i.e. on the same host).
