@@ -10,7 +10,8 @@
 #   CURELAY_GPU_AS_TENANT non-empty: the backend requires tokens and the programs run as a tenant, so every kernel
 #                         and graph launch goes through the scheduler (default: anonymous, unscheduled sessions)
 #   CURELAY_GPU_TENANT_GPUS with CURELAY_GPU_AS_TENANT: the host GPUs the tenant may use (backendctl --gpus), e.g.
-#                         "1" to run the programs on the host's second GPU as their device 0
+#                         "1" to run the programs on the host's second GPU as their device 0; native runs then get
+#                         CUDA_VISIBLE_DEVICES set to the same list, so both sides see the same GPUs
 #   OUT                   where logs go (default /tmp/curelay-gpu-out)
 #
 # Functions:
@@ -76,7 +77,10 @@ curelay_build_path() {
 curelay_native() {
   local driver_dir
   driver_dir=$(dirname "$CURELAY_REAL_DRIVER")
-  env -u CURELAY_ENDPOINT LD_LIBRARY_PATH="$driver_dir${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" \
+  local visible=()
+  [ -z "${CURELAY_GPU_AS_TENANT:-}" ] || [ -z "${CURELAY_GPU_TENANT_GPUS:-}" ] ||
+    visible=(CUDA_VISIBLE_DEVICES="$CURELAY_GPU_TENANT_GPUS")
+  env -u CURELAY_ENDPOINT LD_LIBRARY_PATH="$driver_dir${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" "${visible[@]}" \
     timeout "$CURELAY_GPU_TIMEOUT" "$@"
 }
 
