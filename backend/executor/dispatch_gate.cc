@@ -42,14 +42,20 @@ void DispatchGate::Report(backend::DispatchEventKind kind, int gpu, uint64_t ker
   spdlog::warn("dispatch ring full for 1 s: an event was dropped");
 }
 
-DispatchGate::Timing DispatchGate::Locate() const {
+DispatchGate::Timing DispatchGate::Locate() {
   Timing where;
   if (driver_.cuCtxGetCurrent != nullptr) driver_.cuCtxGetCurrent(&where.context);
+  if (where.context != nullptr && where.context == located_context_) {
+    where.gpu = located_gpu_;
+    return where;
+  }
   CUdevice device = 0;
   if (where.context == nullptr || driver_.cuCtxGetDevice(&device) != CUDA_SUCCESS || device < 0) device = 0;
   const size_t ordinal = static_cast<size_t>(device);
   where.gpu = host_gpus_.empty() ? device : ordinal < host_gpus_.size() ? host_gpus_[ordinal] : host_gpus_[0];
   if (where.gpu >= backend::kMaxDispatchGpus) where.gpu = 0;
+  located_context_ = where.context;
+  located_gpu_ = where.gpu;
   return where;
 }
 
@@ -157,6 +163,7 @@ bool DispatchGate::HasInflight() const {
 }
 
 void DispatchGate::ForgetContext(CUcontext context) {
+  if (located_context_ == context) located_context_ = nullptr;
   for (GpuLane& lane : lanes_) {
     std::erase_if(lane.inflight, [&](const Inflight& work) {
       if (work.context != context) return false;

@@ -37,7 +37,7 @@ class DispatchGate {
   };
   // The context current now and its GPU (work with no usable context is accounted to the session's first GPU;
   // the driver refuses it anyway).
-  Timing Locate() const;
+  Timing Locate();
   // Waits until work `kernel` may start on `where.gpu`.
   void AwaitGrant(const Timing& where, uint64_t kernel);
   // Records the start marker of the work on `stream`.
@@ -82,6 +82,10 @@ class DispatchGate {
   std::unique_ptr<backend::DispatchBoard> board_;
   backend::SessionDispatchSlot* slot_ = nullptr;
   std::vector<int> host_gpus_;
+  // The last context located and its GPU: a context's device never changes, and a destroyed context is forgotten
+  // (ForgetContext) before its handle could name another.
+  CUcontext located_context_ = nullptr;
+  int located_gpu_ = 0;
   std::vector<GpuLane> lanes_;  // a handful: the GPUs this session has used
   std::vector<SpareEvent> spare_events_;
   scheduler::KernelCostModel cost_model_{std::chrono::microseconds(500), 0.25};
