@@ -9,6 +9,7 @@
 #include <ctime>
 
 #include "backend/metrics/listen_address.h"
+#include "common/gpu_list.h"
 #include "schema/wire.h"
 
 namespace curelay::backend {
@@ -253,7 +254,7 @@ void Broker::RefreshMetrics() {
     }
     snapshot.tenants.push_back(std::move(row));
   }
-  for (int gpu = 0; gpu < pool_.host_gpus(); ++gpu) {
+  for (int gpu = 0; gpu < std::max(pool_.host_gpus(), 1); ++gpu) {  // GPU 0 before the count is known
     snapshot.gpus.push_back({gpu, dispatch_.Utilization(gpu), dispatch_.BusySeconds(gpu)});
   }
   std::lock_guard lock(metrics_mutex_);
@@ -284,11 +285,14 @@ int Broker::TakeSessionSlot(int tenant_slot) {
 
 void Broker::ServePending() {
   // An executor that could not start (no driver, no GPU) refuses the clients waiting for its device set with its
-  // reason instead of hanging them; when one of every GPU cannot start, nobody can be served.
+  // reason instead of hanging them. When one of every GPU cannot start, nobody can be served until the host's GPUs
+  // are known; after that, tenants of their own sets are not affected.
   const auto failures = pool_.TakeStartFailures();
   const auto every_gpu_failure = failures.find(DeviceSet{});
+  std::map<DeviceSet, size_t> waiting;  // clients still waiting, by a tenant's own device set
   for (auto it = pending_.begin(); it != pending_.end();) {
-    auto failure = every_gpu_failure != failures.end() ? every_gpu_failure : failures.find(it->gpus);
+    auto failure = failures.find(it->gpus);
+    if (failure == failures.end() && pool_.host_gpus() == 0) failure = every_gpu_failure;
     if (failure != failures.end()) {
       Refuse(it->request, failure->second.first, failure->second.second);
       it = pending_.erase(it);
@@ -300,25 +304,24 @@ void Broker::ServePending() {
       continue;
     }
     if (!it->gpus.empty()) {
-      // Checked before an executor is started for the set: the driver silently drops a CUDA_VISIBLE_DEVICES entry
-      // that names no GPU, and every entry after it.
-      const int host_gpus = pool_.host_gpus();
-      if (host_gpus == 0) {  // not known until the warm pool's first executor is ready
+      if (pool_.host_gpus() == 0) {  // not known until the warm pool's first executor is ready
         ++it;
         continue;
       }
-      const int highest = *std::max_element(it->gpus.begin(), it->gpus.end());
-      if (highest >= host_gpus) {
-        spdlog::warn("refused {} (pid {}): tenant '{}' may use GPU {}, and this host has {}",
-                     it->session.client_program, it->session.client_pid, it->session.tenant, highest, host_gpus);
-        Refuse(it->request, CUDA_ERROR_NO_DEVICE,
-               "tenant '" + it->session.tenant + "' may use GPU " + std::to_string(highest) + ", and this host has " +
-                   std::to_string(host_gpus) + " GPU(s)");
+      // Checked before an executor is started for the set: the driver silently drops a CUDA_VISIBLE_DEVICES entry
+      // that names no GPU, and every entry after it.
+      std::string error = ValidateGpuList(it->gpus);
+      if (error.empty()) error = MissingHostGpu(it->gpus, pool_.host_gpus());
+      if (!error.empty()) {
+        spdlog::warn("refused {} (pid {}): tenant '{}' may use GPUs {}: {}", it->session.client_program,
+                     it->session.client_pid, it->session.tenant, FormatGpuList(it->gpus), error);
+        Refuse(it->request, CUDA_ERROR_NO_DEVICE, "tenant '" + it->session.tenant + "': " + error);
         it = pending_.erase(it);
         continue;
       }
     }
     ExecutorProcess* executor = pool_.TakeIdle(it->gpus);
+    if (!it->gpus.empty()) waiting[it->gpus] += executor == nullptr;
     if (executor == nullptr) {
       ++it;
       continue;
@@ -326,6 +329,8 @@ void Broker::ServePending() {
     Admit(*it, *executor);
     it = pending_.erase(it);
   }
+  // An executor for each client still waiting, and a spare for the set's next session.
+  for (const auto& [gpus, clients] : waiting) pool_.Provide(gpus, clients + 1);
 }
 
 void Broker::Refuse(const transport::ListenerRequest& request, CUresult result, const std::string& message) {
@@ -347,10 +352,8 @@ void Broker::Admit(const PendingHello& hello, ExecutorProcess& executor) {
     assignment.quota_board = quota_board_->path();
     std::string error;
     // Scheduled on each GPU the executor shows its session.
-    DeviceSet gpus = executor.gpus;
-    for (int gpu = 0; executor.gpus.empty() && gpu < executor.ready.devices; ++gpu) gpus.push_back(gpu);
-    if (!dispatch_.OpenSession(assignment.session_id, hello.session.tenant, assignment.quota_session_slot, gpus,
-                               &error)) {
+    if (!dispatch_.OpenSession(assignment.session_id, hello.session.tenant, assignment.quota_session_slot,
+                               pool_.HostGpusOf(executor), &error)) {
       quota_board_->Settle(assignment.quota_session_slot);
       session_slot_used_[assignment.quota_session_slot] = false;
       Refuse(request, CUDA_ERROR_NOT_PERMITTED, error);

@@ -6,6 +6,8 @@
 #include <charconv>
 #include <sstream>
 
+#include "common/gpu_list.h"
+
 namespace curelay::backend {
 namespace {
 
@@ -60,7 +62,10 @@ bool ParseReady(const std::string& line, ExecutorReady* ready) {
   std::string word, ipc;
   unsigned port = 0;
   int devices = 0;
-  if (!(in >> word >> ipc >> port >> devices) || word != "READY" || port > 65535 || devices < 0) return false;
+  if (!(in >> word >> ipc >> port >> devices) || word != "READY" || port > 65535 || devices < 1 ||
+      devices > kMaxHostGpus) {
+    return false;
+  }
   ready->devices = devices;
   ready->ipc_endpoint = ipc == "-" ? std::string() : ipc;
   ready->tcp_port = static_cast<uint16_t>(port);

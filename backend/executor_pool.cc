@@ -11,6 +11,7 @@
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
+#include <string_view>
 #include <thread>
 
 #include "common/gpu_list.h"
@@ -29,16 +30,12 @@ int64_t NowMs() {
 ExecutorPool::ExecutorPool(ExecutorSettings settings) : settings_(std::move(settings)) {
   // Device sets are in the backend's numbering, so an executor's CUDA_VISIBLE_DEVICES names the entries of the
   // backend's own list when it has one (a backend given GPUs 2,3 gives a tenant of GPU 1 the host's GPU 3).
-  if (const char* visible = std::getenv("CUDA_VISIBLE_DEVICES"); visible != nullptr && *visible != '\0') {
-    std::string entry;
-    for (const char* c = visible;; ++c) {
-      if (*c == ',' || *c == '\0') {
-        visible_devices_.push_back(entry);
-        entry.clear();
-        if (*c == '\0') break;
-      } else {
-        entry.push_back(*c);
-      }
+  if (const char* visible = std::getenv("CUDA_VISIBLE_DEVICES"); visible != nullptr) {
+    visible_devices_.emplace();
+    for (std::string_view rest = visible; !rest.empty();) {
+      const size_t comma = rest.find(',');
+      visible_devices_->emplace_back(rest.substr(0, comma));
+      rest = comma == std::string_view::npos ? std::string_view() : rest.substr(comma + 1);
     }
   }
 }
@@ -48,16 +45,17 @@ std::vector<std::string> ExecutorPool::ExecutorEnvironment(const DeviceSet& gpus
   for (char** variable = environ; *variable != nullptr; ++variable) {
     if (gpus.empty() || std::strncmp(*variable, "CUDA_VISIBLE_DEVICES=", 21) != 0) environment.push_back(*variable);
   }
-  if (!gpus.empty()) {
-    std::string visible = "CUDA_VISIBLE_DEVICES=";
-    for (size_t i = 0; i < gpus.size(); ++i) {
-      const size_t gpu = static_cast<size_t>(gpus[i]);
-      visible += (i == 0 ? "" : ",") + (visible_devices_.empty() ? std::to_string(gpu)
-                                        : gpu < visible_devices_.size() ? visible_devices_[gpu]
-                                                                         : std::string("-1"));
-    }
-    environment.push_back(visible);
+  if (gpus.empty()) return environment;
+  std::string visible = "CUDA_VISIBLE_DEVICES=";
+  for (size_t i = 0; i < gpus.size(); ++i) {
+    const size_t gpu = static_cast<size_t>(gpus[i]);
+    // "-1" names no GPU: the driver then shows none from there on, and the executor refuses to start.
+    const std::string entry = !visible_devices_ ? std::to_string(gpu)
+                              : gpu < visible_devices_->size() ? (*visible_devices_)[gpu]
+                                                              : std::string("-1");
+    visible += (i == 0 ? "" : ",") + entry;
   }
+  environment.push_back(visible);
   return environment;
 }
 
@@ -95,8 +93,9 @@ bool ExecutorPool::Start(const DeviceSet& gpus) {
     return false;
   }
   if (pid == 0) {
-    // The child keeps only its end of the control line, as descriptor 3.
-    dup2(fds[1], 3);
+    // The child keeps only its end of the control line, as descriptor 3 (dup2 onto itself would keep close-on-exec).
+    if (fds[1] == 3) fcntl(3, F_SETFD, 0);
+    else dup2(fds[1], 3);
     setpgid(0, 0);  // a terminal's Ctrl-C goes to the backend, which then shuts executors down in order
     execve(argv[0], argv.data(), envp.data());
     _exit(127);
@@ -106,6 +105,7 @@ bool ExecutorPool::Start(const DeviceSet& gpus) {
   auto executor = std::make_unique<ExecutorProcess>();
   executor->pid = pid;
   executor->gpus = gpus;
+  executor->started_ms = NowMs();
   executor->control = ControlLine(fds[0]);
   spdlog::debug("started executor pid {} (GPUs {})", pid, FormatGpuList(gpus));
   executors_.push_back(std::move(executor));
@@ -128,9 +128,10 @@ void ExecutorPool::Poll() {
         spdlog::debug("executor pid {} ready ({}, tcp port {})", executor->pid, executor->ready.ipc_endpoint,
                       executor->ready.tcp_port);
       } else if (ParseFailed(line, &executor->failure, &executor->failure_reason)) {
-        executor->state = ExecutorProcess::State::kFailed;
-        start_failures_[executor->gpus] = {executor->failure, executor->failure_reason};
-        spdlog::error("executor pid {} could not start: {}", executor->pid, executor->failure_reason);
+        RecordStartFailure(*executor, executor->failure, executor->failure_reason);
+      } else if (executor->state == ExecutorProcess::State::kStarting && line.rfind("READY", 0) == 0) {
+        RecordStartFailure(*executor, CUDA_ERROR_OPERATING_SYSTEM, "invalid READY line '" + line + "'");
+        kill(executor->pid, SIGKILL);
       } else {
         spdlog::warn("executor pid {}: unexpected control line '{}'", executor->pid, line);
       }
@@ -142,6 +143,11 @@ void ExecutorPool::Poll() {
   }
   Reap();
   for (auto& executor : executors_) {
+    if (executor->state == ExecutorProcess::State::kStarting && NowMs() - executor->started_ms > kStartTimeoutMs) {
+      RecordStartFailure(*executor, CUDA_ERROR_NO_DEVICE,
+                         "executor not ready within " + std::to_string(kStartTimeoutMs / 1000) + " s");
+      kill(executor->pid, SIGKILL);
+    }
     if (executor->state != ExecutorProcess::State::kIdle || executor->gpus.empty() || executor->retired) continue;
     if (NowMs() - executor->idle_since_ms < kSpareIdleMs) continue;
     spdlog::info("executor pid {} for GPUs {} idle for {} s; stopping it", executor->pid,
@@ -181,7 +187,7 @@ void ExecutorPool::Reap() {
                    WEXITSTATUS(status));
     } else if (executor.state != ExecutorProcess::State::kFailed) {
       spdlog::error("executor pid {} exited with status {} before serving a session", pid, WEXITSTATUS(status));
-      start_failures_[executor.gpus] = {CUDA_ERROR_NO_DEVICE, "executor exited during start"};
+      RecordStartFailure(executor, CUDA_ERROR_NO_DEVICE, "executor exited during start");
     }
     if (executor.state != ExecutorProcess::State::kServing && executor.gpus.empty() && !executor.retired) {
       if (++consecutive_failures_ >= 3) retry_after_ms_ = NowMs() + 1000 * std::min(consecutive_failures_, 30);
@@ -193,22 +199,44 @@ void ExecutorPool::Reap() {
   }
 }
 
+void ExecutorPool::RecordStartFailure(ExecutorProcess& executor, CUresult result, const std::string& reason) {
+  spdlog::error("executor pid {} (GPUs {}) could not start: {}", executor.pid, FormatGpuList(executor.gpus), reason);
+  executor.state = ExecutorProcess::State::kFailed;
+  start_failures_[executor.gpus] = {result, reason};
+  if (!executor.gpus.empty()) set_retry_after_ms_[executor.gpus] = NowMs() + 1000;
+}
+
 ExecutorProcess* ExecutorPool::TakeIdle(const DeviceSet& gpus) {
-  ExecutorProcess* taken = nullptr;
-  int spares = 0;
   for (auto& executor : executors_) {
-    if (executor->gpus != gpus || executor->retired) continue;
-    const bool idle = executor->state == ExecutorProcess::State::kIdle;
-    if (idle && taken == nullptr) {
-      taken = executor.get();
-    } else if (idle || executor->state == ExecutorProcess::State::kStarting) {
-      ++spares;
+    if (executor->gpus == gpus && !executor->retired && executor->state == ExecutorProcess::State::kIdle) {
+      return executor.get();
     }
   }
-  // The first session of a tenant's own set waits for an executor's cuInit (docs/performance.md); the next finds
-  // this spare ready.
-  if (!gpus.empty() && spares == 0 && !shutting_down_) Start(gpus);
-  return taken;
+  return nullptr;
+}
+
+void ExecutorPool::Provide(const DeviceSet& gpus, size_t wanted) {
+  if (gpus.empty() || shutting_down_) return;
+  if (const auto retry = set_retry_after_ms_.find(gpus); retry != set_retry_after_ms_.end()) {
+    if (NowMs() < retry->second) return;
+    set_retry_after_ms_.erase(retry);
+  }
+  size_t ready_or_starting = 0;
+  for (const auto& executor : executors_) {
+    ready_or_starting += executor->gpus == gpus && !executor->retired &&
+                         (executor->state == ExecutorProcess::State::kIdle ||
+                          executor->state == ExecutorProcess::State::kStarting);
+  }
+  while (ready_or_starting++ < wanted) {
+    if (!Start(gpus)) return;
+  }
+}
+
+DeviceSet ExecutorPool::HostGpusOf(const ExecutorProcess& executor) const {
+  if (!executor.gpus.empty()) return executor.gpus;
+  DeviceSet every;
+  for (int gpu = 0; gpu < executor.ready.devices; ++gpu) every.push_back(gpu);
+  return every;
 }
 
 bool ExecutorPool::Assign(ExecutorProcess& executor, const SessionAssignment& assignment, SessionInfo session) {

@@ -53,6 +53,7 @@ struct ExecutorProcess {
   int quota_session_slot = -1;
   bool killed_by_admin = false;
   bool retired = false;       // stopped by the pool (a device set's spare, idle too long)
+  int64_t started_ms = 0;
   int64_t idle_since_ms = 0;
   CUresult failure = CUDA_SUCCESS;
   std::string failure_reason;
@@ -60,17 +61,22 @@ struct ExecutorProcess {
 
 class ExecutorPool {
  public:
-  static constexpr int64_t kSpareIdleMs = 300'000;
+  static constexpr int64_t kSpareIdleMs = 300'000;   // a tenant's spare executor is stopped after this long idle
+  static constexpr int64_t kStartTimeoutMs = 60'000;  // an executor not ready by then is killed as failed
 
   explicit ExecutorPool(ExecutorSettings settings);
   ~ExecutorPool();
 
   // Reads control lines, reaps exited executors and tops up the warm pool. Never blocks.
   void Poll();
-  // An idle executor of device set `gpus` for a new session, or nullptr if none is ready yet. A tenant's own set
-  // is started on demand; from then on one spare of it is kept ready for the tenant's next session, until it has
-  // been idle for `kSpareIdleMs` (the warm pool covers the set of every GPU).
+  // An idle executor of device set `gpus` for a new session, or nullptr if none is ready yet.
   ExecutorProcess* TakeIdle(const DeviceSet& gpus);
+  // Keeps `wanted` executors of a tenant's own device set ready or starting (the broker asks for one per client
+  // waiting for the set plus a spare for its next session). After a start of the set fails, the next waits a
+  // second. A spare idle for `kSpareIdleMs` is stopped. The warm pool covers the set of every GPU.
+  void Provide(const DeviceSet& gpus, size_t wanted);
+  // The host GPUs an executor shows its session, in its device order.
+  DeviceSet HostGpusOf(const ExecutorProcess& executor) const;
   bool Assign(ExecutorProcess& executor, const SessionAssignment& assignment, SessionInfo session);
   // Called when a serving executor has exited (however it ended), before it is forgotten.
   void OnSessionEnd(std::function<void(const ExecutorProcess&)> callback) { on_session_end_ = std::move(callback); }
@@ -88,13 +94,17 @@ class ExecutorPool {
  private:
   bool Start(const DeviceSet& gpus);
   void Reap();
+  // Records why `executor` could not start (for the clients waiting for its set) and paces the set's next start.
+  void RecordStartFailure(ExecutorProcess& executor, CUresult result, const std::string& reason);
   std::vector<std::string> ExecutorEnvironment(const DeviceSet& gpus) const;
 
   ExecutorSettings settings_;
   std::vector<std::unique_ptr<ExecutorProcess>> executors_;
   uint64_t next_socket_ = 0;
   std::map<DeviceSet, std::pair<CUresult, std::string>> start_failures_;
-  std::vector<std::string> visible_devices_;  // the backend's own CUDA_VISIBLE_DEVICES entries; empty if unset
+  std::map<DeviceSet, int64_t> set_retry_after_ms_;
+  // The backend's own CUDA_VISIBLE_DEVICES entries, when it has the variable.
+  std::optional<std::vector<std::string>> visible_devices_;
   int host_gpus_ = 0;
   int consecutive_failures_ = 0;
   int64_t retry_after_ms_ = 0;

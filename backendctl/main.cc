@@ -82,7 +82,7 @@ bool ParseLimits(const std::vector<std::string>& args, size_t first, json* field
     else if (flag == "--weight" && ParseCount(value, &number)) (*fields)["weight"] = number;
     else if (flag == "--wait-timeout" && ParseCount(value, &number)) (*fields)["wait_timeout_ms"] = number;
     else if (flag == "--max-sessions" && ParseCount(value, &number)) (*fields)["max_sessions"] = number;
-    else if (const auto gpus = flag == "--gpus" ? curelay::ParseGpuList(value) : std::nullopt) (*fields)["gpus"] = *gpus;
+    else if (flag == "--gpus" && curelay::ParseGpuList(value)) (*fields)["gpus"] = *curelay::ParseGpuList(value);
     else {
       *error = "bad limit " + flag + " " + value;
       return false;

@@ -11,9 +11,13 @@ namespace curelay {
 
 inline constexpr int kMaxHostGpus = 64;
 
-// nullopt for anything but "all" or distinct indices in [0, kMaxHostGpus) separated by commas.
+// nullopt for anything but "all" or indices separated by commas that ValidateGpuList accepts.
 std::optional<std::vector<int>> ParseGpuList(std::string_view text);
 // "all" for an empty list.
 std::string FormatGpuList(const std::vector<int>& gpus);
+// Empty when `gpus` holds distinct indices in [0, kMaxHostGpus); otherwise what is wrong.
+std::string ValidateGpuList(const std::vector<int>& gpus);
+// Empty when every GPU of `gpus` exists on a host with `host_gpus` GPUs; otherwise which one does not.
+std::string MissingHostGpu(const std::vector<int>& gpus, int host_gpus);
 
 }  // namespace curelay

@@ -5,6 +5,7 @@
 #include <nlohmann/json.hpp>
 
 #include "backend/tenants/tenant_token.h"
+#include "common/gpu_list.h"
 
 namespace curelay::backend {
 namespace {
@@ -53,17 +54,11 @@ bool ApplyFields(const json& fields, TenantRecord* tenant, std::string* error) {
 
 json Failure(const std::string& error) { return {{"ok", false}, {"error", error}}; }
 
-// A GPU the host does not have, named with the host's count; empty when every listed GPU exists (or the count is
-// not known yet: the broker checks again when a session starts).
+// A GPU of `tenant` the host lacks, once the host's GPU count is known (the broker checks again at each session).
 std::string MissingGpu(const TenantRecord& tenant, int host_gpus) {
-  for (int gpu : tenant.gpus) {
-    if (host_gpus > 0 && gpu >= host_gpus) {
-      return "GPU " + std::to_string(gpu) + " does not exist: this host has " + std::to_string(host_gpus) +
-             " GPU(s), 0 to " + std::to_string(host_gpus - 1);
-    }
-  }
-  return {};
+  return host_gpus > 0 ? MissingHostGpu(tenant.gpus, host_gpus) : std::string();
 }
+
 json Success(json result) { return {{"ok", true}, {"result", std::move(result)}}; }
 
 }  // namespace
@@ -100,7 +95,10 @@ std::string AdminService::Handle(const std::string& request_text, bool trusted_t
     if (!tenant) return Failure("no tenant '" + name + "'").dump();
     if (!ApplyFields(args, &*tenant, &error)) return Failure(error).dump();
     if (tenant->name != name) return Failure("a tenant cannot be renamed").dump();
-    if (error = MissingGpu(*tenant, pool_.host_gpus()); !error.empty()) return Failure(error).dump();
+    // Only a changed list is checked: other limits of a tenant kept from a host with more GPUs stay editable.
+    if (args.contains("gpus")) {
+      if (error = MissingGpu(*tenant, pool_.host_gpus()); !error.empty()) return Failure(error).dump();
+    }
     if (!registry_.Update(*tenant, &error)) return Failure(error).dump();
     spdlog::info("tenant '{}' changed", name);
     tenant_changed_(name);

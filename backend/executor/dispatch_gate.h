@@ -86,7 +86,7 @@ class DispatchGate {
   // (ForgetContext) before its handle could name another.
   CUcontext located_context_ = nullptr;
   int located_gpu_ = 0;
-  std::vector<GpuLane> lanes_;  // a handful: the GPUs this session has used
+  std::deque<GpuLane> lanes_;  // a handful, the GPUs this session has used; a deque keeps references stable
   std::vector<SpareEvent> spare_events_;
   scheduler::KernelCostModel cost_model_{std::chrono::microseconds(500), 0.25};
 };

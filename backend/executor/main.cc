@@ -38,11 +38,8 @@ bool ParseOptions(int argc, char** argv, Options* options) {
     else if (flag == "--bind") options->bind_endpoints.push_back(value);
     else if (flag == "--control-fd") options->control_fd = std::stoi(value);
     else if (flag == "--log-level") options->log_level = value;
-    else if (const auto gpus = flag == "--host-gpus" ? curelay::ParseGpuList(value) : std::nullopt) {
-      options->host_gpus = *gpus;
-    } else {
-      return false;
-    }
+    else if (flag == "--host-gpus" && curelay::ParseGpuList(value)) options->host_gpus = *curelay::ParseGpuList(value);
+    else return false;
   }
   return (argc % 2) == 1 && !options->driver_path.empty() && !options->bind_endpoints.empty() &&
          options->control_fd >= 0;

@@ -16,13 +16,7 @@ std::string ValidateTenant(const TenantRecord& tenant) {
   }
   if (tenant.weight == 0 || tenant.weight > 1000000) return "weight is 1 to 1000000";
   if (tenant.memory_policy != "fail" && tenant.memory_policy != "wait") return "memory policy is fail or wait";
-  for (size_t i = 0; i < tenant.gpus.size(); ++i) {
-    const int gpu = tenant.gpus[i];
-    if (gpu < 0 || gpu >= kMaxHostGpus) return "a GPU index is 0 to " + std::to_string(kMaxHostGpus - 1);
-    for (size_t j = 0; j < i; ++j) {
-      if (tenant.gpus[j] == gpu) return "GPU " + std::to_string(gpu) + " is listed twice";
-    }
-  }
+  if (std::string error = ValidateGpuList(tenant.gpus); !error.empty()) return error;
   return {};
 }
 

@@ -65,11 +65,13 @@ class Statement {
   sqlite3_stmt* statement_ = nullptr;
 };
 
-// The registry stores "every GPU" as an empty column.
+// The registry stores "every GPU" as an empty column. A column that does not parse (edited by hand) reads as a list
+// naming no valid GPU, which the broker refuses: a damaged restriction never widens to every GPU.
 std::string JoinGpus(const std::vector<int>& gpus) { return gpus.empty() ? std::string() : FormatGpuList(gpus); }
 
 std::vector<int> SplitGpus(const std::string& text) {
-  return text.empty() ? std::vector<int>() : ParseGpuList(text).value_or(std::vector<int>());
+  if (text.empty()) return {};
+  return ParseGpuList(text).value_or(std::vector<int>{-1});
 }
 
 constexpr const char* kColumns =

@@ -386,9 +386,12 @@ TEST_F(MultiGpuTenantsTest, GpusTheHostLacksAreRefused) {
   ASSERT_TRUE(backend_.Start()) << backend_.Log();
   const auto refused = RunClient({"init"}, ClientEnv(backend_, last), 30s);
   EXPECT_NE(refused.output.find("cuInit 100"), std::string::npos) << refused.output;  // CUDA_ERROR_NO_DEVICE
-  EXPECT_TRUE(WaitFor([&] { return backend_.Log().find("may use GPU 2, and this host has 2") != std::string::npos; },
-                      5s))
-      << backend_.Log();
+  const std::string reason = "may use GPUs 2: GPU 2 does not exist: this host has 2";
+  EXPECT_TRUE(WaitFor([&] { return backend_.Log().find(reason) != std::string::npos; }, 5s)) << backend_.Log();
+  // Its other limits stay editable; its GPUs can be changed to ones the host has.
+  EXPECT_EQ(Backendctl(backend_, {"tenant", "set", "last", "--weight", "2"}).exit_code, 0);
+  EXPECT_EQ(Backendctl(backend_, {"tenant", "set", "last", "--gpus", "1"}).exit_code, 0);
+  EXPECT_NE(Devices(last).find("devices 1 buses 40"), std::string::npos) << Devices(last);
 }
 
 TEST(TenantsAdminTcpTest, TcpAdminEndpointRequiresTheAdminToken) {
