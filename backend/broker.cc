@@ -211,7 +211,20 @@ nlohmann::json Broker::Stats() {
       row["queue_wait_p99_ms"] = figures->queue_wait_p99_ms;
     }
   }
-  return tenants;
+  nlohmann::json gpus = nlohmann::json::array();
+  for (int gpu = 0; gpu < std::max(pool_.host_gpus(), 1); ++gpu) {
+    size_t sessions = 0;
+    for (const ExecutorProcess* executor : pool_.executors()) {
+      if (executor->state != ExecutorProcess::State::kServing) continue;
+      const DeviceSet shown = pool_.HostGpusOf(*executor);
+      sessions += std::find(shown.begin(), shown.end(), gpu) != shown.end();
+    }
+    gpus.push_back({{"gpu", gpu},
+                    {"sessions", sessions},
+                    {"utilization", dispatch_.Utilization(gpu)},
+                    {"busy_seconds", dispatch_.BusySeconds(gpu)}});
+  }
+  return {{"tenants", tenants}, {"gpus", gpus}};
 }
 
 void Broker::RecordUsage() {

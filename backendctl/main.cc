@@ -142,7 +142,7 @@ void PrintSessions(const json& sessions) {
   table.Print(std::cout);
 }
 
-void PrintStats(const json& stats) {
+void PrintStats(const json& result) {
   curelay::backendctl::Table table({"TENANT", "PRIORITY", "WEIGHT", "SESSIONS", "GPU S", "SHARE", "KERNELS",
                                     "WAIT P50 MS", "WAIT P99 MS", "MEMORY USED", "PEAK", "QUOTA"});
   const auto number = [](const json& row, const char* key, const char* format) {
@@ -150,7 +150,7 @@ void PrintStats(const json& stats) {
     std::snprintf(text, sizeof text, format, row.value(key, 0.0));
     return std::string(text);
   };
-  for (const json& s : stats) {
+  for (const json& s : result["tenants"]) {
     table.Add({s["tenant"], s["priority"], std::to_string(s["weight"].get<uint64_t>()),
                std::to_string(s["sessions"].get<uint64_t>()), number(s, "gpu_seconds", "%.3f"),
                number(s, "gpu_share", "%.3f"), std::to_string(s.value("kernels", uint64_t{0})),
@@ -158,6 +158,14 @@ void PrintStats(const json& stats) {
                Bytes(s["memory_used_bytes"]), Bytes(s["memory_peak_bytes"]), Bytes(s["memory_quota_bytes"])});
   }
   table.Print(std::cout);
+  // Per GPU: sessions that can use it, and scheduled tenants' work on it (anonymous sessions are not scheduled).
+  curelay::backendctl::Table gpus({"GPU", "SESSIONS", "UTILIZATION", "BUSY S"});
+  for (const json& g : result.value("gpus", json::array())) {
+    gpus.Add({std::to_string(g["gpu"].get<int>()), std::to_string(g["sessions"].get<uint64_t>()),
+              number(g, "utilization", "%.2f"), number(g, "busy_seconds", "%.3f")});
+  }
+  std::cout << "\n";
+  gpus.Print(std::cout);
 }
 
 }  // namespace
@@ -207,7 +215,7 @@ int main(int argc, char** argv) {
       }
       const std::time_t now = std::time(nullptr);
       std::cout << "\033[H\033[2J" << "curelay backend " << endpoint << "  " << std::ctime(&now) << "\n";
-      PrintStats(reply["result"]["tenants"]);
+      PrintStats(reply["result"]);
       std::cout.flush();
       usleep(static_cast<useconds_t>(interval * 1e6));
     }
@@ -236,7 +244,7 @@ int main(int argc, char** argv) {
   } else if (request["command"] == "session.list") {
     PrintSessions(result["sessions"]);
   } else if (request["command"] == "stats") {
-    PrintStats(result["tenants"]);
+    PrintStats(result);
   }
   return 0;
 }

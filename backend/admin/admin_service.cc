@@ -148,7 +148,7 @@ std::string AdminService::Handle(const std::string& request_text, bool trusted_t
     spdlog::info("session {} killed by an administrator", session);
     return Success(json::object()).dump();
   }
-  if (command == "stats") return Success({{"tenants", stats_()}}).dump();
+  if (command == "stats") return Success(stats_()).dump();
   return Failure("unknown command '" + command + "'").dump();
 }
 

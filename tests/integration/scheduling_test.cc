@@ -165,6 +165,12 @@ TEST_F(SchedulingTest, EachGpuIsScheduledOnItsOwn) {
     return Sample(metrics, "curelay_gpu_busy_seconds_total{gpu=\"1\"}") >= right_seconds * 0.99;
   }, std::chrono::seconds(5))) << metrics;
   EXPECT_NEAR(Sample(metrics, "curelay_gpu_busy_seconds_total{gpu=\"0\"}"), left_seconds, 0.01 * left_seconds);
+  // backendctl stats has the same per GPU.
+  const json gpus = json::parse(Backendctl(backend_, {"-o", "json", "stats"}).out)["gpus"];
+  ASSERT_EQ(gpus.size(), 2u) << gpus.dump();
+  EXPECT_EQ(gpus[1]["gpu"], 1);
+  EXPECT_NEAR(gpus[1]["busy_seconds"].get<double>(), right_seconds, 0.01 * right_seconds) << gpus.dump();
+  EXPECT_NE(Backendctl(backend_, {"stats"}).out.find("UTILIZATION"), std::string::npos);
 }
 
 TEST_F(SchedulingTest, PrometheusEndpointReportsTenants) {
