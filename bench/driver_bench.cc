@@ -93,6 +93,38 @@ void bench_launches(CUfunction empty) {
   CU_CHECK(cuStreamDestroy(stream));
 }
 
+// What timing every launch costs the driver (curelay's executor brackets each scheduled launch of a tenant
+// session with a pair of timing events and queries the oldest, backend/executor/dispatch_gate.cc): an event record
+// alone, and the async launch stream with each launch timed that way.
+void bench_timed_launches(CUfunction empty) {
+  CUstream stream = nullptr;
+  CU_CHECK(cuStreamCreate(&stream, CU_STREAM_NON_BLOCKING));
+  constexpr int kPairs = 256;
+  std::vector<CUevent> events(2 * kPairs);
+  for (CUevent& event : events) CU_CHECK(cuEventCreate(&event, CU_EVENT_DEFAULT));
+  constexpr int kRecords = 100'000;
+  for (int i = 0; i < 1000; ++i) CU_CHECK(cuEventRecord(events[0], stream));
+  CU_CHECK(cuStreamSynchronize(stream));
+  auto start = Clock::now();
+  for (int i = 0; i < kRecords; ++i) CU_CHECK(cuEventRecord(events[i % events.size()], stream));
+  metric("event_record", seconds_since(start) * 1e6 / kRecords, "us");
+  CU_CHECK(cuStreamSynchronize(stream));
+
+  constexpr int kLaunches = 100'000;
+  start = Clock::now();
+  for (int i = 0; i < kLaunches; ++i) {
+    const size_t pair = 2 * static_cast<size_t>(i % kPairs);
+    (void)cuEventQuery(events[(pair + 2) % events.size() + 1]);  // the oldest pair's end, as a poll would
+    CU_CHECK(cuEventRecord(events[pair], stream));
+    CU_CHECK(cuLaunchKernel(empty, 1, 1, 1, 1, 1, 1, 0, stream, nullptr, nullptr));
+    CU_CHECK(cuEventRecord(events[pair + 1], stream));
+  }
+  CU_CHECK(cuStreamSynchronize(stream));
+  metric("launch_async_timed_total", seconds_since(start) * 1e6 / kLaunches, "us");
+  for (CUevent event : events) CU_CHECK(cuEventDestroy(event));
+  CU_CHECK(cuStreamDestroy(stream));
+}
+
 void bench_calls(CUdevice device) {
   CU_CHECK(cuCtxSynchronize());
   for (int i = 0; i < 200; ++i) CU_CHECK(cuCtxSynchronize());
@@ -194,6 +226,7 @@ int main(int argc, char** argv) {
     CU_CHECK(cuModuleGetFunction(&empty, module, "empty_kernel"));
 
     bench_launches(empty);
+    bench_timed_launches(empty);
     bench_calls(device);
     bench_bandwidth();
 

@@ -118,6 +118,10 @@ TEST_F(SchedulingTest, GpuTimeIsSplitByWeight) {
       << light_seconds << " s vs " << heavy_seconds << " s";
   // Work-conserving: the gating leaves the emulated GPUs busy most of the time.
   EXPECT_GT(light_seconds + heavy_seconds, 4 * 0.7);
+  // Each kernel is timed at what it took (2 ms), including those timed from the end of the one before it.
+  const double kernels = light_stats.value("kernels", 0.0) + heavy_stats.value("kernels", 0.0);
+  ASSERT_GT(kernels, 0);
+  EXPECT_NEAR((light_seconds + heavy_seconds) / kernels, 0.002, 0.0003) << kernels << " kernels";
 }
 
 TEST_F(SchedulingTest, HighPriorityIsServedFirstAndLowWorksWhenItIdles) {
