@@ -3,7 +3,6 @@
 #include <spdlog/spdlog.h>
 #include <time.h>
 
-#include <algorithm>
 #include <chrono>
 #include <iterator>
 
@@ -100,15 +99,6 @@ CUevent DispatchGate::TakeEvent(CUcontext context) {
 
 void DispatchGate::BeginLaunch(Timing& timing, CUstream stream) {
   if (slot_ == nullptr) return;
-  // Chained: every piece in flight on this GPU is on this stream and the newest had not finished when Poll last
-  // looked (Poll stops at the oldest unfinished one), so this piece starts when the newest ends.
-  GpuLane& lane = LaneOf(timing.gpu);
-  if (lane.chainable && !lane.inflight.empty() && lane.same_stream_tail == lane.inflight.size() &&
-      lane.inflight.back().stream == stream && lane.inflight.back().context == timing.context) {
-    timing.start = lane.inflight.back().end;
-    timing.start_borrowed = true;
-    return;
-  }
   timing.start = TakeEvent(timing.context);
   if (timing.start != nullptr && driver_.cuEventRecord(timing.start, stream) != CUDA_SUCCESS) {
     GiveEvent(timing.context, timing.start);
@@ -116,18 +106,10 @@ void DispatchGate::BeginLaunch(Timing& timing, CUstream stream) {
   }
 }
 
-void DispatchGate::BreakChains() {
-  for (GpuLane& lane : lanes_) lane.chainable = false;
-}
-
 void DispatchGate::EndLaunch(uint64_t kernel, CUstream stream, const Timing& timing, bool launched) {
   if (slot_ == nullptr) return;
-  GpuLane& lane = LaneOf(timing.gpu);
-  const auto give_back_start = [&] {
-    if (timing.start != nullptr && !timing.start_borrowed) GiveEvent(timing.context, timing.start);
-  };
   if (!launched) {
-    give_back_start();
+    if (timing.start != nullptr) GiveEvent(timing.context, timing.start);
     return;
   }
   Report(backend::DispatchEventKind::kDispatched, timing.gpu, kernel, 0);
@@ -136,17 +118,13 @@ void DispatchGate::EndLaunch(uint64_t kernel, CUstream stream, const Timing& tim
   if (end == nullptr || driver_.cuEventRecord(end, stream) != CUDA_SUCCESS) {
     // Untimed: the scheduler hears of the completion at once with the estimate as its time.
     if (end != nullptr) GiveEvent(timing.context, end);
-    give_back_start();
+    if (timing.start != nullptr) GiveEvent(timing.context, timing.start);
     Report(backend::DispatchEventKind::kCompleted, timing.gpu, kernel, estimate);
-    lane.chainable = false;
     return;
   }
-  if (timing.start_borrowed) lane.inflight.back().end_lent = true;
-  const bool same_stream = !lane.inflight.empty() && lane.inflight.back().stream == stream;
-  lane.same_stream_tail = same_stream ? lane.same_stream_tail + 1 : 1;
-  lane.inflight.push_back({kernel, estimate, timing.context, stream, timing.start, end, timing.start_borrowed, false});
+  GpuLane& lane = LaneOf(timing.gpu);
+  lane.inflight.push_back({kernel, estimate, timing.context, timing.start, end});
   lane.inflight_estimate_ns += estimate;
-  lane.chainable = true;
 }
 
 void DispatchGate::Complete(GpuLane& lane, const Inflight& work, int64_t gpu_ns) {
@@ -170,11 +148,9 @@ void DispatchGate::Poll() {
         cost_model_.Observe(work.kernel, std::chrono::nanoseconds(gpu_ns));
       }
       Complete(lane, work, gpu_ns);
-      // A borrowed start is the previous entry's end, which that entry left to this one.
       GiveEvent(work.context, work.start);
-      if (!work.end_lent) GiveEvent(work.context, work.end);
+      GiveEvent(work.context, work.end);
       lane.inflight.pop_front();
-      lane.same_stream_tail = std::min(lane.same_stream_tail, lane.inflight.size());
     }
   }
 }
@@ -189,20 +165,11 @@ bool DispatchGate::HasInflight() const {
 void DispatchGate::ForgetContext(CUcontext context) {
   if (located_context_ == context) located_context_ = nullptr;
   for (GpuLane& lane : lanes_) {
-    const size_t before = lane.inflight.size();
     std::erase_if(lane.inflight, [&](const Inflight& work) {
       if (work.context != context) return false;
       Complete(lane, work, work.estimate_ns);
       return true;
     });
-    if (lane.inflight.size() != before) {
-      lane.same_stream_tail = 0;  // recounted below: entries left the middle
-      for (auto it = lane.inflight.rbegin(); it != lane.inflight.rend() && it->stream == lane.inflight.back().stream;
-           ++it) {
-        ++lane.same_stream_tail;
-      }
-      lane.chainable = false;
-    }
   }
   std::erase_if(spare_events_, [context](const SpareEvent& spare) { return spare.context == context; });
 }
@@ -210,7 +177,7 @@ void DispatchGate::ForgetContext(CUcontext context) {
 void DispatchGate::Release() {
   for (GpuLane& lane : lanes_) {
     for (const Inflight& work : lane.inflight) {
-      if (!work.start_borrowed) driver_.cuEventDestroy(work.start);
+      driver_.cuEventDestroy(work.start);
       driver_.cuEventDestroy(work.end);
     }
   }

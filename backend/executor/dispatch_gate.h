@@ -1,7 +1,5 @@
 // Holds a tenant session's GPU work to the scheduler's grant (backend/dispatch/dispatch_board.h) and reports each
-// piece of work and the GPU time it took, measured with driver events: an end marker after each piece, and a start
-// marker before it unless the piece is queued right behind the previous one on the same stream, which then starts
-// when that one ends (a marker costs the driver about 3 us, as much as a launch; bench/driver_bench.cc). Grants are per host
+// piece of work and the GPU time it took, measured with a pair of driver events around it. Grants are per host
 // GPU: work goes by the grant of the GPU of the context current when it is issued, read from shared memory before
 // every launch; the executor waits (polling every 20 us) only while that grant says no, or while its in-flight work
 // there would exceed the budget a higher class imposes. Sessions without a slot (anonymous) are not scheduled and
@@ -31,24 +29,19 @@ class DispatchGate {
   bool Attach(const std::string& board_path, int slot, std::vector<int> host_gpus, std::string* error);
   bool active() const { return slot_ != nullptr; }
 
-  // Where a piece of work runs: the current context, its host GPU, and (once begun) its start marker, which is the
-  // end marker of the work before it when `start_borrowed`.
+  // Where a piece of work runs: the current context, its host GPU, and (once begun) its start marker.
   struct Timing {
     CUcontext context = nullptr;
     int gpu = 0;
     CUevent start = nullptr;
-    bool start_borrowed = false;
   };
   // The context current now and its GPU (work with no usable context is accounted to the session's first GPU;
   // the driver refuses it anyway).
   Timing Locate();
   // Waits until work `kernel` may start on `where.gpu`.
   void AwaitGrant(const Timing& where, uint64_t kernel);
-  // Records the start marker of the work on `stream`, or borrows the end marker of the work before it.
+  // Records the start marker of the work on `stream`.
   void BeginLaunch(Timing& timing, CUstream stream);
-  // Work the gate does not see was queued (a stream wait, a host function, a stream-ordered allocation, anything
-  // during a capture): it may delay the next piece of work on any stream, so the next gets its own start marker.
-  void BreakChains();
   // After the launch: if it succeeded, records its end marker and reports it dispatched; otherwise gives the start
   // marker back.
   void EndLaunch(uint64_t kernel, CUstream stream, const Timing& timing, bool launched);
@@ -66,19 +59,14 @@ class DispatchGate {
     uint64_t kernel;
     int64_t estimate_ns;
     CUcontext context;  // events belong to the context current when they were made
-    CUstream stream;
     CUevent start;
     CUevent end;
-    bool start_borrowed;  // `start` is the previous entry's end, given back with this entry
-    bool end_lent;        // the next entry borrowed `end` as its start
   };
   // One GPU's work in flight, in launch order.
   struct GpuLane {
     int gpu;
     std::deque<Inflight> inflight;
     int64_t inflight_estimate_ns = 0;
-    size_t same_stream_tail = 0;  // how many of the newest entries are on the newest entry's stream
-    bool chainable = false;       // no unseen work was queued since the newest entry
   };
   struct SpareEvent {
     CUcontext context;

@@ -66,7 +66,6 @@ Session::Outcome Session::LaunchHostFunction(const wire::LaunchHostFunction& cal
   // Captured, the gate would be part of a graph that replays without the client: not supported.
   outcome.result = RefuseCapturingStream(stream);
   if (outcome.result != CUDA_SUCCESS) return outcome;
-  dispatch_gate_.BreakChains();  // the host function holds the stream for as long as it runs
   auto* gate_call = new GateCall{&host_function_board_[call.gate()], host_functions_abandoned_};
   outcome.result = driver_.cuLaunchHostFunc(stream, HoldAtGate, gate_call);
   if (outcome.result != CUDA_SUCCESS) delete gate_call;

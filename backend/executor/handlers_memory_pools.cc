@@ -37,7 +37,6 @@ Session::Outcome Session::MemAllocAsync(const wire::MemAllocAsync& call) {
   CUmemoryPool pool = nullptr;
   if (call.from_pool()) outcome.result = ResolvePool(call.device(), call.pool(), &pool);
   if (outcome.result != CUDA_SUCCESS) return outcome;
-  dispatch_gate_.BreakChains();  // reusing memory freed on another stream may make this stream wait for it
   outcome.result = AllocateCharged(call.bytes(), [&] {
     return pool != nullptr ? driver_.cuMemAllocFromPoolAsync(&ptr, call.bytes(), pool, stream)
                            : driver_.cuMemAllocAsync(&ptr, call.bytes(), stream);

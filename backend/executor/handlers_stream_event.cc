@@ -60,7 +60,6 @@ Session::Outcome Session::StreamWaitEvent(const wire::StreamWaitEvent& call) {
   if (result != CUDA_SUCCESS) return {result};
   auto event = events_.find(call.event());
   if (event == events_.end()) return {CUDA_ERROR_INVALID_HANDLE};
-  dispatch_gate_.BreakChains();  // the stream's next work may wait here: it needs its own start marker
   return {driver_.cuStreamWaitEvent(stream, event->second, call.flags())};
 }
 

@@ -76,11 +76,7 @@ class Session {
   // A template, not std::function: every launch, copy and memset of every session passes here.
   template <typename Launch>
   CUresult LaunchScheduled(uint64_t work, CUstream stream, Launch&& launch) {
-    if (!dispatch_gate_.active()) return launch();
-    if (!captures_.empty()) {
-      dispatch_gate_.BreakChains();  // work on streams outside the capture goes ungated meanwhile
-      return launch();
-    }
+    if (!dispatch_gate_.active() || !captures_.empty()) return launch();
     DispatchGate::Timing timing = dispatch_gate_.Locate();
     dispatch_gate_.AwaitGrant(timing, work);
     dispatch_gate_.BeginLaunch(timing, stream);
