@@ -3,6 +3,7 @@
 #include <spdlog/spdlog.h>
 #include <time.h>
 
+#include <algorithm>
 #include <chrono>
 #include <iterator>
 
@@ -16,7 +17,12 @@ void Pause(long nanoseconds) {
 
 }  // namespace
 
-DispatchGate::~DispatchGate() { Release(); }
+DispatchGate::~DispatchGate() {
+  if (pieces_dispatched_ > 0) {
+    spdlog::info("scheduled work: {} pieces dispatched, {} timed with markers", pieces_dispatched_, pieces_timed_);
+  }
+  Release();
+}
 
 bool DispatchGate::Attach(const std::string& board_path, int slot, std::vector<int> host_gpus, std::string* error) {
   if (board_path.empty() || slot < 0) return true;
@@ -97,8 +103,25 @@ CUevent DispatchGate::TakeEvent(CUcontext context) {
   return driver_.cuEventCreate(&event, CU_EVENT_DEFAULT) == CUDA_SUCCESS ? event : nullptr;
 }
 
-void DispatchGate::BeginLaunch(Timing& timing, CUstream stream) {
-  if (slot_ == nullptr) return;
+bool DispatchGate::ShouldTime(const Timing& where, uint64_t kernel) {
+  constexpr uint32_t kMeasuredBeforeSampling = 4;
+  constexpr std::chrono::nanoseconds kAlwaysTimed{10'000};
+  constexpr uint32_t kSampleEvery = 16;
+  GpuLane& lane = LaneOf(where.gpu);
+  const bool limited = slot_->grants[where.gpu].inflight_budget_ns.load(std::memory_order_acquire) !=
+                       std::numeric_limits<int64_t>::max();
+  const auto measured = times_measured_.find(kernel);
+  if (limited || !lane.inflight.empty() || measured == times_measured_.end() ||
+      measured->second < kMeasuredBeforeSampling || cost_model_.Estimate(kernel) >= kAlwaysTimed ||
+      ++lane.untimed_in_a_row >= kSampleEvery) {
+    lane.untimed_in_a_row = 0;
+    return true;
+  }
+  return false;
+}
+
+void DispatchGate::BeginLaunch(uint64_t kernel, Timing& timing, CUstream stream) {
+  if (slot_ == nullptr || !ShouldTime(timing, kernel)) return;
   timing.start = TakeEvent(timing.context);
   if (timing.start != nullptr && driver_.cuEventRecord(timing.start, stream) != CUDA_SUCCESS) {
     GiveEvent(timing.context, timing.start);
@@ -113,10 +136,12 @@ void DispatchGate::EndLaunch(uint64_t kernel, CUstream stream, const Timing& tim
     return;
   }
   Report(backend::DispatchEventKind::kDispatched, timing.gpu, kernel, 0);
+  ++pieces_dispatched_;
+  pieces_timed_ += timing.start != nullptr;
   const int64_t estimate = std::chrono::nanoseconds(cost_model_.Estimate(kernel)).count();
   CUevent end = timing.start != nullptr ? TakeEvent(timing.context) : nullptr;
   if (end == nullptr || driver_.cuEventRecord(end, stream) != CUDA_SUCCESS) {
-    // Untimed: the scheduler hears of the completion at once with the estimate as its time.
+    // Untimed (by choice, or a marker failed): the scheduler hears of the completion at once, at the estimate.
     if (end != nullptr) GiveEvent(timing.context, end);
     if (timing.start != nullptr) GiveEvent(timing.context, timing.start);
     Report(backend::DispatchEventKind::kCompleted, timing.gpu, kernel, estimate);
@@ -146,6 +171,8 @@ void DispatchGate::Poll() {
       if (state == CUDA_SUCCESS && driver_.cuEventElapsedTime(&milliseconds, work.start, work.end) == CUDA_SUCCESS) {
         gpu_ns = static_cast<int64_t>(static_cast<double>(milliseconds) * 1e6);
         cost_model_.Observe(work.kernel, std::chrono::nanoseconds(gpu_ns));
+        uint32_t& measured = times_measured_[work.kernel];
+        measured = std::min<uint32_t>(measured + 1, 1000);
       }
       Complete(lane, work, gpu_ns);
       GiveEvent(work.context, work.start);

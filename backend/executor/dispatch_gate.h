@@ -1,5 +1,8 @@
 // Holds a tenant session's GPU work to the scheduler's grant (backend/dispatch/dispatch_board.h) and reports each
-// piece of work and the GPU time it took, measured with a pair of driver events around it. Grants are per host
+// piece of work and the GPU time it took, measured with a pair of driver events around it. A marker costs the
+// driver about 3 us (bench/driver_bench.cc event_record), as much as a launch, so small kernels the model already
+// knows are timed only 1 in 16 while the GPU keeps up and no higher class is on it (ShouldTime); the others count
+// at their estimate. Grants are per host
 // GPU: work goes by the grant of the GPU of the context current when it is issued, read from shared memory before
 // every launch; the executor waits (polling every 20 us) only while that grant says no, or while its in-flight work
 // there would exceed the budget a higher class imposes. Sessions without a slot (anonymous) are not scheduled and
@@ -12,6 +15,7 @@
 #include <deque>
 #include <memory>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 #include "backend/dispatch/dispatch_board.h"
@@ -33,15 +37,15 @@ class DispatchGate {
   struct Timing {
     CUcontext context = nullptr;
     int gpu = 0;
-    CUevent start = nullptr;
+    CUevent start = nullptr;  // null: untimed
   };
   // The context current now and its GPU (work with no usable context is accounted to the session's first GPU;
   // the driver refuses it anyway).
   Timing Locate();
   // Waits until work `kernel` may start on `where.gpu`.
   void AwaitGrant(const Timing& where, uint64_t kernel);
-  // Records the start marker of the work on `stream`.
-  void BeginLaunch(Timing& timing, CUstream stream);
+  // Records the start marker of work `kernel` on `stream` if it is to be timed.
+  void BeginLaunch(uint64_t kernel, Timing& timing, CUstream stream);
   // After the launch: if it succeeded, records its end marker and reports it dispatched; otherwise gives the start
   // marker back.
   void EndLaunch(uint64_t kernel, CUstream stream, const Timing& timing, bool launched);
@@ -67,12 +71,18 @@ class DispatchGate {
     int gpu;
     std::deque<Inflight> inflight;
     int64_t inflight_estimate_ns = 0;
+    uint32_t untimed_in_a_row = 0;
   };
   struct SpareEvent {
     CUcontext context;
     CUevent event;
   };
   GpuLane& LaneOf(int gpu);
+  // Whether work `kernel` on `where.gpu` gets markers: always while a higher class limits this session's in-flight
+  // work there, while timed work of it is still running there (the GPU is behind, so markers cost no throughput
+  // and the backlog stays measured), for a kernel measured fewer than 4 times or estimated at 10 us or more; else
+  // every 16th piece in a row.
+  bool ShouldTime(const Timing& where, uint64_t kernel);
   CUevent TakeEvent(CUcontext context);
   void GiveEvent(CUcontext context, CUevent event) { spare_events_.push_back({context, event}); }
   void Report(backend::DispatchEventKind kind, int gpu, uint64_t kernel, int64_t gpu_ns);
@@ -88,6 +98,9 @@ class DispatchGate {
   int located_gpu_ = 0;
   std::deque<GpuLane> lanes_;  // a handful, the GPUs this session has used; a deque keeps references stable
   std::vector<SpareEvent> spare_events_;
+  std::unordered_map<uint64_t, uint32_t> times_measured_;  // by kernel, up to the count sampling waits for
+  uint64_t pieces_dispatched_ = 0;
+  uint64_t pieces_timed_ = 0;
   scheduler::KernelCostModel cost_model_{std::chrono::microseconds(500), 0.25};
 };
 

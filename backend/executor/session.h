@@ -79,7 +79,7 @@ class Session {
     if (!dispatch_gate_.active() || !captures_.empty()) return launch();
     DispatchGate::Timing timing = dispatch_gate_.Locate();
     dispatch_gate_.AwaitGrant(timing, work);
-    dispatch_gate_.BeginLaunch(timing, stream);
+    dispatch_gate_.BeginLaunch(work, timing, stream);
     const CUresult result = launch();
     dispatch_gate_.EndLaunch(work, stream, timing, result == CUDA_SUCCESS);
     return result;

@@ -147,6 +147,30 @@ TEST_F(SchedulingTest, HighPriorityIsServedFirstAndLowWorksWhenItIdles) {
   EXPECT_GT(TenantStats(backend_, "batch-2").value("kernels", uint64_t{0}), 500u);
 }
 
+TEST_F(SchedulingTest, SmallKnownKernelsAreTimedBySampling) {
+  // Empty kernels, each waited for, so the GPU keeps up: once measured, most go without markers and count at their
+  // estimate. (Kernels the emulated GPU falls behind on stay timed, as they should.)
+  const std::string token = AddTenant(backend_, "small");
+  const std::string output = RunLoad(backend_, token, "saturate 1 0 1");
+  std::smatch match;
+  ASSERT_TRUE(std::regex_search(output, match, std::regex(R"(kernels (\d+))"))) << output;
+  const uint64_t kernels = std::stoull(match[1]);
+  ASSERT_GT(kernels, 1000u) << output;
+  const json stats = TenantStats(backend_, "small");
+  EXPECT_GE(stats.value("kernels", uint64_t{0}), kernels);  // every one completed for the scheduler
+  EXPECT_GT(stats.value("gpu_seconds", 0.0), 0.0);
+  std::string log;
+  ASSERT_TRUE(WaitFor([&] {
+    log = backend_.Log();
+    return std::regex_search(log, match, std::regex(R"(scheduled work: (\d+) pieces dispatched, (\d+) timed)"));
+  }, std::chrono::seconds(5))) << log;
+  const double dispatched = std::stod(match[1]);
+  const double timed = std::stod(match[2]);
+  EXPECT_GE(dispatched, static_cast<double>(kernels));
+  EXPECT_LT(timed, dispatched / 4) << timed << " of " << dispatched << " timed";
+  EXPECT_GT(timed, dispatched / 40) << timed << " of " << dispatched << " timed";  // still sampled
+}
+
 TEST_F(SchedulingTest, EachGpuIsScheduledOnItsOwn) {
   // Weights 1:3 on different GPUs: neither waits for the other's turns, so each has its GPU nearly all the time.
   const std::string left = AddTenant(backend_, "left", {"--gpus", "0", "--weight", "1"});
