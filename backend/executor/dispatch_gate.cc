@@ -111,13 +111,17 @@ bool DispatchGate::ShouldTime(const Timing& where, uint64_t kernel) {
   const bool limited = slot_->grants[where.gpu].inflight_budget_ns.load(std::memory_order_acquire) !=
                        std::numeric_limits<int64_t>::max();
   const auto measured = times_measured_.find(kernel);
-  if (limited || !lane.inflight.empty() || measured == times_measured_.end() ||
-      measured->second < kMeasuredBeforeSampling || cost_model_.Estimate(kernel) >= kAlwaysTimed ||
-      ++lane.untimed_in_a_row >= kSampleEvery) {
-    lane.untimed_in_a_row = 0;
-    return true;
+  if (lane.inflight.empty()) lane.behind = false;
+  bool timed = limited || lane.behind || measured == times_measured_.end() ||
+               measured->second < kMeasuredBeforeSampling || cost_model_.Estimate(kernel) >= kAlwaysTimed;
+  if (!timed && ++lane.untimed_in_a_row >= kSampleEvery) {
+    // The previous sample still running 16 pieces later: the GPU is behind, so time everything until it catches
+    // up (the markers then cost no throughput, and the backlog stays measured).
+    lane.behind = !lane.inflight.empty();
+    timed = true;
   }
-  return false;
+  if (timed) lane.untimed_in_a_row = 0;
+  return timed;
 }
 
 void DispatchGate::BeginLaunch(uint64_t kernel, Timing& timing, CUstream stream) {

@@ -72,6 +72,7 @@ class DispatchGate {
     std::deque<Inflight> inflight;
     int64_t inflight_estimate_ns = 0;
     uint32_t untimed_in_a_row = 0;
+    bool behind = false;  // a sample was still running when the next one was due
   };
   struct SpareEvent {
     CUcontext context;
@@ -79,9 +80,8 @@ class DispatchGate {
   };
   GpuLane& LaneOf(int gpu);
   // Whether work `kernel` on `where.gpu` gets markers: always while a higher class limits this session's in-flight
-  // work there, while timed work of it is still running there (the GPU is behind, so markers cost no throughput
-  // and the backlog stays measured), for a kernel measured fewer than 4 times or estimated at 10 us or more; else
-  // every 16th piece in a row.
+  // work there, for a kernel measured fewer than 4 times or estimated at 10 us or more, and while the GPU is behind
+  // (a sample still running when the next is due, until nothing timed is in flight); else every 16th piece.
   bool ShouldTime(const Timing& where, uint64_t kernel);
   CUevent TakeEvent(CUcontext context);
   void GiveEvent(CUcontext context, CUevent event) { spare_events_.push_back({context, event}); }
