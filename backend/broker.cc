@@ -212,17 +212,17 @@ nlohmann::json Broker::Stats() {
     }
   }
   nlohmann::json gpus = nlohmann::json::array();
-  for (int gpu = 0; gpu < std::max(pool_.host_gpus(), 1); ++gpu) {
+  for (const GpuMetrics& gpu : GpuFigures()) {
     size_t sessions = 0;
     for (const ExecutorProcess* executor : pool_.executors()) {
       if (executor->state != ExecutorProcess::State::kServing) continue;
       const DeviceSet shown = pool_.HostGpusOf(*executor);
-      sessions += std::find(shown.begin(), shown.end(), gpu) != shown.end();
+      sessions += std::find(shown.begin(), shown.end(), gpu.index) != shown.end();
     }
-    gpus.push_back({{"gpu", gpu},
+    gpus.push_back({{"gpu", gpu.index},
                     {"sessions", sessions},
-                    {"utilization", dispatch_.Utilization(gpu)},
-                    {"busy_seconds", dispatch_.BusySeconds(gpu)}});
+                    {"utilization", gpu.utilization},
+                    {"busy_seconds", gpu.busy_seconds}});
   }
   return {{"tenants", tenants}, {"gpus", gpus}};
 }
@@ -267,12 +267,18 @@ void Broker::RefreshMetrics() {
     }
     snapshot.tenants.push_back(std::move(row));
   }
-  for (int gpu = 0; gpu < std::max(pool_.host_gpus(), 1); ++gpu) {  // GPU 0 before the count is known
-    snapshot.gpus.push_back({gpu, dispatch_.Utilization(gpu), dispatch_.BusySeconds(gpu)});
-  }
+  snapshot.gpus = GpuFigures();
   std::lock_guard lock(metrics_mutex_);
   metrics_ = std::move(snapshot);
   metrics_refreshed_ms_ = NowMs();
+}
+
+std::vector<GpuMetrics> Broker::GpuFigures() {
+  std::vector<GpuMetrics> gpus;
+  for (int gpu = 0; gpu < std::max(pool_.host_gpus(), 1); ++gpu) {  // GPU 0 before the count is known
+    gpus.push_back({gpu, dispatch_.Utilization(gpu), dispatch_.BusySeconds(gpu)});
+  }
+  return gpus;
 }
 
 int Broker::TenantSlot(const std::string& name) {

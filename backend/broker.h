@@ -59,6 +59,8 @@ class Broker {
   int TenantSlot(const std::string& name);
   int TakeSessionSlot(int tenant_slot);
   nlohmann::json Stats();
+  // Each host GPU's scheduled utilization and busy time, for backendctl stats and the metrics endpoint.
+  std::vector<GpuMetrics> GpuFigures();
   // Rebuilds the snapshot the metrics endpoint serves (on the broker's thread, about once a second).
   void RefreshMetrics();
   // Closes the usage ledger's interval: each active tenant's GPU seconds and peak memory in it, into the registry.

@@ -10,15 +10,22 @@ KernelCostModel::KernelCostModel(Duration default_estimate, double smoothing)
       smoothing_(smoothing > 0 && smoothing <= 1 ? smoothing : 1.0) {}
 
 Duration KernelCostModel::Estimate(KernelKey key) const {
-  const auto it = estimates_ns_.find(key);
-  if (it == estimates_ns_.end()) return default_estimate_;
-  return Duration(std::llround(it->second));
+  const auto it = estimates_.find(key);
+  if (it == estimates_.end()) return default_estimate_;
+  return Duration(std::llround(it->second.ns));
+}
+
+uint32_t KernelCostModel::Observations(KernelKey key) const {
+  const auto it = estimates_.find(key);
+  return it == estimates_.end() ? 0 : it->second.observations;
 }
 
 void KernelCostModel::Observe(KernelKey key, Duration gpu_time) {
   const double observed = static_cast<double>(std::max(gpu_time, Duration::zero()).count());
-  const auto [it, inserted] = estimates_ns_.try_emplace(key, observed);
-  if (!inserted) it->second += smoothing_ * (observed - it->second);
+  const auto [it, inserted] = estimates_.try_emplace(key, Learned{observed, 1});
+  if (inserted) return;
+  it->second.ns += smoothing_ * (observed - it->second.ns);
+  if (it->second.observations < UINT32_MAX) ++it->second.observations;
 }
 
 }  // namespace curelay::scheduler

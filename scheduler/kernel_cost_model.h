@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 #include <unordered_map>
 
 #include "scheduler/clock.h"
@@ -20,14 +21,19 @@ class KernelCostModel {
   // move the estimate toward the observation by `smoothing` of the difference.
   void Observe(KernelKey key, Duration gpu_time);
 
-  bool Knows(KernelKey key) const { return estimates_ns_.count(key) != 0; }
-  size_t size() const { return estimates_ns_.size(); }
+  bool Knows(KernelKey key) const { return estimates_.count(key) != 0; }
+  // How many times `key` was observed (saturating), so callers can tell a measured estimate from a first guess.
+  uint32_t Observations(KernelKey key) const;
+  size_t size() const { return estimates_.size(); }
 
  private:
+  struct Learned {
+    double ns;  // fractional nanoseconds, so small corrections accumulate instead of rounding away
+    uint32_t observations;
+  };
   Duration default_estimate_;
   double smoothing_;
-  // Fractional nanoseconds, so small corrections accumulate instead of rounding away.
-  std::unordered_map<KernelKey, double> estimates_ns_;
+  std::unordered_map<KernelKey, Learned> estimates_;
 };
 
 }  // namespace curelay::scheduler

@@ -3,7 +3,6 @@
 #include <spdlog/spdlog.h>
 #include <time.h>
 
-#include <algorithm>
 #include <chrono>
 #include <iterator>
 
@@ -48,21 +47,22 @@ void DispatchGate::Report(backend::DispatchEventKind kind, int gpu, uint64_t ker
   spdlog::warn("dispatch ring full for 1 s: an event was dropped");
 }
 
-DispatchGate::Timing DispatchGate::Locate() {
-  Timing where;
-  if (driver_.cuCtxGetCurrent != nullptr) driver_.cuCtxGetCurrent(&where.context);
-  if (where.context != nullptr && where.context == located_context_) {
-    where.gpu = located_gpu_;
-    return where;
+DispatchGate::Timing DispatchGate::Locate(uint64_t kernel) {
+  Timing timing;
+  timing.kernel = kernel;
+  if (driver_.cuCtxGetCurrent != nullptr) driver_.cuCtxGetCurrent(&timing.context);
+  if (timing.context == nullptr || timing.context != located_context_) {
+    CUdevice device = 0;
+    if (timing.context == nullptr || driver_.cuCtxGetDevice(&device) != CUDA_SUCCESS || device < 0) device = 0;
+    const size_t ordinal = static_cast<size_t>(device);
+    int gpu = host_gpus_.empty() ? device : ordinal < host_gpus_.size() ? host_gpus_[ordinal] : host_gpus_[0];
+    located_context_ = timing.context;
+    located_gpu_ = gpu < backend::kMaxDispatchGpus ? gpu : 0;
   }
-  CUdevice device = 0;
-  if (where.context == nullptr || driver_.cuCtxGetDevice(&device) != CUDA_SUCCESS || device < 0) device = 0;
-  const size_t ordinal = static_cast<size_t>(device);
-  where.gpu = host_gpus_.empty() ? device : ordinal < host_gpus_.size() ? host_gpus_[ordinal] : host_gpus_[0];
-  if (where.gpu >= backend::kMaxDispatchGpus) where.gpu = 0;
-  located_context_ = where.context;
-  located_gpu_ = where.gpu;
-  return where;
+  timing.gpu = located_gpu_;
+  timing.lane = &LaneOf(timing.gpu);
+  timing.estimate_ns = std::chrono::nanoseconds(cost_model_.Estimate(kernel)).count();
+  return timing;
 }
 
 DispatchGate::GpuLane& DispatchGate::LaneOf(int gpu) {
@@ -72,20 +72,19 @@ DispatchGate::GpuLane& DispatchGate::LaneOf(int gpu) {
   return lanes_.emplace_back(GpuLane{gpu, {}, 0});
 }
 
-void DispatchGate::AwaitGrant(const Timing& where, uint64_t kernel) {
+void DispatchGate::AwaitGrant(const Timing& timing) {
   if (slot_ == nullptr) return;
-  const int64_t estimate = std::chrono::nanoseconds(cost_model_.Estimate(kernel)).count();
-  const backend::GpuGrant& grant = slot_->grants[where.gpu];
-  const GpuLane& lane = LaneOf(where.gpu);
+  const backend::GpuGrant& grant = slot_->grants[timing.gpu];
+  const GpuLane& lane = *timing.lane;
   bool reported = false;
   for (;;) {
     Poll();
     const bool may_dispatch = grant.may_dispatch.load(std::memory_order_acquire) != 0;
     const int64_t budget = grant.inflight_budget_ns.load(std::memory_order_acquire);
     // Work may always start when nothing of this session's is in flight there, however large (nothing starves).
-    if (may_dispatch && (lane.inflight.empty() || lane.inflight_estimate_ns <= budget - estimate)) return;
+    if (may_dispatch && (lane.inflight.empty() || lane.inflight_estimate_ns <= budget - timing.estimate_ns)) return;
     if (!reported) {
-      Report(backend::DispatchEventKind::kArrived, where.gpu, kernel, 0);
+      Report(backend::DispatchEventKind::kArrived, timing.gpu, timing.kernel, 0);
       reported = true;
     }
     Pause(20'000);
@@ -103,17 +102,16 @@ CUevent DispatchGate::TakeEvent(CUcontext context) {
   return driver_.cuEventCreate(&event, CU_EVENT_DEFAULT) == CUDA_SUCCESS ? event : nullptr;
 }
 
-bool DispatchGate::ShouldTime(const Timing& where, uint64_t kernel) {
+bool DispatchGate::ShouldTime(const Timing& timing) {
   constexpr uint32_t kMeasuredBeforeSampling = 4;
-  constexpr std::chrono::nanoseconds kAlwaysTimed{10'000};
+  constexpr int64_t kAlwaysTimedNs = 10'000;
   constexpr uint32_t kSampleEvery = 16;
-  GpuLane& lane = LaneOf(where.gpu);
-  const bool limited = slot_->grants[where.gpu].inflight_budget_ns.load(std::memory_order_acquire) !=
+  GpuLane& lane = *timing.lane;
+  const bool limited = slot_->grants[timing.gpu].inflight_budget_ns.load(std::memory_order_acquire) !=
                        std::numeric_limits<int64_t>::max();
-  const auto measured = times_measured_.find(kernel);
   if (lane.inflight.empty()) lane.behind = false;
-  bool timed = limited || lane.behind || measured == times_measured_.end() ||
-               measured->second < kMeasuredBeforeSampling || cost_model_.Estimate(kernel) >= kAlwaysTimed;
+  bool timed = limited || lane.behind || cost_model_.Observations(timing.kernel) < kMeasuredBeforeSampling ||
+               timing.estimate_ns >= kAlwaysTimedNs;
   if (!timed && ++lane.untimed_in_a_row >= kSampleEvery) {
     // The previous sample still running 16 pieces later: the GPU is behind, so time everything until it catches
     // up (the markers then cost no throughput, and the backlog stays measured).
@@ -124,8 +122,8 @@ bool DispatchGate::ShouldTime(const Timing& where, uint64_t kernel) {
   return timed;
 }
 
-void DispatchGate::BeginLaunch(uint64_t kernel, Timing& timing, CUstream stream) {
-  if (slot_ == nullptr || !ShouldTime(timing, kernel)) return;
+void DispatchGate::BeginLaunch(Timing& timing, CUstream stream) {
+  if (slot_ == nullptr || !ShouldTime(timing)) return;
   timing.start = TakeEvent(timing.context);
   if (timing.start != nullptr && driver_.cuEventRecord(timing.start, stream) != CUDA_SUCCESS) {
     GiveEvent(timing.context, timing.start);
@@ -133,27 +131,25 @@ void DispatchGate::BeginLaunch(uint64_t kernel, Timing& timing, CUstream stream)
   }
 }
 
-void DispatchGate::EndLaunch(uint64_t kernel, CUstream stream, const Timing& timing, bool launched) {
+void DispatchGate::EndLaunch(CUstream stream, const Timing& timing, bool launched) {
   if (slot_ == nullptr) return;
   if (!launched) {
     if (timing.start != nullptr) GiveEvent(timing.context, timing.start);
     return;
   }
-  Report(backend::DispatchEventKind::kDispatched, timing.gpu, kernel, 0);
+  Report(backend::DispatchEventKind::kDispatched, timing.gpu, timing.kernel, 0);
   ++pieces_dispatched_;
   pieces_timed_ += timing.start != nullptr;
-  const int64_t estimate = std::chrono::nanoseconds(cost_model_.Estimate(kernel)).count();
   CUevent end = timing.start != nullptr ? TakeEvent(timing.context) : nullptr;
   if (end == nullptr || driver_.cuEventRecord(end, stream) != CUDA_SUCCESS) {
     // Untimed (by choice, or a marker failed): the scheduler hears of the completion at once, at the estimate.
     if (end != nullptr) GiveEvent(timing.context, end);
     if (timing.start != nullptr) GiveEvent(timing.context, timing.start);
-    Report(backend::DispatchEventKind::kCompleted, timing.gpu, kernel, estimate);
+    Report(backend::DispatchEventKind::kCompleted, timing.gpu, timing.kernel, timing.estimate_ns);
     return;
   }
-  GpuLane& lane = LaneOf(timing.gpu);
-  lane.inflight.push_back({kernel, estimate, timing.context, timing.start, end});
-  lane.inflight_estimate_ns += estimate;
+  timing.lane->inflight.push_back({timing.kernel, timing.estimate_ns, timing.context, timing.start, end});
+  timing.lane->inflight_estimate_ns += timing.estimate_ns;
 }
 
 void DispatchGate::Complete(GpuLane& lane, const Inflight& work, int64_t gpu_ns) {
@@ -175,8 +171,6 @@ void DispatchGate::Poll() {
       if (state == CUDA_SUCCESS && driver_.cuEventElapsedTime(&milliseconds, work.start, work.end) == CUDA_SUCCESS) {
         gpu_ns = static_cast<int64_t>(static_cast<double>(milliseconds) * 1e6);
         cost_model_.Observe(work.kernel, std::chrono::nanoseconds(gpu_ns));
-        uint32_t& measured = times_measured_[work.kernel];
-        measured = std::min<uint32_t>(measured + 1, 1000);
       }
       Complete(lane, work, gpu_ns);
       GiveEvent(work.context, work.start);

@@ -1,12 +1,11 @@
 // Holds a tenant session's GPU work to the scheduler's grant (backend/dispatch/dispatch_board.h) and reports each
-// piece of work and the GPU time it took, measured with a pair of driver events around it. A marker costs the
-// driver about 3 us (bench/driver_bench.cc event_record), as much as a launch, so small kernels the model already
-// knows are timed only 1 in 16 while the GPU keeps up and no higher class is on it (ShouldTime); the others count
-// at their estimate. Grants are per host
-// GPU: work goes by the grant of the GPU of the context current when it is issued, read from shared memory before
-// every launch; the executor waits (polling every 20 us) only while that grant says no, or while its in-flight work
-// there would exceed the budget a higher class imposes. Sessions without a slot (anonymous) are not scheduled and
-// pay nothing.
+// piece of work and the GPU time it took, measured with a pair of driver events around it. Grants are per host GPU:
+// work goes by the grant of the GPU of the context current when it is issued, read from shared memory before every
+// launch; the executor waits (polling every 20 us) only while that grant says no, or while its in-flight work there
+// would exceed the budget a higher class imposes. A marker costs the driver about 3 us (bench/driver_bench.cc
+// event_record), as much as a launch, so small kernels the model already knows are timed only 1 in 16 while the GPU
+// keeps up and no higher class is on it (ShouldTime); the others count at their estimate. Sessions without a slot
+// (anonymous) are not scheduled and pay nothing.
 #pragma once
 
 #include <cuda.h>
@@ -15,7 +14,6 @@
 #include <deque>
 #include <memory>
 #include <string>
-#include <unordered_map>
 #include <vector>
 
 #include "backend/dispatch/dispatch_board.h"
@@ -25,6 +23,8 @@
 namespace curelay::executor {
 
 class DispatchGate {
+  struct GpuLane;  // below, private
+
  public:
   explicit DispatchGate(Driver& driver) : driver_(driver) {}
   ~DispatchGate();
@@ -33,22 +33,26 @@ class DispatchGate {
   bool Attach(const std::string& board_path, int slot, std::vector<int> host_gpus, std::string* error);
   bool active() const { return slot_ != nullptr; }
 
-  // Where a piece of work runs: the current context, its host GPU, and (once begun) its start marker.
+  // One piece of work: the current context, its host GPU and that GPU's lane, the work's estimated GPU time, and
+  // (once begun) its start marker.
   struct Timing {
+    uint64_t kernel = 0;
     CUcontext context = nullptr;
     int gpu = 0;
+    GpuLane* lane = nullptr;
+    int64_t estimate_ns = 0;
     CUevent start = nullptr;  // null: untimed
   };
-  // The context current now and its GPU (work with no usable context is accounted to the session's first GPU;
-  // the driver refuses it anyway).
-  Timing Locate();
-  // Waits until work `kernel` may start on `where.gpu`.
-  void AwaitGrant(const Timing& where, uint64_t kernel);
-  // Records the start marker of work `kernel` on `stream` if it is to be timed.
-  void BeginLaunch(uint64_t kernel, Timing& timing, CUstream stream);
+  // Work `kernel` issued now, in the context current now (work with no usable context is accounted to the
+  // session's first GPU; the driver refuses it anyway).
+  Timing Locate(uint64_t kernel);
+  // Waits until the work may start on its GPU.
+  void AwaitGrant(const Timing& timing);
+  // Records the start marker of the work on `stream` if it is to be timed.
+  void BeginLaunch(Timing& timing, CUstream stream);
   // After the launch: if it succeeded, records its end marker and reports it dispatched; otherwise gives the start
   // marker back.
-  void EndLaunch(uint64_t kernel, CUstream stream, const Timing& timing, bool launched);
+  void EndLaunch(CUstream stream, const Timing& timing, bool launched);
   // Reports work whose end marker has completed, with its GPU time.
   void Poll();
   bool HasInflight() const;
@@ -79,10 +83,10 @@ class DispatchGate {
     CUevent event;
   };
   GpuLane& LaneOf(int gpu);
-  // Whether work `kernel` on `where.gpu` gets markers: always while a higher class limits this session's in-flight
-  // work there, for a kernel measured fewer than 4 times or estimated at 10 us or more, and while the GPU is behind
-  // (a sample still running when the next is due, until nothing timed is in flight); else every 16th piece.
-  bool ShouldTime(const Timing& where, uint64_t kernel);
+  // Whether the work gets markers: always while a higher class limits this session's in-flight work there, for a
+  // kernel measured fewer than 4 times or estimated at 10 us or more, and while the GPU is behind (a sample still
+  // running when the next is due, until nothing timed is in flight); else every 16th piece.
+  bool ShouldTime(const Timing& timing);
   CUevent TakeEvent(CUcontext context);
   void GiveEvent(CUcontext context, CUevent event) { spare_events_.push_back({context, event}); }
   void Report(backend::DispatchEventKind kind, int gpu, uint64_t kernel, int64_t gpu_ns);
@@ -98,7 +102,6 @@ class DispatchGate {
   int located_gpu_ = 0;
   std::deque<GpuLane> lanes_;  // a handful, the GPUs this session has used; a deque keeps references stable
   std::vector<SpareEvent> spare_events_;
-  std::unordered_map<uint64_t, uint32_t> times_measured_;  // by kernel, up to the count sampling waits for
   uint64_t pieces_dispatched_ = 0;
   uint64_t pieces_timed_ = 0;
   scheduler::KernelCostModel cost_model_{std::chrono::microseconds(500), 0.25};

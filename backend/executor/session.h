@@ -77,11 +77,11 @@ class Session {
   template <typename Launch>
   CUresult LaunchScheduled(uint64_t work, CUstream stream, Launch&& launch) {
     if (!dispatch_gate_.active() || !captures_.empty()) return launch();
-    DispatchGate::Timing timing = dispatch_gate_.Locate();
-    dispatch_gate_.AwaitGrant(timing, work);
-    dispatch_gate_.BeginLaunch(work, timing, stream);
+    DispatchGate::Timing timing = dispatch_gate_.Locate(work);
+    dispatch_gate_.AwaitGrant(timing);
+    dispatch_gate_.BeginLaunch(timing, stream);
     const CUresult result = launch();
-    dispatch_gate_.EndLaunch(work, stream, timing, result == CUDA_SUCCESS);
+    dispatch_gate_.EndLaunch(stream, timing, result == CUDA_SUCCESS);
     return result;
   }
   Outcome CopyToHostDeferred(CUstream stream, uint64_t bytes, const std::function<CUresult(uint8_t*)>& enqueue);

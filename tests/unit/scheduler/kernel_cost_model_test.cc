@@ -63,5 +63,15 @@ TEST(KernelCostModelTest, NegativeDurationCountsAsZero) {
   EXPECT_EQ(model.Estimate(1), 0us);
 }
 
+TEST(KernelCostModelTest, CountsObservationsPerKernel) {
+  KernelCostModel model(500us, 0.25);
+  EXPECT_EQ(model.Observations(7), 0u);
+  model.Observe(7, 10us);
+  model.Observe(7, 12us);
+  model.Observe(8, 1us);
+  EXPECT_EQ(model.Observations(7), 2u);
+  EXPECT_EQ(model.Observations(8), 1u);
+}
+
 }  // namespace
 }  // namespace curelay::scheduler
