@@ -60,7 +60,7 @@ bool LoadBackendConfig(const std::string& path, BackendConfig* config, std::stri
   }
   if (const toml::table* backend = root["backend"].as_table()) {
     if (!CheckKeys(*backend, {"listen", "driver", "executor", "runtime_dir", "state_dir", "log_level", "warm_pool",
-                              "allow_anonymous", "usage_interval_s"},
+                              "allow_anonymous", "usage_interval_s", "executor_ports", "heartbeat_timeout_ms"},
                    "[backend]", error)) {
       return false;
     }
@@ -81,7 +81,9 @@ bool LoadBackendConfig(const std::string& path, BackendConfig* config, std::stri
         !Read(*backend, "state_dir", &config->state_dir, error) ||
         !Read(*backend, "log_level", &config->log_level, error) || !Read(*backend, "warm_pool", &warm_pool, error) ||
         !Read(*backend, "allow_anonymous", &config->allow_anonymous, error) ||
-        !Read(*backend, "usage_interval_s", &config->usage_interval_s, error)) {
+        !Read(*backend, "usage_interval_s", &config->usage_interval_s, error) ||
+        !Read(*backend, "executor_ports", &config->executor_ports, error) ||
+        !Read(*backend, "heartbeat_timeout_ms", &config->heartbeat_timeout_ms, error)) {
       return false;
     }
     if (config->usage_interval_s < 1 || config->usage_interval_s > 86400) {

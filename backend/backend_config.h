@@ -23,6 +23,11 @@ struct BackendConfig {
   std::string admin_token_sha256;        // hex SHA-256 of the admin token (required with admin_tcp)
   std::string metrics_listen;            // [metrics] listen: host:port of the Prometheus endpoint; empty: none
   int64_t usage_interval_s = 300;        // [backend] usage_interval_s: the usage ledger's rows per tenant
+  // [backend] executor_ports "LOW-HIGH": the tcp ports executors bind (one each), for firewalls and relays; empty:
+  // any free port.
+  std::string executor_ports;
+  // [backend] heartbeat_timeout_ms: a session whose client has been silent this long (heartbeats included) is over.
+  int64_t heartbeat_timeout_ms = 5000;
   // [scheduler] (docs/scheduling.md).
   int64_t slice_us = 10000;              // a tenant's turn on the GPU among tenants of its class
   // Lower-class in-flight GPU time while a higher class is on the GPU. Measured on an H100: 100 us kept a high

@@ -11,6 +11,7 @@
 #include "backend/metrics/listen_address.h"
 #include "common/gpu_list.h"
 #include "schema/wire.h"
+#include "transport/endpoint.h"
 
 namespace curelay::backend {
 namespace {
@@ -31,7 +32,10 @@ std::vector<uint8_t> RandomKey() {
   return key;
 }
 
-bool IsIpc(const std::string& endpoint) { return endpoint.rfind("ipc://", 0) == 0; }
+bool IsIpc(const std::string& endpoint) {
+  const auto parsed = transport::Endpoint::Parse(endpoint);
+  return parsed && parsed->same_host();
+}
 
 }  // namespace
 

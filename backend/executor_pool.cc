@@ -74,7 +74,10 @@ bool ExecutorPool::Start(const DeviceSet& gpus) {
     args.insert(args.end(), {"--bind", "ipc://" + settings_.runtime_dir + "/executor-" +
                                            std::to_string(getpid()) + "-" + std::to_string(index) + ".sock"});
   }
-  for (const auto& host : settings_.tcp_hosts) args.insert(args.end(), {"--bind", "tcp://" + host + ":*"});
+  for (const auto& host : settings_.tcp_hosts) {
+    args.insert(args.end(), {"--bind", "tcp://" + host + ":" + settings_.tcp_ports});
+  }
+  args.insert(args.end(), {"--heartbeat-timeout-ms", std::to_string(settings_.heartbeat_timeout_ms)});
   if (!gpus.empty()) args.insert(args.end(), {"--host-gpus", FormatGpuList(gpus)});
   std::vector<char*> argv;
   for (auto& arg : args) argv.push_back(arg.data());

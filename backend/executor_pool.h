@@ -26,6 +26,8 @@ struct ExecutorSettings {
   std::vector<std::string> tcp_hosts;  // hosts of tcp listen endpoints; executors bind a free port on each
   bool ipc = true;                     // whether executors bind an ipc endpoint
   std::string log_level = "info";
+  std::string tcp_ports = "*";          // the port part of each tcp bind: "*" (any) or "LOW-HIGH"
+  int heartbeat_timeout_ms = 5000;
   size_t warm_pool = 1;
 };
 

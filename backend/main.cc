@@ -15,6 +15,7 @@
 #include <string>
 
 #include "backend/backend_config.h"
+#include "transport/endpoint.h"
 #include "backend/broker.h"
 #include "common/logging.h"
 
@@ -48,7 +49,9 @@ int Usage() {
                "  --admin-socket the owner-only admin socket backendctl uses (default <runtime-dir>/admin.sock)\n"
                "  --allow-anonymous admit clients without a tenant token (no limits apply to them)\n"
                "  --metrics     HOST:PORT to serve Prometheus metrics on (/metrics; unauthenticated: keep it private)\n"
-               "  --usage-interval SECONDS the usage ledger's interval (default 300)\n");
+               "  --usage-interval SECONDS the usage ledger's interval (default 300)\n"
+               "  --executor-ports LOW-HIGH tcp ports executors bind, one each (default: any free port)\n"
+               "  --heartbeat-timeout-ms MS a silent client's session ends after this (default 5000)\n");
   return 2;
 }
 
@@ -91,6 +94,8 @@ bool ReadSettings(int argc, char** argv, curelay::backend::BackendConfig* config
     else if (flag == "--admin-socket") config->admin_socket = value;
     else if (flag == "--metrics") config->metrics_listen = value;
     else if (flag == "--usage-interval") config->usage_interval_s = std::stol(value);
+    else if (flag == "--executor-ports") config->executor_ports = value;
+    else if (flag == "--heartbeat-timeout-ms") config->heartbeat_timeout_ms = std::stol(value);
     else return *exit_code = Usage(), false;
   }
   return true;
@@ -112,6 +117,14 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "curelay-backend: the usage interval is 1 to 86400 seconds\n");
     return 2;
   }
+  if (config.heartbeat_timeout_ms < 100 || config.heartbeat_timeout_ms > 3600000) {
+    std::fprintf(stderr, "curelay-backend: the heartbeat timeout is 100 to 3600000 ms\n");
+    return 2;
+  }
+  if (!config.executor_ports.empty() && !curelay::transport::ParsePortRange(config.executor_ports)) {
+    std::fprintf(stderr, "curelay-backend: executor ports are LOW-HIGH, 1 to 65535\n");
+    return 2;
+  }
   if (!curelay::ConfigureLogging("curelay-backend", config.log_level)) {
     std::fprintf(stderr, "unknown log level '%s'\n", config.log_level.c_str());
     return 2;
@@ -122,21 +135,22 @@ int main(int argc, char** argv) {
   settings.executors.executor_path = config.executor;
   settings.executors.runtime_dir = config.runtime_dir;
   settings.executors.warm_pool = config.warm_pool;
+  settings.executors.tcp_ports = config.executor_ports.empty() ? "*" : config.executor_ports;
+  settings.executors.heartbeat_timeout_ms = static_cast<int>(config.heartbeat_timeout_ms);
   settings.allow_anonymous = config.allow_anonymous;
   if (settings.listen_endpoints.empty()) settings.listen_endpoints.push_back("ipc:///dev/shm/curelay/backend.sock");
   settings.executors.ipc = false;
-  for (const auto& endpoint : settings.listen_endpoints) {
-    if (endpoint.rfind("ipc://", 0) == 0) {
-      settings.executors.ipc = true;
-      const std::string path = endpoint.substr(6);
-      const std::string dir = path.substr(0, path.rfind('/'));
-      if (!dir.empty()) mkdir(dir.c_str(), 0755);
-    } else if (endpoint.rfind("tcp://", 0) == 0) {
-      const std::string rest = endpoint.substr(6);
-      settings.executors.tcp_hosts.push_back(rest.substr(0, rest.rfind(':')));
-    } else {
-      spdlog::critical("unsupported endpoint '{}': use ipc:// or tcp://", endpoint);
+  for (const auto& text : settings.listen_endpoints) {
+    const auto endpoint = curelay::transport::Endpoint::Parse(text);
+    if (!endpoint) {
+      spdlog::critical("unsupported endpoint '{}': use ipc://PATH or tcp://HOST:PORT", text);
       return 2;
+    }
+    if (endpoint->same_host()) {
+      settings.executors.ipc = true;
+      mkdir(endpoint->directory().c_str(), 0755);
+    } else {
+      settings.executors.tcp_hosts.push_back(endpoint->host);
     }
   }
   mkdir(settings.executors.runtime_dir.c_str(), 0755);

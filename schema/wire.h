@@ -9,7 +9,9 @@
 
 namespace curelay::wire {
 
-inline constexpr uint32_t kProtocolVersion = 3;  // 2: the issue-3 calls (memory families, host functions, links, ...); 3: CUDA arrays
+// 2: the issue-3 calls (memory families, host functions, links, ...); 3: CUDA arrays; 4: remote page-locked memory
+// (mirrors) and host functions without shared memory
+inline constexpr uint32_t kProtocolVersion = 4;
 
 // Size limits: a header frame is small; a payload is one copy chunk or one module image.
 inline constexpr size_t kMaxHeaderBytes = 64 * 1024;
@@ -19,6 +21,8 @@ inline constexpr size_t kCopyChunkBytes = size_t{4} << 20;
 // At most this many chunks are in flight before the sender waits for acknowledgements.
 inline constexpr size_t kCopyWindowChunks = 8;
 inline constexpr size_t kSessionKeyBytes = 32;
+// A MirrorUpdate carries at most this many runs (the header stays far below kMaxHeaderBytes); more go in another.
+inline constexpr size_t kMaxMirrorRanges = 2048;
 
 // Stream handle encoding (see curelay.fbs).
 inline constexpr uint64_t kLegacyStream = 0;

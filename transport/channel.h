@@ -45,12 +45,16 @@ class Channel {
 struct ChannelOptions {
   int spin_microseconds = 100;   // busy-poll for a reply this long before sleeping: trades CPU for latency
   int max_message_bytes = 0;     // 0: no transport-level limit (the protocol layer enforces its own)
+  // A peer silent this long (no data, no heartbeat answer) is lost: a cut link or a frozen host ends the session
+  // instead of hanging it. Heartbeats go out every third of it (at most every second).
+  int heartbeat_timeout_ms = 5000;
 };
 
 // Client side of a session: connects to one executor endpoint.
 std::unique_ptr<Channel> ConnectChannel(const std::string& endpoint, const ChannelOptions& options,
                                         std::string* error);
-// Executor side: binds every endpoint given (e.g. an ipc path and a tcp wildcard) and serves one peer.
+// Executor side: binds every endpoint given (e.g. an ipc path and a tcp wildcard, or a tcp port range: the first
+// free port in it) and serves one peer.
 std::unique_ptr<Channel> BindChannel(std::span<const std::string> endpoints, const ChannelOptions& options,
                                      std::string* error);
 

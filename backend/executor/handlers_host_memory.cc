@@ -1,5 +1,6 @@
 // Mapped host memory of a same-host client: the client's pages, mapped here too and registered with the driver,
-// so kernels read and write the very memory the application holds.
+// so kernels read and write the very memory the application holds. A remote client's page-locked memory is
+// mirrored instead (host_mirrors.h).
 #include <sys/mman.h>
 #include <unistd.h>
 
@@ -8,6 +9,7 @@
 #include <string>
 
 #include "backend/executor/session.h"
+#include "transport/session_link.h"
 #include "transport/shm/shared_file.h"
 
 namespace curelay::executor {
@@ -22,9 +24,8 @@ Session::Outcome Session::HostRegister(const wire::HostRegister& call) {
   if (call.path() == nullptr || call.bytes() == 0 || call.bytes() > kMaxMappedHostBytes || call.bytes() % page != 0) {
     return {CUDA_ERROR_INVALID_VALUE};
   }
-  const std::string ipc = zmq_channel_->BoundEndpoint("ipc");
-  if (ipc.empty()) return {CUDA_ERROR_NOT_SUPPORTED};  // a tcp session shares no memory with its client
-  const std::string directory = ipc.substr(6, ipc.rfind('/') - 6);
+  const std::string directory = transport::SameHostDirectory(*zmq_channel_);
+  if (directory.empty()) return {CUDA_ERROR_NOT_SUPPORTED};  // a tcp session shares no memory with its client
   std::string error;
   void* hint = reinterpret_cast<void*>(call.client_address());
   void* mapping = transport::OpenSharedFile(call.path()->str(), directory, "hostmem", call.bytes(), &error, hint);
@@ -52,7 +53,24 @@ Session::Outcome Session::HostRegister(const wire::HostRegister& call) {
   return outcome;
 }
 
+Session::Outcome Session::HostMirrorCreate(const wire::HostMirrorCreate& call) {
+  Outcome outcome;
+  CUdeviceptr device_ptr = 0;
+  outcome.result = host_mirrors_->Create(call.bytes(), call.client_address(), &device_ptr);
+  if (outcome.result != CUDA_SUCCESS) return outcome;
+  outcome.body = wire::CreatePointer(builder_, device_ptr, call.bytes()).Union();
+  outcome.body_type = wire::ReplyBody::Pointer;
+  return outcome;
+}
+
+bool Session::ApplyMirrorUpdate(const wire::MirrorUpdate& call, std::span<const uint8_t> payload) {
+  if (host_mirrors_->Apply(call, payload)) return true;
+  spdlog::error("mirror update names memory outside the session's mirrors");
+  return false;
+}
+
 Session::Outcome Session::HostUnregister(const wire::HostUnregister& call) {
+  if (CUresult result = CUDA_SUCCESS; host_mirrors_->Remove(call.device_ptr(), &result)) return {result};
   auto found = host_registrations_.find(call.device_ptr());
   if (found == host_registrations_.end()) return {CUDA_ERROR_INVALID_VALUE};
   const CUresult result = driver_.cuMemHostUnregister(found->second.mapping);

@@ -28,6 +28,7 @@ struct Options {
   int control_fd = -1;
   std::string log_level = "info";
   std::vector<int> host_gpus;  // the host GPU index of each device its driver shows; empty: the same numbers
+  int heartbeat_timeout_ms = 5000;  // the client is gone after this long without a sign of life
 };
 
 bool ParseOptions(int argc, char** argv, Options* options) {
@@ -38,6 +39,7 @@ bool ParseOptions(int argc, char** argv, Options* options) {
     else if (flag == "--bind") options->bind_endpoints.push_back(value);
     else if (flag == "--control-fd") options->control_fd = std::stoi(value);
     else if (flag == "--log-level") options->log_level = value;
+    else if (flag == "--heartbeat-timeout-ms") options->heartbeat_timeout_ms = std::atoi(value.c_str());
     else if (flag == "--host-gpus" && curelay::ParseGpuList(value)) options->host_gpus = *curelay::ParseGpuList(value);
     else return false;
   }
@@ -107,6 +109,7 @@ int main(int argc, char** argv) {
   transport::ChannelOptions channel_options;
   // The largest legitimate message is a module image; anything bigger is refused by the transport itself.
   channel_options.max_message_bytes = static_cast<int>(wire::kMaxPayloadBytes + wire::kMaxHeaderBytes);
+  channel_options.heartbeat_timeout_ms = options.heartbeat_timeout_ms;
   std::shared_ptr<transport::Channel> channel = transport::BindChannel(options.bind_endpoints, channel_options, &error);
   if (channel == nullptr) {
     spdlog::error("cannot bind the session endpoint: {}", error);

@@ -9,12 +9,14 @@
 
 #include <cstring>
 
-#include "transport/shm/shm_channel.h"
+#include "transport/session_link.h"
 
 namespace curelay::executor {
 
 Session::Session(Driver& driver, std::shared_ptr<transport::Channel> channel, std::vector<uint8_t> session_key)
-    : driver_(driver), zmq_channel_(std::move(channel)), channel_(zmq_channel_.get()),
+    // Serialized: a remote client's host-function notices are sent from the driver's callback threads.
+    : driver_(driver), zmq_channel_(std::make_shared<transport::SerializedChannel>(std::move(channel), 100)),
+      channel_(zmq_channel_.get()),
       session_key_(std::move(session_key)) {}
 
 Session::~Session() { ReleaseEverything(); }
@@ -94,43 +96,60 @@ Session::Outcome Session::Defer(std::vector<CUevent> markers, uint64_t client_ev
 
 bool Session::PollPendingWaits() {
   const RelaxedCapture relaxed(*this);  // these queries are the executor's own, not the client's
-  for (size_t i = 0; i < pending_waits_.size();) {
+  // Completion is sampled newest first and answers go out oldest first. The GPU only moves forward, so when a wait
+  // is found complete, every earlier wait it implies (an asynchronous copy earlier on its stream) is found complete
+  // too, and its answer (the copy's data) reaches the client before the synchronize that follows it.
+  const size_t count = pending_waits_.size();
+  std::vector<CUresult> outcomes(count, CUDA_SUCCESS);
+  std::vector<bool> ready(count, true);
+  for (size_t i = count; i-- > 0;) {
     PendingWait& wait = pending_waits_[i];
-    CUresult result = CUDA_SUCCESS;
-    bool ready = true;
     const auto check = [&](CUevent event) {
       const CUresult state = driver_.cuEventQuery(event);
       if (state == CUDA_ERROR_NOT_READY) {
-        ready = false;
-      } else if (state != CUDA_SUCCESS && result == CUDA_SUCCESS) {
-        result = state;
+        ready[i] = false;
+      } else if (state != CUDA_SUCCESS && outcomes[i] == CUDA_SUCCESS) {
+        outcomes[i] = state;
       }
     };
     for (CUevent marker : wait.markers) check(marker);
     if (wait.client_event != 0) check(FindEvent(wait.client_event));
-    if (!ready) {
-      ++i;
-      continue;
+  }
+  std::vector<PendingWait> completed;
+  size_t kept = 0;
+  std::vector<CUresult> results;
+  for (size_t i = 0; i < count; ++i) {
+    if (ready[i]) {
+      completed.push_back(std::move(pending_waits_[i]));
+      results.push_back(outcomes[i]);
+    } else {
+      if (kept != i) pending_waits_[kept] = std::move(pending_waits_[i]);  // never a self-move: it empties
+      ++kept;
     }
+  }
+  pending_waits_.erase(pending_waits_.begin() + static_cast<std::ptrdiff_t>(kept), pending_waits_.end());
+  for (size_t i = 0; i < completed.size(); ++i) {
+    PendingWait& wait = completed[i];
     for (CUevent marker : wait.markers) driver_.cuEventDestroy(marker);
-    const uint64_t sequence = wait.sequence, client_event = wait.client_event;
-    uint8_t* const staging = wait.staging;
-    const uint64_t staging_bytes = wait.staging_bytes;
-    pending_waits_.erase(pending_waits_.begin() + static_cast<std::ptrdiff_t>(i));
+    const uint64_t client_event = wait.client_event;
     if (client_event != 0 && doomed_events_.count(client_event) != 0) {
-      const bool still_needed = std::any_of(pending_waits_.begin(), pending_waits_.end(),
-                                            [&](const PendingWait& other) { return other.client_event == client_event; });
+      const auto needs = [&](const PendingWait& other) { return other.client_event == client_event; };
+      const bool still_needed = std::any_of(pending_waits_.begin(), pending_waits_.end(), needs) ||
+                                std::any_of(completed.begin() + static_cast<std::ptrdiff_t>(i) + 1, completed.end(), needs);
       if (!still_needed) {
         driver_.cuEventDestroy(doomed_events_.at(client_event));
         doomed_events_.erase(client_event);
       }
     }
     builder_.Clear();
-    Outcome outcome(TakeDeferred(result));
-    if (staging != nullptr && outcome.result == CUDA_SUCCESS) outcome.payload = {staging, staging_bytes};
-    const bool sent = SendReply(sequence, outcome);
-    staging_.Give(staging);  // the channel copied the payload
-    if (!sent) return false;
+    Outcome outcome(TakeDeferred(results[i]));
+    if (wait.staging != nullptr && outcome.result == CUDA_SUCCESS) outcome.payload = {wait.staging, wait.staging_bytes};
+    const bool sent = SendReply(wait.sequence, outcome);
+    staging_.Give(wait.staging);  // the channel copied the payload
+    if (!sent) {
+      for (size_t j = i + 1; j < completed.size(); ++j) staging_.Give(completed[j].staging);
+      return false;
+    }
   }
   return true;
 }
@@ -171,16 +190,12 @@ bool Session::Attach() {
 #define CURELAY_CUDA_ERROR(name, value, description) add_text(value);
 #include "cuda_error_table.inc"
 #undef CURELAY_CUDA_ERROR
-    // A same-host client offers shared memory; take it if the file is where and what it must be.
+    // A same-host client offers shared memory; the transport takes it if the file is where and what it must be.
     if (attach->shm_path() != nullptr) {
-      const std::string ipc = zmq_channel_->BoundEndpoint("ipc");
-      const std::string directory = ipc.substr(6, ipc.rfind('/') - 6);
       std::string error;
       transport::ChannelOptions options;
       options.max_message_bytes = static_cast<int>(wire::kMaxPayloadBytes + wire::kMaxHeaderBytes);
-      shm_channel_ = ipc.empty() ? nullptr
-                                 : transport::OpenShmChannel(zmq_channel_, attach->shm_path()->str(), directory,
-                                                             options, &error);
+      shm_channel_ = transport::AcceptOffer(zmq_channel_, attach->shm_path()->str(), options, &error);
       if (shm_channel_ == nullptr) spdlog::warn("shared memory refused, staying on ZeroMQ: {}", error);
     }
     CUmoduleLoadingMode loading_mode = CU_MODULE_EAGER_LOADING;
@@ -198,6 +213,8 @@ bool Session::Attach() {
 }
 
 bool Session::Handle(const wire::Request& request, std::span<const uint8_t> payload) {
+  // The verifier accepts a union whose type is set but whose table is absent; every handler needs the table.
+  if (request.call() == nullptr) return false;
   builder_.Clear();
   Outcome outcome;
   const bool needs_context = request.call_type() != wire::Call::DeviceQuery &&
@@ -214,7 +231,9 @@ bool Session::Handle(const wire::Request& request, std::span<const uint8_t> payl
                              request.call_type() != wire::Call::GraphCreate &&
                              request.call_type() != wire::Call::GraphDestroy &&
                              request.call_type() != wire::Call::GraphGetNodes &&
-                             request.call_type() != wire::Call::GraphExecDestroy;
+                             request.call_type() != wire::Call::GraphExecDestroy &&
+                             request.call_type() != wire::Call::MirrorUpdate &&
+                             request.call_type() != wire::Call::HostFunctionReturned;
   if (needs_context) outcome.result = MakeCurrent(request.context());
   const bool during_capture = outcome.result == CUDA_SUCCESS && HandleDuringCapture(request, &outcome);
   if (outcome.result == CUDA_SUCCESS && !during_capture) {
@@ -317,6 +336,8 @@ bool Session::Handle(const wire::Request& request, std::span<const uint8_t> payl
       CURELAY_DISPATCH(MemPoolCreate)
       CURELAY_DISPATCH(MemPoolDestroy)
       CURELAY_DISPATCH(DeviceSetMemPool)
+      CURELAY_DISPATCH(HostMirrorCreate)
+      CURELAY_DISPATCH(HostFunctionReturned)
 #undef CURELAY_DISPATCH
 #undef CURELAY_DISPATCH_PAYLOAD
       case wire::Call::ContextSynchronize:
@@ -325,6 +346,10 @@ bool Session::Handle(const wire::Request& request, std::span<const uint8_t> payl
       case wire::Call::MemGetInfo:
         outcome = MemGetInfo();
         break;
+      case wire::Call::MirrorUpdate:
+        // Posted before work that may reach mapped memory; a malformed one ends the session.
+        if (request.sequence() != 0 || !ApplyMirrorUpdate(*request.call_as_MirrorUpdate(), payload)) return false;
+        return true;
       case wire::Call::Attach:
       case wire::Call::NONE:
         return false;
@@ -349,7 +374,9 @@ bool Session::Handle(const wire::Request& request, std::span<const uint8_t> payl
 bool Session::SendReply(uint64_t sequence, const Outcome& outcome) {
   const auto reply = wire::CreateReply(builder_, sequence, outcome.result, outcome.body_type, outcome.body);
   builder_.Finish(reply);
-  return channel_->Send({builder_.GetBufferPointer(), builder_.GetSize()}, outcome.payload);
+  // A remote client's mirrors are brought up to date before every answer (a synchronize's above all).
+  return host_mirrors_->SendWithChanges(*channel_, {builder_.GetBufferPointer(), builder_.GetSize()},
+                                        outcome.payload);
 }
 
 CUresult Session::TakeDeferred(CUresult own) {
@@ -411,6 +438,7 @@ void Session::ReleaseEverything() {
   AbandonHostFunctions();  // first: streams held at a gate would keep the teardown below waiting
   for (auto& [id, stream] : streams_) driver_.cuStreamDestroy(stream);
   ReleaseHostRegistrations();
+  host_mirrors_->ReleaseAll();
   for (auto& [id, link] : links_) driver_.cuLinkDestroy(link.state);
   links_.clear();
   ReleaseVirtualMemory();

@@ -17,11 +17,13 @@
 
 #include "backend/executor/dispatch_gate.h"
 #include "backend/executor/driver.h"
+#include "backend/executor/host_mirrors.h"
 #include "backend/executor/jit_option_set.h"
 #include "backend/executor/session_memory_quota.h"
 #include "backend/executor/staging_pool.h"
 #include "schema/wire.h"
 #include "transport/channel.h"
+#include "transport/serialized_channel.h"
 
 namespace curelay::executor {
 
@@ -36,6 +38,9 @@ class Session {
 
   // Serves the client until it disconnects or breaks the protocol. Returns the process exit code.
   int Run();
+
+  // A remote client's host function held on its stream (handlers_host_functions.cc); public for the driver callback.
+  struct RemoteHostFunction;
 
  private:
   struct Outcome {
@@ -145,6 +150,9 @@ class Session {
   Outcome WithInteger(Outcome outcome, int64_t value);  // the outcome, answering `value` as an IntegerValue
   Outcome PointerAttributes(const wire::PointerAttributes& call);
   Outcome HostRegister(const wire::HostRegister& call);
+  // Page-locked memory of a remote client, mirrored here (host_mirrors.h, handlers_host_memory.cc).
+  Outcome HostMirrorCreate(const wire::HostMirrorCreate& call);
+  bool ApplyMirrorUpdate(const wire::MirrorUpdate& call, std::span<const uint8_t> payload);
   Outcome HostUnregister(const wire::HostUnregister& call);
   void ReleaseHostRegistrations();
   // The driver's form of launch attributes that came over the wire; false if one is malformed.
@@ -214,6 +222,10 @@ class Session {
   // Host functions run by the client while their stream waits (handlers_host_functions.cc).
   Outcome HostFunctionBoard(const wire::HostFunctionBoard& call);
   Outcome LaunchHostFunction(const wire::LaunchHostFunction& call);
+  // A remote client's host function: a notice to the client when the stream gets there, then the stream waits for
+  // HostFunctionReturned.
+  Outcome LaunchRemoteHostFunction(const wire::LaunchHostFunction& call, CUstream stream);
+  Outcome HostFunctionReturned(const wire::HostFunctionReturned& call);
   void AbandonHostFunctions();
   // Virtual memory management (handlers_virtual_memory.cc).
   Outcome MemGetAllocationGranularity(const wire::MemGetAllocationGranularity& call);
@@ -240,7 +252,8 @@ class Session {
   void ReleasePoolAllocations();
 
   Driver& driver_;
-  std::shared_ptr<transport::Channel> zmq_channel_;   // the session's ZeroMQ connection (always kept: liveness)
+  // The session's ZeroMQ connection (always kept: liveness), usable from driver callback threads too.
+  std::shared_ptr<transport::SerializedChannel> zmq_channel_;
   std::unique_ptr<transport::Channel> shm_channel_;   // shared memory, when the client offered it and it opened
   transport::Channel* channel_;                        // the one in use
   std::vector<uint8_t> session_key_;
@@ -324,6 +337,10 @@ class Session {
   // hold a gate during teardown) and the flag that lets every waiting gate go when the session ends.
   std::atomic<uint32_t>* host_function_board_ = nullptr;
   std::shared_ptr<std::atomic<bool>> host_functions_abandoned_ = std::make_shared<std::atomic<bool>>(false);
+  // A remote client's host functions waiting on their streams, by notice number (handlers_host_functions.cc).
+  std::unordered_map<uint64_t, std::shared_ptr<RemoteHostFunction>> remote_host_functions_;
+  // Mirrors of a remote client's page-locked memory; shared with driver callback threads that send notices.
+  std::shared_ptr<HostMirrors> host_mirrors_ = std::make_shared<HostMirrors>(driver_);
 };
 
 }  // namespace curelay::executor

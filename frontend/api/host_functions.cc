@@ -1,8 +1,10 @@
 // Host functions (cuLaunchHostFunc, cuStreamAddCallback) run in this process, in stream order: the executor puts a
 // driver host function on the stream that holds it at a gate of a board shared with this process, and a thread
 // here waits for the gate, runs the application's function and opens the gate again
-// (transport/shm/host_function_board.h). Shared memory is the only way for a stream to wait on this process without
-// a message loop in between, so host functions need the backend on this host; over tcp:// they are not supported.
+// (transport/shm/host_function_board.h). Without shared memory (tcp://) the executor's driver callback sends a
+// notice (a reply to a sequence number registered here beforehand) and holds the stream until this process sends
+// HostFunctionReturned; the waiting thread here reads the channel itself while it waits, so a host function runs
+// even when the application makes no other CUDA call.
 #include <unistd.h>
 
 #include <chrono>
@@ -33,11 +35,7 @@ CUresult Board(Client& client, GateWord** gates) {
     owner = &client;
     board = nullptr;
     status = CUDA_SUCCESS;
-    if (client.same_host_directory().empty()) {
-      Log().warn("host functions (cuLaunchHostFunc, cuStreamAddCallback) need the backend on this host; answering "
-                 "CUDA_ERROR_NOT_SUPPORTED");
-      status = CUDA_ERROR_NOT_SUPPORTED;
-    } else {
+    {
       std::string path, error;
       void* mapping = transport::CreateSharedFile(client.same_host_directory(), transport::kHostFunctionBoardPrefix,
                                                   transport::kHostFunctionBoardBytes, &path, &error);
@@ -75,11 +73,28 @@ GateWord* ClaimGate(const Client& client, GateWord* board, uint32_t* index) {
   return nullptr;
 }
 
+// Over tcp://: the executor's notice says the stream has reached the function.
+CUresult LaunchRemoteHostFunction(Client* client, uint64_t wire_stream, std::function<void()> body) {
+  auto notice = std::make_shared<Client::Notice>(*client);
+  auto& builder = Builder();
+  const auto call = wire::CreateLaunchHostFunction(builder, wire_stream, 0, notice->sequence()).Union();
+  CURELAY_RETURN_IF_ERROR(client->Call(builder, wire::Call::LaunchHostFunction, call, {}, nullptr));
+  std::thread([client, notice, body = std::move(body)] {
+    if (notice->Await() != CUDA_SUCCESS) return;  // the session is gone: the stream will never get there
+    body();
+    auto& reply = Builder();
+    const auto returned = wire::CreateHostFunctionReturned(reply, notice->sequence()).Union();
+    client->Post(reply, wire::Call::HostFunctionReturned, returned, {});
+  }).detach();
+  return CUDA_SUCCESS;
+}
+
 CUresult LaunchHostFunction(CUstream stream, std::function<void()> body) {
   Client* client;
   CURELAY_RETURN_IF_ERROR(RequireContext(&client));
   uint64_t wire_stream = 0;
   CURELAY_RETURN_IF_ERROR(WireStream(*client, stream, &wire_stream));
+  if (client->remote()) return LaunchRemoteHostFunction(client, wire_stream, std::move(body));
   GateWord* board = nullptr;
   CURELAY_RETURN_IF_ERROR(Board(*client, &board));
   uint32_t index = 0;

@@ -31,6 +31,8 @@ CUresult PostLaunch(CUfunction function, const CUlaunchConfig& config, void** ke
   CURELAY_RETURN_IF_ERROR(WireStream(*client, config.hStream, &wire_stream));
   std::vector<uint8_t>& arguments = ArgumentBuffer();
   CURELAY_RETURN_IF_ERROR(PackArguments(function->parameters, kernel_params, extra, arguments));
+  // A kernel that is given a pointer into mirrored page-locked memory makes that mirror take part in coherence.
+  client->host_mirrors.ActivateReferenced(arguments);
   auto& builder = Builder();
   flatbuffers::Offset<flatbuffers::Vector<flatbuffers::Offset<wire::LaunchAttribute>>> attributes;
   if (config.numAttrs != 0) {

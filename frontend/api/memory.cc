@@ -61,6 +61,20 @@ CUresult CopyDeviceToHost(void* dst, CUdeviceptr src, size_t bytes, CUstream str
   uint64_t wire_stream = 0;
   CURELAY_RETURN_IF_ERROR(CopyStream(*client, stream, &async, &wire_stream));
   auto* bytes_out = static_cast<uint8_t*>(dst);
+  const char* pinned_base = nullptr;
+  size_t pinned_bytes = 0;
+  if (async && client->host_allocations.Find(dst, &pinned_base, &pinned_bytes) &&
+      bytes <= pinned_bytes - static_cast<size_t>(static_cast<const char*>(dst) - pinned_base)) {
+    // Into page-locked memory the copy is asynchronous, as natively: each chunk lands when its reply arrives,
+    // before the reply of any later synchronizing call is looked at.
+    for (size_t offset = 0; offset < bytes; offset += wire::kCopyChunkBytes) {
+      const size_t chunk = std::min(wire::kCopyChunkBytes, bytes - offset);
+      auto& builder = Builder();
+      const auto call = wire::CreateMemcpyDtoH(builder, src + offset, chunk, wire_stream, true).Union();
+      CURELAY_RETURN_IF_ERROR(client->PostDelivery(builder, wire::Call::MemcpyDtoH, call, bytes_out + offset, chunk));
+    }
+    return CUDA_SUCCESS;
+  }
   Client::Pipeline pipeline(*client);
   CUresult first_error = CUDA_SUCCESS;
   size_t received = 0;
@@ -126,12 +140,55 @@ CUresult RegisterWithExecutor(Client& client, const std::string& path, void* add
   return result;
 }
 
-CUresult AllocateMappedHostMemory(Client& client, size_t bytes, unsigned int flags, void** ptr) {
-  if (client.same_host_directory().empty()) {
-    Log().warn("cuMemHostAlloc: mapped host memory (CU_MEMHOSTALLOC_DEVICEMAP) needs the backend on this host; "
-               "answering CUDA_ERROR_NOT_SUPPORTED");
-    return CUDA_ERROR_NOT_SUPPORTED;
+// Mirrors smaller than this that the application asked to map (DEVICEMAP) take part in coherence from the start;
+// larger ones, and the rest, once a kernel argument points into them (frontend/client/host_mirrors.h).
+constexpr size_t kEagerMirrorBytes = size_t{16} << 20;
+
+// Has the executor create the page-locked mirror of `bytes` at `memory` (the application's pages here); answers the
+// mirror's device address, which is `memory` itself whenever that range is free in the executor.
+CUresult CreateMirror(Client& client, void* memory, size_t bytes, CUdeviceptr* device_ptr) {
+  auto& builder = Builder();
+  const auto call = wire::CreateHostMirrorCreate(builder, bytes, reinterpret_cast<uint64_t>(memory)).Union();
+  ReplyMessage reply;
+  CURELAY_RETURN_IF_ERROR(client.Call(builder, wire::Call::HostMirrorCreate, call, {}, &reply));
+  const auto* pointer = reply.reply->body_as_Pointer();
+  if (pointer == nullptr || pointer->ptr() == 0) return CUDA_ERROR_UNKNOWN;
+  *device_ptr = pointer->ptr();
+  return CUDA_SUCCESS;
+}
+
+// Page-locked memory of a client on another host: ordinary pages here, mirrored by the executor (see above).
+CUresult AllocateMirroredHostMemory(Client& client, size_t bytes, unsigned int flags, void** ptr) {
+  const size_t page = static_cast<size_t>(sysconf(_SC_PAGESIZE));
+  const size_t rounded = (bytes + page - 1) / page * page;
+  void* memory = mmap(nullptr, rounded, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (memory == MAP_FAILED) return CUDA_ERROR_OUT_OF_MEMORY;
+  CUdeviceptr device_ptr = 0;
+  if (const CUresult result = CreateMirror(client, memory, rounded, &device_ptr); result != CUDA_SUCCESS) {
+    munmap(memory, rounded);
+    return result;
   }
+  if (device_ptr != reinterpret_cast<CUdeviceptr>(memory)) {
+    // The executor placed its mirror elsewhere: move these pages to the mirror's address if it is free here, so
+    // the host pointer is also the device pointer, as under unified addressing.
+    void* moved = mmap(reinterpret_cast<void*>(device_ptr), rounded, PROT_READ | PROT_WRITE,
+                       MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED_NOREPLACE, -1, 0);
+    if (moved == reinterpret_cast<void*>(device_ptr)) {
+      munmap(memory, rounded);
+      memory = moved;
+    } else if (moved != MAP_FAILED) {
+      munmap(moved, rounded);  // an old kernel that took the address as a hint only
+    }
+  }
+  client.host_allocations.Adopt(memory, rounded, flags, device_ptr);
+  client.host_mirrors.Add(static_cast<uint8_t*>(memory), rounded, device_ptr,
+                          (flags & CU_MEMHOSTALLOC_DEVICEMAP) != 0 && rounded <= kEagerMirrorBytes);
+  *ptr = memory;
+  return CUDA_SUCCESS;
+}
+
+CUresult AllocateMappedHostMemory(Client& client, size_t bytes, unsigned int flags, void** ptr) {
+  if (client.remote()) return AllocateMirroredHostMemory(client, bytes, flags, ptr);
   const size_t page = static_cast<size_t>(sysconf(_SC_PAGESIZE));
   const size_t rounded = (bytes + page - 1) / page * page;
   std::string path, error;
@@ -259,15 +316,15 @@ CUresult cuMemsetD32Async(CUdeviceptr dst, unsigned int value, size_t count, CUs
 // device (contexts map host memory by default), and runtimes rely on that: cudaPointerGetAttributes reports such
 // memory as pinned only if it has a device address. So when the executor is on this host, every allocation is a
 // file both map and the executor registers with its driver: kernels read and write it directly, as natively.
-// Over tcp:// nothing can be shared: plain allocations are ordinary page-aligned client memory (their data
-// crosses the wire like any host memory) and DEVICEMAP is refused with CUDA_ERROR_NOT_SUPPORTED.
+// Over tcp:// nothing can be shared: every allocation is ordinary client memory with a page-locked mirror on the
+// executor at the same address where possible (frontend/client/host_mirrors.h, docs/architecture.md).
 CUresult cuMemHostAlloc(void** ptr, size_t bytes, unsigned int flags) {
   Client* client;
   CURELAY_RETURN_IF_ERROR(RequireContext(&client));
   if (ptr == nullptr || bytes == 0) return CUDA_ERROR_INVALID_VALUE;
   constexpr unsigned int kKnown = CU_MEMHOSTALLOC_PORTABLE | CU_MEMHOSTALLOC_DEVICEMAP | CU_MEMHOSTALLOC_WRITECOMBINED;
   if ((flags & ~kKnown) != 0) return CUDA_ERROR_INVALID_VALUE;
-  if ((flags & CU_MEMHOSTALLOC_DEVICEMAP) != 0 || !client->same_host_directory().empty()) {
+  {
     const CUresult mapped = AllocateMappedHostMemory(*client, bytes, flags, ptr);
     // Mapping was only a bonus where the application did not ask for it.
     if (mapped == CUDA_SUCCESS || (flags & CU_MEMHOSTALLOC_DEVICEMAP) != 0) return mapped;
@@ -280,8 +337,11 @@ CUresult cuMemAllocHost(void** ptr, size_t bytes) { return cuMemHostAlloc(ptr, b
 CUresult cuMemFreeHost(void* ptr) {
   Client* client;
   CURELAY_RETURN_IF_ERROR(RequireClient(&client));
+  // Asynchronous copies into it must land before the memory goes (the driver's cuMemFreeHost synchronizes too).
+  CURELAY_RETURN_IF_ERROR(client->AwaitDeliveries());
   CUdeviceptr device_ptr = 0;
   if (client->host_allocations.DevicePointer(ptr, &device_ptr) == CUDA_SUCCESS) {
+    client->host_mirrors.Remove(device_ptr);
     // The executor lets go of its mapping first, so the device never reaches pages that are gone.
     auto& builder = Builder();
     const auto call = wire::CreateHostUnregister(builder, device_ptr).Union();
@@ -293,8 +353,9 @@ CUresult cuMemFreeHost(void* ptr) {
   return client->host_allocations.Free(ptr);
 }
 
-// Elsewhere than on the backend's host, registered memory is recorded (it copies like any pageable memory) and a
-// device mapping (CU_MEMHOSTREGISTER_DEVICEMAP) is refused: kernels cannot reach memory across a network.
+// Elsewhere than on the backend's host, registered memory gets a mirror on the executor like page-locked
+// allocations (frontend/client/host_mirrors.h); its device address is the application's only where that range is
+// free in the executor (cuMemHostGetDevicePointer says which).
 CUresult cuMemHostRegister(void* ptr, size_t bytes, unsigned int flags) {
   Client* client;
   CURELAY_RETURN_IF_ERROR(RequireContext(&client));
@@ -314,21 +375,27 @@ CUresult cuMemHostRegister(void* ptr, size_t bytes, unsigned int flags) {
   CUdeviceptr device_ptr = 0;  // the device address of `base`
   if (!client->same_host_directory().empty()) {
     CURELAY_RETURN_IF_ERROR(RegisterSharedHostMemory(*client, base, end - start, &device_ptr));
-  } else if ((flags & CU_MEMHOSTREGISTER_DEVICEMAP) != 0) {
-    Log().warn("cuMemHostRegister: mapped registration (CU_MEMHOSTREGISTER_DEVICEMAP) needs the backend on this "
-               "host; answering CUDA_ERROR_NOT_SUPPORTED");
-    return CUDA_ERROR_NOT_SUPPORTED;
+  } else {
+    const CUresult mirrored = CreateMirror(*client, base, end - start, &device_ptr);
+    if (mirrored != CUDA_SUCCESS && (flags & CU_MEMHOSTREGISTER_DEVICEMAP) != 0) return mirrored;
   }
-  return client->host_allocations.Register(base, end - start, ptr, flags, device_ptr);
+  const CUresult result = client->host_allocations.Register(base, end - start, ptr, flags, device_ptr);
+  if (result == CUDA_SUCCESS && device_ptr != 0 && client->remote()) {
+    client->host_mirrors.Add(reinterpret_cast<uint8_t*>(base), end - start, device_ptr,
+                             (flags & CU_MEMHOSTREGISTER_DEVICEMAP) != 0 && end - start <= kEagerMirrorBytes);
+  }
+  return result;
 }
 
 CUresult cuMemHostUnregister(void* ptr) {
   Client* client;
   CURELAY_RETURN_IF_ERROR(RequireClient(&client));
   if (ptr == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  CURELAY_RETURN_IF_ERROR(client->AwaitDeliveries());
   CUdeviceptr device_ptr = 0;
   CURELAY_RETURN_IF_ERROR(client->host_allocations.Unregister(ptr, &device_ptr));
   if (device_ptr == 0) return CUDA_SUCCESS;
+  client->host_mirrors.Remove(device_ptr);
   // The executor lets go of its mapping; the application's pages stay where they are.
   auto& builder = Builder();
   const auto call = wire::CreateHostUnregister(builder, device_ptr).Union();

@@ -12,7 +12,8 @@
 #include "frontend/client/config.h"
 #include "frontend/client/log.h"
 #include "frontend/client/per_thread_stream.h"
-#include "transport/shm/shm_channel.h"
+#include "transport/endpoint.h"
+#include "transport/session_link.h"
 
 namespace curelay::frontend {
 namespace {
@@ -67,31 +68,6 @@ ThreadState& ThisThread() {
   return *state;
 }
 
-// Lets the client own its ZeroMQ channel through the same pointer type whichever channel it ends up using.
-class ForwardingChannel final : public transport::Channel {
- public:
-  explicit ForwardingChannel(std::shared_ptr<transport::Channel> inner) : inner_(std::move(inner)) {}
-  bool Send(std::span<const uint8_t> header, std::span<const uint8_t> payload) override {
-    return inner_->Send(header, payload);
-  }
-  transport::ReceiveStatus Receive(transport::IncomingMessage& message, int timeout_ms) override {
-    return inner_->Receive(message, timeout_ms);
-  }
-  bool PeerLost() override { return inner_->PeerLost(); }
-  bool PeerSeen() override { return inner_->PeerSeen(); }
-  bool FullDuplex() const override { return inner_->FullDuplex(); }
-  void AwaitActivity(int timeout_ms) override { inner_->AwaitActivity(timeout_ms); }
-  std::string BoundEndpoint(std::string_view scheme) const override { return inner_->BoundEndpoint(scheme); }
-
- private:
-  std::shared_ptr<transport::Channel> inner_;
-};
-
-std::string EndpointHost(const std::string& endpoint) {
-  const std::string rest = endpoint.substr(endpoint.find("://") + 3);
-  return rest.substr(0, rest.rfind(':'));
-}
-
 }  // namespace
 
 Client* Client::Get() { return the_client.load(std::memory_order_acquire); }
@@ -120,13 +96,13 @@ CUresult Client::Initialize() {
 
 CUresult Client::Connect() {
   const Config config = ReadConfig();
-  const bool ipc = config.endpoint.rfind("ipc://", 0) == 0;
-  if (!ipc && config.endpoint.rfind("tcp://", 0) != 0) {
-    Log().error("CURELAY_ENDPOINT '{}' is neither ipc:// nor tcp://", config.endpoint);
+  const auto backend = transport::Endpoint::Parse(config.endpoint);
+  if (!backend) {
+    Log().error("CURELAY_ENDPOINT '{}' is neither ipc://PATH nor tcp://HOST:PORT", config.endpoint);
     return CUDA_ERROR_INVALID_VALUE;
   }
   struct stat socket_info {};
-  if (ipc && stat(config.endpoint.c_str() + 6, &socket_info) != 0) {
+  if (backend->same_host() && stat(backend->path.c_str(), &socket_info) != 0) {
     Log().error("no curelay backend at {} ({}); cuInit fails with CUDA_ERROR_NO_DEVICE", config.endpoint,
                 strerror(errno));
     return CUDA_ERROR_NO_DEVICE;
@@ -158,57 +134,50 @@ CUresult Client::Connect() {
     return static_cast<CUresult>(welcome->result());
   }
   if (welcome->session_key() == nullptr) return CUDA_ERROR_SYSTEM_DRIVER_MISMATCH;
-  const std::string executor =
-      ipc ? (welcome->executor_ipc() ? welcome->executor_ipc()->str() : std::string())
-          : "tcp://" + EndpointHost(config.endpoint) + ":" + std::to_string(welcome->executor_tcp_port());
+  // The executor is reached the way the backend was: its ipc socket, or its port on the host the client named.
+  const auto executor = backend->same_host()
+                            ? transport::Endpoint::Parse(welcome->executor_ipc() ? welcome->executor_ipc()->str() : "")
+                            : std::optional<transport::Endpoint>(
+                                  transport::Endpoint::Tcp(backend->host, std::to_string(welcome->executor_tcp_port())));
+  if (!executor) {
+    Log().error("malformed executor endpoint from {}", config.endpoint);
+    return CUDA_ERROR_SYSTEM_DRIVER_MISMATCH;
+  }
   transport::ChannelOptions options;
   options.spin_microseconds = config.spin_microseconds;
   spin_microseconds_ = config.spin_microseconds;
   options.max_message_bytes = static_cast<int>(wire::kCopyChunkBytes + wire::kMaxHeaderBytes);
-  std::shared_ptr<transport::Channel> zmq_channel = transport::ConnectChannel(executor, options, &error);
-  if (zmq_channel == nullptr) {
-    Log().error("cannot connect to the session executor {}: {}", executor, error);
+  options.heartbeat_timeout_ms = config.heartbeat_timeout_ms;
+  auto link = transport::ClientLink::Connect(*executor, options, !config.disable_shared_memory, &error);
+  if (link == nullptr) {
+    Log().error("cannot connect to the session executor {}: {}", executor->ToString(), error);
     return CUDA_ERROR_NO_DEVICE;
   }
-
-  // Same host (ipc://): offer a shared-memory channel in the executor's socket directory. If it cannot be
-  // created here or opened there, the session simply stays on ZeroMQ.
-  std::unique_ptr<transport::Channel> shm_channel;
-  std::string shm_path;
-  if (ipc) same_host_directory_ = executor.substr(6, executor.rfind('/') - 6);
-  if (ipc && !config.disable_shared_memory) {
-    const std::string& directory = same_host_directory_;
-    shm_channel = transport::CreateShmChannel(zmq_channel, directory, options, &shm_path, &error);
-    if (shm_channel == nullptr) Log().info("shared memory unavailable ({}); using ZeroMQ", error);
-  }
+  if (!error.empty()) Log().info("{}; using ZeroMQ", error);
+  same_host_directory_ = link->same_host_directory();
   // Attach, with a deadline: an executor that never answers must not hang cuInit.
   flatbuffers::FlatBufferBuilder& request = Builder();
   const auto key = request.CreateVector(welcome->session_key()->data(), welcome->session_key()->size());
-  const auto path = shm_channel != nullptr ? request.CreateString(shm_path) : 0;
+  const auto path = link->offer().empty() ? 0 : request.CreateString(link->offer());
   const auto attach = wire::CreateAttach(request, wire::kProtocolVersion, key, path).Union();
   const uint64_t sequence = FinishRequest(request, wire::Call::Attach, attach, true);
   transport::IncomingMessage message;
-  const bool answered = zmq_channel->Send({request.GetBufferPointer(), request.GetSize()}, {}) &&
-                        zmq_channel->Receive(message, config.connect_timeout_ms) == transport::ReceiveStatus::kMessage;
-  if (shm_channel != nullptr) unlink(shm_path.c_str());  // normally the executor already did
+  const bool answered =
+      link->bootstrap().Send({request.GetBufferPointer(), request.GetSize()}, {}) &&
+      link->bootstrap().Receive(message, config.connect_timeout_ms) == transport::ReceiveStatus::kMessage;
   if (!answered) {
-    Log().error("session executor {} did not answer; cuInit fails with CUDA_ERROR_NO_DEVICE", executor);
+    Log().error("session executor {} did not answer; cuInit fails with CUDA_ERROR_NO_DEVICE", executor->ToString());
     return CUDA_ERROR_NO_DEVICE;
   }
   const auto* reply = wire::ParseVerified<wire::Reply>(message.header.bytes());
   if (reply == nullptr || reply->sequence() != sequence || reply->body_as_AttachResult() == nullptr) {
-    Log().error("malformed attach answer from {}", executor);
+    Log().error("malformed attach answer from {}", executor->ToString());
     return CUDA_ERROR_SYSTEM_DRIVER_MISMATCH;
   }
   if (reply->result() != CUDA_SUCCESS) return static_cast<CUresult>(reply->result());
   driver_version_ = reply->body_as_AttachResult()->driver_version();
   module_loading_mode_ = static_cast<CUmoduleLoadingMode>(reply->body_as_AttachResult()->module_loading_mode());
-  if (shm_channel != nullptr && reply->body_as_AttachResult()->shm_accepted()) {
-    channel_ = std::move(shm_channel);
-  } else {
-    shm_channel.reset();
-    channel_ = std::make_unique<ForwardingChannel>(zmq_channel);
-  }
+  channel_ = link->Finish(reply->body_as_AttachResult()->shm_accepted());
   if (const auto* texts = reply->body_as_AttachResult()->error_texts(); texts != nullptr) {
     for (const auto* entry : *texts) {
       if (entry->name() == nullptr || entry->text() == nullptr) continue;
@@ -239,7 +208,7 @@ CUresult Client::Connect() {
     device.attribute_results.assign(info->attribute_results()->begin(), info->attribute_results()->end());
     devices_.push_back(std::move(device));
   }
-  Log().info("session {} on {} ({} device(s), driver {})", welcome->session_id(), executor, devices_.size(),
+  Log().info("session {} on {} ({} device(s), driver {})", welcome->session_id(), executor->ToString(), devices_.size(),
              driver_version_);
   return CUDA_SUCCESS;
 }
@@ -283,14 +252,87 @@ uint64_t Client::FinishRequest(flatbuffers::FlatBufferBuilder& builder, wire::Ca
   return sequence;
 }
 
+namespace {
+
+// Work that may read or write mapped host memory on the device: active mirrors are brought up to date before it.
+bool MayReachMappedMemory(wire::Call type) {
+  switch (type) {
+    case wire::Call::LaunchKernel:
+    case wire::Call::GraphLaunch:
+    case wire::Call::MemcpyHtoD:
+    case wire::Call::MemcpyDtoH:
+    case wire::Call::MemcpyDtoD:
+    case wire::Call::Memset:
+    case wire::Call::Memset2D:
+    case wire::Call::Memcpy2D:
+    case wire::Call::MemcpyPeer:
+    case wire::Call::MemcpyArray:
+    case wire::Call::HostFunctionReturned:
+      return true;
+    default:
+      return false;
+  }
+}
+
+// Calls that report errors of earlier asynchronous work (CUDA's synchronizing calls).
+bool Synchronizes(wire::Call type) {
+  switch (type) {
+    case wire::Call::ContextSynchronize:
+    case wire::Call::StreamSynchronize:
+    case wire::Call::StreamQuery:
+    case wire::Call::EventSynchronize:
+    case wire::Call::EventQuery:
+    case wire::Call::MemcpyDtoH:
+      return true;
+    default:
+      return false;
+  }
+}
+
+}  // namespace
+
+bool Client::SendMirrorChanges() {
+  mirror_runs_.clear();
+  mirror_data_.clear();
+  host_mirrors.Collect(mirror_runs_, mirror_data_);
+  size_t first_run = 0, first_byte = 0;
+  while (first_run < mirror_runs_.size()) {
+    const size_t count = std::min(wire::kMaxMirrorRanges, mirror_runs_.size() - first_run);
+    uint64_t bytes = 0;
+    for (size_t i = first_run; i < first_run + count; ++i) bytes += mirror_runs_[i].bytes();
+    mirror_builder_.Clear();
+    const auto ranges = mirror_builder_.CreateVectorOfStructs(mirror_runs_.data() + first_run, count);
+    const auto update = wire::CreateMirrorUpdate(mirror_builder_, ranges).Union();
+    mirror_builder_.Finish(
+        wire::CreateRequest(mirror_builder_, 0, CurrentContextId(), wire::Call::MirrorUpdate, update));
+    const std::span<const uint8_t> header{mirror_builder_.GetBufferPointer(), mirror_builder_.GetSize()};
+    const std::span<const uint8_t> payload{mirror_data_.data() + first_byte, bytes};
+    bool sent;
+    if (channel_->FullDuplex()) {
+      sent = channel_->Send(header, payload);
+    } else {
+      std::lock_guard<std::mutex> io_lock(io_mutex_);
+      sent = channel_->Send(header, payload);
+    }
+    if (!sent) return false;
+    first_run += count;
+    first_byte += bytes;
+  }
+  return true;
+}
+
 CUresult Client::Send(flatbuffers::FlatBufferBuilder& builder, wire::Call type, flatbuffers::Offset<void> call,
                       std::span<const uint8_t> payload, Waiter* waiter, uint64_t* sequence) {
   std::lock_guard<std::mutex> send_lock(send_mutex_);
   if (const CUresult broken = broken_.load(); broken != CUDA_SUCCESS) return broken;
+  if (host_mirrors.any_active() && MayReachMappedMemory(type) && !SendMirrorChanges()) {
+    return Break("cannot send to the executor");
+  }
   *sequence = FinishRequest(builder, type, call, waiter != nullptr);
   if (waiter != nullptr) {
     std::lock_guard<std::mutex> lock(reply_mutex_);
     waiters_[*sequence] = waiter;
+    if (waiter->destination != nullptr) ++outstanding_deliveries_;
   }
   bool sent;
   if (channel_->FullDuplex()) {
@@ -302,9 +344,48 @@ CUresult Client::Send(flatbuffers::FlatBufferBuilder& builder, wire::Call type, 
   return sent ? CUDA_SUCCESS : Break("cannot send to the executor");
 }
 
-CUresult Client::Wait(uint64_t sequence, Waiter& waiter) {
-  std::unique_lock<std::mutex> lock(reply_mutex_);
-  while (!waiter.done) {
+bool Client::Dispatch(transport::IncomingMessage& message, const wire::Reply& reply,
+                      std::unique_lock<std::mutex>& lock) {
+  if (reply.sequence() == 0) {
+    // Unasked: what changed in the mirrors on the executor's side, sent before the answer it belongs to.
+    const auto* update = reply.body_as_MirrorUpdate();
+    if (update == nullptr) return false;
+    lock.unlock();  // still the only reader: nothing after this message is looked at before it is applied
+    const bool applied = host_mirrors.Apply(*update, message.payload.bytes());
+    lock.lock();
+    return applied;
+  }
+  const auto found = waiters_.find(reply.sequence());
+  if (found == waiters_.end()) return false;
+  Waiter* owner = found->second;
+  waiters_.erase(found);
+  if (owner->destination != nullptr) {
+    CUresult result = static_cast<CUresult>(reply.result());
+    if (result == CUDA_SUCCESS && message.payload.size() != owner->bytes) result = CUDA_ERROR_UNKNOWN;
+    if (result == CUDA_SUCCESS) {
+      lock.unlock();
+      std::memcpy(owner->destination, message.payload.data(), owner->bytes);
+      lock.lock();
+    } else {
+      CUresult expected = CUDA_SUCCESS;
+      async_error_.compare_exchange_strong(expected, result);
+    }
+    delete owner;
+    --outstanding_deliveries_;
+    return true;
+  }
+  owner->result = static_cast<CUresult>(reply.result());
+  if (owner->reply != nullptr) {
+    owner->reply->message = std::move(message);
+    owner->reply->reply = &reply;
+  }
+  owner->done = true;
+  return true;
+}
+
+template <typename Done>
+void Client::ReadUntil(std::unique_lock<std::mutex>& lock, Done done) {
+  while (!done()) {
     if (reader_active_) {
       reply_arrived_.wait(lock);
       continue;
@@ -338,30 +419,65 @@ CUresult Client::Wait(uint64_t sequence, Waiter& waiter) {
       reply = wire::ParseVerified<wire::Reply>(message.header.bytes());
       if (reply == nullptr) failure = "malformed reply from the executor";
     }
-    if (failure != nullptr) Break(failure);
     lock.lock();
+    if (reply != nullptr && !Dispatch(message, *reply, lock)) failure = "unexpected or malformed message from the executor";
     reader_active_ = false;
-    if (reply != nullptr) {
-      const auto found = waiters_.find(reply->sequence());
-      if (found == waiters_.end()) {
-        lock.unlock();
-        Break("reply for a request nobody sent");
-        lock.lock();
-      } else {
-        Waiter* owner = found->second;
-        waiters_.erase(found);
-        owner->result = static_cast<CUresult>(reply->result());
-        if (owner->reply != nullptr) {
-          owner->reply->message = std::move(message);
-          owner->reply->reply = reply;
-        }
-        owner->done = true;
-      }
+    if (failure != nullptr) {
+      lock.unlock();
+      Break(failure);
+      lock.lock();
     }
     reply_arrived_.notify_all();
   }
+}
+
+CUresult Client::Wait(uint64_t sequence, Waiter& waiter) {
+  std::unique_lock<std::mutex> lock(reply_mutex_);
+  ReadUntil(lock, [&] { return waiter.done; });
   (void)sequence;
   return waiter.result;
+}
+
+CUresult Client::PostDelivery(flatbuffers::FlatBufferBuilder& builder, wire::Call type, flatbuffers::Offset<void> call,
+                              uint8_t* destination, uint64_t bytes) {
+  auto* waiter = new Waiter;
+  waiter->destination = destination;
+  waiter->bytes = bytes;
+  uint64_t sequence = 0;
+  const CUresult result = Send(builder, type, call, {}, waiter, &sequence);
+  if (result != CUDA_SUCCESS) {
+    std::lock_guard<std::mutex> lock(reply_mutex_);
+    if (waiters_.erase(sequence) != 0) {  // not already released by Break
+      --outstanding_deliveries_;
+      delete waiter;
+    } else if (sequence == 0) {
+      delete waiter;  // never registered
+    }
+  }
+  return result;
+}
+
+CUresult Client::AwaitDeliveries() {
+  std::unique_lock<std::mutex> lock(reply_mutex_);
+  ReadUntil(lock, [&] { return outstanding_deliveries_ == 0; });
+  return broken_.load();
+}
+
+Client::Notice::Notice(Client& client) : client_(client) {
+  std::lock_guard<std::mutex> send_lock(client.send_mutex_);  // sequence numbers are handed out under it
+  sequence_ = client.next_sequence_++;
+  std::lock_guard<std::mutex> lock(client.reply_mutex_);
+  client.waiters_[sequence_] = &waiter_;
+}
+
+Client::Notice::~Notice() {
+  std::lock_guard<std::mutex> lock(client_.reply_mutex_);
+  client_.waiters_.erase(sequence_);
+}
+
+CUresult Client::Notice::Await() {
+  if (const CUresult broken = client_.broken_result(); broken != CUDA_SUCCESS) return broken;
+  return client_.Wait(sequence_, waiter_);
 }
 
 CUresult Client::Call(flatbuffers::FlatBufferBuilder& builder, wire::Call type, flatbuffers::Offset<void> call,
@@ -374,7 +490,9 @@ CUresult Client::Call(flatbuffers::FlatBufferBuilder& builder, wire::Call type, 
     waiters_.erase(sequence);
     return result;
   }
-  const CUresult result = Wait(sequence, waiter);
+  CUresult result = Wait(sequence, waiter);
+  // A failed delivery (an asynchronous device-to-host copy) is reported like the executor's deferred errors.
+  if (result == CUDA_SUCCESS && Synchronizes(type)) result = TakeAsyncError();
   // Failures are the application's to handle; at debug level they are listed, to find what a framework tripped on.
   if (result != CUDA_SUCCESS) Log().debug("{} answered {}", wire::EnumNameCall(type), static_cast<int>(result));
   return result;
@@ -394,10 +512,15 @@ CUresult Client::Break(const char* why) {
   // Nobody will answer the callers still waiting: release them all with the session's error.
   std::lock_guard<std::mutex> lock(reply_mutex_);
   for (auto& [sequence, waiter] : waiters_) {
+    if (waiter->destination != nullptr) {
+      delete waiter;  // a delivery: nobody waits on the waiter itself
+      continue;
+    }
     waiter->result = broken_.load();
     waiter->done = true;
   }
   waiters_.clear();
+  outstanding_deliveries_ = 0;
   reply_arrived_.notify_all();
   return broken_.load();
 }

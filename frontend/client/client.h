@@ -18,6 +18,7 @@
 #include "frontend/client/handle_registry.h"
 #include "frontend/client/host_allocations.h"
 #include "frontend/client/handles.h"
+#include "frontend/client/host_mirrors.h"
 #include "schema/wire.h"
 #include "transport/channel.h"
 
@@ -49,6 +50,9 @@ class Client {
     ReplyMessage* reply = nullptr;
     CUresult result = CUDA_SUCCESS;
     bool done = false;
+    // A delivery (see PostDelivery): the reply's payload lands at `destination`, by whichever thread reads it.
+    uint8_t* destination = nullptr;
+    uint64_t bytes = 0;
   };
 
  public:
@@ -63,6 +67,32 @@ class Client {
   // A call nobody waits for: its failure surfaces at the next synchronizing call.
   CUresult Post(flatbuffers::FlatBufferBuilder& builder, wire::Call type, flatbuffers::Offset<void> call,
                 std::span<const uint8_t> payload);
+
+  // A device-to-host chunk nobody waits for: when its reply arrives, its `bytes` land at `destination` (before any
+  // later reply is looked at, so a synchronizing call that returns after it sees the data). A failure is kept and
+  // returned by the next synchronizing call (TakeAsyncError).
+  CUresult PostDelivery(flatbuffers::FlatBufferBuilder& builder, wire::Call type, flatbuffers::Offset<void> call,
+                        uint8_t* destination, uint64_t bytes);
+  // Waits until every delivery posted so far has landed (memory is about to be freed, or a copy must be complete).
+  CUresult AwaitDeliveries();
+  // The first failure of a delivery since the last call, once.
+  CUresult TakeAsyncError() { return async_error_.exchange(CUDA_SUCCESS); }
+
+  // A notice: a sequence number registered before any request names it, answered by the executor when an event
+  // happens on its side (a stream reached a host function). Await returns the executor's result, or the
+  // session's error if it breaks first.
+  class Notice {
+   public:
+    explicit Notice(Client& client);
+    ~Notice();
+    uint64_t sequence() const { return sequence_; }
+    CUresult Await();
+
+   private:
+    Client& client_;
+    Waiter waiter_;
+    uint64_t sequence_ = 0;
+  };
 
   // Pipelined exchange for bulk copies: many requests in flight, replies consumed oldest first. Other threads'
   // calls may interleave with these on the wire; each reply finds its caller by sequence number.
@@ -93,6 +123,8 @@ class Client {
   CUmoduleLoadingMode module_loading_mode() const { return module_loading_mode_; }
   // The executor's directory when it runs on this host (ipc://), where files both map are made; else empty.
   const std::string& same_host_directory() const { return same_host_directory_; }
+  // True when the executor shares no memory with this process (tcp://): mirrors and notices replace shared files.
+  bool remote() const { return same_host_directory_.empty(); }
   // The real driver's name and description of `code`, as learned at attach; false if it sent none.
   bool ErrorText(CUresult code, const char** name, const char** text) const;
   CUresult broken_result() const { return broken_.load(); }
@@ -112,6 +144,7 @@ class Client {
   HandleRegistry<CUevent_st> events;
   HandleRegistry<CUlinkState_st> links;
   HandleRegistry<CUarray_st> arrays;
+  HostMirrors host_mirrors;
 
  private:
   Client() = default;
@@ -124,6 +157,13 @@ class Client {
   // Waits for `waiter`'s reply. Whichever waiting thread gets there first reads the channel and hands each reply
   // to its waiter, so no thread holds the channel while it waits for the GPU.
   CUresult Wait(uint64_t sequence, Waiter& waiter);
+  // Reads the channel (or waits for the thread that does) until `done()` holds; called with reply_mutex_ held.
+  template <typename Done>
+  void ReadUntil(std::unique_lock<std::mutex>& lock, Done done);
+  // Hands one received message to its waiter, or applies it (mirror updates); false if it breaks the protocol.
+  bool Dispatch(transport::IncomingMessage& message, const wire::Reply& reply, std::unique_lock<std::mutex>& lock);
+  // Before work that may reach mapped host memory: sends what changed in active mirrors (under send_mutex_).
+  bool SendMirrorChanges();
   CUresult Break(const char* why);
 
   std::unique_ptr<transport::Channel> channel_;  // shared memory over a ZeroMQ liveness channel, or ZeroMQ
@@ -136,6 +176,11 @@ class Client {
   uint64_t next_sequence_ = 1;
   int spin_microseconds_ = 0;  // how long a reader busy-polls a half-duplex channel before sleeping
   std::atomic<CUresult> broken_{CUDA_SUCCESS};  // once set, every call fails with it (the session is gone)
+  std::atomic<CUresult> async_error_{CUDA_SUCCESS};  // first failed delivery, for the next synchronizing call
+  size_t outstanding_deliveries_ = 0;               // guarded by reply_mutex_
+  flatbuffers::FlatBufferBuilder mirror_builder_;   // guarded by send_mutex_
+  std::vector<wire::MirrorRange> mirror_runs_;      // guarded by send_mutex_
+  std::vector<uint8_t> mirror_data_;                // guarded by send_mutex_
 
   int driver_version_ = 0;
   CUmoduleLoadingMode module_loading_mode_ = CU_MODULE_EAGER_LOADING;

@@ -1,6 +1,6 @@
 // Host functions (cuLaunchHostFunc, cuStreamAddCallback) through the whole remoting path: the function runs in this
-// process, after the stream's earlier work and before its later work, on a thread of its own; a same-host session
-// on either channel. (Over tcp:// they are refused: process_test.cc.)
+// process, after the stream's earlier work and before its later work, on a thread of its own; on every session
+// channel (shared memory, ZeroMQ ipc://, and tcp://, where the executor sends a notice instead of using a gate board).
 #include <cuda.h>
 #include <gtest/gtest.h>
 

@@ -8,6 +8,7 @@
 #include <cstdlib>
 #include <fstream>
 #include <map>
+#include <string>
 #include <memory>
 #include <sstream>
 #include <string>
@@ -20,12 +21,17 @@
 namespace curelay::testing {
 
 // Starts the backend before the first test and points CURELAY_ENDPOINT at it; stops it after the last.
+// CURELAY_TEST_TRANSPORT=tcp runs the suite as a remote client would: the backend listens on loopback tcp only,
+// so the session shares no directory (and no memory) with this process.
 class SessionEnvironment : public ::testing::Environment {
  public:
   SessionEnvironment(std::string name, std::map<std::string, std::string> backend_env)
       : name_(std::move(name)), backend_env_(std::move(backend_env)) {}
   void SetUp() override {
-    backend_ = std::make_unique<BackendProcess>(name_, backend_env_);
+    const char* transport = std::getenv("CURELAY_TEST_TRANSPORT");
+    const bool tcp = transport != nullptr && std::string(transport) == "tcp";
+    backend_ = std::make_unique<BackendProcess>(
+        name_, backend_env_, tcp ? BackendProcess::Transport::kTcp : BackendProcess::Transport::kIpc);
     ASSERT_TRUE(backend_->Start()) << backend_->Log();
     setenv("CURELAY_ENDPOINT", backend_->endpoint().c_str(), 1);
   }

@@ -4,6 +4,7 @@
 #include <unistd.h>
 #include <zmq.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstring>
@@ -11,6 +12,7 @@
 #include <vector>
 
 #include "transport/channel.h"
+#include "transport/endpoint.h"
 #include "transport/zmq/zmq_context.h"
 
 namespace curelay::transport {
@@ -184,7 +186,8 @@ bool MakePairWithMonitor(const ChannelOptions& options, void** socket, void** mo
   const int64_t max_bytes = options.max_message_bytes > 0 ? options.max_message_bytes : -1;
   zmq_setsockopt(*socket, ZMQ_MAXMSGSIZE, &max_bytes, sizeof(max_bytes));
   // Heartbeats turn a silently vanished tcp peer (host down, cable) into a disconnect event.
-  const int heartbeat_ms = 1000, heartbeat_timeout_ms = 10000;
+  const int heartbeat_timeout_ms = options.heartbeat_timeout_ms > 0 ? options.heartbeat_timeout_ms : 5000;
+  const int heartbeat_ms = std::max(10, std::min(1000, heartbeat_timeout_ms / 3));
   zmq_setsockopt(*socket, ZMQ_HEARTBEAT_IVL, &heartbeat_ms, sizeof(heartbeat_ms));
   zmq_setsockopt(*socket, ZMQ_HEARTBEAT_TIMEOUT, &heartbeat_timeout_ms, sizeof(heartbeat_timeout_ms));
   const std::string monitor_endpoint = "inproc://curelay-monitor-" + std::to_string(getpid()) + "-" +
@@ -228,7 +231,18 @@ std::unique_ptr<Channel> BindChannel(std::span<const std::string> endpoints, con
   if (!MakePairWithMonitor(options, &socket, &monitor, error)) return nullptr;
   auto channel = std::make_unique<ZmqChannel>(socket, monitor, options);
   for (const auto& endpoint : endpoints) {
-    if (zmq_bind(socket, endpoint.c_str()) != 0) {
+    const auto parsed = Endpoint::Parse(endpoint);
+    const auto range = parsed && parsed->kind == Endpoint::Kind::kTcp ? ParsePortRange(parsed->port) : std::nullopt;
+    bool bound = false;
+    if (range) {
+      // The first port of the range that is free (other executors hold the ones before it).
+      for (int port = range->first; port <= range->second && !bound; ++port) {
+        bound = zmq_bind(socket, Endpoint::Tcp(parsed->host, std::to_string(port)).ToString().c_str()) == 0;
+      }
+    } else {
+      bound = zmq_bind(socket, endpoint.c_str()) == 0;
+    }
+    if (!bound) {
       *error = ZmqError(("bind " + endpoint).c_str());
       return nullptr;
     }

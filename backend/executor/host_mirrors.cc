@@ -1,0 +1,119 @@
+#include "backend/executor/host_mirrors.h"
+
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <spdlog/spdlog.h>
+
+#include "schema/mirror_runs.h"
+
+namespace curelay::executor {
+namespace {
+constexpr uint64_t kMaxMirrorBytes = uint64_t{64} << 30;
+}  // namespace
+
+CUresult HostMirrors::Create(uint64_t bytes, uint64_t client_address, CUdeviceptr* device_ptr) {
+  if (driver_.cuMemHostRegister == nullptr || driver_.cuMemHostGetDevicePointer == nullptr) {
+    return CUDA_ERROR_NOT_SUPPORTED;
+  }
+  const uint64_t page = static_cast<uint64_t>(sysconf(_SC_PAGESIZE));
+  if (bytes == 0 || bytes > kMaxMirrorBytes || bytes % page != 0 || client_address % page != 0) {
+    return CUDA_ERROR_INVALID_VALUE;
+  }
+  // The client's address if it is free here (then the application's host pointer is valid on the device too).
+  void* memory = mmap(reinterpret_cast<void*>(client_address), bytes, PROT_READ | PROT_WRITE,
+                      MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED_NOREPLACE, -1, 0);
+  if (memory == MAP_FAILED) {
+    memory = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  }
+  if (memory == MAP_FAILED) return CUDA_ERROR_OUT_OF_MEMORY;
+  CUresult result = driver_.cuMemHostRegister(memory, bytes, CU_MEMHOSTREGISTER_DEVICEMAP | CU_MEMHOSTREGISTER_PORTABLE);
+  CUdeviceptr mapped = 0;
+  if (result == CUDA_SUCCESS) {
+    result = driver_.cuMemHostGetDevicePointer(&mapped, memory, 0);
+    if (result != CUDA_SUCCESS) driver_.cuMemHostUnregister(memory);
+  }
+  if (result != CUDA_SUCCESS) {
+    spdlog::warn("host mirror: the driver refused to register {} bytes: error {}", bytes, static_cast<int>(result));
+    munmap(memory, bytes);
+    return result;
+  }
+  std::lock_guard<std::mutex> lock(mutex_);
+  Mirror& mirror = mirrors_[mapped];
+  mirror.memory = static_cast<uint8_t*>(memory);
+  mirror.bytes = bytes;
+  *device_ptr = mapped;
+  return CUDA_SUCCESS;
+}
+
+bool HostMirrors::Remove(CUdeviceptr device_ptr, CUresult* result) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  const auto found = mirrors_.find(device_ptr);
+  if (found == mirrors_.end()) return false;
+  *result = driver_.cuMemHostUnregister(found->second.memory);
+  munmap(found->second.memory, found->second.bytes);
+  if (found->second.shadow != nullptr) --active_;
+  mirrors_.erase(found);
+  return true;
+}
+
+bool HostMirrors::Apply(const wire::MirrorUpdate& update, std::span<const uint8_t> payload) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return wire::ApplyMirrorRuns(update, payload, [&](uint64_t device_ptr) {
+    const auto found = mirrors_.find(device_ptr);
+    if (found == mirrors_.end()) return wire::MirrorTarget{};
+    Mirror& mirror = found->second;
+    if (mirror.shadow == nullptr) {
+      // The client shadows it from now on, starting from zeros too; whatever differs already (a copy into the
+      // mirror before it was active) is sent back at the next exchange.
+      mirror.shadow = std::make_unique<uint8_t[]>(mirror.bytes);
+      ++active_;
+    }
+    return wire::MirrorTarget{mirror.memory, mirror.shadow.get(), mirror.bytes};
+  });
+}
+
+bool HostMirrors::SendChangesLocked(transport::Channel& channel) {
+  runs_.clear();
+  data_.clear();
+  for (auto& [base, mirror] : mirrors_) {
+    if (mirror.shadow != nullptr) {
+      wire::CollectMirrorRuns(base, mirror.memory, mirror.shadow.get(), mirror.bytes, runs_, data_);
+    }
+  }
+  size_t first_run = 0, first_byte = 0;
+  while (first_run < runs_.size()) {
+    const size_t count = std::min(wire::kMaxMirrorRanges, runs_.size() - first_run);
+    uint64_t bytes = 0;
+    for (size_t i = first_run; i < first_run + count; ++i) bytes += runs_[i].bytes();
+    builder_.Clear();
+    const auto ranges = builder_.CreateVectorOfStructs(runs_.data() + first_run, count);
+    const auto update = wire::CreateMirrorUpdate(builder_, ranges).Union();
+    builder_.Finish(wire::CreateReply(builder_, 0, CUDA_SUCCESS, wire::ReplyBody::MirrorUpdate, update));
+    if (!channel.Send({builder_.GetBufferPointer(), builder_.GetSize()}, {data_.data() + first_byte, bytes})) {
+      return false;
+    }
+    first_run += count;
+    first_byte += bytes;
+  }
+  return true;
+}
+
+bool HostMirrors::SendWithChanges(transport::Channel& channel, std::span<const uint8_t> header,
+                                  std::span<const uint8_t> payload) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (active_ != 0 && !SendChangesLocked(channel)) return false;
+  return channel.Send(header, payload);
+}
+
+void HostMirrors::ReleaseAll() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  for (auto& [device_ptr, mirror] : mirrors_) {
+    driver_.cuMemHostUnregister(mirror.memory);
+    munmap(mirror.memory, mirror.bytes);
+  }
+  mirrors_.clear();
+  active_ = 0;
+}
+
+}  // namespace curelay::executor

@@ -1,0 +1,50 @@
+// Page-locked host memory of a client that shares no memory with its executor (tcp://): the application's pages
+// here, a page-locked mirror on the executor at the device address the application gets. A mirror takes part in
+// coherence once it is active: once a kernel argument points into it (or it is small and asked for DEVICEMAP).
+// Before work that may reach mapped memory the client sends what changed here since the last exchange; before
+// answering a synchronizing call the executor sends what changed there (docs/architecture.md, "Mirrors").
+#pragma once
+
+#include <cuda.h>
+
+#include <atomic>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <span>
+#include <vector>
+
+#include "schema/wire.h"
+
+namespace curelay::frontend {
+
+class HostMirrors {
+ public:
+  // Records the mirror of the application's `memory` (`bytes`, page-aligned) at the executor's `device_ptr`.
+  void Add(uint8_t* memory, uint64_t bytes, CUdeviceptr device_ptr, bool active);
+  void Remove(CUdeviceptr device_ptr);
+  // Activates every mirror that an 8-byte-aligned word of a kernel's packed `arguments` points into.
+  void ActivateReferenced(std::span<const uint8_t> arguments);
+  bool any_active() const { return active_count_.load(std::memory_order_acquire) != 0; }
+  // What changed in the active mirrors since the last exchange (a newly active mirror is announced by an empty run).
+  void Collect(std::vector<wire::MirrorRange>& runs, std::vector<uint8_t>& data);
+  // Writes what the executor sent; false (and nothing written) if any run is outside a known mirror.
+  bool Apply(const wire::MirrorUpdate& update, std::span<const uint8_t> payload);
+
+ private:
+  struct Mirror {
+    uint8_t* memory = nullptr;
+    uint64_t bytes = 0;
+    std::unique_ptr<uint8_t[]> shadow;  // what both sides last agreed on; allocated when the mirror turns active
+    bool announced = false;
+  };
+  void ActivateLocked(Mirror& mirror);
+
+  std::mutex mutex_;
+  std::map<CUdeviceptr, Mirror> mirrors_;  // by device address
+  std::atomic<uint64_t> low_{~uint64_t{0}}, high_{0};  // device addresses spanned, to skip scans cheaply
+  std::atomic<size_t> active_count_{0};
+};
+
+}  // namespace curelay::frontend

@@ -1,0 +1,30 @@
+// Endpoints as users write them (ipc://PATH, tcp://HOST:PORT), parsed once: nothing above transport/ looks at the
+// scheme's text. A tcp port may be "*" (any free port) or "LOW-HIGH" (the first free one) where something binds.
+#pragma once
+
+#include <optional>
+#include <string>
+#include <string_view>
+#include <utility>
+
+namespace curelay::transport {
+
+struct Endpoint {
+  enum class Kind { kIpc, kTcp };
+  Kind kind = Kind::kIpc;
+  std::string path;  // ipc: the socket's path
+  std::string host;  // tcp
+  std::string port;  // tcp: a number, "*" or "LOW-HIGH"
+
+  static std::optional<Endpoint> Parse(std::string_view text);
+  static Endpoint Tcp(std::string host, std::string port) { return {Kind::kTcp, {}, std::move(host), std::move(port)}; }
+  std::string ToString() const;
+  // ipc endpoints are on this host: the directory holding the socket is where files both sides map are made.
+  bool same_host() const { return kind == Kind::kIpc; }
+  std::string directory() const;
+};
+
+// "LOW-HIGH" with 1 <= LOW <= HIGH <= 65535.
+std::optional<std::pair<int, int>> ParsePortRange(std::string_view text);
+
+}  // namespace curelay::transport
