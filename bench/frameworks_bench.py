@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""PyTorch timings for bench/run_frameworks.sh: prints `METRIC <name> <milliseconds>` lines.
+"""PyTorch timings for bench/run_frameworks.sh: prints `METRIC <name> <milliseconds> ms` lines.
 
 The shapes are the ones ../shared/gpu-host.md reports natively: a 6-layer d=512 transformer training step (bf16
 autocast, AdamW, batch 16 x 256 tokens), batch-1 inference of the same model (launch-bound), and a small conv net
@@ -37,14 +37,14 @@ def main():
         loss.backward()
         opt.step()
 
-    print(f"METRIC transformer_train_step_ms {timed(train_step, 30):.3f}", flush=True)
+    print(f"METRIC transformer_train_step_ms {timed(train_step, 30):.3f} ms", flush=True)
     one = tokens[:1, :64]
 
     def infer():
         with torch.inference_mode(), torch.autocast("cuda", dtype=torch.bfloat16):
             model(one)
 
-    print(f"METRIC transformer_infer_batch1_ms {timed(infer, 100):.3f}", flush=True)
+    print(f"METRIC transformer_infer_batch1_ms {timed(infer, 100):.3f} ms", flush=True)
     conv = nn.Sequential(nn.Conv2d(3, 32, 3, padding=1), nn.BatchNorm2d(32), nn.ReLU(), nn.Conv2d(32, 64, 3, padding=1),
                          nn.ReLU(), nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(64, 10)).cuda()
     conv_opt = torch.optim.SGD(conv.parameters(), lr=0.01)
@@ -57,7 +57,7 @@ def main():
         loss.backward()
         conv_opt.step()
 
-    print(f"METRIC convnet_train_step_ms {timed(conv_step, 50):.3f}", flush=True)
+    print(f"METRIC convnet_train_step_ms {timed(conv_step, 50):.3f} ms", flush=True)
 
 
 if __name__ == "__main__":

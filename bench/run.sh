@@ -3,8 +3,10 @@
 #
 # Usage: bench/run.sh [build-dir]     (build-dir defaults to <repo>/build)
 #
-# Logs go to ${OUT:-/tmp/curelay-gpu-out}: bench_native.log, bench_curelay.log, backend.log,
-# bench_table.txt. Environment: CURELAY_REAL_DRIVER, CURELAY_GPU_ENDPOINT, CURELAY_GPU_TIMEOUT
+# Native and curelay runs alternate, CURELAY_BENCH_ROUNDS (default 3) of each; the table shows each metric's median
+# and the ratio. Logs go to ${OUT:-/tmp/curelay-gpu-out}: bench_native_N.log, bench_curelay_N.log, backend.log,
+# bench_table.txt. Environment: CURELAY_REAL_DRIVER, CURELAY_GPU_ENDPOINT (tcp://127.0.0.1:PORT: the remote mode,
+# with ZeroMQ's own round trip measured too), CURELAY_GPU_RTT_US (added round-trip delay), CURELAY_GPU_TIMEOUT
 # (see tests/gpu/backend_env.sh). bench/README.md explains the metrics.
 set -uo pipefail
 
@@ -36,25 +38,32 @@ for f in "$bench" "$ptx"; do
   fi
 done
 
+zmq_pingpong=$(curelay_build_path "$(sed -n 's/^CURELAY_ZMQ_PINGPONG=//p' "$paths")")
+rounds=${CURELAY_BENCH_ROUNDS:-3}
 status=0
-echo "== bench: native run (driver $CURELAY_REAL_DRIVER)"
-curelay_native "$bench" "$ptx" >"$CURELAY_OUT/bench_native.log" 2>&1 || {
-  echo "native benchmark failed (status $?); see $CURELAY_OUT/bench_native.log" >&2
-  status=1
-}
-
-echo "== bench: curelay run (endpoint $CURELAY_GPU_ENDPOINT)"
-if curelay_backend_start; then
-  curelay_remote "$bench" "$ptx" >"$CURELAY_OUT/bench_curelay.log" 2>&1 || {
-    echo "curelay benchmark failed (status $?); see $CURELAY_OUT/bench_curelay.log" >&2
+native_logs=() curelay_logs=()
+echo "== bench: $rounds alternating rounds, native (driver $CURELAY_REAL_DRIVER) and curelay (endpoint $CURELAY_GPU_ENDPOINT${CURELAY_GPU_RTT_US:+, RTT +$CURELAY_GPU_RTT_US us})"
+curelay_backend_start || exit 1
+for ((round = 1; round <= rounds; round++)); do
+  native_log="$CURELAY_OUT/bench_native_$round.log" curelay_log="$CURELAY_OUT/bench_curelay_$round.log"
+  curelay_native "$bench" "$ptx" >"$native_log" 2>&1 || {
+    echo "native benchmark failed (status $?); see $native_log" >&2
     status=1
   }
-  curelay_backend_stop
-else
-  status=1
-fi
+  curelay_remote "$bench" "$ptx" >"$curelay_log" 2>&1 || {
+    echo "curelay benchmark failed (status $?); see $curelay_log" >&2
+    status=1
+  }
+  # ZeroMQ's own tcp round trip, the floor under the tcp path, measured in the same rounds.
+  case $CURELAY_GPU_ENDPOINT in
+    tcp://*) [ -x "$zmq_pingpong" ] && "$zmq_pingpong" >>"$curelay_log" 2>&1 ;;
+  esac
+  native_logs+=("$native_log")
+  curelay_logs+=("$curelay_log")
+done
+curelay_backend_stop
 
-python3 "$here/bench_table.py" "$CURELAY_OUT/bench_native.log" "$CURELAY_OUT/bench_curelay.log" |
+python3 "$here/bench_table.py" --native "${native_logs[@]}" --curelay "${curelay_logs[@]}" |
   tee "$CURELAY_OUT/bench_table.txt"
 [ "${PIPESTATUS[0]}" = 0 ] || status=1
 exit "$status"

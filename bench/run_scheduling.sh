@@ -5,6 +5,8 @@
 #     tenants saturating the GPU; p50/p95/p99 and loaded/alone ratios, and the low tenants' kernels meanwhile;
 #  2. weights: three normal tenants with weights 1:2:3 saturating the GPU for 10 s; each one's share of GPU time.
 # Usage: bench/run_scheduling.sh [build-dir]
+# CURELAY_BENCH_TCP_PORT=P: the tenants connect over tcp://127.0.0.1:P as remote clients (in a mount namespace where
+# the backend's runtime directory is an empty tmpfs), not over ipc://.
 set -uo pipefail
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 build=$(cd "${1:-$here/../build}" && pwd)
@@ -16,7 +18,7 @@ runtime=$(mktemp -d /dev/shm/curelay-sched-XXXXXX)
 budget_us=${CURELAY_BENCH_BUDGET_US:-100}  # the backend's default
 cat >"$runtime/backend.toml" <<TOML
 [backend]
-listen = ["ipc://$runtime/b.sock"]
+listen = ["ipc://$runtime/b.sock"${CURELAY_BENCH_TCP_PORT:+, "tcp://127.0.0.1:$CURELAY_BENCH_TCP_PORT"}]
 driver = "$real"
 runtime_dir = "$runtime"
 state_dir = "$runtime/state"
@@ -32,7 +34,15 @@ trap 'kill $backend 2>/dev/null; wait $backend 2>/dev/null; rm -rf "$runtime"' E
 for _ in $(seq 100); do [ -S "$runtime/admin.sock" ] && break; sleep 0.1; done
 ctl() { "$build/backendctl/backendctl" --endpoint "ipc://$runtime/admin.sock" "$@"; }
 token() { ctl -o json tenant add "$@" | sed -n 's/.*"token": "\(crl_[0-9a-f]*\)".*/\1/p'; }
-remote() { local t=$1; shift; LD_LIBRARY_PATH="$build/frontend" CURELAY_ENDPOINT="ipc://$runtime/b.sock" CURELAY_TOKEN=$t "$@"; }
+if [ -n "${CURELAY_BENCH_TCP_PORT:-}" ]; then
+  remote() {
+    local t=$1; shift
+    unshare -m sh -c 'mount -t tmpfs curelay-remote "$0" || exit 97; exec "$@"' "$runtime" env \
+      LD_LIBRARY_PATH="$build/frontend" CURELAY_ENDPOINT="tcp://127.0.0.1:$CURELAY_BENCH_TCP_PORT" CURELAY_TOKEN=$t "$@"
+  }
+else
+  remote() { local t=$1; shift; LD_LIBRARY_PATH="$build/frontend" CURELAY_ENDPOINT="ipc://$runtime/b.sock" CURELAY_TOKEN=$t "$@"; }
+fi
 native() { shift; LD_LIBRARY_PATH="$native_lib" "$@"; }
 p() { sed -n "s/.*$1 \([0-9.]*\).*/\1/p"; }
 

@@ -155,6 +155,7 @@ CUresult Client::Connect() {
   }
   if (!error.empty()) Log().info("{}; using ZeroMQ", error);
   same_host_directory_ = link->same_host_directory();
+  executor_endpoint_ = executor->ToString();
   // Attach, with a deadline: an executor that never answers must not hang cuInit.
   flatbuffers::FlatBufferBuilder& request = Builder();
   const auto key = request.CreateVector(welcome->session_key()->data(), welcome->session_key()->size());
@@ -507,7 +508,8 @@ CUresult Client::Post(flatbuffers::FlatBufferBuilder& builder, wire::Call type, 
 CUresult Client::Break(const char* why) {
   CUresult expected = CUDA_SUCCESS;
   if (broken_.compare_exchange_strong(expected, CUDA_ERROR_DEVICE_UNAVAILABLE)) {
-    Log().error("{}: every further CUDA call of this process fails with CUDA_ERROR_DEVICE_UNAVAILABLE", why);
+    Log().error("{} ({}): every further CUDA call of this process fails with CUDA_ERROR_DEVICE_UNAVAILABLE", why,
+                executor_endpoint_);
   }
   // Nobody will answer the callers still waiting: release them all with the session's error.
   std::lock_guard<std::mutex> lock(reply_mutex_);

@@ -185,6 +185,7 @@ class Client {
   int driver_version_ = 0;
   CUmoduleLoadingMode module_loading_mode_ = CU_MODULE_EAGER_LOADING;
   std::string same_host_directory_;
+  std::string executor_endpoint_;  // named in the one log line when the session breaks
   std::vector<DeviceInfo> devices_;
   struct ErrorTextEntry {
     std::string name, text;

@@ -12,7 +12,13 @@
 #   CURELAY_GPU_TENANT_GPUS with CURELAY_GPU_AS_TENANT: the host GPUs the tenant may use (backendctl --gpus), e.g.
 #                         "1" to run the programs on the host's second GPU as their device 0; native runs then get
 #                         CUDA_VISIBLE_DEVICES set to the same list, so both sides see the same GPUs
+#   CURELAY_GPU_RTT_US    with a tcp:// endpoint: round-trip delay added between client and backend, through
+#                         curelay-relay (tools/relay) on 127.0.0.2 (default: none, the client connects directly)
 #   OUT                   where logs go (default /tmp/curelay-gpu-out)
+#
+# With a tcp:// endpoint the client runs as if on another machine: in a private mount namespace where the backend's
+# runtime directory is an empty tmpfs, so no shared-memory path can be taken by accident (executors bind the ports
+# CURELAY_GPU_EXECUTOR_PORTS, default 47100-47163, so that a relay can carry them too).
 #
 # Functions:
 #   curelay_setup <build-dir>     checks the build and sets CURELAY_BUILD (absolute), CURELAY_OUT
@@ -29,6 +35,10 @@ CURELAY_GPU_ENDPOINT=${CURELAY_GPU_ENDPOINT:-ipc:///tmp/curelay-gpu-test.sock}
 CURELAY_GPU_TIMEOUT=${CURELAY_GPU_TIMEOUT:-600}
 CURELAY_OUT=${OUT:-/tmp/curelay-gpu-out}
 CURELAY_BACKEND_PID=
+CURELAY_RELAY_PID=
+CURELAY_GPU_RUNTIME=/dev/shm/curelay-gpu-suite
+CURELAY_GPU_EXECUTOR_PORTS=${CURELAY_GPU_EXECUTOR_PORTS:-47100-47163}
+CURELAY_CLIENT_ENDPOINT=$CURELAY_GPU_ENDPOINT
 
 curelay_setup() {
   local build=$1
@@ -85,8 +95,44 @@ curelay_native() {
 }
 
 curelay_remote() {
-  LD_LIBRARY_PATH="$CURELAY_BUILD/frontend" CURELAY_ENDPOINT="$CURELAY_GPU_ENDPOINT" \
-    timeout "$CURELAY_GPU_TIMEOUT" "$@"
+  case $CURELAY_GPU_ENDPOINT in
+    tcp://*)
+      # As if on another machine: the backend's runtime directory is an empty tmpfs in this process's view.
+      unshare -m sh -c 'mount -t tmpfs curelay-remote "$0" || exit 97; exec "$@"' "$CURELAY_GPU_RUNTIME" \
+        env LD_LIBRARY_PATH="$CURELAY_BUILD/frontend" CURELAY_ENDPOINT="$CURELAY_CLIENT_ENDPOINT" \
+        timeout "$CURELAY_GPU_TIMEOUT" "$@"
+      ;;
+    *)
+      LD_LIBRARY_PATH="$CURELAY_BUILD/frontend" CURELAY_ENDPOINT="$CURELAY_GPU_ENDPOINT" \
+        timeout "$CURELAY_GPU_TIMEOUT" "$@"
+      ;;
+  esac
+}
+
+# With CURELAY_GPU_RTT_US and a tcp endpoint: a relay on 127.0.0.2 that delays every byte by half the round trip
+# each way, carrying the backend's port and the executors'; the client is pointed at it.
+curelay_relay_start() {
+  CURELAY_CLIENT_ENDPOINT=$CURELAY_GPU_ENDPOINT
+  [ -n "${CURELAY_GPU_RTT_US:-}" ] || return 0
+  case $CURELAY_GPU_ENDPOINT in tcp://*) ;; *) echo "error: CURELAY_GPU_RTT_US needs a tcp:// endpoint" >&2; return 1 ;; esac
+  local relay="$CURELAY_BUILD/tools/relay/curelay-relay" port=${CURELAY_GPU_ENDPOINT##*:} ready="$CURELAY_OUT/relay.ready"
+  [ -x "$relay" ] || { echo "error: $relay not found" >&2; return 1; }
+  rm -f "$ready"
+  "$relay" --listen 127.0.0.2 --target 127.0.0.1 --ports "$port,$CURELAY_GPU_EXECUTOR_PORTS" \
+    --delay-us $((CURELAY_GPU_RTT_US / 2)) --max-seconds 3600 --ready-file "$ready" >>"$CURELAY_OUT/relay.log" 2>&1 &
+  CURELAY_RELAY_PID=$!
+  local waited
+  for ((waited = 0; waited < 100; waited++)); do [ -e "$ready" ] && break; sleep 0.05; done
+  [ -e "$ready" ] || { echo "error: curelay-relay did not start; see $CURELAY_OUT/relay.log" >&2; return 1; }
+  CURELAY_CLIENT_ENDPOINT="tcp://127.0.0.2:$port"
+}
+
+curelay_relay_stop() {
+  [ -n "$CURELAY_RELAY_PID" ] || return 0
+  kill -TERM "$CURELAY_RELAY_PID" 2>/dev/null
+  wait "$CURELAY_RELAY_PID" 2>/dev/null
+  CURELAY_RELAY_PID=
+  CURELAY_CLIENT_ENDPOINT=$CURELAY_GPU_ENDPOINT
 }
 
 curelay_backend_start() {
@@ -99,11 +145,15 @@ curelay_backend_start() {
   esac
   echo "=== $(date -u +%FT%TZ) curelay-backend --listen $CURELAY_GPU_ENDPOINT --driver $CURELAY_REAL_DRIVER" >>"$log"
   # By default anonymous sessions: the GPU suite measures the driver surface, not tenants (bench/ measures those).
-  local state runtime=/dev/shm/curelay-gpu-suite anonymous=--allow-anonymous
-  state=$(dirname "${CURELAY_GPU_ENDPOINT#ipc://}")/state
+  local state runtime=$CURELAY_GPU_RUNTIME anonymous=--allow-anonymous
+  case $CURELAY_GPU_ENDPOINT in
+    ipc://*) state=$(dirname "${CURELAY_GPU_ENDPOINT#ipc://}")/state ;;
+    *) state=$CURELAY_OUT/backend-state ;;
+  esac
   [ -z "${CURELAY_GPU_AS_TENANT:-}" ] || anonymous=
   "$CURELAY_BUILD/backend/curelay-backend" --listen "$CURELAY_GPU_ENDPOINT" --driver "$CURELAY_REAL_DRIVER" \
-    --runtime-dir "$runtime" --state-dir "$state" $anonymous --log-level info >>"$log" 2>&1 &
+    --runtime-dir "$runtime" --state-dir "$state" --executor-ports "$CURELAY_GPU_EXECUTOR_PORTS" $anonymous \
+    --log-level info >>"$log" 2>&1 &
   CURELAY_BACKEND_PID=$!
   trap curelay_backend_stop EXIT
   trap 'exit 130' INT  # so that the EXIT trap runs on Ctrl-C and SIGTERM too
@@ -126,6 +176,7 @@ curelay_backend_start() {
         export CURELAY_TOKEN
         echo "=== running as a tenant (scheduled sessions)" >>"$log"
       fi
+      curelay_relay_start || { curelay_backend_stop; return 1; }
       return 0
     fi
     sleep 0.1
@@ -136,6 +187,7 @@ curelay_backend_start() {
 }
 
 curelay_backend_stop() {
+  curelay_relay_stop
   local pid=$CURELAY_BACKEND_PID waited
   [ -n "$pid" ] || return 0
   CURELAY_BACKEND_PID=

@@ -39,13 +39,14 @@ bool ProcessExists(pid_t pid) {
 }
 
 BackendProcess::BackendProcess(const std::string& name, std::map<std::string, std::string> extra_env,
-                               Transport transport)
+                               Transport transport, std::string endpoint)
     : name_(name), extra_env_(std::move(extra_env)), transport_(transport) {
   char pattern[] = "/tmp/curelay-it-XXXXXX";
   directory_ = mkdtemp(pattern);
   // A loopback port derived from the pid keeps parallel test processes apart.
   endpoint_ = transport == Transport::kIpc ? "ipc://" + directory_ + "/backend.sock"
                                            : "tcp://127.0.0.1:" + std::to_string(20000 + getpid() % 40000);
+  if (!endpoint.empty()) endpoint_ = std::move(endpoint);
   log_path_ = directory_ + "/backend.log";
 }
 

@@ -16,7 +16,7 @@ class BackendProcess {
   // extra_env: variables for the backend (and so its executors), e.g. CURELAY_EMU_DEVICE_MEMORY.
   enum class Transport { kIpc, kTcp };
   explicit BackendProcess(const std::string& name, std::map<std::string, std::string> extra_env = {},
-                          Transport transport = Transport::kIpc);
+                          Transport transport = Transport::kIpc, std::string endpoint = {});
   ~BackendProcess();
 
   // Clients must then present a tenant token (by default the test backend admits anonymous clients).

@@ -294,5 +294,55 @@ TEST(ProcessTest, BackendRefusesToLoadTheShimAsItsDriver) {
   unlink(log_path.c_str());
 }
 
+
+// A link that goes silent mid-session (curelay-relay stops forwarding without closing anything, as a pulled cable or
+// a frozen host would): the client's pending call and every later one fail with CUDA_ERROR_DEVICE_UNAVAILABLE within
+// the heartbeat timeout, and the executor notices too, releases the session and exits.
+TEST(ProcessTest, CutLinkEndsTheSessionOnBothSidesWithinTheHeartbeatTimeout) {
+  const int base = 30000 + static_cast<int>(getpid() % 2000) * 8;  // apart from other test processes' ports
+  const std::string backend_port = std::to_string(base), executor_ports =
+      std::to_string(base + 1) + "-" + std::to_string(base + 7);
+  BackendProcess backend("cut-link", {}, BackendProcess::Transport::kTcp, "tcp://127.0.0.1:" + backend_port);
+  backend.AddArguments({"--executor-ports", executor_ports, "--heartbeat-timeout-ms", "1500"});
+  ASSERT_TRUE(backend.Start()) << backend.Log();
+  const std::string ready = "/tmp/curelay-relay-ready-" + std::to_string(getpid());
+  unlink(ready.c_str());
+  const pid_t relay = fork();
+  if (relay == 0) {
+    execl(CURELAY_RELAY_PATH, CURELAY_RELAY_PATH, "--listen", "127.0.0.2", "--target", "127.0.0.1", "--ports",
+          (backend_port + "," + executor_ports).c_str(), "--max-seconds", "120", "--ready-file", ready.c_str(),
+          static_cast<char*>(nullptr));
+    _exit(127);
+  }
+  ASSERT_TRUE(WaitFor([&] { return access(ready.c_str(), F_OK) == 0; }, 10s)) << "relay did not start";
+  const std::string output = "/tmp/curelay-cut-" + std::to_string(getpid());
+  const std::string go = output + ".go";
+  unlink(go.c_str());
+  auto env = ClientEnv(backend);
+  env["CURELAY_ENDPOINT"] = "tcp://127.0.0.2:" + backend_port;
+  env["CURELAY_HEARTBEAT_TIMEOUT_MS"] = "1500";
+  const pid_t client = StartClient({"cut-wait", go}, env, output);
+  ASSERT_TRUE(WaitFor([&] { return ReadFile(output).find("READY") != std::string::npos; }, 20s))
+      << ReadFile(output) << backend.Log();
+  const pid_t executor = backend.LatestSessionExecutor(5s);
+  ASSERT_GT(executor, 0);
+  kill(relay, SIGUSR1);  // the link goes silent: nothing is closed, nothing more arrives
+  std::ofstream(go) << "go\n";
+  int status = 0;
+  // Bounded: the documented bound is 10 s at most (here the timeout is 1.5 s); a hang fails the test.
+  EXPECT_TRUE(WaitFor([&] { return waitpid(client, &status, WNOHANG) == client; }, 10s)) << "client hung";
+  EXPECT_NE(ReadFile(output).find("sync=46 later=46"), std::string::npos) << ReadFile(output);
+  EXPECT_TRUE(WaitFor([&] { return !ProcessExists(executor); }, 10s)) << "executor kept the session\n" << backend.Log();
+  EXPECT_NE(backend.Log().find("client disconnected; releasing the session"), std::string::npos) << backend.Log();
+  EXPECT_TRUE(backend.Alive());
+  kill(client, SIGKILL);
+  waitpid(client, nullptr, 0);
+  kill(relay, SIGTERM);
+  waitpid(relay, nullptr, 0);
+  unlink(output.c_str());
+  unlink(go.c_str());
+  unlink(ready.c_str());
+}
+
 }  // namespace
 }  // namespace curelay::testing

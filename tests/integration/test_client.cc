@@ -143,6 +143,24 @@ int main(int argc, char** argv) {
     std::printf("OK\n");
     return 0;
   }
+  if (mode == "cut-wait" && argc == 3) {
+    // Holds device memory, says READY, waits until the file argv[2] exists (the test has cut the link by then), then
+    // makes a synchronizing call and a later one: both must fail with CUDA_ERROR_DEVICE_UNAVAILABLE, not hang.
+    if (InitContext() != 0) return 1;
+    CUdeviceptr ptr;
+    CHECK(cuMemAlloc(&ptr, 64 << 20));
+    CHECK(cuCtxSynchronize());
+    std::printf("READY\n");
+    std::fflush(stdout);
+    while (!std::ifstream(argv[2]).good()) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    const auto start = std::chrono::steady_clock::now();
+    const CUresult pending = cuCtxSynchronize();
+    const auto waited = std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - start);
+    const CUresult later = cuMemAlloc(&ptr, 4096);
+    std::printf("sync=%d later=%d waited_ms=%lld\n", static_cast<int>(pending), static_cast<int>(later),
+                static_cast<long long>(waited.count()));
+    return 0;
+  }
   if (mode == "hold" && argc == 3) {
     if (InitContext() != 0) return 1;
     CUdeviceptr ptr;
