@@ -1,0 +1,80 @@
+#!/usr/bin/env bash
+# Remote (tcp://) checks on the GPU host, in parts that each fit one device call (docs/operations.md):
+#   suites         tests/gpu/run_all.sh over tcp://, anonymous and as a scheduled tenant (client in a mount namespace)
+#   suites-ipc     tests/gpu/run_all.sh over ipc:// (the same-host path, for regressions)
+#   bench          bench/run.sh and bench/run_frameworks.sh over tcp:// (3 alternating rounds each)
+#   rtt            bench/run_frameworks.sh and bench/run.sh through curelay-relay at +0.1 ms and +1 ms round trip
+#   cut            a PyTorch client whose link is cut mid-session: its next call fails within the heartbeat timeout,
+#                  and the executor exits
+# Usage: tests/gpu/run_remote.sh PART [build-dir]   (summary lines on stdout; logs under $OUT)
+set -uo pipefail
+here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+root=$(cd "$here/../.." && pwd)
+part=${1:?part}
+build=${2:-$root/build}
+export OUT=${OUT:-/tmp/curelay-gpu-out}
+mkdir -p "$OUT"
+tcp=tcp://127.0.0.1:47000
+case $part in
+  suites)
+    echo "== run_all.sh over $tcp (anonymous)"
+    CURELAY_GPU_ENDPOINT=$tcp "$here/run_all.sh" "$build"
+    echo "== run_all.sh over $tcp (as a scheduled tenant)"
+    CURELAY_GPU_ENDPOINT=$tcp CURELAY_GPU_AS_TENANT=1 "$here/run_all.sh" "$build"
+    ;;
+  suites-ipc)
+    echo "== run_all.sh over ipc://"
+    "$here/run_all.sh" "$build"
+    ;;
+  bench)
+    CURELAY_GPU_ENDPOINT=$tcp "$root/bench/run.sh" "$build"
+    CURELAY_GPU_ENDPOINT=$tcp "$root/bench/run_frameworks.sh" "$build"
+    ;;
+  rtt)
+    for rtt in 100 1000; do
+      echo "== +$rtt us round trip (curelay-relay)"
+      CURELAY_GPU_ENDPOINT=$tcp CURELAY_GPU_RTT_US=$rtt CURELAY_BENCH_ROUNDS=${CURELAY_BENCH_ROUNDS:-1} \
+        "$root/bench/run_frameworks.sh" "$build"
+      CURELAY_GPU_ENDPOINT=$tcp CURELAY_GPU_RTT_US=$rtt CURELAY_BENCH_ROUNDS=${CURELAY_BENCH_ROUNDS:-1} \
+        "$root/bench/run.sh" "$build" | grep -E "launch_|ctx_synchronize|4KiB|1GiB|alloc"
+    done
+    ;;
+  cut)
+    # shellcheck source=tests/gpu/backend_env.sh
+    source "$here/backend_env.sh"
+    curelay_setup "$build" || exit 2
+    CURELAY_GPU_ENDPOINT=$tcp CURELAY_GPU_RTT_US=0
+    curelay_backend_start || exit 2
+    flag="$OUT/cut.go"
+    rm -f "$flag"
+    CURELAY_HEARTBEAT_TIMEOUT_MS=3000 curelay_remote python3 - "$flag" >"$OUT/cut.log" 2>&1 <<'PY' &
+import os, sys, time, torch
+x = torch.ones(1 << 20, device="cuda")
+torch.cuda.synchronize()
+print("READY", flush=True)
+while not os.path.exists(sys.argv[1]):
+    time.sleep(0.01)
+start = time.monotonic()
+try:
+    (x * 2).sum().item()
+    print("no error", flush=True)
+except Exception as e:
+    print(f"error after {time.monotonic() - start:.2f} s: {str(e).splitlines()[0]}", flush=True)
+PY
+    client=$!
+    for _ in $(seq 300); do grep -q READY "$OUT/cut.log" && break; sleep 0.1; done
+    executors_before=$(pgrep -c curelay-executor)
+    kill -USR1 "$CURELAY_RELAY_PID"
+    touch "$flag"
+    wait "$client"
+    sleep 6  # the executor's own timeout (5 s by default)
+    echo "client: $(grep -E 'error after|no error' "$OUT/cut.log")"
+    echo "executors before the cut: $executors_before, 6 s after: $(pgrep -c curelay-executor)"
+    grep -E "client disconnected|session .* ended" "$OUT/backend.log" | tail -2
+    curelay_backend_stop
+    ;;
+  *)
+    echo "unknown part $part" >&2
+    exit 2
+    ;;
+esac
