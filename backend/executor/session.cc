@@ -141,10 +141,11 @@ bool Session::PollPendingWaits() {
         doomed_events_.erase(client_event);
       }
     }
-    builder_.Clear();
+    // Its own builder: this may run while a handler's answer is being built in builder_.
+    wait_builder_.Clear();
     Outcome outcome(TakeDeferred(results[i]));
     if (wait.staging != nullptr && outcome.result == CUDA_SUCCESS) outcome.payload = {wait.staging, wait.staging_bytes};
-    const bool sent = SendReply(wait.sequence, outcome);
+    const bool sent = SendReply(wait.sequence, outcome, wait_builder_);
     staging_.Give(wait.staging);  // the channel copied the payload
     if (!sent) {
       for (size_t j = i + 1; j < completed.size(); ++j) staging_.Give(completed[j].staging);
@@ -368,14 +369,19 @@ bool Session::Handle(const wire::Request& request, std::span<const uint8_t> payl
     if (outcome.result != CUDA_SUCCESS && deferred_error_ == CUDA_SUCCESS) deferred_error_ = outcome.result;
     return true;
   }
+  // Waits that completed go out before this answer: a synchronize found its stream idle above, so an asynchronous
+  // copy earlier on that stream is complete too, and its data must reach the client first.
+  if (!pending_waits_.empty() && !PollPendingWaits()) return false;
   return SendReply(request.sequence(), outcome);
 }
 
-bool Session::SendReply(uint64_t sequence, const Outcome& outcome) {
-  const auto reply = wire::CreateReply(builder_, sequence, outcome.result, outcome.body_type, outcome.body);
-  builder_.Finish(reply);
+bool Session::SendReply(uint64_t sequence, const Outcome& outcome) { return SendReply(sequence, outcome, builder_); }
+
+bool Session::SendReply(uint64_t sequence, const Outcome& outcome, flatbuffers::FlatBufferBuilder& builder) {
+  const auto reply = wire::CreateReply(builder, sequence, outcome.result, outcome.body_type, outcome.body);
+  builder.Finish(reply);
   // A remote client's mirrors are brought up to date before every answer (a synchronize's above all).
-  return host_mirrors_->SendWithChanges(*channel_, {builder_.GetBufferPointer(), builder_.GetSize()},
+  return host_mirrors_->SendWithChanges(*channel_, {builder.GetBufferPointer(), builder.GetSize()},
                                         outcome.payload);
 }
 
@@ -385,10 +391,12 @@ CUresult Session::TakeDeferred(CUresult own) {
 }
 
 CUresult Session::MakeCurrent(uint64_t context) {
-  if (context == 0) return CUDA_ERROR_INVALID_CONTEXT;
-  if (context == current_context_) return CUDA_SUCCESS;
+  if (context == current_context_ && context != 0) return CUDA_SUCCESS;
   const auto found = contexts_.find(context);
-  if (found == contexts_.end()) return CUDA_ERROR_INVALID_CONTEXT;
+  if (found == contexts_.end()) {
+    spdlog::debug("request names context {}, which this session does not have", context);
+    return CUDA_ERROR_INVALID_CONTEXT;
+  }
   const CUresult result = driver_.cuCtxSetCurrent(found->second);
   if (result == CUDA_SUCCESS) current_context_ = context;
   return result;

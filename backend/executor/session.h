@@ -94,6 +94,7 @@ class Session {
   // Returns false when the message breaks the protocol (the session then ends).
   bool Handle(const wire::Request& request, std::span<const uint8_t> payload);
   bool SendReply(uint64_t sequence, const Outcome& outcome);
+  bool SendReply(uint64_t sequence, const Outcome& outcome, flatbuffers::FlatBufferBuilder& builder);
   void ReleaseEverything();
 
   CUresult MakeCurrent(uint64_t context);
@@ -258,6 +259,7 @@ class Session {
   transport::Channel* channel_;                        // the one in use
   std::vector<uint8_t> session_key_;
   flatbuffers::FlatBufferBuilder builder_;
+  flatbuffers::FlatBufferBuilder wait_builder_;  // answers to pending waits (PollPendingWaits)
   // Device-to-host chunks in flight: at most 32 x 4 MiB page-locked per session.
   StagingPool staging_{driver_, wire::kCopyChunkBytes, 32};
   std::vector<uint64_t> aligned_buffer_;    // 8-byte aligned copy of module images and kernel arguments

@@ -330,6 +330,8 @@ CUresult Client::Send(flatbuffers::FlatBufferBuilder& builder, wire::Call type, 
     return Break("cannot send to the executor");
   }
   *sequence = FinishRequest(builder, type, call, waiter != nullptr);
+  // Every request at trace level, with the context it names: what a runtime asked for, in order.
+  Log().trace("request {} {} context {}", *sequence, wire::EnumNameCall(type), CurrentContextId());
   if (waiter != nullptr) {
     std::lock_guard<std::mutex> lock(reply_mutex_);
     waiters_[*sequence] = waiter;

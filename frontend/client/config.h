@@ -11,8 +11,8 @@ struct Config {
   std::string log_level;       // CURELAY_LOG_LEVEL: trace|debug|info|warn|error|off
   int connect_timeout_ms = 0;  // CURELAY_CONNECT_TIMEOUT_MS
   int spin_microseconds = 0;   // CURELAY_SPIN_US: busy-poll for replies this long before sleeping
-  bool disable_shared_memory = false;
-  int heartbeat_timeout_ms = 0;  // CURELAY_HEARTBEAT_TIMEOUT_MS: a silent executor is gone after this (default 5000)  // CURELAY_SHM=0: stay on ZeroMQ even when client and backend share a host
+  bool disable_shared_memory = false;  // CURELAY_SHM=0: stay on ZeroMQ even when client and backend share a host
+  int heartbeat_timeout_ms = 0;  // CURELAY_HEARTBEAT_TIMEOUT_MS: a silent executor is gone after this (default 5000)
 };
 
 inline constexpr char kDefaultEndpoint[] = "ipc:///dev/shm/curelay/backend.sock";

@@ -133,6 +133,27 @@ TEST_F(RemoteMemoryTest, DeviceToHostIntoPinnedMemoryIsAsynchronousAndOrdered) {
   ASSERT_CU(cuMemFree(device));
 }
 
+// A synchronizing call that finds its stream idle and answers at once must not overtake the data of a copy queued
+// before it (found on the GPU host with the CUDA runtime: cudaStreamSynchronize returned before the bytes landed).
+TEST_F(RemoteMemoryTest, AStreamFoundIdleHasItsCopiesLanded) {
+  constexpr size_t n = 1024;
+  CUdeviceptr device = 0;
+  ASSERT_CU(cuMemAlloc(&device, n * sizeof(uint32_t)));
+  uint32_t* pinned = nullptr;
+  ASSERT_CU(cuMemAllocHost(reinterpret_cast<void**>(&pinned), n * sizeof(uint32_t)));
+  for (uint32_t round = 1; round <= 300; ++round) {
+    ASSERT_CU(Fill(device, round, n, stream_));
+    ASSERT_CU(cuMemcpyDtoHAsync(pinned, device, n * sizeof(uint32_t), stream_));
+    CUresult state;
+    while ((state = cuStreamQuery(stream_)) == CUDA_ERROR_NOT_READY) {
+    }
+    ASSERT_CU(state);
+    ASSERT_EQ(pinned[n - 1], round) << "stream idle, copy of round " << round << " not landed";
+  }
+  ASSERT_CU(cuMemFreeHost(pinned));
+  ASSERT_CU(cuMemFree(device));
+}
+
 TEST_F(RemoteMemoryTest, AnAsynchronousCopysErrorReachesTheNextSynchronizingCall) {
   uint32_t* pinned = nullptr;
   ASSERT_CU(cuMemAllocHost(reinterpret_cast<void**>(&pinned), 4096));
