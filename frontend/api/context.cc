@@ -212,6 +212,7 @@ CUresult cuDevicePrimaryCtxRelease(CUdevice device) {
     const auto call = wire::CreatePrimaryContextRelease(builder, device).Union();
     CURELAY_RETURN_IF_ERROR(client->Call(builder, wire::Call::PrimaryContextRelease, call, {}, nullptr));
     storage.Take(primary.context);  // the last release destroys the driver's primary context
+    client->ConfigurationChanged();   // and its limits and settings with it
   }
   --primary.retains;
   return CUDA_SUCCESS;
@@ -249,6 +250,7 @@ CUresult cuDevicePrimaryCtxReset(CUdevice device) {
   const auto call = wire::CreatePrimaryContextReset(builder, device).Union();
   CURELAY_RETURN_IF_ERROR(client->Call(builder, wire::Call::PrimaryContextReset, call, {}, nullptr));
   // A reset destroys the primary context's state, its context-local storage included (destructors run on return).
+  client->ConfigurationChanged();
   ContextStorageRelease storage;
   std::lock_guard<std::mutex> lock(client->primary_mutex());
   storage.Take(client->primary_contexts()[device].context);

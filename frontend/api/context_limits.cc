@@ -1,6 +1,7 @@
 // Context limits and settings (cache and shared-memory configuration, flags), and the CUDA 12.x "_v2" context entry
 // points that name their context explicitly.
 #include "frontend/api/api_support.h"
+#include "frontend/client/log.h"
 
 using namespace curelay;
 using namespace curelay::frontend;
@@ -10,6 +11,7 @@ namespace {
 CUresult ExchangeLimit(CUlimit limit, uint64_t value, bool set, uint64_t* answer) {
   Client* client;
   CURELAY_RETURN_IF_ERROR(RequireContext(&client));
+  if (set) client->ConfigurationChanged();
   auto& builder = Builder();
   const auto call = wire::CreateContextLimit(builder, limit, value, set).Union();
   ReplyMessage reply;
@@ -23,6 +25,7 @@ CUresult ExchangeLimit(CUlimit limit, uint64_t value, bool set, uint64_t* answer
 CUresult ExchangeSetting(wire::ContextSettingKind kind, uint32_t value, bool set, uint32_t* answer) {
   Client* client;
   CURELAY_RETURN_IF_ERROR(RequireContext(&client));
+  if (set) client->ConfigurationChanged();
   auto& builder = Builder();
   const auto call = wire::CreateContextSetting(builder, kind, value, set).Union();
   ReplyMessage reply;
@@ -49,15 +52,36 @@ CUresult WithContext(CUcontext context, Call call) {
 
 extern "C" {
 
+// Limits change only through cuCtxSetLimit (which advances the configuration epoch), except the stack size, so
+// a value read once is answered here until then (libraries read limits before launches).
 CUresult cuCtxGetLimit(size_t* value, CUlimit limit) {
   if (value == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  Client* client = Client::Get();
+  const CUcontext context = CurrentContext();
+  const bool kept = client != nullptr && context != nullptr && limit != CU_LIMIT_STACK_SIZE;
+  const uint64_t epoch = client != nullptr ? client->configuration_epoch() : 0;
+  if (kept) {
+    std::lock_guard<std::mutex> lock(context->limits_mutex);
+    if (auto found = context->limits.find(limit); found != context->limits.end() && found->second.first == epoch) {
+      *value = static_cast<size_t>(found->second.second);
+      return CUDA_SUCCESS;
+    }
+  }
   uint64_t answer = 0;
   CURELAY_RETURN_IF_ERROR(ExchangeLimit(limit, 0, false, &answer));
+  Log().trace("cuCtxGetLimit({}) = {}", static_cast<int>(limit), answer);
+  if (kept) {
+    std::lock_guard<std::mutex> lock(context->limits_mutex);
+    context->limits[limit] = {epoch, answer};
+  }
   *value = static_cast<size_t>(answer);
   return CUDA_SUCCESS;
 }
 
-CUresult cuCtxSetLimit(CUlimit limit, size_t value) { return ExchangeLimit(limit, value, true, nullptr); }
+CUresult cuCtxSetLimit(CUlimit limit, size_t value) {
+  Log().trace("cuCtxSetLimit({}, {})", static_cast<int>(limit), value);
+  return ExchangeLimit(limit, value, true, nullptr);
+}
 
 CUresult cuCtxGetCacheConfig(CUfunc_cache* config) {
   if (config == nullptr) return CUDA_ERROR_INVALID_VALUE;

@@ -31,17 +31,33 @@ CUresult GetAttribute(Client& client, CUfunction function, CUfunction_attribute 
 CUresult SetAttribute(Client& client, CUfunction function, CUfunction_attribute attribute, int value) {
   {
     std::lock_guard<std::mutex> lock(function->attributes_mutex);
+    if (auto found = function->accepted_settings.find(attribute);
+        found != function->accepted_settings.end() && found->second == value) {
+      return CUDA_SUCCESS;  // the driver already has this value: setting it again changes nothing
+    }
     function->attributes.clear();  // some attributes move together (e.g. carveout and shared memory limits)
   }
+  client.ConfigurationChanged();  // occupancy depends on the function's attributes
   auto& builder = Builder();
   const auto call = wire::CreateFunctionSetAttribute(builder, function->id, attribute, value).Union();
   const CUresult result = client.Call(builder, wire::Call::FunctionSetAttribute, call, {}, nullptr);
   std::lock_guard<std::mutex> lock(function->attributes_mutex);
   function->attributes.clear();  // a read racing with this write may have cached the old value
+  if (result == CUDA_SUCCESS) {
+    function->accepted_settings[attribute] = value;
+  } else {
+    function->accepted_settings.erase(attribute);
+  }
   return result;
 }
 
 CUresult SetCacheConfig(Client& client, CUfunction function, CUfunc_cache config) {
+  {
+    std::lock_guard<std::mutex> lock(function->attributes_mutex);
+    function->attributes.clear();
+    function->accepted_settings.clear();  // the cache preference moves the shared-memory carveout
+  }
+  client.ConfigurationChanged();
   auto& builder = Builder();
   const auto call = wire::CreateFunctionSetCacheConfig(builder, function->id, config).Union();
   return client.Call(builder, wire::Call::FunctionSetCacheConfig, call, {}, nullptr);

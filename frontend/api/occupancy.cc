@@ -53,12 +53,34 @@ CUresult AskOccupancy(CUfunction function, const OccupancyRequest& request, Repl
   return client->Call(builder, wire::Call::Occupancy, call, {}, reply);
 }
 
+// The plain questions (no launch configuration) have one answer per function and configuration epoch: kept in the
+// function, so a library asking before every launch costs one round trip, not one per launch.
 CUresult AskOccupancy(CUfunction function, const OccupancyRequest& request, int64_t* value) {
+  Client* client = Client::Get();
+  const bool plain = request.config == nullptr && request.dynamic_smem_by_block_size == nullptr && client != nullptr &&
+                     function != nullptr && client->functions.Contains(function);
+  const std::array<uint64_t, 5> question = {static_cast<uint64_t>(request.query),
+                                            static_cast<uint64_t>(request.block_size),
+                                            static_cast<uint64_t>(request.num_blocks), request.dynamic_smem_bytes,
+                                            request.flags};
+  const uint64_t epoch = client != nullptr ? client->configuration_epoch() : 0;
+  if (plain && CurrentContext() != nullptr) {
+    std::lock_guard<std::mutex> lock(function->attributes_mutex);
+    if (auto found = function->occupancy.find(question);
+        found != function->occupancy.end() && found->second.first == epoch) {
+      *value = found->second.second;
+      return CUDA_SUCCESS;
+    }
+  }
   ReplyMessage reply;
   CURELAY_RETURN_IF_ERROR(AskOccupancy(function, request, &reply));
   const auto* answer = reply.reply->body_as_IntegerValue();
   if (answer == nullptr) return CUDA_ERROR_UNKNOWN;
   *value = answer->value();
+  if (plain) {
+    std::lock_guard<std::mutex> lock(function->attributes_mutex);
+    function->occupancy[question] = {epoch, *value};
+  }
   return CUDA_SUCCESS;
 }
 

@@ -296,6 +296,7 @@ bool Client::SendMirrorChanges() {
   mirror_runs_.clear();
   mirror_data_.clear();
   host_mirrors.Collect(mirror_runs_, mirror_data_);
+  if (!mirror_runs_.empty()) Log().trace("mirror changes: {} runs, {} bytes", mirror_runs_.size(), mirror_data_.size());
   size_t first_run = 0, first_byte = 0;
   while (first_run < mirror_runs_.size()) {
     const size_t count = std::min(wire::kMaxMirrorRanges, mirror_runs_.size() - first_run);

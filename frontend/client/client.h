@@ -128,6 +128,10 @@ class Client {
   // The real driver's name and description of `code`, as learned at attach; false if it sent none.
   bool ErrorText(CUresult code, const char** name, const char** text) const;
   CUresult broken_result() const { return broken_.load(); }
+  // Advanced by every change that can move an occupancy answer (function attributes, context cache and limit
+  // settings): answers kept from an earlier epoch are asked again.
+  uint64_t configuration_epoch() const { return configuration_epoch_.load(std::memory_order_acquire); }
+  void ConfigurationChanged() { configuration_epoch_.fetch_add(1, std::memory_order_acq_rel); }
 
   std::array<PrimaryContext, 64>& primary_contexts() { return primary_contexts_; }
   // The stream priority range of a device, learned from the executor the first time it is needed.
@@ -175,6 +179,7 @@ class Client {
   std::unordered_map<uint64_t, Waiter*> waiters_;
   uint64_t next_sequence_ = 1;
   int spin_microseconds_ = 0;  // how long a reader busy-polls a half-duplex channel before sleeping
+  std::atomic<uint64_t> configuration_epoch_{0};
   std::atomic<CUresult> broken_{CUDA_SUCCESS};  // once set, every call fails with it (the session is gone)
   std::atomic<CUresult> async_error_{CUDA_SUCCESS};  // first failed delivery, for the next synchronizing call
   size_t outstanding_deliveries_ = 0;               // guarded by reply_mutex_

@@ -5,8 +5,10 @@
 
 #include <cuda.h>
 
+#include <array>
 #include <atomic>
 #include <cstdint>
+#include <map>
 #include <mutex>
 #include <string>
 #include <unordered_map>
@@ -28,6 +30,10 @@ struct CUctx_st {
   CUdevice device;
   bool primary;
   uint64_t unique_id = curelay::frontend::NextContextUniqueId();  // what cuCtxGetId answers
+  // cuCtxGetLimit answers by limit, for the client's configuration epoch they were read in. The stack size is never
+  // kept: the driver grows it by itself when a launch needs more.
+  std::mutex limits_mutex;
+  std::map<int, std::pair<uint64_t, uint64_t>> limits;
 };
 
 struct CUfunc_st {
@@ -39,6 +45,12 @@ struct CUfunc_st {
   // which go through this shim and clear the cache, so a cached value is always current.
   std::mutex attributes_mutex;
   std::unordered_map<int, int> attributes;
+  // Values the executor's driver accepted in cuFuncSetAttribute: setting one again to the same value changes
+  // nothing there, so it is answered here (libraries set the same attribute before every launch).
+  std::unordered_map<int, int> accepted_settings;
+  // Occupancy answers by question (query kind, block size, block count, dynamic shared memory, flags), for the
+  // client's configuration epoch they were asked in (Client::configuration_epoch).
+  std::map<std::array<uint64_t, 5>, std::pair<uint64_t, int64_t>> occupancy;
   CUkernel kernel = nullptr;  // for a function bound from a library kernel: that kernel, and the context it is in
   CUcontext kernel_context = nullptr;
 };

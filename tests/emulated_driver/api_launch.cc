@@ -86,10 +86,10 @@ CUresult Launch(CUfunction handle, const LaunchShape& shape, unsigned int shared
   if (f->module->ctx != ctx) return CUDA_ERROR_INVALID_HANDLE;
   if (CUresult r = ValidateShape(shape, *f->info); r != CUDA_SUCCESS) return r;
   // Without cuFuncSetAttribute the default dynamic shared memory limit holds.
-  if (uint64_t{shared_bytes} + f->info->static_shared_bytes >
-      static_cast<uint64_t>(kDefaultMaxSharedPerBlock)) {
-    return CUDA_ERROR_INVALID_VALUE;
-  }
+  const int opted_in = f->max_dynamic_shared.load();
+  const uint64_t allowed = opted_in >= 0 ? uint64_t(opted_in) + f->info->static_shared_bytes
+                                         : static_cast<uint64_t>(kDefaultMaxSharedPerBlock);
+  if (uint64_t{shared_bytes} + f->info->static_shared_bytes > allowed) return CUDA_ERROR_INVALID_VALUE;
   std::vector<uint8_t> params;
   if (CUresult r = MarshalParams(*f->info, kernel_params, extra, &params); r != CUDA_SUCCESS) {
     return r;

@@ -240,6 +240,31 @@ CUresult CUDAAPI cuFuncGetName(const char** name, CUfunction hfunc) {
   });
 }
 
+// The two settings kernels opt into (libraries set them before launches): the dynamic shared memory a launch may
+// ask for, up to the device's opt-in limit, and the carveout preference (-1 or a percentage).
+CUresult CUDAAPI cuFuncSetAttribute(CUfunction hfunc, CUfunction_attribute attrib, int value) {
+  return emu::Guard([&] {
+    if (CUresult r = emu::CheckInit(); r != CUDA_SUCCESS) return r;
+    std::shared_ptr<emu::Function> f;
+    if (CUresult r = emu::LookupFunction(hfunc, &f); r != CUDA_SUCCESS) return r;
+    switch (attrib) {
+      case CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES:
+        if (value < 0 || static_cast<uint64_t>(value) + f->info->static_shared_bytes >
+                             static_cast<uint64_t>(emu::kMaxSharedPerBlockOptin)) {
+          return CUDA_ERROR_INVALID_VALUE;
+        }
+        f->max_dynamic_shared = value;
+        return CUDA_SUCCESS;
+      case CU_FUNC_ATTRIBUTE_PREFERRED_SHARED_MEMORY_CARVEOUT:
+        if (value < -1 || value > 100) return CUDA_ERROR_INVALID_VALUE;
+        f->carveout = value;
+        return CUDA_SUCCESS;
+      default:
+        return CUDA_ERROR_INVALID_VALUE;
+    }
+  });
+}
+
 CUresult CUDAAPI cuFuncGetAttribute(int* pi, CUfunction_attribute attrib, CUfunction hfunc) {
   return emu::Guard([&] {
     if (CUresult r = emu::CheckInit(); r != CUDA_SUCCESS) return r;
@@ -277,9 +302,10 @@ CUresult CUDAAPI cuFuncGetAttribute(int* pi, CUfunction_attribute attrib, CUfunc
       case CU_FUNC_ATTRIBUTE_BINARY_VERSION: *pi = image.binary_version; break;
       case CU_FUNC_ATTRIBUTE_CACHE_MODE_CA: *pi = 0; break;
       case CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES:
-        *pi = emu::kDefaultMaxSharedPerBlock - static_cast<int>(k.static_shared_bytes);
+        *pi = f->max_dynamic_shared >= 0 ? f->max_dynamic_shared.load()
+                                         : emu::kDefaultMaxSharedPerBlock - static_cast<int>(k.static_shared_bytes);
         break;
-      case CU_FUNC_ATTRIBUTE_PREFERRED_SHARED_MEMORY_CARVEOUT: *pi = -1; break;
+      case CU_FUNC_ATTRIBUTE_PREFERRED_SHARED_MEMORY_CARVEOUT: *pi = f->carveout; break;
       case CU_FUNC_ATTRIBUTE_CLUSTER_SIZE_MUST_BE_SET: *pi = 0; break;
       case CU_FUNC_ATTRIBUTE_REQUIRED_CLUSTER_WIDTH: *pi = 0; break;
       case CU_FUNC_ATTRIBUTE_REQUIRED_CLUSTER_HEIGHT: *pi = 0; break;

@@ -79,6 +79,7 @@ const ProcEntry kProcs[] = {
     {"cuModuleGetFunction", 2000, Fn(&cuModuleGetFunction), nullptr},
     {"cuModuleGetGlobal", 3020, Fn(&cuModuleGetGlobal_v2), nullptr},
     {"cuFuncGetAttribute", 2020, Fn(&cuFuncGetAttribute), nullptr},
+    {"cuFuncSetAttribute", 9000, Fn(&cuFuncSetAttribute), nullptr},
     {"cuFuncGetName", 12030, Fn(&cuFuncGetName), nullptr},
     {"cuModuleGetFunctionCount", 12040, Fn(&cuModuleGetFunctionCount), nullptr},
     {"cuModuleEnumerateFunctions", 12040, Fn(&cuModuleEnumerateFunctions), nullptr},

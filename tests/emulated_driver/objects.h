@@ -98,6 +98,9 @@ struct Function {
   std::shared_ptr<Module> module;
   const KernelInfo* info = nullptr;
   const KernelBinding* binding = nullptr;  // nullptr: no host implementation
+  // cuFuncSetAttribute's settings: the opted-in dynamic shared memory (-1: the default limit) and the carveout.
+  std::atomic<int> max_dynamic_shared{-1};
+  std::atomic<int> carveout{-1};
 };
 
 }  // namespace curelay::emulated

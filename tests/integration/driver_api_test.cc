@@ -739,6 +739,32 @@ TEST_F(DriverApiTest, LaunchKernelExAttributesOccupancyAndLimits) {
   ASSERT_CU(cuFuncGetAttribute(&threads_again, CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK, add));
   EXPECT_EQ(threads_first, threads_again);
   EXPECT_GT(threads_first, 0);
+  // Settings: one the driver already has is answered in the client, so every change must still reach the driver
+  // (64 KiB, 80 KiB, then 64 KiB again), and refused values are refused every time.
+  constexpr CUfunction_attribute kDynamic = CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES;
+  int dynamic = 0;
+  for (const int bytes : {64 << 10, 64 << 10, 80 << 10, 64 << 10}) {
+    ASSERT_CU(cuFuncSetAttribute(add, kDynamic, bytes));
+    ASSERT_CU(cuFuncGetAttribute(&dynamic, kDynamic, add));
+    EXPECT_EQ(dynamic, bytes);
+  }
+  EXPECT_EQ(cuFuncSetAttribute(add, kDynamic, 1 << 30), CUDA_ERROR_INVALID_VALUE);
+  EXPECT_EQ(cuFuncSetAttribute(add, kDynamic, 1 << 30), CUDA_ERROR_INVALID_VALUE);
+  ASSERT_CU(cuFuncGetAttribute(&dynamic, kDynamic, add));
+  EXPECT_EQ(dynamic, 64 << 10);
+  // What was opted into is what launches may use.
+  ASSERT_CU(cuLaunchKernel(add, 1, 1, 1, 32, 1, 1, 60 << 10, nullptr, params, nullptr));
+  ASSERT_CU(cuCtxSynchronize());
+  const CUresult too_much = cuLaunchKernel(add, 1, 1, 1, 32, 1, 1, 70 << 10, nullptr, params, nullptr);
+  EXPECT_EQ(too_much == CUDA_SUCCESS ? cuCtxSynchronize() : too_much, CUDA_ERROR_INVALID_VALUE);
+  // Occupancy answers are kept per question: a different block size is asked again.
+  int blocks_128 = 0, blocks_1024 = 0, blocks_128_again = 0;
+  ASSERT_CU(cuOccupancyMaxActiveBlocksPerMultiprocessor(&blocks_128, add, 128, 0));
+  ASSERT_CU(cuOccupancyMaxActiveBlocksPerMultiprocessor(&blocks_1024, add, 1024, 0));
+  ASSERT_CU(cuOccupancyMaxActiveBlocksPerMultiprocessor(&blocks_128_again, add, 128, 0));
+  EXPECT_EQ(blocks_128, 16);
+  EXPECT_EQ(blocks_1024, 2);
+  EXPECT_EQ(blocks_128_again, 16);
   const char* name = nullptr;
   ASSERT_CU(cuFuncGetName(&name, add));
   EXPECT_STREQ(name, "vector_add");
@@ -751,6 +777,17 @@ TEST_F(DriverApiTest, LaunchKernelExAttributesOccupancyAndLimits) {
   ASSERT_CU(cuCtxGetLimit(&doubled, CU_LIMIT_STACK_SIZE));
   EXPECT_EQ(doubled, stack * 2);
   ASSERT_CU(cuCtxSetLimit(CU_LIMIT_STACK_SIZE, stack));
+  // Other limits are kept in the client once read; a change is read again.
+  size_t fifo = 0, fifo_again = 0;
+  ASSERT_CU(cuCtxGetLimit(&fifo, CU_LIMIT_PRINTF_FIFO_SIZE));
+  ASSERT_CU(cuCtxGetLimit(&fifo_again, CU_LIMIT_PRINTF_FIFO_SIZE));
+  EXPECT_EQ(fifo_again, fifo);
+  ASSERT_CU(cuCtxSetLimit(CU_LIMIT_PRINTF_FIFO_SIZE, fifo * 2));
+  ASSERT_CU(cuCtxGetLimit(&fifo_again, CU_LIMIT_PRINTF_FIFO_SIZE));
+  EXPECT_EQ(fifo_again, fifo * 2);
+  ASSERT_CU(cuCtxSetLimit(CU_LIMIT_PRINTF_FIFO_SIZE, fifo));
+  ASSERT_CU(cuCtxGetLimit(&fifo_again, CU_LIMIT_PRINTF_FIFO_SIZE));
+  EXPECT_EQ(fifo_again, fifo);
   size_t unused = 0;
   EXPECT_EQ(cuCtxGetLimit(&unused, CU_LIMIT_MAX_L2_FETCH_GRANULARITY), CUDA_ERROR_UNSUPPORTED_LIMIT);
 
