@@ -77,8 +77,8 @@ std::vector<double> PingPong(int round_trips, bool spin) {
 }
 
 // Bulk: `connections` PAIR connections, each fed by its own thread; returns GB/s for `total` bytes in all.
-double Bulk(size_t total, int connections, bool zero_copy, int io_threads) {
-  constexpr size_t kChunk = size_t{4} << 20;
+double Bulk(size_t total, int connections, bool zero_copy, int io_threads, size_t kChunk = size_t{4} << 20,
+            int socket_buffer = 0) {
   constexpr int kWindow = 8;
   void* server_context = zmq_ctx_new();
   void* client_context = zmq_ctx_new();
@@ -92,6 +92,12 @@ double Bulk(size_t total, int connections, bool zero_copy, int io_threads) {
     threads.emplace_back([&, c] {
       void* server = zmq_socket(server_context, ZMQ_PAIR);
       void* client = zmq_socket(client_context, ZMQ_PAIR);
+      if (socket_buffer > 0) {
+        for (void* socket : {server, client}) {
+          zmq_setsockopt(socket, ZMQ_SNDBUF, &socket_buffer, sizeof(socket_buffer));
+          zmq_setsockopt(socket, ZMQ_RCVBUF, &socket_buffer, sizeof(socket_buffer));
+        }
+      }
       zmq_bind(server, "tcp://127.0.0.1:*");
       char endpoint[256];
       size_t size = sizeof(endpoint);
@@ -159,5 +165,11 @@ int main(int argc, char** argv) {
       std::printf("METRIC zmq_tcp_bulk_%dconn_%s %.3f GB/s\n", connections, zero_copy ? "zerocopy" : "copy", rate);
     }
   }
+  // Larger messages and 8 MiB kernel socket buffers, to see whether the defaults are what limits one connection.
+  std::printf("METRIC zmq_tcp_bulk_1conn_zerocopy_16MiB_msgs %.3f GB/s\n", Bulk(kGiB, 1, true, 1, size_t{16} << 20));
+  std::printf("METRIC zmq_tcp_bulk_1conn_zerocopy_8MiB_sockbuf %.3f GB/s\n",
+              Bulk(kGiB, 1, true, 1, size_t{4} << 20, 8 << 20));
+  std::printf("METRIC zmq_tcp_bulk_4conn_zerocopy_8MiB_sockbuf %.3f GB/s\n",
+              Bulk(kGiB, 4, true, 4, size_t{4} << 20, 8 << 20));
   return 0;
 }

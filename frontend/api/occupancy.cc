@@ -57,6 +57,12 @@ CUresult AskOccupancy(CUfunction function, const OccupancyRequest& request, Repl
 // function, so a library asking before every launch costs one round trip, not one per launch.
 CUresult AskOccupancy(CUfunction function, const OccupancyRequest& request, int64_t* value) {
   Client* client = Client::Get();
+  // The CUDA runtime passes library kernels (CUkernel) where functions go: their function in this context holds
+  // the answers.
+  if (client != nullptr && function != nullptr && !client->functions.Contains(function) &&
+      client->kernels.Contains(reinterpret_cast<CUkernel>(function)) && CurrentContext() != nullptr) {
+    CURELAY_RETURN_IF_ERROR(KernelFunction(*client, reinterpret_cast<CUkernel>(function), &function));
+  }
   const bool plain = request.config == nullptr && request.dynamic_smem_by_block_size == nullptr && client != nullptr &&
                      function != nullptr && client->functions.Contains(function);
   const std::array<uint64_t, 5> question = {static_cast<uint64_t>(request.query),
