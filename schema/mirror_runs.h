@@ -3,6 +3,7 @@
 // executor so that both ends encode and verify updates the same way.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <cstring>
 #include <functional>
@@ -40,6 +41,24 @@ inline void CollectMirrorRuns(uint64_t mirror, const uint8_t* current, uint8_t* 
       std::memcpy(shadow + start, current + start, i - start);
     }
   }
+}
+
+// Sends `runs` (their bytes concatenated in `data`) as MirrorUpdate messages of at most kMaxMirrorRanges runs
+// each: `send(ranges, payload)` builds and sends one (a Request from the shim, a Reply from the executor) and
+// answers false if the channel failed, which stops the batching.
+inline bool SendMirrorRunsInBatches(
+    const std::vector<MirrorRange>& runs, const std::vector<uint8_t>& data,
+    const std::function<bool(std::span<const MirrorRange> ranges, std::span<const uint8_t> payload)>& send) {
+  size_t first_run = 0, first_byte = 0;
+  while (first_run < runs.size()) {
+    const size_t count = std::min(kMaxMirrorRanges, runs.size() - first_run);
+    uint64_t bytes = 0;
+    for (size_t i = first_run; i < first_run + count; ++i) bytes += runs[i].bytes();
+    if (!send({runs.data() + first_run, count}, {data.data() + first_byte, bytes})) return false;
+    first_run += count;
+    first_byte += bytes;
+  }
+  return true;
 }
 
 // A mirror as the receiving side knows it: where its bytes and its shadow live.

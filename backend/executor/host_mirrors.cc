@@ -81,22 +81,12 @@ bool HostMirrors::SendChangesLocked(transport::Channel& channel) {
       wire::CollectMirrorRuns(base, mirror.memory, mirror.shadow.get(), mirror.bytes, runs_, data_);
     }
   }
-  size_t first_run = 0, first_byte = 0;
-  while (first_run < runs_.size()) {
-    const size_t count = std::min(wire::kMaxMirrorRanges, runs_.size() - first_run);
-    uint64_t bytes = 0;
-    for (size_t i = first_run; i < first_run + count; ++i) bytes += runs_[i].bytes();
+  return wire::SendMirrorRunsInBatches(runs_, data_, [&](auto ranges, auto payload) {
     builder_.Clear();
-    const auto ranges = builder_.CreateVectorOfStructs(runs_.data() + first_run, count);
-    const auto update = wire::CreateMirrorUpdate(builder_, ranges).Union();
-    builder_.Finish(wire::CreateReply(builder_, 0, CUDA_SUCCESS, wire::ReplyBody::MirrorUpdate, update));
-    if (!channel.Send({builder_.GetBufferPointer(), builder_.GetSize()}, {data_.data() + first_byte, bytes})) {
-      return false;
-    }
-    first_run += count;
-    first_byte += bytes;
-  }
-  return true;
+    const auto update = wire::CreateMirrorUpdate(builder_, builder_.CreateVectorOfStructs(ranges.data(), ranges.size()));
+    builder_.Finish(wire::CreateReply(builder_, 0, CUDA_SUCCESS, wire::ReplyBody::MirrorUpdate, update.Union()));
+    return channel.Send({builder_.GetBufferPointer(), builder_.GetSize()}, payload);
+  });
 }
 
 bool HostMirrors::SendWithChanges(transport::Channel& channel, std::span<const uint8_t> header,

@@ -12,6 +12,7 @@
 #include "frontend/client/config.h"
 #include "frontend/client/log.h"
 #include "frontend/client/per_thread_stream.h"
+#include "schema/mirror_runs.h"
 #include "transport/endpoint.h"
 #include "transport/session_link.h"
 
@@ -297,30 +298,17 @@ bool Client::SendMirrorChanges() {
   mirror_data_.clear();
   host_mirrors.Collect(mirror_runs_, mirror_data_);
   if (!mirror_runs_.empty()) Log().trace("mirror changes: {} runs, {} bytes", mirror_runs_.size(), mirror_data_.size());
-  size_t first_run = 0, first_byte = 0;
-  while (first_run < mirror_runs_.size()) {
-    const size_t count = std::min(wire::kMaxMirrorRanges, mirror_runs_.size() - first_run);
-    uint64_t bytes = 0;
-    for (size_t i = first_run; i < first_run + count; ++i) bytes += mirror_runs_[i].bytes();
+  return wire::SendMirrorRunsInBatches(mirror_runs_, mirror_data_, [&](auto ranges, auto payload) {
     mirror_builder_.Clear();
-    const auto ranges = mirror_builder_.CreateVectorOfStructs(mirror_runs_.data() + first_run, count);
-    const auto update = wire::CreateMirrorUpdate(mirror_builder_, ranges).Union();
+    const auto update = wire::CreateMirrorUpdate(
+        mirror_builder_, mirror_builder_.CreateVectorOfStructs(ranges.data(), ranges.size()));
     mirror_builder_.Finish(
-        wire::CreateRequest(mirror_builder_, 0, CurrentContextId(), wire::Call::MirrorUpdate, update));
+        wire::CreateRequest(mirror_builder_, 0, CurrentContextId(), wire::Call::MirrorUpdate, update.Union()));
     const std::span<const uint8_t> header{mirror_builder_.GetBufferPointer(), mirror_builder_.GetSize()};
-    const std::span<const uint8_t> payload{mirror_data_.data() + first_byte, bytes};
-    bool sent;
-    if (channel_->FullDuplex()) {
-      sent = channel_->Send(header, payload);
-    } else {
-      std::lock_guard<std::mutex> io_lock(io_mutex_);
-      sent = channel_->Send(header, payload);
-    }
-    if (!sent) return false;
-    first_run += count;
-    first_byte += bytes;
-  }
-  return true;
+    if (channel_->FullDuplex()) return channel_->Send(header, payload);
+    std::lock_guard<std::mutex> io_lock(io_mutex_);
+    return channel_->Send(header, payload);
+  });
 }
 
 CUresult Client::Send(flatbuffers::FlatBufferBuilder& builder, wire::Call type, flatbuffers::Offset<void> call,

@@ -47,6 +47,8 @@ case $part in
     curelay_backend_start || exit 2
     flag="$OUT/cut.go"
     rm -f "$flag"
+    gpu_used() { nvidia-smi --query-gpu=memory.used --format=csv,noheader 2>/dev/null | head -1; }
+    used_before=$(gpu_used)
     CURELAY_HEARTBEAT_TIMEOUT_MS=3000 curelay_remote python3 - "$flag" >"$OUT/cut.log" 2>&1 <<'PY' &
 import os, sys, time, torch
 x = torch.ones(1 << 20, device="cuda")
@@ -63,13 +65,15 @@ except Exception as e:
 PY
     client=$!
     for _ in $(seq 300); do grep -q READY "$OUT/cut.log" && break; sleep 0.1; done
-    executors_before=$(pgrep -c curelay-executor)
+    executors_before=$(pgrep -fc backend/curelay-executor)
+    used_during=$(gpu_used)
     kill -USR1 "$CURELAY_RELAY_PID"
     touch "$flag"
     wait "$client"
     sleep 6  # the executor's own timeout (5 s by default)
     echo "client: $(grep -E 'error after|no error' "$OUT/cut.log")"
-    echo "executors before the cut: $executors_before, 6 s after: $(pgrep -c curelay-executor)"
+    echo "executors before the cut: $executors_before, 6 s after: $(pgrep -fc backend/curelay-executor)"
+    echo "GPU memory used: before the client ${used_before:-?}, during ${used_during:-?}, 6 s after the cut $(gpu_used)"
     grep -E "client disconnected|session .* ended" "$OUT/backend.log" | tail -2
     curelay_backend_stop
     ;;
