@@ -171,6 +171,8 @@ int main(int argc, char** argv) {
   settings.usage_interval_s = static_cast<int>(config.usage_interval_s);
   settings.scheduling.slice = std::chrono::microseconds(config.slice_us);
   settings.scheduling.low_priority_inflight_budget = std::chrono::microseconds(config.low_priority_budget_us);
+  settings.scheduling.saturation_inflight = std::chrono::microseconds(config.saturation_us);
+  settings.scheduling.desaturation_inflight = std::chrono::microseconds(config.saturation_us / 2);
 
   mkdir(config.state_dir.c_str(), 0700);
   std::string error;

@@ -65,7 +65,9 @@ DispatchDecision GpuScheduler::TryDispatch(SessionId session, KernelKey kernel, 
   const auto found = sessions_.find(session);
   if (found == sessions_.end()) return decision;
   SessionState& state = found->second;
-  if (state.pending_count == 0) AddPending(state, now, 1);
+  // Work asked about here was not waiting before: it does not by itself make the class contended.
+  const uint64_t asked = state.pending_count == 0 ? 1 : 0;
+  AddPending(state, now, asked);
   // The arrival may change the top class or end an expired slice, so decide on fresh state.
   Refresh(now);
 
@@ -74,7 +76,8 @@ DispatchDecision GpuScheduler::TryDispatch(SessionId session, KernelKey kernel, 
   // The session has work pending, so a top active class exists and is not below the session's.
   if (Outranks(*top_active_, tenant.priority)) {
     decision.verdict = DispatchVerdict::kHigherClassActive;
-  } else if (holder_ != state.tenant || OthersInflight(tenant.priority, state.tenant)) {
+  } else if (!Uncontended(tenant.priority, asked) &&
+             (holder_ != state.tenant || OthersInflight(tenant.priority, state.tenant))) {
     decision.verdict = DispatchVerdict::kNotSliceHolder;  // or its turn has not begun: the last one still drains
   } else if (Budgeted(tenant) && state.inflight_estimate > Duration::zero() &&
              state.inflight_estimate + decision.estimate > config_.low_priority_inflight_budget) {
@@ -87,14 +90,14 @@ DispatchDecision GpuScheduler::TryDispatch(SessionId session, KernelKey kernel, 
   return decision;
 }
 
-DispatchDecision GpuScheduler::WorkDispatched(SessionId session, KernelKey kernel, TimePoint now) {
+DispatchDecision GpuScheduler::WorkDispatched(SessionId session, KernelKey kernel, TimePoint now, Duration estimate) {
   now = Advance(now);
   DispatchDecision decision;
   const auto found = sessions_.find(session);
   if (found == sessions_.end()) return decision;
   // Work the scheduler never heard arrive counts as arriving now, with no queue wait.
   if (found->second.pending_count == 0) AddPending(found->second, now, 1);
-  Admit(found->second, kernel, cost_model_.Estimate(kernel), now, decision);
+  Admit(found->second, kernel, estimate > Duration::zero() ? estimate : cost_model_.Estimate(kernel), now, decision);
   Refresh(now);
   return decision;
 }
@@ -215,6 +218,16 @@ void GpuScheduler::Refresh(TimePoint now) {
   for (size_t c = 0; c < kPriorityClassCount; ++c) {
     if (least_backlogged[c]) usage_floor_[c] = std::max(usage_floor_[c], *least_backlogged[c]);
   }
+  // Saturation: the estimated GPU time queued or running on this GPU, over every session.
+  Duration inflight{0};
+  for (const auto& [id, session] : sessions_) inflight += session.inflight_estimate;
+  if (config_.saturation_inflight <= Duration::zero()) {
+    saturated_ = true;
+  } else if (saturated_) {
+    saturated_ = inflight >= std::min(config_.desaturation_inflight, config_.saturation_inflight);
+  } else {
+    saturated_ = inflight >= config_.saturation_inflight;
+  }
 
   if (!top_active_) {
     holder_.reset();
@@ -260,6 +273,18 @@ bool GpuScheduler::LeastServed(PriorityClass priority, TenantId tenant) const {
   });
 }
 
+bool GpuScheduler::Uncontended(PriorityClass priority, uint64_t not_waiting) const {
+  // Work waits for a turn when the GPU is saturated, and also while any tenant of the class waits for one (it was
+  // stopped by saturation): turns then go on until the waiting work has had its turn, so tenants that all have
+  // work keep their weights, and a holder between two batches keeps its anticipation window.
+  if (saturated_) return false;
+  uint64_t waiting = 0;
+  for (const auto& [id, tenant] : tenants_) {
+    if (tenant.priority == priority) waiting += tenant.pending;
+  }
+  return waiting <= not_waiting;
+}
+
 bool GpuScheduler::OthersInflight(PriorityClass priority, TenantId except) const {
   return std::any_of(tenants_.begin(), tenants_.end(), [&](const auto& entry) {
     return entry.first != except && entry.second.priority == priority && entry.second.inflight > 0;
@@ -295,9 +320,11 @@ Grant GpuScheduler::RightsOf(const SessionState& session) const {
   if (!top_active_ || Outranks(tenant.priority, *top_active_)) {
     rights.may_dispatch = true;  // work arriving now would make this session's class the top one
   } else if (tenant.priority == *top_active_) {
-    // The new holder starts once the previous holder's work has drained: on a GPU the two would only time-slice,
-    // and the overlap would be charged to neither turn.
-    rights.may_dispatch = (!holder_ || *holder_ == session.tenant) && !OthersInflight(tenant.priority, session.tenant);
+    // Uncontended: everyone of the class starts at once (work conservation). Contended: the new holder starts
+    // once the previous holder's work has drained: on a GPU the two would only time-slice, and the overlap would
+    // be charged to neither turn.
+    rights.may_dispatch = Uncontended(tenant.priority, 0) ||
+                          ((!holder_ || *holder_ == session.tenant) && !OthersInflight(tenant.priority, session.tenant));
   } else {
     rights.may_dispatch = false;
   }

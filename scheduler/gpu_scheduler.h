@@ -52,8 +52,11 @@ class GpuScheduler {
   // pending piece leaves the queue and its estimate joins the in-flight estimate). A session with nothing pending
   // is taken to have had this work arrive now.
   DispatchDecision TryDispatch(SessionId session, KernelKey kernel, TimePoint now);
-  // Records work the executor started on its published grant, without deciding anything.
-  DispatchDecision WorkDispatched(SessionId session, KernelKey kernel, TimePoint now);
+  // Records work the executor started on its published grant, without deciding anything. `estimate`, when
+  // positive, is the executor's own estimate of the work's GPU time (it knows its kernels; the key alone does not
+  // identify a kernel across sessions); otherwise the cost model's is used.
+  DispatchDecision WorkDispatched(SessionId session, KernelKey kernel, TimePoint now,
+                                  Duration estimate = Duration::zero());
   // Work dispatched earlier finished after `gpu_time` on the GPU (the oldest in-flight work with that key, since
   // completions on different streams can come out of order). False if no such work is in flight.
   bool WorkCompleted(SessionId session, KernelKey kernel, Duration gpu_time, TimePoint now);
@@ -67,6 +70,8 @@ class GpuScheduler {
   // Introspection, for reporting and tests.
   std::optional<TenantId> slice_holder() const { return holder_; }
   std::optional<PriorityClass> top_active_class() const { return top_active_; }
+  // Whether the GPU's in-flight estimate is past SchedulerConfig::saturation_inflight (turns apply).
+  bool saturated() const { return saturated_; }
   uint64_t Pending(SessionId session) const;
   Duration InflightEstimate(SessionId session) const;
   size_t InflightCount(SessionId session) const;
@@ -113,6 +118,9 @@ class GpuScheduler {
   // No other tenant of the class with work waiting has used less GPU time per unit of weight.
   bool LeastServed(PriorityClass priority, TenantId tenant) const;
   bool OthersInflight(PriorityClass priority, TenantId except) const;
+  // Work conservation: the GPU is not saturated and no work of the class waits for a turn (beyond `not_waiting`
+  // pieces: work being asked about that was not waiting before).
+  bool Uncontended(PriorityClass priority, uint64_t not_waiting) const;
   bool OthersBacklogged(PriorityClass priority, TenantId except) const;
   void PickHolder(PriorityClass priority, TimePoint now);
   Grant RightsOf(const SessionState& session) const;
@@ -127,6 +135,7 @@ class GpuScheduler {
   std::optional<TenantId> holder_;
   TimePoint slice_start_{};
   std::optional<TimePoint> holder_idle_since_;  // when the holder last ran out of work, while it still holds
+  bool saturated_ = true;  // see SchedulerConfig::saturation_inflight; updated in Refresh
   // Per class, a floor under which a tenant's normalized usage is not left when it gets work again after being
   // idle, so time spent idle does not become a claim on the GPU (less one slice of credit, so brief gaps between
   // a tenant's batches cost it nothing). Never decreases.

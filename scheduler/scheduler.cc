@@ -84,10 +84,10 @@ DispatchDecision Scheduler::TryDispatch(SessionId session, KernelKey kernel, Tim
   return decision;
 }
 
-DispatchDecision Scheduler::WorkDispatched(SessionId session, KernelKey kernel, TimePoint now) {
+DispatchDecision Scheduler::WorkDispatched(SessionId session, KernelKey kernel, TimePoint now, Duration estimate) {
   const auto found = sessions_.find(session);
   if (found == sessions_.end()) return {};
-  const DispatchDecision decision = gpus_.at(found->second.gpu).WorkDispatched(session, kernel, now);
+  const DispatchDecision decision = gpus_.at(found->second.gpu).WorkDispatched(session, kernel, now, estimate);
   CountDispatch(found->second, decision);
   return decision;
 }

@@ -43,7 +43,8 @@ class Scheduler {
   // Work events (see GpuScheduler for the policy).
   Status WorkArrived(SessionId session, TimePoint now, uint64_t count = 1);
   DispatchDecision TryDispatch(SessionId session, KernelKey kernel, TimePoint now);
-  DispatchDecision WorkDispatched(SessionId session, KernelKey kernel, TimePoint now);
+  DispatchDecision WorkDispatched(SessionId session, KernelKey kernel, TimePoint now,
+                                  Duration estimate = Duration::zero());
   Status WorkCompleted(SessionId session, KernelKey kernel, Duration gpu_time, TimePoint now);
   // Time passed: slices whose time is up rotate and memory waits past their deadline time out.
   void Tick(TimePoint now);

@@ -25,7 +25,7 @@ struct DispatchEvent {
   DispatchEventKind kind;
   uint32_t gpu;      // host GPU index
   uint64_t kernel;   // the kernel's key (unique within the session's GPU)
-  int64_t gpu_ns;    // kCompleted: the GPU time the kernel took
+  int64_t gpu_ns;    // kCompleted: the GPU time the kernel took; kDispatched: the executor's estimate of it
 };
 
 struct GpuGrant {

@@ -98,7 +98,9 @@ void DispatchService::Drain(uint64_t session, const OpenedSession& opened, sched
         scheduler_.WorkArrived(lane, now);
         break;
       case DispatchEventKind::kDispatched: {
-        const scheduler::DispatchDecision decision = scheduler_.WorkDispatched(lane, event.kernel, now);
+        // The executor's estimate of the work (its cost model knows its own kernels).
+        const scheduler::DispatchDecision decision =
+            scheduler_.WorkDispatched(lane, event.kernel, now, scheduler::Duration(std::max<int64_t>(event.gpu_ns, 0)));
         queue_waits_[opened.tenant].Observe(std::chrono::duration<double>(decision.queue_wait).count());
         break;
       }

@@ -137,7 +137,7 @@ void DispatchGate::EndLaunch(CUstream stream, const Timing& timing, bool launche
     if (timing.start != nullptr) GiveEvent(timing.context, timing.start);
     return;
   }
-  Report(backend::DispatchEventKind::kDispatched, timing.gpu, timing.kernel, 0);
+  Report(backend::DispatchEventKind::kDispatched, timing.gpu, timing.kernel, timing.estimate_ns);
   ++pieces_dispatched_;
   pieces_timed_ += timing.start != nullptr;
   CUevent end = timing.start != nullptr ? TakeEvent(timing.context) : nullptr;

@@ -1,0 +1,92 @@
+// Work conservation (SchedulerConfig::saturation_inflight): an unsaturated GPU admits every tenant of the top class
+// at once; saturation brings turns back, and leaves only below the lower mark; a higher class still stops a lower
+// one whatever the load.
+#include <gtest/gtest.h>
+
+#include <chrono>
+
+#include "scheduler/scheduler.h"
+
+namespace curelay::scheduler {
+namespace {
+
+using namespace std::chrono_literals;
+
+constexpr TimePoint At(Duration d) { return TimePoint{} + d; }
+constexpr TenantId kA = 1, kB = 2, kHighTenant = 3;
+constexpr SessionId kSessionA = 10, kSessionB = 20, kHigh = 30;
+constexpr KernelKey kKernel = 4;
+
+class WorkConservationTest : public ::testing::Test {
+ protected:
+  static SchedulerConfig Config() {
+    SchedulerConfig config;
+    config.saturation_inflight = 2ms;
+    config.desaturation_inflight = 1ms;
+    return config;
+  }
+  void SetUp() override {
+    TenantLimits normal;
+    normal.priority = PriorityClass::kNormal;
+    TenantLimits high;
+    high.priority = PriorityClass::kHigh;
+    ASSERT_EQ(scheduler_.AddTenant(kA, normal), Status::kOk);
+    ASSERT_EQ(scheduler_.AddTenant(kB, normal), Status::kOk);
+    ASSERT_EQ(scheduler_.AddTenant(kHighTenant, high), Status::kOk);
+    ASSERT_EQ(scheduler_.OpenSession(kSessionA, kA, 0, At(0ms)), Status::kOk);
+    ASSERT_EQ(scheduler_.OpenSession(kSessionB, kB, 0, At(0ms)), Status::kOk);
+  }
+  bool MayDispatch(SessionId session) const { return scheduler_.GetGrant(session)->may_dispatch; }
+  bool Saturated() const { return scheduler_.FindGpu(0)->saturated(); }
+
+  Scheduler scheduler_{Config()};
+};
+
+TEST_F(WorkConservationTest, AnIdleGpuAdmitsEveryTenant) {
+  ASSERT_TRUE(scheduler_.WorkDispatched(kSessionA, kKernel, At(0ms), 300us).allowed());
+  EXPECT_FALSE(Saturated());
+  // B is not the slice holder, yet starts at once: the GPU has room.
+  EXPECT_TRUE(MayDispatch(kSessionB));
+  EXPECT_TRUE(scheduler_.TryDispatch(kSessionB, kKernel, At(0ms)).allowed());
+  EXPECT_TRUE(MayDispatch(kSessionA));
+}
+
+TEST_F(WorkConservationTest, SaturationBringsTurnsBackUntilBelowTheLowerMark) {
+  for (int i = 0; i < 3; ++i) ASSERT_TRUE(scheduler_.WorkDispatched(kSessionA, kKernel, At(0ms), 1ms).allowed());
+  EXPECT_TRUE(Saturated());
+  scheduler_.WorkArrived(kSessionB, At(0ms));
+  EXPECT_FALSE(MayDispatch(kSessionB));  // A holds the turn while the GPU is full
+  EXPECT_EQ(scheduler_.TryDispatch(kSessionB, kKernel, At(0ms)).verdict, DispatchVerdict::kNotSliceHolder);
+  // 2 ms left in flight, then 1 ms: still saturated (the lower mark is 1 ms), so B still waits.
+  ASSERT_EQ(scheduler_.WorkCompleted(kSessionA, kKernel, 1ms, At(1ms)), Status::kOk);
+  ASSERT_EQ(scheduler_.WorkCompleted(kSessionA, kKernel, 1ms, At(2ms)), Status::kOk);
+  EXPECT_TRUE(Saturated());
+  EXPECT_FALSE(MayDispatch(kSessionB));
+  ASSERT_EQ(scheduler_.WorkCompleted(kSessionA, kKernel, 1ms, At(3ms)), Status::kOk);
+  EXPECT_FALSE(Saturated());
+  EXPECT_TRUE(MayDispatch(kSessionB));
+}
+
+TEST_F(WorkConservationTest, AHigherClassStillStopsALowerOneOnAnIdleGpu) {
+  ASSERT_EQ(scheduler_.OpenSession(kHigh, kHighTenant, 0, At(0ms)), Status::kOk);
+  scheduler_.WorkArrived(kHigh, At(0ms));
+  EXPECT_FALSE(Saturated());
+  EXPECT_FALSE(MayDispatch(kSessionA));
+  EXPECT_EQ(scheduler_.TryDispatch(kSessionA, kKernel, At(0ms)).verdict, DispatchVerdict::kHigherClassActive);
+  EXPECT_TRUE(scheduler_.TryDispatch(kHigh, kKernel, At(0ms)).allowed());
+}
+
+TEST(WorkConservationConfigTest, ZeroMeansTurnsAlways) {
+  Scheduler scheduler;  // saturation_inflight 0
+  TenantLimits normal;
+  ASSERT_EQ(scheduler.AddTenant(kA, normal), Status::kOk);
+  ASSERT_EQ(scheduler.AddTenant(kB, normal), Status::kOk);
+  ASSERT_EQ(scheduler.OpenSession(kSessionA, kA, 0, At(0ms)), Status::kOk);
+  ASSERT_EQ(scheduler.OpenSession(kSessionB, kB, 0, At(0ms)), Status::kOk);
+  ASSERT_TRUE(scheduler.WorkDispatched(kSessionA, kKernel, At(0ms), 10us).allowed());
+  EXPECT_TRUE(scheduler.FindGpu(0)->saturated());
+  EXPECT_FALSE(scheduler.GetGrant(kSessionB)->may_dispatch);
+}
+
+}  // namespace
+}  // namespace curelay::scheduler
