@@ -14,7 +14,7 @@ real=${CURELAY_REAL_DRIVER:-/usr/local/nvidia/lib64/libcuda.so.1}
 rounds=${CURELAY_BENCH_ROUNDS:-3}
 seconds=${CURELAY_COLOCATION_SECONDS:-5}
 work=$(mktemp -d /dev/shm/curelay-coloc-XXXXXX)
-backend=
+backend= endpoint= token_a= token_b=
 stop_backend() {
   [ -n "$backend" ] || return 0
   kill "$backend" 2>/dev/null

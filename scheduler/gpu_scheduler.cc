@@ -6,7 +6,9 @@
 namespace curelay::scheduler {
 
 GpuScheduler::GpuScheduler(const SchedulerConfig& config)
-    : config_(config), cost_model_(config.default_kernel_estimate, config.estimate_smoothing) {}
+    : config_(config),
+      cost_model_(config.default_kernel_estimate, config.estimate_smoothing),
+      saturated_(config.saturation_inflight <= Duration::zero()) {}
 
 void GpuScheduler::SetTenant(TenantId tenant, PriorityClass priority, uint32_t weight, TimePoint now) {
   now = Advance(now);
@@ -65,9 +67,7 @@ DispatchDecision GpuScheduler::TryDispatch(SessionId session, KernelKey kernel, 
   const auto found = sessions_.find(session);
   if (found == sessions_.end()) return decision;
   SessionState& state = found->second;
-  // Work asked about here was not waiting before: it does not by itself make the class contended.
-  const uint64_t asked = state.pending_count == 0 ? 1 : 0;
-  AddPending(state, now, asked);
+  if (state.pending_count == 0) AddPending(state, now, 1);
   // The arrival may change the top class or end an expired slice, so decide on fresh state.
   Refresh(now);
 
@@ -76,7 +76,7 @@ DispatchDecision GpuScheduler::TryDispatch(SessionId session, KernelKey kernel, 
   // The session has work pending, so a top active class exists and is not below the session's.
   if (Outranks(*top_active_, tenant.priority)) {
     decision.verdict = DispatchVerdict::kHigherClassActive;
-  } else if (!Uncontended(tenant.priority, asked) &&
+  } else if (!Uncontended() &&
              (holder_ != state.tenant || OthersInflight(tenant.priority, state.tenant))) {
     decision.verdict = DispatchVerdict::kNotSliceHolder;  // or its turn has not begun: the last one still drains
   } else if (Budgeted(tenant) && state.inflight_estimate > Duration::zero() &&
@@ -223,10 +223,19 @@ void GpuScheduler::Refresh(TimePoint now) {
   for (const auto& [id, session] : sessions_) inflight += session.inflight_estimate;
   if (config_.saturation_inflight <= Duration::zero()) {
     saturated_ = true;
-  } else if (saturated_) {
-    saturated_ = inflight >= std::min(config_.desaturation_inflight, config_.saturation_inflight);
+  } else if (inflight >= config_.saturation_inflight) {
+    saturated_ = true;
+    below_since_.reset();
+  } else if (saturated_ && inflight < std::min(config_.desaturation_inflight, config_.saturation_inflight)) {
+    // Saturation ends only after the anticipation window below the lower mark: a tenant that saturates the GPU
+    // drains it briefly between its batches, and those gaps must not open the GPU to everyone (weights would go).
+    if (!below_since_) below_since_ = now;
+    if (now - *below_since_ >= config_.anticipation) {
+      saturated_ = false;
+      below_since_.reset();
+    }
   } else {
-    saturated_ = inflight >= config_.saturation_inflight;
+    below_since_.reset();
   }
 
   if (!top_active_) {
@@ -273,17 +282,7 @@ bool GpuScheduler::LeastServed(PriorityClass priority, TenantId tenant) const {
   });
 }
 
-bool GpuScheduler::Uncontended(PriorityClass priority, uint64_t not_waiting) const {
-  // Work waits for a turn when the GPU is saturated, and also while any tenant of the class waits for one (it was
-  // stopped by saturation): turns then go on until the waiting work has had its turn, so tenants that all have
-  // work keep their weights, and a holder between two batches keeps its anticipation window.
-  if (saturated_) return false;
-  uint64_t waiting = 0;
-  for (const auto& [id, tenant] : tenants_) {
-    if (tenant.priority == priority) waiting += tenant.pending;
-  }
-  return waiting <= not_waiting;
-}
+bool GpuScheduler::Uncontended() const { return !saturated_; }
 
 bool GpuScheduler::OthersInflight(PriorityClass priority, TenantId except) const {
   return std::any_of(tenants_.begin(), tenants_.end(), [&](const auto& entry) {
@@ -323,7 +322,7 @@ Grant GpuScheduler::RightsOf(const SessionState& session) const {
     // Uncontended: everyone of the class starts at once (work conservation). Contended: the new holder starts
     // once the previous holder's work has drained: on a GPU the two would only time-slice, and the overlap would
     // be charged to neither turn.
-    rights.may_dispatch = Uncontended(tenant.priority, 0) ||
+    rights.may_dispatch = Uncontended() ||
                           ((!holder_ || *holder_ == session.tenant) && !OthersInflight(tenant.priority, session.tenant));
   } else {
     rights.may_dispatch = false;

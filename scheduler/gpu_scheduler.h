@@ -118,9 +118,8 @@ class GpuScheduler {
   // No other tenant of the class with work waiting has used less GPU time per unit of weight.
   bool LeastServed(PriorityClass priority, TenantId tenant) const;
   bool OthersInflight(PriorityClass priority, TenantId except) const;
-  // Work conservation: the GPU is not saturated and no work of the class waits for a turn (beyond `not_waiting`
-  // pieces: work being asked about that was not waiting before).
-  bool Uncontended(PriorityClass priority, uint64_t not_waiting) const;
+  // Work conservation: the GPU is not saturated, so work of the top class need not wait for a turn.
+  bool Uncontended() const;
   bool OthersBacklogged(PriorityClass priority, TenantId except) const;
   void PickHolder(PriorityClass priority, TimePoint now);
   Grant RightsOf(const SessionState& session) const;
@@ -135,7 +134,8 @@ class GpuScheduler {
   std::optional<TenantId> holder_;
   TimePoint slice_start_{};
   std::optional<TimePoint> holder_idle_since_;  // when the holder last ran out of work, while it still holds
-  bool saturated_ = true;  // see SchedulerConfig::saturation_inflight; updated in Refresh
+  bool saturated_;  // see SchedulerConfig::saturation_inflight; updated in Refresh
+  std::optional<TimePoint> below_since_;  // saturated, but in flight below the lower mark since then
   // Per class, a floor under which a tenant's normalized usage is not left when it gets work again after being
   // idle, so time spent idle does not become a claim on the GPU (less one slice of credit, so brief gaps between
   // a tenant's batches cost it nothing). Never decreases.

@@ -18,14 +18,14 @@ struct SchedulerConfig {
   // Estimated GPU time a session may have in flight while a session of a higher class is open on its GPU. It
   // bounds how long that higher session's first work waits behind lower-class work already queued on the GPU.
   Duration low_priority_inflight_budget = std::chrono::milliseconds(2);
-  // Work conservation: while the estimated GPU time in flight on a GPU, over all its sessions, stays below this
-  // and no tenant of the class waits for a turn, every session of the top active class may start work at once,
-  // turns or not (a launch-bound tenant leaves the GPU mostly idle; making it wait for another's turn only loses
-  // throughput). Above it, turns, weights and slices apply until the waiting tenants have had theirs. Zero: the
-  // GPU always counts as saturated (pure turns).
+  // Work conservation: while the estimated GPU time in flight on a GPU, over all its sessions, stays below this,
+  // every session of the top active class may start work at once, turns or not (a launch-bound tenant leaves the
+  // GPU mostly idle; making it wait for another's turn only loses throughput). Reaching it saturates the GPU:
+  // turns, weights and slices apply. Zero: the GPU always counts as saturated (pure turns).
   Duration saturation_inflight{0};
-  // Once saturated, the GPU counts as saturated until its in-flight estimate falls below this (hysteresis, so the
-  // mode does not flip at every completion). At most saturation_inflight.
+  // Once saturated, the GPU counts as saturated until its in-flight estimate has stayed below this for the
+  // anticipation window (hysteresis: a saturating tenant's short gaps between batches do not end it). At most
+  // saturation_inflight.
   Duration desaturation_inflight{0};
   // Estimate for a kernel key never seen to complete.
   Duration default_kernel_estimate = std::chrono::microseconds(500);

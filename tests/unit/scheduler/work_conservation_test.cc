@@ -1,6 +1,6 @@
 // Work conservation (SchedulerConfig::saturation_inflight): an unsaturated GPU admits every tenant of the top class
-// at once; saturation brings turns back, and leaves only below the lower mark; a higher class still stops a lower
-// one whatever the load.
+// at once; saturation brings turns back, and ends only after the anticipation window below the lower mark; a
+// higher class still stops a lower one whatever the load.
 #include <gtest/gtest.h>
 
 #include <chrono>
@@ -51,7 +51,7 @@ TEST_F(WorkConservationTest, AnIdleGpuAdmitsEveryTenant) {
   EXPECT_TRUE(MayDispatch(kSessionA));
 }
 
-TEST_F(WorkConservationTest, SaturationBringsTurnsBackUntilBelowTheLowerMark) {
+TEST_F(WorkConservationTest, SaturationBringsTurnsBackUntilLongEnoughBelowTheLowerMark) {
   for (int i = 0; i < 3; ++i) ASSERT_TRUE(scheduler_.WorkDispatched(kSessionA, kKernel, At(0ms), 1ms).allowed());
   EXPECT_TRUE(Saturated());
   scheduler_.WorkArrived(kSessionB, At(0ms));
@@ -62,7 +62,12 @@ TEST_F(WorkConservationTest, SaturationBringsTurnsBackUntilBelowTheLowerMark) {
   ASSERT_EQ(scheduler_.WorkCompleted(kSessionA, kKernel, 1ms, At(2ms)), Status::kOk);
   EXPECT_TRUE(Saturated());
   EXPECT_FALSE(MayDispatch(kSessionB));
+  // Empty now, but a saturating tenant drains the GPU between batches too: turns last the anticipation window more.
   ASSERT_EQ(scheduler_.WorkCompleted(kSessionA, kKernel, 1ms, At(3ms)), Status::kOk);
+  EXPECT_TRUE(Saturated());
+  scheduler_.Tick(At(3ms) + SchedulerConfig{}.anticipation / 2);
+  EXPECT_TRUE(Saturated());
+  scheduler_.Tick(At(3ms) + SchedulerConfig{}.anticipation);
   EXPECT_FALSE(Saturated());
   EXPECT_TRUE(MayDispatch(kSessionB));
 }
