@@ -7,34 +7,14 @@ import sys
 import time
 
 import torch
-import torch.nn as nn
-import torch.nn.functional as F
+
+from frameworks_bench import conv_step, infer_step, transformer
 
 
 def main():
     kind, start_file, seconds = sys.argv[1], sys.argv[2], float(sys.argv[3])
     torch.manual_seed(0)
-    if kind == "infer":
-        layer = nn.TransformerEncoderLayer(512, 8, 2048, dropout=0.0, batch_first=True)
-        model = nn.Sequential(nn.Embedding(1000, 512), nn.TransformerEncoder(layer, 6), nn.Linear(512, 1000)).cuda()
-        one = torch.randint(0, 1000, (1, 64), device="cuda")
-
-        def step():
-            with torch.inference_mode(), torch.autocast("cuda", dtype=torch.bfloat16):
-                model(one)
-    else:
-        conv = nn.Sequential(nn.Conv2d(3, 32, 3, padding=1), nn.BatchNorm2d(32), nn.ReLU(),
-                             nn.Conv2d(32, 64, 3, padding=1), nn.ReLU(), nn.AdaptiveAvgPool2d(1), nn.Flatten(),
-                             nn.Linear(64, 10)).cuda()
-        opt = torch.optim.SGD(conv.parameters(), lr=0.01)
-        images = torch.randn(64, 3, 64, 64, device="cuda")
-        labels = torch.randint(0, 10, (64,), device="cuda")
-
-        def step():
-            loss = F.cross_entropy(conv(images), labels)
-            opt.zero_grad(set_to_none=True)
-            loss.backward()
-            opt.step()
+    step = infer_step(*transformer()) if kind == "infer" else conv_step()
     for _ in range(20):
         step()
     torch.cuda.synchronize()

@@ -13,6 +13,7 @@
 #include <cstdlib>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 namespace {
@@ -40,16 +41,28 @@ bool Receive(void* socket, char* buffer, bool spin) {
   }
 }
 
-std::vector<double> PingPong(int round_trips, bool spin) {
-  void* server_context = zmq_ctx_new();
-  void* client_context = zmq_ctx_new();
+// A PAIR connection over loopback tcp between a socket of each context; socket_buffer > 0 sets the kernel buffers.
+std::pair<void*, void*> ConnectedPair(void* server_context, void* client_context, int socket_buffer = 0) {
   void* server = zmq_socket(server_context, ZMQ_PAIR);
   void* client = zmq_socket(client_context, ZMQ_PAIR);
+  if (socket_buffer > 0) {
+    for (void* socket : {server, client}) {
+      zmq_setsockopt(socket, ZMQ_SNDBUF, &socket_buffer, sizeof(socket_buffer));
+      zmq_setsockopt(socket, ZMQ_RCVBUF, &socket_buffer, sizeof(socket_buffer));
+    }
+  }
   zmq_bind(server, "tcp://127.0.0.1:*");
   char endpoint[256];
   size_t size = sizeof(endpoint);
   zmq_getsockopt(server, ZMQ_LAST_ENDPOINT, endpoint, &size);
   zmq_connect(client, endpoint);
+  return {server, client};
+}
+
+std::vector<double> PingPong(int round_trips, bool spin) {
+  void* server_context = zmq_ctx_new();
+  void* client_context = zmq_ctx_new();
+  const auto [server, client] = ConnectedPair(server_context, client_context);
   std::thread echo([&] {
     char buffer[64];
     for (int i = 0; i < round_trips + 100; ++i) {
@@ -90,19 +103,7 @@ double Bulk(size_t total, int connections, bool zero_copy, int io_threads, size_
   const auto start = Clock::now();
   for (int c = 0; c < connections; ++c) {
     threads.emplace_back([&, c] {
-      void* server = zmq_socket(server_context, ZMQ_PAIR);
-      void* client = zmq_socket(client_context, ZMQ_PAIR);
-      if (socket_buffer > 0) {
-        for (void* socket : {server, client}) {
-          zmq_setsockopt(socket, ZMQ_SNDBUF, &socket_buffer, sizeof(socket_buffer));
-          zmq_setsockopt(socket, ZMQ_RCVBUF, &socket_buffer, sizeof(socket_buffer));
-        }
-      }
-      zmq_bind(server, "tcp://127.0.0.1:*");
-      char endpoint[256];
-      size_t size = sizeof(endpoint);
-      zmq_getsockopt(server, ZMQ_LAST_ENDPOINT, endpoint, &size);
-      zmq_connect(client, endpoint);
+      const auto [server, client] = ConnectedPair(server_context, client_context, socket_buffer);
       std::thread sink([&] {
         char ack[64] = {};
         for (size_t i = 0; i < per_connection; ++i) {
