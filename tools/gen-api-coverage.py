@@ -51,6 +51,20 @@ LOCAL = {
 }
 
 
+# Forwarded entry points that are answered inside the client in some cases (what libraries ask before launches).
+FORWARDED_UNLESS = {
+    "cuCtxGetLimit": "once per limit and context, then local until a setting changes (`cuCtxSetLimit`, cache and "
+                     "shared-memory configuration, a primary-context reset); `CU_LIMIT_STACK_SIZE` always (the driver "
+                     "grows it at launches)",
+    "cuFuncSetAttribute": "setting an attribute to the value the driver last accepted for it is answered locally "
+                          "(libraries set the same value before every launch)",
+    "cuOccupancyMaxActiveBlocksPerMultiprocessor": "once per function and question, then local until a function "
+                                                   "attribute or context setting changes",
+    "cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags": "as `cuOccupancyMaxActiveBlocksPerMultiprocessor`",
+    "cuOccupancyAvailableDynamicSMemPerBlock": "as `cuOccupancyMaxActiveBlocksPerMultiprocessor`",
+}
+
+
 # Defined by hand (to record what callers ask for) but still answering CUDA_ERROR_NOT_SUPPORTED.
 EXPLICITLY_UNSUPPORTED: dict[str, str] = {}
 
@@ -91,6 +105,8 @@ def main() -> None:
             how = f"per-thread default stream form of `{forms[name]}` (generated)"
         else:
             how = "local: " + LOCAL[name] if name in LOCAL else "forwarded"
+            if name in FORWARDED_UNLESS:
+                how += "; " + FORWARDED_UNLESS[name]
         lines.append(f"| `{name}` | {how} |")
     lines += [
         "",
@@ -98,16 +114,19 @@ def main() -> None:
         "",
         "| feature | what the program gets |",
         "|---|---|",
-        "| mapped host memory (`CU_MEMHOSTALLOC_DEVICEMAP`) over tcp:// (nothing can be shared) | "
-        "`CUDA_ERROR_NOT_SUPPORTED`; same-host sessions get real shared pages (the runtime directory must be tmpfs) |",
-        "| `cuMemHostRegister` with `CU_MEMHOSTREGISTER_DEVICEMAP` over tcp:// | `CUDA_ERROR_NOT_SUPPORTED` (without "
-        "it the range is recorded and copies as pageable memory). On the backend's host the registered pages are moved "
-        "onto a shared file (same addresses and contents) that the executor registers; `CU_MEMHOSTREGISTER_IOMEMORY` "
-        "is not supported; ranges are tracked in whole pages, so two registrations sharing a page collide "
-        "(`CUDA_ERROR_HOST_MEMORY_ALREADY_REGISTERED`) |",
+        "| mapped host memory over tcp:// (nothing can be shared) | a mirror on the executor, coherent at CUDA's points "
+        "of observation only (launches, copies, synchronizing calls, host functions: docs/architecture.md, \"Remote "
+        "sessions\"); host and device racing on the same mapped bytes, or device code reaching a mirror only through a "
+        "pointer stored in device memory, do not see each other's writes until such a point; same-host sessions get "
+        "real shared pages (the runtime directory must be tmpfs) |",
+        "| `cuMemHostRegister` over tcp:// | a mirror as for page-locked allocations; its device address equals the "
+        "application's address only where that range is free in the executor (`cuMemHostGetDevicePointer` says "
+        "which). On the backend's host the registered pages are moved onto a shared file (same addresses and "
+        "contents) that the executor registers; `CU_MEMHOSTREGISTER_IOMEMORY` is not supported; ranges are tracked "
+        "in whole pages, so two registrations sharing a page collide (`CUDA_ERROR_HOST_MEMORY_ALREADY_REGISTERED`) |",
         "| `cuMemPoolCreate` of a pool located on the host | `CUDA_ERROR_NOT_SUPPORTED` (device pools work) |",
-        "| host functions (`cuLaunchHostFunc`, `cuStreamAddCallback`) over tcp:// | `CUDA_ERROR_NOT_SUPPORTED`: the "
-        "stream waits on a gate in memory shared with the client, so the backend must be on the client's host |",
+        "| host functions (`cuLaunchHostFunc`, `cuStreamAddCallback`) over tcp:// | run in the client in stream order "
+        "through executor notices; each costs a network round trip while its stream waits |",
         "| a host function on a capturing stream (a host node in a graph) | `CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED`, "
         "and the capture is invalidated |",
         "| `cuStreamAddCallback`'s status argument | always `CUDA_SUCCESS`: an earlier failure of the stream's work "
