@@ -4,8 +4,11 @@
 #   native                the two processes on the real driver
 #   unscheduled           through curelay, anonymous sessions (no scheduler)
 #   tenants               through curelay, two normal tenants of weight 1 (work-conserving scheduler, the default)
-#   tenants, turns only   the same with [scheduler] saturation_us = 0 (turns whenever both have work)
-# CURELAY_BENCH_ROUNDS (default 3) rounds of all modes, alternating; the medians are printed.
+#   turns                 the same with [scheduler] saturation_us = 0 (turns whenever both have work)
+#   unsaturated           the same with saturation_us = 10 s: never saturated, so never a turn (what the gate
+#                         itself costs, without the scheduler's decisions)
+# CURELAY_COLOCATION_MODES (default "native unscheduled tenants turns") picks modes; CURELAY_BENCH_ROUNDS (default 3)
+# rounds of them, alternating; the medians are printed.
 # Usage: bench/run_colocation.sh [build-dir]
 set -uo pipefail
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
@@ -75,19 +78,22 @@ pair() {
   echo "$(sed -n 's/^STEP_MS //p' "$work/a.log") $(sed -n 's/^STEP_MS //p' "$work/b.log")"
 }
 
+modes=${CURELAY_COLOCATION_MODES:-native unscheduled tenants turns}
 declare -A results
 for ((round = 1; round <= rounds; round++)); do
-  results[native]+="$(pair native);"
-  start_backend 2000
-  results[unscheduled]+="$(pair unscheduled);"
-  results[tenants]+="$(pair tenants);"
-  stop_backend
-  start_backend 0
-  results[turns]+="$(pair tenants);"
-  stop_backend
+  for mode in $modes; do
+    case $mode in
+      native) results[native]+="$(pair native);" ;;
+      unscheduled) start_backend 2000 && results[unscheduled]+="$(pair unscheduled);" ;;
+      tenants) start_backend 2000 && results[tenants]+="$(pair tenants);" ;;
+      turns) start_backend 0 && results[turns]+="$(pair tenants);" ;;
+      unsaturated) start_backend 10000000 && results[unsaturated]+="$(pair tenants);" ;;
+    esac
+    stop_backend
+  done
 done
 echo "== two launch-bound PyTorch programs at once, ms per step (median of $rounds rounds of ${seconds} s)"
-for mode in native unscheduled tenants turns; do
+for mode in $modes; do
   echo "${results[$mode]}" | python3 -c '
 import statistics, sys
 mode = sys.argv[1]
