@@ -94,7 +94,7 @@ void bench_launches(CUfunction empty) {
 }
 
 // What timing every launch costs the driver (curelay's executor brackets each scheduled launch of a tenant
-// session with a pair of timing events and queries the oldest, backend/executor/dispatch_gate.cc): an event record
+// session with a pair of timing events and queries the oldest, executor/dispatch_gate.cc): an event record
 // alone, and the async launch stream with each launch timed that way.
 void bench_timed_launches(CUfunction empty) {
   CUstream stream = nullptr;

@@ -3,8 +3,8 @@
 // back: the request's payload, or a staging chunk that goes back in the reply.
 #include <algorithm>
 
-#include "backend/executor/scheduled_work.h"
-#include "backend/executor/session.h"
+#include "executor/scheduled_work.h"
+#include "executor/session.h"
 #include "common/array_format.h"
 
 namespace curelay::executor {

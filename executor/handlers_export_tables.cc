@@ -6,7 +6,7 @@
 #include <cstdint>
 #include <cstring>
 
-#include "backend/executor/session.h"
+#include "executor/session.h"
 
 namespace curelay::executor {
 namespace {

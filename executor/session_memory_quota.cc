@@ -1,4 +1,4 @@
-#include "backend/executor/session_memory_quota.h"
+#include "executor/session_memory_quota.h"
 
 namespace curelay::executor {
 

@@ -1,4 +1,4 @@
-#include "backend/executor/host_mirrors.h"
+#include "executor/host_mirrors.h"
 
 #include <sys/mman.h>
 #include <unistd.h>

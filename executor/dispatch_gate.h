@@ -17,7 +17,7 @@
 #include <vector>
 
 #include "backend/dispatch/dispatch_board.h"
-#include "backend/executor/driver.h"
+#include "executor/driver.h"
 #include "scheduler/kernel_cost_model.h"
 
 namespace curelay::executor {

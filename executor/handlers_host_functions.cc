@@ -8,7 +8,7 @@
 #include <memory>
 #include <string>
 
-#include "backend/executor/session.h"
+#include "executor/session.h"
 #include "transport/shm/host_function_board.h"
 #include "transport/session_link.h"
 #include "transport/shm/shared_file.h"

@@ -14,8 +14,8 @@ struct Driver {
 #pragma GCC diagnostic push
 #pragma GCC diagnostic ignored "-Wdeprecated-declarations"
 #define CURELAY_DRIVER_FUNCTION(name) decltype(&::name) name = nullptr;
-#include "backend/executor/driver_functions.inc"
-#include "backend/executor/driver_functions_optional.inc"
+#include "executor/driver_functions.inc"
+#include "executor/driver_functions_optional.inc"
 #undef CURELAY_DRIVER_FUNCTION
 #pragma GCC diagnostic pop
 

@@ -1,4 +1,4 @@
-#include "backend/executor/jit_option_set.h"
+#include "executor/jit_option_set.h"
 
 #include <algorithm>
 #include <cstdint>

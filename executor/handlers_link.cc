@@ -1,7 +1,7 @@
 // JIT linking: the link state is the executor driver's; the client sends inputs as bytes and gets the linked image
 // back at cuLinkComplete, which it keeps until cuLinkDestroy, as the driver keeps its own.
-#include "backend/executor/aligned_copy.h"
-#include "backend/executor/session.h"
+#include "executor/aligned_copy.h"
+#include "executor/session.h"
 
 namespace curelay::executor {
 

@@ -5,7 +5,7 @@
 
 #include <vector>
 
-#include "backend/executor/session.h"
+#include "executor/session.h"
 
 namespace curelay::executor {
 namespace {

@@ -3,9 +3,9 @@
 #include <cstring>
 #include <string>
 
-#include "backend/executor/aligned_copy.h"
-#include "backend/executor/jit_option_set.h"
-#include "backend/executor/session.h"
+#include "executor/aligned_copy.h"
+#include "executor/jit_option_set.h"
+#include "executor/session.h"
 
 namespace curelay::executor {
 namespace {

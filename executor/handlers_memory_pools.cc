@@ -1,6 +1,6 @@
 // Stream-ordered allocation from each device's default pool and from pools the client created. Allocations the
 // client has not freed are freed at session end, then its pools are destroyed (ReleasePoolAllocations).
-#include "backend/executor/session.h"
+#include "executor/session.h"
 
 namespace curelay::executor {
 namespace {

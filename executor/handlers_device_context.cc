@@ -1,7 +1,7 @@
 // Devices and contexts: what the client caches (device properties) and context lifetime.
 #include <cstring>
 
-#include "backend/executor/session.h"
+#include "executor/session.h"
 
 namespace curelay::executor {
 

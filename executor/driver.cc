@@ -1,4 +1,4 @@
-#include "backend/executor/driver.h"
+#include "executor/driver.h"
 
 #include <dlfcn.h>
 #include <fcntl.h>
@@ -52,11 +52,11 @@ bool Driver::Load(const std::string& path, std::string* error) {
     *error = path + " lacks " CURELAY_ABI_NAME(name);                                   \
     return false;                                                                       \
   }
-#include "backend/executor/driver_functions.inc"
+#include "executor/driver_functions.inc"
 #undef CURELAY_DRIVER_FUNCTION
 #define CURELAY_DRIVER_FUNCTION(name) \
   name = reinterpret_cast<decltype(name)>(dlsym(handle_, CURELAY_ABI_NAME(name)));
-#include "backend/executor/driver_functions_optional.inc"
+#include "executor/driver_functions_optional.inc"
 #undef CURELAY_DRIVER_FUNCTION
   return true;
 }

@@ -7,8 +7,8 @@
 #include <chrono>
 #include <thread>
 
-#include "backend/executor/scheduled_work.h"
-#include "backend/executor/session.h"
+#include "executor/scheduled_work.h"
+#include "executor/session.h"
 
 namespace curelay::executor {
 

@@ -15,12 +15,12 @@
 #include <unordered_set>
 #include <vector>
 
-#include "backend/executor/dispatch_gate.h"
-#include "backend/executor/driver.h"
-#include "backend/executor/host_mirrors.h"
-#include "backend/executor/jit_option_set.h"
-#include "backend/executor/session_memory_quota.h"
-#include "backend/executor/staging_pool.h"
+#include "executor/dispatch_gate.h"
+#include "executor/driver.h"
+#include "executor/host_mirrors.h"
+#include "executor/jit_option_set.h"
+#include "executor/session_memory_quota.h"
+#include "executor/staging_pool.h"
 #include "schema/wire.h"
 #include "transport/channel.h"
 #include "transport/serialized_channel.h"

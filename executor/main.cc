@@ -12,8 +12,8 @@
 #include <string>
 #include <vector>
 
-#include "backend/executor/driver.h"
-#include "backend/executor/session.h"
+#include "executor/driver.h"
+#include "executor/session.h"
 #include "backend/executor_control.h"
 #include "common/gpu_list.h"
 #include "common/logging.h"

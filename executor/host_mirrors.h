@@ -14,7 +14,7 @@
 #include <span>
 #include <vector>
 
-#include "backend/executor/driver.h"
+#include "executor/driver.h"
 #include "schema/wire.h"
 #include "transport/channel.h"
 

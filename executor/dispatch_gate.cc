@@ -1,4 +1,4 @@
-#include "backend/executor/dispatch_gate.h"
+#include "executor/dispatch_gate.h"
 
 #include <spdlog/spdlog.h>
 #include <time.h>

@@ -1,4 +1,4 @@
-#include "backend/executor/staging_pool.h"
+#include "executor/staging_pool.h"
 
 #include <cstdlib>
 

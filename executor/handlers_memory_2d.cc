@@ -4,8 +4,8 @@
 
 #include <vector>
 
-#include "backend/executor/scheduled_work.h"
-#include "backend/executor/session.h"
+#include "executor/scheduled_work.h"
+#include "executor/session.h"
 
 namespace curelay::executor {
 

@@ -1,7 +1,7 @@
 // Streams and events. Creation uses ids the client chose, so it needs no round trip.
 #include <algorithm>
 
-#include "backend/executor/session.h"
+#include "executor/session.h"
 
 namespace curelay::executor {
 

@@ -1,4 +1,4 @@
-#include "backend/executor/session.h"
+#include "executor/session.h"
 
 #include <spdlog/spdlog.h>
 #include <sys/prctl.h>

@@ -5,7 +5,7 @@
 #include <cstdint>
 #include <vector>
 
-#include "backend/executor/driver.h"
+#include "executor/driver.h"
 
 namespace curelay::executor {
 

@@ -8,7 +8,7 @@
 
 #include <string>
 
-#include "backend/executor/session.h"
+#include "executor/session.h"
 #include "transport/session_link.h"
 #include "transport/shm/shared_file.h"
 

@@ -12,7 +12,7 @@
 // - cuStreamEndCapture's wrong-thread rule is checked by the client.
 #include <algorithm>
 
-#include "backend/executor/session.h"
+#include "executor/session.h"
 
 namespace curelay::executor {
 namespace {
