@@ -12,6 +12,7 @@
 #include <thread>
 #include <vector>
 
+#include "tests/integration/kernel_test_fixture.h"
 #include "tests/integration/session_environment.h"
 
 namespace curelay::testing {
@@ -26,43 +27,8 @@ Function Symbol(const char* name) {
   return reinterpret_cast<Function>(dlsym(RTLD_DEFAULT, name));
 }
 
-class GraphTest : public ::testing::Test {
+class GraphTest : public KernelTest {
  protected:
-  void SetUp() override {
-    ASSERT_CU(cuInit(0));
-    ASSERT_CU(cuDevicePrimaryCtxRetain(&context_, 0));
-    ASSERT_CU(cuCtxSetCurrent(context_));
-    const std::string ptx = Ptx();
-    ASSERT_CU(cuModuleLoadData(&module_, ptx.c_str()));
-    ASSERT_CU(cuModuleGetFunction(&fill_, module_, "fill_u32"));
-    ASSERT_CU(cuModuleGetFunction(&increment_, module_, "increment_i32"));
-    ASSERT_CU(cuModuleGetFunction(&add_, module_, "vector_add"));
-    ASSERT_CU(cuModuleGetFunction(&busy_, module_, "busy_wait_ns"));
-    ASSERT_CU(cuStreamCreate(&stream_, CU_STREAM_NON_BLOCKING));
-  }
-  void TearDown() override {
-    cuStreamDestroy(stream_);
-    cuModuleUnload(module_);
-    cuDevicePrimaryCtxRelease(0);
-  }
-
-  CUresult Fill(CUstream stream, CUdeviceptr target, unsigned value, unsigned long long n) {
-    void* params[] = {&target, &value, &n};
-    return cuLaunchKernel(fill_, static_cast<unsigned>((n + 127) / 128), 1, 1, 128, 1, 1, 0, stream, params,
-                          nullptr);
-  }
-  CUresult Increment(CUstream stream, CUdeviceptr target, int n) {
-    void* params[] = {&target, &n};
-    return cuLaunchKernel(increment_, (n + 127) / 128, 1, 1, 128, 1, 1, 0, stream, params, nullptr);
-  }
-  CUresult Add(CUstream stream, CUdeviceptr a, CUdeviceptr b, CUdeviceptr c, int n) {
-    void* params[] = {&a, &b, &c, &n};
-    return cuLaunchKernel(add_, (n + 127) / 128, 1, 1, 128, 1, 1, 0, stream, params, nullptr);
-  }
-  CUresult Busy(CUstream stream, unsigned long long nanoseconds) {
-    void* params[] = {&nanoseconds};
-    return cuLaunchKernel(busy_, 1, 1, 1, 1, 1, 1, 0, stream, params, nullptr);
-  }
   template <typename T>
   std::vector<T> Read(CUdeviceptr source, size_t n) {
     std::vector<T> host(n);
@@ -81,11 +47,6 @@ class GraphTest : public ::testing::Test {
     ASSERT_CU(cuStreamEndCapture(stream_, graph));
     ASSERT_NE(*graph, nullptr);
   }
-
-  CUcontext context_ = nullptr;
-  CUmodule module_ = nullptr;
-  CUfunction fill_ = nullptr, increment_ = nullptr, add_ = nullptr, busy_ = nullptr;
-  CUstream stream_ = nullptr;
 };
 
 TEST_F(GraphTest, CapturedKernelsAndMemsetsReplayWithChangedInputs) {
@@ -358,7 +319,7 @@ TEST_F(GraphTest, ExecutorBookkeepingLeavesCapturesAlone) {
   CUdeviceptr slow, target;
   ASSERT_CU(cuMemAlloc(&slow, n * sizeof(unsigned)));
   ASSERT_CU(cuMemAlloc(&target, n * sizeof(unsigned)));
-  ASSERT_CU(Busy(nullptr, 300'000'000ull));
+  ASSERT_CU(Busy(nullptr, std::chrono::milliseconds(300)));
   ASSERT_CU(Fill(nullptr, slow, 9, n));
   std::vector<unsigned> copied(n, 0);
   CUresult copy_result = CUDA_ERROR_UNKNOWN;
@@ -445,7 +406,7 @@ TEST_F(GraphTest, SynchronizesDuringACaptureFollowTheCaptureMode) {
   ASSERT_CU(cuEventCreate(&done, CU_EVENT_DISABLE_TIMING));
   ASSERT_CU(cuStreamBeginCapture(stream_, CU_STREAM_CAPTURE_MODE_GLOBAL));
   ASSERT_CU(Fill(stream_, q, 1, n));
-  ASSERT_CU(Busy(other, 100'000'000ull));
+  ASSERT_CU(Busy(other, std::chrono::milliseconds(100)));
   ASSERT_CU(Fill(other, p, 4, n));
   ASSERT_CU(cuEventRecord(done, other));
   CUstreamCaptureMode mode = CU_STREAM_CAPTURE_MODE_RELAXED;

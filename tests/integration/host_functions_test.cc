@@ -10,6 +10,7 @@
 #include <thread>
 #include <vector>
 
+#include "tests/integration/kernel_test_fixture.h"
 #include "tests/integration/session_environment.h"
 
 namespace curelay::testing {
@@ -20,32 +21,7 @@ using Clock = std::chrono::steady_clock;
 const auto* const environment = AddSessionEnvironment(
     "host-functions", {{"CURELAY_EMU_DEVICE_MEMORY", std::to_string(1ull << 30)}});
 
-class HostFunctionTest : public ::testing::Test {
- protected:
-  void SetUp() override {
-    ASSERT_CU(cuInit(0));
-    ASSERT_CU(cuDevicePrimaryCtxRetain(&context_, 0));
-    ASSERT_CU(cuCtxSetCurrent(context_));
-    ASSERT_CU(cuModuleLoadData(&module_, Ptx().c_str()));
-    ASSERT_CU(cuModuleGetFunction(&busy_, module_, "busy_wait_ns"));
-    ASSERT_CU(cuStreamCreate(&stream_, CU_STREAM_NON_BLOCKING));
-  }
-  void TearDown() override {
-    cuStreamDestroy(stream_);
-    cuModuleUnload(module_);
-    cuDevicePrimaryCtxRelease(0);
-  }
-  CUresult Busy(CUstream stream, std::chrono::milliseconds duration) {
-    unsigned long long nanoseconds = std::chrono::nanoseconds(duration).count();
-    void* params[] = {&nanoseconds};
-    return cuLaunchKernel(busy_, 1, 1, 1, 1, 1, 1, 0, stream, params, nullptr);
-  }
-
-  CUcontext context_ = nullptr;
-  CUmodule module_ = nullptr;
-  CUfunction busy_ = nullptr;
-  CUstream stream_ = nullptr;
-};
+using HostFunctionTest = KernelTest;
 
 struct Record {
   std::atomic<bool> ran{false};

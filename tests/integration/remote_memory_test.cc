@@ -8,6 +8,7 @@
 #include <cstring>
 #include <vector>
 
+#include "tests/integration/kernel_test_fixture.h"
 #include "tests/integration/session_environment.h"
 
 namespace curelay::testing {
@@ -16,41 +17,7 @@ namespace {
 const auto* const environment =
     AddSessionEnvironment("remote-memory", {{"CURELAY_EMU_DEVICE_MEMORY", std::to_string(1ull << 30)}});
 
-class RemoteMemoryTest : public ::testing::Test {
- protected:
-  void SetUp() override {
-    ASSERT_CU(cuInit(0));
-    ASSERT_CU(cuDevicePrimaryCtxRetain(&context_, 0));
-    ASSERT_CU(cuCtxSetCurrent(context_));
-    ASSERT_CU(cuModuleLoadData(&module_, Ptx().c_str()));
-    ASSERT_CU(cuModuleGetFunction(&increment_, module_, "increment_i32"));
-    ASSERT_CU(cuModuleGetFunction(&fill_, module_, "fill_u32"));
-    ASSERT_CU(cuModuleGetFunction(&busy_, module_, "busy_wait_ns"));
-    ASSERT_CU(cuStreamCreate(&stream_, CU_STREAM_NON_BLOCKING));
-  }
-  void TearDown() override {
-    cuStreamDestroy(stream_);
-    cuModuleUnload(module_);
-    cuDevicePrimaryCtxRelease(0);
-  }
-  CUresult Increment(CUdeviceptr p, int n, CUstream stream) {
-    void* params[] = {&p, &n};
-    return cuLaunchKernel(increment_, (n + 127) / 128, 1, 1, 128, 1, 1, 0, stream, params, nullptr);
-  }
-  CUresult Fill(CUdeviceptr p, unsigned value, unsigned long long n, CUstream stream) {
-    void* params[] = {&p, &value, &n};
-    return cuLaunchKernel(fill_, static_cast<unsigned>((n + 255) / 256), 1, 1, 256, 1, 1, 0, stream, params, nullptr);
-  }
-  CUresult Busy(unsigned long long nanoseconds, CUstream stream) {
-    void* params[] = {&nanoseconds};
-    return cuLaunchKernel(busy_, 1, 1, 1, 1, 1, 1, 0, stream, params, nullptr);
-  }
-
-  CUcontext context_ = nullptr;
-  CUmodule module_ = nullptr;
-  CUfunction increment_ = nullptr, fill_ = nullptr, busy_ = nullptr;
-  CUstream stream_ = nullptr;
-};
+using RemoteMemoryTest = KernelTest;
 
 TEST_F(RemoteMemoryTest, KernelsReadAndWriteMappedHostMemory) {
   constexpr int n = 3000;  // spans pages
@@ -60,8 +27,8 @@ TEST_F(RemoteMemoryTest, KernelsReadAndWriteMappedHostMemory) {
   ASSERT_CU(cuMemHostGetDevicePointer(&device, host, 0));
   for (int round = 0; round < 3; ++round) {
     for (int i = 0; i < n; ++i) host[i] = i * 7 + round;  // host writes before each launch reach the kernel
-    ASSERT_CU(Increment(device, n, stream_));
-    ASSERT_CU(Increment(device, n / 2, stream_));
+    ASSERT_CU(Increment(stream_, device, n));
+    ASSERT_CU(Increment(stream_, device, n / 2));
     ASSERT_CU(cuStreamSynchronize(stream_));
     for (int i = 0; i < n; ++i) ASSERT_EQ(host[i], i * 7 + round + (i < n / 2 ? 2 : 1)) << "round " << round << " i " << i;
   }
@@ -76,13 +43,13 @@ TEST_F(RemoteMemoryTest, PlainPinnedMemoryPassedAsItsHostPointerIsMappedToo) {
   CUdeviceptr device = 0;
   ASSERT_CU(cuMemHostGetDevicePointer(&device, host, 0));
   for (int i = 0; i < n; ++i) host[i] = 1000 + i;
-  ASSERT_CU(Increment(device, n, nullptr));
+  ASSERT_CU(Increment(nullptr, device, n));
   ASSERT_CU(cuCtxSynchronize());
   for (int i = 0; i < n; ++i) ASSERT_EQ(host[i], 1001 + i);
   // A host write between two launches is not lost, and a byte the kernel did not touch keeps the host's value.
   host[0] = 50;
   host[n] = 77;
-  ASSERT_CU(Increment(device, 1, nullptr));
+  ASSERT_CU(Increment(nullptr, device, 1));
   ASSERT_CU(cuCtxSynchronize());
   EXPECT_EQ(host[0], 51);
   EXPECT_EQ(host[1], 1002);
@@ -96,7 +63,7 @@ TEST_F(RemoteMemoryTest, RegisteredMemoryIsReachedThroughItsDevicePointer) {
   ASSERT_CU(cuMemHostRegister(application.data(), application.size() * sizeof(int), CU_MEMHOSTREGISTER_DEVICEMAP));
   CUdeviceptr device = 0;
   ASSERT_CU(cuMemHostGetDevicePointer(&device, application.data(), 0));
-  ASSERT_CU(Increment(device, static_cast<int>(application.size()), stream_));
+  ASSERT_CU(Increment(stream_, device, static_cast<int>(application.size())));
   ASSERT_CU(cuStreamSynchronize(stream_));
   for (size_t i = 0; i < application.size(); ++i) ASSERT_EQ(application[i], static_cast<int>(i) + 1) << i;
   ASSERT_CU(cuMemHostUnregister(application.data()));
@@ -109,8 +76,8 @@ TEST_F(RemoteMemoryTest, DeviceToHostIntoPinnedMemoryIsAsynchronousAndOrdered) {
   uint32_t* pinned = nullptr;
   ASSERT_CU(cuMemAllocHost(reinterpret_cast<void**>(&pinned), n * sizeof(uint32_t)));
   std::memset(pinned, 0, n * sizeof(uint32_t));
-  ASSERT_CU(Busy(300'000'000, stream_));  // 300 ms ahead of the copy on its stream
-  ASSERT_CU(Fill(device, 0xabcd1234u, n, stream_));
+  ASSERT_CU(Busy(stream_, std::chrono::milliseconds(300)));  // 300 ms ahead of the copy on its stream
+  ASSERT_CU(Fill(stream_, device, 0xabcd1234u, n));
   ASSERT_CU(cuMemcpyDtoHAsync(pinned, device, n * sizeof(uint32_t), stream_));
   // Returned while the stream is still busy: the data has not arrived yet.
   EXPECT_EQ(cuStreamQuery(stream_), CUDA_ERROR_NOT_READY);
@@ -122,11 +89,11 @@ TEST_F(RemoteMemoryTest, DeviceToHostIntoPinnedMemoryIsAsynchronousAndOrdered) {
   for (size_t i = 0; i < n; i += 997) ASSERT_EQ(pinned[i], 0xabcd1234u) << i;
   EXPECT_EQ(pinned[n - 1], 0xabcd1234u);
   // The same again, finished by a stream synchronize, and then by freeing the memory (which waits too).
-  ASSERT_CU(Fill(device, 7u, n, stream_));
+  ASSERT_CU(Fill(stream_, device, 7u, n));
   ASSERT_CU(cuMemcpyDtoHAsync(pinned, device, n * sizeof(uint32_t), stream_));
   ASSERT_CU(cuStreamSynchronize(stream_));
   EXPECT_EQ(pinned[12345], 7u);
-  ASSERT_CU(Fill(device, 9u, n, stream_));
+  ASSERT_CU(Fill(stream_, device, 9u, n));
   ASSERT_CU(cuMemcpyDtoHAsync(pinned, device, n * sizeof(uint32_t), stream_));
   ASSERT_CU(cuEventDestroy(done));
   ASSERT_CU(cuMemFreeHost(pinned));
@@ -142,7 +109,7 @@ TEST_F(RemoteMemoryTest, AStreamFoundIdleHasItsCopiesLanded) {
   uint32_t* pinned = nullptr;
   ASSERT_CU(cuMemAllocHost(reinterpret_cast<void**>(&pinned), n * sizeof(uint32_t)));
   for (uint32_t round = 1; round <= 300; ++round) {
-    ASSERT_CU(Fill(device, round, n, stream_));
+    ASSERT_CU(Fill(stream_, device, round, n));
     ASSERT_CU(cuMemcpyDtoHAsync(pinned, device, n * sizeof(uint32_t), stream_));
     CUresult state;
     while ((state = cuStreamQuery(stream_)) == CUDA_ERROR_NOT_READY) {
