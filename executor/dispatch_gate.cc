@@ -91,17 +91,6 @@ void DispatchGate::AwaitGrant(const Timing& timing) {
   }
 }
 
-CUevent DispatchGate::TakeEvent(CUcontext context) {
-  for (auto it = spare_events_.rbegin(); it != spare_events_.rend(); ++it) {
-    if (it->context != context) continue;
-    CUevent event = it->event;
-    spare_events_.erase(std::next(it).base());
-    return event;
-  }
-  CUevent event = nullptr;
-  return driver_.cuEventCreate(&event, CU_EVENT_DEFAULT) == CUDA_SUCCESS ? event : nullptr;
-}
-
 bool DispatchGate::ShouldTime(const Timing& timing) {
   constexpr uint32_t kMeasuredBeforeSampling = 4;
   constexpr int64_t kAlwaysTimedNs = 10'000;
@@ -124,9 +113,9 @@ bool DispatchGate::ShouldTime(const Timing& timing) {
 
 void DispatchGate::BeginLaunch(Timing& timing, CUstream stream) {
   if (slot_ == nullptr || !ShouldTime(timing)) return;
-  timing.start = TakeEvent(timing.context);
+  timing.start = events_.Take(timing.context);
   if (timing.start != nullptr && driver_.cuEventRecord(timing.start, stream) != CUDA_SUCCESS) {
-    GiveEvent(timing.context, timing.start);
+    events_.Give(timing.context, timing.start);
     timing.start = nullptr;
   }
 }
@@ -134,17 +123,17 @@ void DispatchGate::BeginLaunch(Timing& timing, CUstream stream) {
 void DispatchGate::EndLaunch(CUstream stream, const Timing& timing, bool launched) {
   if (slot_ == nullptr) return;
   if (!launched) {
-    if (timing.start != nullptr) GiveEvent(timing.context, timing.start);
+    if (timing.start != nullptr) events_.Give(timing.context, timing.start);
     return;
   }
   Report(backend::DispatchEventKind::kDispatched, timing.gpu, timing.kernel, timing.estimate_ns);
   ++pieces_dispatched_;
   pieces_timed_ += timing.start != nullptr;
-  CUevent end = timing.start != nullptr ? TakeEvent(timing.context) : nullptr;
+  CUevent end = timing.start != nullptr ? events_.Take(timing.context) : nullptr;
   if (end == nullptr || driver_.cuEventRecord(end, stream) != CUDA_SUCCESS) {
     // Untimed (by choice, or a marker failed): the scheduler hears of the completion at once, at the estimate.
-    if (end != nullptr) GiveEvent(timing.context, end);
-    if (timing.start != nullptr) GiveEvent(timing.context, timing.start);
+    if (end != nullptr) events_.Give(timing.context, end);
+    if (timing.start != nullptr) events_.Give(timing.context, timing.start);
     Report(backend::DispatchEventKind::kCompleted, timing.gpu, timing.kernel, timing.estimate_ns);
     return;
   }
@@ -173,8 +162,8 @@ void DispatchGate::Poll() {
         cost_model_.Observe(work.kernel, std::chrono::nanoseconds(gpu_ns));
       }
       Complete(lane, work, gpu_ns);
-      GiveEvent(work.context, work.start);
-      GiveEvent(work.context, work.end);
+      events_.Give(work.context, work.start);
+      events_.Give(work.context, work.end);
       lane.inflight.pop_front();
     }
   }
@@ -196,7 +185,7 @@ void DispatchGate::ForgetContext(CUcontext context) {
       return true;
     });
   }
-  std::erase_if(spare_events_, [context](const SpareEvent& spare) { return spare.context == context; });
+  events_.Forget(context);
 }
 
 void DispatchGate::Release() {
@@ -207,8 +196,7 @@ void DispatchGate::Release() {
     }
   }
   lanes_.clear();
-  for (const SpareEvent& spare : spare_events_) driver_.cuEventDestroy(spare.event);
-  spare_events_.clear();
+  events_.Release();
 }
 
 }  // namespace curelay::executor

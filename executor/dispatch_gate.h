@@ -18,6 +18,7 @@
 
 #include "backend/dispatch/dispatch_board.h"
 #include "executor/driver.h"
+#include "executor/event_pool.h"
 #include "scheduler/kernel_cost_model.h"
 
 namespace curelay::executor {
@@ -78,17 +79,11 @@ class DispatchGate {
     uint32_t untimed_in_a_row = 0;
     bool behind = false;  // a sample was still running when the next one was due
   };
-  struct SpareEvent {
-    CUcontext context;
-    CUevent event;
-  };
   GpuLane& LaneOf(int gpu);
   // Whether the work gets markers: always while a higher class limits this session's in-flight work there, for a
   // kernel measured fewer than 4 times or estimated at 10 us or more, and while the GPU is behind (a sample still
   // running when the next is due, until nothing timed is in flight); else every 16th piece.
   bool ShouldTime(const Timing& timing);
-  CUevent TakeEvent(CUcontext context);
-  void GiveEvent(CUcontext context, CUevent event) { spare_events_.push_back({context, event}); }
   void Report(backend::DispatchEventKind kind, int gpu, uint64_t kernel, int64_t gpu_ns);
   void Complete(GpuLane& lane, const Inflight& work, int64_t gpu_ns);
 
@@ -101,7 +96,7 @@ class DispatchGate {
   CUcontext located_context_ = nullptr;
   int located_gpu_ = 0;
   std::deque<GpuLane> lanes_;  // a handful, the GPUs this session has used; a deque keeps references stable
-  std::vector<SpareEvent> spare_events_;
+  EventPool events_{driver_, CU_EVENT_DEFAULT};  // start and end events of timed work
   uint64_t pieces_dispatched_ = 0;
   uint64_t pieces_timed_ = 0;
   scheduler::KernelCostModel cost_model_{std::chrono::microseconds(500), 0.25};

@@ -54,6 +54,7 @@ Session::Outcome Session::ContextDestroy(const wire::ContextDestroy& call) {
   if (created_contexts_.count(call.context()) == 0) return {CUDA_ERROR_INVALID_CONTEXT};
   Outcome outcome;
   dispatch_gate_.ForgetContext(contexts_.at(call.context()));  // its timing markers go with it
+  markers_.Forget(contexts_.at(call.context()));
   outcome.result = driver_.cuCtxDestroy(contexts_.at(call.context()));
   if (outcome.result == CUDA_SUCCESS) {
     contexts_.erase(call.context());
@@ -106,7 +107,7 @@ Session::Outcome Session::ContextSynchronize() {
     result = RecordMarker(stream, markers);
   }
   if (result != CUDA_SUCCESS) {
-    for (CUevent marker : markers) driver_.cuEventDestroy(marker);
+    ReturnMarkers(markers);
     return {TakeDeferred(result)};
   }
   return Defer(std::move(markers), 0);
@@ -149,6 +150,7 @@ Session::Outcome Session::PrimaryContextReset(const wire::PrimaryContextReset& c
   CUcontext primary = nullptr;
   if (driver_.cuDevicePrimaryCtxRetain(&primary, call.device()) == CUDA_SUCCESS) {
     dispatch_gate_.ForgetContext(primary);
+    markers_.Forget(primary);
     driver_.cuDevicePrimaryCtxRelease(call.device());
   }
   return {driver_.cuDevicePrimaryCtxReset(call.device())};

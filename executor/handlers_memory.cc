@@ -113,7 +113,7 @@ Session::Outcome Session::CopyToHostDeferred(CUstream stream, uint64_t bytes,
   CUresult result = enqueue(staging);
   if (result == CUDA_SUCCESS) result = RecordMarker(stream, markers);
   if (result != CUDA_SUCCESS) {
-    for (CUevent marker : markers) driver_.cuEventDestroy(marker);
+    ReturnMarkers(markers);
     staging_.Give(staging);
     return {TakeDeferred(result)};
   }

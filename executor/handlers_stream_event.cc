@@ -41,7 +41,7 @@ Session::Outcome Session::StreamSynchronize(const wire::StreamSynchronize& call)
   if (state != CUDA_ERROR_NOT_READY) return {TakeDeferred(state)};
   result = RecordMarker(stream, markers);
   if (result != CUDA_SUCCESS) {
-    for (CUevent marker : markers) driver_.cuEventDestroy(marker);
+    ReturnMarkers(markers);
     return {TakeDeferred(result)};
   }
   return Defer(std::move(markers), 0);

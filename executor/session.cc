@@ -79,16 +79,26 @@ CUevent Session::FindEvent(uint64_t id) const {
 CUresult Session::RecordMarker(CUstream stream, std::vector<CUevent>& markers) {
   // On a capturing stream the record would be captured into the graph instead, and querying it would fail.
   if (const CUresult refused = RefuseCapturingStream(stream); refused != CUDA_SUCCESS) return refused;
-  CUevent marker = nullptr;
-  CUresult result = driver_.cuEventCreate(&marker, CU_EVENT_DISABLE_TIMING);
-  if (result != CUDA_SUCCESS) return result;
+  const CUevent marker = markers_.Take(CurrentDriverContext());
+  if (marker == nullptr) return CUDA_ERROR_OUT_OF_MEMORY;
   markers.push_back(marker);
   return driver_.cuEventRecord(marker, stream);
 }
 
+void Session::ReturnMarkers(std::vector<CUevent>& markers) {
+  const CUcontext context = CurrentDriverContext();
+  for (CUevent marker : markers) markers_.Give(context, marker);
+  markers.clear();
+}
+
+CUcontext Session::CurrentDriverContext() const {
+  const auto found = contexts_.find(current_context_);
+  return found != contexts_.end() ? found->second : nullptr;
+}
+
 Session::Outcome Session::Defer(std::vector<CUevent> markers, uint64_t client_event, uint8_t* staging,
                                 uint64_t staging_bytes) {
-  deferring_ = {0, std::move(markers), client_event, staging, staging_bytes};
+  deferring_ = {0, std::move(markers), CurrentDriverContext(), client_event, staging, staging_bytes};
   Outcome outcome;
   outcome.deferred = true;
   return outcome;
@@ -130,7 +140,6 @@ bool Session::PollPendingWaits() {
   pending_waits_.erase(pending_waits_.begin() + static_cast<std::ptrdiff_t>(kept), pending_waits_.end());
   for (size_t i = 0; i < completed.size(); ++i) {
     PendingWait& wait = completed[i];
-    for (CUevent marker : wait.markers) driver_.cuEventDestroy(marker);
     const uint64_t client_event = wait.client_event;
     if (client_event != 0 && doomed_events_.count(client_event) != 0) {
       const auto needs = [&](const PendingWait& other) { return other.client_event == client_event; };
@@ -147,6 +156,8 @@ bool Session::PollPendingWaits() {
     if (wait.staging != nullptr && outcome.result == CUDA_SUCCESS) outcome.payload = {wait.staging, wait.staging_bytes};
     const bool sent = SendReply(wait.sequence, outcome, wait_builder_);
     staging_.Give(wait.staging);  // the channel copied the payload
+    // After the answer, so that returning them is not on its path.
+    for (CUevent marker : wait.markers) markers_.Give(wait.context, marker);
     if (!sent) {
       for (size_t j = i + 1; j < completed.size(); ++j) staging_.Give(completed[j].staging);
       return false;
@@ -436,6 +447,7 @@ void Session::ReleaseEverything() {
     for (CUevent marker : wait.markers) driver_.cuEventDestroy(marker);
   }
   pending_waits_.clear();
+  markers_.Release();
   staging_.Release();
   for (auto& [id, event] : doomed_events_) driver_.cuEventDestroy(event);
   doomed_events_.clear();

@@ -17,6 +17,7 @@
 
 #include "executor/dispatch_gate.h"
 #include "executor/driver.h"
+#include "executor/event_pool.h"
 #include "executor/host_mirrors.h"
 #include "executor/jit_option_set.h"
 #include "executor/session_memory_quota.h"
@@ -56,7 +57,8 @@ class Session {
   // this one when every marker event (and the client's event, for cuEventSynchronize) has completed.
   struct PendingWait {
     uint64_t sequence = 0;
-    std::vector<CUevent> markers;  // recorded by the executor, destroyed when the wait ends
+    std::vector<CUevent> markers;  // recorded by the executor, back to markers_ when the wait ends
+    CUcontext context = nullptr;   // the driver context the markers belong to
     uint64_t client_event = 0;     // cuEventSynchronize: the client's event id
     uint8_t* staging = nullptr;    // device-to-host copy: the data to send with the answer (from staging_)
     uint64_t staging_bytes = 0;
@@ -65,8 +67,11 @@ class Session {
   bool Attach();
   // Answers the pending waits whose work has completed. Returns false if a reply could not be sent.
   bool PollPendingWaits();
-  // Records a completion marker on `stream` for a wait being built.
+  // Records a completion marker on `stream` (of the current context) for a wait being built.
   CUresult RecordMarker(CUstream stream, std::vector<CUevent>& markers);
+  // Markers of a wait that will not be waited for (the handler failed after recording some).
+  void ReturnMarkers(std::vector<CUevent>& markers);
+  CUcontext CurrentDriverContext() const;
   Outcome Defer(std::vector<CUevent> markers, uint64_t client_event, uint8_t* staging = nullptr,
                 uint64_t staging_bytes = 0);
   // A stream-ordered copy of `bytes` into a pinned staging chunk (`enqueue` issues it into the chunk it is given),
@@ -260,6 +265,7 @@ class Session {
   std::vector<uint8_t> session_key_;
   flatbuffers::FlatBufferBuilder builder_;
   flatbuffers::FlatBufferBuilder wait_builder_;  // answers to pending waits (PollPendingWaits)
+  EventPool markers_{driver_, CU_EVENT_DISABLE_TIMING};  // completion markers of pending waits
   // Device-to-host chunks in flight: at most 32 x 4 MiB page-locked per session.
   StagingPool staging_{driver_, wire::kCopyChunkBytes, 32};
   std::vector<uint64_t> aligned_buffer_;    // 8-byte aligned copy of module images and kernel arguments
