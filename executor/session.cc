@@ -15,7 +15,9 @@ namespace curelay::executor {
 
 Session::Session(Driver& driver, std::shared_ptr<transport::Channel> channel, std::vector<uint8_t> session_key)
     // Serialized: a remote client's host-function notices are sent from the driver's callback threads.
-    : driver_(driver), zmq_channel_(std::make_shared<transport::SerializedChannel>(std::move(channel), 100)),
+    : driver_(driver),
+      zmq_channel_(std::make_shared<transport::SerializedChannel>(std::move(channel),
+                                                                  transport::ChannelOptions{}.spin_microseconds)),
       channel_(zmq_channel_.get()),
       session_key_(std::move(session_key)) {}
 

@@ -118,6 +118,15 @@ class Simulation {
   TimePoint now_{};
 };
 
+// Tenants 1, 2, ... with the given limits, each with one session on GPU 0 (session 10 x its tenant id).
+void OpenTenants(Scheduler& scheduler, const std::vector<TenantLimits>& tenants) {
+  for (size_t i = 0; i < tenants.size(); ++i) {
+    const auto tenant = static_cast<TenantId>(i + 1);
+    ASSERT_EQ(scheduler.AddTenant(tenant, tenants[i]), Status::kOk);
+    ASSERT_EQ(scheduler.OpenSession(10 * tenant, tenant, 0, {}), Status::kOk);
+  }
+}
+
 SchedulerConfig WorkConserving() {
   SchedulerConfig config;
   config.saturation_inflight = 2ms;
@@ -128,10 +137,7 @@ SchedulerConfig WorkConserving() {
 // Two normal tenants of weights 1 and 3 saturating for 10 s (batches of 4 x 2 ms, 300 us apart).
 void ExpectSharesFollowWeights(const SchedulerConfig& config) {
   Scheduler scheduler(config);
-  ASSERT_EQ(scheduler.AddTenant(1, Limits(PriorityClass::kNormal, 1)), Status::kOk);
-  ASSERT_EQ(scheduler.AddTenant(2, Limits(PriorityClass::kNormal, 3)), Status::kOk);
-  ASSERT_EQ(scheduler.OpenSession(10, 1, 0, {}), Status::kOk);
-  ASSERT_EQ(scheduler.OpenSession(20, 2, 0, {}), Status::kOk);
+  OpenTenants(scheduler, {Limits(PriorityClass::kNormal, 1), Limits(PriorityClass::kNormal, 3)});
   Simulation simulation(scheduler, {{10, 2ms, 4, 300us}, {20, 2ms, 4, 300us}});
   simulation.Run(10s);
   const double a = std::chrono::duration<double>(simulation.program(0).gpu_time).count();
@@ -144,12 +150,7 @@ void ExpectSharesFollowWeights(const SchedulerConfig& config) {
 void ExpectHighPriorityWithinTheBudget(SchedulerConfig config) {
   config.low_priority_inflight_budget = 1ms;
   Scheduler scheduler(config);
-  ASSERT_EQ(scheduler.AddTenant(1, Limits(PriorityClass::kHigh, 1)), Status::kOk);
-  ASSERT_EQ(scheduler.AddTenant(2, Limits(PriorityClass::kLow, 1)), Status::kOk);
-  ASSERT_EQ(scheduler.AddTenant(3, Limits(PriorityClass::kLow, 1)), Status::kOk);
-  for (auto [session, tenant] : {std::pair{10, 1}, {20, 2}, {30, 3}}) {
-    ASSERT_EQ(scheduler.OpenSession(session, tenant, 0, {}), Status::kOk);
-  }
+  OpenTenants(scheduler, {Limits(PriorityClass::kHigh, 1), Limits(PriorityClass::kLow, 1), Limits(PriorityClass::kLow, 1)});
   Simulation simulation(scheduler, {{10, 1ms, 4, 0us, 20ms}, {20, 500us, 8, 100us}, {30, 500us, 8, 100us}});
   simulation.Run(5s);
   std::vector<Duration> latencies = simulation.program(0).latencies;
@@ -184,10 +185,7 @@ TEST(GrantDrivenExecutorsTest, WorkConservationKeepsHighPriorityWithinTheBudget)
 // with work conservation neither ever waits for the other, and a batch takes the simulation's resolution.
 std::vector<Duration> LightTenantBatchTimes(const SchedulerConfig& config) {
   Scheduler scheduler(config);
-  EXPECT_EQ(scheduler.AddTenant(1, Limits(PriorityClass::kNormal, 1)), Status::kOk);
-  EXPECT_EQ(scheduler.AddTenant(2, Limits(PriorityClass::kNormal, 1)), Status::kOk);
-  EXPECT_EQ(scheduler.OpenSession(10, 1, 0, {}), Status::kOk);
-  EXPECT_EQ(scheduler.OpenSession(20, 2, 0, {}), Status::kOk);
+  OpenTenants(scheduler, {Limits(PriorityClass::kNormal, 1), Limits(PriorityClass::kNormal, 1)});
   Simulation simulation(scheduler, {{10, 10us, 4, 0us}, {20, 10us, 4, 0us}});
   simulation.Run(2s);
   std::vector<Duration> all = simulation.program(0).latencies;
