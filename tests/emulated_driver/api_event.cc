@@ -98,7 +98,11 @@ CUresult CUDAAPI cuEventQuery(CUevent hEvent) {
     if (CUresult r = emu::LookupEvent(hEvent, &event); r != CUDA_SUCCESS) return r;
     if (CUresult r = event->ctx->sticky(); r != CUDA_SUCCESS) return r;
     if (CUresult r = emu::CheckEventSync(event->handle); r != CUDA_SUCCESS) return r;
-    return emu::Completed(emu::Snapshot(*event)) ? CUDA_SUCCESS : CUDA_ERROR_NOT_READY;
+    const bool completed = emu::Completed(emu::Snapshot(*event));
+    // The fault check again, after completion was seen: work before the record may have faulted in between, and
+    // an event whose preceding work faulted reports the fault, never success.
+    if (CUresult r = event->ctx->sticky(); r != CUDA_SUCCESS) return r;
+    return completed ? CUDA_SUCCESS : CUDA_ERROR_NOT_READY;
   });
 }
 
