@@ -41,7 +41,12 @@ bool LoadBackendConfig(const std::string& path, BackendConfig* config, std::stri
     *error = path + ": " + std::string(failure.description());
     return false;
   }
-  if (!CheckKeys(root, {"backend", "admin", "scheduler", "metrics"}, path, error)) return false;
+  if (!CheckKeys(root, {"backend", "admin", "scheduler", "metrics", "mps"}, path, error)) return false;
+  if (const toml::table* mps = root["mps"].as_table()) {
+    if (!CheckKeys(*mps, {"control"}, "[mps]", error) || !Read(*mps, "control", &config->mps_control, error)) {
+      return false;
+    }
+  }
   if (const toml::table* metrics = root["metrics"].as_table()) {
     if (!CheckKeys(*metrics, {"listen"}, "[metrics]", error) || !Read(*metrics, "listen", &config->metrics_listen, error)) {
       return false;

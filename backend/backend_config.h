@@ -36,6 +36,9 @@ struct BackendConfig {
   // Estimated GPU time in flight on a GPU below which every tenant of the top class starts work at once (the GPU is
   // not saturated; turns and weights apply above it, until it falls under half of it). 0: turns always.
   int64_t saturation_us = 2000;
+  // [mps] control: nvidia-cuda-mps-control, for tenants with spatial sharing; empty: looked up on PATH and in
+  // /usr/local/nvidia/bin, /usr/bin.
+  std::string mps_control;
 };
 
 // Reads `path` into `config` (keys it lacks keep their values); false with `error` set on a bad file or key.

@@ -132,7 +132,7 @@ void Broker::HandleHello(transport::ListenerRequest request) {
     return;
   }
   SessionInfo session{"", hello->client_pid(), host, program, static_cast<int64_t>(std::time(nullptr))};
-  DeviceSet gpus;
+  ExecutorKind kind;
   const std::string token = hello->tenant() ? hello->tenant()->str() : "";
   if (token.empty() && !settings_.allow_anonymous) {
     spdlog::warn("refused {} (pid {} on {}): no tenant token", program, hello->client_pid(), host);
@@ -155,11 +155,11 @@ void Broker::HandleHello(transport::ListenerRequest request) {
       return;
     }
     session.tenant = tenant->name;
-    gpus = tenant->gpus;
+    kind = {tenant->gpus, tenant->mps_sm_percent, tenant->mps_sm_percent != 0 ? tenant->mps_memory_limit_bytes : 0};
   }
   spdlog::info("hello from {} (pid {} on {}, tenant '{}')", program, hello->client_pid(), host,
                session.tenant.empty() ? "(anonymous)" : session.tenant);
-  pending_.push_back({std::move(request), NowMs() + settings_.pending_timeout_ms, std::move(session), std::move(gpus)});
+  pending_.push_back({std::move(request), NowMs() + settings_.pending_timeout_ms, std::move(session), std::move(kind)});
   ServePending();
 }
 
@@ -311,10 +311,11 @@ void Broker::ServePending() {
   // reason instead of hanging them. When one of every GPU cannot start, nobody can be served until the host's GPUs
   // are known; after that, tenants of their own sets are not affected.
   const auto failures = pool_.TakeStartFailures();
-  const auto every_gpu_failure = failures.find(DeviceSet{});
-  std::map<DeviceSet, size_t> waiting;  // clients still waiting, by a tenant's own device set
+  const auto every_gpu_failure = failures.find(ExecutorKind{});
+  std::map<ExecutorKind, size_t> waiting;  // clients still waiting, by a kind other than the warm pool's
   for (auto it = pending_.begin(); it != pending_.end();) {
-    auto failure = failures.find(it->gpus);
+    const DeviceSet& gpus = it->kind.gpus;
+    auto failure = failures.find(it->kind);
     if (failure == failures.end() && pool_.host_gpus() == 0) failure = every_gpu_failure;
     if (failure != failures.end()) {
       Refuse(it->request, failure->second.first, failure->second.second);
@@ -326,25 +327,25 @@ void Broker::ServePending() {
       it = pending_.erase(it);
       continue;
     }
-    if (!it->gpus.empty()) {
-      if (pool_.host_gpus() == 0) {  // not known until the warm pool's first executor is ready
-        ++it;
-        continue;
-      }
+    if (!it->kind.warm_pool() && pool_.host_gpus() == 0) {  // not known until the warm pool's first is ready
+      ++it;
+      continue;
+    }
+    if (!gpus.empty()) {
       // Checked before an executor is started for the set: the driver silently drops a CUDA_VISIBLE_DEVICES entry
       // that names no GPU, and every entry after it.
-      std::string error = ValidateGpuList(it->gpus);
-      if (error.empty()) error = MissingHostGpu(it->gpus, pool_.host_gpus());
+      std::string error = ValidateGpuList(gpus);
+      if (error.empty()) error = MissingHostGpu(gpus, pool_.host_gpus());
       if (!error.empty()) {
         spdlog::warn("refused {} (pid {}): tenant '{}' may use GPUs {}: {}", it->session.client_program,
-                     it->session.client_pid, it->session.tenant, FormatGpuList(it->gpus), error);
+                     it->session.client_pid, it->session.tenant, FormatGpuList(gpus), error);
         Refuse(it->request, CUDA_ERROR_NO_DEVICE, "tenant '" + it->session.tenant + "': " + error);
         it = pending_.erase(it);
         continue;
       }
     }
-    ExecutorProcess* executor = pool_.TakeIdle(it->gpus);
-    if (!it->gpus.empty()) waiting[it->gpus] += executor == nullptr;
+    ExecutorProcess* executor = pool_.TakeIdle(it->kind);
+    if (!it->kind.warm_pool()) waiting[it->kind] += executor == nullptr;
     if (executor == nullptr) {
       ++it;
       continue;
@@ -353,7 +354,7 @@ void Broker::ServePending() {
     it = pending_.erase(it);
   }
   // An executor for each client still waiting, and a spare for the set's next session.
-  for (const auto& [gpus, clients] : waiting) pool_.Provide(gpus, clients + 1);
+  for (const auto& [kind, clients] : waiting) pool_.Provide(kind, clients + 1);
 }
 
 void Broker::Refuse(const transport::ListenerRequest& request, CUresult result, const std::string& message) {
@@ -365,6 +366,8 @@ void Broker::Refuse(const transport::ListenerRequest& request, CUresult result, 
 void Broker::Admit(const PendingHello& hello, ExecutorProcess& executor) {
   const transport::ListenerRequest& request = hello.request;
   SessionAssignment assignment{next_session_++, RandomKey()};
+  // Spatially shared sessions run beside each other on the SMs MPS gives them: the turn scheduler does not gate
+  // them (docs/scheduling.md), but their memory is accounted like any tenant's.
   if (!hello.session.tenant.empty()) {
     const int tenant_slot = TenantSlot(hello.session.tenant);
     assignment.quota_session_slot = tenant_slot < 0 ? -1 : TakeSessionSlot(tenant_slot);
@@ -375,14 +378,14 @@ void Broker::Admit(const PendingHello& hello, ExecutorProcess& executor) {
     assignment.quota_board = quota_board_->path();
     std::string error;
     // Scheduled on each GPU the executor shows its session.
-    if (!dispatch_.OpenSession(assignment.session_id, hello.session.tenant, assignment.quota_session_slot,
+    if (!hello.kind.spatial() && !dispatch_.OpenSession(assignment.session_id, hello.session.tenant, assignment.quota_session_slot,
                                pool_.HostGpusOf(executor), &error)) {
       quota_board_->Settle(assignment.quota_session_slot);
       session_slot_used_[assignment.quota_session_slot] = false;
       Refuse(request, CUDA_ERROR_NOT_PERMITTED, error);
       return;
     }
-    assignment.dispatch_board = dispatch_.board_path();
+    if (!hello.kind.spatial()) assignment.dispatch_board = dispatch_.board_path();
   }
   if (!pool_.Assign(executor, assignment, hello.session)) {
     dispatch_.CloseSession(assignment.session_id);

@@ -43,7 +43,7 @@ class Broker {
     transport::ListenerRequest request;
     int64_t deadline_ms = 0;
     SessionInfo session;
-    DeviceSet gpus;  // the tenant's GPUs; empty: every GPU
+    ExecutorKind kind;  // the tenant's GPUs (empty: every GPU) and spatial sharing
   };
 
   void HandleHello(transport::ListenerRequest request);

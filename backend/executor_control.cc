@@ -1,141 +1,139 @@
 #include "backend/executor_control.h"
 
 #include <errno.h>
-#include <unistd.h>
+#include <sys/socket.h>
 
 #include <charconv>
-#include <sstream>
 
 #include "common/gpu_list.h"
+#include "control_generated.h"
 
 namespace curelay::backend {
 namespace {
 
-std::string Hex(const std::vector<uint8_t>& bytes) {
-  static const char digits[] = "0123456789abcdef";
-  std::string text;
-  for (uint8_t byte : bytes) {
-    text.push_back(digits[byte >> 4]);
-    text.push_back(digits[byte & 15]);
+// Larger than any legitimate message (endpoints, a key, two board paths, a reason): a datagram that fills it was
+// truncated and is refused.
+constexpr size_t kMaxControlBytes = 8192;
+
+ControlRecord Decode(const uint8_t* bytes, size_t size) {
+  ControlRecord record;
+  flatbuffers::Verifier verifier(bytes, size);
+  if (size == 0 || size >= kMaxControlBytes || !verifier.VerifyBuffer<control::ControlMessage>(nullptr)) {
+    record.reason = "malformed control message (" + std::to_string(size) + " bytes)";
+    return record;
   }
-  return text;
+  const auto* message = flatbuffers::GetRoot<control::ControlMessage>(bytes);
+  if (message->version() != kControlVersion) {
+    record.reason = "control version " + std::to_string(message->version()) + ", expected " +
+                    std::to_string(kControlVersion) + " (an executor binary from another build?)";
+    return record;
+  }
+  const auto text = [](const flatbuffers::String* value) { return value != nullptr ? value->str() : std::string(); };
+  if (const auto* ready = message->body_as_ExecutorReady()) {
+    if (ready->devices() < 1 || ready->devices() > kMaxHostGpus) {
+      record.reason = "ready with " + std::to_string(ready->devices()) + " devices";
+      return record;
+    }
+    record.kind = ControlRecord::Kind::kReady;
+    record.ready = {text(ready->ipc_endpoint()), ready->tcp_port(), ready->devices()};
+  } else if (const auto* failed = message->body_as_ExecutorFailed()) {
+    record.kind = ControlRecord::Kind::kFailed;
+    record.result = static_cast<CUresult>(failed->result());
+    record.reason = text(failed->reason());
+  } else if (const auto* session = message->body_as_SessionAssignment()) {
+    if (session->session_key() == nullptr || session->quota_session_slot() < -1) {
+      record.reason = "session assignment without a key or with slot " + std::to_string(session->quota_session_slot());
+      return record;
+    }
+    record.kind = ControlRecord::Kind::kSession;
+    record.session.session_id = session->session_id();
+    record.session.key.assign(session->session_key()->begin(), session->session_key()->end());
+    record.session.quota_board = text(session->quota_board());
+    record.session.quota_session_slot = session->quota_session_slot();
+    record.session.dispatch_board = text(session->dispatch_board());
+  } else if (const auto* faulted = message->body_as_SessionFaulted()) {
+    record.kind = ControlRecord::Kind::kFaulted;
+    record.result = static_cast<CUresult>(faulted->result());
+  } else {
+    record.reason = "control message without a known body";
+  }
+  return record;
 }
 
-bool FromHex(const std::string& text, std::vector<uint8_t>* bytes) {
-  if (text.size() % 2 != 0) return false;
-  bytes->clear();
-  for (size_t i = 0; i < text.size(); i += 2) {
-    uint8_t value = 0;
-    auto [end, error] = std::from_chars(text.data() + i, text.data() + i + 2, value, 16);
-    if (error != std::errc() || end != text.data() + i + 2) return false;
-    bytes->push_back(value);
-  }
-  return true;
+template <typename Body>
+flatbuffers::DetachedBuffer Finish(flatbuffers::FlatBufferBuilder& builder, control::ControlBody type,
+                                   flatbuffers::Offset<Body> body) {
+  builder.Finish(control::CreateControlMessage(builder, kControlVersion, type, body.Union()));
+  return builder.Release();
 }
 
 }  // namespace
 
-std::string FormatReady(const std::string& ipc_endpoint, const std::string& tcp_endpoint, int devices) {
+bool ControlLine::SendReady(const std::string& ipc_endpoint, const std::string& tcp_endpoint, int devices) {
   uint16_t port = 0;
   if (const auto colon = tcp_endpoint.rfind(':'); colon != std::string::npos) {
     std::from_chars(tcp_endpoint.data() + colon + 1, tcp_endpoint.data() + tcp_endpoint.size(), port);
   }
-  return "READY " + (ipc_endpoint.empty() ? std::string("-") : ipc_endpoint) + " " + std::to_string(port) + " " +
-         std::to_string(devices);
+  flatbuffers::FlatBufferBuilder builder;
+  const auto body = control::CreateExecutorReady(builder, builder.CreateString(ipc_endpoint), port, devices);
+  const auto bytes = Finish(builder, control::ControlBody::ExecutorReady, body);
+  return Send(bytes.data(), bytes.size());
 }
 
-std::string FormatFailed(CUresult result, const std::string& reason) {
-  std::string flat = reason;
-  for (char& c : flat) if (c == '\n') c = ' ';
-  return "FAILED " + std::to_string(static_cast<int>(result)) + " " + flat;
+bool ControlLine::SendFailed(CUresult result, const std::string& reason) {
+  flatbuffers::FlatBufferBuilder builder;
+  const auto body = control::CreateExecutorFailed(builder, static_cast<int32_t>(result),
+                                                  builder.CreateString(reason.substr(0, 2048)));
+  const auto bytes = Finish(builder, control::ControlBody::ExecutorFailed, body);
+  return Send(bytes.data(), bytes.size());
 }
 
-std::string FormatSession(const SessionAssignment& assignment) {
-  return "SESSION " + std::to_string(assignment.session_id) + " " + Hex(assignment.key) + " " +
-         (assignment.quota_board.empty() ? "-" : assignment.quota_board) + " " +
-         std::to_string(assignment.quota_session_slot) + " " +
-         (assignment.dispatch_board.empty() ? "-" : assignment.dispatch_board);
+bool ControlLine::SendSession(const SessionAssignment& assignment) {
+  flatbuffers::FlatBufferBuilder builder;
+  const auto body = control::CreateSessionAssignment(
+      builder, assignment.session_id, builder.CreateVector(assignment.key),
+      builder.CreateString(assignment.quota_board), assignment.quota_session_slot,
+      builder.CreateString(assignment.dispatch_board));
+  const auto bytes = Finish(builder, control::ControlBody::SessionAssignment, body);
+  return Send(bytes.data(), bytes.size());
 }
 
-bool ParseReady(const std::string& line, ExecutorReady* ready) {
-  std::istringstream in(line);
-  std::string word, ipc;
-  unsigned port = 0;
-  int devices = 0;
-  if (!(in >> word >> ipc >> port >> devices) || word != "READY" || port > 65535 || devices < 1 ||
-      devices > kMaxHostGpus) {
-    return false;
-  }
-  ready->devices = devices;
-  ready->ipc_endpoint = ipc == "-" ? std::string() : ipc;
-  ready->tcp_port = static_cast<uint16_t>(port);
-  return true;
+bool ControlLine::SendFaulted(CUresult result) {
+  flatbuffers::FlatBufferBuilder builder;
+  const auto body = control::CreateSessionFaulted(builder, static_cast<int32_t>(result));
+  const auto bytes = Finish(builder, control::ControlBody::SessionFaulted, body);
+  return Send(bytes.data(), bytes.size());
 }
 
-bool ParseFailed(const std::string& line, CUresult* result, std::string* reason) {
-  std::istringstream in(line);
-  std::string word;
-  int code = 0;
-  if (!(in >> word >> code) || word != "FAILED") return false;
-  *result = static_cast<CUresult>(code);
-  std::getline(in, *reason);
-  return true;
-}
-
-bool ParseSession(const std::string& line, SessionAssignment* assignment) {
-  std::istringstream in(line);
-  std::string word, key, board, dispatch;
-  if (!(in >> word >> assignment->session_id >> key >> board >> assignment->quota_session_slot >> dispatch) ||
-      word != "SESSION" || !FromHex(key, &assignment->key)) {
-    return false;
-  }
-  assignment->quota_board = board == "-" ? std::string() : board;
-  assignment->dispatch_board = dispatch == "-" ? std::string() : dispatch;
-  return assignment->quota_session_slot >= -1;
-}
-
-bool ControlLine::Write(const std::string& line) {
-  const std::string record = line + "\n";
-  size_t done = 0;
-  while (done < record.size()) {
-    const ssize_t n = write(fd_, record.data() + done, record.size() - done);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) return false;
-    done += static_cast<size_t>(n);
-  }
-  return true;
-}
-
-bool ControlLine::Read(std::string* line) {
-  while (!PopLine(line)) {
-    char chunk[256];
-    const ssize_t n = read(fd_, chunk, sizeof(chunk));
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) return false;
-    buffer_.append(chunk, static_cast<size_t>(n));
-  }
-  return true;
-}
-
-bool ControlLine::Feed() {
+bool ControlLine::Send(const uint8_t* bytes, size_t size) {
   for (;;) {
-    char chunk[256];
-    const ssize_t n = read(fd_, chunk, sizeof(chunk));
-    if (n > 0) {
-      buffer_.append(chunk, static_cast<size_t>(n));
-      continue;
-    }
-    if (n < 0 && errno == EINTR) continue;
-    return n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK);
+    const ssize_t sent = send(fd_, bytes, size, MSG_NOSIGNAL);
+    if (sent < 0 && errno == EINTR) continue;
+    return sent == static_cast<ssize_t>(size);
   }
 }
 
-bool ControlLine::PopLine(std::string* line) {
-  const auto newline = buffer_.find('\n');
-  if (newline == std::string::npos) return false;
-  *line = buffer_.substr(0, newline);
-  buffer_.erase(0, newline + 1);
-  return true;
+bool ControlLine::Receive(ControlRecord* record) {
+  uint8_t buffer[kMaxControlBytes];
+  for (;;) {
+    const ssize_t n = recv(fd_, buffer, sizeof(buffer), 0);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) return false;
+    *record = Decode(buffer, static_cast<size_t>(n));
+    return true;
+  }
+}
+
+ControlLine::Poll ControlLine::TryReceive(ControlRecord* record) {
+  uint8_t buffer[kMaxControlBytes];
+  for (;;) {
+    const ssize_t n = recv(fd_, buffer, sizeof(buffer), MSG_DONTWAIT);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) return Poll::kNone;
+    if (n <= 0) return Poll::kClosed;
+    *record = Decode(buffer, static_cast<size_t>(n));
+    return Poll::kMessage;
+  }
 }
 
 }  // namespace curelay::backend

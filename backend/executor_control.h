@@ -1,5 +1,6 @@
-// The control line between curelay-backend and one executor: a Unix socketpair carrying newline-terminated text
-// records, READY/FAILED from the executor and SESSION from the backend. It never carries client traffic.
+// The control line between curelay-backend and one executor: a Unix SOCK_SEQPACKET socketpair, one verified
+// FlatBuffers message (schema/control.fbs) per datagram: ExecutorReady or ExecutorFailed and SessionFaulted from
+// the executor, SessionAssignment from the backend. It never carries client traffic.
 #pragma once
 
 #include <cuda.h>
@@ -9,6 +10,10 @@
 #include <vector>
 
 namespace curelay::backend {
+
+// Bumped whenever control.fbs changes incompatibly; backend and executors are always built together, so a mismatch
+// means a stale executor binary, refused with a clear error.
+inline constexpr uint32_t kControlVersion = 1;
 
 struct ExecutorReady {
   std::string ipc_endpoint;  // empty when the executor has none
@@ -22,32 +27,39 @@ struct SessionAssignment {
   // The memory quota board and this session's account on it (docs/scheduling.md); none for anonymous sessions.
   std::string quota_board;
   int quota_session_slot = -1;
-  // The scheduler's dispatch board; the session's slot on it is quota_session_slot (tenant sessions only).
+  // The scheduler's dispatch board; the session's slot on it is quota_session_slot (scheduled sessions only).
   std::string dispatch_board;
 };
 
-std::string FormatReady(const std::string& ipc_endpoint, const std::string& tcp_endpoint, int devices);
-std::string FormatFailed(CUresult result, const std::string& reason);
-std::string FormatSession(const SessionAssignment& assignment);
-bool ParseReady(const std::string& line, ExecutorReady* ready);
-bool ParseFailed(const std::string& line, CUresult* result, std::string* reason);
-bool ParseSession(const std::string& line, SessionAssignment* assignment);
+// One message as received, verified and decoded.
+struct ControlRecord {
+  enum class Kind { kReady, kFailed, kSession, kFaulted, kMalformed };
+  Kind kind = Kind::kMalformed;
+  ExecutorReady ready;
+  SessionAssignment session;
+  CUresult result = CUDA_SUCCESS;  // kFailed and kFaulted
+  std::string reason;              // kFailed; for kMalformed, what was wrong
+};
 
-// Blocking line I/O on the descriptor (the executor side; the backend reads non-blocking via Feed()).
 class ControlLine {
  public:
   explicit ControlLine(int fd) : fd_(fd) {}
-  bool Write(const std::string& line);
-  bool Read(std::string* line);
-  // Appends what is readable now without blocking; returns false on EOF or error.
-  bool Feed();
-  // Pops one complete line, if buffered.
-  bool PopLine(std::string* line);
+  // Each returns false when the peer is gone.
+  bool SendReady(const std::string& ipc_endpoint, const std::string& tcp_endpoint, int devices);
+  bool SendFailed(CUresult result, const std::string& reason);
+  bool SendSession(const SessionAssignment& assignment);
+  bool SendFaulted(CUresult result);
+  // Waits for the next message (the executor side). False on EOF or error.
+  bool Receive(ControlRecord* record);
+  // The next message if one is waiting, without blocking (the backend side, whose descriptor is non-blocking).
+  enum class Poll { kMessage, kNone, kClosed };
+  Poll TryReceive(ControlRecord* record);
   int fd() const { return fd_; }
 
  private:
+  bool Send(const uint8_t* bytes, size_t size);
+
   int fd_;
-  std::string buffer_;
 };
 
 }  // namespace curelay::backend

@@ -27,7 +27,14 @@ int64_t NowMs() {
 
 }  // namespace
 
-ExecutorPool::ExecutorPool(ExecutorSettings settings) : settings_(std::move(settings)) {
+std::string DescribeKind(const ExecutorKind& kind) {
+  std::string text = kind.gpus.empty() ? "every GPU" : "GPUs " + FormatGpuList(kind.gpus);
+  if (kind.spatial()) text += ", MPS " + std::to_string(kind.mps_sm_percent) + "% of SMs";
+  return text;
+}
+
+ExecutorPool::ExecutorPool(ExecutorSettings settings)
+    : settings_(std::move(settings)), mps_(settings_.mps_control, settings_.runtime_dir + "/mps") {
   // Device sets are in the backend's numbering, so an executor's CUDA_VISIBLE_DEVICES names the entries of the
   // backend's own list when it has one (a backend given GPUs 2,3 gives a tenant of GPU 1 the host's GPU 3).
   if (const char* visible = std::getenv("CUDA_VISIBLE_DEVICES"); visible != nullptr) {
@@ -40,10 +47,18 @@ ExecutorPool::ExecutorPool(ExecutorSettings settings) : settings_(std::move(sett
   }
 }
 
-std::vector<std::string> ExecutorPool::ExecutorEnvironment(const DeviceSet& gpus) const {
+std::vector<std::string> ExecutorPool::ExecutorEnvironment(const ExecutorKind& kind) const {
+  const DeviceSet& gpus = kind.gpus;
   std::vector<std::string> environment;
   for (char** variable = environ; *variable != nullptr; ++variable) {
+    if (kind.spatial() && std::strncmp(*variable, "CUDA_MPS_", 9) == 0) continue;  // ours replace them
     if (gpus.empty() || std::strncmp(*variable, "CUDA_VISIBLE_DEVICES=", 21) != 0) environment.push_back(*variable);
+  }
+  if (kind.spatial()) {
+    const int devices = gpus.empty() ? host_gpus_ : static_cast<int>(gpus.size());
+    for (std::string& variable : mps_.ClientEnvironment(kind.mps_sm_percent, kind.mps_memory_limit_bytes, devices)) {
+      environment.push_back(std::move(variable));
+    }
   }
   if (gpus.empty()) return environment;
   std::string visible = "CUDA_VISIBLE_DEVICES=";
@@ -61,9 +76,11 @@ std::vector<std::string> ExecutorPool::ExecutorEnvironment(const DeviceSet& gpus
 
 ExecutorPool::~ExecutorPool() { Shutdown(2000); }
 
-bool ExecutorPool::Start(const DeviceSet& gpus) {
+bool ExecutorPool::Start(const ExecutorKind& kind) {
+  const DeviceSet& gpus = kind.gpus;
   int fds[2];
-  if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, fds) != 0) {
+  // Datagrams: each control message (schema/control.fbs) arrives whole or not at all.
+  if (socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, fds) != 0) {
     spdlog::error("socketpair: {}", strerror(errno));
     return false;
   }
@@ -79,11 +96,12 @@ bool ExecutorPool::Start(const DeviceSet& gpus) {
   }
   args.insert(args.end(), {"--heartbeat-timeout-ms", std::to_string(settings_.heartbeat_timeout_ms)});
   if (!gpus.empty()) args.insert(args.end(), {"--host-gpus", FormatGpuList(gpus)});
+  if (kind.spatial()) args.insert(args.end(), {"--mps-client", "1"});
   std::vector<char*> argv;
   for (auto& arg : args) argv.push_back(arg.data());
   argv.push_back(nullptr);
   // Built before fork: the backend has threads, so the child may only call async-signal-safe functions.
-  std::vector<std::string> environment = ExecutorEnvironment(gpus);
+  std::vector<std::string> environment = ExecutorEnvironment(kind);
   std::vector<char*> envp;
   for (auto& variable : environment) envp.push_back(variable.data());
   envp.push_back(nullptr);
@@ -107,43 +125,74 @@ bool ExecutorPool::Start(const DeviceSet& gpus) {
   fcntl(fds[0], F_SETFL, O_NONBLOCK);
   auto executor = std::make_unique<ExecutorProcess>();
   executor->pid = pid;
-  executor->gpus = gpus;
+  executor->kind = kind;
   executor->started_ms = NowMs();
   executor->control = ControlLine(fds[0]);
-  spdlog::debug("started executor pid {} (GPUs {})", pid, FormatGpuList(gpus));
+  spdlog::debug("started executor pid {} ({})", pid, DescribeKind(kind));
   executors_.push_back(std::move(executor));
   return true;
 }
 
-void ExecutorPool::Poll() {
+void ExecutorPool::ReadControlLines() {
   for (auto& executor : executors_) {
     if (executor->control.fd() < 0) continue;
-    const bool open = executor->control.Feed();
-    std::string line;
-    while (executor->control.PopLine(&line)) {
-      if (executor->state == ExecutorProcess::State::kStarting && ParseReady(line, &executor->ready)) {
+    ControlRecord record;
+    ControlLine::Poll polled;
+    while ((polled = executor->control.TryReceive(&record)) == ControlLine::Poll::kMessage) {
+      using Kind = ControlRecord::Kind;
+      if (executor->state == ExecutorProcess::State::kStarting && record.kind == Kind::kReady) {
+        executor->ready = record.ready;
         executor->state = ExecutorProcess::State::kIdle;
         executor->idle_since_ms = NowMs();
-        if (executor->gpus.empty()) {
+        if (executor->kind.warm_pool()) {
           consecutive_failures_ = 0;
           host_gpus_ = executor->ready.devices;
         }
         spdlog::debug("executor pid {} ready ({}, tcp port {})", executor->pid, executor->ready.ipc_endpoint,
                       executor->ready.tcp_port);
-      } else if (ParseFailed(line, &executor->failure, &executor->failure_reason)) {
-        RecordStartFailure(*executor, executor->failure, executor->failure_reason);
-      } else if (executor->state == ExecutorProcess::State::kStarting && line.rfind("READY", 0) == 0) {
-        RecordStartFailure(*executor, CUDA_ERROR_OPERATING_SYSTEM, "invalid READY line '" + line + "'");
+      } else if (record.kind == Kind::kFailed) {
+        executor->failure = record.result;
+        executor->failure_reason = record.reason;
+        RecordStartFailure(*executor, record.result, record.reason);
+      } else if (executor->state == ExecutorProcess::State::kServing && record.kind == Kind::kFaulted &&
+                 executor->fault == CUDA_SUCCESS) {
+        executor->fault = record.result;
+        spdlog::warn("session {} (executor pid {}, tenant '{}') took a fatal GPU fault ({})", executor->session_id,
+                     executor->pid, executor->session.tenant, static_cast<int>(record.result));
+        if (executor->kind.spatial()) EndSpatialGroup(*executor);
+      } else if (executor->state == ExecutorProcess::State::kStarting) {
+        RecordStartFailure(*executor, CUDA_ERROR_OPERATING_SYSTEM,
+                           "unexpected control message during start: " + record.reason);
         kill(executor->pid, SIGKILL);
       } else {
-        spdlog::warn("executor pid {}: unexpected control line '{}'", executor->pid, line);
+        spdlog::warn("executor pid {}: unexpected control message {}", executor->pid, record.reason);
       }
     }
-    if (!open) {
+    if (polled == ControlLine::Poll::kClosed) {
       close(executor->control.fd());
       executor->control = ControlLine(-1);
     }
   }
+}
+
+void ExecutorPool::EndSpatialGroup(const ExecutorProcess& faulted) {
+  size_t ended = 0;
+  for (auto& executor : executors_) {
+    if (!executor->kind.spatial() || executor->retired) continue;
+    executor->ended_with_group = executor.get() != &faulted;
+    executor->retired = executor->state != ExecutorProcess::State::kServing;  // spares: simply gone
+    kill(executor->pid, SIGKILL);
+    ++ended;
+  }
+  spdlog::warn("session {}'s fault reaches every client of the MPS server: ended {} executor(s) sharing it; "
+               "restarting the MPS control daemon",
+               faulted.session_id, ended);
+  mps_.Restart();
+}
+
+void ExecutorPool::Poll() {
+  mps_.Poll();
+  ReadControlLines();
   Reap();
   for (auto& executor : executors_) {
     if (executor->state == ExecutorProcess::State::kStarting && NowMs() - executor->started_ms > kStartTimeoutMs) {
@@ -151,16 +200,18 @@ void ExecutorPool::Poll() {
                          "executor not ready within " + std::to_string(kStartTimeoutMs / 1000) + " s");
       kill(executor->pid, SIGKILL);
     }
-    if (executor->state != ExecutorProcess::State::kIdle || executor->gpus.empty() || executor->retired) continue;
+    if (executor->state != ExecutorProcess::State::kIdle || executor->kind.warm_pool() || executor->retired) {
+      continue;
+    }
     if (NowMs() - executor->idle_since_ms < kSpareIdleMs) continue;
-    spdlog::info("executor pid {} for GPUs {} idle for {} s; stopping it", executor->pid,
-                 FormatGpuList(executor->gpus), kSpareIdleMs / 1000);
+    spdlog::info("executor pid {} for {} idle for {} s; stopping it", executor->pid, DescribeKind(executor->kind),
+                 kSpareIdleMs / 1000);
     executor->retired = true;
     kill(executor->pid, SIGTERM);
   }
   // Top up the warm pool; after repeated start failures, back off instead of fork-looping.
   const auto warm = std::count_if(executors_.begin(), executors_.end(), [](const auto& e) {
-    return e->gpus.empty() &&
+    return e->kind.warm_pool() &&
            (e->state == ExecutorProcess::State::kStarting || e->state == ExecutorProcess::State::kIdle);
   });
   if (static_cast<size_t>(warm) < std::max<size_t>(settings_.warm_pool, 1) && NowMs() >= retry_after_ms_) {
@@ -174,9 +225,15 @@ void ExecutorPool::Reap() {
     const pid_t pid = waitpid(-1, &status, WNOHANG);
     if (pid <= 0) return;
     auto found = std::find_if(executors_.begin(), executors_.end(), [&](const auto& e) { return e->pid == pid; });
-    if (found == executors_.end()) continue;
+    if (found == executors_.end()) {
+      mps_.Reaped(pid, status);
+      continue;
+    }
     ExecutorProcess& executor = **found;
-    if (executor.retired) {
+    if (executor.ended_with_group) {
+      spdlog::warn("executor pid {} (session {}, tenant '{}') ended: another client of its MPS server faulted", pid,
+                   executor.session_id, executor.session.tenant);
+    } else if (executor.retired) {
       spdlog::debug("executor pid {} retired", pid);
     } else if (WIFSIGNALED(status) && shutting_down_ && WTERMSIG(status) == SIGTERM) {
       spdlog::info("executor pid {} (session {}) stopped", pid, executor.session_id);
@@ -192,7 +249,7 @@ void ExecutorPool::Reap() {
       spdlog::error("executor pid {} exited with status {} before serving a session", pid, WEXITSTATUS(status));
       RecordStartFailure(executor, CUDA_ERROR_NO_DEVICE, "executor exited during start");
     }
-    if (executor.state != ExecutorProcess::State::kServing && executor.gpus.empty() && !executor.retired) {
+    if (executor.state != ExecutorProcess::State::kServing && executor.kind.warm_pool() && !executor.retired) {
       if (++consecutive_failures_ >= 3) retry_after_ms_ = NowMs() + 1000 * std::min(consecutive_failures_, 30);
     }
     if (executor.state == ExecutorProcess::State::kServing && on_session_end_) on_session_end_(executor);
@@ -203,47 +260,57 @@ void ExecutorPool::Reap() {
 }
 
 void ExecutorPool::RecordStartFailure(ExecutorProcess& executor, CUresult result, const std::string& reason) {
-  spdlog::error("executor pid {} (GPUs {}) could not start: {}", executor.pid, FormatGpuList(executor.gpus), reason);
+  spdlog::error("executor pid {} ({}) could not start: {}", executor.pid, DescribeKind(executor.kind), reason);
   executor.state = ExecutorProcess::State::kFailed;
-  start_failures_[executor.gpus] = {result, reason};
-  if (!executor.gpus.empty()) set_retry_after_ms_[executor.gpus] = NowMs() + 1000;
+  start_failures_[executor.kind] = {result, reason};
+  if (!executor.kind.warm_pool()) set_retry_after_ms_[executor.kind] = NowMs() + 1000;
 }
 
-ExecutorProcess* ExecutorPool::TakeIdle(const DeviceSet& gpus) {
+ExecutorProcess* ExecutorPool::TakeIdle(const ExecutorKind& kind) {
   for (auto& executor : executors_) {
-    if (executor->gpus == gpus && !executor->retired && executor->state == ExecutorProcess::State::kIdle) {
+    if (executor->kind == kind && !executor->retired && executor->state == ExecutorProcess::State::kIdle) {
       return executor.get();
     }
   }
   return nullptr;
 }
 
-void ExecutorPool::Provide(const DeviceSet& gpus, size_t wanted) {
-  if (gpus.empty() || shutting_down_) return;
-  if (const auto retry = set_retry_after_ms_.find(gpus); retry != set_retry_after_ms_.end()) {
+void ExecutorPool::Provide(const ExecutorKind& kind, size_t wanted) {
+  if (kind.warm_pool() || shutting_down_) return;
+  if (const auto retry = set_retry_after_ms_.find(kind); retry != set_retry_after_ms_.end()) {
     if (NowMs() < retry->second) return;
     set_retry_after_ms_.erase(retry);
   }
+  if (kind.spatial()) {
+    // An executor started before the daemon accepts clients would run without MPS (and refuse to start).
+    mps_.Want();
+    if (std::string failure = mps_.TakeFailure(); !failure.empty()) {
+      start_failures_[kind] = {CUDA_ERROR_NOT_SUPPORTED, "spatial sharing: " + failure};
+      set_retry_after_ms_[kind] = NowMs() + 1000;
+      return;
+    }
+    if (!mps_.ready()) return;
+  }
   size_t ready_or_starting = 0;
   for (const auto& executor : executors_) {
-    ready_or_starting += executor->gpus == gpus && !executor->retired &&
+    ready_or_starting += executor->kind == kind && !executor->retired &&
                          (executor->state == ExecutorProcess::State::kIdle ||
                           executor->state == ExecutorProcess::State::kStarting);
   }
   while (ready_or_starting++ < wanted) {
-    if (!Start(gpus)) return;
+    if (!Start(kind)) return;
   }
 }
 
 DeviceSet ExecutorPool::HostGpusOf(const ExecutorProcess& executor) const {
-  if (!executor.gpus.empty()) return executor.gpus;
+  if (!executor.kind.gpus.empty()) return executor.kind.gpus;
   DeviceSet every;
   for (int gpu = 0; gpu < executor.ready.devices; ++gpu) every.push_back(gpu);
   return every;
 }
 
 bool ExecutorPool::Assign(ExecutorProcess& executor, const SessionAssignment& assignment, SessionInfo session) {
-  if (!executor.control.Write(FormatSession(assignment))) return false;
+  if (!executor.control.SendSession(assignment)) return false;
   executor.state = ExecutorProcess::State::kServing;
   executor.session_id = assignment.session_id;
   executor.session = std::move(session);
@@ -261,7 +328,7 @@ bool ExecutorPool::Kill(uint64_t session_id) {
   return false;
 }
 
-std::map<DeviceSet, std::pair<CUresult, std::string>> ExecutorPool::TakeStartFailures() {
+std::map<ExecutorKind, std::pair<CUresult, std::string>> ExecutorPool::TakeStartFailures() {
   return std::exchange(start_failures_, {});
 }
 
@@ -292,6 +359,7 @@ void ExecutorPool::Shutdown(int grace_ms) {
     Reap();
     if (!executors_.empty()) std::this_thread::sleep_for(std::chrono::milliseconds(5));
   }
+  mps_.Stop();  // after its clients: the daemon's servers end with them
 }
 
 }  // namespace curelay::backend

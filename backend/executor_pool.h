@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "backend/executor_control.h"
+#include "backend/mps_server.h"
 
 namespace curelay::backend {
 
@@ -29,6 +30,7 @@ struct ExecutorSettings {
   std::string tcp_ports = "*";          // the port part of each tcp bind: "*" (any) or "LOW-HIGH"
   int heartbeat_timeout_ms = 5000;
   size_t warm_pool = 1;
+  std::string mps_control;  // nvidia-cuda-mps-control for spatially shared tenants; empty: looked up
 };
 
 // Who a serving executor's session belongs to (for admission limits, backendctl and metrics).
@@ -43,10 +45,24 @@ struct SessionInfo {
 // Host GPU indices as the backend numbers them (its own CUDA_VISIBLE_DEVICES order); empty: every GPU.
 using DeviceSet = std::vector<int>;
 
+// What an executor is started for: the GPUs it shows, and whether it is a client of the backend's MPS server
+// (spatial sharing) with a share of SMs and a memory limit. The warm pool's kind is the default: every GPU, no MPS.
+struct ExecutorKind {
+  DeviceSet gpus;
+  uint32_t mps_sm_percent = 0;  // 0: an ordinary, time-sliced executor
+  uint64_t mps_memory_limit_bytes = 0;
+  bool spatial() const { return mps_sm_percent != 0; }
+  bool warm_pool() const { return gpus.empty() && !spatial(); }
+  auto operator<=>(const ExecutorKind&) const = default;
+};
+
+// "GPUs 0,1" or "every GPU", and the MPS share if any: for logs and errors.
+std::string DescribeKind(const ExecutorKind& kind);
+
 struct ExecutorProcess {
   enum class State { kStarting, kIdle, kServing, kFailed };
   pid_t pid = 0;
-  DeviceSet gpus;
+  ExecutorKind kind;
   State state = State::kStarting;
   ControlLine control{-1};
   ExecutorReady ready;
@@ -55,6 +71,8 @@ struct ExecutorProcess {
   int quota_session_slot = -1;
   bool killed_by_admin = false;
   bool retired = false;       // stopped by the pool (a device set's spare, idle too long)
+  bool ended_with_group = false;  // killed because another client of its MPS server faulted
+  CUresult fault = CUDA_SUCCESS;  // the fatal fault its session reported, if any
   int64_t started_ms = 0;
   int64_t idle_since_ms = 0;
   CUresult failure = CUDA_SUCCESS;
@@ -71,12 +89,14 @@ class ExecutorPool {
 
   // Reads control lines, reaps exited executors and tops up the warm pool. Never blocks.
   void Poll();
-  // An idle executor of device set `gpus` for a new session, or nullptr if none is ready yet.
-  ExecutorProcess* TakeIdle(const DeviceSet& gpus);
-  // Keeps `wanted` executors of a tenant's own device set ready or starting (the broker asks for one per client
-  // waiting for the set plus a spare for its next session). After a start of the set fails, the next waits a
-  // second. A spare idle for `kSpareIdleMs` is stopped. The warm pool covers the set of every GPU.
-  void Provide(const DeviceSet& gpus, size_t wanted);
+  // An idle executor of `kind` for a new session, or nullptr if none is ready yet.
+  ExecutorProcess* TakeIdle(const ExecutorKind& kind);
+  // Keeps `wanted` executors of a kind other than the warm pool's ready or starting (the broker asks for one per
+  // client waiting for the kind plus a spare for its next session). After a start of the kind fails, the next
+  // waits a second. A spare idle for `kSpareIdleMs` is stopped. Spatial kinds start once the MPS server is ready.
+  void Provide(const ExecutorKind& kind, size_t wanted);
+  // Why spatial sharing cannot run on this host; empty when it can be tried.
+  std::string SpatialSharingUnavailable() const { return mps_.Unavailable(); }
   // The host GPUs an executor shows its session, in its device order.
   DeviceSet HostGpusOf(const ExecutorProcess& executor) const;
   bool Assign(ExecutorProcess& executor, const SessionAssignment& assignment, SessionInfo session);
@@ -85,7 +105,7 @@ class ExecutorPool {
   // Ends a session at once (SIGKILL to its executor: the client's next call fails); false if no such session.
   bool Kill(uint64_t session_id);
   // Why executors could not start since the last call, by device set, for refusing the clients waiting for them.
-  std::map<DeviceSet, std::pair<CUresult, std::string>> TakeStartFailures();
+  std::map<ExecutorKind, std::pair<CUresult, std::string>> TakeStartFailures();
   // How many GPUs the host has, as the first executor of every GPU reported; 0 until one has started.
   int host_gpus() const { return host_gpus_; }
   size_t serving() const;
@@ -94,17 +114,22 @@ class ExecutorPool {
   void Shutdown(int grace_ms);
 
  private:
-  bool Start(const DeviceSet& gpus);
+  bool Start(const ExecutorKind& kind);
   void Reap();
+  void ReadControlLines();
+  // A client of the MPS server faulted: the fault reaches every client of that server, so all of them end (their
+  // clients get CUDA_ERROR_DEVICE_UNAVAILABLE) and the server starts afresh. Executors outside it are untouched.
+  void EndSpatialGroup(const ExecutorProcess& faulted);
   // Records why `executor` could not start (for the clients waiting for its set) and paces the set's next start.
   void RecordStartFailure(ExecutorProcess& executor, CUresult result, const std::string& reason);
-  std::vector<std::string> ExecutorEnvironment(const DeviceSet& gpus) const;
+  std::vector<std::string> ExecutorEnvironment(const ExecutorKind& kind) const;
 
   ExecutorSettings settings_;
   std::vector<std::unique_ptr<ExecutorProcess>> executors_;
   uint64_t next_socket_ = 0;
-  std::map<DeviceSet, std::pair<CUresult, std::string>> start_failures_;
-  std::map<DeviceSet, int64_t> set_retry_after_ms_;
+  std::map<ExecutorKind, std::pair<CUresult, std::string>> start_failures_;
+  std::map<ExecutorKind, int64_t> set_retry_after_ms_;
+  MpsServer mps_;
   // The backend's own CUDA_VISIBLE_DEVICES entries, when it has the variable.
   std::optional<std::vector<std::string>> visible_devices_;
   int host_gpus_ = 0;

@@ -51,7 +51,8 @@ int Usage() {
                "  --metrics     HOST:PORT to serve Prometheus metrics on (/metrics; unauthenticated: keep it private)\n"
                "  --usage-interval SECONDS the usage ledger's interval (default 300)\n"
                "  --executor-ports LOW-HIGH tcp ports executors bind, one each (default: any free port)\n"
-               "  --heartbeat-timeout-ms MS a silent client's session ends after this (default 5000)\n");
+               "  --heartbeat-timeout-ms MS a silent client's session ends after this (default 5000)\n"
+               "  --mps-control PATH nvidia-cuda-mps-control for spatially shared tenants (default: looked up)\n");
   return 2;
 }
 
@@ -96,6 +97,7 @@ bool ReadSettings(int argc, char** argv, curelay::backend::BackendConfig* config
     else if (flag == "--usage-interval") config->usage_interval_s = std::stol(value);
     else if (flag == "--executor-ports") config->executor_ports = value;
     else if (flag == "--heartbeat-timeout-ms") config->heartbeat_timeout_ms = std::stol(value);
+    else if (flag == "--mps-control") config->mps_control = value;
     else return *exit_code = Usage(), false;
   }
   return true;
@@ -137,6 +139,7 @@ int main(int argc, char** argv) {
   settings.executors.warm_pool = config.warm_pool;
   settings.executors.tcp_ports = config.executor_ports.empty() ? "*" : config.executor_ports;
   settings.executors.heartbeat_timeout_ms = static_cast<int>(config.heartbeat_timeout_ms);
+  settings.executors.mps_control = config.mps_control;
   settings.allow_anonymous = config.allow_anonymous;
   if (settings.listen_endpoints.empty()) settings.listen_endpoints.push_back("ipc:///dev/shm/curelay/backend.sock");
   settings.executors.ipc = false;

@@ -36,6 +36,9 @@ constexpr const char* kUsage =
     "  --priority high|normal|low   --weight N           --memory-quota BYTES[K|M|G|T] (0: none)\n"
     "  --memory-policy fail|wait    --wait-timeout MS    --max-sessions N (0: unlimited)\n"
     "  --gpus all|I,J,...           the host GPUs (as the backend numbers them) its sessions see, in that order\n"
+    "  --mps-sm-percent N           1-100: spatial sharing, its executors are clients of the backend's MPS server\n"
+    "                               with N% of each GPU's SMs (0: time-sliced, the default)\n"
+    "  --mps-memory-limit BYTES     with MPS: each session's device memory limit, enforced by the driver\n"
     "endpoint: --endpoint, else $CURELAY_ADMIN_ENDPOINT, else ipc:///dev/shm/curelay/admin.sock;\n"
     "a tcp:// endpoint needs the admin token in $CURELAY_ADMIN_TOKEN.\n";
 
@@ -83,6 +86,8 @@ bool ParseLimits(const std::vector<std::string>& args, size_t first, json* field
     else if (flag == "--wait-timeout" && ParseCount(value, &number)) (*fields)["wait_timeout_ms"] = number;
     else if (flag == "--max-sessions" && ParseCount(value, &number)) (*fields)["max_sessions"] = number;
     else if (flag == "--gpus" && curelay::ParseGpuList(value)) (*fields)["gpus"] = *curelay::ParseGpuList(value);
+    else if (flag == "--mps-sm-percent" && ParseCount(value, &number)) (*fields)["mps_sm_percent"] = number;
+    else if (flag == "--mps-memory-limit" && ParseBytes(value, &number)) (*fields)["mps_memory_limit_bytes"] = number;
     else {
       *error = "bad limit " + flag + " " + value;
       return false;
@@ -120,13 +125,19 @@ std::string Bytes(uint64_t bytes) {
 }
 
 void PrintTenants(const json& tenants) {
-  curelay::backendctl::Table table({"NAME", "PRIORITY", "WEIGHT", "MEMORY QUOTA", "POLICY", "WAIT MS", "MAX SESSIONS", "GPUS"});
+  curelay::backendctl::Table table(
+      {"NAME", "PRIORITY", "WEIGHT", "MEMORY QUOTA", "POLICY", "WAIT MS", "MAX SESSIONS", "GPUS", "SPATIAL (MPS)"});
   for (const json& t : tenants) {
     const uint64_t max_sessions = t["max_sessions"];
+    const uint64_t sm_percent = t.value("mps_sm_percent", uint64_t{0});
+    const uint64_t memory_limit = t.value("mps_memory_limit_bytes", uint64_t{0});
+    const std::string spatial = sm_percent == 0 ? "-"
+                                : std::to_string(sm_percent) + "% SMs" +
+                                      (memory_limit == 0 ? "" : ", " + Bytes(memory_limit));
     table.Add({t["name"], t["priority"], std::to_string(t["weight"].get<uint64_t>()),
                Bytes(t["memory_quota_bytes"]), t["memory_policy"], std::to_string(t["wait_timeout_ms"].get<uint64_t>()),
                max_sessions == 0 ? "-" : std::to_string(max_sessions),
-               curelay::FormatGpuList(t["gpus"].get<std::vector<int>>())});
+               curelay::FormatGpuList(t["gpus"].get<std::vector<int>>()), spatial});
   }
   table.Print(std::cout);
 }

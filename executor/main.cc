@@ -8,6 +8,7 @@
 #include <spdlog/spdlog.h>
 
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <string>
 #include <vector>
@@ -29,6 +30,7 @@ struct Options {
   std::string log_level = "info";
   std::vector<int> host_gpus;  // the host GPU index of each device its driver shows; empty: the same numbers
   int heartbeat_timeout_ms = 5000;  // the client is gone after this long without a sign of life
+  bool mps_client = false;          // started as a client of the backend's MPS server (spatial sharing)
 };
 
 bool ParseOptions(int argc, char** argv, Options* options) {
@@ -40,6 +42,7 @@ bool ParseOptions(int argc, char** argv, Options* options) {
     else if (flag == "--control-fd") options->control_fd = std::stoi(value);
     else if (flag == "--log-level") options->log_level = value;
     else if (flag == "--heartbeat-timeout-ms") options->heartbeat_timeout_ms = std::atoi(value.c_str());
+    else if (flag == "--mps-client" && (value == "0" || value == "1")) options->mps_client = value == "1";
     else if (flag == "--host-gpus" && curelay::ParseGpuList(value)) options->host_gpus = *curelay::ParseGpuList(value);
     else return false;
   }
@@ -73,7 +76,7 @@ int main(int argc, char** argv) {
   if (!ParseOptions(argc, argv, &options)) {
     std::fprintf(stderr,
                  "usage: curelay-executor --driver PATH --bind ENDPOINT [--bind ENDPOINT] --control-fd FD "
-                 "[--log-level LEVEL] [--host-gpus I,J,...]\n(started by curelay-backend)\n");
+                 "[--log-level LEVEL] [--host-gpus I,J,...] [--mps-client 0|1]\n(started by curelay-backend)\n");
     return 2;
   }
   ConfigureLogging("curelay-executor", options.log_level);
@@ -84,18 +87,18 @@ int main(int argc, char** argv) {
   std::string error;
   if (!driver.Load(options.driver_path, &error)) {
     spdlog::error("cannot load the CUDA driver: {}", error);
-    control.Write(backend::FormatFailed(CUDA_ERROR_NO_DEVICE, error));
+    control.SendFailed(CUDA_ERROR_NO_DEVICE, error);
     return 1;
   }
   // cuInit before READY: this is the slow part of a session start, and what a warm executor saves a client.
   if (const CUresult result = driver.cuInit(0); result != CUDA_SUCCESS) {
     spdlog::error("cuInit failed with {}", static_cast<int>(result));
-    control.Write(backend::FormatFailed(result, "cuInit failed"));
+    control.SendFailed(result, "cuInit failed");
     return 1;
   }
   int devices = 0;
   if (const CUresult result = driver.cuDeviceGetCount(&devices); result != CUDA_SUCCESS) {
-    control.Write(backend::FormatFailed(result, "cuDeviceGetCount failed"));
+    control.SendFailed(result, "cuDeviceGetCount failed");
     return 1;
   }
   if (!options.host_gpus.empty() && options.host_gpus.size() != static_cast<size_t>(devices)) {
@@ -103,8 +106,30 @@ int main(int argc, char** argv) {
     const std::string reason = "the driver shows " + std::to_string(devices) + " of the GPUs " +
                                FormatGpuList(options.host_gpus) + " this executor was started for";
     spdlog::error("{}", reason);
-    control.Write(backend::FormatFailed(CUDA_ERROR_NO_DEVICE, reason));
+    control.SendFailed(CUDA_ERROR_NO_DEVICE, reason);
     return 1;
+  }
+  if (options.mps_client) {
+    const auto setting = [](const char* name) {
+      const char* value = std::getenv(name);
+      return std::string(value != nullptr ? value : "unset");
+    };
+    spdlog::info("MPS client: CUDA_MPS_ACTIVE_THREAD_PERCENTAGE={} CUDA_MPS_PINNED_DEVICE_MEM_LIMIT={}",
+                 setting("CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"), setting("CUDA_MPS_PINNED_DEVICE_MEM_LIMIT"));
+    // The driver runs a process without MPS when it cannot reach the MPS control daemon: spatial sharing that
+    // silently became time-slicing would break the tenant's SM limit, so it is refused instead.
+    for (int device = 0; device < devices; ++device) {
+      int enabled = 0;
+      const CUresult result = driver.cuDeviceGetAttribute(&enabled, CU_DEVICE_ATTRIBUTE_MPS_ENABLED, device);
+      if (result == CUDA_SUCCESS && enabled == 1) continue;
+      const std::string reason =
+          "spatial sharing needs this executor to be a client of the backend's MPS server, but its driver reports "
+          "MPS " + std::string(result == CUDA_SUCCESS ? "disabled" : "unknown (error " + std::to_string(result) + ")") +
+          " on device " + std::to_string(device);
+      spdlog::error("{}", reason);
+      control.SendFailed(CUDA_ERROR_NOT_SUPPORTED, reason);
+      return 1;
+    }
   }
   transport::ChannelOptions channel_options;
   // The largest legitimate message is a module image; anything bigger is refused by the transport itself.
@@ -113,17 +138,21 @@ int main(int argc, char** argv) {
   std::shared_ptr<transport::Channel> channel = transport::BindChannel(options.bind_endpoints, channel_options, &error);
   if (channel == nullptr) {
     spdlog::error("cannot bind the session endpoint: {}", error);
-    control.Write(backend::FormatFailed(CUDA_ERROR_OPERATING_SYSTEM, error));
+    control.SendFailed(CUDA_ERROR_OPERATING_SYSTEM, error);
     return 1;
   }
-  control.Write(backend::FormatReady(channel->BoundEndpoint("ipc"), channel->BoundEndpoint("tcp"), devices));
+  control.SendReady(channel->BoundEndpoint("ipc"), channel->BoundEndpoint("tcp"), devices);
 
-  std::string line;
-  backend::SessionAssignment assignment;
-  if (!control.Read(&line) || !backend::ParseSession(line, &assignment)) {
+  backend::ControlRecord record;
+  if (!control.Receive(&record)) {
     spdlog::debug("backend closed the control line before assigning a session; exiting");
     return 0;
   }
+  if (record.kind != backend::ControlRecord::Kind::kSession) {
+    spdlog::error("expected a session assignment on the control line: {}", record.reason);
+    return 1;
+  }
+  backend::SessionAssignment& assignment = record.session;
   spdlog::info("serving session {}", assignment.session_id);
   executor::Session session(driver, std::move(channel), std::move(assignment.key));
   if (!session.memory_quota().Attach(assignment.quota_board, assignment.quota_session_slot, &error)) {
@@ -135,6 +164,8 @@ int main(int argc, char** argv) {
     spdlog::error("session {}: cannot open the dispatch board: {}", assignment.session_id, error);
     return 1;
   }
+  // The backend ends every session sharing this one's MPS server when its context faults (the fault reaches them).
+  session.OnFatalFault([&control](CUresult result) { control.SendFaulted(result); });
   const int status = session.Run();
   spdlog::info("session {} ended", assignment.session_id);
   return status;

@@ -12,6 +12,28 @@
 #include "transport/session_link.h"
 
 namespace curelay::executor {
+namespace {
+
+// The errors after which, as cuda.h says, the process's contexts are unusable and it must be restarted.
+bool IsStickyFault(CUresult result) {
+  switch (result) {
+    case CUDA_ERROR_ECC_UNCORRECTABLE:
+    case CUDA_ERROR_ILLEGAL_ADDRESS:
+    case CUDA_ERROR_LAUNCH_TIMEOUT:
+    case CUDA_ERROR_HARDWARE_STACK_ERROR:
+    case CUDA_ERROR_ILLEGAL_INSTRUCTION:
+    case CUDA_ERROR_MISALIGNED_ADDRESS:
+    case CUDA_ERROR_INVALID_ADDRESS_SPACE:
+    case CUDA_ERROR_INVALID_PC:
+    case CUDA_ERROR_LAUNCH_FAILED:
+    case CUDA_ERROR_MPS_CLIENT_TERMINATED:
+      return true;
+    default:
+      return false;
+  }
+}
+
+}  // namespace
 
 Session::Session(Driver& driver, std::shared_ptr<transport::Channel> channel, std::vector<uint8_t> session_key)
     // Serialized: a remote client's host-function notices are sent from the driver's callback threads.
@@ -394,8 +416,14 @@ bool Session::SendReply(uint64_t sequence, const Outcome& outcome, flatbuffers::
   const auto reply = wire::CreateReply(builder, sequence, outcome.result, outcome.body_type, outcome.body);
   builder.Finish(reply);
   // A remote client's mirrors are brought up to date before every answer (a synchronize's above all).
-  return host_mirrors_->SendWithChanges(*channel_, {builder.GetBufferPointer(), builder.GetSize()},
-                                        outcome.payload);
+  const bool sent = host_mirrors_->SendWithChanges(*channel_, {builder.GetBufferPointer(), builder.GetSize()},
+                                                   outcome.payload);
+  if (!fatal_fault_reported_ && IsStickyFault(outcome.result)) {
+    fatal_fault_reported_ = true;
+    spdlog::warn("the session's context took a fatal fault ({})", static_cast<int>(outcome.result));
+    if (on_fatal_fault_) on_fatal_fault_(outcome.result);
+  }
+  return sent;
 }
 
 CUresult Session::TakeDeferred(CUresult own) {

@@ -39,6 +39,9 @@ class Session {
 
   // Serves the client until it disconnects or breaks the protocol. Returns the process exit code.
   int Run();
+  // Called once, after the answer that first carries a fault the driver makes sticky for the process (an illegal
+  // address and the like): the backend must know, since the fault reaches every process sharing an MPS server.
+  void OnFatalFault(std::function<void(CUresult)> callback) { on_fatal_fault_ = std::move(callback); }
 
   // A remote client's host function held on its stream (handlers_host_functions.cc); public for the driver callback.
   struct RemoteHostFunction;
@@ -280,6 +283,8 @@ class Session {
 
   // The first error of a call the client did not wait for; reported by the next synchronizing call.
   CUresult deferred_error_ = CUDA_SUCCESS;
+  std::function<void(CUresult)> on_fatal_fault_;
+  bool fatal_fault_reported_ = false;
 
   static constexpr uint64_t kUnknownContext = ~uint64_t{0};
   uint64_t current_context_ = kUnknownContext;  // the client context id this thread has current in the driver

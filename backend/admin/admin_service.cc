@@ -21,6 +21,8 @@ json TenantJson(const TenantRecord& tenant) {
           {"wait_timeout_ms", tenant.wait_timeout_ms},
           {"max_sessions", tenant.max_sessions},
           {"gpus", tenant.gpus},
+          {"mps_sm_percent", tenant.mps_sm_percent},
+          {"mps_memory_limit_bytes", tenant.mps_memory_limit_bytes},
           {"created_unix", tenant.created_unix}};
 }
 
@@ -40,6 +42,8 @@ bool ApplyFields(const json& fields, TenantRecord* tenant, std::string* error) {
       else if (key == "wait_timeout_ms") tenant->wait_timeout_ms = value.get<uint32_t>();
       else if (key == "max_sessions") tenant->max_sessions = value.get<uint32_t>();
       else if (key == "gpus") tenant->gpus = value.get<std::vector<int>>();
+      else if (key == "mps_sm_percent") tenant->mps_sm_percent = value.get<uint32_t>();
+      else if (key == "mps_memory_limit_bytes") tenant->mps_memory_limit_bytes = value.get<uint64_t>();
       else {
         *error = "unknown tenant field '" + key + "'";
         return false;
@@ -60,6 +64,13 @@ std::string MissingGpu(const TenantRecord& tenant, int host_gpus) {
 }
 
 json Success(json result) { return {{"ok", true}, {"result", std::move(result)}}; }
+
+// Spatial sharing asked for on a host that cannot give it is refused now, not turned into time-slicing later.
+std::string SpatialSharingError(const TenantRecord& tenant, const ExecutorPool& pool) {
+  if (tenant.mps_sm_percent == 0) return {};
+  const std::string unavailable = pool.SpatialSharingUnavailable();
+  return unavailable.empty() ? std::string() : "spatial sharing (mps_sm_percent) is not available: " + unavailable;
+}
 
 }  // namespace
 
@@ -83,6 +94,7 @@ std::string AdminService::Handle(const std::string& request_text, bool trusted_t
     TenantRecord tenant;
     if (!ApplyFields(args, &tenant, &error)) return Failure(error).dump();
     if (error = MissingGpu(tenant, pool_.host_gpus()); !error.empty()) return Failure(error).dump();
+    if (error = SpatialSharingError(tenant, pool_); !error.empty()) return Failure(error).dump();
     const std::string token = registry_.Add(tenant, &error);
     if (token.empty()) return Failure(error).dump();
     spdlog::info("tenant '{}' added ({} priority, weight {})", tenant.name, tenant.priority, tenant.weight);
@@ -98,6 +110,9 @@ std::string AdminService::Handle(const std::string& request_text, bool trusted_t
     // Only a changed list is checked: other limits of a tenant kept from a host with more GPUs stay editable.
     if (args.contains("gpus")) {
       if (error = MissingGpu(*tenant, pool_.host_gpus()); !error.empty()) return Failure(error).dump();
+    }
+    if (args.contains("mps_sm_percent")) {
+      if (error = SpatialSharingError(*tenant, pool_); !error.empty()) return Failure(error).dump();
     }
     if (!registry_.Update(*tenant, &error)) return Failure(error).dump();
     spdlog::info("tenant '{}' changed", name);
@@ -138,6 +153,7 @@ std::string AdminService::Handle(const std::string& request_text, bool trusted_t
                           {"client_pid", executor->session.client_pid},
                           {"client_host", executor->session.client_host},
                           {"client_program", executor->session.client_program},
+                          {"mps_sm_percent", executor->kind.mps_sm_percent},
                           {"started_unix", executor->session.started_unix}});
     }
     return Success({{"sessions", sessions}}).dump();

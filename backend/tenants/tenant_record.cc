@@ -17,6 +17,13 @@ std::string ValidateTenant(const TenantRecord& tenant) {
   if (tenant.weight == 0 || tenant.weight > 1000000) return "weight is 1 to 1000000";
   if (tenant.memory_policy != "fail" && tenant.memory_policy != "wait") return "memory policy is fail or wait";
   if (std::string error = ValidateGpuList(tenant.gpus); !error.empty()) return error;
+  if (tenant.mps_sm_percent > 100) return "the MPS SM percentage is 1 to 100 (0: no spatial sharing)";
+  if (tenant.mps_memory_limit_bytes != 0 && tenant.mps_sm_percent == 0) {
+    return "an MPS memory limit needs spatial sharing (an MPS SM percentage)";
+  }
+  if (tenant.mps_memory_limit_bytes != 0 && tenant.mps_memory_limit_bytes < (uint64_t{1} << 20)) {
+    return "the MPS memory limit is at least 1 MiB";
+  }
   return {};
 }
 

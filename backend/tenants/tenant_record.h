@@ -17,6 +17,10 @@ struct TenantRecord {
   uint32_t wait_timeout_ms = 10000;      // how long "wait" waits
   uint32_t max_sessions = 0;             // 0: unlimited
   std::vector<int> gpus;                 // host GPU indices it may use, in the order it sees them; empty: all
+  // Spatial sharing (docs/scheduling.md): 1-100 runs the tenant's executors as clients of the backend's MPS server
+  // with this share of each GPU's SMs, beside other such tenants; 0 (the default): time-sliced executors.
+  uint32_t mps_sm_percent = 0;
+  uint64_t mps_memory_limit_bytes = 0;   // with MPS: the driver's limit on each executor's device memory; 0: none
   int64_t created_unix = 0;
 };
 

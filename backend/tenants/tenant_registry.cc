@@ -21,7 +21,9 @@ CREATE TABLE IF NOT EXISTS tenants (
   wait_timeout_ms INTEGER NOT NULL,
   max_sessions INTEGER NOT NULL,
   gpus TEXT NOT NULL,
-  created_unix INTEGER NOT NULL
+  created_unix INTEGER NOT NULL,
+  mps_sm_percent INTEGER NOT NULL DEFAULT 0,
+  mps_memory_limit_bytes INTEGER NOT NULL DEFAULT 0
 );
 CREATE TABLE IF NOT EXISTS usage (
   tenant TEXT NOT NULL,
@@ -74,8 +76,16 @@ std::vector<int> SplitGpus(const std::string& text) {
   return ParseGpuList(text).value_or(std::vector<int>{-1});
 }
 
+// Columns added after the first release, for registries created before them (each ALTER fails harmlessly once
+// the column exists).
+constexpr const char* kAddedColumns[] = {
+    "ALTER TABLE tenants ADD COLUMN mps_sm_percent INTEGER NOT NULL DEFAULT 0",
+    "ALTER TABLE tenants ADD COLUMN mps_memory_limit_bytes INTEGER NOT NULL DEFAULT 0",
+};
+
 constexpr const char* kColumns =
-    "name, priority, weight, memory_quota_bytes, memory_policy, wait_timeout_ms, max_sessions, gpus, created_unix";
+    "name, priority, weight, memory_quota_bytes, memory_policy, wait_timeout_ms, max_sessions, gpus, created_unix, "
+    "mps_sm_percent, mps_memory_limit_bytes";
 
 TenantRecord ReadTenant(const Statement& row) {
   TenantRecord tenant;
@@ -88,6 +98,8 @@ TenantRecord ReadTenant(const Statement& row) {
   tenant.max_sessions = static_cast<uint32_t>(row.Int(6));
   tenant.gpus = SplitGpus(row.Text(7));
   tenant.created_unix = row.Int(8);
+  tenant.mps_sm_percent = static_cast<uint32_t>(row.Int(9));
+  tenant.mps_memory_limit_bytes = static_cast<uint64_t>(row.Int(10));
   return tenant;
 }
 
@@ -113,6 +125,7 @@ std::unique_ptr<TenantRegistry> TenantRegistry::Open(const std::string& path, st
     sqlite3_close(db);
     return nullptr;
   }
+  for (const char* added : kAddedColumns) sqlite3_exec(db, added, nullptr, nullptr, nullptr);
   return std::unique_ptr<TenantRegistry>(new TenantRegistry(db));
 }
 
@@ -129,13 +142,14 @@ std::string TenantRegistry::Add(const TenantRecord& tenant, std::string* error) 
   }
   const std::string token = NewTenantToken();
   Statement insert(db_, "INSERT INTO tenants (name, token_hash, priority, weight, memory_quota_bytes, "
-                        "memory_policy, wait_timeout_ms, max_sessions, gpus, created_unix) "
-                        "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)");
+                        "memory_policy, wait_timeout_ms, max_sessions, gpus, created_unix, mps_sm_percent, "
+                        "mps_memory_limit_bytes) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)");
   insert.Bind(1, tenant.name).Bind(2, HashTenantToken(token)).Bind(3, tenant.priority);
   insert.Bind(4, int64_t{tenant.weight}).Bind(5, static_cast<int64_t>(tenant.memory_quota_bytes));
   insert.Bind(6, tenant.memory_policy).Bind(7, int64_t{tenant.wait_timeout_ms});
   insert.Bind(8, int64_t{tenant.max_sessions}).Bind(9, JoinGpus(tenant.gpus));
-  insert.Bind(10, static_cast<int64_t>(std::time(nullptr)));
+  insert.Bind(10, static_cast<int64_t>(std::time(nullptr))).Bind(11, int64_t{tenant.mps_sm_percent});
+  insert.Bind(12, static_cast<int64_t>(tenant.mps_memory_limit_bytes));
   if (insert.Step() != SQLITE_DONE) {
     *error = std::string("database: ") + sqlite3_errmsg(db_);
     return {};
@@ -149,11 +163,13 @@ bool TenantRegistry::Update(const TenantRecord& tenant, std::string* error) {
     return false;
   }
   Statement update(db_, "UPDATE tenants SET priority = ?, weight = ?, memory_quota_bytes = ?, memory_policy = ?, "
-                        "wait_timeout_ms = ?, max_sessions = ?, gpus = ? WHERE name = ?");
+                        "wait_timeout_ms = ?, max_sessions = ?, gpus = ?, mps_sm_percent = ?, "
+                        "mps_memory_limit_bytes = ? WHERE name = ?");
   update.Bind(1, tenant.priority).Bind(2, int64_t{tenant.weight});
   update.Bind(3, static_cast<int64_t>(tenant.memory_quota_bytes)).Bind(4, tenant.memory_policy);
   update.Bind(5, int64_t{tenant.wait_timeout_ms}).Bind(6, int64_t{tenant.max_sessions});
-  update.Bind(7, JoinGpus(tenant.gpus)).Bind(8, tenant.name);
+  update.Bind(7, JoinGpus(tenant.gpus)).Bind(8, int64_t{tenant.mps_sm_percent});
+  update.Bind(9, static_cast<int64_t>(tenant.mps_memory_limit_bytes)).Bind(10, tenant.name);
   if (update.Step() != SQLITE_DONE) {
     *error = std::string("database: ") + sqlite3_errmsg(db_);
     return false;

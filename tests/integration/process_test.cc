@@ -240,6 +240,9 @@ TEST(ProcessTest, StickyGpuFaultFailsOnlyItsOwnSession) {
   auto faulty = RunClient({"fault", CURELAY_TEST_PTX_PATH}, ClientEnv(backend), 30s);
   // 700 = CUDA_ERROR_ILLEGAL_ADDRESS, at the sync and sticky afterwards, exactly as natively.
   EXPECT_EQ(faulty.output, "FAULT 700 then 700\n");
+  // The executor tells the backend (which ends the other clients of an MPS server on it; here there is none).
+  EXPECT_TRUE(WaitFor([&] { return backend.Log().find("took a fatal GPU fault (700)") != std::string::npos; }, 5s))
+      << backend.Log();
   std::this_thread::sleep_for(200ms);
   EXPECT_EQ(ReadFile(output).find("ERROR"), std::string::npos) << "the fault leaked into another session";
   ExpectNewClientsServed(backend);

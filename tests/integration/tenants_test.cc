@@ -394,6 +394,63 @@ TEST_F(MultiGpuTenantsTest, GpusTheHostLacksAreRefused) {
   EXPECT_NE(Devices(last).find("devices 1 buses 40"), std::string::npos) << Devices(last);
 }
 
+// Spatial sharing (MPS) where these machines have none: refused with a clear error at every step, never turned
+// into time-slicing, and tenants without it are not affected.
+TEST(SpatialSharingTest, RefusedWhereTheHostHasNoMps) {
+  BackendProcess backend("no-mps");
+  backend.RequireTokens();
+  backend.AddArguments({"--mps-control", "/nonexistent/nvidia-cuda-mps-control"});
+  ASSERT_TRUE(backend.Start()) << backend.Log();
+  const CommandResult refused = Backendctl(backend, {"tenant", "add", "shared", "--mps-sm-percent", "50"});
+  EXPECT_EQ(refused.exit_code, 1);
+  EXPECT_NE(refused.out.find("spatial sharing (mps_sm_percent) is not available: "
+                             "/nonexistent/nvidia-cuda-mps-control is not an executable file"),
+            std::string::npos)
+      << refused.out;
+  const std::string plain = AddTenant(backend, "plain");
+  EXPECT_EQ(Backendctl(backend, {"tenant", "set", "plain", "--mps-sm-percent", "50"}).exit_code, 1);
+  const auto basic = RunClient({"basic", CURELAY_TEST_PTX_PATH}, ClientEnv(backend, plain), 30s);
+  EXPECT_EQ(basic.output, "OK\n") << backend.Log();
+}
+
+TEST(SpatialSharingTest, SettingsReachTheExecutorWhichRefusesToRunWithoutMps) {
+  BackendProcess backend("mps-standin");
+  backend.RequireTokens();
+  backend.AddArguments({"--mps-control", CURELAY_MPS_STANDIN_PATH});
+  ASSERT_TRUE(backend.Start()) << backend.Log();
+  // Validated like every limit.
+  EXPECT_EQ(Backendctl(backend, {"tenant", "add", "x", "--mps-sm-percent", "101"}).exit_code, 1);
+  EXPECT_EQ(Backendctl(backend, {"tenant", "add", "x", "--mps-memory-limit", "1G"}).exit_code, 1);  // needs MPS
+  const std::string shared =
+      AddTenant(backend, "shared", {"--mps-sm-percent", "50", "--mps-memory-limit", "1G"});
+  const json listed = json::parse(Backendctl(backend, {"-o", "json", "tenant", "list"}).out);
+  EXPECT_EQ(listed["tenants"][0]["mps_sm_percent"], 50);
+  EXPECT_EQ(listed["tenants"][0]["mps_memory_limit_bytes"], 1024 * kMiB);
+  EXPECT_NE(Backendctl(backend, {"tenant", "list"}).out.find("50% SMs, 1.0 GiB"), std::string::npos);
+
+  // The backend starts its MPS control daemon in the foreground, in its runtime directory, and the executor gets
+  // the tenant's settings; the emulated driver runs no process under MPS, so the executor refuses to start and
+  // the client's cuInit fails with the reason in the backend's log.
+  const auto refused = RunClient({"init"}, ClientEnv(backend, shared), 30s);
+  EXPECT_NE(refused.output.find("cuInit 801"), std::string::npos) << refused.output;  // CUDA_ERROR_NOT_SUPPORTED
+  const std::string log = backend.Log();
+  EXPECT_NE(log.find("CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=50 CUDA_MPS_PINNED_DEVICE_MEM_LIMIT=0=1024M"),
+            std::string::npos)
+      << log;
+  EXPECT_NE(log.find("its driver reports MPS disabled on device 0"), std::string::npos) << log;
+  EXPECT_NE(ReadFile(backend.runtime_dir() + "/mps/log/standin.log").find("started -f pipe=" + backend.runtime_dir() +
+                                                                           "/mps/pipe"),
+            std::string::npos);
+  // Tenants without spatial sharing are served as before, beside it.
+  const std::string plain = AddTenant(backend, "plain");
+  const auto basic = RunClient({"basic", CURELAY_TEST_PTX_PATH}, ClientEnv(backend, plain), 30s);
+  EXPECT_EQ(basic.output, "OK\n") << backend.Log();
+  // Turning it off makes the tenant an ordinary, time-sliced one again.
+  ASSERT_EQ(Backendctl(backend, {"tenant", "set", "shared", "--mps-memory-limit", "0", "--mps-sm-percent", "0"}).exit_code,
+            0);
+  EXPECT_EQ(RunClient({"basic", CURELAY_TEST_PTX_PATH}, ClientEnv(backend, shared), 30s).output, "OK\n");
+}
+
 TEST(TenantsAdminTcpTest, TcpAdminEndpointRequiresTheAdminToken) {
   BackendProcess backend("admin-tcp");
   const std::string token = "admin-secret-for-tests";
