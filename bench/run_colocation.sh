@@ -1,14 +1,21 @@
 #!/usr/bin/env bash
-# Two launch-bound PyTorch programs on one GPU at once (bench/colocation_step.py: batch-1 transformer inference,
-# and a small conv net training step), milliseconds per step of each, in one run:
-#   native                the two processes on the real driver
-#   unscheduled           through curelay, anonymous sessions (no scheduler)
-#   tenants               through curelay, two normal tenants of weight 1 (work-conserving scheduler, the default)
-#   turns                 the same with [scheduler] saturation_us = 0 (turns whenever both have work)
-#   unsaturated           the same with saturation_us = 10 s: never saturated, so never a turn (what the gate
-#                         itself costs, without the scheduler's decisions)
-# CURELAY_COLOCATION_MODES (default "native unscheduled tenants turns") picks modes; CURELAY_BENCH_ROUNDS (default 3)
-# rounds of them, alternating; the medians are printed.
+# Co-located PyTorch programs on one GPU, native and through curelay in one run (bench/colocation_step.py has the
+# programs). Three groups (CURELAY_COLOCATION_GROUPS, default "launch compute priority"):
+#   launch    batch-1 transformer inference beside a small conv net training step (both launch-bound), ms per step
+#             of each; modes (CURELAY_COLOCATION_MODES, default "native unscheduled tenants turns"):
+#               native       the two processes on the real driver
+#               unscheduled  through curelay, anonymous sessions (no scheduler)
+#               tenants      two normal tenants of weight 1 (the work-conserving scheduler, the default)
+#               turns        the same with [scheduler] saturation_us = 0 (turns whenever both have work)
+#               unsaturated  the same with saturation_us = 10 s (never a turn: what the gate itself costs)
+#   compute   two programs looping bf16 matmuls (CURELAY_COLOCATION_MATMUL, default 8192): aggregate matmuls per
+#             second of each mode against one process alone: native alone, native pair, curelay alone (a tenant),
+#             curelay time-sliced (two tenants), curelay spatially shared (two tenants at --mps-sm-percent 50, the
+#             backend's MPS server)
+#   priority  batch-1 inference answered request by request (a high-priority tenant) beside the transformer's
+#             training step (a low-priority tenant): the high tenant's p50/p99 against it alone, the low tenant's
+#             steps per second; native pair for reference
+# CURELAY_BENCH_ROUNDS (default 3) rounds, modes alternating within each; medians are printed.
 # Usage: bench/run_colocation.sh [build-dir]
 set -uo pipefail
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
@@ -16,8 +23,9 @@ build=$(cd "${1:-$here/../build}" && pwd)
 real=${CURELAY_REAL_DRIVER:-/usr/local/nvidia/lib64/libcuda.so.1}
 rounds=${CURELAY_BENCH_ROUNDS:-3}
 seconds=${CURELAY_COLOCATION_SECONDS:-5}
+groups=${CURELAY_COLOCATION_GROUPS:-launch compute priority}
 work=$(mktemp -d /dev/shm/curelay-coloc-XXXXXX)
-backend= endpoint= token_a= token_b=
+backend= runtime= endpoint=
 stop_backend() {
   [ -n "$backend" ] || return 0
   kill "$backend" 2>/dev/null
@@ -28,8 +36,7 @@ trap 'stop_backend; rm -rf "$work"' EXIT
 
 # start_backend SATURATION_US: a backend that admits anonymous sessions and tenants.
 start_backend() {
-  local runtime="$work/rt-$1"
-  rm -rf "$runtime"
+  runtime="$work/rt-$1-$RANDOM"
   mkdir -p "$runtime"
   cat >"$runtime/backend.toml" <<TOML
 [backend]
@@ -43,65 +50,158 @@ allow_anonymous = true
 [scheduler]
 saturation_us = $1
 TOML
-  "$build/backend/curelay-backend" --config "$runtime/backend.toml" 2>"$runtime/backend.log" &
+  "$build/backend/curelay-backend" --config "$runtime/backend.toml" 2>>"$work/backend.log" &
   backend=$!
   for _ in $(seq 100); do [ -S "$runtime/admin.sock" ] && break; sleep 0.1; done
   endpoint="ipc://$runtime/b.sock"
-  ctl() { "$build/backendctl/backendctl" --endpoint "ipc://$runtime/admin.sock" "$@"; }
-  token_a=$(ctl -o json tenant add "infer-$1" | sed -n 's/.*"token": "\(crl_[0-9a-f]*\)".*/\1/p')
-  token_b=$(ctl -o json tenant add "conv-$1" | sed -n 's/.*"token": "\(crl_[0-9a-f]*\)".*/\1/p')
 }
 
-# pair MODE: runs both programs at once, prints "INFER_MS CONV_MS".
-pair() {
-  local mode=$1 go="$work/go" a b
-  rm -f "$go"
-  launch() {  # launch TOKEN KIND
-    case $mode in
-      native) LD_LIBRARY_PATH=$(dirname "$real") python3 "$here/colocation_step.py" "$2" "$go" "$seconds" ;;
-      unscheduled) LD_LIBRARY_PATH="$build/frontend" CURELAY_ENDPOINT=$endpoint \
-        python3 "$here/colocation_step.py" "$2" "$go" "$seconds" ;;
-      *) LD_LIBRARY_PATH="$build/frontend" CURELAY_ENDPOINT=$endpoint CURELAY_TOKEN=$1 \
-        python3 "$here/colocation_step.py" "$2" "$go" "$seconds" ;;
+# tenant NAME PROFILE: a tenant of the running backend; prints its token. Profiles: plain, high, low, mps50.
+tenant() {
+  local options=()
+  case $2 in
+    high) options=(--priority high) ;;
+    low) options=(--priority low) ;;
+    mps50) options=(--mps-sm-percent 50) ;;
+  esac
+  "$build/backendctl/backendctl" --endpoint "ipc://$runtime/admin.sock" -o json tenant add "$1" "${options[@]}" |
+    sed -n 's/.*"token": "\(crl_[0-9a-f]*\)".*/\1/p'
+}
+
+# programs HOW KIND[@PROFILE]...: runs the programs at once, each native (HOW=native), as an anonymous curelay
+# session (anonymous) or as a tenant of its profile (tenant); prints "STEP_MS P99_MS" per program, in order.
+programs() {
+  local how=$1 go="$work/go" index=0 spec kind profile token pids=()
+  shift
+  rm -f "$go" "$work"/p*.log
+  for spec in "$@"; do
+    kind=${spec%@*}
+    profile=plain
+    [ "$spec" = "$kind" ] || profile=${spec#*@}
+    case $how in
+      native) LD_LIBRARY_PATH=$(dirname "$real") python3 "$here/colocation_step.py" "$kind" "$go" "$seconds" \
+        >"$work/p$index.log" 2>&1 & ;;
+      anonymous) LD_LIBRARY_PATH="$build/frontend" CURELAY_ENDPOINT=$endpoint \
+        python3 "$here/colocation_step.py" "$kind" "$go" "$seconds" >"$work/p$index.log" 2>&1 & ;;
+      tenant)
+        token=$(tenant "$kind-$profile-$index-$RANDOM" "$profile")
+        LD_LIBRARY_PATH="$build/frontend" CURELAY_ENDPOINT=$endpoint CURELAY_TOKEN=$token \
+          python3 "$here/colocation_step.py" "$kind" "$go" "$seconds" >"$work/p$index.log" 2>&1 & ;;
     esac
-  }
-  launch "$token_a" infer >"$work/a.log" 2>&1 &
-  a=$!
-  launch "$token_b" conv >"$work/b.log" 2>&1 &
-  b=$!
-  for _ in $(seq 600); do
-    grep -q READY "$work/a.log" && grep -q READY "$work/b.log" && break
+    pids+=($!)
+    index=$((index + 1))
+  done
+  local ready
+  for _ in $(seq 900); do
+    ready=0
+    for ((i = 0; i < index; i++)); do grep -q READY "$work/p$i.log" && ready=$((ready + 1)); done
+    [ $ready -eq $index ] && break
+    if ! kill -0 "${pids[@]}" 2>/dev/null; then break; fi
     sleep 0.1
   done
   touch "$go"
-  wait $a $b
-  echo "$(sed -n 's/^STEP_MS //p' "$work/a.log") $(sed -n 's/^STEP_MS //p' "$work/b.log")"
+  wait "${pids[@]}"
+  for ((i = 0; i < index; i++)); do
+    local step p99
+    step=$(sed -n 's/^STEP_MS //p' "$work/p$i.log")
+    p99=$(sed -n 's/^P99_MS //p' "$work/p$i.log")
+    [ -n "$step" ] || { echo "program $i ($how) failed:" >&2; tail -n 5 "$work/p$i.log" >&2; }
+    echo -n "${step:-nan} ${p99:--} "
+  done
+  echo
 }
 
-modes=${CURELAY_COLOCATION_MODES:-native unscheduled tenants turns}
 declare -A results
+record() { results[$1]+="$2;"; }
+
+# median KEY COLUMN: the median of one column of KEY's rounds ("nan" if none).
+median() {
+  echo "${results[$1]:-}" | python3 -c '
+import statistics, sys
+column = int(sys.argv[1])
+values = []
+for row in sys.stdin.read().strip().strip(";").split(";"):
+    fields = row.split()
+    if len(fields) > column and fields[column] not in ("nan", "-"):
+        values.append(float(fields[column]))
+print(f"{statistics.median(values):.3f}" if values else "nan")
+' "$2"
+}
+
+launch_modes=${CURELAY_COLOCATION_MODES:-native unscheduled tenants turns}
 for ((round = 1; round <= rounds; round++)); do
-  for mode in $modes; do
-    case $mode in
-      native) results[native]+="$(pair native);" ;;
-      unscheduled) start_backend 2000 && results[unscheduled]+="$(pair unscheduled);" ;;
-      tenants) start_backend 2000 && results[tenants]+="$(pair tenants);" ;;
-      turns) start_backend 0 && results[turns]+="$(pair tenants);" ;;
-      unsaturated) start_backend 10000000 && results[unsaturated]+="$(pair tenants);" ;;
+  for group in $groups; do
+    case $group in
+      launch)
+        for mode in $launch_modes; do
+          case $mode in
+            native) record launch/native "$(programs native infer conv)" ;;
+            unscheduled) start_backend 2000 && record launch/unscheduled "$(programs anonymous infer conv)" ;;
+            tenants) start_backend 2000 && record launch/tenants "$(programs tenant infer conv)" ;;
+            turns) start_backend 0 && record launch/turns "$(programs tenant infer conv)" ;;
+            unsaturated) start_backend 10000000 && record launch/unsaturated "$(programs tenant infer conv)" ;;
+          esac
+          stop_backend
+        done
+        ;;
+      compute)
+        record compute/native-alone "$(programs native matmul)"
+        record compute/native-pair "$(programs native matmul matmul)"
+        start_backend 2000 && record compute/curelay-alone "$(programs tenant matmul)"; stop_backend
+        start_backend 2000 && record compute/time-sliced "$(programs tenant matmul matmul)"; stop_backend
+        start_backend 2000 && record compute/mps-50-50 "$(programs tenant matmul@mps50 matmul@mps50)"; stop_backend
+        ;;
+      priority)
+        record priority/native-pair "$(programs native serve train)"
+        start_backend 2000 && record priority/high-alone "$(programs tenant serve@high)"; stop_backend
+        start_backend 2000 && record priority/high-beside-low "$(programs tenant serve@high train@low)"; stop_backend
+        ;;
     esac
-    stop_backend
   done
 done
-echo "== two launch-bound PyTorch programs at once, ms per step (median of $rounds rounds of ${seconds} s)"
-for mode in $modes; do
-  echo "${results[$mode]}" | python3 -c '
-import statistics, sys
-mode = sys.argv[1]
-pairs = [p.split() for p in sys.stdin.read().strip().strip(";").split(";") if len(p.split()) == 2]
-if not pairs:
-    print(f"{mode:12s} no result"); sys.exit(0)
-infer = statistics.median(float(p[0]) for p in pairs)
-conv = statistics.median(float(p[1]) for p in pairs)
-print(f"{mode:12s} batch-1 inference {infer:7.3f} ms   conv net step {conv:7.3f} ms")
-' "$mode"
+
+for group in $groups; do
+  case $group in
+    launch)
+      echo "== launch: two launch-bound PyTorch programs at once, ms per step (median of $rounds rounds of ${seconds} s)"
+      for mode in $launch_modes; do
+        printf '%-12s batch-1 inference %7s ms   conv net step %7s ms\n' "$mode" "$(median launch/$mode 0)" \
+          "$(median launch/$mode 2)"
+      done
+      ;;
+    compute)
+      echo "== compute: bf16 ${CURELAY_COLOCATION_MATMUL:-8192} matmuls, ms per matmul of each program and aggregate" \
+        "matmuls/s against one process alone (median of $rounds rounds)"
+      python3 - "$(median compute/native-alone 0)" "$(median compute/native-pair 0)" "$(median compute/native-pair 2)" \
+        "$(median compute/curelay-alone 0)" "$(median compute/time-sliced 0)" "$(median compute/time-sliced 2)" \
+        "$(median compute/mps-50-50 0)" "$(median compute/mps-50-50 2)" <<'PY'
+import math, sys
+v = [float(x) for x in sys.argv[1:]]
+rate = lambda *ms: sum(1000 / m for m in ms if not math.isnan(m))
+alone_native, alone_curelay = rate(v[0]), rate(v[3])
+rows = [("native alone", [v[0]], alone_native), ("native pair", [v[1], v[2]], alone_native),
+        ("curelay alone", [v[3]], alone_curelay), ("time-sliced", [v[4], v[5]], alone_curelay),
+        ("MPS 50%/50%", [v[6], v[7]], alone_curelay)]
+for name, ms, base in rows:
+    aggregate = rate(*ms)
+    print(f"{name:14s} ms per matmul {' / '.join(f'{m:.3f}' for m in ms):22s} aggregate {aggregate:8.1f}/s "
+          f"({aggregate / base if base else float('nan'):.2f}x of alone)")
+PY
+      ;;
+    priority)
+      echo "== priority: batch-1 inference of a high tenant (request by request) beside a low tenant's training" \
+        "step (median of $rounds rounds of ${seconds} s)"
+      python3 - "$(median priority/native-pair 0)" "$(median priority/native-pair 1)" "$(median priority/native-pair 2)" \
+        "$(median priority/high-alone 0)" "$(median priority/high-alone 1)" \
+        "$(median priority/high-beside-low 0)" "$(median priority/high-beside-low 1)" \
+        "$(median priority/high-beside-low 2)" <<'PY'
+import sys
+v = [float(x) for x in sys.argv[1:]]
+print(f"native pair        inference {v[0]:7.3f} ms/step, p99 {v[1]:7.3f} ms; training {1000 / v[2]:6.1f} steps/s")
+print(f"high tenant alone  inference {v[3]:7.3f} ms/step, p99 {v[4]:7.3f} ms")
+print(f"high beside low    inference {v[5]:7.3f} ms/step, p99 {v[6]:7.3f} ms ({v[6] / v[4]:.2f}x of alone); "
+      f"low tenant training {1000 / v[7]:6.1f} steps/s")
+PY
+      ;;
+  esac
 done

@@ -19,6 +19,7 @@ bool IsStickyFault(CUresult result) {
   switch (result) {
     case CUDA_ERROR_ECC_UNCORRECTABLE:
     case CUDA_ERROR_ILLEGAL_ADDRESS:
+    case CUDA_ERROR_ASSERT:
     case CUDA_ERROR_LAUNCH_TIMEOUT:
     case CUDA_ERROR_HARDWARE_STACK_ERROR:
     case CUDA_ERROR_ILLEGAL_INSTRUCTION:
