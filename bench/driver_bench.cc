@@ -10,6 +10,7 @@
 
 #include <cuda.h>
 #include <dlfcn.h>
+#include <sys/resource.h>
 
 #include <algorithm>
 #include <chrono>
@@ -155,7 +156,38 @@ void bench_calls(CUdevice device) {
   metric("mem_alloc_free_1MiB_median", quantile(allocs, 0.5), "us");
 }
 
-// Synchronous copies from/to pageable malloc memory; GB/s = 1e9 bytes per second.
+// This process's CPU time (user + system), in seconds: a copy path that spins cores is not native speed.
+double cpu_seconds() {
+  rusage usage{};
+  getrusage(RUSAGE_SELF, &usage);
+  return static_cast<double>(usage.ru_utime.tv_sec + usage.ru_stime.tv_sec) +
+         static_cast<double>(usage.ru_utime.tv_usec + usage.ru_stime.tv_usec) / 1e6;
+}
+
+// Copies `reps` times in one direction and reports GB/s (1e9 bytes per second) and, for the large sizes, the CPU
+// seconds this process spent per GiB copied. `stream` non-null: asynchronous copies on it, then one synchronize.
+void measure_copies(const std::string& name, void* host, CUdeviceptr device, size_t bytes, int reps, bool to_device,
+                    CUstream stream) {
+  const auto copy = [&] {
+    if (stream != nullptr) {
+      CU_CHECK(to_device ? cuMemcpyHtoDAsync(device, host, bytes, stream) : cuMemcpyDtoHAsync(host, device, bytes, stream));
+    } else {
+      CU_CHECK(to_device ? cuMemcpyHtoD(device, host, bytes) : cuMemcpyDtoH(host, device, bytes));
+    }
+  };
+  for (int i = 0; i < std::max(1, reps / 10); ++i) copy();
+  if (stream != nullptr) CU_CHECK(cuStreamSynchronize(stream));
+  const double cpu_start = cpu_seconds();
+  const auto start = Clock::now();
+  for (int i = 0; i < reps; ++i) copy();
+  if (stream != nullptr) CU_CHECK(cuStreamSynchronize(stream));
+  const double elapsed = seconds_since(start), cpu = cpu_seconds() - cpu_start;
+  const double copied = static_cast<double>(bytes) * reps;
+  metric(name, copied / elapsed / 1e9, "GB/s");
+  if (bytes >= (size_t{64} << 20)) metric("cpu_per_GiB_" + name, cpu / (copied / double(1 << 30)), "s");
+}
+
+// Copies from/to pageable malloc memory and page-locked memory (cuMemHostAlloc), plain and asynchronous.
 void bench_bandwidth() {
   struct Size {
     const char* label;
@@ -166,28 +198,28 @@ void bench_bandwidth() {
                         {"1MiB", size_t{1} << 20, 200},
                         {"64MiB", size_t{64} << 20, 10},
                         {"1GiB", size_t{1} << 30, 3}};
+  CUstream stream = nullptr;
+  CU_CHECK(cuStreamCreate(&stream, CU_STREAM_NON_BLOCKING));
   for (const Size& size : sizes) {
     std::unique_ptr<void, Freer> host(std::malloc(size.bytes));
     if (!host) throw std::runtime_error("malloc failed");
     std::memset(host.get(), 0x5A, size.bytes);  // touch every page before timing
+    void* pinned = nullptr;
+    CU_CHECK(cuMemHostAlloc(&pinned, size.bytes, 0));
+    std::memset(pinned, 0x5A, size.bytes);
     CUdeviceptr device = 0;
     CU_CHECK(cuMemAlloc(&device, size.bytes));
-    const int warmup = std::max(1, size.reps / 10);
-
-    for (int i = 0; i < warmup; ++i) CU_CHECK(cuMemcpyHtoD(device, host.get(), size.bytes));
-    auto start = Clock::now();
-    for (int i = 0; i < size.reps; ++i) CU_CHECK(cuMemcpyHtoD(device, host.get(), size.bytes));
-    double elapsed = seconds_since(start);
-    metric(std::string("htod_pageable_") + size.label, size.bytes * double(size.reps) / elapsed / 1e9, "GB/s");
-
-    for (int i = 0; i < warmup; ++i) CU_CHECK(cuMemcpyDtoH(host.get(), device, size.bytes));
-    start = Clock::now();
-    for (int i = 0; i < size.reps; ++i) CU_CHECK(cuMemcpyDtoH(host.get(), device, size.bytes));
-    elapsed = seconds_since(start);
-    metric(std::string("dtoh_pageable_") + size.label, size.bytes * double(size.reps) / elapsed / 1e9, "GB/s");
-
+    const std::string label = size.label;
+    measure_copies("htod_pageable_" + label, host.get(), device, size.bytes, size.reps, true, nullptr);
+    measure_copies("dtoh_pageable_" + label, host.get(), device, size.bytes, size.reps, false, nullptr);
+    measure_copies("htod_pinned_" + label, pinned, device, size.bytes, size.reps, true, nullptr);
+    measure_copies("dtoh_pinned_" + label, pinned, device, size.bytes, size.reps, false, nullptr);
+    measure_copies("htod_pinned_async_" + label, pinned, device, size.bytes, size.reps, true, stream);
+    measure_copies("dtoh_pinned_async_" + label, pinned, device, size.bytes, size.reps, false, stream);
     CU_CHECK(cuMemFree(device));
+    CU_CHECK(cuMemFreeHost(pinned));
   }
+  CU_CHECK(cuStreamDestroy(stream));
 }
 
 std::string read_text(const char* path) {

@@ -100,6 +100,38 @@ Session::Outcome Session::MemcpyDtoH(const wire::MemcpyDtoH& call) {
   });
 }
 
+uint8_t* Session::RegisteredHostAddress(CUdeviceptr device_ptr, uint64_t bytes) const {
+  auto found = host_registrations_.upper_bound(device_ptr);
+  if (found == host_registrations_.begin()) return nullptr;
+  --found;
+  const uint64_t offset = device_ptr - found->first;
+  if (offset >= found->second.bytes || bytes > found->second.bytes - offset) return nullptr;
+  return static_cast<uint8_t*>(found->second.mapping) + offset;
+}
+
+Session::Outcome Session::MemcpyRegisteredHost(const wire::MemcpyRegisteredHost& call) {
+  uint8_t* host = RegisteredHostAddress(call.host(), call.bytes());
+  if (host == nullptr || call.bytes() == 0) return {CUDA_ERROR_INVALID_VALUE};
+  // The plain form on the legacy stream, which is what it is ordered with natively.
+  CUstream stream = nullptr;
+  if (call.async()) {
+    if (const CUresult result = LookupStream(call.stream(), &stream); result != CUDA_SUCCESS) return {result};
+  }
+  const CUresult result =
+      LaunchScheduled(call.to_device() ? kCopyToDeviceWork : kCopyToHostWork, stream, [&] {
+        return call.to_device() ? driver_.cuMemcpyHtoDAsync(call.device(), host, call.bytes(), stream)
+                                : driver_.cuMemcpyDtoHAsync(host, call.device(), call.bytes(), stream);
+      });
+  if (call.async() || result != CUDA_SUCCESS) return {result};
+  // The plain form returns once the data has arrived, as natively; the session thread serves others meanwhile.
+  std::vector<CUevent> markers;
+  if (const CUresult recorded = RecordMarker(stream, markers); recorded != CUDA_SUCCESS) {
+    ReturnMarkers(markers);
+    return {TakeDeferred(recorded)};
+  }
+  return Defer(std::move(markers), 0);
+}
+
 Session::Outcome Session::CopyToHostDeferred(CUstream stream, uint64_t bytes,
                                              const std::function<CUresult(uint8_t*)>& enqueue) {
   uint8_t* staging = staging_.Take();

@@ -123,6 +123,9 @@ class Session {
   Outcome MemGetInfo();
   Outcome MemcpyHtoD(const wire::MemcpyHtoD& call, std::span<const uint8_t> payload);
   Outcome MemcpyDtoH(const wire::MemcpyDtoH& call);
+  Outcome MemcpyRegisteredHost(const wire::MemcpyRegisteredHost& call);
+  // The executor's address of [device_ptr, device_ptr + bytes) inside one registered host mapping; null otherwise.
+  uint8_t* RegisteredHostAddress(CUdeviceptr device_ptr, uint64_t bytes) const;
   Outcome MemcpyDtoD(const wire::MemcpyDtoD& call);
   Outcome Memset(const wire::Memset& call);
   // Pitched memory, 2D copies and memsets, peer copies (handlers_memory_2d.cc).
@@ -309,7 +312,7 @@ class Session {
     void* mapping;
     uint64_t bytes;
   };
-  std::unordered_map<CUdeviceptr, HostRegistration> host_registrations_;  // by device address
+  std::map<CUdeviceptr, HostRegistration> host_registrations_;  // by device address (ordered: range lookups)
   std::unordered_map<int, int> primary_retains_;
   std::unordered_set<int> pinned_primary_devices_;  // devices whose primary context the session itself retains
   // Captures begun by the client, by the driver's capture id.

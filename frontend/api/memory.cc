@@ -17,6 +17,34 @@ using namespace curelay::frontend;
 
 namespace {
 
+// In a same-host session, page-locked memory from cuMemHostAlloc/cuMemHostRegister is a shared file the executor
+// has mapped and registered with its driver: a copy to or from it is one DMA there, with no data on the ring. True
+// when all of [ptr, ptr + bytes) is such memory; *host is its device address (the executor's key for it).
+bool RegisteredHost(const Client& client, const void* ptr, size_t bytes, CUdeviceptr* host) {
+  if (client.remote()) return false;  // there it is a mirror, kept coherent by its own protocol
+  const char* base = nullptr;
+  size_t allocation_bytes = 0;
+  if (!client.host_allocations.Find(ptr, &base, &allocation_bytes)) return false;
+  const size_t offset = static_cast<size_t>(static_cast<const char*>(ptr) - base);
+  if (bytes > allocation_bytes - offset) return false;
+  return client.host_allocations.DevicePointer(ptr, host) == CUDA_SUCCESS && *host != 0;
+}
+
+// Below this, a plain (synchronous) host-to-device copy from page-locked memory is posted through the ring instead
+// (a guess at the crossover of a memcpy into the ring against a round trip plus the DMA; not yet measured).
+constexpr size_t kDirectPlainCopyToDeviceBytes = size_t{256} << 10;
+
+// The direct copy: posted when asynchronous (ordered on its stream, errors at the next synchronizing call, as
+// natively), answered when the data has arrived otherwise.
+CUresult CopyRegisteredHost(Client& client, CUdeviceptr device, CUdeviceptr host, size_t bytes, bool to_device,
+                            uint64_t wire_stream, bool async) {
+  auto& builder = Builder();
+  const auto call =
+      wire::CreateMemcpyRegisteredHost(builder, device, host, bytes, to_device, wire_stream, async).Union();
+  if (async) return client.Post(builder, wire::Call::MemcpyRegisteredHost, call, {});
+  return client.Call(builder, wire::Call::MemcpyRegisteredHost, call, {}, nullptr);
+}
+
 CUresult CopyHostToDevice(CUdeviceptr dst, const void* src, size_t bytes, CUstream stream, bool async) {
   Client* client;
   CURELAY_RETURN_IF_ERROR(RequireContext(&client));
@@ -24,6 +52,12 @@ CUresult CopyHostToDevice(CUdeviceptr dst, const void* src, size_t bytes, CUstre
   if (src == nullptr) return CUDA_ERROR_INVALID_VALUE;
   uint64_t wire_stream = 0;
   CURELAY_RETURN_IF_ERROR(CopyStream(*client, stream, &async, &wire_stream));
+  // A small plain copy goes through the ring even from page-locked memory: posted with its bytes, it returns at
+  // once, where the direct copy would wait a round trip for the DMA before the caller may reuse its buffer.
+  if (CUdeviceptr host = 0; (async || bytes > kDirectPlainCopyToDeviceBytes) &&
+                            RegisteredHost(*client, src, bytes, &host)) {
+    return CopyRegisteredHost(*client, dst, host, bytes, /*to_device=*/true, wire_stream, async);
+  }
   const auto* bytes_in = static_cast<const uint8_t*>(src);
   if (bytes <= wire::kCopyChunkBytes) {
     // The data is captured in the message before this returns, so the caller may reuse its buffer at once, as
@@ -60,6 +94,9 @@ CUresult CopyDeviceToHost(void* dst, CUdeviceptr src, size_t bytes, CUstream str
   if (dst == nullptr) return CUDA_ERROR_INVALID_VALUE;
   uint64_t wire_stream = 0;
   CURELAY_RETURN_IF_ERROR(CopyStream(*client, stream, &async, &wire_stream));
+  if (CUdeviceptr host = 0; RegisteredHost(*client, dst, bytes, &host)) {
+    return CopyRegisteredHost(*client, src, host, bytes, /*to_device=*/false, wire_stream, async);
+  }
   auto* bytes_out = static_cast<uint8_t*>(dst);
   const char* pinned_base = nullptr;
   size_t pinned_bytes = 0;

@@ -285,6 +285,7 @@ bool Synchronizes(wire::Call type) {
     case wire::Call::EventSynchronize:
     case wire::Call::EventQuery:
     case wire::Call::MemcpyDtoH:
+    case wire::Call::MemcpyRegisteredHost:
       return true;
     default:
       return false;

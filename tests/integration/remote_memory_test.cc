@@ -121,6 +121,41 @@ TEST_F(RemoteMemoryTest, AStreamFoundIdleHasItsCopiesLanded) {
   ASSERT_CU(cuMemFree(device));
 }
 
+// Copies from and into the middle of page-locked memory, in both forms, and after it was freed and allocated again
+// (on a same-host session these are single DMAs from the shared pages; elsewhere they cross the wire).
+TEST_F(RemoteMemoryTest, PinnedCopiesAtOffsetsAndAfterReuse) {
+  constexpr size_t n = 1 << 20;  // 4 MiB of uint32_t
+  CUdeviceptr device = 0;
+  ASSERT_CU(cuMemAlloc(&device, n * sizeof(uint32_t)));
+  for (int reuse = 0; reuse < 3; ++reuse) {
+    uint32_t* pinned = nullptr;
+    ASSERT_CU(cuMemHostAlloc(reinterpret_cast<void**>(&pinned), n * sizeof(uint32_t), 0));
+    for (size_t i = 0; i < n; ++i) pinned[i] = static_cast<uint32_t>(i * 3 + reuse);
+    // Host to device from the middle, asynchronously, then back into another part of the same allocation.
+    const size_t from = 1000, count = 300000, into = 600000;
+    ASSERT_CU(cuMemsetD32(device, 0, n));
+    ASSERT_CU(cuMemcpyHtoDAsync(device + 64, pinned + from, count * sizeof(uint32_t), stream_));
+    ASSERT_CU(cuMemcpyDtoHAsync(pinned + into, device + 64, count * sizeof(uint32_t), stream_));
+    ASSERT_CU(cuStreamSynchronize(stream_));
+    for (size_t i = 0; i < count; i += 1021) ASSERT_EQ(pinned[into + i], (from + i) * 3 + reuse) << i;
+    EXPECT_EQ(pinned[into + count - 1], (from + count - 1) * 3 + reuse);
+    EXPECT_EQ(pinned[into - 1], (into - 1) * 3 + reuse);  // nothing around it touched
+    EXPECT_EQ(pinned[into + count], (into + count) * 3 + reuse);
+    // The plain forms return with the data there.
+    pinned[5] = 0xfeedu;
+    ASSERT_CU(cuMemcpyHtoD(device, pinned + 5, sizeof(uint32_t)));
+    pinned[7] = 0;
+    ASSERT_CU(cuMemcpyDtoH(pinned + 7, device, sizeof(uint32_t)));
+    EXPECT_EQ(pinned[7], 0xfeedu);
+    // A kernel's result lands in the pinned memory through a plain copy after it.
+    ASSERT_CU(Fill(nullptr, device, 0x5151u + reuse, 16));
+    ASSERT_CU(cuMemcpyDtoH(pinned + n - 16, device, 16 * sizeof(uint32_t)));
+    EXPECT_EQ(pinned[n - 1], 0x5151u + reuse);
+    ASSERT_CU(cuMemFreeHost(pinned));
+  }
+  ASSERT_CU(cuMemFree(device));
+}
+
 TEST_F(RemoteMemoryTest, AnAsynchronousCopysErrorReachesTheNextSynchronizingCall) {
   uint32_t* pinned = nullptr;
   ASSERT_CU(cuMemAllocHost(reinterpret_cast<void**>(&pinned), 4096));
