@@ -112,11 +112,9 @@ uint8_t* Session::RegisteredHostAddress(CUdeviceptr device_ptr, uint64_t bytes) 
 Session::Outcome Session::MemcpyRegisteredHost(const wire::MemcpyRegisteredHost& call) {
   uint8_t* host = RegisteredHostAddress(call.host(), call.bytes());
   if (host == nullptr || call.bytes() == 0) return {CUDA_ERROR_INVALID_VALUE};
-  // The plain form on the legacy stream, which is what it is ordered with natively.
+  // A plain form comes on the legacy stream, or on the calling thread's per-thread default stream.
   CUstream stream = nullptr;
-  if (call.async()) {
-    if (const CUresult result = LookupStream(call.stream(), &stream); result != CUDA_SUCCESS) return {result};
-  }
+  if (const CUresult result = LookupStream(call.stream(), &stream); result != CUDA_SUCCESS) return {result};
   const CUresult result =
       LaunchScheduled(call.to_device() ? kCopyToDeviceWork : kCopyToHostWork, stream, [&] {
         return call.to_device() ? driver_.cuMemcpyHtoDAsync(call.device(), host, call.bytes(), stream)

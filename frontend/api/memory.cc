@@ -34,14 +34,15 @@ bool RegisteredHost(const Client& client, const void* ptr, size_t bytes, CUdevic
 // (a guess at the crossover of a memcpy into the ring against a round trip plus the DMA; not yet measured).
 constexpr size_t kDirectPlainCopyToDeviceBytes = size_t{256} << 10;
 
-// The direct copy: posted when asynchronous (ordered on its stream, errors at the next synchronizing call, as
-// natively), answered when the data has arrived otherwise.
+// The direct copy on `wire_stream`: posted for the asynchronous forms (ordered on its stream, errors at the next
+// synchronizing call, as natively); for the plain forms (`plain`) answered when the data has arrived, since the
+// caller may reuse or read its page-locked buffer as soon as the call returns.
 CUresult CopyRegisteredHost(Client& client, CUdeviceptr device, CUdeviceptr host, size_t bytes, bool to_device,
-                            uint64_t wire_stream, bool async) {
+                            uint64_t wire_stream, bool plain) {
   auto& builder = Builder();
   const auto call =
-      wire::CreateMemcpyRegisteredHost(builder, device, host, bytes, to_device, wire_stream, async).Union();
-  if (async) return client.Post(builder, wire::Call::MemcpyRegisteredHost, call, {});
+      wire::CreateMemcpyRegisteredHost(builder, device, host, bytes, to_device, wire_stream, !plain).Union();
+  if (!plain) return client.Post(builder, wire::Call::MemcpyRegisteredHost, call, {});
   return client.Call(builder, wire::Call::MemcpyRegisteredHost, call, {}, nullptr);
 }
 
@@ -50,13 +51,14 @@ CUresult CopyHostToDevice(CUdeviceptr dst, const void* src, size_t bytes, CUstre
   CURELAY_RETURN_IF_ERROR(RequireContext(&client));
   if (bytes == 0) return CUDA_SUCCESS;
   if (src == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  const bool plain = !async;  // CopyStream makes plain copies on a per-thread default stream asynchronous
   uint64_t wire_stream = 0;
   CURELAY_RETURN_IF_ERROR(CopyStream(*client, stream, &async, &wire_stream));
   // A small plain copy goes through the ring even from page-locked memory: posted with its bytes, it returns at
   // once, where the direct copy would wait a round trip for the DMA before the caller may reuse its buffer.
-  if (CUdeviceptr host = 0; (async || bytes > kDirectPlainCopyToDeviceBytes) &&
+  if (CUdeviceptr host = 0; (!plain || bytes > kDirectPlainCopyToDeviceBytes) &&
                             RegisteredHost(*client, src, bytes, &host)) {
-    return CopyRegisteredHost(*client, dst, host, bytes, /*to_device=*/true, wire_stream, async);
+    return CopyRegisteredHost(*client, dst, host, bytes, /*to_device=*/true, wire_stream, plain);
   }
   const auto* bytes_in = static_cast<const uint8_t*>(src);
   if (bytes <= wire::kCopyChunkBytes) {
@@ -92,10 +94,11 @@ CUresult CopyDeviceToHost(void* dst, CUdeviceptr src, size_t bytes, CUstream str
   CURELAY_RETURN_IF_ERROR(RequireContext(&client));
   if (bytes == 0) return CUDA_SUCCESS;
   if (dst == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  const bool plain = !async;  // CopyStream makes plain copies on a per-thread default stream asynchronous
   uint64_t wire_stream = 0;
   CURELAY_RETURN_IF_ERROR(CopyStream(*client, stream, &async, &wire_stream));
   if (CUdeviceptr host = 0; RegisteredHost(*client, dst, bytes, &host)) {
-    return CopyRegisteredHost(*client, src, host, bytes, /*to_device=*/false, wire_stream, async);
+    return CopyRegisteredHost(*client, src, host, bytes, /*to_device=*/false, wire_stream, plain);
   }
   auto* bytes_out = static_cast<uint8_t*>(dst);
   const char* pinned_base = nullptr;

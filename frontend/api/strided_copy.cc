@@ -207,6 +207,27 @@ bool InsideArray(const CopySide& side, const StridedCopy& copy) {
          side.z <= slices && copy.depth <= slices - side.z;
 }
 
+// In a same-host session, a host side lying in page-locked memory (cuMemHostAlloc, cuMemHostRegister) is the
+// executor's registered mapping of the same pages, which the device addresses directly: the side becomes that
+// device address, and the executor copies it with one real cuMemcpy2D/3D instead of rows crossing the ring.
+bool MakeRegisteredSideDevice(const Client& client, const StridedCopy& copy, CopySide* side) {
+  if (!side->host || client.remote()) return false;
+  const size_t first = side->RowOffset(0, 0);
+  const size_t end = side->RowOffset(copy.height - 1, copy.depth - 1) + copy.width;
+  const char* base = nullptr;
+  size_t bytes = 0;
+  const char* start = reinterpret_cast<const char*>(side->host_ptr) + first;
+  if (!client.host_allocations.Find(start, &base, &bytes) || end - first > bytes - static_cast<size_t>(start - base)) {
+    return false;
+  }
+  CUdeviceptr device = 0;
+  if (client.host_allocations.DevicePointer(start, &device) != CUDA_SUCCESS || device == 0) return false;
+  side->host = false;
+  side->host_ptr = nullptr;
+  side->device_ptr = device - first;  // the offsets are applied to it as to any device side
+  return true;
+}
+
 }  // namespace
 
 bool IsClientHostAllocation(Client& client, const void* ptr) {
@@ -242,14 +263,25 @@ CUresult ResolveCopySide(Client& client, CUmemorytype type, const void* host, CU
   return CUDA_ERROR_INVALID_VALUE;
 }
 
-CUresult RunStridedCopy(Client& client, const StridedCopy& copy, CUstream stream, bool async) {
-  if (copy.width == 0 || copy.height == 0 || copy.depth == 0) return CUDA_SUCCESS;
-  if (!InsideArray(copy.src, copy) || !InsideArray(copy.dst, copy)) return CUDA_ERROR_INVALID_VALUE;
+CUresult RunStridedCopy(Client& client, const StridedCopy& requested, CUstream stream, bool async) {
+  if (requested.width == 0 || requested.height == 0 || requested.depth == 0) return CUDA_SUCCESS;
+  if (!InsideArray(requested.src, requested) || !InsideArray(requested.dst, requested)) return CUDA_ERROR_INVALID_VALUE;
+  const bool plain = !async;  // CopyStream makes plain copies on a per-thread default stream asynchronous
   uint64_t wire_stream = 0;
   CURELAY_RETURN_IF_ERROR(CopyStream(client, stream, &async, &wire_stream));
-  if (copy.src.host && copy.dst.host) {
-    CopyHostToHost(copy);
+  if (requested.src.host && requested.dst.host) {
+    CopyHostToHost(requested);
     return CUDA_SUCCESS;
+  }
+  StridedCopy copy = requested;
+  const bool direct = MakeRegisteredSideDevice(client, copy, &copy.src) | MakeRegisteredSideDevice(client, copy, &copy.dst);
+  if (direct) {
+    CURELAY_RETURN_IF_ERROR(CopyWithinDevice(client, copy, wire_stream, async));
+    if (!plain) return CUDA_SUCCESS;
+    // A plain copy returns once its host side has been read or written, as natively: wait for its stream.
+    auto& builder = Builder();
+    const auto call = wire::CreateStreamSynchronize(builder, wire_stream).Union();
+    return client.Call(builder, wire::Call::StreamSynchronize, call, {}, nullptr);
   }
   if (!copy.src.host && !copy.dst.host) return CopyWithinDevice(client, copy, wire_stream, async);
   if (copy.width > wire::kCopyChunkBytes && !copy.has_array()) return CopyWideRows(copy, stream, async);

@@ -156,6 +156,77 @@ TEST_F(RemoteMemoryTest, PinnedCopiesAtOffsetsAndAfterReuse) {
   ASSERT_CU(cuMemFree(device));
 }
 
+// 2D copies and array copies whose host side is page-locked memory (one real cuMemcpy2D/3D in the executor on a
+// same-host session), plain and asynchronous, with rows and offsets inside the allocation.
+TEST_F(RemoteMemoryTest, PinnedTwoDimensionalAndArrayCopies) {
+  constexpr size_t width = 96, height = 40, host_pitch = 128;
+  uint8_t* pinned = nullptr;
+  ASSERT_CU(cuMemHostAlloc(reinterpret_cast<void**>(&pinned), host_pitch * (height + 8), 0));
+  for (size_t i = 0; i < host_pitch * (height + 8); ++i) pinned[i] = static_cast<uint8_t>(i * 7 + 1);
+  CUdeviceptr device = 0;
+  size_t device_pitch = 0;
+  ASSERT_CU(cuMemAllocPitch(&device, &device_pitch, width, height, 4));
+  CUDA_MEMCPY2D up{};
+  up.srcMemoryType = CU_MEMORYTYPE_HOST;
+  up.srcHost = pinned + host_pitch * 4 + 8;  // from row 4, column 8
+  up.srcPitch = host_pitch;
+  up.dstMemoryType = CU_MEMORYTYPE_DEVICE;
+  up.dstDevice = device;
+  up.dstPitch = device_pitch;
+  up.WidthInBytes = width;
+  up.Height = height;
+  ASSERT_CU(cuMemcpy2DAsync(&up, stream_));
+  CUDA_MEMCPY2D down{};
+  down.srcMemoryType = CU_MEMORYTYPE_DEVICE;
+  down.srcDevice = device;
+  down.srcPitch = device_pitch;
+  down.dstMemoryType = CU_MEMORYTYPE_UNIFIED;  // the unified form names the host side by its address
+  std::vector<uint8_t> expected(pinned, pinned + host_pitch * (height + 8));
+  uint8_t* back = nullptr;
+  ASSERT_CU(cuMemHostAlloc(reinterpret_cast<void**>(&back), host_pitch * height, 0));
+  std::memset(back, 0, host_pitch * height);
+  down.dstDevice = reinterpret_cast<CUdeviceptr>(back);
+  down.dstPitch = host_pitch;
+  down.WidthInBytes = width;
+  down.Height = height;
+  ASSERT_CU(cuMemcpy2DAsync(&down, stream_));
+  ASSERT_CU(cuStreamSynchronize(stream_));
+  for (size_t row = 0; row < height; ++row) {
+    for (size_t column = 0; column < width; column += 5) {
+      ASSERT_EQ(back[row * host_pitch + column], expected[(row + 4) * host_pitch + 8 + column]) << row << " " << column;
+    }
+    ASSERT_EQ(back[row * host_pitch + width], 0) << "beyond the row's width";
+  }
+  // The plain form returns with the data in page-locked memory.
+  std::memset(back, 0, host_pitch * height);
+  ASSERT_CU(cuMemcpy2D(&down));
+  EXPECT_EQ(back[(height - 1) * host_pitch + width - 1], expected[(height + 3) * host_pitch + 8 + width - 1]);
+
+  // A 2D array filled from page-locked memory and read back into it.
+  CUDA_ARRAY_DESCRIPTOR descriptor{};
+  descriptor.Width = width / 4;
+  descriptor.Height = height;
+  descriptor.Format = CU_AD_FORMAT_UNSIGNED_INT32;
+  descriptor.NumChannels = 1;
+  CUarray array = nullptr;
+  ASSERT_CU(cuArrayCreate(&array, &descriptor));
+  CUDA_MEMCPY2D to_array = up;
+  to_array.dstMemoryType = CU_MEMORYTYPE_ARRAY;
+  to_array.dstArray = array;
+  ASSERT_CU(cuMemcpy2D(&to_array));
+  CUDA_MEMCPY2D from_array = down;
+  from_array.srcMemoryType = CU_MEMORYTYPE_ARRAY;
+  from_array.srcArray = array;
+  std::memset(back, 0, host_pitch * height);
+  ASSERT_CU(cuMemcpy2D(&from_array));
+  EXPECT_EQ(back[0], expected[4 * host_pitch + 8]);
+  EXPECT_EQ(back[(height - 1) * host_pitch + width - 1], expected[(height + 3) * host_pitch + 8 + width - 1]);
+  ASSERT_CU(cuArrayDestroy(array));
+  ASSERT_CU(cuMemFree(device));
+  ASSERT_CU(cuMemFreeHost(back));
+  ASSERT_CU(cuMemFreeHost(pinned));
+}
+
 TEST_F(RemoteMemoryTest, AnAsynchronousCopysErrorReachesTheNextSynchronizingCall) {
   uint32_t* pinned = nullptr;
   ASSERT_CU(cuMemAllocHost(reinterpret_cast<void**>(&pinned), 4096));
