@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cstring>
 #include <string>
+#include <vector>
 
 #include "frontend/api/api_support.h"
 #include "frontend/client/log.h"
@@ -28,6 +29,70 @@ bool RegisteredHost(const Client& client, const void* ptr, size_t bytes, CUdevic
   const size_t offset = static_cast<size_t>(static_cast<const char*>(ptr) - base);
   if (bytes > allocation_bytes - offset) return false;
   return client.host_allocations.DevicePointer(ptr, host) == CUDA_SUCCESS && *host != 0;
+}
+
+CUresult RegisterWithExecutor(Client& client, const std::string& path, void* address, size_t bytes,
+                              CUdeviceptr* device_ptr);
+
+// Pageable memory in a same-host session is staged as the native driver stages it: through page-locked slots
+// (CopyStaging) the executor has registered, one memcpy here and one DMA there per chunk, a few chunks in flight.
+// Each chunk's request is answered when its DMA is complete, which frees its slot. Host-to-device copies below
+// this size are posted through the ring instead (captured in the message, no wait; a guess at the crossover, not
+// yet measured on the GPU host); device-to-host copies of every size are staged.
+constexpr size_t kStagedCopyToDeviceBytes = size_t{256} << 10;
+
+bool StagingReady(Client& client) {
+  if (client.remote()) return false;
+  return client.copy_staging.Ready(client.same_host_directory(),
+                                   [&](const std::string& path, void* memory, size_t bytes, CUdeviceptr* device) {
+                                     return RegisterWithExecutor(client, path, memory, bytes, device);
+                                   });
+}
+
+CUresult StagedCopy(Client& client, uint8_t* host, CUdeviceptr device, size_t bytes, bool to_device,
+                    uint64_t wire_stream) {
+  struct InFlight {
+    CopyStaging::Slot slot;
+    size_t offset, bytes;
+  };
+  Client::Pipeline pipeline(client);
+  std::vector<InFlight> in_flight;  // oldest first, as the pipeline answers
+  size_t oldest = 0;
+  CUresult first_error = CUDA_SUCCESS;
+  ReplyMessage reply;
+  const auto finish_oldest = [&] {
+    const InFlight& done = in_flight[oldest++];
+    const CUresult result = pipeline.Receive(&reply);
+    if (result == CUDA_SUCCESS && !to_device) std::memcpy(host + done.offset, done.slot.host, done.bytes);
+    if (first_error == CUDA_SUCCESS) first_error = result;
+    client.copy_staging.Release(done.slot);
+  };
+  for (size_t offset = 0; offset < bytes && first_error == CUDA_SUCCESS; offset += CopyStaging::kSlotBytes) {
+    CopyStaging::Slot slot;
+    if (pipeline.outstanding() >= CopyStaging::kSlotsPerCopy) finish_oldest();
+    // Another thread may hold the other slots: finish one of ours before waiting for one of theirs.
+    while (!client.copy_staging.TryAcquire(&slot)) {
+      if (pipeline.outstanding() == 0) {
+        client.copy_staging.Acquire(&slot);
+        break;
+      }
+      finish_oldest();
+    }
+    const size_t chunk = std::min(CopyStaging::kSlotBytes, bytes - offset);
+    if (to_device) std::memcpy(slot.host, host + offset, chunk);
+    auto& builder = Builder();
+    const auto call = wire::CreateMemcpyRegisteredHost(builder, device + offset, slot.device, chunk, to_device,
+                                                       wire_stream, /*async=*/false)
+                          .Union();
+    if (!pipeline.Send(builder, wire::Call::MemcpyRegisteredHost, call, {})) {
+      client.copy_staging.Release(slot);
+      break;
+    }
+    in_flight.push_back({slot, offset, chunk});
+  }
+  while (pipeline.outstanding() > 0) finish_oldest();
+  for (size_t i = oldest; i < in_flight.size(); ++i) client.copy_staging.Release(in_flight[i].slot);
+  return first_error != CUDA_SUCCESS ? first_error : client.broken_result();
 }
 
 // Below this, a plain (synchronous) host-to-device copy from page-locked memory is posted through the ring instead
@@ -59,6 +124,9 @@ CUresult CopyHostToDevice(CUdeviceptr dst, const void* src, size_t bytes, CUstre
   if (CUdeviceptr host = 0; (!plain || bytes > kDirectPlainCopyToDeviceBytes) &&
                             RegisteredHost(*client, src, bytes, &host)) {
     return CopyRegisteredHost(*client, dst, host, bytes, /*to_device=*/true, wire_stream, plain);
+  }
+  if (bytes > kStagedCopyToDeviceBytes && StagingReady(*client)) {
+    return StagedCopy(*client, static_cast<uint8_t*>(const_cast<void*>(src)), dst, bytes, true, wire_stream);
   }
   const auto* bytes_in = static_cast<const uint8_t*>(src);
   if (bytes <= wire::kCopyChunkBytes) {
@@ -115,6 +183,7 @@ CUresult CopyDeviceToHost(void* dst, CUdeviceptr src, size_t bytes, CUstream str
     }
     return CUDA_SUCCESS;
   }
+  if (StagingReady(*client)) return StagedCopy(*client, bytes_out, src, bytes, false, wire_stream);
   Client::Pipeline pipeline(*client);
   CUresult first_error = CUDA_SUCCESS;
   size_t received = 0;

@@ -15,6 +15,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "frontend/client/copy_staging.h"
 #include "frontend/client/handle_registry.h"
 #include "frontend/client/host_allocations.h"
 #include "frontend/client/handles.h"
@@ -145,6 +146,7 @@ class Client {
   HandleRegistry<CUlib_st> libraries;
   HandleRegistry<CUkern_st> kernels;
   HostAllocations host_allocations;
+  CopyStaging copy_staging;  // same-host sessions: page-locked staging for pageable copies
   HandleRegistry<CUevent_st> events;
   HandleRegistry<CUlinkState_st> links;
   HandleRegistry<CUarray_st> arrays;
