@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include <cstring>
+#include <thread>
 #include <vector>
 
 #include "tests/integration/kernel_test_fixture.h"
@@ -225,6 +226,50 @@ TEST_F(RemoteMemoryTest, PinnedTwoDimensionalAndArrayCopies) {
   ASSERT_CU(cuMemFree(device));
   ASSERT_CU(cuMemFreeHost(back));
   ASSERT_CU(cuMemFreeHost(pinned));
+}
+
+// Several threads copying large pageable and page-locked buffers at once (more staging than the slots hold, so
+// threads wait for each other's): every byte arrives, in each thread's order.
+TEST_F(RemoteMemoryTest, ThreadsCopyingAtOnceKeepTheirData) {
+  constexpr int kThreads = 4;
+  constexpr size_t n = (13u << 20) / sizeof(uint32_t);  // 13 MiB: four staging chunks each way
+  std::vector<std::thread> threads;
+  std::vector<int> failures(kThreads, 0);
+  for (int t = 0; t < kThreads; ++t) {
+    threads.emplace_back([&, t] {
+      if (cuCtxSetCurrent(context_) != CUDA_SUCCESS) {
+        failures[t] = -1;
+        return;
+      }
+      CUdeviceptr device = 0;
+      if (cuMemAlloc(&device, n * sizeof(uint32_t)) != CUDA_SUCCESS) {
+        failures[t] = -2;
+        return;
+      }
+      std::vector<uint32_t> pageable(n), back(n);
+      uint32_t* pinned = nullptr;
+      if (cuMemAllocHost(reinterpret_cast<void**>(&pinned), n * sizeof(uint32_t)) != CUDA_SUCCESS) {
+        failures[t] = -3;
+        return;
+      }
+      for (int round = 0; round < 3; ++round) {
+        for (size_t i = 0; i < n; i += 1) pageable[i] = static_cast<uint32_t>(i ^ (t << 24) ^ round);
+        const bool from_pinned = round % 2 == 1;
+        if (from_pinned) std::memcpy(pinned, pageable.data(), n * sizeof(uint32_t));
+        if (cuMemcpyHtoD(device, from_pinned ? pinned : pageable.data(), n * sizeof(uint32_t)) != CUDA_SUCCESS ||
+            cuMemcpyDtoH(back.data(), device, n * sizeof(uint32_t)) != CUDA_SUCCESS) {
+          failures[t] = -4;
+          break;
+        }
+        for (size_t i = 0; i < n; i += 4093) failures[t] += back[i] != pageable[i];
+        failures[t] += back[n - 1] != pageable[n - 1];
+      }
+      cuMemFreeHost(pinned);
+      cuMemFree(device);
+    });
+  }
+  for (auto& thread : threads) thread.join();
+  for (int t = 0; t < kThreads; ++t) EXPECT_EQ(failures[t], 0) << "thread " << t;
 }
 
 TEST_F(RemoteMemoryTest, AnAsynchronousCopysErrorReachesTheNextSynchronizingCall) {
