@@ -255,6 +255,7 @@ bool Session::Handle(const wire::Request& request, std::span<const uint8_t> payl
   builder_.Clear();
   Outcome outcome;
   const bool needs_context = request.call_type() != wire::Call::DeviceQuery &&
+                             request.call_type() != wire::Call::MemGetAllocationGranularity &&
                              request.call_type() != wire::Call::PrimaryContextRetain &&
                              request.call_type() != wire::Call::PrimaryContextRelease &&
                              request.call_type() != wire::Call::PrimaryContextSetFlags &&

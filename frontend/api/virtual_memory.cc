@@ -45,8 +45,10 @@ extern "C" {
 
 CUresult cuMemGetAllocationGranularity(size_t* granularity, const CUmemAllocationProp* prop,
                                        CUmemAllocationGranularity_flags option) {
+  // A property of the device the prop names: the driver answers it without a current context, and JAX asks it
+  // before it creates any.
   Client* client;
-  CURELAY_RETURN_IF_ERROR(RequireContext(&client));
+  CURELAY_RETURN_IF_ERROR(RequireClient(&client));
   if (granularity == nullptr) return CUDA_ERROR_INVALID_VALUE;
   auto& builder = Builder();
   flatbuffers::Offset<wire::MemAllocationProp> encoded;

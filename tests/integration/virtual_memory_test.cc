@@ -54,6 +54,16 @@ class VirtualMemoryTest : public ::testing::Test {
   size_t granularity_ = 0;
 };
 
+// JAX asks for the granularity before it makes any context current; the driver answers without one.
+TEST_F(VirtualMemoryTest, GranularityNeedsNoCurrentContext) {
+  ASSERT_CU(cuCtxSetCurrent(nullptr));
+  const CUmemAllocationProp prop = DeviceProp();
+  size_t granularity = 0;
+  ASSERT_CU(cuMemGetAllocationGranularity(&granularity, &prop, CU_MEM_ALLOC_GRANULARITY_MINIMUM));
+  EXPECT_GT(granularity, 0u);
+  ASSERT_CU(cuCtxSetCurrent(context_));
+}
+
 TEST_F(VirtualMemoryTest, TwoAllocationsMappedSideBySideWorkAsOneBuffer) {
   const CUmemAllocationProp prop = DeviceProp();
   CUdeviceptr base = 0;
