@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cuda.h>
+#include <cudaProfiler.h>
 
 #include <string>
 

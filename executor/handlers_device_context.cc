@@ -81,6 +81,12 @@ Session::Outcome Session::ContextQuery(const wire::ContextQuery& call) {
   return outcome;
 }
 
+Session::Outcome Session::ProfilerControl(const wire::ProfilerControl& call) {
+  const auto control = call.start() ? driver_.cuProfilerStart : driver_.cuProfilerStop;
+  if (control == nullptr) return {CUDA_ERROR_NOT_SUPPORTED};
+  return {control()};
+}
+
 Session::Outcome Session::ContextSynchronize() {
   // The context's streams: the legacy stream, its created streams and its per-thread streams. Together they hold
   // all of the context's work, which is what cuCtxSynchronize waits for.

@@ -297,6 +297,7 @@ bool Session::Handle(const wire::Request& request, std::span<const uint8_t> payl
       CURELAY_DISPATCH(MemcpyDtoH)
       CURELAY_DISPATCH(MemcpyDtoD)
       CURELAY_DISPATCH(MemcpyRegisteredHost)
+      CURELAY_DISPATCH(ProfilerControl)
       CURELAY_DISPATCH(Memset)
       CURELAY_DISPATCH(MemAllocPitch)
       CURELAY_DISPATCH(MemGetAddressRange)

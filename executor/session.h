@@ -124,6 +124,7 @@ class Session {
   Outcome MemcpyHtoD(const wire::MemcpyHtoD& call, std::span<const uint8_t> payload);
   Outcome MemcpyDtoH(const wire::MemcpyDtoH& call);
   Outcome MemcpyRegisteredHost(const wire::MemcpyRegisteredHost& call);
+  Outcome ProfilerControl(const wire::ProfilerControl& call);
   // The executor's address of [device_ptr, device_ptr + bytes) inside one registered host mapping; null otherwise.
   uint8_t* RegisteredHostAddress(CUdeviceptr device_ptr, uint64_t bytes) const;
   Outcome MemcpyDtoD(const wire::MemcpyDtoD& call);

@@ -278,6 +278,21 @@ CUresult CUDAAPI cuCtxSynchronize(void) {
   });
 }
 
+// Profiling ranges: there is no profiler to tell, but the calls need a current context, as the real driver's do.
+CUresult CUDAAPI cuProfilerStart(void) {
+  return emu::Guard([&] {
+    std::shared_ptr<emu::Context> context;
+    return emu::CurrentContext(&context, /*check_sticky=*/false);
+  });
+}
+
+CUresult CUDAAPI cuProfilerStop(void) {
+  return emu::Guard([&] {
+    std::shared_ptr<emu::Context> context;
+    return emu::CurrentContext(&context, /*check_sticky=*/false);
+  });
+}
+
 CUresult CUDAAPI cuCtxGetApiVersion(CUcontext ctx, unsigned int* version) {
   return emu::Guard([&] {
     if (CUresult r = emu::CheckInit(); r != CUDA_SUCCESS) return r;

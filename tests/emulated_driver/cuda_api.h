@@ -19,6 +19,7 @@
 
 #pragma GCC visibility push(default)
 #include <cuda.h>
+#include <cudaProfiler.h>
 #pragma GCC visibility pop
 
 #endif  // CURELAY_TESTS_EMULATED_DRIVER_CUDA_API_H_

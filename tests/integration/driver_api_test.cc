@@ -1,6 +1,7 @@
 // The driver API through the whole remoting path: this test process loads the shim as its libcuda, a real
 // backend and executor run on the emulated driver, and every assertion is about CUDA semantics.
 #include <cuda.h>
+#include <cudaProfiler.h>
 #include <dlfcn.h>
 #include <gtest/gtest.h>
 
@@ -584,6 +585,18 @@ TEST_F(DriverApiTest, LinkingIsTheExecutorDriversAndChecksItsArguments) {
   size_t bytes = 0;
   EXPECT_EQ(cuLinkComplete(bogus, &image, &bytes), CUDA_ERROR_INVALID_HANDLE);
   EXPECT_EQ(cuLinkDestroy(bogus), CUDA_ERROR_INVALID_HANDLE);
+}
+
+// cudaProfilerStart/Stop (two basic cuda-samples call them): forwarded to the executor, where the work runs.
+TEST_F(DriverApiTest, ProfilerRangesNeedAContext) {
+  ASSERT_CU(cuProfilerStart());
+  ASSERT_CU(cuProfilerStop());
+  ASSERT_CU(cuCtxSynchronize());  // nothing deferred from them
+  CUcontext current = nullptr;
+  ASSERT_CU(cuCtxGetCurrent(&current));
+  ASSERT_CU(cuCtxSetCurrent(nullptr));
+  EXPECT_EQ(cuProfilerStart(), CUDA_ERROR_INVALID_CONTEXT);
+  ASSERT_CU(cuCtxSetCurrent(current));
 }
 
 // Cache configuration and flags are the executor's context's: set here, read back through the session.

@@ -151,11 +151,13 @@ TEST_F(SchedulingTest, SmallKnownKernelsAreTimedBySampling) {
   // Empty kernels, each waited for, so the GPU keeps up: once measured, most go without markers and count at their
   // estimate. (Kernels the emulated GPU falls behind on stay timed, as they should.)
   const std::string token = AddTenant(backend_, "small");
-  const std::string output = RunLoad(backend_, token, "saturate 1 0 1");
+  // Enough kernels for sampling to show (1 in 16 timed once known): about 2,000 on an idle 2-core machine, about
+  // 350 per second while it also compiles, so 3 s and a floor well under either.
+  const std::string output = RunLoad(backend_, token, "saturate 3 0 1");
   std::smatch match;
   ASSERT_TRUE(std::regex_search(output, match, std::regex(R"(kernels (\d+))"))) << output;
   const uint64_t kernels = std::stoull(match[1]);
-  ASSERT_GT(kernels, 1000u) << output;
+  ASSERT_GT(kernels, 400u) << output;
   const json stats = TenantStats(backend_, "small");
   EXPECT_GE(stats.value("kernels", uint64_t{0}), kernels);  // every one completed for the scheduler
   EXPECT_GT(stats.value("gpu_seconds", 0.0), 0.0);
