@@ -3,82 +3,12 @@
 // back: the request's payload, or a staging chunk that goes back in the reply.
 #include <algorithm>
 
+#include "executor/copy_end.h"
 #include "executor/scheduled_work.h"
 #include "executor/session.h"
 #include "common/array_format.h"
 
 namespace curelay::executor {
-namespace {
-
-// One end of a copy, in the terms of CUDA_MEMCPY3D.
-struct CopyEnd {
-  CUmemorytype type = CU_MEMORYTYPE_HOST;
-  void* host = nullptr;
-  CUdeviceptr device = 0;
-  CUarray array = nullptr;
-  size_t x = 0, y = 0, z = 0, pitch = 0, height = 0;
-};
-
-template <typename Arrays>
-CUresult ResolveEnd(const wire::CopyEnd* end, const Arrays& arrays, void* host,
-                    const wire::MemcpyArray& call, CopyEnd* resolved) {
-  if (end == nullptr) return CUDA_ERROR_INVALID_VALUE;
-  switch (end->type()) {
-    case wire::CopyEndType::Host:
-      resolved->type = CU_MEMORYTYPE_HOST;
-      resolved->host = host;
-      resolved->pitch = call.width();
-      resolved->height = call.height();
-      return CUDA_SUCCESS;
-    case wire::CopyEndType::Device:
-      resolved->type = CU_MEMORYTYPE_DEVICE;
-      resolved->device = end->device();
-      resolved->pitch = end->pitch();
-      resolved->height = end->height();
-      break;
-    case wire::CopyEndType::Array: {
-      const auto found = arrays.find(end->array());
-      if (found == arrays.end()) return CUDA_ERROR_INVALID_HANDLE;
-      resolved->type = CU_MEMORYTYPE_ARRAY;
-      resolved->array = found->second.array;
-      break;
-    }
-    default:
-      return CUDA_ERROR_INVALID_VALUE;
-  }
-  resolved->x = end->x();
-  resolved->y = end->y();
-  resolved->z = end->z();
-  return CUDA_SUCCESS;
-}
-
-CUDA_MEMCPY3D Copy3D(const CopyEnd& src, const CopyEnd& dst, const wire::MemcpyArray& call) {
-  CUDA_MEMCPY3D copy{};
-  copy.srcMemoryType = src.type;
-  copy.srcHost = src.host;
-  copy.srcDevice = src.device;
-  copy.srcArray = src.array;
-  copy.srcXInBytes = src.x;
-  copy.srcY = src.y;
-  copy.srcZ = src.z;
-  copy.srcPitch = src.pitch;
-  copy.srcHeight = src.height;
-  copy.dstMemoryType = dst.type;
-  copy.dstHost = dst.host;
-  copy.dstDevice = dst.device;
-  copy.dstArray = dst.array;
-  copy.dstXInBytes = dst.x;
-  copy.dstY = dst.y;
-  copy.dstZ = dst.z;
-  copy.dstPitch = dst.pitch;
-  copy.dstHeight = dst.height;
-  copy.WidthInBytes = call.width();
-  copy.Height = call.height();
-  copy.Depth = call.depth();
-  return copy;
-}
-
-}  // namespace
 
 Session::Outcome Session::ArrayCreate(const wire::ArrayCreate& call) {
   if (driver_.cuArray3DCreate == nullptr) return {CUDA_ERROR_NOT_SUPPORTED};
@@ -143,10 +73,10 @@ Session::Outcome Session::MemcpyArray(const wire::MemcpyArray& call, std::span<c
   // Issues the copy; `host` is the packed host end, if there is one.
   const auto enqueue = [&](void* host) -> CUresult {
     CopyEnd src, dst;
-    if (CUresult r = ResolveEnd(call.src(), arrays_, host, call, &src); r != CUDA_SUCCESS) return r;
-    if (CUresult r = ResolveEnd(call.dst(), arrays_, host, call, &dst); r != CUDA_SUCCESS) return r;
+    if (CUresult r = ResolveCopyEnd(call.src(), arrays_, host, call.width(), call.height(), &src); r != CUDA_SUCCESS) return r;
+    if (CUresult r = ResolveCopyEnd(call.dst(), arrays_, host, call.width(), call.height(), &dst); r != CUDA_SUCCESS) return r;
     if (!call.linear()) {
-      const CUDA_MEMCPY3D copy = Copy3D(src, dst, call);
+      const CUDA_MEMCPY3D copy = Copy3D(src, dst, call.width(), call.height(), call.depth());
       // A copy back to the host always goes into a pinned chunk in stream order (the plain form on the legacy
       // stream), like MemcpyDtoH.
       return call.async() || dst_host ? driver_.cuMemcpy3DAsync(&copy, stream) : driver_.cuMemcpy3D(&copy);

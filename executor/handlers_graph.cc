@@ -12,6 +12,8 @@
 // - cuStreamEndCapture's wrong-thread rule is checked by the client.
 #include <algorithm>
 
+#include "executor/aligned_copy.h"
+#include "executor/copy_end.h"
 #include "executor/session.h"
 
 namespace curelay::executor {
@@ -330,6 +332,86 @@ Session::Outcome Session::GraphDestroy(const wire::GraphDestroy& call) {
   graphs_.erase(found);
   ForgetGraphNodes(call.graph());
   return {result};
+}
+
+Session::Outcome Session::GraphAddNode(const wire::GraphAddNode& call, std::span<const uint8_t> payload) {
+  CUgraph graph = FindGraph(call.graph());
+  if (graph == nullptr) return {CUDA_ERROR_INVALID_VALUE};
+  std::vector<CUgraphNode> dependencies;
+  if (call.dependencies() != nullptr) {
+    for (uint64_t id : *call.dependencies()) {
+      const auto found = graph_nodes_.find(id);
+      if (found == graph_nodes_.end()) return {CUDA_ERROR_INVALID_VALUE};
+      dependencies.push_back(found->second);
+    }
+  }
+  CUgraphNode node = nullptr;
+  CUresult result = CUDA_ERROR_NOT_SUPPORTED;
+  switch (call.kind()) {
+    case wire::GraphNodeKind::Empty:
+      if (driver_.cuGraphAddEmptyNode == nullptr) return {CUDA_ERROR_NOT_SUPPORTED};
+      result = driver_.cuGraphAddEmptyNode(&node, graph, dependencies.data(), dependencies.size());
+      break;
+    case wire::GraphNodeKind::Kernel: {
+      const auto function = functions_.find(call.function());
+      if (function == functions_.end()) return {CUDA_ERROR_INVALID_VALUE};
+      if (driver_.cuGraphAddKernelNode == nullptr) return {CUDA_ERROR_NOT_SUPPORTED};
+      // The driver copies the arguments into the node, so the message's buffer may go afterwards.
+      size_t argument_bytes = payload.size();
+      void* extra[] = {CU_LAUNCH_PARAM_BUFFER_POINTER, const_cast<void*>(Aligned(payload, aligned_buffer_)),
+                       CU_LAUNCH_PARAM_BUFFER_SIZE, &argument_bytes, CU_LAUNCH_PARAM_END};
+      CUDA_KERNEL_NODE_PARAMS params{};
+      params.func = function->second;
+      params.gridDimX = call.grid_x();
+      params.gridDimY = call.grid_y();
+      params.gridDimZ = call.grid_z();
+      params.blockDimX = call.block_x();
+      params.blockDimY = call.block_y();
+      params.blockDimZ = call.block_z();
+      params.sharedMemBytes = call.shared_mem_bytes();
+      params.extra = payload.empty() ? nullptr : extra;
+      result = driver_.cuGraphAddKernelNode(&node, graph, dependencies.data(), dependencies.size(), &params);
+      break;
+    }
+    case wire::GraphNodeKind::Memset: {
+      if (driver_.cuGraphAddMemsetNode == nullptr) return {CUDA_ERROR_NOT_SUPPORTED};
+      CUDA_MEMSET_NODE_PARAMS params{};
+      params.dst = call.memset_dst();
+      params.pitch = call.memset_pitch();
+      params.value = call.memset_value();
+      params.elementSize = call.memset_element_bytes();
+      params.width = call.memset_width();
+      params.height = call.memset_height();
+      result = driver_.cuGraphAddMemsetNode(&node, graph, dependencies.data(), dependencies.size(), &params,
+                                            CurrentDriverContext());
+      break;
+    }
+    case wire::GraphNodeKind::Memcpy: {
+      if (driver_.cuGraphAddMemcpyNode == nullptr) return {CUDA_ERROR_NOT_SUPPORTED};
+      // A host end here would be the executor's own memory: the client sends page-locked ends as device addresses
+      // and refuses pageable ones.
+      const auto host_end = [](const wire::CopyEnd* end) { return end == nullptr || end->type() == wire::CopyEndType::Host; };
+      if (host_end(call.copy_src()) || host_end(call.copy_dst())) return {CUDA_ERROR_INVALID_VALUE};
+      CopyEnd src, dst;
+      if (CUresult r = ResolveCopyEnd(call.copy_src(), arrays_, nullptr, call.copy_width(), call.copy_height(), &src);
+          r != CUDA_SUCCESS) {
+        return {r};
+      }
+      if (CUresult r = ResolveCopyEnd(call.copy_dst(), arrays_, nullptr, call.copy_width(), call.copy_height(), &dst);
+          r != CUDA_SUCCESS) {
+        return {r};
+      }
+      const CUDA_MEMCPY3D copy = Copy3D(src, dst, call.copy_width(), call.copy_height(), call.copy_depth());
+      result = driver_.cuGraphAddMemcpyNode(&node, graph, dependencies.data(), dependencies.size(), &copy,
+                                            CurrentDriverContext());
+      break;
+    }
+  }
+  if (result != CUDA_SUCCESS) return {result};
+  Outcome outcome;
+  outcome.body = EncodeNodes(call.graph(), &node, 1).Union();
+  outcome.body_type = wire::ReplyBody::GraphNodes;
+  return outcome;
 }
 
 Session::Outcome Session::GraphGetNodes(const wire::GraphGetNodes& call) {

@@ -347,6 +347,7 @@ bool Session::Handle(const wire::Request& request, std::span<const uint8_t> payl
       CURELAY_DISPATCH(GraphCreate)
       CURELAY_DISPATCH(GraphDestroy)
       CURELAY_DISPATCH(GraphGetNodes)
+      CURELAY_DISPATCH_PAYLOAD(GraphAddNode)
       CURELAY_DISPATCH(GraphInstantiate)
       CURELAY_DISPATCH(GraphExecDestroy)
       CURELAY_DISPATCH(GraphLaunch)

@@ -201,6 +201,7 @@ class Session {
   Outcome GraphCreate(const wire::GraphCreate& call);
   Outcome GraphDestroy(const wire::GraphDestroy& call);
   Outcome GraphGetNodes(const wire::GraphGetNodes& call);
+  Outcome GraphAddNode(const wire::GraphAddNode& call, std::span<const uint8_t> payload);
   Outcome GraphInstantiate(const wire::GraphInstantiate& call);
   Outcome GraphExecDestroy(const wire::GraphExecDestroy& call);
   Outcome GraphLaunch(const wire::GraphLaunch& call);

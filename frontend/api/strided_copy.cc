@@ -207,9 +207,10 @@ bool InsideArray(const CopySide& side, const StridedCopy& copy) {
          side.z <= slices && copy.depth <= slices - side.z;
 }
 
-// In a same-host session, a host side lying in page-locked memory (cuMemHostAlloc, cuMemHostRegister) is the
-// executor's registered mapping of the same pages, which the device addresses directly: the side becomes that
-// device address, and the executor copies it with one real cuMemcpy2D/3D instead of rows crossing the ring.
+}  // namespace
+
+// The side becomes the registered device address, so the executor copies it with one real cuMemcpy2D/3D instead of
+// rows crossing the ring.
 bool MakeRegisteredSideDevice(const Client& client, const StridedCopy& copy, CopySide* side) {
   if (!side->host || client.remote()) return false;
   const size_t first = side->RowOffset(0, 0);
@@ -227,8 +228,6 @@ bool MakeRegisteredSideDevice(const Client& client, const StridedCopy& copy, Cop
   side->device_ptr = device - first;  // the offsets are applied to it as to any device side
   return true;
 }
-
-}  // namespace
 
 bool IsClientHostAllocation(Client& client, const void* ptr) {
   const char* base = nullptr;

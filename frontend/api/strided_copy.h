@@ -44,6 +44,11 @@ bool IsClientHostAllocation(Client& client, const void* ptr);
 CUresult ResolveCopySide(Client& client, CUmemorytype type, const void* host, CUdeviceptr device, CUarray array,
                          CopySide* side);
 
+// In a same-host session, a host side lying wholly in page-locked memory (cuMemHostAlloc, cuMemHostRegister) over
+// the copy's extent becomes the device address of the executor's registered mapping of the same pages, which the
+// device reaches directly; true if it did.
+bool MakeRegisteredSideDevice(const Client& client, const StridedCopy& copy, CopySide* side);
+
 // Runs the copy in stream order on `stream` (async) or as the plain form does.
 CUresult RunStridedCopy(Client& client, const StridedCopy& copy, CUstream stream, bool async);
 

@@ -175,6 +175,29 @@ CUresult CaptureOp(const std::shared_ptr<Context>& ctx, const Stream* stream, CU
   return CUDA_SUCCESS;
 }
 
+CUresult AddGraphNode(CUgraph graph_handle, const CUgraphNode* dependencies, size_t count, CUgraphNodeType type,
+                      std::function<CUresult()> op, CUgraphNode* node_out) {
+  if (node_out == nullptr || (count != 0 && dependencies == nullptr)) return CUDA_ERROR_INVALID_VALUE;
+  State& s = state();
+  std::lock_guard lock(s.mu);
+  std::shared_ptr<Graph> graph = FindGraph(s, graph_handle);
+  if (graph == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  for (size_t i = 0; i < count; ++i) {
+    const uint64_t wanted = HandleValue(dependencies[i]);
+    const bool member = std::any_of(graph->nodes.begin(), graph->nodes.end(),
+                                    [&](const auto& node) { return node->handle == wanted; });
+    if (!member) return CUDA_ERROR_INVALID_VALUE;
+  }
+  auto node = std::make_shared<Node>();
+  node->handle = Driver::Get().NewHandle();
+  node->type = type;
+  node->op = std::move(op);
+  graph->nodes.push_back(node);
+  s.nodes.emplace(node->handle, node);
+  *node_out = ToHandle<CUgraphNode>(node->handle);
+  return CUDA_SUCCESS;
+}
+
 CUresult RefuseInCapture(const Stream* stream) {
   if (stream == nullptr) return CUDA_SUCCESS;
   State& s = state();
@@ -433,6 +456,15 @@ CUresult CUDAAPI cuGraphCreate(CUgraph* phGraph, unsigned int flags) {
     s.graphs.emplace(graph->handle, graph);
     *phGraph = emu::ToHandle<CUgraph>(graph->handle);
     return CUDA_SUCCESS;
+  });
+}
+
+CUresult CUDAAPI cuGraphAddEmptyNode(CUgraphNode* phGraphNode, CUgraph hGraph, const CUgraphNode* dependencies,
+                                     size_t numDependencies) {
+  return emu::Guard([&] {
+    if (CUresult r = emu::CheckInit(); r != CUDA_SUCCESS) return r;
+    return emu::AddGraphNode(hGraph, dependencies, numDependencies, CU_GRAPH_NODE_TYPE_EMPTY,
+                             [] { return CUDA_SUCCESS; }, phGraphNode);
   });
 }
 

@@ -74,14 +74,12 @@ CUresult MarshalParams(const KernelInfo& k, void** kernel_params, void** extra,
   return CUDA_SUCCESS;
 }
 
-CUresult Launch(CUfunction handle, const LaunchShape& shape, unsigned int shared_bytes,
-                CUstream stream_handle, void** kernel_params, void** extra) {
-  if (CUresult r = CheckInit(); r != CUDA_SUCCESS) return r;
+// The device work of a launch of `handle` in `ctx`, checked and with its arguments copied.
+CUresult KernelOp(CUfunction handle, const LaunchShape& shape, unsigned int shared_bytes,
+                  const std::shared_ptr<Context>& ctx, void** kernel_params, void** extra,
+                  std::function<CUresult()>* op_out) {
   std::shared_ptr<Function> f;
   if (CUresult r = LookupFunction(handle, &f); r != CUDA_SUCCESS) return r;
-  std::shared_ptr<Context> ctx;
-  std::shared_ptr<Stream> stream;
-  if (CUresult r = ResolveStream(stream_handle, &ctx, &stream); r != CUDA_SUCCESS) return r;
   // A CUfunction belongs to the context its module was loaded in.
   if (f->module->ctx != ctx) return CUDA_ERROR_INVALID_HANDLE;
   if (CUresult r = ValidateShape(shape, *f->info); r != CUDA_SUCCESS) return r;
@@ -96,13 +94,26 @@ CUresult Launch(CUfunction handle, const LaunchShape& shape, unsigned int shared
   }
   if (f->binding == nullptr) return CUDA_ERROR_NOT_SUPPORTED;  // no host implementation
   const int device = ctx->device;
-  std::function<CUresult()> op = [f, params = std::move(params), shape, device] {
+  *op_out = [f, params = std::move(params), shape, device] {
     Driver& driver = Driver::Get();
     DeviceAccess memory(driver.memory(), driver.host(), device);
     KernelArgs args(*f->info, params);
     KernelContext k{shape, args, memory, f->module->global_addresses};
     return f->binding->fn(k);
   };
+  return CUDA_SUCCESS;
+}
+
+CUresult Launch(CUfunction handle, const LaunchShape& shape, unsigned int shared_bytes,
+                CUstream stream_handle, void** kernel_params, void** extra) {
+  if (CUresult r = CheckInit(); r != CUDA_SUCCESS) return r;
+  std::shared_ptr<Context> ctx;
+  std::shared_ptr<Stream> stream;
+  if (CUresult r = ResolveStream(stream_handle, &ctx, &stream); r != CUDA_SUCCESS) return r;
+  std::function<CUresult()> op;
+  if (CUresult r = KernelOp(handle, shape, shared_bytes, ctx, kernel_params, extra, &op); r != CUDA_SUCCESS) {
+    return r;
+  }
   bool captured = false;
   if (CUresult r = CaptureOp(ctx, stream.get(), CU_GRAPH_NODE_TYPE_KERNEL, op, &captured);
       r != CUDA_SUCCESS || captured) {
@@ -125,6 +136,29 @@ CUresult CUDAAPI cuLaunchKernel(CUfunction f, unsigned int gridDimX, unsigned in
   return emu::Guard([&] {
     const emu::LaunchShape shape{{gridDimX, gridDimY, gridDimZ}, {blockDimX, blockDimY, blockDimZ}};
     return emu::Launch(f, shape, sharedMemBytes, hStream, kernelParams, extra);
+  });
+}
+
+// A kernel node: checked and its arguments copied now, as the driver does; `func` only (no CUkernel), in the
+// current context.
+CUresult CUDAAPI cuGraphAddKernelNode_v2(CUgraphNode* phGraphNode, CUgraph hGraph, const CUgraphNode* dependencies,
+                                         size_t numDependencies, const CUDA_KERNEL_NODE_PARAMS* nodeParams) {
+  return emu::Guard([&] {
+    if (CUresult r = emu::CheckInit(); r != CUDA_SUCCESS) return r;
+    if (nodeParams == nullptr) return CUDA_ERROR_INVALID_VALUE;
+    if (nodeParams->func == nullptr) return CUDA_ERROR_NOT_SUPPORTED;  // library kernels in nodes: not emulated
+    std::shared_ptr<emu::Context> ctx;
+    if (CUresult r = emu::CurrentContext(&ctx); r != CUDA_SUCCESS) return r;
+    const emu::LaunchShape shape{{nodeParams->gridDimX, nodeParams->gridDimY, nodeParams->gridDimZ},
+                                 {nodeParams->blockDimX, nodeParams->blockDimY, nodeParams->blockDimZ}};
+    std::function<CUresult()> op;
+    if (CUresult r = emu::KernelOp(nodeParams->func, shape, nodeParams->sharedMemBytes, ctx,
+                                   nodeParams->kernelParams, nodeParams->extra, &op);
+        r != CUDA_SUCCESS) {
+      return r;
+    }
+    return emu::AddGraphNode(hGraph, dependencies, numDependencies, CU_GRAPH_NODE_TYPE_KERNEL, std::move(op),
+                             phGraphNode);
   });
 }
 

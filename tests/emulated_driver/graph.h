@@ -52,6 +52,12 @@ CUresult CheckEventSync(uint64_t event);
 CUresult CaptureStreamWait(const std::shared_ptr<Context>& ctx, const Stream* stream,
                            uint64_t event, unsigned int flags, bool* handled);
 
+// Explicit construction (cuGraphAdd*Node): appends a node of `type` running `op` to `graph` (a created graph, or
+// one being captured into), after `dependencies`, which must be nodes of that graph. Nodes run in the order they
+// were added, which honours every dependency: a node can only depend on nodes added before it.
+CUresult AddGraphNode(CUgraph graph, const CUgraphNode* dependencies, size_t count, CUgraphNodeType type,
+                      std::function<CUresult()> op, CUgraphNode* node);
+
 }  // namespace curelay::emulated
 
 #endif  // CURELAY_TESTS_EMULATED_DRIVER_GRAPH_H_

@@ -1,0 +1,255 @@
+// Explicit graph construction: empty, kernel, memset and memcpy nodes (cuGraphAdd*Node, and cuGraphAddNode for
+// those types). Each is made by the executor's driver in the executor's copy of the graph and answered with its
+// node id, so dependencies name nodes as the executor knows them. Kernel arguments are packed here by the
+// function's layout and copied into the node by the driver, as natively. A memcpy node's host side must be
+// page-locked memory of a same-host session (it becomes the executor's registered device address of the same
+// pages); pageable or remote host memory in a node answers CUDA_ERROR_NOT_SUPPORTED.
+#include <functional>
+#include <vector>
+
+#include "frontend/api/graph_support.h"
+#include "frontend/api/library_kernels.h"
+#include "frontend/api/strided_copy.h"
+#include "frontend/client/log.h"
+#include "frontend/launch/argument_packing.h"
+
+using namespace curelay;
+using namespace curelay::frontend;
+
+namespace {
+
+using NodeFields = std::function<void(wire::GraphAddNodeBuilder&)>;
+
+// Checks the graph and the dependencies (nodes of that graph), sends the node and hands out its handle.
+CUresult AddNode(CUgraphNode* node_out, CUgraph graph, const CUgraphNode* dependencies, size_t count,
+                 CUgraphNodeType type, wire::GraphNodeKind kind, std::span<const uint8_t> payload,
+                 const std::function<flatbuffers::Offset<void>(flatbuffers::FlatBufferBuilder&)>& prepare,
+                 const NodeFields& fields) {
+  Client* client;
+  CURELAY_RETURN_IF_ERROR(RequireContext(&client));
+  if (node_out == nullptr || graph == nullptr || !Graphs().graphs.Contains(graph)) return CUDA_ERROR_INVALID_VALUE;
+  if (count != 0 && dependencies == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  std::vector<uint64_t> ids;
+  for (size_t i = 0; i < count; ++i) {
+    const CUgraphNode dependency = dependencies[i];
+    if (dependency == nullptr || !Graphs().nodes.Contains(dependency) || dependency->graph != graph) {
+      return CUDA_ERROR_INVALID_VALUE;
+    }
+    ids.push_back(dependency->id);
+  }
+  auto& builder = Builder();
+  const auto dependency_ids = builder.CreateVector(ids);
+  const auto extra = prepare ? prepare(builder) : flatbuffers::Offset<void>();
+  wire::GraphAddNodeBuilder node(builder);
+  node.add_graph(graph->id);
+  node.add_dependencies(dependency_ids);
+  node.add_kind(kind);
+  fields(node);
+  (void)extra;  // added by `fields` (copy ends), built before the table as FlatBuffers requires
+  const auto call = node.Finish().Union();
+  ReplyMessage reply;
+  CURELAY_RETURN_IF_ERROR(client->Call(builder, wire::Call::GraphAddNode, call, payload, &reply));
+  const std::vector<CUgraphNode> made = InternGraphNodes(graph, reply.reply->body_as_GraphNodes());
+  if (made.size() != 1) return CUDA_ERROR_UNKNOWN;
+  {
+    // The graph changed: its node list is asked again next time.
+    std::lock_guard<std::mutex> lock(graph->mutex);
+    graph->nodes_complete = false;
+  }
+  (void)type;
+  *node_out = made.front();
+  return CUDA_SUCCESS;
+}
+
+CUresult AddKernelNode(CUgraphNode* node, CUgraph graph, const CUgraphNode* dependencies, size_t count,
+                       CUfunction function, CUkernel kernel, unsigned int grid_x, unsigned int grid_y,
+                       unsigned int grid_z, unsigned int block_x, unsigned int block_y, unsigned int block_z,
+                       unsigned int shared_mem_bytes, void** kernel_params, void** extra) {
+  Client* client;
+  CURELAY_RETURN_IF_ERROR(RequireContext(&client));
+  if (function == nullptr && kernel != nullptr) {
+    if (!client->kernels.Contains(kernel)) return CUDA_ERROR_INVALID_VALUE;
+    CURELAY_RETURN_IF_ERROR(KernelFunction(*client, kernel, &function));
+  }
+  if (function == nullptr || !client->functions.Contains(function)) return CUDA_ERROR_INVALID_VALUE;
+  std::vector<uint8_t>& arguments = ArgumentBuffer();
+  CURELAY_RETURN_IF_ERROR(PackArguments(function->parameters, kernel_params, extra, arguments));
+  const uint64_t function_id = function->id;
+  return AddNode(node, graph, dependencies, count, CU_GRAPH_NODE_TYPE_KERNEL, wire::GraphNodeKind::Kernel,
+                 arguments, nullptr, [&](wire::GraphAddNodeBuilder& fields) {
+                   fields.add_function(function_id);
+                   fields.add_grid_x(grid_x);
+                   fields.add_grid_y(grid_y);
+                   fields.add_grid_z(grid_z);
+                   fields.add_block_x(block_x);
+                   fields.add_block_y(block_y);
+                   fields.add_block_z(block_z);
+                   fields.add_shared_mem_bytes(shared_mem_bytes);
+                 });
+}
+
+CUresult AddMemsetNode(CUgraphNode* node, CUgraph graph, const CUgraphNode* dependencies, size_t count,
+                       CUdeviceptr dst, size_t pitch, unsigned int value, unsigned int element_bytes, size_t width,
+                       size_t height) {
+  return AddNode(node, graph, dependencies, count, CU_GRAPH_NODE_TYPE_MEMSET, wire::GraphNodeKind::Memset, {},
+                 nullptr, [&](wire::GraphAddNodeBuilder& fields) {
+                   fields.add_memset_dst(dst);
+                   fields.add_memset_pitch(pitch);
+                   fields.add_memset_value(value);
+                   fields.add_memset_element_bytes(element_bytes);
+                   fields.add_memset_width(width);
+                   fields.add_memset_height(height);
+                 });
+}
+
+flatbuffers::Offset<wire::CopyEnd> EncodeEnd(flatbuffers::FlatBufferBuilder& builder, const CopySide& side) {
+  if (side.array != nullptr) return wire::CreateCopyEnd(builder, wire::CopyEndType::Array, 0, side.array->id, side.x, side.y, side.z);
+  return wire::CreateCopyEnd(builder, wire::CopyEndType::Device, side.device_ptr, 0, side.x, side.y, side.z, side.pitch,
+                             side.slice_rows);
+}
+
+CUresult AddMemcpyNode(CUgraphNode* node, CUgraph graph, const CUgraphNode* dependencies, size_t count,
+                       const CUDA_MEMCPY3D* params) {
+  Client* client;
+  CURELAY_RETURN_IF_ERROR(RequireContext(&client));
+  if (params == nullptr || params->srcLOD != 0 || params->dstLOD != 0) return CUDA_ERROR_INVALID_VALUE;
+  StridedCopy copy;
+  CURELAY_RETURN_IF_ERROR(
+      ResolveCopySide(*client, params->srcMemoryType, params->srcHost, params->srcDevice, params->srcArray, &copy.src));
+  CURELAY_RETURN_IF_ERROR(
+      ResolveCopySide(*client, params->dstMemoryType, params->dstHost, params->dstDevice, params->dstArray, &copy.dst));
+  copy.src.x = params->srcXInBytes;
+  copy.src.y = params->srcY;
+  copy.src.z = params->srcZ;
+  copy.src.pitch = params->srcPitch;
+  copy.src.slice_rows = params->srcHeight;
+  copy.dst.x = params->dstXInBytes;
+  copy.dst.y = params->dstY;
+  copy.dst.z = params->dstZ;
+  copy.dst.pitch = params->dstPitch;
+  copy.dst.slice_rows = params->dstHeight;
+  copy.width = params->WidthInBytes;
+  copy.height = params->Height;
+  copy.depth = params->Depth;
+  if (copy.width == 0 || copy.height == 0 || copy.depth == 0) return CUDA_ERROR_INVALID_VALUE;
+  for (CopySide* side : {&copy.src, &copy.dst}) {
+    if (side->host && !MakeRegisteredSideDevice(*client, copy, side)) {
+      Log().warn("cuGraphAddMemcpyNode: a host side that is not page-locked memory of a same-host session is not "
+                 "supported (the node would run in the executor's process)");
+      return CUDA_ERROR_NOT_SUPPORTED;
+    }
+  }
+  flatbuffers::Offset<wire::CopyEnd> src, dst;
+  return AddNode(node, graph, dependencies, count, CU_GRAPH_NODE_TYPE_MEMCPY, wire::GraphNodeKind::Memcpy, {},
+                 [&](flatbuffers::FlatBufferBuilder& builder) {
+                   src = EncodeEnd(builder, copy.src);
+                   dst = EncodeEnd(builder, copy.dst);
+                   return flatbuffers::Offset<void>();
+                 },
+                 [&](wire::GraphAddNodeBuilder& fields) {
+                   fields.add_copy_src(src);
+                   fields.add_copy_dst(dst);
+                   fields.add_copy_width(copy.width);
+                   fields.add_copy_height(copy.height);
+                   fields.add_copy_depth(copy.depth);
+                 });
+}
+
+// A node's context, where the node names one: only the calling thread's current context is supported.
+CUresult RequireCurrent(CUcontext context) {
+  if (context == nullptr) return CUDA_SUCCESS;
+  CUcontext current = nullptr;
+  CURELAY_RETURN_IF_ERROR(cuCtxGetCurrent(&current));
+  return context == current ? CUDA_SUCCESS : CUDA_ERROR_NOT_SUPPORTED;
+}
+
+}  // namespace
+
+extern "C" {
+
+CUresult cuGraphAddEmptyNode(CUgraphNode* node, CUgraph graph, const CUgraphNode* dependencies, size_t count) {
+  return AddNode(node, graph, dependencies, count, CU_GRAPH_NODE_TYPE_EMPTY, wire::GraphNodeKind::Empty, {}, nullptr,
+                 [](wire::GraphAddNodeBuilder&) {});
+}
+
+CUresult cuGraphAddKernelNode_v2(CUgraphNode* node, CUgraph graph, const CUgraphNode* dependencies, size_t count,
+                                 const CUDA_KERNEL_NODE_PARAMS* params) {
+  if (params == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  if (params->func == nullptr) CURELAY_RETURN_IF_ERROR(RequireCurrent(params->ctx));
+  return AddKernelNode(node, graph, dependencies, count, params->func, params->kern, params->gridDimX,
+                       params->gridDimY, params->gridDimZ, params->blockDimX, params->blockDimY, params->blockDimZ,
+                       params->sharedMemBytes, params->kernelParams, params->extra);
+}
+
+// The exported cuGraphAddKernelNode is the older form (CUDA_KERNEL_NODE_PARAMS_v1: no kern, no ctx).
+CUresult cuGraphAddKernelNode_v1(CUgraphNode* node, CUgraph graph, const CUgraphNode* dependencies, size_t count,
+                                 const CUDA_KERNEL_NODE_PARAMS_v1* params) __asm__("cuGraphAddKernelNode");
+CUresult cuGraphAddKernelNode_v1(CUgraphNode* node, CUgraph graph, const CUgraphNode* dependencies, size_t count,
+                                 const CUDA_KERNEL_NODE_PARAMS_v1* params) {
+  if (params == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  return AddKernelNode(node, graph, dependencies, count, params->func, nullptr, params->gridDimX, params->gridDimY,
+                       params->gridDimZ, params->blockDimX, params->blockDimY, params->blockDimZ,
+                       params->sharedMemBytes, params->kernelParams, params->extra);
+}
+
+CUresult cuGraphAddMemsetNode(CUgraphNode* node, CUgraph graph, const CUgraphNode* dependencies, size_t count,
+                              const CUDA_MEMSET_NODE_PARAMS* params, CUcontext context) {
+  if (params == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  CURELAY_RETURN_IF_ERROR(RequireCurrent(context));
+  return AddMemsetNode(node, graph, dependencies, count, params->dst, params->pitch, params->value,
+                       params->elementSize, params->width, params->height);
+}
+
+CUresult cuGraphAddMemcpyNode(CUgraphNode* node, CUgraph graph, const CUgraphNode* dependencies, size_t count,
+                              const CUDA_MEMCPY3D* params, CUcontext context) {
+  CURELAY_RETURN_IF_ERROR(RequireCurrent(context));
+  return AddMemcpyNode(node, graph, dependencies, count, params);
+}
+
+// The generic form, for the node types above; others answer CUDA_ERROR_NOT_SUPPORTED.
+CUresult cuGraphAddNode_v2(CUgraphNode* node, CUgraph graph, const CUgraphNode* dependencies,
+                           const CUgraphEdgeData* edges, size_t count, CUgraphNodeParams* params) {
+  if (params == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  if (edges != nullptr) {
+    for (size_t i = 0; i < count; ++i) {
+      if (edges[i].type != CU_GRAPH_DEPENDENCY_TYPE_DEFAULT || edges[i].from_port != 0 || edges[i].to_port != 0) {
+        Log().warn("cuGraphAddNode: edges other than the default are not supported");
+        return CUDA_ERROR_NOT_SUPPORTED;
+      }
+    }
+  }
+  switch (params->type) {
+    case CU_GRAPH_NODE_TYPE_EMPTY:
+      return cuGraphAddEmptyNode(node, graph, dependencies, count);
+    case CU_GRAPH_NODE_TYPE_KERNEL: {
+      const CUDA_KERNEL_NODE_PARAMS_v3& kernel = params->kernel;
+      if (kernel.func == nullptr) CURELAY_RETURN_IF_ERROR(RequireCurrent(kernel.ctx));
+      return AddKernelNode(node, graph, dependencies, count, kernel.func, kernel.kern, kernel.gridDimX,
+                           kernel.gridDimY, kernel.gridDimZ, kernel.blockDimX, kernel.blockDimY, kernel.blockDimZ,
+                           kernel.sharedMemBytes, kernel.kernelParams, kernel.extra);
+    }
+    case CU_GRAPH_NODE_TYPE_MEMSET: {
+      const CUDA_MEMSET_NODE_PARAMS_v2& memset = params->memset;
+      CURELAY_RETURN_IF_ERROR(RequireCurrent(memset.ctx));
+      return AddMemsetNode(node, graph, dependencies, count, memset.dst, memset.pitch, memset.value,
+                           memset.elementSize, memset.width, memset.height);
+    }
+    case CU_GRAPH_NODE_TYPE_MEMCPY:
+      if (params->memcpy.flags != 0) return CUDA_ERROR_INVALID_VALUE;
+      CURELAY_RETURN_IF_ERROR(RequireCurrent(params->memcpy.copyCtx));
+      return AddMemcpyNode(node, graph, dependencies, count, &params->memcpy.copyParams);
+    default:
+      Log().warn("cuGraphAddNode: node type {} is not supported", static_cast<int>(params->type));
+      return CUDA_ERROR_NOT_SUPPORTED;
+  }
+}
+
+// The exported cuGraphAddNode is the form without edge data.
+CUresult cuGraphAddNode_v1(CUgraphNode* node, CUgraph graph, const CUgraphNode* dependencies, size_t count,
+                           CUgraphNodeParams* params) __asm__("cuGraphAddNode");
+CUresult cuGraphAddNode_v1(CUgraphNode* node, CUgraph graph, const CUgraphNode* dependencies, size_t count,
+                           CUgraphNodeParams* params) {
+  return cuGraphAddNode_v2(node, graph, dependencies, nullptr, count, params);
+}
+
+}  // extern "C"
