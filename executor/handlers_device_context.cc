@@ -87,7 +87,7 @@ Session::Outcome Session::ProfilerControl(const wire::ProfilerControl& call) {
   return {control()};
 }
 
-Session::Outcome Session::ContextSynchronize() {
+Session::Outcome Session::ContextSynchronize(const wire::ContextSynchronize& /*call*/) {
   // The context's streams: the legacy stream, its created streams and its per-thread streams. Together they hold
   // all of the context's work, which is what cuCtxSynchronize waits for.
   std::vector<CUstream> streams = {nullptr};

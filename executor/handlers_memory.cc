@@ -51,7 +51,7 @@ CUresult Session::AllocateCharged(uint64_t bytes, const std::function<CUresult()
   return result;
 }
 
-Session::Outcome Session::MemGetInfo() {
+Session::Outcome Session::MemGetInfo(const wire::MemGetInfo& /*call*/) {
   Outcome outcome;
   size_t free = 0, total = 0;
   outcome.result = driver_.cuMemGetInfo(&free, &total);

@@ -13,6 +13,12 @@
 
 namespace curelay::executor {
 namespace {
+#include "call_routing.inc"
+}  // namespace
+}  // namespace curelay::executor
+
+namespace curelay::executor {
+namespace {
 
 // The errors after which, as cuda.h says, the process's contexts are unusable and it must be restarted.
 bool IsStickyFault(CUresult result) {
@@ -254,139 +260,12 @@ bool Session::Handle(const wire::Request& request, std::span<const uint8_t> payl
   if (request.call() == nullptr) return false;
   builder_.Clear();
   Outcome outcome;
-  const bool needs_context = request.call_type() != wire::Call::DeviceQuery &&
-                             request.call_type() != wire::Call::MemGetAllocationGranularity &&
-                             request.call_type() != wire::Call::PrimaryContextRetain &&
-                             request.call_type() != wire::Call::PrimaryContextRelease &&
-                             request.call_type() != wire::Call::PrimaryContextSetFlags &&
-                             request.call_type() != wire::Call::PrimaryContextReset &&
-                             request.call_type() != wire::Call::ContextCreate &&
-                             request.call_type() != wire::Call::ContextDestroy &&
-                             request.call_type() != wire::Call::LibraryLoad &&
-                             request.call_type() != wire::Call::LibraryUnload &&
-                             request.call_type() != wire::Call::LibraryGetKernel &&
-                             request.call_type() != wire::Call::ThreadCaptureMode &&
-                             request.call_type() != wire::Call::GraphCreate &&
-                             request.call_type() != wire::Call::GraphDestroy &&
-                             request.call_type() != wire::Call::GraphGetNodes &&
-                             request.call_type() != wire::Call::GraphExecDestroy &&
-                             request.call_type() != wire::Call::MirrorUpdate &&
-                             request.call_type() != wire::Call::HostFunctionReturned;
+  const bool needs_context = CallNeedsContext(request.call_type());
   if (needs_context) outcome.result = MakeCurrent(request.context());
   const bool during_capture = outcome.result == CUDA_SUCCESS && HandleDuringCapture(request, &outcome);
   if (outcome.result == CUDA_SUCCESS && !during_capture) {
     switch (request.call_type()) {
-#define CURELAY_DISPATCH(name) \
-  case wire::Call::name:       \
-    outcome = name(*request.call_as_##name()); \
-    break;
-#define CURELAY_DISPATCH_PAYLOAD(name) \
-  case wire::Call::name:               \
-    outcome = name(*request.call_as_##name(), payload); \
-    break;
-      CURELAY_DISPATCH(DeviceQuery)
-      CURELAY_DISPATCH(ContextCreate)
-      CURELAY_DISPATCH(ContextDestroy)
-      CURELAY_DISPATCH(PrimaryContextRetain)
-      CURELAY_DISPATCH(PrimaryContextRelease)
-      CURELAY_DISPATCH(PrimaryContextSetFlags)
-      CURELAY_DISPATCH(PrimaryContextReset)
-      CURELAY_DISPATCH(MemAlloc)
-      CURELAY_DISPATCH(MemFree)
-      CURELAY_DISPATCH_PAYLOAD(MemcpyHtoD)
-      CURELAY_DISPATCH(MemcpyDtoH)
-      CURELAY_DISPATCH(MemcpyDtoD)
-      CURELAY_DISPATCH(MemcpyRegisteredHost)
-      CURELAY_DISPATCH(ProfilerControl)
-      CURELAY_DISPATCH(Memset)
-      CURELAY_DISPATCH(MemAllocPitch)
-      CURELAY_DISPATCH(MemGetAddressRange)
-      CURELAY_DISPATCH(Memset2D)
-      CURELAY_DISPATCH_PAYLOAD(Memcpy2D)
-      CURELAY_DISPATCH(MemcpyPeer)
-      CURELAY_DISPATCH(ArrayCreate)
-      CURELAY_DISPATCH(ArrayDestroy)
-      CURELAY_DISPATCH_PAYLOAD(MemcpyArray)
-      CURELAY_DISPATCH_PAYLOAD(ModuleLoad)
-      CURELAY_DISPATCH(ModuleUnload)
-      CURELAY_DISPATCH(ModuleGetFunction)
-      CURELAY_DISPATCH(ModuleEnumerateFunctions)
-      CURELAY_DISPATCH(ContextSetting)
-      CURELAY_DISPATCH(LibraryGetModule)
-      CURELAY_DISPATCH(LinkCreate)
-      CURELAY_DISPATCH_PAYLOAD(LinkAddData)
-      CURELAY_DISPATCH(LinkComplete)
-      CURELAY_DISPATCH(LinkDestroy)
-      CURELAY_DISPATCH(HostFunctionBoard)
-      CURELAY_DISPATCH(LaunchHostFunction)
-      CURELAY_DISPATCH(ModuleGetGlobal)
-      CURELAY_DISPATCH(FunctionGetAttribute)
-      CURELAY_DISPATCH(ContextQuery)
-      CURELAY_DISPATCH_PAYLOAD(LibraryLoad)
-      CURELAY_DISPATCH(LibraryUnload)
-      CURELAY_DISPATCH(LibraryGetKernel)
-      CURELAY_DISPATCH(LibraryGetGlobal)
-      CURELAY_DISPATCH(KernelGetFunction)
-      CURELAY_DISPATCH_PAYLOAD(LaunchKernel)
-      CURELAY_DISPATCH(StreamCreate)
-      CURELAY_DISPATCH(StreamDestroy)
-      CURELAY_DISPATCH(StreamSynchronize)
-      CURELAY_DISPATCH(StreamQuery)
-      CURELAY_DISPATCH(StreamWaitEvent)
-      CURELAY_DISPATCH(EventCreate)
-      CURELAY_DISPATCH(EventRecord)
-      CURELAY_DISPATCH(EventSynchronize)
-      CURELAY_DISPATCH(EventQuery)
-      CURELAY_DISPATCH(EventElapsedTime)
-      CURELAY_DISPATCH(EventDestroy)
-      CURELAY_DISPATCH(StreamBeginCapture)
-      CURELAY_DISPATCH(StreamEndCapture)
-      CURELAY_DISPATCH(StreamIsCapturing)
-      CURELAY_DISPATCH(StreamGetCaptureInfo)
-      CURELAY_DISPATCH(ThreadCaptureMode)
-      CURELAY_DISPATCH(GraphCreate)
-      CURELAY_DISPATCH(GraphDestroy)
-      CURELAY_DISPATCH(GraphGetNodes)
-      CURELAY_DISPATCH_PAYLOAD(GraphAddNode)
-      CURELAY_DISPATCH(GraphInstantiate)
-      CURELAY_DISPATCH(GraphExecDestroy)
-      CURELAY_DISPATCH(GraphLaunch)
-      CURELAY_DISPATCH(FunctionSetAttribute)
-      CURELAY_DISPATCH(FunctionSetCacheConfig)
-      CURELAY_DISPATCH(Occupancy)
-      CURELAY_DISPATCH(ContextLimit)
-      CURELAY_DISPATCH(PointerAttributes)
-      CURELAY_DISPATCH(HostRegister)
-      CURELAY_DISPATCH(HostUnregister)
-      CURELAY_DISPATCH(ClusterTopologyQuery)
-      CURELAY_DISPATCH(MemGetAllocationGranularity)
-      CURELAY_DISPATCH(MemAddressReserve)
-      CURELAY_DISPATCH(MemAddressFree)
-      CURELAY_DISPATCH(MemCreate)
-      CURELAY_DISPATCH(MemRelease)
-      CURELAY_DISPATCH(MemMap)
-      CURELAY_DISPATCH(MemUnmap)
-      CURELAY_DISPATCH(MemSetAccess)
-      CURELAY_DISPATCH(MemGetAccess)
-      CURELAY_DISPATCH(MemRetainAllocationHandle)
-      CURELAY_DISPATCH(MemGetAllocationProperties)
-      CURELAY_DISPATCH(MemAllocAsync)
-      CURELAY_DISPATCH(MemFreeAsync)
-      CURELAY_DISPATCH(MemPoolAttribute)
-      CURELAY_DISPATCH(MemPoolTrimTo)
-      CURELAY_DISPATCH(MemPoolCreate)
-      CURELAY_DISPATCH(MemPoolDestroy)
-      CURELAY_DISPATCH(DeviceSetMemPool)
-      CURELAY_DISPATCH(HostMirrorCreate)
-      CURELAY_DISPATCH(HostFunctionReturned)
-#undef CURELAY_DISPATCH
-#undef CURELAY_DISPATCH_PAYLOAD
-      case wire::Call::ContextSynchronize:
-        outcome = ContextSynchronize();
-        break;
-      case wire::Call::MemGetInfo:
-        outcome = MemGetInfo();
-        break;
+      CURELAY_CALL_DISPATCH_CASES
       case wire::Call::MirrorUpdate:
         // Posted before work that may reach mapped memory; a malformed one ends the session.
         if (request.sequence() != 0 || !ApplyMirrorUpdate(*request.call_as_MirrorUpdate(), payload)) return false;

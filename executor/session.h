@@ -109,102 +109,29 @@ class Session {
   CUresult LookupStream(uint64_t wire_stream, CUstream* stream);
   CUresult TakeDeferred(CUresult own);
 
-  // Handlers, one per call, grouped by API family in handlers_*.cc.
-  Outcome DeviceQuery(const wire::DeviceQuery& call);
-  Outcome ContextCreate(const wire::ContextCreate& call);
-  Outcome ContextDestroy(const wire::ContextDestroy& call);
-  Outcome ContextSynchronize();
-  Outcome PrimaryContextRetain(const wire::PrimaryContextRetain& call);
-  Outcome PrimaryContextRelease(const wire::PrimaryContextRelease& call);
-  Outcome PrimaryContextSetFlags(const wire::PrimaryContextSetFlags& call);
-  Outcome PrimaryContextReset(const wire::PrimaryContextReset& call);
-  Outcome MemAlloc(const wire::MemAlloc& call);
-  Outcome MemFree(const wire::MemFree& call);
-  Outcome MemGetInfo();
-  Outcome MemcpyHtoD(const wire::MemcpyHtoD& call, std::span<const uint8_t> payload);
-  Outcome MemcpyDtoH(const wire::MemcpyDtoH& call);
-  Outcome MemcpyRegisteredHost(const wire::MemcpyRegisteredHost& call);
-  Outcome ProfilerControl(const wire::ProfilerControl& call);
+  // Handlers, one per call of schema/curelay.fbs's union Call (generated declarations), defined by API family in
+  // handlers_*.cc.
+#include "call_handlers.inc"
+
   // The executor's address of [device_ptr, device_ptr + bytes) inside one registered host mapping; null otherwise.
   uint8_t* RegisteredHostAddress(CUdeviceptr device_ptr, uint64_t bytes) const;
-  Outcome MemcpyDtoD(const wire::MemcpyDtoD& call);
-  Outcome Memset(const wire::Memset& call);
-  // Pitched memory, 2D copies and memsets, peer copies (handlers_memory_2d.cc).
-  Outcome MemAllocPitch(const wire::MemAllocPitch& call);
-  Outcome MemGetAddressRange(const wire::MemGetAddressRange& call);
-  Outcome Memset2D(const wire::Memset2D& call);
-  Outcome Memcpy2D(const wire::Memcpy2D& call, std::span<const uint8_t> payload);
-  Outcome MemcpyPeer(const wire::MemcpyPeer& call);
   // CUDA arrays and the copies to and from them (handlers_arrays.cc).
-  Outcome ArrayCreate(const wire::ArrayCreate& call);
-  Outcome ArrayDestroy(const wire::ArrayDestroy& call);
-  Outcome MemcpyArray(const wire::MemcpyArray& call, std::span<const uint8_t> payload);
   void ReleaseArrays();
-  Outcome ModuleLoad(const wire::ModuleLoad& call, std::span<const uint8_t> payload);
-  Outcome ModuleUnload(const wire::ModuleUnload& call);
-  Outcome ModuleGetFunction(const wire::ModuleGetFunction& call);
-  Outcome ModuleEnumerateFunctions(const wire::ModuleEnumerateFunctions& call);
-  Outcome LibraryGetModule(const wire::LibraryGetModule& call);
   // JIT linking (handlers_link.cc).
-  Outcome LinkCreate(const wire::LinkCreate& call);
-  Outcome LinkAddData(const wire::LinkAddData& call, std::span<const uint8_t> payload);
-  Outcome LinkComplete(const wire::LinkComplete& call);
-  Outcome LinkDestroy(const wire::LinkDestroy& call);
   void ForgetModule(uint64_t module_id);
-  Outcome ModuleGetGlobal(const wire::ModuleGetGlobal& call);
-  Outcome LaunchKernel(const wire::LaunchKernel& call, std::span<const uint8_t> payload);
-  Outcome FunctionGetAttribute(const wire::FunctionGetAttribute& call);
-  Outcome FunctionSetAttribute(const wire::FunctionSetAttribute& call);
-  Outcome FunctionSetCacheConfig(const wire::FunctionSetCacheConfig& call);
-  Outcome Occupancy(const wire::Occupancy& call);
-  Outcome ContextLimit(const wire::ContextLimit& call);
   Outcome PotentialBlockSize(const wire::Occupancy& call, CUfunction function);
-  Outcome ContextSetting(const wire::ContextSetting& call);
   Outcome WithInteger(Outcome outcome, int64_t value);  // the outcome, answering `value` as an IntegerValue
-  Outcome PointerAttributes(const wire::PointerAttributes& call);
-  Outcome HostRegister(const wire::HostRegister& call);
   // Page-locked memory of a remote client, mirrored here (host_mirrors.h, handlers_host_memory.cc).
-  Outcome HostMirrorCreate(const wire::HostMirrorCreate& call);
   bool ApplyMirrorUpdate(const wire::MirrorUpdate& call, std::span<const uint8_t> payload);
-  Outcome HostUnregister(const wire::HostUnregister& call);
   void ReleaseHostRegistrations();
   // The driver's form of launch attributes that came over the wire; false if one is malformed.
   bool DecodeLaunchAttributes(
       const flatbuffers::Vector<flatbuffers::Offset<wire::LaunchAttribute>>* encoded,
       std::vector<CUlaunchAttribute>* attributes);
-  Outcome ContextQuery(const wire::ContextQuery& call);
-  Outcome LibraryLoad(const wire::LibraryLoad& call, std::span<const uint8_t> payload);
-  Outcome LibraryUnload(const wire::LibraryUnload& call);
-  Outcome LibraryGetKernel(const wire::LibraryGetKernel& call);
-  Outcome LibraryGetGlobal(const wire::LibraryGetGlobal& call);
-  Outcome KernelGetFunction(const wire::KernelGetFunction& call);
   // Loads a module or library image with the client's JIT options; logs come back in the reply.
   template <typename Load>
   Outcome LoadWithJitOptions(const flatbuffers::Vector<flatbuffers::Offset<wire::JitOption>>* options, Load load);
-  Outcome StreamCreate(const wire::StreamCreate& call);
-  Outcome StreamDestroy(const wire::StreamDestroy& call);
-  Outcome StreamSynchronize(const wire::StreamSynchronize& call);
-  Outcome StreamQuery(const wire::StreamQuery& call);
-  Outcome StreamWaitEvent(const wire::StreamWaitEvent& call);
-  Outcome EventCreate(const wire::EventCreate& call);
-  Outcome EventRecord(const wire::EventRecord& call);
-  Outcome EventSynchronize(const wire::EventSynchronize& call);
-  Outcome EventQuery(const wire::EventQuery& call);
-  Outcome EventElapsedTime(const wire::EventElapsedTime& call);
-  Outcome EventDestroy(const wire::EventDestroy& call);
   // Stream capture and graphs (handlers_graph.cc).
-  Outcome StreamBeginCapture(const wire::StreamBeginCapture& call);
-  Outcome StreamEndCapture(const wire::StreamEndCapture& call);
-  Outcome StreamIsCapturing(const wire::StreamIsCapturing& call);
-  Outcome StreamGetCaptureInfo(const wire::StreamGetCaptureInfo& call);
-  Outcome ThreadCaptureMode(const wire::ThreadCaptureMode& call);
-  Outcome GraphCreate(const wire::GraphCreate& call);
-  Outcome GraphDestroy(const wire::GraphDestroy& call);
-  Outcome GraphGetNodes(const wire::GraphGetNodes& call);
-  Outcome GraphAddNode(const wire::GraphAddNode& call, std::span<const uint8_t> payload);
-  Outcome GraphInstantiate(const wire::GraphInstantiate& call);
-  Outcome GraphExecDestroy(const wire::GraphExecDestroy& call);
-  Outcome GraphLaunch(const wire::GraphLaunch& call);
   // While captures are active, the requests whose usual handling would not be what the driver does during a
   // capture: true when `outcome` is the answer (see handlers_graph.cc).
   bool HandleDuringCapture(const wire::Request& request, Outcome* outcome);
@@ -231,37 +158,13 @@ class Session {
     bool changed_ = false;
     CUstreamCaptureMode previous_ = CU_STREAM_CAPTURE_MODE_GLOBAL;
   };
-  // Slot 4 of the real driver's private ClusterPrototype table (handlers_export_tables.cc).
-  Outcome ClusterTopologyQuery(const wire::ClusterTopologyQuery& call);
-  // Host functions run by the client while their stream waits (handlers_host_functions.cc).
-  Outcome HostFunctionBoard(const wire::HostFunctionBoard& call);
-  Outcome LaunchHostFunction(const wire::LaunchHostFunction& call);
-  // A remote client's host function: a notice to the client when the stream gets there, then the stream waits for
+  // Host functions run by the client while their stream waits (handlers_host_functions.cc). A remote client's host function: a notice to the client when the stream gets there, then the stream waits for
   // HostFunctionReturned.
   Outcome LaunchRemoteHostFunction(const wire::LaunchHostFunction& call, CUstream stream);
-  Outcome HostFunctionReturned(const wire::HostFunctionReturned& call);
   void AbandonHostFunctions();
   // Virtual memory management (handlers_virtual_memory.cc).
-  Outcome MemGetAllocationGranularity(const wire::MemGetAllocationGranularity& call);
-  Outcome MemAddressReserve(const wire::MemAddressReserve& call);
-  Outcome MemAddressFree(const wire::MemAddressFree& call);
-  Outcome MemCreate(const wire::MemCreate& call);
-  Outcome MemRelease(const wire::MemRelease& call);
-  Outcome MemMap(const wire::MemMap& call);
-  Outcome MemUnmap(const wire::MemUnmap& call);
-  Outcome MemSetAccess(const wire::MemSetAccess& call);
-  Outcome MemGetAccess(const wire::MemGetAccess& call);
-  Outcome MemRetainAllocationHandle(const wire::MemRetainAllocationHandle& call);
-  Outcome MemGetAllocationProperties(const wire::MemGetAllocationProperties& call);
   void ReleaseVirtualMemory();
   // Stream-ordered allocation from the default pools (handlers_memory_pools.cc).
-  Outcome MemAllocAsync(const wire::MemAllocAsync& call);
-  Outcome MemFreeAsync(const wire::MemFreeAsync& call);
-  Outcome MemPoolAttribute(const wire::MemPoolAttribute& call);
-  Outcome MemPoolTrimTo(const wire::MemPoolTrimTo& call);
-  Outcome MemPoolCreate(const wire::MemPoolCreate& call);
-  Outcome MemPoolDestroy(const wire::MemPoolDestroy& call);
-  Outcome DeviceSetMemPool(const wire::DeviceSetMemPool& call);
   CUresult ResolvePool(int device, uint64_t pool_id, CUmemoryPool* pool);
   void ReleasePoolAllocations();
 
