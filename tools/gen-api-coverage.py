@@ -48,6 +48,9 @@ LOCAL = {
     "cuThreadExchangeStreamCaptureMode": "per-thread mode kept in the client",
     "cuGraphNodeGetType": "learned with the node", "cuGraphExecGetFlags": "client graph-exec object",
     "cuArrayGetDescriptor_v2": "client array object", "cuArray3DGetDescriptor_v2": "client array object",
+    "cuMemPrefetchAsync": "a hint: same-host managed memory stays in shared host pages the GPU reaches",
+    "cuMemPrefetchAsync_v2": "as `cuMemPrefetchAsync`", "cuMemAdvise": "a hint, as `cuMemPrefetchAsync`",
+    "cuMemAdvise_v2": "as `cuMemAdvise`", "cuStreamAttachMemAsync": "a hint, as `cuMemPrefetchAsync`",
 }
 
 
@@ -141,8 +144,16 @@ def main() -> None:
         "`CUDA_ERROR_NOT_SUPPORTED` (the real driver has them; curelay forwards the flags) |",
         "| texture and surface objects (`cuTexObjectCreate`, `cuSurfObjectCreate`), mipmapped arrays, "
         "`cuArrayGetPlane`/`GetMemoryRequirements`/`GetSparseProperties` | `CUDA_ERROR_NOT_SUPPORTED` |",
-        "| managed memory (`cuMemAllocManaged`, `cuLibraryGetManaged`) | `CUDA_ERROR_NOT_SUPPORTED`: the host side of "
-        "managed memory lives in the executor's process, where the application cannot touch it |",
+        "| managed memory (`cuMemAllocManaged`) | on the same host: page-locked memory the application and the "
+        "executor map at one address; the GPU reaches it over the bus (never migrated, so kernels that touch it "
+        "often run at PCIe speed; not yet measured on the GPU host). Over tcp://: `CUDA_ERROR_NOT_SUPPORTED`, one "
+        "log line. Managed globals (`__managed__`, `cuLibraryGetManaged`), `cuMemRangeGetAttribute(s)`: "
+        "`CUDA_ERROR_NOT_SUPPORTED` |",
+        "| explicit graph construction | empty, kernel, memset and memcpy nodes (`cuGraphAdd*Node`, `cuGraphAddNode` "
+        "with default edges); a memcpy node's host side must be same-host page-locked memory "
+        "(`CUDA_ERROR_NOT_SUPPORTED` otherwise); a node's context must be the current one; host, child-graph, "
+        "event, memory and conditional nodes, node parameter get/set, `cuGraphExecUpdate`, clone and dependency "
+        "edits: `CUDA_ERROR_NOT_SUPPORTED` |",
         "| export-table slots curelay does not implement | `CUDA_ERROR_NOT_SUPPORTED`, logged once per slot |",
         "| JIT options with host symbol tables (`CU_JIT_GLOBAL_SYMBOL_*`, `CU_JIT_REFERENCED_*`) | `CUDA_ERROR_NOT_SUPPORTED` |",
         "| `cuCtxCreate` with execution-affinity or CIG parameters | `CUDA_ERROR_NOT_SUPPORTED` |",

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "frontend/api/api_support.h"
+#include "frontend/api/host_memory.h"
 #include "frontend/client/log.h"
 #include "transport/shm/shared_file.h"
 
@@ -296,8 +297,11 @@ CUresult AllocateMirroredHostMemory(Client& client, size_t bytes, unsigned int f
   return CUDA_SUCCESS;
 }
 
-CUresult AllocateMappedHostMemory(Client& client, size_t bytes, unsigned int flags, void** ptr) {
-  if (client.remote()) return AllocateMirroredHostMemory(client, bytes, flags, ptr);
+}  // namespace
+
+namespace curelay::frontend {
+
+CUresult AllocateSharedHostMemory(Client& client, size_t bytes, unsigned int flags, bool managed, void** ptr) {
   const size_t page = static_cast<size_t>(sysconf(_SC_PAGESIZE));
   const size_t rounded = (bytes + page - 1) / page * page;
   std::string path, error;
@@ -312,9 +316,31 @@ CUresult AllocateMappedHostMemory(Client& client, size_t bytes, unsigned int fla
     munmap(memory, rounded);
     return result;
   }
-  client.host_allocations.Adopt(memory, rounded, flags, device_ptr);
+  if (managed && device_ptr != reinterpret_cast<CUdeviceptr>(memory)) {
+    // Managed memory is one address for host and device; the executor could not map the pages where they are here.
+    UnregisterFromExecutor(client, device_ptr);
+    munmap(memory, rounded);
+    Log().warn("cuMemAllocManaged: the executor could not map the memory at the application's address");
+    return CUDA_ERROR_OUT_OF_MEMORY;
+  }
+  client.host_allocations.Adopt(memory, rounded, flags, device_ptr, managed);
   *ptr = memory;
   return CUDA_SUCCESS;
+}
+
+CUresult UnregisterFromExecutor(Client& client, CUdeviceptr device_ptr) {
+  auto& builder = Builder();
+  const auto call = wire::CreateHostUnregister(builder, device_ptr).Union();
+  return client.Call(builder, wire::Call::HostUnregister, call, {}, nullptr);
+}
+
+}  // namespace curelay::frontend
+
+namespace {
+
+CUresult AllocateMappedHostMemory(Client& client, size_t bytes, unsigned int flags, void** ptr) {
+  if (client.remote()) return AllocateMirroredHostMemory(client, bytes, flags, ptr);
+  return AllocateSharedHostMemory(client, bytes, flags, /*managed=*/false, ptr);
 }
 
 // Application memory registered on the same host: its pages move onto a shared file, keeping their contents and
@@ -363,6 +389,11 @@ CUresult cuMemAlloc(CUdeviceptr* ptr, size_t bytes) {
 CUresult cuMemFree(CUdeviceptr ptr) {
   Client* client;
   CURELAY_RETURN_IF_ERROR(RequireContext(&client));
+  // Managed memory is page-locked memory shared with the executor (frontend/api/managed_memory.cc).
+  if (const char* base = nullptr; client->host_allocations.Managed(reinterpret_cast<const void*>(ptr), &base)) {
+    if (base != reinterpret_cast<const char*>(ptr)) return CUDA_ERROR_INVALID_VALUE;
+    return cuMemFreeHost(reinterpret_cast<void*>(ptr));
+  }
   auto& builder = Builder();
   const auto call = wire::CreateMemFree(builder, ptr).Union();
   return client->Call(builder, wire::Call::MemFree, call, {}, nullptr);
@@ -452,12 +483,7 @@ CUresult cuMemFreeHost(void* ptr) {
   if (client->host_allocations.DevicePointer(ptr, &device_ptr) == CUDA_SUCCESS) {
     client->host_mirrors.Remove(device_ptr);
     // The executor lets go of its mapping first, so the device never reaches pages that are gone.
-    auto& builder = Builder();
-    const auto call = wire::CreateHostUnregister(builder, device_ptr).Union();
-    if (const CUresult result = client->Call(builder, wire::Call::HostUnregister, call, {}, nullptr);
-        result != CUDA_SUCCESS) {
-      return result;
-    }
+    CURELAY_RETURN_IF_ERROR(UnregisterFromExecutor(*client, device_ptr));
   }
   return client->host_allocations.Free(ptr);
 }

@@ -18,15 +18,20 @@ void Store(void* data, T value) {
 }
 
 // A pinned host allocation of this client, as the driver describes page-locked host memory.
+// Managed memory (one address on both sides) is described as the driver describes managed allocations: device
+// memory that is managed.
 CUresult DescribeHostAllocation(Client& client, unsigned int count, CUpointer_attribute* attributes, void** data,
                                 const char* base, size_t bytes, CUdeviceptr ptr) {
+  const bool managed = client.host_allocations.Managed(reinterpret_cast<const void*>(ptr));
   for (unsigned int i = 0; i < count; ++i) {
     void* out = data[i];
     switch (attributes[i]) {
       case CU_POINTER_ATTRIBUTE_CONTEXT: Store(out, CurrentContext()); break;
-      case CU_POINTER_ATTRIBUTE_MEMORY_TYPE: Store(out, static_cast<unsigned int>(CU_MEMORYTYPE_HOST)); break;
+      case CU_POINTER_ATTRIBUTE_MEMORY_TYPE:
+        Store(out, static_cast<unsigned int>(managed ? CU_MEMORYTYPE_DEVICE : CU_MEMORYTYPE_HOST));
+        break;
       case CU_POINTER_ATTRIBUTE_HOST_POINTER: Store(out, reinterpret_cast<void*>(ptr)); break;
-      case CU_POINTER_ATTRIBUTE_IS_MANAGED: Store(out, 0u); break;
+      case CU_POINTER_ATTRIBUTE_IS_MANAGED: Store(out, managed ? 1u : 0u); break;
       case CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL: Store(out, CurrentContext() != nullptr ? CurrentContext()->device : 0); break;
       case CU_POINTER_ATTRIBUTE_RANGE_START_ADDR: Store(out, reinterpret_cast<CUdeviceptr>(base)); break;
       case CU_POINTER_ATTRIBUTE_RANGE_SIZE: Store(out, bytes); break;

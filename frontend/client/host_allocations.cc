@@ -13,9 +13,20 @@ CUresult HostAllocations::Allocate(size_t bytes, unsigned int flags, void** ptr)
   return CUDA_SUCCESS;
 }
 
-void HostAllocations::Adopt(void* memory, size_t bytes, unsigned int flags, CUdeviceptr device_ptr) {
+void HostAllocations::Adopt(void* memory, size_t bytes, unsigned int flags, CUdeviceptr device_ptr, bool managed) {
   std::lock_guard<std::mutex> lock(mutex_);
-  allocations_[static_cast<const char*>(memory)] = {bytes, flags, device_ptr};
+  allocations_[static_cast<const char*>(memory)] = {bytes, flags, device_ptr, nullptr, managed};
+}
+
+bool HostAllocations::Managed(const void* ptr, const char** base_out, size_t* bytes_out) const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  auto after = allocations_.upper_bound(static_cast<const char*>(ptr));
+  if (after == allocations_.begin()) return false;
+  const auto& [base, allocation] = *std::prev(after);
+  if (static_cast<const char*>(ptr) >= base + allocation.bytes || !allocation.managed) return false;
+  if (base_out != nullptr) *base_out = base;
+  if (bytes_out != nullptr) *bytes_out = allocation.bytes;
+  return true;
 }
 
 CUresult HostAllocations::DevicePointer(const void* ptr, CUdeviceptr* device_ptr) const {

@@ -13,8 +13,11 @@ namespace curelay::frontend {
 class HostAllocations {
  public:
   CUresult Allocate(size_t bytes, unsigned int flags, void** ptr);
-  // Takes over `memory` (a shared mapping of `bytes`) that kernels reach at `device_ptr` (mapped host memory).
-  void Adopt(void* memory, size_t bytes, unsigned int flags, CUdeviceptr device_ptr);
+  // Takes over `memory` (a shared mapping of `bytes`) that kernels reach at `device_ptr` (mapped host memory);
+  // `managed`: it backs a cuMemAllocManaged allocation (frontend/api/managed_memory.cc).
+  void Adopt(void* memory, size_t bytes, unsigned int flags, CUdeviceptr device_ptr, bool managed = false);
+  // Whether ptr lies in a managed allocation; its start and size if so.
+  bool Managed(const void* ptr, const char** base = nullptr, size_t* bytes = nullptr) const;
   // Unmaps the allocation starting at ptr; *device_ptr tells whether it was mapped for the device (0: not).
   CUresult Free(void* ptr, CUdeviceptr* device_ptr = nullptr);
   // Records application memory registered at `ptr`, whose pages [base, base + bytes) kernels reach at
@@ -37,6 +40,7 @@ class HostAllocations {
     unsigned int flags;
     CUdeviceptr device_ptr = 0;
     const void* registered_ptr = nullptr;  // set for a registration: the pointer it was registered with
+    bool managed = false;
   };
   mutable std::mutex mutex_;
   std::map<const char*, Allocation> allocations_;

@@ -5,7 +5,9 @@
 #include <cuda.h>
 #include <gtest/gtest.h>
 
+#include <cstdlib>
 #include <cstring>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -270,6 +272,49 @@ TEST_F(RemoteMemoryTest, ThreadsCopyingAtOnceKeepTheirData) {
   }
   for (auto& thread : threads) thread.join();
   for (int t = 0; t < kThreads; ++t) EXPECT_EQ(failures[t], 0) << "thread " << t;
+}
+
+// Managed memory on the same host: one pointer for host code and kernels; prefetches and advice are hints.
+TEST_F(RemoteMemoryTest, ManagedMemoryIsOneAddressForHostAndKernels) {
+  constexpr int n = 4096;
+  CUdeviceptr managed = 0;
+  const char* transport = std::getenv("CURELAY_TEST_TRANSPORT");
+  if (transport != nullptr && std::string(transport) == "tcp") {
+    EXPECT_EQ(cuMemAllocManaged(&managed, n * sizeof(int), CU_MEM_ATTACH_GLOBAL), CUDA_ERROR_NOT_SUPPORTED);
+    return;
+  }
+  EXPECT_EQ(cuMemAllocManaged(&managed, n * sizeof(int), 7), CUDA_ERROR_INVALID_VALUE);
+  ASSERT_CU(cuMemAllocManaged(&managed, n * sizeof(int), CU_MEM_ATTACH_GLOBAL));
+  auto* values = reinterpret_cast<int*>(managed);
+  for (int i = 0; i < n; ++i) values[i] = i;
+  ASSERT_CU(Increment(stream_, managed, n));
+  ASSERT_CU(cuStreamSynchronize(stream_));
+  for (int i = 0; i < n; i += 97) ASSERT_EQ(values[i], i + 1) << i;
+  unsigned int is_managed = 0, memory_type = 0;
+  ASSERT_CU(cuPointerGetAttribute(&is_managed, CU_POINTER_ATTRIBUTE_IS_MANAGED, managed + 64));
+  EXPECT_EQ(is_managed, 1u);
+  ASSERT_CU(cuPointerGetAttribute(&memory_type, CU_POINTER_ATTRIBUTE_MEMORY_TYPE, managed));
+  EXPECT_EQ(memory_type, static_cast<unsigned int>(CU_MEMORYTYPE_DEVICE));
+  CUmemLocation device{};
+  device.type = CU_MEM_LOCATION_TYPE_DEVICE;
+  device.id = 0;
+  ASSERT_CU(cuMemPrefetchAsync(managed, n * sizeof(int), device, 0, stream_));
+  ASSERT_CU(cuMemAdvise(managed, n * sizeof(int), CU_MEM_ADVISE_SET_READ_MOSTLY, device));
+  // Copies see it from both sides of the unified address space.
+  CUdeviceptr plain = 0;
+  ASSERT_CU(cuMemAlloc(&plain, n * sizeof(int)));
+  ASSERT_CU(cuMemcpy(plain, managed, n * sizeof(int)));
+  std::vector<int> back(n);
+  ASSERT_CU(cuMemcpyDtoH(back.data(), plain, n * sizeof(int)));
+  EXPECT_EQ(back[n - 1], n);
+  ASSERT_CU(cuMemsetD32(managed, 9, n));
+  ASSERT_CU(cuCtxSynchronize());
+  EXPECT_EQ(values[n - 1], 9);
+  // Hints on memory that is not managed are refused, as natively.
+  EXPECT_EQ(cuMemPrefetchAsync(plain, n * sizeof(int), device, 0, stream_), CUDA_ERROR_INVALID_VALUE);
+  EXPECT_EQ(cuMemFree(managed + 64), CUDA_ERROR_INVALID_VALUE);
+  ASSERT_CU(cuMemFree(managed));
+  ASSERT_CU(cuMemFree(plain));
 }
 
 TEST_F(RemoteMemoryTest, AnAsynchronousCopysErrorReachesTheNextSynchronizingCall) {
