@@ -74,8 +74,9 @@ Session::Outcome Session::HostUnregister(const wire::HostUnregister& call) {
   auto found = host_registrations_.find(call.device_ptr());
   if (found == host_registrations_.end()) return {CUDA_ERROR_INVALID_VALUE};
   // Direct copies (MemcpyRegisteredHost) may still be moving data in or out of these pages: they finish first, as
-  // cuMemFreeHost synchronizes natively. (Copies on another context's streams are not waited for.)
-  driver_.cuCtxSynchronize();
+  // cuMemFreeHost synchronizes natively. (Copies on another context's streams than the last one used are not
+  // waited for.)
+  if (CurrentDriverContext() != nullptr) driver_.cuCtxSynchronize();
   const CUresult result = driver_.cuMemHostUnregister(found->second.mapping);
   munmap(found->second.mapping, found->second.bytes);
   host_registrations_.erase(found);

@@ -43,10 +43,11 @@ BackendProcess::BackendProcess(const std::string& name, std::map<std::string, st
     : name_(name), extra_env_(std::move(extra_env)), transport_(transport) {
   char pattern[] = "/tmp/curelay-it-XXXXXX";
   directory_ = mkdtemp(pattern);
-  // A loopback port derived from the pid keeps parallel test processes apart.
-  endpoint_ = transport == Transport::kIpc ? "ipc://" + directory_ + "/backend.sock"
-                                           : "tcp://127.0.0.1:" + std::to_string(20000 + getpid() % 40000);
+  // tcp: any free loopback port, learned from the backend's log once it listens (a port chosen here could be
+  // taken meanwhile, by an executor of a parallel test among others).
+  endpoint_ = transport == Transport::kIpc ? "ipc://" + directory_ + "/backend.sock" : "tcp://127.0.0.1:*";
   if (!endpoint.empty()) endpoint_ = std::move(endpoint);
+  bind_endpoint_ = endpoint_;
   log_path_ = directory_ + "/backend.log";
 }
 
@@ -61,7 +62,7 @@ bool BackendProcess::Start() {
     const int log = open(log_path_.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
     dup2(log, 2);
     dup2(log, 1);
-    std::vector<std::string> args = {"--listen",      endpoint_,  "--driver",    CURELAY_EMULATED_DRIVER_PATH,
+    std::vector<std::string> args = {"--listen",      bind_endpoint_,  "--driver",    CURELAY_EMULATED_DRIVER_PATH,
                                      "--runtime-dir", directory_, "--state-dir", directory_ + "/state",
                                      "--log-level",   "debug"};
     if (allow_anonymous_) args.push_back("--allow-anonymous");
@@ -70,9 +71,15 @@ bool BackendProcess::Start() {
   }
   return WaitFor([&] {
     struct stat info {};
-    const bool listening = transport_ == Transport::kTcp ? Log().find("listening on") != std::string::npos
-                                                         : stat(endpoint_.c_str() + 6, &info) == 0;
-    return listening && Log().find("ready") != std::string::npos;
+    if (transport_ == Transport::kIpc) {
+      return stat(endpoint_.c_str() + 6, &info) == 0 && Log().find("ready") != std::string::npos;
+    }
+    const std::string log = Log();
+    std::smatch bound;
+    static const std::regex listening(R"(listening on (tcp://\S+))");
+    if (!std::regex_search(log, bound, listening) || log.find("ready") == std::string::npos) return false;
+    endpoint_ = bound[1].str();
+    return true;
   }, std::chrono::seconds(20));
 }
 

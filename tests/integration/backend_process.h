@@ -48,7 +48,8 @@ class BackendProcess {
   std::map<std::string, std::string> extra_env_;
   std::string directory_;
   Transport transport_;
-  std::string endpoint_;
+  std::string endpoint_;       // where clients connect (for tcp, the port the backend bound)
+  std::string bind_endpoint_;  // what the backend is told to listen on
   std::string log_path_;
   pid_t pid_ = -1;
   bool allow_anonymous_ = true;

@@ -317,6 +317,20 @@ TEST_F(RemoteMemoryTest, ManagedMemoryIsOneAddressForHostAndKernels) {
   ASSERT_CU(cuMemFree(plain));
 }
 
+// Page-locked memory is freed by whichever thread lets go of it last, context or not (allocators free from their
+// own threads, and at exit).
+TEST_F(RemoteMemoryTest, PinnedMemoryIsFreedFromAThreadWithoutAContext) {
+  void* pinned = nullptr;
+  ASSERT_CU(cuMemHostAlloc(&pinned, 1 << 20, CU_MEMHOSTALLOC_DEVICEMAP));
+  CUresult freed = CUDA_ERROR_UNKNOWN;
+  std::thread([&] {
+    CUcontext current = nullptr;
+    cuCtxGetCurrent(&current);
+    freed = current == nullptr ? cuMemFreeHost(pinned) : CUDA_ERROR_UNKNOWN;
+  }).join();
+  EXPECT_EQ(freed, CUDA_SUCCESS);
+}
+
 TEST_F(RemoteMemoryTest, AnAsynchronousCopysErrorReachesTheNextSynchronizingCall) {
   uint32_t* pinned = nullptr;
   ASSERT_CU(cuMemAllocHost(reinterpret_cast<void**>(&pinned), 4096));
