@@ -1,6 +1,7 @@
 // Streams and events. Creation uses ids the client chose, so it needs no round trip.
 #include <algorithm>
 
+#include "executor/scheduled_work.h"
 #include "executor/session.h"
 
 namespace curelay::executor {
@@ -125,6 +126,49 @@ Session::Outcome Session::EventDestroy(const wire::EventDestroy& call) {
   outcome.result = driver_.cuEventDestroy(found->second);
   events_.erase(found);
   return outcome;
+}
+
+Session::Outcome Session::StreamMemoryOperations(const wire::StreamMemoryOperations& call) {
+  if (driver_.cuStreamBatchMemOp == nullptr) return {CUDA_ERROR_NOT_SUPPORTED};
+  if (call.operations() == nullptr || call.operations()->size() == 0 || call.operations()->size() > 256) {
+    return {CUDA_ERROR_INVALID_VALUE};
+  }
+  CUstream stream = nullptr;
+  if (const CUresult result = LookupStream(call.stream(), &stream); result != CUDA_SUCCESS) return {result};
+  std::vector<CUstreamBatchMemOpParams> operations;
+  for (const wire::MemoryOperation* wire_op : *call.operations()) {
+    CUstreamBatchMemOpParams op{};
+    op.operation = static_cast<CUstreamBatchMemOpType>(wire_op->operation());
+    switch (op.operation) {
+      case CU_STREAM_MEM_OP_WAIT_VALUE_32:
+      case CU_STREAM_MEM_OP_WAIT_VALUE_64:
+        op.waitValue.address = wire_op->address();
+        op.waitValue.value64 = wire_op->value();
+        if (op.operation == CU_STREAM_MEM_OP_WAIT_VALUE_32) op.waitValue.value = static_cast<cuuint32_t>(wire_op->value());
+        op.waitValue.flags = wire_op->flags();
+        break;
+      case CU_STREAM_MEM_OP_WRITE_VALUE_32:
+      case CU_STREAM_MEM_OP_WRITE_VALUE_64:
+        op.writeValue.address = wire_op->address();
+        op.writeValue.value64 = wire_op->value();
+        if (op.operation == CU_STREAM_MEM_OP_WRITE_VALUE_32) op.writeValue.value = static_cast<cuuint32_t>(wire_op->value());
+        op.writeValue.flags = wire_op->flags();
+        break;
+      case CU_STREAM_MEM_OP_FLUSH_REMOTE_WRITES:
+        op.flushRemoteWrites.flags = wire_op->flags();
+        break;
+      case CU_STREAM_MEM_OP_BARRIER:
+        op.memoryBarrier.flags = wire_op->flags();
+        break;
+      default:
+        return {CUDA_ERROR_INVALID_VALUE};
+    }
+    operations.push_back(op);
+  }
+  // Gated like other stream work: a wait can hold its stream for as long as the value takes to appear.
+  return {LaunchScheduled(kStreamMemoryOperationWork, stream, [&] {
+    return driver_.cuStreamBatchMemOp(stream, static_cast<unsigned int>(operations.size()), operations.data(), 0);
+  })};
 }
 
 }  // namespace curelay::executor

@@ -154,6 +154,9 @@ def main() -> None:
         "(`CUDA_ERROR_NOT_SUPPORTED` otherwise); a node's context must be the current one; host, child-graph, "
         "event, memory and conditional nodes, node parameter get/set, `cuGraphExecUpdate`, clone and dependency "
         "edits: `CUDA_ERROR_NOT_SUPPORTED` |",
+        "| stream memory operations on mapped host memory over tcp:// | the memory is a mirror: a host write reaches "
+        "the executor's copy at the client's next launch, copy or synchronize, not while a stream already waits on it "
+        "(a `cuStreamWaitValue*` on a flag the host sets later waits until such a call) |",
         "| export-table slots curelay does not implement | `CUDA_ERROR_NOT_SUPPORTED`, logged once per slot |",
         "| JIT options with host symbol tables (`CU_JIT_GLOBAL_SYMBOL_*`, `CU_JIT_REFERENCED_*`) | `CUDA_ERROR_NOT_SUPPORTED` |",
         "| `cuCtxCreate` with execution-affinity or CIG parameters | `CUDA_ERROR_NOT_SUPPORTED` |",

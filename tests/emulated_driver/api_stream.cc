@@ -2,7 +2,10 @@
 // ordering is inherent; each stream tracks the newest work it depends on to
 // answer queries and synchronizations precisely.
 #include <algorithm>
+#include <atomic>
 #include <memory>
+#include <thread>
+#include <vector>
 
 #include "api_common.h"
 #include "device_properties.h"
@@ -182,6 +185,78 @@ CUresult CUDAAPI cuLaunchHostFunc(CUstream hStream, CUhostFn fn, void* userData)
     };
     bool captured = false;
     if (CUresult r = emu::CaptureOp(ctx, stream.get(), CU_GRAPH_NODE_TYPE_HOST, op, &captured);
+        r != CUDA_SUCCESS || captured) {
+      return r;
+    }
+    emu::SubmitOp(ctx, stream.get(), std::move(op));
+    return CUDA_SUCCESS;
+  });
+}
+
+// Stream memory operations. A wait spins on the device worker until its condition holds (the value comes from the
+// host through mapped memory, or from work queued before it: the emulated device runs one operation at a time).
+CUresult CUDAAPI cuStreamBatchMemOp_v2(CUstream hStream, unsigned int count, CUstreamBatchMemOpParams* paramArray,
+                                       unsigned int flags) {
+  return emu::Guard([&] {
+    std::shared_ptr<emu::Context> ctx;
+    std::shared_ptr<emu::Stream> stream;
+    if (CUresult r = emu::ResolveStream(hStream, &ctx, &stream); r != CUDA_SUCCESS) return r;
+    if (count == 0 || paramArray == nullptr || flags != 0) return CUDA_ERROR_INVALID_VALUE;
+    std::vector<CUstreamBatchMemOpParams> ops(paramArray, paramArray + count);
+    for (const CUstreamBatchMemOpParams& op : ops) {
+      size_t width = 0;
+      CUdeviceptr address = 0;
+      switch (op.operation) {
+        case CU_STREAM_MEM_OP_WAIT_VALUE_32: width = 4; address = op.waitValue.address; break;
+        case CU_STREAM_MEM_OP_WAIT_VALUE_64: width = 8; address = op.waitValue.address; break;
+        case CU_STREAM_MEM_OP_WRITE_VALUE_32: width = 4; address = op.writeValue.address; break;
+        case CU_STREAM_MEM_OP_WRITE_VALUE_64: width = 8; address = op.writeValue.address; break;
+        case CU_STREAM_MEM_OP_FLUSH_REMOTE_WRITES:
+        case CU_STREAM_MEM_OP_BARRIER:
+          continue;
+        default:
+          return CUDA_ERROR_INVALID_VALUE;
+      }
+      if (address % width != 0) return CUDA_ERROR_INVALID_VALUE;
+      std::shared_ptr<emu::Allocation> pin;
+      if (CUresult r = emu::ValidateDeviceRange(address, width, &pin); r != CUDA_SUCCESS) return r;
+    }
+    std::function<CUresult()> op = [ops] {
+      for (const CUstreamBatchMemOpParams& p : ops) {
+        switch (p.operation) {
+          case CU_STREAM_MEM_OP_WRITE_VALUE_32:
+            reinterpret_cast<std::atomic<uint32_t>*>(p.writeValue.address)->store(p.writeValue.value);
+            break;
+          case CU_STREAM_MEM_OP_WRITE_VALUE_64:
+            reinterpret_cast<std::atomic<uint64_t>*>(p.writeValue.address)->store(p.writeValue.value64);
+            break;
+          case CU_STREAM_MEM_OP_WAIT_VALUE_32:
+          case CU_STREAM_MEM_OP_WAIT_VALUE_64: {
+            const bool wide = p.operation == CU_STREAM_MEM_OP_WAIT_VALUE_64;
+            const uint64_t want = wide ? p.waitValue.value64 : p.waitValue.value;
+            const auto satisfied = [&] {
+              const uint64_t have = wide ? reinterpret_cast<std::atomic<uint64_t>*>(p.waitValue.address)->load()
+                                         : reinterpret_cast<std::atomic<uint32_t>*>(p.waitValue.address)->load();
+              switch (p.waitValue.flags & 0x3) {
+                case CU_STREAM_WAIT_VALUE_GEQ:
+                  return wide ? static_cast<int64_t>(have - want) >= 0
+                              : static_cast<int32_t>(static_cast<uint32_t>(have) - static_cast<uint32_t>(want)) >= 0;
+                case CU_STREAM_WAIT_VALUE_EQ: return have == want;
+                case CU_STREAM_WAIT_VALUE_AND: return (have & want) != 0;
+                default: return wide ? ~(have | want) != 0 : static_cast<uint32_t>(~(have | want)) != 0;
+              }
+            };
+            while (!satisfied()) std::this_thread::yield();
+            break;
+          }
+          default:
+            break;
+        }
+      }
+      return CUDA_SUCCESS;
+    };
+    bool captured = false;
+    if (CUresult r = emu::CaptureOp(ctx, stream.get(), CU_GRAPH_NODE_TYPE_BATCH_MEM_OP, op, &captured);
         r != CUDA_SUCCESS || captured) {
       return r;
     }
