@@ -334,6 +334,78 @@ Session::Outcome Session::GraphDestroy(const wire::GraphDestroy& call) {
   return {result};
 }
 
+// A node's parameters as the driver takes them, from a GraphAddNode spec. `extra` keeps the kernel argument buffer's
+// description alive while the driver copies it.
+struct Session::NodeParameters {
+  CUDA_KERNEL_NODE_PARAMS kernel{};
+  CUDA_MEMSET_NODE_PARAMS memset{};
+  CUDA_MEMCPY3D copy{};
+  CUgraph child = nullptr;
+  size_t argument_bytes = 0;
+  void* extra[5] = {};
+};
+
+CUresult Session::DecodeNodeParameters(const wire::GraphAddNode& spec, std::span<const uint8_t> payload,
+                                       NodeParameters* parameters) {
+  switch (spec.kind()) {
+    case wire::GraphNodeKind::Empty:
+      return CUDA_SUCCESS;
+    case wire::GraphNodeKind::Kernel: {
+      const auto function = functions_.find(spec.function());
+      if (function == functions_.end()) return CUDA_ERROR_INVALID_VALUE;
+      // The driver copies the arguments into the node, so the message's buffer may go afterwards.
+      parameters->argument_bytes = payload.size();
+      void* extra[] = {CU_LAUNCH_PARAM_BUFFER_POINTER, const_cast<void*>(Aligned(payload, aligned_buffer_)),
+                       CU_LAUNCH_PARAM_BUFFER_SIZE, &parameters->argument_bytes, CU_LAUNCH_PARAM_END};
+      std::copy(std::begin(extra), std::end(extra), parameters->extra);
+      CUDA_KERNEL_NODE_PARAMS& kernel = parameters->kernel;
+      kernel.func = function->second;
+      kernel.gridDimX = spec.grid_x();
+      kernel.gridDimY = spec.grid_y();
+      kernel.gridDimZ = spec.grid_z();
+      kernel.blockDimX = spec.block_x();
+      kernel.blockDimY = spec.block_y();
+      kernel.blockDimZ = spec.block_z();
+      kernel.sharedMemBytes = spec.shared_mem_bytes();
+      kernel.extra = payload.empty() ? nullptr : parameters->extra;
+      return CUDA_SUCCESS;
+    }
+    case wire::GraphNodeKind::Memset: {
+      CUDA_MEMSET_NODE_PARAMS& memset = parameters->memset;
+      memset.dst = spec.memset_dst();
+      memset.pitch = spec.memset_pitch();
+      memset.value = spec.memset_value();
+      memset.elementSize = spec.memset_element_bytes();
+      memset.width = spec.memset_width();
+      memset.height = spec.memset_height();
+      return CUDA_SUCCESS;
+    }
+    case wire::GraphNodeKind::Memcpy: {
+      // A host end here would be the executor's own memory: the client sends page-locked ends as device addresses
+      // and refuses pageable ones.
+      const auto host_end = [](const wire::CopyEnd* end) {
+        return end == nullptr || end->type() == wire::CopyEndType::Host;
+      };
+      if (host_end(spec.copy_src()) || host_end(spec.copy_dst())) return CUDA_ERROR_INVALID_VALUE;
+      CopyEnd src, dst;
+      if (CUresult r = ResolveCopyEnd(spec.copy_src(), arrays_, nullptr, spec.copy_width(), spec.copy_height(), &src);
+          r != CUDA_SUCCESS) {
+        return r;
+      }
+      if (CUresult r = ResolveCopyEnd(spec.copy_dst(), arrays_, nullptr, spec.copy_width(), spec.copy_height(), &dst);
+          r != CUDA_SUCCESS) {
+        return r;
+      }
+      parameters->copy = Copy3D(src, dst, spec.copy_width(), spec.copy_height(), spec.copy_depth());
+      return CUDA_SUCCESS;
+    }
+    case wire::GraphNodeKind::ChildGraph:
+      parameters->child = FindGraph(spec.child_graph());
+      return parameters->child != nullptr ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
+  }
+  return CUDA_ERROR_INVALID_VALUE;
+}
+
 Session::Outcome Session::GraphAddNode(const wire::GraphAddNode& call, std::span<const uint8_t> payload) {
   CUgraph graph = FindGraph(call.graph());
   if (graph == nullptr) return {CUDA_ERROR_INVALID_VALUE};
@@ -345,73 +417,55 @@ Session::Outcome Session::GraphAddNode(const wire::GraphAddNode& call, std::span
       dependencies.push_back(found->second);
     }
   }
+  NodeParameters parameters;
+  if (CUresult r = DecodeNodeParameters(call, payload, &parameters); r != CUDA_SUCCESS) return {r};
   CUgraphNode node = nullptr;
+  const auto add = [&](auto function, auto&&... arguments) {
+    if (function == nullptr) return CUDA_ERROR_NOT_SUPPORTED;
+    return function(&node, graph, dependencies.data(), dependencies.size(), arguments...);
+  };
   CUresult result = CUDA_ERROR_NOT_SUPPORTED;
   switch (call.kind()) {
-    case wire::GraphNodeKind::Empty:
-      if (driver_.cuGraphAddEmptyNode == nullptr) return {CUDA_ERROR_NOT_SUPPORTED};
-      result = driver_.cuGraphAddEmptyNode(&node, graph, dependencies.data(), dependencies.size());
+    case wire::GraphNodeKind::Empty: result = add(driver_.cuGraphAddEmptyNode); break;
+    case wire::GraphNodeKind::Kernel: result = add(driver_.cuGraphAddKernelNode, &parameters.kernel); break;
+    case wire::GraphNodeKind::Memset:
+      result = add(driver_.cuGraphAddMemsetNode, &parameters.memset, CurrentDriverContext());
       break;
-    case wire::GraphNodeKind::Kernel: {
-      const auto function = functions_.find(call.function());
-      if (function == functions_.end()) return {CUDA_ERROR_INVALID_VALUE};
-      if (driver_.cuGraphAddKernelNode == nullptr) return {CUDA_ERROR_NOT_SUPPORTED};
-      // The driver copies the arguments into the node, so the message's buffer may go afterwards.
-      size_t argument_bytes = payload.size();
-      void* extra[] = {CU_LAUNCH_PARAM_BUFFER_POINTER, const_cast<void*>(Aligned(payload, aligned_buffer_)),
-                       CU_LAUNCH_PARAM_BUFFER_SIZE, &argument_bytes, CU_LAUNCH_PARAM_END};
-      CUDA_KERNEL_NODE_PARAMS params{};
-      params.func = function->second;
-      params.gridDimX = call.grid_x();
-      params.gridDimY = call.grid_y();
-      params.gridDimZ = call.grid_z();
-      params.blockDimX = call.block_x();
-      params.blockDimY = call.block_y();
-      params.blockDimZ = call.block_z();
-      params.sharedMemBytes = call.shared_mem_bytes();
-      params.extra = payload.empty() ? nullptr : extra;
-      result = driver_.cuGraphAddKernelNode(&node, graph, dependencies.data(), dependencies.size(), &params);
+    case wire::GraphNodeKind::Memcpy:
+      result = add(driver_.cuGraphAddMemcpyNode, &parameters.copy, CurrentDriverContext());
       break;
-    }
-    case wire::GraphNodeKind::Memset: {
-      if (driver_.cuGraphAddMemsetNode == nullptr) return {CUDA_ERROR_NOT_SUPPORTED};
-      CUDA_MEMSET_NODE_PARAMS params{};
-      params.dst = call.memset_dst();
-      params.pitch = call.memset_pitch();
-      params.value = call.memset_value();
-      params.elementSize = call.memset_element_bytes();
-      params.width = call.memset_width();
-      params.height = call.memset_height();
-      result = driver_.cuGraphAddMemsetNode(&node, graph, dependencies.data(), dependencies.size(), &params,
-                                            CurrentDriverContext());
-      break;
-    }
-    case wire::GraphNodeKind::Memcpy: {
-      if (driver_.cuGraphAddMemcpyNode == nullptr) return {CUDA_ERROR_NOT_SUPPORTED};
-      // A host end here would be the executor's own memory: the client sends page-locked ends as device addresses
-      // and refuses pageable ones.
-      const auto host_end = [](const wire::CopyEnd* end) { return end == nullptr || end->type() == wire::CopyEndType::Host; };
-      if (host_end(call.copy_src()) || host_end(call.copy_dst())) return {CUDA_ERROR_INVALID_VALUE};
-      CopyEnd src, dst;
-      if (CUresult r = ResolveCopyEnd(call.copy_src(), arrays_, nullptr, call.copy_width(), call.copy_height(), &src);
-          r != CUDA_SUCCESS) {
-        return {r};
-      }
-      if (CUresult r = ResolveCopyEnd(call.copy_dst(), arrays_, nullptr, call.copy_width(), call.copy_height(), &dst);
-          r != CUDA_SUCCESS) {
-        return {r};
-      }
-      const CUDA_MEMCPY3D copy = Copy3D(src, dst, call.copy_width(), call.copy_height(), call.copy_depth());
-      result = driver_.cuGraphAddMemcpyNode(&node, graph, dependencies.data(), dependencies.size(), &copy,
-                                            CurrentDriverContext());
-      break;
-    }
+    case wire::GraphNodeKind::ChildGraph: result = add(driver_.cuGraphAddChildGraphNode, parameters.child); break;
   }
   if (result != CUDA_SUCCESS) return {result};
   Outcome outcome;
   outcome.body = EncodeNodes(call.graph(), &node, 1).Union();
   outcome.body_type = wire::ReplyBody::GraphNodes;
   return outcome;
+}
+
+Session::Outcome Session::GraphExecNodeUpdate(const wire::GraphExecNodeUpdate& call, std::span<const uint8_t> payload) {
+  const auto exec = graph_execs_.find(call.exec());
+  const auto node = graph_nodes_.find(call.node());
+  if (exec == graph_execs_.end() || node == graph_nodes_.end() || call.spec() == nullptr) {
+    return {CUDA_ERROR_INVALID_VALUE};
+  }
+  NodeParameters parameters;
+  if (CUresult r = DecodeNodeParameters(*call.spec(), payload, &parameters); r != CUDA_SUCCESS) return {r};
+  switch (call.spec()->kind()) {
+    case wire::GraphNodeKind::Kernel:
+      if (driver_.cuGraphExecKernelNodeSetParams == nullptr) return {CUDA_ERROR_NOT_SUPPORTED};
+      return {driver_.cuGraphExecKernelNodeSetParams(exec->second, node->second, &parameters.kernel)};
+    case wire::GraphNodeKind::Memset:
+      if (driver_.cuGraphExecMemsetNodeSetParams == nullptr) return {CUDA_ERROR_NOT_SUPPORTED};
+      return {driver_.cuGraphExecMemsetNodeSetParams(exec->second, node->second, &parameters.memset,
+                                                     CurrentDriverContext())};
+    case wire::GraphNodeKind::Memcpy:
+      if (driver_.cuGraphExecMemcpyNodeSetParams == nullptr) return {CUDA_ERROR_NOT_SUPPORTED};
+      return {driver_.cuGraphExecMemcpyNodeSetParams(exec->second, node->second, &parameters.copy,
+                                                     CurrentDriverContext())};
+    default:
+      return {CUDA_ERROR_INVALID_VALUE};
+  }
 }
 
 Session::Outcome Session::GraphGetNodes(const wire::GraphGetNodes& call) {

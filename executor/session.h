@@ -142,6 +142,9 @@ class Session {
   struct CaptureRecord;
   CaptureRecord* CaptureOf(CUstream stream);
   CUgraph FindGraph(uint64_t id);
+  struct NodeParameters;
+  CUresult DecodeNodeParameters(const wire::GraphAddNode& spec, std::span<const uint8_t> payload,
+                                NodeParameters* parameters);
   uint64_t NodeId(uint64_t graph, CUgraphNode node);
   flatbuffers::Offset<wire::GraphNodes> EncodeNodes(uint64_t graph, const CUgraphNode* nodes, size_t count);
   void ForgetGraphNodes(uint64_t graph);

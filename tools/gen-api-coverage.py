@@ -149,11 +149,12 @@ def main() -> None:
         "often run at PCIe speed; not yet measured on the GPU host). Over tcp://: `CUDA_ERROR_NOT_SUPPORTED`, one "
         "log line. Managed globals (`__managed__`, `cuLibraryGetManaged`), `cuMemRangeGetAttribute(s)`: "
         "`CUDA_ERROR_NOT_SUPPORTED` |",
-        "| explicit graph construction | empty, kernel, memset and memcpy nodes (`cuGraphAdd*Node`, `cuGraphAddNode` "
-        "with default edges); a memcpy node's host side must be same-host page-locked memory "
-        "(`CUDA_ERROR_NOT_SUPPORTED` otherwise); a node's context must be the current one; host, child-graph, "
-        "event, memory and conditional nodes, node parameter get/set, `cuGraphExecUpdate`, clone and dependency "
-        "edits: `CUDA_ERROR_NOT_SUPPORTED` |",
+        "| explicit graph construction | empty, kernel, memset, memcpy and child-graph nodes (`cuGraphAdd*Node`, "
+        "`cuGraphAddNode` with default edges), and updates of kernel, memset and memcpy nodes in an executable graph "
+        "(`cuGraphExec*NodeSetParams`); a memcpy node's host side must be same-host page-locked memory "
+        "(`CUDA_ERROR_NOT_SUPPORTED` otherwise); a node's context must be the current one; host, event, memory and "
+        "conditional nodes, node parameter get/set on the graph, `cuGraphExecUpdate`, clone and dependency edits: "
+        "`CUDA_ERROR_NOT_SUPPORTED` |",
         "| stream memory operations on mapped host memory over tcp:// | the memory is a mirror: a host write reaches "
         "the executor's copy at the client's next launch, copy or synchronize, not while a stream already waits on it "
         "(a `cuStreamWaitValue*` on a flag the host sets later waits until such a call) |",

@@ -19,50 +19,74 @@ using namespace curelay::frontend;
 namespace {
 
 using NodeFields = std::function<void(wire::GraphAddNodeBuilder&)>;
+using NodePreparation = std::function<void(flatbuffers::FlatBufferBuilder&)>;
 
-// Checks the graph and the dependencies (nodes of that graph), sends the node and hands out its handle.
-CUresult AddNode(CUgraphNode* node_out, CUgraph graph, const CUgraphNode* dependencies, size_t count,
-                 CUgraphNodeType type, wire::GraphNodeKind kind, std::span<const uint8_t> payload,
-                 const std::function<flatbuffers::Offset<void>(flatbuffers::FlatBufferBuilder&)>& prepare,
-                 const NodeFields& fields) {
+// Where a node's parameters go: a new node of `graph` after `dependencies`, or an update of `node` in `exec`.
+struct NodeTarget {
+  CUgraphNode* node_out = nullptr;  // adding
+  CUgraph graph = nullptr;
+  const CUgraphNode* dependencies = nullptr;
+  size_t count = 0;
+  CUgraphExec exec = nullptr;  // updating
+  CUgraphNode node = nullptr;
+};
+
+// Checks the target, sends the node's parameters (built by `prepare`, which makes nested tables first, and
+// `fields`) and, when adding, hands out the new node's handle.
+CUresult SendNode(const NodeTarget& target, wire::GraphNodeKind kind, std::span<const uint8_t> payload,
+                  const NodePreparation& prepare, const NodeFields& fields) {
   Client* client;
   CURELAY_RETURN_IF_ERROR(RequireContext(&client));
-  if (node_out == nullptr || graph == nullptr || !Graphs().graphs.Contains(graph)) return CUDA_ERROR_INVALID_VALUE;
-  if (count != 0 && dependencies == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  const bool adding = target.exec == nullptr;
   std::vector<uint64_t> ids;
-  for (size_t i = 0; i < count; ++i) {
-    const CUgraphNode dependency = dependencies[i];
-    if (dependency == nullptr || !Graphs().nodes.Contains(dependency) || dependency->graph != graph) {
+  if (adding) {
+    if (target.node_out == nullptr || target.graph == nullptr || !Graphs().graphs.Contains(target.graph)) {
       return CUDA_ERROR_INVALID_VALUE;
     }
-    ids.push_back(dependency->id);
+    if (target.count != 0 && target.dependencies == nullptr) return CUDA_ERROR_INVALID_VALUE;
+    for (size_t i = 0; i < target.count; ++i) {
+      const CUgraphNode dependency = target.dependencies[i];
+      if (dependency == nullptr || !Graphs().nodes.Contains(dependency) || dependency->graph != target.graph) {
+        return CUDA_ERROR_INVALID_VALUE;
+      }
+      ids.push_back(dependency->id);
+    }
+  } else if (!Graphs().execs.Contains(target.exec) || target.node == nullptr || !Graphs().nodes.Contains(target.node)) {
+    return CUDA_ERROR_INVALID_VALUE;
   }
   auto& builder = Builder();
   const auto dependency_ids = builder.CreateVector(ids);
-  const auto extra = prepare ? prepare(builder) : flatbuffers::Offset<void>();
-  wire::GraphAddNodeBuilder node(builder);
-  node.add_graph(graph->id);
-  node.add_dependencies(dependency_ids);
-  node.add_kind(kind);
-  fields(node);
-  (void)extra;  // added by `fields` (copy ends), built before the table as FlatBuffers requires
-  const auto call = node.Finish().Union();
+  if (prepare) prepare(builder);
+  wire::GraphAddNodeBuilder spec(builder);
+  if (adding) spec.add_graph(target.graph->id);
+  spec.add_dependencies(dependency_ids);
+  spec.add_kind(kind);
+  fields(spec);
+  const auto spec_offset = spec.Finish();
+  if (!adding) {
+    const auto call = wire::CreateGraphExecNodeUpdate(builder, target.exec->id, target.node->id, spec_offset).Union();
+    return client->Call(builder, wire::Call::GraphExecNodeUpdate, call, payload, nullptr);
+  }
   ReplyMessage reply;
-  CURELAY_RETURN_IF_ERROR(client->Call(builder, wire::Call::GraphAddNode, call, payload, &reply));
-  const std::vector<CUgraphNode> made = InternGraphNodes(graph, reply.reply->body_as_GraphNodes());
+  CURELAY_RETURN_IF_ERROR(client->Call(builder, wire::Call::GraphAddNode, spec_offset.Union(), payload, &reply));
+  const std::vector<CUgraphNode> made = InternGraphNodes(target.graph, reply.reply->body_as_GraphNodes());
   if (made.size() != 1) return CUDA_ERROR_UNKNOWN;
   {
     // The graph changed: its node list is asked again next time.
-    std::lock_guard<std::mutex> lock(graph->mutex);
-    graph->nodes_complete = false;
+    std::lock_guard<std::mutex> lock(target.graph->mutex);
+    target.graph->nodes_complete = false;
   }
-  (void)type;
-  *node_out = made.front();
+  *target.node_out = made.front();
   return CUDA_SUCCESS;
 }
 
-CUresult AddKernelNode(CUgraphNode* node, CUgraph graph, const CUgraphNode* dependencies, size_t count,
-                       CUfunction function, CUkernel kernel, unsigned int grid_x, unsigned int grid_y,
+NodeTarget Adding(CUgraphNode* node, CUgraph graph, const CUgraphNode* dependencies, size_t count) {
+  return {node, graph, dependencies, count, nullptr, nullptr};
+}
+
+NodeTarget Updating(CUgraphExec exec, CUgraphNode node) { return {nullptr, nullptr, nullptr, 0, exec, node}; }
+
+CUresult KernelNode(const NodeTarget& target, CUfunction function, CUkernel kernel, unsigned int grid_x, unsigned int grid_y,
                        unsigned int grid_z, unsigned int block_x, unsigned int block_y, unsigned int block_z,
                        unsigned int shared_mem_bytes, void** kernel_params, void** extra) {
   Client* client;
@@ -75,8 +99,7 @@ CUresult AddKernelNode(CUgraphNode* node, CUgraph graph, const CUgraphNode* depe
   std::vector<uint8_t>& arguments = ArgumentBuffer();
   CURELAY_RETURN_IF_ERROR(PackArguments(function->parameters, kernel_params, extra, arguments));
   const uint64_t function_id = function->id;
-  return AddNode(node, graph, dependencies, count, CU_GRAPH_NODE_TYPE_KERNEL, wire::GraphNodeKind::Kernel,
-                 arguments, nullptr, [&](wire::GraphAddNodeBuilder& fields) {
+  return SendNode(target, wire::GraphNodeKind::Kernel, arguments, nullptr, [&](wire::GraphAddNodeBuilder& fields) {
                    fields.add_function(function_id);
                    fields.add_grid_x(grid_x);
                    fields.add_grid_y(grid_y);
@@ -88,11 +111,9 @@ CUresult AddKernelNode(CUgraphNode* node, CUgraph graph, const CUgraphNode* depe
                  });
 }
 
-CUresult AddMemsetNode(CUgraphNode* node, CUgraph graph, const CUgraphNode* dependencies, size_t count,
-                       CUdeviceptr dst, size_t pitch, unsigned int value, unsigned int element_bytes, size_t width,
+CUresult MemsetNode(const NodeTarget& target, CUdeviceptr dst, size_t pitch, unsigned int value, unsigned int element_bytes, size_t width,
                        size_t height) {
-  return AddNode(node, graph, dependencies, count, CU_GRAPH_NODE_TYPE_MEMSET, wire::GraphNodeKind::Memset, {},
-                 nullptr, [&](wire::GraphAddNodeBuilder& fields) {
+  return SendNode(target, wire::GraphNodeKind::Memset, {}, nullptr, [&](wire::GraphAddNodeBuilder& fields) {
                    fields.add_memset_dst(dst);
                    fields.add_memset_pitch(pitch);
                    fields.add_memset_value(value);
@@ -108,8 +129,7 @@ flatbuffers::Offset<wire::CopyEnd> EncodeEnd(flatbuffers::FlatBufferBuilder& bui
                              side.slice_rows);
 }
 
-CUresult AddMemcpyNode(CUgraphNode* node, CUgraph graph, const CUgraphNode* dependencies, size_t count,
-                       const CUDA_MEMCPY3D* params) {
+CUresult MemcpyNode(const NodeTarget& target, const CUDA_MEMCPY3D* params) {
   Client* client;
   CURELAY_RETURN_IF_ERROR(RequireContext(&client));
   if (params == nullptr || params->srcLOD != 0 || params->dstLOD != 0) return CUDA_ERROR_INVALID_VALUE;
@@ -140,11 +160,10 @@ CUresult AddMemcpyNode(CUgraphNode* node, CUgraph graph, const CUgraphNode* depe
     }
   }
   flatbuffers::Offset<wire::CopyEnd> src, dst;
-  return AddNode(node, graph, dependencies, count, CU_GRAPH_NODE_TYPE_MEMCPY, wire::GraphNodeKind::Memcpy, {},
+  return SendNode(target, wire::GraphNodeKind::Memcpy, {},
                  [&](flatbuffers::FlatBufferBuilder& builder) {
                    src = EncodeEnd(builder, copy.src);
                    dst = EncodeEnd(builder, copy.dst);
-                   return flatbuffers::Offset<void>();
                  },
                  [&](wire::GraphAddNodeBuilder& fields) {
                    fields.add_copy_src(src);
@@ -168,15 +187,24 @@ CUresult RequireCurrent(CUcontext context) {
 extern "C" {
 
 CUresult cuGraphAddEmptyNode(CUgraphNode* node, CUgraph graph, const CUgraphNode* dependencies, size_t count) {
-  return AddNode(node, graph, dependencies, count, CU_GRAPH_NODE_TYPE_EMPTY, wire::GraphNodeKind::Empty, {}, nullptr,
-                 [](wire::GraphAddNodeBuilder&) {});
+  return SendNode(Adding(node, graph, dependencies, count), wire::GraphNodeKind::Empty, {}, nullptr,
+                  [](wire::GraphAddNodeBuilder&) {});
+}
+
+// The child graph is copied into the node by the executor's driver, as natively.
+CUresult cuGraphAddChildGraphNode(CUgraphNode* node, CUgraph graph, const CUgraphNode* dependencies, size_t count,
+                                  CUgraph child) {
+  if (child == nullptr || child == graph || !Graphs().graphs.Contains(child)) return CUDA_ERROR_INVALID_VALUE;
+  const uint64_t child_id = child->id;
+  return SendNode(Adding(node, graph, dependencies, count), wire::GraphNodeKind::ChildGraph, {}, nullptr,
+                  [&](wire::GraphAddNodeBuilder& fields) { fields.add_child_graph(child_id); });
 }
 
 CUresult cuGraphAddKernelNode_v2(CUgraphNode* node, CUgraph graph, const CUgraphNode* dependencies, size_t count,
                                  const CUDA_KERNEL_NODE_PARAMS* params) {
   if (params == nullptr) return CUDA_ERROR_INVALID_VALUE;
   if (params->func == nullptr) CURELAY_RETURN_IF_ERROR(RequireCurrent(params->ctx));
-  return AddKernelNode(node, graph, dependencies, count, params->func, params->kern, params->gridDimX,
+  return KernelNode(Adding(node, graph, dependencies, count), params->func, params->kern, params->gridDimX,
                        params->gridDimY, params->gridDimZ, params->blockDimX, params->blockDimY, params->blockDimZ,
                        params->sharedMemBytes, params->kernelParams, params->extra);
 }
@@ -187,7 +215,7 @@ CUresult cuGraphAddKernelNode_v1(CUgraphNode* node, CUgraph graph, const CUgraph
 CUresult cuGraphAddKernelNode_v1(CUgraphNode* node, CUgraph graph, const CUgraphNode* dependencies, size_t count,
                                  const CUDA_KERNEL_NODE_PARAMS_v1* params) {
   if (params == nullptr) return CUDA_ERROR_INVALID_VALUE;
-  return AddKernelNode(node, graph, dependencies, count, params->func, nullptr, params->gridDimX, params->gridDimY,
+  return KernelNode(Adding(node, graph, dependencies, count), params->func, nullptr, params->gridDimX, params->gridDimY,
                        params->gridDimZ, params->blockDimX, params->blockDimY, params->blockDimZ,
                        params->sharedMemBytes, params->kernelParams, params->extra);
 }
@@ -196,14 +224,14 @@ CUresult cuGraphAddMemsetNode(CUgraphNode* node, CUgraph graph, const CUgraphNod
                               const CUDA_MEMSET_NODE_PARAMS* params, CUcontext context) {
   if (params == nullptr) return CUDA_ERROR_INVALID_VALUE;
   CURELAY_RETURN_IF_ERROR(RequireCurrent(context));
-  return AddMemsetNode(node, graph, dependencies, count, params->dst, params->pitch, params->value,
+  return MemsetNode(Adding(node, graph, dependencies, count), params->dst, params->pitch, params->value,
                        params->elementSize, params->width, params->height);
 }
 
 CUresult cuGraphAddMemcpyNode(CUgraphNode* node, CUgraph graph, const CUgraphNode* dependencies, size_t count,
                               const CUDA_MEMCPY3D* params, CUcontext context) {
   CURELAY_RETURN_IF_ERROR(RequireCurrent(context));
-  return AddMemcpyNode(node, graph, dependencies, count, params);
+  return MemcpyNode(Adding(node, graph, dependencies, count), params);
 }
 
 // The generic form, for the node types above; others answer CUDA_ERROR_NOT_SUPPORTED.
@@ -221,23 +249,25 @@ CUresult cuGraphAddNode_v2(CUgraphNode* node, CUgraph graph, const CUgraphNode* 
   switch (params->type) {
     case CU_GRAPH_NODE_TYPE_EMPTY:
       return cuGraphAddEmptyNode(node, graph, dependencies, count);
+    case CU_GRAPH_NODE_TYPE_GRAPH:
+      return cuGraphAddChildGraphNode(node, graph, dependencies, count, params->graph.graph);
     case CU_GRAPH_NODE_TYPE_KERNEL: {
       const CUDA_KERNEL_NODE_PARAMS_v3& kernel = params->kernel;
       if (kernel.func == nullptr) CURELAY_RETURN_IF_ERROR(RequireCurrent(kernel.ctx));
-      return AddKernelNode(node, graph, dependencies, count, kernel.func, kernel.kern, kernel.gridDimX,
+      return KernelNode(Adding(node, graph, dependencies, count), kernel.func, kernel.kern, kernel.gridDimX,
                            kernel.gridDimY, kernel.gridDimZ, kernel.blockDimX, kernel.blockDimY, kernel.blockDimZ,
                            kernel.sharedMemBytes, kernel.kernelParams, kernel.extra);
     }
     case CU_GRAPH_NODE_TYPE_MEMSET: {
       const CUDA_MEMSET_NODE_PARAMS_v2& memset = params->memset;
       CURELAY_RETURN_IF_ERROR(RequireCurrent(memset.ctx));
-      return AddMemsetNode(node, graph, dependencies, count, memset.dst, memset.pitch, memset.value,
+      return MemsetNode(Adding(node, graph, dependencies, count), memset.dst, memset.pitch, memset.value,
                            memset.elementSize, memset.width, memset.height);
     }
     case CU_GRAPH_NODE_TYPE_MEMCPY:
       if (params->memcpy.flags != 0) return CUDA_ERROR_INVALID_VALUE;
       CURELAY_RETURN_IF_ERROR(RequireCurrent(params->memcpy.copyCtx));
-      return AddMemcpyNode(node, graph, dependencies, count, &params->memcpy.copyParams);
+      return MemcpyNode(Adding(node, graph, dependencies, count), &params->memcpy.copyParams);
     default:
       Log().warn("cuGraphAddNode: node type {} is not supported", static_cast<int>(params->type));
       return CUDA_ERROR_NOT_SUPPORTED;
@@ -250,6 +280,38 @@ CUresult cuGraphAddNode_v1(CUgraphNode* node, CUgraph graph, const CUgraphNode* 
 CUresult cuGraphAddNode_v1(CUgraphNode* node, CUgraph graph, const CUgraphNode* dependencies, size_t count,
                            CUgraphNodeParams* params) {
   return cuGraphAddNode_v2(node, graph, dependencies, nullptr, count, params);
+}
+
+// Updates of one node in an executable graph (what XLA's command buffers do between launches).
+CUresult cuGraphExecKernelNodeSetParams_v2(CUgraphExec exec, CUgraphNode node, const CUDA_KERNEL_NODE_PARAMS* params) {
+  if (params == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  if (params->func == nullptr) CURELAY_RETURN_IF_ERROR(RequireCurrent(params->ctx));
+  return KernelNode(Updating(exec, node), params->func, params->kern, params->gridDimX, params->gridDimY,
+                    params->gridDimZ, params->blockDimX, params->blockDimY, params->blockDimZ, params->sharedMemBytes,
+                    params->kernelParams, params->extra);
+}
+
+CUresult cuGraphExecKernelNodeSetParams_v1(CUgraphExec exec, CUgraphNode node, const CUDA_KERNEL_NODE_PARAMS_v1* params)
+    __asm__("cuGraphExecKernelNodeSetParams");
+CUresult cuGraphExecKernelNodeSetParams_v1(CUgraphExec exec, CUgraphNode node, const CUDA_KERNEL_NODE_PARAMS_v1* params) {
+  if (params == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  return KernelNode(Updating(exec, node), params->func, nullptr, params->gridDimX, params->gridDimY, params->gridDimZ,
+                    params->blockDimX, params->blockDimY, params->blockDimZ, params->sharedMemBytes,
+                    params->kernelParams, params->extra);
+}
+
+CUresult cuGraphExecMemsetNodeSetParams(CUgraphExec exec, CUgraphNode node, const CUDA_MEMSET_NODE_PARAMS* params,
+                                        CUcontext context) {
+  if (params == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  CURELAY_RETURN_IF_ERROR(RequireCurrent(context));
+  return MemsetNode(Updating(exec, node), params->dst, params->pitch, params->value, params->elementSize,
+                    params->width, params->height);
+}
+
+CUresult cuGraphExecMemcpyNodeSetParams(CUgraphExec exec, CUgraphNode node, const CUDA_MEMCPY3D* params,
+                                        CUcontext context) {
+  CURELAY_RETURN_IF_ERROR(RequireCurrent(context));
+  return MemcpyNode(Updating(exec, node), params);
 }
 
 }  // extern "C"

@@ -288,48 +288,58 @@ CUresult CUDAAPI cuMemcpyAtoA(CUarray dstArray, size_t dstOffset, CUarray srcArr
 
 // A memcpy node between device memory, registered host memory and arrays, checked now; at launch its rows are
 // copied in the node's turn. (Pageable host memory is refused: the node outlives the call.)
-CUresult CUDAAPI cuGraphAddMemcpyNode(CUgraphNode* phGraphNode, CUgraph hGraph, const CUgraphNode* dependencies,
-                                      size_t numDependencies, const CUDA_MEMCPY3D* copyParams, CUcontext ctx) {
-  return emu::Guard([&] {
-    if (CUresult r = emu::CheckInit(); r != CUDA_SUCCESS) return r;
-    const CUDA_MEMCPY3D* p = copyParams;
-    if (p == nullptr || p->reserved0 != nullptr || p->reserved1 != nullptr || p->srcLOD != 0 || p->dstLOD != 0) {
-      return CUDA_ERROR_INVALID_VALUE;
-    }
-    if (p->WidthInBytes == 0 || p->Height == 0 || p->Depth == 0) return CUDA_ERROR_INVALID_VALUE;
-    emu::Side src, dst;
-    if (CUresult r = emu::ResolveSide(p->srcMemoryType, p->srcHost, p->srcDevice, p->srcArray, p->srcXInBytes,
-                                      p->srcY, p->srcZ, p->srcPitch, p->srcHeight, p->WidthInBytes, p->Height,
-                                      p->Depth, &src);
-        r != CUDA_SUCCESS) {
-      return r;
-    }
-    if (CUresult r = emu::ResolveSide(p->dstMemoryType, p->dstHost, p->dstDevice, p->dstArray, p->dstXInBytes,
-                                      p->dstY, p->dstZ, p->dstPitch, p->dstHeight, p->WidthInBytes, p->Height,
-                                      p->Depth, &dst);
-        r != CUDA_SUCCESS) {
-      return r;
-    }
-    // Every row of both sides must be memory the device can reach for the node's whole life.
-    for (const emu::Side* side : {&src, &dst}) {
-      const size_t span = ((p->Depth - 1) * side->slice_rows + (p->Height - 1)) * side->pitch + p->WidthInBytes;
-      std::shared_ptr<emu::Allocation> pin;
-      if (CUresult r = emu::ValidateDeviceRange(side->address, span, &pin); r != CUDA_SUCCESS) return r;
-    }
-    (void)ctx;
-    const size_t width = p->WidthInBytes, height = p->Height, depth = p->Depth;
-    std::function<CUresult()> op = [src, dst, width, height, depth] {
-      for (size_t slice = 0; slice < depth; ++slice) {
-        for (size_t row = 0; row < height; ++row) {
-          std::memmove(reinterpret_cast<void*>(dst.address + (slice * dst.slice_rows + row) * dst.pitch),
-                       reinterpret_cast<const void*>(src.address + (slice * src.slice_rows + row) * src.pitch),
-                       width);
-        }
+static CUresult MemcpyNodeOp(const CUDA_MEMCPY3D* p, std::function<CUresult()>* op) {
+  if (CUresult r = emu::CheckInit(); r != CUDA_SUCCESS) return r;
+  if (p == nullptr || p->reserved0 != nullptr || p->reserved1 != nullptr || p->srcLOD != 0 || p->dstLOD != 0) {
+    return CUDA_ERROR_INVALID_VALUE;
+  }
+  if (p->WidthInBytes == 0 || p->Height == 0 || p->Depth == 0) return CUDA_ERROR_INVALID_VALUE;
+  emu::Side src, dst;
+  if (CUresult r = emu::ResolveSide(p->srcMemoryType, p->srcHost, p->srcDevice, p->srcArray, p->srcXInBytes, p->srcY,
+                                    p->srcZ, p->srcPitch, p->srcHeight, p->WidthInBytes, p->Height, p->Depth, &src);
+      r != CUDA_SUCCESS) {
+    return r;
+  }
+  if (CUresult r = emu::ResolveSide(p->dstMemoryType, p->dstHost, p->dstDevice, p->dstArray, p->dstXInBytes, p->dstY,
+                                    p->dstZ, p->dstPitch, p->dstHeight, p->WidthInBytes, p->Height, p->Depth, &dst);
+      r != CUDA_SUCCESS) {
+    return r;
+  }
+  // Every row of both sides must be memory the device can reach for the node's whole life.
+  for (const emu::Side* side : {&src, &dst}) {
+    const size_t span = ((p->Depth - 1) * side->slice_rows + (p->Height - 1)) * side->pitch + p->WidthInBytes;
+    std::shared_ptr<emu::Allocation> pin;
+    if (CUresult r = emu::ValidateDeviceRange(side->address, span, &pin); r != CUDA_SUCCESS) return r;
+  }
+  const size_t width = p->WidthInBytes, height = p->Height, depth = p->Depth;
+  *op = [src, dst, width, height, depth] {
+    for (size_t slice = 0; slice < depth; ++slice) {
+      for (size_t row = 0; row < height; ++row) {
+        std::memmove(reinterpret_cast<void*>(dst.address + (slice * dst.slice_rows + row) * dst.pitch),
+                     reinterpret_cast<const void*>(src.address + (slice * src.slice_rows + row) * src.pitch), width);
       }
-      return CUDA_SUCCESS;
-    };
+    }
+    return CUDA_SUCCESS;
+  };
+  return CUDA_SUCCESS;
+}
+
+CUresult CUDAAPI cuGraphAddMemcpyNode(CUgraphNode* phGraphNode, CUgraph hGraph, const CUgraphNode* dependencies,
+                                      size_t numDependencies, const CUDA_MEMCPY3D* copyParams, CUcontext /*ctx*/) {
+  return emu::Guard([&] {
+    std::function<CUresult()> op;
+    if (CUresult r = MemcpyNodeOp(copyParams, &op); r != CUDA_SUCCESS) return r;
     return emu::AddGraphNode(hGraph, dependencies, numDependencies, CU_GRAPH_NODE_TYPE_MEMCPY, std::move(op),
                              phGraphNode);
+  });
+}
+
+CUresult CUDAAPI cuGraphExecMemcpyNodeSetParams(CUgraphExec hGraphExec, CUgraphNode hNode,
+                                                const CUDA_MEMCPY3D* copyParams, CUcontext /*ctx*/) {
+  return emu::Guard([&] {
+    std::function<CUresult()> op;
+    if (CUresult r = MemcpyNodeOp(copyParams, &op); r != CUDA_SUCCESS) return r;
+    return emu::SetExecNodeOp(hGraphExec, hNode, CU_GRAPH_NODE_TYPE_MEMCPY, std::move(op));
   });
 }
 

@@ -144,7 +144,7 @@ CUresult Instantiate(CUgraphExec* exec_out, CUgraph graph_handle, uint64_t flags
   auto exec = std::make_shared<Exec>();
   exec->handle = Driver::Get().NewHandle();
   exec->flags = flags;
-  exec->nodes = graph->second->nodes;
+  for (const auto& node : graph->second->nodes) exec->nodes.push_back(std::make_shared<Node>(*node));
   s.execs.emplace(exec->handle, exec);
   *exec_out = ToHandle<CUgraphExec>(exec->handle);
   return CUDA_SUCCESS;
@@ -196,6 +196,21 @@ CUresult AddGraphNode(CUgraph graph_handle, const CUgraphNode* dependencies, siz
   s.nodes.emplace(node->handle, node);
   *node_out = ToHandle<CUgraphNode>(node->handle);
   return CUDA_SUCCESS;
+}
+
+CUresult SetExecNodeOp(CUgraphExec exec_handle, CUgraphNode node_handle, CUgraphNodeType type,
+                       std::function<CUresult()> op) {
+  State& s = state();
+  std::lock_guard lock(s.mu);
+  auto exec = s.execs.find(HandleValue(exec_handle));
+  if (exec == s.execs.end()) return CUDA_ERROR_INVALID_VALUE;
+  for (auto& node : exec->second->nodes) {
+    if (node->handle != HandleValue(node_handle)) continue;
+    if (node->type != type) return CUDA_ERROR_INVALID_VALUE;
+    node->op = std::move(op);
+    return CUDA_SUCCESS;
+  }
+  return CUDA_ERROR_INVALID_VALUE;
 }
 
 CUresult RefuseInCapture(const Stream* stream) {
@@ -465,6 +480,30 @@ CUresult CUDAAPI cuGraphAddEmptyNode(CUgraphNode* phGraphNode, CUgraph hGraph, c
     if (CUresult r = emu::CheckInit(); r != CUDA_SUCCESS) return r;
     return emu::AddGraphNode(hGraph, dependencies, numDependencies, CU_GRAPH_NODE_TYPE_EMPTY,
                              [] { return CUDA_SUCCESS; }, phGraphNode);
+  });
+}
+
+// The child graph is copied into the node, as the driver does: later changes to it do not reach the node.
+CUresult CUDAAPI cuGraphAddChildGraphNode(CUgraphNode* phGraphNode, CUgraph hGraph, const CUgraphNode* dependencies,
+                                          size_t numDependencies, CUgraph childGraph) {
+  return emu::Guard([&] {
+    if (CUresult r = emu::CheckInit(); r != CUDA_SUCCESS) return r;
+    std::vector<std::function<CUresult()>> ops;
+    {
+      emu::State& s = emu::state();
+      std::lock_guard lock(s.mu);
+      std::shared_ptr<emu::Graph> child = emu::FindGraph(s, childGraph);
+      if (child == nullptr || emu::HandleValue(childGraph) == emu::HandleValue(hGraph)) return CUDA_ERROR_INVALID_VALUE;
+      for (const auto& node : child->nodes) ops.push_back(node->op);
+    }
+    return emu::AddGraphNode(hGraph, dependencies, numDependencies, CU_GRAPH_NODE_TYPE_GRAPH,
+                             [ops = std::move(ops)] {
+                               for (const auto& op : ops) {
+                                 if (CUresult r = op(); r != CUDA_SUCCESS) return r;
+                               }
+                               return CUDA_SUCCESS;
+                             },
+                             phGraphNode);
   });
 }
 

@@ -141,24 +141,34 @@ CUresult CUDAAPI cuLaunchKernel(CUfunction f, unsigned int gridDimX, unsigned in
 
 // A kernel node: checked and its arguments copied now, as the driver does; `func` only (no CUkernel), in the
 // current context.
+static CUresult KernelNodeOp(const CUDA_KERNEL_NODE_PARAMS* nodeParams, std::function<CUresult()>* op) {
+  if (CUresult r = emu::CheckInit(); r != CUDA_SUCCESS) return r;
+  if (nodeParams == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  if (nodeParams->func == nullptr) return CUDA_ERROR_NOT_SUPPORTED;  // library kernels in nodes: not emulated
+  std::shared_ptr<emu::Context> ctx;
+  if (CUresult r = emu::CurrentContext(&ctx); r != CUDA_SUCCESS) return r;
+  const emu::LaunchShape shape{{nodeParams->gridDimX, nodeParams->gridDimY, nodeParams->gridDimZ},
+                               {nodeParams->blockDimX, nodeParams->blockDimY, nodeParams->blockDimZ}};
+  return emu::KernelOp(nodeParams->func, shape, nodeParams->sharedMemBytes, ctx, nodeParams->kernelParams,
+                       nodeParams->extra, op);
+}
+
 CUresult CUDAAPI cuGraphAddKernelNode_v2(CUgraphNode* phGraphNode, CUgraph hGraph, const CUgraphNode* dependencies,
                                          size_t numDependencies, const CUDA_KERNEL_NODE_PARAMS* nodeParams) {
   return emu::Guard([&] {
-    if (CUresult r = emu::CheckInit(); r != CUDA_SUCCESS) return r;
-    if (nodeParams == nullptr) return CUDA_ERROR_INVALID_VALUE;
-    if (nodeParams->func == nullptr) return CUDA_ERROR_NOT_SUPPORTED;  // library kernels in nodes: not emulated
-    std::shared_ptr<emu::Context> ctx;
-    if (CUresult r = emu::CurrentContext(&ctx); r != CUDA_SUCCESS) return r;
-    const emu::LaunchShape shape{{nodeParams->gridDimX, nodeParams->gridDimY, nodeParams->gridDimZ},
-                                 {nodeParams->blockDimX, nodeParams->blockDimY, nodeParams->blockDimZ}};
     std::function<CUresult()> op;
-    if (CUresult r = emu::KernelOp(nodeParams->func, shape, nodeParams->sharedMemBytes, ctx,
-                                   nodeParams->kernelParams, nodeParams->extra, &op);
-        r != CUDA_SUCCESS) {
-      return r;
-    }
+    if (CUresult r = KernelNodeOp(nodeParams, &op); r != CUDA_SUCCESS) return r;
     return emu::AddGraphNode(hGraph, dependencies, numDependencies, CU_GRAPH_NODE_TYPE_KERNEL, std::move(op),
                              phGraphNode);
+  });
+}
+
+CUresult CUDAAPI cuGraphExecKernelNodeSetParams_v2(CUgraphExec hGraphExec, CUgraphNode hNode,
+                                                   const CUDA_KERNEL_NODE_PARAMS* nodeParams) {
+  return emu::Guard([&] {
+    std::function<CUresult()> op;
+    if (CUresult r = KernelNodeOp(nodeParams, &op); r != CUDA_SUCCESS) return r;
+    return emu::SetExecNodeOp(hGraphExec, hNode, CU_GRAPH_NODE_TYPE_KERNEL, std::move(op));
   });
 }
 

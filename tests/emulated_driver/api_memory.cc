@@ -336,32 +336,47 @@ CUresult CUDAAPI cuMemsetD32Async(CUdeviceptr dstDevice, unsigned int ui, size_t
 }
 
 // A memset node: `height` rows of `width` elements, `pitch` bytes apart, checked now.
+static CUresult MemsetNodeOp(const CUDA_MEMSET_NODE_PARAMS* memsetParams, std::function<CUresult()>* op) {
+  if (CUresult r = emu::CheckInit(); r != CUDA_SUCCESS) return r;
+  if (memsetParams == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  const CUDA_MEMSET_NODE_PARAMS p = *memsetParams;
+  const size_t element = p.elementSize;
+  if ((element != 1 && element != 2 && element != 4) || p.width == 0 || p.height == 0 || p.dst % element != 0) {
+    return CUDA_ERROR_INVALID_VALUE;
+  }
+  const size_t row_bytes = p.width * element;
+  if (p.height > 1 && p.pitch < row_bytes) return CUDA_ERROR_INVALID_VALUE;
+  const size_t span = (p.height - 1) * p.pitch + row_bytes;
+  std::shared_ptr<emu::Allocation> pin;
+  if (CUresult r = emu::ValidateDeviceRange(p.dst, span, &pin); r != CUDA_SUCCESS) return r;
+  *op = [p, element, pin = std::move(pin)] {
+    for (size_t row = 0; row < p.height; ++row) {
+      auto* bytes = reinterpret_cast<uint8_t*>(p.dst + row * p.pitch);
+      for (size_t i = 0; i < p.width; ++i) std::memcpy(bytes + i * element, &p.value, element);  // little-endian
+    }
+    return CUDA_SUCCESS;
+  };
+  return CUDA_SUCCESS;
+}
+
+// One address space: the node writes where the allocation is, whichever context is named.
 CUresult CUDAAPI cuGraphAddMemsetNode(CUgraphNode* phGraphNode, CUgraph hGraph, const CUgraphNode* dependencies,
                                       size_t numDependencies, const CUDA_MEMSET_NODE_PARAMS* memsetParams,
-                                      CUcontext ctx) {
+                                      CUcontext /*ctx*/) {
   return emu::Guard([&] {
-    if (CUresult r = emu::CheckInit(); r != CUDA_SUCCESS) return r;
-    if (memsetParams == nullptr) return CUDA_ERROR_INVALID_VALUE;
-    const CUDA_MEMSET_NODE_PARAMS p = *memsetParams;
-    const size_t element = p.elementSize;
-    if ((element != 1 && element != 2 && element != 4) || p.width == 0 || p.height == 0 || p.dst % element != 0) {
-      return CUDA_ERROR_INVALID_VALUE;
-    }
-    const size_t row_bytes = p.width * element;
-    if (p.height > 1 && p.pitch < row_bytes) return CUDA_ERROR_INVALID_VALUE;
-    const size_t span = (p.height - 1) * p.pitch + row_bytes;
-    std::shared_ptr<emu::Allocation> pin;
-    if (CUresult r = emu::ValidateDeviceRange(p.dst, span, &pin); r != CUDA_SUCCESS) return r;
-    (void)ctx;  // one address space: the node writes where the allocation is
-    std::function<CUresult()> op = [p, element, pin = std::move(pin)] {
-      for (size_t row = 0; row < p.height; ++row) {
-        auto* bytes = reinterpret_cast<uint8_t*>(p.dst + row * p.pitch);
-        for (size_t i = 0; i < p.width; ++i) std::memcpy(bytes + i * element, &p.value, element);  // little-endian
-      }
-      return CUDA_SUCCESS;
-    };
+    std::function<CUresult()> op;
+    if (CUresult r = MemsetNodeOp(memsetParams, &op); r != CUDA_SUCCESS) return r;
     return emu::AddGraphNode(hGraph, dependencies, numDependencies, CU_GRAPH_NODE_TYPE_MEMSET, std::move(op),
                              phGraphNode);
+  });
+}
+
+CUresult CUDAAPI cuGraphExecMemsetNodeSetParams(CUgraphExec hGraphExec, CUgraphNode hNode,
+                                                const CUDA_MEMSET_NODE_PARAMS* memsetParams, CUcontext /*ctx*/) {
+  return emu::Guard([&] {
+    std::function<CUresult()> op;
+    if (CUresult r = MemsetNodeOp(memsetParams, &op); r != CUDA_SUCCESS) return r;
+    return emu::SetExecNodeOp(hGraphExec, hNode, CU_GRAPH_NODE_TYPE_MEMSET, std::move(op));
   });
 }
 

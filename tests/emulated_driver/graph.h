@@ -58,6 +58,10 @@ CUresult CaptureStreamWait(const std::shared_ptr<Context>& ctx, const Stream* st
 CUresult AddGraphNode(CUgraph graph, const CUgraphNode* dependencies, size_t count, CUgraphNodeType type,
                       std::function<CUresult()> op, CUgraphNode* node);
 
+// cuGraphExec*NodeSetParams: the instantiated copy of `node` in `exec` runs `op` from now on; the node must be of
+// `type` (an executable graph holds its own copies of its graph's nodes).
+CUresult SetExecNodeOp(CUgraphExec exec, CUgraphNode node, CUgraphNodeType type, std::function<CUresult()> op);
+
 }  // namespace curelay::emulated
 
 #endif  // CURELAY_TESTS_EMULATED_DRIVER_GRAPH_H_

@@ -714,6 +714,79 @@ TEST_F(GraphTest, ExplicitlyBuiltGraphsRunInDependencyOrder) {
   ASSERT_CU(cuMemFree(other));
 }
 
+// A child graph inside a graph, and nodes of an executable graph given new parameters between launches (what XLA's
+// command buffers do), without changing the graph it came from.
+TEST_F(GraphTest, ChildGraphsAndExecutableNodeUpdates) {
+  constexpr int n = 512;
+  CUdeviceptr a = 0, b = 0;
+  ASSERT_CU(cuMemAlloc(&a, n * sizeof(int)));
+  ASSERT_CU(cuMemAlloc(&b, n * sizeof(int)));
+  const auto memset_params = [&](CUdeviceptr target, unsigned value) {
+    CUDA_MEMSET_NODE_PARAMS params{};
+    params.dst = target;
+    params.value = value;
+    params.elementSize = 4;
+    params.width = n;
+    params.height = 1;
+    return params;
+  };
+  CUgraph child = nullptr, graph = nullptr;
+  ASSERT_CU(cuGraphCreate(&child, 0));
+  ASSERT_CU(cuGraphCreate(&graph, 0));
+  CUgraphNode set_a = nullptr, child_node = nullptr, set_b = nullptr, increment = nullptr;
+  const CUDA_MEMSET_NODE_PARAMS three = memset_params(a, 3), one = memset_params(b, 1);
+  ASSERT_CU(cuGraphAddMemsetNode(&set_a, child, nullptr, 0, &three, context_));
+  ASSERT_CU(cuGraphAddChildGraphNode(&child_node, graph, nullptr, 0, child));
+  ASSERT_CU(cuGraphAddMemsetNode(&set_b, graph, nullptr, 0, &one, context_));
+  int count = n;
+  CUdeviceptr target = a;
+  void* arguments[] = {&target, &count};
+  CUDA_KERNEL_NODE_PARAMS kernel{};
+  kernel.func = increment_;
+  kernel.gridDimX = (n + 127) / 128;
+  kernel.gridDimY = kernel.gridDimZ = 1;
+  kernel.blockDimX = 128;
+  kernel.blockDimY = kernel.blockDimZ = 1;
+  kernel.kernelParams = arguments;
+  const CUgraphNode before[] = {child_node, set_b};
+  ASSERT_CU(cuGraphAddKernelNode(&increment, graph, before, 2, &kernel));
+  CUgraphNodeType type = CU_GRAPH_NODE_TYPE_EMPTY;
+  ASSERT_CU(cuGraphNodeGetType(child_node, &type));
+  EXPECT_EQ(type, CU_GRAPH_NODE_TYPE_GRAPH);
+  EXPECT_EQ(cuGraphAddChildGraphNode(&child_node, graph, nullptr, 0, graph), CUDA_ERROR_INVALID_VALUE);
+
+  CUgraphExec exec = nullptr;
+  ASSERT_CU(cuGraphInstantiateWithFlags(&exec, graph, 0));
+  ASSERT_CU(cuGraphLaunch(exec, stream_));
+  ASSERT_CU(cuStreamSynchronize(stream_));
+  EXPECT_EQ(Read<int>(a, n)[n - 1], 4);
+  EXPECT_EQ(Read<int>(b, n)[n - 1], 1);
+
+  // The kernel now increments b, and b's memset writes 10: in this executable graph only.
+  target = b;
+  ASSERT_CU(cuGraphExecKernelNodeSetParams(exec, increment, &kernel));
+  const CUDA_MEMSET_NODE_PARAMS ten = memset_params(b, 10);
+  ASSERT_CU(cuGraphExecMemsetNodeSetParams(exec, set_b, &ten, context_));
+  EXPECT_EQ(cuGraphExecMemsetNodeSetParams(exec, increment, &ten, context_), CUDA_ERROR_INVALID_VALUE);  // a kernel
+  ASSERT_CU(cuGraphLaunch(exec, stream_));
+  ASSERT_CU(cuStreamSynchronize(stream_));
+  EXPECT_EQ(Read<int>(a, n)[n - 1], 3);
+  EXPECT_EQ(Read<int>(b, n)[0], 11);
+  CUgraphExec fresh = nullptr;
+  ASSERT_CU(cuGraphInstantiateWithFlags(&fresh, graph, 0));
+  ASSERT_CU(cuGraphLaunch(fresh, stream_));
+  ASSERT_CU(cuStreamSynchronize(stream_));
+  EXPECT_EQ(Read<int>(a, n)[0], 4);  // the graph kept its own parameters
+  EXPECT_EQ(Read<int>(b, n)[0], 1);
+
+  ASSERT_CU(cuGraphExecDestroy(fresh));
+  ASSERT_CU(cuGraphExecDestroy(exec));
+  ASSERT_CU(cuGraphDestroy(graph));
+  ASSERT_CU(cuGraphDestroy(child));
+  ASSERT_CU(cuMemFree(a));
+  ASSERT_CU(cuMemFree(b));
+}
+
 TEST_F(GraphTest, EmptyGraphsAndInvalidHandles) {
   CUgraph graph = nullptr;
   EXPECT_EQ(cuGraphCreate(&graph, 1), CUDA_ERROR_INVALID_VALUE);
