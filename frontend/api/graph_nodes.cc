@@ -134,23 +134,7 @@ CUresult MemcpyNode(const NodeTarget& target, const CUDA_MEMCPY3D* params) {
   CURELAY_RETURN_IF_ERROR(RequireContext(&client));
   if (params == nullptr || params->srcLOD != 0 || params->dstLOD != 0) return CUDA_ERROR_INVALID_VALUE;
   StridedCopy copy;
-  CURELAY_RETURN_IF_ERROR(
-      ResolveCopySide(*client, params->srcMemoryType, params->srcHost, params->srcDevice, params->srcArray, &copy.src));
-  CURELAY_RETURN_IF_ERROR(
-      ResolveCopySide(*client, params->dstMemoryType, params->dstHost, params->dstDevice, params->dstArray, &copy.dst));
-  copy.src.x = params->srcXInBytes;
-  copy.src.y = params->srcY;
-  copy.src.z = params->srcZ;
-  copy.src.pitch = params->srcPitch;
-  copy.src.slice_rows = params->srcHeight;
-  copy.dst.x = params->dstXInBytes;
-  copy.dst.y = params->dstY;
-  copy.dst.z = params->dstZ;
-  copy.dst.pitch = params->dstPitch;
-  copy.dst.slice_rows = params->dstHeight;
-  copy.width = params->WidthInBytes;
-  copy.height = params->Height;
-  copy.depth = params->Depth;
+  CURELAY_RETURN_IF_ERROR(DescribeCopy3D(*client, *params, &copy));
   if (copy.width == 0 || copy.height == 0 || copy.depth == 0) return CUDA_ERROR_INVALID_VALUE;
   for (CopySide* side : {&copy.src, &copy.dst}) {
     if (side->host && !MakeRegisteredSideDevice(*client, copy, side)) {

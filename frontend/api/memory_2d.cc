@@ -10,42 +10,12 @@ using namespace curelay::frontend;
 
 namespace {
 
-// As the driver: a row may not be wider than the pitch it is laid out with (an array has no pitch).
-bool RowsFitPitch(const StridedCopy& copy) {
-  return (copy.src.array != nullptr || copy.width <= copy.src.pitch) &&
-         (copy.dst.array != nullptr || copy.width <= copy.dst.pitch);
-}
-
 CUresult Memcpy3D(const CUDA_MEMCPY3D* params, CUstream stream, bool async) {
   Client* client;
   CURELAY_RETURN_IF_ERROR(RequireContext(&client));
   if (params == nullptr) return CUDA_ERROR_INVALID_VALUE;
-  if (params->reserved0 != nullptr || params->reserved1 != nullptr) return CUDA_ERROR_INVALID_VALUE;
   StridedCopy copy;
-  CURELAY_RETURN_IF_ERROR(ResolveCopySide(*client, params->srcMemoryType, params->srcHost, params->srcDevice,
-                                          params->srcArray, &copy.src));
-  CURELAY_RETURN_IF_ERROR(ResolveCopySide(*client, params->dstMemoryType, params->dstHost, params->dstDevice,
-                                          params->dstArray, &copy.dst));
-  copy.src.x = params->srcXInBytes;
-  copy.src.y = params->srcY;
-  copy.src.z = params->srcZ;
-  copy.src.pitch = params->srcPitch;
-  copy.src.slice_rows = params->srcHeight;
-  copy.dst.x = params->dstXInBytes;
-  copy.dst.y = params->dstY;
-  copy.dst.z = params->dstZ;
-  copy.dst.pitch = params->dstPitch;
-  copy.dst.slice_rows = params->dstHeight;
-  copy.width = params->WidthInBytes;
-  copy.height = params->Height;
-  copy.depth = params->Depth;
-  if (!RowsFitPitch(copy)) return CUDA_ERROR_INVALID_VALUE;
-  // Slices are srcHeight/dstHeight rows apart, so the copied rows must fit in one (an array has its own height).
-  if (params->Depth > 1 &&
-      ((copy.src.array == nullptr && params->srcY + params->Height > params->srcHeight) ||
-       (copy.dst.array == nullptr && params->dstY + params->Height > params->dstHeight))) {
-    return CUDA_ERROR_INVALID_VALUE;
-  }
+  CURELAY_RETURN_IF_ERROR(DescribeCopy3D(*client, *params, &copy));
   return RunStridedCopy(*client, copy, stream, async);
 }
 

@@ -229,6 +229,38 @@ bool MakeRegisteredSideDevice(const Client& client, const StridedCopy& copy, Cop
   return true;
 }
 
+CUresult DescribeCopy3D(Client& client, const CUDA_MEMCPY3D& params, StridedCopy* copy) {
+  if (params.reserved0 != nullptr || params.reserved1 != nullptr) return CUDA_ERROR_INVALID_VALUE;
+  CURELAY_RETURN_IF_ERROR(ResolveCopySide(client, params.srcMemoryType, params.srcHost, params.srcDevice,
+                                          params.srcArray, &copy->src));
+  CURELAY_RETURN_IF_ERROR(ResolveCopySide(client, params.dstMemoryType, params.dstHost, params.dstDevice,
+                                          params.dstArray, &copy->dst));
+  copy->src.x = params.srcXInBytes;
+  copy->src.y = params.srcY;
+  copy->src.z = params.srcZ;
+  copy->src.pitch = params.srcPitch;
+  copy->src.slice_rows = params.srcHeight;
+  copy->dst.x = params.dstXInBytes;
+  copy->dst.y = params.dstY;
+  copy->dst.z = params.dstZ;
+  copy->dst.pitch = params.dstPitch;
+  copy->dst.slice_rows = params.dstHeight;
+  copy->width = params.WidthInBytes;
+  copy->height = params.Height;
+  copy->depth = params.Depth;
+  // As the driver: a row may not be wider than the pitch it is laid out with (an array has no pitch).
+  if ((copy->src.array == nullptr && copy->width > copy->src.pitch) ||
+      (copy->dst.array == nullptr && copy->width > copy->dst.pitch)) {
+    return CUDA_ERROR_INVALID_VALUE;
+  }
+  // Slices are srcHeight/dstHeight rows apart, so the copied rows must fit in one (an array has its own height).
+  if (params.Depth > 1 && ((copy->src.array == nullptr && params.srcY + params.Height > params.srcHeight) ||
+                           (copy->dst.array == nullptr && params.dstY + params.Height > params.dstHeight))) {
+    return CUDA_ERROR_INVALID_VALUE;
+  }
+  return CUDA_SUCCESS;
+}
+
 bool IsClientHostAllocation(Client& client, const void* ptr) {
   const char* base = nullptr;
   size_t bytes = 0;

@@ -49,6 +49,10 @@ CUresult ResolveCopySide(Client& client, CUmemorytype type, const void* host, CU
 // device reaches directly; true if it did.
 bool MakeRegisteredSideDevice(const Client& client, const StridedCopy& copy, CopySide* side);
 
+// The copy a CUDA_MEMCPY3D describes, checked as the driver checks it (reserved fields, rows within their pitch,
+// rows within a slice's height).
+CUresult DescribeCopy3D(Client& client, const CUDA_MEMCPY3D& params, StridedCopy* copy);
+
 // Runs the copy in stream order on `stream` (async) or as the plain form does.
 CUresult RunStridedCopy(Client& client, const StridedCopy& copy, CUstream stream, bool async);
 
