@@ -302,7 +302,9 @@ TEST(ProcessTest, BackendRefusesToLoadTheShimAsItsDriver) {
 // a frozen host would): the client's pending call and every later one fail with CUDA_ERROR_DEVICE_UNAVAILABLE within
 // the heartbeat timeout, and the executor notices too, releases the session and exits.
 TEST(ProcessTest, CutLinkEndsTheSessionOnBothSidesWithinTheHeartbeatTimeout) {
-  const int base = 30000 + static_cast<int>(getpid() % 2000) * 8;  // apart from other test processes' ports
+  // Fixed ports (the relay carries them), apart from other test processes' and below Linux's ephemeral range
+  // (32768 up), from which any-port binds and outgoing connections take theirs.
+  const int base = 20000 + static_cast<int>(getpid() % 1000) * 8;
   const std::string backend_port = std::to_string(base), executor_ports =
       std::to_string(base + 1) + "-" + std::to_string(base + 7);
   BackendProcess backend("cut-link", {}, BackendProcess::Transport::kTcp, "tcp://127.0.0.1:" + backend_port);
