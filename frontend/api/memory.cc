@@ -23,7 +23,7 @@ namespace {
 // has mapped and registered with its driver: a copy to or from it is one DMA there, with no data on the ring. True
 // when all of [ptr, ptr + bytes) is such memory; *host is its device address (the executor's key for it).
 bool RegisteredHost(const Client& client, const void* ptr, size_t bytes, CUdeviceptr* host) {
-  if (client.remote()) return false;  // there it is a mirror, kept coherent by its own protocol
+  if (!client.direct_copies()) return false;  // remotely it is a mirror, kept coherent by its own protocol
   const char* base = nullptr;
   size_t allocation_bytes = 0;
   if (!client.host_allocations.Find(ptr, &base, &allocation_bytes)) return false;
@@ -43,7 +43,7 @@ CUresult RegisterWithExecutor(Client& client, const std::string& path, void* add
 constexpr size_t kStagedCopyToDeviceBytes = size_t{256} << 10;
 
 bool StagingReady(Client& client) {
-  if (client.remote()) return false;
+  if (!client.direct_copies()) return false;
   return client.copy_staging.Ready(client.same_host_directory(),
                                    [&](const std::string& path, void* memory, size_t bytes, CUdeviceptr* device) {
                                      return RegisterWithExecutor(client, path, memory, bytes, device);

@@ -212,7 +212,7 @@ bool InsideArray(const CopySide& side, const StridedCopy& copy) {
 // The side becomes the registered device address, so the executor copies it with one real cuMemcpy2D/3D instead of
 // rows crossing the ring.
 bool MakeRegisteredSideDevice(const Client& client, const StridedCopy& copy, CopySide* side) {
-  if (!side->host || client.remote()) return false;
+  if (!side->host || !client.direct_copies()) return false;
   const size_t first = side->RowOffset(0, 0);
   const size_t end = side->RowOffset(copy.height - 1, copy.depth - 1) + copy.width;
   const char* base = nullptr;

@@ -156,6 +156,7 @@ CUresult Client::Connect() {
   }
   if (!error.empty()) Log().info("{}; using ZeroMQ", error);
   same_host_directory_ = link->same_host_directory();
+  direct_copies_ = !config.disable_direct_copies;
   executor_endpoint_ = executor->ToString();
   // Attach, with a deadline: an executor that never answers must not hang cuInit.
   flatbuffers::FlatBufferBuilder& request = Builder();

@@ -126,6 +126,8 @@ class Client {
   const std::string& same_host_directory() const { return same_host_directory_; }
   // True when the executor shares no memory with this process (tcp://): mirrors and notices replace shared files.
   bool remote() const { return same_host_directory_.empty(); }
+  // Same-host copies may use the executor's registered mappings (docs/architecture.md); CURELAY_DIRECT_COPIES=0 not.
+  bool direct_copies() const { return !remote() && direct_copies_; }
   // The real driver's name and description of `code`, as learned at attach; false if it sent none.
   bool ErrorText(CUresult code, const char** name, const char** text) const;
   CUresult broken_result() const { return broken_.load(); }
@@ -182,6 +184,7 @@ class Client {
   uint64_t next_sequence_ = 1;
   int spin_microseconds_ = 0;  // how long a reader busy-polls a half-duplex channel before sleeping
   std::atomic<uint64_t> configuration_epoch_{0};
+  bool direct_copies_ = true;
   std::atomic<CUresult> broken_{CUDA_SUCCESS};  // once set, every call fails with it (the session is gone)
   std::atomic<CUresult> async_error_{CUDA_SUCCESS};  // first failed delivery, for the next synchronizing call
   size_t outstanding_deliveries_ = 0;               // guarded by reply_mutex_

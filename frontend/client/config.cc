@@ -28,6 +28,7 @@ Config ReadConfig() {
   config.connect_timeout_ms = EnvInt("CURELAY_CONNECT_TIMEOUT_MS", 5000);
   config.spin_microseconds = EnvInt("CURELAY_SPIN_US", 200);
   config.disable_shared_memory = Env("CURELAY_SHM", "1") == "0";
+  config.disable_direct_copies = Env("CURELAY_DIRECT_COPIES", "1") == "0";
   config.heartbeat_timeout_ms = EnvInt("CURELAY_HEARTBEAT_TIMEOUT_MS", 5000);
   return config;
 }

@@ -12,6 +12,9 @@ struct Config {
   int connect_timeout_ms = 0;  // CURELAY_CONNECT_TIMEOUT_MS
   int spin_microseconds = 0;   // CURELAY_SPIN_US: busy-poll for replies this long before sleeping
   bool disable_shared_memory = false;  // CURELAY_SHM=0: stay on ZeroMQ even when client and backend share a host
+  // CURELAY_DIRECT_COPIES=0: same-host copies of page-locked memory cross the ring and pageable copies are not
+  // staged through registered slots (the paths before they were direct; for comparison and as a fallback)
+  bool disable_direct_copies = false;
   int heartbeat_timeout_ms = 0;  // CURELAY_HEARTBEAT_TIMEOUT_MS: a silent executor is gone after this (default 5000)
 };
 
