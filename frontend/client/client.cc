@@ -257,41 +257,8 @@ uint64_t Client::FinishRequest(flatbuffers::FlatBufferBuilder& builder, wire::Ca
 
 namespace {
 
-// Work that may read or write mapped host memory on the device: active mirrors are brought up to date before it.
-bool MayReachMappedMemory(wire::Call type) {
-  switch (type) {
-    case wire::Call::LaunchKernel:
-    case wire::Call::GraphLaunch:
-    case wire::Call::MemcpyHtoD:
-    case wire::Call::MemcpyDtoH:
-    case wire::Call::MemcpyDtoD:
-    case wire::Call::Memset:
-    case wire::Call::Memset2D:
-    case wire::Call::Memcpy2D:
-    case wire::Call::MemcpyPeer:
-    case wire::Call::MemcpyArray:
-    case wire::Call::HostFunctionReturned:
-      return true;
-    default:
-      return false;
-  }
-}
-
-// Calls that report errors of earlier asynchronous work (CUDA's synchronizing calls).
-bool Synchronizes(wire::Call type) {
-  switch (type) {
-    case wire::Call::ContextSynchronize:
-    case wire::Call::StreamSynchronize:
-    case wire::Call::StreamQuery:
-    case wire::Call::EventSynchronize:
-    case wire::Call::EventQuery:
-    case wire::Call::MemcpyDtoH:
-    case wire::Call::MemcpyRegisteredHost:
-      return true;
-    default:
-      return false;
-  }
-}
+// Which calls may touch mapped memory and which report earlier asynchronous errors: from the schema's attributes.
+#include "call_traits.inc"
 
 }  // namespace
 
@@ -317,7 +284,7 @@ CUresult Client::Send(flatbuffers::FlatBufferBuilder& builder, wire::Call type, 
                       std::span<const uint8_t> payload, Waiter* waiter, uint64_t* sequence) {
   std::lock_guard<std::mutex> send_lock(send_mutex_);
   if (const CUresult broken = broken_.load(); broken != CUDA_SUCCESS) return broken;
-  if (host_mirrors.any_active() && MayReachMappedMemory(type) && !SendMirrorChanges()) {
+  if (host_mirrors.any_active() && CallReachesMappedMemory(type) && !SendMirrorChanges()) {
     return Break("cannot send to the executor");
   }
   *sequence = FinishRequest(builder, type, call, waiter != nullptr);
@@ -486,7 +453,7 @@ CUresult Client::Call(flatbuffers::FlatBufferBuilder& builder, wire::Call type, 
   }
   CUresult result = Wait(sequence, waiter);
   // A failed delivery (an asynchronous device-to-host copy) is reported like the executor's deferred errors.
-  if (result == CUDA_SUCCESS && Synchronizes(type)) result = TakeAsyncError();
+  if (result == CUDA_SUCCESS && CallSynchronizes(type)) result = TakeAsyncError();
   // Failures are the application's to handle; at debug level they are listed, to find what a framework tripped on.
   if (result != CUDA_SUCCESS) Log().debug("{} answered {}", wire::EnumNameCall(type), static_cast<int>(result));
   return result;

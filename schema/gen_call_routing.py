@@ -1,20 +1,22 @@
 #!/usr/bin/env python3
-"""Generates the executor's per-call routing from schema/curelay.fbs (see the attributes declared there).
+"""Generates what each side needs to know per call from schema/curelay.fbs (see the attributes declared there).
 
-Usage: gen_call_routing.py <curelay.fbs> <output-directory>
+Usage: gen_call_routing.py <curelay.fbs> executor|client <output-directory>
 
-Writes two files, included by executor/session.h and executor/session.cc:
+executor: two files, included by executor/session.h and executor/session.cc:
   call_handlers.inc  one handler declaration per call of the union Call:
                      `Outcome <Call>(const wire::<Call>& call[, std::span<const uint8_t> payload]);`
   call_routing.inc   `CallNeedsContext(wire::Call)` and the dispatch cases of Session::Handle's switch
-Calls marked by_hand get neither (Session::Handle treats them itself); a call marked no_context is handled without
-making the request's context current; payload adds the payload frame to the handler's arguments.
+  Calls marked by_hand get neither (Session::Handle treats them itself); a call marked no_context is handled
+  without making the request's context current; payload adds the payload frame to the handler's arguments.
+client: call_traits.inc, included by frontend/client/client.cc: `CallReachesMappedMemory(wire::Call)` and
+  `CallSynchronizes(wire::Call)`, from the reaches_mapped_memory and synchronizing attributes.
 """
 import os
 import re
 import sys
 
-KNOWN_ATTRIBUTES = {"no_context", "payload", "by_hand"}
+KNOWN_ATTRIBUTES = {"no_context", "payload", "by_hand", "reaches_mapped_memory", "synchronizing"}
 
 
 def parse(schema_text):
@@ -51,17 +53,20 @@ def write_if_changed(path, content):
         out.write(content)
 
 
-def main():
-    if len(sys.argv) != 3:
-        sys.exit(__doc__)
-    with open(sys.argv[1], encoding="utf-8") as schema:
-        calls = parse(schema.read())
-    header = "// Generated from schema/curelay.fbs by executor/gen_call_routing.py: do not edit.\n"
-    handlers = [header]
-    routing = [header, "inline bool CallNeedsContext(wire::Call call) {\n  switch (call) {\n"]
-    for call, attributes in calls:
-        if "no_context" in attributes:
-            routing.append(f"    case wire::Call::{call}:\n")
+HEADER = "// Generated from schema/curelay.fbs by schema/gen_call_routing.py: do not edit.\n"
+
+
+def predicate(name, calls, attribute):
+    lines = [f"inline bool {name}(wire::Call call) {{\n  switch (call) {{\n"]
+    lines += [f"    case wire::Call::{call}:\n" for call, attributes in calls if attribute in attributes]
+    lines.append("      return true;\n    default:\n      return false;\n  }\n}\n")
+    return "".join(lines)
+
+
+def executor_files(calls):
+    handlers = [HEADER]
+    routing = [HEADER, "inline bool CallNeedsContext(wire::Call call) {\n  switch (call) {\n"]
+    routing += [f"    case wire::Call::{call}:\n" for call, attributes in calls if "no_context" in attributes]
     routing.append("      return false;\n    default:\n      return true;\n  }\n}\n\n")
     routing.append("#define CURELAY_CALL_DISPATCH_CASES \\\n")
     for call, attributes in calls:
@@ -74,9 +79,23 @@ def main():
                        f"    outcome = {call}(*request.call_as_{call}(){', payload' if payload else ''}); \\\n"
                        f"    break; \\\n")
     routing.append("\n")
-    os.makedirs(sys.argv[2], exist_ok=True)
-    write_if_changed(os.path.join(sys.argv[2], "call_handlers.inc"), "".join(handlers))
-    write_if_changed(os.path.join(sys.argv[2], "call_routing.inc"), "".join(routing))
+    return {"call_handlers.inc": "".join(handlers), "call_routing.inc": "".join(routing)}
+
+
+def client_files(calls):
+    return {"call_traits.inc": HEADER + predicate("CallReachesMappedMemory", calls, "reaches_mapped_memory") + "\n" +
+            predicate("CallSynchronizes", calls, "synchronizing")}
+
+
+def main():
+    if len(sys.argv) != 4 or sys.argv[2] not in ("executor", "client"):
+        sys.exit(__doc__)
+    with open(sys.argv[1], encoding="utf-8") as schema:
+        calls = parse(schema.read())
+    files = executor_files(calls) if sys.argv[2] == "executor" else client_files(calls)
+    os.makedirs(sys.argv[3], exist_ok=True)
+    for name, content in files.items():
+        write_if_changed(os.path.join(sys.argv[3], name), content)
 
 
 if __name__ == "__main__":
