@@ -7,14 +7,15 @@
 # and the ratio. Logs go to ${OUT:-/tmp/curelay-gpu-out}: bench_native_N.log, bench_curelay_N.log, backend.log,
 # bench_table.txt. Environment: CURELAY_REAL_DRIVER, CURELAY_GPU_ENDPOINT (tcp://127.0.0.1:PORT: the remote mode,
 # with ZeroMQ's own round trip measured too), CURELAY_GPU_RTT_US (added round-trip delay), CURELAY_GPU_TIMEOUT
-# (see tests/gpu/backend_env.sh). bench/README.md explains the metrics.
+# (see tests/gpu/backend_env.sh), CURELAY_BENCH_RING=1 (each round also runs curelay with CURELAY_DIRECT_COPIES=0,
+# the ring copy paths, and a second table compares those with native). bench/README.md explains the metrics.
 set -uo pipefail
 
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 root=$(cd "$here/.." && pwd)
 case ${1:-} in
   -h | --help)
-    sed -n '2,8p' "$0"
+    sed -n '2,10p' "$0"
     exit 0
     ;;
 esac
@@ -41,7 +42,7 @@ done
 zmq_pingpong=$(curelay_build_path "$(sed -n 's/^CURELAY_ZMQ_PINGPONG=//p' "$paths")")
 rounds=${CURELAY_BENCH_ROUNDS:-3}
 status=0
-native_logs=() curelay_logs=()
+native_logs=() curelay_logs=() ring_logs=()
 echo "== bench: $rounds alternating rounds, native (driver $CURELAY_REAL_DRIVER) and curelay (endpoint $CURELAY_GPU_ENDPOINT${CURELAY_GPU_RTT_US:+, RTT +$CURELAY_GPU_RTT_US us})"
 curelay_backend_start || exit 1
 for ((round = 1; round <= rounds; round++)); do
@@ -54,6 +55,14 @@ for ((round = 1; round <= rounds; round++)); do
     echo "curelay benchmark failed (status $?); see $curelay_log" >&2
     status=1
   }
+  if [ -n "${CURELAY_BENCH_RING:-}" ]; then
+    ring_log="$CURELAY_OUT/bench_ring_$round.log"
+    CURELAY_DIRECT_COPIES=0 curelay_remote "$bench" "$ptx" >"$ring_log" 2>&1 || {
+      echo "curelay benchmark with CURELAY_DIRECT_COPIES=0 failed (status $?); see $ring_log" >&2
+      status=1
+    }
+    ring_logs+=("$ring_log")
+  fi
   # ZeroMQ's own tcp round trip, the floor under the tcp path, measured in the same rounds.
   case $CURELAY_GPU_ENDPOINT in
     tcp://*) [ -x "$zmq_pingpong" ] && "$zmq_pingpong" >>"$curelay_log" 2>&1 ;;
@@ -66,4 +75,9 @@ curelay_backend_stop
 python3 "$here/bench_table.py" --native "${native_logs[@]}" --curelay "${curelay_logs[@]}" |
   tee "$CURELAY_OUT/bench_table.txt"
 [ "${PIPESTATUS[0]}" = 0 ] || status=1
+if [ ${#ring_logs[@]} -gt 0 ]; then
+  echo "== the same rounds with CURELAY_DIRECT_COPIES=0 (copies through the ring) against native"
+  python3 "$here/bench_table.py" --native "${native_logs[@]}" --curelay "${ring_logs[@]}" |
+    tee "$CURELAY_OUT/bench_table_ring.txt"
+fi
 exit "$status"
