@@ -23,13 +23,8 @@ namespace {
 // has mapped and registered with its driver: a copy to or from it is one DMA there, with no data on the ring. True
 // when all of [ptr, ptr + bytes) is such memory; *host is its device address (the executor's key for it).
 bool RegisteredHost(const Client& client, const void* ptr, size_t bytes, CUdeviceptr* host) {
-  if (!client.direct_copies()) return false;  // remotely it is a mirror, kept coherent by its own protocol
-  const char* base = nullptr;
-  size_t allocation_bytes = 0;
-  if (!client.host_allocations.Find(ptr, &base, &allocation_bytes)) return false;
-  const size_t offset = static_cast<size_t>(static_cast<const char*>(ptr) - base);
-  if (bytes > allocation_bytes - offset) return false;
-  return client.host_allocations.DevicePointer(ptr, host) == CUDA_SUCCESS && *host != 0;
+  // Remotely page-locked memory is a mirror, kept coherent by its own protocol.
+  return client.direct_copies() && client.host_allocations.DeviceRange(ptr, bytes, host);
 }
 
 CUresult RegisterWithExecutor(Client& client, const std::string& path, void* address, size_t bytes,
@@ -44,6 +39,7 @@ constexpr size_t kStagedCopyToDeviceBytes = size_t{256} << 10;
 
 bool StagingReady(Client& client) {
   if (!client.direct_copies()) return false;
+  if (client.copy_staging.decided()) return client.copy_staging.ready();  // every copy after the first
   return client.copy_staging.Ready(client.same_host_directory(),
                                    [&](const std::string& path, void* memory, size_t bytes, CUdeviceptr* device) {
                                      return RegisterWithExecutor(client, path, memory, bytes, device);

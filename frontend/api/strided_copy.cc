@@ -215,14 +215,8 @@ bool MakeRegisteredSideDevice(const Client& client, const StridedCopy& copy, Cop
   if (!side->host || !client.direct_copies()) return false;
   const size_t first = side->RowOffset(0, 0);
   const size_t end = side->RowOffset(copy.height - 1, copy.depth - 1) + copy.width;
-  const char* base = nullptr;
-  size_t bytes = 0;
-  const char* start = reinterpret_cast<const char*>(side->host_ptr) + first;
-  if (!client.host_allocations.Find(start, &base, &bytes) || end - first > bytes - static_cast<size_t>(start - base)) {
-    return false;
-  }
   CUdeviceptr device = 0;
-  if (client.host_allocations.DevicePointer(start, &device) != CUDA_SUCCESS || device == 0) return false;
+  if (!client.host_allocations.DeviceRange(side->host_ptr + first, end - first, &device)) return false;
   side->host = false;
   side->host_ptr = nullptr;
   side->device_ptr = device - first;  // the offsets are applied to it as to any device side

@@ -5,6 +5,7 @@
 
 #include <cuda.h>
 
+#include <atomic>
 #include <condition_variable>
 #include <cstddef>
 #include <cstdint>
@@ -34,15 +35,20 @@ class CopyStaging {
   // Creates and registers the staging file on first use (in `directory`); false if that failed (callers then take
   // the ring), and every later call answers the same without trying again.
   bool Ready(const std::string& directory, const Registrar& registrar);
+  // Whether the first use has decided (then ready() is the answer, without a lock or a registrar).
+  bool decided() const { return decided_.load(std::memory_order_acquire); }
+  bool ready() const { return ready_; }
   bool TryAcquire(Slot* slot);
   void Acquire(Slot* slot);
   void Release(const Slot& slot);
 
  private:
+  Slot Hand(size_t index) const;
+
   std::mutex mutex_;
   std::condition_variable freed_;
-  bool tried_ = false;
-  bool ready_ = false;
+  std::atomic<bool> decided_{false};
+  bool ready_ = false;  // written once, before decided_
   uint8_t* memory_ = nullptr;
   CUdeviceptr device_ = 0;
   std::vector<size_t> free_;

@@ -40,6 +40,17 @@ CUresult HostAllocations::DevicePointer(const void* ptr, CUdeviceptr* device_ptr
   return CUDA_SUCCESS;
 }
 
+bool HostAllocations::DeviceRange(const void* ptr, size_t bytes, CUdeviceptr* device_ptr) const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  auto after = allocations_.upper_bound(static_cast<const char*>(ptr));
+  if (after == allocations_.begin()) return false;
+  const auto& [base, allocation] = *std::prev(after);
+  const size_t offset = static_cast<size_t>(static_cast<const char*>(ptr) - base);
+  if (offset >= allocation.bytes || bytes > allocation.bytes - offset || allocation.device_ptr == 0) return false;
+  *device_ptr = allocation.device_ptr + offset;
+  return true;
+}
+
 CUresult HostAllocations::Free(void* ptr, CUdeviceptr* device_ptr) {
   std::lock_guard<std::mutex> lock(mutex_);
   auto found = allocations_.find(static_cast<const char*>(ptr));

@@ -28,6 +28,9 @@ class HostAllocations {
   CUresult Unregister(const void* ptr, CUdeviceptr* device_ptr);
   // The device address of ptr inside mapped host memory; CUDA_ERROR_INVALID_VALUE otherwise.
   CUresult DevicePointer(const void* ptr, CUdeviceptr* device_ptr) const;
+  // True when all of [ptr, ptr + bytes) lies in one allocation the device reaches; *device_ptr is ptr's address
+  // there (the copies that go straight to an executor's registered mapping ask this, once per copy).
+  bool DeviceRange(const void* ptr, size_t bytes, CUdeviceptr* device_ptr) const;
   // Flags of the allocation containing ptr (any address inside it).
   CUresult Flags(const void* ptr, unsigned int* flags) const;
   // The allocation containing ptr: its start and size; false if ptr is in none.
