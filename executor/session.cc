@@ -140,29 +140,29 @@ bool Session::PollPendingWaits() {
   // Completion is sampled newest first and answers go out oldest first. The GPU only moves forward, so when a wait
   // is found complete, every earlier wait it implies (an asynchronous copy earlier on its stream) is found complete
   // too, and its answer (the copy's data) reaches the client before the synchronize that follows it.
+  // Sampled without allocating: this runs in the executor's wait loop, over and over while the GPU works.
   const size_t count = pending_waits_.size();
-  std::vector<CUresult> outcomes(count, CUDA_SUCCESS);
-  std::vector<bool> ready(count, true);
   for (size_t i = count; i-- > 0;) {
     PendingWait& wait = pending_waits_[i];
+    wait.complete = true;
+    wait.outcome = CUDA_SUCCESS;
     const auto check = [&](CUevent event) {
       const CUresult state = driver_.cuEventQuery(event);
       if (state == CUDA_ERROR_NOT_READY) {
-        ready[i] = false;
-      } else if (state != CUDA_SUCCESS && outcomes[i] == CUDA_SUCCESS) {
-        outcomes[i] = state;
+        wait.complete = false;
+      } else if (state != CUDA_SUCCESS && wait.outcome == CUDA_SUCCESS) {
+        wait.outcome = state;
       }
     };
     for (CUevent marker : wait.markers) check(marker);
     if (wait.client_event != 0) check(FindEvent(wait.client_event));
   }
-  std::vector<PendingWait> completed;
+  std::vector<PendingWait>& completed = completed_waits_;
+  completed.clear();
   size_t kept = 0;
-  std::vector<CUresult> results;
   for (size_t i = 0; i < count; ++i) {
-    if (ready[i]) {
+    if (pending_waits_[i].complete) {
       completed.push_back(std::move(pending_waits_[i]));
-      results.push_back(outcomes[i]);
     } else {
       if (kept != i) pending_waits_[kept] = std::move(pending_waits_[i]);  // never a self-move: it empties
       ++kept;
@@ -183,7 +183,7 @@ bool Session::PollPendingWaits() {
     }
     // Its own builder: this may run while a handler's answer is being built in builder_.
     wait_builder_.Clear();
-    Outcome outcome(TakeDeferred(results[i]));
+    Outcome outcome(TakeDeferred(wait.outcome));
     if (wait.staging != nullptr && outcome.result == CUDA_SUCCESS) outcome.payload = {wait.staging, wait.staging_bytes};
     const bool sent = SendReply(wait.sequence, outcome, wait_builder_);
     staging_.Give(wait.staging);  // the channel copied the payload

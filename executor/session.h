@@ -65,6 +65,9 @@ class Session {
     uint64_t client_event = 0;     // cuEventSynchronize: the client's event id
     uint8_t* staging = nullptr;    // device-to-host copy: the data to send with the answer (from staging_)
     uint64_t staging_bytes = 0;
+    // PollPendingWaits' sample: complete, and the first error its markers or event reported.
+    bool complete = false;
+    CUresult outcome = CUDA_SUCCESS;
   };
 
   bool Attach();
@@ -187,6 +190,7 @@ class Session {
 
   std::vector<PendingWait> pending_waits_;
   PendingWait deferring_;  // filled by Defer(), queued by Handle() with the request's sequence
+  std::vector<PendingWait> completed_waits_;  // PollPendingWaits' scratch, kept to reuse its storage
   // Events the client destroyed while a pending wait still needed them; destroyed when it ends.
   std::unordered_map<uint64_t, CUevent> doomed_events_;
   // Stream id -> the context id it was created in (cuCtxSynchronize waits on a context's streams).

@@ -94,13 +94,11 @@ CUresult cuStreamAttachMemAsync(CUstream stream, CUdeviceptr ptr, size_t bytes, 
     return CUDA_ERROR_INVALID_VALUE;
   }
   // Length 0 means the whole allocation.
-  const char* base = nullptr;
-  size_t allocation_bytes = 0;
-  if (!client->host_allocations.Managed(reinterpret_cast<const void*>(ptr), &base, &allocation_bytes)) {
-    return CUDA_ERROR_INVALID_VALUE;
+  if (bytes == 0) {
+    return client->host_allocations.Managed(reinterpret_cast<const void*>(ptr)) ? CUDA_SUCCESS
+                                                                                : CUDA_ERROR_INVALID_VALUE;
   }
-  return bytes == 0 || RequireManagedRange(*client, ptr, bytes) == CUDA_SUCCESS ? CUDA_SUCCESS
-                                                                                 : CUDA_ERROR_INVALID_VALUE;
+  return RequireManagedRange(*client, ptr, bytes);
 }
 
 }  // extern "C"

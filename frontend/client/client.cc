@@ -289,7 +289,10 @@ CUresult Client::Send(flatbuffers::FlatBufferBuilder& builder, wire::Call type, 
   }
   *sequence = FinishRequest(builder, type, call, waiter != nullptr);
   // Every request at trace level, with the context it names: what a runtime asked for, in order.
-  Log().trace("request {} {} context {}", *sequence, wire::EnumNameCall(type), CurrentContextId());
+  // Guarded: this runs for every request, and its arguments cost a lookup even when nothing is logged.
+  if (Log().should_log(spdlog::level::trace)) {
+    Log().trace("request {} {} context {}", *sequence, wire::EnumNameCall(type), CurrentContextId());
+  }
   if (waiter != nullptr) {
     std::lock_guard<std::mutex> lock(reply_mutex_);
     waiters_[*sequence] = waiter;
