@@ -148,10 +148,36 @@ def case_memory_stats():
     free, total = torch.cuda.mem_get_info()
     return f"allocated_delta={during} total_positive={total > 0} free_le_total={free <= total}"
 
+class SeededSquares(torch.utils.data.Dataset):
+    """Deterministic samples made on the CPU by the DataLoader's worker processes."""
+
+    def __len__(self):
+        return 256
+
+    def __getitem__(self, i):
+        g = torch.Generator().manual_seed(i)
+        return torch.randn(3, 32, 32, generator=g), i % 10
+
+
+def case_dataloader_pinned_workers():
+    # Worker processes make batches on the CPU; the pin-memory thread of this process page-locks them (a CUDA call
+    # from a thread of its own), and the copies to the GPU are non_blocking from pinned memory.
+    seeded()
+    loader = torch.utils.data.DataLoader(SeededSquares(), batch_size=32, num_workers=2, pin_memory=True)
+    total = torch.zeros((), device=DEV)
+    pinned = True
+    for x, y in loader:
+        pinned &= x.is_pinned()
+        x = x.to(DEV, non_blocking=True)
+        y = y.to(DEV, non_blocking=True)
+        total += (x.square().mean(dim=(1, 2, 3)) * (y + 1)).sum()
+    torch.cuda.synchronize()
+    return f"pinned={pinned} {total.item():.6f}"
+
 
 CASES = [case_device, case_transformer_train_bf16_adamw, case_convnet_batchnorm_train,
          case_scaled_dot_product_attention, case_synchronize_and_pinned_copies, case_cuda_graph_capture_replay,
-         case_inference_loop, case_memory_stats]
+         case_inference_loop, case_memory_stats, case_dataloader_pinned_workers]
 
 
 def main():
