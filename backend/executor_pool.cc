@@ -128,6 +128,7 @@ bool ExecutorPool::Start(const ExecutorKind& kind) {
   executor->kind = kind;
   executor->started_ms = NowMs();
   executor->control = ControlLine(fds[0]);
+  if (kind.spatial()) executor->mps_generation = mps_generation_;
   spdlog::debug("started executor pid {} ({})", pid, DescribeKind(kind));
   executors_.push_back(std::move(executor));
   return true;
@@ -176,23 +177,38 @@ void ExecutorPool::ReadControlLines() {
 }
 
 void ExecutorPool::EndSpatialGroup(const ExecutorProcess& faulted) {
+  if (faulted.mps_generation != mps_generation_) return;  // its group has already ended
   size_t ended = 0;
   for (auto& executor : executors_) {
-    if (!executor->kind.spatial() || executor->retired) continue;
+    if (!executor->kind.spatial() || executor->retired || executor->mps_generation != mps_generation_) continue;
     executor->ended_with_group = executor.get() != &faulted;
-    executor->retired = executor->state != ExecutorProcess::State::kServing;  // spares: simply gone
-    kill(executor->pid, SIGKILL);
     ++ended;
+    if (executor->state != ExecutorProcess::State::kServing) {
+      executor->retired = true;  // spares: simply gone
+      kill(executor->pid, SIGKILL);
+    } else {
+      executor->end_at_ms = NowMs() + kGroupEndGraceMs;
+    }
   }
-  spdlog::warn("session {}'s fault reaches every client of the MPS server: ended {} executor(s) sharing it; "
+  spdlog::warn("session {}'s fault reaches every client of the MPS server: ending {} executor(s) sharing it; "
                "restarting the MPS control daemon",
                faulted.session_id, ended);
+  ++mps_generation_;
+  mps_restart_at_ms_ = NowMs() + kGroupEndGraceMs;
+}
+
+void ExecutorPool::FinishSpatialGroupEnd() {
+  for (auto& executor : executors_) {
+    if (executor->end_at_ms != 0) kill(executor->pid, SIGKILL);
+  }
+  mps_restart_at_ms_ = 0;
   mps_.Restart();
 }
 
 void ExecutorPool::Poll() {
   mps_.Poll();
   ReadControlLines();
+  if (mps_restart_at_ms_ != 0 && NowMs() >= mps_restart_at_ms_) FinishSpatialGroupEnd();
   Reap();
   for (auto& executor : executors_) {
     if (executor->state == ExecutorProcess::State::kStarting && NowMs() - executor->started_ms > kStartTimeoutMs) {
@@ -232,6 +248,9 @@ void ExecutorPool::Reap() {
     ExecutorProcess& executor = **found;
     if (executor.ended_with_group) {
       spdlog::warn("executor pid {} (session {}, tenant '{}') ended: another client of its MPS server faulted", pid,
+                   executor.session_id, executor.session.tenant);
+    } else if (executor.end_at_ms != 0) {
+      spdlog::warn("executor pid {} (session {}, tenant '{}') ended: its session's fault ended its MPS group", pid,
                    executor.session_id, executor.session.tenant);
     } else if (executor.retired) {
       spdlog::debug("executor pid {} retired", pid);
@@ -289,7 +308,7 @@ void ExecutorPool::Provide(const ExecutorKind& kind, size_t wanted) {
       set_retry_after_ms_[kind] = NowMs() + 1000;
       return;
     }
-    if (!mps_.ready()) return;
+    if (!mps_.ready() || mps_restart_at_ms_ != 0) return;
   }
   size_t ready_or_starting = 0;
   for (const auto& executor : executors_) {

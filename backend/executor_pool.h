@@ -71,7 +71,9 @@ struct ExecutorProcess {
   int quota_session_slot = -1;
   bool killed_by_admin = false;
   bool retired = false;       // stopped by the pool (a device set's spare, idle too long)
-  bool ended_with_group = false;  // killed because another client of its MPS server faulted
+  bool ended_with_group = false;  // ended because another client of its MPS server faulted
+  uint64_t mps_generation = 0;    // spatial kinds: the MPS daemon it is a client of (ExecutorPool::mps_generation_)
+  int64_t end_at_ms = 0;          // nonzero: killed then (its group ended; until then it answers its client)
   CUresult fault = CUDA_SUCCESS;  // the fatal fault its session reported, if any
   int64_t started_ms = 0;
   int64_t idle_since_ms = 0;
@@ -120,6 +122,7 @@ class ExecutorPool {
   // A client of the MPS server faulted: the fault reaches every client of that server, so all of them end (their
   // clients get CUDA_ERROR_DEVICE_UNAVAILABLE) and the server starts afresh. Executors outside it are untouched.
   void EndSpatialGroup(const ExecutorProcess& faulted);
+  void FinishSpatialGroupEnd();
   // Records why `executor` could not start (for the clients waiting for its set) and paces the set's next start.
   void RecordStartFailure(ExecutorProcess& executor, CUresult result, const std::string& reason);
   std::vector<std::string> ExecutorEnvironment(const ExecutorKind& kind) const;
@@ -130,6 +133,13 @@ class ExecutorPool {
   std::map<ExecutorKind, std::pair<CUresult, std::string>> start_failures_;
   std::map<ExecutorKind, int64_t> set_retry_after_ms_;
   MpsServer mps_;
+  // The MPS daemon's generation, counted up when a fault ends its group: a fault reported afterwards by a client
+  // of the old daemon (every client sees the fault) ends nothing more. While mps_restart_at_ms_ is set the
+  // group's executors still answer their clients (their own error, not a vanished executor) and no spatial
+  // executor starts; then the stragglers are killed and the daemon restarted.
+  uint64_t mps_generation_ = 1;
+  int64_t mps_restart_at_ms_ = 0;
+  static constexpr int64_t kGroupEndGraceMs = 1000;
   // The backend's own CUDA_VISIBLE_DEVICES entries, when it has the variable.
   std::optional<std::vector<std::string>> visible_devices_;
   int host_gpus_ = 0;

@@ -52,6 +52,12 @@ Session::CaptureRecord* Session::CaptureOf(CUstream stream) {
   return found != captures_.end() ? &found->second : nullptr;
 }
 
+bool Session::StreamCapturing(CUstream stream) const {
+  CUstreamCaptureStatus status = CU_STREAM_CAPTURE_STATUS_NONE;
+  return stream != nullptr && driver_.cuStreamIsCapturing != nullptr &&
+         driver_.cuStreamIsCapturing(stream, &status) == CUDA_SUCCESS && status == CU_STREAM_CAPTURE_STATUS_ACTIVE;
+}
+
 CUresult Session::RefuseCapturingStream(CUstream stream) {
   if (captures_.empty() || driver_.cuStreamIsCapturing == nullptr) return CUDA_SUCCESS;
   CUstreamCaptureStatus status = CU_STREAM_CAPTURE_STATUS_NONE;
@@ -66,22 +72,16 @@ CUresult Session::RefuseCapturingStream(CUstream stream) {
 bool Session::HandleDuringCapture(const wire::Request& request, Outcome* outcome) {
   if (captures_.empty()) return false;
   switch (request.call_type()) {
-    case wire::Call::MemcpyHtoD:
     case wire::Call::MemcpyDtoH: {
-      // A captured host-to-device copy would read the executor's receive buffer (reused at once) at every replay,
-      // and a captured device-to-host copy would write into a staging buffer that goes back to the pool: neither
-      // can be replayed correctly, so both are refused as the driver refuses capture-unsafe operations (natively,
-      // pageable host memory is not capturable either).
-      const auto* htod = request.call_as_MemcpyHtoD();
+      // A captured device-to-host copy would write into a staging buffer that goes back to the pool at once: it
+      // cannot be replayed correctly, so it is refused as the driver refuses capture-unsafe operations. (A
+      // captured host-to-device copy is the handler's: its bytes are kept for the graph.)
       const auto* dtoh = request.call_as_MemcpyDtoH();
-      if (!(htod != nullptr ? htod->async() : dtoh->async())) return false;
+      if (!dtoh->async()) return false;
       CUstream stream = nullptr;
       // A bad stream is the handler's to report; the legacy stream never captures (the driver judges its implicit
       // dependencies on capturing streams itself).
-      if (LookupStream(htod != nullptr ? htod->stream() : dtoh->stream(), &stream) != CUDA_SUCCESS ||
-          stream == nullptr) {
-        return false;
-      }
+      if (LookupStream(dtoh->stream(), &stream) != CUDA_SUCCESS || stream == nullptr) return false;
       const CUresult refused = RefuseCapturingStream(stream);
       if (refused == CUDA_SUCCESS) return false;
       *outcome = Outcome(refused);
@@ -417,12 +417,19 @@ Session::Outcome Session::GraphAddNode(const wire::GraphAddNode& call, std::span
       dependencies.push_back(found->second);
     }
   }
+  // Edges other than the default: the node is made without dependencies and joined to them with the edges' data.
+  const auto* edges = call.edges();
+  if (edges != nullptr && edges->size() != dependencies.size()) return {CUDA_ERROR_INVALID_VALUE};
+  if (edges != nullptr && (driver_.cuGraphAddDependencies_v2 == nullptr || driver_.cuGraphDestroyNode == nullptr)) {
+    return {CUDA_ERROR_NOT_SUPPORTED};
+  }
   NodeParameters parameters;
   if (CUresult r = DecodeNodeParameters(call, payload, &parameters); r != CUDA_SUCCESS) return {r};
   CUgraphNode node = nullptr;
   const auto add = [&](auto function, auto&&... arguments) {
     if (function == nullptr) return CUDA_ERROR_NOT_SUPPORTED;
-    return function(&node, graph, dependencies.data(), dependencies.size(), arguments...);
+    return edges != nullptr ? function(&node, graph, nullptr, 0, arguments...)
+                            : function(&node, graph, dependencies.data(), dependencies.size(), arguments...);
   };
   CUresult result = CUDA_ERROR_NOT_SUPPORTED;
   switch (call.kind()) {
@@ -435,6 +442,18 @@ Session::Outcome Session::GraphAddNode(const wire::GraphAddNode& call, std::span
       result = add(driver_.cuGraphAddMemcpyNode, &parameters.copy, CurrentDriverContext());
       break;
     case wire::GraphNodeKind::ChildGraph: result = add(driver_.cuGraphAddChildGraphNode, parameters.child); break;
+  }
+  if (result == CUDA_SUCCESS && edges != nullptr && !dependencies.empty()) {
+    std::vector<CUgraphEdgeData> edge_data(edges->size());
+    for (size_t i = 0; i < edges->size(); ++i) {
+      edge_data[i].from_port = edges->Get(i)->from_port();
+      edge_data[i].to_port = edges->Get(i)->to_port();
+      edge_data[i].type = edges->Get(i)->type();
+    }
+    const std::vector<CUgraphNode> to(dependencies.size(), node);
+    result = driver_.cuGraphAddDependencies_v2(graph, dependencies.data(), to.data(), edge_data.data(),
+                                               dependencies.size());
+    if (result != CUDA_SUCCESS) (void)driver_.cuGraphDestroyNode(node);  // refused edges: no half-joined node
   }
   if (result != CUDA_SUCCESS) return {result};
   Outcome outcome;

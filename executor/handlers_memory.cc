@@ -76,12 +76,18 @@ Session::Outcome Session::MemcpyHtoD(const wire::MemcpyHtoD& call, std::span<con
   CUstream stream = nullptr;
   Outcome outcome;
   outcome.result = LookupStream(call.stream(), &stream);
-  // The payload is pageable memory, which the driver stages before returning, so the frame may be freed after.
-  if (outcome.result == CUDA_SUCCESS) {
-    outcome.result = LaunchScheduled(kCopyToDeviceWork, stream, [&] {
-      return driver_.cuMemcpyHtoDAsync(call.dst(), payload.data(), payload.size(), stream);
-    });
+  if (outcome.result != CUDA_SUCCESS) return outcome;
+  // The payload is pageable memory, which the driver stages before returning, so the frame may be freed after;
+  // except in a capture, where the copy reads its source at every replay: there the bytes move to a buffer the
+  // session keeps (graphs made from the capture may live as long as it). The driver gets a pageable copy, as the
+  // application made it, and accepts or refuses it as natively.
+  const uint8_t* source = payload.data();
+  if (!captures_.empty() && StreamCapturing(stream)) {
+    source = captured_host_sources_.emplace_back(payload.begin(), payload.end()).data();
   }
+  outcome.result = LaunchScheduled(kCopyToDeviceWork, stream, [&] {
+    return driver_.cuMemcpyHtoDAsync(call.dst(), source, payload.size(), stream);
+  });
   return outcome;
 }
 
@@ -204,6 +210,17 @@ Session::Outcome Session::PointerAttributes(const wire::PointerAttributes& call)
   }
   for (const auto& [base, bytes] : virtual_mappings_) {  // mapped virtual memory (handlers_virtual_memory.cc)
     if (call.ptr() >= base && call.ptr() - base < bytes) ptr = call.ptr();
+  }
+  if (ptr == 1) {
+    // Device memory this session did not allocate by name (module and library globals, graph allocations) is
+    // still its own: this process holds no other. Host memory other than the lists above is the executor's.
+    CUpointer_attribute type_attribute = CU_POINTER_ATTRIBUTE_MEMORY_TYPE;
+    unsigned int type = 0;
+    void* type_out = &type;
+    if (driver_.cuPointerGetAttributes(1, &type_attribute, &type_out, call.ptr()) == CUDA_SUCCESS &&
+        type == CU_MEMORYTYPE_DEVICE) {
+      ptr = call.ptr();
+    }
   }
   const size_t count = call.attributes()->size();
   std::vector<CUpointer_attribute> attributes(count);

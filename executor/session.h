@@ -6,6 +6,7 @@
 
 #include <atomic>
 #include <cstdint>
+#include <deque>
 #include <functional>
 #include <map>
 #include <memory>
@@ -138,6 +139,7 @@ class Session {
   // While captures are active, the requests whose usual handling would not be what the driver does during a
   // capture: true when `outcome` is the answer (see handlers_graph.cc).
   bool HandleDuringCapture(const wire::Request& request, Outcome* outcome);
+  bool StreamCapturing(CUstream stream) const;  // an active capture (not invalidated)
   // CUDA_SUCCESS if `stream` takes no part in a capture; otherwise the error a synchronizing operation gets there
   // (the capture is then invalidated, as the driver does). Marker events are never recorded on a capturing stream.
   CUresult RefuseCapturingStream(CUstream stream);
@@ -234,6 +236,8 @@ class Session {
     bool refused = false;   // the executor refused an operation in it: cuStreamEndCapture reports it invalidated
   };
   std::unordered_map<uint64_t, CaptureRecord> captures_;
+  // Sources of host-to-device copies captured into graphs, which read them at every replay (kept to the end).
+  std::deque<std::vector<uint8_t>> captured_host_sources_;
   // Client graph id -> graph, once created or captured (a graph still being captured is found through its capture).
   std::unordered_map<uint64_t, CUgraph> graphs_;
   std::unordered_map<uint64_t, CUgraphExec> graph_execs_;

@@ -4,6 +4,7 @@
 #include <cuda.h>
 
 #include "frontend/client/client.h"
+#include "frontend/client/log.h"
 #include "frontend/client/per_thread_stream.h"
 
 namespace curelay::frontend {
@@ -16,10 +17,15 @@ inline CUresult RequireClient(Client** client) {
 
 // As RequireClient, and the calling thread must have a live current context, as the driver requires for
 // anything that allocates or launches.
-inline CUresult RequireContext(Client** client) {
+// A refusal is logged at debug level with the entry point that asked, since applications usually report only
+// the code (PyTorch: "invalid device context") from whichever thread met it.
+inline CUresult RequireContext(Client** client, const char* caller = __builtin_FUNCTION()) {
   if (const CUresult result = RequireClient(client); result != CUDA_SUCCESS) return result;
   const CUcontext context = CurrentContext();
-  return context != nullptr && (*client)->contexts.Contains(context) ? CUDA_SUCCESS : CUDA_ERROR_INVALID_CONTEXT;
+  if (context != nullptr && (*client)->contexts.Contains(context)) return CUDA_SUCCESS;
+  Log().debug("{}: {} current context on this thread: CUDA_ERROR_INVALID_CONTEXT", caller,
+              context == nullptr ? "no" : "a destroyed");
+  return CUDA_ERROR_INVALID_CONTEXT;
 }
 
 inline CUresult RequireDevice(Client& client, CUdevice device) {

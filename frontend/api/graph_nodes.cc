@@ -27,6 +27,7 @@ struct NodeTarget {
   CUgraph graph = nullptr;
   const CUgraphNode* dependencies = nullptr;
   size_t count = 0;
+  const CUgraphEdgeData* edges = nullptr;  // per dependency; null: all default
   CUgraphExec exec = nullptr;  // updating
   CUgraphNode node = nullptr;
 };
@@ -56,10 +57,23 @@ CUresult SendNode(const NodeTarget& target, wire::GraphNodeKind kind, std::span<
   }
   auto& builder = Builder();
   const auto dependency_ids = builder.CreateVector(ids);
+  flatbuffers::Offset<flatbuffers::Vector<const wire::GraphEdge*>> edge_kinds;
+  if (adding && target.edges != nullptr) {
+    std::vector<wire::GraphEdge> kinds;
+    bool all_default = true;
+    for (size_t i = 0; i < target.count; ++i) {
+      const CUgraphEdgeData& edge = target.edges[i];
+      kinds.emplace_back(edge.from_port, edge.to_port, edge.type);
+      all_default = all_default && edge.type == CU_GRAPH_DEPENDENCY_TYPE_DEFAULT && edge.from_port == 0 &&
+                    edge.to_port == 0;
+    }
+    if (!all_default) edge_kinds = builder.CreateVectorOfStructs(kinds);
+  }
   if (prepare) prepare(builder);
   wire::GraphAddNodeBuilder spec(builder);
   if (adding) spec.add_graph(target.graph->id);
   spec.add_dependencies(dependency_ids);
+  if (!edge_kinds.IsNull()) spec.add_edges(edge_kinds);
   spec.add_kind(kind);
   fields(spec);
   const auto spec_offset = spec.Finish();
@@ -80,11 +94,12 @@ CUresult SendNode(const NodeTarget& target, wire::GraphNodeKind kind, std::span<
   return CUDA_SUCCESS;
 }
 
-NodeTarget Adding(CUgraphNode* node, CUgraph graph, const CUgraphNode* dependencies, size_t count) {
-  return {node, graph, dependencies, count, nullptr, nullptr};
+NodeTarget Adding(CUgraphNode* node, CUgraph graph, const CUgraphNode* dependencies, size_t count,
+                  const CUgraphEdgeData* edges = nullptr) {
+  return {node, graph, dependencies, count, edges, nullptr, nullptr};
 }
 
-NodeTarget Updating(CUgraphExec exec, CUgraphNode node) { return {nullptr, nullptr, nullptr, 0, exec, node}; }
+NodeTarget Updating(CUgraphExec exec, CUgraphNode node) { return {nullptr, nullptr, nullptr, 0, nullptr, exec, node}; }
 
 CUresult KernelNode(const NodeTarget& target, CUfunction function, CUkernel kernel, unsigned int grid_x, unsigned int grid_y,
                        unsigned int grid_z, unsigned int block_x, unsigned int block_y, unsigned int block_z,
@@ -218,40 +233,39 @@ CUresult cuGraphAddMemcpyNode(CUgraphNode* node, CUgraph graph, const CUgraphNod
   return MemcpyNode(Adding(node, graph, dependencies, count), params);
 }
 
-// The generic form, for the node types above; others answer CUDA_ERROR_NOT_SUPPORTED.
+// The generic form, for the node types above; others answer CUDA_ERROR_NOT_SUPPORTED. Edge data (programmatic
+// dependent launch ports, which XLA uses) travels with the dependencies to the executor's driver.
 CUresult cuGraphAddNode_v2(CUgraphNode* node, CUgraph graph, const CUgraphNode* dependencies,
                            const CUgraphEdgeData* edges, size_t count, CUgraphNodeParams* params) {
   if (params == nullptr) return CUDA_ERROR_INVALID_VALUE;
-  if (edges != nullptr) {
-    for (size_t i = 0; i < count; ++i) {
-      if (edges[i].type != CU_GRAPH_DEPENDENCY_TYPE_DEFAULT || edges[i].from_port != 0 || edges[i].to_port != 0) {
-        Log().warn("cuGraphAddNode: edges other than the default are not supported");
-        return CUDA_ERROR_NOT_SUPPORTED;
-      }
-    }
-  }
+  const NodeTarget target = Adding(node, graph, dependencies, count, edges);
   switch (params->type) {
     case CU_GRAPH_NODE_TYPE_EMPTY:
-      return cuGraphAddEmptyNode(node, graph, dependencies, count);
-    case CU_GRAPH_NODE_TYPE_GRAPH:
-      return cuGraphAddChildGraphNode(node, graph, dependencies, count, params->graph.graph);
+      return SendNode(target, wire::GraphNodeKind::Empty, {}, nullptr, [](wire::GraphAddNodeBuilder&) {});
+    case CU_GRAPH_NODE_TYPE_GRAPH: {
+      const CUgraph child = params->graph.graph;
+      if (child == nullptr || child == graph || !Graphs().graphs.Contains(child)) return CUDA_ERROR_INVALID_VALUE;
+      const uint64_t child_id = child->id;
+      return SendNode(target, wire::GraphNodeKind::ChildGraph, {}, nullptr,
+                      [&](wire::GraphAddNodeBuilder& fields) { fields.add_child_graph(child_id); });
+    }
     case CU_GRAPH_NODE_TYPE_KERNEL: {
       const CUDA_KERNEL_NODE_PARAMS_v3& kernel = params->kernel;
       if (kernel.func == nullptr) CURELAY_RETURN_IF_ERROR(RequireCurrent(kernel.ctx));
-      return KernelNode(Adding(node, graph, dependencies, count), kernel.func, kernel.kern, kernel.gridDimX,
-                           kernel.gridDimY, kernel.gridDimZ, kernel.blockDimX, kernel.blockDimY, kernel.blockDimZ,
-                           kernel.sharedMemBytes, kernel.kernelParams, kernel.extra);
+      return KernelNode(target, kernel.func, kernel.kern, kernel.gridDimX, kernel.gridDimY, kernel.gridDimZ,
+                        kernel.blockDimX, kernel.blockDimY, kernel.blockDimZ, kernel.sharedMemBytes,
+                        kernel.kernelParams, kernel.extra);
     }
     case CU_GRAPH_NODE_TYPE_MEMSET: {
       const CUDA_MEMSET_NODE_PARAMS_v2& memset = params->memset;
       CURELAY_RETURN_IF_ERROR(RequireCurrent(memset.ctx));
-      return MemsetNode(Adding(node, graph, dependencies, count), memset.dst, memset.pitch, memset.value,
-                           memset.elementSize, memset.width, memset.height);
+      return MemsetNode(target, memset.dst, memset.pitch, memset.value, memset.elementSize, memset.width,
+                        memset.height);
     }
     case CU_GRAPH_NODE_TYPE_MEMCPY:
       if (params->memcpy.flags != 0) return CUDA_ERROR_INVALID_VALUE;
       CURELAY_RETURN_IF_ERROR(RequireCurrent(params->memcpy.copyCtx));
-      return MemcpyNode(Adding(node, graph, dependencies, count), &params->memcpy.copyParams);
+      return MemcpyNode(target, &params->memcpy.copyParams);
     default:
       Log().warn("cuGraphAddNode: node type {} is not supported", static_cast<int>(params->type));
       return CUDA_ERROR_NOT_SUPPORTED;

@@ -38,4 +38,8 @@ CUgraphNode InternGraphNode(CUgraph graph, uint64_t id, CUgraphNodeType type);
 // Node handles for a wire node list (ids and types of one graph).
 std::vector<CUgraphNode> InternGraphNodes(CUgraph graph, const wire::GraphNodes* nodes);
 
+// Whether any stream of this process is capturing (stream_capture.cc): copies that would stage through reused
+// buffers take the paths a capture can replay instead. Lock-free.
+bool CapturesActive();
+
 }  // namespace curelay::frontend

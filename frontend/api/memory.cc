@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "frontend/api/api_support.h"
+#include "frontend/api/graph_support.h"
 #include "frontend/api/host_memory.h"
 #include "frontend/client/log.h"
 #include "transport/shm/shared_file.h"
@@ -122,7 +123,8 @@ CUresult CopyHostToDevice(CUdeviceptr dst, const void* src, size_t bytes, CUstre
                             RegisteredHost(*client, src, bytes, &host)) {
     return CopyRegisteredHost(*client, dst, host, bytes, /*to_device=*/true, wire_stream, plain);
   }
-  if (bytes > kStagedCopyToDeviceBytes && StagingReady(*client)) {
+  // Staging slots are reused at once, so a capture (which would read a slot at every replay) takes the ring.
+  if (bytes > kStagedCopyToDeviceBytes && !CapturesActive() && StagingReady(*client)) {
     return StagedCopy(*client, static_cast<uint8_t*>(const_cast<void*>(src)), dst, bytes, true, wire_stream);
   }
   const auto* bytes_in = static_cast<const uint8_t*>(src);
@@ -180,7 +182,9 @@ CUresult CopyDeviceToHost(void* dst, CUdeviceptr src, size_t bytes, CUstream str
     }
     return CUDA_SUCCESS;
   }
-  if (StagingReady(*client)) return StagedCopy(*client, bytes_out, src, bytes, false, wire_stream);
+  if (!CapturesActive() && StagingReady(*client)) {
+    return StagedCopy(*client, bytes_out, src, bytes, false, wire_stream);
+  }
   Client::Pipeline pipeline(*client);
   CUresult first_error = CUDA_SUCCESS;
   size_t received = 0;

@@ -71,7 +71,8 @@ CUresult cuPointerGetAttributes(unsigned int count, CUpointer_attribute* attribu
   if (own) {
     return DescribeHostAllocation(*client, count, attributes, data, base, bytes, ptr);
   }
-  if (CurrentContext() == nullptr) return CUDA_ERROR_INVALID_CONTEXT;
+  // No current context is needed: the driver describes any address (PyTorch asks whether a tensor is pinned from
+  // its pin-memory thread before that thread has a context).
   auto& builder = Builder();
   const auto requested = builder.CreateVector(reinterpret_cast<const int32_t*>(attributes), count);
   const auto call = wire::CreatePointerAttributes(builder, ptr, requested).Union();

@@ -176,6 +176,12 @@ CUresult EndCapture(CUstream stream, CUgraph* result_graph) {
   return result;
 }
 
+}  // namespace
+
+bool curelay::frontend::CapturesActive() { return State().active.load(std::memory_order_acquire) != 0; }
+
+namespace {
+
 CUresult IsCapturing(CUstream stream, CUstreamCaptureStatus* status) {
   Client* client;
   CURELAY_RETURN_IF_ERROR(RequireClient(&client));

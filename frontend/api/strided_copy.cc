@@ -242,6 +242,12 @@ CUresult DescribeCopy3D(Client& client, const CUDA_MEMCPY3D& params, StridedCopy
   copy->width = params.WidthInBytes;
   copy->height = params.Height;
   copy->depth = params.Depth;
+  // One row of one slice uses no pitch, and the driver takes any there (XLA's device-to-device graph nodes leave
+  // it 0): the row's own width stands in for it.
+  if (params.Height == 1 && params.Depth == 1) {
+    copy->src.pitch = std::max(copy->src.pitch, copy->width);
+    copy->dst.pitch = std::max(copy->dst.pitch, copy->width);
+  }
   // As the driver: a row may not be wider than the pitch it is laid out with (an array has no pitch).
   if ((copy->src.array == nullptr && copy->width > copy->src.pitch) ||
       (copy->dst.array == nullptr && copy->width > copy->dst.pitch)) {

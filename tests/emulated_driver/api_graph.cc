@@ -223,6 +223,13 @@ CUresult RefuseInCapture(const Stream* stream) {
   return CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
 }
 
+bool StreamCaptures(const Stream* stream) {
+  if (stream == nullptr) return false;
+  State& s = state();
+  std::lock_guard lock(s.mu);
+  return s.streams.count(stream->handle) != 0;
+}
+
 CUresult CheckUnsafeCall() {
   State& s = state();
   std::lock_guard lock(s.mu);
@@ -470,6 +477,49 @@ CUresult CUDAAPI cuGraphCreate(CUgraph* phGraph, unsigned int flags) {
     std::lock_guard lock(s.mu);
     s.graphs.emplace(graph->handle, graph);
     *phGraph = emu::ToHandle<CUgraph>(graph->handle);
+    return CUDA_SUCCESS;
+  });
+}
+
+// Nodes run in the order they were added, so an edge from an earlier node to a later one is already honoured, of
+// whatever type (a programmatic edge lets the later kernel start early; running it after is one valid schedule).
+// An edge to an earlier node would need a reordering this emulation does not do: CUDA_ERROR_NOT_SUPPORTED.
+CUresult CUDAAPI cuGraphAddDependencies(CUgraph hGraph, const CUgraphNode* from, const CUgraphNode* to,
+                                        const CUgraphEdgeData* edgeData, size_t numDependencies) {
+  return emu::Guard([&] {
+    if (CUresult r = emu::CheckInit(); r != CUDA_SUCCESS) return r;
+    if (numDependencies != 0 && (from == nullptr || to == nullptr)) return CUDA_ERROR_INVALID_VALUE;
+    emu::State& s = emu::state();
+    std::lock_guard lock(s.mu);
+    std::shared_ptr<emu::Graph> graph = emu::FindGraph(s, hGraph);
+    if (graph == nullptr) return CUDA_ERROR_INVALID_VALUE;
+    const auto position = [&](CUgraphNode node) -> ptrdiff_t {
+      for (size_t i = 0; i < graph->nodes.size(); ++i) {
+        if (graph->nodes[i]->handle == emu::HandleValue(node)) return static_cast<ptrdiff_t>(i);
+      }
+      return -1;
+    };
+    for (size_t i = 0; i < numDependencies; ++i) {
+      const ptrdiff_t before = position(from[i]), after = position(to[i]);
+      if (before < 0 || after < 0 || before == after) return CUDA_ERROR_INVALID_VALUE;
+      if (edgeData != nullptr && edgeData[i].type > CU_GRAPH_DEPENDENCY_TYPE_PROGRAMMATIC) return CUDA_ERROR_INVALID_VALUE;
+      if (before > after) return CUDA_ERROR_NOT_SUPPORTED;
+    }
+    return CUDA_SUCCESS;
+  });
+}
+
+CUresult CUDAAPI cuGraphDestroyNode(CUgraphNode hNode) {
+  return emu::Guard([&] {
+    if (CUresult r = emu::CheckInit(); r != CUDA_SUCCESS) return r;
+    emu::State& s = emu::state();
+    std::lock_guard lock(s.mu);
+    const auto found = s.nodes.find(emu::HandleValue(hNode));
+    if (found == s.nodes.end()) return CUDA_ERROR_INVALID_VALUE;
+    for (auto& [handle, graph] : s.graphs) {
+      std::erase(graph->nodes, found->second);
+    }
+    s.nodes.erase(found);
     return CUDA_SUCCESS;
   });
 }

@@ -66,14 +66,14 @@ CUresult CopyHtoD(CUdeviceptr dst, const void* src, size_t bytes, CUstream strea
     return WaitAndCheck(ctx, seq);
   }
   const auto src_addr = reinterpret_cast<uint64_t>(src);
-  if (Driver::Get().host().Contains(src_addr, bytes)) {
+  if (Driver::Get().host().Contains(src_addr, bytes) || StreamCaptures(stream.get())) {
     // Page-locked source: the device reads it when the copy executes (at each replay, if
-    // captured).
+    // captured). A pageable source in a capture too: driver 580 captures it (measured on the GPU
+    // host: the capture ends with a graph), and a node reads its source when it runs.
     return SubmitCopy(ctx, stream.get(), dst_ptr, src, bytes, std::move(pin), nullptr, nullptr,
                       /*sync=*/false, &seq);
   }
-  // Pageable source: not capturable; otherwise staged now, so the caller may reuse its buffer.
-  if (CUresult r = RefuseInCapture(stream.get()); r != CUDA_SUCCESS) return r;
+  // Pageable source: staged now, so the caller may reuse its buffer.
   std::shared_ptr<uint8_t[]> staging(new (std::nothrow) uint8_t[bytes]);
   if (!staging) return CUDA_ERROR_OUT_OF_MEMORY;
   std::memcpy(staging.get(), src, bytes);

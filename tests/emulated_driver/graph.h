@@ -26,6 +26,9 @@ CUresult CaptureOp(const std::shared_ptr<Context>& ctx, const Stream* stream, CU
 // CUDA_SUCCESS.
 CUresult RefuseInCapture(const Stream* stream);
 
+// Whether `stream` is capturing now.
+bool StreamCaptures(const Stream* stream);
+
 // A potentially unsafe call (allocation, free, synchronization, query) while captures are active:
 // refused with CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED, invalidating the conflicting captures, when
 // the calling thread's capture interaction mode and the captures' modes prohibit it

@@ -4,7 +4,7 @@ set -uo pipefail
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 build=$(cd "${1:-$here/../../build}" && pwd)
 real=${CURELAY_REAL_DRIVER:-/usr/local/nvidia/lib64/libcuda.so.1}
-runtime=$(mktemp -d /tmp/curelay-cuda-python-XXXXXX)
+runtime=$(mktemp -d /dev/shm/curelay-cuda-python-XXXXXX)  # tmpfs: the backend shares pinned memory files there
 "$build/backend/curelay-backend" --listen "ipc://$runtime/b.sock" --driver "$real" --runtime-dir "$runtime" \
   --state-dir "$runtime/state" --allow-anonymous --log-level warn &
 backend=$!
