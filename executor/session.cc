@@ -354,6 +354,7 @@ CUresult Session::LookupStream(uint64_t wire_stream, CUstream* stream) {
 
 void Session::ReleaseEverything() {
   ReleaseGraphs();  // first: a capture in progress holds its stream
+  texture_objects_.Release(driver_);  // before the arrays and memory they read
   dispatch_gate_.Release();
   // Process exit would release all of this too; doing it explicitly keeps a warm executor reusable later and
   // makes leaks visible to tools.

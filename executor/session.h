@@ -23,6 +23,7 @@
 #include "executor/jit_option_set.h"
 #include "executor/session_memory_quota.h"
 #include "executor/staging_pool.h"
+#include "executor/texture_objects.h"
 #include "schema/wire.h"
 #include "transport/channel.h"
 #include "transport/serialized_channel.h"
@@ -263,6 +264,7 @@ class Session {
     uint64_t charged_bytes = 0;  // what the array counts against the tenant's quota
   };
   std::unordered_map<uint64_t, ArrayRecord> arrays_;  // by the client's array id
+  TextureObjects texture_objects_;
   SessionMemoryQuota memory_quota_;
   DispatchGate dispatch_gate_{driver_};
   // The client's board of host-function gates (mapped for the life of the process: driver callbacks may still

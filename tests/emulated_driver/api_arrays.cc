@@ -168,6 +168,40 @@ CUresult ArrayRange(CUarray array, size_t offset, size_t bytes, Side* side) {
 Side HostRange(const void* host) { return {true, reinterpret_cast<uint64_t>(host), 0, 0}; }
 Side DeviceRange(CUdeviceptr device) { return {false, device, 0, 0}; }
 
+// Texture and surface objects: handles that name a live resource. Kernels cannot sample them here (the emulated
+// kernels are host functions), so only creation, checks and destruction are emulated. Emulated arrays carry no
+// flags, so any array may back a surface.
+std::set<unsigned long long> live_objects;  // guarded by arrays_mu
+unsigned long long next_object = 0x7e0000;
+
+CUresult CreateObject(unsigned long long* object, const CUDA_RESOURCE_DESC* resource, bool surface) {
+  if (object == nullptr || resource == nullptr || resource->flags != 0) return CUDA_ERROR_INVALID_VALUE;
+  switch (resource->resType) {
+    case CU_RESOURCE_TYPE_ARRAY:
+      if (!LiveArray(resource->res.array.hArray)) return CUDA_ERROR_INVALID_HANDLE;
+      break;
+    case CU_RESOURCE_TYPE_LINEAR:
+    case CU_RESOURCE_TYPE_PITCH2D:
+      if (surface) return CUDA_ERROR_INVALID_VALUE;
+      if ((resource->resType == CU_RESOURCE_TYPE_LINEAR ? resource->res.linear.devPtr : resource->res.pitch2D.devPtr) ==
+          0) {
+        return CUDA_ERROR_INVALID_VALUE;
+      }
+      break;
+    default:
+      return CUDA_ERROR_NOT_SUPPORTED;
+  }
+  std::lock_guard lock(arrays_mu);
+  *object = ++next_object;
+  live_objects.insert(*object);
+  return CUDA_SUCCESS;
+}
+
+CUresult DestroyObject(unsigned long long object) {
+  std::lock_guard lock(arrays_mu);
+  return live_objects.erase(object) != 0 ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
+}
+
 }  // namespace
 }  // namespace curelay::emulated
 
@@ -341,6 +375,31 @@ CUresult CUDAAPI cuGraphExecMemcpyNodeSetParams(CUgraphExec hGraphExec, CUgraphN
     if (CUresult r = MemcpyNodeOp(copyParams, &op); r != CUDA_SUCCESS) return r;
     return emu::SetExecNodeOp(hGraphExec, hNode, CU_GRAPH_NODE_TYPE_MEMCPY, std::move(op));
   });
+}
+
+}  // extern "C"
+
+extern "C" {
+
+CUresult CUDAAPI cuTexObjectCreate(CUtexObject* pTexObject, const CUDA_RESOURCE_DESC* pResDesc,
+                                   const CUDA_TEXTURE_DESC* pTexDesc, const CUDA_RESOURCE_VIEW_DESC* pResViewDesc) {
+  (void)pResViewDesc;
+  return emu::Guard([&] {
+    if (pTexDesc == nullptr) return CUDA_ERROR_INVALID_VALUE;
+    return emu::CreateObject(pTexObject, pResDesc, false);
+  });
+}
+
+CUresult CUDAAPI cuTexObjectDestroy(CUtexObject texObject) {
+  return emu::Guard([&] { return emu::DestroyObject(texObject); });
+}
+
+CUresult CUDAAPI cuSurfObjectCreate(CUsurfObject* pSurfObject, const CUDA_RESOURCE_DESC* pResDesc) {
+  return emu::Guard([&] { return emu::CreateObject(pSurfObject, pResDesc, true); });
+}
+
+CUresult CUDAAPI cuSurfObjectDestroy(CUsurfObject surfObject) {
+  return emu::Guard([&] { return emu::DestroyObject(surfObject); });
 }
 
 }  // extern "C"

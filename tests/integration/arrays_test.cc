@@ -92,6 +92,74 @@ TEST_F(ArraysTest, CreateDescribeDestroy) {
   EXPECT_EQ(cuArray3DCreate(&array, nullptr), CUDA_ERROR_INVALID_VALUE);
 }
 
+// Texture and surface objects on an array and on linear memory: made by the executor's driver, described here from
+// what was given, destroyed once. (Sampling is checked on the GPU host: cuda-samples' texture samples.)
+TEST_F(ArraysTest, TextureAndSurfaceObjects) {
+  CUDA_ARRAY_DESCRIPTOR flat{};
+  flat.Width = 64;
+  flat.Height = 32;
+  flat.Format = CU_AD_FORMAT_FLOAT;
+  flat.NumChannels = 1;
+  CUarray array = nullptr;
+  ASSERT_CU(cuArrayCreate(&array, &flat));
+  CUDA_RESOURCE_DESC on_array{};
+  on_array.resType = CU_RESOURCE_TYPE_ARRAY;
+  on_array.res.array.hArray = array;
+  CUDA_TEXTURE_DESC sampling{};
+  sampling.addressMode[0] = sampling.addressMode[1] = CU_TR_ADDRESS_MODE_WRAP;
+  sampling.filterMode = CU_TR_FILTER_MODE_LINEAR;
+  sampling.flags = CU_TRSF_NORMALIZED_COORDINATES;
+  sampling.borderColor[2] = 0.5f;
+  CUtexObject texture = 0;
+  ASSERT_CU(cuTexObjectCreate(&texture, &on_array, &sampling, nullptr));
+  EXPECT_NE(texture, 0u);
+  CUDA_RESOURCE_DESC resource{};
+  ASSERT_CU(cuTexObjectGetResourceDesc(&resource, texture));
+  EXPECT_EQ(resource.resType, CU_RESOURCE_TYPE_ARRAY);
+  EXPECT_EQ(resource.res.array.hArray, array);
+  CUDA_TEXTURE_DESC described{};
+  ASSERT_CU(cuTexObjectGetTextureDesc(&described, texture));
+  EXPECT_EQ(described.filterMode, CU_TR_FILTER_MODE_LINEAR);
+  EXPECT_EQ(described.flags, static_cast<unsigned>(CU_TRSF_NORMALIZED_COORDINATES));
+  EXPECT_EQ(described.borderColor[2], 0.5f);
+  CUDA_RESOURCE_VIEW_DESC view{};
+  EXPECT_EQ(cuTexObjectGetResourceViewDesc(&view, texture), CUDA_ERROR_INVALID_VALUE);  // none was given
+
+  CUdeviceptr linear_memory = 0;
+  ASSERT_CU(cuMemAlloc(&linear_memory, 4096));
+  CUDA_RESOURCE_DESC linear{};
+  linear.resType = CU_RESOURCE_TYPE_LINEAR;
+  linear.res.linear.devPtr = linear_memory;
+  linear.res.linear.format = CU_AD_FORMAT_FLOAT;
+  linear.res.linear.numChannels = 1;
+  linear.res.linear.sizeInBytes = 4096;
+  CUtexObject linear_texture = 0;
+  ASSERT_CU(cuTexObjectCreate(&linear_texture, &linear, &sampling, nullptr));
+  EXPECT_NE(linear_texture, texture);
+
+  CUsurfObject surface = 0;
+  ASSERT_CU(cuSurfObjectCreate(&surface, &on_array));
+  ASSERT_CU(cuSurfObjectGetResourceDesc(&resource, surface));
+  EXPECT_EQ(resource.res.array.hArray, array);
+  EXPECT_EQ(cuSurfObjectCreate(&surface, &linear), CUDA_ERROR_INVALID_VALUE);  // surfaces are arrays only
+
+  CUDA_RESOURCE_DESC mipmapped{};
+  mipmapped.resType = CU_RESOURCE_TYPE_MIPMAPPED_ARRAY;
+  CUtexObject refused = 0;
+  EXPECT_EQ(cuTexObjectCreate(&refused, &mipmapped, &sampling, nullptr), CUDA_ERROR_NOT_SUPPORTED);
+  CUDA_RESOURCE_DESC stale = on_array;
+  stale.res.array.hArray = reinterpret_cast<CUarray>(0x1234);
+  EXPECT_EQ(cuTexObjectCreate(&refused, &stale, &sampling, nullptr), CUDA_ERROR_INVALID_HANDLE);
+
+  EXPECT_CU(cuSurfObjectDestroy(surface));
+  EXPECT_CU(cuTexObjectDestroy(texture));
+  EXPECT_CU(cuTexObjectDestroy(linear_texture));
+  EXPECT_EQ(cuTexObjectDestroy(texture), CUDA_ERROR_INVALID_VALUE);
+  EXPECT_EQ(cuTexObjectGetResourceDesc(&resource, texture), CUDA_ERROR_INVALID_VALUE);
+  EXPECT_CU(cuMemFree(linear_memory));
+  EXPECT_CU(cuArrayDestroy(array));
+}
+
 TEST_F(ArraysTest, ArraysHoldDeviceMemoryUntilDestroyed) {
   size_t free_before = 0, free_with = 0, free_after = 0, total = 0;
   ASSERT_CU(cuMemGetInfo(&free_before, &total));

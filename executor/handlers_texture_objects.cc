@@ -1,0 +1,112 @@
+// Texture and surface objects (schema: TexObjectCreate, SurfObjectCreate, TextureObjectDestroy). The driver makes
+// them from the client's descriptors; arrays are this session's by the client's id, device memory is passed
+// through (the driver checks it as natively).
+#include "executor/session.h"
+
+namespace curelay::executor {
+namespace {
+
+// The descriptor's fields, checked; arrays resolved through `find_array`.
+template <typename FindArray>
+CUresult DecodeResource(const wire::ResourceDesc* wire_resource, FindArray&& find_array, CUDA_RESOURCE_DESC* out) {
+  if (wire_resource == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  *out = {};
+  out->resType = static_cast<CUresourcetype>(wire_resource->type());
+  out->flags = wire_resource->flags();
+  switch (out->resType) {
+    case CU_RESOURCE_TYPE_ARRAY:
+      out->res.array.hArray = find_array(wire_resource->array_id());
+      return out->res.array.hArray != nullptr ? CUDA_SUCCESS : CUDA_ERROR_INVALID_HANDLE;
+    case CU_RESOURCE_TYPE_LINEAR:
+      out->res.linear.devPtr = wire_resource->device();
+      out->res.linear.format = static_cast<CUarray_format>(wire_resource->format());
+      out->res.linear.numChannels = wire_resource->channels();
+      out->res.linear.sizeInBytes = wire_resource->bytes();
+      return CUDA_SUCCESS;
+    case CU_RESOURCE_TYPE_PITCH2D:
+      out->res.pitch2D.devPtr = wire_resource->device();
+      out->res.pitch2D.format = static_cast<CUarray_format>(wire_resource->format());
+      out->res.pitch2D.numChannels = wire_resource->channels();
+      out->res.pitch2D.width = wire_resource->width();
+      out->res.pitch2D.height = wire_resource->height();
+      out->res.pitch2D.pitchInBytes = wire_resource->pitch();
+      return CUDA_SUCCESS;
+    default:
+      return CUDA_ERROR_NOT_SUPPORTED;  // mipmapped arrays: the client refuses them first
+  }
+}
+
+}  // namespace
+
+Session::Outcome Session::TexObjectCreate(const wire::TexObjectCreate& call) {
+  if (driver_.cuTexObjectCreate == nullptr) return {CUDA_ERROR_NOT_SUPPORTED};
+  CUDA_RESOURCE_DESC resource;
+  const auto find_array = [&](uint64_t id) -> CUarray {
+    const auto found = arrays_.find(id);
+    return found != arrays_.end() ? found->second.array : nullptr;
+  };
+  if (CUresult r = DecodeResource(call.resource(), find_array, &resource); r != CUDA_SUCCESS) return {r};
+  const wire::TextureDesc* wire_texture = call.texture();
+  if (wire_texture == nullptr || wire_texture->address_modes() == nullptr ||
+      wire_texture->address_modes()->size() != 3 || wire_texture->border_color() == nullptr ||
+      wire_texture->border_color()->size() != 4) {
+    return {CUDA_ERROR_INVALID_VALUE};
+  }
+  CUDA_TEXTURE_DESC texture{};
+  for (int i = 0; i < 3; ++i) texture.addressMode[i] = static_cast<CUaddress_mode>(wire_texture->address_modes()->Get(i));
+  texture.filterMode = static_cast<CUfilter_mode>(wire_texture->filter_mode());
+  texture.flags = wire_texture->flags();
+  texture.maxAnisotropy = wire_texture->max_anisotropy();
+  texture.mipmapFilterMode = static_cast<CUfilter_mode>(wire_texture->mipmap_filter_mode());
+  texture.mipmapLevelBias = wire_texture->mipmap_level_bias();
+  texture.minMipmapLevelClamp = wire_texture->min_mipmap_level_clamp();
+  texture.maxMipmapLevelClamp = wire_texture->max_mipmap_level_clamp();
+  for (int i = 0; i < 4; ++i) texture.borderColor[i] = wire_texture->border_color()->Get(i);
+  CUDA_RESOURCE_VIEW_DESC view{};
+  const wire::ResourceViewDesc* wire_view = call.view();
+  if (wire_view != nullptr) {
+    view.format = static_cast<CUresourceViewFormat>(wire_view->format());
+    view.width = wire_view->width();
+    view.height = wire_view->height();
+    view.depth = wire_view->depth();
+    view.firstMipmapLevel = wire_view->first_mipmap_level();
+    view.lastMipmapLevel = wire_view->last_mipmap_level();
+    view.firstLayer = wire_view->first_layer();
+    view.lastLayer = wire_view->last_layer();
+  }
+  CUtexObject object = 0;
+  const CUresult result = driver_.cuTexObjectCreate(&object, &resource, &texture, wire_view != nullptr ? &view : nullptr);
+  if (result != CUDA_SUCCESS) return {result};
+  texture_objects_.Add(object, false);
+  Outcome outcome;
+  outcome.body = wire::CreateIntegerValue(builder_, static_cast<int64_t>(object)).Union();
+  outcome.body_type = wire::ReplyBody::IntegerValue;
+  return outcome;
+}
+
+Session::Outcome Session::SurfObjectCreate(const wire::SurfObjectCreate& call) {
+  if (driver_.cuSurfObjectCreate == nullptr) return {CUDA_ERROR_NOT_SUPPORTED};
+  CUDA_RESOURCE_DESC resource;
+  const auto find_array = [&](uint64_t id) -> CUarray {
+    const auto found = arrays_.find(id);
+    return found != arrays_.end() ? found->second.array : nullptr;
+  };
+  if (CUresult r = DecodeResource(call.resource(), find_array, &resource); r != CUDA_SUCCESS) return {r};
+  CUsurfObject object = 0;
+  const CUresult result = driver_.cuSurfObjectCreate(&object, &resource);
+  if (result != CUDA_SUCCESS) return {result};
+  texture_objects_.Add(object, true);
+  Outcome outcome;
+  outcome.body = wire::CreateIntegerValue(builder_, static_cast<int64_t>(object)).Union();
+  outcome.body_type = wire::ReplyBody::IntegerValue;
+  return outcome;
+}
+
+Session::Outcome Session::TextureObjectDestroy(const wire::TextureObjectDestroy& call) {
+  // Only objects of this session: a value from elsewhere must not reach the driver.
+  if (!texture_objects_.Remove(call.object(), call.surface())) return {CUDA_ERROR_INVALID_VALUE};
+  const auto destroy = call.surface() ? driver_.cuSurfObjectDestroy : driver_.cuTexObjectDestroy;
+  return {destroy != nullptr ? destroy(call.object()) : CUDA_ERROR_NOT_SUPPORTED};
+}
+
+}  // namespace curelay::executor
