@@ -478,10 +478,20 @@ Session::Outcome Session::GraphExecNodeUpdate(const wire::GraphExecNodeUpdate& c
       if (driver_.cuGraphExecMemsetNodeSetParams == nullptr) return {CUDA_ERROR_NOT_SUPPORTED};
       return {driver_.cuGraphExecMemsetNodeSetParams(exec->second, node->second, &parameters.memset,
                                                      CurrentDriverContext())};
-    case wire::GraphNodeKind::Memcpy:
+    case wire::GraphNodeKind::Memcpy: {
       if (driver_.cuGraphExecMemcpyNodeSetParams == nullptr) return {CUDA_ERROR_NOT_SUPPORTED};
-      return {driver_.cuGraphExecMemcpyNodeSetParams(exec->second, node->second, &parameters.copy,
-                                                     CurrentDriverContext())};
+      const CUresult result = driver_.cuGraphExecMemcpyNodeSetParams(exec->second, node->second, &parameters.copy,
+                                                                     CurrentDriverContext());
+      if (result != CUDA_SUCCESS) {
+        const CUDA_MEMCPY3D& copy = parameters.copy;
+        spdlog::debug("cuGraphExecMemcpyNodeSetParams: {} (src type {} {:#x} pitch {}, dst type {} {:#x} pitch {}, "
+                      "{} x {} x {})",
+                      static_cast<int>(result), static_cast<int>(copy.srcMemoryType), copy.srcDevice, copy.srcPitch,
+                      static_cast<int>(copy.dstMemoryType), copy.dstDevice, copy.dstPitch, copy.WidthInBytes,
+                      copy.Height, copy.Depth);
+      }
+      return {result};
+    }
     default:
       return {CUDA_ERROR_INVALID_VALUE};
   }

@@ -148,6 +148,11 @@ CUresult MemcpyNode(const NodeTarget& target, const CUDA_MEMCPY3D* params) {
   Client* client;
   CURELAY_RETURN_IF_ERROR(RequireContext(&client));
   if (params == nullptr || params->srcLOD != 0 || params->dstLOD != 0) return CUDA_ERROR_INVALID_VALUE;
+  Log().debug("memcpy node{}: src type {} host {} device {:#x} pitch {}, dst type {} host {} device {:#x} pitch {}, "
+              "{} x {} x {}",
+              target.exec != nullptr ? " update" : "", static_cast<int>(params->srcMemoryType), params->srcHost,
+              params->srcDevice, params->srcPitch, static_cast<int>(params->dstMemoryType), params->dstHost,
+              params->dstDevice, params->dstPitch, params->WidthInBytes, params->Height, params->Depth);
   StridedCopy copy;
   CURELAY_RETURN_IF_ERROR(DescribeCopy3D(*client, *params, &copy));
   if (copy.width == 0 || copy.height == 0 || copy.depth == 0) return CUDA_ERROR_INVALID_VALUE;

@@ -14,6 +14,7 @@
 #                         CUDA_VISIBLE_DEVICES set to the same list, so both sides see the same GPUs
 #   CURELAY_GPU_RTT_US    with a tcp:// endpoint: round-trip delay added between client and backend, through
 #                         curelay-relay (tools/relay) on 127.0.0.2 (default: none, the client connects directly)
+#   CURELAY_GPU_LOG_LEVEL the backend's and executors' --log-level (default info; debug for diagnosis)
 #   OUT                   where logs go (default /tmp/curelay-gpu-out)
 #
 # With a tcp:// endpoint the client runs as if on another machine: in a private mount namespace where the backend's
@@ -153,7 +154,7 @@ curelay_backend_start() {
   [ -z "${CURELAY_GPU_AS_TENANT:-}" ] || anonymous=
   "$CURELAY_BUILD/backend/curelay-backend" --listen "$CURELAY_GPU_ENDPOINT" --driver "$CURELAY_REAL_DRIVER" \
     --runtime-dir "$runtime" --state-dir "$state" --executor-ports "$CURELAY_GPU_EXECUTOR_PORTS" $anonymous \
-    --log-level info >>"$log" 2>&1 &
+    --log-level "${CURELAY_GPU_LOG_LEVEL:-info}" >>"$log" 2>&1 &
   CURELAY_BACKEND_PID=$!
   trap curelay_backend_stop EXIT
   trap 'exit 130' INT  # so that the EXIT trap runs on Ctrl-C and SIGTERM too
