@@ -12,6 +12,8 @@
 // - cuStreamEndCapture's wrong-thread rule is checked by the client.
 #include <algorithm>
 
+#include <spdlog/spdlog.h>
+
 #include "executor/aligned_copy.h"
 #include "executor/copy_end.h"
 #include "executor/session.h"
