@@ -242,15 +242,13 @@ CUresult DescribeCopy3D(Client& client, const CUDA_MEMCPY3D& params, StridedCopy
   copy->width = params.WidthInBytes;
   copy->height = params.Height;
   copy->depth = params.Depth;
-  // One row of one slice uses no pitch, and the driver takes any there (XLA's device-to-device graph nodes leave
-  // it 0): the row's own width stands in for it.
-  if (params.Height == 1 && params.Depth == 1) {
-    copy->src.pitch = std::max(copy->src.pitch, copy->width);
-    copy->dst.pitch = std::max(copy->dst.pitch, copy->width);
-  }
-  // As the driver: a row may not be wider than the pitch it is laid out with (an array has no pitch).
-  if ((copy->src.array == nullptr && copy->width > copy->src.pitch) ||
-      (copy->dst.array == nullptr && copy->width > copy->dst.pitch)) {
+  // As the driver: a row may not be wider than the pitch it is laid out with (an array has no pitch). One row of
+  // one slice uses no pitch, and the driver takes any there (XLA's device-to-device graph nodes leave it 0); it
+  // is passed on as given: on the GPU host, an executable-graph update with the width put in for XLA's pitch 0
+  // was refused (CUDA_ERROR_INVALID_VALUE) where the native update with 0 succeeds.
+  const bool one_row = params.Height == 1 && params.Depth == 1;
+  if (!one_row && ((copy->src.array == nullptr && copy->width > copy->src.pitch) ||
+                   (copy->dst.array == nullptr && copy->width > copy->dst.pitch))) {
     return CUDA_ERROR_INVALID_VALUE;
   }
   // Slices are srcHeight/dstHeight rows apart, so the copied rows must fit in one (an array has its own height).

@@ -103,7 +103,8 @@ CUresult ResolveSide(CUmemorytype type, const void* host, CUdeviceptr device, CU
     default:
       return CUDA_ERROR_INVALID_VALUE;
   }
-  if (width > pitch) return CUDA_ERROR_INVALID_VALUE;
+  // One row of one slice uses no pitch: the driver takes any there (0 included, as XLA passes).
+  if (width > pitch && (rows > 1 || slices > 1)) return CUDA_ERROR_INVALID_VALUE;
   if (slices > 1 && y + rows > height) return CUDA_ERROR_INVALID_VALUE;
   side->pitch = pitch;
   side->slice_rows = height;
