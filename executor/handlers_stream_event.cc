@@ -1,5 +1,6 @@
 // Streams and events. Creation uses ids the client chose, so it needs no round trip.
 #include <algorithm>
+#include <cstring>
 
 #include "executor/scheduled_work.h"
 #include "executor/session.h"
@@ -53,6 +54,29 @@ Session::Outcome Session::StreamQuery(const wire::StreamQuery& call) {
   CUresult result = LookupStream(call.stream(), &stream);
   if (result == CUDA_SUCCESS) result = driver_.cuStreamQuery(stream);
   return {TakeDeferred(result)};
+}
+
+Session::Outcome Session::StreamAttribute(const wire::StreamAttribute& call) {
+  if (driver_.cuStreamSetAttribute == nullptr || driver_.cuStreamGetAttribute == nullptr) {
+    return {CUDA_ERROR_NOT_SUPPORTED};
+  }
+  CUstream stream = nullptr;
+  if (CUresult result = LookupStream(call.stream(), &stream); result != CUDA_SUCCESS) return {result};
+  const wire::LaunchAttribute* attribute = call.attribute();
+  if (attribute == nullptr) return {CUDA_ERROR_INVALID_VALUE};
+  const auto id = static_cast<CUstreamAttrID>(attribute->id());
+  CUstreamAttrValue value{};
+  if (call.set()) {
+    if (attribute->value() == nullptr || attribute->value()->size() != sizeof(value)) return {CUDA_ERROR_INVALID_VALUE};
+    std::memcpy(&value, attribute->value()->data(), sizeof(value));
+    return {driver_.cuStreamSetAttribute(stream, id, &value)};
+  }
+  if (CUresult result = driver_.cuStreamGetAttribute(stream, id, &value); result != CUDA_SUCCESS) return {result};
+  Outcome outcome;
+  const auto bytes = builder_.CreateVector(reinterpret_cast<const uint8_t*>(&value), sizeof(value));
+  outcome.body = wire::CreateLaunchAttribute(builder_, attribute->id(), bytes).Union();
+  outcome.body_type = wire::ReplyBody::LaunchAttribute;
+  return outcome;
 }
 
 Session::Outcome Session::StreamWaitEvent(const wire::StreamWaitEvent& call) {

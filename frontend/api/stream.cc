@@ -1,5 +1,6 @@
 // Streams. Creation and destruction are posted with client-chosen ids (no round trip); synchronize and query wait.
 #include <algorithm>
+#include <cstring>
 
 #include "frontend/api/api_support.h"
 
@@ -95,6 +96,48 @@ CUresult cuStreamWaitEvent(CUstream stream, CUevent event, unsigned int flags) {
   auto& builder = Builder();
   const auto call = wire::CreateStreamWaitEvent(builder, wire_stream, event->id, flags).Union();
   return client->Post(builder, wire::Call::StreamWaitEvent, call, {});
+}
+
+// Stream attributes (access policy window, synchronization policy, priority, memory sync domain) belong to the
+// executor's stream: set and read there. A priority set this way is kept here too, for cuStreamGetPriority.
+CUresult cuStreamSetAttribute(CUstream stream, CUstreamAttrID attribute, const CUstreamAttrValue* value) {
+  Client* client;
+  CURELAY_RETURN_IF_ERROR(RequireContext(&client));
+  if (value == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  uint64_t wire_stream = 0;
+  CURELAY_RETURN_IF_ERROR(WireStream(*client, stream, &wire_stream));
+  auto& builder = Builder();
+  const auto bytes = builder.CreateVector(reinterpret_cast<const uint8_t*>(value), sizeof(*value));
+  const auto encoded = wire::CreateLaunchAttribute(builder, attribute, bytes);
+  const auto call = wire::CreateStreamAttribute(builder, wire_stream, encoded, true).Union();
+  CURELAY_RETURN_IF_ERROR(client->Call(builder, wire::Call::StreamAttribute, call, {}, nullptr));
+  if (attribute == CU_LAUNCH_ATTRIBUTE_PRIORITY && stream != nullptr && client->streams.Contains(stream)) {
+    // The driver clamps into the device's range, as at creation.
+    int least = 0, greatest = 0;
+    if (client->StreamPriorityRange(stream->context->device, &least, &greatest) == CUDA_SUCCESS) {
+      stream->priority = std::clamp(value->priority, greatest, least);
+    }
+  }
+  return CUDA_SUCCESS;
+}
+
+CUresult cuStreamGetAttribute(CUstream stream, CUstreamAttrID attribute, CUstreamAttrValue* value) {
+  Client* client;
+  CURELAY_RETURN_IF_ERROR(RequireContext(&client));
+  if (value == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  uint64_t wire_stream = 0;
+  CURELAY_RETURN_IF_ERROR(WireStream(*client, stream, &wire_stream));
+  auto& builder = Builder();
+  const auto encoded = wire::CreateLaunchAttribute(builder, attribute);
+  const auto call = wire::CreateStreamAttribute(builder, wire_stream, encoded, false).Union();
+  ReplyMessage reply;
+  CURELAY_RETURN_IF_ERROR(client->Call(builder, wire::Call::StreamAttribute, call, {}, &reply));
+  const auto* answer = reply.reply->body_as_LaunchAttribute();
+  if (answer == nullptr || answer->value() == nullptr || answer->value()->size() != sizeof(*value)) {
+    return CUDA_ERROR_UNKNOWN;
+  }
+  std::memcpy(value, answer->value()->data(), sizeof(*value));
+  return CUDA_SUCCESS;
 }
 
 // Stream properties are answered from the client's own stream objects.

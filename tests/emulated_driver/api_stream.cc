@@ -67,6 +67,43 @@ CUresult CUDAAPI cuStreamGetPriority(CUstream hStream, int* priority) {
   });
 }
 
+// Stream attributes are kept and read back; none changes how the emulated device runs work. The legacy stream's
+// are not kept (an attribute of stream 0 reads back zeroed).
+CUresult CUDAAPI cuStreamSetAttribute(CUstream hStream, CUstreamAttrID attr, const CUstreamAttrValue* value) {
+  return emu::Guard([&] {
+    std::shared_ptr<emu::Context> ctx;
+    std::shared_ptr<emu::Stream> stream;
+    if (CUresult r = emu::ResolveStream(hStream, &ctx, &stream); r != CUDA_SUCCESS) return r;
+    if (value == nullptr || attr > CU_LAUNCH_ATTRIBUTE_MEM_SYNC_DOMAIN) return CUDA_ERROR_INVALID_VALUE;
+    if (stream == nullptr) return CUDA_SUCCESS;
+    if (attr == CU_LAUNCH_ATTRIBUTE_PRIORITY) {
+      stream->priority = std::clamp(value->priority, emu::kGreatestStreamPriority, emu::kLeastStreamPriority);
+      return CUDA_SUCCESS;
+    }
+    std::lock_guard lock(stream->attributes_mu);
+    stream->attributes[attr] = *value;
+    return CUDA_SUCCESS;
+  });
+}
+
+CUresult CUDAAPI cuStreamGetAttribute(CUstream hStream, CUstreamAttrID attr, CUstreamAttrValue* value) {
+  return emu::Guard([&] {
+    std::shared_ptr<emu::Context> ctx;
+    std::shared_ptr<emu::Stream> stream;
+    if (CUresult r = emu::ResolveStream(hStream, &ctx, &stream); r != CUDA_SUCCESS) return r;
+    if (value == nullptr || attr > CU_LAUNCH_ATTRIBUTE_MEM_SYNC_DOMAIN) return CUDA_ERROR_INVALID_VALUE;
+    *value = {};
+    if (stream == nullptr) return CUDA_SUCCESS;
+    if (attr == CU_LAUNCH_ATTRIBUTE_PRIORITY) {
+      value->priority = stream->priority;
+      return CUDA_SUCCESS;
+    }
+    std::lock_guard lock(stream->attributes_mu);
+    if (const auto found = stream->attributes.find(attr); found != stream->attributes.end()) *value = found->second;
+    return CUDA_SUCCESS;
+  });
+}
+
 CUresult CUDAAPI cuStreamGetFlags(CUstream hStream, unsigned int* flags) {
   return emu::Guard([&] {
     std::shared_ptr<emu::Context> ctx;

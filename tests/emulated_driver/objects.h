@@ -9,6 +9,7 @@
 #include <atomic>
 #include <chrono>
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -61,6 +62,9 @@ struct Stream {
   std::shared_ptr<Context> ctx;
   unsigned int flags = 0;
   int priority = 0;
+  // Attributes other than the priority (cuStreamSetAttribute), by attribute id; guarded by attributes_mu.
+  std::mutex attributes_mu;
+  std::map<int, CUstreamAttrValue> attributes;
   // Newest device work this stream depends on (its own submissions and the
   // events it was told to wait for on the same device).
   std::atomic<uint64_t> last_seq{0};

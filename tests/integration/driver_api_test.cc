@@ -618,6 +618,41 @@ TEST_F(DriverApiTest, ContextSettings) {
   ASSERT_CU(cuCtxSetFlags(original));
 }
 
+// Stream attributes are the executor stream's: set there and read back from there; a priority set this way is what
+// cuStreamGetPriority answers afterwards.
+TEST_F(DriverApiTest, StreamAttributes) {
+  CUstream stream = nullptr;
+  ASSERT_CU(cuStreamCreate(&stream, CU_STREAM_NON_BLOCKING));
+  CUstreamAttrValue window{};
+  window.accessPolicyWindow.base_ptr = reinterpret_cast<void*>(0x10000);
+  window.accessPolicyWindow.num_bytes = 1 << 20;
+  window.accessPolicyWindow.hitRatio = 0.6f;
+  window.accessPolicyWindow.hitProp = CU_ACCESS_PROPERTY_PERSISTING;
+  window.accessPolicyWindow.missProp = CU_ACCESS_PROPERTY_STREAMING;
+  ASSERT_CU(cuStreamSetAttribute(stream, CU_STREAM_ATTRIBUTE_ACCESS_POLICY_WINDOW, &window));
+  CUstreamAttrValue read{};
+  ASSERT_CU(cuStreamGetAttribute(stream, CU_STREAM_ATTRIBUTE_ACCESS_POLICY_WINDOW, &read));
+  EXPECT_EQ(read.accessPolicyWindow.num_bytes, 1u << 20);
+  EXPECT_EQ(read.accessPolicyWindow.hitRatio, 0.6f);
+  EXPECT_EQ(read.accessPolicyWindow.hitProp, CU_ACCESS_PROPERTY_PERSISTING);
+
+  int least = 0, greatest = 0;
+  ASSERT_CU(cuCtxGetStreamPriorityRange(&least, &greatest));
+  CUstreamAttrValue priority{};
+  priority.priority = greatest;
+  ASSERT_CU(cuStreamSetAttribute(stream, CU_STREAM_ATTRIBUTE_PRIORITY, &priority));
+  int now = 0;
+  ASSERT_CU(cuStreamGetPriority(stream, &now));
+  EXPECT_EQ(now, greatest);
+  ASSERT_CU(cuStreamGetAttribute(stream, CU_STREAM_ATTRIBUTE_PRIORITY, &read));
+  EXPECT_EQ(read.priority, greatest);
+
+  EXPECT_EQ(cuStreamSetAttribute(stream, CU_STREAM_ATTRIBUTE_PRIORITY, nullptr), CUDA_ERROR_INVALID_VALUE);
+  EXPECT_EQ(cuStreamGetAttribute(reinterpret_cast<CUstream>(0x5678), CU_STREAM_ATTRIBUTE_PRIORITY, &read),
+            CUDA_ERROR_INVALID_HANDLE);
+  ASSERT_CU(cuStreamDestroy(stream));
+}
+
 TEST_F(DriverApiTest, ContextAndStreamProperties) {
   unsigned int api = 0, flags = 99;
   ASSERT_CU(cuCtxGetApiVersion(context_, &api));
