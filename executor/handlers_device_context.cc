@@ -87,6 +87,11 @@ Session::Outcome Session::ProfilerControl(const wire::ProfilerControl& call) {
   return {control()};
 }
 
+Session::Outcome Session::ContextResetPersistingL2Cache(const wire::ContextResetPersistingL2Cache& /*call*/) {
+  if (driver_.cuCtxResetPersistingL2Cache == nullptr) return {CUDA_ERROR_NOT_SUPPORTED};
+  return {driver_.cuCtxResetPersistingL2Cache()};
+}
+
 Session::Outcome Session::ContextSynchronize(const wire::ContextSynchronize& /*call*/) {
   // The context's streams: the legacy stream, its created streams and its per-thread streams. Together they hold
   // all of the context's work, which is what cuCtxSynchronize waits for.

@@ -140,6 +140,15 @@ CUresult cuStreamGetAttribute(CUstream stream, CUstreamAttrID attribute, CUstrea
   return CUDA_SUCCESS;
 }
 
+// Persisting L2 lines (set up through access policy windows) are the executor context's to reset.
+CUresult cuCtxResetPersistingL2Cache(void) {
+  Client* client;
+  CURELAY_RETURN_IF_ERROR(RequireContext(&client));
+  auto& builder = Builder();
+  const auto call = wire::CreateContextResetPersistingL2Cache(builder).Union();
+  return client->Call(builder, wire::Call::ContextResetPersistingL2Cache, call, {}, nullptr);
+}
+
 // Stream properties are answered from the client's own stream objects.
 CUresult cuStreamGetFlags(CUstream stream, unsigned int* flags) {
   const CUstream_st* object = nullptr;

@@ -278,6 +278,14 @@ CUresult CUDAAPI cuCtxSynchronize(void) {
   });
 }
 
+// The emulated device has no L2 to persist lines in; the call needs a current context, as the real driver's does.
+CUresult CUDAAPI cuCtxResetPersistingL2Cache(void) {
+  return emu::Guard([&] {
+    std::shared_ptr<emu::Context> ctx;
+    return emu::CurrentContext(&ctx, /*check_sticky=*/false);
+  });
+}
+
 // Profiling ranges: there is no profiler to tell, but the calls need a current context, as the real driver's do.
 CUresult CUDAAPI cuProfilerStart(void) {
   return emu::Guard([&] {

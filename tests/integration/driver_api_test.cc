@@ -647,6 +647,7 @@ TEST_F(DriverApiTest, StreamAttributes) {
   ASSERT_CU(cuStreamGetAttribute(stream, CU_STREAM_ATTRIBUTE_PRIORITY, &read));
   EXPECT_EQ(read.priority, greatest);
 
+  ASSERT_CU(cuCtxResetPersistingL2Cache());  // what follows a persisting access policy window
   EXPECT_EQ(cuStreamSetAttribute(stream, CU_STREAM_ATTRIBUTE_PRIORITY, nullptr), CUDA_ERROR_INVALID_VALUE);
   EXPECT_EQ(cuStreamGetAttribute(reinterpret_cast<CUstream>(0x5678), CU_STREAM_ATTRIBUTE_PRIORITY, &read),
             CUDA_ERROR_INVALID_HANDLE);
