@@ -110,7 +110,7 @@ except Exception as error:
 PY
 )
 echo "$fault"
-check "faulting tenant gets an illegal address" "$(echo "$fault" | grep -c -i 'illegal address')" "1"
+check "faulting tenant gets an illegal address" "$(echo "$fault" | grep -c -i -E 'illegal.address|illegal memory access')" "1"
 for _ in $(seq 200); do grep -q -E "ERROR|DONE" "$out/mps-b.log" && break; sleep 0.1; done
 sleep 2
 touch "$stop"
