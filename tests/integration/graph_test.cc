@@ -740,6 +740,36 @@ TEST_F(GraphTest, ExplicitlyBuiltGraphsRunInDependencyOrder) {
   ASSERT_CU(cuMemFree(other));
 }
 
+// A cooperative launch (cuLaunchCooperativeKernel, and cuLaunchKernelEx with the attribute) runs with its arguments,
+// which the executor hands the driver as kernelParams (the driver takes no argument buffer for it).
+TEST_F(GraphTest, CooperativeLaunchesRun) {
+  constexpr unsigned long long n = 1024;
+  CUdeviceptr values = 0;
+  ASSERT_CU(cuMemAlloc(&values, n * sizeof(uint32_t)));
+  unsigned value = 17;
+  unsigned long long count = n;
+  void* params[] = {&values, &value, &count};
+  ASSERT_CU(cuLaunchCooperativeKernel(fill_, n / 128, 1, 1, 128, 1, 1, 0, stream_, params));
+  ASSERT_CU(cuStreamSynchronize(stream_));
+  EXPECT_EQ(Read<uint32_t>(values, n), std::vector<uint32_t>(n, 17));
+  CUlaunchAttribute cooperative{};
+  cooperative.id = CU_LAUNCH_ATTRIBUTE_COOPERATIVE;
+  cooperative.value.cooperative = 1;
+  CUlaunchConfig config{};
+  config.gridDimX = n / 128;
+  config.gridDimY = config.gridDimZ = 1;
+  config.blockDimX = 128;
+  config.blockDimY = config.blockDimZ = 1;
+  config.hStream = stream_;
+  config.attrs = &cooperative;
+  config.numAttrs = 1;
+  value = 23;
+  ASSERT_CU(cuLaunchKernelEx(&config, fill_, params, nullptr));
+  ASSERT_CU(cuStreamSynchronize(stream_));
+  EXPECT_EQ(Read<uint32_t>(values, n), std::vector<uint32_t>(n, 23));
+  ASSERT_CU(cuMemFree(values));
+}
+
 // A one-row device-to-device memcpy node with its pitches left 0, as XLA adds them: the driver takes any pitch for
 // a single row, and so does the shim.
 TEST_F(GraphTest, SingleRowMemcpyNodeNeedsNoPitch) {
