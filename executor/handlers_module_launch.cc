@@ -158,22 +158,6 @@ Session::Outcome Session::LaunchKernel(const wire::LaunchKernel& call, std::span
   const bool with_attributes = call.attributes() != nullptr && call.attributes()->size() != 0;
   if (with_attributes && driver_.cuLaunchKernelEx == nullptr) return {CUDA_ERROR_NOT_SUPPORTED};
   if (with_attributes && !DecodeLaunchAttributes(call.attributes(), &attributes)) return {CUDA_ERROR_INVALID_VALUE};
-  // A cooperative launch in the buffer form failed with CUDA_ERROR_INVALID_VALUE on the GPU host (cuda-samples'
-  // reductionMultiBlockCG), and cuLaunchCooperativeKernel has no buffer form at all: there each argument is
-  // pointed at inside the buffer, at the offsets the function's layout gives.
-  const bool cooperative = std::any_of(attributes.begin(), attributes.end(), [](const CUlaunchAttribute& a) {
-    return a.id == CU_LAUNCH_ATTRIBUTE_COOPERATIVE && a.value.cooperative != 0;
-  });
-  std::vector<void*> parameters;
-  if (cooperative && !payload.empty()) {
-    auto* buffer = static_cast<uint8_t*>(const_cast<void*>(extra[1]));
-    for (size_t index = 0;; ++index) {
-      size_t offset = 0, size = 0;
-      if (driver_.cuFuncGetParamInfo(found->second, index, &offset, &size) != CUDA_SUCCESS) break;
-      if (offset + size > argument_bytes) return {CUDA_ERROR_INVALID_VALUE};
-      parameters.push_back(buffer + offset);
-    }
-  }
   // Work keys are per session: a kernel's is the client's function id (each client numbers from 1).
   outcome.result = LaunchScheduled(call.function(), stream, [&] {
     if (!with_attributes) {
@@ -183,10 +167,6 @@ Session::Outcome Session::LaunchKernel(const wire::LaunchKernel& call, std::span
     }
     CUlaunchConfig config = LaunchConfig(call, call.shared_mem_bytes(), attributes);
     config.hStream = stream;
-    if (cooperative) {
-      return driver_.cuLaunchKernelEx(&config, found->second, parameters.empty() ? nullptr : parameters.data(),
-                                      nullptr);
-    }
     return driver_.cuLaunchKernelEx(&config, found->second, nullptr, payload.empty() ? nullptr : extra);
   });
   return outcome;

@@ -25,12 +25,9 @@ CUresult CUDAAPI cuLaunchKernelEx(const CUlaunchConfig* config, CUfunction f, vo
   for (unsigned i = 0; i < config->numAttrs; ++i) {
     const CUlaunchAttribute& attribute = config->attrs[i];
     switch (attribute.id) {
-      case CU_LAUNCH_ATTRIBUTE_COOPERATIVE:
-        // As the real driver answered on the GPU host: a cooperative launch takes kernelParams, not `extra`.
-        if (attribute.value.cooperative != 0 && extra != nullptr) return CUDA_ERROR_INVALID_VALUE;
-        break;
       case CU_LAUNCH_ATTRIBUTE_IGNORE:
       case CU_LAUNCH_ATTRIBUTE_PRIORITY:
+      case CU_LAUNCH_ATTRIBUTE_COOPERATIVE:
       case CU_LAUNCH_ATTRIBUTE_MEM_SYNC_DOMAIN:
         break;
       case CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION: {

@@ -740,8 +740,7 @@ TEST_F(GraphTest, ExplicitlyBuiltGraphsRunInDependencyOrder) {
   ASSERT_CU(cuMemFree(other));
 }
 
-// A cooperative launch (cuLaunchCooperativeKernel, and cuLaunchKernelEx with the attribute) runs with its arguments,
-// which the executor hands the driver as kernelParams (the driver takes no argument buffer for it).
+// A cooperative launch (cuLaunchCooperativeKernel, and cuLaunchKernelEx with the attribute) runs with its arguments.
 TEST_F(GraphTest, CooperativeLaunchesRun) {
   constexpr unsigned long long n = 1024;
   CUdeviceptr values = 0;
