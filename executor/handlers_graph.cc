@@ -330,10 +330,25 @@ Session::Outcome Session::GraphCreate(const wire::GraphCreate& call) {
 Session::Outcome Session::GraphDestroy(const wire::GraphDestroy& call) {
   const auto found = graphs_.find(call.graph());
   if (found == graphs_.end() || driver_.cuGraphDestroy == nullptr) return {CUDA_ERROR_INVALID_VALUE};
+  if (moved_graph_owners_.count(call.graph()) != 0) return {CUDA_ERROR_INVALID_VALUE};  // its owner's to destroy
   const CUresult result = driver_.cuGraphDestroy(found->second);
   graphs_.erase(found);
   ForgetGraphNodes(call.graph());
+  ForgetMovedGraphs(call.graph());
   return {result};
+}
+
+void Session::ForgetMovedGraphs(uint64_t owner) {
+  std::vector<uint64_t> children;
+  for (const auto& [child, parent] : moved_graph_owners_) {
+    if (parent == owner) children.push_back(child);
+  }
+  for (uint64_t child : children) {
+    moved_graph_owners_.erase(child);
+    graphs_.erase(child);
+    ForgetGraphNodes(child);
+    ForgetMovedGraphs(child);
+  }
 }
 
 // A node's parameters as the driver takes them, from a GraphAddNode spec. `extra` keeps the kernel argument buffer's
@@ -443,7 +458,26 @@ Session::Outcome Session::GraphAddNode(const wire::GraphAddNode& call, std::span
     case wire::GraphNodeKind::Memcpy:
       result = add(driver_.cuGraphAddMemcpyNode, &parameters.copy, CurrentDriverContext());
       break;
-    case wire::GraphNodeKind::ChildGraph: result = add(driver_.cuGraphAddChildGraphNode, parameters.child); break;
+    case wire::GraphNodeKind::ChildGraph:
+      if (!call.child_graph_moved()) {
+        result = add(driver_.cuGraphAddChildGraphNode, parameters.child);
+        break;
+      }
+      // Moved, not copied: the child's nodes stay the ones updates of the parent's executable graphs name.
+      if (moved_graph_owners_.count(call.child_graph()) != 0 || driver_.cuGraphAddNode_v2 == nullptr) {
+        result = driver_.cuGraphAddNode_v2 == nullptr ? CUDA_ERROR_NOT_SUPPORTED : CUDA_ERROR_INVALID_VALUE;
+        break;
+      } else {
+        CUgraphNodeParams moved{};
+        moved.type = CU_GRAPH_NODE_TYPE_GRAPH;
+        moved.graph.graph = parameters.child;
+        moved.graph.ownership = CU_GRAPH_CHILD_GRAPH_OWNERSHIP_MOVE;
+        result = edges != nullptr ? driver_.cuGraphAddNode_v2(&node, graph, nullptr, nullptr, 0, &moved)
+                                  : driver_.cuGraphAddNode_v2(&node, graph, dependencies.data(), nullptr,
+                                                              dependencies.size(), &moved);
+        if (result == CUDA_SUCCESS) moved_graph_owners_[call.child_graph()] = call.graph();
+      }
+      break;
   }
   if (result == CUDA_SUCCESS && edges != nullptr && !dependencies.empty()) {
     std::vector<CUgraphEdgeData> edge_data(edges->size());
@@ -455,7 +489,13 @@ Session::Outcome Session::GraphAddNode(const wire::GraphAddNode& call, std::span
     const std::vector<CUgraphNode> to(dependencies.size(), node);
     result = driver_.cuGraphAddDependencies_v2(graph, dependencies.data(), to.data(), edge_data.data(),
                                                dependencies.size());
-    if (result != CUDA_SUCCESS) (void)driver_.cuGraphDestroyNode(node);  // refused edges: no half-joined node
+    if (result != CUDA_SUCCESS) {
+      (void)driver_.cuGraphDestroyNode(node);  // refused edges: no half-joined node
+      if (call.child_graph_moved() && moved_graph_owners_.erase(call.child_graph()) != 0) {
+        graphs_.erase(call.child_graph());  // a moved child goes with its node
+        ForgetGraphNodes(call.child_graph());
+      }
+    }
   }
   if (result != CUDA_SUCCESS) return {result};
   Outcome outcome;
@@ -594,9 +634,11 @@ void Session::ReleaseGraphs() {
   }
   graph_execs_.clear();
   for (auto& [id, graph] : graphs_) {
-    if (driver_.cuGraphDestroy != nullptr) driver_.cuGraphDestroy(graph);
+    // A moved graph goes with the graph that owns it.
+    if (driver_.cuGraphDestroy != nullptr && moved_graph_owners_.count(id) == 0) driver_.cuGraphDestroy(graph);
   }
   graphs_.clear();
+  moved_graph_owners_.clear();
   graph_nodes_.clear();
   graph_node_ids_.clear();
   nodes_of_graph_.clear();

@@ -88,6 +88,16 @@ Session::Outcome Session::Memset2D(const wire::Memset2D& call) {
 }
 
 Session::Outcome Session::Memcpy2D(const wire::Memcpy2D& call, std::span<const uint8_t> payload) {
+  Outcome outcome = Memcpy2DChecked(call, payload);
+  if (outcome.result != CUDA_SUCCESS) {
+    spdlog::debug("Memcpy2D kind {}: {} (src {:#x} pitch {}, dst {:#x} pitch {}, {} x {}, {} B of payload)",
+                  wire::EnumNameCopy2DKind(call.kind()), static_cast<int>(outcome.result), call.src(),
+                  call.src_pitch(), call.dst(), call.dst_pitch(), call.width(), call.height(), payload.size());
+  }
+  return outcome;
+}
+
+Session::Outcome Session::Memcpy2DChecked(const wire::Memcpy2D& call, std::span<const uint8_t> payload) {
   if (driver_.cuMemcpy2D == nullptr || driver_.cuMemcpy2DAsync == nullptr) return {CUDA_ERROR_NOT_SUPPORTED};
   const uint64_t packed_bytes = call.width() * call.height();
   if (call.width() == 0 || call.height() == 0 || packed_bytes / call.height() != call.width()) {

@@ -1,4 +1,6 @@
 // Modules, functions and kernel launches.
+#include <spdlog/spdlog.h>
+
 #include <algorithm>
 #include <cstring>
 #include <string>
@@ -34,7 +36,12 @@ flatbuffers::Offset<void> ParameterLayout(flatbuffers::FlatBufferBuilder& builde
   std::vector<uint32_t> offsets, sizes;
   for (size_t index = 0;; ++index) {
     size_t offset = 0, size = 0;
-    if (param_info(handle, index, &offset, &size) != CUDA_SUCCESS) break;
+    if (const CUresult result = param_info(handle, index, &offset, &size); result != CUDA_SUCCESS) {
+      // CUDA_ERROR_INVALID_VALUE: past the last parameter. Anything else: the layout is not known here (a kernel
+      // asked for before any context); its function answers again once bound to a context (KernelGetFunction).
+      if (result != CUDA_ERROR_INVALID_VALUE) spdlog::debug("parameter {} of a function: {}", index, static_cast<int>(result));
+      break;
+    }
     offsets.push_back(static_cast<uint32_t>(offset));
     sizes.push_back(static_cast<uint32_t>(size));
   }
@@ -169,7 +176,25 @@ Session::Outcome Session::LaunchKernel(const wire::LaunchKernel& call, std::span
     config.hStream = stream;
     return driver_.cuLaunchKernelEx(&config, found->second, nullptr, payload.empty() ? nullptr : extra);
   });
+  if (outcome.result != CUDA_SUCCESS) LogRefusedLaunch(found->second, call, payload.size(), outcome.result);
   return outcome;
+}
+
+// Debug level: what the driver refused, next to the parameter size it expects for the function.
+void Session::LogRefusedLaunch(CUfunction function, const wire::LaunchKernel& call, size_t argument_bytes,
+                               CUresult result) {
+  if (!spdlog::should_log(spdlog::level::debug)) return;
+  const char* name = nullptr;
+  if (driver_.cuFuncGetName != nullptr) driver_.cuFuncGetName(&name, function);
+  size_t expected = 0, offset = 0, size = 0;
+  for (size_t index = 0; driver_.cuFuncGetParamInfo(function, index, &offset, &size) == CUDA_SUCCESS; ++index) {
+    expected = offset + size;
+  }
+  spdlog::debug("cuLaunchKernel{} {}: {} (grid {}x{}x{}, block {}x{}x{}, {} B shared, {} B of arguments, the "
+                "function's parameters end at {} B)",
+                call.attributes() != nullptr && call.attributes()->size() != 0 ? "Ex" : "",
+                name != nullptr ? name : "?", static_cast<int>(result), call.grid_x(), call.grid_y(), call.grid_z(),
+                call.block_x(), call.block_y(), call.block_z(), call.shared_mem_bytes(), argument_bytes, expected);
 }
 
 bool Session::DecodeLaunchAttributes(
@@ -377,10 +402,16 @@ Session::Outcome Session::KernelGetFunction(const wire::KernelGetFunction& call)
   auto found = kernels_.find(call.kernel_id());
   if (found == kernels_.end()) return {CUDA_ERROR_INVALID_HANDLE};
   if (call.function() == 0 || functions_.count(call.function()) != 0) return {CUDA_ERROR_INVALID_VALUE};
+  Outcome outcome;
   CUfunction function = nullptr;
-  const CUresult result = driver_.cuKernelGetFunction(&function, found->second);
-  if (result == CUDA_SUCCESS) functions_[call.function()] = function;
-  return {result};
+  outcome.result = driver_.cuKernelGetFunction(&function, found->second);
+  if (outcome.result != CUDA_SUCCESS) return outcome;
+  functions_[call.function()] = function;
+  // The layout again, from the function in this context: a kernel got before the session had a context may have
+  // answered none (measured: cuda-samples' MC_EstimatePiP and reductionMultiBlockCG launched with no arguments).
+  outcome.body = ParameterLayout(builder_, driver_.cuFuncGetParamInfo, function);
+  outcome.body_type = wire::ReplyBody::FunctionInfo;
+  return outcome;
 }
 
 }  // namespace curelay::executor

@@ -285,7 +285,12 @@ bool Session::Handle(const wire::Request& request, std::span<const uint8_t> payl
   if (request.sequence() == 0) {
     // Nobody waits for this call: keep its first failure for the next synchronizing call, as CUDA does for
     // errors of asynchronous work.
-    if (outcome.result != CUDA_SUCCESS && deferred_error_ == CUDA_SUCCESS) deferred_error_ = outcome.result;
+    if (outcome.result != CUDA_SUCCESS && deferred_error_ == CUDA_SUCCESS) {
+      deferred_error_ = outcome.result;
+      // The client learns only the code, at its next synchronizing call: name the call here for diagnosis.
+      spdlog::debug("posted {} failed ({}); reported at the next synchronizing call",
+                    wire::EnumNameCall(request.call_type()), static_cast<int>(outcome.result));
+    }
     return true;
   }
   // Waits that completed go out before this answer: a synchronize found its stream idle above, so an asynchronous

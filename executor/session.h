@@ -154,6 +154,9 @@ class Session {
   uint64_t NodeId(uint64_t graph, CUgraphNode node);
   flatbuffers::Offset<wire::GraphNodes> EncodeNodes(uint64_t graph, const CUgraphNode* nodes, size_t count);
   void ForgetGraphNodes(uint64_t graph);
+  void ForgetMovedGraphs(uint64_t owner);
+  Outcome Memcpy2DChecked(const wire::Memcpy2D& call, std::span<const uint8_t> payload);
+  void LogRefusedLaunch(CUfunction function, const wire::LaunchKernel& call, size_t argument_bytes, CUresult result);  // the graphs moved into `owner`'s nodes, when it is destroyed
   void ReleaseGraphs();
   // While a capture is active, the executor's own bookkeeping (polling its marker events) runs in relaxed capture
   // mode: it must never trip a capture's restrictions or invalidate it.
@@ -242,6 +245,9 @@ class Session {
   // Client graph id -> graph, once created or captured (a graph still being captured is found through its capture).
   std::unordered_map<uint64_t, CUgraph> graphs_;
   std::unordered_map<uint64_t, CUgraphExec> graph_execs_;
+  // Graphs moved into a child-graph node of another (CU_GRAPH_CHILD_GRAPH_OWNERSHIP_MOVE) -> that graph's id: the
+  // driver destroys them with it, never on their own.
+  std::unordered_map<uint64_t, uint64_t> moved_graph_owners_;
   // Graph nodes the client holds handles for: id -> node and back, and each graph's ids (dropped with the graph).
   std::unordered_map<uint64_t, CUgraphNode> graph_nodes_;
   std::unordered_map<CUgraphNode, uint64_t> graph_node_ids_;

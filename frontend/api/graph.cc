@@ -53,11 +53,14 @@ CUgraph FindGraphObject(uint64_t id) {
 
 void DestroyGraphObject(CUgraph graph) {
   GraphRegistries& graphs = Graphs();
+  std::vector<CUgraph> moved_children;
   {
     std::lock_guard<std::mutex> lock(graph->mutex);
     for (auto& [id, node] : graph->nodes) graphs.nodes.Destroy(node);
     graph->nodes.clear();
+    moved_children.swap(graph->moved_children);
   }
+  for (CUgraph child : moved_children) DestroyGraphObject(child);  // the executor's driver destroys them with it
   {
     std::lock_guard<std::mutex> lock(graphs.by_id_mutex);
     graphs.by_id.erase(graph->id);
@@ -197,9 +200,9 @@ CUresult cuGraphDestroy(CUgraph graph) {
   CURELAY_RETURN_IF_ERROR(RequireGraph(&client, graph));
   {
     // "All operations other than destroy and node removal are permitted on the graph while the capture sequence
-    // is in progress": cuStreamEndCapture still owns it.
+    // is in progress": cuStreamEndCapture still owns it. A graph moved into another's node goes with that one.
     std::lock_guard<std::mutex> lock(graph->mutex);
-    if (graph->capturing) return CUDA_ERROR_INVALID_VALUE;
+    if (graph->capturing || graph->owner != nullptr) return CUDA_ERROR_INVALID_VALUE;
   }
   auto& builder = Builder();
   const auto call = wire::CreateGraphDestroy(builder, graph->id).Union();

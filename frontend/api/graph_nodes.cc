@@ -250,9 +250,27 @@ CUresult cuGraphAddNode_v2(CUgraphNode* node, CUgraph graph, const CUgraphNode* 
     case CU_GRAPH_NODE_TYPE_GRAPH: {
       const CUgraph child = params->graph.graph;
       if (child == nullptr || child == graph || !Graphs().graphs.Contains(child)) return CUDA_ERROR_INVALID_VALUE;
+      const bool moved = params->graph.ownership == CU_GRAPH_CHILD_GRAPH_OWNERSHIP_MOVE;
+      if (!moved && params->graph.ownership != CU_GRAPH_CHILD_GRAPH_OWNERSHIP_CLONE) return CUDA_ERROR_INVALID_VALUE;
+      {
+        std::lock_guard<std::mutex> lock(child->mutex);
+        if (child->owner != nullptr) return CUDA_ERROR_INVALID_VALUE;  // already another graph's
+      }
       const uint64_t child_id = child->id;
-      return SendNode(target, wire::GraphNodeKind::ChildGraph, {}, nullptr,
-                      [&](wire::GraphAddNodeBuilder& fields) { fields.add_child_graph(child_id); });
+      const CUresult result = SendNode(target, wire::GraphNodeKind::ChildGraph, {}, nullptr,
+                                       [&](wire::GraphAddNodeBuilder& fields) {
+                                         fields.add_child_graph(child_id);
+                                         fields.add_child_graph_moved(moved);
+                                       });
+      if (result == CUDA_SUCCESS && moved) {
+        {
+          std::lock_guard<std::mutex> lock(child->mutex);
+          child->owner = graph;
+        }
+        std::lock_guard<std::mutex> lock(graph->mutex);
+        graph->moved_children.push_back(child);
+      }
+      return result;
     }
     case CU_GRAPH_NODE_TYPE_KERNEL: {
       const CUDA_KERNEL_NODE_PARAMS_v3& kernel = params->kernel;

@@ -25,11 +25,23 @@ CUresult KernelFunction(Client& client, CUkernel kernel, CUfunction* function) {
   CUfunc_st* bound = client.functions.Create(NextObjectId(), nullptr, kernel->name, kernel->parameters);
   auto& builder = Builder();
   const auto call = wire::CreateKernelGetFunction(builder, kernel->id, bound->id).Union();
-  if (const CUresult result = client.Call(builder, wire::Call::KernelGetFunction, call, {}, nullptr);
-      result != CUDA_SUCCESS) {
+  ReplyMessage reply;
+  CUresult result = client.Call(builder, wire::Call::KernelGetFunction, call, {}, &reply);
+  // The layout as the function in this context has it: the kernel's own may be empty when it was got before any
+  // context existed, and launches are packed by this one.
+  KernelParameters parameters;
+  if (result == CUDA_SUCCESS && !ParseKernelParameters(reply.reply->body_as_FunctionInfo(), &parameters)) {
+    result = CUDA_ERROR_UNKNOWN;
+  }
+  if (result != CUDA_SUCCESS) {
     client.functions.Destroy(bound);
     return result;
   }
+  if (parameters.offsets.size() != kernel->parameters.offsets.size()) {
+    Log().debug("kernel {}: {} parameters in its context, {} reported before", kernel->name,
+                parameters.offsets.size(), kernel->parameters.offsets.size());
+  }
+  bound->parameters = std::move(parameters);
   bound->kernel = kernel;
   bound->kernel_context = context;
   kernel->functions.emplace(context, bound);

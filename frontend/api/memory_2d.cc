@@ -61,21 +61,6 @@ CUresult Memset2D(CUdeviceptr dst, size_t pitch, uint32_t value, uint8_t element
   return client->Post(builder, wire::Call::Memset2D, call, {});
 }
 
-// cuMemcpy's view of an address: one of the client's host allocations, or any address the executor's driver does
-// not know as device memory (ordinary pageable memory of this process).
-CUresult IsHostMemory(Client& client, CUdeviceptr ptr, bool* host) {
-  if (IsClientHostAllocation(client, reinterpret_cast<const void*>(ptr))) {
-    *host = true;
-    return CUDA_SUCCESS;
-  }
-  auto& builder = Builder();
-  const auto call = wire::CreateMemGetAddressRange(builder, ptr).Union();
-  const CUresult result = client.Call(builder, wire::Call::MemGetAddressRange, call, {}, nullptr);
-  if (result == client.broken_result() && result != CUDA_SUCCESS) return result;
-  *host = result != CUDA_SUCCESS;
-  return CUDA_SUCCESS;
-}
-
 CUresult UnifiedCopy(CUdeviceptr dst, CUdeviceptr src, size_t bytes, CUstream stream, bool async) {
   Client* client;
   CURELAY_RETURN_IF_ERROR(RequireContext(&client));

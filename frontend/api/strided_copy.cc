@@ -265,6 +265,19 @@ bool IsClientHostAllocation(Client& client, const void* ptr) {
   return client.host_allocations.Find(ptr, &base, &bytes);
 }
 
+CUresult IsHostMemory(Client& client, CUdeviceptr ptr, bool* host) {
+  if (IsClientHostAllocation(client, reinterpret_cast<const void*>(ptr))) {
+    *host = true;
+    return CUDA_SUCCESS;
+  }
+  auto& builder = Builder();
+  const auto call = wire::CreateMemGetAddressRange(builder, ptr).Union();
+  const CUresult result = client.Call(builder, wire::Call::MemGetAddressRange, call, {}, nullptr);
+  if (result == client.broken_result() && result != CUDA_SUCCESS) return result;
+  *host = result != CUDA_SUCCESS;
+  return CUDA_SUCCESS;
+}
+
 CUresult ResolveCopySide(Client& client, CUmemorytype type, const void* host, CUdeviceptr device, CUarray array,
                          CopySide* side) {
   switch (type) {
@@ -276,14 +289,19 @@ CUresult ResolveCopySide(Client& client, CUmemorytype type, const void* host, CU
       side->device_ptr = device;
       return CUDA_SUCCESS;
     case CU_MEMORYTYPE_UNIFIED:
-      // The driver takes a unified address from the *Device field.
-      if (IsClientHostAllocation(client, reinterpret_cast<const void*>(device))) {
+    {
+      // The driver takes a unified address from the *Device field; pageable memory is a host side too (cuBLASXt
+      // passes its host matrices so, measured with cuda-samples' simpleCUBLASXT).
+      bool host_side = false;
+      CURELAY_RETURN_IF_ERROR(IsHostMemory(client, device, &host_side));
+      if (host_side) {
         side->host = true;
         side->host_ptr = reinterpret_cast<uint8_t*>(device);
       } else {
         side->device_ptr = device;
       }
       return CUDA_SUCCESS;
+    }
     case CU_MEMORYTYPE_ARRAY:
       if (!client.arrays.Contains(array)) return CUDA_ERROR_INVALID_VALUE;
       side->array = array;

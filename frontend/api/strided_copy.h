@@ -36,9 +36,13 @@ struct StridedCopy {
   bool has_array() const { return src.array != nullptr || dst.array != nullptr; }
 };
 
-// Whether `ptr` is a host address for copies that address memory by type: one of the client's page-locked
-// allocations; anything else is taken to be device memory (cuMemcpy asks the executor instead).
+// Whether `ptr` is one of the client's page-locked allocations.
 bool IsClientHostAllocation(Client& client, const void* ptr);
+
+// Whether a unified address is host memory: one of the client's host allocations, or any address the executor's
+// driver does not know as device memory (ordinary pageable memory of this process). Costs a round trip unless the
+// former.
+CUresult IsHostMemory(Client& client, CUdeviceptr ptr, bool* host);
 
 // Fills `side` from the memory type and address fields of a CUDA_MEMCPY2D/3D side (not its offsets and pitch).
 CUresult ResolveCopySide(Client& client, CUmemorytype type, const void* host, CUdeviceptr device, CUarray array,

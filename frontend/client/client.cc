@@ -12,6 +12,7 @@
 #include "frontend/client/config.h"
 #include "frontend/client/log.h"
 #include "frontend/client/per_thread_stream.h"
+#include "frontend/client/streaming_copy.h"
 #include "schema/mirror_runs.h"
 #include "transport/endpoint.h"
 #include "transport/session_link.h"
@@ -328,7 +329,7 @@ bool Client::Dispatch(transport::IncomingMessage& message, const wire::Reply& re
     if (result == CUDA_SUCCESS && message.payload.size() != owner->bytes) result = CUDA_ERROR_UNKNOWN;
     if (result == CUDA_SUCCESS) {
       lock.unlock();
-      std::memcpy(owner->destination, message.payload.data(), owner->bytes);
+      CopyToApplication(owner->destination, message.payload.data(), owner->bytes);
       lock.lock();
     } else {
       CUresult expected = CUDA_SUCCESS;

@@ -124,6 +124,9 @@ struct CUgraph_st {
   std::unordered_map<uint64_t, CUgraphNode> nodes;  // every node handle handed out, by id
   bool nodes_complete = false;  // `all_nodes` is the full list (a finished graph does not change)
   std::vector<CUgraphNode> all_nodes;
+  // Moved into a child-graph node of `owner` (CU_GRAPH_CHILD_GRAPH_OWNERSHIP_MOVE): destroyed with it, never alone.
+  CUgraph owner = nullptr;
+  std::vector<CUgraph> moved_children;
 };
 
 struct CUgraphExec_st {

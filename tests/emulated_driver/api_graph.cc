@@ -25,10 +25,15 @@ namespace emu = curelay::emulated;
 namespace curelay::emulated {
 namespace {
 
+struct Graph;
+
 struct Node {
   uint64_t handle = 0;
   CUgraphNodeType type = CU_GRAPH_NODE_TYPE_EMPTY;
   std::function<CUresult()> op;
+  // A child graph moved into this node (CU_GRAPH_CHILD_GRAPH_OWNERSHIP_MOVE): an executable graph runs its nodes,
+  // which stay the child's own (updatable through the executable graph), instead of `op`.
+  std::shared_ptr<Graph> moved_child;
 };
 
 struct Graph {
@@ -73,6 +78,7 @@ struct State {
   std::unordered_map<uint64_t, StreamCapture> streams;              // capturing streams, by handle
   std::unordered_map<uint64_t, EventCapture> events;            // events last recorded in a capture
   std::unordered_map<uint64_t, std::shared_ptr<Graph>> graphs;  // finished and created graphs
+  std::unordered_map<uint64_t, std::shared_ptr<Graph>> moved_graphs;  // owned by a node of another graph
   std::unordered_map<uint64_t, std::shared_ptr<Node>> nodes;    // nodes of live graphs and captures
   std::unordered_map<uint64_t, std::shared_ptr<Exec>> execs;
   uint64_t next_capture_id = 1;
@@ -86,7 +92,13 @@ State& state() {
 thread_local CUstreamCaptureMode thread_mode = CU_STREAM_CAPTURE_MODE_GLOBAL;
 
 void ForgetNodes(State& s, const Graph& graph) {
-  for (const auto& node : graph.nodes) s.nodes.erase(node->handle);
+  for (const auto& node : graph.nodes) {
+    s.nodes.erase(node->handle);
+    if (node->moved_child != nullptr) {  // destroyed with its owner
+      ForgetNodes(s, *node->moved_child);
+      s.moved_graphs.erase(node->moved_child->handle);
+    }
+  }
 }
 
 // The blocking streams of `ctx` that capture: the legacy stream implicitly depends on them. Locked.
@@ -123,8 +135,18 @@ CUresult CheckUnsafeLocked(State& s) {
   return prohibited ? CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED : CUDA_SUCCESS;
 }
 
+// A moved child graph's nodes in order, for a copy of its node (a graph holding it added as a child elsewhere).
+CUresult RunMovedGraph(const Graph& graph) {
+  for (const auto& node : graph.nodes) {
+    const CUresult r = node->moved_child != nullptr ? RunMovedGraph(*node->moved_child) : node->op();
+    if (r != CUDA_SUCCESS) return r;
+  }
+  return CUDA_SUCCESS;
+}
+
 std::shared_ptr<Graph> FindGraph(State& s, CUgraph handle) {
   if (auto it = s.graphs.find(HandleValue(handle)); it != s.graphs.end()) return it->second;
+  if (auto it = s.moved_graphs.find(HandleValue(handle)); it != s.moved_graphs.end()) return it->second;
   for (auto& [id, capture] : s.captures) {
     if (capture->graph->handle == HandleValue(handle)) return capture->graph;
   }
@@ -144,7 +166,16 @@ CUresult Instantiate(CUgraphExec* exec_out, CUgraph graph_handle, uint64_t flags
   auto exec = std::make_shared<Exec>();
   exec->handle = Driver::Get().NewHandle();
   exec->flags = flags;
-  for (const auto& node : graph->second->nodes) exec->nodes.push_back(std::make_shared<Node>(*node));
+  const std::function<void(const Graph&)> append = [&](const Graph& from) {
+    for (const auto& node : from.nodes) {
+      if (node->moved_child != nullptr) {
+        append(*node->moved_child);
+      } else {
+        exec->nodes.push_back(std::make_shared<Node>(*node));
+      }
+    }
+  };
+  append(*graph->second);
   s.execs.emplace(exec->handle, exec);
   *exec_out = ToHandle<CUgraphExec>(exec->handle);
   return CUDA_SUCCESS;
@@ -516,8 +547,11 @@ CUresult CUDAAPI cuGraphDestroyNode(CUgraphNode hNode) {
     std::lock_guard lock(s.mu);
     const auto found = s.nodes.find(emu::HandleValue(hNode));
     if (found == s.nodes.end()) return CUDA_ERROR_INVALID_VALUE;
-    for (auto& [handle, graph] : s.graphs) {
-      std::erase(graph->nodes, found->second);
+    for (auto& [handle, graph] : s.graphs) std::erase(graph->nodes, found->second);
+    for (auto& [handle, graph] : s.moved_graphs) std::erase(graph->nodes, found->second);
+    if (const auto& child = found->second->moved_child; child != nullptr) {  // a moved child goes with its node
+      emu::ForgetNodes(s, *child);
+      s.moved_graphs.erase(child->handle);
     }
     s.nodes.erase(found);
     return CUDA_SUCCESS;
@@ -554,6 +588,41 @@ CUresult CUDAAPI cuGraphAddChildGraphNode(CUgraphNode* phGraphNode, CUgraph hGra
                                return CUDA_SUCCESS;
                              },
                              phGraphNode);
+  });
+}
+
+// Child-graph nodes only (what the executor uses it for), cloned or moved; other node types have their own calls.
+CUresult CUDAAPI cuGraphAddNode_v2(CUgraphNode* phGraphNode, CUgraph hGraph, const CUgraphNode* dependencies,
+                                   const CUgraphEdgeData* edgeData, size_t numDependencies,
+                                   CUgraphNodeParams* nodeParams) {
+  return emu::Guard([&] {
+    if (CUresult r = emu::CheckInit(); r != CUDA_SUCCESS) return r;
+    if (nodeParams == nullptr) return CUDA_ERROR_INVALID_VALUE;
+    if (nodeParams->type != CU_GRAPH_NODE_TYPE_GRAPH || edgeData != nullptr) return CUDA_ERROR_NOT_SUPPORTED;
+    const CUgraph child_handle = nodeParams->graph.graph;
+    if (nodeParams->graph.ownership == CU_GRAPH_CHILD_GRAPH_OWNERSHIP_CLONE) {
+      return cuGraphAddChildGraphNode(phGraphNode, hGraph, dependencies, numDependencies, child_handle);
+    }
+    if (nodeParams->graph.ownership != CU_GRAPH_CHILD_GRAPH_OWNERSHIP_MOVE) return CUDA_ERROR_INVALID_VALUE;
+    std::shared_ptr<emu::Graph> child;
+    {
+      emu::State& s = emu::state();
+      std::lock_guard lock(s.mu);
+      auto found = s.graphs.find(emu::HandleValue(child_handle));  // not one already moved, nor a capture
+      if (found == s.graphs.end() || emu::HandleValue(child_handle) == emu::HandleValue(hGraph)) {
+        return CUDA_ERROR_INVALID_VALUE;
+      }
+      child = found->second;
+    }
+    const CUresult r = emu::AddGraphNode(hGraph, dependencies, numDependencies, CU_GRAPH_NODE_TYPE_GRAPH,
+                                         [child] { return emu::RunMovedGraph(*child); }, phGraphNode);
+    if (r != CUDA_SUCCESS) return r;
+    emu::State& s = emu::state();
+    std::lock_guard lock(s.mu);
+    s.nodes.at(emu::HandleValue(*phGraphNode))->moved_child = child;
+    s.graphs.erase(child->handle);
+    s.moved_graphs.emplace(child->handle, child);
+    return CUDA_SUCCESS;
   });
 }
 

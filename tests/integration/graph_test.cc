@@ -876,6 +876,73 @@ TEST_F(GraphTest, ChildGraphsAndExecutableNodeUpdates) {
   ASSERT_CU(cuMemFree(b));
 }
 
+// A child graph moved into its node (CU_GRAPH_CHILD_GRAPH_OWNERSHIP_MOVE, as XLA nests command buffers): its own
+// nodes are updated through the parent's executable graph, and it is destroyed with the parent, never alone. A
+// cloned child's nodes are not the executable graph's.
+TEST_F(GraphTest, MovedChildGraphNodesAreUpdatedThroughTheParent) {
+  constexpr int n = 64;
+  CUdeviceptr a = 0, b = 0, out = 0;
+  ASSERT_CU(cuMemAlloc(&a, n * sizeof(int)));
+  ASSERT_CU(cuMemAlloc(&b, n * sizeof(int)));
+  ASSERT_CU(cuMemAlloc(&out, n * sizeof(int)));
+  ASSERT_CU(cuMemsetD32(a, 5, n));
+  ASSERT_CU(cuMemsetD32(b, 7, n));
+  ASSERT_CU(cuMemsetD32(out, 0, n));
+  const auto copy_from = [&](CUdeviceptr source) {
+    CUDA_MEMCPY3D copy{};
+    copy.srcMemoryType = CU_MEMORYTYPE_DEVICE;
+    copy.srcDevice = source;
+    copy.dstMemoryType = CU_MEMORYTYPE_DEVICE;
+    copy.dstDevice = out;
+    copy.WidthInBytes = n * sizeof(int);
+    copy.Height = 1;
+    copy.Depth = 1;
+    return copy;
+  };
+  CUgraph moved = nullptr, cloned = nullptr, graph = nullptr;
+  ASSERT_CU(cuGraphCreate(&moved, 0));
+  ASSERT_CU(cuGraphCreate(&cloned, 0));
+  ASSERT_CU(cuGraphCreate(&graph, 0));
+  CUgraphNode moved_copy = nullptr, cloned_copy = nullptr, moved_node = nullptr, cloned_node = nullptr;
+  const CUDA_MEMCPY3D from_a = copy_from(a), from_b = copy_from(b);
+  ASSERT_CU(cuGraphAddMemcpyNode(&moved_copy, moved, nullptr, 0, &from_a, context_));
+  ASSERT_CU(cuGraphAddMemcpyNode(&cloned_copy, cloned, nullptr, 0, &from_a, context_));
+  CUgraphNodeParams params{};
+  params.type = CU_GRAPH_NODE_TYPE_GRAPH;
+  params.graph.graph = cloned;
+  params.graph.ownership = CU_GRAPH_CHILD_GRAPH_OWNERSHIP_CLONE;
+  ASSERT_CU(cuGraphAddNode(&cloned_node, graph, nullptr, nullptr, 0, &params));
+  params.graph.graph = moved;
+  params.graph.ownership = CU_GRAPH_CHILD_GRAPH_OWNERSHIP_MOVE;
+  ASSERT_CU(cuGraphAddNode(&moved_node, graph, &cloned_node, nullptr, 1, &params));
+  // Moved once is moved for good: not into another node, and not destroyed on its own.
+  CUgraphNode again = nullptr;
+  EXPECT_EQ(cuGraphAddNode(&again, graph, nullptr, nullptr, 0, &params), CUDA_ERROR_INVALID_VALUE);
+  EXPECT_EQ(cuGraphDestroy(moved), CUDA_ERROR_INVALID_VALUE);
+  params.graph.ownership = static_cast<CUgraphChildGraphNodeOwnership>(7);
+  params.graph.graph = cloned;
+  EXPECT_EQ(cuGraphAddNode(&again, graph, nullptr, nullptr, 0, &params), CUDA_ERROR_INVALID_VALUE);
+
+  CUgraphExec exec = nullptr;
+  ASSERT_CU(cuGraphInstantiateWithFlags(&exec, graph, 0));
+  ASSERT_CU(cuGraphLaunch(exec, stream_));
+  ASSERT_CU(cuStreamSynchronize(stream_));
+  EXPECT_EQ(Read<int>(out, n), std::vector<int>(n, 5));
+  // The moved child's node is the executable graph's: it copies from b now. The cloned child's is not.
+  ASSERT_CU(cuGraphExecMemcpyNodeSetParams(exec, moved_copy, &from_b, context_));
+  EXPECT_EQ(cuGraphExecMemcpyNodeSetParams(exec, cloned_copy, &from_b, context_), CUDA_ERROR_INVALID_VALUE);
+  ASSERT_CU(cuGraphLaunch(exec, stream_));
+  ASSERT_CU(cuStreamSynchronize(stream_));
+  EXPECT_EQ(Read<int>(out, n), std::vector<int>(n, 7));
+
+  ASSERT_CU(cuGraphExecDestroy(exec));
+  ASSERT_CU(cuGraphDestroy(graph));  // and the moved child with it
+  ASSERT_CU(cuGraphDestroy(cloned));
+  ASSERT_CU(cuMemFree(a));
+  ASSERT_CU(cuMemFree(b));
+  ASSERT_CU(cuMemFree(out));
+}
+
 TEST_F(GraphTest, EmptyGraphsAndInvalidHandles) {
   CUgraph graph = nullptr;
   EXPECT_EQ(cuGraphCreate(&graph, 1), CUDA_ERROR_INVALID_VALUE);

@@ -174,6 +174,44 @@ TEST_F(Memory2DTest, DeviceToDevice2D) {
   EXPECT_CU(cuMemFree(b));
 }
 
+// A unified address of ordinary pageable memory is a host side, as the driver knows it (cuBLASXt copies its host
+// matrices so), both ways.
+TEST_F(Memory2DTest, UnifiedPageableHostSide) {
+  constexpr size_t kWidth = 48, kHeight = 7, kHostPitch = 64;
+  CUdeviceptr device = 0;
+  size_t pitch = 0;
+  ASSERT_CU(cuMemAllocPitch(&device, &pitch, kWidth, kHeight, 4));
+  const std::vector<uint8_t> host = Pattern(kHostPitch * kHeight, 11);
+  CUDA_MEMCPY2D up{};
+  up.srcMemoryType = CU_MEMORYTYPE_UNIFIED;
+  up.srcDevice = reinterpret_cast<CUdeviceptr>(host.data());
+  up.srcPitch = kHostPitch;
+  up.dstMemoryType = CU_MEMORYTYPE_DEVICE;
+  up.dstDevice = device;
+  up.dstPitch = pitch;
+  up.WidthInBytes = kWidth;
+  up.Height = kHeight;
+  ASSERT_CU(cuMemcpy2D(&up));
+  std::vector<uint8_t> back(kHostPitch * kHeight, 0);
+  CUDA_MEMCPY2D down{};
+  down.srcMemoryType = CU_MEMORYTYPE_DEVICE;
+  down.srcDevice = device;
+  down.srcPitch = pitch;
+  down.dstMemoryType = CU_MEMORYTYPE_UNIFIED;
+  down.dstDevice = reinterpret_cast<CUdeviceptr>(back.data());
+  down.dstPitch = kHostPitch;
+  down.WidthInBytes = kWidth;
+  down.Height = kHeight;
+  ASSERT_CU(cuMemcpy2DAsync(&down, stream_));
+  ASSERT_CU(cuStreamSynchronize(stream_));
+  for (size_t row = 0; row < kHeight; ++row) {
+    EXPECT_TRUE(std::equal(back.begin() + row * kHostPitch, back.begin() + row * kHostPitch + kWidth,
+                           host.begin() + row * kHostPitch))
+        << "row " << row;
+  }
+  EXPECT_CU(cuMemFree(device));
+}
+
 TEST_F(Memory2DTest, Memset2D) {
   CUdeviceptr ptr = 0;
   size_t pitch = 0;
