@@ -53,14 +53,20 @@ bool LoadBackendConfig(const std::string& path, BackendConfig* config, std::stri
     }
   }
   if (const toml::table* scheduling = root["scheduler"].as_table()) {
-    if (!CheckKeys(*scheduling, {"slice_us", "low_priority_budget_us", "saturation_us"}, "[scheduler]", error) ||
+    if (!CheckKeys(*scheduling, {"slice_us", "low_priority_budget_us", "saturation_us", "saturation_busy_percent"},
+                   "[scheduler]", error) ||
         !Read(*scheduling, "slice_us", &config->slice_us, error) ||
         !Read(*scheduling, "low_priority_budget_us", &config->low_priority_budget_us, error) ||
-        !Read(*scheduling, "saturation_us", &config->saturation_us, error)) {
+        !Read(*scheduling, "saturation_us", &config->saturation_us, error) ||
+        !Read(*scheduling, "saturation_busy_percent", &config->saturation_busy_percent, error)) {
       return false;
     }
     if (config->slice_us <= 0 || config->low_priority_budget_us <= 0 || config->saturation_us < 0) {
       *error = "[scheduler] times are positive (saturation_us may be 0)";
+      return false;
+    }
+    if (config->saturation_busy_percent < 0 || config->saturation_busy_percent > 100) {
+      *error = "[scheduler] saturation_busy_percent is 0 to 100";
       return false;
     }
   }

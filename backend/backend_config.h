@@ -36,6 +36,9 @@ struct BackendConfig {
   // Estimated GPU time in flight on a GPU below which every tenant of the top class starts work at once (the GPU is
   // not saturated; turns and weights apply above it, until it falls under half of it). 0: turns always.
   int64_t saturation_us = 2000;
+  // And only while the GPU time completed on it over the last 20 ms was at least this share of that time: a burst
+  // of queued work on a mostly idle GPU is not contention. 0: the in-flight mark alone decides.
+  int64_t saturation_busy_percent = 90;
   // [mps] control: nvidia-cuda-mps-control, for tenants with spatial sharing; empty: looked up on PATH and in
   // /usr/local/nvidia/bin, /usr/bin.
   std::string mps_control;

@@ -176,6 +176,7 @@ int main(int argc, char** argv) {
   settings.scheduling.low_priority_inflight_budget = std::chrono::microseconds(config.low_priority_budget_us);
   settings.scheduling.saturation_inflight = std::chrono::microseconds(config.saturation_us);
   settings.scheduling.desaturation_inflight = std::chrono::microseconds(config.saturation_us / 2);
+  settings.scheduling.saturation_busy_fraction = static_cast<double>(config.saturation_busy_percent) / 100.0;
 
   mkdir(config.state_dir.c_str(), 0700);
   std::string error;

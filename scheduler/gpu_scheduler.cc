@@ -118,8 +118,15 @@ bool GpuScheduler::WorkCompleted(SessionId session, KernelKey kernel, Duration g
   tenant.last_busy = now;
   tenant.normalized_usage += static_cast<double>(gpu_time.count()) / tenant.weight;
   cost_model_.Observe(kernel, gpu_time);
+  recent_completions_.emplace_back(now, gpu_time);
+  busy_in_window_ += gpu_time;
   Refresh(now);
   return true;
+}
+
+double GpuScheduler::BusyFraction() const {
+  if (config_.busy_window <= Duration::zero()) return 0;
+  return static_cast<double>(busy_in_window_.count()) / static_cast<double>(config_.busy_window.count());
 }
 
 void GpuScheduler::Tick(TimePoint now) { Refresh(Advance(now)); }
@@ -218,12 +225,19 @@ void GpuScheduler::Refresh(TimePoint now) {
   for (size_t c = 0; c < kPriorityClassCount; ++c) {
     if (least_backlogged[c]) usage_floor_[c] = std::max(usage_floor_[c], *least_backlogged[c]);
   }
-  // Saturation: the estimated GPU time queued or running on this GPU, over every session.
+  // Saturation: the estimated GPU time queued or running on this GPU, over every session, on a GPU that has been
+  // busy for most of the last window.
   Duration inflight{0};
   for (const auto& [id, session] : sessions_) inflight += session.inflight_estimate;
+  while (!recent_completions_.empty() && recent_completions_.front().first < now - config_.busy_window) {
+    busy_in_window_ -= recent_completions_.front().second;
+    recent_completions_.pop_front();
+  }
+  const bool busy =
+      config_.saturation_busy_fraction <= 0 || BusyFraction() >= config_.saturation_busy_fraction;
   if (config_.saturation_inflight <= Duration::zero()) {
     saturated_ = true;
-  } else if (inflight >= config_.saturation_inflight) {
+  } else if (inflight >= config_.saturation_inflight && busy) {
     saturated_ = true;
     below_since_.reset();
   } else if (saturated_ && inflight < std::min(config_.desaturation_inflight, config_.saturation_inflight)) {

@@ -18,6 +18,7 @@
 #include <deque>
 #include <map>
 #include <optional>
+#include <utility>
 #include <vector>
 
 #include "scheduler/clock.h"
@@ -70,8 +71,12 @@ class GpuScheduler {
   // Introspection, for reporting and tests.
   std::optional<TenantId> slice_holder() const { return holder_; }
   std::optional<PriorityClass> top_active_class() const { return top_active_; }
-  // Whether the GPU's in-flight estimate is past SchedulerConfig::saturation_inflight (turns apply).
+  // Whether the GPU is saturated (turns apply): its in-flight estimate past SchedulerConfig::saturation_inflight
+  // while it is busy enough (saturation_busy_fraction), until the hysteresis ends it.
   bool saturated() const { return saturated_; }
+  // The GPU time completed here in the last SchedulerConfig::busy_window, as a fraction of the window (as of the
+  // last event or tick).
+  double BusyFraction() const;
   uint64_t Pending(SessionId session) const;
   Duration InflightEstimate(SessionId session) const;
   size_t InflightCount(SessionId session) const;
@@ -135,6 +140,9 @@ class GpuScheduler {
   TimePoint slice_start_{};
   std::optional<TimePoint> holder_idle_since_;  // when the holder last ran out of work, while it still holds
   bool saturated_;  // see SchedulerConfig::saturation_inflight; updated in Refresh
+  // Completions in the busy window (when, GPU time), oldest first, and their sum.
+  std::deque<std::pair<TimePoint, Duration>> recent_completions_;
+  Duration busy_in_window_{0};
   std::optional<TimePoint> below_since_;  // saturated, but in flight below the lower mark since then
   // Per class, a floor under which a tenant's normalized usage is not left when it gets work again after being
   // idle, so time spent idle does not become a claim on the GPU (less one slice of credit, so brief gaps between

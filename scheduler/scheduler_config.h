@@ -27,6 +27,13 @@ struct SchedulerConfig {
   // anticipation window (hysteresis: a saturating tenant's short gaps between batches do not end it). At most
   // saturation_inflight.
   Duration desaturation_inflight{0};
+  // Saturation also needs a busy GPU: the GPU time of the work that completed on it in the last busy_window, over
+  // that window, at least this fraction. A launch-bound tenant queues a step's kernels in a burst (past the
+  // in-flight mark for a moment) on a GPU that is idle most of the time, and turns would only make its neighbour
+  // wait (measured: 1.35-1.48x for a batch-1 inference beside a conv net training step). Zero: the in-flight mark
+  // alone decides.
+  double saturation_busy_fraction = 0;
+  Duration busy_window = std::chrono::milliseconds(20);
   // Estimate for a kernel key never seen to complete.
   Duration default_kernel_estimate = std::chrono::microseconds(500);
   // Weight of a new observation in a kernel's moving-average estimate, in (0, 1].

@@ -203,11 +203,17 @@ CUresult cuKernelGetParamInfo(CUkernel kernel, size_t index, size_t* offset, siz
   Client* client;
   CURELAY_RETURN_IF_ERROR(RequireClient(&client));
   if (kernel == nullptr || !client->kernels.Contains(kernel)) return CUDA_ERROR_INVALID_HANDLE;
-  if (offset == nullptr || size == nullptr || index >= kernel->parameters.offsets.size()) {
-    return CUDA_ERROR_INVALID_VALUE;
+  const KernelParameters* parameters = &kernel->parameters;
+  // A kernel got before any context existed may have had no layout then: its function in the current context
+  // knows it (and is made once per context anyway for launches).
+  CUfunction bound = nullptr;
+  if (parameters->offsets.empty() && CurrentContext() != nullptr &&
+      KernelFunction(*client, kernel, &bound) == CUDA_SUCCESS) {
+    parameters = &bound->parameters;
   }
-  *offset = kernel->parameters.offsets[index];
-  *size = kernel->parameters.sizes[index];
+  if (offset == nullptr || index >= parameters->offsets.size()) return CUDA_ERROR_INVALID_VALUE;
+  *offset = parameters->offsets[index];
+  if (size != nullptr) *size = parameters->sizes[index];  // optional, as natively
   return CUDA_SUCCESS;
 }
 

@@ -167,11 +167,9 @@ CUresult cuFuncGetParamInfo(CUfunction function, size_t index, size_t* offset, s
   Client* client;
   CURELAY_RETURN_IF_ERROR(RequireClient(&client));
   if (function == nullptr || !client->functions.Contains(function)) return CUDA_ERROR_INVALID_HANDLE;
-  if (offset == nullptr || size == nullptr || index >= function->parameters.offsets.size()) {
-    return CUDA_ERROR_INVALID_VALUE;
-  }
+  if (offset == nullptr || index >= function->parameters.offsets.size()) return CUDA_ERROR_INVALID_VALUE;
   *offset = function->parameters.offsets[index];
-  *size = function->parameters.sizes[index];
+  if (size != nullptr) *size = function->parameters.sizes[index];  // optional, as natively
   return CUDA_SUCCESS;
 }
 

@@ -197,6 +197,11 @@ TEST_F(DriverApiTest, LaunchesWithEveryParameterShapeInBothForms) {
     buffer.resize(std::max(buffer.size(), offset + size));
     std::memcpy(buffer.data() + offset, params[i], size);
   }
+  size_t last_offset = 0;
+  ASSERT_CU(cuFuncGetParamInfo(probe, 7, &last_offset, nullptr));  // the size is optional
+  EXPECT_EQ(last_offset + sizeof(CUdeviceptr), buffer.size());
+  size_t unused = 0;
+  EXPECT_EQ(cuFuncGetParamInfo(probe, 8, &unused, nullptr), CUDA_ERROR_INVALID_VALUE);  // past the last one
   size_t buffer_size = buffer.size();
   void* extra[] = {CU_LAUNCH_PARAM_BUFFER_POINTER, buffer.data(), CU_LAUNCH_PARAM_BUFFER_SIZE, &buffer_size,
                    CU_LAUNCH_PARAM_END};

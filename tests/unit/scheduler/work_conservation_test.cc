@@ -81,6 +81,39 @@ TEST_F(WorkConservationTest, AHigherClassStillStopsALowerOneOnAnIdleGpu) {
   EXPECT_TRUE(scheduler_.TryDispatch(kHigh, kKernel, At(0ms)).allowed());
 }
 
+// With a busy-fraction condition: work queued past the in-flight mark on a GPU that was mostly idle over the last
+// window (a launch-bound tenant's burst) brings no turns; the same queue on a GPU busy for most of the window does.
+TEST(WorkConservationBusyTest, ABurstOnAMostlyIdleGpuIsNotSaturation) {
+  SchedulerConfig config;
+  config.saturation_inflight = 2ms;
+  config.desaturation_inflight = 1ms;
+  config.saturation_busy_fraction = 0.9;
+  config.busy_window = 20ms;
+  Scheduler scheduler(config);
+  TenantLimits normal;
+  ASSERT_EQ(scheduler.AddTenant(kA, normal), Status::kOk);
+  ASSERT_EQ(scheduler.AddTenant(kB, normal), Status::kOk);
+  ASSERT_EQ(scheduler.OpenSession(kSessionA, kA, 0, At(0ms)), Status::kOk);
+  ASSERT_EQ(scheduler.OpenSession(kSessionB, kB, 0, At(0ms)), Status::kOk);
+  const GpuScheduler& gpu = *scheduler.FindGpu(0);
+  // A burst of 3 ms queued on an idle GPU: past the mark, yet no saturation, and B starts at once.
+  for (int i = 0; i < 3; ++i) ASSERT_TRUE(scheduler.WorkDispatched(kSessionA, kKernel, At(0ms), 1ms).allowed());
+  EXPECT_FALSE(gpu.saturated());
+  scheduler.WorkArrived(kSessionB, At(0ms));
+  EXPECT_TRUE(scheduler.GetGrant(kSessionB)->may_dispatch);
+  // A's work keeps the GPU busy: 18 ms of completions over the next 20 ms, each followed by more queued work.
+  for (int ms = 1; ms <= 18; ++ms) {
+    ASSERT_EQ(scheduler.WorkCompleted(kSessionA, kKernel, 1ms, At(std::chrono::milliseconds(ms))), Status::kOk);
+    ASSERT_TRUE(scheduler.WorkDispatched(kSessionA, kKernel, At(std::chrono::milliseconds(ms)), 1ms).allowed());
+  }
+  EXPECT_NEAR(gpu.BusyFraction(), 0.9, 1e-9);
+  EXPECT_TRUE(gpu.saturated());  // now the queue is contention: turns apply
+  EXPECT_FALSE(scheduler.GetGrant(kSessionB)->may_dispatch);
+  // Completions older than the window stop counting.
+  scheduler.Tick(At(60ms));
+  EXPECT_EQ(gpu.BusyFraction(), 0.0);
+}
+
 TEST(WorkConservationConfigTest, ZeroMeansTurnsAlways) {
   Scheduler scheduler;  // saturation_inflight 0
   TenantLimits normal;
