@@ -15,7 +15,8 @@
 #   priority  batch-1 inference answered request by request (a high-priority tenant) beside the transformer's
 #             training step (a low-priority tenant): the high tenant's p50/p99 against it alone, the low tenant's
 #             steps per second; native pair for reference
-# CURELAY_BENCH_ROUNDS (default 3) rounds, modes alternating within each; medians are printed.
+# CURELAY_BENCH_ROUNDS (default 3) rounds, modes alternating within each; medians are printed. The backends' log
+# goes to $OUT/colocation-backend.log when OUT is set (CURELAY_GPU_LOG_LEVEL, default warn, sets its level).
 # Usage: bench/run_colocation.sh [build-dir]
 set -uo pipefail
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
@@ -32,7 +33,9 @@ stop_backend() {
   wait "$backend" 2>/dev/null
   backend=
 }
-trap 'stop_backend; rm -rf "$work"' EXIT
+# The backends' log (executors' "scheduled work" lines, warnings) outlives the run when OUT names a folder.
+keep_log() { [ -n "${OUT:-}" ] && mkdir -p "$OUT" && cp "$work/backend.log" "$OUT/colocation-backend.log" 2>/dev/null; true; }
+trap 'stop_backend; keep_log; rm -rf "$work"' EXIT
 
 # start_backend SATURATION_US: a backend that admits anonymous sessions and tenants.
 start_backend() {
@@ -44,7 +47,7 @@ listen = ["ipc://$runtime/b.sock"]
 driver = "$real"
 runtime_dir = "$runtime"
 state_dir = "$runtime/state"
-log_level = "warn"
+log_level = "${CURELAY_GPU_LOG_LEVEL:-warn}"
 warm_pool = 2
 allow_anonymous = true
 [scheduler]
