@@ -419,6 +419,8 @@ CUresult Session::DecodeNodeParameters(const wire::GraphAddNode& spec, std::span
     case wire::GraphNodeKind::ChildGraph:
       parameters->child = FindGraph(spec.child_graph());
       return parameters->child != nullptr ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
+    case wire::GraphNodeKind::Conditional:
+      return CUDA_SUCCESS;  // made in GraphAddNode (the driver hands out its bodies); never updated
   }
   return CUDA_ERROR_INVALID_VALUE;
 }
@@ -458,6 +460,9 @@ Session::Outcome Session::GraphAddNode(const wire::GraphAddNode& call, std::span
     case wire::GraphNodeKind::Memcpy:
       result = add(driver_.cuGraphAddMemcpyNode, &parameters.copy, CurrentDriverContext());
       break;
+    case wire::GraphNodeKind::Conditional:
+      result = AddConditionalNode(call, graph, dependencies, edges != nullptr, &node);
+      break;
     case wire::GraphNodeKind::ChildGraph:
       if (!call.child_graph_moved()) {
         result = add(driver_.cuGraphAddChildGraphNode, parameters.child);
@@ -495,12 +500,62 @@ Session::Outcome Session::GraphAddNode(const wire::GraphAddNode& call, std::span
         graphs_.erase(call.child_graph());  // a moved child goes with its node
         ForgetGraphNodes(call.child_graph());
       }
+      if (call.conditional_bodies() != nullptr) {  // so do a conditional node's bodies
+        for (uint64_t body : *call.conditional_bodies()) {
+          moved_graph_owners_.erase(body);
+          graphs_.erase(body);
+          ForgetGraphNodes(body);
+        }
+      }
     }
   }
   if (result != CUDA_SUCCESS) return {result};
   Outcome outcome;
   outcome.body = EncodeNodes(call.graph(), &node, 1).Union();
   outcome.body_type = wire::ReplyBody::GraphNodes;
+  return outcome;
+}
+
+// A conditional node: the driver makes its body graphs, which become the graphs the client named for them, owned
+// by `graph` (destroyed with it, as moved child graphs are).
+CUresult Session::AddConditionalNode(const wire::GraphAddNode& call, CUgraph graph,
+                                     const std::vector<CUgraphNode>& dependencies, bool joined_later,
+                                     CUgraphNode* node) {
+  if (driver_.cuGraphAddNode_v2 == nullptr) return CUDA_ERROR_NOT_SUPPORTED;
+  const auto* bodies = call.conditional_bodies();
+  constexpr size_t kMostBodies = 1024;  // a switch's size; far above what programs use
+  if (bodies == nullptr || bodies->size() == 0 || bodies->size() > kMostBodies) return CUDA_ERROR_INVALID_VALUE;
+  for (uint64_t body : *bodies) {
+    if (body == 0 || graphs_.count(body) != 0) return CUDA_ERROR_INVALID_VALUE;
+  }
+  CUgraphNodeParams params{};
+  params.type = CU_GRAPH_NODE_TYPE_CONDITIONAL;
+  params.conditional.handle = call.conditional_handle();
+  params.conditional.type = static_cast<CUgraphConditionalNodeType>(call.conditional_type());
+  params.conditional.size = static_cast<unsigned>(bodies->size());
+  params.conditional.ctx = CurrentDriverContext();
+  const CUresult result =
+      joined_later ? driver_.cuGraphAddNode_v2(node, graph, nullptr, nullptr, 0, &params)
+                   : driver_.cuGraphAddNode_v2(node, graph, dependencies.data(), nullptr, dependencies.size(), &params);
+  if (result != CUDA_SUCCESS) return result;
+  if (params.conditional.phGraph_out == nullptr) return CUDA_ERROR_UNKNOWN;
+  for (size_t i = 0; i < bodies->size(); ++i) {
+    graphs_[bodies->Get(i)] = params.conditional.phGraph_out[i];
+    moved_graph_owners_[bodies->Get(i)] = call.graph();
+  }
+  return CUDA_SUCCESS;
+}
+
+Session::Outcome Session::GraphConditionalHandleCreate(const wire::GraphConditionalHandleCreate& call) {
+  if (driver_.cuGraphConditionalHandleCreate == nullptr) return {CUDA_ERROR_NOT_SUPPORTED};
+  CUgraph graph = FindGraph(call.graph());
+  if (graph == nullptr) return {CUDA_ERROR_INVALID_VALUE};
+  CUgraphConditionalHandle handle = 0;
+  Outcome outcome;
+  outcome.result = driver_.cuGraphConditionalHandleCreate(&handle, graph, CurrentDriverContext(),
+                                                          call.default_value(), call.flags());
+  outcome.body = wire::CreateIntegerValue(builder_, static_cast<int64_t>(handle)).Union();
+  outcome.body_type = wire::ReplyBody::IntegerValue;
   return outcome;
 }
 

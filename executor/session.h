@@ -155,6 +155,8 @@ class Session {
   flatbuffers::Offset<wire::GraphNodes> EncodeNodes(uint64_t graph, const CUgraphNode* nodes, size_t count);
   void ForgetGraphNodes(uint64_t graph);
   void ForgetMovedGraphs(uint64_t owner);
+  CUresult AddConditionalNode(const wire::GraphAddNode& call, CUgraph graph,
+                              const std::vector<CUgraphNode>& dependencies, bool joined_later, CUgraphNode* node);
   Outcome Memcpy2DChecked(const wire::Memcpy2D& call, std::span<const uint8_t> payload);
   void LogRefusedLaunch(CUfunction function, const wire::LaunchKernel& call, size_t argument_bytes, CUresult result);  // the graphs moved into `owner`'s nodes, when it is destroyed
   void ReleaseGraphs();

@@ -186,9 +186,65 @@ CUresult RequireCurrent(CUcontext context) {
   return context == current ? CUDA_SUCCESS : CUDA_ERROR_NOT_SUPPORTED;
 }
 
+// A conditional node. The executor's driver makes its body graphs; they get client graphs here, handed out in an
+// array the parent graph keeps (phGraph_out is the driver's to fill, valid as long as the node), and go with it.
+CUresult ConditionalNode(const NodeTarget& target, CUDA_CONDITIONAL_NODE_PARAMS& conditional) {
+  const unsigned size = conditional.size;
+  const bool size_fits = (conditional.type == CU_GRAPH_COND_TYPE_IF && (size == 1 || size == 2)) ||
+                         (conditional.type == CU_GRAPH_COND_TYPE_WHILE && size == 1) ||
+                         (conditional.type == CU_GRAPH_COND_TYPE_SWITCH && size >= 1 && size <= 1024);
+  if (!size_fits || conditional.handle == 0) return CUDA_ERROR_INVALID_VALUE;
+  if (target.graph == nullptr || !Graphs().graphs.Contains(target.graph)) return CUDA_ERROR_INVALID_VALUE;
+  CURELAY_RETURN_IF_ERROR(RequireCurrent(conditional.ctx));
+  std::vector<CUgraph> bodies;
+  std::vector<uint64_t> body_ids;
+  for (unsigned i = 0; i < size; ++i) {
+    bodies.push_back(CreateGraphObject(NextObjectId()));
+    body_ids.push_back(bodies.back()->id);
+  }
+  flatbuffers::Offset<flatbuffers::Vector<uint64_t>> body_vector;
+  const CUresult result = SendNode(
+      target, wire::GraphNodeKind::Conditional, {},
+      [&](flatbuffers::FlatBufferBuilder& builder) { body_vector = builder.CreateVector(body_ids); },
+      [&](wire::GraphAddNodeBuilder& fields) {
+        fields.add_conditional_handle(conditional.handle);
+        fields.add_conditional_type(static_cast<uint32_t>(conditional.type));
+        fields.add_conditional_bodies(body_vector);
+      });
+  if (result != CUDA_SUCCESS) {
+    for (CUgraph body : bodies) DestroyGraphObject(body);
+    return result;
+  }
+  for (CUgraph body : bodies) {
+    std::lock_guard<std::mutex> lock(body->mutex);
+    body->owner = target.graph;
+  }
+  std::lock_guard<std::mutex> lock(target.graph->mutex);
+  target.graph->moved_children.insert(target.graph->moved_children.end(), bodies.begin(), bodies.end());
+  conditional.phGraph_out = target.graph->body_arrays.emplace_back(std::move(bodies)).data();
+  return CUDA_SUCCESS;
+}
+
 }  // namespace
 
 extern "C" {
+
+// The handle is the executor driver's: kernels get it as an argument and set it in device code.
+CUresult cuGraphConditionalHandleCreate(CUgraphConditionalHandle* handle, CUgraph graph, CUcontext context,
+                                        unsigned int default_value, unsigned int flags) {
+  Client* client;
+  CURELAY_RETURN_IF_ERROR(RequireContext(&client));
+  if (handle == nullptr || graph == nullptr || !Graphs().graphs.Contains(graph)) return CUDA_ERROR_INVALID_VALUE;
+  CURELAY_RETURN_IF_ERROR(RequireCurrent(context));
+  auto& builder = Builder();
+  const auto call = wire::CreateGraphConditionalHandleCreate(builder, graph->id, default_value, flags).Union();
+  ReplyMessage reply;
+  CURELAY_RETURN_IF_ERROR(client->Call(builder, wire::Call::GraphConditionalHandleCreate, call, {}, &reply));
+  const auto* value = reply.reply->body_as_IntegerValue();
+  if (value == nullptr) return CUDA_ERROR_UNKNOWN;
+  *handle = static_cast<CUgraphConditionalHandle>(value->value());
+  return CUDA_SUCCESS;
+}
 
 CUresult cuGraphAddEmptyNode(CUgraphNode* node, CUgraph graph, const CUgraphNode* dependencies, size_t count) {
   return SendNode(Adding(node, graph, dependencies, count), wire::GraphNodeKind::Empty, {}, nullptr,
@@ -289,6 +345,8 @@ CUresult cuGraphAddNode_v2(CUgraphNode* node, CUgraph graph, const CUgraphNode* 
       if (params->memcpy.flags != 0) return CUDA_ERROR_INVALID_VALUE;
       CURELAY_RETURN_IF_ERROR(RequireCurrent(params->memcpy.copyCtx));
       return MemcpyNode(target, &params->memcpy.copyParams);
+    case CU_GRAPH_NODE_TYPE_CONDITIONAL:
+      return ConditionalNode(target, params->conditional);
     default:
       Log().warn("cuGraphAddNode: node type {} is not supported", static_cast<int>(params->type));
       return CUDA_ERROR_NOT_SUPPORTED;

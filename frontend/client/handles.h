@@ -8,6 +8,7 @@
 #include <array>
 #include <atomic>
 #include <cstdint>
+#include <deque>
 #include <map>
 #include <mutex>
 #include <string>
@@ -126,7 +127,8 @@ struct CUgraph_st {
   std::vector<CUgraphNode> all_nodes;
   // Moved into a child-graph node of `owner` (CU_GRAPH_CHILD_GRAPH_OWNERSHIP_MOVE): destroyed with it, never alone.
   CUgraph owner = nullptr;
-  std::vector<CUgraph> moved_children;
+  std::vector<CUgraph> moved_children;  // and the bodies of its conditional nodes
+  std::deque<std::vector<CUgraph>> body_arrays;  // each conditional node's phGraph_out, as long as the graph lives
 };
 
 struct CUgraphExec_st {

@@ -34,6 +34,9 @@ struct Node {
   // A child graph moved into this node (CU_GRAPH_CHILD_GRAPH_OWNERSHIP_MOVE): an executable graph runs its nodes,
   // which stay the child's own (updatable through the executable graph), instead of `op`.
   std::shared_ptr<Graph> moved_child;
+  // A conditional node's bodies and the array its creator was handed (phGraph_out).
+  std::vector<std::shared_ptr<Graph>> bodies;
+  std::vector<CUgraph> body_handles;
 };
 
 struct Graph {
@@ -79,6 +82,13 @@ struct State {
   std::unordered_map<uint64_t, EventCapture> events;            // events last recorded in a capture
   std::unordered_map<uint64_t, std::shared_ptr<Graph>> graphs;  // finished and created graphs
   std::unordered_map<uint64_t, std::shared_ptr<Graph>> moved_graphs;  // owned by a node of another graph
+  // Conditional handles: the value each launch starts with, if it is assigned at launch. Device code cannot set a
+  // condition here (no device runtime), so a condition is its default.
+  struct Condition {
+    unsigned default_value = 0;
+    bool assign_default = false;
+  };
+  std::unordered_map<uint64_t, Condition> conditions;
   std::unordered_map<uint64_t, std::shared_ptr<Node>> nodes;    // nodes of live graphs and captures
   std::unordered_map<uint64_t, std::shared_ptr<Exec>> execs;
   uint64_t next_capture_id = 1;
@@ -97,6 +107,10 @@ void ForgetNodes(State& s, const Graph& graph) {
     if (node->moved_child != nullptr) {  // destroyed with its owner
       ForgetNodes(s, *node->moved_child);
       s.moved_graphs.erase(node->moved_child->handle);
+    }
+    for (const auto& body : node->bodies) {  // so are a conditional node's bodies
+      ForgetNodes(s, *body);
+      s.moved_graphs.erase(body->handle);
     }
   }
 }
@@ -141,6 +155,63 @@ CUresult RunMovedGraph(const Graph& graph) {
     const CUresult r = node->moved_child != nullptr ? RunMovedGraph(*node->moved_child) : node->op();
     if (r != CUDA_SUCCESS) return r;
   }
+  return CUDA_SUCCESS;
+}
+
+std::shared_ptr<Graph> FindGraph(State& s, CUgraph handle);
+
+// Runs a conditional node's body as its condition (the handle's default) says: if/else once, a switch's body n, a
+// while loop only while a condition set by device code could end it, which needs the device runtime this driver
+// does not have (so a non-zero while condition is refused at launch).
+CUresult RunConditional(const std::vector<std::shared_ptr<Graph>>& bodies, CUgraphConditionalNodeType type,
+                        unsigned value) {
+  switch (type) {
+    case CU_GRAPH_COND_TYPE_IF:
+      if (value != 0) return RunMovedGraph(*bodies[0]);
+      return bodies.size() == 2 ? RunMovedGraph(*bodies[1]) : CUDA_SUCCESS;
+    case CU_GRAPH_COND_TYPE_SWITCH:
+      return value < bodies.size() ? RunMovedGraph(*bodies[value]) : CUDA_SUCCESS;
+    case CU_GRAPH_COND_TYPE_WHILE:
+      return value == 0 ? CUDA_SUCCESS : CUDA_ERROR_NOT_SUPPORTED;
+  }
+  return CUDA_ERROR_INVALID_VALUE;
+}
+
+CUresult AddConditionalNode(CUgraphNode* node_out, CUgraph graph_handle, const CUgraphNode* dependencies,
+                            size_t count, CUDA_CONDITIONAL_NODE_PARAMS& params) {
+  const unsigned size = params.size;
+  const bool size_fits = (params.type == CU_GRAPH_COND_TYPE_IF && (size == 1 || size == 2)) ||
+                         (params.type == CU_GRAPH_COND_TYPE_WHILE && size == 1) ||
+                         (params.type == CU_GRAPH_COND_TYPE_SWITCH && size >= 1);
+  if (!size_fits) return CUDA_ERROR_INVALID_VALUE;
+  State::Condition condition;
+  std::vector<std::shared_ptr<Graph>> bodies;
+  {
+    State& s = state();
+    std::lock_guard lock(s.mu);
+    const auto found = s.conditions.find(params.handle);
+    if (found == s.conditions.end()) return CUDA_ERROR_INVALID_VALUE;
+    condition = found->second;
+    for (unsigned i = 0; i < size; ++i) {
+      bodies.push_back(std::make_shared<Graph>());
+      bodies.back()->handle = Driver::Get().NewHandle();
+    }
+  }
+  const CUgraphConditionalNodeType type = params.type;
+  // Without the device runtime the condition is the handle's default at every launch, assigned or not.
+  const unsigned value = condition.default_value;
+  const CUresult r = AddGraphNode(graph_handle, dependencies, count, CU_GRAPH_NODE_TYPE_CONDITIONAL,
+                                  [bodies, type, value] { return RunConditional(bodies, type, value); }, node_out);
+  if (r != CUDA_SUCCESS) return r;
+  State& s = state();
+  std::lock_guard lock(s.mu);
+  const std::shared_ptr<Node>& node = s.nodes.at(HandleValue(*node_out));
+  node->bodies = bodies;
+  for (const auto& body : bodies) {
+    s.moved_graphs.emplace(body->handle, body);
+    node->body_handles.push_back(ToHandle<CUgraph>(body->handle));
+  }
+  params.phGraph_out = node->body_handles.data();
   return CUDA_SUCCESS;
 }
 
@@ -598,6 +669,9 @@ CUresult CUDAAPI cuGraphAddNode_v2(CUgraphNode* phGraphNode, CUgraph hGraph, con
   return emu::Guard([&] {
     if (CUresult r = emu::CheckInit(); r != CUDA_SUCCESS) return r;
     if (nodeParams == nullptr) return CUDA_ERROR_INVALID_VALUE;
+    if (nodeParams->type == CU_GRAPH_NODE_TYPE_CONDITIONAL && edgeData == nullptr) {
+      return emu::AddConditionalNode(phGraphNode, hGraph, dependencies, numDependencies, nodeParams->conditional);
+    }
     if (nodeParams->type != CU_GRAPH_NODE_TYPE_GRAPH || edgeData != nullptr) return CUDA_ERROR_NOT_SUPPORTED;
     const CUgraph child_handle = nodeParams->graph.graph;
     if (nodeParams->graph.ownership == CU_GRAPH_CHILD_GRAPH_OWNERSHIP_CLONE) {
@@ -622,6 +696,21 @@ CUresult CUDAAPI cuGraphAddNode_v2(CUgraphNode* phGraphNode, CUgraph hGraph, con
     s.nodes.at(emu::HandleValue(*phGraphNode))->moved_child = child;
     s.graphs.erase(child->handle);
     s.moved_graphs.emplace(child->handle, child);
+    return CUDA_SUCCESS;
+  });
+}
+
+CUresult CUDAAPI cuGraphConditionalHandleCreate(CUgraphConditionalHandle* pHandle_out, CUgraph hGraph, CUcontext,
+                                                unsigned int defaultLaunchValue, unsigned int flags) {
+  return emu::Guard([&] {
+    if (CUresult r = emu::CheckInit(); r != CUDA_SUCCESS) return r;
+    if (pHandle_out == nullptr || (flags & ~CU_GRAPH_COND_ASSIGN_DEFAULT) != 0) return CUDA_ERROR_INVALID_VALUE;
+    emu::State& s = emu::state();
+    std::lock_guard lock(s.mu);
+    if (emu::FindGraph(s, hGraph) == nullptr) return CUDA_ERROR_INVALID_VALUE;
+    const uint64_t handle = emu::Driver::Get().NewHandle();
+    s.conditions[handle] = {defaultLaunchValue, (flags & CU_GRAPH_COND_ASSIGN_DEFAULT) != 0};
+    *pHandle_out = handle;
     return CUDA_SUCCESS;
   });
 }

@@ -11,6 +11,7 @@
 #include <fstream>
 #include <sstream>
 #include <thread>
+#include <tuple>
 #include <vector>
 
 #include "tests/integration/kernel_test_fixture.h"
@@ -940,6 +941,87 @@ TEST_F(GraphTest, MovedChildGraphNodesAreUpdatedThroughTheParent) {
   ASSERT_CU(cuGraphDestroy(cloned));
   ASSERT_CU(cuMemFree(a));
   ASSERT_CU(cuMemFree(b));
+  ASSERT_CU(cuMemFree(out));
+}
+
+// Conditional nodes: the driver makes the bodies, which are filled with the ordinary node calls and go with the
+// parent graph. (The emulated driver has no device runtime, so a condition is its handle's default value.)
+TEST_F(GraphTest, ConditionalNodesRunTheBodyTheirConditionSelects) {
+  constexpr int n = 32;
+  CUdeviceptr out = 0;
+  ASSERT_CU(cuMemAlloc(&out, n * sizeof(int)));
+  const auto add_conditional = [&](CUgraph graph, unsigned default_value, CUgraphConditionalNodeType type,
+                                   unsigned size, CUgraph** bodies) {
+    CUgraphConditionalHandle handle = 0;
+    ASSERT_CU(cuGraphConditionalHandleCreate(&handle, graph, context_, default_value, CU_GRAPH_COND_ASSIGN_DEFAULT));
+    CUgraphNodeParams params{};
+    params.type = CU_GRAPH_NODE_TYPE_CONDITIONAL;
+    params.conditional.handle = handle;
+    params.conditional.type = type;
+    params.conditional.size = size;
+    params.conditional.ctx = context_;
+    CUgraphNode node = nullptr;
+    ASSERT_CU(cuGraphAddNode(&node, graph, nullptr, nullptr, 0, &params));
+    ASSERT_NE(params.conditional.phGraph_out, nullptr);
+    CUgraphNodeType node_type = CU_GRAPH_NODE_TYPE_EMPTY;
+    ASSERT_CU(cuGraphNodeGetType(node, &node_type));
+    EXPECT_EQ(node_type, CU_GRAPH_NODE_TYPE_CONDITIONAL);
+    *bodies = params.conditional.phGraph_out;
+  };
+  const auto fill_in = [&](CUgraph body, unsigned value) {
+    CUDA_MEMSET_NODE_PARAMS memset{};
+    memset.dst = out;
+    memset.value = value;
+    memset.elementSize = 4;
+    memset.width = n;
+    memset.height = 1;
+    CUgraphNode node = nullptr;
+    ASSERT_CU(cuGraphAddMemsetNode(&node, body, nullptr, 0, &memset, context_));
+  };
+  const auto run = [&](CUgraph graph) {
+    CUgraphExec exec = nullptr;
+    ASSERT_CU(cuMemsetD32(out, 0, n));
+    ASSERT_CU(cuCtxSynchronize());
+    ASSERT_CU(cuGraphInstantiateWithFlags(&exec, graph, 0));
+    ASSERT_CU(cuGraphLaunch(exec, stream_));
+    ASSERT_CU(cuStreamSynchronize(stream_));
+    ASSERT_CU(cuGraphExecDestroy(exec));
+  };
+  // if (1) { 11 } else { 22 }, then if (0) { 11 } else { 22 }, then switch (1) { 0: 10, 1: 21, 2: 32 }.
+  for (const auto& [default_value, type, size, expected] :
+       std::vector<std::tuple<unsigned, CUgraphConditionalNodeType, unsigned, int>>{
+           {1, CU_GRAPH_COND_TYPE_IF, 2, 11}, {0, CU_GRAPH_COND_TYPE_IF, 2, 22}, {1, CU_GRAPH_COND_TYPE_SWITCH, 3, 21}}) {
+    CUgraph graph = nullptr;
+    ASSERT_CU(cuGraphCreate(&graph, 0));
+    CUgraph* bodies = nullptr;
+    add_conditional(graph, default_value, type, size, &bodies);
+    for (unsigned i = 0; i < size; ++i) {
+      fill_in(bodies[i], type == CU_GRAPH_COND_TYPE_IF ? 11 * (i + 1) : 10 + 11 * i);
+    }
+    run(graph);
+    EXPECT_EQ(Read<int>(out, n), std::vector<int>(n, expected)) << "condition " << default_value;
+    EXPECT_EQ(cuGraphDestroy(bodies[0]), CUDA_ERROR_INVALID_VALUE);  // the parent's
+    ASSERT_CU(cuGraphDestroy(graph));
+  }
+  // Sizes the type does not allow, and a handle that is not one.
+  CUgraph graph = nullptr;
+  ASSERT_CU(cuGraphCreate(&graph, 0));
+  CUgraphConditionalHandle handle = 0;
+  ASSERT_CU(cuGraphConditionalHandleCreate(&handle, graph, context_, 0, 0));
+  CUgraphNodeParams params{};
+  params.type = CU_GRAPH_NODE_TYPE_CONDITIONAL;
+  params.conditional.handle = handle;
+  params.conditional.type = CU_GRAPH_COND_TYPE_WHILE;
+  params.conditional.size = 2;
+  CUgraphNode node = nullptr;
+  EXPECT_EQ(cuGraphAddNode(&node, graph, nullptr, nullptr, 0, &params), CUDA_ERROR_INVALID_VALUE);
+  params.conditional.type = CU_GRAPH_COND_TYPE_IF;
+  params.conditional.size = 3;
+  EXPECT_EQ(cuGraphAddNode(&node, graph, nullptr, nullptr, 0, &params), CUDA_ERROR_INVALID_VALUE);
+  params.conditional.size = 1;
+  params.conditional.handle = handle + 12345;
+  EXPECT_EQ(cuGraphAddNode(&node, graph, nullptr, nullptr, 0, &params), CUDA_ERROR_INVALID_VALUE);
+  ASSERT_CU(cuGraphDestroy(graph));
   ASSERT_CU(cuMemFree(out));
 }
 
