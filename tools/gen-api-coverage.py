@@ -199,8 +199,9 @@ def main() -> None:
         "| captured copies into pageable memory (see above) |",
         "| simpleCudaGraphs | `cudaGraphAddMemcpyNode` with pageable host memory: 801 | the same, as an explicit node |",
         "| jacobiCudaGraphs | wrong result | a captured pageable host-to-device copy replays its capture-time bytes |",
-        "| graphConditionalNodes | 801 | conditional nodes were not supported in this run (they are since 61e2c1f; "
-        "not yet run on the GPU host) |",
+        "| graphConditionalNodes | `cudaStreamBeginCaptureToGraph`: 801 | conditional nodes work since 61e2c1f (the "
+        "sample's explicitly built if-node cases run on the H100); capturing a stream into a conditional body "
+        "(`cuStreamBeginCaptureToGraph`) is not supported |",
         "| graphMemoryFootprint | `cudaGraphAddMemAllocNode`: 801 | graph memory nodes are not supported |",
         "| simpleIPC, streamOrderedAllocationIPC, memMapIPCDrv | 801 / invalid device context | CUDA IPC and "
         "shareable handles between processes are not supported |",
