@@ -1,0 +1,67 @@
+// The backend's TOML configuration: known keys are read, and bad values or unknown keys are refused with a clear
+// error (a typo must not silently keep a default).
+#include "backend/backend_config.h"
+
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <fstream>
+#include <string>
+
+namespace curelay::backend {
+namespace {
+
+class BackendConfigTest : public ::testing::Test {
+ protected:
+  bool Load(const std::string& text, std::string* error) {
+    std::ofstream(path_) << text;
+    return LoadBackendConfig(path_, &config_, error);
+  }
+  void TearDown() override { std::remove(path_.c_str()); }
+
+  std::string path_ = "/tmp/curelay-config-test-" + std::to_string(getpid()) + ".toml";
+  BackendConfig config_;
+};
+
+TEST_F(BackendConfigTest, SchedulerKeysAreRead) {
+  std::string error;
+  ASSERT_TRUE(Load("[scheduler]\nslice_us = 5000\nsaturation_us = 3000\nsaturation_busy_percent = 75\n", &error))
+      << error;
+  EXPECT_EQ(config_.slice_us, 5000);
+  EXPECT_EQ(config_.saturation_us, 3000);
+  EXPECT_EQ(config_.saturation_busy_percent, 75);
+  EXPECT_EQ(config_.low_priority_budget_us, BackendConfig{}.low_priority_budget_us);  // absent: the default
+}
+
+TEST_F(BackendConfigTest, DefaultsHoldWithoutTheSection) {
+  std::string error;
+  ASSERT_TRUE(Load("[backend]\nwarm_pool = 3\n", &error)) << error;
+  EXPECT_EQ(config_.warm_pool, 3u);
+  EXPECT_EQ(config_.saturation_busy_percent, 90);
+  EXPECT_EQ(config_.saturation_us, 2000);
+}
+
+TEST_F(BackendConfigTest, BadSchedulerValuesAreRefused) {
+  std::string error;
+  EXPECT_FALSE(Load("[scheduler]\nsaturation_busy_percent = 101\n", &error));
+  EXPECT_NE(error.find("saturation_busy_percent"), std::string::npos) << error;
+  error.clear();
+  EXPECT_FALSE(Load("[scheduler]\nsaturation_busy_percent = -1\n", &error));
+  EXPECT_FALSE(error.empty());
+  error.clear();
+  EXPECT_FALSE(Load("[scheduler]\nslice_us = 0\n", &error));
+  EXPECT_FALSE(error.empty());
+  error.clear();
+  EXPECT_FALSE(Load("[scheduler]\nsaturation_busy = 90\n", &error));  // a misspelt key
+  EXPECT_NE(error.find("saturation_busy"), std::string::npos) << error;
+  error.clear();
+  EXPECT_FALSE(Load("[scheduler]\nsaturation_busy_percent = \"ninety\"\n", &error));  // the wrong type
+  EXPECT_FALSE(error.empty());
+  error.clear();
+  EXPECT_FALSE(Load("[scheduler\n", &error));  // not TOML
+  EXPECT_FALSE(error.empty());
+}
+
+}  // namespace
+}  // namespace curelay::backend
