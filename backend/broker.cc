@@ -366,6 +366,8 @@ void Broker::Refuse(const transport::ListenerRequest& request, CUresult result, 
 void Broker::Admit(const PendingHello& hello, ExecutorProcess& executor) {
   const transport::ListenerRequest& request = hello.request;
   SessionAssignment assignment{next_session_++, RandomKey()};
+  assignment.ipc_registry = settings_.ipc_registry;
+  assignment.ipc_scope = hello.session.tenant;
   // Spatially shared sessions run beside each other on the SMs MPS gives them: the turn scheduler does not gate
   // them (docs/scheduling.md), but their memory is accounted like any tenant's.
   if (!hello.session.tenant.empty()) {

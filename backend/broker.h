@@ -30,6 +30,9 @@ struct BrokerSettings {
   std::string admin_token_sha256;
   scheduler::SchedulerConfig scheduling;
   int usage_interval_s = 300;  // the usage ledger's interval: a row per tenant per interval
+  // Where executors publish the CUDA IPC handles their sessions export (owner-only, in the state directory);
+  // empty: CUDA IPC is refused.
+  std::string ipc_registry;
 };
 
 class Broker {

@@ -51,6 +51,8 @@ ControlRecord Decode(const uint8_t* bytes, size_t size) {
     record.session.quota_board = text(session->quota_board());
     record.session.quota_session_slot = session->quota_session_slot();
     record.session.dispatch_board = text(session->dispatch_board());
+    record.session.ipc_registry = text(session->ipc_registry());
+    record.session.ipc_scope = text(session->ipc_scope());
   } else if (const auto* faulted = message->body_as_SessionFaulted()) {
     record.kind = ControlRecord::Kind::kFaulted;
     record.result = static_cast<CUresult>(faulted->result());
@@ -93,7 +95,8 @@ bool ControlLine::SendSession(const SessionAssignment& assignment) {
   const auto body = control::CreateSessionAssignment(
       builder, assignment.session_id, builder.CreateVector(assignment.key),
       builder.CreateString(assignment.quota_board), assignment.quota_session_slot,
-      builder.CreateString(assignment.dispatch_board));
+      builder.CreateString(assignment.dispatch_board), builder.CreateString(assignment.ipc_registry),
+      builder.CreateString(assignment.ipc_scope));
   const auto bytes = Finish(builder, control::ControlBody::SessionAssignment, body);
   return Send(bytes.data(), bytes.size());
 }

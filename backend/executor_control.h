@@ -13,7 +13,7 @@ namespace curelay::backend {
 
 // Bumped whenever control.fbs changes incompatibly; backend and executors are always built together, so a mismatch
 // means a stale executor binary, refused with a clear error.
-inline constexpr uint32_t kControlVersion = 1;
+inline constexpr uint32_t kControlVersion = 2;
 
 struct ExecutorReady {
   std::string ipc_endpoint;  // empty when the executor has none
@@ -29,6 +29,10 @@ struct SessionAssignment {
   int quota_session_slot = -1;
   // The scheduler's dispatch board; the session's slot on it is quota_session_slot (scheduled sessions only).
   std::string dispatch_board;
+  // CUDA IPC: the registry directory (empty: off) and the scope of this session's handles (its tenant; empty for
+  // anonymous sessions).
+  std::string ipc_registry;
+  std::string ipc_scope;
 };
 
 // One message as received, verified and decoded.

@@ -11,7 +11,9 @@
 #include <atomic>
 #include <chrono>
 #include <cstdio>
+#include <cerrno>
 #include <cstdlib>
+#include <cstring>
 #include <string>
 
 #include "backend/backend_config.h"
@@ -179,6 +181,11 @@ int main(int argc, char** argv) {
   settings.scheduling.saturation_busy_fraction = static_cast<double>(config.saturation_busy_percent) / 100.0;
 
   mkdir(config.state_dir.c_str(), 0700);
+  settings.ipc_registry = config.state_dir + "/ipc-handles";
+  if (mkdir(settings.ipc_registry.c_str(), 0700) != 0 && errno != EEXIST) {
+    spdlog::warn("cannot create {} ({}); CUDA IPC between sessions is off", settings.ipc_registry, strerror(errno));
+    settings.ipc_registry.clear();
+  }
   std::string error;
   auto registry = TenantRegistry::Open(config.state_dir + "/tenants.db", &error);
   if (registry == nullptr) {

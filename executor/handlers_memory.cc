@@ -26,6 +26,7 @@ Session::Outcome Session::MemFree(const wire::MemFree& call) {
   Outcome outcome;
   outcome.result = driver_.cuMemFree(call.ptr());
   if (outcome.result == CUDA_SUCCESS) {
+    ipc_registry_.Withdraw(IpcRegistry::Kind::kMemory, call.ptr());
     const auto found = allocations_.find(call.ptr());
     if (found != allocations_.end()) {
       memory_quota_.Refund(found->second);

@@ -385,6 +385,46 @@ Session::Outcome Session::LibraryGetKernel(const wire::LibraryGetKernel& call) {
   return outcome;
 }
 
+Session::Outcome Session::LibraryEnumerateKernels(const wire::LibraryEnumerateKernels& call) {
+  auto found = libraries_.find(call.library_id());
+  if (found == libraries_.end()) return {CUDA_ERROR_INVALID_HANDLE};
+  if (driver_.cuLibraryGetKernelCount == nullptr || driver_.cuLibraryEnumerateKernels == nullptr ||
+      driver_.cuKernelGetName == nullptr) {
+    return {CUDA_ERROR_NOT_SUPPORTED};
+  }
+  unsigned count = 0;
+  Outcome outcome;
+  outcome.result = driver_.cuLibraryGetKernelCount(&count, found->second);
+  if (outcome.result != CUDA_SUCCESS) return outcome;
+  std::vector<CUkernel> kernels(count);
+  // The driver refuses a listing of zero kernels; an empty library simply has no names.
+  if (count != 0) outcome.result = driver_.cuLibraryEnumerateKernels(kernels.data(), count, found->second);
+  if (outcome.result != CUDA_SUCCESS) return outcome;
+  std::vector<flatbuffers::Offset<flatbuffers::String>> names;
+  for (CUkernel kernel : kernels) {
+    const char* name = nullptr;
+    outcome.result = driver_.cuKernelGetName(&name, kernel);
+    if (outcome.result != CUDA_SUCCESS) return outcome;
+    names.push_back(builder_.CreateString(name));
+  }
+  outcome.body = wire::CreateFunctionNames(builder_, builder_.CreateVector(names)).Union();
+  outcome.body_type = wire::ReplyBody::FunctionNames;
+  return outcome;
+}
+
+Session::Outcome Session::FunctionLoading(const wire::FunctionLoading& call) {
+  auto found = functions_.find(call.function());
+  if (found == functions_.end()) return {CUDA_ERROR_INVALID_HANDLE};
+  if (call.load()) {
+    if (driver_.cuFuncLoad == nullptr) return {CUDA_ERROR_NOT_SUPPORTED};
+    return {driver_.cuFuncLoad(found->second)};
+  }
+  if (driver_.cuFuncIsLoaded == nullptr) return {CUDA_ERROR_NOT_SUPPORTED};
+  CUfunctionLoadingState state = CU_FUNCTION_LOADING_STATE_UNLOADED;
+  const CUresult result = driver_.cuFuncIsLoaded(&state, found->second);
+  return WithInteger({result}, state);
+}
+
 Session::Outcome Session::LibraryGetGlobal(const wire::LibraryGetGlobal& call) {
   auto found = libraries_.find(call.library_id());
   if (found == libraries_.end()) return {CUDA_ERROR_INVALID_HANDLE};

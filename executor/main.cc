@@ -164,6 +164,7 @@ int main(int argc, char** argv) {
     spdlog::error("session {}: cannot open the dispatch board: {}", assignment.session_id, error);
     return 1;
   }
+  session.ipc_registry().Configure(assignment.ipc_registry, assignment.ipc_scope);
   // The backend ends every session sharing this one's MPS server when its context faults (the fault reaches them).
   session.OnFatalFault([&control](CUresult result) { control.SendFaulted(result); });
   const int status = session.Run();

@@ -394,6 +394,7 @@ void Session::ReleaseEverything() {
   ReleaseVirtualMemory();
   ReleasePoolAllocations();
   ReleaseArrays();
+  ReleaseIpc();  // before the memory its handles name is freed
   for (auto& [ptr, bytes] : allocations_) driver_.cuMemFree(ptr);
   for (auto& [id, module] : modules_) {
     if (library_modules_.count(id) == 0) driver_.cuModuleUnload(module);  // a library's goes with the library

@@ -20,6 +20,7 @@
 #include "executor/driver.h"
 #include "executor/event_pool.h"
 #include "executor/host_mirrors.h"
+#include "executor/ipc_registry.h"
 #include "executor/jit_option_set.h"
 #include "executor/session_memory_quota.h"
 #include "executor/staging_pool.h"
@@ -37,6 +38,8 @@ class Session {
   SessionMemoryQuota& memory_quota() { return memory_quota_; }
   // The scheduler's gate on this session's kernel launches (before Run; none: not scheduled).
   DispatchGate& dispatch_gate() { return dispatch_gate_; }
+  // Which CUDA IPC handles this session may open, and where it publishes its own (before Run; unconfigured: off).
+  IpcRegistry& ipc_registry() { return ipc_registry_; }
   ~Session();
 
   // Serves the client until it disconnects or breaks the protocol. Returns the process exit code.
@@ -178,6 +181,9 @@ class Session {
   void AbandonHostFunctions();
   // Virtual memory management (handlers_virtual_memory.cc).
   void ReleaseVirtualMemory();
+  // CUDA IPC (handlers_ipc.cc): publishes an exported handle and answers it.
+  Outcome IpcHandleReply(IpcRegistry::Kind kind, const char* handle_bytes, uint64_t owner);
+  void ReleaseIpc();
   // Stream-ordered allocation from the default pools (handlers_memory_pools.cc).
   CUresult ResolvePool(int device, uint64_t pool_id, CUmemoryPool* pool);
   void ReleasePoolAllocations();
@@ -273,6 +279,8 @@ class Session {
   };
   std::unordered_map<uint64_t, ArrayRecord> arrays_;  // by the client's array id
   TextureObjects texture_objects_;
+  IpcRegistry ipc_registry_;
+  std::unordered_set<CUdeviceptr> ipc_opened_memory_;  // by cuIpcOpenMemHandle, not yet closed
   SessionMemoryQuota memory_quota_;
   DispatchGate dispatch_gate_{driver_};
   // The client's board of host-function gates (mapped for the life of the process: driver callbacks may still

@@ -1,8 +1,10 @@
 // Libraries and kernels (the context-independent module API the CUDA 12+ runtime loads code with). A kernel
 // becomes a function in each context it is used in; the client caches that binding per context.
+#include <algorithm>
 #include <fstream>
 #include <iterator>
 #include <string>
+#include <vector>
 
 #include "frontend/api/api_support.h"
 #include "frontend/api/library_kernels.h"
@@ -52,6 +54,32 @@ CUresult KernelFunction(Client& client, CUkernel kernel, CUfunction* function) {
 // The runtime passes CU_LIBRARY_BINARY_IS_PRESERVED (a promise that the image outlives the library, which lets the
 // driver skip a copy): harmless to drop, since the image is copied over the wire anyway. A host function and data
 // table (for cuLibraryGetUnifiedFunction) would point into the client and cannot be forwarded.
+// A library's kernels in the driver's order: the executor lists their names, and each name becomes the client's
+// kernel handle for it (the one cuLibraryGetKernel hands out for that name, made by it on first use).
+CUresult LibraryKernels(CUlibrary library, std::vector<CUkernel>* kernels) {
+  Client* client;
+  CURELAY_RETURN_IF_ERROR(RequireClient(&client));
+  if (library == nullptr || !client->libraries.Contains(library)) return CUDA_ERROR_INVALID_HANDLE;
+  auto& builder = Builder();
+  const auto call = wire::CreateLibraryEnumerateKernels(builder, library->id).Union();
+  ReplyMessage reply;
+  CURELAY_RETURN_IF_ERROR(client->Call(builder, wire::Call::LibraryEnumerateKernels, call, {}, &reply));
+  const auto* listing = reply.reply->body_as_FunctionNames();
+  if (listing == nullptr) return CUDA_ERROR_UNKNOWN;
+  // The names are copied first: cuLibraryGetKernel reuses this thread's message buffers.
+  std::vector<std::string> names;
+  if (listing->names() != nullptr) {
+    for (const auto* name : *listing->names()) names.emplace_back(name->str());
+  }
+  kernels->clear();
+  for (const auto& name : names) {
+    CUkernel kernel = nullptr;
+    CURELAY_RETURN_IF_ERROR(cuLibraryGetKernel(&kernel, library, name.c_str()));
+    kernels->push_back(kernel);
+  }
+  return CUDA_SUCCESS;
+}
+
 CUresult CheckLibraryOptions(const CUlibraryOption* options, unsigned int count) {
   if (count != 0 && options == nullptr) return CUDA_ERROR_INVALID_VALUE;
   for (unsigned int i = 0; i < count; ++i) {
@@ -188,6 +216,24 @@ CUresult cuLibraryGetKernel(CUkernel* result_kernel, CUlibrary library, const ch
   CUkern_st* kernel = client->kernels.Create(id, library, name, std::move(parameters));
   library->kernels.emplace(name, kernel);
   *result_kernel = kernel;
+  return CUDA_SUCCESS;
+}
+
+CUresult cuLibraryGetKernelCount(unsigned int* count, CUlibrary library) {
+  if (count == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  std::vector<CUkernel> kernels;
+  CURELAY_RETURN_IF_ERROR(LibraryKernels(library, &kernels));
+  *count = static_cast<unsigned int>(kernels.size());
+  return CUDA_SUCCESS;
+}
+
+// As cuModuleEnumerateFunctions: asking for more handles than the library has is refused.
+CUresult cuLibraryEnumerateKernels(CUkernel* kernels, unsigned int count, CUlibrary library) {
+  if (kernels == nullptr || count == 0) return CUDA_ERROR_INVALID_VALUE;
+  std::vector<CUkernel> all;
+  CURELAY_RETURN_IF_ERROR(LibraryKernels(library, &all));
+  if (count > all.size()) return CUDA_ERROR_INVALID_VALUE;
+  std::copy_n(all.begin(), count, kernels);
   return CUDA_SUCCESS;
 }
 

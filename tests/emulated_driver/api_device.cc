@@ -107,4 +107,28 @@ CUresult CUDAAPI cuDeviceComputeCapability(int* major, int* minor, CUdevice dev)
   return CUDA_SUCCESS;
 }
 
+// The widest 1D linear texture: 2^28 elements (the H200's CU_DEVICE_ATTRIBUTE_MAXIMUM_TEXTURE1D_LINEAR_WIDTH), and at
+// most 2^31 bytes, so 16-byte elements get 2^27. Plain element formats only, with 1, 2 or 4 channels.
+CUresult CUDAAPI cuDeviceGetTexture1DLinearMaxWidth(size_t* maxWidthInElements, CUarray_format format,
+                                                    unsigned numChannels, CUdevice dev) {
+  if (CUresult r = emu::CheckInit(); r != CUDA_SUCCESS) return r;
+  if (maxWidthInElements == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  if (CUresult r = emu::Driver::Get().CheckDevice(dev); r != CUDA_SUCCESS) return r;
+  size_t channel_bytes = 0;
+  switch (format) {
+    case CU_AD_FORMAT_UNSIGNED_INT8:
+    case CU_AD_FORMAT_SIGNED_INT8: channel_bytes = 1; break;
+    case CU_AD_FORMAT_UNSIGNED_INT16:
+    case CU_AD_FORMAT_SIGNED_INT16:
+    case CU_AD_FORMAT_HALF: channel_bytes = 2; break;
+    case CU_AD_FORMAT_UNSIGNED_INT32:
+    case CU_AD_FORMAT_SIGNED_INT32:
+    case CU_AD_FORMAT_FLOAT: channel_bytes = 4; break;
+    default: return CUDA_ERROR_INVALID_VALUE;
+  }
+  if (numChannels != 1 && numChannels != 2 && numChannels != 4) return CUDA_ERROR_INVALID_VALUE;
+  *maxWidthInElements = std::min<size_t>(size_t{1} << 28, (size_t{1} << 31) / (channel_bytes * numChannels));
+  return CUDA_SUCCESS;
+}
+
 }  // extern "C"

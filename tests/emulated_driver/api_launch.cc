@@ -9,6 +9,7 @@
 #include "device_properties.h"
 #include "graph.h"
 #include "kernels.h"
+#include "peer_access.h"
 
 namespace emu = curelay::emulated;
 
@@ -93,7 +94,9 @@ CUresult KernelOp(CUfunction handle, const LaunchShape& shape, unsigned int shar
     return r;
   }
   if (f->binding == nullptr) return CUDA_ERROR_NOT_SUPPORTED;  // no host implementation
-  const int device = ctx->device;
+  f->loaded = true;  // a launch loads a lazily loaded function
+  // The memory the kernel may touch: its device's, or every device's once peer access reaches them all.
+  const int device = PeerAccessCoversEveryDevice(*ctx) ? -1 : ctx->device;
   *op_out = [f, params = std::move(params), shape, device] {
     Driver& driver = Driver::Get();
     DeviceAccess memory(driver.memory(), driver.host(), device);

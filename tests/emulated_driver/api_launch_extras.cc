@@ -6,6 +6,7 @@
 
 #include "api_common.h"
 #include "device_properties.h"
+#include "module_api.h"
 
 namespace emu = curelay::emulated;
 
@@ -116,7 +117,7 @@ CUresult CUDAAPI cuCtxSetLimit(CUlimit limit, size_t value) {
 
 CUresult CUDAAPI cuModuleGetLoadingMode(CUmoduleLoadingMode* mode) {
   if (mode == nullptr) return CUDA_ERROR_INVALID_VALUE;
-  *mode = CU_MODULE_EAGER_LOADING;
+  *mode = emu::ModuleLoadingMode();
   return CUDA_SUCCESS;
 }
 

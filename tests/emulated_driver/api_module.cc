@@ -8,6 +8,7 @@
 
 #include "api_common.h"
 #include "device_properties.h"
+#include "module_api.h"
 #include "module_image.h"
 
 namespace emu = curelay::emulated;
@@ -24,6 +25,8 @@ const char* LoadErrorText(CUresult r) {
     default: return "module load failed";
   }
 }
+
+}  // namespace
 
 // The JIT options that are outputs: logs (left empty, or holding the load
 // error) and the wall time. Input options have nothing to tune here.
@@ -63,13 +66,10 @@ void FillJitOutputs(unsigned int count, const CUjit_option* options, void** valu
   }
 }
 
-CUresult LoadModule(CUmodule* module, const void* image) {
-  std::shared_ptr<Context> ctx;
-  if (CUresult r = CurrentContext(&ctx); r != CUDA_SUCCESS) return r;
-  if (module == nullptr || image == nullptr) return CUDA_ERROR_INVALID_VALUE;
+CUresult LoadParsedModule(const std::shared_ptr<Context>& ctx, ModuleImage image, std::shared_ptr<Module>* out) {
   Driver& driver = Driver::Get();
   auto mod = std::make_shared<Module>();
-  if (CUresult r = ParseModuleImage(image, &mod->image); r != CUDA_SUCCESS) return r;
+  mod->image = std::move(image);
   mod->handle = driver.NewHandle();
   mod->ctx = ctx;
 
@@ -104,6 +104,8 @@ CUresult LoadModule(CUmodule* module, const void* image) {
     f->module = mod;
     f->info = &kernel;
     f->binding = FindKernelBinding(kernel, mod->image);
+    // Lazy loading (CUDA_MODULE_LOADING=LAZY): nothing is loaded before cuFuncLoad or a launch needs it.
+    f->loaded = ModuleLoadingMode() == CU_MODULE_EAGER_LOADING;
     mod->functions[kernel.name] = f->handle;
     functions.push_back(std::move(f));
   }
@@ -112,6 +114,20 @@ CUresult LoadModule(CUmodule* module, const void* image) {
     driver.modules.emplace(mod->handle, mod);
     for (auto& f : functions) driver.functions.emplace(f->handle, std::move(f));
   }
+  *out = std::move(mod);
+  return CUDA_SUCCESS;
+}
+
+namespace {
+
+CUresult LoadModule(CUmodule* module, const void* image) {
+  std::shared_ptr<Context> ctx;
+  if (CUresult r = CurrentContext(&ctx); r != CUDA_SUCCESS) return r;
+  if (module == nullptr || image == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  ModuleImage parsed;
+  if (CUresult r = ParseModuleImage(image, &parsed); r != CUDA_SUCCESS) return r;
+  std::shared_ptr<Module> mod;
+  if (CUresult r = LoadParsedModule(ctx, std::move(parsed), &mod); r != CUDA_SUCCESS) return r;
   *module = ToHandle<CUmodule>(mod->handle);
   return CUDA_SUCCESS;
 }

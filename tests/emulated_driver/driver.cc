@@ -9,6 +9,8 @@
 #include <sstream>
 #include <string>
 
+#include "peer_access.h"
+
 namespace curelay::emulated {
 namespace {
 
@@ -159,6 +161,7 @@ void Driver::DestroyContextResources(const std::shared_ptr<Context>& ctx) {
   for (const auto& module : dropped_modules) memory_.ReleaseOwnedBy(module->handle);
   memory_.ReleaseOwnedBy(ctx->handle);
   host_.UnregisterOwnedBy(ctx->handle);
+  ForgetPeerAccess(ctx->handle);  // peer grants go with the context, both ways
 }
 
 std::vector<uint64_t>& Driver::ContextStack() {

@@ -40,6 +40,7 @@ std::shared_ptr<Allocation> Allocation::Borrowed(void* storage, size_t size, int
 
 Allocation::~Allocation() {
   if (charged_ == 0) return;
+  if (share_fd_ >= 0) close(share_fd_);
   if (mmapped_) {
     munmap(storage_, charged_);
   } else {
@@ -69,10 +70,21 @@ CUresult MemoryMap::Allocate(int device, size_t size, uint64_t owner,
   }
   void* storage = nullptr;
   bool mmapped = charged >= kMmapThreshold;
+  int share_fd = -1;
   if (mmapped) {
-    void* p = mmap(nullptr, charged, PROT_READ | PROT_WRITE,
-                   MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
-    if (p != MAP_FAILED) storage = p;
+    // Shared memory, so that CUDA IPC can map the block into another process (api_ipc.cc); sparse like the
+    // anonymous mapping it replaces.
+    share_fd = memfd_create("curelay-emulated-device", MFD_CLOEXEC);
+    void* p = MAP_FAILED;
+    if (share_fd >= 0 && ftruncate(share_fd, static_cast<off_t>(charged)) == 0) {
+      p = mmap(nullptr, charged, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_NORESERVE, share_fd, 0);
+    }
+    if (p != MAP_FAILED) {
+      storage = p;
+    } else if (share_fd >= 0) {
+      close(share_fd);
+      share_fd = -1;
+    }
   } else {
     storage = std::aligned_alloc(kDeviceAllocAlignment, charged);
     // Fresh device memory reads as zeros, which keeps tests deterministic.
@@ -85,6 +97,7 @@ CUresult MemoryMap::Allocate(int device, size_t size, uint64_t owner,
     return CUDA_ERROR_OUT_OF_MEMORY;
   }
   auto allocation = std::make_shared<Allocation>(storage, size, charged, mmapped, device, owner);
+  allocation->set_share_fd(share_fd);
   by_base_.emplace(allocation->base(), allocation);
   *out = std::move(allocation);
   return CUDA_SUCCESS;

@@ -42,6 +42,9 @@ class Allocation {
   int device() const { return device_; }
   // Handle value of the context or module that owns the block.
   uint64_t owner() const { return owner_; }
+  // A memfd behind a large block's pages (-1 for heap blocks): another process maps it to open a CUDA IPC handle.
+  int share_fd() const { return share_fd_; }
+  void set_share_fd(int fd) { share_fd_ = fd; }
 
   // bytes == 0 asks whether addr itself lies inside the block.
   bool Contains(uint64_t addr, size_t bytes) const {
@@ -56,6 +59,7 @@ class Allocation {
   bool mmapped_;
   int device_;
   uint64_t owner_;
+  int share_fd_ = -1;
 };
 
 class MemoryMap {

@@ -105,6 +105,8 @@ struct Function {
   // cuFuncSetAttribute's settings: the opted-in dynamic shared memory (-1: the default limit) and the carveout.
   std::atomic<int> max_dynamic_shared{-1};
   std::atomic<int> carveout{-1};
+  // cuFuncIsLoaded's answer: set at load under eager module loading, else by cuFuncLoad or the first launch.
+  std::atomic<bool> loaded{true};
 };
 
 }  // namespace curelay::emulated

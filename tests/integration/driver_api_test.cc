@@ -724,14 +724,40 @@ TEST_F(DriverApiTest, HostAllocations) {
   EXPECT_EQ(cuMemHostGetFlags(&flags, &stack_value), CUDA_ERROR_INVALID_VALUE);
 }
 
-TEST_F(DriverApiTest, LibraryApiAnswersNotSupportedWhereTheDriverLacksIt) {
-  // The emulated driver has no library API; the executor says so rather than pretending (the GPU suite covers
-  // the library API on the real driver).
+// A library's kernel becomes a function in the current context, launches there, and goes with the library.
+TEST_F(DriverApiTest, LibraryKernelsBecomeFunctionsOfTheContext) {
   const std::string ptx = Ptx();
   CUlibrary library = nullptr;
-  EXPECT_EQ(cuLibraryLoadData(&library, ptx.c_str(), nullptr, nullptr, 0, nullptr, nullptr, 0),
-            CUDA_ERROR_NOT_SUPPORTED);
+  ASSERT_CU(cuLibraryLoadData(&library, ptx.c_str(), nullptr, nullptr, 0, nullptr, nullptr, 0));
+  CUkernel kernel = nullptr;
+  ASSERT_CU(cuLibraryGetKernel(&kernel, library, "fill_u32"));
+  CUkernel missing = nullptr;
+  EXPECT_EQ(cuLibraryGetKernel(&missing, library, "no_such_kernel"), CUDA_ERROR_NOT_FOUND);
+  CUfunction fill = nullptr, again = nullptr;
+  ASSERT_CU(cuKernelGetFunction(&fill, kernel));
+  ASSERT_CU(cuKernelGetFunction(&again, kernel));
+  EXPECT_EQ(fill, again);
+  size_t offset = 0, size = 0;
+  ASSERT_CU(cuKernelGetParamInfo(kernel, 2, &offset, &size));
+  EXPECT_EQ(offset, 16u);
+  EXPECT_EQ(size, 8u);
+  CUdeviceptr buffer = 0;
+  ASSERT_CU(cuMemAlloc(&buffer, 32 * sizeof(unsigned)));
+  unsigned value = 3;
+  unsigned long long n = 32;
+  void* params[] = {&buffer, &value, &n};
+  ASSERT_CU(cuLaunchKernel(fill, 1, 1, 1, 32, 1, 1, 0, nullptr, params, nullptr));
+  std::vector<unsigned> host(32);
+  ASSERT_CU(cuMemcpyDtoH(host.data(), buffer, 32 * sizeof(unsigned)));
+  EXPECT_EQ(host, std::vector<unsigned>(32, 3));
+  CUmodule module = nullptr;
+  ASSERT_CU(cuLibraryGetModule(&module, library));
+  CUfunction from_module = nullptr;
+  ASSERT_CU(cuModuleGetFunction(&from_module, module, "fill_u32"));
+  ASSERT_CU(cuMemFree(buffer));
+  ASSERT_CU(cuLibraryUnload(library));
   EXPECT_EQ(cuLibraryUnload(library), CUDA_ERROR_INVALID_HANDLE);
+  EXPECT_EQ(cuKernelGetFunction(&fill, kernel), CUDA_ERROR_INVALID_HANDLE);
 }
 
 TEST_F(DriverApiTest, LaunchKernelExAttributesOccupancyAndLimits) {

@@ -41,6 +41,8 @@ class SessionEnvironment : public ::testing::Environment {
     setenv("CURELAY_ENDPOINT", backend_->endpoint().c_str(), 1);
   }
   void TearDown() override { backend_.reset(); }
+  // The suite's backend (between SetUp and TearDown), e.g. to find the executor serving this process.
+  BackendProcess* backend() const { return backend_.get(); }
 
  private:
   std::string name_;

@@ -258,6 +258,34 @@ TEST_F(TenantsTest, WaitPolicyGivesUpAfterItsTimeout) {
   EXPECT_GE(std::chrono::steady_clock::now() - start, 350ms);
 }
 
+// CUDA IPC: a block one session exports opens in another session of the same tenant (both see the same bytes),
+// never in another tenant's session, and no longer once the exporter freed it.
+TEST_F(TenantsTest, IpcHandlesOpenOnlyInSessionsOfTheSameTenant) {
+  const std::string token_a = AddTenant(backend_, "ipc-a");
+  const std::string token_b = AddTenant(backend_, "ipc-b");
+  InteractiveClient exporter(backend_, token_a, "exporter");
+  InteractiveClient sibling(backend_, token_a, "sibling");
+  InteractiveClient stranger(backend_, token_b, "stranger");
+  ASSERT_TRUE(exporter.ready() && sibling.ready() && stranger.ready()) << exporter.output() << sibling.output();
+  const std::string exported = exporter.Ask("ipc-export " + std::to_string(4 * kMiB) + " 7");
+  ASSERT_EQ(exported.rfind("ipc-export 0 ", 0), 0u) << exported << exporter.output();
+  const std::string handle = exported.substr(std::string("ipc-export 0 ").size());
+  ASSERT_EQ(handle.size(), 2u * 64);  // CU_IPC_HANDLE_SIZE bytes in hex
+
+  EXPECT_EQ(sibling.Ask("ipc-open " + handle), "ipc-open 0 7") << sibling.output();
+  EXPECT_EQ(sibling.Ask("ipc-set 9"), "ipc-set 0");
+  EXPECT_EQ(exporter.Ask("ipc-read"), "ipc-read 0 9");  // one block, seen by both sessions
+  EXPECT_EQ(stranger.Ask("ipc-open " + handle), "ipc-open 1 0") << stranger.output();
+  EXPECT_EQ(sibling.Ask("ipc-close"), "ipc-close 0");
+  EXPECT_EQ(sibling.Ask("ipc-close"), "ipc-close 1");  // closed already
+
+  EXPECT_EQ(exporter.Ask("free"), "free 0");
+  EXPECT_EQ(sibling.Ask("ipc-open " + handle), "ipc-open 1 0");  // withdrawn with the block
+  std::string forged = handle;
+  forged[10] = forged[10] == '0' ? '1' : '0';
+  EXPECT_EQ(sibling.Ask("ipc-open " + forged), "ipc-open 1 0");
+}
+
 TEST_F(TenantsTest, SessionsAreListedKilledAndLimited) {
   const std::string token = AddTenant(backend_, "solo", {"--max-sessions", "1", "--memory-quota", "64M"});
   InteractiveClient client(backend_, token, "client");

@@ -179,6 +179,7 @@ int main(int argc, char** argv) {
     std::printf("READY\n");
     std::fflush(stdout);
     std::vector<CUdeviceptr> held;
+    CUdeviceptr exported = 0, opened = 0;
     std::string command;
     while (std::cin >> command) {
       if (command == "alloc") {
@@ -220,6 +221,45 @@ int main(int argc, char** argv) {
         if (result == CUDA_SUCCESS) result = cuCtxSynchronize();
         if (result == CUDA_SUCCESS) result = cuMemFree(ptr);
         std::printf("context-cycle %d\n", static_cast<int>(result));
+      } else if (command == "ipc-export") {
+        // ipc-export BYTES VALUE: a block filled with VALUE, exported; answers its handle in hex.
+        size_t bytes = 0;
+        unsigned value = 0;
+        std::cin >> bytes >> value;
+        CUipcMemHandle handle{};
+        CUresult result = cuMemAlloc(&exported, bytes);
+        if (result == CUDA_SUCCESS) held.push_back(exported);
+        if (result == CUDA_SUCCESS) result = cuMemsetD8(exported, static_cast<unsigned char>(value), bytes);
+        if (result == CUDA_SUCCESS) result = cuCtxSynchronize();
+        if (result == CUDA_SUCCESS) result = cuIpcGetMemHandle(&handle, exported);
+        std::printf("ipc-export %d ", static_cast<int>(result));
+        for (unsigned char byte : handle.reserved) std::printf("%02x", byte);
+        std::printf("\n");
+      } else if (command == "ipc-open") {
+        // ipc-open HEX: opens the handle and answers the first byte of the block.
+        std::string hex;
+        std::cin >> hex;
+        CUipcMemHandle handle{};
+        for (size_t i = 0; i < sizeof(handle.reserved) && 2 * i + 1 < hex.size(); ++i) {
+          handle.reserved[i] = static_cast<char>(std::stoi(hex.substr(2 * i, 2), nullptr, 16));
+        }
+        unsigned char first = 0;
+        CUresult result = cuIpcOpenMemHandle(&opened, handle, CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS);
+        if (result == CUDA_SUCCESS) result = cuMemcpyDtoH(&first, opened, 1);
+        std::printf("ipc-open %d %u\n", static_cast<int>(result), first);
+      } else if (command == "ipc-set") {
+        // ipc-set VALUE: writes the first KiB of the opened block.
+        unsigned value = 0;
+        std::cin >> value;
+        CUresult result = cuMemsetD8(opened, static_cast<unsigned char>(value), 1024);
+        if (result == CUDA_SUCCESS) result = cuCtxSynchronize();
+        std::printf("ipc-set %d\n", static_cast<int>(result));
+      } else if (command == "ipc-read") {
+        unsigned char first = 0;
+        const CUresult result = cuMemcpyDtoH(&first, exported, 1);
+        std::printf("ipc-read %d %u\n", static_cast<int>(result), first);
+      } else if (command == "ipc-close") {
+        std::printf("ipc-close %d\n", static_cast<int>(cuIpcCloseMemHandle(opened)));
       } else if (command == "pool") {
         size_t bytes = 0;
         std::cin >> bytes;
