@@ -17,6 +17,65 @@ def check(result):
     return values[0] if len(values) == 1 else values
 
 
+def step(name, thunk):
+    """One line per entry point: its result (or the binding's exception), identical natively and through curelay."""
+    try:
+        print(name, thunk())
+    except Exception as error:  # noqa: BLE001 - the text is what gets compared
+        print(name, "raised", type(error).__name__, error)
+
+
+def extras(device, context, buffer, stream):
+    """Entry points whose answers come from the executor's driver: tensor maps, peer queries, context events, IPC."""
+    def tensor_map():
+        dims = [driver.cuuint64_t(1024), driver.cuuint64_t(64)]
+        strides = [driver.cuuint64_t(1024 * 4)]
+        box = [driver.cuuint32_t(32), driver.cuuint32_t(16)]  # 128 B rows: the 128-byte swizzle span
+        element_strides = [driver.cuuint32_t(1), driver.cuuint32_t(1)]
+        encoded = check(driver.cuTensorMapEncodeTiled(
+            driver.CUtensorMapDataType.CU_TENSOR_MAP_DATA_TYPE_FLOAT32, 2, int(buffer), dims, strides, box,
+            element_strides, driver.CUtensorMapInterleave.CU_TENSOR_MAP_INTERLEAVE_NONE,
+            driver.CUtensorMapSwizzle.CU_TENSOR_MAP_SWIZZLE_128B,
+            driver.CUtensorMapL2promotion.CU_TENSOR_MAP_L2_PROMOTION_L2_128B,
+            driver.CUtensorMapFloatOOBfill.CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE))
+        # The address differs between runs: replace it with a fixed one, then compare every byte.
+        check(driver.cuTensorMapReplaceAddress(encoded, 1 << 40))
+        words = list(encoded.opaque)
+        return hashlib.sha256(struct.pack(f"{len(words)}Q", *[int(w) for w in words])).hexdigest()[:16]
+
+    def misaligned_tensor_map():
+        result = driver.cuTensorMapEncodeTiled(
+            driver.CUtensorMapDataType.CU_TENSOR_MAP_DATA_TYPE_FLOAT32, 1, int(buffer) + 4,
+            [driver.cuuint64_t(1024)], [], [driver.cuuint32_t(64)], [driver.cuuint32_t(1)],
+            driver.CUtensorMapInterleave.CU_TENSOR_MAP_INTERLEAVE_NONE,
+            driver.CUtensorMapSwizzle.CU_TENSOR_MAP_SWIZZLE_NONE,
+            driver.CUtensorMapL2promotion.CU_TENSOR_MAP_L2_PROMOTION_NONE,
+            driver.CUtensorMapFloatOOBfill.CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE)
+        return result[0]
+
+    def context_events():
+        event = check(driver.cuEventCreate(driver.CUevent_flags.CU_EVENT_DISABLE_TIMING))
+        check(driver.cuCtxRecordEvent(context, event))
+        check(driver.cuCtxWaitEvent(context, event))
+        check(driver.cuEventSynchronize(event))
+        query = driver.cuEventQuery(event)
+        check(driver.cuEventDestroy(event))
+        return query[0] if isinstance(query, tuple) else query
+
+    def ipc_handle():
+        handle = check(driver.cuIpcGetMemHandle(buffer))
+        return len(bytes(handle.reserved))
+
+    step("tensor_map_object_alignment", lambda: driver.CUtensorMap().getPtr() % 64)
+    step("tensor_map_tiled", tensor_map)
+    step("tensor_map_misaligned", misaligned_tensor_map)
+    step("can_access_peer_self", lambda: check(driver.cuDeviceCanAccessPeer(device, device)))
+    step("texture_1d_linear_max_width", lambda: check(driver.cuDeviceGetTexture1DLinearMaxWidth(
+        driver.CUarray_format.CU_AD_FORMAT_FLOAT, 4, device)))
+    step("context_events", context_events)
+    step("ipc_mem_handle_bytes", ipc_handle)
+
+
 def main(ptx_path):
     ptx = open(ptx_path, "rb").read() + b"\0"
     check(driver.cuInit(0))
@@ -45,6 +104,7 @@ def main(ptx_path):
     values = struct.unpack(f"{n}f", out)
     wrong = sum(1 for i in range(n) if values[i] != 1.5 * i)
     print("vector_add", n, "wrong", wrong, "digest", hashlib.sha256(out).hexdigest()[:16])
+    extras(device, context, da, stream)
     for pointer in (da, db, dc):
         check(driver.cuMemFree(pointer))
     check(driver.cuStreamDestroy(stream))

@@ -248,15 +248,19 @@ TEST_F(TensorMapTest, ReplaceAddressChangesOnlyTheAddress) {
   // An address off the map's 16-byte alignment is refused and leaves the map as it was.
   EXPECT_EQ(cuTensorMapReplaceAddress(&map_, reinterpret_cast<void*>(memory_ + 8)), CUDA_ERROR_INVALID_VALUE);
   EXPECT_EQ(Decode(map_).global_address, moved);
-  // The driver only takes maps it encoded; a map must be 64-byte aligned.
+  // The driver only takes maps it encoded.
   CUtensorMap garbage;
   std::memset(&garbage, 0x11, sizeof(garbage));
   EXPECT_EQ(cuTensorMapReplaceAddress(&garbage, reinterpret_cast<void*>(memory_)), CUDA_ERROR_INVALID_VALUE);
   EXPECT_EQ(cuTensorMapReplaceAddress(nullptr, reinterpret_cast<void*>(memory_)), CUDA_ERROR_INVALID_VALUE);
+  // A map the application keeps off 64-byte alignment works, as with the driver on the H100 host (cuda-python's
+  // maps are such): the executor works on an aligned copy.
   alignas(128) unsigned char storage[2 * sizeof(CUtensorMap)];
-  std::memcpy(storage + 32, &map_, sizeof(map_));
-  EXPECT_EQ(cuTensorMapReplaceAddress(reinterpret_cast<CUtensorMap*>(storage + 32), reinterpret_cast<void*>(memory_)),
-            CUDA_ERROR_INVALID_VALUE);
+  std::memcpy(storage + 48, &map_, sizeof(map_));
+  ASSERT_CU(cuTensorMapReplaceAddress(reinterpret_cast<CUtensorMap*>(storage + 48), reinterpret_cast<void*>(memory_)));
+  CUtensorMap moved_back;
+  std::memcpy(&moved_back, storage + 48, sizeof(moved_back));
+  EXPECT_EQ(Decode(moved_back).global_address, memory_);
 }
 
 // Each case changes one argument of a valid call; the driver's refusal comes back and the map is not written.
@@ -315,10 +319,8 @@ TEST_F(TensorMapTest, TiledRefusesWhatTheDriverRefuses) {
   EXPECT_EQ(cuTensorMapEncodeTiled(&map_, t.type, t.rank, t.address, t.dims, t.strides, t.box, nullptr, t.interleave,
                                    t.swizzle, t.l2, t.oob),
             CUDA_ERROR_INVALID_VALUE);
-  // The map itself: null, or not 64-byte aligned.
+  // The map itself: null (one off 64-byte alignment is taken, as by the driver).
   EXPECT_EQ(Encode(t, nullptr), CUDA_ERROR_INVALID_VALUE);
-  alignas(128) unsigned char storage[2 * sizeof(CUtensorMap)];
-  EXPECT_EQ(Encode(t, reinterpret_cast<CUtensorMap*>(storage + 16)), CUDA_ERROR_INVALID_VALUE);
   // And the same call with every argument right still works.
   ASSERT_CU(Encode(t));
 }

@@ -175,9 +175,36 @@ def case_dataloader_pinned_workers():
     return f"pinned={pinned} {total.item():.6f}"
 
 
+def _add_one_in_child(inbox, outbox):
+    try:
+        shared = inbox.get(timeout=120)
+        shared.add_(1)
+        torch.cuda.synchronize()
+        outbox.put(f"{shared.sum().item():.1f}")
+        del shared
+    except Exception as e:  # the parent reports it
+        outbox.put(f"child {type(e).__name__}: {e}")
+
+
+def case_multiprocessing_shared_tensor():
+    # torch.multiprocessing hands a CUDA tensor to another process through CUDA IPC (memory and event handles): the
+    # child writes the parent's memory in place.
+    context = torch.multiprocessing.get_context("spawn")
+    shared = torch.arange(4096, dtype=torch.float32, device=DEV)
+    inbox, outbox = context.Queue(), context.Queue()
+    child = context.Process(target=_add_one_in_child, args=(inbox, outbox))
+    child.start()
+    inbox.put(shared)
+    child_sum = outbox.get(timeout=180)
+    child.join(timeout=60)
+    torch.cuda.synchronize()
+    return f"child_sum={child_sum} parent_sum={shared.sum().item():.1f} exit={child.exitcode}"
+
+
 CASES = [case_device, case_transformer_train_bf16_adamw, case_convnet_batchnorm_train,
          case_scaled_dot_product_attention, case_synchronize_and_pinned_copies, case_cuda_graph_capture_replay,
-         case_inference_loop, case_memory_stats, case_dataloader_pinned_workers]
+         case_inference_loop, case_memory_stats, case_dataloader_pinned_workers,
+         case_multiprocessing_shared_tensor]
 
 
 def main():
