@@ -188,29 +188,56 @@ Session::Outcome Session::StreamBeginCapture(const wire::StreamBeginCapture& cal
       driver_.cuStreamEndCapture == nullptr) {
     return {CUDA_ERROR_NOT_SUPPORTED};
   }
-  const bool graph_in_use = graphs_.count(call.graph()) != 0 ||
-                            std::any_of(captures_.begin(), captures_.end(),
-                                        [&](const auto& entry) { return entry.second.graph == call.graph(); });
-  if (call.graph() == 0 || graph_in_use) return {CUDA_ERROR_INVALID_VALUE};
+  const bool graph_captured = std::any_of(captures_.begin(), captures_.end(),
+                                         [&](const auto& entry) { return entry.second.graph == call.graph(); });
+  // A new capture names a new graph; a capture into a graph names one that exists.
+  if (call.graph() == 0 || graph_captured || (graphs_.count(call.graph()) != 0) != call.into_graph()) {
+    return {CUDA_ERROR_INVALID_VALUE};
+  }
   CUstream stream = nullptr;
   CUresult result = LookupStream(call.stream(), &stream);
   if (result != CUDA_SUCCESS) return {result};
   auto mode = static_cast<CUstreamCaptureMode>(call.mode());
   if (mode == CU_STREAM_CAPTURE_MODE_THREAD_LOCAL) mode = CU_STREAM_CAPTURE_MODE_RELAXED;  // see the file comment
-  result = driver_.cuStreamBeginCapture(stream, mode);
+  if (call.into_graph()) {
+    if (driver_.cuStreamBeginCaptureToGraph == nullptr) return {CUDA_ERROR_NOT_SUPPORTED};
+    std::vector<CUgraphNode> dependencies;
+    if (call.dependencies() != nullptr) {
+      for (const uint64_t id : *call.dependencies()) {
+        const auto node = graph_nodes_.find(id);
+        if (node == graph_nodes_.end()) return {CUDA_ERROR_INVALID_VALUE};
+        dependencies.push_back(node->second);
+      }
+    }
+    std::vector<CUgraphEdgeData> edges;
+    if (call.edges() != nullptr) {
+      if (call.edges()->size() != dependencies.size()) return {CUDA_ERROR_INVALID_VALUE};
+      for (const wire::GraphEdge* edge : *call.edges()) {
+        CUgraphEdgeData data{};
+        data.from_port = edge->from_port();
+        data.to_port = edge->to_port();
+        data.type = edge->type();
+        edges.push_back(data);
+      }
+    }
+    result = driver_.cuStreamBeginCaptureToGraph(stream, graphs_.at(call.graph()), dependencies.data(),
+                                                 edges.empty() ? nullptr : edges.data(), dependencies.size(), mode);
+  } else {
+    result = driver_.cuStreamBeginCapture(stream, mode);
+  }
   if (result != CUDA_SUCCESS) return {result};
   CUstreamCaptureStatus status = CU_STREAM_CAPTURE_STATUS_NONE;
   cuuint64_t id = 0;
   result = driver_.cuStreamGetCaptureInfo(stream, &status, &id, nullptr, nullptr, nullptr, nullptr);
   if (result != CUDA_SUCCESS) {
     CUgraph graph = nullptr;
-    if (driver_.cuStreamEndCapture(stream, &graph) == CUDA_SUCCESS && graph != nullptr &&
+    if (driver_.cuStreamEndCapture(stream, &graph) == CUDA_SUCCESS && graph != nullptr && !call.into_graph() &&
         driver_.cuGraphDestroy != nullptr) {
       driver_.cuGraphDestroy(graph);
     }
     return {result};
   }
-  captures_[id] = {stream, call.graph(), false};
+  captures_[id] = {stream, call.graph(), false, call.into_graph()};
   return {CUDA_SUCCESS};
 }
 
@@ -230,8 +257,10 @@ Session::Outcome Session::StreamEndCapture(const wire::StreamEndCapture& call) {
     CUstreamCaptureStatus status = CU_STREAM_CAPTURE_STATUS_ACTIVE;
     ended = driver_.cuStreamIsCapturing(stream, &status) == CUDA_SUCCESS && status == CU_STREAM_CAPTURE_STATUS_NONE;
   }
+  const bool into_graph = record != captures_.end() && record->second.into_graph;
   const auto destroy = [&] {
-    if (graph != nullptr && driver_.cuGraphDestroy != nullptr) driver_.cuGraphDestroy(graph);
+    // A graph captured into belongs to the application: a failed capture leaves it (with what the capture added).
+    if (graph != nullptr && !into_graph && driver_.cuGraphDestroy != nullptr) driver_.cuGraphDestroy(graph);
     graph = nullptr;
   };
   if (!ended) {
@@ -254,7 +283,7 @@ Session::Outcome Session::StreamEndCapture(const wire::StreamEndCapture& call) {
     }
     if (graph != nullptr) {
       graphs_[graph_id] = graph;
-    } else {
+    } else if (!into_graph) {
       ForgetGraphNodes(graph_id);  // the driver destroyed the graph with the capture
     }
   }

@@ -246,6 +246,7 @@ class Session {
     CUstream origin = nullptr;
     uint64_t graph = 0;     // the client's id for the graph being captured
     bool refused = false;   // the executor refused an operation in it: cuStreamEndCapture reports it invalidated
+    bool into_graph = false;  // cuStreamBeginCaptureToGraph: the graph is the application's, never destroyed here
   };
   std::unordered_map<uint64_t, CaptureRecord> captures_;
   // Sources of host-to-device copies captured into graphs, which read them at every replay (kept to the end).

@@ -160,6 +160,8 @@ def main() -> None:
         "often run at PCIe speed; not yet measured on the GPU host). Over tcp://: `CUDA_ERROR_NOT_SUPPORTED`, one "
         "log line. Managed globals (`__managed__`, `cuLibraryGetManaged`), `cuMemRangeGetAttribute(s)`: "
         "`CUDA_ERROR_NOT_SUPPORTED` |",
+        "| capture into an existing graph (`cuStreamBeginCaptureToGraph`) | into any graph of the session, a conditional "
+        "node's body included; on the emulated test driver with at most one dependency |",
         "| explicit graph construction | empty, kernel, memset, memcpy and child-graph nodes (`cuGraphAdd*Node`, "
         "`cuGraphAddNode` with edge data, programmatic edges included; a child graph cloned, or moved with "
         "`CU_GRAPH_CHILD_GRAPH_OWNERSHIP_MOVE`, when its nodes are updated through the parent's executable graph and "
@@ -168,7 +170,7 @@ def main() -> None:
         "an executable graph "
         "(`cuGraphExec*NodeSetParams`); a memcpy node's host side must be same-host page-locked memory "
         "(`CUDA_ERROR_NOT_SUPPORTED` otherwise); a node's context must be the current one; host, event and memory "
-        "nodes, capture into a conditional body (`cuStreamBeginCaptureToGraph`), node parameter get/set on the graph, `cuGraphExecUpdate`, clone and dependency edits: "
+        "nodes, node parameter get/set on the graph, `cuGraphExecUpdate`, clone and dependency edits: "
         "`CUDA_ERROR_NOT_SUPPORTED` |",
         "| stream memory operations on mapped host memory over tcp:// | the memory is a mirror: a host write reaches "
         "the executor's copy at the client's next launch, copy or synchronize, not while a stream already waits on it "

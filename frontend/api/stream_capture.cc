@@ -23,6 +23,7 @@
 #include <cstring>
 #include <map>
 #include <utility>
+#include <vector>
 
 #include "frontend/api/graph_support.h"
 
@@ -39,6 +40,7 @@ struct Capture {
   CUstreamCaptureMode mode;
   pthread_t owner;
   CUstreamCaptureStatus status;
+  bool into_graph = false;  // cuStreamBeginCaptureToGraph: the application's graph, kept whatever the end
 };
 
 // cuStreamGetCaptureInfo's arrays, which the caller reads until its next call on the stream.
@@ -90,23 +92,56 @@ bool IsDefaultStream(CUstream stream) {
 
 CUstream PerThread(CUstream stream) { return stream == nullptr ? CU_STREAM_PER_THREAD : stream; }
 
-CUresult BeginCapture(CUstream stream, CUstreamCaptureMode mode) {
+// Where a capture goes: a new graph (`into` null), or the application's graph `into` after `dependencies`.
+struct CaptureTarget {
+  CUgraph into = nullptr;
+  const CUgraphNode* dependencies = nullptr;
+  const CUgraphEdgeData* edges = nullptr;
+  size_t count = 0;
+};
+
+CUresult BeginCapture(CUstream stream, CUstreamCaptureMode mode, const CaptureTarget& target = {}) {
   Client* client;
   CURELAY_RETURN_IF_ERROR(RequireContext(&client));
   uint64_t wire_stream = 0;
   CURELAY_RETURN_IF_ERROR(WireStream(*client, stream, &wire_stream));
+  const bool into_graph = target.into != nullptr;
+  std::vector<uint64_t> dependency_ids;
+  std::vector<wire::GraphEdge> edges;
+  if (into_graph) {
+    if (!Graphs().graphs.Contains(target.into)) return CUDA_ERROR_INVALID_VALUE;
+    if (target.count != 0 && target.dependencies == nullptr) return CUDA_ERROR_INVALID_VALUE;
+    for (size_t i = 0; i < target.count; ++i) {
+      const CUgraphNode dependency = target.dependencies[i];
+      if (dependency == nullptr || !Graphs().nodes.Contains(dependency) || dependency->graph != target.into) {
+        return CUDA_ERROR_INVALID_VALUE;
+      }
+      dependency_ids.push_back(dependency->id);
+      if (target.edges != nullptr) {
+        edges.emplace_back(target.edges[i].from_port, target.edges[i].to_port, target.edges[i].type);
+      }
+    }
+  }
   // The graph the capture builds exists from now on (cuStreamGetCaptureInfo names it); the executor binds the id
   // to the driver's graph.
-  CUgraph graph = CreateGraphObject(NextObjectId());
+  CUgraph graph = into_graph ? target.into : CreateGraphObject(NextObjectId());
   {
     std::lock_guard<std::mutex> lock(graph->mutex);
     graph->capturing = true;
   }
   auto& builder = Builder();
-  const auto call = wire::CreateStreamBeginCapture(builder, wire_stream, mode, graph->id).Union();
+  const auto ids = builder.CreateVector(dependency_ids);
+  const auto edge_data = edges.empty() ? 0 : builder.CreateVectorOfStructs(edges);
+  const auto call =
+      wire::CreateStreamBeginCapture(builder, wire_stream, mode, graph->id, into_graph, ids, edge_data).Union();
   const CUresult result = client->Call(builder, wire::Call::StreamBeginCapture, call, {}, nullptr);
   if (result != CUDA_SUCCESS) {
-    DestroyGraphObject(graph);
+    if (into_graph) {
+      std::lock_guard<std::mutex> lock(graph->mutex);
+      graph->capturing = false;
+    } else {
+      DestroyGraphObject(graph);
+    }
     return result;
   }
   CaptureState& state = State();
@@ -115,7 +150,7 @@ CUresult BeginCapture(CUstream stream, CUstreamCaptureMode mode) {
     std::lock_guard<std::mutex> lock(state.mutex);
     auto [entry, inserted] = state.captures.try_emplace(KeyOf(wire_stream));
     if (!inserted) stale = entry->second.graph;  // cannot happen: the driver refuses a second capture
-    entry->second = {graph, mode, pthread_self(), CU_STREAM_CAPTURE_STATUS_ACTIVE};
+    entry->second = {graph, mode, pthread_self(), CU_STREAM_CAPTURE_STATUS_ACTIVE, into_graph};
     if (inserted) state.active.fetch_add(1, std::memory_order_release);
   }
   if (stale != nullptr) DestroyGraphObject(stale);
@@ -143,11 +178,13 @@ CUresult EndCapture(CUstream stream, CUgraph* result_graph) {
   const CUresult result = client->Call(builder, wire::Call::StreamEndCapture, call, {}, &reply);
   const auto* ended = reply.reply != nullptr ? reply.reply->body_as_IntegerValue() : nullptr;
   CUgraph graph = nullptr;
+  bool into_graph = false;
   if (ended != nullptr && ended->value() != 0) {
     std::lock_guard<std::mutex> lock(state.mutex);
     const auto found = state.captures.find(key);
     if (found != state.captures.end()) {
       graph = found->second.graph;
+      into_graph = found->second.into_graph;
       state.captures.erase(found);
       state.info_arrays.erase(key);
       state.active.fetch_sub(1, std::memory_order_release);
@@ -156,11 +193,17 @@ CUresult EndCapture(CUstream stream, CUgraph* result_graph) {
   if (graph != nullptr) {
     std::lock_guard<std::mutex> lock(graph->mutex);
     graph->capturing = false;
+    graph->nodes_complete = false;  // the capture added nodes: asked again next time
+  }
+  if (into_graph && result != CUDA_SUCCESS) {
+    // The application's graph stays its own whatever became of the capture; the driver answers no graph.
+    *result_graph = nullptr;
+    return wrong_thread ? CUDA_ERROR_STREAM_CAPTURE_WRONG_THREAD : result;
   }
   if (wrong_thread) {
     // Measured on driver 580: an end from the wrong thread fails, and it ends the capture all the same (the
     // owner's own end then answers CUDA_ERROR_ILLEGAL_STATE and no graph).
-    if (graph != nullptr) DestroyGraphObject(graph);
+    if (graph != nullptr && !into_graph) DestroyGraphObject(graph);
     return CUDA_ERROR_STREAM_CAPTURE_WRONG_THREAD;
   }
   if (result == CUDA_SUCCESS) {
@@ -283,6 +326,12 @@ CUresult cuStreamBeginCapture_v1(CUstream stream) { return BeginCapture(stream, 
 
 CUresult cuStreamBeginCapture_ptsz(CUstream stream) {
   return BeginCapture(PerThread(stream), CU_STREAM_CAPTURE_MODE_GLOBAL);
+}
+
+CUresult cuStreamBeginCaptureToGraph(CUstream stream, CUgraph graph, const CUgraphNode* dependencies,
+                                     const CUgraphEdgeData* edges, size_t count, CUstreamCaptureMode mode) {
+  if (graph == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  return BeginCapture(stream, mode, {graph, dependencies, edges, count});
 }
 
 CUresult cuStreamEndCapture(CUstream stream, CUgraph* graph) { return EndCapture(stream, graph); }

@@ -59,6 +59,7 @@ struct Capture {
   uint64_t origin = 0;
   bool invalidated = false;
   bool ended = false;
+  bool into_existing = false;  // cuStreamBeginCaptureToGraph: the graph is the application's
 };
 
 struct StreamCapture {
@@ -471,6 +472,61 @@ CUresult CUDAAPI cuStreamBeginCapture(CUstream hStream, CUstreamCaptureMode mode
   });
 }
 
+// Into an existing graph (a conditional node's body included), after at most one dependency: captured work here
+// forms one chain (StreamCapture::tail), so several dependencies answer CUDA_ERROR_NOT_SUPPORTED (the fixture's
+// limit), as do edge data other than default edges.
+CUresult CUDAAPI cuStreamBeginCaptureToGraph(CUstream hStream, CUgraph hGraph, const CUgraphNode* dependencies,
+                                             const CUgraphEdgeData* dependencyData, size_t numDependencies,
+                                             CUstreamCaptureMode mode) {
+  return emu::Guard([&] {
+    std::shared_ptr<emu::Context> ctx;
+    std::shared_ptr<emu::Stream> stream;
+    if (CUresult r = emu::ResolveStream(hStream, &ctx, &stream); r != CUDA_SUCCESS) return r;
+    if (stream == nullptr) return CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
+    if (static_cast<unsigned>(mode) > static_cast<unsigned>(CU_STREAM_CAPTURE_MODE_RELAXED)) {
+      return CUDA_ERROR_INVALID_VALUE;
+    }
+    if (numDependencies != 0 && dependencies == nullptr) return CUDA_ERROR_INVALID_VALUE;
+    if (numDependencies > 1) return CUDA_ERROR_NOT_SUPPORTED;
+    if (dependencyData != nullptr && numDependencies == 1 &&
+        (dependencyData[0].type != CU_GRAPH_DEPENDENCY_TYPE_DEFAULT || dependencyData[0].from_port != 0)) {
+      return CUDA_ERROR_NOT_SUPPORTED;
+    }
+    emu::State& s = emu::state();
+    std::lock_guard lock(s.mu);
+    std::shared_ptr<emu::Graph> graph = emu::FindGraph(s, hGraph);
+    if (graph == nullptr) return CUDA_ERROR_INVALID_VALUE;
+    for (const auto& [id, capture] : s.captures) {
+      if (capture->graph == graph) return CUDA_ERROR_ILLEGAL_STATE;
+    }
+    std::shared_ptr<emu::Node> tail;
+    if (numDependencies == 1) {
+      const auto node = s.nodes.find(emu::HandleValue(dependencies[0]));
+      if (node == s.nodes.end() ||
+          std::find(graph->nodes.begin(), graph->nodes.end(), node->second) == graph->nodes.end()) {
+        return CUDA_ERROR_INVALID_VALUE;
+      }
+      tail = node->second;
+    }
+    if (s.streams.count(stream->handle) != 0) return CUDA_ERROR_ILLEGAL_STATE;
+    auto capture = std::make_shared<emu::Capture>();
+    capture->id = s.next_capture_id++;
+    capture->graph = graph;
+    capture->ctx = ctx;
+    capture->mode = mode;
+    capture->owner = std::this_thread::get_id();
+    capture->origin = stream->handle;
+    capture->into_existing = true;
+    emu::StreamCapture entry;
+    entry.capture = capture;
+    entry.tail = std::move(tail);
+    entry.blocking = (stream->flags & CU_STREAM_NON_BLOCKING) == 0;
+    s.streams.emplace(stream->handle, std::move(entry));
+    s.captures.emplace(capture->id, std::move(capture));
+    return CUDA_SUCCESS;
+  });
+}
+
 CUresult CUDAAPI cuStreamEndCapture(CUstream hStream, CUgraph* phGraph) {
   return emu::Guard([&] {
     std::shared_ptr<emu::Context> ctx;
@@ -495,11 +551,11 @@ CUresult CUDAAPI cuStreamEndCapture(CUstream hStream, CUgraph* phGraph) {
     s.captures.erase(capture->id);
     capture->ended = true;
     if (capture->invalidated) {
-      emu::ForgetNodes(s, *capture->graph);
+      if (!capture->into_existing) emu::ForgetNodes(s, *capture->graph);  // the application keeps its own graph
       *phGraph = nullptr;
       return CUDA_ERROR_STREAM_CAPTURE_INVALIDATED;
     }
-    s.graphs.emplace(capture->graph->handle, capture->graph);
+    if (!capture->into_existing) s.graphs.emplace(capture->graph->handle, capture->graph);
     *phGraph = emu::ToHandle<CUgraph>(capture->graph->handle);
     return CUDA_SUCCESS;
   });

@@ -1025,6 +1025,84 @@ TEST_F(GraphTest, ConditionalNodesRunTheBodyTheirConditionSelects) {
   ASSERT_CU(cuMemFree(out));
 }
 
+// cuStreamBeginCaptureToGraph: captured work joins the application's graph after the nodes it names (the same
+// graph handle comes back), and a conditional node's body can be filled by capture (graphConditionalNodes does).
+TEST_F(GraphTest, CaptureIntoAnExistingGraphAndIntoAConditionalBody) {
+  constexpr int n = 64;
+  CUdeviceptr first = 0, second = 0;
+  ASSERT_CU(cuMemAlloc(&first, n * sizeof(int)));
+  ASSERT_CU(cuMemAlloc(&second, n * sizeof(int)));
+  ASSERT_CU(cuMemsetD32(first, 0, n));
+  ASSERT_CU(cuMemsetD32(second, 0, n));
+  ASSERT_CU(cuCtxSynchronize());
+  CUgraph graph = nullptr;
+  ASSERT_CU(cuGraphCreate(&graph, 0));
+  CUDA_MEMSET_NODE_PARAMS memset{};
+  memset.dst = first;
+  memset.value = 5;
+  memset.elementSize = 4;
+  memset.width = n;
+  memset.height = 1;
+  CUgraphNode filled = nullptr;
+  ASSERT_CU(cuGraphAddMemsetNode(&filled, graph, nullptr, 0, &memset, context_));
+
+  ASSERT_CU(cuStreamBeginCaptureToGraph(stream_, graph, &filled, nullptr, 1, CU_STREAM_CAPTURE_MODE_GLOBAL));
+  CUstreamCaptureStatus status = CU_STREAM_CAPTURE_STATUS_NONE;
+  ASSERT_CU(cuStreamIsCapturing(stream_, &status));
+  EXPECT_EQ(status, CU_STREAM_CAPTURE_STATUS_ACTIVE);
+  ASSERT_CU(cuMemcpyDtoDAsync(second, first, n * sizeof(int), stream_));  // after the memset node
+  CUgraph captured = nullptr;
+  ASSERT_CU(cuStreamEndCapture(stream_, &captured));
+  EXPECT_EQ(captured, graph);
+  size_t count = 0;
+  ASSERT_CU(cuGraphGetNodes(graph, nullptr, &count));
+  EXPECT_EQ(count, 2u);
+  CUgraphExec exec = nullptr;
+  ASSERT_CU(cuGraphInstantiateWithFlags(&exec, graph, 0));
+  ASSERT_CU(cuGraphLaunch(exec, stream_));
+  ASSERT_CU(cuStreamSynchronize(stream_));
+  EXPECT_EQ(Read<int>(second, n), std::vector<int>(n, 5));
+  ASSERT_CU(cuGraphExecDestroy(exec));
+
+  // Refused: no graph, and a dependency of another graph.
+  EXPECT_EQ(cuStreamBeginCaptureToGraph(stream_, nullptr, nullptr, nullptr, 0, CU_STREAM_CAPTURE_MODE_GLOBAL),
+            CUDA_ERROR_INVALID_VALUE);
+  CUgraph other = nullptr;
+  ASSERT_CU(cuGraphCreate(&other, 0));
+  EXPECT_EQ(cuStreamBeginCaptureToGraph(stream_, other, &filled, nullptr, 1, CU_STREAM_CAPTURE_MODE_GLOBAL),
+            CUDA_ERROR_INVALID_VALUE);
+  ASSERT_CU(cuStreamIsCapturing(stream_, &status));
+  EXPECT_EQ(status, CU_STREAM_CAPTURE_STATUS_NONE);
+  ASSERT_CU(cuGraphDestroy(other));
+  ASSERT_CU(cuGraphDestroy(graph));
+
+  // if (1) { captured memset }
+  ASSERT_CU(cuGraphCreate(&graph, 0));
+  CUgraphConditionalHandle handle = 0;
+  ASSERT_CU(cuGraphConditionalHandleCreate(&handle, graph, context_, 1, CU_GRAPH_COND_ASSIGN_DEFAULT));
+  CUgraphNodeParams params{};
+  params.type = CU_GRAPH_NODE_TYPE_CONDITIONAL;
+  params.conditional.handle = handle;
+  params.conditional.type = CU_GRAPH_COND_TYPE_IF;
+  params.conditional.size = 1;
+  params.conditional.ctx = context_;
+  CUgraphNode conditional = nullptr;
+  ASSERT_CU(cuGraphAddNode(&conditional, graph, nullptr, nullptr, 0, &params));
+  CUgraph body = params.conditional.phGraph_out[0];
+  ASSERT_CU(cuStreamBeginCaptureToGraph(stream_, body, nullptr, nullptr, 0, CU_STREAM_CAPTURE_MODE_GLOBAL));
+  ASSERT_CU(cuMemsetD32Async(first, 9, n, stream_));
+  ASSERT_CU(cuStreamEndCapture(stream_, &captured));
+  EXPECT_EQ(captured, body);
+  ASSERT_CU(cuGraphInstantiateWithFlags(&exec, graph, 0));
+  ASSERT_CU(cuGraphLaunch(exec, stream_));
+  ASSERT_CU(cuStreamSynchronize(stream_));
+  EXPECT_EQ(Read<int>(first, n), std::vector<int>(n, 9));
+  ASSERT_CU(cuGraphExecDestroy(exec));
+  ASSERT_CU(cuGraphDestroy(graph));
+  ASSERT_CU(cuMemFree(first));
+  ASSERT_CU(cuMemFree(second));
+}
+
 TEST_F(GraphTest, EmptyGraphsAndInvalidHandles) {
   CUgraph graph = nullptr;
   EXPECT_EQ(cuGraphCreate(&graph, 1), CUDA_ERROR_INVALID_VALUE);
