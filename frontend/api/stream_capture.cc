@@ -162,13 +162,17 @@ CUresult EndCapture(CUstream stream, CUgraph* result_graph) {
   CURELAY_RETURN_IF_ERROR(RequireContext(&client));
   uint64_t wire_stream = 0;
   CURELAY_RETURN_IF_ERROR(WireStream(*client, stream, &wire_stream));
-  if (result_graph == nullptr) return CUDA_ERROR_INVALID_VALUE;
   CaptureState& state = State();
   const StreamKey key = KeyOf(wire_stream);
   bool wrong_thread = false;
   {
     std::lock_guard<std::mutex> lock(state.mutex);
     const auto found = state.captures.find(key);
+    // A capture into the application's graph may end without asking for it (graphConditionalNodes does, and the
+    // driver takes it); a capture that makes a graph must hand it out.
+    if (result_graph == nullptr && (found == state.captures.end() || !found->second.into_graph)) {
+      return CUDA_ERROR_INVALID_VALUE;
+    }
     wrong_thread = found != state.captures.end() && found->second.mode != CU_STREAM_CAPTURE_MODE_RELAXED &&
                    !pthread_equal(found->second.owner, pthread_self());
   }
@@ -197,7 +201,7 @@ CUresult EndCapture(CUstream stream, CUgraph* result_graph) {
   }
   if (into_graph && result != CUDA_SUCCESS) {
     // The application's graph stays its own whatever became of the capture; the driver answers no graph.
-    *result_graph = nullptr;
+    if (result_graph != nullptr) *result_graph = nullptr;
     return wrong_thread ? CUDA_ERROR_STREAM_CAPTURE_WRONG_THREAD : result;
   }
   if (wrong_thread) {
@@ -208,7 +212,7 @@ CUresult EndCapture(CUstream stream, CUgraph* result_graph) {
   }
   if (result == CUDA_SUCCESS) {
     if (graph == nullptr) return CUDA_ERROR_UNKNOWN;  // the executor ended a capture this client never began
-    *result_graph = graph;
+    if (result_graph != nullptr) *result_graph = graph;
     return CUDA_SUCCESS;
   }
   if (graph != nullptr) {
