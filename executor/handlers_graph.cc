@@ -312,6 +312,34 @@ Session::Outcome Session::StreamIsCapturing(const wire::StreamIsCapturing& call)
   return outcome;
 }
 
+Session::Outcome Session::StreamUpdateCaptureDependencies(const wire::StreamUpdateCaptureDependencies& call) {
+  if (driver_.cuStreamUpdateCaptureDependencies == nullptr) return {CUDA_ERROR_NOT_SUPPORTED};
+  CUstream stream = nullptr;
+  CUresult result = LookupStream(call.stream(), &stream);
+  if (result != CUDA_SUCCESS) return {result};
+  std::vector<CUgraphNode> dependencies;
+  if (call.dependencies() != nullptr) {
+    for (const uint64_t id : *call.dependencies()) {
+      const auto node = graph_nodes_.find(id);
+      if (node == graph_nodes_.end()) return {CUDA_ERROR_INVALID_VALUE};
+      dependencies.push_back(node->second);
+    }
+  }
+  std::vector<CUgraphEdgeData> edges;
+  if (call.edges() != nullptr) {
+    if (call.edges()->size() != dependencies.size()) return {CUDA_ERROR_INVALID_VALUE};
+    for (const wire::GraphEdge* edge : *call.edges()) {
+      CUgraphEdgeData data{};
+      data.from_port = edge->from_port();
+      data.to_port = edge->to_port();
+      data.type = edge->type();
+      edges.push_back(data);
+    }
+  }
+  return {driver_.cuStreamUpdateCaptureDependencies(stream, dependencies.data(), edges.empty() ? nullptr : edges.data(),
+                                                    dependencies.size(), call.flags())};
+}
+
 Session::Outcome Session::StreamGetCaptureInfo(const wire::StreamGetCaptureInfo& call) {
   if (driver_.cuStreamGetCaptureInfo == nullptr) return {CUDA_ERROR_NOT_SUPPORTED};
   CUstream stream = nullptr;

@@ -161,7 +161,8 @@ def main() -> None:
         "log line. Managed globals (`__managed__`, `cuLibraryGetManaged`), `cuMemRangeGetAttribute(s)`: "
         "`CUDA_ERROR_NOT_SUPPORTED` |",
         "| capture into an existing graph (`cuStreamBeginCaptureToGraph`) | into any graph of the session, a conditional "
-        "node's body included; on the emulated test driver with at most one dependency |",
+        "node's body included; `cuStreamUpdateCaptureDependencies` (nodes added by hand to a graph being captured); on "
+        "the emulated test driver with at most one dependency |",
         "| explicit graph construction | empty, kernel, memset, memcpy and child-graph nodes (`cuGraphAdd*Node`, "
         "`cuGraphAddNode` with edge data, programmatic edges included; a child graph cloned, or moved with "
         "`CU_GRAPH_CHILD_GRAPH_OWNERSHIP_MOVE`, when its nodes are updated through the parent's executable graph and "

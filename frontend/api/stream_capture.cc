@@ -338,6 +338,37 @@ CUresult cuStreamBeginCaptureToGraph(CUstream stream, CUgraph graph, const CUgra
   return BeginCapture(stream, mode, {graph, dependencies, edges, count});
 }
 
+// cuda.h's cuStreamUpdateCaptureDependencies is cuStreamUpdateCaptureDependencies_v2 (with edge data).
+CUresult cuStreamUpdateCaptureDependencies(CUstream stream, CUgraphNode* dependencies, const CUgraphEdgeData* edges,
+                                           size_t count, unsigned int flags) {
+  Client* client;
+  CURELAY_RETURN_IF_ERROR(RequireContext(&client));
+  uint64_t wire_stream = 0;
+  CURELAY_RETURN_IF_ERROR(WireStream(*client, stream, &wire_stream));
+  if (count != 0 && dependencies == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  std::vector<uint64_t> ids;
+  std::vector<wire::GraphEdge> edge_data;
+  for (size_t i = 0; i < count; ++i) {
+    if (dependencies[i] == nullptr || !Graphs().nodes.Contains(dependencies[i])) return CUDA_ERROR_INVALID_VALUE;
+    ids.push_back(dependencies[i]->id);
+    if (edges != nullptr) edge_data.emplace_back(edges[i].from_port, edges[i].to_port, edges[i].type);
+  }
+  auto& builder = Builder();
+  const auto id_vector = builder.CreateVector(ids);
+  const auto edge_vector = edge_data.empty() ? 0 : builder.CreateVectorOfStructs(edge_data);
+  const auto call =
+      wire::CreateStreamUpdateCaptureDependencies(builder, wire_stream, id_vector, edge_vector, flags).Union();
+  return client->Call(builder, wire::Call::StreamUpdateCaptureDependencies, call, {}, nullptr);
+}
+
+// The CUDA 11.3 form, without edge data.
+CUresult cuStreamUpdateCaptureDependencies_v1(CUstream stream, CUgraphNode* dependencies, size_t count,
+                                              unsigned int flags) __asm__("cuStreamUpdateCaptureDependencies");
+CUresult cuStreamUpdateCaptureDependencies_v1(CUstream stream, CUgraphNode* dependencies, size_t count,
+                                              unsigned int flags) {
+  return cuStreamUpdateCaptureDependencies_v2(stream, dependencies, nullptr, count, flags);
+}
+
 CUresult cuStreamEndCapture(CUstream stream, CUgraph* graph) { return EndCapture(stream, graph); }
 
 CUresult cuStreamEndCapture_ptsz(CUstream stream, CUgraph* graph) { return EndCapture(PerThread(stream), graph); }

@@ -527,6 +527,45 @@ CUresult CUDAAPI cuStreamBeginCaptureToGraph(CUstream hStream, CUgraph hGraph, c
   });
 }
 
+// Captured work forms one chain here (StreamCapture::tail): setting at most one dependency, or adding one to a
+// stream with none, is what the fixture can represent; other cases answer CUDA_ERROR_NOT_SUPPORTED.
+CUresult CUDAAPI cuStreamUpdateCaptureDependencies(CUstream hStream, CUgraphNode* dependencies,
+                                                   const CUgraphEdgeData* edges, size_t count, unsigned int flags) {
+  return emu::Guard([&] {
+    std::shared_ptr<emu::Context> ctx;
+    std::shared_ptr<emu::Stream> stream;
+    if (CUresult r = emu::ResolveStream(hStream, &ctx, &stream); r != CUDA_SUCCESS) return r;
+    if (count != 0 && dependencies == nullptr) return CUDA_ERROR_INVALID_VALUE;
+    if (flags != CU_STREAM_ADD_CAPTURE_DEPENDENCIES && flags != CU_STREAM_SET_CAPTURE_DEPENDENCIES) {
+      return CUDA_ERROR_INVALID_VALUE;
+    }
+    emu::State& s = emu::state();
+    std::lock_guard lock(s.mu);
+    auto it = stream == nullptr ? s.streams.end() : s.streams.find(stream->handle);
+    if (it == s.streams.end()) return CUDA_ERROR_ILLEGAL_STATE;
+    const emu::Graph& graph = *it->second.capture->graph;
+    std::shared_ptr<emu::Node> node;
+    if (count == 1) {
+      const auto found = s.nodes.find(emu::HandleValue(dependencies[0]));
+      if (found == s.nodes.end() ||
+          std::find(graph.nodes.begin(), graph.nodes.end(), found->second) == graph.nodes.end()) {
+        return CUDA_ERROR_INVALID_VALUE;
+      }
+      node = found->second;
+    }
+    if (count > 1 || (edges != nullptr && count == 1 && edges[0].type != CU_GRAPH_DEPENDENCY_TYPE_DEFAULT)) {
+      return CUDA_ERROR_NOT_SUPPORTED;
+    }
+    if (flags == CU_STREAM_SET_CAPTURE_DEPENDENCIES) {
+      it->second.tail = std::move(node);
+    } else if (node != nullptr) {
+      if (it->second.tail != nullptr && it->second.tail != node) return CUDA_ERROR_NOT_SUPPORTED;
+      it->second.tail = std::move(node);
+    }
+    return CUDA_SUCCESS;
+  });
+}
+
 CUresult CUDAAPI cuStreamEndCapture(CUstream hStream, CUgraph* phGraph) {
   return emu::Guard([&] {
     std::shared_ptr<emu::Context> ctx;

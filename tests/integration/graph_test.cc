@@ -1103,6 +1103,52 @@ TEST_F(GraphTest, CaptureIntoAnExistingGraphAndIntoAConditionalBody) {
   ASSERT_CU(cuMemFree(second));
 }
 
+// cuStreamUpdateCaptureDependencies: a node added by hand to the graph being captured becomes what the stream's
+// next captured work depends on (graphConditionalNodes adds its conditional node this way).
+TEST_F(GraphTest, CaptureDependenciesUpdatedToANodeAddedByHand) {
+  constexpr int n = 64;
+  CUdeviceptr first = 0, second = 0;
+  ASSERT_CU(cuMemAlloc(&first, n * sizeof(int)));
+  ASSERT_CU(cuMemAlloc(&second, n * sizeof(int)));
+  ASSERT_CU(cuStreamBeginCapture(stream_, CU_STREAM_CAPTURE_MODE_GLOBAL));
+  ASSERT_CU(cuMemsetD32Async(first, 1, n, stream_));
+  CUstreamCaptureStatus status = CU_STREAM_CAPTURE_STATUS_NONE;
+  CUgraph capturing = nullptr;
+  const CUgraphNode* tail = nullptr;
+  size_t count = 0;
+  ASSERT_CU(cuStreamGetCaptureInfo(stream_, &status, nullptr, &capturing, &tail, nullptr, &count));
+  ASSERT_EQ(count, 1u);
+  CUDA_MEMSET_NODE_PARAMS memset{};
+  memset.dst = first;
+  memset.value = 4;
+  memset.elementSize = 4;
+  memset.width = n;
+  memset.height = 1;
+  CUgraphNode by_hand = nullptr;
+  ASSERT_CU(cuGraphAddMemsetNode(&by_hand, capturing, tail, 1, &memset, context_));
+  ASSERT_CU(cuStreamUpdateCaptureDependencies(stream_, &by_hand, nullptr, 1, CU_STREAM_SET_CAPTURE_DEPENDENCIES));
+  ASSERT_CU(cuStreamGetCaptureInfo(stream_, &status, nullptr, nullptr, &tail, nullptr, &count));
+  ASSERT_EQ(count, 1u);
+  EXPECT_EQ(tail[0], by_hand);
+  ASSERT_CU(cuMemcpyDtoDAsync(second, first, n * sizeof(int), stream_));  // after the node added by hand
+  EXPECT_EQ(cuStreamUpdateCaptureDependencies(stream_, nullptr, nullptr, 1, CU_STREAM_SET_CAPTURE_DEPENDENCIES),
+            CUDA_ERROR_INVALID_VALUE);
+  CUgraph graph = nullptr;
+  ASSERT_CU(cuStreamEndCapture(stream_, &graph));
+  CUgraphExec exec = nullptr;
+  ASSERT_CU(cuGraphInstantiateWithFlags(&exec, graph, 0));
+  ASSERT_CU(cuGraphLaunch(exec, stream_));
+  ASSERT_CU(cuStreamSynchronize(stream_));
+  EXPECT_EQ(Read<int>(second, n), std::vector<int>(n, 4));
+  // Not capturing: the driver refuses.
+  EXPECT_NE(cuStreamUpdateCaptureDependencies(stream_, &by_hand, nullptr, 1, CU_STREAM_SET_CAPTURE_DEPENDENCIES),
+            CUDA_SUCCESS);
+  ASSERT_CU(cuGraphExecDestroy(exec));
+  ASSERT_CU(cuGraphDestroy(graph));
+  ASSERT_CU(cuMemFree(first));
+  ASSERT_CU(cuMemFree(second));
+}
+
 TEST_F(GraphTest, EmptyGraphsAndInvalidHandles) {
   CUgraph graph = nullptr;
   EXPECT_EQ(cuGraphCreate(&graph, 1), CUDA_ERROR_INVALID_VALUE);
