@@ -199,9 +199,10 @@ def main() -> None:
         "`tests/gpu/run_cuda_samples.sh SAMPLES_DIR` runs each sample natively and through curelay (ipc://) and prints "
         "one line per sample. The samples are built outside this repository for sm_90 (their code, binaries and "
         "build recipe are never committed): 137 runtime- and driver-API samples without graphics interop, MPI or a "
-        "second GPU. Measured 2026-11-24 on the H100 host (driver 580): one fails natively (`libNVVM_dsl`: no "
-        "`libcudadevrt.a` there); of the other 136, **124 pass** through curelay and 12 fail (115 and 21 in the "
-        "session before):",
+        "second GPU. Measured 2026-11-24 on the H100 host (driver 580), fifth session: one fails natively "
+        "(`libNVVM_dsl`: no `libcudadevrt.a` there); of the other 136, **126 pass** through curelay in a full run "
+        "(124 in the session before, 115 before that), and graphConditionalNodes passes since (over ipc:// and "
+        "tcp://), so 127 by that count. The 9 that fail:",
         "",
         "| sample | through curelay | cause |",
         "|---|---|---|",
@@ -209,9 +210,6 @@ def main() -> None:
         "| captured copies into pageable memory (see above) |",
         "| simpleCudaGraphs | `cudaGraphAddMemcpyNode` with pageable host memory: 801 | the same, as an explicit node |",
         "| jacobiCudaGraphs | wrong result | a captured pageable host-to-device copy replays its capture-time bytes |",
-        "| graphConditionalNodes | `cudaStreamBeginCaptureToGraph`: 801 | conditional nodes work since 61e2c1f (the "
-        "sample's explicitly built if-node cases run on the H100); capturing a stream into a conditional body "
-        "(`cuStreamBeginCaptureToGraph`) is not supported |",
         "| graphMemoryFootprint | `cudaGraphAddMemAllocNode`: 801 | graph memory nodes are not supported |",
         "| streamOrderedAllocationIPC, memMapIPCDrv | 801 / invalid device context | shareable handles (file "
         "descriptors passed between processes) are not supported |",
@@ -228,9 +226,10 @@ def main() -> None:
         "gives no parameter layout, were launched without arguments; a kernel bound to a context now answers its "
         "layout again), simpleCUBLASXT (its 2D tiles come from pageable memory by unified address, which was taken "
         "for device memory), and cdpSimplePrint and simpleAssert pass in the same run (device-side printf and "
-        "assert output still goes to the executor's log). Fixed in the fifth session and rerun on the H100 over "
-        "ipc:// and tcp:// (not a full rerun of all samples): simpleIPC (CUDA IPC between sessions) and "
-        "p2pBandwidthLatencyTest (peer queries), so 126 of 136 by that count.",
+        "assert output still goes to the executor's log). Fixed in the fifth session: simpleIPC (CUDA IPC between "
+        "sessions) and p2pBandwidthLatencyTest (peer queries), both also passing over tcp://, and "
+        "graphConditionalNodes (capture into a conditional body with `cuStreamBeginCaptureToGraph`, nodes added "
+        "by hand during a capture with `cuStreamUpdateCaptureDependencies`).",
         "",
         "## Not supported yet",
         "",
