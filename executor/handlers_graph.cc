@@ -129,6 +129,28 @@ bool Session::HandleDuringCapture(const wire::Request& request, Outcome* outcome
   }
 }
 
+CUresult Session::DecodeDependencies(const flatbuffers::Vector<uint64_t>* ids,
+                                     const flatbuffers::Vector<const wire::GraphEdge*>* edges,
+                                     std::vector<CUgraphNode>* nodes, std::vector<CUgraphEdgeData>* edge_data) {
+  if (ids != nullptr) {
+    for (const uint64_t id : *ids) {
+      const auto node = graph_nodes_.find(id);
+      if (node == graph_nodes_.end()) return CUDA_ERROR_INVALID_VALUE;
+      nodes->push_back(node->second);
+    }
+  }
+  if (edges == nullptr) return CUDA_SUCCESS;
+  if (edges->size() != nodes->size()) return CUDA_ERROR_INVALID_VALUE;
+  for (const wire::GraphEdge* edge : *edges) {
+    CUgraphEdgeData data{};
+    data.from_port = edge->from_port();
+    data.to_port = edge->to_port();
+    data.type = edge->type();
+    edge_data->push_back(data);
+  }
+  return CUDA_SUCCESS;
+}
+
 CUgraph Session::FindGraph(uint64_t id) {
   // A graph still being captured into: the driver's current one (it may replace or drop it on errors).
   for (const auto& [capture, record] : captures_) {
@@ -202,24 +224,9 @@ Session::Outcome Session::StreamBeginCapture(const wire::StreamBeginCapture& cal
   if (call.into_graph()) {
     if (driver_.cuStreamBeginCaptureToGraph == nullptr) return {CUDA_ERROR_NOT_SUPPORTED};
     std::vector<CUgraphNode> dependencies;
-    if (call.dependencies() != nullptr) {
-      for (const uint64_t id : *call.dependencies()) {
-        const auto node = graph_nodes_.find(id);
-        if (node == graph_nodes_.end()) return {CUDA_ERROR_INVALID_VALUE};
-        dependencies.push_back(node->second);
-      }
-    }
     std::vector<CUgraphEdgeData> edges;
-    if (call.edges() != nullptr) {
-      if (call.edges()->size() != dependencies.size()) return {CUDA_ERROR_INVALID_VALUE};
-      for (const wire::GraphEdge* edge : *call.edges()) {
-        CUgraphEdgeData data{};
-        data.from_port = edge->from_port();
-        data.to_port = edge->to_port();
-        data.type = edge->type();
-        edges.push_back(data);
-      }
-    }
+    result = DecodeDependencies(call.dependencies(), call.edges(), &dependencies, &edges);
+    if (result != CUDA_SUCCESS) return {result};
     result = driver_.cuStreamBeginCaptureToGraph(stream, graphs_.at(call.graph()), dependencies.data(),
                                                  edges.empty() ? nullptr : edges.data(), dependencies.size(), mode);
   } else {
@@ -318,24 +325,9 @@ Session::Outcome Session::StreamUpdateCaptureDependencies(const wire::StreamUpda
   CUresult result = LookupStream(call.stream(), &stream);
   if (result != CUDA_SUCCESS) return {result};
   std::vector<CUgraphNode> dependencies;
-  if (call.dependencies() != nullptr) {
-    for (const uint64_t id : *call.dependencies()) {
-      const auto node = graph_nodes_.find(id);
-      if (node == graph_nodes_.end()) return {CUDA_ERROR_INVALID_VALUE};
-      dependencies.push_back(node->second);
-    }
-  }
   std::vector<CUgraphEdgeData> edges;
-  if (call.edges() != nullptr) {
-    if (call.edges()->size() != dependencies.size()) return {CUDA_ERROR_INVALID_VALUE};
-    for (const wire::GraphEdge* edge : *call.edges()) {
-      CUgraphEdgeData data{};
-      data.from_port = edge->from_port();
-      data.to_port = edge->to_port();
-      data.type = edge->type();
-      edges.push_back(data);
-    }
-  }
+  result = DecodeDependencies(call.dependencies(), call.edges(), &dependencies, &edges);
+  if (result != CUDA_SUCCESS) return {result};
   return {driver_.cuStreamUpdateCaptureDependencies(stream, dependencies.data(), edges.empty() ? nullptr : edges.data(),
                                                     dependencies.size(), call.flags())};
 }
@@ -486,16 +478,12 @@ Session::Outcome Session::GraphAddNode(const wire::GraphAddNode& call, std::span
   CUgraph graph = FindGraph(call.graph());
   if (graph == nullptr) return {CUDA_ERROR_INVALID_VALUE};
   std::vector<CUgraphNode> dependencies;
-  if (call.dependencies() != nullptr) {
-    for (uint64_t id : *call.dependencies()) {
-      const auto found = graph_nodes_.find(id);
-      if (found == graph_nodes_.end()) return {CUDA_ERROR_INVALID_VALUE};
-      dependencies.push_back(found->second);
-    }
+  std::vector<CUgraphEdgeData> edge_data;
+  if (CUresult r = DecodeDependencies(call.dependencies(), call.edges(), &dependencies, &edge_data); r != CUDA_SUCCESS) {
+    return {r};
   }
   // Edges other than the default: the node is made without dependencies and joined to them with the edges' data.
   const auto* edges = call.edges();
-  if (edges != nullptr && edges->size() != dependencies.size()) return {CUDA_ERROR_INVALID_VALUE};
   if (edges != nullptr && (driver_.cuGraphAddDependencies_v2 == nullptr || driver_.cuGraphDestroyNode == nullptr)) {
     return {CUDA_ERROR_NOT_SUPPORTED};
   }
@@ -542,12 +530,6 @@ Session::Outcome Session::GraphAddNode(const wire::GraphAddNode& call, std::span
       break;
   }
   if (result == CUDA_SUCCESS && edges != nullptr && !dependencies.empty()) {
-    std::vector<CUgraphEdgeData> edge_data(edges->size());
-    for (size_t i = 0; i < edges->size(); ++i) {
-      edge_data[i].from_port = edges->Get(i)->from_port();
-      edge_data[i].to_port = edges->Get(i)->to_port();
-      edge_data[i].type = edges->Get(i)->type();
-    }
     const std::vector<CUgraphNode> to(dependencies.size(), node);
     result = driver_.cuGraphAddDependencies_v2(graph, dependencies.data(), to.data(), edge_data.data(),
                                                dependencies.size());

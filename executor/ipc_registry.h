@@ -27,7 +27,7 @@ class IpcRegistry {
   // Records that this session exported `handle`; `owner` (a device address or an event id) withdraws it later.
   // Returns false (and logs why) when the file cannot be written.
   bool Publish(Kind kind, std::span<const uint8_t> handle, uint64_t owner);
-  // Whether `handle` was published by a live session of this session's scope. Logs a refusal once per handle.
+  // Whether `handle` was published by a live session of this session's scope. Logs each refusal and why.
   bool MayOpen(Kind kind, std::span<const uint8_t> handle) const;
   // The memory or event `owner` is gone: its handles no longer open anywhere new.
   void Withdraw(Kind kind, uint64_t owner);

@@ -151,6 +151,10 @@ class Session {
   struct CaptureRecord;
   CaptureRecord* CaptureOf(CUstream stream);
   CUgraph FindGraph(uint64_t id);
+  // Node ids from the wire as the driver's nodes, and their edge data (none when `edges` is absent).
+  CUresult DecodeDependencies(const flatbuffers::Vector<uint64_t>* ids,
+                              const flatbuffers::Vector<const wire::GraphEdge*>* edges,
+                              std::vector<CUgraphNode>* nodes, std::vector<CUgraphEdgeData>* edge_data);
   struct NodeParameters;
   CUresult DecodeNodeParameters(const wire::GraphAddNode& spec, std::span<const uint8_t> payload,
                                 NodeParameters* parameters);

@@ -68,6 +68,27 @@ void DestroyGraphObject(CUgraph graph) {
   graphs.graphs.Destroy(graph);
 }
 
+CUresult EncodeDependencies(CUgraph graph, const CUgraphNode* dependencies, const CUgraphEdgeData* edges,
+                            size_t count, WireDependencies* encoded) {
+  if (count != 0 && dependencies == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  bool all_default = true;
+  for (size_t i = 0; i < count; ++i) {
+    const CUgraphNode dependency = dependencies[i];
+    if (dependency == nullptr || !Graphs().nodes.Contains(dependency) ||
+        (graph != nullptr && dependency->graph != graph)) {
+      return CUDA_ERROR_INVALID_VALUE;
+    }
+    encoded->ids.push_back(dependency->id);
+    if (edges != nullptr) {
+      encoded->edges.emplace_back(edges[i].from_port, edges[i].to_port, edges[i].type);
+      all_default = all_default && edges[i].type == CU_GRAPH_DEPENDENCY_TYPE_DEFAULT && edges[i].from_port == 0 &&
+                    edges[i].to_port == 0;
+    }
+  }
+  if (all_default) encoded->edges.clear();
+  return CUDA_SUCCESS;
+}
+
 CUgraphNode InternGraphNode(CUgraph graph, uint64_t id, CUgraphNodeType type) {
   std::lock_guard<std::mutex> lock(graph->mutex);
   auto& node = graph->nodes[id];

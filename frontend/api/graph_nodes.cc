@@ -39,36 +39,20 @@ CUresult SendNode(const NodeTarget& target, wire::GraphNodeKind kind, std::span<
   Client* client;
   CURELAY_RETURN_IF_ERROR(RequireContext(&client));
   const bool adding = target.exec == nullptr;
-  std::vector<uint64_t> ids;
+  WireDependencies dependencies;
   if (adding) {
     if (target.node_out == nullptr || target.graph == nullptr || !Graphs().graphs.Contains(target.graph)) {
       return CUDA_ERROR_INVALID_VALUE;
     }
-    if (target.count != 0 && target.dependencies == nullptr) return CUDA_ERROR_INVALID_VALUE;
-    for (size_t i = 0; i < target.count; ++i) {
-      const CUgraphNode dependency = target.dependencies[i];
-      if (dependency == nullptr || !Graphs().nodes.Contains(dependency) || dependency->graph != target.graph) {
-        return CUDA_ERROR_INVALID_VALUE;
-      }
-      ids.push_back(dependency->id);
-    }
+    CURELAY_RETURN_IF_ERROR(
+        EncodeDependencies(target.graph, target.dependencies, target.edges, target.count, &dependencies));
   } else if (!Graphs().execs.Contains(target.exec) || target.node == nullptr || !Graphs().nodes.Contains(target.node)) {
     return CUDA_ERROR_INVALID_VALUE;
   }
   auto& builder = Builder();
-  const auto dependency_ids = builder.CreateVector(ids);
+  const auto dependency_ids = builder.CreateVector(dependencies.ids);
   flatbuffers::Offset<flatbuffers::Vector<const wire::GraphEdge*>> edge_kinds;
-  if (adding && target.edges != nullptr) {
-    std::vector<wire::GraphEdge> kinds;
-    bool all_default = true;
-    for (size_t i = 0; i < target.count; ++i) {
-      const CUgraphEdgeData& edge = target.edges[i];
-      kinds.emplace_back(edge.from_port, edge.to_port, edge.type);
-      all_default = all_default && edge.type == CU_GRAPH_DEPENDENCY_TYPE_DEFAULT && edge.from_port == 0 &&
-                    edge.to_port == 0;
-    }
-    if (!all_default) edge_kinds = builder.CreateVectorOfStructs(kinds);
-  }
+  if (!dependencies.edges.empty()) edge_kinds = builder.CreateVectorOfStructs(dependencies.edges);
   if (prepare) prepare(builder);
   wire::GraphAddNodeBuilder spec(builder);
   if (adding) spec.add_graph(target.graph->id);

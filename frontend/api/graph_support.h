@@ -35,6 +35,14 @@ CUgraph FindGraphObject(uint64_t id);
 void DestroyGraphObject(CUgraph graph);
 // The handle of executor node `id` in `graph`, created on first sight.
 CUgraphNode InternGraphNode(CUgraph graph, uint64_t id, CUgraphNodeType type);
+// Dependencies as the wire carries them: node ids, and edge data only when some edge is not a default one.
+// CUDA_ERROR_INVALID_VALUE for a null or unknown node, or one of another graph than `graph` (null: any graph).
+struct WireDependencies {
+  std::vector<uint64_t> ids;
+  std::vector<wire::GraphEdge> edges;  // empty: all default
+};
+CUresult EncodeDependencies(CUgraph graph, const CUgraphNode* dependencies, const CUgraphEdgeData* edges,
+                            size_t count, WireDependencies* encoded);
 // Node handles for a wire node list (ids and types of one graph).
 std::vector<CUgraphNode> InternGraphNodes(CUgraph graph, const wire::GraphNodes* nodes);
 

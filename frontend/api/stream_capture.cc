@@ -106,21 +106,11 @@ CUresult BeginCapture(CUstream stream, CUstreamCaptureMode mode, const CaptureTa
   uint64_t wire_stream = 0;
   CURELAY_RETURN_IF_ERROR(WireStream(*client, stream, &wire_stream));
   const bool into_graph = target.into != nullptr;
-  std::vector<uint64_t> dependency_ids;
-  std::vector<wire::GraphEdge> edges;
+  WireDependencies dependencies;
   if (into_graph) {
     if (!Graphs().graphs.Contains(target.into)) return CUDA_ERROR_INVALID_VALUE;
-    if (target.count != 0 && target.dependencies == nullptr) return CUDA_ERROR_INVALID_VALUE;
-    for (size_t i = 0; i < target.count; ++i) {
-      const CUgraphNode dependency = target.dependencies[i];
-      if (dependency == nullptr || !Graphs().nodes.Contains(dependency) || dependency->graph != target.into) {
-        return CUDA_ERROR_INVALID_VALUE;
-      }
-      dependency_ids.push_back(dependency->id);
-      if (target.edges != nullptr) {
-        edges.emplace_back(target.edges[i].from_port, target.edges[i].to_port, target.edges[i].type);
-      }
-    }
+    CURELAY_RETURN_IF_ERROR(
+        EncodeDependencies(target.into, target.dependencies, target.edges, target.count, &dependencies));
   }
   // The graph the capture builds exists from now on (cuStreamGetCaptureInfo names it); the executor binds the id
   // to the driver's graph.
@@ -130,8 +120,8 @@ CUresult BeginCapture(CUstream stream, CUstreamCaptureMode mode, const CaptureTa
     graph->capturing = true;
   }
   auto& builder = Builder();
-  const auto ids = builder.CreateVector(dependency_ids);
-  const auto edge_data = edges.empty() ? 0 : builder.CreateVectorOfStructs(edges);
+  const auto ids = builder.CreateVector(dependencies.ids);
+  const auto edge_data = dependencies.edges.empty() ? 0 : builder.CreateVectorOfStructs(dependencies.edges);
   const auto call =
       wire::CreateStreamBeginCapture(builder, wire_stream, mode, graph->id, into_graph, ids, edge_data).Union();
   const CUresult result = client->Call(builder, wire::Call::StreamBeginCapture, call, {}, nullptr);
@@ -345,17 +335,12 @@ CUresult cuStreamUpdateCaptureDependencies(CUstream stream, CUgraphNode* depende
   CURELAY_RETURN_IF_ERROR(RequireContext(&client));
   uint64_t wire_stream = 0;
   CURELAY_RETURN_IF_ERROR(WireStream(*client, stream, &wire_stream));
-  if (count != 0 && dependencies == nullptr) return CUDA_ERROR_INVALID_VALUE;
-  std::vector<uint64_t> ids;
-  std::vector<wire::GraphEdge> edge_data;
-  for (size_t i = 0; i < count; ++i) {
-    if (dependencies[i] == nullptr || !Graphs().nodes.Contains(dependencies[i])) return CUDA_ERROR_INVALID_VALUE;
-    ids.push_back(dependencies[i]->id);
-    if (edges != nullptr) edge_data.emplace_back(edges[i].from_port, edges[i].to_port, edges[i].type);
-  }
+  // The driver judges whether the nodes belong to the graph being captured.
+  WireDependencies encoded;
+  CURELAY_RETURN_IF_ERROR(EncodeDependencies(nullptr, dependencies, edges, count, &encoded));
   auto& builder = Builder();
-  const auto id_vector = builder.CreateVector(ids);
-  const auto edge_vector = edge_data.empty() ? 0 : builder.CreateVectorOfStructs(edge_data);
+  const auto id_vector = builder.CreateVector(encoded.ids);
+  const auto edge_vector = encoded.edges.empty() ? 0 : builder.CreateVectorOfStructs(encoded.edges);
   const auto call =
       wire::CreateStreamUpdateCaptureDependencies(builder, wire_stream, id_vector, edge_vector, flags).Union();
   return client->Call(builder, wire::Call::StreamUpdateCaptureDependencies, call, {}, nullptr);
