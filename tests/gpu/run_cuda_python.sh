@@ -1,19 +1,30 @@
 #!/usr/bin/env bash
-# GPU host: tests/gpu/cuda_python_driver.py natively and through curelay; compares the two outputs line by line.
+# GPU host: every tests/gpu/cuda_python_*.py script natively and through curelay (the endpoint and tenant mode of
+# backend_env.sh: ipc:// by default, tcp:// from another mount namespace with CURELAY_GPU_ENDPOINT); compares the
+# two outputs of each script line by line. One PASS/FAIL line per script.
+#
+# Usage: tests/gpu/run_cuda_python.sh [build-dir]
 set -uo pipefail
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
-build=$(cd "${1:-$here/../../build}" && pwd)
-real=${CURELAY_REAL_DRIVER:-/usr/local/nvidia/lib64/libcuda.so.1}
-runtime=$(mktemp -d /dev/shm/curelay-cuda-python-XXXXXX)  # tmpfs: the backend shares pinned memory files there
-"$build/backend/curelay-backend" --listen "ipc://$runtime/b.sock" --driver "$real" --runtime-dir "$runtime" \
-  --state-dir "$runtime/state" --allow-anonymous --log-level warn &
-backend=$!
-trap 'kill $backend 2>/dev/null; wait $backend 2>/dev/null; rm -rf "$runtime"' EXIT
-for _ in $(seq 100); do [ -S "$runtime/b.sock" ] && break; sleep 0.1; done
-ptx="$build/kernels/test_kernels.ptx"
-LD_LIBRARY_PATH=$(dirname "$real") python3 "$here/cuda_python_driver.py" "$ptx" >"$runtime/native.txt" 2>&1
-LD_LIBRARY_PATH="$build/frontend" CURELAY_ENDPOINT="ipc://$runtime/b.sock" \
-  python3 "$here/cuda_python_driver.py" "$ptx" >"$runtime/curelay.txt" 2>&1
-echo "== native"; cat "$runtime/native.txt"; echo "== curelay"; cat "$runtime/curelay.txt"
-if diff -q "$runtime/native.txt" "$runtime/curelay.txt" >/dev/null; then echo "PASS cuda-python driver bindings"; else
-  echo "FAIL cuda-python driver bindings"; exit 1; fi
+# shellcheck source=tests/gpu/backend_env.sh
+source "$here/backend_env.sh"
+curelay_setup "${1:-$here/../../build}" || exit 2
+ptx="$CURELAY_BUILD/kernels/test_kernels.ptx"
+status=0
+curelay_backend_start || exit 2
+for script in "$here"/cuda_python_*.py; do
+  name=$(basename "$script" .py)
+  native="$CURELAY_OUT/$name.native.txt" through="$CURELAY_OUT/$name.curelay.txt"
+  curelay_native python3 "$script" "$ptx" >"$native" 2>&1
+  curelay_remote python3 "$script" "$ptx" >"$through" 2>&1
+  echo "== $name native"; cat "$native"; echo "== $name curelay"; cat "$through"
+  if diff "$native" "$through" >"$CURELAY_OUT/$name.diff"; then
+    echo "PASS cuda-python $name"
+  else
+    echo "FAIL cuda-python $name (first differences below)"
+    head -n 10 "$CURELAY_OUT/$name.diff"
+    status=1
+  fi
+done
+curelay_backend_stop
+exit $status
