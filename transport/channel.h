@@ -1,5 +1,5 @@
 // The transport interface: everything above it (shim, backend, executor) sends and receives protocol messages
-// through these few calls, so a transport (ZeroMQ today, RDMA later) is one implementation of this header.
+// through these few calls, so a transport (ZeroMQ, shared memory, RDMA) is one implementation of this header.
 #pragma once
 
 #include <cstdint>
@@ -48,6 +48,11 @@ struct ChannelOptions {
   // A peer silent this long (no data, no heartbeat answer) is lost: a cut link or a frozen host ends the session
   // instead of hanging it. Heartbeats go out every third of it (at most every second).
   int heartbeat_timeout_ms = 5000;
+  // rdma:// only (NCCL's defaults; CURELAY_RDMA_TIMEOUT and CURELAY_RDMA_RETRY_COUNT override): the local ACK
+  // timeout is 4.096 us * 2^exponent per attempt, and a peer that acknowledges nothing for retry_count + 1 of
+  // them is lost.
+  int rdma_timeout_exponent = 20;
+  int rdma_retry_count = 7;
 };
 
 // Client side of a session: connects to one executor endpoint.

@@ -27,19 +27,25 @@ std::optional<Endpoint> Endpoint::Parse(std::string_view text) {
     if (text.size() == 6) return std::nullopt;
     return Endpoint{Kind::kIpc, std::string(text.substr(6)), {}, {}};
   }
-  if (text.rfind("tcp://", 0) == 0) {
-    const std::string_view rest = text.substr(6);
+  const bool tcp = text.rfind("tcp://", 0) == 0, rdma = text.rfind("rdma://", 0) == 0;
+  if (tcp || rdma) {
+    const std::string_view rest = text.substr(tcp ? 6 : 7);
     const size_t colon = rest.rfind(':');
     if (colon == std::string_view::npos || colon == 0) return std::nullopt;
     const std::string_view port = rest.substr(colon + 1);
     if (port != "*" && !ParsePort(port) && !ParsePortRange(port)) return std::nullopt;
-    return Endpoint{Kind::kTcp, {}, std::string(rest.substr(0, colon)), std::string(port)};
+    return Endpoint{tcp ? Kind::kTcp : Kind::kRdma, {}, std::string(rest.substr(0, colon)), std::string(port)};
   }
   return std::nullopt;
 }
 
 std::string Endpoint::ToString() const {
-  return kind == Kind::kIpc ? "ipc://" + path : "tcp://" + host + ":" + port;
+  switch (kind) {
+    case Kind::kIpc: return "ipc://" + path;
+    case Kind::kTcp: return "tcp://" + host + ":" + port;
+    case Kind::kRdma: return "rdma://" + host + ":" + port;
+  }
+  return {};
 }
 
 std::string Endpoint::directory() const {

@@ -1,5 +1,5 @@
-// Endpoints as users write them (ipc://PATH, tcp://HOST:PORT), parsed once: nothing above transport/ looks at the
-// scheme's text. A tcp port may be "*" (any free port) or "LOW-HIGH" (the first free one) where something binds.
+// Endpoints as users write them (ipc://PATH, tcp://HOST:PORT, rdma://HOST:PORT), parsed once: nothing above transport/ looks at the
+// scheme's text. A tcp or rdma port may be "*" (any free port) or "LOW-HIGH" (the first free one) where something binds.
 #pragma once
 
 #include <optional>
@@ -10,14 +10,17 @@
 namespace curelay::transport {
 
 struct Endpoint {
-  enum class Kind { kIpc, kTcp };
+  enum class Kind { kIpc, kTcp, kRdma };  // rdma: HOST:PORT is the bootstrap TCP socket of the queue pair
   Kind kind = Kind::kIpc;
   std::string path;  // ipc: the socket's path
-  std::string host;  // tcp
-  std::string port;  // tcp: a number, "*" or "LOW-HIGH"
+  std::string host;  // tcp, rdma
+  std::string port;  // tcp, rdma: a number, "*" or "LOW-HIGH"
 
   static std::optional<Endpoint> Parse(std::string_view text);
   static Endpoint Tcp(std::string host, std::string port) { return {Kind::kTcp, {}, std::move(host), std::move(port)}; }
+  static Endpoint Rdma(std::string host, std::string port) {
+    return {Kind::kRdma, {}, std::move(host), std::move(port)};
+  }
   std::string ToString() const;
   // ipc endpoints are on this host: the directory holding the socket is where files both sides map are made.
   bool same_host() const { return kind == Kind::kIpc; }

@@ -13,6 +13,7 @@
 
 #include "transport/channel.h"
 #include "transport/endpoint.h"
+#include "transport/zmq/zmq_channel.h"
 #include "transport/zmq/zmq_context.h"
 
 namespace curelay::transport {
@@ -210,7 +211,7 @@ bool MakePairWithMonitor(const ChannelOptions& options, void** socket, void** mo
 
 }  // namespace
 
-std::unique_ptr<Channel> ConnectChannel(const std::string& endpoint, const ChannelOptions& options,
+std::unique_ptr<Channel> ConnectZmqChannel(const std::string& endpoint, const ChannelOptions& options,
                                         std::string* error) {
   void* socket = nullptr;
   void* monitor = nullptr;
@@ -224,7 +225,7 @@ std::unique_ptr<Channel> ConnectChannel(const std::string& endpoint, const Chann
   return std::make_unique<ZmqChannel>(socket, monitor, options);
 }
 
-std::unique_ptr<Channel> BindChannel(std::span<const std::string> endpoints, const ChannelOptions& options,
+std::unique_ptr<Channel> BindZmqChannel(std::span<const std::string> endpoints, const ChannelOptions& options,
                                      std::string* error) {
   void* socket = nullptr;
   void* monitor = nullptr;
