@@ -420,7 +420,9 @@ bool ServiceQp(EmulatedQp* qp) {
       HandleReply(qp, packet);
     }
   }
-  if (qp->base.state != IBV_QPS_RTR && qp->base.state != IBV_QPS_RTS) return busy;
+  // A QP that entered the error state still sends the nak that put it there.
+  if (qp->base.state == IBV_QPS_RESET || qp->base.state == IBV_QPS_INIT) return busy;
+  if (qp->base.state == IBV_QPS_ERR && qp->control.empty()) return busy;
   if (!TryAttach(qp)) {
     // A peer that never appears is a peer that never answers: the requests time out below.
   } else {

@@ -1,0 +1,223 @@
+// The rdma:// channel between two real processes over the emulated verbs fixture (ctest puts it first on
+// LD_LIBRARY_PATH): ordered messages small and large, both directions at once, a killed peer, malicious traffic.
+#include <dlfcn.h>
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "transport/channel.h"
+#include "transport/endpoint.h"
+
+namespace curelay::transport {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+std::span<const uint8_t> Bytes(const std::string& text) {
+  return {reinterpret_cast<const uint8_t*>(text.data()), text.size()};
+}
+std::string Text(const Frame& frame) { return std::string(frame.bytes().begin(), frame.bytes().end()); }
+
+std::string Pattern(size_t bytes, int seed) {
+  std::string text(bytes, '\0');
+  uint32_t state = 2166136261u ^ static_cast<uint32_t>(seed);
+  for (auto& c : text) {
+    state = state * 16777619u + 1;
+    c = static_cast<char>(state >> 24);
+  }
+  return text;
+}
+
+class RdmaChannelTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    std::vector<std::string> endpoints = {"rdma://127.0.0.1:*"};
+    std::string error;
+    server = BindChannel(endpoints, options, &error);
+    ASSERT_NE(server, nullptr) << error;
+    void* library = dlopen("libibverbs.so.1", RTLD_NOW | RTLD_NOLOAD);
+    ASSERT_NE(library, nullptr);
+    ASSERT_NE(dlsym(library, "curelay_emulated_verbs"), nullptr) << "the real libibverbs was loaded";
+    endpoint = server->BoundEndpoint("rdma");
+    ASSERT_EQ(endpoint.rfind("rdma://127.0.0.1:", 0), 0u) << endpoint;
+  }
+  void TearDown() override {
+    if (peer > 0) {
+      kill(peer, SIGKILL);
+      waitpid(peer, nullptr, 0);
+    }
+  }
+  pid_t Spawn(std::vector<std::string> arguments, int* stdout_fd = nullptr) {
+    int pipe_fds[2] = {-1, -1};
+    if (stdout_fd != nullptr) {
+      EXPECT_EQ(pipe(pipe_fds), 0);
+    }
+    const pid_t child = fork();
+    if (child == 0) {
+      if (stdout_fd != nullptr) dup2(pipe_fds[1], 1);
+      std::vector<char*> argv = {const_cast<char*>(CURELAY_RDMA_PEER)};
+      for (auto& argument : arguments) argv.push_back(argument.data());
+      argv.push_back(nullptr);
+      execv(argv[0], argv.data());
+      _exit(127);
+    }
+    if (stdout_fd != nullptr) {
+      close(pipe_fds[1]);
+      *stdout_fd = pipe_fds[0];
+    }
+    return child;
+  }
+  // Waits for the peer to connect (the bound side accepts while receiving).
+  void AwaitPeer() {
+    const auto deadline = Clock::now() + std::chrono::seconds(10);
+    while (!server->PeerSeen() && Clock::now() < deadline) server->AwaitActivity(20);
+    ASSERT_TRUE(server->PeerSeen());
+  }
+
+  ChannelOptions options;
+  std::unique_ptr<Channel> server;
+  std::string endpoint;
+  pid_t peer = -1;
+};
+
+TEST(RdmaEndpointTest, ParsesAndPrints) {
+  const auto parsed = Endpoint::Parse("rdma://10.0.0.2:4791");
+  ASSERT_TRUE(parsed);
+  EXPECT_EQ(parsed->kind, Endpoint::Kind::kRdma);
+  EXPECT_EQ(parsed->host, "10.0.0.2");
+  EXPECT_EQ(parsed->port, "4791");
+  EXPECT_FALSE(parsed->same_host());
+  EXPECT_EQ(parsed->ToString(), "rdma://10.0.0.2:4791");
+  EXPECT_FALSE(Endpoint::Parse("rdma://nohost"));
+  EXPECT_FALSE(Endpoint::Parse("rdma://host:0"));
+}
+
+TEST(RdmaBindTest, RdmaIsBoundAlone) {
+  std::vector<std::string> endpoints = {"rdma://127.0.0.1:*", "tcp://127.0.0.1:*"};
+  std::string error;
+  EXPECT_EQ(BindChannel(endpoints, {}, &error), nullptr);
+  EXPECT_NE(error.find("only endpoint"), std::string::npos) << error;
+}
+
+TEST_F(RdmaChannelTest, OrderedMessagesSmallAndLargeRoundTrip) {
+  peer = Spawn({"echo", endpoint});
+  AwaitPeer();
+  // Sizes around the 64 KiB slot (header + payload + 16-byte prefix) and payloads of several MiB.
+  const size_t sizes[] = {0, 1, 100, 65536 - 16 - 8, 65536 - 16 - 7, 65536, 200000, 3 << 20, (5 << 20) + 13};
+  int sent = 0;
+  for (int round = 0; round < 3; ++round) {
+    for (size_t size : sizes) {
+      const std::string header = "h" + std::to_string(sent);
+      ASSERT_TRUE(server->Send(Bytes(header), Bytes(Pattern(size, sent)))) << sent;
+      ++sent;
+    }
+  }
+  for (int i = 0; i < sent; ++i) {
+    IncomingMessage message;
+    ASSERT_EQ(server->Receive(message, 10000), ReceiveStatus::kMessage) << i;
+    EXPECT_EQ(Text(message.header), "h" + std::to_string(i));
+    const size_t size = sizes[i % std::size(sizes)];
+    ASSERT_EQ(message.payload.size(), size);
+    EXPECT_TRUE(Text(message.payload) == Pattern(size, i)) << i;
+  }
+  IncomingMessage none;
+  EXPECT_EQ(server->Receive(none, 20), ReceiveStatus::kTimeout);
+  EXPECT_FALSE(server->PeerLost());
+}
+
+TEST_F(RdmaChannelTest, BothDirectionsAtOnce) {
+  ASSERT_TRUE(server->FullDuplex());
+  peer = Spawn({"echo", endpoint});
+  AwaitPeer();
+  constexpr int kMessages = 60;
+  const std::string payload = Pattern(1 << 20, 7);
+  std::thread sender([&] {
+    for (int i = 0; i < kMessages; ++i) ASSERT_TRUE(server->Send(Bytes("m" + std::to_string(i)), Bytes(payload)));
+  });
+  for (int i = 0; i < kMessages; ++i) {
+    IncomingMessage message;
+    ASSERT_EQ(server->Receive(message, 10000), ReceiveStatus::kMessage) << i;
+    EXPECT_EQ(Text(message.header), "m" + std::to_string(i));
+    EXPECT_TRUE(Text(message.payload) == payload);
+  }
+  sender.join();
+}
+
+TEST_F(RdmaChannelTest, KilledPeerIsLostPromptly) {
+  peer = Spawn({"hold", endpoint});
+  AwaitPeer();
+  ASSERT_TRUE(server->Send(Bytes("ping"), {}));
+  IncomingMessage message;
+  ASSERT_EQ(server->Receive(message, 10000), ReceiveStatus::kMessage);
+  EXPECT_FALSE(server->PeerLost());
+  kill(peer, SIGKILL);
+  waitpid(peer, nullptr, 0);
+  peer = -1;
+  const auto start = Clock::now();
+  EXPECT_EQ(server->Receive(message, 10000), ReceiveStatus::kPeerLost);
+  EXPECT_LT(Clock::now() - start, std::chrono::seconds(2));
+  EXPECT_TRUE(server->PeerLost());
+  EXPECT_FALSE(server->Send(Bytes("after"), {}));
+}
+
+TEST_F(RdmaChannelTest, ConnectingToNobodyFailsCleanly) {
+  std::string error;
+  const auto start = Clock::now();
+  auto client = ConnectChannel("rdma://127.0.0.1:1", options, &error);
+  EXPECT_EQ(client, nullptr);
+  EXPECT_FALSE(error.empty());
+  EXPECT_LT(Clock::now() - start, std::chrono::seconds(11));
+}
+
+class RdmaMaliciousPeerTest : public RdmaChannelTest, public ::testing::WithParamInterface<const char*> {};
+
+// A garbage prefix or a fragment longer than a slot ends the channel with an error; a write with a bad rkey or
+// outside the ring fails on the writer's side (remote access error) and never reaches this side's memory.
+TEST_P(RdmaMaliciousPeerTest, EndsTheChannelCleanly) {
+  const std::string kind = GetParam();
+  int output = -1;
+  peer = Spawn({"raw", endpoint, kind}, &output);
+  AwaitPeer();
+  IncomingMessage message;
+  const auto start = Clock::now();
+  const ReceiveStatus status = server->Receive(message, 10000);
+  EXPECT_LT(Clock::now() - start, std::chrono::seconds(5));
+  if (kind == "prefix" || kind == "oversized") {
+    EXPECT_EQ(status, ReceiveStatus::kError);
+  } else {
+    EXPECT_EQ(status, ReceiveStatus::kPeerLost);  // nothing arrived; the peer then went away
+  }
+  EXPECT_TRUE(server->PeerLost());
+  int exit_status = 0;
+  waitpid(peer, &exit_status, 0);
+  peer = -1;
+  EXPECT_TRUE(WIFEXITED(exit_status) && WEXITSTATUS(exit_status) == 0) << "peer status " << exit_status;
+  char seen[64] = {};
+  const ssize_t got = read(output, seen, sizeof(seen) - 1);
+  close(output);
+  EXPECT_GT(got, 0);
+  EXPECT_EQ(std::string(seen), kind == "rkey" || kind == "outside" ? "remote-access-error\n" : "success\n");
+}
+
+INSTANTIATE_TEST_SUITE_P(Kinds, RdmaMaliciousPeerTest, ::testing::Values("prefix", "oversized", "rkey", "outside"));
+
+TEST(RdmaNoDeviceTest, ConnectSaysSo) {
+  setenv("CURELAY_EMULATED_VERBS_NO_DEVICE", "1", 1);
+  std::vector<std::string> endpoints = {"rdma://127.0.0.1:*"};
+  std::string error;
+  auto server = BindChannel(endpoints, {}, &error);
+  ASSERT_NE(server, nullptr) << error;
+  auto client = ConnectChannel(server->BoundEndpoint("rdma"), {}, &error);
+  unsetenv("CURELAY_EMULATED_VERBS_NO_DEVICE");
+  EXPECT_EQ(client, nullptr);
+  EXPECT_NE(error.find("no RDMA device"), std::string::npos) << error;
+}
+
+}  // namespace
+}  // namespace curelay::transport
