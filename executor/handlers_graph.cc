@@ -10,7 +10,13 @@
 //   executor's own bookkeeping (polling the marker events of pending synchronizes) runs relaxed (RelaxedCapture),
 //   so it neither fails under a capture's restrictions nor invalidates the capture.
 // - cuStreamEndCapture's wrong-thread rule is checked by the client.
+#include <unistd.h>
+
 #include <algorithm>
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <iterator>
 
 #include <spdlog/spdlog.h>
 
@@ -174,6 +180,7 @@ uint64_t Session::NodeId(uint64_t graph, CUgraphNode node) {
   graph_node_ids_.emplace(node, id);
   graph_nodes_.emplace(id, node);
   nodes_of_graph_[graph].push_back(id);
+  graph_of_node_.emplace(id, graph);
   return id;
 }
 
@@ -195,8 +202,39 @@ void Session::ForgetGraphNodes(uint64_t graph) {
   for (uint64_t id : found->second) {
     graph_node_ids_.erase(graph_nodes_.at(id));
     graph_nodes_.erase(id);
+    graph_of_node_.erase(id);
   }
   nodes_of_graph_.erase(found);
+}
+
+CUresult Session::FindGraphNode(uint64_t graph, uint64_t node, CUgraph* graph_out, CUgraphNode* node_out) {
+  const auto owner = graph_of_node_.find(node);
+  if (owner == graph_of_node_.end() || owner->second != graph) return CUDA_ERROR_INVALID_VALUE;
+  CUgraph found = FindGraph(graph);
+  if (found == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  if (graph_out != nullptr) *graph_out = found;
+  *node_out = graph_nodes_.at(node);
+  return CUDA_SUCCESS;
+}
+
+void Session::ForgetGraphNode(uint64_t node) {
+  const auto owner = graph_of_node_.find(node);
+  if (owner == graph_of_node_.end()) return;
+  std::erase(nodes_of_graph_[owner->second], node);
+  graph_node_ids_.erase(graph_nodes_.at(node));
+  graph_nodes_.erase(node);
+  graph_of_node_.erase(owner);
+  std::vector<uint64_t> owned;
+  for (const auto& [child, owner_node] : graph_owner_nodes_) {
+    if (owner_node == node) owned.push_back(child);
+  }
+  for (uint64_t child : owned) {
+    graph_owner_nodes_.erase(child);
+    moved_graph_owners_.erase(child);
+    graphs_.erase(child);
+    ForgetGraphNodes(child);
+    ForgetMovedGraphs(child);
+  }
 }
 
 Session::Outcome Session::ThreadCaptureMode(const wire::ThreadCaptureMode& call) {
@@ -394,6 +432,7 @@ void Session::ForgetMovedGraphs(uint64_t owner) {
   }
   for (uint64_t child : children) {
     moved_graph_owners_.erase(child);
+    graph_owner_nodes_.erase(child);
     graphs_.erase(child);
     ForgetGraphNodes(child);
     ForgetMovedGraphs(child);
@@ -407,6 +446,7 @@ struct Session::NodeParameters {
   CUDA_MEMSET_NODE_PARAMS memset{};
   CUDA_MEMCPY3D copy{};
   CUgraph child = nullptr;
+  CUevent event = nullptr;
   size_t argument_bytes = 0;
   void* extra[5] = {};
 };
@@ -470,6 +510,13 @@ CUresult Session::DecodeNodeParameters(const wire::GraphAddNode& spec, std::span
       return parameters->child != nullptr ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
     case wire::GraphNodeKind::Conditional:
       return CUDA_SUCCESS;  // made in GraphAddNode (the driver hands out its bodies); never updated
+    case wire::GraphNodeKind::EventRecord:
+    case wire::GraphNodeKind::EventWait: {
+      const auto event = events_.find(spec.event());
+      if (event == events_.end()) return CUDA_ERROR_INVALID_VALUE;
+      parameters->event = event->second;
+      return CUDA_SUCCESS;
+    }
   }
   return CUDA_ERROR_INVALID_VALUE;
 }
@@ -508,6 +555,8 @@ Session::Outcome Session::GraphAddNode(const wire::GraphAddNode& call, std::span
     case wire::GraphNodeKind::Conditional:
       result = AddConditionalNode(call, graph, dependencies, edges != nullptr, &node);
       break;
+    case wire::GraphNodeKind::EventRecord: result = add(driver_.cuGraphAddEventRecordNode, parameters.event); break;
+    case wire::GraphNodeKind::EventWait: result = add(driver_.cuGraphAddEventWaitNode, parameters.event); break;
     case wire::GraphNodeKind::ChildGraph:
       if (!call.child_graph_moved()) {
         result = add(driver_.cuGraphAddChildGraphNode, parameters.child);
@@ -552,6 +601,14 @@ Session::Outcome Session::GraphAddNode(const wire::GraphAddNode& call, std::span
   Outcome outcome;
   outcome.body = EncodeNodes(call.graph(), &node, 1).Union();
   outcome.body_type = wire::ReplyBody::GraphNodes;
+  // The graphs the node owns go with it (cuGraphDestroyNode).
+  const uint64_t node_id = graph_node_ids_.at(node);
+  if (call.kind() == wire::GraphNodeKind::ChildGraph && call.child_graph_moved()) {
+    graph_owner_nodes_[call.child_graph()] = node_id;
+  }
+  if (call.kind() == wire::GraphNodeKind::Conditional) {
+    for (uint64_t body : *call.conditional_bodies()) graph_owner_nodes_[body] = node_id;
+  }
   return outcome;
 }
 
@@ -628,9 +685,259 @@ Session::Outcome Session::GraphExecNodeUpdate(const wire::GraphExecNodeUpdate& c
       }
       return {result};
     }
+    case wire::GraphNodeKind::ChildGraph:
+      if (driver_.cuGraphExecChildGraphNodeSetParams == nullptr) return {CUDA_ERROR_NOT_SUPPORTED};
+      return {driver_.cuGraphExecChildGraphNodeSetParams(exec->second, node->second, parameters.child)};
+    case wire::GraphNodeKind::EventRecord:
+      if (driver_.cuGraphExecEventRecordNodeSetEvent == nullptr) return {CUDA_ERROR_NOT_SUPPORTED};
+      return {driver_.cuGraphExecEventRecordNodeSetEvent(exec->second, node->second, parameters.event)};
+    case wire::GraphNodeKind::EventWait:
+      if (driver_.cuGraphExecEventWaitNodeSetEvent == nullptr) return {CUDA_ERROR_NOT_SUPPORTED};
+      return {driver_.cuGraphExecEventWaitNodeSetEvent(exec->second, node->second, parameters.event)};
     default:
       return {CUDA_ERROR_INVALID_VALUE};
   }
+}
+
+Session::Outcome Session::GraphNodeSetParams(const wire::GraphNodeSetParams& call, std::span<const uint8_t> payload) {
+  CUgraphNode node = nullptr;
+  if (CUresult r = FindGraphNode(call.graph(), call.node(), nullptr, &node); r != CUDA_SUCCESS) return {r};
+  if (call.spec() == nullptr) return {CUDA_ERROR_INVALID_VALUE};
+  NodeParameters parameters;
+  if (CUresult r = DecodeNodeParameters(*call.spec(), payload, &parameters); r != CUDA_SUCCESS) return {r};
+  const auto set = [](auto function, auto&&... arguments) {
+    return function == nullptr ? CUDA_ERROR_NOT_SUPPORTED : function(arguments...);
+  };
+  switch (call.spec()->kind()) {
+    case wire::GraphNodeKind::Kernel: return {set(driver_.cuGraphKernelNodeSetParams, node, &parameters.kernel)};
+    case wire::GraphNodeKind::Memset: return {set(driver_.cuGraphMemsetNodeSetParams, node, &parameters.memset)};
+    case wire::GraphNodeKind::Memcpy: return {set(driver_.cuGraphMemcpyNodeSetParams, node, &parameters.copy)};
+    case wire::GraphNodeKind::EventRecord:
+      return {set(driver_.cuGraphEventRecordNodeSetEvent, node, parameters.event)};
+    case wire::GraphNodeKind::EventWait: return {set(driver_.cuGraphEventWaitNodeSetEvent, node, parameters.event)};
+    default: return {CUDA_ERROR_NOT_SUPPORTED};
+  }
+}
+
+CUresult Session::PackKernelArguments(const CUDA_KERNEL_NODE_PARAMS& kernel, std::vector<uint8_t>* bytes) {
+  bytes->clear();
+  if (kernel.func == nullptr || driver_.cuFuncGetParamInfo == nullptr) return CUDA_ERROR_NOT_SUPPORTED;
+  std::vector<std::pair<size_t, size_t>> layout;  // offset, size
+  size_t offset = 0, size = 0, end = 0;
+  for (size_t index = 0; driver_.cuFuncGetParamInfo(kernel.func, index, &offset, &size) == CUDA_SUCCESS; ++index) {
+    layout.emplace_back(offset, size);
+    end = std::max(end, offset + size);
+  }
+  bytes->assign(end, 0);
+  if (kernel.kernelParams != nullptr) {
+    for (size_t i = 0; i < layout.size(); ++i) {
+      if (kernel.kernelParams[i] == nullptr) return CUDA_ERROR_INVALID_VALUE;
+      std::memcpy(bytes->data() + layout[i].first, kernel.kernelParams[i], layout[i].second);
+    }
+    return CUDA_SUCCESS;
+  }
+  const void* buffer = nullptr;
+  const size_t* buffer_bytes = nullptr;
+  for (size_t i = 0; kernel.extra != nullptr && kernel.extra[i] != CU_LAUNCH_PARAM_END; i += 2) {
+    if (kernel.extra[i] == CU_LAUNCH_PARAM_BUFFER_POINTER) buffer = kernel.extra[i + 1];
+    if (kernel.extra[i] == CU_LAUNCH_PARAM_BUFFER_SIZE) buffer_bytes = static_cast<const size_t*>(kernel.extra[i + 1]);
+  }
+  if (end == 0) return CUDA_SUCCESS;
+  if (buffer == nullptr || buffer_bytes == nullptr) return CUDA_ERROR_NOT_SUPPORTED;
+  std::memcpy(bytes->data(), buffer, std::min(end, *buffer_bytes));
+  return CUDA_SUCCESS;
+}
+
+// A copy end as the client can name it: device memory, an array of the client's, or page-locked memory the
+// executor registered for the client (its device address; the client maps it back).
+CUresult Session::EncodeCopyEnd(CUmemorytype type, const void* host, CUdeviceptr device, CUarray array, size_t x,
+                                size_t y, size_t z, size_t pitch, size_t height,
+                                flatbuffers::Offset<wire::CopyEnd>* end) {
+  switch (type) {
+    case CU_MEMORYTYPE_DEVICE:
+    case CU_MEMORYTYPE_UNIFIED:
+      break;
+    case CU_MEMORYTYPE_ARRAY:
+      for (const auto& [id, record] : arrays_) {
+        if (record.array != array) continue;
+        *end = wire::CreateCopyEnd(builder_, wire::CopyEndType::Array, 0, id, x, y, z);
+        return CUDA_SUCCESS;
+      }
+      return CUDA_ERROR_NOT_SUPPORTED;
+    case CU_MEMORYTYPE_HOST: {
+      const auto* bytes = static_cast<const uint8_t*>(host);
+      bool registered = false;
+      for (const auto& [address, registration] : host_registrations_) {
+        const auto* mapping = static_cast<const uint8_t*>(registration.mapping);
+        if (bytes >= mapping && bytes < mapping + registration.bytes) {
+          device = address + static_cast<CUdeviceptr>(bytes - mapping);
+          registered = true;
+          break;
+        }
+      }
+      if (!registered) return CUDA_ERROR_NOT_SUPPORTED;  // the executor's own memory: nothing the client can name
+      break;
+    }
+    default:
+      return CUDA_ERROR_NOT_SUPPORTED;
+  }
+  *end = wire::CreateCopyEnd(builder_, wire::CopyEndType::Device, device, 0, x, y, z, pitch, height);
+  return CUDA_SUCCESS;
+}
+
+CUresult Session::EncodeNodeParameters(CUgraphNode node, flatbuffers::Offset<wire::GraphAddNode>* spec) {
+  if (driver_.cuGraphNodeGetType == nullptr) return CUDA_ERROR_NOT_SUPPORTED;
+  CUgraphNodeType type = CU_GRAPH_NODE_TYPE_EMPTY;
+  if (CUresult r = driver_.cuGraphNodeGetType(node, &type); r != CUDA_SUCCESS) return r;
+  node_arguments_.clear();
+  switch (type) {
+    case CU_GRAPH_NODE_TYPE_KERNEL: {
+      if (driver_.cuGraphKernelNodeGetParams == nullptr) return CUDA_ERROR_NOT_SUPPORTED;
+      CUDA_KERNEL_NODE_PARAMS kernel{};
+      if (CUresult r = driver_.cuGraphKernelNodeGetParams(node, &kernel); r != CUDA_SUCCESS) return r;
+      uint64_t function = 0;
+      for (const auto& [id, known] : functions_) {
+        if (known == kernel.func) function = id;
+      }
+      if (function == 0) return CUDA_ERROR_NOT_SUPPORTED;  // a function the client never named
+      if (CUresult r = PackKernelArguments(kernel, &node_arguments_); r != CUDA_SUCCESS) return r;
+      wire::GraphAddNodeBuilder fields(builder_);
+      fields.add_kind(wire::GraphNodeKind::Kernel);
+      fields.add_function(function);
+      fields.add_grid_x(kernel.gridDimX);
+      fields.add_grid_y(kernel.gridDimY);
+      fields.add_grid_z(kernel.gridDimZ);
+      fields.add_block_x(kernel.blockDimX);
+      fields.add_block_y(kernel.blockDimY);
+      fields.add_block_z(kernel.blockDimZ);
+      fields.add_shared_mem_bytes(kernel.sharedMemBytes);
+      *spec = fields.Finish();
+      return CUDA_SUCCESS;
+    }
+    case CU_GRAPH_NODE_TYPE_MEMSET: {
+      if (driver_.cuGraphMemsetNodeGetParams == nullptr) return CUDA_ERROR_NOT_SUPPORTED;
+      CUDA_MEMSET_NODE_PARAMS memset{};
+      if (CUresult r = driver_.cuGraphMemsetNodeGetParams(node, &memset); r != CUDA_SUCCESS) return r;
+      wire::GraphAddNodeBuilder fields(builder_);
+      fields.add_kind(wire::GraphNodeKind::Memset);
+      fields.add_memset_dst(memset.dst);
+      fields.add_memset_pitch(memset.pitch);
+      fields.add_memset_value(memset.value);
+      fields.add_memset_element_bytes(memset.elementSize);
+      fields.add_memset_width(memset.width);
+      fields.add_memset_height(memset.height);
+      *spec = fields.Finish();
+      return CUDA_SUCCESS;
+    }
+    case CU_GRAPH_NODE_TYPE_MEMCPY: {
+      if (driver_.cuGraphMemcpyNodeGetParams == nullptr) return CUDA_ERROR_NOT_SUPPORTED;
+      CUDA_MEMCPY3D copy{};
+      if (CUresult r = driver_.cuGraphMemcpyNodeGetParams(node, &copy); r != CUDA_SUCCESS) return r;
+      flatbuffers::Offset<wire::CopyEnd> src, dst;
+      if (CUresult r = EncodeCopyEnd(copy.srcMemoryType, copy.srcHost, copy.srcDevice, copy.srcArray, copy.srcXInBytes,
+                                     copy.srcY, copy.srcZ, copy.srcPitch, copy.srcHeight, &src);
+          r != CUDA_SUCCESS) {
+        return r;
+      }
+      if (CUresult r = EncodeCopyEnd(copy.dstMemoryType, copy.dstHost, copy.dstDevice, copy.dstArray, copy.dstXInBytes,
+                                     copy.dstY, copy.dstZ, copy.dstPitch, copy.dstHeight, &dst);
+          r != CUDA_SUCCESS) {
+        return r;
+      }
+      wire::GraphAddNodeBuilder fields(builder_);
+      fields.add_kind(wire::GraphNodeKind::Memcpy);
+      fields.add_copy_src(src);
+      fields.add_copy_dst(dst);
+      fields.add_copy_width(copy.WidthInBytes);
+      fields.add_copy_height(copy.Height);
+      fields.add_copy_depth(copy.Depth);
+      *spec = fields.Finish();
+      return CUDA_SUCCESS;
+    }
+    case CU_GRAPH_NODE_TYPE_EVENT_RECORD:
+    case CU_GRAPH_NODE_TYPE_WAIT_EVENT: {
+      const bool record = type == CU_GRAPH_NODE_TYPE_EVENT_RECORD;
+      const auto get = record ? driver_.cuGraphEventRecordNodeGetEvent : driver_.cuGraphEventWaitNodeGetEvent;
+      if (get == nullptr) return CUDA_ERROR_NOT_SUPPORTED;
+      CUevent event = nullptr;
+      if (CUresult r = get(node, &event); r != CUDA_SUCCESS) return r;
+      uint64_t event_id = 0;
+      for (const auto& [id, known] : events_) {
+        if (known == event) event_id = id;
+      }
+      if (event_id == 0) return CUDA_ERROR_NOT_SUPPORTED;  // an event the client no longer has
+      wire::GraphAddNodeBuilder fields(builder_);
+      fields.add_kind(record ? wire::GraphNodeKind::EventRecord : wire::GraphNodeKind::EventWait);
+      fields.add_event(event_id);
+      *spec = fields.Finish();
+      return CUDA_SUCCESS;
+    }
+    default:
+      return CUDA_ERROR_NOT_SUPPORTED;
+  }
+}
+
+Session::Outcome Session::GraphNodeGetParams(const wire::GraphNodeGetParams& call) {
+  CUgraphNode node = nullptr;
+  if (CUresult r = FindGraphNode(call.graph(), call.node(), nullptr, &node); r != CUDA_SUCCESS) return {r};
+  flatbuffers::Offset<wire::GraphAddNode> spec;
+  if (CUresult r = EncodeNodeParameters(node, &spec); r != CUDA_SUCCESS) return {r};
+  Outcome outcome;
+  outcome.body = spec.Union();
+  outcome.body_type = wire::ReplyBody::GraphAddNode;
+  outcome.payload = node_arguments_;
+  return outcome;
+}
+
+Session::Outcome Session::GraphExecUpdate(const wire::GraphExecUpdate& call) {
+  if (driver_.cuGraphExecUpdate == nullptr) return {CUDA_ERROR_NOT_SUPPORTED};
+  const auto exec = graph_execs_.find(call.exec());
+  CUgraph graph = FindGraph(call.graph());
+  if (exec == graph_execs_.end() || graph == nullptr) return {CUDA_ERROR_INVALID_VALUE};
+  CUgraphExecUpdateResultInfo info{};
+  Outcome outcome(driver_.cuGraphExecUpdate(exec->second, graph, &info));
+  // The error nodes are the graph's (a mismatched edge's source too).
+  flatbuffers::Offset<wire::GraphNodes> error_node, error_from;
+  if (info.errorNode != nullptr) error_node = EncodeNodes(call.graph(), &info.errorNode, 1);
+  if (info.errorFromNode != nullptr) error_from = EncodeNodes(call.graph(), &info.errorFromNode, 1);
+  outcome.body = wire::CreateGraphExecUpdateInfo(builder_, info.result, error_node, error_from).Union();
+  outcome.body_type = wire::ReplyBody::GraphExecUpdateInfo;
+  return outcome;
+}
+
+// Attribute values pass as their bytes; the ones holding events (not node attributes) are refused.
+Session::Outcome Session::GraphKernelNodeAttribute(const wire::GraphKernelNodeAttribute& call) {
+  CUgraphNode node = nullptr;
+  if (CUresult r = FindGraphNode(call.graph(), call.node(), nullptr, &node); r != CUDA_SUCCESS) return {r};
+  if (call.copy_from() != 0) {
+    if (driver_.cuGraphKernelNodeCopyAttributes == nullptr) return {CUDA_ERROR_NOT_SUPPORTED};
+    CUgraphNode source = nullptr;
+    if (CUresult r = FindGraphNode(call.copy_from_graph(), call.copy_from(), nullptr, &source); r != CUDA_SUCCESS) {
+      return {r};
+    }
+    return {driver_.cuGraphKernelNodeCopyAttributes(node, source)};
+  }
+  if (driver_.cuGraphKernelNodeSetAttribute == nullptr || driver_.cuGraphKernelNodeGetAttribute == nullptr) {
+    return {CUDA_ERROR_NOT_SUPPORTED};
+  }
+  const wire::LaunchAttribute* attribute = call.attribute();
+  if (attribute == nullptr) return {CUDA_ERROR_INVALID_VALUE};
+  const auto id = static_cast<CUkernelNodeAttrID>(attribute->id());
+  if (id == CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_EVENT || id == CU_LAUNCH_ATTRIBUTE_LAUNCH_COMPLETION_EVENT) {
+    return {CUDA_ERROR_INVALID_VALUE};
+  }
+  CUkernelNodeAttrValue value{};
+  if (call.set()) {
+    if (attribute->value() == nullptr || attribute->value()->size() != sizeof(value)) return {CUDA_ERROR_INVALID_VALUE};
+    std::memcpy(&value, attribute->value()->data(), sizeof(value));
+    return {driver_.cuGraphKernelNodeSetAttribute(node, id, &value)};
+  }
+  if (CUresult r = driver_.cuGraphKernelNodeGetAttribute(node, id, &value); r != CUDA_SUCCESS) return {r};
+  Outcome outcome;
+  const auto bytes = builder_.CreateVector(reinterpret_cast<const uint8_t*>(&value), sizeof(value));
+  outcome.body = wire::CreateLaunchAttribute(builder_, attribute->id(), bytes).Union();
+  outcome.body_type = wire::ReplyBody::LaunchAttribute;
+  return outcome;
 }
 
 Session::Outcome Session::GraphGetNodes(const wire::GraphGetNodes& call) {
@@ -700,6 +1007,211 @@ Session::Outcome Session::GraphLaunch(const wire::GraphLaunch& call) {
   return {LaunchScheduled(call.exec() | (uint64_t{1} << 63), stream, [&] { return launch(found->second, stream); })};
 }
 
+namespace {
+
+// A driver query of the two-call form with edge data: the nodes and their edges, whatever their number.
+template <typename Query>
+CUresult QueryNodes(Query query, std::vector<CUgraphNode>* nodes, std::vector<CUgraphEdgeData>* edges) {
+  size_t count = 0;
+  if (CUresult result = query(nullptr, nullptr, &count); result != CUDA_SUCCESS) return result;
+  nodes->assign(count, nullptr);
+  edges->assign(count, CUgraphEdgeData{});
+  if (count == 0) return CUDA_SUCCESS;
+  if (CUresult result = query(nodes->data(), edges->data(), &count); result != CUDA_SUCCESS) return result;
+  nodes->resize(std::min(count, nodes->size()));
+  edges->resize(nodes->size());
+  return CUDA_SUCCESS;
+}
+
+}  // namespace
+
+Session::Outcome Session::GraphQueryStructure(const wire::GraphQueryStructure& call) {
+  CUgraph graph = FindGraph(call.graph());
+  if (graph == nullptr) return {CUDA_ERROR_INVALID_VALUE};
+  std::vector<CUgraphNode> from, to;
+  std::vector<CUgraphEdgeData> edges;
+  CUresult result = CUDA_ERROR_NOT_SUPPORTED;
+  switch (call.query()) {
+    case wire::GraphStructureQuery::Dependencies:
+    case wire::GraphStructureQuery::Dependents: {
+      const bool dependencies = call.query() == wire::GraphStructureQuery::Dependencies;
+      const auto query = dependencies ? driver_.cuGraphNodeGetDependencies : driver_.cuGraphNodeGetDependentNodes;
+      if (query == nullptr) return {CUDA_ERROR_NOT_SUPPORTED};
+      CUgraphNode node = nullptr;
+      if (CUresult r = FindGraphNode(call.graph(), call.node(), nullptr, &node); r != CUDA_SUCCESS) return {r};
+      result = QueryNodes([&](CUgraphNode* nodes, CUgraphEdgeData* data, size_t* count) {
+        return query(node, nodes, data, count);
+      }, dependencies ? &from : &to, &edges);
+      break;
+    }
+    case wire::GraphStructureQuery::Roots: {
+      if (driver_.cuGraphGetRootNodes == nullptr) return {CUDA_ERROR_NOT_SUPPORTED};
+      size_t count = 0;
+      result = driver_.cuGraphGetRootNodes(graph, nullptr, &count);
+      from.assign(count, nullptr);
+      if (result == CUDA_SUCCESS && count != 0) result = driver_.cuGraphGetRootNodes(graph, from.data(), &count);
+      from.resize(std::min(count, from.size()));
+      edges.assign(from.size(), CUgraphEdgeData{});
+      break;
+    }
+    case wire::GraphStructureQuery::Edges: {
+      if (driver_.cuGraphGetEdges == nullptr) return {CUDA_ERROR_NOT_SUPPORTED};
+      size_t count = 0;
+      result = driver_.cuGraphGetEdges(graph, nullptr, nullptr, nullptr, &count);
+      from.assign(count, nullptr);
+      to.assign(count, nullptr);
+      edges.assign(count, CUgraphEdgeData{});
+      if (result == CUDA_SUCCESS && count != 0) {
+        result = driver_.cuGraphGetEdges(graph, from.data(), to.data(), edges.data(), &count);
+      }
+      from.resize(std::min(count, from.size()));
+      to.resize(from.size());
+      edges.resize(from.size());
+      break;
+    }
+  }
+  if (result != CUDA_SUCCESS) return {result};
+  std::vector<wire::GraphEdge> wire_edges;
+  for (const CUgraphEdgeData& edge : edges) wire_edges.emplace_back(edge.from_port, edge.to_port, edge.type);
+  const auto from_nodes = from.empty() ? flatbuffers::Offset<wire::GraphNodes>()
+                                       : EncodeNodes(call.graph(), from.data(), from.size());
+  const auto to_nodes = to.empty() ? flatbuffers::Offset<wire::GraphNodes>()
+                                   : EncodeNodes(call.graph(), to.data(), to.size());
+  const auto edge_vector = builder_.CreateVectorOfStructs(wire_edges);
+  Outcome outcome;
+  outcome.body = wire::CreateGraphEdgeList(builder_, from_nodes, to_nodes, edge_vector).Union();
+  outcome.body_type = wire::ReplyBody::GraphEdgeList;
+  return outcome;
+}
+
+Session::Outcome Session::GraphEditDependencies(const wire::GraphEditDependencies& call) {
+  const auto edit = call.remove() ? driver_.cuGraphRemoveDependencies : driver_.cuGraphAddDependencies_v2;
+  if (edit == nullptr) return {CUDA_ERROR_NOT_SUPPORTED};
+  CUgraph graph = FindGraph(call.graph());
+  if (graph == nullptr) return {CUDA_ERROR_INVALID_VALUE};
+  const auto* from_ids = call.from();
+  const auto* to_ids = call.to();
+  const size_t count = from_ids != nullptr ? from_ids->size() : 0;
+  if (count != (to_ids != nullptr ? to_ids->size() : 0)) return {CUDA_ERROR_INVALID_VALUE};
+  std::vector<CUgraphNode> from, to;
+  std::vector<CUgraphEdgeData> edges;
+  for (size_t i = 0; i < count; ++i) {
+    CUgraphNode source = nullptr, target = nullptr;
+    if (FindGraphNode(call.graph(), from_ids->Get(i), nullptr, &source) != CUDA_SUCCESS ||
+        FindGraphNode(call.graph(), to_ids->Get(i), nullptr, &target) != CUDA_SUCCESS) {
+      return {CUDA_ERROR_INVALID_VALUE};
+    }
+    from.push_back(source);
+    to.push_back(target);
+  }
+  if (call.edges() != nullptr) {
+    if (call.edges()->size() != count) return {CUDA_ERROR_INVALID_VALUE};
+    for (const wire::GraphEdge* edge : *call.edges()) {
+      CUgraphEdgeData data{};
+      data.from_port = edge->from_port();
+      data.to_port = edge->to_port();
+      data.type = edge->type();
+      edges.push_back(data);
+    }
+  }
+  return {edit(graph, from.data(), to.data(), edges.empty() ? nullptr : edges.data(), count)};
+}
+
+Session::Outcome Session::GraphDestroyNode(const wire::GraphDestroyNode& call) {
+  if (driver_.cuGraphDestroyNode == nullptr) return {CUDA_ERROR_NOT_SUPPORTED};
+  CUgraphNode node = nullptr;
+  if (CUresult r = FindGraphNode(call.graph(), call.node(), nullptr, &node); r != CUDA_SUCCESS) return {r};
+  const CUresult result = driver_.cuGraphDestroyNode(node);
+  if (result == CUDA_SUCCESS) ForgetGraphNode(call.node());
+  return {result};
+}
+
+Session::Outcome Session::GraphNodeEnabled(const wire::GraphNodeEnabled& call) {
+  if (driver_.cuGraphNodeSetEnabled == nullptr || driver_.cuGraphNodeGetEnabled == nullptr) {
+    return {CUDA_ERROR_NOT_SUPPORTED};
+  }
+  const auto exec = graph_execs_.find(call.exec());
+  const auto node = graph_nodes_.find(call.node());
+  if (exec == graph_execs_.end() || node == graph_nodes_.end()) return {CUDA_ERROR_INVALID_VALUE};
+  if (call.set()) return {driver_.cuGraphNodeSetEnabled(exec->second, node->second, call.enabled())};
+  unsigned int enabled = 0;
+  Outcome outcome(driver_.cuGraphNodeGetEnabled(exec->second, node->second, &enabled));
+  outcome.body = wire::CreateIntegerValue(builder_, enabled).Union();
+  outcome.body_type = wire::ReplyBody::IntegerValue;
+  return outcome;
+}
+
+// The driver's child graph belongs to the node: it gets the client's new id unless it already has one (a graph
+// moved into the node), and goes with the node and its graph.
+Session::Outcome Session::GraphChildGraph(const wire::GraphChildGraph& call) {
+  if (driver_.cuGraphChildGraphNodeGetGraph == nullptr) return {CUDA_ERROR_NOT_SUPPORTED};
+  CUgraphNode node = nullptr;
+  if (CUresult r = FindGraphNode(call.graph(), call.node(), nullptr, &node); r != CUDA_SUCCESS) return {r};
+  CUgraph child = nullptr;
+  if (CUresult r = driver_.cuGraphChildGraphNodeGetGraph(node, &child); r != CUDA_SUCCESS) return {r};
+  uint64_t id = 0;
+  for (const auto& [known_id, known] : graphs_) {
+    if (known == child) id = known_id;
+  }
+  if (id == 0) {
+    if (call.child() == 0 || graphs_.count(call.child()) != 0) return {CUDA_ERROR_INVALID_VALUE};
+    id = call.child();
+    graphs_[id] = child;
+    moved_graph_owners_[id] = call.graph();
+    graph_owner_nodes_[id] = call.node();
+  }
+  Outcome outcome;
+  outcome.body = wire::CreateIntegerValue(builder_, static_cast<int64_t>(id)).Union();
+  outcome.body_type = wire::ReplyBody::IntegerValue;
+  return outcome;
+}
+
+Session::Outcome Session::GraphClone(const wire::GraphClone& call) {
+  if (driver_.cuGraphClone == nullptr) return {CUDA_ERROR_NOT_SUPPORTED};
+  CUgraph original = FindGraph(call.original());
+  if (original == nullptr || call.clone() == 0 || graphs_.count(call.clone()) != 0) return {CUDA_ERROR_INVALID_VALUE};
+  CUgraph clone = nullptr;
+  const CUresult result = driver_.cuGraphClone(&clone, original);
+  if (result == CUDA_SUCCESS) graphs_[call.clone()] = clone;
+  return {result};
+}
+
+Session::Outcome Session::GraphNodeFindInClone(const wire::GraphNodeFindInClone& call) {
+  if (driver_.cuGraphNodeFindInClone == nullptr) return {CUDA_ERROR_NOT_SUPPORTED};
+  CUgraph clone = FindGraph(call.clone());
+  const auto original = graph_nodes_.find(call.node());
+  if (clone == nullptr || original == graph_nodes_.end()) return {CUDA_ERROR_INVALID_VALUE};
+  CUgraphNode node = nullptr;
+  if (CUresult r = driver_.cuGraphNodeFindInClone(&node, original->second, clone); r != CUDA_SUCCESS) return {r};
+  Outcome outcome;
+  outcome.body = EncodeNodes(call.clone(), &node, 1).Union();
+  outcome.body_type = wire::ReplyBody::GraphNodes;
+  return outcome;
+}
+
+// The driver writes to a path; a private temporary file here, whose text goes to the client.
+Session::Outcome Session::GraphDebugDotPrint(const wire::GraphDebugDotPrint& call) {
+  if (driver_.cuGraphDebugDotPrint == nullptr) return {CUDA_ERROR_NOT_SUPPORTED};
+  CUgraph graph = FindGraph(call.graph());
+  if (graph == nullptr) return {CUDA_ERROR_INVALID_VALUE};
+  const char* directory = std::getenv("TMPDIR");
+  std::string path = std::string(directory != nullptr && *directory != '\0' ? directory : "/tmp") +
+                     "/curelay-graph-XXXXXX";
+  const int descriptor = mkstemp(path.data());
+  if (descriptor < 0) return {CUDA_ERROR_OPERATING_SYSTEM};
+  close(descriptor);
+  Outcome outcome(driver_.cuGraphDebugDotPrint(graph, path.c_str(), call.flags()));
+  dot_text_.clear();
+  if (outcome.result == CUDA_SUCCESS) {
+    std::ifstream file(path, std::ios::binary);
+    dot_text_.assign(std::istreambuf_iterator<char>(file), std::istreambuf_iterator<char>());
+    if (!file.good() && !file.eof()) outcome.result = CUDA_ERROR_OPERATING_SYSTEM;
+  }
+  unlink(path.c_str());
+  outcome.payload = {reinterpret_cast<const uint8_t*>(dot_text_.data()), dot_text_.size()};
+  return outcome;
+}
+
 void Session::ReleaseGraphs() {
   // Captures still in progress end first (their graphs die with them), then executable graphs, then graphs. A
   // capture whose stream the client destroyed is left to the driver.
@@ -733,9 +1245,11 @@ void Session::ReleaseGraphs() {
   }
   graphs_.clear();
   moved_graph_owners_.clear();
+  graph_owner_nodes_.clear();
   graph_nodes_.clear();
   graph_node_ids_.clear();
   nodes_of_graph_.clear();
+  graph_of_node_.clear();
 }
 
 }  // namespace curelay::executor

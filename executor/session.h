@@ -162,6 +162,16 @@ class Session {
   flatbuffers::Offset<wire::GraphNodes> EncodeNodes(uint64_t graph, const CUgraphNode* nodes, size_t count);
   void ForgetGraphNodes(uint64_t graph);
   void ForgetMovedGraphs(uint64_t owner);
+  // The driver's node for `node` of client graph `graph` (and the graph); INVALID_VALUE when it is not one of its.
+  CUresult FindGraphNode(uint64_t graph, uint64_t node, CUgraph* graph_out, CUgraphNode* node_out);
+  // Drops the executor's id of a destroyed node, and the graphs that went with it.
+  void ForgetGraphNode(uint64_t node);
+  // A node's parameters as a GraphAddNode spec (handlers_graph_nodes.cc); a kernel's arguments go to
+  // `node_arguments_`.
+  CUresult EncodeNodeParameters(CUgraphNode node, flatbuffers::Offset<wire::GraphAddNode>* spec);
+  CUresult PackKernelArguments(const CUDA_KERNEL_NODE_PARAMS& kernel, std::vector<uint8_t>* bytes);
+  CUresult EncodeCopyEnd(CUmemorytype type, const void* host, CUdeviceptr device, CUarray array, size_t x, size_t y,
+                         size_t z, size_t pitch, size_t height, flatbuffers::Offset<wire::CopyEnd>* end);
   CUresult AddConditionalNode(const wire::GraphAddNode& call, CUgraph graph,
                               const std::vector<CUgraphNode>& dependencies, bool joined_later, CUgraphNode* node);
   Outcome Memcpy2DChecked(const wire::Memcpy2D& call, std::span<const uint8_t> payload);
@@ -265,7 +275,13 @@ class Session {
   std::unordered_map<uint64_t, CUgraphNode> graph_nodes_;
   std::unordered_map<CUgraphNode, uint64_t> graph_node_ids_;
   std::unordered_map<uint64_t, std::vector<uint64_t>> nodes_of_graph_;
+  std::unordered_map<uint64_t, uint64_t> graph_of_node_;  // node id -> its graph's id
   uint64_t next_graph_node_id_ = 1;
+  // Graphs a node owns (a moved or handed-out child graph, conditional bodies) -> that node's id: they go with it.
+  std::unordered_map<uint64_t, uint64_t> graph_owner_nodes_;
+  // Answers' payloads, alive until the reply is sent: a DOT description, a kernel node's packed arguments.
+  std::string dot_text_;
+  std::vector<uint8_t> node_arguments_;
   // Virtual memory: client allocation-handle id -> the driver's handle and how many releases it still needs
   // (cuMemRetainAllocationHandle adds one); mapped ranges and address reservations, by address.
   struct PhysicalAllocation {

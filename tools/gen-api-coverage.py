@@ -69,6 +69,9 @@ FORWARDED_UNLESS = {
                                                    "attribute or context setting changes",
     "cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags": "as `cuOccupancyMaxActiveBlocksPerMultiprocessor`",
     "cuOccupancyAvailableDynamicSMemPerBlock": "as `cuOccupancyMaxActiveBlocksPerMultiprocessor`",
+    "cuGraphMemcpyNodeGetParams": "the application's own parameters where it gave them; a node made by stream "
+                                  "capture is asked of the executor",
+    "cuGraphChildGraphNodeGetGraph": "once per node, then the client graph it made for the node's graph",
 }
 
 
@@ -163,15 +166,19 @@ def main() -> None:
         "| capture into an existing graph (`cuStreamBeginCaptureToGraph`) | into any graph of the session, a conditional "
         "node's body included; `cuStreamUpdateCaptureDependencies` (nodes added by hand to a graph being captured); on "
         "the emulated test driver with at most one dependency |",
-        "| explicit graph construction | empty, kernel, memset, memcpy and child-graph nodes (`cuGraphAdd*Node`, "
-        "`cuGraphAddNode` with edge data, programmatic edges included; a child graph cloned, or moved with "
-        "`CU_GRAPH_CHILD_GRAPH_OWNERSHIP_MOVE`, when its nodes are updated through the parent's executable graph and "
-        "it is destroyed with the parent; conditional nodes with `cuGraphConditionalHandleCreate`, their bodies made "
-        "by the executor's driver and filled with the same calls), and updates of kernel, memset and memcpy nodes in "
-        "an executable graph "
-        "(`cuGraphExec*NodeSetParams`); a memcpy node's host side must be same-host page-locked memory "
-        "(`CUDA_ERROR_NOT_SUPPORTED` otherwise); a node's context must be the current one; host, event and memory "
-        "nodes, node parameter get/set on the graph, `cuGraphExecUpdate`, clone and dependency edits: "
+        "| explicit graph construction | empty, kernel, memset, memcpy, child-graph, event record and event wait nodes "
+        "(`cuGraphAdd*Node`, `cuGraphAddNode` with edge data, programmatic edges included; a child graph cloned, or "
+        "moved with `CU_GRAPH_CHILD_GRAPH_OWNERSHIP_MOVE`, when its nodes are updated through the parent's executable "
+        "graph and it is destroyed with the parent; conditional nodes with `cuGraphConditionalHandleCreate`, their "
+        "bodies made by the executor's driver and filled with the same calls); structure queries and edits, clones, "
+        "node parameters get/set on the graph and in executable graphs, `cuGraphExecUpdate`; a memcpy node's host "
+        "side must be same-host page-locked memory (`CUDA_ERROR_NOT_SUPPORTED` otherwise); a node's context must be "
+        "the current one; `cuGraphMemcpyNodeGetParams` of a captured copy from the executor's own memory (a captured "
+        "pageable copy) and parameter queries naming a function or event the application no longer has: "
+        "`CUDA_ERROR_NOT_SUPPORTED`; `cuGraphDebugDotPrint` writes the executor driver's text (its handles and "
+        "addresses) at the application's path; host nodes, graph memory nodes (`cuGraphAddMemAllocNode`, "
+        "`cuGraphAddMemFreeNode`, `cuGraphMem*NodeGetParams`, `cuDevice*GraphMem*`), external-semaphore and batch "
+        "memory-operation nodes, user objects and `cuGraphNodeSetParams` of a child-graph node: "
         "`CUDA_ERROR_NOT_SUPPORTED` |",
         "| stream memory operations on mapped host memory over tcp:// | the memory is a mirror: a host write reaches "
         "the executor's copy at the client's next launch, copy or synchronize, not while a stream already waits on it "

@@ -5,6 +5,10 @@
 // their CUDA_ERROR_INVALID_HANDLE).
 #include <pthread.h>
 
+#include <errno.h>
+#include <fcntl.h>
+#include <unistd.h>
+
 #include <algorithm>
 #include <atomic>
 
@@ -196,6 +200,109 @@ CUresult LaunchOrUpload(CUgraphExec exec, CUstream stream, bool upload) {
 
 CUstream PerThread(CUstream stream) { return stream == nullptr ? CU_STREAM_PER_THREAD : stream; }
 
+CUresult RequireNode(Client** client, CUgraphNode node) {
+  CURELAY_RETURN_IF_ERROR(RequireClient(client));
+  return node != nullptr && Graphs().nodes.Contains(node) ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
+}
+
+// A structure query's answer: nodes (`from` or `to`, or both for edges) and each edge's data.
+struct EdgeList {
+  std::vector<CUgraphNode> from, to;
+  std::vector<CUgraphEdgeData> edges;
+};
+
+CUresult QueryStructure(Client& client, CUgraph graph, uint64_t node, wire::GraphStructureQuery query,
+                        EdgeList* list) {
+  auto& builder = Builder();
+  const auto call = wire::CreateGraphQueryStructure(builder, graph->id, node, query).Union();
+  ReplyMessage reply;
+  CURELAY_RETURN_IF_ERROR(client.Call(builder, wire::Call::GraphQueryStructure, call, {}, &reply));
+  const auto* body = reply.reply->body_as_GraphEdgeList();
+  if (body == nullptr) return CUDA_ERROR_UNKNOWN;
+  list->from = InternGraphNodes(graph, body->from());
+  list->to = InternGraphNodes(graph, body->to());
+  const size_t count = std::max(list->from.size(), list->to.size());
+  if (body->edges() == nullptr || body->edges()->size() != count) return CUDA_ERROR_UNKNOWN;
+  for (const wire::GraphEdge* edge : *body->edges()) {
+    CUgraphEdgeData data{};
+    data.from_port = edge->from_port();
+    data.to_port = edge->to_port();
+    data.type = edge->type();
+    list->edges.push_back(data);
+  }
+  return CUDA_SUCCESS;
+}
+
+bool IsDefaultEdge(const CUgraphEdgeData& edge) {
+  return edge.type == CU_GRAPH_DEPENDENCY_TYPE_DEFAULT && edge.from_port == 0 && edge.to_port == 0;
+}
+
+// The driver's two-call pattern: null `out` asks for the count; otherwise *count entries are filled, those beyond
+// the real number null (their edge data zeroed) and *count shrinks to it. Returning non-default edges without a
+// place for their data is CUDA_ERROR_LOSSY_QUERY.
+CUresult AnswerNodes(const std::vector<CUgraphNode>& nodes, const std::vector<CUgraphEdgeData>& edges,
+                     CUgraphNode* out, CUgraphEdgeData* edges_out, size_t* count) {
+  if (count == nullptr || (edges_out != nullptr && out == nullptr)) return CUDA_ERROR_INVALID_VALUE;
+  if (out == nullptr) {
+    *count = nodes.size();
+    return CUDA_SUCCESS;
+  }
+  const size_t answered = std::min(*count, nodes.size());
+  if (edges_out == nullptr && !std::all_of(edges.begin(), edges.begin() + answered, IsDefaultEdge)) {
+    return CUDA_ERROR_LOSSY_QUERY;
+  }
+  for (size_t i = 0; i < *count; ++i) {
+    out[i] = i < nodes.size() ? nodes[i] : nullptr;
+    if (edges_out != nullptr) edges_out[i] = i < nodes.size() ? edges[i] : CUgraphEdgeData{};
+  }
+  *count = answered;
+  return CUDA_SUCCESS;
+}
+
+CUresult NodeNeighbours(CUgraphNode node, bool dependencies, CUgraphNode* out, CUgraphEdgeData* edges,
+                        size_t* count) {
+  Client* client;
+  CURELAY_RETURN_IF_ERROR(RequireNode(&client, node));
+  if (count == nullptr || (edges != nullptr && out == nullptr)) return CUDA_ERROR_INVALID_VALUE;
+  EdgeList list;
+  CURELAY_RETURN_IF_ERROR(QueryStructure(*client, node->graph, node->id,
+                                         dependencies ? wire::GraphStructureQuery::Dependencies
+                                                      : wire::GraphStructureQuery::Dependents,
+                                         &list));
+  return AnswerNodes(dependencies ? list.from : list.to, list.edges, out, edges, count);
+}
+
+CUresult GraphEdges(CUgraph graph, CUgraphNode* from, CUgraphNode* to, CUgraphEdgeData* edges, size_t* count) {
+  Client* client;
+  CURELAY_RETURN_IF_ERROR(RequireGraph(&client, graph));
+  if (count == nullptr || (from == nullptr) != (to == nullptr) || (edges != nullptr && from == nullptr)) {
+    return CUDA_ERROR_INVALID_VALUE;
+  }
+  EdgeList list;
+  CURELAY_RETURN_IF_ERROR(QueryStructure(*client, graph, 0, wire::GraphStructureQuery::Edges, &list));
+  size_t sources = *count;
+  CURELAY_RETURN_IF_ERROR(AnswerNodes(list.from, list.edges, from, edges, &sources));
+  return AnswerNodes(list.to, list.edges, to, edges, count);
+}
+
+// cuGraphAddDependencies / cuGraphRemoveDependencies: every node must be one of `graph`'s.
+CUresult EditDependencies(CUgraph graph, const CUgraphNode* from, const CUgraphNode* to,
+                          const CUgraphEdgeData* edges, size_t count, bool remove) {
+  Client* client;
+  CURELAY_RETURN_IF_ERROR(RequireGraph(&client, graph));
+  if (count != 0 && (from == nullptr || to == nullptr)) return CUDA_ERROR_INVALID_VALUE;
+  WireDependencies sources, targets;
+  CURELAY_RETURN_IF_ERROR(EncodeDependencies(graph, from, edges, count, &sources));
+  CURELAY_RETURN_IF_ERROR(EncodeDependencies(graph, to, nullptr, count, &targets));
+  auto& builder = Builder();
+  const auto from_ids = builder.CreateVector(sources.ids);
+  const auto to_ids = builder.CreateVector(targets.ids);
+  flatbuffers::Offset<flatbuffers::Vector<const wire::GraphEdge*>> edge_kinds;
+  if (!sources.edges.empty()) edge_kinds = builder.CreateVectorOfStructs(sources.edges);
+  const auto call = wire::CreateGraphEditDependencies(builder, graph->id, from_ids, to_ids, edge_kinds, remove).Union();
+  return client->Call(builder, wire::Call::GraphEditDependencies, call, {}, nullptr);
+}
+
 }  // namespace
 
 extern "C" {
@@ -231,8 +338,8 @@ CUresult cuGraphDestroy(CUgraph graph) {
   return client->Post(builder, wire::Call::GraphDestroy, call, {});
 }
 
-// Node lists come from the executor once per finished graph (no API here changes a finished graph); a graph still
-// being captured into is asked each time.
+// Node lists come from the executor once per finished graph, and again after a node is added or destroyed; a graph
+// still being captured into is asked each time.
 CUresult cuGraphGetNodes(CUgraph graph, CUgraphNode* nodes, size_t* count) {
   Client* client;
   CURELAY_RETURN_IF_ERROR(RequireGraph(&client, graph));
@@ -332,5 +439,210 @@ CUresult cuGraphLaunch_ptsz(CUgraphExec exec, CUstream stream) {
 CUresult cuGraphUpload(CUgraphExec exec, CUstream stream) { return LaunchOrUpload(exec, stream, true); }
 
 CUresult cuGraphUpload_ptsz(CUgraphExec exec, CUstream stream) { return LaunchOrUpload(exec, PerThread(stream), true); }
+
+// Structure queries ask the executor (a captured graph's edges are known to its driver only).
+CUresult cuGraphNodeGetDependencies(CUgraphNode node, CUgraphNode* dependencies, CUgraphEdgeData* edges,
+                                    size_t* count) {
+  return NodeNeighbours(node, true, dependencies, edges, count);
+}
+
+CUresult cuGraphNodeGetDependencies_v1(CUgraphNode node, CUgraphNode* dependencies, size_t* count)
+    __asm__("cuGraphNodeGetDependencies");
+CUresult cuGraphNodeGetDependencies_v1(CUgraphNode node, CUgraphNode* dependencies, size_t* count) {
+  return NodeNeighbours(node, true, dependencies, nullptr, count);
+}
+
+CUresult cuGraphNodeGetDependentNodes(CUgraphNode node, CUgraphNode* dependents, CUgraphEdgeData* edges,
+                                      size_t* count) {
+  return NodeNeighbours(node, false, dependents, edges, count);
+}
+
+CUresult cuGraphNodeGetDependentNodes_v1(CUgraphNode node, CUgraphNode* dependents, size_t* count)
+    __asm__("cuGraphNodeGetDependentNodes");
+CUresult cuGraphNodeGetDependentNodes_v1(CUgraphNode node, CUgraphNode* dependents, size_t* count) {
+  return NodeNeighbours(node, false, dependents, nullptr, count);
+}
+
+CUresult cuGraphGetRootNodes(CUgraph graph, CUgraphNode* roots, size_t* count) {
+  Client* client;
+  CURELAY_RETURN_IF_ERROR(RequireGraph(&client, graph));
+  if (count == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  EdgeList list;
+  CURELAY_RETURN_IF_ERROR(QueryStructure(*client, graph, 0, wire::GraphStructureQuery::Roots, &list));
+  return AnswerNodes(list.from, list.edges, roots, nullptr, count);
+}
+
+CUresult cuGraphGetEdges(CUgraph graph, CUgraphNode* from, CUgraphNode* to, CUgraphEdgeData* edges, size_t* count) {
+  return GraphEdges(graph, from, to, edges, count);
+}
+
+CUresult cuGraphGetEdges_v1(CUgraph graph, CUgraphNode* from, CUgraphNode* to, size_t* count)
+    __asm__("cuGraphGetEdges");
+CUresult cuGraphGetEdges_v1(CUgraph graph, CUgraphNode* from, CUgraphNode* to, size_t* count) {
+  return GraphEdges(graph, from, to, nullptr, count);
+}
+
+CUresult cuGraphAddDependencies(CUgraph graph, const CUgraphNode* from, const CUgraphNode* to,
+                                const CUgraphEdgeData* edges, size_t count) {
+  return EditDependencies(graph, from, to, edges, count, false);
+}
+
+CUresult cuGraphAddDependencies_v1(CUgraph graph, const CUgraphNode* from, const CUgraphNode* to, size_t count)
+    __asm__("cuGraphAddDependencies");
+CUresult cuGraphAddDependencies_v1(CUgraph graph, const CUgraphNode* from, const CUgraphNode* to, size_t count) {
+  return EditDependencies(graph, from, to, nullptr, count, false);
+}
+
+CUresult cuGraphRemoveDependencies(CUgraph graph, const CUgraphNode* from, const CUgraphNode* to,
+                                   const CUgraphEdgeData* edges, size_t count) {
+  return EditDependencies(graph, from, to, edges, count, true);
+}
+
+CUresult cuGraphRemoveDependencies_v1(CUgraph graph, const CUgraphNode* from, const CUgraphNode* to, size_t count)
+    __asm__("cuGraphRemoveDependencies");
+CUresult cuGraphRemoveDependencies_v1(CUgraph graph, const CUgraphNode* from, const CUgraphNode* to, size_t count) {
+  return EditDependencies(graph, from, to, nullptr, count, true);
+}
+
+// The node's handle dies with it, and so do the graphs it owned (its child graph, a conditional node's bodies).
+CUresult cuGraphDestroyNode(CUgraphNode node) {
+  Client* client;
+  CURELAY_RETURN_IF_ERROR(RequireNode(&client, node));
+  CUgraph graph = node->graph;
+  auto& builder = Builder();
+  const auto call = wire::CreateGraphDestroyNode(builder, graph->id, node->id).Union();
+  CURELAY_RETURN_IF_ERROR(client->Call(builder, wire::Call::GraphDestroyNode, call, {}, nullptr));
+  std::vector<CUgraph> owned;
+  {
+    std::lock_guard<std::mutex> lock(graph->mutex);
+    owned.swap(node->owned_graphs);
+    for (CUgraph child : owned) std::erase(graph->moved_children, child);
+    graph->nodes.erase(node->id);
+    graph->nodes_complete = false;
+  }
+  for (CUgraph child : owned) DestroyGraphObject(child);
+  Graphs().nodes.Destroy(node);
+  return CUDA_SUCCESS;
+}
+
+CUresult cuGraphNodeSetEnabled(CUgraphExec exec, CUgraphNode node, unsigned int enabled) {
+  Client* client;
+  CURELAY_RETURN_IF_ERROR(RequireExec(&client, exec));
+  CURELAY_RETURN_IF_ERROR(RequireNode(&client, node));
+  auto& builder = Builder();
+  const auto call = wire::CreateGraphNodeEnabled(builder, exec->id, node->id, true, enabled).Union();
+  return client->Call(builder, wire::Call::GraphNodeEnabled, call, {}, nullptr);
+}
+
+CUresult cuGraphNodeGetEnabled(CUgraphExec exec, CUgraphNode node, unsigned int* enabled) {
+  Client* client;
+  CURELAY_RETURN_IF_ERROR(RequireExec(&client, exec));
+  CURELAY_RETURN_IF_ERROR(RequireNode(&client, node));
+  if (enabled == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  auto& builder = Builder();
+  const auto call = wire::CreateGraphNodeEnabled(builder, exec->id, node->id, false, 0).Union();
+  ReplyMessage reply;
+  CURELAY_RETURN_IF_ERROR(client->Call(builder, wire::Call::GraphNodeEnabled, call, {}, &reply));
+  const auto* value = reply.reply->body_as_IntegerValue();
+  if (value == nullptr) return CUDA_ERROR_UNKNOWN;
+  *enabled = static_cast<unsigned int>(value->value());
+  return CUDA_SUCCESS;
+}
+
+// The child graph belongs to the node (the driver's handle is the node's own graph, not a copy): one client graph
+// for it, destroyed with the node or its graph, never by cuGraphDestroy.
+CUresult cuGraphChildGraphNodeGetGraph(CUgraphNode node, CUgraph* child) {
+  Client* client;
+  CURELAY_RETURN_IF_ERROR(RequireNode(&client, node));
+  if (child == nullptr || node->type != CU_GRAPH_NODE_TYPE_GRAPH) return CUDA_ERROR_INVALID_VALUE;
+  CUgraph graph = node->graph;
+  {
+    std::lock_guard<std::mutex> lock(graph->mutex);
+    if (node->child_graph != nullptr) {
+      *child = node->child_graph;
+      return CUDA_SUCCESS;
+    }
+  }
+  const uint64_t new_id = NextObjectId();
+  auto& builder = Builder();
+  const auto call = wire::CreateGraphChildGraph(builder, graph->id, node->id, new_id).Union();
+  ReplyMessage reply;
+  CURELAY_RETURN_IF_ERROR(client->Call(builder, wire::Call::GraphChildGraph, call, {}, &reply));
+  const auto* value = reply.reply->body_as_IntegerValue();
+  if (value == nullptr) return CUDA_ERROR_UNKNOWN;
+  const uint64_t id = static_cast<uint64_t>(value->value());
+  CUgraph found = id == new_id ? CreateGraphObject(new_id) : FindGraphObject(id);
+  if (found == nullptr) return CUDA_ERROR_UNKNOWN;
+  if (id == new_id) {
+    std::lock_guard<std::mutex> lock(found->mutex);
+    found->owner = graph;
+  }
+  std::lock_guard<std::mutex> lock(graph->mutex);
+  if (id == new_id) {
+    graph->moved_children.push_back(found);
+    node->owned_graphs.push_back(found);
+  }
+  node->child_graph = found;
+  *child = found;
+  return CUDA_SUCCESS;
+}
+
+CUresult cuGraphClone(CUgraph* clone, CUgraph original) {
+  Client* client;
+  CURELAY_RETURN_IF_ERROR(RequireGraph(&client, original));
+  if (clone == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  CUgraph made = CreateGraphObject(NextObjectId());
+  auto& builder = Builder();
+  const auto call = wire::CreateGraphClone(builder, original->id, made->id).Union();
+  const CUresult result = client->Call(builder, wire::Call::GraphClone, call, {}, nullptr);
+  if (result != CUDA_SUCCESS) {
+    DestroyGraphObject(made);
+    return result;
+  }
+  *clone = made;
+  return CUDA_SUCCESS;
+}
+
+CUresult cuGraphNodeFindInClone(CUgraphNode* node, CUgraphNode original, CUgraph clone) {
+  Client* client;
+  CURELAY_RETURN_IF_ERROR(RequireNode(&client, original));
+  CURELAY_RETURN_IF_ERROR(RequireGraph(&client, clone));
+  if (node == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  auto& builder = Builder();
+  const auto call = wire::CreateGraphNodeFindInClone(builder, clone->id, original->id).Union();
+  ReplyMessage reply;
+  CURELAY_RETURN_IF_ERROR(client->Call(builder, wire::Call::GraphNodeFindInClone, call, {}, &reply));
+  const std::vector<CUgraphNode> found = InternGraphNodes(clone, reply.reply->body_as_GraphNodes());
+  if (found.size() != 1) return CUDA_ERROR_UNKNOWN;
+  *node = found.front();
+  return CUDA_SUCCESS;
+}
+
+// The executor's driver describes the graph (its own handles and addresses appear in the text); the file is written
+// here, at the application's path.
+CUresult cuGraphDebugDotPrint(CUgraph graph, const char* path, unsigned int flags) {
+  Client* client;
+  CURELAY_RETURN_IF_ERROR(RequireGraph(&client, graph));
+  if (path == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  auto& builder = Builder();
+  const auto call = wire::CreateGraphDebugDotPrint(builder, graph->id, flags).Union();
+  ReplyMessage reply;
+  CURELAY_RETURN_IF_ERROR(client->Call(builder, wire::Call::GraphDebugDotPrint, call, {}, &reply));
+  const int file = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0666);
+  if (file < 0) return CUDA_ERROR_OPERATING_SYSTEM;
+  const uint8_t* text = reply.message.payload.data();
+  size_t left = reply.message.payload.size();
+  while (left > 0) {
+    const ssize_t written = write(file, text, left);
+    if (written < 0 && errno == EINTR) continue;
+    if (written <= 0) {
+      close(file);
+      return CUDA_ERROR_OPERATING_SYSTEM;
+    }
+    text += written;
+    left -= static_cast<size_t>(written);
+  }
+  return close(file) == 0 ? CUDA_SUCCESS : CUDA_ERROR_OPERATING_SYSTEM;
+}
 
 }  // extern "C"

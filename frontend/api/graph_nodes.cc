@@ -4,6 +4,8 @@
 // function's layout and copied into the node by the driver, as natively. A memcpy node's host side must be
 // page-locked memory of a same-host session (it becomes the executor's registered device address of the same
 // pages); pageable or remote host memory in a node answers CUDA_ERROR_NOT_SUPPORTED.
+#include <algorithm>
+#include <cstring>
 #include <functional>
 #include <vector>
 
@@ -21,7 +23,8 @@ namespace {
 using NodeFields = std::function<void(wire::GraphAddNodeBuilder&)>;
 using NodePreparation = std::function<void(flatbuffers::FlatBufferBuilder&)>;
 
-// Where a node's parameters go: a new node of `graph` after `dependencies`, or an update of `node` in `exec`.
+// Where a node's parameters go: a new node of `graph` after `dependencies`, an update of `node` in `exec`, or
+// new parameters of `node` itself (exec null, set).
 struct NodeTarget {
   CUgraphNode* node_out = nullptr;  // adding
   CUgraph graph = nullptr;
@@ -30,6 +33,7 @@ struct NodeTarget {
   const CUgraphEdgeData* edges = nullptr;  // per dependency; null: all default
   CUgraphExec exec = nullptr;  // updating
   CUgraphNode node = nullptr;
+  bool set = false;  // setting `node`'s own parameters
 };
 
 // Checks the target, sends the node's parameters (built by `prepare`, which makes nested tables first, and
@@ -38,9 +42,11 @@ CUresult SendNode(const NodeTarget& target, wire::GraphNodeKind kind, std::span<
                   const NodePreparation& prepare, const NodeFields& fields) {
   Client* client;
   CURELAY_RETURN_IF_ERROR(RequireContext(&client));
-  const bool adding = target.exec == nullptr;
+  const bool adding = target.exec == nullptr && !target.set;
   WireDependencies dependencies;
-  if (adding) {
+  if (target.set) {
+    if (target.node == nullptr || !Graphs().nodes.Contains(target.node)) return CUDA_ERROR_INVALID_VALUE;
+  } else if (adding) {
     if (target.node_out == nullptr || target.graph == nullptr || !Graphs().graphs.Contains(target.graph)) {
       return CUDA_ERROR_INVALID_VALUE;
     }
@@ -61,6 +67,11 @@ CUresult SendNode(const NodeTarget& target, wire::GraphNodeKind kind, std::span<
   spec.add_kind(kind);
   fields(spec);
   const auto spec_offset = spec.Finish();
+  if (target.set) {
+    const auto call =
+        wire::CreateGraphNodeSetParams(builder, target.node->graph->id, target.node->id, spec_offset).Union();
+    return client->Call(builder, wire::Call::GraphNodeSetParams, call, payload, nullptr);
+  }
   if (!adding) {
     const auto call = wire::CreateGraphExecNodeUpdate(builder, target.exec->id, target.node->id, spec_offset).Union();
     return client->Call(builder, wire::Call::GraphExecNodeUpdate, call, payload, nullptr);
@@ -84,6 +95,11 @@ NodeTarget Adding(CUgraphNode* node, CUgraph graph, const CUgraphNode* dependenc
 }
 
 NodeTarget Updating(CUgraphExec exec, CUgraphNode node) { return {nullptr, nullptr, nullptr, 0, nullptr, exec, node}; }
+
+NodeTarget Setting(CUgraphNode node) { return {nullptr, nullptr, nullptr, 0, nullptr, nullptr, node, true}; }
+
+// The node a successful SendNode made or changed.
+CUgraphNode TargetNode(const NodeTarget& target) { return target.node_out != nullptr ? *target.node_out : target.node; }
 
 CUresult KernelNode(const NodeTarget& target, CUfunction function, CUkernel kernel, unsigned int grid_x, unsigned int grid_y,
                        unsigned int grid_z, unsigned int block_x, unsigned int block_y, unsigned int block_z,
@@ -148,7 +164,7 @@ CUresult MemcpyNode(const NodeTarget& target, const CUDA_MEMCPY3D* params) {
     }
   }
   flatbuffers::Offset<wire::CopyEnd> src, dst;
-  return SendNode(target, wire::GraphNodeKind::Memcpy, {},
+  const CUresult result = SendNode(target, wire::GraphNodeKind::Memcpy, {},
                  [&](flatbuffers::FlatBufferBuilder& builder) {
                    src = EncodeEnd(builder, copy.src);
                    dst = EncodeEnd(builder, copy.dst);
@@ -160,6 +176,23 @@ CUresult MemcpyNode(const NodeTarget& target, const CUDA_MEMCPY3D* params) {
                    fields.add_copy_height(copy.height);
                    fields.add_copy_depth(copy.depth);
                  });
+  if (result == CUDA_SUCCESS && target.exec == nullptr) {
+    // What cuGraphMemcpyNodeGetParams answers: the application's parameters, host pointers included.
+    CUgraphNode node = TargetNode(target);
+    std::lock_guard<std::mutex> lock(node->graph->mutex);
+    node->copy = *params;
+    node->copy_given = true;
+  }
+  return result;
+}
+
+// An event record or wait node: the event is the client's.
+CUresult EventNode(const NodeTarget& target, wire::GraphNodeKind kind, CUevent event) {
+  Client* client;
+  CURELAY_RETURN_IF_ERROR(RequireContext(&client));
+  if (event == nullptr || !client->events.Contains(event)) return CUDA_ERROR_INVALID_VALUE;
+  const uint64_t event_id = event->id;
+  return SendNode(target, kind, {}, nullptr, [&](wire::GraphAddNodeBuilder& fields) { fields.add_event(event_id); });
 }
 
 // A node's context, where the node names one: only the calling thread's current context is supported.
@@ -205,8 +238,193 @@ CUresult ConditionalNode(const NodeTarget& target, CUDA_CONDITIONAL_NODE_PARAMS&
   }
   std::lock_guard<std::mutex> lock(target.graph->mutex);
   target.graph->moved_children.insert(target.graph->moved_children.end(), bodies.begin(), bodies.end());
+  (*target.node_out)->owned_graphs = bodies;
   conditional.phGraph_out = target.graph->body_arrays.emplace_back(std::move(bodies)).data();
   return CUDA_SUCCESS;
+}
+
+// Asks the executor for the parameters of `node`, which must be of `type`.
+CUresult QueryNode(Client** client, CUgraphNode node, CUgraphNodeType type, ReplyMessage* reply,
+                   const wire::GraphAddNode** spec) {
+  CURELAY_RETURN_IF_ERROR(RequireClient(client));
+  if (node == nullptr || !Graphs().nodes.Contains(node) || node->type != type) return CUDA_ERROR_INVALID_VALUE;
+  auto& builder = Builder();
+  const auto call = wire::CreateGraphNodeGetParams(builder, node->graph->id, node->id).Union();
+  CURELAY_RETURN_IF_ERROR((*client)->Call(builder, wire::Call::GraphNodeGetParams, call, {}, reply));
+  *spec = reply->reply->body_as_GraphAddNode();
+  return *spec != nullptr ? CUDA_SUCCESS : CUDA_ERROR_UNKNOWN;
+}
+
+// A kernel node's parameters as the driver hands them out: the application's function (and the library kernel it
+// was bound from), and kernelParams pointing into argument storage the node keeps.
+struct KernelNodeAnswer {
+  CUfunction function = nullptr;
+  CUkernel kernel = nullptr;
+  CUcontext context = nullptr;
+  const wire::GraphAddNode* spec = nullptr;
+  void** arguments = nullptr;
+};
+
+CUresult QueryKernelNode(CUgraphNode node, ReplyMessage* reply, KernelNodeAnswer* answer) {
+  Client* client;
+  CURELAY_RETURN_IF_ERROR(QueryNode(&client, node, CU_GRAPH_NODE_TYPE_KERNEL, reply, &answer->spec));
+  CUfunction function = client->functions.FindById(answer->spec->function());
+  if (function == nullptr) return CUDA_ERROR_NOT_SUPPORTED;  // a function the application no longer has
+  const KernelParameters& layout = function->parameters;
+  const auto bytes = reply->message.payload.bytes();
+  if (bytes.size() < layout.argument_bytes) return CUDA_ERROR_UNKNOWN;
+  for (size_t i = 0; i < layout.offsets.size(); ++i) {
+    if (i >= layout.sizes.size() || size_t{layout.offsets[i]} + layout.sizes[i] > bytes.size()) return CUDA_ERROR_UNKNOWN;
+  }
+  answer->function = function;
+  answer->kernel = function->kernel;
+  answer->context = function->module != nullptr ? function->module->context : function->kernel_context;
+  std::lock_guard<std::mutex> lock(node->graph->mutex);
+  if (!std::equal(bytes.begin(), bytes.end(), node->arguments.begin(), node->arguments.end()) ||
+      node->argument_pointers.size() != layout.offsets.size()) {
+    node->arguments.assign(bytes.begin(), bytes.end());
+    node->argument_pointers.clear();
+    for (uint32_t offset : layout.offsets) node->argument_pointers.push_back(node->arguments.data() + offset);
+  }
+  answer->arguments = node->argument_pointers.empty() ? nullptr : node->argument_pointers.data();
+  return CUDA_SUCCESS;
+}
+
+template <typename Params>
+void FillKernelParams(const KernelNodeAnswer& answer, Params* params) {
+  const wire::GraphAddNode& spec = *answer.spec;
+  params->func = answer.function;
+  params->gridDimX = spec.grid_x();
+  params->gridDimY = spec.grid_y();
+  params->gridDimZ = spec.grid_z();
+  params->blockDimX = spec.block_x();
+  params->blockDimY = spec.block_y();
+  params->blockDimZ = spec.block_z();
+  params->sharedMemBytes = spec.shared_mem_bytes();
+  params->kernelParams = answer.arguments;
+  params->extra = nullptr;
+}
+
+// A memcpy node made by stream capture: its ends as the executor names them (page-locked host memory as the device
+// address it is reached at).
+CUresult DecodeCopyEnd(Client& client, const wire::CopyEnd* end, CUmemorytype* type, CUdeviceptr* device,
+                       CUarray* array, size_t* x, size_t* y, size_t* z, size_t* pitch, size_t* height) {
+  if (end == nullptr) return CUDA_ERROR_UNKNOWN;
+  if (end->type() == wire::CopyEndType::Array) {
+    *type = CU_MEMORYTYPE_ARRAY;
+    *array = client.arrays.FindById(end->array());
+    if (*array == nullptr) return CUDA_ERROR_NOT_SUPPORTED;
+  } else if (end->type() == wire::CopyEndType::Device) {
+    *type = CU_MEMORYTYPE_DEVICE;
+    *device = end->device();
+    *pitch = end->pitch();
+    *height = end->height();
+  } else {
+    return CUDA_ERROR_NOT_SUPPORTED;
+  }
+  *x = end->x();
+  *y = end->y();
+  *z = end->z();
+  return CUDA_SUCCESS;
+}
+
+CUresult NodeEvent(CUgraphNode node, CUgraphNodeType type, CUevent* event) {
+  Client* client;
+  if (event == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  ReplyMessage reply;
+  const wire::GraphAddNode* spec = nullptr;
+  CURELAY_RETURN_IF_ERROR(QueryNode(&client, node, type, &reply, &spec));
+  CUevent found = client->events.FindById(spec->event());
+  if (found == nullptr) return CUDA_ERROR_NOT_SUPPORTED;
+  *event = found;
+  return CUDA_SUCCESS;
+}
+
+// The kind a node's type is set through (cuGraphNodeSetParams, cuGraphExecNodeSetParams).
+CUresult SetNodeParams(const NodeTarget& target, CUgraphNodeParams* params, const char* caller) {
+  if (params == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  if (target.node == nullptr || !Graphs().nodes.Contains(target.node) || target.node->type != params->type) {
+    return CUDA_ERROR_INVALID_VALUE;
+  }
+  switch (params->type) {
+    case CU_GRAPH_NODE_TYPE_KERNEL: {
+      const CUDA_KERNEL_NODE_PARAMS_v3& kernel = params->kernel;
+      if (kernel.func == nullptr) CURELAY_RETURN_IF_ERROR(RequireCurrent(kernel.ctx));
+      return KernelNode(target, kernel.func, kernel.kern, kernel.gridDimX, kernel.gridDimY, kernel.gridDimZ,
+                        kernel.blockDimX, kernel.blockDimY, kernel.blockDimZ, kernel.sharedMemBytes,
+                        kernel.kernelParams, kernel.extra);
+    }
+    case CU_GRAPH_NODE_TYPE_MEMSET: {
+      const CUDA_MEMSET_NODE_PARAMS_v2& memset = params->memset;
+      CURELAY_RETURN_IF_ERROR(RequireCurrent(memset.ctx));
+      return MemsetNode(target, memset.dst, memset.pitch, memset.value, memset.elementSize, memset.width,
+                        memset.height);
+    }
+    case CU_GRAPH_NODE_TYPE_MEMCPY:
+      if (params->memcpy.flags != 0) return CUDA_ERROR_INVALID_VALUE;
+      CURELAY_RETURN_IF_ERROR(RequireCurrent(params->memcpy.copyCtx));
+      return MemcpyNode(target, &params->memcpy.copyParams);
+    case CU_GRAPH_NODE_TYPE_EVENT_RECORD:
+      return EventNode(target, wire::GraphNodeKind::EventRecord, params->eventRecord.event);
+    case CU_GRAPH_NODE_TYPE_WAIT_EVENT:
+      return EventNode(target, wire::GraphNodeKind::EventWait, params->eventWait.event);
+    case CU_GRAPH_NODE_TYPE_GRAPH: {
+      if (target.exec == nullptr) break;  // a graph's child-graph node cannot be given another graph here
+      const CUgraph child = params->graph.graph;
+      if (child == nullptr || !Graphs().graphs.Contains(child)) return CUDA_ERROR_INVALID_VALUE;
+      const uint64_t child_id = child->id;
+      return SendNode(target, wire::GraphNodeKind::ChildGraph, {}, nullptr,
+                      [&](wire::GraphAddNodeBuilder& fields) { fields.add_child_graph(child_id); });
+    }
+    default:
+      break;
+  }
+  Log().warn("{}: node type {} is not supported", caller, static_cast<int>(params->type));
+  return CUDA_ERROR_NOT_SUPPORTED;
+}
+
+CUresult KernelAttribute(CUgraphNode node, CUkernelNodeAttrID id, CUkernelNodeAttrValue* value, bool set) {
+  Client* client;
+  CURELAY_RETURN_IF_ERROR(RequireClient(&client));
+  if (node == nullptr || value == nullptr || !Graphs().nodes.Contains(node) || node->type != CU_GRAPH_NODE_TYPE_KERNEL) {
+    return CUDA_ERROR_INVALID_VALUE;
+  }
+  auto& builder = Builder();
+  const auto bytes = set ? builder.CreateVector(reinterpret_cast<const uint8_t*>(value), sizeof(*value))
+                         : flatbuffers::Offset<flatbuffers::Vector<uint8_t>>();
+  const auto attribute = wire::CreateLaunchAttribute(builder, static_cast<uint32_t>(id), bytes);
+  const auto call = wire::CreateGraphKernelNodeAttribute(builder, node->graph->id, node->id, attribute, set).Union();
+  ReplyMessage reply;
+  CURELAY_RETURN_IF_ERROR(client->Call(builder, wire::Call::GraphKernelNodeAttribute, call, {}, &reply));
+  if (set) return CUDA_SUCCESS;
+  const auto* answer = reply.reply->body_as_LaunchAttribute();
+  if (answer == nullptr || answer->value() == nullptr || answer->value()->size() != sizeof(*value)) {
+    return CUDA_ERROR_UNKNOWN;
+  }
+  std::memcpy(value, answer->value()->data(), sizeof(*value));
+  return CUDA_SUCCESS;
+}
+
+CUresult ExecUpdate(CUgraphExec exec, CUgraph graph, CUgraphExecUpdateResultInfo* info) {
+  Client* client;
+  CURELAY_RETURN_IF_ERROR(RequireClient(&client));
+  if (info == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  *info = {CU_GRAPH_EXEC_UPDATE_ERROR, nullptr, nullptr};
+  if (exec == nullptr || !Graphs().execs.Contains(exec) || graph == nullptr || !Graphs().graphs.Contains(graph)) {
+    return CUDA_ERROR_INVALID_VALUE;
+  }
+  auto& builder = Builder();
+  const auto call = wire::CreateGraphExecUpdate(builder, exec->id, graph->id).Union();
+  ReplyMessage reply;
+  const CUresult result = client->Call(builder, wire::Call::GraphExecUpdate, call, {}, &reply);
+  const auto* answer = reply.reply != nullptr ? reply.reply->body_as_GraphExecUpdateInfo() : nullptr;
+  if (answer == nullptr) return result;
+  info->result = static_cast<CUgraphExecUpdateResult>(answer->result());
+  const auto error_node = InternGraphNodes(graph, answer->error_node());
+  const auto error_from = InternGraphNodes(graph, answer->error_from());
+  info->errorNode = error_node.empty() ? nullptr : error_node.front();
+  info->errorFromNode = error_from.empty() ? nullptr : error_from.front();
+  return result;
 }
 
 }  // namespace
@@ -309,6 +527,8 @@ CUresult cuGraphAddNode_v2(CUgraphNode* node, CUgraph graph, const CUgraphNode* 
         }
         std::lock_guard<std::mutex> lock(graph->mutex);
         graph->moved_children.push_back(child);
+        (*node)->child_graph = child;
+        (*node)->owned_graphs.push_back(child);
       }
       return result;
     }
@@ -331,6 +551,10 @@ CUresult cuGraphAddNode_v2(CUgraphNode* node, CUgraph graph, const CUgraphNode* 
       return MemcpyNode(target, &params->memcpy.copyParams);
     case CU_GRAPH_NODE_TYPE_CONDITIONAL:
       return ConditionalNode(target, params->conditional);
+    case CU_GRAPH_NODE_TYPE_EVENT_RECORD:
+      return EventNode(target, wire::GraphNodeKind::EventRecord, params->eventRecord.event);
+    case CU_GRAPH_NODE_TYPE_WAIT_EVENT:
+      return EventNode(target, wire::GraphNodeKind::EventWait, params->eventWait.event);
     default:
       Log().warn("cuGraphAddNode: node type {} is not supported", static_cast<int>(params->type));
       return CUDA_ERROR_NOT_SUPPORTED;
@@ -375,6 +599,214 @@ CUresult cuGraphExecMemcpyNodeSetParams(CUgraphExec exec, CUgraphNode node, cons
                                         CUcontext context) {
   CURELAY_RETURN_IF_ERROR(RequireCurrent(context));
   return MemcpyNode(Updating(exec, node), params);
+}
+
+CUresult cuGraphExecChildGraphNodeSetParams(CUgraphExec exec, CUgraphNode node, CUgraph child) {
+  if (child == nullptr || !Graphs().graphs.Contains(child)) return CUDA_ERROR_INVALID_VALUE;
+  const uint64_t child_id = child->id;
+  return SendNode(Updating(exec, node), wire::GraphNodeKind::ChildGraph, {}, nullptr,
+                  [&](wire::GraphAddNodeBuilder& fields) { fields.add_child_graph(child_id); });
+}
+
+CUresult cuGraphExecNodeSetParams(CUgraphExec exec, CUgraphNode node, CUgraphNodeParams* params) {
+  if (exec == nullptr || !Graphs().execs.Contains(exec)) return CUDA_ERROR_INVALID_VALUE;
+  return SetNodeParams(Updating(exec, node), params, "cuGraphExecNodeSetParams");
+}
+
+// A graph node's own parameters (the driver copies them, kernel arguments included).
+CUresult cuGraphNodeSetParams(CUgraphNode node, CUgraphNodeParams* params) {
+  return SetNodeParams(Setting(node), params, "cuGraphNodeSetParams");
+}
+
+CUresult cuGraphKernelNodeGetParams(CUgraphNode node, CUDA_KERNEL_NODE_PARAMS* params) {
+  if (params == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  ReplyMessage reply;
+  KernelNodeAnswer answer;
+  CURELAY_RETURN_IF_ERROR(QueryKernelNode(node, &reply, &answer));
+  FillKernelParams(answer, params);
+  params->kern = answer.kernel;
+  params->ctx = answer.context;
+  return CUDA_SUCCESS;
+}
+
+CUresult cuGraphKernelNodeGetParams_v1(CUgraphNode node, CUDA_KERNEL_NODE_PARAMS_v1* params)
+    __asm__("cuGraphKernelNodeGetParams");
+CUresult cuGraphKernelNodeGetParams_v1(CUgraphNode node, CUDA_KERNEL_NODE_PARAMS_v1* params) {
+  if (params == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  ReplyMessage reply;
+  KernelNodeAnswer answer;
+  CURELAY_RETURN_IF_ERROR(QueryKernelNode(node, &reply, &answer));
+  FillKernelParams(answer, params);
+  return CUDA_SUCCESS;
+}
+
+CUresult cuGraphKernelNodeSetParams(CUgraphNode node, const CUDA_KERNEL_NODE_PARAMS* params) {
+  if (params == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  if (node == nullptr || !Graphs().nodes.Contains(node) || node->type != CU_GRAPH_NODE_TYPE_KERNEL) {
+    return CUDA_ERROR_INVALID_VALUE;
+  }
+  if (params->func == nullptr) CURELAY_RETURN_IF_ERROR(RequireCurrent(params->ctx));
+  return KernelNode(Setting(node), params->func, params->kern, params->gridDimX, params->gridDimY, params->gridDimZ,
+                    params->blockDimX, params->blockDimY, params->blockDimZ, params->sharedMemBytes,
+                    params->kernelParams, params->extra);
+}
+
+CUresult cuGraphKernelNodeSetParams_v1(CUgraphNode node, const CUDA_KERNEL_NODE_PARAMS_v1* params)
+    __asm__("cuGraphKernelNodeSetParams");
+CUresult cuGraphKernelNodeSetParams_v1(CUgraphNode node, const CUDA_KERNEL_NODE_PARAMS_v1* params) {
+  if (params == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  if (node == nullptr || !Graphs().nodes.Contains(node) || node->type != CU_GRAPH_NODE_TYPE_KERNEL) {
+    return CUDA_ERROR_INVALID_VALUE;
+  }
+  return KernelNode(Setting(node), params->func, nullptr, params->gridDimX, params->gridDimY, params->gridDimZ,
+                    params->blockDimX, params->blockDimY, params->blockDimZ, params->sharedMemBytes,
+                    params->kernelParams, params->extra);
+}
+
+CUresult cuGraphMemsetNodeGetParams(CUgraphNode node, CUDA_MEMSET_NODE_PARAMS* params) {
+  Client* client;
+  if (params == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  ReplyMessage reply;
+  const wire::GraphAddNode* spec = nullptr;
+  CURELAY_RETURN_IF_ERROR(QueryNode(&client, node, CU_GRAPH_NODE_TYPE_MEMSET, &reply, &spec));
+  params->dst = spec->memset_dst();
+  params->pitch = spec->memset_pitch();
+  params->value = spec->memset_value();
+  params->elementSize = spec->memset_element_bytes();
+  params->width = spec->memset_width();
+  params->height = spec->memset_height();
+  return CUDA_SUCCESS;
+}
+
+CUresult cuGraphMemsetNodeSetParams(CUgraphNode node, const CUDA_MEMSET_NODE_PARAMS* params) {
+  if (params == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  if (node == nullptr || !Graphs().nodes.Contains(node) || node->type != CU_GRAPH_NODE_TYPE_MEMSET) {
+    return CUDA_ERROR_INVALID_VALUE;
+  }
+  return MemsetNode(Setting(node), params->dst, params->pitch, params->value, params->elementSize, params->width,
+                    params->height);
+}
+
+// Answered with the application's own parameters where it gave them (a host side is its pointer); a node made by
+// stream capture is asked of the executor.
+CUresult cuGraphMemcpyNodeGetParams(CUgraphNode node, CUDA_MEMCPY3D* params) {
+  Client* client;
+  CURELAY_RETURN_IF_ERROR(RequireClient(&client));
+  if (params == nullptr || node == nullptr || !Graphs().nodes.Contains(node) ||
+      node->type != CU_GRAPH_NODE_TYPE_MEMCPY) {
+    return CUDA_ERROR_INVALID_VALUE;
+  }
+  {
+    std::lock_guard<std::mutex> lock(node->graph->mutex);
+    if (node->copy_given) {
+      *params = node->copy;
+      return CUDA_SUCCESS;
+    }
+  }
+  ReplyMessage reply;
+  const wire::GraphAddNode* spec = nullptr;
+  CURELAY_RETURN_IF_ERROR(QueryNode(&client, node, CU_GRAPH_NODE_TYPE_MEMCPY, &reply, &spec));
+  CUDA_MEMCPY3D copy{};
+  CURELAY_RETURN_IF_ERROR(DecodeCopyEnd(*client, spec->copy_src(), &copy.srcMemoryType, &copy.srcDevice,
+                                        &copy.srcArray, &copy.srcXInBytes, &copy.srcY, &copy.srcZ, &copy.srcPitch,
+                                        &copy.srcHeight));
+  CURELAY_RETURN_IF_ERROR(DecodeCopyEnd(*client, spec->copy_dst(), &copy.dstMemoryType, &copy.dstDevice,
+                                        &copy.dstArray, &copy.dstXInBytes, &copy.dstY, &copy.dstZ, &copy.dstPitch,
+                                        &copy.dstHeight));
+  copy.WidthInBytes = spec->copy_width();
+  copy.Height = spec->copy_height();
+  copy.Depth = spec->copy_depth();
+  *params = copy;
+  return CUDA_SUCCESS;
+}
+
+// The restrictions of cuGraphAddMemcpyNode hold (a host side must be page-locked memory of a same-host session).
+CUresult cuGraphMemcpyNodeSetParams(CUgraphNode node, const CUDA_MEMCPY3D* params) {
+  if (node == nullptr || !Graphs().nodes.Contains(node) || node->type != CU_GRAPH_NODE_TYPE_MEMCPY) {
+    return CUDA_ERROR_INVALID_VALUE;
+  }
+  return MemcpyNode(Setting(node), params);
+}
+
+CUresult cuGraphKernelNodeGetAttribute(CUgraphNode node, CUkernelNodeAttrID id, CUkernelNodeAttrValue* value) {
+  return KernelAttribute(node, id, value, false);
+}
+
+CUresult cuGraphKernelNodeSetAttribute(CUgraphNode node, CUkernelNodeAttrID id, const CUkernelNodeAttrValue* value) {
+  return KernelAttribute(node, id, const_cast<CUkernelNodeAttrValue*>(value), true);
+}
+
+CUresult cuGraphKernelNodeCopyAttributes(CUgraphNode dst, CUgraphNode src) {
+  Client* client;
+  CURELAY_RETURN_IF_ERROR(RequireClient(&client));
+  for (CUgraphNode node : {dst, src}) {
+    if (node == nullptr || !Graphs().nodes.Contains(node) || node->type != CU_GRAPH_NODE_TYPE_KERNEL) {
+      return CUDA_ERROR_INVALID_VALUE;
+    }
+  }
+  auto& builder = Builder();
+  const auto call = wire::CreateGraphKernelNodeAttribute(builder, dst->graph->id, dst->id, 0, false, src->graph->id,
+                                                         src->id)
+                        .Union();
+  return client->Call(builder, wire::Call::GraphKernelNodeAttribute, call, {}, nullptr);
+}
+
+// The update's result and error nodes come back from the executor's driver whether or not it succeeded.
+CUresult cuGraphExecUpdate(CUgraphExec exec, CUgraph graph, CUgraphExecUpdateResultInfo* info) {
+  return ExecUpdate(exec, graph, info);
+}
+
+// The exported cuGraphExecUpdate is the older form (error node and result out-parameters).
+CUresult cuGraphExecUpdate_v1(CUgraphExec exec, CUgraph graph, CUgraphNode* error_node,
+                              CUgraphExecUpdateResult* result_out) __asm__("cuGraphExecUpdate");
+CUresult cuGraphExecUpdate_v1(CUgraphExec exec, CUgraph graph, CUgraphNode* error_node,
+                              CUgraphExecUpdateResult* result_out) {
+  CUgraphExecUpdateResultInfo info{};
+  const CUresult result = ExecUpdate(exec, graph, &info);
+  if (error_node != nullptr) *error_node = info.errorNode;
+  if (result_out != nullptr) *result_out = info.result;
+  return result;
+}
+
+// Event record and wait nodes: the events are the application's (client) events.
+CUresult cuGraphAddEventRecordNode(CUgraphNode* node, CUgraph graph, const CUgraphNode* dependencies, size_t count,
+                                   CUevent event) {
+  return EventNode(Adding(node, graph, dependencies, count), wire::GraphNodeKind::EventRecord, event);
+}
+
+CUresult cuGraphAddEventWaitNode(CUgraphNode* node, CUgraph graph, const CUgraphNode* dependencies, size_t count,
+                                 CUevent event) {
+  return EventNode(Adding(node, graph, dependencies, count), wire::GraphNodeKind::EventWait, event);
+}
+
+CUresult cuGraphEventRecordNodeGetEvent(CUgraphNode node, CUevent* event) {
+  return NodeEvent(node, CU_GRAPH_NODE_TYPE_EVENT_RECORD, event);
+}
+
+CUresult cuGraphEventWaitNodeGetEvent(CUgraphNode node, CUevent* event) {
+  return NodeEvent(node, CU_GRAPH_NODE_TYPE_WAIT_EVENT, event);
+}
+
+CUresult cuGraphEventRecordNodeSetEvent(CUgraphNode node, CUevent event) {
+  if (node == nullptr || !Graphs().nodes.Contains(node) || node->type != CU_GRAPH_NODE_TYPE_EVENT_RECORD) {
+    return CUDA_ERROR_INVALID_VALUE;
+  }
+  return EventNode(Setting(node), wire::GraphNodeKind::EventRecord, event);
+}
+
+CUresult cuGraphEventWaitNodeSetEvent(CUgraphNode node, CUevent event) {
+  if (node == nullptr || !Graphs().nodes.Contains(node) || node->type != CU_GRAPH_NODE_TYPE_WAIT_EVENT) {
+    return CUDA_ERROR_INVALID_VALUE;
+  }
+  return EventNode(Setting(node), wire::GraphNodeKind::EventWait, event);
+}
+
+CUresult cuGraphExecEventRecordNodeSetEvent(CUgraphExec exec, CUgraphNode node, CUevent event) {
+  return EventNode(Updating(exec, node), wire::GraphNodeKind::EventRecord, event);
+}
+
+CUresult cuGraphExecEventWaitNodeSetEvent(CUgraphExec exec, CUgraphNode node, CUevent event) {
+  return EventNode(Updating(exec, node), wire::GraphNodeKind::EventWait, event);
 }
 
 }  // extern "C"

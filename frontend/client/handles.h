@@ -116,6 +116,19 @@ struct CUgraphNode_st {
   uint64_t id;  // the executor's id of the driver's node
   CUgraph graph;
   CUgraphNodeType type;
+  // Guarded by the graph's mutex:
+  // A child-graph node's graph once known (moved in, or handed out by cuGraphChildGraphNodeGetGraph).
+  CUgraph child_graph = nullptr;
+  // The graphs that go with the node (its child graph, a conditional node's bodies).
+  std::vector<CUgraph> owned_graphs;
+  // A kernel node's arguments as cuGraphKernelNodeGetParams last answered them: its kernelParams point into
+  // `arguments`, which stay as long as the node and change only when the answer does, as the driver's storage.
+  std::vector<uint8_t> arguments;
+  std::vector<void*> argument_pointers;
+  // A memcpy node's parameters as the application last gave them (a host side is the application's pointer, not
+  // the device address the node uses); unset for a node made by stream capture.
+  bool copy_given = false;
+  CUDA_MEMCPY3D copy{};
 };
 
 struct CUgraph_st {

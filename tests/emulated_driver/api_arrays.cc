@@ -364,8 +364,10 @@ CUresult CUDAAPI cuGraphAddMemcpyNode(CUgraphNode* phGraphNode, CUgraph hGraph, 
   return emu::Guard([&] {
     std::function<CUresult()> op;
     if (CUresult r = MemcpyNodeOp(copyParams, &op); r != CUDA_SUCCESS) return r;
+    emu::NodeRecord record;
+    record.copy = *copyParams;
     return emu::AddGraphNode(hGraph, dependencies, numDependencies, CU_GRAPH_NODE_TYPE_MEMCPY, std::move(op),
-                             phGraphNode);
+                             phGraphNode, &record);
   });
 }
 
@@ -375,6 +377,27 @@ CUresult CUDAAPI cuGraphExecMemcpyNodeSetParams(CUgraphExec hGraphExec, CUgraphN
     std::function<CUresult()> op;
     if (CUresult r = MemcpyNodeOp(copyParams, &op); r != CUDA_SUCCESS) return r;
     return emu::SetExecNodeOp(hGraphExec, hNode, CU_GRAPH_NODE_TYPE_MEMCPY, std::move(op));
+  });
+}
+
+CUresult CUDAAPI cuGraphMemcpyNodeSetParams(CUgraphNode hNode, const CUDA_MEMCPY3D* copyParams) {
+  return emu::Guard([&] {
+    std::function<CUresult()> op;
+    if (CUresult r = MemcpyNodeOp(copyParams, &op); r != CUDA_SUCCESS) return r;
+    emu::NodeRecord record;
+    record.copy = *copyParams;
+    return emu::SetGraphNodeOp(hNode, CU_GRAPH_NODE_TYPE_MEMCPY, std::move(op), std::move(record));
+  });
+}
+
+CUresult CUDAAPI cuGraphMemcpyNodeGetParams(CUgraphNode hNode, CUDA_MEMCPY3D* nodeParams) {
+  return emu::Guard([&] {
+    if (CUresult r = emu::CheckInit(); r != CUDA_SUCCESS) return r;
+    if (nodeParams == nullptr) return CUDA_ERROR_INVALID_VALUE;
+    emu::NodeRecord* record = nullptr;
+    if (CUresult r = emu::GraphNodeRecord(hNode, CU_GRAPH_NODE_TYPE_MEMCPY, &record); r != CUDA_SUCCESS) return r;
+    *nodeParams = record->copy;
+    return CUDA_SUCCESS;
   });
 }
 

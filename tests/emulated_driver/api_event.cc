@@ -1,6 +1,7 @@
 // Events: recorded by the device worker when it reaches them, timed with
 // the host's steady clock.
 #include <chrono>
+#include <functional>
 #include <memory>
 
 #include "api_common.h"
@@ -153,6 +154,116 @@ CUresult CUDAAPI cuEventDestroy(CUevent hEvent) {
     // A pending record completes harmlessly on its own copy of the event.
     return event->ctx->sticky();
   });
+}
+
+// Event record and wait nodes. A record node completes its event when the launch reaches it; a wait node waits for
+// the event's latest record, which on the same device the queue's order already gives.
+static CUresult EventNodeOp(CUevent hEvent, bool record, std::function<CUresult()>* op) {
+  if (CUresult r = emu::CheckInit(); r != CUDA_SUCCESS) return r;
+  std::shared_ptr<emu::Event> event;
+  if (CUresult r = emu::LookupEvent(hEvent, &event); r != CUDA_SUCCESS) return CUDA_ERROR_INVALID_VALUE;
+  std::shared_ptr<emu::Context> ctx;
+  if (CUresult r = emu::CurrentContext(&ctx); r != CUDA_SUCCESS) return r;
+  emu::DeviceWorker* worker = ctx->worker;
+  if (record) {
+    *op = [event, worker] {
+      std::lock_guard lock(event->mu);
+      event->recorded = true;
+      event->worker = worker;
+      event->seq = 0;  // reached: complete
+      event->completed_generation = ++event->generation;
+      event->time = std::chrono::steady_clock::now();
+      return CUDA_SUCCESS;
+    };
+  } else {
+    *op = [event, worker] {
+      emu::DeviceWorker* event_worker = nullptr;
+      uint64_t seq = 0;
+      {
+        std::lock_guard lock(event->mu);
+        if (!event->recorded) return CUDA_SUCCESS;
+        event_worker = event->worker;
+        seq = event->seq;
+      }
+      if (event_worker != worker) event_worker->Wait(seq);
+      return CUDA_SUCCESS;
+    };
+  }
+  return CUDA_SUCCESS;
+}
+
+static CUresult AddEventNode(CUgraphNode* phGraphNode, CUgraph hGraph, const CUgraphNode* dependencies,
+                             size_t numDependencies, CUevent event, bool record) {
+  std::function<CUresult()> op;
+  if (CUresult r = EventNodeOp(event, record, &op); r != CUDA_SUCCESS) return r;
+  emu::NodeRecord params;
+  params.event = event;
+  return emu::AddGraphNode(hGraph, dependencies, numDependencies,
+                           record ? CU_GRAPH_NODE_TYPE_EVENT_RECORD : CU_GRAPH_NODE_TYPE_WAIT_EVENT, std::move(op),
+                           phGraphNode, &params);
+}
+
+static CUresult SetEventNode(CUgraphNode hNode, CUevent event, bool record) {
+  std::function<CUresult()> op;
+  if (CUresult r = EventNodeOp(event, record, &op); r != CUDA_SUCCESS) return r;
+  emu::NodeRecord params;
+  params.event = event;
+  return emu::SetGraphNodeOp(hNode, record ? CU_GRAPH_NODE_TYPE_EVENT_RECORD : CU_GRAPH_NODE_TYPE_WAIT_EVENT,
+                             std::move(op), std::move(params));
+}
+
+static CUresult GetEventNode(CUgraphNode hNode, CUevent* event_out, bool record) {
+  if (CUresult r = emu::CheckInit(); r != CUDA_SUCCESS) return r;
+  if (event_out == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  emu::NodeRecord* params = nullptr;
+  if (CUresult r = emu::GraphNodeRecord(hNode, record ? CU_GRAPH_NODE_TYPE_EVENT_RECORD : CU_GRAPH_NODE_TYPE_WAIT_EVENT,
+                                        &params);
+      r != CUDA_SUCCESS) {
+    return r;
+  }
+  *event_out = params->event;
+  return CUDA_SUCCESS;
+}
+
+static CUresult SetExecEventNode(CUgraphExec hGraphExec, CUgraphNode hNode, CUevent event, bool record) {
+  std::function<CUresult()> op;
+  if (CUresult r = EventNodeOp(event, record, &op); r != CUDA_SUCCESS) return r;
+  return emu::SetExecNodeOp(hGraphExec, hNode, record ? CU_GRAPH_NODE_TYPE_EVENT_RECORD : CU_GRAPH_NODE_TYPE_WAIT_EVENT,
+                            std::move(op));
+}
+
+CUresult CUDAAPI cuGraphAddEventRecordNode(CUgraphNode* phGraphNode, CUgraph hGraph, const CUgraphNode* dependencies,
+                                           size_t numDependencies, CUevent event) {
+  return emu::Guard([&] { return AddEventNode(phGraphNode, hGraph, dependencies, numDependencies, event, true); });
+}
+
+CUresult CUDAAPI cuGraphAddEventWaitNode(CUgraphNode* phGraphNode, CUgraph hGraph, const CUgraphNode* dependencies,
+                                         size_t numDependencies, CUevent event) {
+  return emu::Guard([&] { return AddEventNode(phGraphNode, hGraph, dependencies, numDependencies, event, false); });
+}
+
+CUresult CUDAAPI cuGraphEventRecordNodeGetEvent(CUgraphNode hNode, CUevent* event_out) {
+  return emu::Guard([&] { return GetEventNode(hNode, event_out, true); });
+}
+
+CUresult CUDAAPI cuGraphEventWaitNodeGetEvent(CUgraphNode hNode, CUevent* event_out) {
+  return emu::Guard([&] { return GetEventNode(hNode, event_out, false); });
+}
+
+CUresult CUDAAPI cuGraphEventRecordNodeSetEvent(CUgraphNode hNode, CUevent event) {
+  return emu::Guard([&] { return SetEventNode(hNode, event, true); });
+}
+
+CUresult CUDAAPI cuGraphEventWaitNodeSetEvent(CUgraphNode hNode, CUevent event) {
+  return emu::Guard([&] { return SetEventNode(hNode, event, false); });
+}
+
+CUresult CUDAAPI cuGraphExecEventRecordNodeSetEvent(CUgraphExec hGraphExec, CUgraphNode hNode, CUevent event) {
+  return emu::Guard([&] { return SetExecEventNode(hGraphExec, hNode, event, true); });
+}
+
+CUresult CUDAAPI cuGraphExecEventWaitNodeSetEvent(CUgraphExec hGraphExec, CUgraphNode hNode, CUevent event) {
+  return emu::Guard([&] { return SetExecEventNode(hGraphExec, hNode, event, false); });
 }
 
 }  // extern "C"

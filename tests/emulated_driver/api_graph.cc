@@ -12,7 +12,10 @@
 // uncaptured event from a capturing stream are errors; errors invalidate the capture, which then
 // ends in CUDA_ERROR_STREAM_CAPTURE_INVALIDATED without a graph.
 #include <algorithm>
+#include <cstdio>
 #include <mutex>
+#include <set>
+#include <sstream>
 #include <thread>
 #include <unordered_map>
 #include <vector>
@@ -26,28 +29,50 @@ namespace curelay::emulated {
 namespace {
 
 struct Graph;
+struct ExecGraph;
+
+// An edge into a node: the node it depends on, and the edge's data.
+struct Dependency {
+  uint64_t from = 0;
+  CUgraphEdgeData data{};
+};
 
 struct Node {
   uint64_t handle = 0;
   CUgraphNodeType type = CU_GRAPH_NODE_TYPE_EMPTY;
   std::function<CUresult()> op;
-  // A child graph moved into this node (CU_GRAPH_CHILD_GRAPH_OWNERSHIP_MOVE): an executable graph runs its nodes,
-  // which stay the child's own (updatable through the executable graph), instead of `op`.
+  std::vector<Dependency> dependencies;  // in the order they were added
+  NodeRecord record;                     // what GetParams answer
+  // A child-graph node's graph: a copy made when the node was added, or the graph itself when it was moved in
+  // (CU_GRAPH_CHILD_GRAPH_OWNERSHIP_MOVE). Either is the node's own (cuGraphChildGraphNodeGetGraph answers it);
+  // an executable graph runs its nodes, which stay updatable through the executable graph.
   std::shared_ptr<Graph> moved_child;
-  // A conditional node's bodies and the array its creator was handed (phGraph_out).
+  // A conditional node's bodies, the array its creator was handed (phGraph_out), and what selects the body.
   std::vector<std::shared_ptr<Graph>> bodies;
   std::vector<CUgraph> body_handles;
+  CUgraphConditionalNodeType condition_type = CU_GRAPH_COND_TYPE_IF;
+  unsigned condition_value = 0;
+  uint64_t cloned_from = 0;  // the node of the original graph this one is a clone of (cuGraphNodeFindInClone)
+  // In an executable graph: a copy of the child graph's nodes, and whether the node runs (cuGraphNodeSetEnabled).
+  std::shared_ptr<ExecGraph> exec_child;
+  bool enabled = true;
 };
 
 struct Graph {
   uint64_t handle = 0;
+  std::vector<std::shared_ptr<Node>> nodes;  // in the order they were added
+};
+
+// An executable graph's copy of a graph: its nodes in the graph's order and the order they run in.
+struct ExecGraph {
   std::vector<std::shared_ptr<Node>> nodes;
+  std::vector<size_t> run_order;
 };
 
 struct Exec {
   uint64_t handle = 0;
   uint64_t flags = 0;
-  std::vector<std::shared_ptr<Node>> nodes;  // an executable graph outlives its graph
+  std::shared_ptr<ExecGraph> graph;  // an executable graph outlives its graph
 };
 
 struct Capture {
@@ -65,6 +90,7 @@ struct Capture {
 struct StreamCapture {
   std::shared_ptr<Capture> capture;
   std::shared_ptr<Node> tail;  // the next node depends on this one
+  std::vector<std::shared_ptr<Node>> joined;  // and these: points of the capture other streams joined it at
   bool blocking = true;        // not created with CU_STREAM_NON_BLOCKING
   // cuStreamGetCaptureInfo's arrays, valid until the next call on the stream.
   std::vector<CUgraphNode> dependencies;
@@ -150,10 +176,48 @@ CUresult CheckUnsafeLocked(State& s) {
   return prohibited ? CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED : CUDA_SUCCESS;
 }
 
-// A moved child graph's nodes in order, for a copy of its node (a graph holding it added as a child elsewhere).
+bool SameEdgeData(const CUgraphEdgeData& a, const CUgraphEdgeData& b) {
+  return a.type == b.type && a.from_port == b.from_port && a.to_port == b.to_port;
+}
+
+// The order `nodes` run in: every node after its dependencies, and otherwise in the order they were added (so a
+// graph whose edges all point forward runs as built). False when the edges form a cycle.
+bool RunOrder(const std::vector<std::shared_ptr<Node>>& nodes, std::vector<size_t>* order) {
+  std::unordered_map<uint64_t, size_t> index;
+  for (size_t i = 0; i < nodes.size(); ++i) index.emplace(nodes[i]->handle, i);
+  std::vector<size_t> waiting(nodes.size(), 0);
+  std::vector<std::vector<size_t>> dependents(nodes.size());
+  for (size_t i = 0; i < nodes.size(); ++i) {
+    for (const Dependency& dependency : nodes[i]->dependencies) {
+      const auto from = index.find(dependency.from);
+      if (from == index.end()) continue;
+      ++waiting[i];
+      dependents[from->second].push_back(i);
+    }
+  }
+  std::set<size_t> ready;
+  for (size_t i = 0; i < nodes.size(); ++i) {
+    if (waiting[i] == 0) ready.insert(i);
+  }
+  order->clear();
+  while (!ready.empty()) {
+    const size_t next = *ready.begin();
+    ready.erase(ready.begin());
+    order->push_back(next);
+    for (size_t dependent : dependents[next]) {
+      if (--waiting[dependent] == 0) ready.insert(dependent);
+    }
+  }
+  return order->size() == nodes.size();
+}
+
+// A child graph's nodes, for its node (or a conditional node's body).
 CUresult RunMovedGraph(const Graph& graph) {
-  for (const auto& node : graph.nodes) {
-    const CUresult r = node->moved_child != nullptr ? RunMovedGraph(*node->moved_child) : node->op();
+  std::vector<size_t> order;
+  if (!RunOrder(graph.nodes, &order)) return CUDA_ERROR_INVALID_VALUE;
+  for (size_t i : order) {
+    const Node& node = *graph.nodes[i];
+    const CUresult r = node.moved_child != nullptr ? RunMovedGraph(*node.moved_child) : node.op();
     if (r != CUDA_SUCCESS) return r;
   }
   return CUDA_SUCCESS;
@@ -178,6 +242,58 @@ CUresult RunConditional(const std::vector<std::shared_ptr<Graph>>& bodies, CUgra
   return CUDA_ERROR_INVALID_VALUE;
 }
 
+void SetConditionalOp(Node& node) {
+  node.op = [bodies = node.bodies, type = node.condition_type, value = node.condition_value] {
+    return RunConditional(bodies, type, value);
+  };
+}
+
+// Stores `record` in `node`, pointing its kernelParams into its own argument bytes. Locked.
+void StoreRecord(Node& node, NodeRecord record) {
+  node.record = std::move(record);
+  NodeRecord& stored = node.record;
+  stored.argument_pointers.clear();
+  for (size_t offset : stored.argument_offsets) stored.argument_pointers.push_back(stored.arguments.data() + offset);
+  stored.kernel.kernelParams = stored.argument_pointers.empty() ? nullptr : stored.argument_pointers.data();
+  stored.kernel.extra = nullptr;
+}
+
+// A copy of `original` with new node handles, its edges between the copies (cuGraphClone, and the copy a child-graph
+// node holds). Child graphs and conditional bodies are copied too. Locked.
+std::shared_ptr<Graph> CloneGraph(State& s, const Graph& original) {
+  auto clone = std::make_shared<Graph>();
+  clone->handle = Driver::Get().NewHandle();
+  std::unordered_map<uint64_t, uint64_t> copies;
+  for (const auto& node : original.nodes) {
+    auto copy = std::make_shared<Node>(*node);
+    copy->handle = Driver::Get().NewHandle();
+    copy->cloned_from = node->handle;
+    StoreRecord(*copy, node->record);
+    if (node->moved_child != nullptr) {
+      copy->moved_child = CloneGraph(s, *node->moved_child);
+      s.moved_graphs.emplace(copy->moved_child->handle, copy->moved_child);
+      copy->op = [child = copy->moved_child] { return RunMovedGraph(*child); };
+    }
+    if (!node->bodies.empty()) {
+      copy->bodies.clear();
+      copy->body_handles.clear();
+      for (const auto& body : node->bodies) {
+        copy->bodies.push_back(CloneGraph(s, *body));
+        s.moved_graphs.emplace(copy->bodies.back()->handle, copy->bodies.back());
+        copy->body_handles.push_back(ToHandle<CUgraph>(copy->bodies.back()->handle));
+      }
+      SetConditionalOp(*copy);
+    }
+    copies.emplace(node->handle, copy->handle);
+    clone->nodes.push_back(copy);
+    s.nodes.emplace(copy->handle, copy);
+  }
+  for (const auto& node : clone->nodes) {
+    for (Dependency& dependency : node->dependencies) dependency.from = copies.at(dependency.from);
+  }
+  return clone;
+}
+
 CUresult AddConditionalNode(CUgraphNode* node_out, CUgraph graph_handle, const CUgraphNode* dependencies,
                             size_t count, CUDA_CONDITIONAL_NODE_PARAMS& params) {
   const unsigned size = params.size;
@@ -186,33 +302,31 @@ CUresult AddConditionalNode(CUgraphNode* node_out, CUgraph graph_handle, const C
                          (params.type == CU_GRAPH_COND_TYPE_SWITCH && size >= 1);
   if (!size_fits) return CUDA_ERROR_INVALID_VALUE;
   State::Condition condition;
-  std::vector<std::shared_ptr<Graph>> bodies;
   {
     State& s = state();
     std::lock_guard lock(s.mu);
     const auto found = s.conditions.find(params.handle);
     if (found == s.conditions.end()) return CUDA_ERROR_INVALID_VALUE;
     condition = found->second;
-    for (unsigned i = 0; i < size; ++i) {
-      bodies.push_back(std::make_shared<Graph>());
-      bodies.back()->handle = Driver::Get().NewHandle();
-    }
   }
-  const CUgraphConditionalNodeType type = params.type;
-  // Without the device runtime the condition is the handle's default at every launch, assigned or not.
-  const unsigned value = condition.default_value;
   const CUresult r = AddGraphNode(graph_handle, dependencies, count, CU_GRAPH_NODE_TYPE_CONDITIONAL,
-                                  [bodies, type, value] { return RunConditional(bodies, type, value); }, node_out);
+                                  [] { return CUDA_SUCCESS; }, node_out);
   if (r != CUDA_SUCCESS) return r;
   State& s = state();
   std::lock_guard lock(s.mu);
-  const std::shared_ptr<Node>& node = s.nodes.at(HandleValue(*node_out));
-  node->bodies = bodies;
-  for (const auto& body : bodies) {
+  Node& node = *s.nodes.at(HandleValue(*node_out));
+  for (unsigned i = 0; i < size; ++i) {
+    auto body = std::make_shared<Graph>();
+    body->handle = Driver::Get().NewHandle();
     s.moved_graphs.emplace(body->handle, body);
-    node->body_handles.push_back(ToHandle<CUgraph>(body->handle));
+    node.bodies.push_back(body);
+    node.body_handles.push_back(ToHandle<CUgraph>(body->handle));
   }
-  params.phGraph_out = node->body_handles.data();
+  node.condition_type = params.type;
+  // Without the device runtime the condition is the handle's default at every launch, assigned or not.
+  node.condition_value = condition.default_value;
+  SetConditionalOp(node);
+  params.phGraph_out = node.body_handles.data();
   return CUDA_SUCCESS;
 }
 
@@ -223,6 +337,62 @@ std::shared_ptr<Graph> FindGraph(State& s, CUgraph handle) {
     if (capture->graph->handle == HandleValue(handle)) return capture->graph;
   }
   return nullptr;
+}
+
+// The graph `node` belongs to, among the live graphs and captures. Locked.
+std::shared_ptr<Graph> GraphOfNode(State& s, uint64_t node) {
+  const auto holds = [&](const std::shared_ptr<Graph>& graph) {
+    return std::any_of(graph->nodes.begin(), graph->nodes.end(), [&](const auto& n) { return n->handle == node; });
+  };
+  for (auto& [handle, graph] : s.graphs) {
+    if (holds(graph)) return graph;
+  }
+  for (auto& [handle, graph] : s.moved_graphs) {
+    if (holds(graph)) return graph;
+  }
+  for (auto& [id, capture] : s.captures) {
+    if (holds(capture->graph)) return capture->graph;
+  }
+  return nullptr;
+}
+
+// An executable copy of `graph`: copies of its nodes (a child graph's nodes copied within their node). False when
+// its edges form a cycle.
+bool MakeExecGraph(const Graph& graph, std::shared_ptr<ExecGraph>* out) {
+  auto exec = std::make_shared<ExecGraph>();
+  if (!RunOrder(graph.nodes, &exec->run_order)) return false;
+  for (const auto& node : graph.nodes) {
+    auto copy = std::make_shared<Node>(*node);
+    copy->moved_child = nullptr;
+    if (node->moved_child != nullptr && !MakeExecGraph(*node->moved_child, &copy->exec_child)) return false;
+    exec->nodes.push_back(std::move(copy));
+  }
+  *out = std::move(exec);
+  return true;
+}
+
+// The copy of `handle` in an executable graph, child graphs' copies included, or null.
+std::shared_ptr<Node> FindExecNode(const ExecGraph& graph, uint64_t handle) {
+  for (const auto& node : graph.nodes) {
+    if (node->handle == handle) return node;
+    if (node->exec_child != nullptr) {
+      if (auto found = FindExecNode(*node->exec_child, handle); found != nullptr) return found;
+    }
+  }
+  return nullptr;
+}
+
+// What a launch runs, in order: the enabled nodes' copies, child graphs' nodes in their place.
+void LaunchList(const ExecGraph& graph, std::vector<std::shared_ptr<Node>>* out) {
+  for (size_t i : graph.run_order) {
+    const auto& node = graph.nodes[i];
+    if (!node->enabled) continue;  // a disabled node behaves as an empty node
+    if (node->exec_child != nullptr) {
+      LaunchList(*node->exec_child, out);
+    } else {
+      out->push_back(node);
+    }
+  }
 }
 
 CUresult Instantiate(CUgraphExec* exec_out, CUgraph graph_handle, uint64_t flags) {
@@ -238,25 +408,69 @@ CUresult Instantiate(CUgraphExec* exec_out, CUgraph graph_handle, uint64_t flags
   auto exec = std::make_shared<Exec>();
   exec->handle = Driver::Get().NewHandle();
   exec->flags = flags;
-  const std::function<void(const Graph&)> append = [&](const Graph& from) {
-    for (const auto& node : from.nodes) {
-      if (node->moved_child != nullptr) {
-        append(*node->moved_child);
-      } else {
-        exec->nodes.push_back(std::make_shared<Node>(*node));
-      }
-    }
-  };
-  append(*graph->second);
+  if (!MakeExecGraph(*graph->second, &exec->graph)) return CUDA_ERROR_INVALID_VALUE;  // a cycle
   s.execs.emplace(exec->handle, exec);
   *exec_out = ToHandle<CUgraphExec>(exec->handle);
   return CUDA_SUCCESS;
 }
 
+// cuGraphExecUpdate's pairing: the nodes of `from` (an executable copy) and `to` (a graph) pair up in the order they
+// were added and must agree in type and edges, recursively for child graphs. Sets the error nodes (of `to`) of the
+// first mismatch: the node, and for a mismatched edge its source.
+CUgraphExecUpdateResult MatchForUpdate(const ExecGraph& from, const Graph& to, CUgraphNode* error_node,
+                                       CUgraphNode* error_from) {
+  *error_node = nullptr;
+  *error_from = nullptr;
+  if (from.nodes.size() != to.nodes.size()) return CU_GRAPH_EXEC_UPDATE_ERROR_TOPOLOGY_CHANGED;
+  std::unordered_map<uint64_t, size_t> from_index, to_index;
+  for (size_t i = 0; i < from.nodes.size(); ++i) {
+    from_index.emplace(from.nodes[i]->handle, i);
+    to_index.emplace(to.nodes[i]->handle, i);
+  }
+  for (size_t i = 0; i < to.nodes.size(); ++i) {
+    const Node& old_node = *from.nodes[i];
+    const Node& new_node = *to.nodes[i];
+    *error_node = ToHandle<CUgraphNode>(new_node.handle);
+    if (old_node.type != new_node.type) return CU_GRAPH_EXEC_UPDATE_ERROR_NODE_TYPE_CHANGED;
+    if (old_node.dependencies.size() != new_node.dependencies.size()) {
+      return CU_GRAPH_EXEC_UPDATE_ERROR_TOPOLOGY_CHANGED;
+    }
+    for (size_t d = 0; d < old_node.dependencies.size(); ++d) {
+      const Dependency& a = old_node.dependencies[d];
+      const Dependency& b = new_node.dependencies[d];
+      if (from_index.at(a.from) != to_index.at(b.from) || !SameEdgeData(a.data, b.data)) {
+        *error_from = ToHandle<CUgraphNode>(b.from);
+        return CU_GRAPH_EXEC_UPDATE_ERROR_TOPOLOGY_CHANGED;
+      }
+    }
+    if (new_node.type == CU_GRAPH_NODE_TYPE_CONDITIONAL) return CU_GRAPH_EXEC_UPDATE_ERROR_NOT_SUPPORTED;
+    if ((old_node.exec_child != nullptr) != (new_node.moved_child != nullptr)) {
+      return CU_GRAPH_EXEC_UPDATE_ERROR_TOPOLOGY_CHANGED;
+    }
+    if (old_node.exec_child != nullptr) {
+      const auto result = MatchForUpdate(*old_node.exec_child, *new_node.moved_child, error_node, error_from);
+      if (result != CU_GRAPH_EXEC_UPDATE_SUCCESS) return result;
+    }
+  }
+  *error_node = nullptr;
+  *error_from = nullptr;
+  return CU_GRAPH_EXEC_UPDATE_SUCCESS;
+}
+
+// Applies a matched update: each copy runs what its partner in `to` runs now (it keeps its handle and enablement).
+void ApplyUpdate(ExecGraph& from, const Graph& to) {
+  for (size_t i = 0; i < to.nodes.size(); ++i) {
+    Node& old_node = *from.nodes[i];
+    old_node.op = to.nodes[i]->op;
+    StoreRecord(old_node, to.nodes[i]->record);
+    if (old_node.exec_child != nullptr) ApplyUpdate(*old_node.exec_child, *to.nodes[i]->moved_child);
+  }
+}
+
 }  // namespace
 
 CUresult CaptureOp(const std::shared_ptr<Context>& ctx, const Stream* stream, CUgraphNodeType type,
-                   const std::function<CUresult()>& op, bool* captured) {
+                   const std::function<CUresult()>& op, bool* captured, const NodeRecord* record) {
   *captured = false;
   State& s = state();
   std::lock_guard lock(s.mu);
@@ -272,6 +486,13 @@ CUresult CaptureOp(const std::shared_ptr<Context>& ctx, const Stream* stream, CU
   node->handle = Driver::Get().NewHandle();
   node->type = type;
   node->op = op;
+  if (record != nullptr) StoreRecord(*node, *record);
+  // Its dependencies: the stream's last node and the points it joined since.
+  if (it->second.tail != nullptr) node->dependencies.push_back({it->second.tail->handle, {}});
+  for (const auto& joined : it->second.joined) {
+    if (joined != it->second.tail) node->dependencies.push_back({joined->handle, {}});
+  }
+  it->second.joined.clear();
   capture.graph->nodes.push_back(node);
   s.nodes.emplace(node->handle, node);
   it->second.tail = std::move(node);
@@ -279,25 +500,51 @@ CUresult CaptureOp(const std::shared_ptr<Context>& ctx, const Stream* stream, CU
 }
 
 CUresult AddGraphNode(CUgraph graph_handle, const CUgraphNode* dependencies, size_t count, CUgraphNodeType type,
-                      std::function<CUresult()> op, CUgraphNode* node_out) {
+                      std::function<CUresult()> op, CUgraphNode* node_out, const NodeRecord* record) {
   if (node_out == nullptr || (count != 0 && dependencies == nullptr)) return CUDA_ERROR_INVALID_VALUE;
   State& s = state();
   std::lock_guard lock(s.mu);
   std::shared_ptr<Graph> graph = FindGraph(s, graph_handle);
   if (graph == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  auto node = std::make_shared<Node>();
   for (size_t i = 0; i < count; ++i) {
     const uint64_t wanted = HandleValue(dependencies[i]);
     const bool member = std::any_of(graph->nodes.begin(), graph->nodes.end(),
                                     [&](const auto& node) { return node->handle == wanted; });
-    if (!member) return CUDA_ERROR_INVALID_VALUE;
+    const bool repeated = std::any_of(node->dependencies.begin(), node->dependencies.end(),
+                                      [&](const Dependency& d) { return d.from == wanted; });
+    if (!member || repeated) return CUDA_ERROR_INVALID_VALUE;
+    node->dependencies.push_back({wanted, {}});
   }
-  auto node = std::make_shared<Node>();
   node->handle = Driver::Get().NewHandle();
   node->type = type;
   node->op = std::move(op);
+  if (record != nullptr) StoreRecord(*node, *record);
   graph->nodes.push_back(node);
   s.nodes.emplace(node->handle, node);
   *node_out = ToHandle<CUgraphNode>(node->handle);
+  return CUDA_SUCCESS;
+}
+
+CUresult SetGraphNodeOp(CUgraphNode node_handle, CUgraphNodeType type, std::function<CUresult()> op,
+                        NodeRecord record) {
+  State& s = state();
+  std::lock_guard lock(s.mu);
+  const auto node = s.nodes.find(HandleValue(node_handle));
+  if (node == s.nodes.end() || node->second->type != type) return CUDA_ERROR_INVALID_VALUE;
+  node->second->op = std::move(op);
+  // Attributes are the node's, not its parameters'.
+  record.attributes = std::move(node->second->record.attributes);
+  StoreRecord(*node->second, std::move(record));
+  return CUDA_SUCCESS;
+}
+
+CUresult GraphNodeRecord(CUgraphNode node_handle, CUgraphNodeType type, NodeRecord** record) {
+  State& s = state();
+  std::lock_guard lock(s.mu);
+  const auto node = s.nodes.find(HandleValue(node_handle));
+  if (node == s.nodes.end() || node->second->type != type) return CUDA_ERROR_INVALID_VALUE;
+  *record = &node->second->record;
   return CUDA_SUCCESS;
 }
 
@@ -307,13 +554,10 @@ CUresult SetExecNodeOp(CUgraphExec exec_handle, CUgraphNode node_handle, CUgraph
   std::lock_guard lock(s.mu);
   auto exec = s.execs.find(HandleValue(exec_handle));
   if (exec == s.execs.end()) return CUDA_ERROR_INVALID_VALUE;
-  for (auto& node : exec->second->nodes) {
-    if (node->handle != HandleValue(node_handle)) continue;
-    if (node->type != type) return CUDA_ERROR_INVALID_VALUE;
-    node->op = std::move(op);
-    return CUDA_SUCCESS;
-  }
-  return CUDA_ERROR_INVALID_VALUE;
+  const auto node = FindExecNode(*exec->second->graph, HandleValue(node_handle));
+  if (node == nullptr || node->type != type) return CUDA_ERROR_INVALID_VALUE;
+  node->op = std::move(op);
+  return CUDA_SUCCESS;
 }
 
 CUresult RefuseInCapture(const Stream* stream) {
@@ -421,8 +665,8 @@ CUresult CaptureStreamWait(const std::shared_ptr<Context>& ctx, const Stream* st
     waiting->second.capture->invalidated = true;
     return CUDA_ERROR_STREAM_CAPTURE_MERGE;
   }
-  // Join within the capture: nodes are in submission order already; the later of the two points is
-  // the tail.
+  // Join within the capture: the stream's next node depends on the event's point too.
+  if (point.tail != nullptr) waiting->second.joined.push_back(point.tail);
   return CUDA_SUCCESS;
 }
 
@@ -678,34 +922,174 @@ CUresult CUDAAPI cuGraphCreate(CUgraph* phGraph, unsigned int flags) {
   });
 }
 
-// Nodes run in the order they were added, so an edge from an earlier node to a later one is already honoured, of
-// whatever type (a programmatic edge lets the later kernel start early; running it after is one valid schedule).
-// An edge to an earlier node would need a reordering this emulation does not do: CUDA_ERROR_NOT_SUPPORTED.
+}  // extern "C"
+
+namespace curelay::emulated {
+namespace {
+
+// cuGraphAddDependencies / cuGraphRemoveDependencies: every pair names two nodes of the graph; an added edge must be
+// new, a removed one must exist with that data.
+CUresult EditDependencies(CUgraph hGraph, const CUgraphNode* from, const CUgraphNode* to,
+                          const CUgraphEdgeData* edgeData, size_t count, bool remove) {
+  if (CUresult r = CheckInit(); r != CUDA_SUCCESS) return r;
+  if (count != 0 && (from == nullptr || to == nullptr)) return CUDA_ERROR_INVALID_VALUE;
+  State& s = state();
+  std::lock_guard lock(s.mu);
+  std::shared_ptr<Graph> graph = FindGraph(s, hGraph);
+  if (graph == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  const auto find = [&](CUgraphNode handle) -> std::shared_ptr<Node> {
+    for (const auto& node : graph->nodes) {
+      if (node->handle == HandleValue(handle)) return node;
+    }
+    return nullptr;
+  };
+  // Checked in full before anything changes.
+  std::vector<std::pair<std::shared_ptr<Node>, Dependency>> edits;
+  for (size_t i = 0; i < count; ++i) {
+    const std::shared_ptr<Node> source = find(from[i]), target = find(to[i]);
+    if (source == nullptr || target == nullptr || source == target) return CUDA_ERROR_INVALID_VALUE;
+    const CUgraphEdgeData data = edgeData != nullptr ? edgeData[i] : CUgraphEdgeData{};
+    if (data.type > CU_GRAPH_DEPENDENCY_TYPE_PROGRAMMATIC) return CUDA_ERROR_INVALID_VALUE;
+    const auto existing = std::find_if(target->dependencies.begin(), target->dependencies.end(),
+                                       [&](const Dependency& d) { return d.from == source->handle; });
+    const bool present = existing != target->dependencies.end();
+    if (remove ? !present || !SameEdgeData(existing->data, data) : present) return CUDA_ERROR_INVALID_VALUE;
+    edits.push_back({target, {source->handle, data}});
+  }
+  for (auto& [target, dependency] : edits) {
+    if (remove) {
+      std::erase_if(target->dependencies, [&](const Dependency& d) { return d.from == dependency.from; });
+    } else {
+      target->dependencies.push_back(dependency);
+    }
+  }
+  return CUDA_SUCCESS;
+}
+
+// The node's graph and the node; INVALID_VALUE for an unknown one. Locked.
+CUresult FindNodeInGraph(State& s, CUgraphNode handle, std::shared_ptr<Graph>* graph, std::shared_ptr<Node>* node) {
+  const auto found = s.nodes.find(HandleValue(handle));
+  if (found == s.nodes.end()) return CUDA_ERROR_INVALID_VALUE;
+  *node = found->second;
+  *graph = GraphOfNode(s, found->second->handle);
+  return *graph != nullptr ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
+}
+
+// Fills a query's arrays as the driver does: null `nodes` asks for the count; otherwise *count entries, those past
+// the real number null; non-default edges with null `edges` are a lossy query.
+CUresult AnswerNodes(const std::vector<std::pair<uint64_t, CUgraphEdgeData>>& found, CUgraphNode* nodes,
+                     CUgraphEdgeData* edges, size_t* count) {
+  if (count == nullptr || (edges != nullptr && nodes == nullptr)) return CUDA_ERROR_INVALID_VALUE;
+  if (nodes == nullptr) {
+    *count = found.size();
+    return CUDA_SUCCESS;
+  }
+  if (edges == nullptr) {
+    for (size_t i = 0; i < std::min(*count, found.size()); ++i) {
+      if (!SameEdgeData(found[i].second, CUgraphEdgeData{})) return CUDA_ERROR_LOSSY_QUERY;
+    }
+  }
+  for (size_t i = 0; i < *count; ++i) {
+    nodes[i] = i < found.size() ? ToHandle<CUgraphNode>(found[i].first) : nullptr;
+    if (edges != nullptr) edges[i] = i < found.size() ? found[i].second : CUgraphEdgeData{};
+  }
+  *count = std::min(*count, found.size());
+  return CUDA_SUCCESS;
+}
+
+}  // namespace
+}  // namespace curelay::emulated
+
+extern "C" {
+
 CUresult CUDAAPI cuGraphAddDependencies(CUgraph hGraph, const CUgraphNode* from, const CUgraphNode* to,
                                         const CUgraphEdgeData* edgeData, size_t numDependencies) {
+  return emu::Guard([&] { return emu::EditDependencies(hGraph, from, to, edgeData, numDependencies, false); });
+}
+
+CUresult CUDAAPI cuGraphRemoveDependencies(CUgraph hGraph, const CUgraphNode* from, const CUgraphNode* to,
+                                           const CUgraphEdgeData* edgeData, size_t numDependencies) {
+  return emu::Guard([&] { return emu::EditDependencies(hGraph, from, to, edgeData, numDependencies, true); });
+}
+
+CUresult CUDAAPI cuGraphNodeGetDependencies(CUgraphNode hNode, CUgraphNode* dependencies, CUgraphEdgeData* edgeData,
+                                            size_t* numDependencies) {
   return emu::Guard([&] {
     if (CUresult r = emu::CheckInit(); r != CUDA_SUCCESS) return r;
-    if (numDependencies != 0 && (from == nullptr || to == nullptr)) return CUDA_ERROR_INVALID_VALUE;
+    emu::State& s = emu::state();
+    std::lock_guard lock(s.mu);
+    std::shared_ptr<emu::Graph> graph;
+    std::shared_ptr<emu::Node> node;
+    if (CUresult r = emu::FindNodeInGraph(s, hNode, &graph, &node); r != CUDA_SUCCESS) return r;
+    std::vector<std::pair<uint64_t, CUgraphEdgeData>> found;
+    for (const emu::Dependency& d : node->dependencies) found.push_back({d.from, d.data});
+    return emu::AnswerNodes(found, dependencies, edgeData, numDependencies);
+  });
+}
+
+CUresult CUDAAPI cuGraphNodeGetDependentNodes(CUgraphNode hNode, CUgraphNode* dependentNodes,
+                                              CUgraphEdgeData* edgeData, size_t* numDependentNodes) {
+  return emu::Guard([&] {
+    if (CUresult r = emu::CheckInit(); r != CUDA_SUCCESS) return r;
+    emu::State& s = emu::state();
+    std::lock_guard lock(s.mu);
+    std::shared_ptr<emu::Graph> graph;
+    std::shared_ptr<emu::Node> node;
+    if (CUresult r = emu::FindNodeInGraph(s, hNode, &graph, &node); r != CUDA_SUCCESS) return r;
+    std::vector<std::pair<uint64_t, CUgraphEdgeData>> found;
+    for (const auto& other : graph->nodes) {
+      for (const emu::Dependency& d : other->dependencies) {
+        if (d.from == node->handle) found.push_back({other->handle, d.data});
+      }
+    }
+    return emu::AnswerNodes(found, dependentNodes, edgeData, numDependentNodes);
+  });
+}
+
+CUresult CUDAAPI cuGraphGetRootNodes(CUgraph hGraph, CUgraphNode* rootNodes, size_t* numRootNodes) {
+  return emu::Guard([&] {
+    if (CUresult r = emu::CheckInit(); r != CUDA_SUCCESS) return r;
     emu::State& s = emu::state();
     std::lock_guard lock(s.mu);
     std::shared_ptr<emu::Graph> graph = emu::FindGraph(s, hGraph);
     if (graph == nullptr) return CUDA_ERROR_INVALID_VALUE;
-    const auto position = [&](CUgraphNode node) -> ptrdiff_t {
-      for (size_t i = 0; i < graph->nodes.size(); ++i) {
-        if (graph->nodes[i]->handle == emu::HandleValue(node)) return static_cast<ptrdiff_t>(i);
-      }
-      return -1;
-    };
-    for (size_t i = 0; i < numDependencies; ++i) {
-      const ptrdiff_t before = position(from[i]), after = position(to[i]);
-      if (before < 0 || after < 0 || before == after) return CUDA_ERROR_INVALID_VALUE;
-      if (edgeData != nullptr && edgeData[i].type > CU_GRAPH_DEPENDENCY_TYPE_PROGRAMMATIC) return CUDA_ERROR_INVALID_VALUE;
-      if (before > after) return CUDA_ERROR_NOT_SUPPORTED;
+    std::vector<std::pair<uint64_t, CUgraphEdgeData>> found;
+    for (const auto& node : graph->nodes) {
+      if (node->dependencies.empty()) found.push_back({node->handle, {}});
     }
-    return CUDA_SUCCESS;
+    return emu::AnswerNodes(found, rootNodes, nullptr, numRootNodes);
   });
 }
 
+CUresult CUDAAPI cuGraphGetEdges(CUgraph hGraph, CUgraphNode* from, CUgraphNode* to, CUgraphEdgeData* edgeData,
+                                 size_t* numEdges) {
+  return emu::Guard([&] {
+    if (CUresult r = emu::CheckInit(); r != CUDA_SUCCESS) return r;
+    if (numEdges == nullptr || (from == nullptr) != (to == nullptr) || (edgeData != nullptr && from == nullptr)) {
+      return CUDA_ERROR_INVALID_VALUE;
+    }
+    emu::State& s = emu::state();
+    std::lock_guard lock(s.mu);
+    std::shared_ptr<emu::Graph> graph = emu::FindGraph(s, hGraph);
+    if (graph == nullptr) return CUDA_ERROR_INVALID_VALUE;
+    std::vector<std::pair<uint64_t, CUgraphEdgeData>> sources, targets;
+    for (const auto& node : graph->nodes) {
+      for (const emu::Dependency& d : node->dependencies) {
+        sources.push_back({d.from, d.data});
+        targets.push_back({node->handle, d.data});
+      }
+    }
+    if (from == nullptr) {
+      *numEdges = sources.size();
+      return CUDA_SUCCESS;
+    }
+    size_t count = *numEdges;
+    if (CUresult r = emu::AnswerNodes(sources, from, edgeData, &count); r != CUDA_SUCCESS) return r;
+    return emu::AnswerNodes(targets, to, edgeData, numEdges);
+  });
+}
+
+// Its edges go with it; so does a child graph or conditional body it owns.
 CUresult CUDAAPI cuGraphDestroyNode(CUgraphNode hNode) {
   return emu::Guard([&] {
     if (CUresult r = emu::CheckInit(); r != CUDA_SUCCESS) return r;
@@ -713,14 +1097,134 @@ CUresult CUDAAPI cuGraphDestroyNode(CUgraphNode hNode) {
     std::lock_guard lock(s.mu);
     const auto found = s.nodes.find(emu::HandleValue(hNode));
     if (found == s.nodes.end()) return CUDA_ERROR_INVALID_VALUE;
-    for (auto& [handle, graph] : s.graphs) std::erase(graph->nodes, found->second);
-    for (auto& [handle, graph] : s.moved_graphs) std::erase(graph->nodes, found->second);
-    if (const auto& child = found->second->moved_child; child != nullptr) {  // a moved child goes with its node
+    const std::shared_ptr<emu::Node> node = found->second;
+    const auto drop = [&](emu::Graph& graph) {
+      std::erase(graph.nodes, node);
+      for (const auto& other : graph.nodes) {
+        std::erase_if(other->dependencies, [&](const emu::Dependency& d) { return d.from == node->handle; });
+      }
+    };
+    for (auto& [handle, graph] : s.graphs) drop(*graph);
+    for (auto& [handle, graph] : s.moved_graphs) drop(*graph);
+    for (auto& [id, capture] : s.captures) drop(*capture->graph);
+    if (const auto& child = node->moved_child; child != nullptr) {
       emu::ForgetNodes(s, *child);
       s.moved_graphs.erase(child->handle);
     }
+    for (const auto& body : node->bodies) {
+      emu::ForgetNodes(s, *body);
+      s.moved_graphs.erase(body->handle);
+    }
     s.nodes.erase(found);
     return CUDA_SUCCESS;
+  });
+}
+
+CUresult CUDAAPI cuGraphChildGraphNodeGetGraph(CUgraphNode hNode, CUgraph* phGraph) {
+  return emu::Guard([&] {
+    if (CUresult r = emu::CheckInit(); r != CUDA_SUCCESS) return r;
+    if (phGraph == nullptr) return CUDA_ERROR_INVALID_VALUE;
+    emu::State& s = emu::state();
+    std::lock_guard lock(s.mu);
+    const auto found = s.nodes.find(emu::HandleValue(hNode));
+    if (found == s.nodes.end() || found->second->moved_child == nullptr) return CUDA_ERROR_INVALID_VALUE;
+    *phGraph = emu::ToHandle<CUgraph>(found->second->moved_child->handle);
+    return CUDA_SUCCESS;
+  });
+}
+
+CUresult CUDAAPI cuGraphClone(CUgraph* phGraphClone, CUgraph originalGraph) {
+  return emu::Guard([&] {
+    if (CUresult r = emu::CheckInit(); r != CUDA_SUCCESS) return r;
+    if (phGraphClone == nullptr) return CUDA_ERROR_INVALID_VALUE;
+    emu::State& s = emu::state();
+    std::lock_guard lock(s.mu);
+    std::shared_ptr<emu::Graph> original = emu::FindGraph(s, originalGraph);
+    if (original == nullptr) return CUDA_ERROR_INVALID_VALUE;
+    std::shared_ptr<emu::Graph> clone = emu::CloneGraph(s, *original);
+    s.graphs.emplace(clone->handle, clone);
+    *phGraphClone = emu::ToHandle<CUgraph>(clone->handle);
+    return CUDA_SUCCESS;
+  });
+}
+
+CUresult CUDAAPI cuGraphNodeFindInClone(CUgraphNode* phNode, CUgraphNode hOriginalNode, CUgraph hClonedGraph) {
+  return emu::Guard([&] {
+    if (CUresult r = emu::CheckInit(); r != CUDA_SUCCESS) return r;
+    if (phNode == nullptr) return CUDA_ERROR_INVALID_VALUE;
+    emu::State& s = emu::state();
+    std::lock_guard lock(s.mu);
+    std::shared_ptr<emu::Graph> clone = emu::FindGraph(s, hClonedGraph);
+    if (clone == nullptr) return CUDA_ERROR_INVALID_VALUE;
+    for (const auto& node : clone->nodes) {
+      if (node->cloned_from == emu::HandleValue(hOriginalNode)) {
+        *phNode = emu::ToHandle<CUgraphNode>(node->handle);
+        return CUDA_SUCCESS;
+      }
+    }
+    return CUDA_ERROR_INVALID_VALUE;
+  });
+}
+
+// Only kernel, memset and memcpy nodes can be disabled; a disabled node runs as an empty one.
+CUresult CUDAAPI cuGraphNodeSetEnabled(CUgraphExec hGraphExec, CUgraphNode hNode, unsigned int isEnabled) {
+  return emu::Guard([&] {
+    if (CUresult r = emu::CheckInit(); r != CUDA_SUCCESS) return r;
+    emu::State& s = emu::state();
+    std::lock_guard lock(s.mu);
+    const auto exec = s.execs.find(emu::HandleValue(hGraphExec));
+    if (exec == s.execs.end()) return CUDA_ERROR_INVALID_VALUE;
+    const auto node = emu::FindExecNode(*exec->second->graph, emu::HandleValue(hNode));
+    if (node == nullptr) return CUDA_ERROR_INVALID_VALUE;
+    if (node->type != CU_GRAPH_NODE_TYPE_KERNEL && node->type != CU_GRAPH_NODE_TYPE_MEMSET &&
+        node->type != CU_GRAPH_NODE_TYPE_MEMCPY) {
+      return CUDA_ERROR_INVALID_VALUE;
+    }
+    node->enabled = isEnabled != 0;
+    return CUDA_SUCCESS;
+  });
+}
+
+CUresult CUDAAPI cuGraphNodeGetEnabled(CUgraphExec hGraphExec, CUgraphNode hNode, unsigned int* isEnabled) {
+  return emu::Guard([&] {
+    if (CUresult r = emu::CheckInit(); r != CUDA_SUCCESS) return r;
+    if (isEnabled == nullptr) return CUDA_ERROR_INVALID_VALUE;
+    emu::State& s = emu::state();
+    std::lock_guard lock(s.mu);
+    const auto exec = s.execs.find(emu::HandleValue(hGraphExec));
+    if (exec == s.execs.end()) return CUDA_ERROR_INVALID_VALUE;
+    const auto node = emu::FindExecNode(*exec->second->graph, emu::HandleValue(hNode));
+    if (node == nullptr) return CUDA_ERROR_INVALID_VALUE;
+    *isEnabled = node->enabled ? 1 : 0;
+    return CUDA_SUCCESS;
+  });
+}
+
+// A plain rendering: one line per node (handle and type) and per edge.
+CUresult CUDAAPI cuGraphDebugDotPrint(CUgraph hGraph, const char* path, unsigned int /*flags*/) {
+  return emu::Guard([&] {
+    if (CUresult r = emu::CheckInit(); r != CUDA_SUCCESS) return r;
+    if (path == nullptr) return CUDA_ERROR_INVALID_VALUE;
+    std::ostringstream dot;
+    {
+      emu::State& s = emu::state();
+      std::lock_guard lock(s.mu);
+      std::shared_ptr<emu::Graph> graph = emu::FindGraph(s, hGraph);
+      if (graph == nullptr) return CUDA_ERROR_INVALID_VALUE;
+      dot << "digraph emulated_graph {\n";
+      for (const auto& node : graph->nodes) {
+        dot << "  n" << node->handle << " [label=\"type " << static_cast<int>(node->type) << "\"];\n";
+      }
+      for (const auto& node : graph->nodes) {
+        for (const emu::Dependency& d : node->dependencies) dot << "  n" << d.from << " -> n" << node->handle << ";\n";
+      }
+      dot << "}\n";
+    }
+    FILE* file = std::fopen(path, "w");
+    if (file == nullptr) return CUDA_ERROR_OPERATING_SYSTEM;
+    const std::string text = dot.str();
+    const bool written = std::fwrite(text.data(), 1, text.size(), file) == text.size();
+    return std::fclose(file) == 0 && written ? CUDA_SUCCESS : CUDA_ERROR_OPERATING_SYSTEM;
   });
 }
 
@@ -738,22 +1242,25 @@ CUresult CUDAAPI cuGraphAddChildGraphNode(CUgraphNode* phGraphNode, CUgraph hGra
                                           size_t numDependencies, CUgraph childGraph) {
   return emu::Guard([&] {
     if (CUresult r = emu::CheckInit(); r != CUDA_SUCCESS) return r;
-    std::vector<std::function<CUresult()>> ops;
+    std::shared_ptr<emu::Graph> copy;
     {
       emu::State& s = emu::state();
       std::lock_guard lock(s.mu);
       std::shared_ptr<emu::Graph> child = emu::FindGraph(s, childGraph);
       if (child == nullptr || emu::HandleValue(childGraph) == emu::HandleValue(hGraph)) return CUDA_ERROR_INVALID_VALUE;
-      for (const auto& node : child->nodes) ops.push_back(node->op);
+      copy = emu::CloneGraph(s, *child);
     }
-    return emu::AddGraphNode(hGraph, dependencies, numDependencies, CU_GRAPH_NODE_TYPE_GRAPH,
-                             [ops = std::move(ops)] {
-                               for (const auto& op : ops) {
-                                 if (CUresult r = op(); r != CUDA_SUCCESS) return r;
-                               }
-                               return CUDA_SUCCESS;
-                             },
-                             phGraphNode);
+    const CUresult r = emu::AddGraphNode(hGraph, dependencies, numDependencies, CU_GRAPH_NODE_TYPE_GRAPH,
+                                         [copy] { return emu::RunMovedGraph(*copy); }, phGraphNode);
+    emu::State& s = emu::state();
+    std::lock_guard lock(s.mu);
+    if (r != CUDA_SUCCESS) {
+      emu::ForgetNodes(s, *copy);
+      return r;
+    }
+    s.nodes.at(emu::HandleValue(*phGraphNode))->moved_child = copy;
+    s.moved_graphs.emplace(copy->handle, copy);
+    return CUDA_SUCCESS;
   });
 }
 
@@ -883,6 +1390,46 @@ CUresult CUDAAPI cuGraphInstantiateWithParams(CUgraphExec* phGraphExec, CUgraph 
   });
 }
 
+// Nodes pair up in the order they were added (see MatchForUpdate); an update that matches takes every node's
+// parameters, a failed one changes nothing.
+CUresult CUDAAPI cuGraphExecUpdate(CUgraphExec hGraphExec, CUgraph hGraph, CUgraphExecUpdateResultInfo* resultInfo) {
+  return emu::Guard([&] {
+    if (CUresult r = emu::CheckInit(); r != CUDA_SUCCESS) return r;
+    if (resultInfo == nullptr) return CUDA_ERROR_INVALID_VALUE;
+    *resultInfo = {CU_GRAPH_EXEC_UPDATE_ERROR, nullptr, nullptr};
+    emu::State& s = emu::state();
+    std::lock_guard lock(s.mu);
+    const auto exec = s.execs.find(emu::HandleValue(hGraphExec));
+    std::shared_ptr<emu::Graph> graph = emu::FindGraph(s, hGraph);
+    if (exec == s.execs.end() || graph == nullptr) return CUDA_ERROR_INVALID_VALUE;
+    resultInfo->result = emu::MatchForUpdate(*exec->second->graph, *graph, &resultInfo->errorNode,
+                                             &resultInfo->errorFromNode);
+    if (resultInfo->result != CU_GRAPH_EXEC_UPDATE_SUCCESS) return CUDA_ERROR_GRAPH_EXEC_UPDATE_FAILURE;
+    emu::ApplyUpdate(*exec->second->graph, *graph);
+    return CUDA_SUCCESS;
+  });
+}
+
+// The child graph must have the topology of the node's: its nodes' parameters replace those in `hGraphExec`.
+CUresult CUDAAPI cuGraphExecChildGraphNodeSetParams(CUgraphExec hGraphExec, CUgraphNode hNode, CUgraph childGraph) {
+  return emu::Guard([&] {
+    if (CUresult r = emu::CheckInit(); r != CUDA_SUCCESS) return r;
+    emu::State& s = emu::state();
+    std::lock_guard lock(s.mu);
+    const auto exec = s.execs.find(emu::HandleValue(hGraphExec));
+    std::shared_ptr<emu::Graph> child = emu::FindGraph(s, childGraph);
+    if (exec == s.execs.end() || child == nullptr) return CUDA_ERROR_INVALID_VALUE;
+    const auto node = emu::FindExecNode(*exec->second->graph, emu::HandleValue(hNode));
+    if (node == nullptr || node->exec_child == nullptr) return CUDA_ERROR_INVALID_VALUE;
+    CUgraphNode error_node = nullptr, error_from = nullptr;
+    if (emu::MatchForUpdate(*node->exec_child, *child, &error_node, &error_from) != CU_GRAPH_EXEC_UPDATE_SUCCESS) {
+      return CUDA_ERROR_INVALID_VALUE;
+    }
+    emu::ApplyUpdate(*node->exec_child, *child);
+    return CUDA_SUCCESS;
+  });
+}
+
 CUresult CUDAAPI cuGraphExecDestroy(CUgraphExec hGraphExec) {
   return emu::Guard([&] {
     if (CUresult r = emu::CheckInit(); r != CUDA_SUCCESS) return r;
@@ -919,9 +1466,15 @@ CUresult CUDAAPI cuGraphLaunch(CUgraphExec hGraphExec, CUstream hStream) {
       if (it == s.execs.end()) return CUDA_ERROR_INVALID_VALUE;
       exec = it->second;
     }
+    std::vector<std::shared_ptr<emu::Node>> nodes;
+    {
+      emu::State& s = emu::state();
+      std::lock_guard lock(s.mu);
+      emu::LaunchList(*exec->graph, &nodes);
+    }
     // Each node runs as stream work in order; launched into a capture, the nodes are captured
     // (flattened).
-    for (const auto& node : exec->nodes) {
+    for (const auto& node : nodes) {
       bool captured = false;
       if (CUresult r = emu::CaptureOp(ctx, stream.get(), node->type, node->op, &captured);
           r != CUDA_SUCCESS) {

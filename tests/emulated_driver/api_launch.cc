@@ -117,8 +117,23 @@ CUresult Launch(CUfunction handle, const LaunchShape& shape, unsigned int shared
   if (CUresult r = KernelOp(handle, shape, shared_bytes, ctx, kernel_params, extra, &op); r != CUDA_SUCCESS) {
     return r;
   }
+  // What the node answers if the launch is captured.
+  NodeRecord record;
+  std::shared_ptr<Function> f;
+  if (LookupFunction(handle, &f) == CUDA_SUCCESS &&
+      MarshalParams(*f->info, kernel_params, extra, &record.arguments) == CUDA_SUCCESS) {
+    for (const auto& param : f->info->params) record.argument_offsets.push_back(param.offset);
+    record.kernel.func = handle;
+    record.kernel.gridDimX = shape.grid.x;
+    record.kernel.gridDimY = shape.grid.y;
+    record.kernel.gridDimZ = shape.grid.z;
+    record.kernel.blockDimX = shape.block.x;
+    record.kernel.blockDimY = shape.block.y;
+    record.kernel.blockDimZ = shape.block.z;
+    record.kernel.sharedMemBytes = shared_bytes;
+  }
   bool captured = false;
-  if (CUresult r = CaptureOp(ctx, stream.get(), CU_GRAPH_NODE_TYPE_KERNEL, op, &captured);
+  if (CUresult r = CaptureOp(ctx, stream.get(), CU_GRAPH_NODE_TYPE_KERNEL, op, &captured, &record);
       r != CUDA_SUCCESS || captured) {
     return r;
   }
@@ -143,8 +158,9 @@ CUresult CUDAAPI cuLaunchKernel(CUfunction f, unsigned int gridDimX, unsigned in
 }
 
 // A kernel node: checked and its arguments copied now, as the driver does; `func` only (no CUkernel), in the
-// current context.
-static CUresult KernelNodeOp(const CUDA_KERNEL_NODE_PARAMS* nodeParams, std::function<CUresult()>* op) {
+// current context. `record`: the parameters GetParams answers, the arguments packed by the function's layout.
+static CUresult KernelNodeOp(const CUDA_KERNEL_NODE_PARAMS* nodeParams, std::function<CUresult()>* op,
+                             emu::NodeRecord* record) {
   if (CUresult r = emu::CheckInit(); r != CUDA_SUCCESS) return r;
   if (nodeParams == nullptr) return CUDA_ERROR_INVALID_VALUE;
   if (nodeParams->func == nullptr) return CUDA_ERROR_NOT_SUPPORTED;  // library kernels in nodes: not emulated
@@ -152,17 +168,32 @@ static CUresult KernelNodeOp(const CUDA_KERNEL_NODE_PARAMS* nodeParams, std::fun
   if (CUresult r = emu::CurrentContext(&ctx); r != CUDA_SUCCESS) return r;
   const emu::LaunchShape shape{{nodeParams->gridDimX, nodeParams->gridDimY, nodeParams->gridDimZ},
                                {nodeParams->blockDimX, nodeParams->blockDimY, nodeParams->blockDimZ}};
-  return emu::KernelOp(nodeParams->func, shape, nodeParams->sharedMemBytes, ctx, nodeParams->kernelParams,
-                       nodeParams->extra, op);
+  if (CUresult r = emu::KernelOp(nodeParams->func, shape, nodeParams->sharedMemBytes, ctx, nodeParams->kernelParams,
+                                 nodeParams->extra, op);
+      r != CUDA_SUCCESS) {
+    return r;
+  }
+  std::shared_ptr<emu::Function> f;
+  if (CUresult r = emu::LookupFunction(nodeParams->func, &f); r != CUDA_SUCCESS) return r;
+  if (CUresult r = emu::MarshalParams(*f->info, nodeParams->kernelParams, nodeParams->extra, &record->arguments);
+      r != CUDA_SUCCESS) {
+    return r;
+  }
+  for (const auto& param : f->info->params) record->argument_offsets.push_back(param.offset);
+  record->kernel = *nodeParams;
+  record->kernel.kern = nullptr;
+  record->kernel.ctx = nullptr;
+  return CUDA_SUCCESS;
 }
 
 CUresult CUDAAPI cuGraphAddKernelNode_v2(CUgraphNode* phGraphNode, CUgraph hGraph, const CUgraphNode* dependencies,
                                          size_t numDependencies, const CUDA_KERNEL_NODE_PARAMS* nodeParams) {
   return emu::Guard([&] {
     std::function<CUresult()> op;
-    if (CUresult r = KernelNodeOp(nodeParams, &op); r != CUDA_SUCCESS) return r;
+    emu::NodeRecord record;
+    if (CUresult r = KernelNodeOp(nodeParams, &op, &record); r != CUDA_SUCCESS) return r;
     return emu::AddGraphNode(hGraph, dependencies, numDependencies, CU_GRAPH_NODE_TYPE_KERNEL, std::move(op),
-                             phGraphNode);
+                             phGraphNode, &record);
   });
 }
 
@@ -170,8 +201,73 @@ CUresult CUDAAPI cuGraphExecKernelNodeSetParams_v2(CUgraphExec hGraphExec, CUgra
                                                    const CUDA_KERNEL_NODE_PARAMS* nodeParams) {
   return emu::Guard([&] {
     std::function<CUresult()> op;
-    if (CUresult r = KernelNodeOp(nodeParams, &op); r != CUDA_SUCCESS) return r;
+    emu::NodeRecord record;
+    if (CUresult r = KernelNodeOp(nodeParams, &op, &record); r != CUDA_SUCCESS) return r;
     return emu::SetExecNodeOp(hGraphExec, hNode, CU_GRAPH_NODE_TYPE_KERNEL, std::move(op));
+  });
+}
+
+CUresult CUDAAPI cuGraphKernelNodeSetParams_v2(CUgraphNode hNode, const CUDA_KERNEL_NODE_PARAMS* nodeParams) {
+  return emu::Guard([&] {
+    std::function<CUresult()> op;
+    emu::NodeRecord record;
+    if (CUresult r = KernelNodeOp(nodeParams, &op, &record); r != CUDA_SUCCESS) return r;
+    return emu::SetGraphNodeOp(hNode, CU_GRAPH_NODE_TYPE_KERNEL, std::move(op), std::move(record));
+  });
+}
+
+// kernelParams point into the node's own copy of the arguments; extra is null.
+CUresult CUDAAPI cuGraphKernelNodeGetParams_v2(CUgraphNode hNode, CUDA_KERNEL_NODE_PARAMS* nodeParams) {
+  return emu::Guard([&] {
+    if (CUresult r = emu::CheckInit(); r != CUDA_SUCCESS) return r;
+    if (nodeParams == nullptr) return CUDA_ERROR_INVALID_VALUE;
+    emu::NodeRecord* record = nullptr;
+    if (CUresult r = emu::GraphNodeRecord(hNode, CU_GRAPH_NODE_TYPE_KERNEL, &record); r != CUDA_SUCCESS) return r;
+    *nodeParams = record->kernel;
+    return CUDA_SUCCESS;
+  });
+}
+
+// Attributes are kept per node (unset ones read as zero); those of launches only (events) are refused.
+CUresult CUDAAPI cuGraphKernelNodeSetAttribute(CUgraphNode hNode, CUkernelNodeAttrID attr,
+                                               const CUkernelNodeAttrValue* value) {
+  return emu::Guard([&] {
+    if (CUresult r = emu::CheckInit(); r != CUDA_SUCCESS) return r;
+    if (value == nullptr || attr == CU_LAUNCH_ATTRIBUTE_IGNORE || attr == CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_EVENT ||
+        attr == CU_LAUNCH_ATTRIBUTE_LAUNCH_COMPLETION_EVENT || attr > CU_LAUNCH_ATTRIBUTE_NVLINK_UTIL_CENTRIC_SCHEDULING) {
+      return CUDA_ERROR_INVALID_VALUE;
+    }
+    emu::NodeRecord* record = nullptr;
+    if (CUresult r = emu::GraphNodeRecord(hNode, CU_GRAPH_NODE_TYPE_KERNEL, &record); r != CUDA_SUCCESS) return r;
+    record->attributes[attr] = *value;
+    return CUDA_SUCCESS;
+  });
+}
+
+CUresult CUDAAPI cuGraphKernelNodeGetAttribute(CUgraphNode hNode, CUkernelNodeAttrID attr,
+                                               CUkernelNodeAttrValue* value_out) {
+  return emu::Guard([&] {
+    if (CUresult r = emu::CheckInit(); r != CUDA_SUCCESS) return r;
+    if (value_out == nullptr || attr == CU_LAUNCH_ATTRIBUTE_IGNORE || attr > CU_LAUNCH_ATTRIBUTE_NVLINK_UTIL_CENTRIC_SCHEDULING) {
+      return CUDA_ERROR_INVALID_VALUE;
+    }
+    emu::NodeRecord* record = nullptr;
+    if (CUresult r = emu::GraphNodeRecord(hNode, CU_GRAPH_NODE_TYPE_KERNEL, &record); r != CUDA_SUCCESS) return r;
+    const auto found = record->attributes.find(attr);
+    *value_out = found != record->attributes.end() ? found->second : CUkernelNodeAttrValue{};
+    return CUDA_SUCCESS;
+  });
+}
+
+CUresult CUDAAPI cuGraphKernelNodeCopyAttributes(CUgraphNode dst, CUgraphNode src) {
+  return emu::Guard([&] {
+    if (CUresult r = emu::CheckInit(); r != CUDA_SUCCESS) return r;
+    emu::NodeRecord* to = nullptr;
+    emu::NodeRecord* from = nullptr;
+    if (CUresult r = emu::GraphNodeRecord(dst, CU_GRAPH_NODE_TYPE_KERNEL, &to); r != CUDA_SUCCESS) return r;
+    if (CUresult r = emu::GraphNodeRecord(src, CU_GRAPH_NODE_TYPE_KERNEL, &from); r != CUDA_SUCCESS) return r;
+    to->attributes = from->attributes;
+    return CUDA_SUCCESS;
   });
 }
 

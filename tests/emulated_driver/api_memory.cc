@@ -34,8 +34,16 @@ CUresult SubmitCopy(const std::shared_ptr<Context>& ctx, Stream* stream, void* d
     std::memmove(dst, src, bytes);
     return CUDA_SUCCESS;
   };
+  // A captured copy answers GetParams as a one-row copy between the two addresses (the emulated address space is
+  // one: host and device addresses alike).
+  NodeRecord record;
+  record.copy.srcMemoryType = record.copy.dstMemoryType = CU_MEMORYTYPE_DEVICE;
+  record.copy.srcDevice = reinterpret_cast<CUdeviceptr>(src);
+  record.copy.dstDevice = reinterpret_cast<CUdeviceptr>(dst);
+  record.copy.WidthInBytes = record.copy.srcPitch = record.copy.dstPitch = bytes;
+  record.copy.Height = record.copy.Depth = 1;
   bool captured = false;
-  if (CUresult r = CaptureOp(ctx, stream, CU_GRAPH_NODE_TYPE_MEMCPY, op, &captured);
+  if (CUresult r = CaptureOp(ctx, stream, CU_GRAPH_NODE_TYPE_MEMCPY, op, &captured, &record);
       r != CUDA_SUCCESS || captured) {
     return r;
   }
@@ -155,8 +163,15 @@ CUresult Memset(CUdeviceptr dst, T value, size_t count, CUstream stream_handle, 
     }
     return CUDA_SUCCESS;
   };
+  NodeRecord record;  // what the node answers if the memset is captured
+  record.memset.dst = dst;
+  record.memset.value = static_cast<unsigned int>(value);
+  record.memset.elementSize = sizeof(T);
+  record.memset.width = count;
+  record.memset.height = 1;
+  record.memset.pitch = 0;
   bool captured = false;
-  if (CUresult r = CaptureOp(ctx, stream.get(), CU_GRAPH_NODE_TYPE_MEMSET, op, &captured);
+  if (CUresult r = CaptureOp(ctx, stream.get(), CU_GRAPH_NODE_TYPE_MEMSET, op, &captured, &record);
       r != CUDA_SUCCESS || captured) {
     return r;
   }
@@ -366,8 +381,10 @@ CUresult CUDAAPI cuGraphAddMemsetNode(CUgraphNode* phGraphNode, CUgraph hGraph, 
   return emu::Guard([&] {
     std::function<CUresult()> op;
     if (CUresult r = MemsetNodeOp(memsetParams, &op); r != CUDA_SUCCESS) return r;
+    emu::NodeRecord record;
+    record.memset = *memsetParams;
     return emu::AddGraphNode(hGraph, dependencies, numDependencies, CU_GRAPH_NODE_TYPE_MEMSET, std::move(op),
-                             phGraphNode);
+                             phGraphNode, &record);
   });
 }
 
@@ -377,6 +394,27 @@ CUresult CUDAAPI cuGraphExecMemsetNodeSetParams(CUgraphExec hGraphExec, CUgraphN
     std::function<CUresult()> op;
     if (CUresult r = MemsetNodeOp(memsetParams, &op); r != CUDA_SUCCESS) return r;
     return emu::SetExecNodeOp(hGraphExec, hNode, CU_GRAPH_NODE_TYPE_MEMSET, std::move(op));
+  });
+}
+
+CUresult CUDAAPI cuGraphMemsetNodeSetParams(CUgraphNode hNode, const CUDA_MEMSET_NODE_PARAMS* memsetParams) {
+  return emu::Guard([&] {
+    std::function<CUresult()> op;
+    if (CUresult r = MemsetNodeOp(memsetParams, &op); r != CUDA_SUCCESS) return r;
+    emu::NodeRecord record;
+    record.memset = *memsetParams;
+    return emu::SetGraphNodeOp(hNode, CU_GRAPH_NODE_TYPE_MEMSET, std::move(op), std::move(record));
+  });
+}
+
+CUresult CUDAAPI cuGraphMemsetNodeGetParams(CUgraphNode hNode, CUDA_MEMSET_NODE_PARAMS* nodeParams) {
+  return emu::Guard([&] {
+    if (CUresult r = emu::CheckInit(); r != CUDA_SUCCESS) return r;
+    if (nodeParams == nullptr) return CUDA_ERROR_INVALID_VALUE;
+    emu::NodeRecord* record = nullptr;
+    if (CUresult r = emu::GraphNodeRecord(hNode, CU_GRAPH_NODE_TYPE_MEMSET, &record); r != CUDA_SUCCESS) return r;
+    *nodeParams = record->memset;
+    return CUDA_SUCCESS;
   });
 }
 

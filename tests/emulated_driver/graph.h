@@ -6,12 +6,28 @@
 
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <memory>
+#include <vector>
 
 #include "cuda_api.h"
 #include "objects.h"
 
 namespace curelay::emulated {
+
+// A node's parameters as cuGraph*NodeGetParams answer them (the node's type says which part counts). A kernel node
+// keeps its packed arguments; the kernelParams it answers point into them (`argument_pointers`, filled when the
+// record is stored in its node).
+struct NodeRecord {
+  CUDA_KERNEL_NODE_PARAMS kernel{};
+  std::vector<uint8_t> arguments;
+  std::vector<size_t> argument_offsets;
+  std::vector<void*> argument_pointers;
+  std::map<int, CUlaunchAttributeValue> attributes;  // kernel node attributes set (others read as zero)
+  CUDA_MEMSET_NODE_PARAMS memset{};
+  CUDA_MEMCPY3D copy{};
+  CUevent event = nullptr;
+};
 
 // Stream work (`op`, to run on the device worker) submitted on `stream` (null: the context's
 // default stream). *captured false with CUDA_SUCCESS: run it as usual. *captured true: it became a
@@ -19,7 +35,7 @@ namespace curelay::emulated {
 // so). An error with *captured false: refused, the legacy stream used while a blocking stream of
 // the context captures (CUDA_ERROR_STREAM_CAPTURE_IMPLICIT, which invalidates those captures).
 CUresult CaptureOp(const std::shared_ptr<Context>& ctx, const Stream* stream, CUgraphNodeType type,
-                   const std::function<CUresult()>& op, bool* captured);
+                   const std::function<CUresult()>& op, bool* captured, const NodeRecord* record = nullptr);
 
 // Work that cannot be captured (copies from or to pageable host memory):
 // CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED, invalidating the capture, if `stream` is capturing; else
@@ -58,8 +74,17 @@ CUresult CaptureStreamWait(const std::shared_ptr<Context>& ctx, const Stream* st
 // Explicit construction (cuGraphAdd*Node): appends a node of `type` running `op` to `graph` (a created graph, or
 // one being captured into), after `dependencies`, which must be nodes of that graph. Nodes run in the order they
 // were added, which honours every dependency: a node can only depend on nodes added before it.
+// `record`: what the node's GetParams answer.
 CUresult AddGraphNode(CUgraph graph, const CUgraphNode* dependencies, size_t count, CUgraphNodeType type,
-                      std::function<CUresult()> op, CUgraphNode* node);
+                      std::function<CUresult()> op, CUgraphNode* node, const NodeRecord* record = nullptr);
+
+// cuGraph*NodeSetParams: `node` (of `type`) runs `op` from now on in executable graphs instantiated later, and
+// answers `record`.
+CUresult SetGraphNodeOp(CUgraphNode node, CUgraphNodeType type, std::function<CUresult()> op, NodeRecord record);
+
+// cuGraph*NodeGetParams: the record of `node`, which must be of `type`. The pointer stays valid while the node
+// lives and its parameters are not set again.
+CUresult GraphNodeRecord(CUgraphNode node, CUgraphNodeType type, NodeRecord** record);
 
 // cuGraphExec*NodeSetParams: the instantiated copy of `node` in `exec` runs `op` from now on; the node must be of
 // `type` (an executable graph holds its own copies of its graph's nodes).

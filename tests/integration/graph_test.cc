@@ -5,7 +5,9 @@
 #include <dlfcn.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <chrono>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
@@ -1201,6 +1203,621 @@ TEST_F(GraphTest, EmptyGraphsAndInvalidHandles) {
 
   ASSERT_CU(cuGraphExecDestroy(exec));
   ASSERT_CU(cuGraphDestroy(graph));
+}
+
+// A graph built by hand, for the structure and parameter tests: memsets of `a` (5) and `b` (1), an increment of `a`
+// after the first, and an empty node joining both.
+struct BuiltGraph {
+  CUgraph graph = nullptr;
+  CUgraphNode set_a = nullptr, set_b = nullptr, increment = nullptr, join = nullptr;
+};
+
+CUDA_MEMSET_NODE_PARAMS MemsetOf(CUdeviceptr target, unsigned value, size_t n) {
+  CUDA_MEMSET_NODE_PARAMS params{};
+  params.dst = target;
+  params.value = value;
+  params.elementSize = 4;
+  params.width = n;
+  params.height = 1;
+  return params;
+}
+
+CUDA_KERNEL_NODE_PARAMS KernelOf(CUfunction function, void** arguments, int n) {
+  CUDA_KERNEL_NODE_PARAMS kernel{};
+  kernel.func = function;
+  kernel.gridDimX = (n + 127) / 128;
+  kernel.gridDimY = kernel.gridDimZ = 1;
+  kernel.blockDimX = 128;
+  kernel.blockDimY = kernel.blockDimZ = 1;
+  kernel.kernelParams = arguments;
+  return kernel;
+}
+
+class GraphStructureTest : public GraphTest {
+ protected:
+  static constexpr int n = 256;
+  void SetUp() override {
+    GraphTest::SetUp();
+    ASSERT_CU(cuMemAlloc(&a_, n * sizeof(int)));
+    ASSERT_CU(cuMemAlloc(&b_, n * sizeof(int)));
+  }
+  void TearDown() override {
+    cuMemFree(a_);
+    cuMemFree(b_);
+    GraphTest::TearDown();
+  }
+  void Build(BuiltGraph* built) {
+    ASSERT_CU(cuGraphCreate(&built->graph, 0));
+    const CUDA_MEMSET_NODE_PARAMS five = MemsetOf(a_, 5, n), one = MemsetOf(b_, 1, n);
+    ASSERT_CU(cuGraphAddMemsetNode(&built->set_a, built->graph, nullptr, 0, &five, context_));
+    ASSERT_CU(cuGraphAddMemsetNode(&built->set_b, built->graph, nullptr, 0, &one, context_));
+    void* arguments[] = {&a_, &count_};
+    const CUDA_KERNEL_NODE_PARAMS kernel = KernelOf(increment_, arguments, n);
+    ASSERT_CU(cuGraphAddKernelNode(&built->increment, built->graph, &built->set_a, 1, &kernel));
+    const CUgraphNode both[] = {built->increment, built->set_b};
+    ASSERT_CU(cuGraphAddEmptyNode(&built->join, built->graph, both, 2));
+  }
+  void Run(CUgraph graph) {
+    CUgraphExec exec = nullptr;
+    ASSERT_CU(cuGraphInstantiateWithFlags(&exec, graph, 0));
+    ASSERT_CU(cuGraphLaunch(exec, stream_));
+    ASSERT_CU(cuStreamSynchronize(stream_));
+    ASSERT_CU(cuGraphExecDestroy(exec));
+  }
+
+  CUdeviceptr a_ = 0, b_ = 0;
+  int count_ = n;
+};
+
+TEST_F(GraphStructureTest, DependenciesRootsAndEdgesWithTheTwoCallPattern) {
+  BuiltGraph built;
+  Build(&built);
+  size_t count = 0;
+  ASSERT_CU(cuGraphGetRootNodes(built.graph, nullptr, &count));
+  EXPECT_EQ(count, 2u);
+  std::vector<CUgraphNode> roots(4, reinterpret_cast<CUgraphNode>(1));
+  count = roots.size();
+  ASSERT_CU(cuGraphGetRootNodes(built.graph, roots.data(), &count));
+  EXPECT_EQ(count, 2u);
+  EXPECT_EQ(roots[0], built.set_a);
+  EXPECT_EQ(roots[1], built.set_b);
+  EXPECT_EQ(roots[2], nullptr);
+
+  ASSERT_CU(cuGraphNodeGetDependencies(built.join, nullptr, nullptr, &count));
+  EXPECT_EQ(count, 2u);
+  std::vector<CUgraphNode> nodes(3);
+  std::vector<CUgraphEdgeData> edges(3);
+  count = 3;
+  ASSERT_CU(cuGraphNodeGetDependencies(built.join, nodes.data(), edges.data(), &count));
+  EXPECT_EQ(count, 2u);
+  EXPECT_EQ(nodes[0], built.increment);
+  EXPECT_EQ(nodes[1], built.set_b);
+  EXPECT_EQ(nodes[2], nullptr);
+  EXPECT_EQ(edges[0].type, CU_GRAPH_DEPENDENCY_TYPE_DEFAULT);
+  count = 1;  // fewer than there are: the first only
+  ASSERT_CU(cuGraphNodeGetDependencies(built.join, nodes.data(), nullptr, &count));
+  EXPECT_EQ(count, 1u);
+  ASSERT_CU(cuGraphNodeGetDependentNodes(built.set_a, nullptr, nullptr, &count));
+  EXPECT_EQ(count, 1u);
+  ASSERT_CU(cuGraphNodeGetDependentNodes(built.set_a, nodes.data(), nullptr, &count));
+  EXPECT_EQ(nodes[0], built.increment);
+  ASSERT_CU(cuGraphNodeGetDependentNodes(built.join, nullptr, nullptr, &count));
+  EXPECT_EQ(count, 0u);
+  EXPECT_EQ(cuGraphNodeGetDependencies(built.join, nullptr, edges.data(), &count), CUDA_ERROR_INVALID_VALUE);
+  EXPECT_EQ(cuGraphNodeGetDependencies(nullptr, nullptr, nullptr, &count), CUDA_ERROR_INVALID_VALUE);
+  EXPECT_EQ(cuGraphNodeGetDependencies(built.join, nullptr, nullptr, nullptr), CUDA_ERROR_INVALID_VALUE);
+
+  ASSERT_CU(cuGraphGetEdges(built.graph, nullptr, nullptr, nullptr, &count));
+  EXPECT_EQ(count, 3u);
+  std::vector<CUgraphNode> from(3), to(3);
+  ASSERT_CU(cuGraphGetEdges(built.graph, from.data(), to.data(), nullptr, &count));
+  const std::vector<std::pair<CUgraphNode, CUgraphNode>> expected = {
+      {built.set_a, built.increment}, {built.increment, built.join}, {built.set_b, built.join}};
+  std::vector<std::pair<CUgraphNode, CUgraphNode>> found;
+  for (size_t i = 0; i < count; ++i) found.emplace_back(from[i], to[i]);
+  std::sort(found.begin(), found.end());
+  auto sorted = expected;
+  std::sort(sorted.begin(), sorted.end());
+  EXPECT_EQ(found, sorted);
+  EXPECT_EQ(cuGraphGetEdges(built.graph, from.data(), nullptr, nullptr, &count), CUDA_ERROR_INVALID_VALUE);
+
+  // A programmatic edge: queries without room for edge data are lossy.
+  int other_count = n;
+  void* arguments[] = {&b_, &other_count};
+  CUgraphNodeParams kernel{};
+  kernel.type = CU_GRAPH_NODE_TYPE_KERNEL;
+  const CUDA_KERNEL_NODE_PARAMS increment_b = KernelOf(increment_, arguments, n);
+  std::memcpy(&kernel.kernel, &increment_b, sizeof(increment_b));
+  CUgraphEdgeData programmatic{};
+  programmatic.type = CU_GRAPH_DEPENDENCY_TYPE_PROGRAMMATIC;
+  programmatic.from_port = CU_GRAPH_KERNEL_NODE_PORT_PROGRAMMATIC;
+  CUgraphNode after = nullptr;
+  ASSERT_CU(cuGraphAddNode(&after, built.graph, &built.increment, &programmatic, 1, &kernel));
+  count = 1;
+  EXPECT_EQ(cuGraphNodeGetDependencies(after, nodes.data(), nullptr, &count), CUDA_ERROR_LOSSY_QUERY);
+  using DependenciesV1 = CUresult (*)(CUgraphNode, CUgraphNode*, size_t*);
+  const auto dependencies_v1 = Symbol<DependenciesV1>("cuGraphNodeGetDependencies");
+  ASSERT_NE(dependencies_v1, nullptr);
+  EXPECT_EQ(dependencies_v1(after, nodes.data(), &count), CUDA_ERROR_LOSSY_QUERY);
+  ASSERT_CU(dependencies_v1(after, nullptr, &count));  // counting loses nothing
+  EXPECT_EQ(count, 1u);
+  ASSERT_CU(cuGraphNodeGetDependencies(after, nodes.data(), edges.data(), &count));
+  EXPECT_EQ(nodes[0], built.increment);
+  EXPECT_EQ(edges[0].type, CU_GRAPH_DEPENDENCY_TYPE_PROGRAMMATIC);
+  EXPECT_EQ(edges[0].from_port, CU_GRAPH_KERNEL_NODE_PORT_PROGRAMMATIC);
+  count = 4;
+  EXPECT_EQ(cuGraphGetEdges(built.graph, from.data(), to.data(), nullptr, &count), CUDA_ERROR_LOSSY_QUERY);
+  ASSERT_CU(cuGraphNodeGetDependentNodes(built.increment, nullptr, nullptr, &count));
+  EXPECT_EQ(count, 2u);
+  ASSERT_CU(cuGraphDestroy(built.graph));
+}
+
+TEST_F(GraphStructureTest, CapturedGraphsHaveTheirStreamsEdges) {
+  CUdeviceptr a, b, c, d, e;
+  for (CUdeviceptr* p : {&a, &b, &c, &d, &e}) ASSERT_CU(cuMemAlloc(p, n * sizeof(float)));
+  CUgraph graph = nullptr;
+  CaptureSmallGraph(a, b, c, d, e, n, &graph);
+  size_t count = 0;
+  ASSERT_CU(cuGraphGetRootNodes(graph, nullptr, &count));
+  EXPECT_EQ(count, 1u);
+  ASSERT_CU(cuGraphGetEdges(graph, nullptr, nullptr, nullptr, &count));
+  EXPECT_EQ(count, 4u);  // one chain of five nodes
+  ASSERT_CU(cuGraphDestroy(graph));
+  for (CUdeviceptr p : {a, b, c, d, e}) ASSERT_CU(cuMemFree(p));
+}
+
+TEST_F(GraphStructureTest, EdgesAddedAndRemovedDecideTheOrder) {
+  // Two memsets of the same buffer: the edge added later makes the one added first run last.
+  CUgraph graph = nullptr;
+  ASSERT_CU(cuGraphCreate(&graph, 0));
+  const CUDA_MEMSET_NODE_PARAMS one = MemsetOf(a_, 1, n), two = MemsetOf(a_, 2, n);
+  CUgraphNode first = nullptr, second = nullptr;
+  ASSERT_CU(cuGraphAddMemsetNode(&first, graph, nullptr, 0, &one, context_));
+  ASSERT_CU(cuGraphAddMemsetNode(&second, graph, nullptr, 0, &two, context_));
+  ASSERT_CU(cuGraphAddDependencies(graph, &second, &first, nullptr, 1));
+  EXPECT_EQ(cuGraphAddDependencies(graph, &second, &first, nullptr, 1), CUDA_ERROR_INVALID_VALUE);  // exists
+  EXPECT_EQ(cuGraphAddDependencies(graph, &first, &first, nullptr, 1), CUDA_ERROR_INVALID_VALUE);
+  Run(graph);
+  EXPECT_EQ(Read<int>(a_, n)[n - 1], 1);
+  size_t count = 0;
+  ASSERT_CU(cuGraphGetRootNodes(graph, nullptr, &count));
+  EXPECT_EQ(count, 1u);
+
+  // The other way round, through the older exported forms.
+  using EditV1 = CUresult (*)(CUgraph, const CUgraphNode*, const CUgraphNode*, size_t);
+  const auto remove_v1 = Symbol<EditV1>("cuGraphRemoveDependencies");
+  const auto add_v1 = Symbol<EditV1>("cuGraphAddDependencies");
+  ASSERT_NE(remove_v1, nullptr);
+  ASSERT_NE(add_v1, nullptr);
+  ASSERT_CU(remove_v1(graph, &second, &first, 1));
+  EXPECT_EQ(remove_v1(graph, &second, &first, 1), CUDA_ERROR_INVALID_VALUE);  // no longer there
+  ASSERT_CU(add_v1(graph, &first, &second, 1));
+  Run(graph);
+  EXPECT_EQ(Read<int>(a_, n)[0], 2);
+  CUgraphEdgeData programmatic{};
+  programmatic.type = CU_GRAPH_DEPENDENCY_TYPE_PROGRAMMATIC;
+  EXPECT_EQ(cuGraphRemoveDependencies(graph, &first, &second, &programmatic, 1), CUDA_ERROR_INVALID_VALUE);
+
+  // Nodes of another graph are refused.
+  CUgraph other = nullptr;
+  ASSERT_CU(cuGraphCreate(&other, 0));
+  CUgraphNode stranger = nullptr;
+  ASSERT_CU(cuGraphAddEmptyNode(&stranger, other, nullptr, 0));
+  EXPECT_EQ(cuGraphAddDependencies(graph, &first, &stranger, nullptr, 1), CUDA_ERROR_INVALID_VALUE);
+  ASSERT_CU(cuGraphDestroy(other));
+  ASSERT_CU(cuGraphDestroy(graph));
+}
+
+TEST_F(GraphStructureTest, DestroyedNodesLeaveTheGraph) {
+  BuiltGraph built;
+  Build(&built);
+  ASSERT_CU(cuGraphDestroyNode(built.increment));
+  size_t count = 0;
+  ASSERT_CU(cuGraphGetNodes(built.graph, nullptr, &count));
+  EXPECT_EQ(count, 3u);
+  CUgraphNodeType type;
+  EXPECT_EQ(cuGraphNodeGetType(built.increment, &type), CUDA_ERROR_INVALID_VALUE);
+  EXPECT_EQ(cuGraphDestroyNode(built.increment), CUDA_ERROR_INVALID_VALUE);
+  ASSERT_CU(cuGraphNodeGetDependencies(built.join, nullptr, nullptr, &count));
+  EXPECT_EQ(count, 1u);  // its edges went with it
+  ASSERT_CU(cuGraphGetRootNodes(built.graph, nullptr, &count));
+  EXPECT_EQ(count, 2u);
+  Run(built.graph);
+  EXPECT_EQ(Read<int>(a_, n)[0], 5);  // no increment any more
+  ASSERT_CU(cuGraphDestroy(built.graph));
+}
+
+TEST_F(GraphStructureTest, ClonesAndTheirNodes) {
+  BuiltGraph built;
+  Build(&built);
+  CUgraph clone = nullptr;
+  ASSERT_CU(cuGraphClone(&clone, built.graph));
+  EXPECT_NE(clone, built.graph);
+  CUgraphNode increment = nullptr;
+  ASSERT_CU(cuGraphNodeFindInClone(&increment, built.increment, clone));
+  EXPECT_NE(increment, built.increment);
+  CUgraphNodeType type;
+  ASSERT_CU(cuGraphNodeGetType(increment, &type));
+  EXPECT_EQ(type, CU_GRAPH_NODE_TYPE_KERNEL);
+  CUgraphNode found = nullptr;
+  EXPECT_EQ(cuGraphNodeFindInClone(&found, built.increment, built.graph), CUDA_ERROR_INVALID_VALUE);
+  // The clone is a graph of its own.
+  ASSERT_CU(cuGraphDestroyNode(increment));
+  size_t count = 0;
+  ASSERT_CU(cuGraphGetNodes(built.graph, nullptr, &count));
+  EXPECT_EQ(count, 4u);
+  ASSERT_CU(cuGraphGetNodes(clone, nullptr, &count));
+  EXPECT_EQ(count, 3u);
+  Run(clone);
+  EXPECT_EQ(Read<int>(a_, n)[0], 5);
+  ASSERT_CU(cuGraphDestroy(built.graph));
+  Run(clone);  // outlives its original
+  ASSERT_CU(cuGraphDestroy(clone));
+}
+
+TEST_F(GraphStructureTest, AChildGraphNodesGraphBelongsToTheNode) {
+  CUgraph child = nullptr, graph = nullptr;
+  ASSERT_CU(cuGraphCreate(&child, 0));
+  ASSERT_CU(cuGraphCreate(&graph, 0));
+  const CUDA_MEMSET_NODE_PARAMS three = MemsetOf(a_, 3, n), four = MemsetOf(b_, 4, n);
+  CUgraphNode set = nullptr, node = nullptr;
+  ASSERT_CU(cuGraphAddMemsetNode(&set, child, nullptr, 0, &three, context_));
+  ASSERT_CU(cuGraphAddChildGraphNode(&node, graph, nullptr, 0, child));
+  CUgraph inner = nullptr, again = nullptr;
+  ASSERT_CU(cuGraphChildGraphNodeGetGraph(node, &inner));
+  EXPECT_NE(inner, child);  // the node's copy
+  ASSERT_CU(cuGraphChildGraphNodeGetGraph(node, &again));
+  EXPECT_EQ(inner, again);
+  EXPECT_EQ(cuGraphChildGraphNodeGetGraph(set, &again), CUDA_ERROR_INVALID_VALUE);  // not a child-graph node
+  EXPECT_EQ(cuGraphDestroy(inner), CUDA_ERROR_INVALID_VALUE);  // the node's
+  size_t count = 0;
+  ASSERT_CU(cuGraphGetNodes(inner, nullptr, &count));
+  EXPECT_EQ(count, 1u);
+  // A node added to the node's graph runs with it.
+  CUgraphNode added = nullptr;
+  ASSERT_CU(cuGraphAddMemsetNode(&added, inner, nullptr, 0, &four, context_));
+  ASSERT_CU(cuMemsetD32(b_, 0, n));
+  Run(graph);
+  EXPECT_EQ(Read<int>(a_, n)[0], 3);
+  EXPECT_EQ(Read<int>(b_, n)[0], 4);
+
+  // A moved child is the node's graph itself.
+  CUgraph moved = nullptr;
+  ASSERT_CU(cuGraphCreate(&moved, 0));
+  CUgraphNodeParams params{};
+  params.type = CU_GRAPH_NODE_TYPE_GRAPH;
+  params.graph.graph = moved;
+  params.graph.ownership = CU_GRAPH_CHILD_GRAPH_OWNERSHIP_MOVE;
+  CUgraphNode moved_node = nullptr;
+  ASSERT_CU(cuGraphAddNode(&moved_node, graph, &node, nullptr, 1, &params));
+  ASSERT_CU(cuGraphChildGraphNodeGetGraph(moved_node, &again));
+  EXPECT_EQ(again, moved);
+  // The node's graph goes with the node.
+  ASSERT_CU(cuGraphDestroyNode(node));
+  EXPECT_EQ(cuGraphGetNodes(inner, nullptr, &count), CUDA_ERROR_INVALID_VALUE);
+  ASSERT_CU(cuGraphDestroy(graph));
+  EXPECT_EQ(cuGraphGetNodes(moved, nullptr, &count), CUDA_ERROR_INVALID_VALUE);
+  ASSERT_CU(cuGraphDestroy(child));
+}
+
+TEST_F(GraphStructureTest, DisabledNodesDoNotRun) {
+  BuiltGraph built;
+  Build(&built);
+  CUgraphExec exec = nullptr;
+  ASSERT_CU(cuGraphInstantiateWithFlags(&exec, built.graph, 0));
+  unsigned int enabled = 7;
+  ASSERT_CU(cuGraphNodeGetEnabled(exec, built.increment, &enabled));
+  EXPECT_EQ(enabled, 1u);
+  ASSERT_CU(cuGraphNodeSetEnabled(exec, built.increment, 0));
+  ASSERT_CU(cuGraphNodeGetEnabled(exec, built.increment, &enabled));
+  EXPECT_EQ(enabled, 0u);
+  ASSERT_CU(cuGraphLaunch(exec, stream_));
+  ASSERT_CU(cuStreamSynchronize(stream_));
+  EXPECT_EQ(Read<int>(a_, n)[0], 5);
+  ASSERT_CU(cuGraphNodeSetEnabled(exec, built.increment, 1));
+  ASSERT_CU(cuGraphLaunch(exec, stream_));
+  ASSERT_CU(cuStreamSynchronize(stream_));
+  EXPECT_EQ(Read<int>(a_, n)[0], 6);
+  EXPECT_EQ(cuGraphNodeSetEnabled(exec, built.join, 0), CUDA_ERROR_INVALID_VALUE);  // empty nodes cannot be
+  EXPECT_EQ(cuGraphNodeGetEnabled(exec, built.join, nullptr), CUDA_ERROR_INVALID_VALUE);
+  EXPECT_EQ(cuGraphNodeGetEnabled(nullptr, built.join, &enabled), CUDA_ERROR_INVALID_VALUE);
+  ASSERT_CU(cuGraphExecDestroy(exec));
+  ASSERT_CU(cuGraphDestroy(built.graph));
+}
+
+TEST_F(GraphStructureTest, DotFilesAreWrittenAtTheApplicationsPath) {
+  BuiltGraph built;
+  Build(&built);
+  const std::string path = ::testing::TempDir() + "/curelay-graph-test.dot";
+  std::remove(path.c_str());
+  ASSERT_CU(cuGraphDebugDotPrint(built.graph, path.c_str(), 0));
+  std::ifstream file(path);
+  std::stringstream text;
+  text << file.rdbuf();
+  EXPECT_NE(text.str().find("digraph"), std::string::npos);
+  EXPECT_EQ(cuGraphDebugDotPrint(built.graph, nullptr, 0), CUDA_ERROR_INVALID_VALUE);
+  EXPECT_EQ(cuGraphDebugDotPrint(built.graph, "/nonexistent-directory/graph.dot", 0), CUDA_ERROR_OPERATING_SYSTEM);
+  std::remove(path.c_str());
+  ASSERT_CU(cuGraphDestroy(built.graph));
+}
+
+TEST_F(GraphStructureTest, KernelNodeParametersReadBackAndSet) {
+  BuiltGraph built;
+  Build(&built);
+  CUDA_KERNEL_NODE_PARAMS params{};
+  ASSERT_CU(cuGraphKernelNodeGetParams(built.increment, &params));
+  EXPECT_EQ(params.func, increment_);
+  EXPECT_EQ(params.gridDimX, static_cast<unsigned>((n + 127) / 128));
+  EXPECT_EQ(params.blockDimX, 128u);
+  EXPECT_EQ(params.extra, nullptr);
+  ASSERT_NE(params.kernelParams, nullptr);
+  EXPECT_EQ(*static_cast<CUdeviceptr*>(params.kernelParams[0]), a_);
+  EXPECT_EQ(*static_cast<int*>(params.kernelParams[1]), n);
+  CUDA_KERNEL_NODE_PARAMS again{};
+  ASSERT_CU(cuGraphKernelNodeGetParams(built.increment, &again));
+  EXPECT_EQ(again.kernelParams, params.kernelParams);  // the node's storage, stable while unchanged
+  CUDA_MEMSET_NODE_PARAMS memset{};
+  EXPECT_EQ(cuGraphKernelNodeGetParams(built.set_a, &params), CUDA_ERROR_INVALID_VALUE);
+  EXPECT_EQ(cuGraphMemsetNodeGetParams(built.increment, &memset), CUDA_ERROR_INVALID_VALUE);
+
+  // The node increments b now: in graphs instantiated from here on.
+  int count = n;
+  void* arguments[] = {&b_, &count};
+  const CUDA_KERNEL_NODE_PARAMS increment_b = KernelOf(increment_, arguments, n);
+  ASSERT_CU(cuGraphKernelNodeSetParams(built.increment, &increment_b));
+  ASSERT_CU(cuGraphKernelNodeGetParams(built.increment, &params));
+  EXPECT_EQ(*static_cast<CUdeviceptr*>(params.kernelParams[0]), b_);
+  Run(built.graph);
+  EXPECT_EQ(Read<int>(a_, n)[0], 5);
+  EXPECT_EQ(Read<int>(b_, n)[0], 2);
+
+  // The older structure, through its exported name.
+  using GetV1 = CUresult (*)(CUgraphNode, CUDA_KERNEL_NODE_PARAMS_v1*);
+  const auto get_v1 = Symbol<GetV1>("cuGraphKernelNodeGetParams");
+  ASSERT_NE(get_v1, nullptr);
+  CUDA_KERNEL_NODE_PARAMS_v1 old{};
+  ASSERT_CU(get_v1(built.increment, &old));
+  EXPECT_EQ(old.func, increment_);
+  EXPECT_EQ(*static_cast<CUdeviceptr*>(old.kernelParams[0]), b_);
+
+  // Attributes, and copying them to another kernel node.
+  CUkernelNodeAttrValue priority{};
+  priority.priority = 3;
+  ASSERT_CU(cuGraphKernelNodeSetAttribute(built.increment, CU_KERNEL_NODE_ATTRIBUTE_PRIORITY, &priority));
+  CUkernelNodeAttrValue read{};
+  ASSERT_CU(cuGraphKernelNodeGetAttribute(built.increment, CU_KERNEL_NODE_ATTRIBUTE_PRIORITY, &read));
+  EXPECT_EQ(read.priority, 3);
+  CUgraphNode other = nullptr;
+  ASSERT_CU(cuGraphAddKernelNode(&other, built.graph, nullptr, 0, &increment_b));
+  ASSERT_CU(cuGraphKernelNodeCopyAttributes(other, built.increment));
+  read = {};
+  ASSERT_CU(cuGraphKernelNodeGetAttribute(other, CU_KERNEL_NODE_ATTRIBUTE_PRIORITY, &read));
+  EXPECT_EQ(read.priority, 3);
+  EXPECT_EQ(cuGraphKernelNodeCopyAttributes(other, built.set_a), CUDA_ERROR_INVALID_VALUE);
+  ASSERT_CU(cuGraphDestroy(built.graph));
+}
+
+TEST_F(GraphStructureTest, CapturedNodesAnswerTheirParameters) {
+  CUdeviceptr a, b, c, d, e;
+  for (CUdeviceptr* p : {&a, &b, &c, &d, &e}) ASSERT_CU(cuMemAlloc(p, n * sizeof(float)));
+  CUgraph graph = nullptr;
+  CaptureSmallGraph(a, b, c, d, e, n, &graph);
+  std::vector<CUgraphNode> nodes(5);
+  size_t count = nodes.size();
+  ASSERT_CU(cuGraphGetNodes(graph, nodes.data(), &count));
+  ASSERT_EQ(count, 5u);
+  CUDA_MEMSET_NODE_PARAMS memset{};
+  ASSERT_CU(cuGraphMemsetNodeGetParams(nodes[0], &memset));
+  EXPECT_EQ(memset.dst, d);
+  EXPECT_EQ(memset.value, 7u);
+  EXPECT_EQ(memset.elementSize, 4u);
+  EXPECT_EQ(memset.width, static_cast<size_t>(n));
+  CUDA_KERNEL_NODE_PARAMS kernel{};
+  ASSERT_CU(cuGraphKernelNodeGetParams(nodes[3], &kernel));
+  EXPECT_EQ(kernel.func, add_);
+  ASSERT_NE(kernel.kernelParams, nullptr);
+  EXPECT_EQ(*static_cast<CUdeviceptr*>(kernel.kernelParams[0]), a);
+  EXPECT_EQ(*static_cast<CUdeviceptr*>(kernel.kernelParams[2]), c);
+  EXPECT_EQ(*static_cast<int*>(kernel.kernelParams[3]), n);
+  CUDA_MEMCPY3D copy{};
+  ASSERT_CU(cuGraphMemcpyNodeGetParams(nodes[4], &copy));
+  EXPECT_EQ(copy.srcDevice, c);
+  EXPECT_EQ(copy.dstDevice, e);
+  EXPECT_EQ(copy.WidthInBytes, n * sizeof(float));
+  ASSERT_CU(cuGraphDestroy(graph));
+  for (CUdeviceptr p : {a, b, c, d, e}) ASSERT_CU(cuMemFree(p));
+}
+
+TEST_F(GraphStructureTest, MemsetAndMemcpyNodeParameters) {
+  CUgraph graph = nullptr;
+  ASSERT_CU(cuGraphCreate(&graph, 0));
+  const CUDA_MEMSET_NODE_PARAMS nine = MemsetOf(a_, 9, n);
+  CUgraphNode set = nullptr, copy = nullptr;
+  ASSERT_CU(cuGraphAddMemsetNode(&set, graph, nullptr, 0, &nine, context_));
+  CUDA_MEMCPY3D a_to_b{};
+  a_to_b.srcMemoryType = a_to_b.dstMemoryType = CU_MEMORYTYPE_DEVICE;
+  a_to_b.srcDevice = a_;
+  a_to_b.dstDevice = b_;
+  a_to_b.WidthInBytes = n * sizeof(int);
+  a_to_b.Height = a_to_b.Depth = 1;
+  ASSERT_CU(cuGraphAddMemcpyNode(&copy, graph, &set, 1, &a_to_b, context_));
+  CUDA_MEMSET_NODE_PARAMS memset{};
+  ASSERT_CU(cuGraphMemsetNodeGetParams(set, &memset));
+  EXPECT_EQ(memset.dst, a_);
+  EXPECT_EQ(memset.value, 9u);
+  CUDA_MEMCPY3D read{};
+  ASSERT_CU(cuGraphMemcpyNodeGetParams(copy, &read));
+  EXPECT_EQ(std::memcmp(&read, &a_to_b, sizeof(read)), 0);
+  Run(graph);
+  EXPECT_EQ(Read<int>(b_, n)[n - 1], 9);
+
+  // New parameters: the memset through its own call, the copy through the generic one.
+  const CUDA_MEMSET_NODE_PARAMS twelve = MemsetOf(a_, 12, n);
+  ASSERT_CU(cuGraphMemsetNodeSetParams(set, &twelve));
+  ASSERT_CU(cuGraphMemsetNodeGetParams(set, &memset));
+  EXPECT_EQ(memset.value, 12u);
+  CUgraphNodeParams generic{};
+  generic.type = CU_GRAPH_NODE_TYPE_MEMCPY;
+  generic.memcpy.copyParams = a_to_b;
+  generic.memcpy.copyParams.WidthInBytes = n / 2 * sizeof(int);  // half of it
+  ASSERT_CU(cuGraphNodeSetParams(copy, &generic));
+  ASSERT_CU(cuMemsetD32(b_, 0, n));
+  Run(graph);
+  const auto copied = Read<int>(b_, n);
+  EXPECT_EQ(copied[0], 12);
+  EXPECT_EQ(copied[n - 1], 0);
+  generic.type = CU_GRAPH_NODE_TYPE_MEMSET;
+  EXPECT_EQ(cuGraphNodeSetParams(copy, &generic), CUDA_ERROR_INVALID_VALUE);  // not the node's type
+  EXPECT_EQ(cuGraphMemsetNodeSetParams(copy, &twelve), CUDA_ERROR_INVALID_VALUE);
+  ASSERT_CU(cuGraphDestroy(graph));
+}
+
+TEST_F(GraphStructureTest, ExecutableGraphsUpdatedFromAnotherGraph) {
+  BuiltGraph built;
+  Build(&built);
+  CUgraphExec exec = nullptr;
+  ASSERT_CU(cuGraphInstantiateWithFlags(&exec, built.graph, 0));
+  // A clone with other parameters updates the executable graph.
+  CUgraph clone = nullptr;
+  ASSERT_CU(cuGraphClone(&clone, built.graph));
+  CUgraphNode cloned_set = nullptr;
+  ASSERT_CU(cuGraphNodeFindInClone(&cloned_set, built.set_a, clone));
+  const CUDA_MEMSET_NODE_PARAMS twenty = MemsetOf(a_, 20, n);
+  ASSERT_CU(cuGraphMemsetNodeSetParams(cloned_set, &twenty));
+  CUgraphExecUpdateResultInfo info{};
+  ASSERT_CU(cuGraphExecUpdate(exec, clone, &info));
+  EXPECT_EQ(info.result, CU_GRAPH_EXEC_UPDATE_SUCCESS);
+  EXPECT_EQ(info.errorNode, nullptr);
+  ASSERT_CU(cuGraphLaunch(exec, stream_));
+  ASSERT_CU(cuStreamSynchronize(stream_));
+  EXPECT_EQ(Read<int>(a_, n)[0], 21);
+
+  // Another topology is refused, naming the node, and changes nothing.
+  CUgraph different = nullptr;
+  ASSERT_CU(cuGraphClone(&different, built.graph));
+  CUgraphNode join = nullptr;
+  ASSERT_CU(cuGraphNodeFindInClone(&join, built.join, different));
+  ASSERT_CU(cuGraphDestroyNode(join));
+  CUgraphNode extra = nullptr;
+  ASSERT_CU(cuGraphAddEmptyNode(&extra, different, nullptr, 0));
+  EXPECT_EQ(cuGraphExecUpdate(exec, different, &info), CUDA_ERROR_GRAPH_EXEC_UPDATE_FAILURE);
+  EXPECT_EQ(info.result, CU_GRAPH_EXEC_UPDATE_ERROR_TOPOLOGY_CHANGED);
+  // A node of another type, through the older exported form.
+  CUgraph retyped = nullptr;
+  ASSERT_CU(cuGraphClone(&retyped, built.graph));
+  CUgraphNode retyped_join = nullptr;
+  ASSERT_CU(cuGraphNodeFindInClone(&retyped_join, built.join, retyped));
+  ASSERT_CU(cuGraphDestroyNode(retyped_join));
+  CUgraphNode replacement = nullptr, retyped_increment = nullptr, retyped_b = nullptr;
+  ASSERT_CU(cuGraphNodeFindInClone(&retyped_increment, built.increment, retyped));
+  ASSERT_CU(cuGraphNodeFindInClone(&retyped_b, built.set_b, retyped));
+  const CUgraphNode both[] = {retyped_increment, retyped_b};
+  const CUDA_MEMSET_NODE_PARAMS zero = MemsetOf(b_, 0, n);
+  ASSERT_CU(cuGraphAddMemsetNode(&replacement, retyped, both, 2, &zero, context_));
+  using UpdateV1 = CUresult (*)(CUgraphExec, CUgraph, CUgraphNode*, CUgraphExecUpdateResult*);
+  const auto update_v1 = Symbol<UpdateV1>("cuGraphExecUpdate");
+  ASSERT_NE(update_v1, nullptr);
+  CUgraphNode error_node = nullptr;
+  CUgraphExecUpdateResult result = CU_GRAPH_EXEC_UPDATE_SUCCESS;
+  EXPECT_EQ(update_v1(exec, retyped, &error_node, &result), CUDA_ERROR_GRAPH_EXEC_UPDATE_FAILURE);
+  EXPECT_EQ(result, CU_GRAPH_EXEC_UPDATE_ERROR_NODE_TYPE_CHANGED);
+  EXPECT_EQ(error_node, replacement);
+  ASSERT_CU(cuGraphLaunch(exec, stream_));
+  ASSERT_CU(cuStreamSynchronize(stream_));
+  EXPECT_EQ(Read<int>(a_, n)[0], 21);  // still the clone's parameters
+  EXPECT_EQ(cuGraphExecUpdate(exec, clone, nullptr), CUDA_ERROR_INVALID_VALUE);
+
+  // The generic per-node update of an executable graph.
+  CUgraphNodeParams generic{};
+  generic.type = CU_GRAPH_NODE_TYPE_MEMSET;
+  const CUDA_MEMSET_NODE_PARAMS thirty = MemsetOf(a_, 30, n);
+  std::memcpy(&generic.memset, &thirty, sizeof(thirty));
+  ASSERT_CU(cuGraphExecNodeSetParams(exec, built.set_a, &generic));
+  ASSERT_CU(cuGraphLaunch(exec, stream_));
+  ASSERT_CU(cuStreamSynchronize(stream_));
+  EXPECT_EQ(Read<int>(a_, n)[0], 31);
+  for (CUgraph graph : {retyped, different, clone, built.graph}) ASSERT_CU(cuGraphDestroy(graph));
+  ASSERT_CU(cuGraphExecDestroy(exec));
+}
+
+TEST_F(GraphStructureTest, ChildGraphNodesOfExecutableGraphsTakeAnotherGraph) {
+  CUgraph child = nullptr, replacement = nullptr, graph = nullptr;
+  for (CUgraph* made : {&child, &replacement, &graph}) ASSERT_CU(cuGraphCreate(made, 0));
+  const CUDA_MEMSET_NODE_PARAMS three = MemsetOf(a_, 3, n), eight = MemsetOf(a_, 8, n);
+  CUgraphNode set = nullptr, node = nullptr;
+  ASSERT_CU(cuGraphAddMemsetNode(&set, child, nullptr, 0, &three, context_));
+  ASSERT_CU(cuGraphAddMemsetNode(&set, replacement, nullptr, 0, &eight, context_));
+  ASSERT_CU(cuGraphAddChildGraphNode(&node, graph, nullptr, 0, child));
+  CUgraphExec exec = nullptr;
+  ASSERT_CU(cuGraphInstantiateWithFlags(&exec, graph, 0));
+  ASSERT_CU(cuGraphExecChildGraphNodeSetParams(exec, node, replacement));
+  ASSERT_CU(cuGraphLaunch(exec, stream_));
+  ASSERT_CU(cuStreamSynchronize(stream_));
+  EXPECT_EQ(Read<int>(a_, n)[0], 8);
+  CUgraphNode empty = nullptr;
+  ASSERT_CU(cuGraphAddEmptyNode(&empty, replacement, nullptr, 0));
+  EXPECT_EQ(cuGraphExecChildGraphNodeSetParams(exec, node, replacement), CUDA_ERROR_INVALID_VALUE);  // topology
+  EXPECT_EQ(cuGraphExecChildGraphNodeSetParams(exec, node, nullptr), CUDA_ERROR_INVALID_VALUE);
+  ASSERT_CU(cuGraphExecDestroy(exec));
+  for (CUgraph made : {graph, replacement, child}) ASSERT_CU(cuGraphDestroy(made));
+}
+
+TEST_F(GraphStructureTest, EventRecordAndWaitNodes) {
+  CUevent first = nullptr, second = nullptr;
+  ASSERT_CU(cuEventCreate(&first, CU_EVENT_DEFAULT));
+  ASSERT_CU(cuEventCreate(&second, CU_EVENT_DEFAULT));
+  CUgraph graph = nullptr;
+  ASSERT_CU(cuGraphCreate(&graph, 0));
+  CUgraphNode record = nullptr, wait = nullptr, set = nullptr, last = nullptr;
+  ASSERT_CU(cuGraphAddEventRecordNode(&record, graph, nullptr, 0, first));
+  const CUDA_MEMSET_NODE_PARAMS four = MemsetOf(a_, 4, n);
+  ASSERT_CU(cuGraphAddMemsetNode(&set, graph, &record, 1, &four, context_));
+  ASSERT_CU(cuGraphAddEventWaitNode(&wait, graph, &set, 1, first));
+  CUgraphNodeParams generic{};
+  generic.type = CU_GRAPH_NODE_TYPE_EVENT_RECORD;
+  generic.eventRecord.event = second;
+  ASSERT_CU(cuGraphAddNode(&last, graph, &wait, nullptr, 1, &generic));
+  CUgraphNodeType type;
+  ASSERT_CU(cuGraphNodeGetType(wait, &type));
+  EXPECT_EQ(type, CU_GRAPH_NODE_TYPE_WAIT_EVENT);
+  CUevent event = nullptr;
+  ASSERT_CU(cuGraphEventRecordNodeGetEvent(record, &event));
+  EXPECT_EQ(event, first);
+  ASSERT_CU(cuGraphEventWaitNodeGetEvent(wait, &event));
+  EXPECT_EQ(event, first);
+  ASSERT_CU(cuGraphEventRecordNodeGetEvent(last, &event));
+  EXPECT_EQ(event, second);
+  EXPECT_EQ(cuGraphEventWaitNodeGetEvent(record, &event), CUDA_ERROR_INVALID_VALUE);  // a record node
+  CUgraphNode stray = nullptr;
+  EXPECT_EQ(cuGraphAddEventRecordNode(&stray, graph, nullptr, 0, nullptr), CUDA_ERROR_INVALID_VALUE);
+
+  CUgraphExec exec = nullptr;
+  ASSERT_CU(cuGraphInstantiateWithFlags(&exec, graph, 0));
+  ASSERT_CU(cuGraphLaunch(exec, stream_));
+  ASSERT_CU(cuEventSynchronize(second));
+  EXPECT_EQ(Read<int>(a_, n)[0], 4);
+  float milliseconds = -1;
+  ASSERT_CU(cuEventElapsedTime(&milliseconds, first, second));
+  EXPECT_GE(milliseconds, 0.0f);
+
+  // The record node's event changed: in the graph, and in the executable graph only.
+  ASSERT_CU(cuGraphEventRecordNodeSetEvent(record, second));
+  ASSERT_CU(cuGraphEventRecordNodeGetEvent(record, &event));
+  EXPECT_EQ(event, second);
+  ASSERT_CU(cuGraphEventWaitNodeSetEvent(wait, second));
+  ASSERT_CU(cuGraphExecEventRecordNodeSetEvent(exec, last, first));
+  ASSERT_CU(cuGraphExecEventWaitNodeSetEvent(exec, wait, first));
+  generic.eventRecord.event = first;
+  ASSERT_CU(cuGraphExecNodeSetParams(exec, record, &generic));
+  ASSERT_CU(cuGraphEventRecordNodeGetEvent(last, &event));
+  EXPECT_EQ(event, second);  // the graph's node kept its event
+  ASSERT_CU(cuGraphLaunch(exec, stream_));
+  ASSERT_CU(cuStreamSynchronize(stream_));
+  ASSERT_CU(cuEventQuery(first));
+  ASSERT_CU(cuGraphExecDestroy(exec));
+  ASSERT_CU(cuGraphDestroy(graph));
+  ASSERT_CU(cuEventDestroy(first));
+  ASSERT_CU(cuEventDestroy(second));
 }
 
 }  // namespace

@@ -1,0 +1,250 @@
+"""cuda-python's driver bindings building a CUDA graph by hand: kernel, memset, device-to-device memcpy and event
+nodes; structure queries, parameters read back and set, a clone, an executable-graph update, launches.
+
+Run natively and through curelay (like tests/gpu/cuda_python_driver.py, by tests/gpu/run_cuda_python.sh with this
+script): every step prints one deterministic line (results, error codes, counts, checksums; never addresses), so the
+two runs can be compared line by line. Argument: the test kernels' PTX (build/kernels/test_kernels.ptx).
+"""
+import ctypes
+import hashlib
+import struct
+import sys
+
+from cuda.bindings import driver
+
+N = 4096
+
+
+def check(result):
+    error, *values = result if isinstance(result, tuple) else (result,)
+    if error != driver.CUresult.CUDA_SUCCESS:
+        raise RuntimeError(f"CUDA error {error}")
+    return values[0] if len(values) == 1 else values
+
+
+def step(name, thunk):
+    """One line per step: its result (or the binding's exception), identical natively and through curelay."""
+    try:
+        print(name, thunk())
+    except Exception as error:  # noqa: BLE001 - the text is what gets compared
+        print(name, "raised", type(error).__name__, error)
+
+
+def nodes_of(result):
+    """A two-call query's answer, whatever the bindings' version adds in between (edge data): error, nodes, count."""
+    return result[0], list(result[1]), int(result[-1])
+
+
+def read_words(pointer):
+    out = bytearray(4 * N)
+    check(driver.cuMemcpyDtoH(out, pointer, 4 * N))
+    return struct.unpack(f"{N}i", out)
+
+
+def digest(pointer):
+    words = read_words(pointer)
+    return f"first {words[0]} last {words[-1]} sha {hashlib.sha256(struct.pack(f'{N}i', *words)).hexdigest()[:16]}"
+
+
+class KernelArguments:
+    """increment_i32(int* p, int n): the argument values and the pointer array kernelParams names."""
+
+    def __init__(self, pointer, count):
+        self.values = [ctypes.c_uint64(int(pointer)), ctypes.c_int(count)]
+        self.array = (ctypes.c_void_p * 2)(*[ctypes.addressof(value) for value in self.values])
+
+    def address(self):
+        return ctypes.addressof(self.array)
+
+
+def kernel_params(function, arguments):
+    params = driver.CUDA_KERNEL_NODE_PARAMS()
+    params.func = function
+    params.gridDimX = (N + 127) // 128
+    params.gridDimY = params.gridDimZ = 1
+    params.blockDimX = 128
+    params.blockDimY = params.blockDimZ = 1
+    params.sharedMemBytes = 0
+    params.kernelParams = arguments.address()
+    return params
+
+
+def memset_params(pointer, value):
+    params = driver.CUDA_MEMSET_NODE_PARAMS()
+    params.dst = pointer
+    params.value = value
+    params.elementSize = 4
+    params.width = N
+    params.height = 1
+    params.pitch = 0
+    return params
+
+
+def copy_params(source, destination, words):
+    params = driver.CUDA_MEMCPY3D()
+    params.srcMemoryType = driver.CUmemorytype.CU_MEMORYTYPE_DEVICE
+    params.srcDevice = source
+    params.dstMemoryType = driver.CUmemorytype.CU_MEMORYTYPE_DEVICE
+    params.dstDevice = destination
+    params.WidthInBytes = 4 * words
+    params.Height = 1
+    params.Depth = 1
+    return params
+
+
+def main(ptx_path):
+    ptx = open(ptx_path, "rb").read() + b"\0"
+    check(driver.cuInit(0))
+    device = check(driver.cuDeviceGet(0))
+    context = check(driver.cuDevicePrimaryCtxRetain(device))
+    check(driver.cuCtxSetCurrent(context))
+    module = check(driver.cuModuleLoadData(ptx))
+    increment = check(driver.cuModuleGetFunction(module, b"increment_i32"))
+    a, b, c = (check(driver.cuMemAlloc(4 * N)) for _ in range(3))
+    for pointer in (a, b, c):
+        check(driver.cuMemsetD32(pointer, 0, N))
+    stream = check(driver.cuStreamCreate(driver.CUstream_flags.CU_STREAM_NON_BLOCKING))
+    start, end = (check(driver.cuEventCreate(driver.CUevent_flags.CU_EVENT_DEFAULT)) for _ in range(2))
+
+    # start -> a = 5 -> a += 1 (kernel) -> c = a (copy) -> end; b = 1 beside it, joined before the end.
+    graph = check(driver.cuGraphCreate(0))
+    record_start = check(driver.cuGraphAddEventRecordNode(graph, None, 0, start))
+    set_a = check(driver.cuGraphAddMemsetNode(graph, [record_start], 1, memset_params(a, 5), context))
+    set_b = check(driver.cuGraphAddMemsetNode(graph, None, 0, memset_params(b, 1), context))
+    arguments = KernelArguments(a, N)
+    add_one = check(driver.cuGraphAddKernelNode(graph, [set_a], 1, kernel_params(increment, arguments)))
+    copy = check(driver.cuGraphAddMemcpyNode(graph, [add_one], 1, copy_params(a, c, N), context))
+    record_end = check(driver.cuGraphAddEventRecordNode(graph, [copy, set_b], 2, end))
+    names = {int(node): name for node, name in [(record_start, "record_start"), (set_a, "set_a"), (set_b, "set_b"),
+                                                 (add_one, "add_one"), (copy, "copy"), (record_end, "record_end")]}
+
+    def named(nodes):
+        return sorted(names.get(int(node), "?") for node in nodes)
+
+    def dependencies(node):
+        error, _, count = nodes_of(driver.cuGraphNodeGetDependencies(node, 0))
+        error, found, count = nodes_of(driver.cuGraphNodeGetDependencies(node, count))
+        return error, count, named(found[:count])
+
+    def dependents(node):
+        error, _, count = nodes_of(driver.cuGraphNodeGetDependentNodes(node, 0))
+        error, found, count = nodes_of(driver.cuGraphNodeGetDependentNodes(node, count))
+        return error, count, named(found[:count])
+
+    def roots():
+        error, _, count = nodes_of(driver.cuGraphGetRootNodes(graph, 0))
+        error, found, count = nodes_of(driver.cuGraphGetRootNodes(graph, count))
+        return error, count, named(found[:count])
+
+    def edges():
+        counted = driver.cuGraphGetEdges(graph, 0)
+        count = int(counted[-1])
+        answer = driver.cuGraphGetEdges(graph, count)
+        pairs = sorted(f"{names.get(int(source), '?')}->{names.get(int(target), '?')}"
+                       for source, target in zip(list(answer[1])[:count], list(answer[2])[:count]))
+        return answer[0], count, pairs
+
+    def node_count(of):
+        return int(check(driver.cuGraphGetNodes(of, 0))[-1])
+
+    step("graph_nodes", lambda: node_count(graph))
+    step("root_nodes", roots)
+    step("dependencies_of_record_end", lambda: dependencies(record_end))
+    step("dependents_of_set_a", lambda: dependents(set_a))
+    step("edges", edges)
+    step("node_type_of_record_end", lambda: check(driver.cuGraphNodeGetType(record_end)))
+
+    def kernel_readback():
+        params = check(driver.cuGraphKernelNodeGetParams(add_one))
+        pointers = ctypes.cast(int(params.kernelParams), ctypes.POINTER(ctypes.c_void_p))
+        count = ctypes.c_int.from_address(pointers[1]).value
+        target = ctypes.c_uint64.from_address(pointers[0]).value == int(a)
+        return (int(params.func) == int(increment), params.gridDimX, params.blockDimX, count, target)
+
+    def memset_readback():
+        params = check(driver.cuGraphMemsetNodeGetParams(set_b))
+        return (params.value, params.elementSize, params.width, int(params.dst) == int(b))
+
+    def memcpy_readback():
+        params = check(driver.cuGraphMemcpyNodeGetParams(copy))
+        return (params.WidthInBytes, params.Height, int(params.srcDevice) == int(a), int(params.dstDevice) == int(c))
+
+    def event_readback():
+        return (int(check(driver.cuGraphEventRecordNodeGetEvent(record_start))) == int(start),
+                int(check(driver.cuGraphEventRecordNodeGetEvent(record_end))) == int(end))
+
+    step("kernel_node_params", kernel_readback)
+    step("memset_node_params", memset_readback)
+    step("memcpy_node_params", memcpy_readback)
+    step("event_node_events", event_readback)
+
+    executable = check(driver.cuGraphInstantiateWithFlags(graph, 0))
+
+    def launch(exec_graph):
+        check(driver.cuGraphLaunch(exec_graph, stream))
+        check(driver.cuStreamSynchronize(stream))
+        return f"a {digest(a)} | b {digest(b)} | c {digest(c)}"
+
+    step("launch_1", lambda: launch(executable))
+    step("events_complete", lambda: (driver.cuEventQuery(start)[0], driver.cuEventQuery(end)[0]))
+    step("elapsed_time_nonnegative", lambda: check(driver.cuEventElapsedTime(start, end)) >= 0.0)
+
+    # Parameters set on the graph: b = 7, and the kernel increments c (after the copy it already read a).
+    step("memset_set_params", lambda: driver.cuGraphMemsetNodeSetParams(set_b, memset_params(b, 7))[0])
+    arguments_c = KernelArguments(c, N // 2)
+    step("kernel_set_params", lambda: driver.cuGraphKernelNodeSetParams(add_one, kernel_params(increment, arguments_c))[0])
+    step("memcpy_set_params", lambda: driver.cuGraphMemcpyNodeSetParams(copy, copy_params(a, c, N // 4))[0])
+    step("kernel_node_count_after_set", lambda: kernel_readback()[3])
+
+    # A clone, its nodes found, one changed; then the executable graph updated from it.
+    clone = check(driver.cuGraphClone(graph))
+    step("clone_nodes", lambda: node_count(clone))
+    cloned_set_a = check(driver.cuGraphNodeFindInClone(set_a, clone))
+    step("cloned_node_type", lambda: check(driver.cuGraphNodeGetType(cloned_set_a)))
+    step("clone_memset_set_params", lambda: driver.cuGraphMemsetNodeSetParams(cloned_set_a, memset_params(a, 40))[0])
+
+    def update(with_graph):
+        answer = driver.cuGraphExecUpdate(executable, with_graph)
+        info = answer[1]
+        return answer[0], info.result, info.errorNode is not None and int(info.errorNode) != 0
+
+    step("exec_update_from_clone", lambda: update(clone))
+    step("launch_2", lambda: launch(executable))
+
+    # An executable graph made from the edited graph, and one of its nodes disabled.
+    edited = check(driver.cuGraphInstantiateWithFlags(graph, 0))
+    step("launch_edited", lambda: launch(edited))
+    step("disable_kernel", lambda: driver.cuGraphNodeSetEnabled(edited, add_one, 0)[0])
+    step("kernel_enabled", lambda: check(driver.cuGraphNodeGetEnabled(edited, add_one)))
+    step("launch_disabled", lambda: launch(edited))
+
+    # Structure edits: an extra edge set_b -> set_a, then removed; a node destroyed.
+    step("add_dependency", lambda: driver.cuGraphAddDependencies(graph, [set_b], [set_a], 1)[0])
+    step("dependencies_of_set_a", lambda: dependencies(set_a))
+    step("add_dependency_again", lambda: driver.cuGraphAddDependencies(graph, [set_b], [set_a], 1)[0])
+    step("remove_dependency", lambda: driver.cuGraphRemoveDependencies(graph, [set_b], [set_a], 1)[0])
+    step("root_nodes_after_edit", roots)
+    step("destroy_node", lambda: driver.cuGraphDestroyNode(set_b)[0])
+    step("graph_nodes_after_destroy", lambda: node_count(graph))
+    step("dependencies_of_record_end_after_destroy", lambda: dependencies(record_end))
+
+    # A topology the executable graph cannot take.
+    step("exec_update_other_topology", lambda: update(graph))
+
+    for exec_graph in (executable, edited):
+        check(driver.cuGraphExecDestroy(exec_graph))
+    check(driver.cuGraphDestroy(clone))
+    check(driver.cuGraphDestroy(graph))
+    for event in (start, end):
+        check(driver.cuEventDestroy(event))
+    for pointer in (a, b, c):
+        check(driver.cuMemFree(pointer))
+    check(driver.cuStreamDestroy(stream))
+    check(driver.cuModuleUnload(module))
+    check(driver.cuDevicePrimaryCtxRelease(device))
+    print("ok")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1]))
