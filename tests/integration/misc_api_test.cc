@@ -127,5 +127,227 @@ TEST_F(MiscApiTest, LocationPoolCallsAreTheDevicePools) {
   EXPECT_EQ(cuMemGetMemPool(&current, &missing, CU_MEM_ALLOCATION_TYPE_PINNED), CUDA_ERROR_INVALID_DEVICE);
 }
 
+// ---- 3D peer copies ----
+
+// A 3D box from device 0's pitched memory into device 1's, each with its own context, then back into a page-locked
+// host buffer through the host-side path.
+TEST_F(MiscApiTest, Memcpy3DPeerCopiesABoxBetweenDevices) {
+  constexpr size_t kWidth = 48, kRows = 6, kSlices = 3, kPitch = 64;
+  const size_t bytes = kPitch * kRows * kSlices;
+  std::vector<uint8_t> source(bytes);
+  for (size_t i = 0; i < bytes; ++i) source[i] = static_cast<uint8_t>(i * 7 + 3);
+  CUdeviceptr src = 0;
+  ASSERT_CU(cuMemAlloc(&src, bytes));
+  ASSERT_CU(cuMemcpyHtoD(src, source.data(), bytes));
+  CUcontext peer_context = nullptr;
+  ASSERT_CU(cuDevicePrimaryCtxRetain(&peer_context, 1));
+  ASSERT_CU(cuCtxPushCurrent(peer_context));
+  CUdeviceptr dst = 0;
+  ASSERT_CU(cuMemAlloc(&dst, bytes));
+  ASSERT_CU(cuMemsetD8(dst, 0, bytes));
+  CUcontext popped = nullptr;
+  ASSERT_CU(cuCtxPopCurrent(&popped));
+
+  CUDA_MEMCPY3D_PEER copy{};
+  copy.srcMemoryType = CU_MEMORYTYPE_DEVICE;
+  copy.srcDevice = src;
+  copy.srcContext = context_;
+  copy.srcPitch = kPitch;
+  copy.srcHeight = kRows;
+  copy.dstMemoryType = CU_MEMORYTYPE_DEVICE;
+  copy.dstDevice = dst;
+  copy.dstContext = peer_context;
+  copy.dstPitch = kPitch;
+  copy.dstHeight = kRows;
+  copy.WidthInBytes = kWidth;
+  copy.Height = kRows;
+  copy.Depth = kSlices;
+  ASSERT_CU(cuMemcpy3DPeer(&copy));
+
+  // Back to the host with the async form (the host side takes the strided-copy path).
+  void* pinned = nullptr;
+  ASSERT_CU(cuMemAllocHost(&pinned, bytes));
+  std::memset(pinned, 0xee, bytes);
+  CUDA_MEMCPY3D_PEER back = copy;
+  back.srcDevice = dst;
+  back.srcContext = peer_context;
+  back.dstMemoryType = CU_MEMORYTYPE_HOST;
+  back.dstHost = pinned;
+  back.dstDevice = 0;
+  back.dstContext = nullptr;
+  ASSERT_CU(cuMemcpy3DPeerAsync(&back, stream_));
+  ASSERT_CU(cuStreamSynchronize(stream_));
+  const auto* result = static_cast<const uint8_t*>(pinned);
+  for (size_t slice = 0; slice < kSlices; ++slice) {
+    for (size_t row = 0; row < kRows; ++row) {
+      const size_t offset = (slice * kRows + row) * kPitch;
+      ASSERT_EQ(std::memcmp(result + offset, source.data() + offset, kWidth), 0) << slice << "," << row;
+      EXPECT_EQ(result[offset + kWidth], 0xee);  // beyond the width: untouched
+    }
+  }
+  // A device side with a context this session does not have.
+  copy.dstContext = reinterpret_cast<CUcontext>(&copy);
+  EXPECT_EQ(cuMemcpy3DPeer(&copy), CUDA_ERROR_INVALID_CONTEXT);
+  EXPECT_EQ(cuMemcpy3DPeer(nullptr), CUDA_ERROR_INVALID_VALUE);
+
+  ASSERT_CU(cuMemFreeHost(pinned));
+  ASSERT_CU(cuMemFree(dst));
+  ASSERT_CU(cuMemFree(src));
+  ASSERT_CU(cuDevicePrimaryCtxRelease(1));
+}
+
+// ---- batches of copies ----
+
+// Device to device, pageable and page-locked host to device, device to pageable and page-locked host, in one
+// batch with two attribute sets.
+TEST_F(MiscApiTest, MemcpyBatchMovesEveryKindOfMemory) {
+  constexpr size_t kCount = 5000;
+  const size_t bytes = kCount * sizeof(unsigned);
+  const std::vector<unsigned> pageable_in = Pattern(kCount, 1);
+  void* pinned_in = nullptr;
+  void* pinned_out = nullptr;
+  ASSERT_CU(cuMemAllocHost(&pinned_in, bytes));
+  ASSERT_CU(cuMemAllocHost(&pinned_out, bytes));
+  const std::vector<unsigned> pinned_pattern = Pattern(kCount, 2);
+  std::memcpy(pinned_in, pinned_pattern.data(), bytes);
+  std::vector<unsigned> pageable_out(kCount, 0);
+  CUdeviceptr a = 0, b = 0, c = 0;
+  ASSERT_CU(cuMemAlloc(&a, bytes));
+  ASSERT_CU(cuMemAlloc(&b, bytes));
+  ASSERT_CU(cuMemAlloc(&c, bytes));
+  ASSERT_CU(Fill(stream_, c, 0xc0ffee, kCount));
+
+  // First batch: into device memory (a from pageable memory, b from page-locked memory).
+  CUdeviceptr dsts[] = {a, b};
+  CUdeviceptr srcs[] = {reinterpret_cast<CUdeviceptr>(pageable_in.data()), reinterpret_cast<CUdeviceptr>(pinned_in)};
+  size_t sizes[] = {bytes, bytes};
+  CUmemcpyAttributes attributes[2] = {};
+  attributes[0].srcAccessOrder = CU_MEMCPY_SRC_ACCESS_ORDER_DURING_API_CALL;
+  attributes[1].srcAccessOrder = CU_MEMCPY_SRC_ACCESS_ORDER_STREAM;
+  size_t attribute_indices[] = {0, 1};
+  ASSERT_CU(cuMemcpyBatchAsync(dsts, srcs, sizes, 2, attributes, attribute_indices, 2, stream_));
+  // Second batch: out of device memory (c to b's twin, a to pageable memory, b to page-locked memory).
+  CUdeviceptr d = 0;
+  ASSERT_CU(cuMemAlloc(&d, bytes));
+  CUdeviceptr out_dsts[] = {d, reinterpret_cast<CUdeviceptr>(pageable_out.data()),
+                            reinterpret_cast<CUdeviceptr>(pinned_out)};
+  CUdeviceptr out_srcs[] = {c, a, b};
+  size_t out_sizes[] = {bytes, bytes, bytes};
+  size_t one_index[] = {0};
+  ASSERT_CU(cuMemcpyBatchAsync(out_dsts, out_srcs, out_sizes, 3, &attributes[1], one_index, 1, stream_));
+  ASSERT_CU(cuStreamSynchronize(stream_));
+  EXPECT_EQ(pageable_out, pageable_in);
+  EXPECT_EQ(std::memcmp(pinned_out, pinned_pattern.data(), bytes), 0);
+  std::vector<unsigned> from_d(kCount);
+  ASSERT_CU(cuMemcpyDtoH(from_d.data(), d, bytes));
+  EXPECT_EQ(from_d, std::vector<unsigned>(kCount, 0xc0ffee));
+
+  // The driver's checks: the legacy stream, attribute indices, access orders.
+  EXPECT_EQ(cuMemcpyBatchAsync(dsts, srcs, sizes, 2, attributes, attribute_indices, 2, nullptr),
+            CUDA_ERROR_INVALID_VALUE);
+  size_t bad_indices[] = {1, 0};
+  EXPECT_EQ(cuMemcpyBatchAsync(dsts, srcs, sizes, 2, attributes, bad_indices, 2, stream_), CUDA_ERROR_INVALID_VALUE);
+  CUmemcpyAttributes invalid{};
+  EXPECT_EQ(cuMemcpyBatchAsync(dsts, srcs, sizes, 2, &invalid, one_index, 1, stream_), CUDA_ERROR_INVALID_VALUE);
+  EXPECT_EQ(cuMemcpyBatchAsync(dsts, srcs, sizes, 0, attributes, one_index, 1, stream_), CUDA_ERROR_INVALID_VALUE);
+
+  for (CUdeviceptr ptr : {a, b, c, d}) ASSERT_CU(cuMemFree(ptr));
+  ASSERT_CU(cuMemFreeHost(pinned_in));
+  ASSERT_CU(cuMemFreeHost(pinned_out));
+}
+
+// The per-thread form takes the null stream as the calling thread's default stream, which a batch may use.
+TEST_F(MiscApiTest, MemcpyBatchPerThreadFormTakesTheNullStream) {
+  using BatchPtsz = CUresult (*)(CUdeviceptr*, CUdeviceptr*, size_t*, size_t, CUmemcpyAttributes*, size_t*, size_t,
+                                 CUstream);
+  void* symbol = nullptr;
+  CUdriverProcAddressQueryResult found{};
+  ASSERT_CU(cuGetProcAddress("cuMemcpyBatchAsync", &symbol, 13000, CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM,
+                             &found));
+  ASSERT_NE(symbol, nullptr);
+  const std::vector<unsigned> values = Pattern(256, 3);
+  CUdeviceptr device = 0;
+  ASSERT_CU(cuMemAlloc(&device, values.size() * sizeof(unsigned)));
+  CUdeviceptr dst = device;
+  CUdeviceptr src = reinterpret_cast<CUdeviceptr>(values.data());
+  size_t size = values.size() * sizeof(unsigned);
+  CUmemcpyAttributes attributes{};
+  attributes.srcAccessOrder = CU_MEMCPY_SRC_ACCESS_ORDER_STREAM;
+  size_t index = 0;
+  ASSERT_CU(reinterpret_cast<BatchPtsz>(symbol)(&dst, &src, &size, 1, &attributes, &index, 1, nullptr));
+  std::vector<unsigned> back(values.size());
+  ASSERT_CU(cuMemcpyDtoH(back.data(), device, size));
+  EXPECT_EQ(back, values);
+  ASSERT_CU(cuMemFree(device));
+}
+
+// A 3D batch: a box from pageable host memory into device memory, and from there into a CUDA array and back to
+// page-locked host memory.
+TEST_F(MiscApiTest, Memcpy3DBatchWithPointersAndArrays) {
+  constexpr size_t kWidth = 16, kHeight = 4, kDepth = 2;  // elements (4-byte floats in the array)
+  const size_t bytes = kWidth * kHeight * kDepth * sizeof(float);
+  std::vector<float> source(kWidth * kHeight * kDepth);
+  std::iota(source.begin(), source.end(), 1.0f);
+  CUdeviceptr device = 0;
+  ASSERT_CU(cuMemAlloc(&device, bytes));
+  CUDA_ARRAY3D_DESCRIPTOR descriptor{};
+  descriptor.Width = kWidth;
+  descriptor.Height = kHeight;
+  descriptor.Depth = kDepth;
+  descriptor.Format = CU_AD_FORMAT_FLOAT;
+  descriptor.NumChannels = 1;
+  CUarray array = nullptr;
+  const CUresult made = cuArray3DCreate(&array, &descriptor);
+  ASSERT_CU(made);
+  void* pinned = nullptr;
+  ASSERT_CU(cuMemAllocHost(&pinned, bytes));
+  std::memset(pinned, 0, bytes);
+
+  const auto pointer = [](void* ptr, size_t row_length) {
+    CUmemcpy3DOperand operand{};
+    operand.type = CU_MEMCPY_OPERAND_TYPE_POINTER;
+    operand.op.ptr.ptr = reinterpret_cast<CUdeviceptr>(ptr);
+    operand.op.ptr.rowLength = row_length;
+    return operand;
+  };
+  CUmemcpy3DOperand in_array{};
+  in_array.type = CU_MEMCPY_OPERAND_TYPE_ARRAY;
+  in_array.op.array.array = array;
+  CUDA_MEMCPY3D_BATCH_OP operations[3] = {};
+  // Bytes between pointers: the extent's width is in bytes.
+  operations[0].src = pointer(source.data(), 0);
+  operations[0].dst = pointer(reinterpret_cast<void*>(device), 0);
+  operations[0].extent = {kWidth * sizeof(float), kHeight, kDepth};
+  operations[0].srcAccessOrder = CU_MEMCPY_SRC_ACCESS_ORDER_DURING_API_CALL;
+  ASSERT_CU(cuMemcpy3DBatchAsync(1, operations, 0, stream_));
+  // With an array: elements of the array's size.
+  operations[1].src = pointer(reinterpret_cast<void*>(device), kWidth);
+  operations[1].dst = in_array;
+  operations[1].extent = {kWidth, kHeight, kDepth};
+  operations[1].srcAccessOrder = CU_MEMCPY_SRC_ACCESS_ORDER_STREAM;
+  operations[2].src = in_array;
+  operations[2].dst = pointer(pinned, 0);
+  operations[2].extent = {kWidth, kHeight, kDepth};
+  operations[2].srcAccessOrder = CU_MEMCPY_SRC_ACCESS_ORDER_STREAM;
+  ASSERT_CU(cuMemcpy3DBatchAsync(1, &operations[1], 0, stream_));
+  ASSERT_CU(cuMemcpy3DBatchAsync(1, &operations[2], 0, stream_));
+  ASSERT_CU(cuStreamSynchronize(stream_));
+  EXPECT_EQ(std::memcmp(pinned, source.data(), bytes), 0);
+
+  // The driver's checks: flags, a zero extent, a row length shorter than the width.
+  EXPECT_EQ(cuMemcpy3DBatchAsync(1, operations, 1, stream_), CUDA_ERROR_INVALID_VALUE);
+  CUDA_MEMCPY3D_BATCH_OP empty = operations[0];
+  empty.extent.depth = 0;
+  EXPECT_EQ(cuMemcpy3DBatchAsync(1, &empty, 0, stream_), CUDA_ERROR_INVALID_VALUE);
+  CUDA_MEMCPY3D_BATCH_OP narrow = operations[1];
+  narrow.src.op.ptr.rowLength = kWidth - 1;
+  EXPECT_EQ(cuMemcpy3DBatchAsync(1, &narrow, 0, stream_), CUDA_ERROR_INVALID_VALUE);
+  EXPECT_EQ(cuMemcpy3DBatchAsync(1, operations, 0, CU_STREAM_LEGACY), CUDA_ERROR_INVALID_VALUE);
+
+  ASSERT_CU(cuMemFreeHost(pinned));
+  ASSERT_CU(cuArrayDestroy(array));
+  ASSERT_CU(cuMemFree(device));
+}
+
 }  // namespace
 }  // namespace curelay::testing
