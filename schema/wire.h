@@ -24,6 +24,12 @@ inline constexpr size_t kCopyWindowChunks = 8;
 inline constexpr size_t kSessionKeyBytes = 32;
 // A MirrorUpdate carries at most this many runs (the header stays far below kMaxHeaderBytes); more go in another.
 inline constexpr size_t kMaxMirrorRanges = 2048;
+// A query's buffer (coredump attribute values, atomic capability lists) travels in the header: at most this many
+// bytes of it.
+inline constexpr size_t kMaxQueryBytes = 16 * 1024;
+// Coredump attribute buffers the executor allocates for the driver are at most this large.
+inline constexpr uint64_t kMaxCoredumpBufferBytes = uint64_t{1} << 20;
+
 // Stream handle encoding (see curelay.fbs).
 inline constexpr uint64_t kLegacyStream = 0;
 inline constexpr uint64_t kPerThreadStreamBit = uint64_t{1} << 63;

@@ -349,5 +349,126 @@ TEST_F(MiscApiTest, Memcpy3DBatchWithPointersAndArrays) {
   ASSERT_CU(cuMemFree(device));
 }
 
+// ---- device and context queries ----
+
+TEST_F(MiscApiTest, DeviceGetByPCIBusIdFindsEachDevice) {
+  for (CUdevice device = 0; device < 2; ++device) {
+    char bus_id[32] = {};
+    ASSERT_CU(cuDeviceGetPCIBusId(bus_id, sizeof(bus_id), device));
+    CUdevice found = -1;
+    ASSERT_CU(cuDeviceGetByPCIBusId(&found, bus_id));
+    EXPECT_EQ(found, device) << bus_id;
+    // Without the function, and in upper case.
+    std::string short_form(bus_id);
+    short_form.resize(short_form.size() - 2);
+    for (char& c : short_form) c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
+    ASSERT_CU(cuDeviceGetByPCIBusId(&found, short_form.c_str()));
+    EXPECT_EQ(found, device) << short_form;
+  }
+  CUdevice found = -1;
+  EXPECT_EQ(cuDeviceGetByPCIBusId(&found, "ffff:ff:1f.0"), CUDA_ERROR_INVALID_DEVICE);
+  EXPECT_EQ(cuDeviceGetByPCIBusId(&found, "not a bus id"), CUDA_ERROR_INVALID_VALUE);
+  EXPECT_EQ(cuDeviceGetByPCIBusId(&found, "0000:00"), CUDA_ERROR_INVALID_VALUE);
+  EXPECT_EQ(cuDeviceGetByPCIBusId(nullptr, "0000:00:00.0"), CUDA_ERROR_INVALID_VALUE);
+}
+
+// Each answer is the emulated driver's (tests/emulated_driver/api_device_queries.cc), NOT_SUPPORTED included.
+TEST_F(MiscApiTest, ForwardedQueriesAnswerAsTheExecutorsDriver) {
+  int supported = -1;
+  ASSERT_CU(cuDeviceGetExecAffinitySupport(&supported, CU_EXEC_AFFINITY_TYPE_SM_COUNT, 0));
+  EXPECT_EQ(supported, 0);
+  EXPECT_EQ(cuDeviceGetExecAffinitySupport(&supported, CU_EXEC_AFFINITY_TYPE_MAX, 0), CUDA_ERROR_INVALID_VALUE);
+  EXPECT_EQ(cuDeviceGetExecAffinitySupport(&supported, CU_EXEC_AFFINITY_TYPE_SM_COUNT, 5), CUDA_ERROR_INVALID_DEVICE);
+  CUexecAffinityParam affinity{};
+  ASSERT_CU(cuCtxGetExecAffinity(&affinity, CU_EXEC_AFFINITY_TYPE_SM_COUNT));
+  EXPECT_EQ(affinity.type, CU_EXEC_AFFINITY_TYPE_SM_COUNT);
+  int sm_count = 0;
+  ASSERT_CU(cuDeviceGetAttribute(&sm_count, CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, 0));
+  EXPECT_EQ(affinity.param.smCount.val, static_cast<unsigned>(sm_count));
+
+  const CUatomicOperation operations[] = {CU_ATOMIC_OPERATION_INTEGER_ADD, CU_ATOMIC_OPERATION_FLOAT_ADD,
+                                          CU_ATOMIC_OPERATION_CAS};
+  unsigned capabilities[3] = {99, 99, 99};
+  ASSERT_CU(cuDeviceGetHostAtomicCapabilities(capabilities, operations, 3, 0));
+  EXPECT_EQ(capabilities[0], 0u);
+  EXPECT_EQ(capabilities[2], 0u);
+  ASSERT_CU(cuDeviceGetP2PAtomicCapabilities(capabilities, operations, 3, 0, 1));
+  EXPECT_NE(capabilities[0] & CU_ATOMIC_CAPABILITY_SCALAR_32, 0u);
+  EXPECT_EQ(capabilities[1] & CU_ATOMIC_CAPABILITY_UNSIGNED, 0u);
+  EXPECT_NE(capabilities[2] & CU_ATOMIC_CAPABILITY_SCALAR_64, 0u);
+  EXPECT_EQ(cuDeviceGetP2PAtomicCapabilities(capabilities, operations, 3, 1, 1), CUDA_ERROR_INVALID_DEVICE);
+  const CUatomicOperation unknown[] = {CU_ATOMIC_OPERATION_MAX};
+  EXPECT_EQ(cuDeviceGetHostAtomicCapabilities(capabilities, unknown, 1, 0), CUDA_ERROR_INVALID_VALUE);
+  EXPECT_EQ(cuDeviceGetHostAtomicCapabilities(capabilities, operations, 0, 0), CUDA_ERROR_INVALID_VALUE);
+
+  char luid[8] = {};
+  unsigned node_mask = 0;
+  EXPECT_EQ(cuDeviceGetLuid(luid, &node_mask, 0), CUDA_ERROR_NOT_SUPPORTED);
+  EXPECT_EQ(cuDeviceGetNvSciSyncAttributes(nullptr, 0, CUDA_NVSCISYNC_ATTR_SIGNAL), CUDA_ERROR_NOT_SUPPORTED);
+  int fake_list = 0;
+  EXPECT_EQ(cuDeviceGetNvSciSyncAttributes(&fake_list, 0, CUDA_NVSCISYNC_ATTR_WAIT), CUDA_ERROR_NOT_SUPPORTED);
+  EXPECT_EQ(cuDeviceGetNvSciSyncAttributes(nullptr, 9, CUDA_NVSCISYNC_ATTR_WAIT), CUDA_ERROR_INVALID_DEVICE);
+
+  ASSERT_CU(cuFlushGPUDirectRDMAWrites(CU_FLUSH_GPU_DIRECT_RDMA_WRITES_TARGET_CURRENT_CTX,
+                                       CU_FLUSH_GPU_DIRECT_RDMA_WRITES_TO_OWNER));
+  EXPECT_EQ(cuFlushGPUDirectRDMAWrites(CU_FLUSH_GPU_DIRECT_RDMA_WRITES_TARGET_CURRENT_CTX,
+                                       static_cast<CUflushGPUDirectRDMAWritesScope>(7)),
+            CUDA_ERROR_INVALID_VALUE);
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wdeprecated-declarations"
+  EXPECT_EQ(cuProfilerInitialize("config.txt", "out.csv", CU_OUT_CSV), CUDA_ERROR_NOT_SUPPORTED);
+#pragma GCC diagnostic pop
+}
+
+// Without a current context, the device queries still answer; the context's need one.
+TEST_F(MiscApiTest, DeviceQueriesNeedNoContext) {
+  CUcontext popped = nullptr;
+  ASSERT_CU(cuCtxPopCurrent(&popped));
+  int supported = -1;
+  EXPECT_CU(cuDeviceGetExecAffinitySupport(&supported, CU_EXEC_AFFINITY_TYPE_SM_COUNT, 1));
+  const CUatomicOperation operations[] = {CU_ATOMIC_OPERATION_INTEGER_MAX};
+  unsigned capabilities[1] = {};
+  EXPECT_CU(cuDeviceGetP2PAtomicCapabilities(capabilities, operations, 1, 1, 0));
+  CUexecAffinityParam affinity{};
+  EXPECT_EQ(cuCtxGetExecAffinity(&affinity, CU_EXEC_AFFINITY_TYPE_SM_COUNT), CUDA_ERROR_INVALID_CONTEXT);
+  int enabled = 1;
+  size_t size = sizeof(enabled);
+  EXPECT_CU(cuCoredumpGetAttributeGlobal(CU_COREDUMP_ENABLE_ON_EXCEPTION, &enabled, &size));
+  EXPECT_EQ(cuCoredumpGetAttribute(CU_COREDUMP_ENABLE_ON_EXCEPTION, &enabled, &size), CUDA_ERROR_INVALID_CONTEXT);
+  ASSERT_CU(cuCtxPushCurrent(popped));
+}
+
+// Settings set through curelay are the executor driver's: read back per context and globally, with sizes.
+TEST_F(MiscApiTest, CoredumpSettingsReachTheExecutorsDriver) {
+  char path[64] = "/tmp/curelay-coredump";
+  size_t size = sizeof(path);
+  ASSERT_CU(cuCoredumpSetAttributeGlobal(CU_COREDUMP_FILE, path, &size));
+  char read[128] = {};
+  size = sizeof(read);
+  ASSERT_CU(cuCoredumpGetAttributeGlobal(CU_COREDUMP_FILE, read, &size));
+  EXPECT_STREQ(read, path);
+  EXPECT_EQ(size, std::strlen(path) + 1);
+  // The context inherits the global path until it sets its own.
+  std::memset(read, 0, sizeof(read));
+  size = sizeof(read);
+  ASSERT_CU(cuCoredumpGetAttribute(CU_COREDUMP_FILE, read, &size));
+  EXPECT_STREQ(read, path);
+  int enabled = 1;
+  size = sizeof(enabled);
+  ASSERT_CU(cuCoredumpSetAttribute(CU_COREDUMP_ENABLE_ON_EXCEPTION, &enabled, &size));
+  enabled = 0;
+  ASSERT_CU(cuCoredumpGetAttribute(CU_COREDUMP_ENABLE_ON_EXCEPTION, &enabled, &size));
+  EXPECT_EQ(enabled, 1);
+  ASSERT_CU(cuCoredumpGetAttributeGlobal(CU_COREDUMP_ENABLE_ON_EXCEPTION, &enabled, &size));
+  EXPECT_EQ(enabled, 0);
+  // Too small a buffer, a null size, an unknown setting: the driver's answers.
+  char tiny[4] = {};
+  size = sizeof(tiny);
+  EXPECT_EQ(cuCoredumpGetAttributeGlobal(CU_COREDUMP_FILE, tiny, &size), CUDA_ERROR_INVALID_VALUE);
+  EXPECT_EQ(cuCoredumpGetAttributeGlobal(CU_COREDUMP_FILE, read, nullptr), CUDA_ERROR_INVALID_VALUE);
+  size = sizeof(read);
+  EXPECT_EQ(cuCoredumpGetAttributeGlobal(CU_COREDUMP_MAX, read, &size), CUDA_ERROR_INVALID_VALUE);
+}
+
 }  // namespace
 }  // namespace curelay::testing
