@@ -470,5 +470,58 @@ TEST_F(MiscApiTest, CoredumpSettingsReachTheExecutorsDriver) {
   EXPECT_EQ(cuCoredumpGetAttributeGlobal(CU_COREDUMP_MAX, read, &size), CUDA_ERROR_INVALID_VALUE);
 }
 
+// ---- legacy execution control ----
+
+// fill_u32(unsigned* p, unsigned value, unsigned long long n): parameters at offsets 0, 8 and 16 (24 bytes).
+TEST_F(MiscApiTest, LegacyLaunchGridTakesTheParameterBuffer) {
+  constexpr unsigned long long kCount = 1000;
+  CUdeviceptr buffer = 0;
+  ASSERT_CU(cuMemAlloc(&buffer, kCount * sizeof(unsigned)));
+  ASSERT_CU(cuMemsetD32(buffer, 0, kCount));
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wdeprecated-declarations"
+  // No block shape yet: nothing to launch.
+  EXPECT_EQ(cuLaunchGrid(fill_, 1, 1), CUDA_ERROR_INVALID_VALUE);
+  ASSERT_CU(cuFuncSetBlockShape(fill_, 128, 1, 1));
+  ASSERT_CU(cuFuncSetSharedSize(fill_, 0));
+  ASSERT_CU(cuParamSetv(fill_, 0, &buffer, sizeof(buffer)));
+  ASSERT_CU(cuParamSeti(fill_, 8, 0x5eed));
+  unsigned long long count = kCount;
+  ASSERT_CU(cuParamSetv(fill_, 16, &count, sizeof(count)));
+  ASSERT_CU(cuParamSetSize(fill_, 24));
+  ASSERT_CU(cuLaunchGrid(fill_, (kCount + 127) / 128, 1));
+  std::vector<unsigned> back(kCount);
+  ASSERT_CU(cuMemcpyDtoH(back.data(), buffer, kCount * sizeof(unsigned)));
+  EXPECT_EQ(back, std::vector<unsigned>(kCount, 0x5eed));
+
+  // A float parameter's bits, on a stream, covering only the first block.
+  ASSERT_CU(cuParamSetf(fill_, 8, 1.5f));
+  ASSERT_CU(cuLaunchGridAsync(fill_, 1, 1, stream_));
+  ASSERT_CU(cuStreamSynchronize(stream_));
+  ASSERT_CU(cuMemcpyDtoH(back.data(), buffer, kCount * sizeof(unsigned)));
+  EXPECT_EQ(back[0], 0x3fc00000u);
+  EXPECT_EQ(back[127], 0x3fc00000u);
+  EXPECT_EQ(back[128], 0x5eedu);
+  // cuLaunch is one block.
+  ASSERT_CU(cuParamSeti(fill_, 8, 7));
+  ASSERT_CU(cuLaunch(fill_));
+  ASSERT_CU(cuMemcpyDtoH(back.data(), buffer, kCount * sizeof(unsigned)));
+  EXPECT_EQ(back[0], 7u);
+  EXPECT_EQ(back[128], 0x5eedu);
+
+  // Too small a parameter buffer for the kernel, bad handles and offsets.
+  ASSERT_CU(cuParamSetSize(fill_, 16));
+  EXPECT_EQ(cuLaunchGrid(fill_, 1, 1), CUDA_ERROR_INVALID_VALUE);
+  EXPECT_EQ(cuParamSeti(nullptr, 0, 1), CUDA_ERROR_INVALID_HANDLE);
+  EXPECT_EQ(cuParamSeti(fill_, -4, 1), CUDA_ERROR_INVALID_VALUE);
+  EXPECT_EQ(cuFuncSetBlockShape(fill_, 0, 1, 1), CUDA_ERROR_INVALID_VALUE);
+  EXPECT_EQ(cuParamSetTexRef(fill_, CU_PARAM_TR_DEFAULT, nullptr), CUDA_ERROR_NOT_SUPPORTED);
+  // Deprecated, forwarded: the emulated driver accepts a valid bank size.
+  EXPECT_CU(cuFuncSetSharedMemConfig(fill_, CU_SHARED_MEM_CONFIG_FOUR_BYTE_BANK_SIZE));
+  EXPECT_EQ(cuFuncSetSharedMemConfig(fill_, static_cast<CUsharedconfig>(9)), CUDA_ERROR_INVALID_VALUE);
+#pragma GCC diagnostic pop
+  ASSERT_CU(cuMemFree(buffer));
+}
+
 }  // namespace
 }  // namespace curelay::testing
