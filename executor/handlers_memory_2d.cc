@@ -4,6 +4,7 @@
 
 #include <vector>
 
+#include "executor/copy_end.h"
 #include "executor/scheduled_work.h"
 #include "executor/session.h"
 
@@ -178,6 +179,58 @@ Session::Outcome Session::MemcpyPeer(const wire::MemcpyPeer& call) {
     });
   }
   return outcome;
+}
+
+// Device memory and arrays only: the client runs copies with a host side as ordinary strided copies.
+Session::Outcome Session::Memcpy3DPeer(const wire::Memcpy3DPeer& call) {
+  if (driver_.cuMemcpy3DPeer == nullptr || driver_.cuMemcpy3DPeerAsync == nullptr) return {CUDA_ERROR_NOT_SUPPORTED};
+  // Context id 0: an array side, whose context the driver ignores.
+  CUcontext contexts[2] = {nullptr, nullptr};
+  const uint64_t context_ids[2] = {call.src_context(), call.dst_context()};
+  for (int side = 0; side < 2; ++side) {
+    if (context_ids[side] == 0) continue;
+    const auto found = contexts_.find(context_ids[side]);
+    if (found == contexts_.end()) return {CUDA_ERROR_INVALID_CONTEXT};
+    contexts[side] = found->second;
+  }
+  if (call.src() == nullptr || call.dst() == nullptr || call.src()->type() == wire::CopyEndType::Host ||
+      call.dst()->type() == wire::CopyEndType::Host) {
+    return {CUDA_ERROR_INVALID_VALUE};
+  }
+  CopyEnd src, dst;
+  CUresult result = ResolveCopyEnd(call.src(), arrays_, nullptr, call.width(), call.height(), &src);
+  if (result == CUDA_SUCCESS) result = ResolveCopyEnd(call.dst(), arrays_, nullptr, call.width(), call.height(), &dst);
+  if (result != CUDA_SUCCESS) return {result};
+  const CUDA_MEMCPY3D volume = Copy3D(src, dst, call.width(), call.height(), call.depth());
+  CUDA_MEMCPY3D_PEER copy{};
+  copy.srcXInBytes = volume.srcXInBytes;
+  copy.srcY = volume.srcY;
+  copy.srcZ = volume.srcZ;
+  copy.srcMemoryType = volume.srcMemoryType;
+  copy.srcDevice = volume.srcDevice;
+  copy.srcArray = volume.srcArray;
+  copy.srcContext = contexts[0];
+  copy.srcPitch = volume.srcPitch;
+  copy.srcHeight = volume.srcHeight;
+  copy.dstXInBytes = volume.dstXInBytes;
+  copy.dstY = volume.dstY;
+  copy.dstZ = volume.dstZ;
+  copy.dstMemoryType = volume.dstMemoryType;
+  copy.dstDevice = volume.dstDevice;
+  copy.dstArray = volume.dstArray;
+  copy.dstContext = contexts[1];
+  copy.dstPitch = volume.dstPitch;
+  copy.dstHeight = volume.dstHeight;
+  copy.WidthInBytes = volume.WidthInBytes;
+  copy.Height = volume.Height;
+  copy.Depth = volume.Depth;
+  if (!call.async()) {
+    return {LaunchScheduled(kPeerCopyWork, nullptr, [&] { return driver_.cuMemcpy3DPeer(&copy); })};
+  }
+  CUstream stream = nullptr;
+  result = LookupStream(call.stream(), &stream);
+  if (result != CUDA_SUCCESS) return {result};
+  return {LaunchScheduled(kPeerCopyWork, stream, [&] { return driver_.cuMemcpy3DPeerAsync(&copy, stream); })};
 }
 
 }  // namespace curelay::executor

@@ -1,5 +1,7 @@
 // Stream-ordered allocation from each device's default pool and from pools the client created. Allocations the
 // client has not freed are freed at session end, then its pools are destroyed (ReleasePoolAllocations).
+#include <vector>
+
 #include "executor/session.h"
 
 namespace curelay::executor {
@@ -117,6 +119,40 @@ Session::Outcome Session::DeviceSetMemPool(const wire::DeviceSetMemPool& call) {
   CUresult result = ResolvePool(call.device(), call.pool(), &pool);
   if (result == CUDA_SUCCESS) result = driver_.cuDeviceSetMemPool(call.device(), pool);
   return {result};
+}
+
+Session::Outcome Session::MemPoolAccess(const wire::MemPoolAccess& call) {
+  if (driver_.cuMemPoolSetAccess == nullptr || driver_.cuMemPoolGetAccess == nullptr) {
+    return {CUDA_ERROR_NOT_SUPPORTED};
+  }
+  CUmemoryPool pool = nullptr;
+  Outcome outcome;
+  outcome.result = ResolvePool(call.device(), call.pool(), &pool);
+  if (outcome.result != CUDA_SUCCESS) return outcome;
+  if (call.set()) {
+    // One descriptor per location at most; the client bounds the count as well.
+    constexpr size_t kMaxDescriptors = 1024;
+    std::vector<CUmemAccessDesc> descriptors;
+    if (call.descriptors() != nullptr) {
+      if (call.descriptors()->size() > kMaxDescriptors) return {CUDA_ERROR_INVALID_VALUE};
+      for (const wire::MemAccessDesc* wire_descriptor : *call.descriptors()) {
+        CUmemAccessDesc descriptor{};
+        descriptor.location.type = static_cast<CUmemLocationType>(wire_descriptor->location_type());
+        descriptor.location.id = wire_descriptor->location_id();
+        descriptor.flags = static_cast<CUmemAccess_flags>(wire_descriptor->flags());
+        descriptors.push_back(descriptor);
+      }
+    }
+    return {driver_.cuMemPoolSetAccess(pool, descriptors.empty() ? nullptr : descriptors.data(), descriptors.size())};
+  }
+  CUmemLocation location{};
+  location.type = static_cast<CUmemLocationType>(call.location_type());
+  location.id = call.location_id();
+  CUmemAccess_flags flags = CU_MEM_ACCESS_FLAGS_PROT_NONE;
+  outcome.result = driver_.cuMemPoolGetAccess(&flags, pool, &location);
+  outcome.body = wire::CreateIntegerValue(builder_, flags).Union();
+  outcome.body_type = wire::ReplyBody::IntegerValue;
+  return outcome;
 }
 
 void Session::ReleasePoolAllocations() {

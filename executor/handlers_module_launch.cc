@@ -234,6 +234,13 @@ Session::Outcome Session::FunctionSetAttribute(const wire::FunctionSetAttribute&
 Session::Outcome Session::FunctionSetCacheConfig(const wire::FunctionSetCacheConfig& call) {
   auto found = functions_.find(call.function());
   if (found == functions_.end()) return {CUDA_ERROR_INVALID_HANDLE};
+  if (call.shared_memory_config()) {
+    if (driver_.cuFuncSetSharedMemConfig == nullptr) return {CUDA_ERROR_NOT_SUPPORTED};
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wdeprecated-declarations"
+    return {driver_.cuFuncSetSharedMemConfig(found->second, static_cast<CUsharedconfig>(call.config()))};
+#pragma GCC diagnostic pop
+  }
   if (driver_.cuFuncSetCacheConfig == nullptr) return {CUDA_ERROR_NOT_SUPPORTED};
   return {driver_.cuFuncSetCacheConfig(found->second, static_cast<CUfunc_cache>(call.config()))};
 }

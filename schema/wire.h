@@ -12,7 +12,7 @@ namespace curelay::wire {
 // 2: the issue-3 calls (memory families, host functions, links, ...); 3: CUDA arrays; 4: remote page-locked memory
 // (mirrors) and host functions without shared memory; 5: direct copies of same-host page-locked memory; 6: graph
 // edge data, texture and surface objects
-inline constexpr uint32_t kProtocolVersion = 9;
+inline constexpr uint32_t kProtocolVersion = 10;
 
 // Size limits: a header frame is small; a payload is one copy chunk or one module image.
 inline constexpr size_t kMaxHeaderBytes = 64 * 1024;
@@ -24,6 +24,11 @@ inline constexpr size_t kCopyWindowChunks = 8;
 inline constexpr size_t kSessionKeyBytes = 32;
 // A MirrorUpdate carries at most this many runs (the header stays far below kMaxHeaderBytes); more go in another.
 inline constexpr size_t kMaxMirrorRanges = 2048;
+// A query's buffer (coredump attribute values, atomic capability lists) travels in the header: at most this many
+// bytes of it.
+inline constexpr size_t kMaxQueryBytes = 16 * 1024;
+// Coredump attribute buffers the executor allocates for the driver are at most this large.
+inline constexpr uint64_t kMaxCoredumpBufferBytes = uint64_t{1} << 20;
 
 // Stream handle encoding (see curelay.fbs).
 inline constexpr uint64_t kLegacyStream = 0;

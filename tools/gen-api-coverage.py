@@ -55,6 +55,12 @@ LOCAL = {
     "cuMemPrefetchAsync": "a hint: same-host managed memory stays in shared host pages the GPU reaches",
     "cuMemPrefetchAsync_v2": "as `cuMemPrefetchAsync`", "cuMemAdvise": "a hint, as `cuMemPrefetchAsync`",
     "cuMemAdvise_v2": "as `cuMemAdvise`", "cuStreamAttachMemAsync": "a hint, as `cuMemPrefetchAsync`",
+    "cuDeviceGetByPCIBusId": "matched against the PCI attributes learned at cuInit",
+    "cuMemGetDefaultMemPool": "a device location's default pool (host and managed pools: `CUDA_ERROR_NOT_SUPPORTED`)",
+    "cuMemGetMemPool": "current pool mirrored in the client",
+    "cuFuncSetBlockShape": "legacy launch state kept in the client", "cuFuncSetSharedSize": "legacy launch state",
+    "cuParamSetSize": "legacy launch state", "cuParamSeti": "legacy launch state", "cuParamSetf": "legacy launch state",
+    "cuParamSetv": "legacy launch state",
 }
 
 
@@ -72,6 +78,15 @@ FORWARDED_UNLESS = {
     "cuGraphMemcpyNodeGetParams": "the application's own parameters where it gave them; a node made by stream "
                                   "capture is asked of the executor",
     "cuGraphChildGraphNodeGetGraph": "once per node, then the client graph it made for the node's graph",
+    "cuDeviceGetExecAffinitySupport": "once per device and type, then local",
+    "cuLaunch": "as `cuLaunchKernel`, with the parameter buffer the `cuParamSet*` calls filled in the client",
+    "cuLaunchGrid": "as `cuLaunch`", "cuLaunchGridAsync": "as `cuLaunch`",
+    "cuMemcpyBatchAsync": "each copy as the single `cuMemcpyAsync` of its kind, in order on the batch's stream",
+    "cuMemcpyBatchAsync_v2": "as `cuMemcpyBatchAsync`",
+    "cuMemcpy3DBatchAsync": "each operation as the single `cuMemcpy3DAsync` it describes, in order on the batch's "
+                            "stream",
+    "cuMemcpy3DBatchAsync_v2": "as `cuMemcpy3DBatchAsync`",
+    "cuMemcpy3DPeer": "with a host side, as `cuMemcpy3D`", "cuMemcpy3DPeerAsync": "as `cuMemcpy3DPeer`",
 }
 
 
@@ -134,7 +149,28 @@ def main() -> None:
         "which). On the backend's host the registered pages are moved onto a shared file (same addresses and "
         "contents) that the executor registers; `CU_MEMHOSTREGISTER_IOMEMORY` is not supported; ranges are tracked "
         "in whole pages, so two registrations sharing a page collide (`CUDA_ERROR_HOST_MEMORY_ALREADY_REGISTERED`) |",
-        "| `cuMemPoolCreate` of a pool located on the host | `CUDA_ERROR_NOT_SUPPORTED` (device pools work) |",
+        "| memory pools of host memory or of managed memory (`cuMemPoolCreate` located on the host, "
+        "`cuMemGetDefaultMemPool`/`cuMemGetMemPool`/`cuMemSetMemPool` of a host, host NUMA or managed location) | "
+        "`CUDA_ERROR_NOT_SUPPORTED`: their memory would be the executor's host memory, which the application cannot "
+        "reach (device pools work, their access from other devices included) |",
+        "| batches of copies (`cuMemcpyBatchAsync`, `cuMemcpy3DBatchAsync`) | each copy runs as the single "
+        "asynchronous copy of its kind, in order on the batch's stream, so each kind of host memory takes its usual "
+        "path; location hints and `CU_MEMCPY_FLAG_PREFER_OVERLAP_WITH_COMPUTE` are not passed on; a source read "
+        "`CU_MEMCPY_SRC_ACCESS_ORDER_DURING_API_CALL` from page-locked memory makes the batch wait for its stream "
+        "before returning (pageable sources are read before the call returns anyway) |",
+        "| `cuDeviceGetNvSciSyncAttributes` | the executor's driver is asked with no attribute list (an "
+        "`NvSciSyncAttrList` is an object of the application's process): its answer is passed on "
+        "(`CUDA_ERROR_NOT_SUPPORTED` on Linux x86), except that a list the application gave is never filled "
+        "(`CUDA_ERROR_NOT_SUPPORTED` where the driver could only refuse the missing list) |",
+        "| GPU coredump settings (`cuCoredumpGet/SetAttribute(Global)`) and `cuProfilerInitialize` | the executor "
+        "driver's: a path (`CU_COREDUMP_FILE`, `CU_COREDUMP_PIPE`, the profiler's files) names a file on the GPU "
+        "host; the Global settings are those of the session's executor process; values travel up to 16 KiB |",
+        "| the legacy launch API (`cuFuncSetBlockShape`, `cuParamSet*`, `cuLaunchGrid`...) | state kept per function "
+        "in the client, launched as `cuLaunchKernel`; a `cuLaunchKernel` leaves that state as it was (the driver "
+        "calls it undefined); `cuParamSetTexRef`: `CUDA_ERROR_NOT_SUPPORTED` (no texture references) |",
+        "| green contexts (`cuGreenCtx*`, `cuDevResource*`, `cuDeviceGetDevResource`, `cuCtxFromGreenCtx`, "
+        "`cuCtxGetDevResource`, `cuStreamGetGreenCtx`) | `CUDA_ERROR_NOT_SUPPORTED`: not implemented yet (a green "
+        "context would have to be a client context everywhere a context is accepted) |",
         "| host functions (`cuLaunchHostFunc`, `cuStreamAddCallback`) over tcp:// | run in the client in stream order "
         "through executor notices; each costs a network round trip while its stream waits |",
         "| a host function on a capturing stream (a host node in a graph) | `CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED`, "

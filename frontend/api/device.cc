@@ -1,7 +1,9 @@
 // Device enumeration and properties, all answered from what the client learned at cuInit (no round trip).
 #include <algorithm>
+#include <cctype>
 #include <cstdio>
 #include <cstring>
+#include <string>
 
 #include "frontend/api/api_support.h"
 
@@ -15,6 +17,39 @@ CUresult Attribute(Client& client, CUdevice device, CUdevice_attribute attribute
   const auto result = static_cast<CUresult>(info.attribute_results[attribute]);
   if (result == CUDA_SUCCESS) *value = info.attributes[attribute];
   return result;
+}
+
+// cuda.h's forms: domain:bus:device.function, domain:bus:device, bus:device.function (all hexadecimal).
+bool ParsePciBusId(const char* text, unsigned long* domain, unsigned long* bus, unsigned long* slot) {
+  unsigned long fields[4] = {};
+  char separators[4] = {};
+  int count = 0;
+  for (;;) {
+    if (count == 4) return false;
+    unsigned long value = 0;
+    int digits = 0;
+    for (; std::isxdigit(static_cast<unsigned char>(*text)); ++text) {
+      if (++digits > 8) return false;
+      const int c = std::tolower(static_cast<unsigned char>(*text));
+      value = value * 16 + static_cast<unsigned long>(c <= '9' ? c - '0' : c - 'a' + 10);
+    }
+    if (digits == 0) return false;
+    fields[count] = value;
+    separators[count++] = *text;
+    if (*text == '\0') break;
+    if (*text != ':' && *text != '.') return false;
+    ++text;
+  }
+  const std::string pattern(separators, count);
+  if (pattern == std::string("::.\0", 4) || pattern == std::string("::\0", 3)) {
+    *domain = fields[0], *bus = fields[1], *slot = fields[2];
+    return true;
+  }
+  if (pattern == std::string(":.\0", 3)) {
+    *domain = 0, *bus = fields[0], *slot = fields[1];
+    return true;
+  }
+  return false;
 }
 
 }  // namespace
@@ -128,6 +163,29 @@ CUresult cuDeviceGetPCIBusId(char* bus_id, int length, CUdevice device) {
   // The bus id of the GPU on the backend host, in the driver's format.
   std::snprintf(bus_id, static_cast<size_t>(length), "%04x:%02x:%02x.0", domain, bus, slot);
   return CUDA_SUCCESS;
+}
+
+// Matched against the PCI location of each device learned at cuInit (the GPUs of the backend host).
+CUresult cuDeviceGetByPCIBusId(CUdevice* device, const char* bus_id) {
+  Client* client;
+  CURELAY_RETURN_IF_ERROR(RequireClient(&client));
+  if (device == nullptr || bus_id == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  unsigned long domain = 0, bus = 0, slot = 0;
+  if (!ParsePciBusId(bus_id, &domain, &bus, &slot)) return CUDA_ERROR_INVALID_VALUE;
+  for (CUdevice candidate = 0; candidate < static_cast<int>(client->devices().size()); ++candidate) {
+    int candidate_domain = 0, candidate_bus = 0, candidate_slot = 0;
+    if (Attribute(*client, candidate, CU_DEVICE_ATTRIBUTE_PCI_DOMAIN_ID, &candidate_domain) != CUDA_SUCCESS ||
+        Attribute(*client, candidate, CU_DEVICE_ATTRIBUTE_PCI_BUS_ID, &candidate_bus) != CUDA_SUCCESS ||
+        Attribute(*client, candidate, CU_DEVICE_ATTRIBUTE_PCI_DEVICE_ID, &candidate_slot) != CUDA_SUCCESS) {
+      continue;
+    }
+    if (static_cast<unsigned long>(candidate_domain) == domain && static_cast<unsigned long>(candidate_bus) == bus &&
+        static_cast<unsigned long>(candidate_slot) == slot) {
+      *device = candidate;
+      return CUDA_SUCCESS;
+    }
+  }
+  return CUDA_ERROR_INVALID_DEVICE;
 }
 
 }  // extern "C"

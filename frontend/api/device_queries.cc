@@ -1,10 +1,14 @@
 // Device queries the client cannot answer from what it learned at cuInit, but whose answers never change for a
-// session's devices: cuDeviceCanAccessPeer, cuDeviceGetP2PAttribute and cuDeviceGetTexture1DLinearMaxWidth. The
-// executor's driver answers each question once; the answer (a refusal too) is kept, so asking again costs no
-// round trip.
+// session's devices: cuDeviceCanAccessPeer, cuDeviceGetP2PAttribute, cuDeviceGetTexture1DLinearMaxWidth and
+// cuDeviceGetExecAffinitySupport. The executor's driver answers each question once; the answer (a refusal too) is
+// kept, so asking again costs no round trip. The other queries here are forwarded each time, their answers being the
+// real driver's (CUDA_ERROR_NOT_SUPPORTED included, which is what Linux answers for the LUID and NvSciSync):
+// atomic capabilities, the LUID, NvSciSync attributes, a context's execution affinity, and GPUDirect RDMA flushes.
 #include <array>
+#include <cstring>
 #include <map>
 #include <mutex>
+#include <vector>
 
 #include "frontend/api/api_support.h"
 
@@ -13,7 +17,7 @@ using namespace curelay::frontend;
 
 namespace {
 
-enum class Question : int64_t { kCanAccessPeer, kP2PAttribute, kTexture1DLinearMaxWidth };
+enum class Question : int64_t { kCanAccessPeer, kP2PAttribute, kTexture1DLinearMaxWidth, kExecAffinitySupport };
 using QuestionKey = std::array<int64_t, 4>;  // the question and its three arguments
 
 struct Answer {
@@ -98,6 +102,31 @@ CUresult AskPeer(CUdevice device, CUdevice peer, bool can_access, int attribute,
   return CUDA_SUCCESS;
 }
 
+// cuDeviceGetHostAtomicCapabilities, or (peer >= 0) cuDeviceGetP2PAtomicCapabilities: the bitmasks come back in
+// the order asked. The driver's own checks (null arrays, a count of 0, unknown operations) answer as it answers.
+CUresult AskAtomicCapabilities(unsigned int* capabilities, const CUatomicOperation* operations, unsigned int count,
+                               CUdevice device, CUdevice peer, bool between_devices) {
+  Client* client;
+  CURELAY_RETURN_IF_ERROR(RequireClient(&client));
+  CURELAY_RETURN_IF_ERROR(RequireDevice(*client, device));
+  if (between_devices) CURELAY_RETURN_IF_ERROR(RequireDevice(*client, peer));
+  if (capabilities == nullptr || operations == nullptr || count == 0) return CUDA_ERROR_INVALID_VALUE;
+  // Each answer is 4 bytes of the reply, which must stay a small message.
+  if (count > wire::kMaxQueryBytes / sizeof(unsigned int)) return CUDA_ERROR_INVALID_VALUE;
+  std::vector<int32_t> asked(operations, operations + count);
+  auto& builder = Builder();
+  const auto call =
+      wire::CreateAtomicCapabilities(builder, device, peer, between_devices, builder.CreateVector(asked)).Union();
+  ReplyMessage reply;
+  CURELAY_RETURN_IF_ERROR(client->Call(builder, wire::Call::AtomicCapabilities, call, {}, &reply));
+  const auto* answer = reply.reply->body_as_QueryAnswer();
+  if (answer == nullptr || answer->bytes() == nullptr || answer->bytes()->size() != count * sizeof(unsigned int)) {
+    return CUDA_ERROR_UNKNOWN;
+  }
+  std::memcpy(capabilities, answer->bytes()->data(), answer->bytes()->size());
+  return CUDA_SUCCESS;
+}
+
 }  // namespace
 
 extern "C" {
@@ -127,6 +156,94 @@ CUresult cuDeviceGetTexture1DLinearMaxWidth(size_t* maxWidthInElements, CUarray_
       &answer));
   *maxWidthInElements = static_cast<size_t>(answer);
   return CUDA_SUCCESS;
+}
+
+CUresult cuDeviceGetExecAffinitySupport(int* pi, CUexecAffinityType type, CUdevice dev) {
+  Client* client;
+  CURELAY_RETURN_IF_ERROR(RequireClient(&client));
+  if (pi == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  CURELAY_RETURN_IF_ERROR(RequireDevice(*client, dev));
+  const QuestionKey key{static_cast<int64_t>(Question::kExecAffinitySupport), dev, type, 0};
+  int64_t answer = 0;
+  CURELAY_RETURN_IF_ERROR(Ask(
+      *client, key,
+      [&](flatbuffers::FlatBufferBuilder& builder) {
+        return std::pair{wire::Call::ExecAffinityQuery, wire::CreateExecAffinityQuery(builder, dev, type, false).Union()};
+      },
+      &answer));
+  *pi = static_cast<int>(answer);
+  return CUDA_SUCCESS;
+}
+
+// Of the current context, as the executor's driver made it (curelay creates no context with an affinity).
+CUresult cuCtxGetExecAffinity(CUexecAffinityParam* pExecAffinity, CUexecAffinityType type) {
+  Client* client;
+  CURELAY_RETURN_IF_ERROR(RequireContext(&client));
+  if (pExecAffinity == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  auto& builder = Builder();
+  const auto call = wire::CreateExecAffinityQuery(builder, 0, type, true, CurrentContext()->id).Union();
+  ReplyMessage reply;
+  CURELAY_RETURN_IF_ERROR(client->Call(builder, wire::Call::ExecAffinityQuery, call, {}, &reply));
+  const auto* answer = reply.reply->body_as_IntegerValue();
+  if (answer == nullptr) return CUDA_ERROR_UNKNOWN;
+  pExecAffinity->type = type;
+  pExecAffinity->param.smCount.val = static_cast<unsigned int>(answer->value());
+  return CUDA_SUCCESS;
+}
+
+CUresult cuDeviceGetHostAtomicCapabilities(unsigned int* capabilities, const CUatomicOperation* operations,
+                                           unsigned int count, CUdevice dev) {
+  return AskAtomicCapabilities(capabilities, operations, count, dev, -1, false);
+}
+
+CUresult cuDeviceGetP2PAtomicCapabilities(unsigned int* capabilities, const CUatomicOperation* operations,
+                                          unsigned int count, CUdevice srcDevice, CUdevice dstDevice) {
+  return AskAtomicCapabilities(capabilities, operations, count, srcDevice, dstDevice, true);
+}
+
+// A LUID identifies a device to Windows graphics APIs; the driver on Linux answers CUDA_ERROR_NOT_SUPPORTED.
+CUresult cuDeviceGetLuid(char* luid, unsigned int* deviceNodeMask, CUdevice dev) {
+  Client* client;
+  CURELAY_RETURN_IF_ERROR(RequireClient(&client));
+  if (luid == nullptr || deviceNodeMask == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  CURELAY_RETURN_IF_ERROR(RequireDevice(*client, dev));
+  auto& builder = Builder();
+  const auto call = wire::CreateDeviceGetLuid(builder, dev).Union();
+  ReplyMessage reply;
+  CURELAY_RETURN_IF_ERROR(client->Call(builder, wire::Call::DeviceGetLuid, call, {}, &reply));
+  const auto* answer = reply.reply->body_as_QueryAnswer();
+  if (answer == nullptr || answer->bytes() == nullptr || answer->bytes()->size() != 8) return CUDA_ERROR_UNKNOWN;
+  std::memcpy(luid, answer->bytes()->data(), 8);
+  *deviceNodeMask = static_cast<unsigned int>(answer->value());
+  return CUDA_SUCCESS;
+}
+
+// An NvSciSyncAttrList is an object of this process that the executor's driver cannot be handed, so the driver is
+// asked with none: where NvSciSync exists at all (Tegra), it could not fill ours; on Linux x86 it answers
+// CUDA_ERROR_NOT_SUPPORTED, which is passed on. Where the application passed a list, an answer that only the
+// missing list caused (CUDA_ERROR_INVALID_VALUE, CUDA_ERROR_INVALID_HANDLE) becomes CUDA_ERROR_NOT_SUPPORTED.
+CUresult cuDeviceGetNvSciSyncAttributes(void* nvSciSyncAttrList, CUdevice dev, int flags) {
+  Client* client;
+  CURELAY_RETURN_IF_ERROR(RequireClient(&client));
+  CURELAY_RETURN_IF_ERROR(RequireDevice(*client, dev));
+  const bool list_given = nvSciSyncAttrList != nullptr;
+  auto& builder = Builder();
+  const auto call = wire::CreateNvSciSyncAttributes(builder, dev, flags, list_given).Union();
+  const CUresult result = client->Call(builder, wire::Call::NvSciSyncAttributes, call, {}, nullptr);
+  if (list_given && (result == CUDA_ERROR_INVALID_VALUE || result == CUDA_ERROR_INVALID_HANDLE ||
+                     result == CUDA_SUCCESS)) {
+    return CUDA_ERROR_NOT_SUPPORTED;
+  }
+  return result;
+}
+
+// GPUDirect RDMA writes reach the executor's GPU, so that is where they are flushed (the current context there).
+CUresult cuFlushGPUDirectRDMAWrites(CUflushGPUDirectRDMAWritesTarget target, CUflushGPUDirectRDMAWritesScope scope) {
+  Client* client;
+  CURELAY_RETURN_IF_ERROR(RequireContext(&client));
+  auto& builder = Builder();
+  const auto call = wire::CreateFlushGPUDirectRDMAWrites(builder, target, scope).Union();
+  return client->Call(builder, wire::Call::FlushGPUDirectRDMAWrites, call, {}, nullptr);
 }
 
 }  // extern "C"

@@ -100,6 +100,16 @@ CUresult cuFuncSetCacheConfig(CUfunction function, CUfunc_cache config) {
   return SetCacheConfig(*client, function, config);
 }
 
+// Deprecated (shared memory bank size is fixed on current GPUs): forwarded, so the answer is the driver's. It
+// changes no attribute the client caches.
+CUresult cuFuncSetSharedMemConfig(CUfunction function, CUsharedconfig config) {
+  Client* client;
+  CURELAY_RETURN_IF_ERROR(RequireFunction(&client, function));
+  auto& builder = Builder();
+  const auto call = wire::CreateFunctionSetCacheConfig(builder, function->id, config, true).Union();
+  return client->Call(builder, wire::Call::FunctionSetCacheConfig, call, {}, nullptr);
+}
+
 CUresult cuFuncGetName(const char** name, CUfunction function) {
   Client* client;
   CURELAY_RETURN_IF_ERROR(RequireClient(&client));

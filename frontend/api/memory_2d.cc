@@ -1,4 +1,4 @@
-// Pitched memory, 2D/3D copies and memsets, peer and unified-addressing copies. The 2D/3D copies run as strided
+// Pitched memory, 2D/3D copies and memsets, peer (1D and 3D) and unified-addressing copies. The 2D/3D copies run as strided
 // copies (strided_copy.h); either side may be a CUDA array (arrays.cc).
 #include <cstring>
 
@@ -99,6 +99,52 @@ CUresult PeerCopy(CUdeviceptr dst, CUcontext dst_context, CUdeviceptr src, CUcon
   return client->Post(builder, wire::Call::MemcpyPeer, call, {});
 }
 
+// The contexts name where each side's device memory lives; the copy itself is the 3D copy the rest describes. With a
+// host side it is an ordinary strided copy (the host side reaches the executor as for cuMemcpy3D); between device
+// memory or arrays, the executor's driver makes the peer copy.
+CUresult Memcpy3DPeer(const CUDA_MEMCPY3D_PEER* params, CUstream stream, bool async) {
+  Client* client;
+  CURELAY_RETURN_IF_ERROR(RequireContext(&client));
+  if (params == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  CUDA_MEMCPY3D volume{};
+  volume.srcXInBytes = params->srcXInBytes;
+  volume.srcY = params->srcY;
+  volume.srcZ = params->srcZ;
+  volume.srcLOD = params->srcLOD;
+  volume.srcMemoryType = params->srcMemoryType;
+  volume.srcHost = params->srcHost;
+  volume.srcDevice = params->srcDevice;
+  volume.srcArray = params->srcArray;
+  volume.srcPitch = params->srcPitch;
+  volume.srcHeight = params->srcHeight;
+  volume.dstXInBytes = params->dstXInBytes;
+  volume.dstY = params->dstY;
+  volume.dstZ = params->dstZ;
+  volume.dstLOD = params->dstLOD;
+  volume.dstMemoryType = params->dstMemoryType;
+  volume.dstHost = params->dstHost;
+  volume.dstDevice = params->dstDevice;
+  volume.dstArray = params->dstArray;
+  volume.dstPitch = params->dstPitch;
+  volume.dstHeight = params->dstHeight;
+  volume.WidthInBytes = params->WidthInBytes;
+  volume.Height = params->Height;
+  volume.Depth = params->Depth;
+  StridedCopy copy;
+  CURELAY_RETURN_IF_ERROR(DescribeCopy3D(*client, volume, &copy));
+  if (copy.src.host || copy.dst.host) return RunStridedCopy(*client, copy, stream, async);
+  // cuda.h: a side's context is ignored where that side is an array.
+  uint64_t context_ids[2] = {0, 0};
+  const CUcontext contexts[2] = {params->srcContext, params->dstContext};
+  const bool arrays[2] = {copy.src.array != nullptr, copy.dst.array != nullptr};
+  for (int side = 0; side < 2; ++side) {
+    if (arrays[side]) continue;
+    if (!client->contexts.Contains(contexts[side])) return CUDA_ERROR_INVALID_CONTEXT;
+    context_ids[side] = contexts[side]->id;
+  }
+  return RunPeerStridedCopy(*client, copy, context_ids[0], context_ids[1], stream, async);
+}
+
 }  // namespace
 
 extern "C" {
@@ -166,6 +212,10 @@ CUresult cuMemcpy2DAsync(const CUDA_MEMCPY2D* params, CUstream stream) {
 CUresult cuMemcpy3D(const CUDA_MEMCPY3D* params) { return Memcpy3D(params, nullptr, false); }
 CUresult cuMemcpy3DAsync(const CUDA_MEMCPY3D* params, CUstream stream) {
   return Memcpy3D(params, stream, true);
+}
+CUresult cuMemcpy3DPeer(const CUDA_MEMCPY3D_PEER* params) { return Memcpy3DPeer(params, nullptr, false); }
+CUresult cuMemcpy3DPeerAsync(const CUDA_MEMCPY3D_PEER* params, CUstream stream) {
+  return Memcpy3DPeer(params, stream, true);
 }
 
 CUresult cuMemcpy(CUdeviceptr dst, CUdeviceptr src, size_t bytes) {

@@ -1,8 +1,12 @@
 // Stream-ordered allocation from memory pools, answered by the executor's driver. The application's CUmemoryPool
 // is a local object (the executor's pool handles mean nothing here): a device's default pool, or a pool it created,
-// known to the executor by id. Each device's current pool (cuDeviceSetMemPool) is mirrored here.
+// known to the executor by id. Each device's current pool (cuDeviceSetMemPool, or cuMemSetMemPool of a device
+// location) is mirrored here. CUDA 13's location-based calls (cuMemGetDefaultMemPool, cuMemGetMemPool,
+// cuMemSetMemPool) reach the same pools for a device location of pinned memory; pools of host memory and managed
+// pools would hand out memory the client cannot reach, so they answer CUDA_ERROR_NOT_SUPPORTED.
 #include <mutex>
 #include <set>
+#include <vector>
 
 #include "frontend/api/api_support.h"
 
@@ -106,6 +110,58 @@ CUresult PoolAttribute(CUmemoryPool pool, CUmemPool_attribute attribute, void* v
   return CUDA_SUCCESS;
 }
 
+// The device a location-based pool call names. The combinations cuda.h allows but curelay does not serve (host,
+// host NUMA and managed pools) answer CUDA_ERROR_NOT_SUPPORTED; the others are CUDA_ERROR_INVALID_VALUE.
+CUresult LocationDevice(Client& client, const CUmemLocation* location, CUmemAllocationType type, CUdevice* device) {
+  if (location == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  const bool pinned = type == CU_MEM_ALLOCATION_TYPE_PINNED;
+  const bool managed = type == CU_MEM_ALLOCATION_TYPE_MANAGED;
+  if (!pinned && !managed) return CUDA_ERROR_INVALID_VALUE;
+  switch (location->type) {
+    case CU_MEM_LOCATION_TYPE_DEVICE:
+      CURELAY_RETURN_IF_ERROR(RequireDevice(client, location->id));
+      if (location->id >= kMaxDevices) return CUDA_ERROR_INVALID_DEVICE;
+      if (managed) return CUDA_ERROR_NOT_SUPPORTED;
+      *device = location->id;
+      return CUDA_SUCCESS;
+    case CU_MEM_LOCATION_TYPE_HOST:
+    case CU_MEM_LOCATION_TYPE_HOST_NUMA:
+      return CUDA_ERROR_NOT_SUPPORTED;
+    case CU_MEM_LOCATION_TYPE_NONE:
+      return managed ? CUDA_ERROR_NOT_SUPPORTED : CUDA_ERROR_INVALID_VALUE;
+    default:
+      return CUDA_ERROR_INVALID_VALUE;
+  }
+}
+
+CUresult SetCurrentPool(Client& client, CUdevice device, CUmemoryPool pool) {
+  int pool_device = 0;
+  uint64_t pool_id = 0;
+  CURELAY_RETURN_IF_ERROR(LookupPool(pool, &pool_device, &pool_id));
+  if (pool_device != device) return CUDA_ERROR_INVALID_VALUE;
+  auto& builder = Builder();
+  const auto call = wire::CreateDeviceSetMemPool(builder, device, pool_id).Union();
+  CURELAY_RETURN_IF_ERROR(client.Call(builder, wire::Call::DeviceSetMemPool, call, {}, nullptr));
+  std::lock_guard<std::mutex> lock(pools_mutex);
+  current_pools[device] = pool_id == 0 ? nullptr : pool;
+  return CUDA_SUCCESS;
+}
+
+CUmemoryPool CurrentPool(CUdevice device) {
+  std::lock_guard<std::mutex> lock(pools_mutex);
+  return current_pools[device] != nullptr ? current_pools[device] : &DefaultPools()[device];
+}
+
+// As the driver: a device without memory pools has no default pool.
+CUresult RequirePoolSupport(Client& client, CUdevice device) {
+  const auto& attributes = client.devices()[device].attributes;
+  if (attributes.size() <= CU_DEVICE_ATTRIBUTE_MEMORY_POOLS_SUPPORTED ||
+      attributes[CU_DEVICE_ATTRIBUTE_MEMORY_POOLS_SUPPORTED] != 1) {
+    return CUDA_ERROR_NOT_SUPPORTED;
+  }
+  return CUDA_SUCCESS;
+}
+
 }  // namespace
 
 extern "C" {
@@ -116,12 +172,7 @@ CUresult cuDeviceGetDefaultMemPool(CUmemoryPool* pool, CUdevice device) {
   if (pool == nullptr) return CUDA_ERROR_INVALID_VALUE;
   CURELAY_RETURN_IF_ERROR(RequireDevice(*client, device));
   if (device >= kMaxDevices) return CUDA_ERROR_INVALID_DEVICE;
-  // As the driver: a device without memory pools has no default pool.
-  const auto& attributes = client->devices()[device].attributes;
-  if (attributes.size() <= CU_DEVICE_ATTRIBUTE_MEMORY_POOLS_SUPPORTED ||
-      attributes[CU_DEVICE_ATTRIBUTE_MEMORY_POOLS_SUPPORTED] != 1) {
-    return CUDA_ERROR_NOT_SUPPORTED;
-  }
+  CURELAY_RETURN_IF_ERROR(RequirePoolSupport(*client, device));
   *pool = &DefaultPools()[device];
   return CUDA_SUCCESS;
 }
@@ -204,16 +255,7 @@ CUresult cuDeviceSetMemPool(CUdevice device, CUmemoryPool pool) {
   CURELAY_RETURN_IF_ERROR(RequireClient(&client));
   CURELAY_RETURN_IF_ERROR(RequireDevice(*client, device));
   if (device >= kMaxDevices) return CUDA_ERROR_INVALID_DEVICE;
-  int pool_device = 0;
-  uint64_t pool_id = 0;
-  CURELAY_RETURN_IF_ERROR(LookupPool(pool, &pool_device, &pool_id));
-  if (pool_device != device) return CUDA_ERROR_INVALID_VALUE;
-  auto& builder = Builder();
-  const auto call = wire::CreateDeviceSetMemPool(builder, device, pool_id).Union();
-  CURELAY_RETURN_IF_ERROR(client->Call(builder, wire::Call::DeviceSetMemPool, call, {}, nullptr));
-  std::lock_guard<std::mutex> lock(pools_mutex);
-  current_pools[device] = pool_id == 0 ? nullptr : pool;
-  return CUDA_SUCCESS;
+  return SetCurrentPool(*client, device, pool);
 }
 
 CUresult cuDeviceGetMemPool(CUmemoryPool* pool, CUdevice device) {
@@ -222,10 +264,77 @@ CUresult cuDeviceGetMemPool(CUmemoryPool* pool, CUdevice device) {
   if (pool == nullptr) return CUDA_ERROR_INVALID_VALUE;
   CURELAY_RETURN_IF_ERROR(RequireDevice(*client, device));
   if (device >= kMaxDevices) return CUDA_ERROR_INVALID_DEVICE;
-  std::lock_guard<std::mutex> lock(pools_mutex);
-  *pool = current_pools[device] != nullptr ? current_pools[device] : &DefaultPools()[device];
+  *pool = CurrentPool(device);
   return CUDA_SUCCESS;
 }
+
 CUresult cuMemFreeAsync(CUdeviceptr ptr, CUstream stream) { return FreeAsync(ptr, stream); }
+
+CUresult cuMemGetDefaultMemPool(CUmemoryPool* pool, CUmemLocation* location, CUmemAllocationType type) {
+  Client* client;
+  CURELAY_RETURN_IF_ERROR(RequireClient(&client));
+  if (pool == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  CUdevice device = 0;
+  CURELAY_RETURN_IF_ERROR(LocationDevice(*client, location, type, &device));
+  CURELAY_RETURN_IF_ERROR(RequirePoolSupport(*client, device));
+  *pool = &DefaultPools()[device];
+  return CUDA_SUCCESS;
+}
+
+CUresult cuMemGetMemPool(CUmemoryPool* pool, CUmemLocation* location, CUmemAllocationType type) {
+  Client* client;
+  CURELAY_RETURN_IF_ERROR(RequireClient(&client));
+  if (pool == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  CUdevice device = 0;
+  CURELAY_RETURN_IF_ERROR(LocationDevice(*client, location, type, &device));
+  *pool = CurrentPool(device);
+  return CUDA_SUCCESS;
+}
+
+// cuda.h: for a device location and pinned memory, the equivalent of cuDeviceSetMemPool.
+CUresult cuMemSetMemPool(CUmemLocation* location, CUmemAllocationType type, CUmemoryPool pool) {
+  Client* client;
+  CURELAY_RETURN_IF_ERROR(RequireClient(&client));
+  CUdevice device = 0;
+  CURELAY_RETURN_IF_ERROR(LocationDevice(*client, location, type, &device));
+  return SetCurrentPool(*client, device, pool);
+}
+
+CUresult cuMemPoolSetAccess(CUmemoryPool pool, const CUmemAccessDesc* map, size_t count) {
+  Client* client;
+  CURELAY_RETURN_IF_ERROR(RequireContext(&client));
+  int device = 0;
+  uint64_t pool_id = 0;
+  CURELAY_RETURN_IF_ERROR(LookupPool(pool, &device, &pool_id));
+  // One descriptor per location: far fewer than this on any machine.
+  constexpr size_t kMaxDescriptors = 1024;
+  if ((count != 0 && map == nullptr) || count > kMaxDescriptors) return CUDA_ERROR_INVALID_VALUE;
+  std::vector<wire::MemAccessDesc> descriptors;
+  descriptors.reserve(count);
+  for (size_t i = 0; i < count; ++i) descriptors.emplace_back(map[i].location.type, map[i].location.id, map[i].flags);
+  auto& builder = Builder();
+  const auto call = wire::CreateMemPoolAccess(builder, device, pool_id, true,
+                                              builder.CreateVectorOfStructs(descriptors))
+                        .Union();
+  return client->Call(builder, wire::Call::MemPoolAccess, call, {}, nullptr);
+}
+
+CUresult cuMemPoolGetAccess(CUmemAccess_flags* flags, CUmemoryPool pool, CUmemLocation* location) {
+  Client* client;
+  CURELAY_RETURN_IF_ERROR(RequireContext(&client));
+  int device = 0;
+  uint64_t pool_id = 0;
+  CURELAY_RETURN_IF_ERROR(LookupPool(pool, &device, &pool_id));
+  if (flags == nullptr || location == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  auto& builder = Builder();
+  const auto call =
+      wire::CreateMemPoolAccess(builder, device, pool_id, false, 0, location->type, location->id).Union();
+  ReplyMessage reply;
+  CURELAY_RETURN_IF_ERROR(client->Call(builder, wire::Call::MemPoolAccess, call, {}, &reply));
+  const auto* answer = reply.reply->body_as_IntegerValue();
+  if (answer == nullptr) return CUDA_ERROR_UNKNOWN;
+  *flags = static_cast<CUmemAccess_flags>(answer->value());
+  return CUDA_SUCCESS;
+}
 
 }  // extern "C"

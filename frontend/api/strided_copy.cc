@@ -336,4 +336,21 @@ CUresult RunStridedCopy(Client& client, const StridedCopy& requested, CUstream s
                        : CopyRowsToHost(client, copy, wire_stream, async);
 }
 
+CUresult RunPeerStridedCopy(Client& client, const StridedCopy& copy, uint64_t src_context, uint64_t dst_context,
+                            CUstream stream, bool async) {
+  if (copy.src.host || copy.dst.host) return CUDA_ERROR_INVALID_VALUE;
+  if (copy.width == 0 || copy.height == 0 || copy.depth == 0) return CUDA_SUCCESS;
+  if (!InsideArray(copy.src, copy) || !InsideArray(copy.dst, copy)) return CUDA_ERROR_INVALID_VALUE;
+  uint64_t wire_stream = 0;
+  CURELAY_RETURN_IF_ERROR(CopyStream(client, stream, &async, &wire_stream));
+  auto& builder = Builder();
+  const RowBlock whole = WholeCopy(copy);
+  const auto src = ArrayCopyEnd(builder, copy.src, whole);
+  const auto dst = ArrayCopyEnd(builder, copy.dst, whole);
+  const auto call = wire::CreateMemcpy3DPeer(builder, src, dst, src_context, dst_context, copy.width, copy.height,
+                                             copy.depth, wire_stream, async)
+                        .Union();
+  return client.Post(builder, wire::Call::Memcpy3DPeer, call, {});
+}
+
 }  // namespace curelay::frontend

@@ -60,4 +60,10 @@ CUresult DescribeCopy3D(Client& client, const CUDA_MEMCPY3D& params, StridedCopy
 // Runs the copy in stream order on `stream` (async) or as the plain form does.
 CUresult RunStridedCopy(Client& client, const StridedCopy& copy, CUstream stream, bool async);
 
+// A copy between device memory or arrays (no host side) of two contexts (cuMemcpy3DPeer): one real cuMemcpy3DPeer
+// in the executor. `src_context`/`dst_context` are client context ids, 0 where the side is an array (cuda.h: the
+// context is ignored there).
+CUresult RunPeerStridedCopy(Client& client, const StridedCopy& copy, uint64_t src_context, uint64_t dst_context,
+                            CUstream stream, bool async);
+
 }  // namespace curelay::frontend

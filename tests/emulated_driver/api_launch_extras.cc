@@ -121,4 +121,17 @@ CUresult CUDAAPI cuModuleGetLoadingMode(CUmoduleLoadingMode* mode) {
   return CUDA_SUCCESS;
 }
 
+// Deprecated: shared memory banks are not configurable on this generation, so a valid setting changes nothing.
+CUresult CUDAAPI cuFuncSetSharedMemConfig(CUfunction hfunc, CUsharedconfig config) {
+  return emu::Guard([&] {
+    if (CUresult r = emu::CheckInit(); r != CUDA_SUCCESS) return r;
+    std::shared_ptr<emu::Function> function;
+    if (CUresult r = emu::LookupFunction(hfunc, &function); r != CUDA_SUCCESS) return r;
+    if (config < CU_SHARED_MEM_CONFIG_DEFAULT_BANK_SIZE || config > CU_SHARED_MEM_CONFIG_EIGHT_BYTE_BANK_SIZE) {
+      return CUDA_ERROR_INVALID_VALUE;
+    }
+    return CUDA_SUCCESS;
+  });
+}
+
 }  // extern "C"

@@ -196,4 +196,59 @@ CUresult CUDAAPI cuMemcpyPeerAsync(CUdeviceptr dstDevice, CUcontext dstContext, 
   });
 }
 
+// A 3D peer copy is a 3D copy (api_arrays.cc) serialized with both contexts' work, as cuMemcpyPeer is.
+static CUDA_MEMCPY3D PeerAsVolume(const CUDA_MEMCPY3D_PEER& peer) {
+  CUDA_MEMCPY3D copy{};
+  copy.srcXInBytes = peer.srcXInBytes;
+  copy.srcY = peer.srcY;
+  copy.srcZ = peer.srcZ;
+  copy.srcLOD = peer.srcLOD;
+  copy.srcMemoryType = peer.srcMemoryType;
+  copy.srcHost = peer.srcHost;
+  copy.srcDevice = peer.srcDevice;
+  copy.srcArray = peer.srcArray;
+  copy.srcPitch = peer.srcPitch;
+  copy.srcHeight = peer.srcHeight;
+  copy.dstXInBytes = peer.dstXInBytes;
+  copy.dstY = peer.dstY;
+  copy.dstZ = peer.dstZ;
+  copy.dstLOD = peer.dstLOD;
+  copy.dstMemoryType = peer.dstMemoryType;
+  copy.dstHost = peer.dstHost;
+  copy.dstDevice = peer.dstDevice;
+  copy.dstArray = peer.dstArray;
+  copy.dstPitch = peer.dstPitch;
+  copy.dstHeight = peer.dstHeight;
+  copy.WidthInBytes = peer.WidthInBytes;
+  copy.Height = peer.Height;
+  copy.Depth = peer.Depth;
+  return copy;
+}
+
+// cuda.h: a side's context is ignored where that side is an array; only the others are serialized.
+static CUresult SerializePeerCopy(const CUDA_MEMCPY3D_PEER& copy) {
+  const bool src_array = copy.srcMemoryType == CU_MEMORYTYPE_ARRAY;
+  const bool dst_array = copy.dstMemoryType == CU_MEMORYTYPE_ARRAY;
+  if (src_array && dst_array) return CUDA_SUCCESS;
+  return emu::SerializePeerContexts(dst_array ? copy.srcContext : copy.dstContext,
+                                    src_array ? copy.dstContext : copy.srcContext);
+}
+
+CUresult CUDAAPI cuMemcpy3DPeer(const CUDA_MEMCPY3D_PEER* pCopy) {
+  return emu::Guard([&] {
+    if (pCopy == nullptr) return CUDA_ERROR_INVALID_VALUE;
+    if (CUresult r = SerializePeerCopy(*pCopy); r != CUDA_SUCCESS) return r;
+    const CUDA_MEMCPY3D copy = PeerAsVolume(*pCopy);
+    return cuMemcpy3D(&copy);
+  });
+}
+CUresult CUDAAPI cuMemcpy3DPeerAsync(const CUDA_MEMCPY3D_PEER* pCopy, CUstream hStream) {
+  return emu::Guard([&] {
+    if (pCopy == nullptr) return CUDA_ERROR_INVALID_VALUE;
+    if (CUresult r = SerializePeerCopy(*pCopy); r != CUDA_SUCCESS) return r;
+    const CUDA_MEMCPY3D copy = PeerAsVolume(*pCopy);
+    return cuMemcpy3DAsync(&copy, hStream);
+  });
+}
+
 }  // extern "C"

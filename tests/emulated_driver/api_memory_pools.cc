@@ -2,6 +2,7 @@
 // is made at once (emulated memory is never busy), and a free is queued on the stream, so the block stays valid for
 // the work ordered before it. A pool's settable attributes are remembered; its memory statistics read as zero
 // (nothing is kept in reserve). Each device has a current pool (cuDeviceSetMemPool), the default one at first.
+// Access from other devices is recorded (cuMemPoolSetAccess): every emulated device reaches every other one.
 #include <mutex>
 #include <set>
 
@@ -14,6 +15,8 @@ struct CUmemPoolHandle_st {
   int device = 0;
   int reuse[3] = {1, 1, 1};  // the three REUSE_* attributes, all enabled by default as on the real driver
   cuuint64_t release_threshold = 0;
+  // Access of each other device (cuMemPoolSetAccess); the pool's own device always has read-write access.
+  CUmemAccess_flags peer_access[64] = {};
 };
 
 namespace curelay::emulated {
@@ -212,6 +215,41 @@ CUresult CUDAAPI cuMemFreeAsync(CUdeviceptr dptr, CUstream stream_handle) {
       emu::Driver::Get().memory().Release(dptr);
       return CUDA_SUCCESS;
     });
+    return CUDA_SUCCESS;
+  });
+}
+
+// As the driver: only device locations; the pool's own device keeps read-write access (revoking it is
+// CUDA_ERROR_INVALID_VALUE); read-only access is not offered for pools.
+CUresult CUDAAPI cuMemPoolSetAccess(CUmemoryPool pool, const CUmemAccessDesc* map, size_t count) {
+  return emu::Guard([&] {
+    if (CUresult r = emu::CheckInit(); r != CUDA_SUCCESS) return r;
+    if (!emu::KnownPool(pool) || (count != 0 && map == nullptr)) return CUDA_ERROR_INVALID_VALUE;
+    for (size_t i = 0; i < count; ++i) {
+      const CUmemAccessDesc& descriptor = map[i];
+      if (descriptor.location.type != CU_MEM_LOCATION_TYPE_DEVICE) return CUDA_ERROR_INVALID_VALUE;
+      if (!emu::PoolDevice(descriptor.location.id)) return CUDA_ERROR_INVALID_DEVICE;
+      if (descriptor.flags != CU_MEM_ACCESS_FLAGS_PROT_NONE && descriptor.flags != CU_MEM_ACCESS_FLAGS_PROT_READWRITE) {
+        return CUDA_ERROR_INVALID_VALUE;
+      }
+      if (descriptor.location.id == pool->device && descriptor.flags != CU_MEM_ACCESS_FLAGS_PROT_READWRITE) {
+        return CUDA_ERROR_INVALID_VALUE;
+      }
+    }
+    std::lock_guard lock(emu::pools_mu);
+    for (size_t i = 0; i < count; ++i) pool->peer_access[map[i].location.id] = map[i].flags;
+    return CUDA_SUCCESS;
+  });
+}
+
+CUresult CUDAAPI cuMemPoolGetAccess(CUmemAccess_flags* flags, CUmemoryPool memPool, CUmemLocation* location) {
+  return emu::Guard([&] {
+    if (CUresult r = emu::CheckInit(); r != CUDA_SUCCESS) return r;
+    if (flags == nullptr || location == nullptr || !emu::KnownPool(memPool)) return CUDA_ERROR_INVALID_VALUE;
+    if (location->type != CU_MEM_LOCATION_TYPE_DEVICE) return CUDA_ERROR_INVALID_VALUE;
+    if (!emu::PoolDevice(location->id)) return CUDA_ERROR_INVALID_DEVICE;
+    std::lock_guard lock(emu::pools_mu);
+    *flags = location->id == memPool->device ? CU_MEM_ACCESS_FLAGS_PROT_READWRITE : memPool->peer_access[location->id];
     return CUDA_SUCCESS;
   });
 }
