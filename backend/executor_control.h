@@ -17,7 +17,7 @@ inline constexpr uint32_t kControlVersion = 2;
 
 struct ExecutorReady {
   std::string ipc_endpoint;  // empty when the executor has none
-  uint16_t tcp_port = 0;     // 0 when the executor has none
+  uint16_t tcp_port = 0;     // its tcp port, or its rdma:// bootstrap port; 0 when it has neither
   int devices = 0;           // the GPUs its driver shows it (all of the host's, or the tenant's it was started for)
 };
 

@@ -94,6 +94,9 @@ bool ExecutorPool::Start(const ExecutorKind& kind) {
   for (const auto& host : settings_.tcp_hosts) {
     args.insert(args.end(), {"--bind", "tcp://" + host + ":" + settings_.tcp_ports});
   }
+  for (const auto& host : settings_.rdma_hosts) {
+    args.insert(args.end(), {"--bind", "rdma://" + host + ":" + settings_.tcp_ports});
+  }
   args.insert(args.end(), {"--heartbeat-timeout-ms", std::to_string(settings_.heartbeat_timeout_ms)});
   if (!gpus.empty()) args.insert(args.end(), {"--host-gpus", FormatGpuList(gpus)});
   if (kind.spatial()) args.insert(args.end(), {"--mps-client", "1"});

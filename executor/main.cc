@@ -141,7 +141,9 @@ int main(int argc, char** argv) {
     control.SendFailed(CUDA_ERROR_OPERATING_SYSTEM, error);
     return 1;
   }
-  control.SendReady(channel->BoundEndpoint("ipc"), channel->BoundEndpoint("tcp"), devices);
+  // The port a remote client reaches: the ZeroMQ tcp socket's, or the bootstrap socket's of an rdma:// channel.
+  const std::string remote = channel->BoundEndpoint("tcp");
+  control.SendReady(channel->BoundEndpoint("ipc"), remote.empty() ? channel->BoundEndpoint("rdma") : remote, devices);
 
   backend::ControlRecord record;
   if (!control.Receive(&record)) {

@@ -261,7 +261,11 @@ bool Session::Attach() {
   const bool attached = SendReply(request->sequence(), outcome) && outcome.result == CUDA_SUCCESS;
   // The answer went over ZeroMQ; everything after it uses shared memory when it was accepted.
   if (shm_channel_ != nullptr) channel_ = shm_channel_.get();
-  if (attached) spdlog::info("client attached over {}", shm_channel_ != nullptr ? "shared memory" : "ZeroMQ");
+  if (attached) {
+    spdlog::info("client attached over {}", shm_channel_ != nullptr                          ? "shared memory"
+                                            : !zmq_channel_->BoundEndpoint("rdma").empty() ? "RDMA"
+                                                                                            : "ZeroMQ");
+  }
   return attached;
 }
 

@@ -24,6 +24,11 @@ struct Endpoint {
   std::string ToString() const;
   // ipc endpoints are on this host: the directory holding the socket is where files both sides map are made.
   bool same_host() const { return kind == Kind::kIpc; }
+  // Where the handshake with a backend listening here goes: an rdma:// backend endpoint takes its handshake (one
+  // small request and reply per session) over tcp:// on the same HOST:PORT; the session itself goes over RDMA.
+  Endpoint Handshake() const { return kind == Kind::kRdma ? Tcp(host, port) : *this; }
+  // The same kind on the same host with another port (an executor's, on the host the client named).
+  Endpoint WithPort(std::string other_port) const { return {kind, path, host, std::move(other_port)}; }
   std::string directory() const;
 };
 

@@ -100,7 +100,7 @@ CUresult Client::Connect() {
   const Config config = ReadConfig();
   const auto backend = transport::Endpoint::Parse(config.endpoint);
   if (!backend) {
-    Log().error("CURELAY_ENDPOINT '{}' is neither ipc://PATH nor tcp://HOST:PORT", config.endpoint);
+    Log().error("CURELAY_ENDPOINT '{}' is none of ipc://PATH, tcp://HOST:PORT, rdma://HOST:PORT", config.endpoint);
     return CUDA_ERROR_INVALID_VALUE;
   }
   struct stat socket_info {};
@@ -136,11 +136,12 @@ CUresult Client::Connect() {
     return static_cast<CUresult>(welcome->result());
   }
   if (welcome->session_key() == nullptr) return CUDA_ERROR_SYSTEM_DRIVER_MISMATCH;
-  // The executor is reached the way the backend was: its ipc socket, or its port on the host the client named.
+  // The executor is reached the way the backend was: its ipc socket, or its port on the host the client named, over
+  // the same transport (tcp:// or rdma://).
   const auto executor = backend->same_host()
                             ? transport::Endpoint::Parse(welcome->executor_ipc() ? welcome->executor_ipc()->str() : "")
                             : std::optional<transport::Endpoint>(
-                                  transport::Endpoint::Tcp(backend->host, std::to_string(welcome->executor_tcp_port())));
+                                  backend->WithPort(std::to_string(welcome->executor_tcp_port())));
   if (!executor) {
     Log().error("malformed executor endpoint from {}", config.endpoint);
     return CUDA_ERROR_SYSTEM_DRIVER_MISMATCH;

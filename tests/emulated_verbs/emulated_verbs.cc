@@ -402,9 +402,36 @@ bool TryAttach(EmulatedQp* qp) {
   return true;
 }
 
-bool ServiceQp(EmulatedQp* qp) {
+// No acknowledgement within (retry_cnt + 1) ack timeouts: the peer is gone (the emulated wire never loses packets
+// unless cut, so the retries a real HCA would send could not change the outcome).
+void ExpireUnacknowledged(EmulatedQp* qp) {
+  if (qp->base.state != IBV_QPS_RTS || qp->outstanding.empty()) return;
+  const auto limit = AckTimeout(qp->timeout);
+  if (limit != std::chrono::microseconds::max() &&
+      Clock::now() - qp->outstanding.front().started > limit * (qp->retry_cnt + 1)) {
+    FailOldest(qp, IBV_WC_RETRY_EXC_ERR);
+  }
+}
+
+// A cut link (CURELAY_EMULATED_VERBS_CUT_FILE names a file; while it exists): every packet this process would send
+// or receive is lost, as on a pulled cable. Both processes stay alive and keep their sockets.
+bool LinkCut() {
+  static const char* const path = getenv("CURELAY_EMULATED_VERBS_CUT_FILE");
+  return path != nullptr && access(path, F_OK) == 0;
+}
+
+bool ServiceQp(EmulatedQp* qp, bool cut) {
   std::lock_guard<std::mutex> lock(qp->mutex);
   bool busy = false;
+  if (cut) {
+    Packet lost;
+    std::vector<uint8_t> lost_payload;
+    while (qp->inbound.Get(&lost, &lost_payload)) {
+    }
+    qp->control.clear();
+    ExpireUnacknowledged(qp);
+    return false;
+  }
   // The owner unlinks its wire once the peer has mapped it, so a finished session leaves no file behind.
   if (!qp->inbound_unlinked && qp->inbound.header->attached.load(std::memory_order_acquire) != 0) {
     unlink(WirePath(qp->base.qp_num).c_str());
@@ -439,15 +466,7 @@ bool ServiceQp(EmulatedQp* qp) {
       }
     }
   }
-  // No acknowledgement within (retry_cnt + 1) ack timeouts: the peer is gone (the emulated wire never loses
-  // packets, so the retries a real HCA would send could not change the outcome).
-  if (qp->base.state == IBV_QPS_RTS && !qp->outstanding.empty()) {
-    const auto limit = AckTimeout(qp->timeout);
-    if (limit != std::chrono::microseconds::max() &&
-        Clock::now() - qp->outstanding.front().started > limit * (qp->retry_cnt + 1)) {
-      FailOldest(qp, IBV_WC_RETRY_EXC_ERR);
-    }
-  }
+  ExpireUnacknowledged(qp);
   return busy;
 }
 
@@ -461,7 +480,8 @@ void ServiceLoop() {
       for (EmulatedQp* qp : qps) ++qp->in_service;  // pins it: destroy_qp waits for the pin to drop
     }
     bool busy = false;
-    for (EmulatedQp* qp : qps) busy |= ServiceQp(qp);  // without the list lock, which FindMr takes
+    const bool cut = LinkCut();
+    for (EmulatedQp* qp : qps) busy |= ServiceQp(qp, cut);  // without the list lock, which FindMr takes
     {
       std::lock_guard<std::mutex> lock(G().mutex);
       for (EmulatedQp* qp : qps) --qp->in_service;

@@ -5,7 +5,11 @@
 #   CURELAY_REAL_DRIVER   the real driver library (default /usr/local/nvidia/lib64/libcuda.so.1); its
 #                         folder goes first on LD_LIBRARY_PATH for native runs and the backend gets it
 #                         as --driver
-#   CURELAY_GPU_ENDPOINT  the backend's endpoint (default ipc:///tmp/curelay-gpu-test.sock)
+#   CURELAY_GPU_ENDPOINT  the backend's endpoint (default ipc:///tmp/curelay-gpu-test.sock); tcp://HOST:PORT or
+#                         rdma://HOST:PORT run the client as a remote one (below)
+#   CURELAY_GPU_VERBS_DIR with an rdma:// endpoint: the folder whose libibverbs.so.1 the backend, its executors and
+#                         the client load (default: the build's emulated verbs fixture, tests/emulated_verbs; empty:
+#                         the host's own rdma-core, for a host with an RDMA NIC)
 #   CURELAY_GPU_TIMEOUT   seconds one program run may take (default 600)
 #   CURELAY_GPU_AS_TENANT non-empty: the backend requires tokens and the programs run as a tenant, so every kernel
 #                         and graph launch goes through the scheduler (default: anonymous, unscheduled sessions)
@@ -20,6 +24,11 @@
 # With a tcp:// endpoint the client runs as if on another machine: in a private mount namespace where the backend's
 # runtime directory is an empty tmpfs, so no shared-memory path can be taken by accident (executors bind the ports
 # CURELAY_GPU_EXECUTOR_PORTS, default 47100-47163, so that a relay can carry them too).
+# With rdma://127.0.0.1:PORT the same, over the RDMA transport: the handshake goes over tcp on PORT, every session
+# over an RC queue pair. On a host without RDMA hardware (the GPU host has none) the queue pairs are the emulated
+# verbs fixture's (shared memory between the processes, build/tests/emulated_verbs/libibverbs.so.1, put first on
+# LD_LIBRARY_PATH for the backend, its executors and the client): the GPU runs end to end through curelay's RDMA
+# code (fragments, credits, completions, heartbeats), with no NIC underneath, so timings say nothing about RDMA.
 #
 # Functions:
 #   curelay_setup <build-dir>     checks the build and sets CURELAY_BUILD (absolute), CURELAY_OUT
@@ -40,6 +49,7 @@ CURELAY_RELAY_PID=
 CURELAY_GPU_RUNTIME=/dev/shm/curelay-gpu-suite
 CURELAY_GPU_EXECUTOR_PORTS=${CURELAY_GPU_EXECUTOR_PORTS:-47100-47163}
 CURELAY_CLIENT_ENDPOINT=$CURELAY_GPU_ENDPOINT
+CURELAY_GPU_VERBS_DIR=${CURELAY_GPU_VERBS_DIR-default}
 
 curelay_setup() {
   local build=$1
@@ -60,6 +70,26 @@ curelay_setup() {
     fi
   done
   mkdir -p "$CURELAY_OUT"
+  case $CURELAY_GPU_ENDPOINT in
+    rdma://*)
+      [ "$CURELAY_GPU_VERBS_DIR" != default ] || CURELAY_GPU_VERBS_DIR=$CURELAY_BUILD/tests/emulated_verbs
+      if [ -n "$CURELAY_GPU_VERBS_DIR" ] && [ ! -e "$CURELAY_GPU_VERBS_DIR/libibverbs.so.1" ]; then
+        echo "error: $CURELAY_GPU_VERBS_DIR/libibverbs.so.1 not found (build curelay_emulated_verbs, or set" \
+          "CURELAY_GPU_VERBS_DIR= to use the host's rdma-core)" >&2
+        return 1
+      fi
+      ;;
+    *) CURELAY_GPU_VERBS_DIR= ;;
+  esac
+}
+
+# LD_LIBRARY_PATH for curelay's processes: the given folders, then the verbs library's (rdma:// only), then the
+# caller's.
+curelay_library_path() {
+  local path
+  path=$(IFS=:; echo "$*")
+  [ -z "$CURELAY_GPU_VERBS_DIR" ] || path=${path:+$path:}$CURELAY_GPU_VERBS_DIR
+  echo "$path${LD_LIBRARY_PATH:+${path:+:}$LD_LIBRARY_PATH}"
 }
 
 curelay_paths_env() {
@@ -97,11 +127,11 @@ curelay_native() {
 
 curelay_remote() {
   case $CURELAY_GPU_ENDPOINT in
-    tcp://*)
+    tcp://* | rdma://*)
       # As if on another machine: the backend's runtime directory is an empty tmpfs in this process's view.
       unshare -m sh -c 'mount -t tmpfs curelay-remote "$0" || exit 97; exec "$@"' "$CURELAY_GPU_RUNTIME" \
-        env LD_LIBRARY_PATH="$CURELAY_BUILD/frontend" CURELAY_ENDPOINT="$CURELAY_CLIENT_ENDPOINT" \
-        timeout "$CURELAY_GPU_TIMEOUT" "$@"
+        env LD_LIBRARY_PATH="$(curelay_library_path "$CURELAY_BUILD/frontend")" \
+        CURELAY_ENDPOINT="$CURELAY_CLIENT_ENDPOINT" timeout "$CURELAY_GPU_TIMEOUT" "$@"
       ;;
     *)
       LD_LIBRARY_PATH="$CURELAY_BUILD/frontend" CURELAY_ENDPOINT="$CURELAY_GPU_ENDPOINT" \
@@ -152,7 +182,8 @@ curelay_backend_start() {
     *) state=$CURELAY_OUT/backend-state ;;
   esac
   [ -z "${CURELAY_GPU_AS_TENANT:-}" ] || anonymous=
-  "$CURELAY_BUILD/backend/curelay-backend" --listen "$CURELAY_GPU_ENDPOINT" --driver "$CURELAY_REAL_DRIVER" \
+  LD_LIBRARY_PATH=$(curelay_library_path) \
+    "$CURELAY_BUILD/backend/curelay-backend" --listen "$CURELAY_GPU_ENDPOINT" --driver "$CURELAY_REAL_DRIVER" \
     --runtime-dir "$runtime" --state-dir "$state" --executor-ports "$CURELAY_GPU_EXECUTOR_PORTS" $anonymous \
     --log-level "${CURELAY_GPU_LOG_LEVEL:-info}" >>"$log" 2>&1 &
   CURELAY_BACKEND_PID=$!

@@ -2,6 +2,8 @@
 # Remote (tcp://) checks on the GPU host, in parts that each fit one device call (docs/operations.md):
 #   suites         tests/gpu/run_all.sh over tcp://, anonymous and as a scheduled tenant (client in a mount namespace)
 #   suites-ipc     tests/gpu/run_all.sh over ipc:// (the same-host path, for regressions)
+#   suites-rdma    tests/gpu/run_all.sh over rdma:// on the emulated verbs fixture (the GPU end to end through the
+#                  RDMA transport's code; no NIC, so no RDMA timings)
 #   bench          bench/run.sh and bench/run_frameworks.sh over tcp:// (3 alternating rounds each)
 #   rtt            bench/run_frameworks.sh and bench/run.sh through curelay-relay at +0.1 ms and +1 ms round trip
 #   cut            a PyTorch client whose link is cut mid-session: its next call fails within the heartbeat timeout,
@@ -25,6 +27,10 @@ case $part in
   suites-ipc)
     echo "== run_all.sh over ipc://"
     "$here/run_all.sh" "$build"
+    ;;
+  suites-rdma)
+    echo "== run_all.sh over rdma://127.0.0.1:47000 (emulated verbs)"
+    CURELAY_GPU_ENDPOINT=rdma://127.0.0.1:47000 "$here/run_all.sh" "$build"
     ;;
   bench)
     CURELAY_GPU_ENDPOINT=$tcp "$root/bench/run.sh" "$build"

@@ -45,7 +45,9 @@ BackendProcess::BackendProcess(const std::string& name, std::map<std::string, st
   directory_ = mkdtemp(pattern);
   // tcp: any free loopback port, learned from the backend's log once it listens (a port chosen here could be
   // taken meanwhile, by an executor of a parallel test among others).
-  endpoint_ = transport == Transport::kIpc ? "ipc://" + directory_ + "/backend.sock" : "tcp://127.0.0.1:*";
+  endpoint_ = transport == Transport::kIpc   ? "ipc://" + directory_ + "/backend.sock"
+              : transport == Transport::kTcp ? "tcp://127.0.0.1:*"
+                                             : "rdma://127.0.0.1:*";
   if (!endpoint.empty()) endpoint_ = std::move(endpoint);
   bind_endpoint_ = endpoint_;
   log_path_ = directory_ + "/backend.log";
@@ -76,7 +78,7 @@ bool BackendProcess::Start() {
     }
     const std::string log = Log();
     std::smatch bound;
-    static const std::regex listening(R"(listening on (tcp://\S+))");
+    static const std::regex listening(R"(listening on ((tcp|rdma)://\S+))");
     if (!std::regex_search(log, bound, listening) || log.find("ready") == std::string::npos) return false;
     endpoint_ = bound[1].str();
     return true;

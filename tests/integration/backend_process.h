@@ -14,7 +14,9 @@ namespace curelay::testing {
 class BackendProcess {
  public:
   // extra_env: variables for the backend (and so its executors), e.g. CURELAY_EMU_DEVICE_MEMORY.
-  enum class Transport { kIpc, kTcp };
+  // kRdma: the backend listens on rdma://127.0.0.1 (its handshake on that tcp port, sessions over the emulated
+  // verbs library, which must be first on LD_LIBRARY_PATH for the backend and the clients).
+  enum class Transport { kIpc, kTcp, kRdma };
   explicit BackendProcess(const std::string& name, std::map<std::string, std::string> extra_env = {},
                           Transport transport = Transport::kIpc, std::string endpoint = {});
   ~BackendProcess();

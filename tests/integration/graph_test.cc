@@ -659,8 +659,7 @@ TEST_F(GraphTest, ExplicitlyBuiltGraphsRunInDependencyOrder) {
   copy.Height = 1;
   copy.Depth = 1;
   CUgraphNode back = nullptr;
-  const char* transport = std::getenv("CURELAY_TEST_TRANSPORT");
-  if (transport != nullptr && std::string(transport) == "tcp") {
+  if (RemoteSession()) {
     // Remotely the page-locked memory is a mirror, which a node in the executor's graph cannot keep coherent.
     EXPECT_EQ(cuGraphAddMemcpyNode(&back, graph, &increment, 1, &copy, context_), CUDA_ERROR_NOT_SUPPORTED);
     copy.dstMemoryType = CU_MEMORYTYPE_DEVICE;

@@ -90,10 +90,12 @@ TEST(ProcessTest, BasicClientOverEveryTransport) {
     const char* expected;
   };
   // Page-locked and mapped host memory and host functions work on every transport: shared with the executor on its
-  // host, mirrored and notified over tcp:// (remote_memory_test.cc checks what kernels and host functions see).
+  // host, mirrored and notified over tcp:// and rdma:// (remote_memory_test.cc checks what kernels and host functions
+  // see). rdma:// runs on the emulated verbs library, first on this process's LD_LIBRARY_PATH (CMakeLists.txt).
   for (const Case& c : {Case{BackendProcess::Transport::kIpc, "1", "attached over shared memory"},
                         Case{BackendProcess::Transport::kIpc, "0", "attached over ZeroMQ"},
-                        Case{BackendProcess::Transport::kTcp, "1", "attached over ZeroMQ"}}) {
+                        Case{BackendProcess::Transport::kTcp, "1", "attached over ZeroMQ"},
+                        Case{BackendProcess::Transport::kRdma, "1", "attached over RDMA"}}) {
     BackendProcess backend("basic", {}, c.transport);
     ASSERT_TRUE(backend.Start()) << backend.Log();
     auto env = ClientEnv(backend);
@@ -347,6 +349,73 @@ TEST(ProcessTest, CutLinkEndsTheSessionOnBothSidesWithinTheHeartbeatTimeout) {
   unlink(output.c_str());
   unlink(go.c_str());
   unlink(ready.c_str());
+}
+
+// The same over rdma:// (the emulated verbs library, which CURELAY_EMULATED_VERBS_CUT_FILE makes drop every packet
+// of both processes while the file exists; both stay alive and keep their sockets open): only the heartbeats show
+// the peer is gone, and both sides act on them within the timeout.
+TEST(ProcessTest, CutRdmaLinkEndsTheSessionOnBothSidesWithinTheHeartbeatTimeout) {
+  const std::string output = "/tmp/curelay-rdma-cut-" + std::to_string(getpid());
+  const std::string cut = output + ".cut";
+  unlink(cut.c_str());
+  BackendProcess backend("rdma-cut", {{"CURELAY_EMULATED_VERBS_CUT_FILE", cut}}, BackendProcess::Transport::kRdma);
+  backend.AddArguments({"--heartbeat-timeout-ms", "1500"});
+  ASSERT_TRUE(backend.Start()) << backend.Log();
+  auto env = ClientEnv(backend);
+  env["CURELAY_HEARTBEAT_TIMEOUT_MS"] = "1500";
+  env["CURELAY_EMULATED_VERBS_CUT_FILE"] = cut;
+  const pid_t client = StartClient({"cut-wait", cut, "stay"}, env, output);
+  ASSERT_TRUE(WaitFor([&] { return ReadFile(output).find("READY") != std::string::npos; }, 20s))
+      << ReadFile(output) << backend.Log();
+  const pid_t executor = backend.LatestSessionExecutor(5s);
+  ASSERT_GT(executor, 0);
+  EXPECT_NE(backend.Log().find("client attached over RDMA"), std::string::npos) << backend.Log();
+  std::ofstream(cut) << "cut\n";  // the link drops everything; the client then synchronizes
+  // The client stays alive with its sockets open after it has answered.
+  EXPECT_TRUE(WaitFor([&] { return ReadFile(output).find("sync=") != std::string::npos; }, 10s)) << "client hung";
+  const std::string said = ReadFile(output);
+  EXPECT_NE(said.find("sync=46 later=46"), std::string::npos) << said;
+  // Within the heartbeat bound (1.5 s, checked every 0.5 s), far below the queue pair's retry timeout (~34 s).
+  const size_t waited = said.find("waited_ms=");
+  ASSERT_NE(waited, std::string::npos) << said;
+  EXPECT_LT(std::stoll(said.substr(waited + 10)), 4000) << said;
+  EXPECT_TRUE(WaitFor([&] { return !ProcessExists(executor); }, 10s)) << "executor kept the session\n" << backend.Log();
+  EXPECT_NE(backend.Log().find("client disconnected; releasing the session"), std::string::npos) << backend.Log();
+  EXPECT_NE(backend.Log().find("heartbeat timeout"), std::string::npos) << backend.Log();
+  EXPECT_TRUE(backend.Alive());
+  kill(client, SIGKILL);
+  waitpid(client, nullptr, 0);
+  unlink(cut.c_str());
+  ExpectNewClientsServed(backend);  // the link is back: a new session works
+  unlink(output.c_str());
+}
+
+// A killed peer over rdma://: the executor of a killed client exits (freeing the session's memory), and the client of
+// a killed executor gets CUDA_ERROR_DEVICE_UNAVAILABLE on its next call and every later one.
+TEST(ProcessTest, KilledPeerOverRdmaEndsTheSession) {
+  BackendProcess backend("rdma-killed", {}, BackendProcess::Transport::kRdma);
+  ASSERT_TRUE(backend.Start()) << backend.Log();
+  const std::string output = "/tmp/curelay-rdma-killed-" + std::to_string(getpid());
+  const pid_t holder = StartClient({"hold", std::to_string(64 << 20)}, ClientEnv(backend), output);
+  ASSERT_TRUE(WaitFor([&] { return ReadFile(output).find("HOLDING") != std::string::npos; }, 20s))
+      << ReadFile(output) << backend.Log();
+  const pid_t holder_executor = backend.LatestSessionExecutor(5s);
+  ASSERT_GT(holder_executor, 0);
+  kill(holder, SIGKILL);
+  waitpid(holder, nullptr, 0);
+  EXPECT_TRUE(WaitFor([&] { return !ProcessExists(holder_executor); }, 10s)) << backend.Log();
+
+  const pid_t victim = StartSyncingClient(backend, output);
+  const pid_t executor = backend.LatestSessionExecutor(5s);
+  ASSERT_GT(executor, 0);
+  ASSERT_NE(executor, holder_executor);
+  kill(executor, SIGKILL);
+  int status = 0;
+  ASSERT_TRUE(WaitFor([&] { return waitpid(victim, &status, WNOHANG) == victim; }, 15s)) << "client hung";
+  EXPECT_NE(ReadFile(output).find("ERROR 46 then 46"), std::string::npos) << ReadFile(output);
+  EXPECT_TRUE(backend.Alive());
+  ExpectNewClientsServed(backend);
+  unlink(output.c_str());
 }
 
 }  // namespace

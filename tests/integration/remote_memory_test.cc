@@ -279,8 +279,7 @@ TEST_F(RemoteMemoryTest, ThreadsCopyingAtOnceKeepTheirData) {
 TEST_F(RemoteMemoryTest, ManagedMemoryIsOneAddressForHostAndKernels) {
   constexpr int n = 4096;
   CUdeviceptr managed = 0;
-  const char* transport = std::getenv("CURELAY_TEST_TRANSPORT");
-  if (transport != nullptr && std::string(transport) == "tcp") {
+  if (RemoteSession()) {
     EXPECT_EQ(cuMemAllocManaged(&managed, n * sizeof(int), CU_MEM_ATTACH_GLOBAL), CUDA_ERROR_NOT_SUPPORTED);
     return;
   }
@@ -340,8 +339,7 @@ TEST_F(RemoteMemoryTest, StreamsWaitOnAndWriteValues) {
   ASSERT_CU(cuMemAlloc(&device, n * sizeof(uint32_t)));
   ASSERT_CU(cuMemAlloc(&words, 16));
   ASSERT_CU(cuMemsetD32(device, 0, n));
-  const char* transport = std::getenv("CURELAY_TEST_TRANSPORT");
-  if (transport == nullptr || std::string(transport) != "tcp") {
+  if (!RemoteSession()) {
     // (Over tcp:// mapped memory is a mirror: a host write reaches it only at the next launch, copy or synchronize
     // the client sends, not while a stream already waits: docs/api-coverage.md.)
     volatile uint32_t* flag = nullptr;

@@ -23,16 +23,19 @@ namespace curelay::testing {
 
 // Starts the backend before the first test and points CURELAY_ENDPOINT at it; stops it after the last.
 // CURELAY_TEST_TRANSPORT=tcp runs the suite as a remote client would: the backend listens on loopback tcp only,
-// so the session shares no directory (and no memory) with this process.
+// so the session shares no directory (and no memory) with this process. CURELAY_TEST_TRANSPORT=rdma: the same
+// over rdma:// on the emulated verbs library (ctest puts it first on LD_LIBRARY_PATH).
 class SessionEnvironment : public ::testing::Environment {
  public:
   SessionEnvironment(std::string name, std::map<std::string, std::string> backend_env)
       : name_(std::move(name)), backend_env_(std::move(backend_env)) {}
   void SetUp() override {
-    const char* transport = std::getenv("CURELAY_TEST_TRANSPORT");
-    const bool tcp = transport != nullptr && std::string(transport) == "tcp";
-    backend_ = std::make_unique<BackendProcess>(
-        name_, backend_env_, tcp ? BackendProcess::Transport::kTcp : BackendProcess::Transport::kIpc);
+    const char* variable = std::getenv("CURELAY_TEST_TRANSPORT");
+    const std::string transport = variable != nullptr ? variable : "";
+    backend_ = std::make_unique<BackendProcess>(name_, backend_env_,
+                                                transport == "tcp"    ? BackendProcess::Transport::kTcp
+                                                : transport == "rdma" ? BackendProcess::Transport::kRdma
+                                                                      : BackendProcess::Transport::kIpc);
     if (!backend_->Start()) {
       // A failed environment would show as skipped tests (ctest's skip pattern): fail the whole suite instead.
       std::fprintf(stderr, "the %s suite's backend did not start:\n%s\n", name_.c_str(), backend_->Log().c_str());
@@ -49,6 +52,12 @@ class SessionEnvironment : public ::testing::Environment {
   std::map<std::string, std::string> backend_env_;
   std::unique_ptr<BackendProcess> backend_;
 };
+
+// Whether the suite runs as a remote client (CURELAY_TEST_TRANSPORT tcp or rdma): nothing shared with the executor.
+inline bool RemoteSession() {
+  const char* transport = std::getenv("CURELAY_TEST_TRANSPORT");
+  return transport != nullptr && (std::string(transport) == "tcp" || std::string(transport) == "rdma");
+}
 
 // Registers the suite's backend; call once, from a namespace-scope initializer.
 inline ::testing::Environment* AddSessionEnvironment(std::string name,

@@ -143,9 +143,10 @@ int main(int argc, char** argv) {
     std::printf("OK\n");
     return 0;
   }
-  if (mode == "cut-wait" && argc == 3) {
+  if (mode == "cut-wait" && (argc == 3 || (argc == 4 && std::string(argv[3]) == "stay"))) {
     // Holds device memory, says READY, waits until the file argv[2] exists (the test has cut the link by then), then
     // makes a synchronizing call and a later one: both must fail with CUDA_ERROR_DEVICE_UNAVAILABLE, not hang.
+    // With "stay", it then lives on (sockets open) until killed, so the executor must notice the cut by itself.
     if (InitContext() != 0) return 1;
     CUdeviceptr ptr;
     CHECK(cuMemAlloc(&ptr, 64 << 20));
@@ -159,6 +160,8 @@ int main(int argc, char** argv) {
     const CUresult later = cuMemAlloc(&ptr, 4096);
     std::printf("sync=%d later=%d waited_ms=%lld\n", static_cast<int>(pending), static_cast<int>(later),
                 static_cast<long long>(waited.count()));
+    std::fflush(stdout);
+    while (argc == 4) pause();
     return 0;
   }
   if (mode == "hold" && argc == 3) {

@@ -10,10 +10,12 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <condition_variable>
 #include <cstdio>
 #include <cstring>
 #include <deque>
 #include <mutex>
+#include <thread>
 #include <vector>
 
 #include "transport/rdma/rdma_link.h"
@@ -67,6 +69,12 @@ class RdmaChannel final : public Channel {
     Attach(std::move(link));
   }
   ~RdmaChannel() override {
+    {
+      std::lock_guard<std::mutex> lock(keeper_mutex_);
+      keeper_stop_ = true;
+    }
+    keeper_wake_.notify_all();
+    if (keeper_.joinable()) keeper_.join();
     link_.reset();
     if (listen_fd_ >= 0) close(listen_fd_);
     close(wake_fd_);
@@ -152,6 +160,38 @@ class RdmaChannel final : public Channel {
   void Attach(std::unique_ptr<RdmaLink> link) {
     link_ = std::move(link);
     peer_name_ = link_->peer_name();
+    last_heard_ = last_sent_ = Clock::now();
+    keeper_ = std::thread([this] { Keep(); });
+  }
+
+  // Heartbeats, as ZeroMQ's I/O thread gives tcp:// sessions: a frozen peer process, or a cut link behind a relay,
+  // closes no socket, its kernel still answers keepalives and a live HCA may still acknowledge writes, so only the
+  // peer's own traffic proves it alive. This thread drains the completion queue (credits flow while the
+  // application is busy elsewhere), sends a heartbeat (a zero-credit message) when nothing went out for a third of
+  // the timeout, and ends the channel when nothing came in for the whole timeout.
+  void Keep() {
+    const int timeout_ms = options_.heartbeat_timeout_ms > 0 ? options_.heartbeat_timeout_ms : 5000;
+    const auto timeout = std::chrono::milliseconds(timeout_ms);
+    const auto period = std::chrono::milliseconds(std::max(10, std::min(1000, timeout_ms / 3)));
+    std::unique_lock<std::mutex> wait_lock(keeper_mutex_);
+    while (!keeper_stop_) {
+      keeper_wake_.wait_for(wait_lock, period);
+      if (keeper_stop_) return;
+      wait_lock.unlock();
+      {
+        std::lock_guard<std::mutex> lock(mutex_);
+        if (lost_) return;
+        Progress(true);
+        const auto now = Clock::now();
+        if (!lost_ && now - last_heard_ > timeout) {
+          Lose("nothing from the peer for " + std::to_string(timeout_ms) + " ms (heartbeat timeout)");
+        } else if (!lost_ && now - last_sent_ >= period && send_queue_used_ < link_->queue_depth()) {
+          PostWrite(kCreditWork, nullptr, 0, 0, kCreditFlag);
+        }
+        if (lost_) return;
+      }
+      wait_lock.lock();
+    }
   }
 
   // Bound side: takes the one peer when it knocks, within `timeout_ms`. Caller holds mutex_.
@@ -260,6 +300,7 @@ class RdmaChannel final : public Channel {
       return false;
     }
     ++send_queue_used_;
+    last_sent_ = Clock::now();
     return true;
   }
 
@@ -313,10 +354,12 @@ class RdmaChannel final : public Channel {
       Lose("ibv_post_recv failed");
       return false;
     }
+    last_heard_ = Clock::now();
     const uint32_t immediate = ntohl(wc.imm_data);
+    if (immediate == kCreditFlag) return false;  // a heartbeat
     if ((immediate & kCreditFlag) != 0) {
       const uint64_t credits = immediate & ~kCreditFlag;
-      if (credits == 0 || peer_freed_ + credits > fragments_sent_) return Malformed("credits for unsent fragments");
+      if (peer_freed_ + credits > fragments_sent_) return Malformed("credits for unsent fragments");
       peer_freed_ += credits;
       return true;
     }
@@ -439,6 +482,12 @@ class RdmaChannel final : public Channel {
   std::vector<uint8_t>* assembling_ = nullptr;
   size_t assembled_ = 0;
   std::deque<Message> complete_;
+  // Liveness (Keep).
+  Clock::time_point last_heard_{}, last_sent_{};
+  std::thread keeper_;
+  std::mutex keeper_mutex_;  // only for keeper_wake_ and keeper_stop_
+  std::condition_variable keeper_wake_;
+  bool keeper_stop_ = false;
 };
 
 RdmaSettings SettingsFor(const ChannelOptions& options) {

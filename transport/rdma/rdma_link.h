@@ -95,7 +95,8 @@ class RdmaLink {
   std::string peer_name_;
 };
 
-// Immediate data of a fragment write: its length; with kCreditFlag set, a credit message returning that many slots.
+// Immediate data of a fragment write: its length; with kCreditFlag set, a credit message returning that many slots
+// (none: a heartbeat).
 inline constexpr uint32_t kCreditFlag = 0x80000000u;
 
 }  // namespace curelay::transport

@@ -13,6 +13,7 @@
 
 #include "transport/channel.h"
 #include "transport/endpoint.h"
+#include "transport/endpoint.h"
 #include "transport/zmq/zmq_channel.h"
 #include "transport/zmq/zmq_context.h"
 
@@ -255,8 +256,11 @@ std::unique_ptr<Channel> BindZmqChannel(std::span<const std::string> endpoints, 
   return channel;
 }
 
-std::string RequestOnce(const std::string& endpoint, std::span<const uint8_t> request, int timeout_ms,
+std::string RequestOnce(const std::string& backend, std::span<const uint8_t> request, int timeout_ms,
                         std::string* error) {
+  // A backend named rdma:// answers its handshake over tcp:// on the same address (Endpoint::Handshake).
+  const auto parsed = Endpoint::Parse(backend);
+  const std::string endpoint = parsed ? parsed->Handshake().ToString() : backend;
   void* socket = zmq_socket(ZmqContext(), ZMQ_DEALER);
   if (socket == nullptr) {
     *error = ZmqError("zmq_socket");

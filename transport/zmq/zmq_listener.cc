@@ -6,6 +6,7 @@
 #include <string>
 #include <vector>
 
+#include "transport/endpoint.h"
 #include "transport/listener.h"
 #include "transport/zmq/zmq_context.h"
 
@@ -32,7 +33,11 @@ class ZmqListener final : public Listener {
     for (void* socket : sockets_) zmq_close(socket);
   }
 
-  bool Add(const std::string& endpoint, int64_t max_request_bytes, std::string* error) {
+  bool Add(const std::string& text, int64_t max_request_bytes, std::string* error) {
+    // rdma:// backend endpoints take their handshake over tcp:// on the same address (Endpoint::Handshake).
+    const auto parsed = Endpoint::Parse(text);
+    const bool rdma = parsed && parsed->kind == Endpoint::Kind::kRdma;
+    const std::string endpoint = rdma ? parsed->Handshake().ToString() : text;
     void* socket = zmq_socket(ZmqContext(), ZMQ_ROUTER);
     const int linger = 0;
     zmq_setsockopt(socket, ZMQ_LINGER, &linger, sizeof(linger));
@@ -45,7 +50,8 @@ class ZmqListener final : public Listener {
     char resolved[512];
     size_t size = sizeof(resolved);
     zmq_getsockopt(socket, ZMQ_LAST_ENDPOINT, resolved, &size);
-    bound_.emplace_back(resolved);
+    // Reported in the scheme the backend was given (the port resolved when it was "*").
+    bound_.push_back(rdma ? "rdma://" + std::string(resolved).substr(6) : std::string(resolved));
     sockets_.push_back(socket);
     return true;
   }
