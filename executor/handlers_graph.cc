@@ -17,6 +17,7 @@
 #include <cstring>
 #include <fstream>
 #include <iterator>
+#include <set>
 
 #include <spdlog/spdlog.h>
 
@@ -184,7 +185,8 @@ uint64_t Session::NodeId(uint64_t graph, CUgraphNode node) {
   return id;
 }
 
-flatbuffers::Offset<wire::GraphNodes> Session::EncodeNodes(uint64_t graph, const CUgraphNode* nodes, size_t count) {
+flatbuffers::Offset<wire::GraphNodes> Session::EncodeNodes(uint64_t graph, const CUgraphNode* nodes, size_t count,
+                                                           uint64_t address) {
   std::vector<uint64_t> ids;
   std::vector<int32_t> types;
   for (size_t i = 0; i < count; ++i) {
@@ -193,7 +195,7 @@ flatbuffers::Offset<wire::GraphNodes> Session::EncodeNodes(uint64_t graph, const
     ids.push_back(NodeId(graph, nodes[i]));
     types.push_back(type);
   }
-  return wire::CreateGraphNodes(builder_, builder_.CreateVector(ids), builder_.CreateVector(types));
+  return wire::CreateGraphNodes(builder_, builder_.CreateVector(ids), builder_.CreateVector(types), address);
 }
 
 void Session::ForgetGraphNodes(uint64_t graph) {
@@ -447,6 +449,9 @@ struct Session::NodeParameters {
   CUDA_MEMCPY3D copy{};
   CUgraph child = nullptr;
   CUevent event = nullptr;
+  CUDA_MEM_ALLOC_NODE_PARAMS alloc{};
+  std::vector<CUmemAccessDesc> access;  // alloc.accessDescs
+  CUdeviceptr address = 0;              // a free node's
   size_t argument_bytes = 0;
   void* extra[5] = {};
 };
@@ -517,6 +522,30 @@ CUresult Session::DecodeNodeParameters(const wire::GraphAddNode& spec, std::span
       parameters->event = event->second;
       return CUDA_SUCCESS;
     }
+    case wire::GraphNodeKind::MemAlloc: {
+      const auto* devices = spec.alloc_access_devices();
+      const auto* flags = spec.alloc_access_flags();
+      const size_t count = devices != nullptr ? devices->size() : 0;
+      if (count != (flags != nullptr ? flags->size() : 0) || count > 1024) return CUDA_ERROR_INVALID_VALUE;
+      for (size_t i = 0; i < count; ++i) {
+        CUmemAccessDesc access{};
+        access.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+        access.location.id = devices->Get(i);
+        access.flags = static_cast<CUmemAccess_flags>(flags->Get(i));
+        parameters->access.push_back(access);
+      }
+      CUDA_MEM_ALLOC_NODE_PARAMS& alloc = parameters->alloc;
+      alloc.poolProps.allocType = CU_MEM_ALLOCATION_TYPE_PINNED;
+      alloc.poolProps.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+      alloc.poolProps.location.id = spec.alloc_device();
+      alloc.bytesize = spec.alloc_bytes();
+      alloc.accessDescs = parameters->access.empty() ? nullptr : parameters->access.data();
+      alloc.accessDescCount = count;
+      return CUDA_SUCCESS;
+    }
+    case wire::GraphNodeKind::MemFree:
+      parameters->address = spec.address();
+      return CUDA_SUCCESS;
   }
   return CUDA_ERROR_INVALID_VALUE;
 }
@@ -557,6 +586,8 @@ Session::Outcome Session::GraphAddNode(const wire::GraphAddNode& call, std::span
       break;
     case wire::GraphNodeKind::EventRecord: result = add(driver_.cuGraphAddEventRecordNode, parameters.event); break;
     case wire::GraphNodeKind::EventWait: result = add(driver_.cuGraphAddEventWaitNode, parameters.event); break;
+    case wire::GraphNodeKind::MemAlloc: result = add(driver_.cuGraphAddMemAllocNode, &parameters.alloc); break;
+    case wire::GraphNodeKind::MemFree: result = add(driver_.cuGraphAddMemFreeNode, parameters.address); break;
     case wire::GraphNodeKind::ChildGraph:
       if (!call.child_graph_moved()) {
         result = add(driver_.cuGraphAddChildGraphNode, parameters.child);
@@ -598,8 +629,13 @@ Session::Outcome Session::GraphAddNode(const wire::GraphAddNode& call, std::span
     }
   }
   if (result != CUDA_SUCCESS) return {result};
+  uint64_t address = 0;
+  if (call.kind() == wire::GraphNodeKind::MemAlloc) {
+    address = parameters.alloc.dptr;
+    graph_allocations_[address] = {parameters.alloc.bytesize, parameters.alloc.poolProps.location.id};
+  }
   Outcome outcome;
-  outcome.body = EncodeNodes(call.graph(), &node, 1).Union();
+  outcome.body = EncodeNodes(call.graph(), &node, 1, address).Union();
   outcome.body_type = wire::ReplyBody::GraphNodes;
   // The graphs the node owns go with it (cuGraphDestroyNode).
   const uint64_t node_id = graph_node_ids_.at(node);
@@ -872,6 +908,38 @@ CUresult Session::EncodeNodeParameters(CUgraphNode node, flatbuffers::Offset<wir
       *spec = fields.Finish();
       return CUDA_SUCCESS;
     }
+    case CU_GRAPH_NODE_TYPE_MEM_ALLOC: {
+      if (driver_.cuGraphMemAllocNodeGetParams == nullptr) return CUDA_ERROR_NOT_SUPPORTED;
+      CUDA_MEM_ALLOC_NODE_PARAMS alloc{};
+      if (CUresult r = driver_.cuGraphMemAllocNodeGetParams(node, &alloc); r != CUDA_SUCCESS) return r;
+      std::vector<int32_t> devices;
+      std::vector<uint32_t> flags;
+      for (size_t i = 0; i < alloc.accessDescCount && alloc.accessDescs != nullptr; ++i) {
+        devices.push_back(alloc.accessDescs[i].location.id);
+        flags.push_back(alloc.accessDescs[i].flags);
+      }
+      const auto device_vector = builder_.CreateVector(devices);
+      const auto flag_vector = builder_.CreateVector(flags);
+      wire::GraphAddNodeBuilder fields(builder_);
+      fields.add_kind(wire::GraphNodeKind::MemAlloc);
+      fields.add_alloc_bytes(alloc.bytesize);
+      fields.add_alloc_device(alloc.poolProps.location.id);
+      fields.add_alloc_access_devices(device_vector);
+      fields.add_alloc_access_flags(flag_vector);
+      fields.add_address(alloc.dptr);
+      *spec = fields.Finish();
+      return CUDA_SUCCESS;
+    }
+    case CU_GRAPH_NODE_TYPE_MEM_FREE: {
+      if (driver_.cuGraphMemFreeNodeGetParams == nullptr) return CUDA_ERROR_NOT_SUPPORTED;
+      CUdeviceptr address = 0;
+      if (CUresult r = driver_.cuGraphMemFreeNodeGetParams(node, &address); r != CUDA_SUCCESS) return r;
+      wire::GraphAddNodeBuilder fields(builder_);
+      fields.add_kind(wire::GraphNodeKind::MemFree);
+      fields.add_address(address);
+      *spec = fields.Finish();
+      return CUDA_SUCCESS;
+    }
     default:
       return CUDA_ERROR_NOT_SUPPORTED;
   }
@@ -980,7 +1048,8 @@ Session::Outcome Session::GraphInstantiate(const wire::GraphInstantiate& call) {
   }
   if (result == CUDA_SUCCESS) graph_execs_[call.exec()] = exec;
   Outcome outcome(result);
-  outcome.body = wire::CreateGraphInstantiateInfo(builder_, result_info, error_node).Union();
+  const bool allocates = result == CUDA_SUCCESS && GraphAllocates(graph);
+  outcome.body = wire::CreateGraphInstantiateInfo(builder_, result_info, error_node, allocates).Union();
   outcome.body_type = wire::ReplyBody::GraphInstantiateInfo;
   return outcome;
 }
@@ -1250,6 +1319,66 @@ void Session::ReleaseGraphs() {
   graph_node_ids_.clear();
   nodes_of_graph_.clear();
   graph_of_node_.clear();
+}
+
+}  // namespace curelay::executor
+
+namespace curelay::executor {
+
+bool Session::GraphAllocates(CUgraph graph) {
+  if (driver_.cuGraphGetNodes == nullptr || driver_.cuGraphNodeGetType == nullptr) return false;
+  size_t count = 0;
+  if (driver_.cuGraphGetNodes(graph, nullptr, &count) != CUDA_SUCCESS || count == 0) return false;
+  std::vector<CUgraphNode> nodes(count);
+  if (driver_.cuGraphGetNodes(graph, nodes.data(), &count) != CUDA_SUCCESS) return false;
+  for (size_t i = 0; i < count && i < nodes.size(); ++i) {
+    CUgraphNodeType type = CU_GRAPH_NODE_TYPE_EMPTY;
+    if (driver_.cuGraphNodeGetType(nodes[i], &type) != CUDA_SUCCESS) continue;
+    if (type == CU_GRAPH_NODE_TYPE_MEM_ALLOC) return true;
+    CUgraph child = nullptr;
+    if (type == CU_GRAPH_NODE_TYPE_GRAPH && driver_.cuGraphChildGraphNodeGetGraph != nullptr &&
+        driver_.cuGraphChildGraphNodeGetGraph(nodes[i], &child) == CUDA_SUCCESS && GraphAllocates(child)) {
+      return true;
+    }
+  }
+  return false;
+}
+
+bool Session::StreamCapturing(CUstream stream) {
+  if (driver_.cuStreamIsCapturing == nullptr) return false;
+  CUstreamCaptureStatus status = CU_STREAM_CAPTURE_STATUS_NONE;
+  return driver_.cuStreamIsCapturing(stream, &status) == CUDA_SUCCESS && status != CU_STREAM_CAPTURE_STATUS_NONE;
+}
+
+// Allocations graphs made that neither a graph nor the application freed (the graphs are gone by now): freed, and
+// what the driver keeps cached for graphs goes back. Freeing an address whose allocation is not live answers an error,
+// which is expected here.
+void Session::ReleaseGraphAllocations() {
+  if (graph_allocations_.empty()) return;
+  std::set<int> devices;
+  for (const auto& [ptr, allocation] : graph_allocations_) {
+    driver_.cuMemFree(ptr);
+    devices.insert(allocation.device);
+  }
+  graph_allocations_.clear();
+  if (driver_.cuDeviceGraphMemTrim != nullptr) {
+    for (int device : devices) driver_.cuDeviceGraphMemTrim(device);
+  }
+}
+
+Session::Outcome Session::DeviceGraphMem(const wire::DeviceGraphMem& call) {
+  if (driver_.cuDeviceGetGraphMemAttribute == nullptr || driver_.cuDeviceSetGraphMemAttribute == nullptr ||
+      driver_.cuDeviceGraphMemTrim == nullptr) {
+    return {CUDA_ERROR_NOT_SUPPORTED};
+  }
+  if (call.trim()) return {driver_.cuDeviceGraphMemTrim(call.device())};
+  const auto attribute = static_cast<CUgraphMem_attribute>(call.attribute());
+  cuuint64_t value = call.value();
+  if (call.set()) return {driver_.cuDeviceSetGraphMemAttribute(call.device(), attribute, &value)};
+  Outcome outcome(driver_.cuDeviceGetGraphMemAttribute(call.device(), attribute, &value));
+  outcome.body = wire::CreateIntegerValue(builder_, static_cast<int64_t>(value)).Union();
+  outcome.body_type = wire::ReplyBody::IntegerValue;
+  return outcome;
 }
 
 }  // namespace curelay::executor

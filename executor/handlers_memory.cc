@@ -209,6 +209,9 @@ Session::Outcome Session::PointerAttributes(const wire::PointerAttributes& call)
       if (call.ptr() >= base && call.ptr() - base < bytes) ptr = call.ptr();
     }
   }
+  for (const auto& [base, allocation] : graph_allocations_) {
+    if (call.ptr() >= base && call.ptr() - base < allocation.bytes) ptr = call.ptr();
+  }
   for (const auto& [base, bytes] : virtual_mappings_) {  // mapped virtual memory (handlers_virtual_memory.cc)
     if (call.ptr() >= base && call.ptr() - base < bytes) ptr = call.ptr();
   }

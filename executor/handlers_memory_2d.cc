@@ -54,6 +54,16 @@ Session::Outcome Session::MemGetAddressRange(const wire::MemGetAddressRange& cal
   CUdeviceptr base = 0;
   size_t bytes = 0;
   outcome.result = driver_.cuMemGetAddressRange(&base, &bytes, call.ptr());
+  if (outcome.result != CUDA_SUCCESS && call.for_copy()) {
+    // A graph's allocation is device memory even while it is not mapped (a copy captured after its allocation).
+    for (const auto& [start, allocation] : graph_allocations_) {
+      if (call.ptr() >= start && call.ptr() - start < allocation.bytes) {
+        outcome.result = CUDA_SUCCESS;
+        base = start;
+        bytes = allocation.bytes;
+      }
+    }
+  }
   outcome.body = wire::CreatePointer(builder_, base, bytes).Union();
   outcome.body_type = wire::ReplyBody::Pointer;
   return outcome;

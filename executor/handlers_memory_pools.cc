@@ -39,6 +39,20 @@ Session::Outcome Session::MemAllocAsync(const wire::MemAllocAsync& call) {
   CUmemoryPool pool = nullptr;
   if (call.from_pool()) outcome.result = ResolvePool(call.device(), call.pool(), &pool);
   if (outcome.result != CUDA_SUCCESS) return outcome;
+  if (StreamCapturing(stream)) {
+    // Captured, the driver makes an allocation node of the graph: its address is fixed now, and the memory is the
+    // graph's while it lives (freed by the graph, by the application, or at session end).
+    outcome.result = pool != nullptr ? driver_.cuMemAllocFromPoolAsync(&ptr, call.bytes(), pool, stream)
+                                     : driver_.cuMemAllocAsync(&ptr, call.bytes(), stream);
+    CUdevice device = 0;
+    if (outcome.result == CUDA_SUCCESS) {
+      (void)driver_.cuCtxGetDevice(&device);  // which device's graph memory to trim at session end
+      graph_allocations_[ptr] = {call.bytes(), device};
+    }
+    outcome.body = wire::CreatePointer(builder_, ptr, call.bytes()).Union();
+    outcome.body_type = wire::ReplyBody::Pointer;
+    return outcome;
+  }
   outcome.result = AllocateCharged(call.bytes(), [&] {
     return pool != nullptr ? driver_.cuMemAllocFromPoolAsync(&ptr, call.bytes(), pool, stream)
                            : driver_.cuMemAllocAsync(&ptr, call.bytes(), stream);
@@ -53,7 +67,10 @@ Session::Outcome Session::MemFreeAsync(const wire::MemFreeAsync& call) {
   if (driver_.cuMemFreeAsync == nullptr) return {CUDA_ERROR_NOT_SUPPORTED};
   CUstream stream = nullptr;
   CUresult result = LookupStream(call.stream(), &stream);
+  // Captured, the driver makes a free node: the memory is freed when the graph runs.
+  const bool captured = result == CUDA_SUCCESS && StreamCapturing(stream);
   if (result == CUDA_SUCCESS) result = driver_.cuMemFreeAsync(call.ptr(), stream);
+  if (captured) return {result};
   const auto found = pool_allocations_.find(call.ptr());
   if (result == CUDA_SUCCESS && found != pool_allocations_.end()) {
     memory_quota_.Refund(found->second);

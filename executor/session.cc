@@ -397,6 +397,7 @@ void Session::ReleaseEverything() {
   links_.clear();
   ReleaseVirtualMemory();
   ReleasePoolAllocations();
+  ReleaseGraphAllocations();  // after ReleaseGraphs: the graphs that could free them are gone
   ReleaseArrays();
   ReleaseIpc();  // before the memory its handles name is freed
   for (auto& [ptr, bytes] : allocations_) driver_.cuMemFree(ptr);

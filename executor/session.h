@@ -159,7 +159,8 @@ class Session {
   CUresult DecodeNodeParameters(const wire::GraphAddNode& spec, std::span<const uint8_t> payload,
                                 NodeParameters* parameters);
   uint64_t NodeId(uint64_t graph, CUgraphNode node);
-  flatbuffers::Offset<wire::GraphNodes> EncodeNodes(uint64_t graph, const CUgraphNode* nodes, size_t count);
+  flatbuffers::Offset<wire::GraphNodes> EncodeNodes(uint64_t graph, const CUgraphNode* nodes, size_t count,
+                                                    uint64_t address = 0);
   void ForgetGraphNodes(uint64_t graph);
   void ForgetMovedGraphs(uint64_t owner);
   // The driver's node for `node` of client graph `graph` (and the graph); INVALID_VALUE when it is not one of its.
@@ -293,6 +294,19 @@ class Session {
   std::map<CUdeviceptr, uint64_t> virtual_mappings_;
   std::map<CUdeviceptr, uint64_t> address_reservations_;
   std::unordered_map<CUdeviceptr, uint64_t> pool_allocations_;  // by cuMemAllocAsync, not yet freed; bytes
+  // Every address a graph allocation node of this session was given (explicitly, or by capturing cuMemAllocAsync):
+  // its bytes and device. The memory is the session's while the graph's allocation lives; what no graph and no
+  // application free freed is freed at session end (ReleaseGraphAllocations).
+  struct GraphAllocation {
+    uint64_t bytes = 0;
+    int device = 0;
+  };
+  std::unordered_map<CUdeviceptr, GraphAllocation> graph_allocations_;
+  // Whether `stream` is capturing now (a captured allocation is a graph's, not the stream's).
+  bool StreamCapturing(CUstream stream);
+  // Whether `graph` (or a child graph of it) has allocation nodes.
+  bool GraphAllocates(CUgraph graph);
+  void ReleaseGraphAllocations();
   std::unordered_map<uint64_t, CUmemoryPool> memory_pools_;  // created by the client (cuMemPoolCreate), by id
   struct ArrayRecord {
     CUarray array = nullptr;

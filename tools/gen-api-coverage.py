@@ -212,10 +212,13 @@ def main() -> None:
         "the current one; `cuGraphMemcpyNodeGetParams` of a captured copy from the executor's own memory (a captured "
         "pageable copy) and parameter queries naming a function or event the application no longer has: "
         "`CUDA_ERROR_NOT_SUPPORTED`; `cuGraphDebugDotPrint` writes the executor driver's text (its handles and "
-        "addresses) at the application's path; host nodes, graph memory nodes (`cuGraphAddMemAllocNode`, "
-        "`cuGraphAddMemFreeNode`, `cuGraphMem*NodeGetParams`, `cuDevice*GraphMem*`), external-semaphore and batch "
-        "memory-operation nodes, user objects and `cuGraphNodeSetParams` of a child-graph node: "
-        "`CUDA_ERROR_NOT_SUPPORTED` |",
+        "addresses) at the application's path; host nodes, external-semaphore and batch memory-operation nodes, user "
+        "objects and `cuGraphNodeSetParams` of a child-graph node: `CUDA_ERROR_NOT_SUPPORTED` |",
+        "| graph memory (allocation and free nodes, made by hand or by capturing `cuMemAllocAsync`/`cuMemFreeAsync`; "
+        "`cuDevice*GraphMem*`) | pinned device memory without shareable handles only (`CUDA_ERROR_NOT_SUPPORTED` "
+        "otherwise); a graph's allocations are not charged to the session's memory quota; a graph with allocation "
+        "nodes is launched with a round trip (the driver can refuse the launch at once), other graphs are posted; what "
+        "neither a graph nor the application freed is freed at session end; docs/stream-capture.md |",
         "| stream memory operations on mapped host memory over tcp:// | the memory is a mirror: a host write reaches "
         "the executor's copy at the client's next launch, copy or synchronize, not while a stream already waits on it "
         "(a `cuStreamWaitValue*` on a flag the host sets later waits until such a call) |",
@@ -253,7 +256,8 @@ def main() -> None:
         "| captured copies into pageable memory (see above) |",
         "| simpleCudaGraphs | `cudaGraphAddMemcpyNode` with pageable host memory: 801 | the same, as an explicit node |",
         "| jacobiCudaGraphs | wrong result | a captured pageable host-to-device copy replays its capture-time bytes |",
-        "| graphMemoryFootprint | `cudaGraphAddMemAllocNode`: 801 | graph memory nodes are not supported |",
+        "| graphMemoryFootprint | `cudaGraphAddMemAllocNode`: 801 | graph memory nodes were not supported "
+        "(implemented since; not yet measured on the GPU host) |",
         "| streamOrderedAllocationIPC, memMapIPCDrv | 801 / invalid device context | shareable handles (file "
         "descriptors passed between processes) are not supported |",
         "| systemWideAtomics | wrong atomics result | system-scope atomics between host and GPU on managed memory "

@@ -159,6 +159,7 @@ CUresult Instantiate(CUgraphExec* result_exec, CUgraph graph, uint64_t flags, bo
     Graphs().execs.Destroy(exec);
     return result;
   }
+  exec->allocates = info != nullptr && info->allocates();
   *result_exec = exec;
   return CUDA_SUCCESS;
 }
@@ -186,7 +187,8 @@ CUresult InstantiateWithParams(CUgraphExec* exec, CUgraph graph, CUDA_GRAPH_INST
 }
 
 // cuGraphLaunch and cuGraphUpload: asynchronous stream work, posted like a kernel launch. Failures surface at the
-// next synchronizing call.
+// next synchronizing call; except that a graph with allocation nodes is launched with a round trip, as the driver
+// refuses its launch at once while an allocation of an earlier launch lives.
 CUresult LaunchOrUpload(CUgraphExec exec, CUstream stream, bool upload) {
   Client* client;
   CURELAY_RETURN_IF_ERROR(RequireContext(&client));
@@ -195,6 +197,7 @@ CUresult LaunchOrUpload(CUgraphExec exec, CUstream stream, bool upload) {
   CURELAY_RETURN_IF_ERROR(WireStream(*client, stream, &wire_stream));
   auto& builder = Builder();
   const auto call = wire::CreateGraphLaunch(builder, exec->id, wire_stream, upload).Union();
+  if (exec->allocates && !upload) return client->Call(builder, wire::Call::GraphLaunch, call, {}, nullptr);
   return client->Post(builder, wire::Call::GraphLaunch, call, {});
 }
 

@@ -38,8 +38,9 @@ struct NodeTarget {
 
 // Checks the target, sends the node's parameters (built by `prepare`, which makes nested tables first, and
 // `fields`) and, when adding, hands out the new node's handle.
+// `address`: where an allocation node's address goes.
 CUresult SendNode(const NodeTarget& target, wire::GraphNodeKind kind, std::span<const uint8_t> payload,
-                  const NodePreparation& prepare, const NodeFields& fields) {
+                  const NodePreparation& prepare, const NodeFields& fields, CUdeviceptr* address = nullptr) {
   Client* client;
   CURELAY_RETURN_IF_ERROR(RequireContext(&client));
   const bool adding = target.exec == nullptr && !target.set;
@@ -78,8 +79,10 @@ CUresult SendNode(const NodeTarget& target, wire::GraphNodeKind kind, std::span<
   }
   ReplyMessage reply;
   CURELAY_RETURN_IF_ERROR(client->Call(builder, wire::Call::GraphAddNode, spec_offset.Union(), payload, &reply));
-  const std::vector<CUgraphNode> made = InternGraphNodes(target.graph, reply.reply->body_as_GraphNodes());
+  const auto* answer = reply.reply->body_as_GraphNodes();
+  const std::vector<CUgraphNode> made = InternGraphNodes(target.graph, answer);
   if (made.size() != 1) return CUDA_ERROR_UNKNOWN;
+  if (address != nullptr) *address = answer->address();
   {
     // The graph changed: its node list is asked again next time.
     std::lock_guard<std::mutex> lock(target.graph->mutex);
@@ -193,6 +196,51 @@ CUresult EventNode(const NodeTarget& target, wire::GraphNodeKind kind, CUevent e
   if (event == nullptr || !client->events.Contains(event)) return CUDA_ERROR_INVALID_VALUE;
   const uint64_t event_id = event->id;
   return SendNode(target, kind, {}, nullptr, [&](wire::GraphAddNodeBuilder& fields) { fields.add_event(event_id); });
+}
+
+// An allocation node: pinned device memory, at an address the executor's driver fixes now (written to
+// params->dptr). Peer access descriptors travel along; shareable handles and other locations are not supported.
+// (CUDA_MEM_ALLOC_NODE_PARAMS, or its copy in CUgraphNodeParams.)
+template <typename Params>
+CUresult MemAllocNode(const NodeTarget& target, Params* params) {
+  if (params == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  const CUmemPoolProps& props = params->poolProps;
+  if (props.allocType != CU_MEM_ALLOCATION_TYPE_PINNED || props.location.type != CU_MEM_LOCATION_TYPE_DEVICE ||
+      props.handleTypes != CU_MEM_HANDLE_TYPE_NONE || props.win32SecurityAttributes != nullptr) {
+    Log().warn("cuGraphAddMemAllocNode: only pinned device memory without shareable handles is supported");
+    return CUDA_ERROR_NOT_SUPPORTED;
+  }
+  if (params->accessDescCount != 0 && params->accessDescs == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  std::vector<int32_t> devices;
+  std::vector<uint32_t> flags;
+  for (size_t i = 0; i < params->accessDescCount; ++i) {
+    if (params->accessDescs[i].location.type != CU_MEM_LOCATION_TYPE_DEVICE) return CUDA_ERROR_INVALID_VALUE;
+    devices.push_back(params->accessDescs[i].location.id);
+    flags.push_back(static_cast<uint32_t>(params->accessDescs[i].flags));
+  }
+  flatbuffers::Offset<flatbuffers::Vector<int32_t>> device_vector;
+  flatbuffers::Offset<flatbuffers::Vector<uint32_t>> flag_vector;
+  CUdeviceptr address = 0;
+  const CUresult result = SendNode(
+      target, wire::GraphNodeKind::MemAlloc, {},
+      [&](flatbuffers::FlatBufferBuilder& builder) {
+        device_vector = builder.CreateVector(devices);
+        flag_vector = builder.CreateVector(flags);
+      },
+      [&](wire::GraphAddNodeBuilder& fields) {
+        fields.add_alloc_bytes(params->bytesize);
+        fields.add_alloc_device(props.location.id);
+        fields.add_alloc_access_devices(device_vector);
+        fields.add_alloc_access_flags(flag_vector);
+      },
+      &address);
+  if (result == CUDA_SUCCESS) params->dptr = address;
+  return result;
+}
+
+CUresult MemFreeNode(const NodeTarget& target, CUdeviceptr address) {
+  return SendNode(target, wire::GraphNodeKind::MemFree, {}, nullptr,
+                  [&](wire::GraphAddNodeBuilder& fields) { fields.add_address(address); });
 }
 
 // A node's context, where the node names one: only the calling thread's current context is supported.
@@ -555,6 +603,10 @@ CUresult cuGraphAddNode_v2(CUgraphNode* node, CUgraph graph, const CUgraphNode* 
       return EventNode(target, wire::GraphNodeKind::EventRecord, params->eventRecord.event);
     case CU_GRAPH_NODE_TYPE_WAIT_EVENT:
       return EventNode(target, wire::GraphNodeKind::EventWait, params->eventWait.event);
+    case CU_GRAPH_NODE_TYPE_MEM_ALLOC:
+      return MemAllocNode(target, &params->alloc);
+    case CU_GRAPH_NODE_TYPE_MEM_FREE:
+      return MemFreeNode(target, params->free.dptr);
     default:
       Log().warn("cuGraphAddNode: node type {} is not supported", static_cast<int>(params->type));
       return CUDA_ERROR_NOT_SUPPORTED;
@@ -807,6 +859,99 @@ CUresult cuGraphExecEventRecordNodeSetEvent(CUgraphExec exec, CUgraphNode node, 
 
 CUresult cuGraphExecEventWaitNodeSetEvent(CUgraphExec exec, CUgraphNode node, CUevent event) {
   return EventNode(Updating(exec, node), wire::GraphNodeKind::EventWait, event);
+}
+
+// Graph memory: allocation and free nodes, and each device's graph memory (the executor's driver's).
+CUresult cuGraphAddMemAllocNode(CUgraphNode* node, CUgraph graph, const CUgraphNode* dependencies, size_t count,
+                                CUDA_MEM_ALLOC_NODE_PARAMS* params) {
+  return MemAllocNode(Adding(node, graph, dependencies, count), params);
+}
+
+CUresult cuGraphAddMemFreeNode(CUgraphNode* node, CUgraph graph, const CUgraphNode* dependencies, size_t count,
+                               CUdeviceptr address) {
+  return MemFreeNode(Adding(node, graph, dependencies, count), address);
+}
+
+// accessDescs points into storage the node keeps (it changes only when the answer does).
+CUresult cuGraphMemAllocNodeGetParams(CUgraphNode node, CUDA_MEM_ALLOC_NODE_PARAMS* params) {
+  if (params == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  Client* client;
+  ReplyMessage reply;
+  const wire::GraphAddNode* spec = nullptr;
+  CURELAY_RETURN_IF_ERROR(QueryNode(&client, node, CU_GRAPH_NODE_TYPE_MEM_ALLOC, &reply, &spec));
+  const auto* devices = spec->alloc_access_devices();
+  const auto* flags = spec->alloc_access_flags();
+  const size_t count = devices != nullptr ? devices->size() : 0;
+  if (count != (flags != nullptr ? flags->size() : 0)) return CUDA_ERROR_UNKNOWN;
+  std::vector<CUmemAccessDesc> access(count);
+  for (size_t i = 0; i < count; ++i) {
+    access[i].location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+    access[i].location.id = devices->Get(i);
+    access[i].flags = static_cast<CUmemAccess_flags>(flags->Get(i));
+  }
+  *params = {};
+  params->poolProps.allocType = CU_MEM_ALLOCATION_TYPE_PINNED;
+  params->poolProps.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+  params->poolProps.location.id = spec->alloc_device();
+  params->bytesize = spec->alloc_bytes();
+  params->dptr = spec->address();
+  params->accessDescCount = count;
+  std::lock_guard<std::mutex> lock(node->graph->mutex);
+  const auto same = [](const CUmemAccessDesc& a, const CUmemAccessDesc& b) {
+    return a.location.id == b.location.id && a.flags == b.flags;
+  };
+  if (!std::equal(access.begin(), access.end(), node->access.begin(), node->access.end(), same)) {
+    node->access = std::move(access);
+  }
+  params->accessDescs = node->access.empty() ? nullptr : node->access.data();
+  return CUDA_SUCCESS;
+}
+
+CUresult cuGraphMemFreeNodeGetParams(CUgraphNode node, CUdeviceptr* address) {
+  if (address == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  Client* client;
+  ReplyMessage reply;
+  const wire::GraphAddNode* spec = nullptr;
+  CURELAY_RETURN_IF_ERROR(QueryNode(&client, node, CU_GRAPH_NODE_TYPE_MEM_FREE, &reply, &spec));
+  *address = spec->address();
+  return CUDA_SUCCESS;
+}
+
+}  // extern "C"
+
+namespace {
+
+CUresult GraphMem(int device, CUgraphMem_attribute attribute, void* value, bool set, bool trim) {
+  Client* client;
+  CURELAY_RETURN_IF_ERROR(RequireClient(&client));
+  CURELAY_RETURN_IF_ERROR(RequireDevice(*client, device));
+  if (!trim && value == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  const uint64_t given = set ? *static_cast<cuuint64_t*>(value) : 0;
+  auto& builder = Builder();
+  const auto call = wire::CreateDeviceGraphMem(builder, device, attribute, set, given, trim).Union();
+  if (set || trim) return client->Call(builder, wire::Call::DeviceGraphMem, call, {}, nullptr);
+  ReplyMessage reply;
+  CURELAY_RETURN_IF_ERROR(client->Call(builder, wire::Call::DeviceGraphMem, call, {}, &reply));
+  const auto* answer = reply.reply->body_as_IntegerValue();
+  if (answer == nullptr) return CUDA_ERROR_UNKNOWN;
+  *static_cast<cuuint64_t*>(value) = static_cast<cuuint64_t>(answer->value());
+  return CUDA_SUCCESS;
+}
+
+}  // namespace
+
+extern "C" {
+
+CUresult cuDeviceGetGraphMemAttribute(CUdevice device, CUgraphMem_attribute attribute, void* value) {
+  return GraphMem(device, attribute, value, false, false);
+}
+
+CUresult cuDeviceSetGraphMemAttribute(CUdevice device, CUgraphMem_attribute attribute, void* value) {
+  return GraphMem(device, attribute, value, true, false);
+}
+
+CUresult cuDeviceGraphMemTrim(CUdevice device) {
+  return GraphMem(device, CU_GRAPH_MEM_ATTR_USED_MEM_CURRENT, nullptr, false, true);
 }
 
 }  // extern "C"

@@ -271,7 +271,7 @@ CUresult IsHostMemory(Client& client, CUdeviceptr ptr, bool* host) {
     return CUDA_SUCCESS;
   }
   auto& builder = Builder();
-  const auto call = wire::CreateMemGetAddressRange(builder, ptr).Union();
+  const auto call = wire::CreateMemGetAddressRange(builder, ptr, /*for_copy=*/true).Union();
   const CUresult result = client.Call(builder, wire::Call::MemGetAddressRange, call, {}, nullptr);
   if (result == client.broken_result() && result != CUDA_SUCCESS) return result;
   *host = result != CUDA_SUCCESS;

@@ -129,6 +129,9 @@ struct CUgraphNode_st {
   // the device address the node uses); unset for a node made by stream capture.
   bool copy_given = false;
   CUDA_MEMCPY3D copy{};
+  // An allocation node's access descriptors as cuGraphMemAllocNodeGetParams last answered them (accessDescs points
+  // here).
+  std::vector<CUmemAccessDesc> access;
 };
 
 struct CUgraph_st {
@@ -147,4 +150,5 @@ struct CUgraph_st {
 struct CUgraphExec_st {
   uint64_t id;
   unsigned long long flags;
+  bool allocates = false;  // the graph has allocation nodes: launches are waited for (they can fail at once)
 };

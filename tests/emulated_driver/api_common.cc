@@ -1,4 +1,5 @@
 #include "api_common.h"
+#include "graph.h"
 
 #include <utility>
 
@@ -80,6 +81,11 @@ CUresult ValidateDeviceRange(uint64_t addr, size_t bytes, std::shared_ptr<Alloca
   Driver& driver = Driver::Get();
   if (auto allocation = driver.memory().Find(addr, bytes)) {
     *pin = std::move(allocation);
+    return CUDA_SUCCESS;
+  }
+  // A graph's allocation (mapped only while it lives) is device memory to the nodes and captured work that use it.
+  if (auto block = GraphAllocationBlock(addr, bytes)) {
+    *pin = std::move(block);
     return CUDA_SUCCESS;
   }
   pin->reset();

@@ -256,6 +256,8 @@ void StoreRecord(Node& node, NodeRecord record) {
   for (size_t offset : stored.argument_offsets) stored.argument_pointers.push_back(stored.arguments.data() + offset);
   stored.kernel.kernelParams = stored.argument_pointers.empty() ? nullptr : stored.argument_pointers.data();
   stored.kernel.extra = nullptr;
+  stored.alloc.accessDescs = stored.access.empty() ? nullptr : stored.access.data();
+  stored.alloc.accessDescCount = stored.access.size();
 }
 
 // A copy of `original` with new node handles, its edges between the copies (cuGraphClone, and the copy a child-graph
@@ -1274,6 +1276,15 @@ CUresult CUDAAPI cuGraphAddNode_v2(CUgraphNode* phGraphNode, CUgraph hGraph, con
     if (nodeParams->type == CU_GRAPH_NODE_TYPE_CONDITIONAL && edgeData == nullptr) {
       return emu::AddConditionalNode(phGraphNode, hGraph, dependencies, numDependencies, nodeParams->conditional);
     }
+    if (nodeParams->type == CU_GRAPH_NODE_TYPE_MEM_ALLOC && edgeData == nullptr) {
+      // The same layout as CUDA_MEM_ALLOC_NODE_PARAMS.
+      static_assert(sizeof(nodeParams->alloc) == sizeof(CUDA_MEM_ALLOC_NODE_PARAMS));
+      return cuGraphAddMemAllocNode(phGraphNode, hGraph, dependencies, numDependencies,
+                                    reinterpret_cast<CUDA_MEM_ALLOC_NODE_PARAMS*>(&nodeParams->alloc));
+    }
+    if (nodeParams->type == CU_GRAPH_NODE_TYPE_MEM_FREE && edgeData == nullptr) {
+      return cuGraphAddMemFreeNode(phGraphNode, hGraph, dependencies, numDependencies, nodeParams->free.dptr);
+    }
     if (nodeParams->type != CU_GRAPH_NODE_TYPE_GRAPH || edgeData != nullptr) return CUDA_ERROR_NOT_SUPPORTED;
     const CUgraph child_handle = nodeParams->graph.graph;
     if (nodeParams->graph.ownership == CU_GRAPH_CHILD_GRAPH_OWNERSHIP_CLONE) {
@@ -1471,6 +1482,16 @@ CUresult CUDAAPI cuGraphLaunch(CUgraphExec hGraphExec, CUstream hStream) {
       emu::State& s = emu::state();
       std::lock_guard lock(s.mu);
       emu::LaunchList(*exec->graph, &nodes);
+    }
+    std::vector<std::pair<CUgraphNodeType, CUdeviceptr>> memory_nodes;
+    for (const auto& node : nodes) {
+      if (node->type == CU_GRAPH_NODE_TYPE_MEM_ALLOC) memory_nodes.emplace_back(node->type, node->record.alloc.dptr);
+      if (node->type == CU_GRAPH_NODE_TYPE_MEM_FREE) memory_nodes.emplace_back(node->type, node->record.free_address);
+    }
+    if (!memory_nodes.empty() && !emu::StreamCaptures(stream.get())) {
+      if (CUresult r = emu::LaunchGraphMemory(memory_nodes, exec->flags, ctx, stream.get()); r != CUDA_SUCCESS) {
+        return r;
+      }
     }
     // Each node runs as stream work in order; launched into a capture, the nodes are captured
     // (flattened).

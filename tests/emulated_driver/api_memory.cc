@@ -210,6 +210,11 @@ CUresult CUDAAPI cuMemFree(CUdeviceptr dptr) {
       return r;
     }
     if (CUresult r = emu::CheckUnsafeCall(); r != CUDA_SUCCESS) return r;
+    bool graph_allocation = false;
+    if (CUresult r = emu::FreeGraphAllocation(dptr, ctx, nullptr, /*async=*/false, &graph_allocation);
+        graph_allocation) {
+      return r != CUDA_SUCCESS ? r : ctx->sticky();
+    }
     emu::Driver& driver = emu::Driver::Get();
     auto allocation = driver.memory().Find(dptr, 0);
     if (dptr == 0 || allocation == nullptr || allocation->base() != dptr) {

@@ -53,8 +53,7 @@ CUresult AllocateFromStream(CUdeviceptr* dptr, size_t bytesize, CUstream stream_
   std::shared_ptr<Stream> stream;
   if (CUresult r = ResolveStream(stream_handle, &ctx, &stream); r != CUDA_SUCCESS) return r;
   if (dptr == nullptr || bytesize == 0) return CUDA_ERROR_INVALID_VALUE;
-  // Allocation nodes are not emulated.
-  if (CUresult r = RefuseInCapture(stream.get()); r != CUDA_SUCCESS) return r;
+  if (StreamCaptures(stream.get())) return CaptureGraphAllocation(ctx, stream.get(), bytesize, dptr);
   std::shared_ptr<Allocation> allocation;
   if (CUresult r = Driver::Get().memory().Allocate(ctx->device, bytesize, ctx->handle, &allocation);
       r != CUDA_SUCCESS) {
@@ -208,7 +207,13 @@ CUresult CUDAAPI cuMemFreeAsync(CUdeviceptr dptr, CUstream stream_handle) {
     std::shared_ptr<emu::Context> ctx;
     std::shared_ptr<emu::Stream> stream;
     if (CUresult r = emu::ResolveStream(stream_handle, &ctx, &stream); r != CUDA_SUCCESS) return r;
-    if (CUresult r = emu::RefuseInCapture(stream.get()); r != CUDA_SUCCESS) return r;
+    // Captured, a free node of a graph's allocation; outside captures a graph's allocation is freed as any.
+    if (emu::StreamCaptures(stream.get())) return emu::CaptureGraphFree(ctx, stream.get(), dptr);
+    bool graph_allocation = false;
+    if (CUresult r = emu::FreeGraphAllocation(dptr, ctx, stream.get(), /*async=*/true, &graph_allocation);
+        graph_allocation) {
+      return r;
+    }
     auto allocation = emu::Driver::Get().memory().Find(dptr, 0);
     if (dptr == 0 || allocation == nullptr || allocation->base() != dptr) return CUDA_ERROR_INVALID_VALUE;
     emu::SubmitOp(ctx, stream.get(), [dptr] {

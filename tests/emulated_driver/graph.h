@@ -27,6 +27,9 @@ struct NodeRecord {
   CUDA_MEMSET_NODE_PARAMS memset{};
   CUDA_MEMCPY3D copy{};
   CUevent event = nullptr;
+  CUDA_MEM_ALLOC_NODE_PARAMS alloc{};  // an allocation node's, with its address (accessDescs points into `access`)
+  std::vector<CUmemAccessDesc> access;
+  CUdeviceptr free_address = 0;  // a free node's
 };
 
 // Stream work (`op`, to run on the device worker) submitted on `stream` (null: the context's
@@ -89,6 +92,31 @@ CUresult GraphNodeRecord(CUgraphNode node, CUgraphNodeType type, NodeRecord** re
 // cuGraphExec*NodeSetParams: the instantiated copy of `node` in `exec` runs `op` from now on; the node must be of
 // `type` (an executable graph holds its own copies of its graph's nodes).
 CUresult SetExecNodeOp(CUgraphExec exec, CUgraphNode node, CUgraphNodeType type, std::function<CUresult()> op);
+
+// Graph memory (api_graph_memory.cc). An allocation node's memory is a block whose address is fixed when the node
+// is made; it is mapped (and charged against the device) while the allocation lives: from the allocation node's run
+// until a free node, cuMemFree or cuMemFreeAsync frees it.
+
+// cuGraphLaunch, before the nodes are submitted on `stream`: in the order of `memory_nodes` (allocation or free
+// node, address), the allocations they make come alive and those they free die. CUDA_ERROR_INVALID_VALUE, with
+// nothing changed, when an allocation of the graph still lives from an earlier launch, unless `flags` has
+// CUDA_GRAPH_INSTANTIATE_FLAG_AUTO_FREE_ON_LAUNCH (then it is freed first).
+CUresult LaunchGraphMemory(const std::vector<std::pair<CUgraphNodeType, CUdeviceptr>>& memory_nodes,
+                           unsigned long long flags, const std::shared_ptr<Context>& ctx, Stream* stream);
+
+// cuMemFree (stream null: synchronous) and cuMemFreeAsync of `address`: *handled when it is a graph's allocation,
+// which is freed (CUDA_ERROR_INVALID_VALUE when it does not live).
+CUresult FreeGraphAllocation(CUdeviceptr address, const std::shared_ptr<Context>& ctx, Stream* stream, bool async,
+                             bool* handled);
+
+// cuMemAllocAsync and cuMemFreeAsync on a capturing stream: an allocation node (its address in *address) or a free
+// node (of a graph allocation) of the capture.
+CUresult CaptureGraphAllocation(const std::shared_ptr<Context>& ctx, Stream* stream, size_t bytes,
+                                CUdeviceptr* address);
+CUresult CaptureGraphFree(const std::shared_ptr<Context>& ctx, Stream* stream, CUdeviceptr address);
+
+// The block of the graph allocation holding [address, address + bytes), live or not; null if none does.
+std::shared_ptr<Allocation> GraphAllocationBlock(CUdeviceptr address, size_t bytes);
 
 }  // namespace curelay::emulated
 

@@ -103,6 +103,16 @@ CUresult MemoryMap::Allocate(int device, size_t size, uint64_t owner,
   return CUDA_SUCCESS;
 }
 
+CUresult MemoryMap::Map(std::shared_ptr<Allocation> allocation) {
+  std::unique_lock lock(mu_);
+  size_t& used = used_.at(static_cast<size_t>(allocation->device()));
+  if (allocation->charged() > capacity_ - used) return CUDA_ERROR_OUT_OF_MEMORY;
+  if (!ChargeShared(allocation->device(), allocation->charged())) return CUDA_ERROR_OUT_OF_MEMORY;
+  used += allocation->charged();
+  by_base_[allocation->base()] = std::move(allocation);
+  return CUDA_SUCCESS;
+}
+
 void MemoryMap::Insert(std::shared_ptr<Allocation> allocation) {
   std::unique_lock lock(mu_);
   by_base_[allocation->base()] = std::move(allocation);

@@ -75,6 +75,10 @@ class MemoryMap {
   // Enters a borrowed block (Allocation::Borrowed); nothing is charged against capacity.
   void Insert(std::shared_ptr<Allocation> allocation);
 
+  // Maps again a block that Release unmapped (a graph allocation while it lives), charging its capacity:
+  // CUDA_ERROR_OUT_OF_MEMORY when the device is full.
+  CUresult Map(std::shared_ptr<Allocation> allocation);
+
   // Unmaps the allocation starting exactly at `base`; nullptr if there is none.
   std::shared_ptr<Allocation> Release(uint64_t base);
   // Unmaps every allocation owned by `owner` (context or module teardown).

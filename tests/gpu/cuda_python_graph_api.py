@@ -1,5 +1,7 @@
 """cuda-python's driver bindings building a CUDA graph by hand: kernel, memset, device-to-device memcpy and event
-nodes; structure queries, parameters read back and set, a clone, an executable-graph update, launches.
+nodes; structure queries, parameters read back and set, a clone, an executable-graph update, launches. Then graph
+memory: allocation and free nodes made by hand and by capturing cuMemAllocAsync/cuMemFreeAsync, an allocation the
+application frees, the device's graph memory attributes.
 
 Run natively and through curelay (like tests/gpu/cuda_python_driver.py, by tests/gpu/run_cuda_python.sh with this
 script): every step prints one deterministic line (results, error codes, counts, checksums; never addresses), so the
@@ -90,6 +92,135 @@ def copy_params(source, destination, words):
     params.Height = 1
     params.Depth = 1
     return params
+
+
+def alloc_params(device, words):
+    params = driver.CUDA_MEM_ALLOC_NODE_PARAMS()
+    params.poolProps.allocType = driver.CUmemAllocationType.CU_MEM_ALLOCATION_TYPE_PINNED
+    params.poolProps.location.type = driver.CUmemLocationType.CU_MEM_LOCATION_TYPE_DEVICE
+    params.poolProps.location.id = int(device)
+    params.bytesize = 4 * words
+    return params
+
+
+def graph_memory(device, context, stream, increment, out):
+    """Allocation and free nodes; the allocation's address used like any device pointer."""
+    attribute = driver.CUgraphMem_attribute
+
+    def launch(exec_graph):
+        error = driver.cuGraphLaunch(exec_graph, stream)[0]
+        return error, driver.cuStreamSynchronize(stream)[0]
+
+    def used():
+        return int(check(driver.cuDeviceGetGraphMemAttribute(device, attribute.CU_GRAPH_MEM_ATTR_USED_MEM_CURRENT)))
+
+    # alloc -> scratch = 41 -> scratch += 1 (kernel) -> out = scratch (copy) -> free.
+    graph = check(driver.cuGraphCreate(0))
+    params = alloc_params(device, N)
+    allocate = check(driver.cuGraphAddMemAllocNode(graph, None, 0, params))
+    scratch = int(params.dptr)
+    step("alloc_node_address_set", lambda: scratch != 0)
+    set_scratch = check(driver.cuGraphAddMemsetNode(graph, [allocate], 1, memset_params(scratch, 41), context))
+    arguments = KernelArguments(scratch, N)
+    add_one = check(driver.cuGraphAddKernelNode(graph, [set_scratch], 1, kernel_params(increment, arguments)))
+    copy = check(driver.cuGraphAddMemcpyNode(graph, [add_one], 1, copy_params(scratch, out, N), context))
+    release = check(driver.cuGraphAddMemFreeNode(graph, [copy], 1, scratch))
+    step("alloc_node_type", lambda: check(driver.cuGraphNodeGetType(allocate)))
+    step("free_node_type", lambda: check(driver.cuGraphNodeGetType(release)))
+
+    def alloc_answer():
+        answer = check(driver.cuGraphMemAllocNodeGetParams(allocate))
+        return (int(answer.dptr) == scratch, int(answer.bytesize), int(answer.poolProps.location.id),
+                int(answer.accessDescCount))
+
+    step("alloc_node_params", alloc_answer)
+    step("free_node_params", lambda: int(check(driver.cuGraphMemFreeNodeGetParams(release))) == scratch)
+    step("free_node_of_other_memory", lambda: driver.cuGraphAddMemFreeNode(graph, None, 0, out)[0])
+    executable = check(driver.cuGraphInstantiateWithFlags(graph, 0))
+    for round_number in range(2):
+        check(driver.cuMemsetD32(out, 0, N))
+        step(f"memory_graph_launch_{round_number}", lambda: launch(executable))
+        step(f"memory_graph_out_{round_number}", lambda: digest(out))
+    step("graph_mem_used_after_free_node", used)
+    step("graph_mem_used_high_covers",
+         lambda: int(check(driver.cuDeviceGetGraphMemAttribute(
+             device, attribute.CU_GRAPH_MEM_ATTR_USED_MEM_HIGH))) >= 4 * N)
+    check(driver.cuGraphExecDestroy(executable))
+    check(driver.cuGraphDestroy(graph))
+
+    # An allocation the graph leaves live: used by the application, then freed by it.
+    graph = check(driver.cuGraphCreate(0))
+    params = alloc_params(device, N)
+    allocate = check(driver.cuGraphAddMemAllocNode(graph, None, 0, params))
+    memory = int(params.dptr)
+    check(driver.cuGraphAddMemsetNode(graph, [allocate], 1, memset_params(memory, 7), context))
+    executable = check(driver.cuGraphInstantiateWithFlags(graph, 0))
+    step("live_graph_launch", lambda: launch(executable))
+    step("live_graph_memory", lambda: digest(memory))
+    step("live_graph_used", lambda: used() >= 4 * N)
+    step("live_pointer_memory_type",
+         lambda: check(driver.cuPointerGetAttribute(driver.CUpointer_attribute.CU_POINTER_ATTRIBUTE_MEMORY_TYPE,
+                                                    memory)))
+    host = (ctypes.c_int * N)()
+    step("live_unified_copy", lambda: (driver.cuMemcpy(ctypes.addressof(host), memory, 4 * N)[0], host[0], host[-1]))
+    live_arguments = KernelArguments(memory, N)  # alive until the launch has copied them
+    step("live_kernel_argument", lambda: driver.cuLaunchKernel(
+        increment, (N + 127) // 128, 1, 1, 128, 1, 1, 0, stream, live_arguments.address(), 0)[0])
+    step("live_after_kernel", lambda: (driver.cuStreamSynchronize(stream)[0], digest(memory)))
+    step("relaunch_while_live", lambda: driver.cuGraphLaunch(executable, stream)[0])
+    step("free_live", lambda: driver.cuMemFree(memory)[0])
+    step("free_live_again", lambda: driver.cuMemFree(memory)[0])
+    step("relaunch_after_free", lambda: launch(executable))
+    step("free_async_live", lambda: (driver.cuMemFreeAsync(memory, stream)[0], driver.cuStreamSynchronize(stream)[0]))
+    step("graph_mem_used_after_app_free", used)
+    check(driver.cuGraphExecDestroy(executable))
+    auto_free = check(driver.cuGraphInstantiateWithFlags(
+        graph, driver.CUgraphInstantiate_flags.CUDA_GRAPH_INSTANTIATE_FLAG_AUTO_FREE_ON_LAUNCH))
+    step("auto_free_launches", lambda: (launch(auto_free), launch(auto_free)))
+    step("auto_free_memory", lambda: digest(memory))
+    step("auto_free_app_free", lambda: driver.cuMemFree(memory)[0])
+    check(driver.cuGraphExecDestroy(auto_free))
+    check(driver.cuGraphDestroy(graph))
+
+    # Captured stream-ordered allocation: memory nodes natively.
+    check(driver.cuStreamBeginCapture(stream, driver.CUstreamCaptureMode.CU_STREAM_CAPTURE_MODE_GLOBAL))
+    captured = check(driver.cuMemAllocAsync(4 * N, stream))
+    check(driver.cuMemsetD32Async(captured, 99, N, stream))
+    captured_arguments = KernelArguments(captured, N)
+    check(driver.cuLaunchKernel(increment, (N + 127) // 128, 1, 1, 128, 1, 1, 0, stream,
+                                captured_arguments.address(), 0))
+    check(driver.cuMemcpyAsync(out, captured, 4 * N, stream))
+    check(driver.cuMemFreeAsync(captured, stream))
+    graph = check(driver.cuStreamEndCapture(stream))
+
+    def captured_types():
+        error, nodes, count = nodes_of(driver.cuGraphGetNodes(graph, 0))
+        error, nodes, count = nodes_of(driver.cuGraphGetNodes(graph, count))
+        return sorted(str(check(driver.cuGraphNodeGetType(node))) for node in nodes[:count])
+
+    step("captured_node_types", captured_types)
+    executable = check(driver.cuGraphInstantiateWithFlags(graph, 0))
+    for round_number in range(2):
+        check(driver.cuMemsetD32(out, 0, N))
+        step(f"captured_memory_launch_{round_number}", lambda: launch(executable))
+        step(f"captured_memory_out_{round_number}", lambda: digest(out))
+    check(driver.cuGraphExecDestroy(executable))
+    check(driver.cuGraphDestroy(graph))
+
+    # The device's graph memory: trimmed, watermarks reset; what cannot be set.
+    step("graph_mem_trim", lambda: driver.cuDeviceGraphMemTrim(device)[0])
+    step("graph_mem_reserved_after_trim",
+         lambda: int(check(driver.cuDeviceGetGraphMemAttribute(
+             device, attribute.CU_GRAPH_MEM_ATTR_RESERVED_MEM_CURRENT))) == 0)
+    step("graph_mem_reset_high",
+         lambda: driver.cuDeviceSetGraphMemAttribute(device, attribute.CU_GRAPH_MEM_ATTR_USED_MEM_HIGH,
+                                                     driver.cuuint64_t(0))[0])
+    step("graph_mem_set_high_nonzero",
+         lambda: driver.cuDeviceSetGraphMemAttribute(device, attribute.CU_GRAPH_MEM_ATTR_USED_MEM_HIGH,
+                                                     driver.cuuint64_t(1))[0])
+    step("graph_mem_set_current",
+         lambda: driver.cuDeviceSetGraphMemAttribute(device, attribute.CU_GRAPH_MEM_ATTR_USED_MEM_CURRENT,
+                                                     driver.cuuint64_t(0))[0])
 
 
 def main(ptx_path):
@@ -230,6 +361,8 @@ def main(ptx_path):
 
     # A topology the executable graph cannot take.
     step("exec_update_other_topology", lambda: update(graph))
+
+    graph_memory(device, context, stream, increment, c)
 
     for exec_graph in (executable, edited):
         check(driver.cuGraphExecDestroy(exec_graph))

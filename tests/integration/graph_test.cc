@@ -14,6 +14,8 @@
 #include <sstream>
 #include <thread>
 #include <tuple>
+#include <unistd.h>
+#include <sys/wait.h>
 #include <vector>
 
 #include "tests/integration/kernel_test_fixture.h"
@@ -22,8 +24,15 @@
 namespace curelay::testing {
 namespace {
 
+// Executors share the emulated GPU's 1 GiB through a file (as sessions share a real GPU), so memory a session's
+// executor leaves behind stays counted for the next session.
+const std::string shared_memory_file = "/tmp/curelay-graphs-gpu-" + std::to_string(getpid());
 const auto* const environment = AddSessionEnvironment(
-    "graphs", {{"CURELAY_EMU_DEVICE_MEMORY", std::to_string(1ull << 30)}});
+    "graphs", {{"CURELAY_EMU_DEVICE_MEMORY", std::to_string(1ull << 30)},
+               {"CURELAY_EMU_SHARED_MEMORY_FILE", shared_memory_file}});
+const struct SharedMemoryFileRemoval {
+  ~SharedMemoryFileRemoval() { unlink(shared_memory_file.c_str()); }
+} shared_memory_file_removal;
 
 // Entry points cuda.h does not declare (older ABI versions, per-thread-default-stream variants), from the shim.
 template <typename Function>
@@ -1819,5 +1828,273 @@ TEST_F(GraphStructureTest, EventRecordAndWaitNodes) {
   ASSERT_CU(cuEventDestroy(second));
 }
 
+// Graph memory: an allocation node's address is fixed when it is made; the memory lives from the node's run until a
+// free node (here, in the same graph) frees it, so the graph can run again and again.
+TEST_F(GraphTest, AllocationAndFreeNodesMadeByHand) {
+  const int n = 1000;
+  const size_t bytes = n * sizeof(int);
+  CUdeviceptr out;
+  ASSERT_CU(cuMemAlloc(&out, bytes));
+  CUgraph graph = nullptr;
+  ASSERT_CU(cuGraphCreate(&graph, 0));
+  CUDA_MEM_ALLOC_NODE_PARAMS alloc{};
+  alloc.poolProps.allocType = CU_MEM_ALLOCATION_TYPE_PINNED;
+  alloc.poolProps.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+  alloc.poolProps.location.id = 0;
+  alloc.bytesize = bytes;
+  CUgraphNode allocate = nullptr;
+  ASSERT_CU(cuGraphAddMemAllocNode(&allocate, graph, nullptr, 0, &alloc));
+  const CUdeviceptr scratch = alloc.dptr;
+  ASSERT_NE(scratch, 0u);
+  CUDA_MEMSET_NODE_PARAMS memset{};
+  memset.dst = scratch;
+  memset.value = 41;
+  memset.elementSize = 4;
+  memset.width = n;
+  memset.height = 1;
+  CUgraphNode set = nullptr;
+  ASSERT_CU(cuGraphAddMemsetNode(&set, graph, &allocate, 1, &memset, context_));
+  CUdeviceptr target = scratch;
+  int count = n;
+  void* arguments[] = {&target, &count};
+  CUDA_KERNEL_NODE_PARAMS kernel{};
+  kernel.func = increment_;
+  kernel.gridDimX = (n + 127) / 128;
+  kernel.gridDimY = kernel.gridDimZ = 1;
+  kernel.blockDimX = 128;
+  kernel.blockDimY = kernel.blockDimZ = 1;
+  kernel.kernelParams = arguments;
+  CUgraphNode increment = nullptr;
+  ASSERT_CU(cuGraphAddKernelNode(&increment, graph, &set, 1, &kernel));
+  CUDA_MEMCPY3D copy{};
+  copy.srcMemoryType = CU_MEMORYTYPE_DEVICE;
+  copy.srcDevice = scratch;
+  copy.dstMemoryType = CU_MEMORYTYPE_DEVICE;
+  copy.dstDevice = out;
+  copy.WidthInBytes = bytes;
+  copy.Height = copy.Depth = 1;
+  CUgraphNode copied = nullptr;
+  ASSERT_CU(cuGraphAddMemcpyNode(&copied, graph, &increment, 1, &copy, context_));
+  // The generic form makes the free node.
+  CUgraphNodeParams free_params{};
+  free_params.type = CU_GRAPH_NODE_TYPE_MEM_FREE;
+  free_params.free.dptr = scratch;
+  CUgraphNode release = nullptr;
+  ASSERT_CU(cuGraphAddNode_v2(&release, graph, &copied, nullptr, 1, &free_params));
+
+  CUgraphNodeType type;
+  ASSERT_CU(cuGraphNodeGetType(allocate, &type));
+  EXPECT_EQ(type, CU_GRAPH_NODE_TYPE_MEM_ALLOC);
+  ASSERT_CU(cuGraphNodeGetType(release, &type));
+  EXPECT_EQ(type, CU_GRAPH_NODE_TYPE_MEM_FREE);
+  CUDA_MEM_ALLOC_NODE_PARAMS answered{};
+  ASSERT_CU(cuGraphMemAllocNodeGetParams(allocate, &answered));
+  EXPECT_EQ(answered.dptr, scratch);
+  EXPECT_EQ(answered.bytesize, bytes);
+  EXPECT_EQ(answered.poolProps.allocType, CU_MEM_ALLOCATION_TYPE_PINNED);
+  EXPECT_EQ(answered.poolProps.location.type, CU_MEM_LOCATION_TYPE_DEVICE);
+  EXPECT_EQ(answered.poolProps.location.id, 0);
+  EXPECT_EQ(answered.accessDescCount, 0u);
+  CUdeviceptr freed = 0;
+  ASSERT_CU(cuGraphMemFreeNodeGetParams(release, &freed));
+  EXPECT_EQ(freed, scratch);
+  EXPECT_EQ(cuGraphMemFreeNodeGetParams(allocate, &freed), CUDA_ERROR_INVALID_VALUE);
+  EXPECT_EQ(cuGraphMemAllocNodeGetParams(release, &answered), CUDA_ERROR_INVALID_VALUE);
+  // Only an address an allocation node returned can be freed by a node.
+  CUgraphNode stray = nullptr;
+  EXPECT_EQ(cuGraphAddMemFreeNode(&stray, graph, nullptr, 0, out), CUDA_ERROR_INVALID_VALUE);
+  CUDA_MEM_ALLOC_NODE_PARAMS empty = alloc;
+  empty.bytesize = 0;
+  EXPECT_EQ(cuGraphAddMemAllocNode(&stray, graph, nullptr, 0, &empty), CUDA_ERROR_INVALID_VALUE);
+
+  CUgraphExec exec = nullptr;
+  ASSERT_CU(cuGraphInstantiate(&exec, graph, 0));
+  for (int round = 0; round < 3; ++round) {
+    ASSERT_CU(cuMemsetD32(out, 0, n));
+    ASSERT_CU(cuGraphLaunch(exec, stream_));
+    ASSERT_CU(cuStreamSynchronize(stream_));
+    for (int value : Read<int>(out, n)) ASSERT_EQ(value, 42) << "round " << round;
+  }
+  cuuint64_t used = 1, high = 0, reserved = 0;
+  ASSERT_CU(cuDeviceGetGraphMemAttribute(0, CU_GRAPH_MEM_ATTR_USED_MEM_CURRENT, &used));
+  EXPECT_EQ(used, 0u);  // freed by the graph
+  ASSERT_CU(cuDeviceGetGraphMemAttribute(0, CU_GRAPH_MEM_ATTR_USED_MEM_HIGH, &high));
+  EXPECT_GE(high, bytes);
+  ASSERT_CU(cuDeviceGetGraphMemAttribute(0, CU_GRAPH_MEM_ATTR_RESERVED_MEM_CURRENT, &reserved));
+  EXPECT_GE(reserved, bytes);
+  ASSERT_CU(cuDeviceGraphMemTrim(0));
+  ASSERT_CU(cuDeviceGetGraphMemAttribute(0, CU_GRAPH_MEM_ATTR_RESERVED_MEM_CURRENT, &reserved));
+  EXPECT_EQ(reserved, 0u);
+  cuuint64_t zero = 0, one = 1;
+  ASSERT_CU(cuDeviceSetGraphMemAttribute(0, CU_GRAPH_MEM_ATTR_USED_MEM_HIGH, &zero));
+  ASSERT_CU(cuDeviceGetGraphMemAttribute(0, CU_GRAPH_MEM_ATTR_USED_MEM_HIGH, &high));
+  EXPECT_EQ(high, 0u);
+  EXPECT_EQ(cuDeviceSetGraphMemAttribute(0, CU_GRAPH_MEM_ATTR_USED_MEM_HIGH, &one), CUDA_ERROR_INVALID_VALUE);
+  EXPECT_EQ(cuDeviceSetGraphMemAttribute(0, CU_GRAPH_MEM_ATTR_USED_MEM_CURRENT, &zero), CUDA_ERROR_INVALID_VALUE);
+  EXPECT_EQ(cuDeviceGetGraphMemAttribute(0, CU_GRAPH_MEM_ATTR_USED_MEM_CURRENT, nullptr), CUDA_ERROR_INVALID_VALUE);
+  EXPECT_EQ(cuDeviceGetGraphMemAttribute(99, CU_GRAPH_MEM_ATTR_USED_MEM_CURRENT, &used), CUDA_ERROR_INVALID_DEVICE);
+  EXPECT_EQ(cuDeviceGraphMemTrim(99), CUDA_ERROR_INVALID_DEVICE);
+  ASSERT_CU(cuGraphExecDestroy(exec));
+  ASSERT_CU(cuGraphDestroy(graph));
+  ASSERT_CU(cuMemFree(out));
+}
+
+// An allocation the graph does not free outlives the launch: the application uses it like any device memory and
+// frees it with cuMemFree or cuMemFreeAsync; until then the graph cannot run again (unless it frees on launch).
+TEST_F(GraphTest, AGraphAllocationTheApplicationFrees) {
+  const int n = 256;
+  const size_t bytes = n * sizeof(int);
+  CUgraph graph = nullptr;
+  ASSERT_CU(cuGraphCreate(&graph, 0));
+  CUgraphNodeParams params{};
+  params.type = CU_GRAPH_NODE_TYPE_MEM_ALLOC;
+  params.alloc.poolProps.allocType = CU_MEM_ALLOCATION_TYPE_PINNED;
+  params.alloc.poolProps.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+  params.alloc.bytesize = bytes;
+  CUgraphNode allocate = nullptr;
+  // The exported cuGraphAddNode (no edge data).
+  using AddNode = CUresult (*)(CUgraphNode*, CUgraph, const CUgraphNode*, size_t, CUgraphNodeParams*);
+  const auto add_node = Symbol<AddNode>("cuGraphAddNode");
+  ASSERT_NE(add_node, nullptr);
+  ASSERT_CU(add_node(&allocate, graph, nullptr, 0, &params));
+  const CUdeviceptr memory = params.alloc.dptr;
+  ASSERT_NE(memory, 0u);
+  CUDA_MEMSET_NODE_PARAMS memset{};
+  memset.dst = memory;
+  memset.value = 7;
+  memset.elementSize = 4;
+  memset.width = n;
+  memset.height = 1;
+  CUgraphNode set = nullptr;
+  ASSERT_CU(cuGraphAddMemsetNode(&set, graph, &allocate, 1, &memset, context_));
+  CUgraphExec exec = nullptr;
+  ASSERT_CU(cuGraphInstantiate(&exec, graph, 0));
+  ASSERT_CU(cuGraphLaunch(exec, stream_));
+  ASSERT_CU(cuStreamSynchronize(stream_));
+
+  for (int value : Read<int>(memory, n)) ASSERT_EQ(value, 7);
+  // cuMemcpy classifies the address as device memory.
+  std::vector<int> host(n, 0);
+  ASSERT_CU(cuMemcpy(reinterpret_cast<CUdeviceptr>(host.data()), memory, bytes));
+  for (int value : host) ASSERT_EQ(value, 7);
+  CUdeviceptr base = 0;
+  size_t range = 0;
+  ASSERT_CU(cuMemGetAddressRange(&base, &range, memory + 4));
+  EXPECT_EQ(base, memory);
+  EXPECT_EQ(range, bytes);
+  ASSERT_CU(Increment(stream_, memory, n));
+  ASSERT_CU(cuStreamSynchronize(stream_));
+  for (int value : Read<int>(memory, n)) ASSERT_EQ(value, 8);
+  cuuint64_t used = 0;
+  ASSERT_CU(cuDeviceGetGraphMemAttribute(0, CU_GRAPH_MEM_ATTR_USED_MEM_CURRENT, &used));
+  EXPECT_EQ(used, bytes);
+
+  EXPECT_EQ(cuGraphLaunch(exec, stream_), CUDA_ERROR_INVALID_VALUE);  // its allocation still lives
+  ASSERT_CU(cuMemFree(memory));
+  EXPECT_EQ(cuMemFree(memory), CUDA_ERROR_INVALID_VALUE);
+  ASSERT_CU(cuGraphLaunch(exec, stream_));
+  ASSERT_CU(cuMemFreeAsync(memory, stream_));
+  ASSERT_CU(cuStreamSynchronize(stream_));
+  ASSERT_CU(cuDeviceGetGraphMemAttribute(0, CU_GRAPH_MEM_ATTR_USED_MEM_CURRENT, &used));
+  EXPECT_EQ(used, 0u);
+  ASSERT_CU(cuGraphExecDestroy(exec));
+
+  // Freed on launch: each launch frees what the last one left.
+  ASSERT_CU(cuGraphInstantiateWithFlags(&exec, graph, CUDA_GRAPH_INSTANTIATE_FLAG_AUTO_FREE_ON_LAUNCH));
+  for (int round = 0; round < 2; ++round) ASSERT_CU(cuGraphLaunch(exec, stream_));
+  ASSERT_CU(cuStreamSynchronize(stream_));
+  for (int value : Read<int>(memory, n)) ASSERT_EQ(value, 7);
+  ASSERT_CU(cuMemFree(memory));
+  ASSERT_CU(cuGraphExecDestroy(exec));
+  ASSERT_CU(cuGraphDestroy(graph));
+}
+
+// cuMemAllocAsync and cuMemFreeAsync captured become allocation and free nodes; the captured address is the one
+// every replay uses, and a unified copy during the capture takes it for device memory.
+TEST_F(GraphTest, CapturedStreamOrderedAllocationBecomesMemoryNodes) {
+  const int n = 512;
+  const size_t bytes = n * sizeof(int);
+  CUdeviceptr out;
+  ASSERT_CU(cuMemAlloc(&out, bytes));
+  ASSERT_CU(cuStreamBeginCapture(stream_, CU_STREAM_CAPTURE_MODE_GLOBAL));
+  CUdeviceptr scratch = 0;
+  ASSERT_CU(cuMemAllocAsync(&scratch, bytes, stream_));
+  ASSERT_CU(cuMemsetD32Async(scratch, 99, n, stream_));
+  ASSERT_CU(Increment(stream_, scratch, n));
+  ASSERT_CU(cuMemcpyAsync(out, scratch, bytes, stream_));
+  ASSERT_CU(cuMemFreeAsync(scratch, stream_));
+  CUgraph graph = nullptr;
+  ASSERT_CU(cuStreamEndCapture(stream_, &graph));
+  ASSERT_NE(graph, nullptr);
+  size_t count = 0;
+  ASSERT_CU(cuGraphGetNodes(graph, nullptr, &count));
+  ASSERT_EQ(count, 5u);
+  std::vector<CUgraphNode> nodes(count);
+  ASSERT_CU(cuGraphGetNodes(graph, nodes.data(), &count));
+  CUgraphNodeType first, last;
+  ASSERT_CU(cuGraphNodeGetType(nodes.front(), &first));
+  ASSERT_CU(cuGraphNodeGetType(nodes.back(), &last));
+  EXPECT_EQ(first, CU_GRAPH_NODE_TYPE_MEM_ALLOC);
+  EXPECT_EQ(last, CU_GRAPH_NODE_TYPE_MEM_FREE);
+  CUDA_MEM_ALLOC_NODE_PARAMS alloc{};
+  ASSERT_CU(cuGraphMemAllocNodeGetParams(nodes.front(), &alloc));
+  EXPECT_EQ(alloc.dptr, scratch);
+  EXPECT_EQ(alloc.bytesize, bytes);
+  CUdeviceptr freed = 0;
+  ASSERT_CU(cuGraphMemFreeNodeGetParams(nodes.back(), &freed));
+  EXPECT_EQ(freed, scratch);
+  CUgraphExec exec = nullptr;
+  ASSERT_CU(cuGraphInstantiate(&exec, graph, 0));
+  for (int round = 0; round < 2; ++round) {
+    ASSERT_CU(cuMemsetD32(out, 0, n));
+    ASSERT_CU(cuGraphLaunch(exec, stream_));
+    ASSERT_CU(cuStreamSynchronize(stream_));
+    for (int value : Read<int>(out, n)) ASSERT_EQ(value, 100) << "round " << round;
+  }
+  ASSERT_CU(cuGraphExecDestroy(exec));
+  ASSERT_CU(cuGraphDestroy(graph));
+  ASSERT_CU(cuMemFree(out));
+}
+
+// Memory a graph allocated and nobody freed is freed when the session ends: the next session can have all of it.
+// (The executors share the device's capacity through a file, where memory left behind stays counted.)
+TEST_F(GraphTest, AGraphAllocationLeftLiveIsFreedAtSessionEnd) {
+  constexpr size_t kBig = 600ull << 20;  // more than half the emulated GPU's 1 GiB
+  std::fflush(stdout);
+  std::fflush(stderr);
+  const pid_t child = fork();
+  if (child == 0) {
+    // A session of its own (the parent's is not the child's): allocate by a graph, launch, leave it all.
+    CUcontext context;
+    CUgraph graph;
+    CUgraphNode node;
+    CUgraphExec exec;
+    CUDA_MEM_ALLOC_NODE_PARAMS alloc{};
+    alloc.poolProps.allocType = CU_MEM_ALLOCATION_TYPE_PINNED;
+    alloc.poolProps.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+    alloc.bytesize = kBig;
+    const bool done = cuInit(0) == CUDA_SUCCESS && cuDevicePrimaryCtxRetain(&context, 0) == CUDA_SUCCESS &&
+                      cuCtxSetCurrent(context) == CUDA_SUCCESS && cuGraphCreate(&graph, 0) == CUDA_SUCCESS &&
+                      cuGraphAddMemAllocNode(&node, graph, nullptr, 0, &alloc) == CUDA_SUCCESS &&
+                      cuGraphInstantiate(&exec, graph, 0) == CUDA_SUCCESS && cuGraphLaunch(exec, nullptr) == CUDA_SUCCESS &&
+                      cuCtxSynchronize() == CUDA_SUCCESS;
+    _exit(done ? 0 : 1);
+  }
+  ASSERT_GT(child, 0);
+  int status = 0;
+  ASSERT_EQ(waitpid(child, &status, 0), child);
+  ASSERT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << "the child session failed";
+  // Its executor tears down after the client is gone.
+  CUdeviceptr big = 0;
+  CUresult result = CUDA_ERROR_OUT_OF_MEMORY;
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+  while ((result = cuMemAlloc(&big, kBig)) == CUDA_ERROR_OUT_OF_MEMORY && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  ASSERT_EQ(result, CUDA_SUCCESS) << "the graph's allocation outlived its session";
+  ASSERT_CU(cuMemFree(big));
+}
+
 }  // namespace
 }  // namespace curelay::testing
+
