@@ -2,6 +2,7 @@
 // between processes over shared memory. Never a product mode: see README.md for the design and how tests load it.
 #include <fcntl.h>
 #include <infiniband/verbs.h>
+#include <pthread.h>
 #include <sys/mman.h>
 #include <sys/random.h>
 #include <sys/stat.h>
@@ -183,10 +184,14 @@ struct Globals {
   uint32_t next_key = 1;
   bool service_started = false;
 };
-Globals& G() {
-  static Globals* globals = new Globals;  // never destroyed: the service thread outlives static destructors
-  return *globals;
-}
+// Never destroyed: the service thread outlives static destructors.
+Globals* globals = new Globals;
+Globals& G() { return *globals; }
+
+// A forked child has none of its parent's threads, and another thread may have held the mutex at the fork: it
+// starts with an empty world of its own (its parent's queue pairs and regions are not usable there, as with a real
+// NIC) and its own service thread on first use. The parent's objects are left to leak in the child.
+[[maybe_unused]] const int reset_in_forked_child = pthread_atfork(nullptr, nullptr, [] { globals = new Globals; });
 
 ibv_device emulated_device;
 

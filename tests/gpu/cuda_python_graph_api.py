@@ -17,6 +17,10 @@ from cuda.bindings import driver
 N = 4096
 
 
+# cuda-python 13 binds cuGraphInstantiate with flags (CUDA 12's cuGraphInstantiateWithFlags); older ones have both.
+instantiate = getattr(driver, "cuGraphInstantiateWithFlags", None) or driver.cuGraphInstantiate
+
+
 def check(result):
     error, *values = result if isinstance(result, tuple) else (result,)
     if error != driver.CUresult.CUDA_SUCCESS:
@@ -136,7 +140,7 @@ def graph_memory(device, context, stream, increment, out):
     step("alloc_node_params", alloc_answer)
     step("free_node_params", lambda: int(check(driver.cuGraphMemFreeNodeGetParams(release))) == scratch)
     step("free_node_of_other_memory", lambda: driver.cuGraphAddMemFreeNode(graph, None, 0, out)[0])
-    executable = check(driver.cuGraphInstantiateWithFlags(graph, 0))
+    executable = check(instantiate(graph, 0))
     for round_number in range(2):
         check(driver.cuMemsetD32(out, 0, N))
         step(f"memory_graph_launch_{round_number}", lambda: launch(executable))
@@ -154,7 +158,7 @@ def graph_memory(device, context, stream, increment, out):
     allocate = check(driver.cuGraphAddMemAllocNode(graph, None, 0, params))
     memory = int(params.dptr)
     check(driver.cuGraphAddMemsetNode(graph, [allocate], 1, memset_params(memory, 7), context))
-    executable = check(driver.cuGraphInstantiateWithFlags(graph, 0))
+    executable = check(instantiate(graph, 0))
     step("live_graph_launch", lambda: launch(executable))
     step("live_graph_memory", lambda: digest(memory))
     step("live_graph_used", lambda: used() >= 4 * N)
@@ -174,7 +178,7 @@ def graph_memory(device, context, stream, increment, out):
     step("free_async_live", lambda: (driver.cuMemFreeAsync(memory, stream)[0], driver.cuStreamSynchronize(stream)[0]))
     step("graph_mem_used_after_app_free", used)
     check(driver.cuGraphExecDestroy(executable))
-    auto_free = check(driver.cuGraphInstantiateWithFlags(
+    auto_free = check(instantiate(
         graph, driver.CUgraphInstantiate_flags.CUDA_GRAPH_INSTANTIATE_FLAG_AUTO_FREE_ON_LAUNCH))
     step("auto_free_launches", lambda: (launch(auto_free), launch(auto_free)))
     step("auto_free_memory", lambda: digest(memory))
@@ -199,7 +203,7 @@ def graph_memory(device, context, stream, increment, out):
         return sorted(str(check(driver.cuGraphNodeGetType(node))) for node in nodes[:count])
 
     step("captured_node_types", captured_types)
-    executable = check(driver.cuGraphInstantiateWithFlags(graph, 0))
+    executable = check(instantiate(graph, 0))
     for round_number in range(2):
         check(driver.cuMemsetD32(out, 0, N))
         step(f"captured_memory_launch_{round_number}", lambda: launch(executable))
@@ -309,7 +313,7 @@ def main(ptx_path):
     step("memcpy_node_params", memcpy_readback)
     step("event_node_events", event_readback)
 
-    executable = check(driver.cuGraphInstantiateWithFlags(graph, 0))
+    executable = check(instantiate(graph, 0))
 
     def launch(exec_graph):
         check(driver.cuGraphLaunch(exec_graph, stream))
@@ -343,7 +347,7 @@ def main(ptx_path):
     step("launch_2", lambda: launch(executable))
 
     # An executable graph made from the edited graph, and one of its nodes disabled.
-    edited = check(driver.cuGraphInstantiateWithFlags(graph, 0))
+    edited = check(instantiate(graph, 0))
     step("launch_edited", lambda: launch(edited))
     step("disable_kernel", lambda: driver.cuGraphNodeSetEnabled(edited, add_one, 0)[0])
     step("kernel_enabled", lambda: check(driver.cuGraphNodeGetEnabled(edited, add_one)))
