@@ -13,7 +13,6 @@
 
 #include "transport/channel.h"
 #include "transport/endpoint.h"
-#include "transport/endpoint.h"
 #include "transport/zmq/zmq_channel.h"
 #include "transport/zmq/zmq_context.h"
 
