@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cstring>
 #include <functional>
+#include <optional>
 #include <vector>
 
 #include "frontend/api/graph_support.h"
@@ -388,12 +389,9 @@ CUresult NodeEvent(CUgraphNode node, CUgraphNodeType type, CUevent* event) {
   return CUDA_SUCCESS;
 }
 
-// The kind a node's type is set through (cuGraphNodeSetParams, cuGraphExecNodeSetParams).
-CUresult SetNodeParams(const NodeTarget& target, CUgraphNodeParams* params, const char* caller) {
-  if (params == nullptr) return CUDA_ERROR_INVALID_VALUE;
-  if (target.node == nullptr || !Graphs().nodes.Contains(target.node) || target.node->type != params->type) {
-    return CUDA_ERROR_INVALID_VALUE;
-  }
+// The node kinds whose parameters are given the same way when a node is added (cuGraphAddNode) and when its
+// parameters are set (cuGraphNodeSetParams, cuGraphExecNodeSetParams); nullopt for the other kinds.
+std::optional<CUresult> SharedKindNode(const NodeTarget& target, const CUgraphNodeParams* params) {
   switch (params->type) {
     case CU_GRAPH_NODE_TYPE_KERNEL: {
       const CUDA_KERNEL_NODE_PARAMS_v3& kernel = params->kernel;
@@ -416,6 +414,19 @@ CUresult SetNodeParams(const NodeTarget& target, CUgraphNodeParams* params, cons
       return EventNode(target, wire::GraphNodeKind::EventRecord, params->eventRecord.event);
     case CU_GRAPH_NODE_TYPE_WAIT_EVENT:
       return EventNode(target, wire::GraphNodeKind::EventWait, params->eventWait.event);
+    default:
+      return std::nullopt;
+  }
+}
+
+// The kind a node's type is set through (cuGraphNodeSetParams, cuGraphExecNodeSetParams).
+CUresult SetNodeParams(const NodeTarget& target, CUgraphNodeParams* params, const char* caller) {
+  if (params == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  if (target.node == nullptr || !Graphs().nodes.Contains(target.node) || target.node->type != params->type) {
+    return CUDA_ERROR_INVALID_VALUE;
+  }
+  if (const auto result = SharedKindNode(target, params)) return *result;
+  switch (params->type) {
     case CU_GRAPH_NODE_TYPE_GRAPH: {
       if (target.exec == nullptr) break;  // a graph's child-graph node cannot be given another graph here
       const CUgraph child = params->graph.graph;
@@ -580,34 +591,14 @@ CUresult cuGraphAddNode_v2(CUgraphNode* node, CUgraph graph, const CUgraphNode* 
       }
       return result;
     }
-    case CU_GRAPH_NODE_TYPE_KERNEL: {
-      const CUDA_KERNEL_NODE_PARAMS_v3& kernel = params->kernel;
-      if (kernel.func == nullptr) CURELAY_RETURN_IF_ERROR(RequireCurrent(kernel.ctx));
-      return KernelNode(target, kernel.func, kernel.kern, kernel.gridDimX, kernel.gridDimY, kernel.gridDimZ,
-                        kernel.blockDimX, kernel.blockDimY, kernel.blockDimZ, kernel.sharedMemBytes,
-                        kernel.kernelParams, kernel.extra);
-    }
-    case CU_GRAPH_NODE_TYPE_MEMSET: {
-      const CUDA_MEMSET_NODE_PARAMS_v2& memset = params->memset;
-      CURELAY_RETURN_IF_ERROR(RequireCurrent(memset.ctx));
-      return MemsetNode(target, memset.dst, memset.pitch, memset.value, memset.elementSize, memset.width,
-                        memset.height);
-    }
-    case CU_GRAPH_NODE_TYPE_MEMCPY:
-      if (params->memcpy.flags != 0) return CUDA_ERROR_INVALID_VALUE;
-      CURELAY_RETURN_IF_ERROR(RequireCurrent(params->memcpy.copyCtx));
-      return MemcpyNode(target, &params->memcpy.copyParams);
     case CU_GRAPH_NODE_TYPE_CONDITIONAL:
       return ConditionalNode(target, params->conditional);
-    case CU_GRAPH_NODE_TYPE_EVENT_RECORD:
-      return EventNode(target, wire::GraphNodeKind::EventRecord, params->eventRecord.event);
-    case CU_GRAPH_NODE_TYPE_WAIT_EVENT:
-      return EventNode(target, wire::GraphNodeKind::EventWait, params->eventWait.event);
     case CU_GRAPH_NODE_TYPE_MEM_ALLOC:
       return MemAllocNode(target, &params->alloc);
     case CU_GRAPH_NODE_TYPE_MEM_FREE:
       return MemFreeNode(target, params->free.dptr);
     default:
+      if (const auto result = SharedKindNode(target, params)) return *result;
       Log().warn("cuGraphAddNode: node type {} is not supported", static_cast<int>(params->type));
       return CUDA_ERROR_NOT_SUPPORTED;
   }
