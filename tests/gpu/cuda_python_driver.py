@@ -8,21 +8,7 @@ import struct
 import sys
 
 from cuda.bindings import driver
-
-
-def check(result):
-    error, *values = result if isinstance(result, tuple) else (result,)
-    if error != driver.CUresult.CUDA_SUCCESS:
-        raise RuntimeError(f"CUDA error {error}")
-    return values[0] if len(values) == 1 else values
-
-
-def step(name, thunk):
-    """One line per entry point: its result (or the binding's exception), identical natively and through curelay."""
-    try:
-        print(name, thunk())
-    except Exception as error:  # noqa: BLE001 - the text is what gets compared
-        print(name, "raised", type(error).__name__, error)
+from driver_steps import check, step
 
 
 def extras(device, context, buffer, stream):

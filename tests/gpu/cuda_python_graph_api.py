@@ -13,27 +13,13 @@ import struct
 import sys
 
 from cuda.bindings import driver
+from driver_steps import check, step
 
 N = 4096
 
 
 # cuda-python 13 binds cuGraphInstantiate with flags (CUDA 12's cuGraphInstantiateWithFlags); older ones have both.
 instantiate = getattr(driver, "cuGraphInstantiateWithFlags", None) or driver.cuGraphInstantiate
-
-
-def check(result):
-    error, *values = result if isinstance(result, tuple) else (result,)
-    if error != driver.CUresult.CUDA_SUCCESS:
-        raise RuntimeError(f"CUDA error {error}")
-    return values[0] if len(values) == 1 else values
-
-
-def step(name, thunk):
-    """One line per step: its result (or the binding's exception), identical natively and through curelay."""
-    try:
-        print(name, thunk())
-    except Exception as error:  # noqa: BLE001 - the text is what gets compared
-        print(name, "raised", type(error).__name__, error)
 
 
 def nodes_of(result):

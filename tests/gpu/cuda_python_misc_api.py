@@ -14,24 +14,10 @@ import struct
 import sys
 
 from cuda.bindings import driver
+from driver_steps import check, step
 
 CUDA_SUCCESS = 0
 libcuda = ctypes.CDLL("libcuda.so.1")
-
-
-def check(result):
-    error, *values = result if isinstance(result, tuple) else (result,)
-    if error != driver.CUresult.CUDA_SUCCESS:
-        raise RuntimeError(f"CUDA error {error}")
-    return values[0] if len(values) == 1 else values
-
-
-def step(name, thunk):
-    """One line per step: its result (or the exception's text), identical natively and through curelay."""
-    try:
-        print(name, thunk())
-    except Exception as error:  # noqa: BLE001 - the text is what gets compared
-        print(name, "raised", type(error).__name__, error)
 
 
 def code(result):
