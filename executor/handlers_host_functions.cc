@@ -85,7 +85,7 @@ Session::Outcome Session::LaunchRemoteHostFunction(const wire::LaunchHostFunctio
                 [](const auto& entry) { return entry.second->state.load() == transport::kGateReturned; });
   auto function = std::make_shared<RemoteHostFunction>();
   function->notice = call.notify();
-  function->channel = zmq_channel_;
+  function->channel = bound_channel_;
   function->mirrors = host_mirrors_;
   function->abandoned = host_functions_abandoned_;
   auto* data = new std::shared_ptr<RemoteHostFunction>(function);
@@ -110,7 +110,7 @@ Session::Outcome Session::HostFunctionReturned(const wire::HostFunctionReturned&
 Session::Outcome Session::HostFunctionBoard(const wire::HostFunctionBoard& call) {
   if (host_function_board_ != nullptr) return {CUDA_ERROR_INVALID_VALUE};  // one per session
   if (call.path() == nullptr) return {CUDA_ERROR_INVALID_VALUE};
-  const std::string directory = transport::SameHostDirectory(*zmq_channel_);
+  const std::string directory = transport::SameHostDirectory(*bound_channel_);
   if (directory.empty()) return {CUDA_ERROR_NOT_SUPPORTED};  // a tcp session shares no memory with its client
   std::string error;
   void* mapping = transport::OpenSharedFile(call.path()->str(), directory, transport::kHostFunctionBoardPrefix,

@@ -24,7 +24,7 @@ Session::Outcome Session::HostRegister(const wire::HostRegister& call) {
   if (call.path() == nullptr || call.bytes() == 0 || call.bytes() > kMaxMappedHostBytes || call.bytes() % page != 0) {
     return {CUDA_ERROR_INVALID_VALUE};
   }
-  const std::string directory = transport::SameHostDirectory(*zmq_channel_);
+  const std::string directory = transport::SameHostDirectory(*bound_channel_);
   if (directory.empty()) return {CUDA_ERROR_NOT_SUPPORTED};  // a tcp session shares no memory with its client
   std::string error;
   void* hint = reinterpret_cast<void*>(call.client_address());

@@ -50,9 +50,9 @@ constexpr int kScheduledPollMs = 1;
 Session::Session(Driver& driver, std::shared_ptr<transport::Channel> channel, std::vector<uint8_t> session_key)
     // Serialized: a remote client's host-function notices are sent from the driver's callback threads.
     : driver_(driver),
-      zmq_channel_(std::make_shared<transport::SerializedChannel>(std::move(channel),
+      bound_channel_(std::make_shared<transport::SerializedChannel>(std::move(channel),
                                                                   transport::ChannelOptions{}.spin_microseconds)),
-      channel_(zmq_channel_.get()),
+      channel_(bound_channel_.get()),
       session_key_(std::move(session_key)) {}
 
 Session::~Session() { ReleaseEverything(); }
@@ -248,7 +248,7 @@ bool Session::Attach() {
       std::string error;
       transport::ChannelOptions options;
       options.max_message_bytes = static_cast<int>(wire::kMaxPayloadBytes + wire::kMaxHeaderBytes);
-      shm_channel_ = transport::AcceptOffer(zmq_channel_, attach->shm_path()->str(), options, &error);
+      shm_channel_ = transport::AcceptOffer(bound_channel_, attach->shm_path()->str(), options, &error);
       if (shm_channel_ == nullptr) spdlog::warn("shared memory refused, staying on ZeroMQ: {}", error);
     }
     CUmoduleLoadingMode loading_mode = CU_MODULE_EAGER_LOADING;
@@ -263,7 +263,7 @@ bool Session::Attach() {
   if (shm_channel_ != nullptr) channel_ = shm_channel_.get();
   if (attached) {
     spdlog::info("client attached over {}", shm_channel_ != nullptr                          ? "shared memory"
-                                            : !zmq_channel_->BoundEndpoint("rdma").empty() ? "RDMA"
+                                            : !bound_channel_->BoundEndpoint("rdma").empty() ? "RDMA"
                                                                                             : "ZeroMQ");
   }
   return attached;

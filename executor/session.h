@@ -204,8 +204,9 @@ class Session {
   void ReleasePoolAllocations();
 
   Driver& driver_;
-  // The session's ZeroMQ connection (always kept: liveness), usable from driver callback threads too.
-  std::shared_ptr<transport::SerializedChannel> zmq_channel_;  // the bound one: ZeroMQ, or rdma:// when bound so
+  // The channel the executor bound, ZeroMQ (ipc://, tcp://) or rdma://: always kept (liveness), usable from driver
+  // callback threads too.
+  std::shared_ptr<transport::SerializedChannel> bound_channel_;
   std::unique_ptr<transport::Channel> shm_channel_;   // shared memory, when the client offered it and it opened
   transport::Channel* channel_;                        // the one in use
   std::vector<uint8_t> session_key_;
