@@ -98,6 +98,10 @@ CUresult Client::Initialize() {
 
 CUresult Client::Connect() {
   const Config config = ReadConfig();
+  if (!config.token_error.empty()) {
+    Log().error("{}; cuInit fails with CUDA_ERROR_NOT_PERMITTED", config.token_error);
+    return CUDA_ERROR_NOT_PERMITTED;
+  }
   const auto backend = transport::Endpoint::Parse(config.endpoint);
   if (!backend) {
     Log().error("CURELAY_ENDPOINT '{}' is none of ipc://PATH, tcp://HOST:PORT, rdma://HOST:PORT", config.endpoint);

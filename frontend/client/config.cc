@@ -1,6 +1,9 @@
 #include "frontend/client/config.h"
 
+#include <cerrno>
 #include <cstdlib>
+#include <cstring>
+#include <fstream>
 
 namespace curelay::frontend {
 namespace {
@@ -18,12 +21,36 @@ int EnvInt(const char* name, int fallback) {
   return *end == '\0' && parsed >= 0 && parsed < (1L << 30) ? static_cast<int>(parsed) : fallback;
 }
 
+// A token in a file keeps it out of the environment (and out of a CDI spec, which describes every container alike):
+// the first line, without surrounding whitespace.
+void ReadTokenFile(const char* path, Config* config) {
+  std::ifstream file(path);
+  std::string line;
+  if (!file || !std::getline(file, line)) {
+    config->token_error = std::string("cannot read CURELAY_TOKEN_FILE ") + path + ": " +
+                          (errno != 0 ? std::strerror(errno) : "empty file");
+    return;
+  }
+  const auto first = line.find_first_not_of(" \t\r");
+  const auto last = line.find_last_not_of(" \t\r");
+  if (first == std::string::npos) {
+    config->token_error = std::string("CURELAY_TOKEN_FILE ") + path + " holds no token on its first line";
+    return;
+  }
+  config->token = line.substr(first, last - first + 1);
+}
+
 }  // namespace
 
 Config ReadConfig() {
   Config config;
   config.endpoint = Env("CURELAY_ENDPOINT", kDefaultEndpoint);
   config.token = Env("CURELAY_TOKEN", "");
+  const char* token_file = std::getenv("CURELAY_TOKEN_FILE");
+  if (config.token.empty() && token_file != nullptr && *token_file != '\0') {
+    errno = 0;
+    ReadTokenFile(token_file, &config);
+  }
   config.log_level = Env("CURELAY_LOG_LEVEL", "warn");
   config.connect_timeout_ms = EnvInt("CURELAY_CONNECT_TIMEOUT_MS", 5000);
   config.spin_microseconds = EnvInt("CURELAY_SPIN_US", 200);

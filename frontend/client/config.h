@@ -7,7 +7,8 @@ namespace curelay::frontend {
 
 struct Config {
   std::string endpoint;        // CURELAY_ENDPOINT: ipc://PATH or tcp://HOST:PORT
-  std::string token;           // CURELAY_TOKEN: the tenant token presented in the handshake
+  std::string token;           // CURELAY_TOKEN, else the first line of CURELAY_TOKEN_FILE: the tenant token
+  std::string token_error;     // why CURELAY_TOKEN_FILE could not be read (the session is not attempted)
   std::string log_level;       // CURELAY_LOG_LEVEL: trace|debug|info|warn|error|off
   int connect_timeout_ms = 0;  // CURELAY_CONNECT_TIMEOUT_MS
   int spin_microseconds = 0;   // CURELAY_SPIN_US: busy-poll for replies this long before sleeping

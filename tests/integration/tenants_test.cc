@@ -126,6 +126,23 @@ TEST_F(TenantsTest, MissingOrUnknownTokensAreRefusedAtCuInit) {
   EXPECT_NE(backend_.Log().find("tenant 'team-a'"), std::string::npos);
 }
 
+TEST_F(TenantsTest, TheTokenCanComeFromAFile) {
+  const std::string token = AddTenant(backend_, "team-file");
+  const std::string path = "/tmp/curelay-token-" + std::to_string(getpid());
+  std::ofstream(path) << "  " << token << "\r\n";  // as a secret mounted from a file written on another system
+  auto env = ClientEnv(backend_, "");
+  env["CURELAY_TOKEN_FILE"] = path;
+  auto result = RunClient({"init"}, env, 30s);
+  EXPECT_NE(result.output.find("cuInit 0 "), std::string::npos) << result.output;
+  EXPECT_TRUE(WaitFor([&] { return backend_.Log().find("tenant 'team-file'") != std::string::npos; }, 5s));
+
+  unlink(path.c_str());
+  const size_t sessions_before = backend_.Log().size();
+  result = RunClient({"init"}, env, 30s);  // a missing file is refused in the client: it never reaches the backend
+  EXPECT_NE(result.output.find("cuInit 800"), std::string::npos) << result.output;
+  EXPECT_EQ(backend_.Log().find("no tenant token", sessions_before), std::string::npos);
+}
+
 TEST_F(TenantsTest, BackendctlManagesTenants) {
   CommandResult added = Backendctl(backend_, {"tenant", "add", "batch", "--priority", "low", "--weight", "3",
                                               "--memory-quota", "2G", "--memory-policy", "wait", "--max-sessions",
