@@ -18,7 +18,7 @@ struct BackendConfig {
   // Admit clients without a tenant token (single-user hosts and tests); they belong to no tenant and get no limits.
   bool allow_anonymous = false;
   // Admin endpoint: a Unix socket (owner-only) and, optionally, TCP, which requires the admin token.
-  std::string admin_socket;              // default: <runtime_dir>/admin.sock
+  std::string admin_socket;              // default: <runtime_dir>/private/admin.sock
   std::string admin_tcp;                 // e.g. tcp://127.0.0.1:7720; empty: none
   std::string admin_token_sha256;        // hex SHA-256 of the admin token (required with admin_tcp)
   std::string metrics_listen;            // [metrics] listen: host:port of the Prometheus endpoint; empty: none

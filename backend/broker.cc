@@ -56,12 +56,12 @@ bool Broker::Run(const std::atomic<bool>& stop) {
   for (size_t i = 0; i < settings_.listen_endpoints.size(); ++i) {
     spdlog::info("listening on {}", listener_->BoundEndpoint(i));
   }
-  quota_board_.reset(MemoryQuotaBoard::Create(settings_.executors.runtime_dir + "/memory-quotas", &error));
+  quota_board_.reset(MemoryQuotaBoard::Create(settings_.executors.private_dir() + "/memory-quotas", &error));
   if (quota_board_ == nullptr) {
     spdlog::critical("cannot create the memory quota board: {}", error);
     return false;
   }
-  if (!dispatch_.Start(settings_.executors.runtime_dir + "/dispatch", &error)) {
+  if (!dispatch_.Start(settings_.executors.private_dir() + "/dispatch", &error)) {
     spdlog::critical("cannot start the scheduler: {}", error);
     return false;
   }

@@ -34,7 +34,7 @@ std::string DescribeKind(const ExecutorKind& kind) {
 }
 
 ExecutorPool::ExecutorPool(ExecutorSettings settings)
-    : settings_(std::move(settings)), mps_(settings_.mps_control, settings_.runtime_dir + "/mps") {
+    : settings_(std::move(settings)), mps_(settings_.mps_control, settings_.private_dir() + "/mps") {
   // Device sets are in the backend's numbering, so an executor's CUDA_VISIBLE_DEVICES names the entries of the
   // backend's own list when it has one (a backend given GPUs 2,3 gives a tenant of GPU 1 the host's GPU 3).
   if (const char* visible = std::getenv("CUDA_VISIBLE_DEVICES"); visible != nullptr) {

@@ -23,7 +23,11 @@ namespace curelay::backend {
 struct ExecutorSettings {
   std::string executor_path;           // the curelay-executor binary
   std::string driver_path;             // the real libcuda.so.1 the executors load
-  std::string runtime_dir;             // where ipc session sockets live
+  std::string runtime_dir;             // where ipc session sockets live (containers of same-host clients mount it)
+  // What clients must never reach, though they share the runtime directory: the admin socket, the scheduler's and
+  // quotas' boards, the MPS pipes. A 0700 subdirectory, which a CDI spec also hides from containers (a container's
+  // root would pass the permission check).
+  std::string private_dir() const { return runtime_dir + "/private"; }
   std::vector<std::string> tcp_hosts;  // hosts of tcp listen endpoints; executors bind a free port on each
   std::vector<std::string> rdma_hosts;  // the host of an rdma listen endpoint (then the only one): executors bind
                                         // rdma://HOST:tcp_ports

@@ -49,7 +49,7 @@ int Usage() {
                "  --state-dir   where the tenant registry lives (default /var/lib/curelay)\n"
                "  --warm-pool   executors started ahead of demand (default 1)\n"
                "  --log-level   trace|debug|info|warn|error (default info, or $CURELAY_LOG_LEVEL)\n"
-               "  --admin-socket the owner-only admin socket backendctl uses (default <runtime-dir>/admin.sock)\n"
+               "  --admin-socket the owner-only admin socket backendctl uses (default <runtime-dir>/private/admin.sock)\n"
                "  --allow-anonymous admit clients without a tenant token (no limits apply to them)\n"
                "  --metrics     HOST:PORT to serve Prometheus metrics on (/metrics; unauthenticated: keep it private)\n"
                "  --usage-interval SECONDS the usage ledger's interval (default 300)\n"
@@ -168,6 +168,11 @@ int main(int argc, char** argv) {
     return 2;
   }
   mkdir(settings.executors.runtime_dir.c_str(), 0755);
+  if (mkdir(settings.executors.private_dir().c_str(), 0700) != 0 && errno != EEXIST) {
+    spdlog::critical("cannot create {}: {}", settings.executors.private_dir(), strerror(errno));
+    return 2;
+  }
+  chmod(settings.executors.private_dir().c_str(), 0700);  // an older backend's directory may have been looser
   // Same-host clients' pinned host memory is a file here that the executor registers with the driver, and the
   // driver pins only memory-backed pages (measured: a file on a disk filesystem is refused).
   constexpr long kTmpfsMagic = 0x01021994;
@@ -178,7 +183,7 @@ int main(int argc, char** argv) {
   }
   settings.executors.log_level = config.log_level;
   settings.admin_endpoints.push_back(
-      "ipc://" + (config.admin_socket.empty() ? config.runtime_dir + "/admin.sock" : config.admin_socket));
+      "ipc://" + (config.admin_socket.empty() ? settings.executors.private_dir() + "/admin.sock" : config.admin_socket));
   if (!config.admin_tcp.empty()) settings.admin_endpoints.push_back(config.admin_tcp);
   settings.admin_token_sha256 = config.admin_token_sha256;
   settings.metrics_listen = config.metrics_listen;

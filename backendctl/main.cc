@@ -39,7 +39,7 @@ constexpr const char* kUsage =
     "  --mps-sm-percent N           1-100: spatial sharing, its executors are clients of the backend's MPS server\n"
     "                               with N% of each GPU's SMs (0: time-sliced, the default)\n"
     "  --mps-memory-limit BYTES     with MPS: each session's device memory limit, enforced by the driver\n"
-    "endpoint: --endpoint, else $CURELAY_ADMIN_ENDPOINT, else ipc:///dev/shm/curelay/admin.sock;\n"
+    "endpoint: --endpoint, else $CURELAY_ADMIN_ENDPOINT, else ipc:///dev/shm/curelay/private/admin.sock;\n"
     "a tcp:// endpoint needs the admin token in $CURELAY_ADMIN_TOKEN.\n";
 
 int UsageError(const std::string& message) {
@@ -184,7 +184,7 @@ void PrintStats(const json& result) {
 int main(int argc, char** argv) {
   std::vector<std::string> args(argv + 1, argv + argc);
   const char* env_endpoint = std::getenv("CURELAY_ADMIN_ENDPOINT");
-  std::string endpoint = env_endpoint ? env_endpoint : "ipc:///dev/shm/curelay/admin.sock";
+  std::string endpoint = env_endpoint ? env_endpoint : "ipc:///dev/shm/curelay/private/admin.sock";
   bool as_json = false;
   while (!args.empty() && args[0].rfind("-", 0) == 0) {
     if (args[0] == "-h" || args[0] == "--help") return std::fputs(kUsage, stdout), 0;

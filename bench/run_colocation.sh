@@ -55,7 +55,7 @@ saturation_us = $1
 TOML
   "$build/backend/curelay-backend" --config "$runtime/backend.toml" 2>>"$work/backend.log" &
   backend=$!
-  for _ in $(seq 100); do [ -S "$runtime/admin.sock" ] && break; sleep 0.1; done
+  for _ in $(seq 100); do [ -S "$runtime/private/admin.sock" ] && break; sleep 0.1; done
   endpoint="ipc://$runtime/b.sock"
 }
 
@@ -67,7 +67,7 @@ tenant() {
     low) options=(--priority low) ;;
     mps50) options=(--mps-sm-percent 50) ;;
   esac
-  "$build/backendctl/backendctl" --endpoint "ipc://$runtime/admin.sock" -o json tenant add "$1" "${options[@]}" |
+  "$build/backendctl/backendctl" --endpoint "ipc://$runtime/private/admin.sock" -o json tenant add "$1" "${options[@]}" |
     sed -n 's/.*"token": "\(crl_[0-9a-f]*\)".*/\1/p'
 }
 

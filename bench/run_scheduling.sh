@@ -31,8 +31,8 @@ TOML
 "$build/backend/curelay-backend" --config "$runtime/backend.toml" 2>"$runtime/backend.log" &
 backend=$!
 trap 'kill $backend 2>/dev/null; wait $backend 2>/dev/null; rm -rf "$runtime"' EXIT
-for _ in $(seq 100); do [ -S "$runtime/admin.sock" ] && break; sleep 0.1; done
-ctl() { "$build/backendctl/backendctl" --endpoint "ipc://$runtime/admin.sock" "$@"; }
+for _ in $(seq 100); do [ -S "$runtime/private/admin.sock" ] && break; sleep 0.1; done
+ctl() { "$build/backendctl/backendctl" --endpoint "ipc://$runtime/private/admin.sock" "$@"; }
 token() { ctl -o json tenant add "$@" | sed -n 's/.*"token": "\(crl_[0-9a-f]*\)".*/\1/p'; }
 if [ -n "${CURELAY_BENCH_TCP_PORT:-}" ]; then
   remote() {

@@ -23,9 +23,9 @@ backend=$!
 trap 'kill $backend 2>/dev/null; wait $backend 2>/dev/null; rm -rf "$runtime"' EXIT
 for _ in $(seq 200); do [ -S "$runtime/backend.sock" ] && break; sleep 0.05; done
 echo "== a tenant for the demo: backendctl tenant add demo --memory-quota 2G"
-token=$("$build/backendctl/backendctl" --endpoint "ipc://$runtime/admin.sock" -o json tenant add demo \
+token=$("$build/backendctl/backendctl" --endpoint "ipc://$runtime/private/admin.sock" -o json tenant add demo \
   --memory-quota 2G | sed -n 's/.*"token": "\(crl_[0-9a-f]*\)".*/\1/p')
-"$build/backendctl/backendctl" --endpoint "ipc://$runtime/admin.sock" tenant list
+"$build/backendctl/backendctl" --endpoint "ipc://$runtime/private/admin.sock" tenant list
 echo "== sample program through the shim (CURELAY_ENDPOINT=$endpoint, CURELAY_TOKEN=<the demo tenant's token>)"
 echo "   $(ldd "$build/samples/curelay_sample_vector_add" | grep libcuda)"
 CURELAY_ENDPOINT=$endpoint CURELAY_TOKEN=$token "$build/samples/curelay_sample_vector_add" \

@@ -202,8 +202,8 @@ curelay_backend_start() {
     if [ -z "$socket" ] || [ -e "$socket" ]; then
       [ -n "$socket" ] || sleep 1  # not an ipc endpoint: nothing to watch, give it a moment
       if [ -n "${CURELAY_GPU_AS_TENANT:-}" ]; then
-        for ((waited = 0; waited < 100; waited++)); do [ -S "$runtime/admin.sock" ] && break; sleep 0.1; done
-        CURELAY_TOKEN=$("$CURELAY_BUILD/backendctl/backendctl" --endpoint "ipc://$runtime/admin.sock" -o json \
+        for ((waited = 0; waited < 100; waited++)); do [ -S "$runtime/private/admin.sock" ] && break; sleep 0.1; done
+        CURELAY_TOKEN=$("$CURELAY_BUILD/backendctl/backendctl" --endpoint "ipc://$runtime/private/admin.sock" -o json \
           tenant add "gpu-suite-$$-$RANDOM" ${CURELAY_GPU_TENANT_GPUS:+--gpus "$CURELAY_GPU_TENANT_GPUS"} | sed -n 's/.*"token": "\(crl_[0-9a-f]*\)".*/\1/p')
         export CURELAY_TOKEN
         echo "=== running as a tenant (scheduled sessions)" >>"$log"

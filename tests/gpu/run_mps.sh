@@ -21,8 +21,8 @@ mkdir -p "$out"
   --state-dir "$runtime/state" --log-level info 2>"$out/mps-backend.log" &
 backend=$!
 trap 'kill $backend 2>/dev/null; wait $backend 2>/dev/null; rm -rf "$runtime"' EXIT
-for _ in $(seq 100); do [ -S "$runtime/admin.sock" ] && break; sleep 0.1; done
-ctl() { "$build/backendctl/backendctl" --endpoint "ipc://$runtime/admin.sock" "$@"; }
+for _ in $(seq 100); do [ -S "$runtime/private/admin.sock" ] && break; sleep 0.1; done
+ctl() { "$build/backendctl/backendctl" --endpoint "ipc://$runtime/private/admin.sock" "$@"; }
 token_of() { sed -n 's/.*"token": "\(crl_[0-9a-f]*\)".*/\1/p'; }
 token_a=$(ctl -o json tenant add shared-a --mps-sm-percent 50 --mps-memory-limit 4G | token_of)
 token_b=$(ctl -o json tenant add shared-b --mps-sm-percent 50 | token_of)

@@ -26,8 +26,8 @@ runtime=$(mktemp -d /dev/shm/curelay-multi-XXXXXX)
   --state-dir "$runtime/state" --log-level info 2>"$runtime/backend.log" &
 backend=$!
 trap 'kill $backend 2>/dev/null; wait $backend 2>/dev/null; rm -rf "$runtime"' EXIT
-for _ in $(seq 100); do [ -S "$runtime/admin.sock" ] && break; sleep 0.1; done
-ctl() { "$build/backendctl/backendctl" --endpoint "ipc://$runtime/admin.sock" "$@"; }
+for _ in $(seq 100); do [ -S "$runtime/private/admin.sock" ] && break; sleep 0.1; done
+ctl() { "$build/backendctl/backendctl" --endpoint "ipc://$runtime/private/admin.sock" "$@"; }
 token() { ctl -o json tenant add "$@" | sed -n 's/.*"token": "\(crl_[0-9a-f]*\)".*/\1/p'; }
 remote() { local t=$1; shift; LD_LIBRARY_PATH="$build/frontend" CURELAY_ENDPOINT="ipc://$runtime/b.sock" CURELAY_TOKEN=$t timeout 300 "$@"; }
 native() { LD_LIBRARY_PATH="$(dirname "$real")" timeout 300 "$@"; }

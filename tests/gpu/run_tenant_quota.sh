@@ -13,8 +13,8 @@ runtime=$(mktemp -d /dev/shm/curelay-quota-XXXXXX)
   --state-dir "$runtime/state" --log-level warn &
 backend=$!
 trap 'kill $backend 2>/dev/null; wait $backend 2>/dev/null; rm -rf "$runtime"' EXIT
-for _ in $(seq 100); do [ -S "$runtime/admin.sock" ] && break; sleep 0.1; done
-ctl() { "$build/backendctl/backendctl" --endpoint "ipc://$runtime/admin.sock" "$@"; }
+for _ in $(seq 100); do [ -S "$runtime/private/admin.sock" ] && break; sleep 0.1; done
+ctl() { "$build/backendctl/backendctl" --endpoint "ipc://$runtime/private/admin.sock" "$@"; }
 token=$(ctl -o json tenant add quota-demo --memory-quota 1G | sed -n 's/.*"token": "\(crl_[0-9a-f]*\)".*/\1/p')
 status=0
 check() { if [ "$2" = "$3" ]; then echo "PASS $1 ($2)"; else echo "FAIL $1: got '$2', want '$3'"; status=1; fi; }

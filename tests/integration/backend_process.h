@@ -36,7 +36,7 @@ class BackendProcess {
   void Forget() { pid_ = -1; }
   pid_t pid() const { return pid_; }
   const std::string& endpoint() const { return endpoint_; }
-  std::string admin_endpoint() const { return "ipc://" + directory_ + "/admin.sock"; }
+  std::string admin_endpoint() const { return "ipc://" + directory_ + "/private/admin.sock"; }
   const std::string& runtime_dir() const { return directory_; }
   std::string Log() const;
   // The pid of the executor the backend gave to its most recent session, waiting up to `timeout`.

@@ -188,10 +188,20 @@ TEST_F(TenantsTest, BackendctlManagesTenants) {
   EXPECT_EQ(Backendctl(backend_, {"tenant", "list"}).exit_code, 1);
 }
 
-TEST_F(TenantsTest, AdminSocketIsOwnerOnly) {
+TEST_F(TenantsTest, AdminSocketAndBoardsAreOwnerOnly) {
   struct stat info {};
   ASSERT_EQ(stat(backend_.admin_endpoint().c_str() + 6, &info), 0);
   EXPECT_EQ(info.st_mode & 077, 0u) << std::oct << info.st_mode;  // nobody but the owner may connect
+  // The runtime directory is what same-host clients' containers mount; what they must never reach (the admin
+  // socket, the scheduler's and quotas' shared boards) is in its owner-only private/ subdirectory.
+  const std::string private_dir = backend_.runtime_dir() + "/private";
+  ASSERT_EQ(stat(private_dir.c_str(), &info), 0);
+  EXPECT_EQ(info.st_mode & 0777, 0700u) << std::oct << info.st_mode;
+  EXPECT_EQ(backend_.admin_endpoint(), "ipc://" + private_dir + "/admin.sock");
+  for (const char* board : {"/memory-quotas", "/dispatch"}) {
+    EXPECT_EQ(stat((private_dir + board).c_str(), &info), 0) << board;
+    EXPECT_NE(stat((backend_.runtime_dir() + board).c_str(), &info), 0) << board;
+  }
 }
 
 TEST_F(TenantsTest, QuotaCountsEveryAllocationOfAllSessionsOfATenant) {
@@ -483,8 +493,8 @@ TEST(SpatialSharingTest, SettingsReachTheExecutorWhichRefusesToRunWithoutMps) {
             std::string::npos)
       << log;
   EXPECT_NE(log.find("its driver reports MPS disabled on device 0"), std::string::npos) << log;
-  EXPECT_NE(ReadFile(backend.runtime_dir() + "/mps/log/standin.log").find("started -f pipe=" + backend.runtime_dir() +
-                                                                           "/mps/pipe"),
+  EXPECT_NE(ReadFile(backend.runtime_dir() + "/private/mps/log/standin.log").find("started -f pipe=" + backend.runtime_dir() +
+                                                                           "/private/mps/pipe"),
             std::string::npos);
   // Tenants without spatial sharing are served as before, beside it.
   const std::string plain = AddTenant(backend, "plain");
