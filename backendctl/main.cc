@@ -5,6 +5,7 @@
 
 #include <cstdio>
 #include <cstdlib>
+#include <fstream>
 #include <ctime>
 #include <iostream>
 #include <map>
@@ -12,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "backendctl/cdi_spec.h"
 #include "backendctl/table.h"
 #include "common/gpu_list.h"
 #include "transport/channel.h"
@@ -32,6 +34,8 @@ constexpr const char* kUsage =
     "  session kill SESSION\n"
     "  stats                        per tenant: GPU time and share, kernels, queue wait, memory and quota\n"
     "  top [--interval SECONDS]     stats, refreshed until interrupted\n"
+    "  cdi generate [CDI OPTIONS]   print a CDI spec (curelay.io/gpu=local, =remote) for podman/containerd; no\n"
+    "                               backend needed\n"
     "limits:\n"
     "  --priority high|normal|low   --weight N           --memory-quota BYTES[K|M|G|T] (0: none)\n"
     "  --memory-policy fail|wait    --wait-timeout MS    --max-sessions N (0: unlimited)\n"
@@ -39,6 +43,11 @@ constexpr const char* kUsage =
     "  --mps-sm-percent N           1-100: spatial sharing, its executors are clients of the backend's MPS server\n"
     "                               with N% of each GPU's SMs (0: time-sliced, the default)\n"
     "  --mps-memory-limit BYTES     with MPS: each session's device memory limit, enforced by the driver\n"
+    "cdi options:\n"
+    "  --shim PATH (default /opt/curelay/lib/libcuda.so.1)  --nvml PATH (the NVML shim, when installed)\n"
+    "  --runtime-dir DIR (default /dev/shm/curelay)          --local-endpoint ipc://PATH (default DIR/backend.sock)\n"
+    "  --remote tcp://HOST:PORT|rdma://HOST:PORT (adds =remote)  --no-local (only =remote)\n"
+    "  --lib-dir DIR (in the container; default /usr/lib/x86_64-linux-gnu)  --output FILE (default stdout)\n"
     "endpoint: --endpoint, else $CURELAY_ADMIN_ENDPOINT, else ipc:///dev/shm/curelay/private/admin.sock;\n"
     "a tcp:// endpoint needs the admin token in $CURELAY_ADMIN_TOKEN.\n";
 
@@ -179,6 +188,47 @@ void PrintStats(const json& result) {
   gpus.Print(std::cout);
 }
 
+// `cdi generate`: builds the spec locally (the shim's host path must exist), prints or writes it.
+int GenerateCdiSpec(const std::vector<std::string>& args) {
+  curelay::backendctl::CdiOptions options;
+  options.shim_path = "/opt/curelay/lib/libcuda.so.1";
+  std::string output;
+  for (size_t i = 2; i < args.size(); ++i) {
+    const std::string& flag = args[i];
+    if (flag == "--no-local") {
+      options.local = false;
+      continue;
+    }
+    if (i + 1 >= args.size()) return UsageError(flag + " needs a value");
+    const std::string& value = args[++i];
+    if (flag == "--shim") options.shim_path = value;
+    else if (flag == "--nvml") options.nvml_path = value;
+    else if (flag == "--runtime-dir") options.runtime_dir = value;
+    else if (flag == "--local-endpoint") options.local_endpoint = value;
+    else if (flag == "--remote") options.remote_endpoint = value;
+    else if (flag == "--lib-dir") options.library_dir = value;
+    else if (flag == "--output") output = value;
+    else return UsageError("unknown cdi option " + flag);
+  }
+  std::string error;
+  const json spec = curelay::backendctl::BuildCdiSpec(options, &error);
+  if (spec.is_null()) {
+    std::fprintf(stderr, "backendctl: %s\n", error.c_str());
+    return 2;
+  }
+  if (output.empty()) {
+    std::cout << spec.dump(2) << "\n";
+    return 0;
+  }
+  std::ofstream file(output);
+  file << spec.dump(2) << "\n";
+  if (!file.flush()) {
+    std::fprintf(stderr, "backendctl: cannot write %s\n", output.c_str());
+    return 1;
+  }
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -197,6 +247,7 @@ int main(int argc, char** argv) {
   if (args.empty()) return UsageError("");
   const std::string noun = args[0];
   const std::string verb = args.size() > 1 ? args[1] : "";
+  if (noun == "cdi" && verb == "generate") return GenerateCdiSpec(args);
   json request;
   std::string error;
   if (noun == "tenant" && (verb == "add" || verb == "set") && args.size() >= 3) {
