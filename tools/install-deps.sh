@@ -15,3 +15,4 @@ if [ ${#missing[@]} -gt 0 ]; then
 fi
 "$root/tools/build-static-zmq.sh"
 "$root/tools/fetch-httplib.sh"
+"$root/tools/fetch-nvml-header.sh"

@@ -1,7 +1,7 @@
-// The oldest glibc the shim runs on is 2.35 (Ubuntu 22.04's, the base of most CUDA and PyTorch images), although it
-// is built on Debian 12's 2.36. The one 2.36 symbol it would need comes from the static libstdc++ of GCC 12, whose
-// std::random_device references arc4random; defining it here (hidden, never exported) binds that reference inside
-// the shim, so the dynamic linker never asks the application's glibc for it. tools/check-shim.sh enforces the floor.
+// The oldest glibc the shims (libcuda.so.1, libnvidia-ml.so.1) run on is 2.35 (Ubuntu 22.04's, the base of most
+// CUDA and PyTorch images), although they are built on Debian 12's 2.36. The one 2.36 symbol they would need comes
+// from the static libstdc++ of GCC 12, whose std::random_device references arc4random; defining it here (hidden,
+// never exported) binds that reference inside each shim, so the dynamic linker never asks the application's glibc. tools/check-shim.sh enforces the floor.
 #include <fcntl.h>
 #include <sys/random.h>
 #include <unistd.h>

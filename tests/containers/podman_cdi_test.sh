@@ -51,6 +51,7 @@ for _ in $(seq 200); do [ -S "$runtime/private/admin.sock" ] && break; sleep 0.0
 [ -s "$work/token" ] || { cat "$work/backend.log"; echo "FAIL: no tenant token"; exit 1; }
 
 "$build/backendctl/backendctl" cdi generate --shim "$build/frontend/libcuda.so.1" --runtime-dir "$runtime" \
+  --nvml "$build/nvml/libnvidia-ml.so.1" \
   --remote "tcp://127.0.0.1:$port" --output "$spec"
 echo "== spec $spec: cdiVersion $(sed -n 's/.*"cdiVersion": "\(.*\)".*/\1/p' "$spec"), devices:" \
   "$(grep -o '"name": "[a-z]*"' "$spec" | cut -d'"' -f4 | tr '\n' ' ')"
@@ -63,9 +64,16 @@ run_in_container() {
   podman run --rm --network host --device "curelay.io/gpu=$device" \
     -v "$build/samples/curelay_sample_vector_add:/opt/test/vector_add:ro" \
     -v "$build/tests/containers/curelay_container_probe:/opt/test/driver_probe:ro" \
+    -v "$build/tests/integration/curelay_nvml_probe:/opt/test/nvml_probe:ro" \
     -v "$build/kernels/test_kernels.ptx:/opt/test/kernels.ptx:ro" \
     -v "$work/token:/run/secrets/curelay-token:ro" -e CURELAY_TOKEN_FILE=/run/secrets/curelay-token \
     "$image" "$@"
+}
+# The probe prints MISMATCH where NVML and CUDA disagree, OK at the end: only a clean run shows OK alone.
+nvml_in_container() {
+  local output
+  output=$(run_in_container "$1" /opt/test/nvml_probe 2>&1)
+  if grep -q MISMATCH <<<"$output"; then echo "$output"; else grep -x OK <<<"$output"; fi
 }
 check() {
   local what=$1 expect=$2; shift 2
@@ -84,14 +92,16 @@ for device in local remote; do
   check "$device: the container's loader finds the shim as libcuda.so.1" "libcuda.so.1 => (/usr)?/lib/x86_64-linux-gnu/libcuda.so.1" \
     run_in_container "$device" ldd /opt/test/driver_probe
   check "$device: plain C driver-API program" "^OK$" run_in_container "$device" /opt/test/driver_probe
+  check "$device: NVML (the NVML shim from the spec) agrees with CUDA" "^OK$" \
+    nvml_in_container "$device"
   check "$device: the sample driver-API program (vector add)" "vector_add of 1048576 floats: .* 0 wrong" \
     run_in_container "$device" /opt/test/vector_add /opt/test/kernels.ptx
 done
 check "local: the backend's private directory is hidden (empty, unreadable)" "^hidden$" \
   run_in_container local sh -c "[ -z \"\$(ls -A $runtime/private 2>/dev/null)\" ] && [ ! -e $runtime/private/admin.sock ] && echo hidden"
-sessions=$(grep -c "tenant 'containers'" "$work/backend.log" || true)
-if [ "$sessions" -ge 4 ]; then echo "ok   the backend served the 4 sessions as the containers' tenant ($sessions log lines)"
-else echo "FAIL the backend logged $sessions sessions of tenant 'containers', expected 4"; failures=$((failures + 1)); fi
+sessions=$(grep -c "session [0-9]* -> executor .*tenant 'containers'" "$work/backend.log" || true)
+if [ "$sessions" -eq 6 ]; then echo "ok   the backend served the 6 sessions as the containers' tenant"
+else echo "FAIL the backend logged $sessions sessions of tenant 'containers', expected 6"; failures=$((failures + 1)); fi
 
 if [ "$failures" -ne 0 ]; then
   echo "== backend log (tail)"; tail -30 "$work/backend.log"

@@ -136,23 +136,37 @@ std::vector<pid_t> BackendProcess::Children() const {
   return children;
 }
 
-pid_t StartClient(const std::vector<std::string>& args, const std::map<std::string, std::string>& env,
-                  const std::string& output_path) {
+namespace {
+
+pid_t StartProgram(const std::string& program, const std::vector<std::string>& args,
+                   const std::map<std::string, std::string>& env, const std::string& output_path) {
   const pid_t pid = fork();
   if (pid == 0) {
     const int out = open(output_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
     dup2(out, 1);
-    ExecWithEnv(CURELAY_TEST_CLIENT_PATH, args, env);
+    ExecWithEnv(program, args, env);
   }
   return pid;
 }
 
+}  // namespace
+
+pid_t StartClient(const std::vector<std::string>& args, const std::map<std::string, std::string>& env,
+                  const std::string& output_path) {
+  return StartProgram(CURELAY_TEST_CLIENT_PATH, args, env, output_path);
+}
+
 ProcessResult RunClient(const std::vector<std::string>& args, const std::map<std::string, std::string>& env,
                         std::chrono::milliseconds timeout) {
+  return RunProgram(CURELAY_TEST_CLIENT_PATH, args, env, timeout);
+}
+
+ProcessResult RunProgram(const std::string& program, const std::vector<std::string>& args,
+                         const std::map<std::string, std::string>& env, std::chrono::milliseconds timeout) {
   char pattern[] = "/tmp/curelay-client-XXXXXX";
   const int fd = mkstemp(pattern);
   close(fd);
-  const pid_t pid = StartClient(args, env, pattern);
+  const pid_t pid = StartProgram(program, args, env, pattern);
   ProcessResult result;
   int status = 0;
   if (!WaitFor([&] { return waitpid(pid, &status, WNOHANG) == pid; }, timeout)) {

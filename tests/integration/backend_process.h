@@ -81,5 +81,8 @@ ProcessResult RunClient(const std::vector<std::string>& args, const std::map<std
 // Starts the test client without waiting; its stdout goes to `output_path`.
 pid_t StartClient(const std::vector<std::string>& args, const std::map<std::string, std::string>& env,
                   const std::string& output_path);
+// The same for another program (a probe built for one suite).
+ProcessResult RunProgram(const std::string& program, const std::vector<std::string>& args,
+                         const std::map<std::string, std::string>& env, std::chrono::milliseconds timeout);
 
 }  // namespace curelay::testing

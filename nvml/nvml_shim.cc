@@ -1,0 +1,406 @@
+// The NVML shim: a libnvidia-ml.so.1 that presents the GPUs the tenant's CUDA session sees, so nvidia-smi, pynvml
+// and PyTorch's NVML-based device count agree with CUDA. Every answer comes from the driver API of the process's
+// libcuda.so.1 (the curelay shim, in a container made with the CDI spec), loaded with dlopen on nvmlInit: the same
+// device order, names, UUIDs and PCI ids the CUDA shim reports, and memory as the tenant sees it (total = its quota
+// or the GPU, free = what it may still allocate). Entry points not implemented here are the generated stubs
+// (gen_nvml_stubs.py): NVML_ERROR_NOT_SUPPORTED, never a made-up success. See docs/nvml.md.
+#define NVML_NO_UNVERSIONED_FUNC_DEFS
+#include <cuda.h>
+#include <dlfcn.h>
+#include <nvml.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cctype>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <mutex>
+#include <string>
+#include <vector>
+
+// nvml.h leaves the handle's structure to the library: here, the device's place in the list.
+struct nvmlDevice_st {
+  unsigned int index;
+};
+
+namespace curelay::nvml {
+
+extern const char* const kExportNames[];
+
+namespace {
+
+// The driver entry points the answers come from, resolved in the process's libcuda.so.1.
+struct DriverApi {
+  CUresult (*Init)(unsigned int);
+  CUresult (*DriverGetVersion)(int*);
+  CUresult (*DeviceGetCount)(int*);
+  CUresult (*DeviceGet)(CUdevice*, int);
+  CUresult (*DeviceGetName)(char*, int, CUdevice);
+  CUresult (*DeviceGetUuid)(CUuuid*, CUdevice);
+  CUresult (*DeviceGetAttribute)(int*, CUdevice_attribute, CUdevice);
+  CUresult (*PrimaryCtxRetain)(CUcontext*, CUdevice);
+  CUresult (*PrimaryCtxRelease)(CUdevice);
+  CUresult (*CtxPushCurrent)(CUcontext);
+  CUresult (*CtxPopCurrent)(CUcontext*);
+  CUresult (*MemGetInfo)(size_t*, size_t*);
+};
+
+struct Device {
+  nvmlDevice_st handle;
+  CUdevice cu = 0;
+  std::string name;
+  std::string uuid;  // "GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx", as nvidia-smi and CUDA_VISIBLE_DEVICES write it
+  unsigned int pci_domain = 0, pci_bus = 0, pci_device = 0;
+  int major = 0, minor = 0, compute_mode = 0;
+};
+
+struct State {
+  std::mutex mutex;
+  int init_count = 0;
+  bool enumerated = false;  // once: handles stay valid across nvmlShutdown and a later nvmlInit
+  DriverApi driver{};
+  std::vector<Device> devices;
+};
+
+State& Shared() {
+  static State* state = new State;  // never destroyed: NVML may be called from other libraries' destructors
+  return *state;
+}
+
+template <typename Function>
+bool Resolve(void* library, const char* name, Function* function) {
+  *function = reinterpret_cast<Function>(dlsym(library, name));
+  return *function != nullptr;
+}
+
+bool LoadDriver(DriverApi* api) {
+  void* library = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
+  if (library == nullptr) return false;
+  return Resolve(library, "cuInit", &api->Init) && Resolve(library, "cuDriverGetVersion", &api->DriverGetVersion) &&
+         Resolve(library, "cuDeviceGetCount", &api->DeviceGetCount) && Resolve(library, "cuDeviceGet", &api->DeviceGet) &&
+         Resolve(library, "cuDeviceGetName", &api->DeviceGetName) &&
+         (Resolve(library, "cuDeviceGetUuid_v2", &api->DeviceGetUuid) ||
+          Resolve(library, "cuDeviceGetUuid", &api->DeviceGetUuid)) &&
+         Resolve(library, "cuDeviceGetAttribute", &api->DeviceGetAttribute) &&
+         Resolve(library, "cuDevicePrimaryCtxRetain", &api->PrimaryCtxRetain) &&
+         Resolve(library, "cuDevicePrimaryCtxRelease_v2", &api->PrimaryCtxRelease) &&
+         Resolve(library, "cuCtxPushCurrent_v2", &api->CtxPushCurrent) &&
+         Resolve(library, "cuCtxPopCurrent_v2", &api->CtxPopCurrent) &&
+         Resolve(library, "cuMemGetInfo_v2", &api->MemGetInfo);
+}
+
+std::string FormatUuid(const CUuuid& uuid) {
+  const auto* b = reinterpret_cast<const unsigned char*>(uuid.bytes);
+  char text[64];
+  std::snprintf(text, sizeof text, "GPU-%02x%02x%02x%02x-%02x%02x-%02x%02x-%02x%02x-%02x%02x%02x%02x%02x%02x", b[0], b[1],
+                b[2], b[3], b[4], b[5], b[6], b[7], b[8], b[9], b[10], b[11], b[12], b[13], b[14], b[15]);
+  return text;
+}
+
+// The device list, read once per first nvmlInit; answers after it need no driver call except memory.
+nvmlReturn_t Enumerate(State& state, bool allow_no_gpus) {
+  if (state.driver.Init == nullptr && !LoadDriver(&state.driver)) {
+    state.driver = DriverApi{};
+    return NVML_ERROR_LIBRARY_NOT_FOUND;
+  }
+  if (state.driver.Init(0) != CUDA_SUCCESS) return NVML_ERROR_DRIVER_NOT_LOADED;
+  int count = 0;
+  if (state.driver.DeviceGetCount(&count) != CUDA_SUCCESS) return NVML_ERROR_UNKNOWN;
+  if (count == 0 && !allow_no_gpus) return NVML_ERROR_DRIVER_NOT_LOADED;
+  std::vector<Device> devices(static_cast<size_t>(count));
+  for (int i = 0; i < count; ++i) {
+    Device& device = devices[static_cast<size_t>(i)];
+    device.handle.index = static_cast<unsigned int>(i);
+    char name[256] = {};
+    CUuuid uuid{};
+    int domain = 0, bus = 0, slot = 0;
+    if (state.driver.DeviceGet(&device.cu, i) != CUDA_SUCCESS ||
+        state.driver.DeviceGetName(name, sizeof name - 1, device.cu) != CUDA_SUCCESS ||
+        state.driver.DeviceGetUuid(&uuid, device.cu) != CUDA_SUCCESS ||
+        state.driver.DeviceGetAttribute(&domain, CU_DEVICE_ATTRIBUTE_PCI_DOMAIN_ID, device.cu) != CUDA_SUCCESS ||
+        state.driver.DeviceGetAttribute(&bus, CU_DEVICE_ATTRIBUTE_PCI_BUS_ID, device.cu) != CUDA_SUCCESS ||
+        state.driver.DeviceGetAttribute(&slot, CU_DEVICE_ATTRIBUTE_PCI_DEVICE_ID, device.cu) != CUDA_SUCCESS ||
+        state.driver.DeviceGetAttribute(&device.major, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, device.cu) !=
+            CUDA_SUCCESS ||
+        state.driver.DeviceGetAttribute(&device.minor, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR, device.cu) !=
+            CUDA_SUCCESS ||
+        state.driver.DeviceGetAttribute(&device.compute_mode, CU_DEVICE_ATTRIBUTE_COMPUTE_MODE, device.cu) !=
+            CUDA_SUCCESS) {
+      return NVML_ERROR_UNKNOWN;
+    }
+    device.name = name;
+    device.uuid = FormatUuid(uuid);
+    device.pci_domain = static_cast<unsigned int>(domain);
+    device.pci_bus = static_cast<unsigned int>(bus);
+    device.pci_device = static_cast<unsigned int>(slot);
+  }
+  state.devices = std::move(devices);
+  return NVML_SUCCESS;
+}
+
+nvmlReturn_t Initialize(unsigned int flags) {
+  State& state = Shared();
+  std::lock_guard lock(state.mutex);
+  if (!state.enumerated) {
+    const nvmlReturn_t result = Enumerate(state, (flags & NVML_INIT_FLAG_NO_GPUS) != 0);
+    if (result != NVML_SUCCESS) return result;
+    state.enumerated = true;
+  }
+  ++state.init_count;
+  return NVML_SUCCESS;
+}
+
+// The device behind a handle, or null when NVML is not initialized (`*error` says which) or the handle is not one
+// of ours.
+const Device* Lookup(nvmlDevice_t handle, nvmlReturn_t* error) {
+  State& state = Shared();
+  std::lock_guard lock(state.mutex);
+  if (state.init_count == 0) {
+    *error = NVML_ERROR_UNINITIALIZED;
+    return nullptr;
+  }
+  for (const Device& device : state.devices) {
+    if (&device.handle == handle) return &device;
+  }
+  *error = NVML_ERROR_INVALID_ARGUMENT;
+  return nullptr;
+}
+
+nvmlReturn_t CopyString(const std::string& value, char* out, unsigned int length) {
+  if (out == nullptr) return NVML_ERROR_INVALID_ARGUMENT;
+  if (value.size() + 1 > length) return NVML_ERROR_INSUFFICIENT_SIZE;
+  std::memcpy(out, value.c_str(), value.size() + 1);
+  return NVML_SUCCESS;
+}
+
+nvmlReturn_t Count(unsigned int* count) {
+  if (count == nullptr) return NVML_ERROR_INVALID_ARGUMENT;
+  State& state = Shared();
+  std::lock_guard lock(state.mutex);
+  if (state.init_count == 0) return NVML_ERROR_UNINITIALIZED;
+  *count = static_cast<unsigned int>(state.devices.size());
+  return NVML_SUCCESS;
+}
+
+template <typename Match>
+nvmlReturn_t Find(nvmlDevice_t* out, Match match) {
+  if (out == nullptr) return NVML_ERROR_INVALID_ARGUMENT;
+  State& state = Shared();
+  std::lock_guard lock(state.mutex);
+  if (state.init_count == 0) return NVML_ERROR_UNINITIALIZED;
+  for (Device& device : state.devices) {
+    if (match(device)) {
+      *out = &device.handle;
+      return NVML_SUCCESS;
+    }
+  }
+  return NVML_ERROR_NOT_FOUND;
+}
+
+// The memory the tenant sees on `device`, as its CUDA session reports it (cuMemGetInfo in the device's primary
+// context: total is the tenant's quota when it has one, free what it may still allocate).
+nvmlReturn_t Memory(const Device& device, unsigned long long* total, unsigned long long* free_bytes) {
+  const DriverApi& driver = Shared().driver;
+  CUcontext context = nullptr;
+  if (driver.PrimaryCtxRetain(&context, device.cu) != CUDA_SUCCESS) return NVML_ERROR_UNKNOWN;
+  nvmlReturn_t result = NVML_ERROR_UNKNOWN;
+  if (driver.CtxPushCurrent(context) == CUDA_SUCCESS) {
+    size_t free_now = 0, total_now = 0;
+    if (driver.MemGetInfo(&free_now, &total_now) == CUDA_SUCCESS) {
+      *total = total_now;
+      *free_bytes = free_now;
+      result = NVML_SUCCESS;
+    }
+    CUcontext popped = nullptr;
+    driver.CtxPopCurrent(&popped);
+  }
+  driver.PrimaryCtxRelease(device.cu);
+  return result;
+}
+
+bool SameBusId(const std::string& given, const Device& device) {
+  unsigned int domain = 0, bus = 0, slot = 0, function = 0;
+  // Both of NVML's forms ("%08X:%02X:%02X.0" and the legacy "%04X:%02X:%02X.0") and the short "BB:DD.F".
+  if (std::sscanf(given.c_str(), "%x:%x:%x.%x", &domain, &bus, &slot, &function) != 4) {
+    domain = 0;
+    if (std::sscanf(given.c_str(), "%x:%x.%x", &bus, &slot, &function) != 3) return false;
+  }
+  return domain == device.pci_domain && bus == device.pci_bus && slot == device.pci_device && function == 0;
+}
+
+bool Quiet() {
+  const char* level = std::getenv("CURELAY_LOG_LEVEL");
+  return level != nullptr && (std::strcmp(level, "error") == 0 || std::strcmp(level, "critical") == 0 ||
+                              std::strcmp(level, "off") == 0);
+}
+
+}  // namespace
+
+// Called by the generated stubs: one line per entry point, the first time it is called.
+int ReportNotSupported(std::size_t index) noexcept {
+  static std::atomic<bool> reported[1024];
+  if (index < 1024 && !reported[index].exchange(true) && !Quiet()) {
+    char line[160];
+    const int length = std::snprintf(line, sizeof line, "curelay NVML: %s is not supported\n", kExportNames[index]);
+    if (length > 0) (void)!write(STDERR_FILENO, line, static_cast<size_t>(length) < sizeof line ? length : sizeof line - 1);
+  }
+  return NVML_ERROR_NOT_SUPPORTED;
+}
+
+}  // namespace curelay::nvml
+
+using curelay::nvml::Device;
+
+extern "C" {
+
+nvmlReturn_t nvmlInit_v2() { return curelay::nvml::Initialize(0); }
+nvmlReturn_t nvmlInit() { return curelay::nvml::Initialize(0); }
+nvmlReturn_t nvmlInitWithFlags(unsigned int flags) { return curelay::nvml::Initialize(flags); }
+
+nvmlReturn_t nvmlShutdown() {
+  auto& state = curelay::nvml::Shared();
+  std::lock_guard lock(state.mutex);
+  if (state.init_count == 0) return NVML_ERROR_UNINITIALIZED;
+  --state.init_count;
+  return NVML_SUCCESS;
+}
+
+const char* nvmlErrorString(nvmlReturn_t result) {
+  switch (result) {
+    case NVML_SUCCESS: return "Success";
+    case NVML_ERROR_UNINITIALIZED: return "Uninitialized";
+    case NVML_ERROR_INVALID_ARGUMENT: return "Invalid Argument";
+    case NVML_ERROR_NOT_SUPPORTED: return "Not Supported";
+    case NVML_ERROR_NO_PERMISSION: return "Insufficient Permissions";
+    case NVML_ERROR_NOT_FOUND: return "Not Found";
+    case NVML_ERROR_INSUFFICIENT_SIZE: return "Insufficient Size";
+    case NVML_ERROR_DRIVER_NOT_LOADED: return "Driver Not Loaded";
+    case NVML_ERROR_TIMEOUT: return "Timeout";
+    case NVML_ERROR_LIBRARY_NOT_FOUND: return "NVML Shared Library Not Found";
+    case NVML_ERROR_FUNCTION_NOT_FOUND: return "Function Not Found";
+    case NVML_ERROR_GPU_IS_LOST: return "GPU is lost";
+    case NVML_ERROR_ARGUMENT_VERSION_MISMATCH: return "Argument Version Mismatch";
+    default: return "Unknown Error";
+  }
+}
+
+nvmlReturn_t nvmlSystemGetCudaDriverVersion(int* version) {
+  if (version == nullptr) return NVML_ERROR_INVALID_ARGUMENT;
+  auto& state = curelay::nvml::Shared();
+  {
+    std::lock_guard lock(state.mutex);
+    if (state.init_count == 0) return NVML_ERROR_UNINITIALIZED;
+  }
+  return state.driver.DriverGetVersion(version) == CUDA_SUCCESS ? NVML_SUCCESS : NVML_ERROR_UNKNOWN;
+}
+nvmlReturn_t nvmlSystemGetCudaDriverVersion_v2(int* version) { return nvmlSystemGetCudaDriverVersion(version); }
+
+// _v2 counts the devices NVML may not touch too; here every device the session has is one it may query.
+nvmlReturn_t nvmlDeviceGetCount_v2(unsigned int* count) { return curelay::nvml::Count(count); }
+nvmlReturn_t nvmlDeviceGetCount(unsigned int* count) { return curelay::nvml::Count(count); }
+
+nvmlReturn_t nvmlDeviceGetHandleByIndex_v2(unsigned int index, nvmlDevice_t* device) {
+  return curelay::nvml::Find(device, [&](const Device& d) { return d.handle.index == index; });
+}
+nvmlReturn_t nvmlDeviceGetHandleByIndex(unsigned int index, nvmlDevice_t* device) {
+  return nvmlDeviceGetHandleByIndex_v2(index, device);
+}
+nvmlReturn_t nvmlDeviceGetHandleByUUID(const char* uuid, nvmlDevice_t* device) {
+  if (uuid == nullptr) return NVML_ERROR_INVALID_ARGUMENT;
+  const std::string wanted = uuid;
+  return curelay::nvml::Find(device, [&](const Device& d) { return strcasecmp(d.uuid.c_str(), wanted.c_str()) == 0; });
+}
+nvmlReturn_t nvmlDeviceGetHandleByPciBusId_v2(const char* bus_id, nvmlDevice_t* device) {
+  if (bus_id == nullptr) return NVML_ERROR_INVALID_ARGUMENT;
+  const std::string wanted = bus_id;
+  return curelay::nvml::Find(device, [&](const Device& d) { return curelay::nvml::SameBusId(wanted, d); });
+}
+
+nvmlReturn_t nvmlDeviceGetIndex(nvmlDevice_t handle, unsigned int* index) {
+  nvmlReturn_t error = NVML_SUCCESS;
+  const Device* device = curelay::nvml::Lookup(handle, &error);
+  if (device == nullptr) return error;
+  if (index == nullptr) return NVML_ERROR_INVALID_ARGUMENT;
+  *index = device->handle.index;
+  return NVML_SUCCESS;
+}
+
+nvmlReturn_t nvmlDeviceGetName(nvmlDevice_t handle, char* name, unsigned int length) {
+  nvmlReturn_t error = NVML_SUCCESS;
+  const Device* device = curelay::nvml::Lookup(handle, &error);
+  return device == nullptr ? error : curelay::nvml::CopyString(device->name, name, length);
+}
+
+nvmlReturn_t nvmlDeviceGetUUID(nvmlDevice_t handle, char* uuid, unsigned int length) {
+  nvmlReturn_t error = NVML_SUCCESS;
+  const Device* device = curelay::nvml::Lookup(handle, &error);
+  return device == nullptr ? error : curelay::nvml::CopyString(device->uuid, uuid, length);
+}
+
+// The PCI device and subsystem ids are not among what the driver API reports, so they read 0 (docs/nvml.md).
+nvmlReturn_t nvmlDeviceGetPciInfo_v3(nvmlDevice_t handle, nvmlPciInfo_t* pci) {
+  nvmlReturn_t error = NVML_SUCCESS;
+  const Device* device = curelay::nvml::Lookup(handle, &error);
+  if (device == nullptr) return error;
+  if (pci == nullptr) return NVML_ERROR_INVALID_ARGUMENT;
+  std::memset(pci, 0, sizeof *pci);
+  pci->domain = device->pci_domain;
+  pci->bus = device->pci_bus;
+  pci->device = device->pci_device;
+  std::snprintf(pci->busIdLegacy, sizeof pci->busIdLegacy, NVML_DEVICE_PCI_BUS_ID_LEGACY_FMT, device->pci_domain,
+                device->pci_bus, device->pci_device);
+  std::snprintf(pci->busId, sizeof pci->busId, NVML_DEVICE_PCI_BUS_ID_FMT, device->pci_domain, device->pci_bus,
+                device->pci_device);
+  return NVML_SUCCESS;
+}
+
+nvmlReturn_t nvmlDeviceGetMemoryInfo(nvmlDevice_t handle, nvmlMemory_t* memory) {
+  nvmlReturn_t error = NVML_SUCCESS;
+  const Device* device = curelay::nvml::Lookup(handle, &error);
+  if (device == nullptr) return error;
+  if (memory == nullptr) return NVML_ERROR_INVALID_ARGUMENT;
+  unsigned long long total = 0, free_bytes = 0;
+  if ((error = curelay::nvml::Memory(*device, &total, &free_bytes)) != NVML_SUCCESS) return error;
+  memory->total = total;
+  memory->free = free_bytes;
+  memory->used = total - free_bytes;
+  return NVML_SUCCESS;
+}
+
+nvmlReturn_t nvmlDeviceGetMemoryInfo_v2(nvmlDevice_t handle, nvmlMemory_v2_t* memory) {
+  nvmlReturn_t error = NVML_SUCCESS;
+  const Device* device = curelay::nvml::Lookup(handle, &error);
+  if (device == nullptr) return error;
+  if (memory == nullptr) return NVML_ERROR_INVALID_ARGUMENT;
+  if (memory->version != nvmlMemory_v2) return NVML_ERROR_ARGUMENT_VERSION_MISMATCH;
+  unsigned long long total = 0, free_bytes = 0;
+  if ((error = curelay::nvml::Memory(*device, &total, &free_bytes)) != NVML_SUCCESS) return error;
+  memory->total = total;
+  memory->reserved = 0;  // what the driver keeps for itself is not the tenant's to see
+  memory->free = free_bytes;
+  memory->used = total - free_bytes;
+  return NVML_SUCCESS;
+}
+
+nvmlReturn_t nvmlDeviceGetCudaComputeCapability(nvmlDevice_t handle, int* major, int* minor) {
+  nvmlReturn_t error = NVML_SUCCESS;
+  const Device* device = curelay::nvml::Lookup(handle, &error);
+  if (device == nullptr) return error;
+  if (major == nullptr || minor == nullptr) return NVML_ERROR_INVALID_ARGUMENT;
+  *major = device->major;
+  *minor = device->minor;
+  return NVML_SUCCESS;
+}
+
+// CUDA's and NVML's compute modes share their numbering (default 0, prohibited 2, exclusive-process 3).
+nvmlReturn_t nvmlDeviceGetComputeMode(nvmlDevice_t handle, nvmlComputeMode_t* mode) {
+  nvmlReturn_t error = NVML_SUCCESS;
+  const Device* device = curelay::nvml::Lookup(handle, &error);
+  if (device == nullptr) return error;
+  if (mode == nullptr) return NVML_ERROR_INVALID_ARGUMENT;
+  *mode = static_cast<nvmlComputeMode_t>(device->compute_mode);
+  return NVML_SUCCESS;
+}
+
+}  // extern "C"
