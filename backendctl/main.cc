@@ -44,7 +44,8 @@ constexpr const char* kUsage =
     "                               with N% of each GPU's SMs (0: time-sliced, the default)\n"
     "  --mps-memory-limit BYTES     with MPS: each session's device memory limit, enforced by the driver\n"
     "cdi options:\n"
-    "  --shim PATH (default /opt/curelay/lib/libcuda.so.1)  --nvml PATH (the NVML shim, when installed)\n"
+    "  --shim PATH, --nvml PATH (default: ../lib/ beside backendctl when installed there, else\n"
+    "                               /opt/curelay/lib/libcuda.so.1 and no NVML shim; --nvml '' leaves it out)\n"
     "  --runtime-dir DIR (default /dev/shm/curelay)          --local-endpoint ipc://PATH (default DIR/backend.sock)\n"
     "  --remote tcp://HOST:PORT|rdma://HOST:PORT (adds =remote)  --no-local (only =remote)\n"
     "  --lib-dir DIR (in the container; default /usr/lib/x86_64-linux-gnu)  --output FILE (default stdout)\n"
@@ -189,9 +190,22 @@ void PrintStats(const json& result) {
 }
 
 // `cdi generate`: builds the spec locally (the shim's host path must exist), prints or writes it.
+// An installed backendctl (cmake --install) has the shims in ../lib beside its bin/: the defaults, when present.
+std::string InstalledLibrary(const char* name) {
+  char self[4096];
+  const ssize_t length = readlink("/proc/self/exe", self, sizeof self - 1);
+  if (length <= 0) return {};
+  std::string path(self, static_cast<size_t>(length));
+  path = path.substr(0, path.rfind('/'));
+  path = path.substr(0, path.rfind('/')) + "/lib/" + name;
+  return access(path.c_str(), R_OK) == 0 ? path : std::string();
+}
+
 int GenerateCdiSpec(const std::vector<std::string>& args) {
   curelay::backendctl::CdiOptions options;
-  options.shim_path = "/opt/curelay/lib/libcuda.so.1";
+  options.shim_path = InstalledLibrary("libcuda.so.1");
+  if (options.shim_path.empty()) options.shim_path = "/opt/curelay/lib/libcuda.so.1";
+  options.nvml_path = InstalledLibrary("libnvidia-ml.so.1");
   std::string output;
   for (size_t i = 2; i < args.size(); ++i) {
     const std::string& flag = args[i];
