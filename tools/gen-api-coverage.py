@@ -76,7 +76,8 @@ FORWARDED_UNLESS = {
     "cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags": "as `cuOccupancyMaxActiveBlocksPerMultiprocessor`",
     "cuOccupancyAvailableDynamicSMemPerBlock": "as `cuOccupancyMaxActiveBlocksPerMultiprocessor`",
     "cuGraphMemcpyNodeGetParams": "the application's own parameters where it gave them; a node made by stream "
-                                  "capture is asked of the executor",
+                                  "capture is asked of the executor (a staged host side answered as the "
+                                  "application's memory)",
     "cuGraphChildGraphNodeGetGraph": "once per node, then the client graph it made for the node's graph",
     "cuDeviceGetExecAffinitySupport": "once per device and type, then local",
     "cuLaunch": "as `cuLaunchKernel`, with the parameter buffer the `cuParamSet*` calls filled in the client",
@@ -236,17 +237,12 @@ def main() -> None:
         "| `cuStreamAddCallback`'s status argument | always `CUDA_SUCCESS`: an earlier failure of the stream's work "
         "fails the next synchronizing call instead |",
         "| `cuLibraryLoadData` with `CU_LIBRARY_HOST_UNIVERSAL_FUNCTION_AND_DATA_TABLE` | `CUDA_ERROR_NOT_SUPPORTED` |",
-        "| a pageable host-to-device copy captured into a graph | captured, as driver 580 captures it, but the graph "
-        "replays the bytes the application gave at capture time (the executor keeps them for the session's life): a "
-        "program that changes that host buffer between replays sees its old contents copied (cuda-samples' "
-        "jacobiCudaGraphs computes a wrong result); docs/stream-capture.md |",
-        "| a device-to-host copy into pageable memory on a capturing stream, and a memcpy node with a pageable host "
-        "side | `CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED` and an invalidated capture (natively captured), and "
-        "`CUDA_ERROR_NOT_SUPPORTED` for the node: the executor cannot reach the application's pageable memory when "
-        "the graph runs |",
-        "| a copy between host memory and a CUDA array on a capturing stream | "
-        "`CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED`, and the capture is invalidated (as for pageable copies); copies "
-        "between arrays and device memory are captured |",
+        "| memcpy nodes (made by hand or by capture) on pageable host memory, and over tcp:// on any host memory | "
+        "the node copies from or into a staging buffer of device memory; each launch copies the application's bytes "
+        "in before the graph (read when `cuGraphLaunch` is called) and delivers them after it, by the time a later "
+        "synchronize returns (docs/stream-capture.md, \"Host memory in graphs\"); a device-to-host one in a "
+        "conditional node's body, and `cuGraphExecChildGraphNodeSetParams` on an executable graph that has staged "
+        "copies: `CUDA_ERROR_NOT_SUPPORTED` |",
         "| CUDA arrays with flags (layered, cubemap, surface, sparse...) on the emulated test driver | "
         "`CUDA_ERROR_NOT_SUPPORTED` (the real driver has them; curelay forwards the flags) |",
         "| texture and surface objects on mipmapped arrays; mipmapped arrays, texture and surface references, "
@@ -266,9 +262,8 @@ def main() -> None:
         "graph and it is destroyed with the parent; conditional nodes with `cuGraphConditionalHandleCreate`, their "
         "bodies made by the executor's driver and filled with the same calls); structure queries and edits, clones, "
         "node parameters get/set on the graph and in executable graphs, `cuGraphExecUpdate`; a memcpy node's host "
-        "side must be same-host page-locked memory (`CUDA_ERROR_NOT_SUPPORTED` otherwise); a node's context must be "
-        "the current one; `cuGraphMemcpyNodeGetParams` of a captured copy from the executor's own memory (a captured "
-        "pageable copy) and parameter queries naming a function or event the application no longer has: "
+        "side the executor cannot reach goes through a staging buffer (above); a node's context must be the current "
+        "one; parameter queries naming a function or event the application no longer has: "
         "`CUDA_ERROR_NOT_SUPPORTED`; `cuGraphDebugDotPrint` writes the executor driver's text (its handles and "
         "addresses) at the application's path; host nodes, external-semaphore and batch memory-operation nodes, user "
         "objects and `cuGraphNodeSetParams` of a child-graph node: `CUDA_ERROR_NOT_SUPPORTED` |",
@@ -310,9 +305,11 @@ def main() -> None:
         "| sample | through curelay | cause |",
         "|---|---|---|",
         "| conjugateGradientCudaGraphs, graphMemoryNodes | `cudaMemcpyAsync` to pageable memory during capture: 900 "
-        "| captured copies into pageable memory (see above) |",
-        "| simpleCudaGraphs | `cudaGraphAddMemcpyNode` with pageable host memory: 801 | the same, as an explicit node |",
-        "| jacobiCudaGraphs | wrong result | a captured pageable host-to-device copy replays its capture-time bytes |",
+        "| captured copies into pageable memory (staged since; not yet measured again) |",
+        "| simpleCudaGraphs | `cudaGraphAddMemcpyNode` with pageable host memory: 801 | the same, as an explicit node "
+        "(staged since; its host node, which reads the copied value, is not supported yet) |",
+        "| jacobiCudaGraphs | wrong result | a captured pageable host-to-device copy replayed its capture-time bytes "
+        "(staged since, read at each launch; not yet measured again) |",
         "| streamOrderedAllocationIPC, memMapIPCDrv | 801 / invalid device context | shareable handles (file "
         "descriptors passed between processes) are not supported |",
         "| systemWideAtomics | wrong atomics result | system-scope atomics between host and GPU on managed memory "

@@ -160,6 +160,11 @@ CUresult Instantiate(CUgraphExec* result_exec, CUgraph graph, uint64_t flags, bo
     return result;
   }
   exec->allocates = info != nullptr && info->allocates();
+  {
+    HostCopyList copies = CollectHostCopies(graph);
+    std::lock_guard<std::mutex> lock(exec->mutex);
+    exec->host_copies = std::move(copies);
+  }
   *result_exec = exec;
   return CUDA_SUCCESS;
 }
@@ -188,17 +193,39 @@ CUresult InstantiateWithParams(CUgraphExec* exec, CUgraph graph, CUDA_GRAPH_INST
 
 // cuGraphLaunch and cuGraphUpload: asynchronous stream work, posted like a kernel launch. Failures surface at the
 // next synchronizing call; except that a graph with allocation nodes is launched with a round trip, as the driver
-// refuses its launch at once while an allocation of an earlier launch lives.
+// refuses its launch at once while an allocation of an earlier launch lives. Staged host sides of memcpy nodes are
+// filled before the launch and delivered after it, on the same stream (graph_host_copies.cc); a launch into a
+// stream capture becomes a child graph of the captured graph, which keeps them instead.
 CUresult LaunchOrUpload(CUgraphExec exec, CUstream stream, bool upload) {
   Client* client;
   CURELAY_RETURN_IF_ERROR(RequireContext(&client));
   CURELAY_RETURN_IF_ERROR(RequireExec(&client, exec));
   uint64_t wire_stream = 0;
   CURELAY_RETURN_IF_ERROR(WireStream(*client, stream, &wire_stream));
+  HostCopyList copies;
+  std::set<uint64_t> disabled;
+  if (!upload) {
+    std::lock_guard<std::mutex> lock(exec->mutex);
+    copies = exec->host_copies;
+    disabled = exec->disabled_nodes;
+  }
+  if (!copies.empty()) {
+    CUgraph capturing = nullptr;
+    if (CapturesActive()) CURELAY_RETURN_IF_ERROR(CaptureGraphOf(*client, stream, &capturing));
+    if (capturing != nullptr) {
+      CURELAY_RETURN_IF_ERROR(AdmitHostCopies(capturing, copies));
+      AddHostCopies(capturing, copies);
+      copies.clear();
+    } else {
+      CURELAY_RETURN_IF_ERROR(CopyHostSidesIn(*client, copies, stream));
+    }
+  }
   auto& builder = Builder();
   const auto call = wire::CreateGraphLaunch(builder, exec->id, wire_stream, upload).Union();
-  if (exec->allocates && !upload) return client->Call(builder, wire::Call::GraphLaunch, call, {}, nullptr);
-  return client->Post(builder, wire::Call::GraphLaunch, call, {});
+  const CUresult result = exec->allocates && !upload ? client->Call(builder, wire::Call::GraphLaunch, call, {}, nullptr)
+                                                     : client->Post(builder, wire::Call::GraphLaunch, call, {});
+  if (result != CUDA_SUCCESS || copies.empty()) return result;
+  return DeliverHostSides(*client, copies, disabled, stream);
 }
 
 CUstream PerThread(CUstream stream) { return stream == nullptr ? CU_STREAM_PER_THREAD : stream; }
@@ -338,7 +365,9 @@ CUresult cuGraphDestroy(CUgraph graph) {
   auto& builder = Builder();
   const auto call = wire::CreateGraphDestroy(builder, graph->id).Union();
   DestroyGraphObject(graph);
-  return client->Post(builder, wire::Call::GraphDestroy, call, {});
+  const CUresult result = client->Post(builder, wire::Call::GraphDestroy, call, {});
+  ReleaseRetiredStaging();  // staging buffers no executable graph names any more
+  return result;
 }
 
 // Node lists come from the executor once per finished graph, and again after a node is added or destroyed; a graph
@@ -427,10 +456,18 @@ CUresult cuGraphExecGetFlags(CUgraphExec exec, cuuint64_t* flags) {
 CUresult cuGraphExecDestroy(CUgraphExec exec) {
   Client* client;
   CURELAY_RETURN_IF_ERROR(RequireExec(&client, exec));
+  HostCopyList copies;  // released after the executable graph, which may still be running with them
+  {
+    std::lock_guard<std::mutex> lock(exec->mutex);
+    copies.swap(exec->host_copies);
+  }
   auto& builder = Builder();
   const auto call = wire::CreateGraphExecDestroy(builder, exec->id).Union();
   Graphs().execs.Destroy(exec);
-  return client->Post(builder, wire::Call::GraphExecDestroy, call, {});
+  const CUresult result = client->Post(builder, wire::Call::GraphExecDestroy, call, {});
+  copies.clear();
+  ReleaseRetiredStaging();
+  return result;
 }
 
 CUresult cuGraphLaunch(CUgraphExec exec, CUstream stream) { return LaunchOrUpload(exec, stream, false); }
@@ -512,9 +549,12 @@ CUresult cuGraphDestroyNode(CUgraphNode node) {
   Client* client;
   CURELAY_RETURN_IF_ERROR(RequireNode(&client, node));
   CUgraph graph = node->graph;
+  std::shared_ptr<GraphHostCopy> staged = NodeHostCopy(*client, node);  // found while the node can be asked
   auto& builder = Builder();
   const auto call = wire::CreateGraphDestroyNode(builder, graph->id, node->id).Union();
   CURELAY_RETURN_IF_ERROR(client->Call(builder, wire::Call::GraphDestroyNode, call, {}, nullptr));
+  DropHostCopy(node, staged);
+  staged.reset();
   std::vector<CUgraph> owned;
   {
     std::lock_guard<std::mutex> lock(graph->mutex);
@@ -525,16 +565,31 @@ CUresult cuGraphDestroyNode(CUgraphNode node) {
   }
   for (CUgraph child : owned) DestroyGraphObject(child);
   Graphs().nodes.Destroy(node);
+  ReleaseRetiredStaging();
   return CUDA_SUCCESS;
 }
 
+// A disabled memcpy node's staged host side is not delivered by launches (its staging buffer is not written).
 CUresult cuGraphNodeSetEnabled(CUgraphExec exec, CUgraphNode node, unsigned int enabled) {
   Client* client;
   CURELAY_RETURN_IF_ERROR(RequireExec(&client, exec));
   CURELAY_RETURN_IF_ERROR(RequireNode(&client, node));
+  HostCopyList copies;
+  {
+    std::lock_guard<std::mutex> lock(exec->mutex);
+    copies = exec->host_copies;
+  }
+  (void)FindHostCopy(*client, copies, node);  // a captured node's record learns its node id
   auto& builder = Builder();
   const auto call = wire::CreateGraphNodeEnabled(builder, exec->id, node->id, true, enabled).Union();
-  return client->Call(builder, wire::Call::GraphNodeEnabled, call, {}, nullptr);
+  CURELAY_RETURN_IF_ERROR(client->Call(builder, wire::Call::GraphNodeEnabled, call, {}, nullptr));
+  std::lock_guard<std::mutex> lock(exec->mutex);
+  if (enabled != 0) {
+    exec->disabled_nodes.erase(node->id);
+  } else {
+    exec->disabled_nodes.insert(node->id);
+  }
+  return CUDA_SUCCESS;
 }
 
 CUresult cuGraphNodeGetEnabled(CUgraphExec exec, CUgraphNode node, unsigned int* enabled) {
@@ -602,6 +657,7 @@ CUresult cuGraphClone(CUgraph* clone, CUgraph original) {
     DestroyGraphObject(made);
     return result;
   }
+  AddHostCopies(made, CollectHostCopies(original));  // the clone's memcpy nodes name the same staging buffers
   *clone = made;
   return CUDA_SUCCESS;
 }

@@ -1,9 +1,9 @@
 // Explicit graph construction: empty, kernel, memset and memcpy nodes (cuGraphAdd*Node, and cuGraphAddNode for
 // those types). Each is made by the executor's driver in the executor's copy of the graph and answered with its
 // node id, so dependencies name nodes as the executor knows them. Kernel arguments are packed here by the
-// function's layout and copied into the node by the driver, as natively. A memcpy node's host side must be
-// page-locked memory of a same-host session (it becomes the executor's registered device address of the same
-// pages); pageable or remote host memory in a node answers CUDA_ERROR_NOT_SUPPORTED.
+// function's layout and copied into the node by the driver, as natively. A memcpy node's host side in page-locked
+// memory of a same-host session becomes the executor's registered device address of the same pages; other host
+// memory (pageable, or any over tcp://) a staging buffer that each launch fills or delivers (graph_host_copies.cc).
 #include <algorithm>
 #include <cstring>
 #include <functional>
@@ -160,12 +160,23 @@ CUresult MemcpyNode(const NodeTarget& target, const CUDA_MEMCPY3D* params) {
   StridedCopy copy;
   CURELAY_RETURN_IF_ERROR(DescribeCopy3D(*client, *params, &copy));
   if (copy.width == 0 || copy.height == 0 || copy.depth == 0) return CUDA_ERROR_INVALID_VALUE;
-  for (CopySide* side : {&copy.src, &copy.dst}) {
-    if (side->host && !MakeRegisteredSideDevice(*client, copy, side)) {
-      Log().warn("cuGraphAddMemcpyNode: a host side that is not page-locked memory of a same-host session is not "
-                 "supported (the node would run in the executor's process)");
-      return CUDA_ERROR_NOT_SUPPORTED;
+  // Host memory the executor reaches (page-locked memory of a same-host session) is named by its device address;
+  // other host memory gets a staging buffer that each launch fills or delivers (graph_host_copies.cc).
+  HostCopyList staged;
+  CURELAY_RETURN_IF_ERROR(StageHostSides(*client, &copy, &staged));
+  if (target.node_out != nullptr) CURELAY_RETURN_IF_ERROR(AdmitHostCopies(target.graph, staged));
+  if (target.node != nullptr) CURELAY_RETURN_IF_ERROR(AdmitHostCopies(target.node->graph, staged));
+  // The record the node had until now (found before the node changes: a captured node is found by what it names).
+  std::shared_ptr<GraphHostCopy> replaced;
+  if (target.set) {
+    replaced = NodeHostCopy(*client, target.node);
+  } else if (target.exec != nullptr) {
+    HostCopyList held;
+    {
+      std::lock_guard<std::mutex> lock(target.exec->mutex);
+      held = target.exec->host_copies;
     }
+    replaced = FindHostCopy(*client, held, target.node);
   }
   flatbuffers::Offset<wire::CopyEnd> src, dst;
   const CUresult result = SendNode(target, wire::GraphNodeKind::Memcpy, {},
@@ -180,14 +191,24 @@ CUresult MemcpyNode(const NodeTarget& target, const CUDA_MEMCPY3D* params) {
                    fields.add_copy_height(copy.height);
                    fields.add_copy_depth(copy.depth);
                  });
-  if (result == CUDA_SUCCESS && target.exec == nullptr) {
+  if (result != CUDA_SUCCESS) return result;
+  CUgraphNode node = TargetNode(target);
+  for (const auto& record : staged) record->node = node->id;
+  if (target.exec != nullptr) {
+    std::lock_guard<std::mutex> lock(target.exec->mutex);
+    if (replaced != nullptr) std::erase(target.exec->host_copies, replaced);
+    target.exec->host_copies.insert(target.exec->host_copies.end(), staged.begin(), staged.end());
+  } else {
+    DropHostCopy(node, replaced);
+    AddHostCopies(node->graph, staged);
     // What cuGraphMemcpyNodeGetParams answers: the application's parameters, host pointers included.
-    CUgraphNode node = TargetNode(target);
     std::lock_guard<std::mutex> lock(node->graph->mutex);
     node->copy = *params;
     node->copy_given = true;
   }
-  return result;
+  replaced.reset();
+  ReleaseRetiredStaging();
+  return CUDA_SUCCESS;
 }
 
 // An event record or wait node: the event is the client's.
@@ -284,6 +305,7 @@ CUresult ConditionalNode(const NodeTarget& target, CUDA_CONDITIONAL_NODE_PARAMS&
   for (CUgraph body : bodies) {
     std::lock_guard<std::mutex> lock(body->mutex);
     body->owner = target.graph;
+    body->conditional_body = true;
   }
   std::lock_guard<std::mutex> lock(target.graph->mutex);
   target.graph->moved_children.insert(target.graph->moved_children.end(), bodies.begin(), bodies.end());
@@ -419,6 +441,19 @@ std::optional<CUresult> SharedKindNode(const NodeTarget& target, const CUgraphNo
   }
 }
 
+// An executable graph's child-graph node given another graph: which staged host sides the node's old graph had is
+// not known here, so the update is refused when either side may have some (their deliveries would go stale).
+CUresult RefuseStagedChildUpdate(CUgraphExec exec, CUgraph child) {
+  bool staged = !CollectHostCopies(child).empty();
+  {
+    std::lock_guard<std::mutex> lock(exec->mutex);
+    staged = staged || !exec->host_copies.empty();
+  }
+  if (!staged) return CUDA_SUCCESS;
+  Log().warn("cuGraphExecChildGraphNodeSetParams: graphs with memcpy nodes on pageable host memory are not supported");
+  return CUDA_ERROR_NOT_SUPPORTED;
+}
+
 // The kind a node's type is set through (cuGraphNodeSetParams, cuGraphExecNodeSetParams).
 CUresult SetNodeParams(const NodeTarget& target, CUgraphNodeParams* params, const char* caller) {
   if (params == nullptr) return CUDA_ERROR_INVALID_VALUE;
@@ -431,6 +466,7 @@ CUresult SetNodeParams(const NodeTarget& target, CUgraphNodeParams* params, cons
       if (target.exec == nullptr) break;  // a graph's child-graph node cannot be given another graph here
       const CUgraph child = params->graph.graph;
       if (child == nullptr || !Graphs().graphs.Contains(child)) return CUDA_ERROR_INVALID_VALUE;
+      CURELAY_RETURN_IF_ERROR(RefuseStagedChildUpdate(target.exec, child));
       const uint64_t child_id = child->id;
       return SendNode(target, wire::GraphNodeKind::ChildGraph, {}, nullptr,
                       [&](wire::GraphAddNodeBuilder& fields) { fields.add_child_graph(child_id); });
@@ -479,6 +515,16 @@ CUresult ExecUpdate(CUgraphExec exec, CUgraph graph, CUgraphExecUpdateResultInfo
   const auto* answer = reply.reply != nullptr ? reply.reply->body_as_GraphExecUpdateInfo() : nullptr;
   if (answer == nullptr) return result;
   info->result = static_cast<CUgraphExecUpdateResult>(answer->result());
+  if (result == CUDA_SUCCESS && info->result == CU_GRAPH_EXEC_UPDATE_SUCCESS) {
+    // The executable graph's nodes now have the graph's parameters, staging buffers included.
+    HostCopyList copies = CollectHostCopies(graph);
+    {
+      std::lock_guard<std::mutex> lock(exec->mutex);
+      exec->host_copies.swap(copies);
+    }
+    copies.clear();
+    ReleaseRetiredStaging();
+  }
   const auto error_node = InternGraphNodes(graph, answer->error_node());
   const auto error_from = InternGraphNodes(graph, answer->error_from());
   info->errorNode = error_node.empty() ? nullptr : error_node.front();
@@ -516,9 +562,15 @@ CUresult cuGraphAddEmptyNode(CUgraphNode* node, CUgraph graph, const CUgraphNode
 CUresult cuGraphAddChildGraphNode(CUgraphNode* node, CUgraph graph, const CUgraphNode* dependencies, size_t count,
                                   CUgraph child) {
   if (child == nullptr || child == graph || !Graphs().graphs.Contains(child)) return CUDA_ERROR_INVALID_VALUE;
+  if (graph == nullptr || !Graphs().graphs.Contains(graph)) return CUDA_ERROR_INVALID_VALUE;
   const uint64_t child_id = child->id;
-  return SendNode(Adding(node, graph, dependencies, count), wire::GraphNodeKind::ChildGraph, {}, nullptr,
-                  [&](wire::GraphAddNodeBuilder& fields) { fields.add_child_graph(child_id); });
+  // The copy's memcpy nodes name the child's staging buffers: the parent keeps their records too.
+  const HostCopyList copies = CollectHostCopies(child);
+  CURELAY_RETURN_IF_ERROR(AdmitHostCopies(graph, copies));
+  CURELAY_RETURN_IF_ERROR(SendNode(Adding(node, graph, dependencies, count), wire::GraphNodeKind::ChildGraph, {},
+                                   nullptr, [&](wire::GraphAddNodeBuilder& fields) { fields.add_child_graph(child_id); }));
+  AddHostCopies(graph, copies);
+  return CUDA_SUCCESS;
 }
 
 CUresult cuGraphAddKernelNode_v2(CUgraphNode* node, CUgraph graph, const CUgraphNode* dependencies, size_t count,
@@ -574,11 +626,16 @@ CUresult cuGraphAddNode_v2(CUgraphNode* node, CUgraph graph, const CUgraphNode* 
         if (child->owner != nullptr) return CUDA_ERROR_INVALID_VALUE;  // already another graph's
       }
       const uint64_t child_id = child->id;
+      if (!Graphs().graphs.Contains(graph)) return CUDA_ERROR_INVALID_VALUE;
+      // A copied child's records are kept by the parent too; a moved one keeps its own (collected through it).
+      const HostCopyList copies = CollectHostCopies(child);
+      CURELAY_RETURN_IF_ERROR(AdmitHostCopies(graph, copies));
       const CUresult result = SendNode(target, wire::GraphNodeKind::ChildGraph, {}, nullptr,
                                        [&](wire::GraphAddNodeBuilder& fields) {
                                          fields.add_child_graph(child_id);
                                          fields.add_child_graph_moved(moved);
                                        });
+      if (result == CUDA_SUCCESS && !moved) AddHostCopies(graph, copies);
       if (result == CUDA_SUCCESS && moved) {
         {
           std::lock_guard<std::mutex> lock(child->mutex);
@@ -646,6 +703,8 @@ CUresult cuGraphExecMemcpyNodeSetParams(CUgraphExec exec, CUgraphNode node, cons
 
 CUresult cuGraphExecChildGraphNodeSetParams(CUgraphExec exec, CUgraphNode node, CUgraph child) {
   if (child == nullptr || !Graphs().graphs.Contains(child)) return CUDA_ERROR_INVALID_VALUE;
+  if (exec == nullptr || !Graphs().execs.Contains(exec)) return CUDA_ERROR_INVALID_VALUE;
+  CURELAY_RETURN_IF_ERROR(RefuseStagedChildUpdate(exec, child));
   const uint64_t child_id = child->id;
   return SendNode(Updating(exec, node), wire::GraphNodeKind::ChildGraph, {}, nullptr,
                   [&](wire::GraphAddNodeBuilder& fields) { fields.add_child_graph(child_id); });
@@ -759,11 +818,28 @@ CUresult cuGraphMemcpyNodeGetParams(CUgraphNode node, CUDA_MEMCPY3D* params) {
   copy.WidthInBytes = spec->copy_width();
   copy.Height = spec->copy_height();
   copy.Depth = spec->copy_depth();
+  // A staged host side is answered as the application's host memory it stands for.
+  for (const auto& record : CollectHostCopies(node->graph)) {
+    const auto answer_host = [&](CUmemorytype* type, CUdeviceptr* device, const void** host, size_t* pitch,
+                                 size_t* height) {
+      if (*type != CU_MEMORYTYPE_DEVICE || *device != record->staging) return;
+      *type = CU_MEMORYTYPE_HOST;
+      *device = 0;
+      *host = record->host;
+      *pitch = record->pitch;
+      *height = record->slice_rows;
+    };
+    answer_host(&copy.srcMemoryType, &copy.srcDevice, &copy.srcHost, &copy.srcPitch, &copy.srcHeight);
+    const void* dst_host = nullptr;
+    answer_host(&copy.dstMemoryType, &copy.dstDevice, &dst_host, &copy.dstPitch, &copy.dstHeight);
+    if (dst_host != nullptr) copy.dstHost = const_cast<void*>(dst_host);
+  }
   *params = copy;
   return CUDA_SUCCESS;
 }
 
-// The restrictions of cuGraphAddMemcpyNode hold (a host side must be page-locked memory of a same-host session).
+// As cuGraphAddMemcpyNode: a host side the executor cannot reach gets a new staging buffer (the old one goes when no
+// executable graph names it any more).
 CUresult cuGraphMemcpyNodeSetParams(CUgraphNode node, const CUDA_MEMCPY3D* params) {
   if (node == nullptr || !Graphs().nodes.Contains(node) || node->type != CU_GRAPH_NODE_TYPE_MEMCPY) {
     return CUDA_ERROR_INVALID_VALUE;

@@ -6,11 +6,15 @@
 #include <cuda.h>
 
 #include <cstdint>
+#include <atomic>
+#include <memory>
 #include <mutex>
+#include <set>
 #include <unordered_map>
 #include <vector>
 
 #include "frontend/api/api_support.h"
+#include "frontend/api/strided_copy.h"
 #include "frontend/client/handle_registry.h"
 
 namespace curelay::frontend {
@@ -49,5 +53,53 @@ std::vector<CUgraphNode> InternGraphNodes(CUgraph graph, const wire::GraphNodes*
 // Whether any stream of this process is capturing (stream_capture.cc): copies that would stage through reused
 // buffers take the paths a capture can replay instead. Lock-free.
 bool CapturesActive();
+// The graph a capture on `stream` is building (null when the stream does not capture). Without a round trip while
+// no capture is active, or for a stream that began one.
+CUresult CaptureGraphOf(Client& client, CUstream stream, CUgraph* graph);
+
+// A memcpy node's host side that the executor cannot reach (pageable memory; over tcp:// any host memory): the
+// node copies from or into `staging`, device memory of the same layout, and each launch moves the bytes between
+// the application's memory and it (frontend/api/graph_host_copies.cc).
+struct GraphHostCopy {
+  bool to_device = false;
+  uint8_t* host = nullptr;  // the application's first byte of the side
+  size_t width = 0, height = 1, depth = 1;
+  size_t pitch = 0, slice_rows = 1;  // the application's layout, which the staging buffer repeats
+  CUdeviceptr staging = 0;
+  std::atomic<uint64_t> node{0};  // the executor's id of the node, once known (not for a captured copy at first)
+
+  size_t RowOffset(size_t row, size_t slice) const { return (slice * slice_rows + row) * pitch; }
+  size_t span() const { return RowOffset(height - 1, depth - 1) + width; }
+  bool contiguous() const { return (height == 1 && depth == 1) || (pitch == width && (depth == 1 || slice_rows == height)); }
+  ~GraphHostCopy();  // the staging buffer is freed at the next safe point (ReleaseRetiredStaging)
+};
+
+// Replaces every host side of `copy` the executor cannot reach with a new staging buffer; `staged` gets the records.
+CUresult StageHostSides(Client& client, StridedCopy* copy, HostCopyList* staged);
+// Whether `graph` is, or is inside, a conditional node's body (a device-to-host record cannot be kept there: the
+// node may not run in a launch, and its stale staging would overwrite the application's memory).
+bool InConditionalBody(CUgraph graph);
+// CUDA_ERROR_NOT_SUPPORTED when `copies` cannot be kept with `graph` (see InConditionalBody).
+CUresult AdmitHostCopies(CUgraph graph, const HostCopyList& copies);
+void AddHostCopies(CUgraph graph, const HostCopyList& copies);
+// A graph's records and those of the graphs it owns (moved child graphs, conditional bodies).
+HostCopyList CollectHostCopies(CUgraph graph);
+// The record of memcpy node `node` in `copies` (by node id, else by asking the executor which staging buffer the
+// node names); null if it has none.
+std::shared_ptr<GraphHostCopy> FindHostCopy(Client& client, const HostCopyList& copies, CUgraphNode node);
+// The record of memcpy node `node` held by its graph or the graphs that own it (which hold copies of its records),
+// and its removal from them.
+std::shared_ptr<GraphHostCopy> NodeHostCopy(Client& client, CUgraphNode node);
+void DropHostCopy(CUgraphNode node, const std::shared_ptr<GraphHostCopy>& copy);
+void ForgetNodeHostCopies(Client& client, CUgraphNode node);
+// A captured copy with a host side the executor cannot reach, on a stream capturing into `graph`.
+CUresult CaptureHostCopy(Client& client, CUgraph graph, StridedCopy copy, CUstream stream);
+// Around a launch of an executable graph on `stream`: the application's bytes into the host-to-device staging
+// buffers before, and the device-to-host ones delivered into its memory after (when their replies arrive).
+CUresult CopyHostSidesIn(Client& client, const HostCopyList& copies, CUstream stream);
+CUresult DeliverHostSides(Client& client, const HostCopyList& copies, const std::set<uint64_t>& disabled,
+                          CUstream stream);
+// Frees staging buffers whose records are gone; called where no request is being built.
+void ReleaseRetiredStaging();
 
 }  // namespace curelay::frontend

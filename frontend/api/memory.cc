@@ -12,6 +12,7 @@
 #include "frontend/api/api_support.h"
 #include "frontend/api/graph_support.h"
 #include "frontend/api/host_memory.h"
+#include "frontend/api/strided_copy.h"
 #include "frontend/client/log.h"
 #include "frontend/client/streaming_copy.h"
 #include "transport/shm/shared_file.h"
@@ -119,6 +120,21 @@ CUresult CopyRegisteredHost(Client& client, CUdeviceptr device, CUdeviceptr host
   return client.Call(builder, wire::Call::MemcpyRegisteredHost, call, {}, nullptr);
 }
 
+// A one-row copy between host memory (`host_src` or `host_dst`) and device memory, as a strided copy.
+StridedCopy LinearCopy(const void* host_src, CUdeviceptr device_src, void* host_dst, CUdeviceptr device_dst,
+                       size_t bytes) {
+  StridedCopy copy;
+  copy.src.host = host_src != nullptr;
+  copy.src.host_ptr = static_cast<uint8_t*>(const_cast<void*>(host_src));
+  copy.src.device_ptr = device_src;
+  copy.dst.host = host_dst != nullptr;
+  copy.dst.host_ptr = static_cast<uint8_t*>(host_dst);
+  copy.dst.device_ptr = device_dst;
+  copy.src.pitch = copy.dst.pitch = copy.width = bytes;
+  copy.src.slice_rows = copy.dst.slice_rows = copy.height = copy.depth = 1;
+  return copy;
+}
+
 CUresult CopyHostToDevice(CUdeviceptr dst, const void* src, size_t bytes, CUstream stream, bool async) {
   Client* client;
   CURELAY_RETURN_IF_ERROR(RequireContext(&client));
@@ -132,6 +148,10 @@ CUresult CopyHostToDevice(CUdeviceptr dst, const void* src, size_t bytes, CUstre
   if (CUdeviceptr host = 0; (!plain || bytes > kDirectPlainCopyToDeviceBytes) &&
                             RegisteredHost(*client, src, bytes, &host)) {
     return CopyRegisteredHost(*client, dst, host, bytes, /*to_device=*/true, wire_stream, plain);
+  }
+  if (CUgraph graph = nullptr; !plain && CapturesActive()) {
+    CURELAY_RETURN_IF_ERROR(CaptureGraphOf(*client, stream, &graph));
+    if (graph != nullptr) return CaptureHostCopy(*client, graph, LinearCopy(src, 0, nullptr, dst, bytes), stream);
   }
   // Staging slots are reused at once, so a capture (which would read a slot at every replay) takes the ring.
   if (bytes > kStagedCopyToDeviceBytes && !CapturesActive() && StagingReady(*client)) {
@@ -176,6 +196,10 @@ CUresult CopyDeviceToHost(void* dst, CUdeviceptr src, size_t bytes, CUstream str
   CURELAY_RETURN_IF_ERROR(CopyStream(*client, stream, &async, &wire_stream));
   if (CUdeviceptr host = 0; RegisteredHost(*client, dst, bytes, &host)) {
     return CopyRegisteredHost(*client, src, host, bytes, /*to_device=*/false, wire_stream, plain);
+  }
+  if (CUgraph graph = nullptr; !plain && CapturesActive()) {
+    CURELAY_RETURN_IF_ERROR(CaptureGraphOf(*client, stream, &graph));
+    if (graph != nullptr) return CaptureHostCopy(*client, graph, LinearCopy(nullptr, src, dst, 0, bytes), stream);
   }
   auto* bytes_out = static_cast<uint8_t*>(dst);
   const char* pinned_base = nullptr;

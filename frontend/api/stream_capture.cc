@@ -217,6 +217,33 @@ CUresult EndCapture(CUstream stream, CUgraph* result_graph) {
 
 bool curelay::frontend::CapturesActive() { return State().active.load(std::memory_order_acquire) != 0; }
 
+CUresult curelay::frontend::CaptureGraphOf(Client& client, CUstream stream, CUgraph* graph) {
+  *graph = nullptr;
+  CaptureState& state = State();
+  if (state.active.load(std::memory_order_acquire) == 0) return CUDA_SUCCESS;
+  uint64_t wire_stream = 0;
+  CURELAY_RETURN_IF_ERROR(WireStream(client, stream, &wire_stream));
+  {
+    std::lock_guard<std::mutex> lock(state.mutex);
+    const auto found = state.captures.find(KeyOf(wire_stream));
+    if (found != state.captures.end()) {
+      if (found->second.status == CU_STREAM_CAPTURE_STATUS_ACTIVE) *graph = found->second.graph;
+      return CUDA_SUCCESS;
+    }
+  }
+  // A stream that joined a capture (or the legacy stream): the executor knows. The application's capture-info
+  // arrays are left alone.
+  auto& builder = Builder();
+  const auto call = wire::CreateStreamGetCaptureInfo(builder, wire_stream, false, false).Union();
+  ReplyMessage reply;
+  const CUresult result = client.Call(builder, wire::Call::StreamGetCaptureInfo, call, {}, &reply);
+  if (result == CUDA_ERROR_STREAM_CAPTURE_IMPLICIT) return CUDA_SUCCESS;  // the copy itself is refused as natively
+  CURELAY_RETURN_IF_ERROR(result);
+  const auto* info = reply.reply->body_as_CaptureInfo();
+  if (info != nullptr && info->status() == CU_STREAM_CAPTURE_STATUS_ACTIVE) *graph = FindGraphObject(info->graph());
+  return CUDA_SUCCESS;
+}
+
 namespace {
 
 CUresult IsCapturing(CUstream stream, CUstreamCaptureStatus* status) {

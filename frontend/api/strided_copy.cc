@@ -7,6 +7,7 @@
 
 #include "common/array_format.h"
 #include "frontend/api/api_support.h"
+#include "frontend/api/graph_support.h"
 
 namespace curelay::frontend {
 namespace {
@@ -331,6 +332,11 @@ CUresult RunStridedCopy(Client& client, const StridedCopy& requested, CUstream s
     return client.Call(builder, wire::Call::StreamSynchronize, call, {}, nullptr);
   }
   if (!copy.src.host && !copy.dst.host) return CopyWithinDevice(client, copy, wire_stream, async);
+  if (CUgraph graph = nullptr; !plain && CapturesActive()) {
+    // Captured: the host side goes through a staging buffer each launch of the graph fills or delivers.
+    CURELAY_RETURN_IF_ERROR(CaptureGraphOf(client, stream, &graph));
+    if (graph != nullptr) return CaptureHostCopy(client, graph, copy, stream);
+  }
   if (copy.width > wire::kCopyChunkBytes && !copy.has_array()) return CopyWideRows(copy, stream, async);
   return copy.src.host ? CopyRowsFromHost(client, copy, wire_stream, async)
                        : CopyRowsToHost(client, copy, wire_stream, async);

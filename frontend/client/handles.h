@@ -10,7 +10,9 @@
 #include <cstdint>
 #include <deque>
 #include <map>
+#include <memory>
 #include <mutex>
+#include <set>
 #include <string>
 #include <unordered_map>
 #include <vector>
@@ -134,6 +136,11 @@ struct CUgraphNode_st {
   std::vector<CUmemAccessDesc> access;
 };
 
+namespace curelay::frontend {
+struct GraphHostCopy;  // frontend/api/graph_support.h
+using HostCopyList = std::vector<std::shared_ptr<GraphHostCopy>>;
+}  // namespace curelay::frontend
+
 struct CUgraph_st {
   uint64_t id;
   std::mutex mutex;  // guards the fields below
@@ -145,10 +152,17 @@ struct CUgraph_st {
   CUgraph owner = nullptr;
   std::vector<CUgraph> moved_children;  // and the bodies of its conditional nodes
   std::deque<std::vector<CUgraph>> body_arrays;  // each conditional node's phGraph_out, as long as the graph lives
+  bool conditional_body = false;  // a conditional node's body: its nodes run as many times as the condition says
+  // The memcpy nodes whose host side is staged (pageable memory): its own, and those of child graphs copied in.
+  curelay::frontend::HostCopyList host_copies;
 };
 
 struct CUgraphExec_st {
   uint64_t id;
   unsigned long long flags;
   bool allocates = false;  // the graph has allocation nodes: launches are waited for (they can fail at once)
+  std::mutex mutex;        // guards the fields below
+  // Staged host sides of its memcpy nodes (frontend/api/graph_host_copies.cc), and the nodes disabled in it.
+  curelay::frontend::HostCopyList host_copies;
+  std::set<uint64_t> disabled_nodes;
 };

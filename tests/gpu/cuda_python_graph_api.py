@@ -1,7 +1,8 @@
 """cuda-python's driver bindings building a CUDA graph by hand: kernel, memset, device-to-device memcpy and event
 nodes; structure queries, parameters read back and set, a clone, an executable-graph update, launches. Then graph
 memory: allocation and free nodes made by hand and by capturing cuMemAllocAsync/cuMemFreeAsync, an allocation the
-application frees, the device's graph memory attributes.
+application frees, the device's graph memory attributes. Then memcpy nodes on pageable host memory, made by hand and
+by capture, launched repeatedly with the host input changed in between.
 
 Run natively and through curelay (like tests/gpu/cuda_python_driver.py, by tests/gpu/run_cuda_python.sh with this
 script): every step prints one deterministic line (results, error codes, counts, checksums; never addresses), so the
@@ -212,6 +213,73 @@ def graph_memory(device, context, stream, increment, out):
          lambda: driver.cuDeviceSetGraphMemAttribute(device, attribute.CU_GRAPH_MEM_ATTR_USED_MEM_CURRENT,
                                                      driver.cuuint64_t(0))[0])
 
+def host_words(words):
+    return f"first {words[0]} last {words[-1]} sha {hashlib.sha256(bytes(words)).hexdigest()[:16]}"
+
+
+def pageable_memcpy_nodes(context, stream, increment, scratch):
+    """Memcpy nodes whose host side is ordinary (pageable) memory: read when each launch runs, written back by the
+    time the stream is synchronized."""
+    source = (ctypes.c_int * N)()
+    result = (ctypes.c_int * N)()
+    other = (ctypes.c_int * N)()
+
+    def host_copy(to_device, host):
+        params = driver.CUDA_MEMCPY3D()
+        device_side = driver.CUmemorytype.CU_MEMORYTYPE_DEVICE
+        host_side = driver.CUmemorytype.CU_MEMORYTYPE_HOST
+        if to_device:
+            params.srcMemoryType, params.srcHost = host_side, ctypes.addressof(host)
+            params.dstMemoryType, params.dstDevice = device_side, scratch
+        else:
+            params.srcMemoryType, params.srcDevice = device_side, scratch
+            params.dstMemoryType, params.dstHost = host_side, ctypes.addressof(host)
+        params.WidthInBytes = 4 * N
+        params.Height = 1
+        params.Depth = 1
+        return params
+
+    def run(exec_graph, label):
+        for round_number in range(3):
+            for i in range(N):
+                source[i] = (round_number + 1) * 1000 + i
+            error = driver.cuGraphLaunch(exec_graph, stream)[0]
+            for i in range(N):
+                source[i] = -1  # after the launch was ordered: not what it copies
+            step(f"{label}_{round_number}", lambda: (error, driver.cuStreamSynchronize(stream)[0], host_words(result)))
+
+    graph = check(driver.cuGraphCreate(0))
+    upload = check(driver.cuGraphAddMemcpyNode(graph, None, 0, host_copy(True, source), context))
+    arguments = KernelArguments(scratch, N)
+    add_one = check(driver.cuGraphAddKernelNode(graph, [upload], 1, kernel_params(increment, arguments)))
+    download = check(driver.cuGraphAddMemcpyNode(graph, [add_one], 1, host_copy(False, result), context))
+    step("pageable_node_params", lambda: int(check(driver.cuGraphMemcpyNodeGetParams(download)).dstHost)
+         == ctypes.addressof(result))
+    executable = check(instantiate(graph, 0))
+    run(executable, "pageable_nodes_launch")
+    step("pageable_exec_set_params",
+         lambda: driver.cuGraphExecMemcpyNodeSetParams(executable, download, host_copy(False, other), context)[0])
+    for i in range(N):
+        source[i] = 3 * i
+    step("pageable_exec_updated_launch", lambda: (driver.cuGraphLaunch(executable, stream)[0],
+                                                  driver.cuStreamSynchronize(stream)[0], host_words(other)))
+    check(driver.cuGraphExecDestroy(executable))
+    check(driver.cuGraphDestroy(graph))
+
+    # The same by stream capture.
+    check(driver.cuStreamBeginCapture(stream, driver.CUstreamCaptureMode.CU_STREAM_CAPTURE_MODE_GLOBAL))
+    check(driver.cuMemcpyHtoDAsync(scratch, ctypes.addressof(source), 4 * N, stream))
+    captured_arguments = KernelArguments(scratch, N)
+    check(driver.cuLaunchKernel(increment, (N + 127) // 128, 1, 1, 128, 1, 1, 0, stream,
+                                captured_arguments.address(), 0))
+    check(driver.cuMemcpyDtoHAsync(ctypes.addressof(result), scratch, 4 * N, stream))
+    graph = check(driver.cuStreamEndCapture(stream))
+    step("pageable_captured_nodes", lambda: int(check(driver.cuGraphGetNodes(graph, 0))[-1]))
+    executable = check(instantiate(graph, 0))
+    run(executable, "pageable_captured_launch")
+    check(driver.cuGraphExecDestroy(executable))
+    check(driver.cuGraphDestroy(graph))
+
 
 def main(ptx_path):
     ptx = open(ptx_path, "rb").read() + b"\0"
@@ -353,6 +421,7 @@ def main(ptx_path):
     step("exec_update_other_topology", lambda: update(graph))
 
     graph_memory(device, context, stream, increment, c)
+    pageable_memcpy_nodes(context, stream, increment, b)
 
     for exec_graph in (executable, edited):
         check(driver.cuGraphExecDestroy(exec_graph))

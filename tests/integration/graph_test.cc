@@ -364,33 +364,7 @@ TEST_F(GraphTest, ExecutorBookkeepingLeavesCapturesAlone) {
 TEST_F(GraphTest, CaptureErrorsSurfaceAtEndCapture) {
   CUdeviceptr p;
   ASSERT_CU(cuMemAlloc(&p, 4096));
-  // A host-to-device copy from pageable memory is captured, as driver 580 captures it (the GPU suite's
-  // graph_capture_pageable_htod): the graph replays the bytes the application gave at capture time, even after
-  // the application's buffer changed or went away.
-  ASSERT_CU(cuStreamBeginCapture(stream_, CU_STREAM_CAPTURE_MODE_GLOBAL));
-  uint32_t host[4] = {1, 2, 3, 4};
-  ASSERT_CU(cuMemcpyHtoDAsync(p, host, sizeof(host), stream_));
   CUgraph graph = reinterpret_cast<CUgraph>(1);
-  ASSERT_CU(cuStreamEndCapture(stream_, &graph));
-  ASSERT_NE(graph, nullptr);
-  host[0] = 99;
-  CUgraphExec exec = nullptr;
-  ASSERT_CU(cuGraphInstantiate(&exec, graph, 0));
-  for (int replay = 0; replay < 2; ++replay) {
-    ASSERT_CU(cuMemsetD32(p, 0, 4));
-    ASSERT_CU(cuGraphLaunch(exec, stream_));
-    ASSERT_CU(cuStreamSynchronize(stream_));
-    EXPECT_EQ(Read<uint32_t>(p, 4), (std::vector<uint32_t>{1, 2, 3, 4}));
-  }
-  ASSERT_CU(cuGraphExecDestroy(exec));
-  ASSERT_CU(cuGraphDestroy(graph));
-
-  // A device-to-host copy cannot be captured here: it waits for its answer.
-  // So can a device-to-host copy, which waits for its answer.
-  ASSERT_CU(cuStreamBeginCapture(stream_, CU_STREAM_CAPTURE_MODE_GLOBAL));
-  uint32_t back[4];
-  EXPECT_EQ(cuMemcpyDtoHAsync(back, p, sizeof(back), stream_), CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED);
-  EXPECT_EQ(cuStreamEndCapture(stream_, &graph), CUDA_ERROR_STREAM_CAPTURE_INVALIDATED);
 
   // Synchronizing a capturing stream is illegal and invalidates the capture.
   ASSERT_CU(cuStreamBeginCapture(stream_, CU_STREAM_CAPTURE_MODE_GLOBAL));
@@ -668,19 +642,7 @@ TEST_F(GraphTest, ExplicitlyBuiltGraphsRunInDependencyOrder) {
   copy.Height = 1;
   copy.Depth = 1;
   CUgraphNode back = nullptr;
-  if (RemoteSession()) {
-    // Remotely the page-locked memory is a mirror, which a node in the executor's graph cannot keep coherent.
-    EXPECT_EQ(cuGraphAddMemcpyNode(&back, graph, &increment, 1, &copy, context_), CUDA_ERROR_NOT_SUPPORTED);
-    copy.dstMemoryType = CU_MEMORYTYPE_DEVICE;
-    copy.dstDevice = other;  // the same graph shape, device to device
-    CUgraphNode unused = nullptr;
-    ASSERT_CU(cuGraphAddMemcpyNode(&unused, graph, &increment, 1, &copy, context_));
-    ASSERT_CU(cuGraphDestroy(graph));
-    ASSERT_CU(cuMemFreeHost(pinned));
-    ASSERT_CU(cuMemFree(values));
-    ASSERT_CU(cuMemFree(other));
-    return;
-  }
+  // Remotely the page-locked memory is a mirror the node cannot reach: the node goes through a staging buffer.
   ASSERT_CU(cuGraphAddMemcpyNode(&back, graph, &increment, 1, &copy, context_));
 
   // The generic form: a memset of another buffer, with no dependencies, and an empty node joining both branches.
@@ -734,14 +696,11 @@ TEST_F(GraphTest, ExplicitlyBuiltGraphsRunInDependencyOrder) {
     EXPECT_EQ(Read<int>(other, n)[n - 1], 7);  // 5, then two increments
   }
 
-  // Dependencies must be nodes of the same graph; pageable host memory cannot be in a node here.
+  // Dependencies must be nodes of the same graph.
   CUgraph second = nullptr;
   ASSERT_CU(cuGraphCreate(&second, 0));
   CUgraphNode stray = nullptr;
   EXPECT_EQ(cuGraphAddEmptyNode(&stray, second, &set, 1), CUDA_ERROR_INVALID_VALUE);
-  std::vector<int> pageable(n);
-  copy.dstHost = pageable.data();
-  EXPECT_EQ(cuGraphAddMemcpyNode(&stray, second, nullptr, 0, &copy, context_), CUDA_ERROR_NOT_SUPPORTED);
   ASSERT_CU(cuGraphDestroy(second));
 
   ASSERT_CU(cuGraphExecDestroy(exec));
@@ -749,6 +708,207 @@ TEST_F(GraphTest, ExplicitlyBuiltGraphsRunInDependencyOrder) {
   ASSERT_CU(cuMemFreeHost(pinned));
   ASSERT_CU(cuMemFree(values));
   ASSERT_CU(cuMemFree(other));
+}
+
+// Memcpy nodes on pageable host memory read the application's memory when a launch is ordered and write it back so
+// that a synchronize of the launch's stream sees it, at every launch; in both directions, with 2D host layouts whose
+// gaps stay untouched, through node and executable-graph updates, child graphs and disabled nodes.
+TEST_F(GraphTest, PageableMemcpyNodesMoveTheApplicationsDataAtEachLaunch) {
+  constexpr int n = 256;
+  CUdeviceptr values = 0;
+  ASSERT_CU(cuMemAlloc(&values, n * sizeof(int)));
+  std::vector<int> in(n), out(n, -1), other_out(n, -1);
+  CUgraph graph = nullptr;
+  ASSERT_CU(cuGraphCreate(&graph, 0));
+  CUDA_MEMCPY3D up{};
+  up.srcMemoryType = CU_MEMORYTYPE_HOST;
+  up.srcHost = in.data();
+  up.dstMemoryType = CU_MEMORYTYPE_DEVICE;
+  up.dstDevice = values;
+  up.WidthInBytes = n * sizeof(int);
+  up.Height = up.Depth = 1;
+  CUgraphNode upload = nullptr, increment = nullptr, download = nullptr;
+  ASSERT_CU(cuGraphAddMemcpyNode(&upload, graph, nullptr, 0, &up, context_));
+  int count = n;
+  void* arguments[] = {&values, &count};
+  CUDA_KERNEL_NODE_PARAMS kernel{};
+  kernel.func = increment_;
+  kernel.gridDimX = (n + 127) / 128;
+  kernel.gridDimY = kernel.gridDimZ = 1;
+  kernel.blockDimX = 128;
+  kernel.blockDimY = kernel.blockDimZ = 1;
+  kernel.kernelParams = arguments;
+  ASSERT_CU(cuGraphAddKernelNode(&increment, graph, &upload, 1, &kernel));
+  CUDA_MEMCPY3D down{};
+  down.srcMemoryType = CU_MEMORYTYPE_DEVICE;
+  down.srcDevice = values;
+  down.dstMemoryType = CU_MEMORYTYPE_HOST;
+  down.dstHost = out.data();
+  down.WidthInBytes = n * sizeof(int);
+  down.Height = down.Depth = 1;
+  ASSERT_CU(cuGraphAddMemcpyNode(&download, graph, &increment, 1, &down, context_));
+
+  // The node answers the application's parameters.
+  CUDA_MEMCPY3D read{};
+  ASSERT_CU(cuGraphMemcpyNodeGetParams(download, &read));
+  EXPECT_EQ(read.dstMemoryType, CU_MEMORYTYPE_HOST);
+  EXPECT_EQ(read.dstHost, out.data());
+
+  CUgraphExec exec = nullptr;
+  ASSERT_CU(cuGraphInstantiateWithFlags(&exec, graph, 0));
+  for (int launch = 0; launch < 3; ++launch) {
+    for (int i = 0; i < n; ++i) in[i] = i * (launch + 2);
+    ASSERT_CU(cuGraphLaunch(exec, stream_));
+    for (int i = 0; i < n; ++i) in[i] = -7;  // changed after the launch was ordered: not what it copied
+    ASSERT_CU(cuStreamSynchronize(stream_));
+    for (int i = 0; i < n; ++i) ASSERT_EQ(out[i], i * (launch + 2) + 1) << "launch " << launch << " element " << i;
+  }
+  // Two launches in a row: each reads the input as it was when it was ordered; the last one's result stays.
+  for (int i = 0; i < n; ++i) in[i] = 100;
+  ASSERT_CU(cuGraphLaunch(exec, stream_));
+  for (int i = 0; i < n; ++i) in[i] = 200;
+  ASSERT_CU(cuGraphLaunch(exec, stream_));
+  ASSERT_CU(cuStreamSynchronize(stream_));
+  EXPECT_EQ(out[0], 201);
+  EXPECT_EQ(out[n - 1], 201);
+
+  // The executable graph's node writes elsewhere from now on; the graph's own node does not change.
+  CUDA_MEMCPY3D elsewhere = down;
+  elsewhere.dstHost = other_out.data();
+  ASSERT_CU(cuGraphExecMemcpyNodeSetParams(exec, download, &elsewhere, context_));
+  std::fill(out.begin(), out.end(), -1);
+  for (int i = 0; i < n; ++i) in[i] = 3 * i;
+  ASSERT_CU(cuGraphLaunch(exec, stream_));
+  ASSERT_CU(cuStreamSynchronize(stream_));
+  EXPECT_EQ(other_out[5], 16);
+  EXPECT_EQ(out[5], -1);
+  ASSERT_CU(cuGraphMemcpyNodeGetParams(download, &read));
+  EXPECT_EQ(read.dstHost, out.data());
+
+  // A disabled device-to-host node leaves the application's memory alone.
+  ASSERT_CU(cuGraphNodeSetEnabled(exec, download, 0));
+  std::fill(other_out.begin(), other_out.end(), -1);
+  ASSERT_CU(cuGraphLaunch(exec, stream_));
+  ASSERT_CU(cuStreamSynchronize(stream_));
+  EXPECT_EQ(other_out[5], -1);
+  ASSERT_CU(cuGraphNodeSetEnabled(exec, download, 1));
+  ASSERT_CU(cuGraphLaunch(exec, stream_));
+  ASSERT_CU(cuStreamSynchronize(stream_));
+  EXPECT_EQ(other_out[5], 16);
+  ASSERT_CU(cuGraphExecDestroy(exec));
+
+  // The graph's node given a 2D host destination: rows 3 ints wide, 5 ints apart; the gaps are the application's.
+  constexpr int rows = 4, width = 3, pitch = 5;
+  std::vector<int> pitched(rows * pitch, -9);
+  CUDA_MEMCPY3D two_d = down;
+  two_d.dstHost = pitched.data();
+  two_d.dstPitch = pitch * sizeof(int);
+  two_d.srcPitch = width * sizeof(int);
+  two_d.WidthInBytes = width * sizeof(int);
+  two_d.Height = rows;
+  ASSERT_CU(cuGraphMemcpyNodeSetParams(download, &two_d));
+  // And the whole graph as a child graph of another, launched twice with changed input.
+  CUgraph parent = nullptr;
+  CUgraphNode child = nullptr;
+  ASSERT_CU(cuGraphCreate(&parent, 0));
+  ASSERT_CU(cuGraphAddChildGraphNode(&child, parent, nullptr, 0, graph));
+  ASSERT_CU(cuGraphDestroy(graph));  // the child is a copy, with its own use of the staging buffers
+  ASSERT_CU(cuGraphInstantiateWithFlags(&exec, parent, 0));
+  for (int launch = 0; launch < 2; ++launch) {
+    for (int i = 0; i < n; ++i) in[i] = 10 * launch + i;
+    ASSERT_CU(cuGraphLaunch(exec, stream_));
+    ASSERT_CU(cuStreamSynchronize(stream_));
+    for (int row = 0; row < rows; ++row) {
+      for (int column = 0; column < pitch; ++column) {
+        const int expected = column < width ? 10 * launch + row * width + column + 1 : -9;
+        ASSERT_EQ(pitched[row * pitch + column], expected) << "launch " << launch << " row " << row;
+      }
+    }
+  }
+  ASSERT_CU(cuGraphExecDestroy(exec));
+  ASSERT_CU(cuGraphDestroy(parent));
+  ASSERT_CU(cuMemFree(values));
+}
+
+// Copies between pageable host memory and the device captured into a graph (also on a stream that joined the
+// capture) read and write the application's memory at every launch, and an executable graph updated from a new
+// capture copies where the new graph says (cuda-samples' jacobiCudaGraphs does this every iteration).
+TEST_F(GraphTest, CapturedPageableCopiesMoveTheApplicationsDataAtEachLaunch) {
+  constexpr int n = 300;
+  CUdeviceptr values = 0, copied = 0;
+  ASSERT_CU(cuMemAlloc(&values, n * sizeof(int)));
+  ASSERT_CU(cuMemAlloc(&copied, n * sizeof(int)));
+  std::vector<int> in(n), out(n, -1), joined_out(n, -1), later_out(n, -1);
+  CUstream side = nullptr;
+  ASSERT_CU(cuStreamCreate(&side, CU_STREAM_NON_BLOCKING));
+  CUevent fork = nullptr, join = nullptr;
+  ASSERT_CU(cuEventCreate(&fork, CU_EVENT_DISABLE_TIMING));
+  ASSERT_CU(cuEventCreate(&join, CU_EVENT_DISABLE_TIMING));
+  const auto capture = [&](int* destination, CUgraph* graph) {
+    ASSERT_CU(cuStreamBeginCapture(stream_, CU_STREAM_CAPTURE_MODE_GLOBAL));
+    ASSERT_CU(cuMemcpyHtoDAsync(values, in.data(), n * sizeof(int), stream_));
+    ASSERT_CU(Increment(stream_, values, n));
+    ASSERT_CU(cuMemcpyDtoHAsync(destination, values, n * sizeof(int), stream_));
+    ASSERT_CU(cuEventRecord(fork, stream_));
+    ASSERT_CU(cuStreamWaitEvent(side, fork, 0));
+    ASSERT_CU(cuMemcpyDtoDAsync(copied, values, n * sizeof(int), side));
+    ASSERT_CU(cuMemcpyDtoHAsync(joined_out.data(), copied, n * sizeof(int), side));
+    ASSERT_CU(cuEventRecord(join, side));
+    ASSERT_CU(cuStreamWaitEvent(stream_, join, 0));
+    ASSERT_CU(cuStreamEndCapture(stream_, graph));
+  };
+  for (int i = 0; i < n; ++i) in[i] = 5;
+  CUgraph graph = nullptr;
+  capture(out.data(), &graph);
+  ASSERT_NE(graph, nullptr);
+  EXPECT_EQ(out[0], -1);  // captured, not run
+  CUgraphExec exec = nullptr;
+  ASSERT_CU(cuGraphInstantiate(&exec, graph, 0));
+  for (int launch = 0; launch < 3; ++launch) {
+    for (int i = 0; i < n; ++i) in[i] = launch * 1000 + i;
+    ASSERT_CU(cuGraphLaunch(exec, stream_));
+    ASSERT_CU(cuStreamSynchronize(stream_));
+    for (int i = 0; i < n; ++i) {
+      ASSERT_EQ(out[i], launch * 1000 + i + 1) << "launch " << launch << " element " << i;
+      ASSERT_EQ(joined_out[i], launch * 1000 + i + 1) << "launch " << launch << " element " << i;
+    }
+  }
+  // The captured node answers the application's pointer for its host side.
+  size_t count = 0;
+  ASSERT_CU(cuGraphGetNodes(graph, nullptr, &count));
+  std::vector<CUgraphNode> nodes(count);
+  ASSERT_CU(cuGraphGetNodes(graph, nodes.data(), &count));
+  bool found_upload = false;
+  for (CUgraphNode node : nodes) {
+    CUgraphNodeType type;
+    ASSERT_CU(cuGraphNodeGetType(node, &type));
+    CUDA_MEMCPY3D read{};
+    if (type != CU_GRAPH_NODE_TYPE_MEMCPY || cuGraphMemcpyNodeGetParams(node, &read) != CUDA_SUCCESS) continue;
+    if (read.srcMemoryType == CU_MEMORYTYPE_HOST && read.srcHost == in.data()) found_upload = true;
+  }
+  EXPECT_TRUE(found_upload);
+
+  // A new capture into another buffer, and the executable graph updated from it.
+  CUgraph recaptured = nullptr;
+  capture(later_out.data(), &recaptured);
+  CUgraphExecUpdateResultInfo info{};
+  ASSERT_CU(cuGraphExecUpdate(exec, recaptured, &info));
+  EXPECT_EQ(info.result, CU_GRAPH_EXEC_UPDATE_SUCCESS);
+  ASSERT_CU(cuGraphDestroy(graph));
+  ASSERT_CU(cuGraphDestroy(recaptured));
+  std::fill(out.begin(), out.end(), -1);
+  for (int i = 0; i < n; ++i) in[i] = 42;
+  ASSERT_CU(cuGraphLaunch(exec, stream_));
+  ASSERT_CU(cuStreamSynchronize(stream_));
+  EXPECT_EQ(later_out[0], 43);
+  EXPECT_EQ(later_out[n - 1], 43);
+  EXPECT_EQ(out[0], -1);
+  ASSERT_CU(cuGraphExecDestroy(exec));
+  ASSERT_CU(cuEventDestroy(fork));
+  ASSERT_CU(cuEventDestroy(join));
+  ASSERT_CU(cuStreamDestroy(side));
+  ASSERT_CU(cuMemFree(values));
+  ASSERT_CU(cuMemFree(copied));
 }
 
 // A cooperative launch (cuLaunchCooperativeKernel, and cuLaunchKernelEx with the attribute) runs with its arguments.

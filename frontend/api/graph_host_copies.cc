@@ -1,0 +1,270 @@
+// Host memory the executor cannot reach in graphs: a memcpy node's pageable host side (and over tcp:// any host
+// side), whether the node is added by hand or made by capturing a copy. The node copies from or into a staging
+// buffer of device memory with the host side's layout instead, and the client keeps a record of it with the graph
+// (GraphHostCopy). Every launch of an executable graph then moves the bytes in stream order around the graph:
+// - before it, each host-to-device record's bytes go from the application's memory into its staging buffer (read
+//   when cuGraphLaunch is called, as a pageable cuMemcpyHtoDAsync reads its source);
+// - after it, each device-to-host record's staging buffer is copied back and delivered into the application's
+//   memory when its reply arrives, before the reply of any later synchronizing call is looked at, so a synchronize
+//   of the stream (or anything later) that returns sees the data, as natively.
+// Records are shared (staging and all) by a graph, the graphs it is copied into (child graph nodes, clones) and the
+// executable graphs made from them; a staging buffer is freed when its last record goes.
+#include <algorithm>
+#include <cstring>
+
+#include "frontend/api/graph_support.h"
+#include "frontend/client/log.h"
+
+using namespace curelay;
+using namespace curelay::frontend;
+
+namespace {
+
+// Staging buffers whose last record went, each with the session it belongs to (a forked child has another).
+struct RetiredStaging {
+  std::mutex mutex;
+  std::vector<std::pair<Client*, CUdeviceptr>> buffers;
+};
+
+RetiredStaging& Retired() {
+  static auto* retired = new RetiredStaging;  // never destroyed: records may go during exit
+  return *retired;
+}
+
+// The executor's thread must not trip a GLOBAL capture's ban on allocations (which would invalidate it): like
+// PyTorch's allocator, staging buffers are allocated and freed in relaxed mode while a capture is active.
+class RelaxedWhileCapturing {
+ public:
+  RelaxedWhileCapturing() {
+    if (!CapturesActive()) return;
+    CUstreamCaptureMode mode = CU_STREAM_CAPTURE_MODE_RELAXED;
+    if (cuThreadExchangeStreamCaptureMode(&mode) == CUDA_SUCCESS) {
+      previous_ = mode;
+      changed_ = true;
+    }
+  }
+  ~RelaxedWhileCapturing() {
+    if (changed_) cuThreadExchangeStreamCaptureMode(&previous_);
+  }
+
+ private:
+  CUstreamCaptureMode previous_ = CU_STREAM_CAPTURE_MODE_GLOBAL;
+  bool changed_ = false;
+};
+
+CUresult AllocateStaging(size_t bytes, CUdeviceptr* staging) {
+  ReleaseRetiredStaging();
+  RelaxedWhileCapturing relaxed;
+  return cuMemAlloc(staging, bytes);
+}
+
+// The chain of graphs that hold `graph`'s records: itself and the graphs that own it.
+std::vector<CUgraph> OwnerChain(CUgraph graph) {
+  std::vector<CUgraph> chain;
+  while (graph != nullptr && chain.size() < 64) {
+    chain.push_back(graph);
+    std::lock_guard<std::mutex> lock(graph->mutex);
+    graph = graph->owner;
+  }
+  return chain;
+}
+
+// Copies the application's rows into the staging buffer, in stream order.
+CUresult CopyIn(const GraphHostCopy& copy, CUstream stream) {
+  if (copy.contiguous()) return cuMemcpyHtoDAsync(copy.staging, copy.host, copy.span(), stream);
+  CUDA_MEMCPY3D rows{};
+  rows.srcMemoryType = CU_MEMORYTYPE_HOST;
+  rows.srcHost = copy.host;
+  rows.srcPitch = copy.pitch;
+  rows.srcHeight = copy.slice_rows;
+  rows.dstMemoryType = CU_MEMORYTYPE_DEVICE;
+  rows.dstDevice = copy.staging;
+  rows.dstPitch = copy.pitch;
+  rows.dstHeight = copy.slice_rows;
+  rows.WidthInBytes = copy.width;
+  rows.Height = copy.height;
+  rows.Depth = copy.depth;
+  return cuMemcpy3DAsync(&rows, stream);
+}
+
+// `bytes` from `source` (device memory) into the application's `destination` when the reply arrives.
+CUresult Deliver(Client& client, CUdeviceptr source, uint8_t* destination, size_t bytes, uint64_t wire_stream) {
+  for (size_t offset = 0; offset < bytes; offset += wire::kCopyChunkBytes) {
+    const size_t chunk = std::min(wire::kCopyChunkBytes, bytes - offset);
+    auto& builder = Builder();
+    const auto call = wire::CreateMemcpyDtoH(builder, source + offset, chunk, wire_stream, true).Union();
+    CURELAY_RETURN_IF_ERROR(client.PostDelivery(builder, wire::Call::MemcpyDtoH, call, destination + offset, chunk));
+  }
+  return CUDA_SUCCESS;
+}
+
+}  // namespace
+
+namespace curelay::frontend {
+
+GraphHostCopy::~GraphHostCopy() {
+  if (staging == 0) return;
+  RetiredStaging& retired = Retired();
+  std::lock_guard<std::mutex> lock(retired.mutex);
+  retired.buffers.emplace_back(Client::Get(), staging);
+}
+
+void ReleaseRetiredStaging() {
+  std::vector<std::pair<Client*, CUdeviceptr>> buffers;
+  {
+    RetiredStaging& retired = Retired();
+    std::lock_guard<std::mutex> lock(retired.mutex);
+    buffers.swap(retired.buffers);
+  }
+  Client* client = Client::Get();
+  if (buffers.empty() || client == nullptr || client->broken_result() != CUDA_SUCCESS) return;
+  RelaxedWhileCapturing relaxed;
+  for (const auto& [owner, staging] : buffers) {
+    if (owner != client) continue;  // a parent's buffer in a forked child: not this session's
+    auto& builder = Builder();
+    const auto call = wire::CreateMemFree(builder, staging).Union();
+    // Waited for, so that a failure is not reported as some later call's.
+    (void)client->Call(builder, wire::Call::MemFree, call, {}, nullptr);
+  }
+}
+
+CUresult StageHostSides(Client& client, StridedCopy* copy, HostCopyList* staged) {
+  for (CopySide* side : {&copy->src, &copy->dst}) {
+    if (!side->host || MakeRegisteredSideDevice(client, *copy, side)) continue;
+    auto record = std::make_shared<GraphHostCopy>();
+    record->to_device = side == &copy->src;
+    record->host = side->host_ptr + side->RowOffset(0, 0);
+    record->width = copy->width;
+    record->height = copy->height;
+    record->depth = copy->depth;
+    record->pitch = side->pitch;
+    record->slice_rows = side->slice_rows;
+    CURELAY_RETURN_IF_ERROR(AllocateStaging(record->span(), &record->staging));
+    side->host = false;
+    side->host_ptr = nullptr;
+    side->device_ptr = record->staging;
+    side->x = side->y = side->z = 0;
+    staged->push_back(std::move(record));
+  }
+  return CUDA_SUCCESS;
+}
+
+bool InConditionalBody(CUgraph graph) {
+  for (CUgraph member : OwnerChain(graph)) {
+    std::lock_guard<std::mutex> lock(member->mutex);
+    if (member->conditional_body) return true;
+  }
+  return false;
+}
+
+CUresult AdmitHostCopies(CUgraph graph, const HostCopyList& copies) {
+  const bool delivers = std::any_of(copies.begin(), copies.end(), [](const auto& copy) { return !copy->to_device; });
+  if (!delivers || !InConditionalBody(graph)) return CUDA_SUCCESS;
+  Log().warn("a device-to-host copy into pageable host memory in a conditional node's body is not supported");
+  return CUDA_ERROR_NOT_SUPPORTED;
+}
+
+void AddHostCopies(CUgraph graph, const HostCopyList& copies) {
+  if (copies.empty()) return;
+  std::lock_guard<std::mutex> lock(graph->mutex);
+  graph->host_copies.insert(graph->host_copies.end(), copies.begin(), copies.end());
+}
+
+HostCopyList CollectHostCopies(CUgraph graph) {
+  HostCopyList copies;
+  std::vector<CUgraph> owned;
+  {
+    std::lock_guard<std::mutex> lock(graph->mutex);
+    copies = graph->host_copies;
+    owned = graph->moved_children;
+  }
+  for (CUgraph child : owned) {
+    HostCopyList more = CollectHostCopies(child);
+    copies.insert(copies.end(), more.begin(), more.end());
+  }
+  return copies;
+}
+
+std::shared_ptr<GraphHostCopy> FindHostCopy(Client& client, const HostCopyList& copies, CUgraphNode node) {
+  if (copies.empty() || node == nullptr || node->type != CU_GRAPH_NODE_TYPE_MEMCPY) return nullptr;
+  for (const auto& copy : copies) {
+    if (copy->node.load() == node->id) return copy;
+  }
+  // A captured copy, or a node of a graph its record was copied from: the staging buffer the node names says.
+  auto& builder = Builder();
+  const auto call = wire::CreateGraphNodeGetParams(builder, node->graph->id, node->id).Union();
+  ReplyMessage reply;
+  if (client.Call(builder, wire::Call::GraphNodeGetParams, call, {}, &reply) != CUDA_SUCCESS) return nullptr;
+  const auto* spec = reply.reply->body_as_GraphAddNode();
+  if (spec == nullptr) return nullptr;
+  for (const wire::CopyEnd* end : {spec->copy_src(), spec->copy_dst()}) {
+    if (end == nullptr || end->type() != wire::CopyEndType::Device) continue;
+    for (const auto& copy : copies) {
+      if (copy->staging != end->device()) continue;
+      uint64_t unknown = 0;
+      copy->node.compare_exchange_strong(unknown, node->id);
+      return copy;
+    }
+  }
+  return nullptr;
+}
+
+std::shared_ptr<GraphHostCopy> NodeHostCopy(Client& client, CUgraphNode node) {
+  HostCopyList held;
+  for (CUgraph graph : OwnerChain(node->graph)) {
+    std::lock_guard<std::mutex> lock(graph->mutex);
+    held.insert(held.end(), graph->host_copies.begin(), graph->host_copies.end());
+  }
+  return FindHostCopy(client, held, node);
+}
+
+void DropHostCopy(CUgraphNode node, const std::shared_ptr<GraphHostCopy>& copy) {
+  if (copy == nullptr) return;
+  for (CUgraph graph : OwnerChain(node->graph)) {
+    std::lock_guard<std::mutex> lock(graph->mutex);
+    std::erase(graph->host_copies, copy);
+  }
+}
+
+void ForgetNodeHostCopies(Client& client, CUgraphNode node) { DropHostCopy(node, NodeHostCopy(client, node)); }
+
+CUresult CaptureHostCopy(Client& client, CUgraph graph, StridedCopy copy, CUstream stream) {
+  HostCopyList staged;
+  CURELAY_RETURN_IF_ERROR(StageHostSides(client, &copy, &staged));
+  CURELAY_RETURN_IF_ERROR(AdmitHostCopies(graph, staged));
+  // Now a copy between device memory (or arrays): captured as such.
+  CURELAY_RETURN_IF_ERROR(RunStridedCopy(client, copy, stream, true));
+  AddHostCopies(graph, staged);
+  return CUDA_SUCCESS;
+}
+
+CUresult CopyHostSidesIn(Client& client, const HostCopyList& copies, CUstream stream) {
+  (void)client;
+  for (const auto& copy : copies) {
+    if (copy->to_device) CURELAY_RETURN_IF_ERROR(CopyIn(*copy, stream));
+  }
+  return CUDA_SUCCESS;
+}
+
+CUresult DeliverHostSides(Client& client, const HostCopyList& copies, const std::set<uint64_t>& disabled,
+                          CUstream stream) {
+  uint64_t wire_stream = 0;
+  CURELAY_RETURN_IF_ERROR(WireStream(client, stream, &wire_stream));
+  for (const auto& copy : copies) {
+    if (copy->to_device || disabled.count(copy->node.load()) != 0) continue;
+    if (copy->contiguous()) {
+      CURELAY_RETURN_IF_ERROR(Deliver(client, copy->staging, copy->host, copy->span(), wire_stream));
+      continue;
+    }
+    // Row by row: the bytes between rows are the application's and stay as they are.
+    for (size_t slice = 0; slice < copy->depth; ++slice) {
+      for (size_t row = 0; row < copy->height; ++row) {
+        const size_t offset = copy->RowOffset(row, slice);
+        CURELAY_RETURN_IF_ERROR(Deliver(client, copy->staging + offset, copy->host + offset, copy->width, wire_stream));
+      }
+    }
+  }
+  return CUDA_SUCCESS;
+}
+
+}  // namespace curelay::frontend
