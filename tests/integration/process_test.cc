@@ -112,6 +112,75 @@ TEST(ProcessTest, BasicClientOverEveryTransport) {
   }
 }
 
+// The endpoint a backend reported listening on for `scheme` (its port resolved from "*").
+std::string ListeningOn(const BackendProcess& backend, const std::string& scheme) {
+  const std::string log = backend.Log();
+  const std::string marker = "listening on " + scheme + "://";
+  const auto at = log.find(marker);
+  if (at == std::string::npos) return {};
+  const auto start = at + std::string("listening on ").size();
+  return log.substr(start, log.find_first_of(" \n", start) - start);
+}
+
+// One backend listening on ipc://, tcp:// and rdma:// at once serves a client of each at the same time: every
+// executor (the warm pool's among them) binds all three, and serves its client on the transport it came on.
+TEST(ProcessTest, OneBackendServesIpcTcpAndRdmaClientsAtOnce) {
+  BackendProcess backend("mixed");
+  backend.AddArguments({"--listen", "tcp://127.0.0.1:*", "--listen", "rdma://127.0.0.1:*", "--warm-pool", "2"});
+  ASSERT_TRUE(backend.Start()) << backend.Log();
+  std::string tcp, rdma;
+  ASSERT_TRUE(WaitFor([&] { return !(tcp = ListeningOn(backend, "tcp")).empty() &&
+                                   !(rdma = ListeningOn(backend, "rdma")).empty(); }, 5s))
+      << backend.Log();
+  const std::string go = "/tmp/curelay-mixed-go-" + std::to_string(getpid());
+  unlink(go.c_str());
+  struct Client {
+    std::string endpoint;
+    std::string attached;
+    std::string output;
+    pid_t pid = -1;
+  };
+  std::vector<Client> clients = {{backend.endpoint(), "attached over shared memory"},
+                                 {tcp, "attached over ZeroMQ"},
+                                 {rdma, "attached over RDMA"}};
+  for (Client& client : clients) {
+    client.output = "/tmp/curelay-mixed-" + std::to_string(getpid()) + "-" + std::to_string(&client - clients.data());
+    client.pid = StartClient({"work", CURELAY_TEST_PTX_PATH, go},
+                             {{"CURELAY_ENDPOINT", client.endpoint}, {"CURELAY_CONNECT_TIMEOUT_MS", "5000"}},
+                             client.output);
+  }
+  // Every session is attached (each on its own transport) before any of them works.
+  for (const Client& client : clients) {
+    EXPECT_TRUE(WaitFor([&] { return ReadFile(client.output).find("READY") != std::string::npos; }, 30s))
+        << client.endpoint << ": " << ReadFile(client.output) << "\n" << backend.Log();
+    EXPECT_TRUE(WaitFor([&] { return backend.Log().find(client.attached) != std::string::npos; }, 5s))
+        << client.endpoint << "\n" << backend.Log();
+  }
+  std::ofstream(go).put('1');
+  for (Client& client : clients) {
+    int status = 0;
+    const bool exited = WaitFor([&] { return waitpid(client.pid, &status, WNOHANG) == client.pid; }, 60s);
+    if (!exited) {
+      kill(client.pid, SIGKILL);
+      waitpid(client.pid, &status, 0);
+    }
+    EXPECT_TRUE(exited && WIFEXITED(status) && WEXITSTATUS(status) == 0) << client.endpoint;
+    EXPECT_EQ(ReadFile(client.output), "READY\nOK\n") << client.endpoint << "\n" << backend.Log();
+    unlink(client.output.c_str());
+  }
+  unlink(go.c_str());
+  // The executors started since (the warm pool refilled) serve each transport too, host functions (notices sent
+  // from the driver's threads) included.
+  for (const std::string& endpoint : {rdma, tcp, backend.endpoint()}) {
+    auto env = ClientEnv(backend);
+    env["CURELAY_ENDPOINT"] = endpoint;
+    EXPECT_EQ(RunClient({"basic", CURELAY_TEST_PTX_PATH}, env, 30s).output, "OK\n") << endpoint << "\n"
+                                                                                     << backend.Log();
+    EXPECT_EQ(RunClient({"host-function"}, env, 30s).output, "hostfunc=0 ran=1\n") << endpoint << "\n"
+                                                                                    << backend.Log();
+  }
+}
+
 TEST(ProcessTest, GarbageOverSharedMemoryEndsOnlyThatSession) {
   BackendProcess backend("shm-garbage");
   ASSERT_TRUE(backend.Start()) << backend.Log();

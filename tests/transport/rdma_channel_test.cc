@@ -1,12 +1,15 @@
 // The rdma:// channel between two real processes over the emulated verbs fixture (ctest puts it first on
 // LD_LIBRARY_PATH): ordered messages small and large, both directions at once, a killed peer, malicious traffic.
+#include <arpa/inet.h>
 #include <dlfcn.h>
 #include <gtest/gtest.h>
 #include <signal.h>
+#include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <chrono>
+#include <memory>
 #include <string>
 #include <thread>
 #include <vector>
@@ -98,12 +101,67 @@ TEST(RdmaEndpointTest, ParsesAndPrints) {
   EXPECT_FALSE(Endpoint::Parse("rdma://host:0"));
 }
 
-TEST(RdmaBindTest, RdmaIsBoundAlone) {
-  std::vector<std::string> endpoints = {"rdma://127.0.0.1:*", "tcp://127.0.0.1:*"};
-  std::string error;
-  EXPECT_EQ(BindChannel(endpoints, {}, &error), nullptr);
-  EXPECT_NE(error.find("only endpoint"), std::string::npos) << error;
+// Whether anything listens on the TCP port of `endpoint` (tcp:// or rdma://, whose bootstrap socket is TCP).
+bool Listening(const std::string& endpoint) {
+  const auto parsed = Endpoint::Parse(endpoint);
+  if (!parsed) return false;
+  const int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  sockaddr_in address{};
+  address.sin_family = AF_INET;
+  address.sin_port = htons(static_cast<uint16_t>(std::stoi(parsed->port)));
+  inet_pton(AF_INET, "127.0.0.1", &address.sin_addr);
+  const bool connected = connect(fd, reinterpret_cast<sockaddr*>(&address), sizeof(address)) == 0;
+  close(fd);
+  return connected;
 }
+
+class FirstPeerBindTest : public ::testing::TestWithParam<const char*> {};
+
+// An executor of a backend listening on tcp:// and rdma:// binds both; the transport its client speaks first on is
+// the session's, and the other one's port closes.
+TEST_P(FirstPeerBindTest, ServesWhicheverTransportSpeaksFirst) {
+  const std::string chosen = GetParam(), other = chosen == "tcp" ? "rdma" : "tcp";
+  std::vector<std::string> endpoints = {"tcp://127.0.0.1:*", "rdma://127.0.0.1:*"};
+  std::string error;
+  auto server = BindChannel(endpoints, {}, &error);
+  ASSERT_NE(server, nullptr) << error;
+  const std::string target = server->BoundEndpoint(chosen), untaken = server->BoundEndpoint(other);
+  ASSERT_FALSE(target.empty());
+  ASSERT_FALSE(untaken.empty());
+  EXPECT_FALSE(server->FullDuplex());  // nothing is chosen yet
+  IncomingMessage message;
+  EXPECT_EQ(server->Receive(message, 20), ReceiveStatus::kTimeout);
+  EXPECT_FALSE(server->Send(Bytes("nobody"), {}));
+  // rdma:// connects only once the bound side accepts, which it does while receiving.
+  std::unique_ptr<Channel> client;
+  std::thread connecting([&] {
+    std::string connect_error;
+    client = ConnectChannel(target, {}, &connect_error);
+    ASSERT_NE(client, nullptr) << connect_error;
+    ASSERT_TRUE(client->Send(Bytes("hello"), Bytes(Pattern(300000, 1))));
+  });
+  const ReceiveStatus status = server->Receive(message, 10000);
+  connecting.join();
+  ASSERT_EQ(status, ReceiveStatus::kMessage);
+  EXPECT_EQ(Text(message.header), "hello");
+  EXPECT_TRUE(Text(message.payload) == Pattern(300000, 1));
+  EXPECT_EQ(server->BoundEndpoint(chosen), target);
+  EXPECT_EQ(server->BoundEndpoint(other), "");
+  EXPECT_EQ(server->FullDuplex(), chosen == "rdma");
+  ASSERT_TRUE(server->Send(Bytes("reply"), {}));
+  IncomingMessage reply;
+  ASSERT_EQ(client->Receive(reply, 10000), ReceiveStatus::kMessage);
+  EXPECT_EQ(Text(reply.header), "reply");
+  // No second peer on the other transport (ZeroMQ closes its listener on its I/O thread: a moment later).
+  const auto deadline = Clock::now() + std::chrono::seconds(2);
+  while (Listening(untaken) && Clock::now() < deadline) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  EXPECT_FALSE(Listening(untaken)) << untaken;
+  client.reset();
+  EXPECT_EQ(server->Receive(message, 5000), ReceiveStatus::kPeerLost);
+  EXPECT_TRUE(server->PeerLost());
+}
+
+INSTANTIATE_TEST_SUITE_P(Transports, FirstPeerBindTest, ::testing::Values("tcp", "rdma"));
 
 TEST_F(RdmaChannelTest, OrderedMessagesSmallAndLargeRoundTrip) {
   peer = Spawn({"echo", endpoint});
