@@ -59,6 +59,9 @@ BackendProcess::~BackendProcess() {
 }
 
 bool BackendProcess::Start() {
+  // Emptied before the fork: after a restart the previous run's "listening on" line must not be taken for this one's
+  // (a tcp or rdma backend binds a new port).
+  std::ofstream(log_path_, std::ios::trunc).close();
   pid_ = fork();
   if (pid_ == 0) {
     const int log = open(log_path_.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);

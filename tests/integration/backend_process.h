@@ -5,6 +5,7 @@
 #include <sys/types.h>
 
 #include <chrono>
+#include <cstdlib>
 #include <map>
 #include <string>
 #include <vector>
@@ -57,6 +58,15 @@ class BackendProcess {
   bool allow_anonymous_ = true;
   std::vector<std::string> extra_args_;
 };
+
+// The transport CURELAY_TEST_TRANSPORT names (tcp or rdma; otherwise ipc), for suites whose backends run on each.
+inline BackendProcess::Transport TestTransport() {
+  const char* variable = std::getenv("CURELAY_TEST_TRANSPORT");
+  const std::string transport = variable != nullptr ? variable : "";
+  return transport == "tcp"    ? BackendProcess::Transport::kTcp
+         : transport == "rdma" ? BackendProcess::Transport::kRdma
+                               : BackendProcess::Transport::kIpc;
+}
 
 bool ProcessExists(pid_t pid);
 // Waits until `condition` holds, polling, for at most `timeout`.

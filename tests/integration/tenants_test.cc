@@ -1,7 +1,8 @@
 // Tenants end to end, with real processes: a backend that requires tokens, backendctl changing tenants over the
 // admin socket, and test clients (the shim) as tenants' programs. Covers refused handshakes, backendctl's tables,
 // JSON and exit codes, memory quotas across two sessions of one tenant, limits changed live, the wait policy,
-// session kill, and tenants surviving a backend restart.
+// session kill, and tenants surviving a backend restart. CURELAY_TEST_TRANSPORT=rdma (ctest's "rdma." variant) runs
+// every backend on rdma:// instead of ipc:// (the admin socket stays ipc://).
 #include <fcntl.h>
 #include <gtest/gtest.h>
 #include <signal.h>
@@ -105,7 +106,8 @@ class TenantsTest : public ::testing::Test {
                                     ::testing::UnitTest::GetInstance()->current_test_info()->name();
   BackendProcess backend_{"tenants",
                           {{"CURELAY_EMU_DEVICE_MEMORY", std::to_string(1024 * kMiB)},
-                           {"CURELAY_EMU_SHARED_MEMORY_FILE", shared_memory_file_}}};
+                           {"CURELAY_EMU_SHARED_MEMORY_FILE", shared_memory_file_}},
+                          TestTransport()};
   void TearDown() override { unlink(shared_memory_file_.c_str()); }
 };
 
@@ -372,7 +374,7 @@ class MultiGpuTenantsTest : public ::testing::Test {
   std::string Devices(const std::string& token) {
     return RunClient({"devices"}, ClientEnv(backend_, token), 30s).output;
   }
-  BackendProcess backend_{"multi-gpu", {{"CURELAY_EMU_DEVICE_COUNT", "3"}}};
+  BackendProcess backend_{"multi-gpu", {{"CURELAY_EMU_DEVICE_COUNT", "3"}}, TestTransport()};
 };
 
 TEST_F(MultiGpuTenantsTest, TenantsSeeOnlyTheirGpusInTheirOrder) {
@@ -425,7 +427,7 @@ TEST_F(MultiGpuTenantsTest, GpusTheHostLacksAreRefused) {
 // Spatial sharing (MPS) where these machines have none: refused with a clear error at every step, never turned
 // into time-slicing, and tenants without it are not affected.
 TEST(SpatialSharingTest, RefusedWhereTheHostHasNoMps) {
-  BackendProcess backend("no-mps");
+  BackendProcess backend("no-mps", {}, TestTransport());
   backend.RequireTokens();
   backend.AddArguments({"--mps-control", "/nonexistent/nvidia-cuda-mps-control"});
   ASSERT_TRUE(backend.Start()) << backend.Log();
@@ -442,7 +444,7 @@ TEST(SpatialSharingTest, RefusedWhereTheHostHasNoMps) {
 }
 
 TEST(SpatialSharingTest, SettingsReachTheExecutorWhichRefusesToRunWithoutMps) {
-  BackendProcess backend("mps-standin");
+  BackendProcess backend("mps-standin", {}, TestTransport());
   backend.RequireTokens();
   backend.AddArguments({"--mps-control", CURELAY_MPS_STANDIN_PATH});
   ASSERT_TRUE(backend.Start()) << backend.Log();
@@ -480,7 +482,7 @@ TEST(SpatialSharingTest, SettingsReachTheExecutorWhichRefusesToRunWithoutMps) {
 }
 
 TEST(TenantsAdminTcpTest, TcpAdminEndpointRequiresTheAdminToken) {
-  BackendProcess backend("admin-tcp");
+  BackendProcess backend("admin-tcp", {}, TestTransport());
   const std::string token = "admin-secret-for-tests";
   FILE* digest = popen(("printf %s '" + token + "' | sha256sum").c_str(), "r");
   char hex[65] = {};
