@@ -287,16 +287,23 @@ void Respond(EmulatedQp* qp, const Packet& packet, const std::vector<uint8_t>& p
     reply.opcode = static_cast<uint32_t>(syndrome) | (uint32_t{qp->min_rnr_timer} << 24);
     qp->control.push_back(reply);
   };
+  // A remote access violation (the spec's class C responder error) naks the requester and puts this QP in the error
+  // state too: its posted receives are flushed, so its owner learns of the attempt at once (a real HCA also raises
+  // IBV_EVENT_QP_ACCESS_ERR, an async event this fixture does not emulate).
+  const auto access_violation = [&] {
+    nak(NakSyndrome::kRemoteAccess);
+    EnterError(qp);
+  };
   if (is_write && packet.length > 0) {
     const EmulatedMr* mr = FindMr(packet.rkey);
     if (mr == nullptr || mr->base.pd != qp->base.pd || (mr->access & IBV_ACCESS_REMOTE_WRITE) == 0 ||
         (qp->access_flags & IBV_ACCESS_REMOTE_WRITE) == 0 || !Covers(mr, packet.remote_addr, packet.length)) {
-      nak(NakSyndrome::kRemoteAccess);
+      access_violation();
       return;
     }
   }
   if (is_write && packet.length == 0 && (qp->access_flags & IBV_ACCESS_REMOTE_WRITE) == 0) {
-    nak(NakSyndrome::kRemoteAccess);
+    access_violation();
     return;
   }
   if (consumes_receive && qp->recvs.empty()) {

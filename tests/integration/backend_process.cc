@@ -140,11 +140,12 @@ std::vector<pid_t> BackendProcess::Children() const {
 }
 
 pid_t StartClient(const std::vector<std::string>& args, const std::map<std::string, std::string>& env,
-                  const std::string& output_path) {
+                  const std::string& output_path, const std::string& log_path) {
   const pid_t pid = fork();
   if (pid == 0) {
     const int out = open(output_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
     dup2(out, 1);
+    if (!log_path.empty()) dup2(open(log_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644), 2);
     ExecWithEnv(CURELAY_TEST_CLIENT_PATH, args, env);
   }
   return pid;

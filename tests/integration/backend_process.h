@@ -88,8 +88,9 @@ struct ProcessResult {
 // Runs the test client with arguments and environment additions; kills it after `timeout`.
 ProcessResult RunClient(const std::vector<std::string>& args, const std::map<std::string, std::string>& env,
                         std::chrono::milliseconds timeout);
-// Starts the test client without waiting; its stdout goes to `output_path`.
+// Starts the test client without waiting; its stdout goes to `output_path` (and its stderr, the shim's and the
+// transport's log lines, to `log_path` when one is given).
 pid_t StartClient(const std::vector<std::string>& args, const std::map<std::string, std::string>& env,
-                  const std::string& output_path);
+                  const std::string& output_path, const std::string& log_path = {});
 
 }  // namespace curelay::testing

@@ -8,6 +8,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <chrono>
 #include <memory>
 #include <string>
@@ -88,6 +89,8 @@ class RdmaChannelTest : public ::testing::Test {
   std::string endpoint;
   pid_t peer = -1;
 };
+
+bool ProcessExists(pid_t pid) { return kill(pid, 0) == 0 && waitpid(pid, nullptr, WNOHANG) == 0; }
 
 TEST(RdmaEndpointTest, ParsesAndPrints) {
   const auto parsed = Endpoint::Parse("rdma://10.0.0.2:4791");
@@ -233,37 +236,128 @@ TEST_F(RdmaChannelTest, ConnectingToNobodyFailsCleanly) {
   EXPECT_LT(Clock::now() - start, std::chrono::seconds(11));
 }
 
-class RdmaMaliciousPeerTest : public RdmaChannelTest, public ::testing::WithParamInterface<const char*> {};
+// Lines of what the channel logged (stderr, captured by the test) that say why a channel ended.
+std::vector<std::string> EndedLines(const std::string& captured) {
+  std::vector<std::string> lines;
+  size_t at = 0;
+  while ((at = captured.find("rdma channel to ", at)) != std::string::npos) {
+    const size_t end = captured.find('\n', at);
+    lines.push_back(captured.substr(at, end - at));
+    at = end;
+  }
+  return lines;
+}
 
-// A garbage prefix or a fragment longer than a slot ends the channel with an error; a write with a bad rkey or
-// outside the ring fails on the writer's side (remote access error) and never reaches this side's memory.
+// The failures below are each found by the queue pair or the channel itself, never by the heartbeat timeout (30 s
+// here) and never by the peer going away (it stays alive, its bootstrap socket open).
+class RdmaFailureTest : public RdmaChannelTest {
+ protected:
+  RdmaFailureTest() { options.heartbeat_timeout_ms = 30000; }
+  void TearDown() override {
+    if (peer > 0) kill(peer, SIGCONT);  // SIGKILL ends a stopped process too; SIGCONT only tidies up
+    RdmaChannelTest::TearDown();
+  }
+  // Receives until the channel ends; returns its status and how long that took, and checks the one log line
+  // (stderr is captured from before the peer is accepted: the channel may end while it accepts).
+  ReceiveStatus ReceiveUntilEnded(const std::string& expected_reason, Clock::duration* took) {
+    IncomingMessage message;
+    const auto start = Clock::now();
+    const ReceiveStatus status = server->Receive(message, 10000);
+    *took = Clock::now() - start;
+    const std::vector<std::string> lines = EndedLines(::testing::internal::GetCapturedStderr());
+    EXPECT_EQ(lines.size(), 1u);
+    if (!lines.empty()) EXPECT_NE(lines[0].find(expected_reason), std::string::npos) << lines[0];
+    EXPECT_TRUE(server->PeerLost());
+    EXPECT_FALSE(server->Send(Bytes("after"), {}));
+    return status;
+  }
+};
+
+class RdmaMaliciousPeerTest : public RdmaFailureTest, public ::testing::WithParamInterface<const char*> {};
+
+// A garbage prefix or a fragment longer than a slot ends the channel with an error. A write with a bad rkey or
+// outside the ring fails on the writer's side (remote access error) and never reaches this side's memory; it puts
+// this side's queue pair in the error state, which flushes its receives: the channel ends at once, though the peer
+// lives on.
 TEST_P(RdmaMaliciousPeerTest, EndsTheChannelCleanly) {
   const std::string kind = GetParam();
+  const bool access_violation = kind == "rkey" || kind == "outside";
   int output = -1;
   peer = Spawn({"raw", endpoint, kind}, &output);
+  ::testing::internal::CaptureStderr();
   AwaitPeer();
-  IncomingMessage message;
-  const auto start = Clock::now();
-  const ReceiveStatus status = server->Receive(message, 10000);
-  EXPECT_LT(Clock::now() - start, std::chrono::seconds(5));
-  if (kind == "prefix" || kind == "oversized") {
-    EXPECT_EQ(status, ReceiveStatus::kError);
-  } else {
-    EXPECT_EQ(status, ReceiveStatus::kPeerLost);  // nothing arrived; the peer then went away
-  }
-  EXPECT_TRUE(server->PeerLost());
-  int exit_status = 0;
-  waitpid(peer, &exit_status, 0);
-  peer = -1;
-  EXPECT_TRUE(WIFEXITED(exit_status) && WEXITSTATUS(exit_status) == 0) << "peer status " << exit_status;
+  Clock::duration took{};
+  const ReceiveStatus status =
+      ReceiveUntilEnded(access_violation ? "error state as a responder" : "malformed traffic", &took);
+  EXPECT_LT(took, std::chrono::seconds(2));
+  EXPECT_EQ(status, access_violation ? ReceiveStatus::kPeerLost : ReceiveStatus::kError);
   char seen[64] = {};
   const ssize_t got = read(output, seen, sizeof(seen) - 1);
   close(output);
   EXPECT_GT(got, 0);
-  EXPECT_EQ(std::string(seen), kind == "rkey" || kind == "outside" ? "remote-access-error\n" : "success\n");
+  EXPECT_EQ(std::string(seen), access_violation ? "remote-access-error\n" : "success\n");
+  EXPECT_TRUE(ProcessExists(peer));
 }
 
 INSTANTIATE_TEST_SUITE_P(Kinds, RdmaMaliciousPeerTest, ::testing::Values("prefix", "oversized", "rkey", "outside"));
+
+// A peer whose process stops (frozen, its host hung) acknowledges nothing: the next write exhausts the transport
+// retries ((retry_count + 1) ACK timeouts, here 3 x 16.8 ms) and the channel ends with that reason.
+class RdmaRetryTest : public RdmaFailureTest {
+ protected:
+  RdmaRetryTest() {
+    options.rdma_timeout_exponent = 12;
+    options.rdma_retry_count = 2;
+  }
+};
+
+TEST_F(RdmaRetryTest, StoppedPeerExceedsTheTransportRetries) {
+  peer = Spawn({"hold", endpoint});
+  ::testing::internal::CaptureStderr();
+  AwaitPeer();
+  ASSERT_TRUE(server->Send(Bytes("ping"), {}));
+  IncomingMessage message;
+  ASSERT_EQ(server->Receive(message, 10000), ReceiveStatus::kMessage);
+  kill(peer, SIGSTOP);
+  ASSERT_TRUE(server->Send(Bytes("unanswered"), {}));
+  Clock::duration took{};
+  EXPECT_EQ(ReceiveUntilEnded("transport retry counter exceeded", &took), ReceiveStatus::kPeerLost);
+  EXPECT_LT(took, std::chrono::seconds(2));
+}
+
+// A peer that posts no receives (it never takes what arrives) but keeps sending heartbeats: once its receives are
+// used up, every write is answered receiver-not-ready, and after the finite RNR retries the channel ends; a send
+// waiting for credits the peer never returns ends with it instead of hanging.
+class RdmaRnrTest : public RdmaFailureTest {
+ protected:
+  RdmaRnrTest() { options.heartbeat_timeout_ms = 300; }  // this side's heartbeats (every 100 ms) use up the receives
+};
+
+TEST_F(RdmaRnrTest, PeerWithoutReceivesExceedsTheRnrRetries) {
+  peer = Spawn({"deaf", endpoint});
+  ::testing::internal::CaptureStderr();
+  AwaitPeer();
+  std::atomic<bool> done{false};
+  int sent = 0;
+  const auto start = Clock::now();
+  std::thread sender([&] {
+    while (sent < 1000 && server->Send(Bytes("m" + std::to_string(sent)), {})) ++sent;
+    done = true;
+  });
+  while (!done && Clock::now() - start < std::chrono::seconds(10)) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  const bool ended = done;
+  if (!ended) kill(peer, SIGKILL);  // a hang: the peer's death unblocks the sender so the test can report it
+  sender.join();
+  const std::vector<std::string> lines = EndedLines(::testing::internal::GetCapturedStderr());
+  ASSERT_TRUE(ended) << "a send hung on a peer without receives";
+  EXPECT_EQ(sent, 32);  // one message per slot of the peer's ring, then no credits come back
+  EXPECT_LT(Clock::now() - start, std::chrono::seconds(5));
+  ASSERT_EQ(lines.size(), 1u);
+  EXPECT_NE(lines[0].find("receiver-not-ready retry counter exceeded"), std::string::npos) << lines[0];
+  EXPECT_TRUE(server->PeerLost());
+}
 
 TEST(RdmaNoDeviceTest, ConnectSaysSo) {
   setenv("CURELAY_EMULATED_VERBS_NO_DEVICE", "1", 1);

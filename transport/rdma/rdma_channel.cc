@@ -335,8 +335,14 @@ class RdmaChannel final : public Channel {
   // Returns true when it made something available to a waiting thread.
   bool Complete(const ibv_wc& wc) {
     if (wc.status != IBV_WC_SUCCESS) {
-      Lose(std::string("work completion failed: ") + StatusText(wc.status) + " (status " +
-           std::to_string(wc.status) + ")");
+      // A receive flushed before any failure of this side's own requests: the queue pair went to the error state as
+      // a responder, which a write breaking the rkey, bounds or access rules does (the target memory is untouched).
+      const bool responder_error = wc.status == IBV_WC_WR_FLUSH_ERR && (wc.wr_id & kReceiveWork) != 0;
+      Lose(std::string("work completion failed: ") +
+           (responder_error ? "queue pair in the error state as a responder (the peer's write broke the rkey, bounds "
+                              "or access rules)"
+                            : StatusText(wc.status)) +
+           " (status " + std::to_string(wc.status) + ")");
       return false;
     }
     if (wc.opcode == IBV_WC_RDMA_WRITE) {

@@ -240,7 +240,7 @@ bool RdmaLink::Setup(int socket_fd, const RdmaSettings& settings, std::string* e
   for (int i = 0; i < depth; ++i) {
     ibv_recv_wr receive{};
     ibv_recv_wr* bad = nullptr;
-    receive.wr_id = static_cast<uint64_t>(i);
+    receive.wr_id = kReceiveWork | static_cast<uint64_t>(i);
     if (verbs_->post_recv(qp_, &receive, &bad) != 0) return fail("ibv_post_recv");
   }
   uint32_t psn = 0;

@@ -15,7 +15,10 @@ namespace curelay::transport {
 struct RdmaSettings {
   int timeout_exponent = 20;   // local ACK timeout 4.096 us * 2^20, about 4.3 s per attempt (NCCL_IB_TIMEOUT)
   int retry_count = 7;         // NCCL_IB_RETRY_CNT
-  int rnr_retry = 7;           // 7: retry forever (credits keep receives posted; RNR means a bug, not a peer)
+  // Credits keep a receive posted for everything a conforming peer sends, so RNR means a broken or hostile peer: the
+  // largest finite count (7 would retry forever, and a peer that posts no receives would hang every send) ends the
+  // channel after 7 naks, at most 7 x 491 ms (the largest RNR timer a responder can ask for).
+  int rnr_retry = 6;
   int min_rnr_timer = 12;      // 0.64 ms
   uint32_t slot_bytes = 64 << 10;
   uint32_t slot_count = 32;
@@ -94,6 +97,9 @@ class RdmaLink {
   RdmaHello peer_{};
   std::string peer_name_;
 };
+
+// wr_id of a posted receive: this bit and the receive's index (send work requests use small numbers).
+inline constexpr uint64_t kReceiveWork = uint64_t{1} << 32;
 
 // Immediate data of a fragment write: its length; with kCreditFlag set, a credit message returning that many slots
 // (none: a heartbeat).
