@@ -22,6 +22,11 @@ Channel* FirstPeerChannel::Choose(const std::shared_ptr<Channel>& channel) {
   return channel.get();
 }
 
+void FirstPeerChannel::Drop(const std::shared_ptr<Channel>& channel) {
+  std::lock_guard lock(mutex_);
+  candidates_.erase(std::remove(candidates_.begin(), candidates_.end(), channel), candidates_.end());
+}
+
 bool FirstPeerChannel::Send(std::span<const uint8_t> header, std::span<const uint8_t> payload) {
   Channel* chosen = chosen_.load();
   return chosen != nullptr && chosen->Send(header, payload);
@@ -32,14 +37,19 @@ ReceiveStatus FirstPeerChannel::Receive(IncomingMessage& message, int timeout_ms
   using Clock = std::chrono::steady_clock;
   const auto deadline = timeout_ms < 0 ? Clock::time_point::max() : Clock::now() + std::chrono::milliseconds(timeout_ms);
   for (;;) {
-    for (const auto& candidate : Candidates()) {
-      // The first transport with anything to say is the session's, whatever it says: a peer lost or malformed
-      // traffic before the first message ends the session as it would on that transport alone.
+    const auto candidates = Candidates();
+    for (const auto& candidate : candidates) {
+      // The first transport with anything to say is the session's: its first message, or malformed traffic (which
+      // ends the session as on that transport alone). A peer that came and went without a word (a port scan of
+      // the tcp port) only closes that transport while another may still bring the client.
       const ReceiveStatus status = candidate->Receive(message, 0);
-      if (status != ReceiveStatus::kTimeout) {
-        Choose(candidate);
-        return status;
+      if (status == ReceiveStatus::kTimeout) continue;
+      if (status == ReceiveStatus::kPeerLost && candidates.size() > 1) {
+        Drop(candidate);
+        break;
       }
+      Choose(candidate);
+      return status;
     }
     const auto now = Clock::now();
     if (now >= deadline) return ReceiveStatus::kTimeout;

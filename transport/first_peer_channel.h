@@ -1,6 +1,7 @@
 // A bound channel over several transports at once (an executor serving a backend that listens on ipc://, tcp://
-// and rdma://): it waits on all of them and serves the first one that has anything to say (a message, a lost
-// peer, malformed traffic); the others are closed then, so their ports take no second peer. Internal to
+// and rdma://): it waits on all of them and serves the first one that has anything to say (a message, or malformed
+// traffic); the others are closed then, so their ports take no second peer. A transport whose peer came and went
+// without a word is closed alone while others remain. Internal to
 // transport/ (BindChannel makes one when the endpoints name more than one transport).
 #pragma once
 
@@ -30,6 +31,7 @@ class FirstPeerChannel final : public Channel {
  private:
   std::vector<std::shared_ptr<Channel>> Candidates() const;
   Channel* Choose(const std::shared_ptr<Channel>& channel);
+  void Drop(const std::shared_ptr<Channel>& channel);
 
   mutable std::mutex mutex_;  // guards candidates_ (AwaitActivity may run beside another operation)
   std::vector<std::shared_ptr<Channel>> candidates_;

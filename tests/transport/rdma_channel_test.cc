@@ -135,6 +135,9 @@ TEST_P(FirstPeerBindTest, ServesWhicheverTransportSpeaksFirst) {
   IncomingMessage message;
   EXPECT_EQ(server->Receive(message, 20), ReceiveStatus::kTimeout);
   EXPECT_FALSE(server->Send(Bytes("nobody"), {}));
+  // A port scan of the other transport (connect, close) chooses nothing and ends nothing.
+  EXPECT_TRUE(Listening(untaken));
+  EXPECT_EQ(server->Receive(message, 300), ReceiveStatus::kTimeout);
   // rdma:// connects only once the bound side accepts, which it does while receiving.
   std::unique_ptr<Channel> client;
   std::thread connecting([&] {
