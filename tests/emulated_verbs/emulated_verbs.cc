@@ -272,6 +272,14 @@ std::chrono::microseconds AckTimeout(uint8_t timeout) {
   return std::chrono::microseconds(static_cast<int64_t>(4.096 * static_cast<double>(uint64_t{1} << timeout)));
 }
 
+}  // namespace
+
+// RDMA WRITEs without immediate data (with bytes) this process's memory took as a responder: tests see through it
+// whether a transport used its bulk path.
+extern "C" __attribute__((visibility("default"))) std::atomic<uint64_t> curelay_emulated_verbs_plain_writes{0};
+
+namespace {
+
 // ---- the responder: applies one inbound data packet to this process's memory. Caller holds qp->mutex. ----
 
 void Respond(EmulatedQp* qp, const Packet& packet, const std::vector<uint8_t>& payload) {
@@ -312,6 +320,7 @@ void Respond(EmulatedQp* qp, const Packet& packet, const std::vector<uint8_t>& p
   }
   if (is_write) {
     if (packet.length > 0) std::memcpy(reinterpret_cast<void*>(packet.remote_addr), payload.data(), packet.length);
+    if (packet.length > 0 && opcode == IBV_WR_RDMA_WRITE) ++curelay_emulated_verbs_plain_writes;
     if (consumes_receive) {
       const RecvRequest receive = std::move(qp->recvs.front());
       qp->recvs.pop_front();

@@ -195,6 +195,47 @@ TEST_F(RdmaChannelTest, OrderedMessagesSmallAndLargeRoundTrip) {
   EXPECT_FALSE(server->PeerLost());
 }
 
+// Payloads of 256 KiB and more travel as plain RDMA WRITEs into the receiver's bulk region (the fixture counts those
+// this process takes), smaller ones through the slots; a payload larger than the region, or one that finds no room
+// in it, goes through the slots too. Every byte comes back as sent, through many wraps of the 8 MiB region.
+TEST_F(RdmaChannelTest, LargePayloadsTakeTheBulkRegion) {
+  void* library = dlopen("libibverbs.so.1", RTLD_NOW | RTLD_NOLOAD);
+  ASSERT_NE(library, nullptr);
+  auto* plain_writes = static_cast<std::atomic<uint64_t>*>(dlsym(library, "curelay_emulated_verbs_plain_writes"));
+  ASSERT_NE(plain_writes, nullptr);
+  peer = Spawn({"echo", endpoint});
+  AwaitPeer();
+  const auto round_trip = [&](size_t size, int seed) {
+    ASSERT_TRUE(server->Send(Bytes("s" + std::to_string(seed)), Bytes(Pattern(size, seed))));
+    IncomingMessage message;
+    ASSERT_EQ(server->Receive(message, 10000), ReceiveStatus::kMessage) << size;
+    EXPECT_EQ(Text(message.header), "s" + std::to_string(seed));
+    ASSERT_EQ(message.payload.size(), size);
+    EXPECT_TRUE(Text(message.payload) == Pattern(size, seed)) << size;
+  };
+  const uint64_t before = plain_writes->load();
+  for (int i = 0; i < 8; ++i) round_trip((256 << 10) - 1, i);  // just below the threshold: slots
+  EXPECT_EQ(plain_writes->load(), before);
+  const size_t sizes[] = {256 << 10, (1 << 20) + 7, 3 << 20, 8 << 20, (8 << 20) + 1, 300 << 10, 5 << 20};
+  int seed = 100;
+  for (int round = 0; round < 4; ++round) {
+    for (size_t size : sizes) round_trip(size, seed++);
+  }
+  // At least the 256 KiB, 1 MiB and 300 KiB payloads of every round came through the region.
+  EXPECT_GE(plain_writes->load() - before, 4u * 3);
+  // Both directions at once, with the region full most of the time: bulk and slot messages interleave in order.
+  std::thread sender([&] {
+    for (int i = 0; i < 24; ++i) ASSERT_TRUE(server->Send(Bytes("b" + std::to_string(i)), Bytes(Pattern(3 << 20, i))));
+  });
+  for (int i = 0; i < 24; ++i) {
+    IncomingMessage message;
+    ASSERT_EQ(server->Receive(message, 10000), ReceiveStatus::kMessage) << i;
+    EXPECT_EQ(Text(message.header), "b" + std::to_string(i));
+    EXPECT_TRUE(Text(message.payload) == Pattern(3 << 20, i)) << i;
+  }
+  sender.join();
+}
+
 TEST_F(RdmaChannelTest, BothDirectionsAtOnce) {
   ASSERT_TRUE(server->FullDuplex());
   peer = Spawn({"echo", endpoint});
@@ -284,7 +325,7 @@ class RdmaMaliciousPeerTest : public RdmaFailureTest, public ::testing::WithPara
 // lives on.
 TEST_P(RdmaMaliciousPeerTest, EndsTheChannelCleanly) {
   const std::string kind = GetParam();
-  const bool access_violation = kind == "rkey" || kind == "outside";
+  const bool access_violation = kind == "rkey" || kind == "outside";  // prefix, oversized, bulk: malformed
   int output = -1;
   peer = Spawn({"raw", endpoint, kind}, &output);
   ::testing::internal::CaptureStderr();
@@ -302,7 +343,8 @@ TEST_P(RdmaMaliciousPeerTest, EndsTheChannelCleanly) {
   EXPECT_TRUE(ProcessExists(peer));
 }
 
-INSTANTIATE_TEST_SUITE_P(Kinds, RdmaMaliciousPeerTest, ::testing::Values("prefix", "oversized", "rkey", "outside"));
+INSTANTIATE_TEST_SUITE_P(Kinds, RdmaMaliciousPeerTest,
+                         ::testing::Values("prefix", "oversized", "bulk", "rkey", "outside"));
 
 // A peer whose process stops (frozen, its host hung) acknowledges nothing: the next write exhausts the transport
 // retries ((retry_count + 1) ACK timeouts, here 3 x 16.8 ms) and the channel ends with that reason.

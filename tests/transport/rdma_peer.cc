@@ -2,7 +2,7 @@
 //   rdma_peer echo ENDPOINT          connects and sends every message back until the channel ends
 //   rdma_peer hold ENDPOINT          connects, answers one message, then waits to be killed
 //   rdma_peer raw ENDPOINT KIND      brings up a bare queue pair, writes one bad fragment (KIND: prefix,
-//                                    oversized, rkey, outside), prints what its own side saw, and waits to be killed
+//                                    oversized, bulk, rkey, outside), prints what its own side saw, and waits to be killed
 //   rdma_peer deaf ENDPOINT          brings up a bare queue pair and sends heartbeats, but never takes what arrives
 //                                    (its receives are used up, never posted again), until killed
 #include <arpa/inet.h>
@@ -54,6 +54,10 @@ int Raw(const std::string& endpoint, const std::string& kind) {
   std::memset(slot, 0x5c, link->peer().slot_bytes);
   if (kind == "prefix") {
     // Garbage where the message prefix belongs.
+  } else if (kind == "bulk") {
+    // A bulk message (payload already in the receiver's bulk region) claiming more than that region holds.
+    const uint32_t words[4] = {0x6d736732, 8, link->peer().bulk_bytes + 4096, 0};
+    std::memcpy(slot, words, sizeof(words));
   } else if (kind == "oversized") {
     immediate = link->peer().slot_bytes + 1;  // claims more than a slot holds
   } else if (kind == "rkey") {
