@@ -398,13 +398,16 @@ void Broker::Admit(const PendingHello& hello, ExecutorProcess& executor) {
     Refuse(request, CUDA_ERROR_OPERATING_SYSTEM, "executor lost before the session started");
     return;
   }
-  const bool ipc = IsIpc(settings_.listen_endpoints.at(request.endpoint_index));
+  // The executor serves its client on whichever transport the client came on: it is told that one's endpoint.
+  const auto listen = transport::Endpoint::Parse(settings_.listen_endpoints.at(request.endpoint_index));
+  const bool ipc = listen && listen->same_host();
+  const bool rdma = listen && listen->kind == transport::Endpoint::Kind::kRdma;
   flatbuffers::FlatBufferBuilder builder;
   const auto key = builder.CreateVector(assignment.key);
   const auto ipc_endpoint = builder.CreateString(ipc ? executor.ready.ipc_endpoint : std::string());
   builder.Finish(wire::CreateWelcome(builder, CUDA_SUCCESS, builder.CreateString("admitted"),
                                      assignment.session_id, key, ipc_endpoint,
-                                     ipc ? 0 : executor.ready.tcp_port));
+                                     ipc ? 0 : rdma ? executor.ready.rdma_port : executor.ready.tcp_port));
   listener_->Reply(request, {builder.GetBufferPointer(), builder.GetSize()});
   spdlog::info("session {} -> executor pid {} (tenant '{}')", assignment.session_id, executor.pid,
                hello.session.tenant.empty() ? "(anonymous)" : hello.session.tenant);

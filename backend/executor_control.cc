@@ -35,7 +35,7 @@ ControlRecord Decode(const uint8_t* bytes, size_t size) {
       return record;
     }
     record.kind = ControlRecord::Kind::kReady;
-    record.ready = {text(ready->ipc_endpoint()), ready->tcp_port(), ready->devices()};
+    record.ready = {text(ready->ipc_endpoint()), ready->tcp_port(), ready->rdma_port(), ready->devices()};
   } else if (const auto* failed = message->body_as_ExecutorFailed()) {
     record.kind = ControlRecord::Kind::kFailed;
     record.result = static_cast<CUresult>(failed->result());
@@ -71,13 +71,18 @@ flatbuffers::DetachedBuffer Finish(flatbuffers::FlatBufferBuilder& builder, cont
 
 }  // namespace
 
-bool ControlLine::SendReady(const std::string& ipc_endpoint, const std::string& tcp_endpoint, int devices) {
-  uint16_t port = 0;
-  if (const auto colon = tcp_endpoint.rfind(':'); colon != std::string::npos) {
-    std::from_chars(tcp_endpoint.data() + colon + 1, tcp_endpoint.data() + tcp_endpoint.size(), port);
-  }
+bool ControlLine::SendReady(const std::string& ipc_endpoint, const std::string& tcp_endpoint,
+                            const std::string& rdma_endpoint, int devices) {
+  const auto port_of = [](const std::string& endpoint) {
+    uint16_t port = 0;
+    if (const auto colon = endpoint.rfind(':'); colon != std::string::npos) {
+      std::from_chars(endpoint.data() + colon + 1, endpoint.data() + endpoint.size(), port);
+    }
+    return port;
+  };
   flatbuffers::FlatBufferBuilder builder;
-  const auto body = control::CreateExecutorReady(builder, builder.CreateString(ipc_endpoint), port, devices);
+  const auto body = control::CreateExecutorReady(builder, builder.CreateString(ipc_endpoint), port_of(tcp_endpoint),
+                                                 devices, port_of(rdma_endpoint));
   const auto bytes = Finish(builder, control::ControlBody::ExecutorReady, body);
   return Send(bytes.data(), bytes.size());
 }

@@ -13,11 +13,12 @@ namespace curelay::backend {
 
 // Bumped whenever control.fbs changes incompatibly; backend and executors are always built together, so a mismatch
 // means a stale executor binary, refused with a clear error.
-inline constexpr uint32_t kControlVersion = 2;
+inline constexpr uint32_t kControlVersion = 3;
 
 struct ExecutorReady {
   std::string ipc_endpoint;  // empty when the executor has none
-  uint16_t tcp_port = 0;     // its tcp port, or its rdma:// bootstrap port; 0 when it has neither
+  uint16_t tcp_port = 0;     // its ZeroMQ tcp port; 0 when it has none
+  uint16_t rdma_port = 0;    // its rdma:// bootstrap port; 0 when it has none
   int devices = 0;           // the GPUs its driver shows it (all of the host's, or the tenant's it was started for)
 };
 
@@ -49,7 +50,9 @@ class ControlLine {
  public:
   explicit ControlLine(int fd) : fd_(fd) {}
   // Each returns false when the peer is gone.
-  bool SendReady(const std::string& ipc_endpoint, const std::string& tcp_endpoint, int devices);
+  // Endpoints as the channel names them (empty: none of that kind); only the ports of tcp and rdma travel.
+  bool SendReady(const std::string& ipc_endpoint, const std::string& tcp_endpoint, const std::string& rdma_endpoint,
+                 int devices);
   bool SendFailed(CUresult result, const std::string& reason);
   bool SendSession(const SessionAssignment& assignment);
   bool SendFaulted(CUresult result);

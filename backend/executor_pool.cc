@@ -94,8 +94,8 @@ bool ExecutorPool::Start(const ExecutorKind& kind) {
   for (const auto& host : settings_.tcp_hosts) {
     args.insert(args.end(), {"--bind", "tcp://" + host + ":" + settings_.tcp_ports});
   }
-  for (const auto& host : settings_.rdma_hosts) {
-    args.insert(args.end(), {"--bind", "rdma://" + host + ":" + settings_.tcp_ports});
+  if (!settings_.rdma_host.empty()) {
+    args.insert(args.end(), {"--bind", "rdma://" + settings_.rdma_host + ":" + settings_.tcp_ports});
   }
   args.insert(args.end(), {"--heartbeat-timeout-ms", std::to_string(settings_.heartbeat_timeout_ms)});
   if (!gpus.empty()) args.insert(args.end(), {"--host-gpus", FormatGpuList(gpus)});
@@ -152,8 +152,8 @@ void ExecutorPool::ReadControlLines() {
           consecutive_failures_ = 0;
           host_gpus_ = executor->ready.devices;
         }
-        spdlog::debug("executor pid {} ready ({}, tcp port {})", executor->pid, executor->ready.ipc_endpoint,
-                      executor->ready.tcp_port);
+        spdlog::debug("executor pid {} ready ({}, tcp port {}, rdma port {})", executor->pid,
+                      executor->ready.ipc_endpoint, executor->ready.tcp_port, executor->ready.rdma_port);
       } else if (record.kind == Kind::kFailed) {
         executor->failure = record.result;
         executor->failure_reason = record.reason;

@@ -29,8 +29,8 @@ struct ExecutorSettings {
   // root would pass the permission check).
   std::string private_dir() const { return runtime_dir + "/private"; }
   std::vector<std::string> tcp_hosts;  // hosts of tcp listen endpoints; executors bind a free port on each
-  std::vector<std::string> rdma_hosts;  // the host of an rdma listen endpoint (then the only one): executors bind
-                                        // rdma://HOST:tcp_ports
+  std::string rdma_host;               // the host of the rdma listen endpoint, if any: executors bind
+                                        // rdma://HOST:tcp_ports beside their ipc and tcp endpoints
   bool ipc = true;                     // whether executors bind an ipc endpoint
   std::string log_level = "info";
   std::string tcp_ports = "*";          // the port part of each tcp or rdma bind: "*" (any) or "LOW-HIGH"

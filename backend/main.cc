@@ -41,7 +41,7 @@ int Usage() {
                "                       [--admin-socket PATH] [--allow-anonymous] [--metrics HOST:PORT]\n"
                "  --config      TOML file with [backend] and [admin] settings (docs/configuration.md); flags win\n"
                "  --listen      ipc://PATH, tcp://HOST:PORT (repeatable; default ipc:///dev/shm/curelay/backend.sock)\n"
-               "                or rdma://HOST:PORT alone (handshake on tcp HOST:PORT, sessions over RDMA)\n"
+               "                or rdma://HOST:PORT (at most one; handshake on tcp HOST:PORT, sessions over RDMA)\n"
                "  --driver      the real libcuda.so.1 (default $CURELAY_REAL_DRIVER or libcuda.so.1 on the\n"
                "                loader path; the curelay shim itself is refused)\n"
                "  --executor    the curelay-executor binary (default: next to this one)\n"
@@ -53,7 +53,8 @@ int Usage() {
                "  --allow-anonymous admit clients without a tenant token (no limits apply to them)\n"
                "  --metrics     HOST:PORT to serve Prometheus metrics on (/metrics; unauthenticated: keep it private)\n"
                "  --usage-interval SECONDS the usage ledger's interval (default 300)\n"
-               "  --executor-ports LOW-HIGH tcp ports executors bind (rdma: their bootstrap sockets), one each (default: any)\n"
+               "  --executor-ports LOW-HIGH tcp ports executors bind: one for tcp://, one for rdma:// (the queue pair's bootstrap\n"
+               "                socket) when the backend listens on it (default: any)\n"
                "  --heartbeat-timeout-ms MS a silent client's session ends after this (default 5000)\n"
                "  --mps-control PATH nvidia-cuda-mps-control for spatially shared tenants (default: looked up)\n");
   return 2;
@@ -156,16 +157,15 @@ int main(int argc, char** argv) {
       settings.executors.ipc = true;
       mkdir(endpoint->directory().c_str(), 0755);
     } else if (endpoint->kind == curelay::transport::Endpoint::Kind::kRdma) {
-      settings.executors.rdma_hosts.push_back(endpoint->host);
+      // An executor reports one rdma port (ExecutorReady.rdma_port), so one rdma host; 0.0.0.0 serves every NIC.
+      if (!settings.executors.rdma_host.empty()) {
+        spdlog::critical("one rdma:// listen endpoint at most (rdma://0.0.0.0:PORT listens on every interface)");
+        return 2;
+      }
+      settings.executors.rdma_host = endpoint->host;
     } else {
       settings.executors.tcp_hosts.push_back(endpoint->host);
     }
-  }
-  // An executor binds one channel, and an rdma:// channel binds alone (transport/channel_seam.cc).
-  if (!settings.executors.rdma_hosts.empty() &&
-      (settings.executors.ipc || !settings.executors.tcp_hosts.empty() || settings.executors.rdma_hosts.size() > 1)) {
-    spdlog::critical("an rdma:// listen endpoint must be the backend's only one (run another backend for ipc/tcp)");
-    return 2;
   }
   mkdir(settings.executors.runtime_dir.c_str(), 0755);
   if (mkdir(settings.executors.private_dir().c_str(), 0700) != 0 && errno != EEXIST) {

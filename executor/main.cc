@@ -141,9 +141,10 @@ int main(int argc, char** argv) {
     control.SendFailed(CUDA_ERROR_OPERATING_SYSTEM, error);
     return 1;
   }
-  // The port a remote client reaches: the ZeroMQ tcp socket's, or the bootstrap socket's of an rdma:// channel.
-  const std::string remote = channel->BoundEndpoint("tcp");
-  control.SendReady(channel->BoundEndpoint("ipc"), remote.empty() ? channel->BoundEndpoint("rdma") : remote, devices);
+  // The backend tells each client the endpoint of the transport it came on; the session runs on whichever one
+  // its client attaches over (BindChannel).
+  control.SendReady(channel->BoundEndpoint("ipc"), channel->BoundEndpoint("tcp"), channel->BoundEndpoint("rdma"),
+                    devices);
 
   backend::ControlRecord record;
   if (!control.Receive(&record)) {

@@ -58,8 +58,8 @@ struct ChannelOptions {
 // Client side of a session: connects to one executor endpoint.
 std::unique_ptr<Channel> ConnectChannel(const std::string& endpoint, const ChannelOptions& options,
                                         std::string* error);
-// Executor side: binds every endpoint given (e.g. an ipc path and a tcp wildcard, or a tcp port range: the first
-// free port in it) and serves one peer.
+// Executor side: binds every endpoint given (e.g. an ipc path, a tcp wildcard and an rdma port range: the first
+// free port in it) and serves one peer, on whichever of them it comes (the first to send anything).
 std::unique_ptr<Channel> BindChannel(std::span<const std::string> endpoints, const ChannelOptions& options,
                                      std::string* error);
 

@@ -1,6 +1,11 @@
 // ConnectChannel/BindChannel: the one place where an endpoint's scheme picks the transport.
 #include "transport/channel.h"
+
+#include <iterator>
+#include <vector>
+
 #include "transport/endpoint.h"
+#include "transport/first_peer_channel.h"
 #include "transport/rdma/rdma_channel.h"
 #include "transport/zmq/zmq_channel.h"
 
@@ -15,18 +20,33 @@ std::unique_ptr<Channel> ConnectChannel(const std::string& endpoint, const Chann
 
 std::unique_ptr<Channel> BindChannel(std::span<const std::string> endpoints, const ChannelOptions& options,
                                      std::string* error) {
-  size_t rdma = 0;
+  // ZeroMQ binds its ipc and tcp endpoints on one socket; each rdma endpoint is a queue pair's listener of its own.
+  std::vector<std::string> zmq_endpoints;
+  std::vector<std::unique_ptr<Channel>> candidates;
   for (const auto& endpoint : endpoints) {
     const auto parsed = Endpoint::Parse(endpoint);
-    if (parsed && parsed->kind == Endpoint::Kind::kRdma) ++rdma;
+    if (!parsed || parsed->kind != Endpoint::Kind::kRdma) {
+      zmq_endpoints.push_back(endpoint);
+      continue;
+    }
+    std::unique_ptr<Channel> rdma = BindRdmaChannel(*parsed, options, error);
+    if (rdma == nullptr) return nullptr;
+    candidates.push_back(std::move(rdma));
   }
-  if (rdma == 0) return BindZmqChannel(endpoints, options, error);
-  // One channel serves one peer over one transport: an rdma endpoint is bound alone.
-  if (rdma != 1 || endpoints.size() != 1) {
-    *error = "an rdma:// endpoint must be the only endpoint a channel binds";
+  if (!zmq_endpoints.empty()) {
+    std::unique_ptr<Channel> zmq = BindZmqChannel(zmq_endpoints, options, error);
+    if (zmq == nullptr) return nullptr;
+    candidates.insert(candidates.begin(), std::move(zmq));
+  }
+  if (candidates.empty()) {
+    *error = "no endpoint to bind";
     return nullptr;
   }
-  return BindRdmaChannel(*Endpoint::Parse(endpoints[0]), options, error);
+  if (candidates.size() == 1) return std::move(candidates[0]);
+  // One peer per session, on whichever transport it comes.
+  return std::make_unique<FirstPeerChannel>(
+      std::vector<std::shared_ptr<Channel>>(std::make_move_iterator(candidates.begin()),
+                                            std::make_move_iterator(candidates.end())));
 }
 
 }  // namespace curelay::transport

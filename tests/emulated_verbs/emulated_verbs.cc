@@ -272,6 +272,14 @@ std::chrono::microseconds AckTimeout(uint8_t timeout) {
   return std::chrono::microseconds(static_cast<int64_t>(4.096 * static_cast<double>(uint64_t{1} << timeout)));
 }
 
+}  // namespace
+
+// RDMA WRITEs without immediate data (with bytes) this process's memory took as a responder: tests see through it
+// whether a transport used its bulk path.
+extern "C" __attribute__((visibility("default"))) std::atomic<uint64_t> curelay_emulated_verbs_plain_writes{0};
+
+namespace {
+
 // ---- the responder: applies one inbound data packet to this process's memory. Caller holds qp->mutex. ----
 
 void Respond(EmulatedQp* qp, const Packet& packet, const std::vector<uint8_t>& payload) {
@@ -287,16 +295,23 @@ void Respond(EmulatedQp* qp, const Packet& packet, const std::vector<uint8_t>& p
     reply.opcode = static_cast<uint32_t>(syndrome) | (uint32_t{qp->min_rnr_timer} << 24);
     qp->control.push_back(reply);
   };
+  // A remote access violation (the spec's class C responder error) naks the requester and puts this QP in the error
+  // state too: its posted receives are flushed, so its owner learns of the attempt at once (a real HCA also raises
+  // IBV_EVENT_QP_ACCESS_ERR, an async event this fixture does not emulate).
+  const auto access_violation = [&] {
+    nak(NakSyndrome::kRemoteAccess);
+    EnterError(qp);
+  };
   if (is_write && packet.length > 0) {
     const EmulatedMr* mr = FindMr(packet.rkey);
     if (mr == nullptr || mr->base.pd != qp->base.pd || (mr->access & IBV_ACCESS_REMOTE_WRITE) == 0 ||
         (qp->access_flags & IBV_ACCESS_REMOTE_WRITE) == 0 || !Covers(mr, packet.remote_addr, packet.length)) {
-      nak(NakSyndrome::kRemoteAccess);
+      access_violation();
       return;
     }
   }
   if (is_write && packet.length == 0 && (qp->access_flags & IBV_ACCESS_REMOTE_WRITE) == 0) {
-    nak(NakSyndrome::kRemoteAccess);
+    access_violation();
     return;
   }
   if (consumes_receive && qp->recvs.empty()) {
@@ -305,6 +320,7 @@ void Respond(EmulatedQp* qp, const Packet& packet, const std::vector<uint8_t>& p
   }
   if (is_write) {
     if (packet.length > 0) std::memcpy(reinterpret_cast<void*>(packet.remote_addr), payload.data(), packet.length);
+    if (packet.length > 0 && opcode == IBV_WR_RDMA_WRITE) ++curelay_emulated_verbs_plain_writes;
     if (consumes_receive) {
       const RecvRequest receive = std::move(qp->recvs.front());
       qp->recvs.pop_front();

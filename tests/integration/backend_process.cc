@@ -59,6 +59,9 @@ BackendProcess::~BackendProcess() {
 }
 
 bool BackendProcess::Start() {
+  // Emptied before the fork: after a restart the previous run's "listening on" line must not be taken for this one's
+  // (a tcp or rdma backend binds a new port).
+  std::ofstream(log_path_, std::ios::trunc).close();
   pid_ = fork();
   if (pid_ == 0) {
     const int log = open(log_path_.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
@@ -139,11 +142,13 @@ std::vector<pid_t> BackendProcess::Children() const {
 namespace {
 
 pid_t StartProgram(const std::string& program, const std::vector<std::string>& args,
-                   const std::map<std::string, std::string>& env, const std::string& output_path) {
+                   const std::map<std::string, std::string>& env, const std::string& output_path,
+                   const std::string& log_path) {
   const pid_t pid = fork();
   if (pid == 0) {
     const int out = open(output_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
     dup2(out, 1);
+    if (!log_path.empty()) dup2(open(log_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644), 2);
     ExecWithEnv(program, args, env);
   }
   return pid;
@@ -152,8 +157,8 @@ pid_t StartProgram(const std::string& program, const std::vector<std::string>& a
 }  // namespace
 
 pid_t StartClient(const std::vector<std::string>& args, const std::map<std::string, std::string>& env,
-                  const std::string& output_path) {
-  return StartProgram(CURELAY_TEST_CLIENT_PATH, args, env, output_path);
+                  const std::string& output_path, const std::string& log_path) {
+  return StartProgram(CURELAY_TEST_CLIENT_PATH, args, env, output_path, log_path);
 }
 
 ProcessResult RunClient(const std::vector<std::string>& args, const std::map<std::string, std::string>& env,
@@ -166,7 +171,7 @@ ProcessResult RunProgram(const std::string& program, const std::vector<std::stri
   char pattern[] = "/tmp/curelay-client-XXXXXX";
   const int fd = mkstemp(pattern);
   close(fd);
-  const pid_t pid = StartProgram(program, args, env, pattern);
+  const pid_t pid = StartProgram(program, args, env, pattern, {});
   ProcessResult result;
   int status = 0;
   if (!WaitFor([&] { return waitpid(pid, &status, WNOHANG) == pid; }, timeout)) {

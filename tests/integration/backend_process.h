@@ -5,6 +5,7 @@
 #include <sys/types.h>
 
 #include <chrono>
+#include <cstdlib>
 #include <map>
 #include <string>
 #include <vector>
@@ -58,6 +59,15 @@ class BackendProcess {
   std::vector<std::string> extra_args_;
 };
 
+// The transport CURELAY_TEST_TRANSPORT names (tcp or rdma; otherwise ipc), for suites whose backends run on each.
+inline BackendProcess::Transport TestTransport() {
+  const char* variable = std::getenv("CURELAY_TEST_TRANSPORT");
+  const std::string transport = variable != nullptr ? variable : "";
+  return transport == "tcp"    ? BackendProcess::Transport::kTcp
+         : transport == "rdma" ? BackendProcess::Transport::kRdma
+                               : BackendProcess::Transport::kIpc;
+}
+
 bool ProcessExists(pid_t pid);
 // Waits until `condition` holds, polling, for at most `timeout`.
 template <typename Condition>
@@ -78,9 +88,10 @@ struct ProcessResult {
 // Runs the test client with arguments and environment additions; kills it after `timeout`.
 ProcessResult RunClient(const std::vector<std::string>& args, const std::map<std::string, std::string>& env,
                         std::chrono::milliseconds timeout);
-// Starts the test client without waiting; its stdout goes to `output_path`.
+// Starts the test client without waiting; its stdout goes to `output_path` (and its stderr, the shim's and the
+// transport's log lines, to `log_path` when one is given).
 pid_t StartClient(const std::vector<std::string>& args, const std::map<std::string, std::string>& env,
-                  const std::string& output_path);
+                  const std::string& output_path, const std::string& log_path = {});
 // The same for another program (a probe built for one suite).
 ProcessResult RunProgram(const std::string& program, const std::vector<std::string>& args,
                          const std::map<std::string, std::string>& env, std::chrono::milliseconds timeout);

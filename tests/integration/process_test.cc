@@ -1,10 +1,12 @@
 // Failure isolation with real processes: clients and executors killed mid-run, garbage on the wire, an
 // unreachable backend, fork. Each test has a backend of its own.
+#include <arpa/inet.h>
 #include <gtest/gtest.h>
 #include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <cstring>
 #include <fstream>
 #include <random>
 #include <sstream>
@@ -13,6 +15,7 @@
 #include "schema/wire.h"
 #include "tests/integration/backend_process.h"
 #include "transport/channel.h"
+#include "transport/rdma/rdma_link.h"
 #include "transport/shm/shm_channel.h"
 
 namespace curelay::testing {
@@ -109,6 +112,75 @@ TEST(ProcessTest, BasicClientOverEveryTransport) {
                                                                                     << backend.Log();
     EXPECT_TRUE(WaitFor([&] { return backend.Log().find(c.expected) != std::string::npos; }, 5s))
         << backend.endpoint() << " CURELAY_SHM=" << c.shm << "\n" << backend.Log();
+  }
+}
+
+// The endpoint a backend reported listening on for `scheme` (its port resolved from "*").
+std::string ListeningOn(const BackendProcess& backend, const std::string& scheme) {
+  const std::string log = backend.Log();
+  const std::string marker = "listening on " + scheme + "://";
+  const auto at = log.find(marker);
+  if (at == std::string::npos) return {};
+  const auto start = at + std::string("listening on ").size();
+  return log.substr(start, log.find_first_of(" \n", start) - start);
+}
+
+// One backend listening on ipc://, tcp:// and rdma:// at once serves a client of each at the same time: every
+// executor (the warm pool's among them) binds all three, and serves its client on the transport it came on.
+TEST(ProcessTest, OneBackendServesIpcTcpAndRdmaClientsAtOnce) {
+  BackendProcess backend("mixed");
+  backend.AddArguments({"--listen", "tcp://127.0.0.1:*", "--listen", "rdma://127.0.0.1:*", "--warm-pool", "2"});
+  ASSERT_TRUE(backend.Start()) << backend.Log();
+  std::string tcp, rdma;
+  ASSERT_TRUE(WaitFor([&] { return !(tcp = ListeningOn(backend, "tcp")).empty() &&
+                                   !(rdma = ListeningOn(backend, "rdma")).empty(); }, 5s))
+      << backend.Log();
+  const std::string go = "/tmp/curelay-mixed-go-" + std::to_string(getpid());
+  unlink(go.c_str());
+  struct Client {
+    std::string endpoint;
+    std::string attached;
+    std::string output;
+    pid_t pid = -1;
+  };
+  std::vector<Client> clients = {{backend.endpoint(), "attached over shared memory"},
+                                 {tcp, "attached over ZeroMQ"},
+                                 {rdma, "attached over RDMA"}};
+  for (Client& client : clients) {
+    client.output = "/tmp/curelay-mixed-" + std::to_string(getpid()) + "-" + std::to_string(&client - clients.data());
+    client.pid = StartClient({"work", CURELAY_TEST_PTX_PATH, go},
+                             {{"CURELAY_ENDPOINT", client.endpoint}, {"CURELAY_CONNECT_TIMEOUT_MS", "5000"}},
+                             client.output);
+  }
+  // Every session is attached (each on its own transport) before any of them works.
+  for (const Client& client : clients) {
+    EXPECT_TRUE(WaitFor([&] { return ReadFile(client.output).find("READY") != std::string::npos; }, 30s))
+        << client.endpoint << ": " << ReadFile(client.output) << "\n" << backend.Log();
+    EXPECT_TRUE(WaitFor([&] { return backend.Log().find(client.attached) != std::string::npos; }, 5s))
+        << client.endpoint << "\n" << backend.Log();
+  }
+  std::ofstream(go).put('1');
+  for (Client& client : clients) {
+    int status = 0;
+    const bool exited = WaitFor([&] { return waitpid(client.pid, &status, WNOHANG) == client.pid; }, 60s);
+    if (!exited) {
+      kill(client.pid, SIGKILL);
+      waitpid(client.pid, &status, 0);
+    }
+    EXPECT_TRUE(exited && WIFEXITED(status) && WEXITSTATUS(status) == 0) << client.endpoint;
+    EXPECT_EQ(ReadFile(client.output), "READY\nOK\n") << client.endpoint << "\n" << backend.Log();
+    unlink(client.output.c_str());
+  }
+  unlink(go.c_str());
+  // The executors started since (the warm pool refilled) serve each transport too, host functions (notices sent
+  // from the driver's threads) included.
+  for (const std::string& endpoint : {rdma, tcp, backend.endpoint()}) {
+    auto env = ClientEnv(backend);
+    env["CURELAY_ENDPOINT"] = endpoint;
+    EXPECT_EQ(RunClient({"basic", CURELAY_TEST_PTX_PATH}, env, 30s).output, "OK\n") << endpoint << "\n"
+                                                                                     << backend.Log();
+    EXPECT_EQ(RunClient({"host-function"}, env, 30s).output, "hostfunc=0 ran=1\n") << endpoint << "\n"
+                                                                                    << backend.Log();
   }
 }
 
@@ -388,6 +460,113 @@ TEST(ProcessTest, CutRdmaLinkEndsTheSessionOnBothSidesWithinTheHeartbeatTimeout)
   unlink(cut.c_str());
   ExpectNewClientsServed(backend);  // the link is back: a new session works
   unlink(output.c_str());
+}
+
+// How many lines of `log` say an rdma channel ended, and whether each gives `reason`.
+size_t RdmaEndedLines(const std::string& log, const std::string& reason, bool* all_give_reason) {
+  size_t count = 0;
+  *all_give_reason = true;
+  for (size_t at = 0; (at = log.find("rdma channel to ", at)) != std::string::npos; ++count) {
+    const size_t end = log.find('\n', at);
+    *all_give_reason = *all_give_reason && log.substr(at, end - at).find(reason) != std::string::npos;
+    at = end;
+  }
+  return count;
+}
+
+// A cut link with a short ACK timeout and heartbeats far off (60 s): each side's queue pair exhausts its transport
+// retries (3 x 16.8 ms) on its next write (the client's synchronize, the executor's next heartbeat, within 1 s), and
+// the session ends on both sides with CUDA_ERROR_DEVICE_UNAVAILABLE and one log line each, long before any
+// heartbeat timeout.
+TEST(ProcessTest, CutRdmaLinkEndsTheSessionOnTheQueuePairRetriesBeforeAnyHeartbeatTimeout) {
+  const std::string output = "/tmp/curelay-rdma-retry-" + std::to_string(getpid());
+  const std::string cut = output + ".cut", client_log = output + ".log";
+  unlink(cut.c_str());
+  const std::map<std::string, std::string> rdma_env = {{"CURELAY_EMULATED_VERBS_CUT_FILE", cut},
+                                                       {"CURELAY_RDMA_TIMEOUT", "12"},
+                                                       {"CURELAY_RDMA_RETRY_COUNT", "2"}};
+  BackendProcess backend("rdma-retry", rdma_env, BackendProcess::Transport::kRdma);
+  backend.AddArguments({"--heartbeat-timeout-ms", "60000"});
+  ASSERT_TRUE(backend.Start()) << backend.Log();
+  auto env = ClientEnv(backend);
+  env.insert(rdma_env.begin(), rdma_env.end());
+  env["CURELAY_HEARTBEAT_TIMEOUT_MS"] = "60000";
+  const pid_t client = StartClient({"cut-wait", cut, "stay"}, env, output, client_log);
+  ASSERT_TRUE(WaitFor([&] { return ReadFile(output).find("READY") != std::string::npos; }, 20s))
+      << ReadFile(output) << backend.Log();
+  const pid_t executor = backend.LatestSessionExecutor(5s);
+  ASSERT_GT(executor, 0);
+  std::ofstream(cut) << "cut\n";
+  EXPECT_TRUE(WaitFor([&] { return ReadFile(output).find("sync=") != std::string::npos; }, 10s)) << "client hung";
+  const std::string said = ReadFile(output);
+  EXPECT_NE(said.find("sync=46 later=46"), std::string::npos) << said;
+  const size_t waited = said.find("waited_ms=");
+  ASSERT_NE(waited, std::string::npos) << said;
+  EXPECT_LT(std::stoll(said.substr(waited + 10)), 1000) << said;
+  bool reason_given = false;
+  EXPECT_EQ(RdmaEndedLines(ReadFile(client_log), "transport retry counter exceeded", &reason_given), 1u)
+      << ReadFile(client_log);
+  EXPECT_TRUE(reason_given) << ReadFile(client_log);
+  EXPECT_TRUE(WaitFor([&] { return !ProcessExists(executor); }, 5s)) << "executor kept the session\n" << backend.Log();
+  EXPECT_NE(backend.Log().find("client disconnected; releasing the session"), std::string::npos) << backend.Log();
+  EXPECT_EQ(RdmaEndedLines(backend.Log(), "transport retry counter exceeded", &reason_given), 1u) << backend.Log();
+  EXPECT_TRUE(reason_given) << backend.Log();
+  EXPECT_EQ(backend.Log().find("heartbeat timeout"), std::string::npos) << backend.Log();
+  kill(client, SIGKILL);
+  waitpid(client, nullptr, 0);
+  unlink(cut.c_str());
+  ExpectNewClientsServed(backend);  // the link is back: a new session works
+  unlink(output.c_str());
+  unlink(client_log.c_str());
+}
+
+// A hostile rdma:// client, admitted, writes into its executor's ring with a forged rkey and past the ring's end: its
+// own writes fail with remote access errors, the executor's queue pair goes to the error state, and the executor
+// ends that session at once (one log line) while the hostile process lives on; another session is untouched.
+TEST(ProcessTest, HostileRdmaWritesEndOnlyTheirOwnSession) {
+  BackendProcess backend("rdma-hostile", {}, BackendProcess::Transport::kRdma);
+  ASSERT_TRUE(backend.Start()) << backend.Log();
+  const std::string output = "/tmp/curelay-rdma-hostile-" + std::to_string(getpid());
+  const pid_t bystander = StartSyncingClient(backend, output);
+  for (const bool forged_rkey : {true, false}) {
+    SCOPED_TRACE(forged_rkey ? "forged rkey" : "past the ring");
+    const RawAdmission admission = Admit(backend);
+    ASSERT_NE(admission.welcome, nullptr);
+    ASSERT_EQ(admission.welcome->result(), 0);
+    const pid_t executor = backend.LatestSessionExecutor(5s);
+    std::string error;
+    auto link = transport::RdmaLink::Connect("127.0.0.1", std::to_string(admission.welcome->executor_tcp_port()),
+                                             transport::RdmaSettingsFromEnvironment({}), &error);
+    ASSERT_NE(link, nullptr) << error;
+    std::memset(link->staging(), 0x6b, 4096);
+    ibv_sge sge{reinterpret_cast<uint64_t>(link->staging()), 4096, link->staging_lkey()};
+    ibv_send_wr work{};
+    work.sg_list = &sge;
+    work.num_sge = 1;
+    work.opcode = IBV_WR_RDMA_WRITE_WITH_IMM;
+    work.send_flags = IBV_SEND_SIGNALED;
+    work.imm_data = htonl(4096);
+    const uint64_t ring_bytes = uint64_t{link->peer().slot_bytes} * link->peer().slot_count;
+    work.wr.rdma.remote_addr = link->peer().ring_address + (forged_rkey ? 0 : ring_bytes - 2048);
+    work.wr.rdma.rkey = forged_rkey ? link->peer().ring_rkey ^ 0x4242 : link->peer().ring_rkey;
+    ibv_send_wr* bad = nullptr;
+    ASSERT_EQ(link->verbs().post_send(link->qp(), &work, &bad), 0);
+    ibv_wc wc{};
+    ASSERT_TRUE(WaitFor([&] { return link->verbs().poll_cq(link->cq(), 1, &wc) == 1; }, 5s));
+    EXPECT_EQ(wc.status, IBV_WC_REM_ACCESS_ERR);
+    // The link stays up on this side: only the executor's own queue pair can tell it.
+    EXPECT_TRUE(WaitFor([&] { return !ProcessExists(executor); }, 2s)) << backend.Log();
+    bool reason_given = false;
+    const std::string log = backend.Log();
+    EXPECT_EQ(RdmaEndedLines(log, "error state as a responder", &reason_given), forged_rkey ? 1u : 2u) << log;
+    EXPECT_TRUE(reason_given) << log;
+  }
+  EXPECT_EQ(ReadFile(output).find("ERROR"), std::string::npos) << ReadFile(output);
+  EXPECT_TRUE(ProcessExists(bystander));
+  kill(bystander, SIGKILL);
+  waitpid(bystander, nullptr, 0);
+  unlink(output.c_str());
+  ExpectNewClientsServed(backend);
 }
 
 // A killed peer over rdma://: the executor of a killed client exits (freeing the session's memory), and the client of

@@ -68,6 +68,28 @@ int VectorAdd(const std::string& ptx) {
   return 0;
 }
 
+// Copies a pattern host -> device -> device -> host in a few sizes (one beyond a message slot of every transport)
+// and checks every byte that comes back.
+int CopyRoundTrips(uint32_t seed) {
+  for (const size_t bytes : {size_t{1} << 10, size_t{300} << 10, size_t{9} << 20}) {
+    std::vector<uint32_t> source(bytes / sizeof(uint32_t)), back(source.size());
+    for (size_t i = 0; i < source.size(); ++i) source[i] = static_cast<uint32_t>(i * 2654435761u) ^ seed;
+    CUdeviceptr first, second;
+    CHECK(cuMemAlloc(&first, bytes));
+    CHECK(cuMemAlloc(&second, bytes));
+    CHECK(cuMemcpyHtoD(first, source.data(), bytes));
+    CHECK(cuMemcpyDtoD(second, first, bytes));
+    CHECK(cuMemcpyDtoH(back.data(), second, bytes));
+    if (back != source) {
+      std::printf("FAIL copy of %zu bytes came back different\n", bytes);
+      return 1;
+    }
+    CHECK(cuMemFree(first));
+    CHECK(cuMemFree(second));
+  }
+  return 0;
+}
+
 int InitContext() {
   CHECK(cuInit(0));
   CUcontext context;
@@ -140,6 +162,20 @@ int main(int argc, char** argv) {
   }
   if (mode == "basic" && argc == 3) {
     if (InitContext() != 0 || VectorAdd(ReadFile(argv[2])) != 0) return 1;
+    std::printf("OK\n");
+    return 0;
+  }
+  if (mode == "work" && argc == 4) {
+    // Attaches, says READY, waits until the file argv[3] exists (every client of the test is attached by then), then
+    // runs kernels and copies for a few rounds, checking every result.
+    const std::string ptx = ReadFile(argv[2]);
+    if (InitContext() != 0) return 1;
+    std::printf("READY\n");
+    std::fflush(stdout);
+    while (!std::ifstream(argv[3]).good()) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    for (uint32_t round = 0; round < 5; ++round) {
+      if (VectorAdd(ptx) != 0 || CopyRoundTrips(static_cast<uint32_t>(getpid()) + round) != 0) return 1;
+    }
     std::printf("OK\n");
     return 0;
   }

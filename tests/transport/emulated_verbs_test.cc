@@ -213,7 +213,8 @@ TEST_F(EmulatedVerbsTest, WriteWithImmediateLandsAndConsumesAReceive) {
 }
 
 // A bad rkey, a write past the region's end and a region without remote write: remote access errors, the
-// requester's QP in the error state with later requests flushed, and the target memory untouched.
+// requester's QP in the error state with later requests flushed, the target memory untouched, and the responder's QP
+// in the error state too, its posted receive flushed (how the target learns of the attempt).
 TEST_F(EmulatedVerbsTest, RemoteAccessViolationsFailAndStopTheQueuePair) {
   enum Violation { kBadRkey, kPastTheEnd, kNoRemoteWrite };
   for (Violation violation : {kBadRkey, kPastTheEnd, kNoRemoteWrite}) {
@@ -233,6 +234,7 @@ TEST_F(EmulatedVerbsTest, RemoteAccessViolationsFailAndStopTheQueuePair) {
       rkey = local_only->rkey;
     }
     std::memset(buffer_a.data(), 0x77, 64);
+    ASSERT_EQ(PostRecv(b, 42), 0);
     ASSERT_EQ(PostSend(a, 1, IBV_WR_RDMA_WRITE, mr_a, buffer_a.data(), 64, address, rkey), 0);
     ASSERT_EQ(PostSend(a, 2, IBV_WR_RDMA_WRITE, mr_a, buffer_a.data(), 8, base, mr_b->rkey), 0);
     const auto sent = Poll(a, 2);
@@ -241,6 +243,11 @@ TEST_F(EmulatedVerbsTest, RemoteAccessViolationsFailAndStopTheQueuePair) {
     EXPECT_EQ(sent[1].status, IBV_WC_WR_FLUSH_ERR);
     EXPECT_EQ(a.qp->state, IBV_QPS_ERR);
     EXPECT_EQ(std::count(buffer_b.begin(), buffer_b.end(), 0x77), 0);
+    const auto flushed = Poll(b, 1);
+    ASSERT_EQ(flushed.size(), 1u);
+    EXPECT_EQ(flushed[0].wr_id, 42u);
+    EXPECT_EQ(flushed[0].status, IBV_WC_WR_FLUSH_ERR);
+    EXPECT_EQ(b.qp->state, IBV_QPS_ERR);
     v->dereg_mr(local_only);
   }
 }

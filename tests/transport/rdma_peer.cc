@@ -1,8 +1,10 @@
 // The far end of the RDMA channel tests, a separate process (fork/exec): 
 //   rdma_peer echo ENDPOINT          connects and sends every message back until the channel ends
 //   rdma_peer hold ENDPOINT          connects, answers one message, then waits to be killed
-//   rdma_peer raw ENDPOINT KIND      brings up a bare queue pair and writes one bad fragment (KIND: prefix,
-//                                    oversized, rkey); exits 0 when its own side saw what it should
+//   rdma_peer raw ENDPOINT KIND      brings up a bare queue pair, writes one bad fragment (KIND: prefix,
+//                                    oversized, bulk, rkey, outside), prints what its own side saw, and waits to be killed
+//   rdma_peer deaf ENDPOINT          brings up a bare queue pair and sends heartbeats, but never takes what arrives
+//                                    (its receives are used up, never posted again), until killed
 #include <arpa/inet.h>
 #include <unistd.h>
 
@@ -52,6 +54,10 @@ int Raw(const std::string& endpoint, const std::string& kind) {
   std::memset(slot, 0x5c, link->peer().slot_bytes);
   if (kind == "prefix") {
     // Garbage where the message prefix belongs.
+  } else if (kind == "bulk") {
+    // A bulk message (payload already in the receiver's bulk region) claiming more than that region holds.
+    const uint32_t words[4] = {0x6d736732, 8, link->peer().bulk_bytes + 4096, 0};
+    std::memcpy(slot, words, sizeof(words));
   } else if (kind == "oversized") {
     immediate = link->peer().slot_bytes + 1;  // claims more than a slot holds
   } else if (kind == "rkey") {
@@ -76,12 +82,33 @@ int Raw(const std::string& endpoint, const std::string& kind) {
     if (std::chrono::steady_clock::now() > deadline) return 6;
     std::this_thread::sleep_for(std::chrono::microseconds(100));
   }
-  const bool expect_access_error = kind == "rkey" || kind == "outside";
   printf("%s\n", wc.status == IBV_WC_SUCCESS ? "success" : wc.status == IBV_WC_REM_ACCESS_ERR ? "remote-access-error"
                                                                                              : "other-error");
   fflush(stdout);
-  std::this_thread::sleep_for(std::chrono::milliseconds(200));  // let the far side look before the socket closes
-  return (wc.status == IBV_WC_REM_ACCESS_ERR) == expect_access_error ? 0 : 7;
+  // Alive, socket open: the far side must find out from its own queue pair, not from this process going away.
+  for (;;) pause();
+}
+
+int Deaf(const std::string& endpoint) {
+  const auto parsed = Endpoint::Parse(endpoint);
+  std::string error;
+  auto link = RdmaLink::Connect(parsed->host, parsed->port, RdmaSettingsFromEnvironment({}), &error);
+  if (link == nullptr) {
+    fprintf(stderr, "rdma_peer: %s\n", error.c_str());
+    return 2;
+  }
+  // Zero-credit writes with immediate (heartbeats) every 50 ms keep the far side from timing this peer out, so only
+  // its receive-not-ready naks can end the channel. The completion queue is never polled.
+  for (;;) {
+    ibv_send_wr work{};
+    work.opcode = IBV_WR_RDMA_WRITE_WITH_IMM;
+    work.imm_data = htonl(kCreditFlag);
+    work.wr.rdma.remote_addr = link->peer().ring_address;
+    work.wr.rdma.rkey = link->peer().ring_rkey;
+    ibv_send_wr* bad = nullptr;
+    if (link->verbs().post_send(link->qp(), &work, &bad) != 0) return 5;
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
 }
 
 }  // namespace
@@ -90,6 +117,7 @@ int main(int argc, char** argv) {
   if (argc >= 3 && std::strcmp(argv[1], "echo") == 0) return Echo(argv[2], false);
   if (argc >= 3 && std::strcmp(argv[1], "hold") == 0) return Echo(argv[2], true);
   if (argc >= 4 && std::strcmp(argv[1], "raw") == 0) return Raw(argv[2], argv[3]);
-  fprintf(stderr, "usage: rdma_peer echo|hold ENDPOINT | raw ENDPOINT KIND\n");
+  if (argc >= 3 && std::strcmp(argv[1], "deaf") == 0) return Deaf(argv[2]);
+  fprintf(stderr, "usage: rdma_peer echo|hold|deaf ENDPOINT | raw ENDPOINT KIND\n");
   return 1;
 }

@@ -25,18 +25,43 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-// The first fragment of every message starts with this; header and payload bytes follow back to back.
+// The first fragment of every message starts with this; header and payload bytes follow back to back. With
+// kBulkPrefixMagic only the header follows: the payload was RDMA-written into the receiver's bulk region before it,
+// at the place both sides' BulkPlacement gives (RC delivers the writes before the write with immediate after them).
 struct MessagePrefix {
   uint32_t magic;
   uint32_t header_bytes;
   uint64_t payload_bytes;
 };
-constexpr uint32_t kPrefixMagic = 0x6d736731;  // "msg1"
+constexpr uint32_t kPrefixMagic = 0x6d736731;      // "msg1"
+constexpr uint32_t kBulkPrefixMagic = 0x6d736732;  // "msg2"
 constexpr uint32_t kMaxHeaderBytes = 1 << 20;
 constexpr uint64_t kDefaultPayloadLimit = uint64_t{1} << 31;
 
+// Payloads this large go through the bulk region when it has room (smaller ones: the slots, one copy and one work
+// request per 64 KiB are cheap there); each RDMA WRITE carries at most kBulkChunk.
+constexpr uint64_t kBulkThreshold = 256 << 10;
+constexpr uint64_t kBulkChunk = 1 << 20;
+constexpr uint64_t kBulkUnit = 4096;  // placements and bulk credits count in these
+// Immediate data of a credit message returning bulk-region bytes (in kBulkUnit) rather than slots.
+constexpr uint32_t kBulkCreditFlag = 0x40000000u;
+
 // wr_id of send work requests: what completed.
-constexpr uint64_t kDataWork = 1, kCreditWork = 2;
+constexpr uint64_t kDataWork = 1, kCreditWork = 2, kBulkWork = 3;
+
+// Where a payload of `bytes` goes in a bulk region of `region` bytes of which `used` were handed out so far (a
+// running count, wrapping): contiguous, so a payload that does not fit before the end starts over at 0 and the tail
+// it skips counts as used too. Sender and receiver compute the same, in message order.
+struct BulkPlacement {
+  uint64_t offset;
+  uint64_t consumed;  // skipped tail plus the payload rounded up to kBulkUnit
+};
+BulkPlacement PlaceBulk(uint64_t used, uint64_t region, uint64_t bytes) {
+  const uint64_t rounded = (bytes + kBulkUnit - 1) / kBulkUnit * kBulkUnit;
+  const uint64_t position = used % region;
+  const uint64_t skipped = region - position < rounded ? region - position : 0;
+  return {skipped > 0 ? 0 : position, skipped + rounded};
+}
 
 void ReleaseBuffer(void* owner) { delete static_cast<std::vector<uint8_t>*>(owner); }
 
@@ -82,10 +107,13 @@ class RdmaChannel final : public Channel {
 
   bool Send(std::span<const uint8_t> header, std::span<const uint8_t> payload) override {
     if (link_ == nullptr || lost_) return false;  // the bound side receives first: its peer speaks first
-    const MessagePrefix prefix{kPrefixMagic, static_cast<uint32_t>(header.size()), payload.size()};
+    const bool bulk = SendBulk(payload);
+    if (lost_) return false;
+    const MessagePrefix prefix{bulk ? kBulkPrefixMagic : kPrefixMagic, static_cast<uint32_t>(header.size()),
+                               payload.size()};
     const std::span<const uint8_t> pieces[3] = {
-        {reinterpret_cast<const uint8_t*>(&prefix), sizeof(prefix)}, header, payload};
-    const uint64_t total = sizeof(prefix) + header.size() + payload.size();
+        {reinterpret_cast<const uint8_t*>(&prefix), sizeof(prefix)}, header, bulk ? std::span<const uint8_t>() : payload};
+    const uint64_t total = sizeof(prefix) + header.size() + pieces[2].size();
     const uint32_t slot_bytes = link_->peer().slot_bytes, slots = link_->peer().slot_count;
     size_t piece = 0, piece_offset = 0;
     for (uint64_t sent = 0; sent < total;) {
@@ -275,6 +303,47 @@ class RdmaChannel final : public Channel {
     }
   }
 
+  // A large payload goes into the peer's bulk region when it has room there: copied into the bulk staging at the
+  // same place and RDMA-written in chunks (no receive consumed, no immediate). False: it goes through the slots
+  // (small, larger than the region, or no room: never waits for the region, so bulk credits cannot deadlock).
+  bool SendBulk(std::span<const uint8_t> payload) {
+    const uint64_t region = link_->peer().bulk_bytes;
+    if (region == 0 || payload.size() < kBulkThreshold) return false;
+    BulkPlacement place{};
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      place = PlaceBulk(bulk_sent_, region, payload.size());
+      if (place.consumed > region - (bulk_sent_ - bulk_freed_)) return false;
+      bulk_sent_ += place.consumed;
+    }
+    for (uint64_t done = 0; done < payload.size();) {
+      const uint64_t chunk = std::min<uint64_t>(kBulkChunk, payload.size() - done);
+      uint8_t* staged = link_->bulk_staging() + place.offset + done;
+      // The peer freed this place, so the write that last used it here has left this host.
+      std::memcpy(staged, payload.data() + done, chunk);
+      if (!WaitFor([&] { return send_queue_used_ < link_->queue_depth(); }, -1)) return false;
+      std::lock_guard<std::mutex> lock(mutex_);
+      ibv_sge sge{reinterpret_cast<uint64_t>(staged), static_cast<uint32_t>(chunk), link_->bulk_staging_lkey()};
+      ibv_send_wr work{};
+      work.wr_id = kBulkWork;
+      work.sg_list = &sge;
+      work.num_sge = 1;
+      work.opcode = IBV_WR_RDMA_WRITE;
+      work.send_flags = IBV_SEND_SIGNALED;
+      work.wr.rdma.remote_addr = link_->peer().bulk_address + place.offset + done;
+      work.wr.rdma.rkey = link_->peer().bulk_rkey;
+      ibv_send_wr* bad = nullptr;
+      if (link_->verbs().post_send(link_->qp(), &work, &bad) != 0) {
+        Lose("ibv_post_send failed");
+        return false;
+      }
+      ++send_queue_used_;
+      last_sent_ = Clock::now();
+      done += chunk;
+    }
+    return true;
+  }
+
   // Whether the next fragment has a slot at the peer, a free staging slot here and room in the send queue.
   bool CanSendFragment() const {
     const uint64_t slots = link_->peer().slot_count;
@@ -325,6 +394,14 @@ class RdmaChannel final : public Channel {
       if (!PostWrite(kCreditWork, nullptr, 0, 0, kCreditFlag | static_cast<uint32_t>(unreported))) return;
       slots_reported_ += unreported;
     }
+    // Bulk bytes go back a quarter of the region at a time, so credit messages stay few (each takes one of the
+    // peer's spare receives); what is left unreported only makes the peer send through the slots meanwhile.
+    const uint64_t bulk_region = link_->settings().bulk_bytes;
+    if (bulk_region > 0 && bulk_unreported_ >= bulk_region / 4 && send_queue_used_ < link_->queue_depth()) {
+      const auto units = static_cast<uint32_t>(bulk_unreported_ / kBulkUnit);
+      if (!PostWrite(kCreditWork, nullptr, 0, 0, kCreditFlag | kBulkCreditFlag | units)) return;
+      bulk_unreported_ = 0;
+    }
     if (check_socket) CheckBootstrap();
     if (woke && sleepers_ > 0) {
       const uint64_t one = 1;
@@ -335,8 +412,14 @@ class RdmaChannel final : public Channel {
   // Returns true when it made something available to a waiting thread.
   bool Complete(const ibv_wc& wc) {
     if (wc.status != IBV_WC_SUCCESS) {
-      Lose(std::string("work completion failed: ") + StatusText(wc.status) + " (status " +
-           std::to_string(wc.status) + ")");
+      // A receive flushed before any failure of this side's own requests: the queue pair went to the error state as
+      // a responder, which a write breaking the rkey, bounds or access rules does (the target memory is untouched).
+      const bool responder_error = wc.status == IBV_WC_WR_FLUSH_ERR && (wc.wr_id & kReceiveWork) != 0;
+      Lose(std::string("work completion failed: ") +
+           (responder_error ? "queue pair in the error state as a responder (the peer's write broke the rkey, bounds "
+                              "or access rules)"
+                            : StatusText(wc.status)) +
+           " (status " + std::to_string(wc.status) + ")");
       return false;
     }
     if (wc.opcode == IBV_WC_RDMA_WRITE) {
@@ -357,6 +440,12 @@ class RdmaChannel final : public Channel {
     last_heard_ = Clock::now();
     const uint32_t immediate = ntohl(wc.imm_data);
     if (immediate == kCreditFlag) return false;  // a heartbeat
+    if ((immediate & (kCreditFlag | kBulkCreditFlag)) == (kCreditFlag | kBulkCreditFlag)) {
+      const uint64_t bytes = uint64_t{immediate & ~(kCreditFlag | kBulkCreditFlag)} * kBulkUnit;
+      if (bulk_freed_ + bytes > bulk_sent_) return Malformed("bulk credits for bytes never sent");
+      bulk_freed_ += bytes;
+      return true;
+    }
     if ((immediate & kCreditFlag) != 0) {
       const uint64_t credits = immediate & ~kCreditFlag;
       if (peer_freed_ + credits > fragments_sent_) return Malformed("credits for unsent fragments");
@@ -382,11 +471,16 @@ class RdmaChannel final : public Channel {
       std::memcpy(&prefix, bytes, sizeof(prefix));
       const uint64_t payload_limit =
           options_.max_message_bytes > 0 ? static_cast<uint64_t>(options_.max_message_bytes) : kDefaultPayloadLimit;
-      if (prefix.magic != kPrefixMagic || prefix.header_bytes == 0 || prefix.header_bytes > kMaxHeaderBytes ||
-          prefix.payload_bytes > payload_limit) {
+      const uint64_t bulk_region = link_->settings().bulk_bytes;
+      // A bulk payload must be one this side could have made room for: at least the threshold, within the region.
+      const bool bulk_ok = prefix.magic == kBulkPrefixMagic && bulk_region > 0 &&
+                           prefix.payload_bytes >= kBulkThreshold && prefix.payload_bytes <= bulk_region;
+      if ((prefix.magic != kPrefixMagic && !bulk_ok) || prefix.header_bytes == 0 ||
+          prefix.header_bytes > kMaxHeaderBytes || prefix.payload_bytes > payload_limit) {
         return Malformed("bad message prefix (header " + std::to_string(prefix.header_bytes) + " bytes, payload " +
                          std::to_string(prefix.payload_bytes) + ")");
       }
+      assembling_bulk_ = bulk_ok;
       try {
         assembling_header_ = std::make_unique<std::vector<uint8_t>>(prefix.header_bytes);
         assembling_payload_ = std::make_unique<std::vector<uint8_t>>(prefix.payload_bytes);
@@ -413,9 +507,18 @@ class RdmaChannel final : public Channel {
 
   void NextPart() {
     assembled_ = 0;
-    if (assembling_ == assembling_header_.get() && !assembling_payload_->empty()) {
+    if (assembling_ == assembling_header_.get() && !assembling_payload_->empty() && !assembling_bulk_) {
       assembling_ = assembling_payload_.get();
       return;
+    }
+    if (assembling_bulk_) {
+      // The payload is already in the bulk region (written before this message's fragments); copied out at once,
+      // so its place is free again.
+      const BulkPlacement place = PlaceBulk(bulk_received_, link_->settings().bulk_bytes, assembling_payload_->size());
+      std::memcpy(assembling_payload_->data(), link_->bulk() + place.offset, assembling_payload_->size());
+      bulk_received_ += place.consumed;
+      bulk_unreported_ += place.consumed;
+      assembling_bulk_ = false;
     }
     Message message;
     message.header = FrameOf(assembling_header_.release());
@@ -481,6 +584,10 @@ class RdmaChannel final : public Channel {
   std::unique_ptr<std::vector<uint8_t>> assembling_header_, assembling_payload_;
   std::vector<uint8_t>* assembling_ = nullptr;
   size_t assembled_ = 0;
+  bool assembling_bulk_ = false;  // the message being assembled has its payload in the bulk region
+  // The bulk region: bytes handed out and freed by the peer (sending); taken and not yet reported (receiving).
+  uint64_t bulk_sent_ = 0, bulk_freed_ = 0;
+  uint64_t bulk_received_ = 0, bulk_unreported_ = 0;
   std::deque<Message> complete_;
   // Liveness (Keep).
   Clock::time_point last_heard_{}, last_sent_{};

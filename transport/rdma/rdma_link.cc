@@ -20,7 +20,8 @@ namespace curelay::transport {
 namespace {
 
 constexpr uint32_t kHelloMagic = 0x52444d41;  // "RDMA"
-constexpr uint16_t kHelloVersion = 1;
+constexpr uint16_t kHelloVersion = 2;  // 2: the bulk region
+constexpr uint32_t kMaxBulkBytes = 256u << 20, kBulkAlignment = 4096;
 constexpr uint32_t kMinSlotBytes = 4096, kMaxSlotBytes = 1u << 20, kMinSlots = 2, kMaxSlots = 1024;
 constexpr uint32_t kInlineWanted = 128;
 
@@ -227,6 +228,17 @@ bool RdmaLink::Setup(int socket_fd, const RdmaSettings& settings, std::string* e
   if (ring_ == nullptr) return fail("receive ring allocation");
   ring_mr_ = verbs_->reg_mr(pd_, ring_, ring_bytes_, IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE);
   if (ring_mr_ == nullptr) return fail("ibv_reg_mr (receive ring; check the memlock limit)");
+  if (settings.bulk_bytes % kBulkAlignment != 0 || settings.bulk_bytes > kMaxBulkBytes) {
+    errno = 0;
+    return fail("the bulk region must be a multiple of 4 KiB up to 256 MiB");
+  }
+  if (settings.bulk_bytes > 0) {
+    bulk_ = static_cast<uint8_t*>(AllocatePages(settings.bulk_bytes));
+    if (bulk_ == nullptr) return fail("bulk region allocation");
+    // Registered once for the link's life: the peer writes only here and into the ring.
+    bulk_mr_ = verbs_->reg_mr(pd_, bulk_, settings.bulk_bytes, IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE);
+    if (bulk_mr_ == nullptr) return fail("ibv_reg_mr (bulk region; check the memlock limit)");
+  }
 
   ibv_qp_attr attr{};
   attr.qp_state = IBV_QPS_INIT;
@@ -240,7 +252,7 @@ bool RdmaLink::Setup(int socket_fd, const RdmaSettings& settings, std::string* e
   for (int i = 0; i < depth; ++i) {
     ibv_recv_wr receive{};
     ibv_recv_wr* bad = nullptr;
-    receive.wr_id = static_cast<uint64_t>(i);
+    receive.wr_id = kReceiveWork | static_cast<uint64_t>(i);
     if (verbs_->post_recv(qp_, &receive, &bad) != 0) return fail("ibv_post_recv");
   }
   uint32_t psn = 0;
@@ -251,19 +263,34 @@ bool RdmaLink::Setup(int socket_fd, const RdmaSettings& settings, std::string* e
   mine.ring_rkey = ring_mr_->rkey;
   mine.slot_bytes = settings.slot_bytes;
   mine.slot_count = settings.slot_count;
+  mine.bulk_address = reinterpret_cast<uint64_t>(bulk_);
+  mine.bulk_rkey = bulk_mr_ != nullptr ? bulk_mr_->rkey : 0;
+  mine.bulk_bytes = settings.bulk_bytes;
 
   if (!Transfer(bootstrap_fd_, &mine, sizeof(mine), true, deadline, error) ||
       !Transfer(bootstrap_fd_, &peer_, sizeof(peer_), false, deadline, error)) {
     return false;
   }
-  if (peer_.magic != kHelloMagic || peer_.version != kHelloVersion) {
+  if (peer_.magic != kHelloMagic) {
     *error = "the peer does not speak curelay's RDMA handshake";
     return false;
   }
-  if (peer_.slot_bytes < kMinSlotBytes || peer_.slot_bytes > kMaxSlotBytes || peer_.slot_count < kMinSlots ||
-      peer_.slot_count > kMaxSlots || peer_.mtu < IBV_MTU_256 || peer_.mtu > IBV_MTU_4096) {
-    *error = "the peer's ring geometry or MTU is out of range";
+  if (peer_.version != kHelloVersion) {
+    *error = "the peer speaks version " + std::to_string(peer_.version) + " of curelay's RDMA channel, this side " +
+             std::to_string(kHelloVersion) + " (client and backend from different builds)";
     return false;
+  }
+  if (peer_.slot_bytes < kMinSlotBytes || peer_.slot_bytes > kMaxSlotBytes || peer_.slot_count < kMinSlots ||
+      peer_.slot_count > kMaxSlots || peer_.mtu < IBV_MTU_256 || peer_.mtu > IBV_MTU_4096 ||
+      peer_.bulk_bytes % kBulkAlignment != 0 || peer_.bulk_bytes > kMaxBulkBytes) {
+    *error = "the peer's ring geometry, bulk region or MTU is out of range";
+    return false;
+  }
+  if (peer_.bulk_bytes > 0) {
+    bulk_staging_ = static_cast<uint8_t*>(AllocatePages(peer_.bulk_bytes));
+    if (bulk_staging_ == nullptr) return fail("bulk staging allocation");
+    bulk_staging_mr_ = verbs_->reg_mr(pd_, bulk_staging_, peer_.bulk_bytes, IBV_ACCESS_LOCAL_WRITE);
+    if (bulk_staging_mr_ == nullptr) return fail("ibv_reg_mr (bulk staging; check the memlock limit)");
   }
   staging_bytes_ = size_t{peer_.slot_bytes} * peer_.slot_count;
   staging_ = static_cast<uint8_t*>(AllocatePages(staging_bytes_));
@@ -313,12 +340,15 @@ bool RdmaLink::Setup(int socket_fd, const RdmaSettings& settings, std::string* e
 }
 
 uint32_t RdmaLink::staging_lkey() const { return staging_mr_->lkey; }
+uint32_t RdmaLink::bulk_staging_lkey() const { return bulk_staging_mr_->lkey; }
 
 RdmaLink::~RdmaLink() {
   if (verbs_ != nullptr) {
     if (qp_ != nullptr) verbs_->destroy_qp(qp_);
     if (ring_mr_ != nullptr) verbs_->dereg_mr(ring_mr_);
     if (staging_mr_ != nullptr) verbs_->dereg_mr(staging_mr_);
+    if (bulk_mr_ != nullptr) verbs_->dereg_mr(bulk_mr_);
+    if (bulk_staging_mr_ != nullptr) verbs_->dereg_mr(bulk_staging_mr_);
     if (cq_ != nullptr) verbs_->destroy_cq(cq_);
     if (completion_channel_ != nullptr) verbs_->destroy_comp_channel(completion_channel_);
     if (pd_ != nullptr) verbs_->dealloc_pd(pd_);
@@ -326,6 +356,8 @@ RdmaLink::~RdmaLink() {
   }
   free(ring_);
   free(staging_);
+  free(bulk_);
+  free(bulk_staging_);
   if (bootstrap_fd_ >= 0) close(bootstrap_fd_);
 }
 

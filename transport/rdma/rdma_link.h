@@ -15,10 +15,16 @@ namespace curelay::transport {
 struct RdmaSettings {
   int timeout_exponent = 20;   // local ACK timeout 4.096 us * 2^20, about 4.3 s per attempt (NCCL_IB_TIMEOUT)
   int retry_count = 7;         // NCCL_IB_RETRY_CNT
-  int rnr_retry = 7;           // 7: retry forever (credits keep receives posted; RNR means a bug, not a peer)
+  // Credits keep a receive posted for everything a conforming peer sends, so RNR means a broken or hostile peer: the
+  // largest finite count (7 would retry forever, and a peer that posts no receives would hang every send) ends the
+  // channel after 7 naks, at most 7 x 491 ms (the largest RNR timer a responder can ask for).
+  int rnr_retry = 6;
   int min_rnr_timer = 12;      // 0.64 ms
   uint32_t slot_bytes = 64 << 10;
   uint32_t slot_count = 32;
+  // The bulk region the peer RDMA-writes large payloads into (a multiple of 4 KiB; 0: none, every payload goes
+  // through the slots).
+  uint32_t bulk_bytes = 8 << 20;
   int handshake_timeout_ms = 10000;
   int keepalive_timeout_ms = 5000;  // TCP keepalive/user timeout of the bootstrap socket (a vanished host)
   std::string device;          // empty: the first device
@@ -45,6 +51,9 @@ struct RdmaHello {
   uint64_t ring_address;
   uint32_t ring_rkey;
   uint32_t slot_count;
+  uint64_t bulk_address;  // version 2: the bulk region (bulk_bytes 0: none)
+  uint32_t bulk_rkey;
+  uint32_t bulk_bytes;
 };
 
 class RdmaLink {
@@ -64,6 +73,9 @@ class RdmaLink {
   uint8_t* ring() const { return ring_; }          // where the peer writes fragments
   uint8_t* staging() const { return staging_; }    // fragments to send are copied here
   uint32_t staging_lkey() const;
+  uint8_t* bulk() const { return bulk_; }          // where the peer writes large payloads (settings().bulk_bytes)
+  uint8_t* bulk_staging() const { return bulk_staging_; }  // large payloads to send (peer().bulk_bytes)
+  uint32_t bulk_staging_lkey() const;
   const RdmaHello& peer() const { return peer_; }
   const RdmaSettings& settings() const { return settings_; }
   uint32_t max_inline() const { return max_inline_; }
@@ -89,11 +101,18 @@ class RdmaLink {
   size_t ring_bytes_ = 0, staging_bytes_ = 0;
   ibv_mr* ring_mr_ = nullptr;
   ibv_mr* staging_mr_ = nullptr;
+  uint8_t* bulk_ = nullptr;
+  uint8_t* bulk_staging_ = nullptr;
+  ibv_mr* bulk_mr_ = nullptr;
+  ibv_mr* bulk_staging_mr_ = nullptr;
   int bootstrap_fd_ = -1;
   uint32_t max_inline_ = 0;
   RdmaHello peer_{};
   std::string peer_name_;
 };
+
+// wr_id of a posted receive: this bit and the receive's index (send work requests use small numbers).
+inline constexpr uint64_t kReceiveWork = uint64_t{1} << 32;
 
 // Immediate data of a fragment write: its length; with kCreditFlag set, a credit message returning that many slots
 // (none: a heartbeat).

@@ -1,5 +1,5 @@
 // ZeroMQ implementation of transport::Listener: one ROUTER socket per endpoint, so the backend knows which
-// transport (ipc or tcp) a client came in on and can hand it an executor endpoint of the same kind.
+// transport (ipc, tcp or rdma) a client came in on and can hand it an executor endpoint of the same kind.
 #include <sys/stat.h>
 #include <zmq.h>
 
@@ -8,6 +8,7 @@
 
 #include "transport/endpoint.h"
 #include "transport/listener.h"
+#include "transport/rdma/verbs_api.h"
 #include "transport/zmq/zmq_context.h"
 
 namespace curelay::transport {
@@ -38,6 +39,12 @@ class ZmqListener final : public Listener {
     const auto parsed = Endpoint::Parse(text);
     const bool rdma = parsed && parsed->kind == Endpoint::Kind::kRdma;
     const std::string endpoint = rdma ? parsed->Handshake().ToString() : text;
+    std::string why;
+    // A host that cannot do RDMA says so when the backend starts, not in every executor it starts.
+    if (rdma && LoadVerbsApi(&why) == nullptr) {
+      *error = text + ": " + why;
+      return false;
+    }
     void* socket = zmq_socket(ZmqContext(), ZMQ_ROUTER);
     const int linger = 0;
     zmq_setsockopt(socket, ZMQ_LINGER, &linger, sizeof(linger));
