@@ -79,7 +79,16 @@ DevicePlugin::~DevicePlugin() {
 void DevicePlugin::Run(const std::atomic<bool>& stop) {
   poller_ = std::thread([this] { PollBackend(); });
   ino_t registered_with = 0;  // the kubelet socket (by inode) the plugin last registered with
+  bool directory_missing = false;
   while (!stop) {
+    struct stat directory {};
+    if (stat(options_.kubelet_dir.c_str(), &directory) != 0 || !S_ISDIR(directory.st_mode)) {
+      if (!directory_missing) spdlog::warn("waiting for the kubelet's directory {}", options_.kubelet_dir);
+      directory_missing = true;
+      std::this_thread::sleep_for(200ms);
+      continue;
+    }
+    directory_missing = false;
     // A restarted kubelet removes the plugins' sockets and makes a new kubelet.sock: serve again, register again.
     const ino_t own = SocketInode(socket_path_);
     if (!server_ || own == 0) {
