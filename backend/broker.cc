@@ -228,7 +228,8 @@ nlohmann::json Broker::Stats() {
                     {"utilization", gpu.utilization},
                     {"busy_seconds", gpu.busy_seconds}});
   }
-  return {{"tenants", tenants}, {"gpus", gpus}};
+  // host_gpus: 0 until the first executor counted the GPUs (the list then holds GPU 0 alone, a placeholder).
+  return {{"tenants", tenants}, {"gpus", gpus}, {"host_gpus", pool_.host_gpus()}};
 }
 
 void Broker::RecordUsage() {

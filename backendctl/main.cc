@@ -13,13 +13,15 @@
 #include <string>
 #include <vector>
 
+#include "backendctl/admin_client.h"
 #include "backendctl/cdi_spec.h"
 #include "backendctl/table.h"
 #include "common/gpu_list.h"
-#include "transport/channel.h"
 
 namespace {
 
+using curelay::admin::Ask;
+using curelay::admin::ParseBytes;
 using nlohmann::json;
 
 constexpr const char* kUsage =
@@ -58,21 +60,6 @@ int UsageError(const std::string& message) {
   return 2;
 }
 
-bool ParseBytes(const std::string& text, uint64_t* bytes) {
-  char* end = nullptr;
-  const unsigned long long value = std::strtoull(text.c_str(), &end, 10);
-  if (end == text.c_str()) return false;
-  uint64_t scale = 1;
-  const std::string suffix = end;
-  if (suffix == "K" || suffix == "KiB") scale = 1ull << 10;
-  else if (suffix == "M" || suffix == "MiB") scale = 1ull << 20;
-  else if (suffix == "G" || suffix == "GiB") scale = 1ull << 30;
-  else if (suffix == "T" || suffix == "TiB") scale = 1ull << 40;
-  else if (!suffix.empty()) return false;
-  *bytes = value * scale;
-  return true;
-}
-
 bool ParseCount(const std::string& text, uint64_t* value) {
   char* end = nullptr;
   *value = std::strtoull(text.c_str(), &end, 10);
@@ -104,20 +91,6 @@ bool ParseLimits(const std::vector<std::string>& args, size_t first, json* field
     }
   }
   return true;
-}
-
-// Sends the request; the backend's answer, or a failure object when it cannot be reached.
-json Ask(const std::string& endpoint, json request) {
-  if (const char* token = std::getenv("CURELAY_ADMIN_TOKEN")) request["admin_token"] = token;
-  const std::string text = request.dump();
-  std::string error;
-  const std::string answer =
-      curelay::transport::RequestOnce(endpoint, {reinterpret_cast<const uint8_t*>(text.data()), text.size()}, 5000,
-                                      &error);
-  if (answer.empty()) return {{"ok", false}, {"error", "backend at " + endpoint + " unreachable: " + error}};
-  json reply = json::parse(answer, nullptr, false);
-  if (reply.is_discarded()) return {{"ok", false}, {"error", "malformed answer from " + endpoint}};
-  return reply;
 }
 
 std::string Bytes(uint64_t bytes) {

@@ -14,7 +14,7 @@ namespace curelay::backend {
 class AdminService {
  public:
   // `tenant_changed` runs after a tenant is added, changed or removed, so running sessions get its new limits;
-  // `stats` gives the figures of the stats command: {"tenants": [...], "gpus": [...]}.
+  // `stats` gives the figures of the stats command: {"tenants": [...], "gpus": [...], "host_gpus": N}.
   AdminService(TenantRegistry& registry, ExecutorPool& pool, std::string admin_token_sha256,
                std::function<void(const std::string&)> tenant_changed, std::function<nlohmann::json()> stats)
       : registry_(registry),
