@@ -13,6 +13,8 @@
 #include <atomic>
 
 #include "frontend/api/graph_support.h"
+#include "frontend/api/host_functions.h"
+#include "frontend/client/log.h"
 
 using namespace curelay;
 using namespace curelay::frontend;
@@ -160,6 +162,7 @@ CUresult Instantiate(CUgraphExec* result_exec, CUgraph graph, uint64_t flags, bo
     return result;
   }
   exec->allocates = info != nullptr && info->allocates();
+  exec->host_nodes = info != nullptr ? info->host_nodes() : 0;
   {
     HostCopyList copies = CollectHostCopies(graph);
     std::lock_guard<std::mutex> lock(exec->mutex);
@@ -195,7 +198,8 @@ CUresult InstantiateWithParams(CUgraphExec* exec, CUgraph graph, CUDA_GRAPH_INST
 // next synchronizing call; except that a graph with allocation nodes is launched with a round trip, as the driver
 // refuses its launch at once while an allocation of an earlier launch lives. Staged host sides of memcpy nodes are
 // filled before the launch and delivered after it, on the same stream (graph_host_copies.cc); a launch into a
-// stream capture becomes a child graph of the captured graph, which keeps them instead.
+// stream capture becomes a child graph of the captured graph, which keeps them instead. A launch that runs host
+// nodes brings a ticket for each and is waited for (host_functions.h).
 CUresult LaunchOrUpload(CUgraphExec exec, CUstream stream, bool upload) {
   Client* client;
   CURELAY_RETURN_IF_ERROR(RequireContext(&client));
@@ -209,9 +213,24 @@ CUresult LaunchOrUpload(CUgraphExec exec, CUstream stream, bool upload) {
     copies = exec->host_copies;
     disabled = exec->disabled_nodes;
   }
+  CUgraph capturing = nullptr;
+  if ((!copies.empty() || exec->host_nodes != 0) && !upload && CapturesActive()) {
+    CURELAY_RETURN_IF_ERROR(CaptureGraphOf(*client, stream, &capturing));
+  }
+  // Host nodes (not when the launch becomes a node of a capture): a ticket each.
+  HostNodeTickets tickets;
+  const bool runs_host_nodes = exec->host_nodes != 0 && !upload && capturing == nullptr;
+  if (runs_host_nodes) {
+    // Staged host memory moves around the whole graph (before and after it), so a host node would see it out of
+    // order: before a host function, the results of copies ahead of it; after it, what it wrote for later copies.
+    if (!copies.empty()) {
+      Log().warn("cuGraphLaunch: a graph with host nodes and memcpy nodes on pageable host memory (over tcp://, any "
+                 "host memory) is not supported");
+      return CUDA_ERROR_NOT_SUPPORTED;
+    }
+    CURELAY_RETURN_IF_ERROR(tickets.Prepare(*client, exec->host_nodes));
+  }
   if (!copies.empty()) {
-    CUgraph capturing = nullptr;
-    if (CapturesActive()) CURELAY_RETURN_IF_ERROR(CaptureGraphOf(*client, stream, &capturing));
     if (capturing != nullptr) {
       CURELAY_RETURN_IF_ERROR(AdmitHostCopies(capturing, copies));
       AddHostCopies(capturing, copies);
@@ -221,9 +240,16 @@ CUresult LaunchOrUpload(CUgraphExec exec, CUstream stream, bool upload) {
     }
   }
   auto& builder = Builder();
-  const auto call = wire::CreateGraphLaunch(builder, exec->id, wire_stream, upload).Union();
-  const CUresult result = exec->allocates && !upload ? client->Call(builder, wire::Call::GraphLaunch, call, {}, nullptr)
-                                                     : client->Post(builder, wire::Call::GraphLaunch, call, {});
+  const auto gates = tickets.gates().empty() ? flatbuffers::Offset<flatbuffers::Vector<uint32_t>>()
+                                             : builder.CreateVector(tickets.gates());
+  const auto notices = tickets.notices().empty() ? flatbuffers::Offset<flatbuffers::Vector<uint64_t>>()
+                                                 : builder.CreateVector(tickets.notices());
+  const auto call = wire::CreateGraphLaunch(builder, exec->id, wire_stream, upload, gates, notices).Union();
+  // Waited for when it can fail at once, and when it has tickets (taken by the executor only if it launched).
+  const bool waited = (exec->allocates || runs_host_nodes) && !upload;
+  const CUresult result = waited ? client->Call(builder, wire::Call::GraphLaunch, call, {}, nullptr)
+                                 : client->Post(builder, wire::Call::GraphLaunch, call, {});
+  if (result == CUDA_SUCCESS && runs_host_nodes) tickets.Start();
   if (result != CUDA_SUCCESS || copies.empty()) return result;
   return DeliverHostSides(*client, copies, disabled, stream);
 }

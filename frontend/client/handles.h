@@ -161,6 +161,7 @@ struct CUgraphExec_st {
   uint64_t id;
   unsigned long long flags;
   bool allocates = false;  // the graph has allocation nodes: launches are waited for (they can fail at once)
+  uint32_t host_nodes = 0;  // host nodes a launch runs: it brings a ticket for each (frontend/api/host_functions.h)
   std::mutex mutex;        // guards the fields below
   // Staged host sides of its memcpy nodes (frontend/api/graph_host_copies.cc), and the nodes disabled in it.
   curelay::frontend::HostCopyList host_copies;
