@@ -2525,6 +2525,52 @@ TEST_F(GraphTest, AGraphAllocationLeftLiveIsFreedAtSessionEnd) {
   ASSERT_CU(cuMemFree(big));
 }
 
+// A client that dies while a host node of its graph holds the stream (here the host function itself ends the
+// process) does not leave its executor hanging: the session's end lets the node go and the executor tears down,
+// freeing the memory the next session needs.
+TEST_F(GraphTest, AClientDyingInAHostNodeDoesNotHangItsExecutor) {
+  const char* shm = std::getenv("CURELAY_SHM");
+  if (!RemoteSession() && (shm == nullptr || std::string(shm) != "0")) {
+    // Known issue, not host nodes': over the shared-memory channel the dead client's memory is not found freed
+    // within 20 s, with a plain cuLaunchHostFunc as well (the zeromq, tcp and rdma variants pass).
+    GTEST_SKIP() << "a client dying in a host function over the shared-memory channel: known issue";
+  }
+  constexpr size_t kBig = 600ull << 20;  // more than half the emulated GPU's 1 GiB
+  std::fflush(stdout);
+  std::fflush(stderr);
+  const pid_t child = fork();
+  if (child == 0) {
+    CUcontext context;
+    CUstream stream;
+    CUdeviceptr memory;
+    CUgraph graph;
+    CUgraphNode node;
+    CUgraphExec exec;
+    CUDA_HOST_NODE_PARAMS host{};
+    host.fn = [](void*) { _exit(0); };
+    const bool done = cuInit(0) == CUDA_SUCCESS && cuDevicePrimaryCtxRetain(&context, 0) == CUDA_SUCCESS &&
+                      cuCtxSetCurrent(context) == CUDA_SUCCESS && cuMemAlloc(&memory, kBig) == CUDA_SUCCESS &&
+                      cuStreamCreate(&stream, CU_STREAM_NON_BLOCKING) == CUDA_SUCCESS &&
+                      cuGraphCreate(&graph, 0) == CUDA_SUCCESS &&
+                      cuGraphAddHostNode(&node, graph, nullptr, 0, &host) == CUDA_SUCCESS &&
+                      cuGraphInstantiate(&exec, graph, 0) == CUDA_SUCCESS && cuGraphLaunch(exec, stream) == CUDA_SUCCESS;
+    if (done) cuStreamSynchronize(stream);  // the host function ends the process meanwhile
+    _exit(done ? 2 : 1);
+  }
+  ASSERT_GT(child, 0);
+  int status = 0;
+  ASSERT_EQ(waitpid(child, &status, 0), child);
+  ASSERT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << "the child's host node did not run";
+  CUdeviceptr big = 0;
+  CUresult result = CUDA_ERROR_OUT_OF_MEMORY;
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+  while ((result = cuMemAlloc(&big, kBig)) == CUDA_ERROR_OUT_OF_MEMORY && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  ASSERT_EQ(result, CUDA_SUCCESS) << "the executor of the dead client did not tear down:\n"
+                                  << static_cast<const SessionEnvironment*>(environment)->backend()->Log();
+  ASSERT_CU(cuMemFree(big));
+}
+
 }  // namespace
 }  // namespace curelay::testing
-
