@@ -118,8 +118,6 @@ UNSUPPORTED_REASONS = [
      "mipmapped, planar and sparse arrays: not implemented yet"),
     (r"^(cuGreenCtx|cuCtxFromGreenCtx|cuCtxGetDevResource|cuDevResource|cuDevSmResource|cuDeviceGetDevResource|"
      r"cuStreamGetGreenCtx)", "green contexts: not implemented yet"),
-    (r"^(cuUserObject|cuGraphRetainUserObject|cuGraphReleaseUserObject)",
-     "user objects (reference-counted destructors that graphs and executable graphs hold): not implemented yet"),
     (r"ExternalSemaphore|ExternalMemory|^cuImportExternal|^cuDestroyExternal",
      "external memory and semaphores (Vulkan, D3D, NvSci): handles and file descriptors of the application's "
      "process; not implemented"),
@@ -238,6 +236,13 @@ def main() -> None:
         "`CUDA_ERROR_NOT_SUPPORTED`; more than 512 host nodes in one graph on the same host: "
         "`CUDA_ERROR_NOT_SUPPORTED`; `cuStreamAddCallback` on a capturing stream: "
         "`CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED`, as the driver answers |",
+        "| user objects (`cuUserObjectCreate`/`Retain`/`Release`, `cuGraphRetainUserObject`/`ReleaseUserObject`) | "
+        "kept in the client, where the destructor runs on a thread of its own when the last reference goes: the "
+        "application's, a graph's (child graph nodes and clones copy them), an executable graph's (taken at "
+        "instantiation and `cuGraphExecUpdate`), a launch's until its work is done (an internal host function "
+        "after it). Releasing more references than an owner holds answers `CUDA_ERROR_INVALID_VALUE` (undefined "
+        "natively); after `cuGraphExecChildGraphNodeSetParams` the old child's references stay with the executable "
+        "graph until it is destroyed |",
         "| `cuStreamAddCallback`'s status argument | always `CUDA_SUCCESS`: an earlier failure of the stream's work "
         "fails the next synchronizing call instead |",
         "| `cuLibraryLoadData` with `CU_LIBRARY_HOST_UNIVERSAL_FUNCTION_AND_DATA_TABLE` | `CUDA_ERROR_NOT_SUPPORTED` |",
@@ -270,7 +275,7 @@ def main() -> None:
         "one; parameter queries naming a function or event the application no longer has: "
         "`CUDA_ERROR_NOT_SUPPORTED`; `cuGraphDebugDotPrint` writes the executor driver's text (its handles and "
         "addresses) at the application's path; host nodes: their own row; external-semaphore and batch memory-operation "
-        "nodes, user objects and `cuGraphNodeSetParams` of a child-graph node: `CUDA_ERROR_NOT_SUPPORTED` |",
+        "nodes and `cuGraphNodeSetParams` of a child-graph node: `CUDA_ERROR_NOT_SUPPORTED` |",
         "| graph memory (allocation and free nodes, made by hand or by capturing `cuMemAllocAsync`/`cuMemFreeAsync`; "
         "`cuDevice*GraphMem*`) | pinned device memory without shareable handles only (`CUDA_ERROR_NOT_SUPPORTED` "
         "otherwise); a graph's allocations are not charged to the session's memory quota; a graph with allocation "

@@ -67,6 +67,7 @@ void DestroyGraphObject(CUgraph graph) {
     moved_children.swap(graph->moved_children);
   }
   for (CUgraph child : moved_children) DestroyGraphObject(child);  // the executor's driver destroys them with it
+  ReleaseGraphUserObjects(graph);
   {
     std::lock_guard<std::mutex> lock(graphs.by_id_mutex);
     graphs.by_id.erase(graph->id);
@@ -165,8 +166,11 @@ CUresult Instantiate(CUgraphExec* result_exec, CUgraph graph, uint64_t flags, bo
   exec->host_nodes = info != nullptr ? info->host_nodes() : 0;
   {
     HostCopyList copies = CollectHostCopies(graph);
+    UserObjectRefs references = CollectUserObjects(graph);
+    RetainUserObjects(references);
     std::lock_guard<std::mutex> lock(exec->mutex);
     exec->host_copies = std::move(copies);
+    exec->user_objects = std::move(references);
   }
   *result_exec = exec;
   return CUDA_SUCCESS;
@@ -208,13 +212,15 @@ CUresult LaunchOrUpload(CUgraphExec exec, CUstream stream, bool upload) {
   CURELAY_RETURN_IF_ERROR(WireStream(*client, stream, &wire_stream));
   HostCopyList copies;
   std::set<uint64_t> disabled;
+  UserObjectRefs references;
   if (!upload) {
     std::lock_guard<std::mutex> lock(exec->mutex);
     copies = exec->host_copies;
     disabled = exec->disabled_nodes;
+    references = exec->user_objects;
   }
   CUgraph capturing = nullptr;
-  if ((!copies.empty() || exec->host_nodes != 0) && !upload && CapturesActive()) {
+  if ((!copies.empty() || exec->host_nodes != 0 || !references.empty()) && !upload && CapturesActive()) {
     CURELAY_RETURN_IF_ERROR(CaptureGraphOf(*client, stream, &capturing));
   }
   // Host nodes (not when the launch becomes a node of a capture): a ticket each.
@@ -250,6 +256,14 @@ CUresult LaunchOrUpload(CUgraphExec exec, CUstream stream, bool upload) {
   const CUresult result = waited ? client->Call(builder, wire::Call::GraphLaunch, call, {}, nullptr)
                                  : client->Post(builder, wire::Call::GraphLaunch, call, {});
   if (result == CUDA_SUCCESS && runs_host_nodes) tickets.Start();
+  // User objects: a launch holds references until its work is done; captured, the capture's graph holds them.
+  if (result == CUDA_SUCCESS && !references.empty()) {
+    if (capturing != nullptr) {
+      CopyUserObjectsInto(capturing, 0, references);
+    } else {
+      CURELAY_RETURN_IF_ERROR(HoldUserObjectsForLaunch(references, stream));
+    }
+  }
   if (result != CUDA_SUCCESS || copies.empty()) return result;
   return DeliverHostSides(*client, copies, disabled, stream);
 }
@@ -483,15 +497,18 @@ CUresult cuGraphExecDestroy(CUgraphExec exec) {
   Client* client;
   CURELAY_RETURN_IF_ERROR(RequireExec(&client, exec));
   HostCopyList copies;  // released after the executable graph, which may still be running with them
+  UserObjectRefs references;  // launches still running hold their own
   {
     std::lock_guard<std::mutex> lock(exec->mutex);
     copies.swap(exec->host_copies);
+    references.swap(exec->user_objects);
   }
   auto& builder = Builder();
   const auto call = wire::CreateGraphExecDestroy(builder, exec->id).Union();
   Graphs().execs.Destroy(exec);
   const CUresult result = client->Post(builder, wire::Call::GraphExecDestroy, call, {});
   copies.clear();
+  ReleaseUserObjects(references);
   ReleaseRetiredStaging();
   return result;
 }
@@ -590,6 +607,7 @@ CUresult cuGraphDestroyNode(CUgraphNode node) {
     graph->nodes_complete = false;
   }
   for (CUgraph child : owned) DestroyGraphObject(child);
+  ReleaseNodeUserObjects(node);
   Graphs().nodes.Destroy(node);
   ReleaseRetiredStaging();
   return CUDA_SUCCESS;
@@ -684,6 +702,7 @@ CUresult cuGraphClone(CUgraph* clone, CUgraph original) {
     return result;
   }
   AddHostCopies(made, CollectHostCopies(original));  // the clone's memcpy nodes name the same staging buffers
+  CopyUserObjectsInto(made, 0, CollectUserObjects(original));
   *clone = made;
   return CUDA_SUCCESS;
 }

@@ -485,10 +485,7 @@ CUresult SetNodeParams(const NodeTarget& target, CUgraphNodeParams* params, cons
       if (target.exec == nullptr) break;  // a graph's child-graph node cannot be given another graph here
       const CUgraph child = params->graph.graph;
       if (child == nullptr || !Graphs().graphs.Contains(child)) return CUDA_ERROR_INVALID_VALUE;
-      CURELAY_RETURN_IF_ERROR(RefuseStagedChildUpdate(target.exec, child));
-      const uint64_t child_id = child->id;
-      return SendNode(target, wire::GraphNodeKind::ChildGraph, {}, nullptr,
-                      [&](wire::GraphAddNodeBuilder& fields) { fields.add_child_graph(child_id); });
+      return cuGraphExecChildGraphNodeSetParams(target.exec, target.node, child);
     }
     default:
       break;
@@ -537,11 +534,15 @@ CUresult ExecUpdate(CUgraphExec exec, CUgraph graph, CUgraphExecUpdateResultInfo
   if (result == CUDA_SUCCESS && info->result == CU_GRAPH_EXEC_UPDATE_SUCCESS) {
     // The executable graph's nodes now have the graph's parameters, staging buffers included.
     HostCopyList copies = CollectHostCopies(graph);
+    UserObjectRefs references = CollectUserObjects(graph);
+    RetainUserObjects(references);
     {
       std::lock_guard<std::mutex> lock(exec->mutex);
       exec->host_copies.swap(copies);
+      exec->user_objects.swap(references);
     }
     copies.clear();
+    ReleaseUserObjects(references);  // the ones it had
     ReleaseRetiredStaging();
   }
   const auto error_node = InternGraphNodes(graph, answer->error_node());
@@ -589,6 +590,7 @@ CUresult cuGraphAddChildGraphNode(CUgraphNode* node, CUgraph graph, const CUgrap
   CURELAY_RETURN_IF_ERROR(SendNode(Adding(node, graph, dependencies, count), wire::GraphNodeKind::ChildGraph, {},
                                    nullptr, [&](wire::GraphAddNodeBuilder& fields) { fields.add_child_graph(child_id); }));
   AddHostCopies(graph, copies);
+  CopyUserObjectsInto(graph, (*node)->id, CollectUserObjects(child));
   return CUDA_SUCCESS;
 }
 
@@ -654,7 +656,10 @@ CUresult cuGraphAddNode_v2(CUgraphNode* node, CUgraph graph, const CUgraphNode* 
                                          fields.add_child_graph(child_id);
                                          fields.add_child_graph_moved(moved);
                                        });
-      if (result == CUDA_SUCCESS && !moved) AddHostCopies(graph, copies);
+      if (result == CUDA_SUCCESS && !moved) {
+        AddHostCopies(graph, copies);
+        CopyUserObjectsInto(graph, (*node)->id, CollectUserObjects(child));
+      }
       if (result == CUDA_SUCCESS && moved) {
         {
           std::lock_guard<std::mutex> lock(child->mutex);
@@ -725,8 +730,14 @@ CUresult cuGraphExecChildGraphNodeSetParams(CUgraphExec exec, CUgraphNode node, 
   if (exec == nullptr || !Graphs().execs.Contains(exec)) return CUDA_ERROR_INVALID_VALUE;
   CURELAY_RETURN_IF_ERROR(RefuseStagedChildUpdate(exec, child));
   const uint64_t child_id = child->id;
-  return SendNode(Updating(exec, node), wire::GraphNodeKind::ChildGraph, {}, nullptr,
-                  [&](wire::GraphAddNodeBuilder& fields) { fields.add_child_graph(child_id); });
+  CURELAY_RETURN_IF_ERROR(SendNode(Updating(exec, node), wire::GraphNodeKind::ChildGraph, {}, nullptr,
+                                   [&](wire::GraphAddNodeBuilder& fields) { fields.add_child_graph(child_id); }));
+  // The new child's references (those of the old one stay with the executable graph until it is destroyed).
+  UserObjectRefs references = CollectUserObjects(child);
+  RetainUserObjects(references);
+  std::lock_guard<std::mutex> lock(exec->mutex);
+  AddUserObjects(&exec->user_objects, references);
+  return CUDA_SUCCESS;
 }
 
 CUresult cuGraphExecNodeSetParams(CUgraphExec exec, CUgraphNode node, CUgraphNodeParams* params) {

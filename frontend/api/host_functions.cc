@@ -190,6 +190,10 @@ bool FindHostFunction(uint64_t id, CUhostFn* function, void** user_data) {
   return true;
 }
 
+CUresult LaunchInternalHostFunction(CUstream stream, std::function<void()> body) {
+  return LaunchHostFunction(stream, std::move(body));
+}
+
 CUresult HostNodeTickets::Prepare(Client& client, size_t count) {
   client_ = &client;
   if (client.remote()) {

@@ -7,6 +7,7 @@
 #include <cuda.h>
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <vector>
 
@@ -17,6 +18,10 @@ namespace curelay::frontend {
 uint64_t HostFunctionId(CUhostFn function, void* user_data);
 // False for an id this process never gave out.
 bool FindHostFunction(uint64_t id, CUhostFn* function, void** user_data);
+
+// Runs `body` in this process once the work before it on `stream` is done (as cuLaunchHostFunc, for the client's
+// own purposes; `stream` must not capture).
+CUresult LaunchInternalHostFunction(CUstream stream, std::function<void()> body);
 
 // One launch's tickets: gates of the board (same host) or notices (over tcp://).
 class HostNodeTickets {

@@ -3,7 +3,8 @@ nodes; structure queries, parameters read back and set, a clone, an executable-g
 memory: allocation and free nodes made by hand and by capturing cuMemAllocAsync/cuMemFreeAsync, an allocation the
 application frees, the device's graph memory attributes. Then memcpy nodes on pageable host memory, made by hand and
 by capture, launched repeatedly with the host input changed in between. Then host nodes, made by hand and by
-capturing cuLaunchHostFunc: the Python function runs once per launch in graph order.
+capturing cuLaunchHostFunc: the Python function runs once per launch in graph order. Then a user object whose
+destructor runs once its last reference (a graph's, then an executable graph's) goes.
 
 Run natively and through curelay (like tests/gpu/cuda_python_driver.py, by tests/gpu/run_cuda_python.sh with this
 script): every step prints one deterministic line (results, error codes, counts, checksums; never addresses), so the
@@ -355,6 +356,39 @@ def host_nodes(stream, increment, scratch):
     check(driver.cuGraphDestroy(graph))
 
 
+destroyed_objects = []
+
+
+@HOST_FUNCTION_TYPE
+def destroy_user_object(data):
+    destroyed_objects.append(ctypes.c_int.from_address(data).value)
+
+
+def user_objects(stream):
+    """A user object moved into a graph: alive while the graph or its executable graph holds it."""
+    import time
+    tag = ctypes.c_int(7)
+    destructor = driver.CUhostFn(ctypes.cast(destroy_user_object, ctypes.c_void_p).value)
+    flags = driver.CUuserObject_flags.CU_USER_OBJECT_NO_DESTRUCTOR_SYNC
+    step("user_object_bad_flags", lambda: driver.cuUserObjectCreate(ctypes.addressof(tag), destructor, 1, 0)[0])
+    user_object = check(driver.cuUserObjectCreate(ctypes.addressof(tag), destructor, 1, flags))
+    graph = check(driver.cuGraphCreate(0))
+    move = driver.CUuserObjectRetain_flags.CU_GRAPH_USER_OBJECT_MOVE
+    step("user_object_moved_to_graph", lambda: driver.cuGraphRetainUserObject(graph, user_object, 1, move)[0])
+    check(driver.cuGraphAddEmptyNode(graph, None, 0))
+    executable = check(instantiate(graph, 0))
+    check(driver.cuGraphLaunch(executable, stream))
+    check(driver.cuStreamSynchronize(stream))
+    check(driver.cuGraphDestroy(graph))
+    time.sleep(0.2)
+    step("user_object_after_graph_destroyed", lambda: list(destroyed_objects))
+    check(driver.cuGraphExecDestroy(executable))
+    deadline = time.time() + 5
+    while not destroyed_objects and time.time() < deadline:
+        time.sleep(0.01)
+    step("user_object_after_exec_destroyed", lambda: list(destroyed_objects))
+
+
 def main(ptx_path):
     ptx = open(ptx_path, "rb").read() + b"\0"
     check(driver.cuInit(0))
@@ -497,6 +531,7 @@ def main(ptx_path):
     graph_memory(device, context, stream, increment, c)
     pageable_memcpy_nodes(context, stream, increment, b)
     host_nodes(stream, increment, b)
+    user_objects(stream)
 
     for exec_graph in (executable, edited):
         check(driver.cuGraphExecDestroy(exec_graph))

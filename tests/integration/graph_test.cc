@@ -2525,6 +2525,94 @@ TEST_F(GraphTest, AGraphAllocationLeftLiveIsFreedAtSessionEnd) {
   ASSERT_CU(cuMemFree(big));
 }
 
+// User objects: the destructor runs in this process (on a thread of its own) once the last reference goes, be it
+// the application's, a graph's, a child graph node's, an executable graph's or a running launch's.
+struct UserObjectState {
+  std::atomic<int> destroyed{0};
+};
+
+void CUDA_CB DestroyUserObject(void* data) { static_cast<UserObjectState*>(data)->destroyed.fetch_add(1); }
+
+bool Destroyed(const UserObjectState& state) {
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+  while (state.destroyed.load() == 0 && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  return state.destroyed.load() == 1;
+}
+
+// Not destroyed, after giving an asynchronous destructor time to run.
+bool StillAlive(const UserObjectState& state) {
+  std::this_thread::sleep_for(std::chrono::milliseconds(30));
+  return state.destroyed.load() == 0;
+}
+
+TEST_F(GraphTest, UserObjectsLiveAsLongAsTheirReferences) {
+  // The application's references.
+  UserObjectState plain;
+  CUuserObject object = nullptr;
+  EXPECT_EQ(cuUserObjectCreate(&object, &plain, DestroyUserObject, 1, 0), CUDA_ERROR_INVALID_VALUE);
+  EXPECT_EQ(cuUserObjectCreate(&object, &plain, DestroyUserObject, 0, CU_USER_OBJECT_NO_DESTRUCTOR_SYNC),
+            CUDA_ERROR_INVALID_VALUE);
+  EXPECT_EQ(cuUserObjectCreate(&object, &plain, nullptr, 1, CU_USER_OBJECT_NO_DESTRUCTOR_SYNC),
+            CUDA_ERROR_INVALID_VALUE);
+  ASSERT_CU(cuUserObjectCreate(&object, &plain, DestroyUserObject, 2, CU_USER_OBJECT_NO_DESTRUCTOR_SYNC));
+  EXPECT_EQ(cuUserObjectRetain(object, 0), CUDA_ERROR_INVALID_VALUE);
+  ASSERT_CU(cuUserObjectRelease(object, 1));
+  ASSERT_CU(cuUserObjectRetain(object, 2));
+  ASSERT_CU(cuUserObjectRelease(object, 2));
+  EXPECT_TRUE(StillAlive(plain));
+  ASSERT_CU(cuUserObjectRelease(object, 1));
+  EXPECT_TRUE(Destroyed(plain));
+
+  // A graph's, moved from the application, then an executable graph's, then a running launch's: destroying the
+  // executable graph while its launch is held in a host node leaves the object alive until the launch is done.
+  UserObjectState held;
+  ASSERT_CU(cuUserObjectCreate(&object, &held, DestroyUserObject, 1, CU_USER_OBJECT_NO_DESTRUCTOR_SYNC));
+  CUgraph graph = nullptr;
+  ASSERT_CU(cuGraphCreate(&graph, 0));
+  EXPECT_EQ(cuGraphRetainUserObject(graph, object, 1, 2), CUDA_ERROR_INVALID_VALUE);
+  ASSERT_CU(cuGraphRetainUserObject(graph, object, 1, CU_GRAPH_USER_OBJECT_MOVE));
+  HostNodeLog log;
+  HostNodeCall call{&log, 1};
+  CUDA_HOST_NODE_PARAMS host{RecordHostNode, &call};
+  CUgraphNode host_node = nullptr;
+  ASSERT_CU(cuGraphAddHostNode(&host_node, graph, nullptr, 0, &host));
+  CUgraphExec exec = nullptr;
+  ASSERT_CU(cuGraphInstantiate(&exec, graph, 0));
+  ASSERT_CU(cuGraphDestroy(graph));
+  EXPECT_TRUE(StillAlive(held));  // the executable graph's reference
+  log.hold = true;
+  ASSERT_CU(cuGraphLaunch(exec, stream_));
+  ASSERT_TRUE(WaitForCalls(log, 1));
+  ASSERT_CU(cuGraphExecDestroy(exec));
+  EXPECT_TRUE(StillAlive(held));  // the running launch's
+  log.released = true;
+  ASSERT_CU(cuStreamSynchronize(stream_));
+  EXPECT_TRUE(Destroyed(held));
+
+  // A child graph node's copy, and a clone's: each keeps the object after the graph it came from is gone.
+  UserObjectState copied;
+  ASSERT_CU(cuUserObjectCreate(&object, &copied, DestroyUserObject, 1, CU_USER_OBJECT_NO_DESTRUCTOR_SYNC));
+  CUgraph child = nullptr, parent = nullptr, clone = nullptr;
+  ASSERT_CU(cuGraphCreate(&child, 0));
+  ASSERT_CU(cuGraphCreate(&parent, 0));
+  ASSERT_CU(cuGraphRetainUserObject(child, object, 1, 0));
+  ASSERT_CU(cuUserObjectRelease(object, 1));
+  EXPECT_EQ(cuGraphReleaseUserObject(child, object, 2), CUDA_ERROR_INVALID_VALUE);  // the graph holds one
+  CUgraphNode child_node = nullptr;
+  ASSERT_CU(cuGraphAddChildGraphNode(&child_node, parent, nullptr, 0, child));
+  ASSERT_CU(cuGraphClone(&clone, parent));
+  ASSERT_CU(cuGraphReleaseUserObject(child, object, 1));
+  ASSERT_CU(cuGraphDestroy(child));
+  ASSERT_CU(cuGraphDestroyNode(child_node));
+  EXPECT_TRUE(StillAlive(copied));  // the clone's
+  ASSERT_CU(cuGraphDestroy(parent));
+  EXPECT_TRUE(StillAlive(copied));
+  ASSERT_CU(cuGraphDestroy(clone));
+  EXPECT_TRUE(Destroyed(copied));
+}
+
 // A client that dies while a host node of its graph holds the stream (here the host function itself ends the
 // process) does not leave its executor hanging: the session's end lets the node go and the executor tears down,
 // freeing the memory the next session needs.
