@@ -452,6 +452,7 @@ struct Session::NodeParameters {
   CUDA_MEM_ALLOC_NODE_PARAMS alloc{};
   std::vector<CUmemAccessDesc> access;  // alloc.accessDescs
   CUdeviceptr address = 0;              // a free node's
+  CUDA_HOST_NODE_PARAMS host{};
   size_t argument_bytes = 0;
   void* extra[5] = {};
 };
@@ -546,6 +547,8 @@ CUresult Session::DecodeNodeParameters(const wire::GraphAddNode& spec, std::span
     case wire::GraphNodeKind::MemFree:
       parameters->address = spec.address();
       return CUDA_SUCCESS;
+    case wire::GraphNodeKind::Host:
+      return HostNodeParams(spec.host_function(), &parameters->host);
   }
   return CUDA_ERROR_INVALID_VALUE;
 }
@@ -588,6 +591,7 @@ Session::Outcome Session::GraphAddNode(const wire::GraphAddNode& call, std::span
     case wire::GraphNodeKind::EventWait: result = add(driver_.cuGraphAddEventWaitNode, parameters.event); break;
     case wire::GraphNodeKind::MemAlloc: result = add(driver_.cuGraphAddMemAllocNode, &parameters.alloc); break;
     case wire::GraphNodeKind::MemFree: result = add(driver_.cuGraphAddMemFreeNode, parameters.address); break;
+    case wire::GraphNodeKind::Host: result = add(driver_.cuGraphAddHostNode, &parameters.host); break;
     case wire::GraphNodeKind::ChildGraph:
       if (!call.child_graph_moved()) {
         result = add(driver_.cuGraphAddChildGraphNode, parameters.child);
@@ -730,6 +734,9 @@ Session::Outcome Session::GraphExecNodeUpdate(const wire::GraphExecNodeUpdate& c
     case wire::GraphNodeKind::EventWait:
       if (driver_.cuGraphExecEventWaitNodeSetEvent == nullptr) return {CUDA_ERROR_NOT_SUPPORTED};
       return {driver_.cuGraphExecEventWaitNodeSetEvent(exec->second, node->second, parameters.event)};
+    case wire::GraphNodeKind::Host:
+      if (driver_.cuGraphExecHostNodeSetParams == nullptr) return {CUDA_ERROR_NOT_SUPPORTED};
+      return {driver_.cuGraphExecHostNodeSetParams(exec->second, node->second, &parameters.host)};
     default:
       return {CUDA_ERROR_INVALID_VALUE};
   }
@@ -751,6 +758,7 @@ Session::Outcome Session::GraphNodeSetParams(const wire::GraphNodeSetParams& cal
     case wire::GraphNodeKind::EventRecord:
       return {set(driver_.cuGraphEventRecordNodeSetEvent, node, parameters.event)};
     case wire::GraphNodeKind::EventWait: return {set(driver_.cuGraphEventWaitNodeSetEvent, node, parameters.event)};
+    case wire::GraphNodeKind::Host: return {set(driver_.cuGraphHostNodeSetParams, node, &parameters.host)};
     default: return {CUDA_ERROR_NOT_SUPPORTED};
   }
 }
@@ -930,6 +938,18 @@ CUresult Session::EncodeNodeParameters(CUgraphNode node, flatbuffers::Offset<wir
       *spec = fields.Finish();
       return CUDA_SUCCESS;
     }
+    case CU_GRAPH_NODE_TYPE_HOST: {
+      if (driver_.cuGraphHostNodeGetParams == nullptr) return CUDA_ERROR_NOT_SUPPORTED;
+      CUDA_HOST_NODE_PARAMS host{};
+      if (CUresult r = driver_.cuGraphHostNodeGetParams(node, &host); r != CUDA_SUCCESS) return r;
+      const uint64_t function = HostNodeFunctionId(host);
+      if (function == 0) return CUDA_ERROR_NOT_SUPPORTED;  // not a node the client made
+      wire::GraphAddNodeBuilder fields(builder_);
+      fields.add_kind(wire::GraphNodeKind::Host);
+      fields.add_host_function(function);
+      *spec = fields.Finish();
+      return CUDA_SUCCESS;
+    }
     case CU_GRAPH_NODE_TYPE_MEM_FREE: {
       if (driver_.cuGraphMemFreeNodeGetParams == nullptr) return CUDA_ERROR_NOT_SUPPORTED;
       CUdeviceptr address = 0;
@@ -1046,10 +1066,20 @@ Session::Outcome Session::GraphInstantiate(const wire::GraphInstantiate& call) {
     result = driver_.cuGraphInstantiateWithFlags(&exec, graph, call.flags());
     if (result != CUDA_SUCCESS) result_info = CUDA_GRAPH_INSTANTIATE_ERROR;
   }
-  if (result == CUDA_SUCCESS) graph_execs_[call.exec()] = exec;
+  uint32_t host_nodes = 0;
+  if (result == CUDA_SUCCESS) {
+    // Launches must bring a ticket for each host node they run: a graph whose count is unknown is not launched.
+    if (const CUresult counted = CountHostNodes(graph, &host_nodes); counted != CUDA_SUCCESS) {
+      (void)driver_.cuGraphExecDestroy(exec);
+      return {counted};
+    }
+    graph_execs_[call.exec()] = exec;
+    if (host_nodes != 0) exec_host_nodes_[call.exec()] = host_nodes;
+  }
   Outcome outcome(result);
   const bool allocates = result == CUDA_SUCCESS && GraphAllocates(graph);
-  outcome.body = wire::CreateGraphInstantiateInfo(builder_, result_info, error_node, allocates).Union();
+  outcome.body =
+      wire::CreateGraphInstantiateInfo(builder_, result_info, error_node, allocates, host_nodes).Union();
   outcome.body_type = wire::ReplyBody::GraphInstantiateInfo;
   return outcome;
 }
@@ -1059,6 +1089,7 @@ Session::Outcome Session::GraphExecDestroy(const wire::GraphExecDestroy& call) {
   if (found == graph_execs_.end() || driver_.cuGraphExecDestroy == nullptr) return {CUDA_ERROR_INVALID_VALUE};
   const CUresult result = driver_.cuGraphExecDestroy(found->second);
   graph_execs_.erase(found);
+  exec_host_nodes_.erase(call.exec());
   return {result};
 }
 
@@ -1071,9 +1102,45 @@ Session::Outcome Session::GraphLaunch(const wire::GraphLaunch& call) {
   const CUresult result = LookupStream(call.stream(), &stream);
   if (result != CUDA_SUCCESS) return {result};
   if (call.upload()) return {launch(found->second, stream)};  // moves the graph to the GPU; runs nothing
+  // Host nodes: a ticket each, unless the launch goes into a capture (it becomes a node of the captured graph,
+  // whose own launches bring them).
+  const auto host_nodes = exec_host_nodes_.find(call.exec());
+  const size_t expected = host_nodes == exec_host_nodes_.end() || StreamCapturing(stream) ? 0 : host_nodes->second;
+  size_t queued = 0;
+  if (CUresult r = QueueHostNodeTickets(call, expected, &queued); r != CUDA_SUCCESS) return {r};
   // A graph launch is scheduled like a kernel; its key is the executable graph's id with the top bit set, apart
   // from function ids.
-  return {LaunchScheduled(call.exec() | (uint64_t{1} << 63), stream, [&] { return launch(found->second, stream); })};
+  const CUresult launched =
+      LaunchScheduled(call.exec() | (uint64_t{1} << 63), stream, [&] { return launch(found->second, stream); });
+  if (launched != CUDA_SUCCESS) WithdrawHostNodeTickets(queued);
+  return {launched};
+}
+
+CUresult Session::CountHostNodes(CUgraph graph, uint32_t* count, int depth) {
+  if (depth == 0) *count = 0;
+  if (host_node_functions_.empty()) return CUDA_SUCCESS;  // no host node was ever made in this session
+  if (depth > 64) return CUDA_ERROR_NOT_SUPPORTED;
+  if (driver_.cuGraphGetNodes == nullptr || driver_.cuGraphNodeGetType == nullptr ||
+      driver_.cuGraphChildGraphNodeGetGraph == nullptr) {
+    return CUDA_ERROR_NOT_SUPPORTED;
+  }
+  size_t size = 0;
+  if (CUresult r = driver_.cuGraphGetNodes(graph, nullptr, &size); r != CUDA_SUCCESS) return r;
+  std::vector<CUgraphNode> nodes(size);
+  if (size != 0) {
+    if (CUresult r = driver_.cuGraphGetNodes(graph, nodes.data(), &size); r != CUDA_SUCCESS) return r;
+    nodes.resize(size);
+  }
+  for (CUgraphNode node : nodes) {
+    CUgraphNodeType type = CU_GRAPH_NODE_TYPE_EMPTY;
+    if (CUresult r = driver_.cuGraphNodeGetType(node, &type); r != CUDA_SUCCESS) return r;
+    if (type == CU_GRAPH_NODE_TYPE_HOST) ++*count;
+    if (type != CU_GRAPH_NODE_TYPE_GRAPH) continue;  // conditional bodies cannot hold host nodes
+    CUgraph child = nullptr;
+    if (CUresult r = driver_.cuGraphChildGraphNodeGetGraph(node, &child); r != CUDA_SUCCESS) return r;
+    if (CUresult r = CountHostNodes(child, count, depth + 1); r != CUDA_SUCCESS) return r;
+  }
+  return CUDA_SUCCESS;
 }
 
 namespace {
@@ -1308,6 +1375,7 @@ void Session::ReleaseGraphs() {
     if (driver_.cuGraphExecDestroy != nullptr) driver_.cuGraphExecDestroy(exec);
   }
   graph_execs_.clear();
+  exec_host_nodes_.clear();
   for (auto& [id, graph] : graphs_) {
     // A moved graph goes with the graph that owns it.
     if (driver_.cuGraphDestroy != nullptr && moved_graph_owners_.count(id) == 0) driver_.cuGraphDestroy(graph);

@@ -50,6 +50,10 @@ class Session {
 
   // A remote client's host function held on its stream (handlers_host_functions.cc); public for the driver callback.
   struct RemoteHostFunction;
+  // A graph host node's function, a launch's ticket, and the session's queue of them (handlers_host_functions.cc).
+  struct HostNodeFunction;
+  struct HostNodeTicket;
+  struct HostNodeTickets;
 
  private:
   struct Outcome {
@@ -194,6 +198,15 @@ class Session {
   // HostFunctionReturned.
   Outcome LaunchRemoteHostFunction(const wire::LaunchHostFunction& call, CUstream stream);
   void AbandonHostFunctions();
+  // Graph host nodes (handlers_host_functions.cc): the driver's parameters of a node running the client's host
+  // function `id`; that id back from a node's parameters (0: not a node of this session's); a launch's tickets
+  // (`expected` of them: the executable graph's host nodes) queued, and withdrawn when the launch fails.
+  CUresult HostNodeParams(uint64_t id, CUDA_HOST_NODE_PARAMS* params);
+  uint64_t HostNodeFunctionId(const CUDA_HOST_NODE_PARAMS& params) const;
+  CUresult QueueHostNodeTickets(const wire::GraphLaunch& call, size_t expected, size_t* queued);
+  void WithdrawHostNodeTickets(size_t count);
+  // How many host nodes a launch of an executable graph made from `graph` runs (child graphs' included).
+  CUresult CountHostNodes(CUgraph graph, uint32_t* count, int depth = 0);
   // Virtual memory management (handlers_virtual_memory.cc).
   void ReleaseVirtualMemory();
   // CUDA IPC (handlers_ipc.cc): publishes an exported handle and answers it.
@@ -325,6 +338,11 @@ class Session {
   std::shared_ptr<std::atomic<bool>> host_functions_abandoned_ = std::make_shared<std::atomic<bool>>(false);
   // A remote client's host functions waiting on their streams, by notice number (handlers_host_functions.cc).
   std::unordered_map<uint64_t, std::shared_ptr<RemoteHostFunction>> remote_host_functions_;
+  // Graph host nodes: each host function's record (by the client's id; never freed, see HostNodeParams), the
+  // queue of launch tickets, and each executable graph's host node count.
+  std::unordered_map<uint64_t, HostNodeFunction*> host_node_functions_;
+  std::shared_ptr<HostNodeTickets> host_node_tickets_;
+  std::unordered_map<uint64_t, uint32_t> exec_host_nodes_;
   // Mirrors of a remote client's page-locked memory; shared with driver callback threads that send notices.
   std::shared_ptr<HostMirrors> host_mirrors_ = std::make_shared<HostMirrors>(driver_);
 };

@@ -118,10 +118,6 @@ UNSUPPORTED_REASONS = [
      "mipmapped, planar and sparse arrays: not implemented yet"),
     (r"^(cuGreenCtx|cuCtxFromGreenCtx|cuCtxGetDevResource|cuDevResource|cuDevSmResource|cuDeviceGetDevResource|"
      r"cuStreamGetGreenCtx)", "green contexts: not implemented yet"),
-    (r"^(cuGraphAddHostNode|cuGraphHostNode|cuGraphExecHostNode|cuUserObject|cuGraphRetainUserObject|"
-     r"cuGraphReleaseUserObject)",
-     "host nodes and user objects: their functions run in the client each time a graph runs, which the one-shot "
-     "host-function path does not do yet"),
     (r"ExternalSemaphore|ExternalMemory|^cuImportExternal|^cuDestroyExternal",
      "external memory and semaphores (Vulkan, D3D, NvSci): handles and file descriptors of the application's "
      "process; not implemented"),
@@ -232,8 +228,21 @@ def main() -> None:
         "context would have to be a client context everywhere a context is accepted) |",
         "| host functions (`cuLaunchHostFunc`, `cuStreamAddCallback`) over tcp:// | run in the client in stream order "
         "through executor notices; each costs a network round trip while its stream waits |",
-        "| a host function on a capturing stream (a host node in a graph) | `CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED`, "
-        "and the capture is invalidated |",
+        "| graph host nodes (`cuGraphAddHostNode`, `cuGraphAddNode`, `cuLaunchHostFunc` on a capturing stream; "
+        "`cuGraphHostNodeGet/SetParams`, `cuGraphExecHostNodeSetParams`) | the function runs in the client, in graph "
+        "order, once per launch, while the node holds its stream; a launch of a graph with host nodes is a round "
+        "trip carrying a ticket per node (docs/stream-capture.md, \"Host nodes\"). A launch of a graph with host "
+        "nodes and memcpy nodes on staged host memory (pageable; over tcp:// any host memory): "
+        "`CUDA_ERROR_NOT_SUPPORTED`; more than 512 host nodes in one graph on the same host: "
+        "`CUDA_ERROR_NOT_SUPPORTED`; `cuStreamAddCallback` on a capturing stream: "
+        "`CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED`, as the driver answers |",
+        "| user objects (`cuUserObjectCreate`/`Retain`/`Release`, `cuGraphRetainUserObject`/`ReleaseUserObject`) | "
+        "kept in the client, where the destructor runs on a thread of its own when the last reference goes: the "
+        "application's, a graph's (child graph nodes and clones copy them), an executable graph's (taken at "
+        "instantiation and `cuGraphExecUpdate`), a launch's until its work is done (an internal host function "
+        "after it). Releasing more references than an owner holds answers `CUDA_ERROR_INVALID_VALUE` (undefined "
+        "natively); after `cuGraphExecChildGraphNodeSetParams` the old child's references stay with the executable "
+        "graph until it is destroyed |",
         "| `cuStreamAddCallback`'s status argument | always `CUDA_SUCCESS`: an earlier failure of the stream's work "
         "fails the next synchronizing call instead |",
         "| `cuLibraryLoadData` with `CU_LIBRARY_HOST_UNIVERSAL_FUNCTION_AND_DATA_TABLE` | `CUDA_ERROR_NOT_SUPPORTED` |",
@@ -265,8 +274,8 @@ def main() -> None:
         "side the executor cannot reach goes through a staging buffer (above); a node's context must be the current "
         "one; parameter queries naming a function or event the application no longer has: "
         "`CUDA_ERROR_NOT_SUPPORTED`; `cuGraphDebugDotPrint` writes the executor driver's text (its handles and "
-        "addresses) at the application's path; host nodes, external-semaphore and batch memory-operation nodes, user "
-        "objects and `cuGraphNodeSetParams` of a child-graph node: `CUDA_ERROR_NOT_SUPPORTED` |",
+        "addresses) at the application's path; host nodes: their own row; external-semaphore and batch memory-operation "
+        "nodes and `cuGraphNodeSetParams` of a child-graph node: `CUDA_ERROR_NOT_SUPPORTED` |",
         "| graph memory (allocation and free nodes, made by hand or by capturing `cuMemAllocAsync`/`cuMemFreeAsync`; "
         "`cuDevice*GraphMem*`) | pinned device memory without shareable handles only (`CUDA_ERROR_NOT_SUPPORTED` "
         "otherwise); a graph's allocations are not charged to the session's memory quota; a graph with allocation "
@@ -307,7 +316,8 @@ def main() -> None:
         "| conjugateGradientCudaGraphs, graphMemoryNodes | `cudaMemcpyAsync` to pageable memory during capture: 900 "
         "| captured copies into pageable memory (staged since; not yet measured again) |",
         "| simpleCudaGraphs | `cudaGraphAddMemcpyNode` with pageable host memory: 801 | the same, as an explicit node "
-        "(staged since; its host node, which reads the copied value, is not supported yet) |",
+        "(staged since; host nodes work since, but a graph with both a staged copy and a host node is still refused "
+        "at launch, 801) |",
         "| jacobiCudaGraphs | wrong result | a captured pageable host-to-device copy replayed its capture-time bytes "
         "(staged since, read at each launch; not yet measured again) |",
         "| streamOrderedAllocationIPC, memMapIPCDrv | 801 / invalid device context | shareable handles (file "

@@ -13,6 +13,8 @@
 #include <atomic>
 
 #include "frontend/api/graph_support.h"
+#include "frontend/api/host_functions.h"
+#include "frontend/client/log.h"
 
 using namespace curelay;
 using namespace curelay::frontend;
@@ -65,6 +67,7 @@ void DestroyGraphObject(CUgraph graph) {
     moved_children.swap(graph->moved_children);
   }
   for (CUgraph child : moved_children) DestroyGraphObject(child);  // the executor's driver destroys them with it
+  ReleaseGraphUserObjects(graph);
   {
     std::lock_guard<std::mutex> lock(graphs.by_id_mutex);
     graphs.by_id.erase(graph->id);
@@ -160,10 +163,14 @@ CUresult Instantiate(CUgraphExec* result_exec, CUgraph graph, uint64_t flags, bo
     return result;
   }
   exec->allocates = info != nullptr && info->allocates();
+  exec->host_nodes = info != nullptr ? info->host_nodes() : 0;
   {
     HostCopyList copies = CollectHostCopies(graph);
+    UserObjectRefs references = CollectUserObjects(graph);
+    RetainUserObjects(references);
     std::lock_guard<std::mutex> lock(exec->mutex);
     exec->host_copies = std::move(copies);
+    exec->user_objects = std::move(references);
   }
   *result_exec = exec;
   return CUDA_SUCCESS;
@@ -195,7 +202,8 @@ CUresult InstantiateWithParams(CUgraphExec* exec, CUgraph graph, CUDA_GRAPH_INST
 // next synchronizing call; except that a graph with allocation nodes is launched with a round trip, as the driver
 // refuses its launch at once while an allocation of an earlier launch lives. Staged host sides of memcpy nodes are
 // filled before the launch and delivered after it, on the same stream (graph_host_copies.cc); a launch into a
-// stream capture becomes a child graph of the captured graph, which keeps them instead.
+// stream capture becomes a child graph of the captured graph, which keeps them instead. A launch that runs host
+// nodes brings a ticket for each and is waited for (host_functions.h).
 CUresult LaunchOrUpload(CUgraphExec exec, CUstream stream, bool upload) {
   Client* client;
   CURELAY_RETURN_IF_ERROR(RequireContext(&client));
@@ -204,14 +212,31 @@ CUresult LaunchOrUpload(CUgraphExec exec, CUstream stream, bool upload) {
   CURELAY_RETURN_IF_ERROR(WireStream(*client, stream, &wire_stream));
   HostCopyList copies;
   std::set<uint64_t> disabled;
+  UserObjectRefs references;
   if (!upload) {
     std::lock_guard<std::mutex> lock(exec->mutex);
     copies = exec->host_copies;
     disabled = exec->disabled_nodes;
+    references = exec->user_objects;
+  }
+  CUgraph capturing = nullptr;
+  if ((!copies.empty() || exec->host_nodes != 0 || !references.empty()) && !upload && CapturesActive()) {
+    CURELAY_RETURN_IF_ERROR(CaptureGraphOf(*client, stream, &capturing));
+  }
+  // Host nodes (not when the launch becomes a node of a capture): a ticket each.
+  HostNodeTickets tickets;
+  const bool runs_host_nodes = exec->host_nodes != 0 && !upload && capturing == nullptr;
+  if (runs_host_nodes) {
+    // Staged host memory moves around the whole graph (before and after it), so a host node would see it out of
+    // order: before a host function, the results of copies ahead of it; after it, what it wrote for later copies.
+    if (!copies.empty()) {
+      Log().warn("cuGraphLaunch: a graph with host nodes and memcpy nodes on pageable host memory (over tcp://, any "
+                 "host memory) is not supported");
+      return CUDA_ERROR_NOT_SUPPORTED;
+    }
+    CURELAY_RETURN_IF_ERROR(tickets.Prepare(*client, exec->host_nodes));
   }
   if (!copies.empty()) {
-    CUgraph capturing = nullptr;
-    if (CapturesActive()) CURELAY_RETURN_IF_ERROR(CaptureGraphOf(*client, stream, &capturing));
     if (capturing != nullptr) {
       CURELAY_RETURN_IF_ERROR(AdmitHostCopies(capturing, copies));
       AddHostCopies(capturing, copies);
@@ -221,9 +246,24 @@ CUresult LaunchOrUpload(CUgraphExec exec, CUstream stream, bool upload) {
     }
   }
   auto& builder = Builder();
-  const auto call = wire::CreateGraphLaunch(builder, exec->id, wire_stream, upload).Union();
-  const CUresult result = exec->allocates && !upload ? client->Call(builder, wire::Call::GraphLaunch, call, {}, nullptr)
-                                                     : client->Post(builder, wire::Call::GraphLaunch, call, {});
+  const auto gates = tickets.gates().empty() ? flatbuffers::Offset<flatbuffers::Vector<uint32_t>>()
+                                             : builder.CreateVector(tickets.gates());
+  const auto notices = tickets.notices().empty() ? flatbuffers::Offset<flatbuffers::Vector<uint64_t>>()
+                                                 : builder.CreateVector(tickets.notices());
+  const auto call = wire::CreateGraphLaunch(builder, exec->id, wire_stream, upload, gates, notices).Union();
+  // Waited for when it can fail at once, and when it has tickets (taken by the executor only if it launched).
+  const bool waited = (exec->allocates || runs_host_nodes) && !upload;
+  const CUresult result = waited ? client->Call(builder, wire::Call::GraphLaunch, call, {}, nullptr)
+                                 : client->Post(builder, wire::Call::GraphLaunch, call, {});
+  if (result == CUDA_SUCCESS && runs_host_nodes) tickets.Start();
+  // User objects: a launch holds references until its work is done; captured, the capture's graph holds them.
+  if (result == CUDA_SUCCESS && !references.empty()) {
+    if (capturing != nullptr) {
+      CopyUserObjectsInto(capturing, 0, references);
+    } else {
+      CURELAY_RETURN_IF_ERROR(HoldUserObjectsForLaunch(references, stream));
+    }
+  }
   if (result != CUDA_SUCCESS || copies.empty()) return result;
   return DeliverHostSides(*client, copies, disabled, stream);
 }
@@ -457,15 +497,18 @@ CUresult cuGraphExecDestroy(CUgraphExec exec) {
   Client* client;
   CURELAY_RETURN_IF_ERROR(RequireExec(&client, exec));
   HostCopyList copies;  // released after the executable graph, which may still be running with them
+  UserObjectRefs references;  // launches still running hold their own
   {
     std::lock_guard<std::mutex> lock(exec->mutex);
     copies.swap(exec->host_copies);
+    references.swap(exec->user_objects);
   }
   auto& builder = Builder();
   const auto call = wire::CreateGraphExecDestroy(builder, exec->id).Union();
   Graphs().execs.Destroy(exec);
   const CUresult result = client->Post(builder, wire::Call::GraphExecDestroy, call, {});
   copies.clear();
+  ReleaseUserObjects(references);
   ReleaseRetiredStaging();
   return result;
 }
@@ -564,6 +607,7 @@ CUresult cuGraphDestroyNode(CUgraphNode node) {
     graph->nodes_complete = false;
   }
   for (CUgraph child : owned) DestroyGraphObject(child);
+  ReleaseNodeUserObjects(node);
   Graphs().nodes.Destroy(node);
   ReleaseRetiredStaging();
   return CUDA_SUCCESS;
@@ -658,6 +702,7 @@ CUresult cuGraphClone(CUgraph* clone, CUgraph original) {
     return result;
   }
   AddHostCopies(made, CollectHostCopies(original));  // the clone's memcpy nodes name the same staging buffers
+  CopyUserObjectsInto(made, 0, CollectUserObjects(original));
   *clone = made;
   return CUDA_SUCCESS;
 }

@@ -1,4 +1,4 @@
-// Explicit graph construction: empty, kernel, memset and memcpy nodes (cuGraphAdd*Node, and cuGraphAddNode for
+// Explicit graph construction: empty, kernel, memset, memcpy and host nodes (cuGraphAdd*Node, and cuGraphAddNode for
 // those types). Each is made by the executor's driver in the executor's copy of the graph and answered with its
 // node id, so dependencies name nodes as the executor knows them. Kernel arguments are packed here by the
 // function's layout and copied into the node by the driver, as natively. A memcpy node's host side in page-locked
@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "frontend/api/graph_support.h"
+#include "frontend/api/host_functions.h"
 #include "frontend/api/library_kernels.h"
 #include "frontend/api/strided_copy.h"
 #include "frontend/client/log.h"
@@ -218,6 +219,20 @@ CUresult EventNode(const NodeTarget& target, wire::GraphNodeKind kind, CUevent e
   if (event == nullptr || !client->events.Contains(event)) return CUDA_ERROR_INVALID_VALUE;
   const uint64_t event_id = event->id;
   return SendNode(target, kind, {}, nullptr, [&](wire::GraphAddNodeBuilder& fields) { fields.add_event(event_id); });
+}
+
+// A host node: the application's function and data stay here, named by their id (host_functions.h); every
+// launch runs the function in this process while the node holds its stream. A conditional node's body cannot hold
+// one (the driver's rule; its launches would not bring a ticket for it).
+CUresult HostNode(const NodeTarget& target, const CUDA_HOST_NODE_PARAMS* params) {
+  if (params == nullptr || params->fn == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  if (target.node_out != nullptr && target.graph != nullptr && Graphs().graphs.Contains(target.graph) &&
+      InConditionalBody(target.graph)) {
+    return CUDA_ERROR_INVALID_VALUE;
+  }
+  const uint64_t function = HostFunctionId(params->fn, params->userData);
+  return SendNode(target, wire::GraphNodeKind::Host, {}, nullptr,
+                  [&](wire::GraphAddNodeBuilder& fields) { fields.add_host_function(function); });
 }
 
 // An allocation node: pinned device memory, at an address the executor's driver fixes now (written to
@@ -436,6 +451,10 @@ std::optional<CUresult> SharedKindNode(const NodeTarget& target, const CUgraphNo
       return EventNode(target, wire::GraphNodeKind::EventRecord, params->eventRecord.event);
     case CU_GRAPH_NODE_TYPE_WAIT_EVENT:
       return EventNode(target, wire::GraphNodeKind::EventWait, params->eventWait.event);
+    case CU_GRAPH_NODE_TYPE_HOST: {
+      const CUDA_HOST_NODE_PARAMS host{params->host.fn, params->host.userData};
+      return HostNode(target, &host);
+    }
     default:
       return std::nullopt;
   }
@@ -466,10 +485,7 @@ CUresult SetNodeParams(const NodeTarget& target, CUgraphNodeParams* params, cons
       if (target.exec == nullptr) break;  // a graph's child-graph node cannot be given another graph here
       const CUgraph child = params->graph.graph;
       if (child == nullptr || !Graphs().graphs.Contains(child)) return CUDA_ERROR_INVALID_VALUE;
-      CURELAY_RETURN_IF_ERROR(RefuseStagedChildUpdate(target.exec, child));
-      const uint64_t child_id = child->id;
-      return SendNode(target, wire::GraphNodeKind::ChildGraph, {}, nullptr,
-                      [&](wire::GraphAddNodeBuilder& fields) { fields.add_child_graph(child_id); });
+      return cuGraphExecChildGraphNodeSetParams(target.exec, target.node, child);
     }
     default:
       break;
@@ -518,11 +534,15 @@ CUresult ExecUpdate(CUgraphExec exec, CUgraph graph, CUgraphExecUpdateResultInfo
   if (result == CUDA_SUCCESS && info->result == CU_GRAPH_EXEC_UPDATE_SUCCESS) {
     // The executable graph's nodes now have the graph's parameters, staging buffers included.
     HostCopyList copies = CollectHostCopies(graph);
+    UserObjectRefs references = CollectUserObjects(graph);
+    RetainUserObjects(references);
     {
       std::lock_guard<std::mutex> lock(exec->mutex);
       exec->host_copies.swap(copies);
+      exec->user_objects.swap(references);
     }
     copies.clear();
+    ReleaseUserObjects(references);  // the ones it had
     ReleaseRetiredStaging();
   }
   const auto error_node = InternGraphNodes(graph, answer->error_node());
@@ -570,6 +590,7 @@ CUresult cuGraphAddChildGraphNode(CUgraphNode* node, CUgraph graph, const CUgrap
   CURELAY_RETURN_IF_ERROR(SendNode(Adding(node, graph, dependencies, count), wire::GraphNodeKind::ChildGraph, {},
                                    nullptr, [&](wire::GraphAddNodeBuilder& fields) { fields.add_child_graph(child_id); }));
   AddHostCopies(graph, copies);
+  CopyUserObjectsInto(graph, (*node)->id, CollectUserObjects(child));
   return CUDA_SUCCESS;
 }
 
@@ -635,7 +656,10 @@ CUresult cuGraphAddNode_v2(CUgraphNode* node, CUgraph graph, const CUgraphNode* 
                                          fields.add_child_graph(child_id);
                                          fields.add_child_graph_moved(moved);
                                        });
-      if (result == CUDA_SUCCESS && !moved) AddHostCopies(graph, copies);
+      if (result == CUDA_SUCCESS && !moved) {
+        AddHostCopies(graph, copies);
+        CopyUserObjectsInto(graph, (*node)->id, CollectUserObjects(child));
+      }
       if (result == CUDA_SUCCESS && moved) {
         {
           std::lock_guard<std::mutex> lock(child->mutex);
@@ -706,8 +730,14 @@ CUresult cuGraphExecChildGraphNodeSetParams(CUgraphExec exec, CUgraphNode node, 
   if (exec == nullptr || !Graphs().execs.Contains(exec)) return CUDA_ERROR_INVALID_VALUE;
   CURELAY_RETURN_IF_ERROR(RefuseStagedChildUpdate(exec, child));
   const uint64_t child_id = child->id;
-  return SendNode(Updating(exec, node), wire::GraphNodeKind::ChildGraph, {}, nullptr,
-                  [&](wire::GraphAddNodeBuilder& fields) { fields.add_child_graph(child_id); });
+  CURELAY_RETURN_IF_ERROR(SendNode(Updating(exec, node), wire::GraphNodeKind::ChildGraph, {}, nullptr,
+                                   [&](wire::GraphAddNodeBuilder& fields) { fields.add_child_graph(child_id); }));
+  // The new child's references (those of the old one stay with the executable graph until it is destroyed).
+  UserObjectRefs references = CollectUserObjects(child);
+  RetainUserObjects(references);
+  std::lock_guard<std::mutex> lock(exec->mutex);
+  AddUserObjects(&exec->user_objects, references);
+  return CUDA_SUCCESS;
 }
 
 CUresult cuGraphExecNodeSetParams(CUgraphExec exec, CUgraphNode node, CUgraphNodeParams* params) {
@@ -763,6 +793,40 @@ CUresult cuGraphKernelNodeSetParams_v1(CUgraphNode node, const CUDA_KERNEL_NODE_
   return KernelNode(Setting(node), params->func, nullptr, params->gridDimX, params->gridDimY, params->gridDimZ,
                     params->blockDimX, params->blockDimY, params->blockDimZ, params->sharedMemBytes,
                     params->kernelParams, params->extra);
+}
+
+CUresult cuGraphAddHostNode(CUgraphNode* node, CUgraph graph, const CUgraphNode* dependencies, size_t count,
+                            const CUDA_HOST_NODE_PARAMS* params) {
+  return HostNode(Adding(node, graph, dependencies, count), params);
+}
+
+// The function and data the node runs, as the application gave them (a captured cuLaunchHostFunc's included).
+CUresult cuGraphHostNodeGetParams(CUgraphNode node, CUDA_HOST_NODE_PARAMS* params) {
+  Client* client;
+  if (params == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  ReplyMessage reply;
+  const wire::GraphAddNode* spec = nullptr;
+  CURELAY_RETURN_IF_ERROR(QueryNode(&client, node, CU_GRAPH_NODE_TYPE_HOST, &reply, &spec));
+  CUhostFn function = nullptr;
+  void* user_data = nullptr;
+  if (!FindHostFunction(spec->host_function(), &function, &user_data)) return CUDA_ERROR_UNKNOWN;
+  params->fn = function;
+  params->userData = user_data;
+  return CUDA_SUCCESS;
+}
+
+CUresult cuGraphHostNodeSetParams(CUgraphNode node, const CUDA_HOST_NODE_PARAMS* params) {
+  if (node == nullptr || !Graphs().nodes.Contains(node) || node->type != CU_GRAPH_NODE_TYPE_HOST) {
+    return CUDA_ERROR_INVALID_VALUE;
+  }
+  return HostNode(Setting(node), params);
+}
+
+CUresult cuGraphExecHostNodeSetParams(CUgraphExec exec, CUgraphNode node, const CUDA_HOST_NODE_PARAMS* params) {
+  if (node == nullptr || !Graphs().nodes.Contains(node) || node->type != CU_GRAPH_NODE_TYPE_HOST) {
+    return CUDA_ERROR_INVALID_VALUE;
+  }
+  return HostNode(Updating(exec, node), params);
 }
 
 CUresult cuGraphMemsetNodeGetParams(CUgraphNode node, CUDA_MEMSET_NODE_PARAMS* params) {

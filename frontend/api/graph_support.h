@@ -102,4 +102,19 @@ CUresult DeliverHostSides(Client& client, const HostCopyList& copies, const std:
 // Frees staging buffers whose records are gone; called where no request is being built.
 void ReleaseRetiredStaging();
 
+// User objects (frontend/api/user_objects.cc). References are added to or dropped from each object's count; a count
+// reaching zero runs the destructor on a thread of its own.
+void RetainUserObjects(const UserObjectRefs& references);
+void ReleaseUserObjects(const UserObjectRefs& references);
+void AddUserObjects(UserObjectRefs* to, const UserObjectRefs& from);
+// A graph's references, its child graph nodes' and those of the graphs it owns (moved child graphs).
+UserObjectRefs CollectUserObjects(CUgraph graph);
+// Drops a graph's references (it is being destroyed), or those a child graph node of it holds (destroyed).
+void ReleaseGraphUserObjects(CUgraph graph);
+void ReleaseNodeUserObjects(CUgraphNode node);
+// New references held by `graph` for its node `node` (a child graph copied in).
+void CopyUserObjectsInto(CUgraph graph, uint64_t node, const UserObjectRefs& references);
+// New references that a launch on `stream` holds until the work before them on the stream is done.
+CUresult HoldUserObjectsForLaunch(const UserObjectRefs& references, CUstream stream);
+
 }  // namespace curelay::frontend

@@ -434,6 +434,7 @@ CUresult Client::AwaitDeliveries() {
 }
 
 Client::Notice::Notice(Client& client) : client_(client) {
+  waiter_.reply = &reply_;
   std::lock_guard<std::mutex> send_lock(client.send_mutex_);  // sequence numbers are handed out under it
   sequence_ = client.next_sequence_++;
   std::lock_guard<std::mutex> lock(client.reply_mutex_);

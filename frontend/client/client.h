@@ -88,9 +88,12 @@ class Client {
     ~Notice();
     uint64_t sequence() const { return sequence_; }
     CUresult Await();
+    // The notice's reply once Await succeeded (a graph host node's names the function to run).
+    const ReplyMessage& reply() const { return reply_; }
 
    private:
     Client& client_;
+    ReplyMessage reply_;
     Waiter waiter_;
     uint64_t sequence_ = 0;
   };

@@ -139,6 +139,8 @@ struct CUgraphNode_st {
 namespace curelay::frontend {
 struct GraphHostCopy;  // frontend/api/graph_support.h
 using HostCopyList = std::vector<std::shared_ptr<GraphHostCopy>>;
+// References to user objects, with their counts (frontend/api/user_objects.cc).
+using UserObjectRefs = std::map<CUuserObject, uint64_t>;
 }  // namespace curelay::frontend
 
 struct CUgraph_st {
@@ -155,14 +157,20 @@ struct CUgraph_st {
   bool conditional_body = false;  // a conditional node's body: its nodes run as many times as the condition says
   // The memcpy nodes whose host side is staged (pageable memory): its own, and those of child graphs copied in.
   curelay::frontend::HostCopyList host_copies;
+  // User object references: the graph's own, and for each child graph node (by node id; 0: one the client does not
+  // know, a launch into a capture) those its graph had when copied in.
+  curelay::frontend::UserObjectRefs user_objects;
+  std::map<uint64_t, curelay::frontend::UserObjectRefs> node_user_objects;
 };
 
 struct CUgraphExec_st {
   uint64_t id;
   unsigned long long flags;
   bool allocates = false;  // the graph has allocation nodes: launches are waited for (they can fail at once)
+  uint32_t host_nodes = 0;  // host nodes a launch runs: it brings a ticket for each (frontend/api/host_functions.h)
   std::mutex mutex;        // guards the fields below
   // Staged host sides of its memcpy nodes (frontend/api/graph_host_copies.cc), and the nodes disabled in it.
   curelay::frontend::HostCopyList host_copies;
   std::set<uint64_t> disabled_nodes;
+  curelay::frontend::UserObjectRefs user_objects;  // its graph's, taken at instantiation (or cuGraphExecUpdate)
 };

@@ -1239,6 +1239,56 @@ CUresult CUDAAPI cuGraphAddEmptyNode(CUgraphNode* phGraphNode, CUgraph hGraph, c
   });
 }
 
+// Host nodes run their function on the device worker in graph order (as cuLaunchHostFunc does).
+static std::function<CUresult()> HostNodeOp(const CUDA_HOST_NODE_PARAMS& params) {
+  return [params] {
+    params.fn(params.userData);
+    return CUDA_SUCCESS;
+  };
+}
+
+CUresult CUDAAPI cuGraphAddHostNode(CUgraphNode* phGraphNode, CUgraph hGraph, const CUgraphNode* dependencies,
+                                    size_t numDependencies, const CUDA_HOST_NODE_PARAMS* nodeParams) {
+  return emu::Guard([&] {
+    if (CUresult r = emu::CheckInit(); r != CUDA_SUCCESS) return r;
+    if (nodeParams == nullptr || nodeParams->fn == nullptr) return CUDA_ERROR_INVALID_VALUE;
+    emu::NodeRecord record;
+    record.host = *nodeParams;
+    return emu::AddGraphNode(hGraph, dependencies, numDependencies, CU_GRAPH_NODE_TYPE_HOST, HostNodeOp(*nodeParams),
+                             phGraphNode, &record);
+  });
+}
+
+CUresult CUDAAPI cuGraphHostNodeGetParams(CUgraphNode hNode, CUDA_HOST_NODE_PARAMS* nodeParams) {
+  return emu::Guard([&] {
+    if (CUresult r = emu::CheckInit(); r != CUDA_SUCCESS) return r;
+    if (nodeParams == nullptr) return CUDA_ERROR_INVALID_VALUE;
+    emu::NodeRecord* record = nullptr;
+    if (CUresult r = emu::GraphNodeRecord(hNode, CU_GRAPH_NODE_TYPE_HOST, &record); r != CUDA_SUCCESS) return r;
+    *nodeParams = record->host;
+    return CUDA_SUCCESS;
+  });
+}
+
+CUresult CUDAAPI cuGraphHostNodeSetParams(CUgraphNode hNode, const CUDA_HOST_NODE_PARAMS* nodeParams) {
+  return emu::Guard([&] {
+    if (CUresult r = emu::CheckInit(); r != CUDA_SUCCESS) return r;
+    if (nodeParams == nullptr || nodeParams->fn == nullptr) return CUDA_ERROR_INVALID_VALUE;
+    emu::NodeRecord record;
+    record.host = *nodeParams;
+    return emu::SetGraphNodeOp(hNode, CU_GRAPH_NODE_TYPE_HOST, HostNodeOp(*nodeParams), std::move(record));
+  });
+}
+
+CUresult CUDAAPI cuGraphExecHostNodeSetParams(CUgraphExec hGraphExec, CUgraphNode hNode,
+                                              const CUDA_HOST_NODE_PARAMS* nodeParams) {
+  return emu::Guard([&] {
+    if (CUresult r = emu::CheckInit(); r != CUDA_SUCCESS) return r;
+    if (nodeParams == nullptr || nodeParams->fn == nullptr) return CUDA_ERROR_INVALID_VALUE;
+    return emu::SetExecNodeOp(hGraphExec, hNode, CU_GRAPH_NODE_TYPE_HOST, HostNodeOp(*nodeParams));
+  });
+}
+
 // The child graph is copied into the node, as the driver does: later changes to it do not reach the node.
 CUresult CUDAAPI cuGraphAddChildGraphNode(CUgraphNode* phGraphNode, CUgraph hGraph, const CUgraphNode* dependencies,
                                           size_t numDependencies, CUgraph childGraph) {

