@@ -10,7 +10,7 @@ namespace {
 
 // The encoded map goes back as the reply's payload, which must outlive the handler until the reply is sent. One
 // buffer is enough: the session's one thread handles a request and sends its reply before it reads the next.
-alignas(64) CUtensorMap reply_tensor_map;
+CUtensorMap reply_tensor_map;  // aligned as cuda.h declares the type (128 bytes)
 
 constexpr uint32_t kMaxTensorRank = 5;
 

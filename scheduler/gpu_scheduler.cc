@@ -211,7 +211,8 @@ void GpuScheduler::Refresh(TimePoint now) {
   top_active_.reset();
   top_open_.reset();
   std::array<std::optional<double>, kPriorityClassCount> least_backlogged{};
-  for (const auto& [id, tenant] : tenants_) {
+  for (const auto& entry : tenants_) {
+    const TenantState& tenant = entry.second;  // a plain reference: clang before 16 cannot capture a binding
     const auto raise = [&](std::optional<PriorityClass>& top) {
       if (!top || Outranks(tenant.priority, *top)) top = tenant.priority;
     };
