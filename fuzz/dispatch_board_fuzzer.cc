@@ -24,6 +24,7 @@
 #include "backend/dispatch/dispatch_service.h"
 #include "backend/tenants/tenant_record.h"
 #include "fuzz/fuzz_input.h"
+#include "fuzz/scratch_directory.h"
 
 namespace {
 
@@ -44,12 +45,7 @@ void AwaitDrained(SessionDispatchSlot& slot) {
 
 extern "C" int LLVMFuzzerInitialize(int*, char***) {
   spdlog::set_level(spdlog::level::off);
-  char pattern[] = "/tmp/curelay-dispatch-fuzz-XXXXXX";
-  if (mkdtemp(pattern) == nullptr) {
-    std::perror("mkdtemp");
-    std::abort();
-  }
-  directory = pattern;
+  directory = curelay::fuzz::MakeScratchDirectory("curelay-dispatch-fuzz");
   return 0;
 }
 

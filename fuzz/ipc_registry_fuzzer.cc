@@ -12,6 +12,7 @@
 #include <spdlog/spdlog.h>
 
 #include "executor/ipc_registry.h"
+#include "fuzz/scratch_directory.h"
 
 namespace {
 
@@ -21,12 +22,7 @@ std::string directory;
 
 extern "C" int LLVMFuzzerInitialize(int*, char***) {
   spdlog::set_level(spdlog::level::off);
-  char pattern[] = "/tmp/curelay-ipc-fuzz-XXXXXX";
-  if (mkdtemp(pattern) == nullptr) {
-    std::perror("mkdtemp");
-    std::abort();
-  }
-  directory = pattern;
+  directory = curelay::fuzz::MakeScratchDirectory("curelay-ipc-fuzz");
   return 0;
 }
 

@@ -28,6 +28,7 @@
 #include <thread>
 
 #include "fuzz/fuzz_input.h"
+#include "fuzz/scratch_directory.h"
 #include "transport/channel.h"
 #include "transport/shm/shared_file.h"
 #include "transport/shm/shm_channel.h"
@@ -110,12 +111,7 @@ void Append(SharedHeader* header, uint8_t* data, std::span<const uint8_t> bytes)
 }  // namespace
 
 extern "C" int LLVMFuzzerInitialize(int*, char***) {
-  char pattern[] = "/tmp/curelay-shm-fuzz-XXXXXX";
-  if (mkdtemp(pattern) == nullptr) {
-    std::perror("mkdtemp");
-    std::abort();
-  }
-  directory = pattern;
+  directory = curelay::fuzz::MakeScratchDirectory("curelay-shm-fuzz");
   std::thread(WakeSleepers).detach();
   return 0;
 }
