@@ -86,7 +86,7 @@ class ScriptedClient final : public transport::Channel {
       const auto now = std::chrono::steady_clock::now();
       if (!draining_) {
         draining_ = true;
-        drain_deadline_ = now + std::chrono::milliseconds(200);
+        drain_deadline_ = now + std::chrono::milliseconds(20);
       }
       if (now < drain_deadline_) {
         struct timespec pause = {0, 20'000};
