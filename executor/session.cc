@@ -379,7 +379,10 @@ void Session::ReleaseEverything() {
   // makes leaks visible to tools.
   // A pending wait's copy may still be writing into its staging buffer, which is freed below: its work must be over
   // first (the marker follows the copy on its stream; a faulted context answers at once). Found by
-  // fuzz/session_fuzzer: a client gone while a device-to-host copy was in flight.
+  // fuzz/session_fuzzer: a client gone while a device-to-host copy was in flight, and (deferring_) a posted
+  // device-to-host copy, refused as a protocol break after its copy was issued.
+  if (deferring_.staging != nullptr || !deferring_.markers.empty()) pending_waits_.push_back(std::move(deferring_));
+  deferring_ = {};
   for (auto& wait : pending_waits_) {
     for (CUevent marker : wait.markers) {
       driver_.cuEventSynchronize(marker);
