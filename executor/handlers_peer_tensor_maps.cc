@@ -114,6 +114,7 @@ Session::Outcome Session::PeerQuery(const wire::PeerQuery& call) {
 
 Session::Outcome Session::Texture1DLinearMaxWidth(const wire::Texture1DLinearMaxWidth& call) {
   if (driver_.cuDeviceGetTexture1DLinearMaxWidth == nullptr) return {CUDA_ERROR_NOT_SUPPORTED};
+  if (call.format() < 0) return {CUDA_ERROR_INVALID_VALUE};  // outside CUarray_format's range
   size_t width = 0;
   const CUresult result = driver_.cuDeviceGetTexture1DLinearMaxWidth(
       &width, static_cast<CUarray_format>(call.format()), call.channels(), call.device());
