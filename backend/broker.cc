@@ -8,6 +8,7 @@
 #include <chrono>
 #include <ctime>
 
+#include "backend/hello.h"
 #include "backend/metrics/listen_address.h"
 #include "common/gpu_list.h"
 #include "schema/wire.h"
@@ -115,39 +116,39 @@ bool Broker::Run(const std::atomic<bool>& stop) {
 }
 
 void Broker::HandleHello(transport::ListenerRequest request) {
-  const auto* hello = wire::ParseVerified<wire::Hello>(
-      {reinterpret_cast<const uint8_t*>(request.body.data()), request.body.size()});
-  if (hello == nullptr) {
+  const std::optional<ClientHello> hello =
+      DecodeHello({reinterpret_cast<const uint8_t*>(request.body.data()), request.body.size()});
+  if (!hello) {
     spdlog::warn("malformed handshake ({} bytes) dropped", request.body.size());
     return;  // no reply: a peer that does not speak the protocol learns nothing
   }
-  const std::string program = hello->client_program() ? hello->client_program()->str() : "?";
-  const std::string host = hello->client_host() ? hello->client_host()->str() : "?";
-  if (hello->protocol_version() != wire::kProtocolVersion) {
-    spdlog::warn("client {} (pid {} on {}) speaks protocol {}, this backend {}", program, hello->client_pid(),
-                 host, hello->protocol_version(), wire::kProtocolVersion);
+  const std::string& program = hello->program;
+  const std::string& host = hello->host;
+  if (hello->protocol_version != wire::kProtocolVersion) {
+    spdlog::warn("client {} (pid {} on {}) speaks protocol {}, this backend {}", program, hello->client_pid,
+                 host, hello->protocol_version, wire::kProtocolVersion);
     Refuse(request, CUDA_ERROR_SYSTEM_DRIVER_MISMATCH,
-           "protocol version " + std::to_string(hello->protocol_version()) + " is not " +
+           "protocol version " + std::to_string(hello->protocol_version) + " is not " +
                std::to_string(wire::kProtocolVersion));
     return;
   }
-  SessionInfo session{"", hello->client_pid(), host, program, static_cast<int64_t>(std::time(nullptr))};
+  SessionInfo session{"", hello->client_pid, host, program, static_cast<int64_t>(std::time(nullptr))};
   ExecutorKind kind;
-  const std::string token = hello->tenant() ? hello->tenant()->str() : "";
+  const std::string& token = hello->token;
   if (token.empty() && !settings_.allow_anonymous) {
-    spdlog::warn("refused {} (pid {} on {}): no tenant token", program, hello->client_pid(), host);
+    spdlog::warn("refused {} (pid {} on {}): no tenant token", program, hello->client_pid, host);
     Refuse(request, CUDA_ERROR_NOT_PERMITTED, "no tenant token: set CURELAY_TOKEN to the token of your tenant");
     return;
   }
   if (!token.empty()) {
     const std::optional<TenantRecord> tenant = registry_->Authenticate(token);
     if (!tenant) {
-      spdlog::warn("refused {} (pid {} on {}): unknown tenant token", program, hello->client_pid(), host);
+      spdlog::warn("refused {} (pid {} on {}): unknown tenant token", program, hello->client_pid, host);
       Refuse(request, CUDA_ERROR_NOT_PERMITTED, "unknown tenant token");
       return;
     }
     if (tenant->max_sessions != 0 && SessionsOf(tenant->name) >= tenant->max_sessions) {
-      spdlog::warn("refused {} (pid {} on {}): tenant '{}' has its {} session(s)", program, hello->client_pid(),
+      spdlog::warn("refused {} (pid {} on {}): tenant '{}' has its {} session(s)", program, hello->client_pid,
                    host, tenant->name, tenant->max_sessions);
       Refuse(request, CUDA_ERROR_NOT_PERMITTED,
              "tenant '" + tenant->name + "' already has its " + std::to_string(tenant->max_sessions) +
@@ -157,7 +158,7 @@ void Broker::HandleHello(transport::ListenerRequest request) {
     session.tenant = tenant->name;
     kind = {tenant->gpus, tenant->mps_sm_percent, tenant->mps_sm_percent != 0 ? tenant->mps_memory_limit_bytes : 0};
   }
-  spdlog::info("hello from {} (pid {} on {}, tenant '{}')", program, hello->client_pid(), host,
+  spdlog::info("hello from {} (pid {} on {}, tenant '{}')", program, hello->client_pid, host,
                session.tenant.empty() ? "(anonymous)" : session.tenant);
   pending_.push_back({std::move(request), NowMs() + settings_.pending_timeout_ms, std::move(session), std::move(kind)});
   ServePending();

@@ -13,6 +13,9 @@ namespace curelay::executor {
 Session::Outcome Session::ArrayCreate(const wire::ArrayCreate& call) {
   if (driver_.cuArray3DCreate == nullptr) return {CUDA_ERROR_NOT_SUPPORTED};
   if (arrays_.count(call.array_id()) != 0) return {CUDA_ERROR_INVALID_VALUE};
+  // Beyond the enumeration's range the value is no CUarray_format at all (undefined behaviour once it is one; found
+  // by session_fuzzer); within it, the driver judges the format.
+  if (call.format() > CU_AD_FORMAT_MAX) return {CUDA_ERROR_INVALID_VALUE};
   CUDA_ARRAY3D_DESCRIPTOR descriptor{};
   descriptor.Width = call.width();
   descriptor.Height = call.height();

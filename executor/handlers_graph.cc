@@ -239,8 +239,19 @@ void Session::ForgetGraphNode(uint64_t node) {
   }
 }
 
+namespace {
+
+// A capture mode from the wire, checked before it becomes a CUstreamCaptureMode (a value outside the enumeration
+// is undefined behaviour there; found by session_fuzzer). The driver answers CUDA_ERROR_INVALID_VALUE to one.
+bool ValidCaptureMode(int32_t mode) {
+  return mode >= CU_STREAM_CAPTURE_MODE_GLOBAL && mode <= CU_STREAM_CAPTURE_MODE_RELAXED;
+}
+
+}  // namespace
+
 Session::Outcome Session::ThreadCaptureMode(const wire::ThreadCaptureMode& call) {
   if (driver_.cuThreadExchangeStreamCaptureMode == nullptr) return {CUDA_SUCCESS};  // nothing to restrict
+  if (!ValidCaptureMode(call.mode())) return {CUDA_ERROR_INVALID_VALUE};
   auto mode = static_cast<CUstreamCaptureMode>(call.mode());
   return {driver_.cuThreadExchangeStreamCaptureMode(&mode)};
 }
@@ -259,6 +270,7 @@ Session::Outcome Session::StreamBeginCapture(const wire::StreamBeginCapture& cal
   CUstream stream = nullptr;
   CUresult result = LookupStream(call.stream(), &stream);
   if (result != CUDA_SUCCESS) return {result};
+  if (!ValidCaptureMode(call.mode())) return {CUDA_ERROR_INVALID_VALUE};
   auto mode = static_cast<CUstreamCaptureMode>(call.mode());
   if (mode == CU_STREAM_CAPTURE_MODE_THREAD_LOCAL) mode = CU_STREAM_CAPTURE_MODE_RELAXED;  // see the file comment
   if (call.into_graph()) {

@@ -10,7 +10,7 @@ namespace {
 
 // The encoded map goes back as the reply's payload, which must outlive the handler until the reply is sent. One
 // buffer is enough: the session's one thread handles a request and sends its reply before it reads the next.
-alignas(64) CUtensorMap reply_tensor_map;
+CUtensorMap reply_tensor_map;  // aligned as cuda.h declares the type (128 bytes)
 
 constexpr uint32_t kMaxTensorRank = 5;
 
@@ -114,6 +114,7 @@ Session::Outcome Session::PeerQuery(const wire::PeerQuery& call) {
 
 Session::Outcome Session::Texture1DLinearMaxWidth(const wire::Texture1DLinearMaxWidth& call) {
   if (driver_.cuDeviceGetTexture1DLinearMaxWidth == nullptr) return {CUDA_ERROR_NOT_SUPPORTED};
+  if (call.format() < 0) return {CUDA_ERROR_INVALID_VALUE};  // outside CUarray_format's range
   size_t width = 0;
   const CUresult result = driver_.cuDeviceGetTexture1DLinearMaxWidth(
       &width, static_cast<CUarray_format>(call.format()), call.channels(), call.device());

@@ -11,8 +11,14 @@ template <typename FindArray>
 CUresult DecodeResource(const wire::ResourceDesc* wire_resource, FindArray&& find_array, CUDA_RESOURCE_DESC* out) {
   if (wire_resource == nullptr) return CUDA_ERROR_INVALID_VALUE;
   *out = {};
+  // Checked before it becomes the enum, which the switch below reads (undefined behaviour out of range).
+  if (wire_resource->type() < CU_RESOURCE_TYPE_ARRAY || wire_resource->type() > CU_RESOURCE_TYPE_PITCH2D) {
+    return CUDA_ERROR_INVALID_VALUE;
+  }
   out->resType = static_cast<CUresourcetype>(wire_resource->type());
   out->flags = wire_resource->flags();
+  // A format below zero is outside CUarray_format's range (as in ArrayCreate); the driver judges the others.
+  if (wire_resource->format() < 0) return CUDA_ERROR_INVALID_VALUE;
   switch (out->resType) {
     case CU_RESOURCE_TYPE_ARRAY:
       out->res.array.hArray = find_array(wire_resource->array_id());

@@ -88,13 +88,18 @@ bool IpcRegistry::MayOpen(Kind kind, std::span<const uint8_t> handle) const {
                  kind == Kind::kMemory ? "memory" : "event");
     return false;
   }
+  // The whole buffer is verified (its root offset too: a file shorter than one was read past its end before).
   flatbuffers::Verifier verifier(bytes.data(), bytes.size());
-  const auto* entry = flatbuffers::GetRoot<control::IpcRegistryEntry>(bytes.data());
-  if (!entry->Verify(verifier) || entry->version() != backend::kControlVersion || entry->scope() == nullptr) {
+  const auto* entry = verifier.VerifyBuffer<control::IpcRegistryEntry>(nullptr)
+                          ? flatbuffers::GetRoot<control::IpcRegistryEntry>(bytes.data())
+                          : nullptr;
+  if (entry == nullptr || entry->version() != backend::kControlVersion || entry->scope() == nullptr) {
     spdlog::warn("refused to open a CUDA IPC handle: its registry entry is malformed");
     return false;
   }
-  if (entry->exporter_pid() == 0 || (kill(static_cast<pid_t>(entry->exporter_pid()), 0) != 0 && errno == ESRCH)) {
+  // A process id, never 0 or negative: kill(-1, 0) succeeds, which made such an entry look alive forever.
+  const auto exporter = static_cast<pid_t>(entry->exporter_pid());
+  if (exporter <= 0 || (kill(exporter, 0) != 0 && errno == ESRCH)) {
     spdlog::info("refused to open a CUDA IPC handle: the session that exported it has ended");
     return false;
   }

@@ -377,8 +377,17 @@ void Session::ReleaseEverything() {
   dispatch_gate_.Release();
   // Process exit would release all of this too; doing it explicitly keeps a warm executor reusable later and
   // makes leaks visible to tools.
+  // A pending wait's copy may still be writing into its staging buffer, which is freed below: its work must be over
+  // first (the marker follows the copy on its stream; a faulted context answers at once). Found by
+  // fuzz/session_fuzzer: a client gone while a device-to-host copy was in flight, and (deferring_) a posted
+  // device-to-host copy, refused as a protocol break after its copy was issued.
+  if (deferring_.staging != nullptr || !deferring_.markers.empty()) pending_waits_.push_back(std::move(deferring_));
+  deferring_ = {};
   for (auto& wait : pending_waits_) {
-    for (CUevent marker : wait.markers) driver_.cuEventDestroy(marker);
+    for (CUevent marker : wait.markers) {
+      driver_.cuEventSynchronize(marker);
+      driver_.cuEventDestroy(marker);
+    }
   }
   pending_waits_.clear();
   markers_.Release();

@@ -80,7 +80,7 @@ DispatchDecision GpuScheduler::TryDispatch(SessionId session, KernelKey kernel, 
              (holder_ != state.tenant || OthersInflight(tenant.priority, state.tenant))) {
     decision.verdict = DispatchVerdict::kNotSliceHolder;  // or its turn has not begun: the last one still drains
   } else if (Budgeted(tenant) && state.inflight_estimate > Duration::zero() &&
-             state.inflight_estimate + decision.estimate > config_.low_priority_inflight_budget) {
+             SaturatingAdd(state.inflight_estimate, decision.estimate) > config_.low_priority_inflight_budget) {
     decision.verdict = DispatchVerdict::kOverInflightBudget;
   } else {
     Admit(state, kernel, decision.estimate, now, decision);
@@ -119,7 +119,7 @@ bool GpuScheduler::WorkCompleted(SessionId session, KernelKey kernel, Duration g
   tenant.normalized_usage += static_cast<double>(gpu_time.count()) / tenant.weight;
   cost_model_.Observe(kernel, gpu_time);
   recent_completions_.emplace_back(now, gpu_time);
-  busy_in_window_ += gpu_time;
+  busy_in_window_ = SaturatingAdd(busy_in_window_, gpu_time);
   Refresh(now);
   return true;
 }
@@ -196,7 +196,7 @@ void GpuScheduler::Admit(SessionState& session, KernelKey kernel, Duration estim
   if (--oldest.count == 0) session.pending.pop_front();
   --session.pending_count;
   session.inflight.push_back({kernel, estimate});
-  session.inflight_estimate += estimate;
+  session.inflight_estimate = SaturatingAdd(session.inflight_estimate, estimate);
   TenantState& tenant = tenants_.at(session.tenant);
   --tenant.pending;
   ++tenant.inflight;
@@ -211,7 +211,8 @@ void GpuScheduler::Refresh(TimePoint now) {
   top_active_.reset();
   top_open_.reset();
   std::array<std::optional<double>, kPriorityClassCount> least_backlogged{};
-  for (const auto& [id, tenant] : tenants_) {
+  for (const auto& entry : tenants_) {
+    const TenantState& tenant = entry.second;  // a plain reference: clang before 16 cannot capture a binding
     const auto raise = [&](std::optional<PriorityClass>& top) {
       if (!top || Outranks(tenant.priority, *top)) top = tenant.priority;
     };
@@ -228,9 +229,9 @@ void GpuScheduler::Refresh(TimePoint now) {
   // Saturation: the estimated GPU time queued or running on this GPU, over every session, on a GPU that has been
   // busy for most of the last window.
   Duration inflight{0};
-  for (const auto& [id, session] : sessions_) inflight += session.inflight_estimate;
+  for (const auto& [id, session] : sessions_) inflight = SaturatingAdd(inflight, session.inflight_estimate);
   while (!recent_completions_.empty() && recent_completions_.front().first < now - config_.busy_window) {
-    busy_in_window_ -= recent_completions_.front().second;
+    busy_in_window_ = std::max(busy_in_window_ - recent_completions_.front().second, Duration::zero());
     recent_completions_.pop_front();
   }
   const bool busy =

@@ -97,7 +97,7 @@ Status Scheduler::WorkCompleted(SessionId session, KernelKey kernel, Duration gp
   if (found == sessions_.end()) return Status::kUnknownSession;
   if (!gpus_.at(found->second.gpu).WorkCompleted(session, kernel, gpu_time, now)) return Status::kNotInFlight;
   TenantEntry& tenant = tenants_.at(found->second.tenant);
-  tenant.gpu_time += std::max(gpu_time, Duration::zero());
+  tenant.gpu_time = SaturatingAdd(tenant.gpu_time, std::max(gpu_time, Duration::zero()));
   ++tenant.kernels_completed;
   return Status::kOk;
 }
@@ -137,7 +137,7 @@ std::optional<TenantStats> Scheduler::Stats(TenantId tenant) const {
   if (found == tenants_.end()) return std::nullopt;
   const TenantEntry& entry = found->second;
   Duration total{0};
-  for (const auto& [id, other] : tenants_) total += other.gpu_time;
+  for (const auto& [id, other] : tenants_) total = SaturatingAdd(total, other.gpu_time);
 
   TenantStats stats;
   stats.gpu_time = entry.gpu_time;

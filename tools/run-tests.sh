@@ -9,3 +9,5 @@ else echo "run-tests: not root, so the podman/CDI container test is not run"; fi
 "$root/tools/build.sh"
 cd "$root/build"
 ctest --output-on-failure -j"$(nproc)" --timeout 600
+# Every fuzz harness for a minute from its seed corpus (a separate clang build, build-fuzz/; docs/fuzzing.md).
+"$root/tools/run-fuzzers.sh" 60

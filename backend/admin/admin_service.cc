@@ -3,6 +3,7 @@
 #include <spdlog/spdlog.h>
 
 #include <nlohmann/json.hpp>
+#include <optional>
 
 #include "backend/tenants/tenant_token.h"
 #include "common/gpu_list.h"
@@ -65,6 +66,16 @@ std::string MissingGpu(const TenantRecord& tenant, int host_gpus) {
 
 json Success(json result) { return {{"ok", true}, {"result", std::move(result)}}; }
 
+// Fields read from the request: absent gives the default; present with another type is an error, never an
+// exception: nlohmann's value() throws on a type mismatch, which ended the backend (over TCP even before the token
+// was checked; seen reading the code for admin_fuzzer, which reproduces it: fuzz/regressions/admin_fuzzer/).
+std::optional<std::string> StringField(const json& object, const char* key) {
+  const auto found = object.find(key);
+  if (found == object.end()) return std::string();
+  if (!found->is_string()) return std::nullopt;
+  return found->get<std::string>();
+}
+
 // Spatial sharing asked for on a host that cannot give it is refused now, not turned into time-slicing later.
 std::string SpatialSharingError(const TenantRecord& tenant, const ExecutorPool& pool) {
   if (tenant.mps_sm_percent == 0) return {};
@@ -81,14 +92,19 @@ std::string AdminService::Handle(const std::string& request_text, bool trusted_t
     return Failure("a request is a JSON object with a \"command\"").dump();
   }
   if (!trusted_transport) {
-    const std::string token = request.value("admin_token", std::string());
-    if (admin_token_sha256_.empty() || HashTenantToken(token) != admin_token_sha256_) {
+    const std::optional<std::string> token = StringField(request, "admin_token");
+    if (admin_token_sha256_.empty() || !token || HashTenantToken(*token) != admin_token_sha256_) {
       spdlog::warn("admin request over TCP refused: missing or wrong admin token");
       return Failure("admin token missing or wrong").dump();
     }
   }
   const std::string command = request["command"];
-  const json args = request.value("args", json::object());
+  const json args = request.contains("args") ? request["args"] : json::object();
+  if (!args.is_object()) return Failure("\"args\" must be an object").dump();
+  // The tenant most commands name.
+  const std::optional<std::string> name_field = StringField(args, "name");
+  if (!name_field) return Failure("\"name\" must be a string").dump();
+  const std::string& name = *name_field;
   std::string error;
   if (command == "tenant.add") {
     TenantRecord tenant;
@@ -102,7 +118,6 @@ std::string AdminService::Handle(const std::string& request_text, bool trusted_t
     return Success({{"tenant", TenantJson(*registry_.Find(tenant.name))}, {"token", token}}).dump();
   }
   if (command == "tenant.set") {
-    const std::string name = args.value("name", std::string());
     auto tenant = registry_.Find(name);
     if (!tenant) return Failure("no tenant '" + name + "'").dump();
     if (!ApplyFields(args, &*tenant, &error)) return Failure(error).dump();
@@ -120,7 +135,6 @@ std::string AdminService::Handle(const std::string& request_text, bool trusted_t
     return Success({{"tenant", TenantJson(*tenant)}}).dump();
   }
   if (command == "tenant.remove") {
-    const std::string name = args.value("name", std::string());
     if (!registry_.Remove(name, &error)) return Failure(error).dump();
     spdlog::info("tenant '{}' removed (its running sessions keep running)", name);
     tenant_changed_(name);
@@ -132,7 +146,6 @@ std::string AdminService::Handle(const std::string& request_text, bool trusted_t
     return Success({{"tenants", tenants}}).dump();
   }
   if (command == "tenant.show") {
-    const std::string name = args.value("name", std::string());
     auto tenant = registry_.Find(name);
     if (!tenant) return Failure("no tenant '" + name + "'").dump();
     json usage = json::array();
@@ -159,7 +172,11 @@ std::string AdminService::Handle(const std::string& request_text, bool trusted_t
     return Success({{"sessions", sessions}}).dump();
   }
   if (command == "session.kill") {
-    const uint64_t session = args.value("session", uint64_t{0});
+    const auto session_field = args.find("session");
+    if (session_field != args.end() && !session_field->is_number_unsigned()) {
+      return Failure("\"session\" must be a session number").dump();
+    }
+    const uint64_t session = session_field != args.end() ? session_field->get<uint64_t>() : 0;
     if (!pool_.Kill(session)) return Failure("no session " + std::to_string(session)).dump();
     spdlog::info("session {} killed by an administrator", session);
     return Success(json::object()).dump();

@@ -5,6 +5,8 @@
 
 #include <algorithm>
 #include <chrono>
+#include <iterator>
+#include <limits>
 
 namespace curelay::backend {
 namespace {
@@ -107,8 +109,12 @@ void DispatchService::Drain(uint64_t session, const OpenedSession& opened, sched
       case DispatchEventKind::kCompleted: {
         const int64_t gpu_ns = std::max<int64_t>(event.gpu_ns, 0);
         scheduler_.WorkCompleted(lane, event.kernel, scheduler::Duration(gpu_ns), now);
-        busy_[gpu].recent_ns[busy_bucket_ % 10] += gpu_ns;
-        busy_[gpu].total_ns += gpu_ns;
+        // Saturating: the time is what the executor wrote (found by dispatch_board_fuzzer: signed overflow).
+        const auto add = [gpu_ns](int64_t& sum) {
+          sum = gpu_ns > std::numeric_limits<int64_t>::max() - sum ? std::numeric_limits<int64_t>::max() : sum + gpu_ns;
+        };
+        add(busy_[gpu].recent_ns[busy_bucket_ % 10]);
+        add(busy_[gpu].total_ns);
         break;
       }
     }
@@ -122,6 +128,13 @@ void DispatchService::Loop() {
       std::lock_guard lock(mutex_);
       const scheduler::TimePoint now = Now();
       const int64_t bucket = now.time_since_epoch().count() / 100'000'000;
+      if (bucket - busy_bucket_ >= 10) {
+        // A second or more since the last pass (or since boot, on the first: buckets count from the steady clock's
+        // epoch): every recent bucket is stale. Stepping through them one by one held the lock for seconds on a
+        // host up for days (found by dispatch_board_fuzzer: the broker's first SetTenant waited behind it).
+        for (GpuBusy& gpu : busy_) std::fill(std::begin(gpu.recent_ns), std::end(gpu.recent_ns), 0);
+        busy_bucket_ = bucket;
+      }
       while (busy_bucket_ < bucket) {
         ++busy_bucket_;
         for (GpuBusy& gpu : busy_) gpu.recent_ns[busy_bucket_ % 10] = 0;
@@ -168,9 +181,9 @@ double DispatchService::BusySeconds(int gpu) {
 double DispatchService::Utilization(int gpu) {
   if (gpu < 0 || gpu >= kMaxDispatchGpus) return 0;
   std::lock_guard lock(mutex_);
-  int64_t busy = 0;
-  for (int64_t ns : busy_[gpu].recent_ns) busy += ns;
-  return std::min(1.0, static_cast<double>(busy) / 1e9);
+  double busy = 0;  // each bucket may hold up to the largest int64 (saturated): summed without overflow
+  for (int64_t ns : busy_[gpu].recent_ns) busy += static_cast<double>(ns);
+  return std::min(1.0, busy / 1e9);
 }
 
 }  // namespace curelay::backend

@@ -958,7 +958,10 @@ CUresult EditDependencies(CUgraph hGraph, const CUgraphNode* from, const CUgraph
     if (remove ? !present || !SameEdgeData(existing->data, data) : present) return CUDA_ERROR_INVALID_VALUE;
     edits.push_back({target, {source->handle, data}});
   }
-  for (auto& [target, dependency] : edits) {
+  for (auto& edit : edits) {
+    // Plain references, not a structured binding: clang before 16 cannot capture one in the lambda below.
+    const std::shared_ptr<Node>& target = edit.first;
+    const Dependency& dependency = edit.second;
     if (remove) {
       std::erase_if(target->dependencies, [&](const Dependency& d) { return d.from == dependency.from; });
     } else {

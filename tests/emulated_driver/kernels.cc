@@ -171,7 +171,9 @@ const KernelBinding* FindKernelBinding(const KernelInfo& kernel, const ModuleIma
                      b.params[i].size == kernel.params[i].size;
     }
     if (!same_layout) return nullptr;
-    for (const auto& [name, min_size] : b.globals) {
+    for (const auto& global : b.globals) {
+      const std::string_view name = global.first;  // not a structured binding: clang before 16 cannot capture one
+      const size_t min_size = global.second;
       auto it = std::find_if(image.globals.begin(), image.globals.end(),
                              [&](const GlobalInfo& g) { return g.name == name; });
       if (it == image.globals.end() || it->size < min_size) return nullptr;

@@ -1,0 +1,288 @@
+#!/usr/bin/env python3
+"""Writes the fuzz harnesses' seed corpora (fuzz/corpus/<harness>/) from the messages below: valid protocol
+messages built with flatc from their JSON form (the FlatBuffers builder, not hand-laid bytes), framed as the
+harnesses read them (fuzz/fuzz_input.h: records, each a little-endian uint32 length and its bytes).
+
+    fuzz/make_seeds.py            # rewrites every corpus (needs flatc)
+
+The corpora are committed; libFuzzer mutates from them, so each seed is a short, realistic exchange that reaches
+deep into its decoder. Address placeholders (0xC0DE00II00000000 + offset) are explained in session_fuzzer.cc.
+"""
+import json
+import os
+import shutil
+import struct
+import subprocess
+import sys
+import tempfile
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+CORPUS = os.path.join(ROOT, "fuzz", "corpus")
+
+
+def flatbuffer(schema, message):
+    """The binary form of `message` (a dict in flatc's JSON syntax) under `schema`."""
+    with tempfile.TemporaryDirectory() as scratch:
+        source = os.path.join(scratch, "message.json")
+        with open(source, "w") as out:
+            json.dump(message, out)
+        subprocess.run(["flatc", "-b", "-o", scratch, os.path.join(ROOT, "schema", schema), source], check=True)
+        with open(os.path.join(scratch, "message.bin"), "rb") as binary:
+            return binary.read()
+
+
+def flatbuffer_root(schema, root_type, message):
+    """As flatbuffer(), for a table other than the schema's root_type."""
+    with tempfile.TemporaryDirectory() as scratch:
+        source = os.path.join(scratch, "message.json")
+        with open(source, "w") as out:
+            json.dump(message, out)
+        subprocess.run(["flatc", "-b", "--root-type", root_type, "-o", scratch,
+                        os.path.join(ROOT, "schema", schema), source], check=True)
+        with open(os.path.join(scratch, "message.bin"), "rb") as binary:
+            return binary.read()
+
+
+def records(*items):
+    return b"".join(struct.pack("<I", len(item)) + item for item in items)
+
+
+def address(index, offset=0):
+    return (0xC0DE00 << 40) | (index << 32) | offset
+
+
+def request(sequence, call_type, call, context=1):
+    return flatbuffer("curelay.fbs", {"sequence": sequence, "context": context, "call_type": call_type, "call": call})
+
+
+PTX = b""".version 8.0
+.target sm_90
+.address_size 64
+.global .align 4 .u32 counter = 7;
+.visible .entry fill_u32(.param .u64 p, .param .u32 value, .param .u64 n) { ret; }
+.visible .entry empty_kernel() { ret; }
+"""
+
+
+def session_seeds():
+    retain = (request(1, "PrimaryContextRetain", {"context": 1, "device": 0}, context=0), b"")
+    seeds = {}
+    seeds["memory"] = [
+        retain,
+        (request(2, "MemAlloc", {"bytes": 4096}), b""),
+        (request(0, "MemcpyHtoD", {"dst": address(0, 16), "async": True}), bytes(range(64))),
+        (request(3, "MemcpyDtoH", {"src": address(0), "bytes": 128}), b""),
+        (request(0, "Memset", {"dst": address(0), "value": 7, "element_bytes": 4, "count": 8, "async": True}), b""),
+        (request(4, "MemcpyDtoD", {"dst": address(0, 1024), "src": address(0), "bytes": 64}), b""),
+        (request(5, "MemGetAddressRange", {"ptr": address(0, 100)}), b""),
+        (request(6, "PointerAttributes", {"ptr": address(0), "attributes": [1, 2, 9]}), b""),
+        (request(7, "MemFree", {"ptr": address(0)}), b""),
+        (request(8, "ContextSynchronize", {}), b""),
+    ]
+    seeds["streams_events"] = [
+        retain,
+        (request(2, "StreamCreate", {"stream": 5, "flags": 1, "priority": 0}), b""),
+        (request(3, "EventCreate", {"event": 9, "flags": 0}), b""),
+        (request(0, "EventRecord", {"event": 9, "stream": 5}), b""),
+        (request(0, "StreamWaitEvent", {"stream": 0, "event": 9}), b""),
+        (request(4, "EventSynchronize", {"event": 9}), b""),
+        (request(5, "StreamQuery", {"stream": 5}), b""),
+        (request(6, "StreamSynchronize", {"stream": (1 << 63) | 3}), b""),
+        (request(7, "EventElapsedTime", {"start": 9, "end": 9}), b""),
+        (request(8, "EventDestroy", {"event": 9}), b""),
+        (request(9, "StreamDestroy", {"stream": 5}), b""),
+    ]
+    seeds["module_launch"] = [
+        retain,
+        (request(2, "ModuleLoad", {"module_id": 3, "jit_options": [{"option": 0, "value": 0}]}), PTX),
+        (request(3, "ModuleGetFunction", {"module_id": 3, "function": 4, "name": "fill_u32"}), b""),
+        (request(4, "ModuleGetGlobal", {"module_id": 3, "name": "counter"}), b""),
+        (request(5, "MemAlloc", {"bytes": 1024}), b""),
+        (request(0, "LaunchKernel", {"function": 4, "grid_x": 1, "grid_y": 1, "grid_z": 1, "block_x": 32,
+                                      "block_y": 1, "block_z": 1, "stream": 0}),
+         struct.pack("<QI4xQ", address(1), 0xABCD, 64)),
+        (request(6, "FunctionGetAttribute", {"function": 4, "attribute": 0}), b""),
+        (request(7, "Occupancy", {"query": "MaxActiveBlocksPerMultiprocessor", "function": 4, "block_size": 128}),
+         b""),
+        (request(8, "ModuleEnumerateFunctions", {"module_id": 3}), b""),
+        (request(9, "MemcpyDtoH", {"src": address(1), "bytes": 256}), b""),
+        (request(10, "ModuleUnload", {"module_id": 3}), b""),
+    ]
+    seeds["graph"] = [
+        retain,
+        (request(2, "StreamCreate", {"stream": 5}), b""),
+        (request(3, "StreamBeginCapture", {"stream": 5, "mode": 2, "graph": 11}), b""),
+        (request(0, "Memset", {"dst": 0, "value": 1, "element_bytes": 1, "count": 0, "stream": 5, "async": True}),
+         b""),
+        (request(4, "StreamGetCaptureInfo", {"stream": 5, "dependencies": True, "edges": True}), b""),
+        (request(5, "StreamEndCapture", {"stream": 5}), b""),
+        (request(6, "GraphCreate", {"graph": 12}, context=0), b""),
+        (request(7, "GraphAddNode", {"graph": 12, "kind": "Empty"}), b""),
+        (request(8, "GraphAddNode", {"graph": 12, "kind": "Empty", "dependencies": [1]}), b""),
+        (request(9, "GraphQueryStructure", {"graph": 12, "query": "Edges"}, context=0), b""),
+        (request(10, "GraphInstantiate", {"graph": 12, "exec": 13}), b""),
+        (request(11, "GraphLaunch", {"exec": 13, "stream": 5}), b""),
+        (request(12, "GraphExecDestroy", {"exec": 13}, context=0), b""),
+        (request(13, "GraphDestroy", {"graph": 12}, context=0), b""),
+    ]
+    seeds["virtual_memory"] = [
+        retain,
+        (request(2, "MemGetAllocationGranularity", {"prop": {"type": 1, "location_type": 1, "location_id": 0},
+                                                    "option": 0}, context=0), b""),
+        (request(3, "MemAddressReserve", {"bytes": 4 << 20}), b""),
+        (request(4, "MemCreate", {"handle": 21, "bytes": 2 << 20,
+                                  "prop": {"type": 1, "location_type": 1, "location_id": 0}}), b""),
+        (request(5, "MemMap", {"ptr": address(0), "bytes": 2 << 20, "handle": 21}), b""),
+        (request(6, "MemSetAccess", {"ptr": address(0), "bytes": 2 << 20,
+                                     "descriptors": [{"location_type": 1, "location_id": 0, "flags": 3}]}), b""),
+        (request(7, "MemUnmap", {"ptr": address(0), "bytes": 2 << 20}), b""),
+        (request(8, "MemRelease", {"handle": 21}), b""),
+        (request(9, "MemAllocAsync", {"bytes": 4096, "stream": 0, "device": 0}), b""),
+        (request(0, "MemFreeAsync", {"ptr": address(1), "stream": 0}), b""),
+        (request(10, "MemAddressFree", {"ptr": address(0), "bytes": 4 << 20}), b""),
+    ]
+    seeds["arrays_2d"] = [
+        retain,
+        (request(2, "MemAllocPitch", {"width": 100, "height": 8, "element_bytes": 4}), b""),
+        (request(3, "Memcpy2D", {"kind": "HostToDevice", "dst": address(0), "dst_pitch": 512, "width": 16,
+                                 "height": 2}), bytes(32)),
+        (request(0, "Memset2D", {"dst": address(0), "pitch": 512, "value": 3, "element_bytes": 2, "width": 8,
+                                 "height": 4}), b""),
+        (request(4, "ArrayCreate", {"array_id": 31, "width": 16, "height": 4, "format": 3, "channels": 1}), b""),
+        (request(5, "MemcpyArray", {"src": {"type": "Host"}, "dst": {"type": "Array", "array": 31}, "width": 64,
+                                    "linear": True}), bytes(64)),
+        (request(6, "TexObjectCreate", {"resource": {"type": 0, "array_id": 31},
+                                        "texture": {"address_modes": [0, 0, 0], "filter_mode": 0}}), b""),
+        (request(7, "ArrayDestroy", {"array_id": 31}), b""),
+    ]
+    seeds["device_queries"] = [
+        (request(1, "DeviceQuery", {"device": 0}, context=0), b""),
+        (request(2, "ContextCreate", {"context": 2, "device": 1, "flags": 0}, context=0), b""),
+        (request(3, "ContextQuery", {"context": 2}, context=2), b""),
+        (request(4, "ContextLimit", {"limit": 0, "value": 0}, context=2), b""),
+        (request(5, "PeerQuery", {"device": 0, "peer": 1, "can_access": True}, context=0), b""),
+        (request(6, "CoredumpAttribute", {"attribute": 1, "global": True, "value": [], "size": 8,
+                                          "size_given": True}, context=0), b""),
+        (request(7, "TensorMapEncode", {"layout": "Tiled", "data_type": 0, "rank": 1, "global_address": 0,
+                                        "global_dim": [16], "global_strides": [], "box_dim": [8],
+                                        "element_strides": [1]}, context=0), b""),
+        (request(8, "ContextDestroy", {"context": 2}, context=0), b""),
+    ]
+    return {name: records(*[part for pair in messages for part in pair]) for name, messages in seeds.items()}
+
+
+def control(body_type, body):
+    return flatbuffer("control.fbs", {"version": 2, "body_type": body_type, "body": body})
+
+
+def control_line_seeds():
+    return {
+        "ready": records(control("ExecutorReady", {"ipc_endpoint": "ipc:///run/curelay/e1.sock", "tcp_port": 41000,
+                                                   "devices": 2})),
+        "failed": records(control("ExecutorFailed", {"result": 100, "reason": "no device"})),
+        "session": records(control("SessionAssignment", {
+            "session_id": 7, "session_key": list(range(32)), "quota_board": "/run/curelay/private/memory-quotas",
+            "quota_session_slot": 3, "dispatch_board": "/run/curelay/private/dispatch",
+            "ipc_registry": "/var/lib/curelay/ipc", "ipc_scope": "team-a"})),
+        "faulted_then_ready": records(control("SessionFaulted", {"result": 700}),
+                                      control("ExecutorReady", {"ipc_endpoint": "", "tcp_port": 0, "devices": 1})),
+    }
+
+
+def admin_seeds():
+    def trusted(request):
+        return b"\x01" + json.dumps(request).encode()
+
+    def over_tcp(request):
+        return b"\x00" + json.dumps(request).encode()
+
+    add = {"command": "tenant.add", "args": {"name": "team-a", "priority": "high", "weight": 2,
+                                             "memory_quota_bytes": 1 << 30, "memory_policy": "wait",
+                                             "wait_timeout_ms": 500, "max_sessions": 4, "gpus": [0]}}
+    return {
+        "tenant_lifecycle": records(trusted(add),
+                                    trusted({"command": "tenant.set", "args": {"name": "team-a", "weight": 3}}),
+                                    trusted({"command": "tenant.show", "args": {"name": "team-a"}}),
+                                    trusted({"command": "tenant.list"}),
+                                    trusted({"command": "tenant.remove", "args": {"name": "team-a"}})),
+        "sessions_stats": records(trusted({"command": "session.list"}),
+                                  trusted({"command": "session.kill", "args": {"session": 3}}),
+                                  trusted({"command": "stats"})),
+        "tcp_token": records(over_tcp({"command": "tenant.list", "admin_token": "fuzz-admin-token"}),
+                             over_tcp({"command": "tenant.list", "admin_token": "wrong"}),
+                             over_tcp({"command": "stats"})),
+    }
+
+
+def shm_channel_seeds():
+    def op(code, operand=b""):
+        return bytes([code]) + operand
+
+    hello = request(1, "DeviceQuery", {"device": 0}, context=0)
+    frame = struct.pack("<IIQ", len(hello), 0, 5)
+    return {
+        "frames": records(op(1, hello), op(4), op(0, frame + hello + b"12345"), op(4), op(5, b"reply"), op(4)),
+        "indices": records(op(1, hello), op(2, struct.pack("<Q", 1 << 40)), op(4), op(3, struct.pack("<Q", 7)),
+                           op(6, struct.pack("<Q", 1 << 26)), op(5, b"x" * 16), op(4)),
+        "wrap": records(op(3, struct.pack("<Q", (32 << 20) - 8)), op(2, struct.pack("<Q", (32 << 20) - 8)),
+                        op(1, hello), op(4)),
+    }
+
+
+def dispatch_board_seeds():
+    def op(code, operand=b""):
+        return bytes([code]) + operand
+
+    def event(kind, gpu, kernel, gpu_ns):
+        return struct.pack("<IIQq", kind, gpu, kernel, gpu_ns)
+
+    return {
+        "work": records(op(0, event(1, 0, 42, 0)), op(0, event(2, 0, 42, 50_000)), op(3),
+                        op(0, event(3, 0, 42, 48_000)), op(0, event(1, 3, 7, 0)), op(0, event(2, 3, 7, 1_000)),
+                        op(0, event(3, 3, 7, 900)), op(3)),
+        "hostile": records(op(0, event(1, 0, 1, 0)), op(1, struct.pack("<H", 1) + event(3, 0, 1, 10**12)),
+                           op(2, struct.pack("<Q", 2)), op(3), op(2, struct.pack("<Q", 1 << 40)), op(3)),
+    }
+
+
+def ipc_registry_seeds():
+    entry = {"version": 2, "scope": "fuzz-tenant", "exporter_pid": 1}
+    return {
+        "same_scope": flatbuffer_root("control.fbs", "curelay.control.IpcRegistryEntry", entry),
+        "other_scope": flatbuffer_root("control.fbs", "curelay.control.IpcRegistryEntry", dict(entry, scope="other")),
+    }
+
+
+def hello_seeds():
+    hello = {"protocol_version": 10, "tenant": "cr_0123456789abcdef", "client_pid": 4242, "client_host": "node-1",
+             "client_program": "python3"}
+    return {
+        "token": flatbuffer_root("curelay.fbs", "curelay.wire.Hello", hello),
+        "anonymous": flatbuffer_root("curelay.fbs", "curelay.wire.Hello", {"protocol_version": 10}),
+    }
+
+
+def write(harness, seeds):
+    directory = os.path.join(CORPUS, harness)
+    shutil.rmtree(directory, ignore_errors=True)
+    os.makedirs(directory)
+    for name, data in seeds.items():
+        with open(os.path.join(directory, name), "wb") as out:
+            out.write(data)
+    print(f"{harness}: {len(seeds)} seeds, {sum(len(d) for d in seeds.values())} bytes")
+
+
+def main():
+    if shutil.which("flatc") is None:
+        sys.exit("make_seeds: flatc not found (Debian: flatbuffers-compiler)")
+    write("session_fuzzer", session_seeds())
+    write("control_line_fuzzer", control_line_seeds())
+    write("admin_fuzzer", admin_seeds())
+    write("shm_channel_fuzzer", shm_channel_seeds())
+    write("dispatch_board_fuzzer", dispatch_board_seeds())
+    write("ipc_registry_fuzzer", ipc_registry_seeds())
+    write("hello_fuzzer", hello_seeds())
+
+
+if __name__ == "__main__":
+    main()
