@@ -372,7 +372,10 @@ CUresult Session::LookupStream(uint64_t wire_stream, CUstream* stream) {
 }
 
 void Session::ReleaseEverything() {
-  ReleaseGraphs();  // first: a capture in progress holds its stream
+  // First of all: a stream held at a host function's gate (or a graph host node's) would keep every wait below
+  // waiting for ever, the pending waits' markers included (a client that died inside its host function).
+  AbandonHostFunctions();
+  ReleaseGraphs();  // a capture in progress holds its stream
   texture_objects_.Release(driver_);  // before the arrays and memory they read
   dispatch_gate_.Release();
   // Process exit would release all of this too; doing it explicitly keeps a warm executor reusable later and
@@ -398,7 +401,6 @@ void Session::ReleaseEverything() {
   for (auto& [context_id, per_context] : per_thread_streams_) {
     for (auto& [id, stream] : per_context) driver_.cuStreamDestroy(stream);
   }
-  AbandonHostFunctions();  // first: streams held at a gate would keep the teardown below waiting
   for (auto& [id, stream] : streams_) driver_.cuStreamDestroy(stream);
   ReleaseHostRegistrations();
   host_mirrors_->ReleaseAll();
