@@ -27,6 +27,9 @@ class PeerAccessTest : public KernelTest {
     ASSERT_CU(cuCtxPushCurrent(peer_context_));
     ASSERT_CU(cuMemAlloc(&peer_buffer_, kCount * sizeof(unsigned)));
     ASSERT_CU(cuMemsetD32(peer_buffer_, 0, kCount));
+    // A memset is asynchronous to the host (CUDA's API sync rules), and device 0's work is not ordered after
+    // device 1's: without this the zeroing could land after a test's kernel wrote the buffer.
+    ASSERT_CU(cuCtxSynchronize());
     CUcontext popped = nullptr;
     ASSERT_CU(cuCtxPopCurrent(&popped));
     ASSERT_EQ(popped, peer_context_);
