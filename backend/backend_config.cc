@@ -72,7 +72,8 @@ bool LoadBackendConfig(const std::string& path, BackendConfig* config, std::stri
   }
   if (const toml::table* backend = root["backend"].as_table()) {
     if (!CheckKeys(*backend, {"listen", "driver", "executor", "runtime_dir", "state_dir", "log_level", "warm_pool",
-                              "allow_anonymous", "usage_interval_s", "executor_ports", "heartbeat_timeout_ms"},
+                              "allow_anonymous", "usage_interval_s", "executor_ports", "heartbeat_timeout_ms",
+                              "orphan_grace_s", "live_restore"},
                    "[backend]", error)) {
       return false;
     }
@@ -95,7 +96,13 @@ bool LoadBackendConfig(const std::string& path, BackendConfig* config, std::stri
         !Read(*backend, "allow_anonymous", &config->allow_anonymous, error) ||
         !Read(*backend, "usage_interval_s", &config->usage_interval_s, error) ||
         !Read(*backend, "executor_ports", &config->executor_ports, error) ||
-        !Read(*backend, "heartbeat_timeout_ms", &config->heartbeat_timeout_ms, error)) {
+        !Read(*backend, "heartbeat_timeout_ms", &config->heartbeat_timeout_ms, error) ||
+        !Read(*backend, "orphan_grace_s", &config->orphan_grace_s, error) ||
+        !Read(*backend, "live_restore", &config->live_restore, error)) {
+      return false;
+    }
+    if (config->orphan_grace_s < 1 || config->orphan_grace_s > 86400) {
+      *error = "'orphan_grace_s' is 1 to 86400";
       return false;
     }
     if (config->usage_interval_s < 1 || config->usage_interval_s > 86400) {

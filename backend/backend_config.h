@@ -28,6 +28,12 @@ struct BackendConfig {
   std::string executor_ports;
   // [backend] heartbeat_timeout_ms: a session whose client has been silent this long (heartbeats included) is over.
   int64_t heartbeat_timeout_ms = 5000;
+  // [backend] orphan_grace_s: how long a session's executor keeps serving after its backend is gone, waiting for a
+  // new backend to adopt it, before it ends the session and frees its GPU memory (docs/operations.md).
+  int64_t orphan_grace_s = 300;
+  // [backend] live_restore: on SIGTERM, leave serving sessions running for the next backend to adopt (as Docker's
+  // live-restore); otherwise they are stopped with the backend.
+  bool live_restore = false;
   // [scheduler] (docs/scheduling.md).
   int64_t slice_us = 10000;              // a tenant's turn on the GPU among tenants of its class
   // Lower-class in-flight GPU time while a higher class is on the GPU. Measured on an H100: 100 us kept a high

@@ -1,11 +1,19 @@
 #include "backend/broker.h"
 
 #include <spdlog/spdlog.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/file.h>
 #include <sys/random.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/un.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <chrono>
+#include <cstdio>
+#include <cstring>
 #include <ctime>
 
 #include "backend/hello.h"
@@ -33,6 +41,23 @@ std::vector<uint8_t> RandomKey() {
   return key;
 }
 
+// How long a previous backend's live sessions keep their accounts before their executors must have asked to be
+// adopted (they ask every 200 ms once their line breaks).
+constexpr int64_t kAdoptionWindowMs = 10'000;
+
+// Whether process `pid` still runs: an exited executor of a killed backend may stay a zombie for a while (its new
+// parent reaps it when it does), which kill() alone would count as alive.
+bool ProcessRuns(pid_t pid) {
+  if (pid <= 0 || (kill(pid, 0) != 0 && errno != EPERM)) return false;
+  FILE* stat = std::fopen(("/proc/" + std::to_string(pid) + "/stat").c_str(), "r");
+  if (stat == nullptr) return false;
+  char line[512] = {};
+  const size_t got = std::fread(line, 1, sizeof(line) - 1, stat);
+  std::fclose(stat);
+  const char* close_paren = std::strrchr(line, ')');  // the name may hold spaces and parentheses
+  return got > 0 && close_paren != nullptr && close_paren[1] == ' ' && close_paren[2] != 'Z' && close_paren[2] != 'X';
+}
+
 bool IsIpc(const std::string& endpoint) {
   const auto parsed = transport::Endpoint::Parse(endpoint);
   return parsed && parsed->same_host();
@@ -57,13 +82,8 @@ bool Broker::Run(const std::atomic<bool>& stop) {
   for (size_t i = 0; i < settings_.listen_endpoints.size(); ++i) {
     spdlog::info("listening on {}", listener_->BoundEndpoint(i));
   }
-  quota_board_.reset(MemoryQuotaBoard::Create(settings_.executors.private_dir() + "/memory-quotas", &error));
-  if (quota_board_ == nullptr) {
-    spdlog::critical("cannot create the memory quota board: {}", error);
-    return false;
-  }
-  if (!dispatch_.Start(settings_.executors.private_dir() + "/dispatch", &error)) {
-    spdlog::critical("cannot start the scheduler: {}", error);
+  if (!OpenSharedState(&error)) {
+    spdlog::critical("{}", error);
     return false;
   }
   for (const TenantRecord& tenant : registry_->List()) TenantChanged(tenant.name);
@@ -101,6 +121,7 @@ bool Broker::Run(const std::atomic<bool>& stop) {
   }
   while (!stop.load()) {
     pool_.Poll();
+    ServeAdoptions();
     ServePending();
     ServeAdmin();
     if (metrics_server_ != nullptr && NowMs() - metrics_refreshed_ms_ >= 1000) RefreshMetrics();
@@ -111,8 +132,165 @@ bool Broker::Run(const std::atomic<bool>& stop) {
   if (metrics_server_ != nullptr) metrics_server_->Stop();
   spdlog::info("shutting down: stopping {} session(s)", pool_.serving());
   RecordUsage();  // the interval so far
-  pool_.Shutdown(3000);
+  pool_.Shutdown(3000, settings_.live_restore);
+  for (const AdoptionRequest& request : adoption_requests_) close(request.fd);
+  if (adoption_fd_ >= 0) close(adoption_fd_);
+  unlink(adoption_socket_.c_str());
   return true;
+}
+
+bool Broker::OpenSharedState(std::string* error) {
+  const std::string private_dir = settings_.executors.private_dir();
+  // Two backends on one runtime directory would share boards and sockets: the second is refused. The lock goes
+  // with the process, however it ends.
+  runtime_lock_fd_ = open((private_dir + "/backend.lock").c_str(), O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0600);
+  if (runtime_lock_fd_ < 0 || flock(runtime_lock_fd_, LOCK_EX | LOCK_NB) != 0) {
+    *error = "another backend is running on " + settings_.executors.runtime_dir + " (" + private_dir +
+             "/backend.lock is held)";
+    return false;
+  }
+  bool reopened = false;
+  quota_board_.reset(MemoryQuotaBoard::OpenOrCreate(private_dir + "/memory-quotas", &reopened, error));
+  if (quota_board_ == nullptr) {
+    *error = "cannot create the memory quota board: " + *error;
+    return false;
+  }
+  if (!dispatch_.Start(private_dir + "/dispatch", error)) {
+    *error = "cannot start the scheduler: " + *error;
+    return false;
+  }
+  if (reopened) {
+    // The previous backend's tenants keep their accounts (their live sessions still charge them); its sessions'
+    // accounts stay reserved while their executors live, until adopted or until the executors had time to ask.
+    for (int slot = 0; slot < kMaxQuotaTenants; ++slot) {
+      TenantMemoryAccount& account = quota_board_->tenant(slot);
+      account.name[kMaxTenantNameBytes] = '\0';
+      if (account.name[0] != '\0') tenant_slots_.emplace(account.name, slot);
+    }
+    size_t kept = 0, settled = 0;
+    for (int slot = 0; slot < kMaxQuotaSessions; ++slot) {
+      SessionMemoryAccount& account = quota_board_->session(slot);
+      if (account.tenant.load() < 0) continue;
+      const pid_t pid = account.executor_pid.load();
+      if (ProcessRuns(pid)) {
+        session_slot_used_[slot] = true;
+        awaiting_adoption_[slot] = NowMs() + kAdoptionWindowMs;
+        ++kept;
+      } else {
+        quota_board_->Settle(slot);
+        ++settled;
+      }
+    }
+    spdlog::info("reopened the previous backend's boards: {} tenant account(s), {} session(s) awaiting adoption, "
+                 "{} ended session(s) settled; next session id {}",
+                 tenant_slots_.size(), kept, settled, quota_board_->next_session_id());
+  }
+  adoption_socket_ = private_dir + "/adopt.sock";
+  sockaddr_un address{};
+  address.sun_family = AF_UNIX;
+  if (adoption_socket_.size() >= sizeof(address.sun_path)) {
+    *error = adoption_socket_ + ": path too long for a Unix socket";
+    return false;
+  }
+  std::memcpy(address.sun_path, adoption_socket_.c_str(), adoption_socket_.size() + 1);
+  unlink(adoption_socket_.c_str());  // a previous backend's (the lock above says it is gone)
+  adoption_fd_ = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+  if (adoption_fd_ < 0 || bind(adoption_fd_, reinterpret_cast<const sockaddr*>(&address), sizeof(address)) != 0 ||
+      listen(adoption_fd_, 64) != 0) {
+    *error = "cannot listen on " + adoption_socket_ + ": " + strerror(errno);
+    return false;
+  }
+  return true;
+}
+
+void Broker::ServeAdoptions() {
+  for (;;) {
+    const int fd = accept4(adoption_fd_, nullptr, nullptr, SOCK_CLOEXEC | SOCK_NONBLOCK);
+    if (fd < 0) break;
+    adoption_requests_.push_back({fd, NowMs() + 2000});
+  }
+  for (auto it = adoption_requests_.begin(); it != adoption_requests_.end();) {
+    ControlLine line(it->fd);
+    ControlRecord record;
+    const ControlLine::Poll polled = line.TryReceive(&record);
+    if (polled == ControlLine::Poll::kNone && NowMs() < it->deadline_ms) {
+      ++it;
+      continue;
+    }
+    // Who is asking, as the kernel says: only an executor of this user, and only for itself.
+    ucred peer{};
+    socklen_t length = sizeof(peer);
+    std::string refusal;
+    if (polled != ControlLine::Poll::kMessage) {
+      refusal = polled == ControlLine::Poll::kNone ? "no adoption request within 2 s" : "closed";
+    } else if (record.kind != ControlRecord::Kind::kAdoption) {
+      refusal = "not an adoption request: " + (record.reason.empty() ? std::string("another message") : record.reason);
+    } else if (getsockopt(it->fd, SOL_SOCKET, SO_PEERCRED, &peer, &length) != 0 || peer.uid != geteuid() ||
+               peer.pid <= 0 || static_cast<uint32_t>(peer.pid) != record.executor_pid) {
+      refusal = "the peer is not the executor it names (pid " + std::to_string(peer.pid) + ", uid " +
+                std::to_string(peer.uid) + ")";
+    } else {
+      refusal = Adopt(record.adoption, peer.pid, it->fd);
+    }
+    if (refusal.empty()) {
+      line.SendAdoptionAnswer({true, "adopted"});  // the descriptor now belongs to the pool
+    } else {
+      spdlog::warn("adoption refused: {}", refusal);
+      line.SendAdoptionAnswer({false, refusal});
+      close(it->fd);
+    }
+    it = adoption_requests_.erase(it);
+  }
+  for (auto it = awaiting_adoption_.begin(); it != awaiting_adoption_.end();) {
+    if (NowMs() < it->second) {
+      ++it;
+      continue;
+    }
+    spdlog::warn("session account {} was not adopted within {} s: its executor is taken as gone; settled", it->first,
+                 kAdoptionWindowMs / 1000);
+    quota_board_->Settle(it->first);
+    session_slot_used_[it->first] = false;
+    it = awaiting_adoption_.erase(it);
+  }
+}
+
+std::string Broker::Adopt(const SessionRecord& adoption, pid_t pid, int fd) {
+  const uint64_t id = adoption.session_id;
+  if (id == 0 || id >= quota_board_->next_session_id()) {
+    return "session " + std::to_string(id) + " was never admitted on this runtime directory";
+  }
+  for (const ExecutorProcess* executor : pool_.executors()) {
+    if (executor->state == ExecutorProcess::State::kServing && executor->session_id == id) {
+      return "session " + std::to_string(id) + " is already served by executor pid " + std::to_string(executor->pid);
+    }
+  }
+  // Their MPS server belonged to the old backend, which this one cannot take over (docs/operations.md).
+  if (adoption.mps_sm_percent != 0) return "spatially shared (MPS) sessions are not adopted";
+  const int slot = adoption.quota_session_slot;
+  if (adoption.tenant.empty() != (slot < 0)) return "a tenant session needs its quota account, an anonymous one none";
+  if (!adoption.tenant.empty()) {
+    if (!registry_->Find(adoption.tenant)) return "tenant '" + adoption.tenant + "' no longer exists";
+    const auto tenant_slot = tenant_slots_.find(adoption.tenant);
+    const auto awaiting = awaiting_adoption_.find(slot);
+    if (slot >= kMaxQuotaSessions || tenant_slot == tenant_slots_.end() || awaiting == awaiting_adoption_.end() ||
+        quota_board_->session(slot).tenant.load() != tenant_slot->second ||
+        quota_board_->session(slot).executor_pid.load() != pid) {
+      return "quota account " + std::to_string(slot) + " is not this session's";
+    }
+    std::string error;
+    const DeviceSet gpus = adoption.gpus.empty() ? [&] {
+      DeviceSet every;
+      for (int gpu = 0; gpu < adoption.ready.devices; ++gpu) every.push_back(gpu);
+      return every;
+    }() : adoption.gpus;
+    if (!dispatch_.OpenSession(id, adoption.tenant, slot, gpus, &error)) return error;
+    awaiting_adoption_.erase(awaiting);
+  }
+  pool_.Adopt(fd, pid, adoption);
+  spdlog::info("adopted session {} (executor pid {}, tenant '{}', client {} pid {} on {})", id, pid,
+               adoption.tenant.empty() ? "(anonymous)" : adoption.tenant, adoption.client_program, adoption.client_pid,
+               adoption.client_host);
+  return {};
 }
 
 void Broker::HandleHello(transport::ListenerRequest request) {
@@ -166,6 +344,12 @@ void Broker::HandleHello(transport::ListenerRequest request) {
 
 size_t Broker::SessionsOf(const std::string& tenant) const {
   size_t count = 0;
+  // Sessions of a previous backend not yet adopted count too (their executors still run).
+  if (const auto slot = tenant_slots_.find(tenant); slot != tenant_slots_.end()) {
+    for (const auto& [session_slot, deadline] : awaiting_adoption_) {
+      count += quota_board_->session(session_slot).tenant.load() == slot->second;
+    }
+  }
   for (const ExecutorProcess* executor : pool_.executors()) {
     count += executor->state == ExecutorProcess::State::kServing && executor->session.tenant == tenant;
   }
@@ -290,10 +474,17 @@ std::vector<GpuMetrics> Broker::GpuFigures() {
 int Broker::TenantSlot(const std::string& name) {
   const auto found = tenant_slots_.find(name);
   if (found != tenant_slots_.end()) return found->second;
-  if (tenant_slots_.size() >= static_cast<size_t>(kMaxQuotaTenants)) return -1;
-  const int slot = static_cast<int>(tenant_slots_.size());
-  tenant_slots_.emplace(name, slot);
-  return slot;
+  if (name.empty() || name.size() > kMaxTenantNameBytes) return -1;
+  // The first account no tenant has had (the names are on the board, for the next backend).
+  for (int slot = 0; slot < kMaxQuotaTenants; ++slot) {
+    TenantMemoryAccount& account = quota_board_->tenant(slot);
+    if (account.name[0] != '\0') continue;
+    std::memcpy(account.name, name.data(), name.size());
+    account.name[name.size()] = '\0';
+    tenant_slots_.emplace(name, slot);
+    return slot;
+  }
+  return -1;
 }
 
 int Broker::TakeSessionSlot(int tenant_slot) {
@@ -367,7 +558,9 @@ void Broker::Refuse(const transport::ListenerRequest& request, CUresult result, 
 
 void Broker::Admit(const PendingHello& hello, ExecutorProcess& executor) {
   const transport::ListenerRequest& request = hello.request;
-  SessionAssignment assignment{next_session_++, RandomKey()};
+  SessionAssignment assignment{quota_board_->TakeSessionId(), RandomKey()};
+  assignment.adoption_socket = adoption_socket_;
+  assignment.orphan_grace_ms = settings_.orphan_grace_ms;
   assignment.ipc_registry = settings_.ipc_registry;
   assignment.ipc_scope = hello.session.tenant;
   // Spatially shared sessions run beside each other on the SMs MPS gives them: the turn scheduler does not gate
@@ -380,6 +573,7 @@ void Broker::Admit(const PendingHello& hello, ExecutorProcess& executor) {
       return;
     }
     assignment.quota_board = quota_board_->path();
+    quota_board_->session(assignment.quota_session_slot).executor_pid.store(executor.pid);
     std::string error;
     // Scheduled on each GPU the executor shows its session.
     if (!hello.kind.spatial() && !dispatch_.OpenSession(assignment.session_id, hello.session.tenant, assignment.quota_session_slot,
@@ -391,6 +585,19 @@ void Broker::Admit(const PendingHello& hello, ExecutorProcess& executor) {
     }
     if (!hello.kind.spatial()) assignment.dispatch_board = dispatch_.board_path();
   }
+  // What a new backend needs if this one is gone while the session runs.
+  SessionRecord& record = assignment.record;
+  record.session_id = assignment.session_id;
+  record.tenant = hello.session.tenant;
+  record.client_pid = hello.session.client_pid;
+  record.client_host = hello.session.client_host;
+  record.client_program = hello.session.client_program;
+  record.started_unix = hello.session.started_unix;
+  record.gpus = hello.kind.gpus;
+  record.mps_sm_percent = hello.kind.mps_sm_percent;
+  record.mps_memory_limit_bytes = hello.kind.mps_memory_limit_bytes;
+  record.quota_session_slot = assignment.quota_session_slot;
+  record.ready = executor.ready;
   if (!pool_.Assign(executor, assignment, hello.session)) {
     dispatch_.CloseSession(assignment.session_id);
     if (assignment.quota_session_slot >= 0) {

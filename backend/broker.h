@@ -33,6 +33,10 @@ struct BrokerSettings {
   // Where executors publish the CUDA IPC handles their sessions export (owner-only, in the state directory);
   // empty: CUDA IPC is refused.
   std::string ipc_registry;
+  // Restarts (docs/operations.md): how long a session outlives its backend waiting for a new one, and whether
+  // SIGTERM leaves serving sessions running for the next backend (live restore).
+  int64_t orphan_grace_ms = 300'000;
+  bool live_restore = false;
 };
 
 class Broker {
@@ -49,6 +53,14 @@ class Broker {
     ExecutorKind kind;  // the tenant's GPUs (empty: every GPU) and spatial sharing
   };
 
+  // Takes the runtime directory (one backend at a time), reopens or creates the boards and the adoption socket; a
+  // previous backend's boards keep its live sessions' accounts until their executors ask to be adopted.
+  bool OpenSharedState(std::string* error);
+  // Accepts executors of an earlier backend on the adoption socket and adopts or refuses each; settles the
+  // accounts of sessions whose executors did not come back in time.
+  void ServeAdoptions();
+  // Empty when `adoption` (from executor `pid`, over `fd`) is taken over; otherwise why not.
+  std::string Adopt(const SessionRecord& adoption, pid_t pid, int fd);
   void HandleHello(transport::ListenerRequest request);
   void ServePending();
   void Refuse(const transport::ListenerRequest& request, CUresult result, const std::string& message);
@@ -76,7 +88,16 @@ class Broker {
   ExecutorPool pool_;
   AdminService admin_;
   std::deque<PendingHello> pending_;
-  uint64_t next_session_ = 1;
+  int runtime_lock_fd_ = -1;
+  int adoption_fd_ = -1;
+  std::string adoption_socket_;
+  struct AdoptionRequest {
+    int fd = -1;
+    int64_t deadline_ms = 0;
+  };
+  std::vector<AdoptionRequest> adoption_requests_;
+  // Session slots a previous backend left to executors still alive, kept until each is adopted or this deadline.
+  std::map<int, int64_t> awaiting_adoption_;
   std::unique_ptr<MemoryQuotaBoard> quota_board_;
   DispatchService dispatch_{settings_.scheduling};
   std::mutex metrics_mutex_;

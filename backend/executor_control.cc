@@ -13,7 +13,50 @@ namespace {
 
 // Larger than any legitimate message (endpoints, a key, two board paths, a reason): a datagram that fills it was
 // truncated and is refused.
-constexpr size_t kMaxControlBytes = 8192;
+constexpr size_t kMaxControlBytes = 16384;
+
+std::string Text(const flatbuffers::String* value) { return value != nullptr ? value->str() : std::string(); }
+
+// A session record as a new backend will trust it only after checking it against its own boards and registry; here
+// only its shape is checked.
+bool DecodeRecord(const control::SessionRecord& in, SessionRecord* out, std::string* reason) {
+  if (in.quota_session_slot() < -1 || in.devices() < 0 || in.devices() > kMaxHostGpus ||
+      (in.gpus() != nullptr && in.gpus()->size() > static_cast<size_t>(kMaxHostGpus))) {
+    *reason = "session record out of range";
+    return false;
+  }
+  out->session_id = in.session_id();
+  out->tenant = Text(in.tenant());
+  out->client_pid = in.client_pid();
+  out->client_host = Text(in.client_host());
+  out->client_program = Text(in.client_program());
+  out->started_unix = in.started_unix();
+  out->gpus.clear();
+  if (in.gpus() != nullptr) {
+    for (const int32_t gpu : *in.gpus()) {
+      if (gpu < 0 || gpu >= kMaxHostGpus) {
+        *reason = "session record names GPU " + std::to_string(gpu);
+        return false;
+      }
+      out->gpus.push_back(gpu);
+    }
+  }
+  out->mps_sm_percent = in.mps_sm_percent();
+  out->mps_memory_limit_bytes = in.mps_memory_limit_bytes();
+  out->quota_session_slot = in.quota_session_slot();
+  out->ready = {Text(in.ipc_endpoint()), in.tcp_port(), in.rdma_port(), in.devices()};
+  return true;
+}
+
+flatbuffers::Offset<control::SessionRecord> EncodeRecord(flatbuffers::FlatBufferBuilder& builder,
+                                                        const SessionRecord& record) {
+  return control::CreateSessionRecord(
+      builder, record.session_id, builder.CreateString(record.tenant), record.client_pid,
+      builder.CreateString(record.client_host), builder.CreateString(record.client_program), record.started_unix,
+      builder.CreateVector(std::vector<int32_t>(record.gpus.begin(), record.gpus.end())), record.mps_sm_percent,
+      record.mps_memory_limit_bytes, record.quota_session_slot, builder.CreateString(record.ready.ipc_endpoint),
+      record.ready.tcp_port, record.ready.rdma_port, record.ready.devices);
+}
 
 ControlRecord Decode(const uint8_t* bytes, size_t size) {
   ControlRecord record;
@@ -53,6 +96,22 @@ ControlRecord Decode(const uint8_t* bytes, size_t size) {
     record.session.dispatch_board = text(session->dispatch_board());
     record.session.ipc_registry = text(session->ipc_registry());
     record.session.ipc_scope = text(session->ipc_scope());
+    record.session.adoption_socket = text(session->adoption_socket());
+    record.session.orphan_grace_ms = session->orphan_grace_ms();
+    if (session->record() != nullptr &&
+        !DecodeRecord(*session->record(), &record.session.record, &record.reason)) {
+      return record;
+    }
+  } else if (const auto* adoption = message->body_as_SessionAdoption()) {
+    if (adoption->record() == nullptr || !DecodeRecord(*adoption->record(), &record.adoption, &record.reason)) {
+      if (record.reason.empty()) record.reason = "adoption without a session record";
+      return record;
+    }
+    record.kind = ControlRecord::Kind::kAdoption;
+    record.executor_pid = adoption->executor_pid();
+  } else if (const auto* answer = message->body_as_AdoptionAnswer()) {
+    record.kind = ControlRecord::Kind::kAdoptionAnswer;
+    record.answer = {answer->accepted(), text(answer->reason())};
   } else if (const auto* faulted = message->body_as_SessionFaulted()) {
     record.kind = ControlRecord::Kind::kFaulted;
     record.result = static_cast<CUresult>(faulted->result());
@@ -101,7 +160,8 @@ bool ControlLine::SendSession(const SessionAssignment& assignment) {
       builder, assignment.session_id, builder.CreateVector(assignment.key),
       builder.CreateString(assignment.quota_board), assignment.quota_session_slot,
       builder.CreateString(assignment.dispatch_board), builder.CreateString(assignment.ipc_registry),
-      builder.CreateString(assignment.ipc_scope));
+      builder.CreateString(assignment.ipc_scope), builder.CreateString(assignment.adoption_socket),
+      assignment.orphan_grace_ms, EncodeRecord(builder, assignment.record));
   const auto bytes = Finish(builder, control::ControlBody::SessionAssignment, body);
   return Send(bytes.data(), bytes.size());
 }
@@ -110,6 +170,21 @@ bool ControlLine::SendFaulted(CUresult result) {
   flatbuffers::FlatBufferBuilder builder;
   const auto body = control::CreateSessionFaulted(builder, static_cast<int32_t>(result));
   const auto bytes = Finish(builder, control::ControlBody::SessionFaulted, body);
+  return Send(bytes.data(), bytes.size());
+}
+
+bool ControlLine::SendAdoption(uint32_t executor_pid, const SessionRecord& record) {
+  flatbuffers::FlatBufferBuilder builder;
+  const auto body = control::CreateSessionAdoption(builder, executor_pid, EncodeRecord(builder, record));
+  const auto bytes = Finish(builder, control::ControlBody::SessionAdoption, body);
+  return Send(bytes.data(), bytes.size());
+}
+
+bool ControlLine::SendAdoptionAnswer(const AdoptionAnswer& answer) {
+  flatbuffers::FlatBufferBuilder builder;
+  const auto body =
+      control::CreateAdoptionAnswer(builder, answer.accepted, builder.CreateString(answer.reason.substr(0, 2048)));
+  const auto bytes = Finish(builder, control::ControlBody::AdoptionAnswer, body);
   return Send(bytes.data(), bytes.size());
 }
 

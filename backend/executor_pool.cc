@@ -238,12 +238,54 @@ void ExecutorPool::Poll() {
   }
 }
 
+void ExecutorPool::Adopt(int control_fd, pid_t pid, const SessionRecord& record) {
+  fcntl(control_fd, F_SETFL, O_NONBLOCK);
+  auto executor = std::make_unique<ExecutorProcess>();
+  executor->pid = pid;
+  executor->adopted = true;
+  executor->kind = {record.gpus, record.mps_sm_percent, record.mps_memory_limit_bytes};
+  executor->state = ExecutorProcess::State::kServing;
+  executor->control = ControlLine(control_fd);
+  executor->ready = record.ready;
+  executor->session_id = record.session_id;
+  executor->session = {record.tenant, record.client_pid, record.client_host, record.client_program,
+                       record.started_unix};
+  executor->quota_session_slot = record.quota_session_slot;
+  executor->started_ms = NowMs();
+  if (host_gpus_ == 0 && executor->kind.warm_pool()) host_gpus_ = record.ready.devices;
+  executors_.push_back(std::move(executor));
+}
+
+void ExecutorPool::ReapAdopted() {
+  // Not this process's children: an adopted executor has ended when its control line closed (its descriptors close
+  // as it exits) or its pid is gone.
+  for (auto it = executors_.begin(); it != executors_.end();) {
+    ExecutorProcess& executor = **it;
+    if (!executor.adopted || (executor.control.fd() >= 0 && kill(executor.pid, 0) == 0)) {
+      ++it;
+      continue;
+    }
+    if (executor.killed_by_admin) {
+      spdlog::info("executor pid {} (session {}, adopted) ended by an administrator", executor.pid,
+                   executor.session_id);
+    } else {
+      spdlog::info("executor pid {} (session {}, adopted) ended", executor.pid, executor.session_id);
+    }
+    if (on_session_end_) on_session_end_(executor);
+    if (executor.control.fd() >= 0) close(executor.control.fd());
+    if (!executor.ready.ipc_endpoint.empty()) unlink(executor.ready.ipc_endpoint.substr(6).c_str());
+    it = executors_.erase(it);
+  }
+}
+
 void ExecutorPool::Reap() {
+  ReapAdopted();
   for (;;) {
     int status = 0;
     const pid_t pid = waitpid(-1, &status, WNOHANG);
     if (pid <= 0) return;
-    auto found = std::find_if(executors_.begin(), executors_.end(), [&](const auto& e) { return e->pid == pid; });
+    auto found = std::find_if(executors_.begin(), executors_.end(),
+                              [&](const auto& e) { return e->pid == pid && !e->adopted; });
     if (found == executors_.end()) {
       mps_.Reaped(pid, status);
       continue;
@@ -365,8 +407,21 @@ std::vector<const ExecutorProcess*> ExecutorPool::executors() const {
   return list;
 }
 
-void ExecutorPool::Shutdown(int grace_ms) {
+void ExecutorPool::Shutdown(int grace_ms, bool keep_sessions) {
   shutting_down_ = true;
+  if (keep_sessions) {
+    for (auto it = executors_.begin(); it != executors_.end();) {
+      ExecutorProcess& executor = **it;
+      if (executor.state != ExecutorProcess::State::kServing) {
+        ++it;
+        continue;
+      }
+      spdlog::info("leaving session {} (executor pid {}) running for the next backend", executor.session_id,
+                   executor.pid);
+      if (executor.control.fd() >= 0) close(executor.control.fd());  // the executor now looks for a new backend
+      it = executors_.erase(it);  // an exited child is reaped by init once this process is gone
+    }
+  }
   for (auto& executor : executors_) kill(executor->pid, SIGTERM);
   const int64_t deadline = NowMs() + grace_ms;
   while (!executors_.empty() && NowMs() < deadline) {

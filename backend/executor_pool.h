@@ -76,6 +76,8 @@ struct ExecutorProcess {
   SessionInfo session;
   int quota_session_slot = -1;
   bool killed_by_admin = false;
+  // Started by an earlier backend and adopted by this one (not its child: its end is seen on the control line).
+  bool adopted = false;
   bool retired = false;       // stopped by the pool (a device set's spare, idle too long)
   bool ended_with_group = false;  // ended because another client of its MPS server faulted
   uint64_t mps_generation = 0;    // spatial kinds: the MPS daemon it is a client of (ExecutorPool::mps_generation_)
@@ -110,6 +112,8 @@ class ExecutorPool {
   bool Assign(ExecutorProcess& executor, const SessionAssignment& assignment, SessionInfo session);
   // Called when a serving executor has exited (however it ended), before it is forgotten.
   void OnSessionEnd(std::function<void(const ExecutorProcess&)> callback) { on_session_end_ = std::move(callback); }
+  // Takes over the serving executor `pid` of an earlier backend, whose adoption connection is `control_fd`.
+  void Adopt(int control_fd, pid_t pid, const SessionRecord& record);
   // Ends a session at once (SIGKILL to its executor: the client's next call fails); false if no such session.
   bool Kill(uint64_t session_id);
   // Why executors could not start since the last call, by device set, for refusing the clients waiting for them.
@@ -118,12 +122,14 @@ class ExecutorPool {
   int host_gpus() const { return host_gpus_; }
   size_t serving() const;
   std::vector<const ExecutorProcess*> executors() const;
-  // SIGTERM to every executor, then SIGKILL to any still alive after `grace_ms`.
-  void Shutdown(int grace_ms);
+  // SIGTERM to every executor, then SIGKILL to any still alive after `grace_ms`. With `keep_sessions` (live
+  // restore), serving executors are left running, their control lines closed, for the next backend to adopt.
+  void Shutdown(int grace_ms, bool keep_sessions = false);
 
  private:
   bool Start(const ExecutorKind& kind);
   void Reap();
+  void ReapAdopted();
   void ReadControlLines();
   // A client of the MPS server faulted: the fault reaches every client of that server, so all of them end (their
   // clients get CUDA_ERROR_DEVICE_UNAVAILABLE) and the server starts afresh. Executors outside it are untouched.

@@ -56,6 +56,8 @@ int Usage() {
                "  --executor-ports LOW-HIGH tcp ports executors bind: one for tcp://, one for rdma:// (the queue pair's bootstrap\n"
                "                socket) when the backend listens on it (default: any)\n"
                "  --heartbeat-timeout-ms MS a silent client's session ends after this (default 5000)\n"
+               "  --orphan-grace-s S sessions outlive a vanished backend this long, for a new one to adopt (default 300)\n"
+               "  --live-restore leave serving sessions running on SIGTERM, for the next backend to adopt\n"
                "  --mps-control PATH nvidia-cuda-mps-control for spatially shared tenants (default: looked up)\n");
   return 2;
 }
@@ -83,6 +85,10 @@ bool ReadSettings(int argc, char** argv, curelay::backend::BackendConfig* config
       config->allow_anonymous = true;
       continue;
     }
+    if (flag == "--live-restore") {
+      config->live_restore = true;
+      continue;
+    }
     if (i + 1 >= argc) return *exit_code = Usage(), false;
     const std::string value = argv[++i];
     if (flag == "--config") continue;
@@ -101,6 +107,7 @@ bool ReadSettings(int argc, char** argv, curelay::backend::BackendConfig* config
     else if (flag == "--usage-interval") config->usage_interval_s = std::stol(value);
     else if (flag == "--executor-ports") config->executor_ports = value;
     else if (flag == "--heartbeat-timeout-ms") config->heartbeat_timeout_ms = std::stol(value);
+    else if (flag == "--orphan-grace-s") config->orphan_grace_s = std::stol(value);
     else if (flag == "--mps-control") config->mps_control = value;
     else return *exit_code = Usage(), false;
   }
@@ -127,6 +134,10 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "curelay-backend: the heartbeat timeout is 100 to 3600000 ms\n");
     return 2;
   }
+  if (config.orphan_grace_s < 1 || config.orphan_grace_s > 86400) {
+    std::fprintf(stderr, "curelay-backend: the orphan grace is 1 to 86400 seconds\n");
+    return 2;
+  }
   if (!config.executor_ports.empty() && !curelay::transport::ParsePortRange(config.executor_ports)) {
     std::fprintf(stderr, "curelay-backend: executor ports are LOW-HIGH, 1 to 65535\n");
     return 2;
@@ -145,6 +156,8 @@ int main(int argc, char** argv) {
   settings.executors.heartbeat_timeout_ms = static_cast<int>(config.heartbeat_timeout_ms);
   settings.executors.mps_control = config.mps_control;
   settings.allow_anonymous = config.allow_anonymous;
+  settings.orphan_grace_ms = config.orphan_grace_s * 1000;
+  settings.live_restore = config.live_restore;
   if (settings.listen_endpoints.empty()) settings.listen_endpoints.push_back("ipc:///dev/shm/curelay/backend.sock");
   settings.executors.ipc = false;
   for (const auto& text : settings.listen_endpoints) {

@@ -37,6 +37,7 @@ bool DispatchGate::Attach(const std::string& board_path, int slot, std::vector<i
 }
 
 void DispatchGate::Report(backend::DispatchEventKind kind, int gpu, uint64_t kernel, int64_t gpu_ns) {
+  if (unscheduled_.load(std::memory_order_acquire)) return;  // no backend to read it
   const backend::DispatchEvent event{kind, static_cast<uint32_t>(gpu), kernel, gpu_ns};
   // The backend drains every slot every ~100 us; a ring still full after a second means it is gone or stuck, and
   // the event is dropped rather than stopping the session.
@@ -79,6 +80,7 @@ void DispatchGate::AwaitGrant(const Timing& timing) {
   bool reported = false;
   for (;;) {
     Poll();
+    if (unscheduled_.load(std::memory_order_acquire)) return;  // grants are frozen: nobody would change them
     const bool may_dispatch = grant.may_dispatch.load(std::memory_order_acquire) != 0;
     const int64_t budget = grant.inflight_budget_ns.load(std::memory_order_acquire);
     // Work may always start when nothing of this session's is in flight there, however large (nothing starves).

@@ -10,6 +10,7 @@
 
 #include <cuda.h>
 
+#include <atomic>
 #include <cstdint>
 #include <deque>
 #include <memory>
@@ -33,6 +34,9 @@ class DispatchGate {
   // `host_gpus`: the host GPU index of each device ordinal the driver shows this executor; empty: the same.
   bool Attach(const std::string& board_path, int slot, std::vector<int> host_gpus, std::string* error);
   bool active() const { return slot_ != nullptr; }
+  // While no backend runs (BackendLink), nobody writes grants or drains reports: work starts without waiting and
+  // nothing is reported, until a new backend adopts the session. Called from the link's thread.
+  void SetUnscheduled(bool unscheduled) { unscheduled_.store(unscheduled, std::memory_order_release); }
 
   // One piece of work: the current context, its host GPU and that GPU's lane, the work's estimated GPU time, and
   // (once begun) its start marker.
@@ -91,6 +95,7 @@ class DispatchGate {
   std::unique_ptr<backend::DispatchBoard> board_;
   backend::SessionDispatchSlot* slot_ = nullptr;
   std::vector<int> host_gpus_;
+  std::atomic<bool> unscheduled_{false};
   // The last context located and its GPU: a context's device never changes, and a destroyed context is forgotten
   // (ForgetContext) before its handle could name another.
   CUcontext located_context_ = nullptr;

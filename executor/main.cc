@@ -16,6 +16,7 @@
 #include "executor/driver.h"
 #include "executor/session.h"
 #include "backend/executor_control.h"
+#include "executor/backend_link.h"
 #include "common/gpu_list.h"
 #include "common/logging.h"
 #include "schema/wire.h"
@@ -169,7 +170,10 @@ int main(int argc, char** argv) {
   }
   session.ipc_registry().Configure(assignment.ipc_registry, assignment.ipc_scope);
   // The backend ends every session sharing this one's MPS server when its context faults (the fault reaches them).
-  session.OnFatalFault([&control](CUresult result) { control.SendFaulted(result); });
+  // The line outlives the backend: a new one adopts the session (executor/backend_link.h).
+  executor::BackendLink link(control, assignment, session.dispatch_gate());
+  session.OnFatalFault([&link](CUresult result) { link.SendFaulted(result); });
+  link.Start();
   const int status = session.Run();
   spdlog::info("session {} ended", assignment.session_id);
   return status;

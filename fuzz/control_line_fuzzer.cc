@@ -26,6 +26,10 @@ void CheckRecord(const ControlRecord& record) {
     case ControlRecord::Kind::kSession:
       valid = record.session.quota_session_slot >= -1;
       break;
+    case ControlRecord::Kind::kAdoption:
+      valid = record.adoption.quota_session_slot >= -1 && record.adoption.ready.devices >= 0 &&
+              record.adoption.gpus.size() <= static_cast<size_t>(curelay::kMaxHostGpus);
+      break;
     case ControlRecord::Kind::kMalformed:
       valid = !record.reason.empty();
       break;

@@ -171,8 +171,23 @@ def session_seeds():
     return {name: records(*[part for pair in messages for part in pair]) for name, messages in seeds.items()}
 
 
+def control_version():
+    """kControlVersion from backend/executor_control.h: seeds of a stale version only reach the version check."""
+    with open(os.path.join(ROOT, "backend", "executor_control.h")) as header:
+        for line in header:
+            if "kControlVersion =" in line:
+                return int(line.split("=")[1].strip().rstrip(";"))
+    raise SystemExit("kControlVersion not found")
+
+
 def control(body_type, body):
-    return flatbuffer("control.fbs", {"version": 2, "body_type": body_type, "body": body})
+    return flatbuffer("control.fbs", {"version": control_version(), "body_type": body_type, "body": body})
+
+
+SESSION_RECORD = {
+    "session_id": 7, "tenant": "team-a", "client_pid": 4242, "client_host": "node-3", "client_program": "train.py",
+    "started_unix": 1790000000, "gpus": [0, 1], "quota_session_slot": 3, "ipc_endpoint": "ipc:///run/curelay/e1.sock",
+    "tcp_port": 41000, "rdma_port": 0, "devices": 2}
 
 
 def control_line_seeds():
@@ -183,7 +198,11 @@ def control_line_seeds():
         "session": records(control("SessionAssignment", {
             "session_id": 7, "session_key": list(range(32)), "quota_board": "/run/curelay/private/memory-quotas",
             "quota_session_slot": 3, "dispatch_board": "/run/curelay/private/dispatch",
-            "ipc_registry": "/var/lib/curelay/ipc", "ipc_scope": "team-a"})),
+            "ipc_registry": "/var/lib/curelay/ipc", "ipc_scope": "team-a",
+            "adoption_socket": "/run/curelay/private/adopt.sock", "orphan_grace_ms": 300000,
+            "record": SESSION_RECORD})),
+        "adoption_then_answer": records(control("SessionAdoption", {"executor_pid": 5150, "record": SESSION_RECORD}),
+                                        control("AdoptionAnswer", {"accepted": False, "reason": "no such tenant"})),
         "faulted_then_ready": records(control("SessionFaulted", {"result": 700}),
                                       control("ExecutorReady", {"ipc_endpoint": "", "tcp_port": 0, "devices": 1})),
     }

@@ -35,6 +35,12 @@ DispatchBoard* DispatchBoard::Open(const std::string& path, std::string* error) 
 
 DispatchBoard::~DispatchBoard() { munmap(layout_, sizeof(DispatchBoardLayout)); }
 
+DispatchBoard* DispatchBoard::OpenOrCreate(const std::string& path, std::string* error) {
+  std::string ignored;
+  if (DispatchBoard* board = Open(path, &ignored)) return board;
+  return Create(path, error);
+}
+
 void DispatchBoard::Reset(int index) {
   SessionDispatchSlot& s = layout_->sessions[index];
   for (GpuGrant& grant : s.grants) {

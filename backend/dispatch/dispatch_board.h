@@ -51,6 +51,8 @@ class DispatchBoard {
  public:
   static DispatchBoard* Create(const std::string& path, std::string* error);
   static DispatchBoard* Open(const std::string& path, std::string* error);
+  // The board a previous backend left at `path` (adopted sessions' executors still map it), or a new one.
+  static DispatchBoard* OpenOrCreate(const std::string& path, std::string* error);
   ~DispatchBoard();
 
   SessionDispatchSlot& slot(int index) { return layout_->sessions[index]; }

@@ -29,7 +29,8 @@ scheduler::TenantLimits Limits(const TenantRecord& tenant) {
 }  // namespace
 
 bool DispatchService::Start(const std::string& board_path, std::string* error) {
-  board_.reset(DispatchBoard::Create(board_path, error));
+  // A previous backend's board is kept: the executors of the sessions this one adopts still map it.
+  board_.reset(DispatchBoard::OpenOrCreate(board_path, error));
   if (board_ == nullptr) return false;
   thread_ = std::thread([this] { Loop(); });
   return true;

@@ -27,7 +27,8 @@ class DispatchService {
   explicit DispatchService(const scheduler::SchedulerConfig& config) : scheduler_(config) {}
   ~DispatchService() { Stop(); }
 
-  // Creates the board at `board_path` and starts the thread.
+  // Opens the board at `board_path` (a previous backend's, kept for the sessions this one adopts, or a new one)
+  // and starts the thread.
   bool Start(const std::string& board_path, std::string* error);
   void Stop();
   const std::string& board_path() const { return board_->path(); }

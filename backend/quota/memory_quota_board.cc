@@ -9,7 +9,7 @@
 namespace curelay::backend {
 namespace {
 
-constexpr uint64_t kMagic = 0x31647271796c6572;  // "relyqrd1"
+constexpr uint64_t kMagic = 0x32647271796c6572;  // "relyqrd2"
 
 }  // namespace
 
@@ -31,6 +31,16 @@ MemoryQuotaBoard* MemoryQuotaBoard::Open(const std::string& path, std::string* e
     return nullptr;
   }
   return new MemoryQuotaBoard(layout, path);
+}
+
+MemoryQuotaBoard* MemoryQuotaBoard::OpenOrCreate(const std::string& path, bool* reopened, std::string* error) {
+  std::string ignored;
+  if (MemoryQuotaBoard* board = Open(path, &ignored)) {
+    *reopened = true;
+    return board;
+  }
+  *reopened = false;
+  return Create(path, error);
 }
 
 MemoryQuotaBoard::~MemoryQuotaBoard() { munmap(layout_, sizeof(MemoryQuotaBoardLayout)); }
@@ -69,6 +79,7 @@ void MemoryQuotaBoard::Settle(int session_slot) {
   SessionMemoryAccount& session = layout_->sessions[session_slot];
   const int tenant_slot = session.tenant.exchange(-1, std::memory_order_acq_rel);
   const uint64_t held = session.used.exchange(0, std::memory_order_acq_rel);
+  session.executor_pid.store(0, std::memory_order_release);
   if (tenant_slot >= 0 && tenant_slot < kMaxQuotaTenants) {
     layout_->tenants[tenant_slot].used.fetch_sub(held, std::memory_order_acq_rel);
   }

@@ -14,6 +14,8 @@ namespace curelay::backend {
 inline constexpr int kMaxQuotaTenants = 256;
 inline constexpr int kMaxQuotaSessions = 1024;
 
+inline constexpr size_t kMaxTenantNameBytes = 64;  // backend/tenants/tenant_record.cc's limit
+
 struct alignas(64) TenantMemoryAccount {
   std::atomic<uint64_t> used{0};
   std::atomic<uint64_t> peak{0};           // since the backend started
@@ -21,15 +23,21 @@ struct alignas(64) TenantMemoryAccount {
   std::atomic<uint64_t> quota{0};            // 0: no quota
   std::atomic<uint32_t> wait_when_short{0};  // policy when the GPU itself is short: 0 fail, 1 wait
   std::atomic<uint32_t> wait_timeout_ms{0};
+  // The tenant the account belongs to, NUL-terminated; empty: slot unused. Written by the backend only, read back
+  // by the next backend after a restart (executors never read it).
+  char name[kMaxTenantNameBytes + 1] = {};
 };
 
 struct alignas(64) SessionMemoryAccount {
   std::atomic<uint64_t> used{0};
   std::atomic<int32_t> tenant{-1};  // the tenant account this session charges; -1: slot free
+  std::atomic<int32_t> executor_pid{0};  // the executor serving it: a restarted backend keeps the slot while it lives
 };
 
 struct MemoryQuotaBoardLayout {
   uint64_t magic;
+  // Session ids, unique across backend restarts on this runtime directory (adopted sessions keep theirs).
+  std::atomic<uint64_t> next_session_id{1};
   TenantMemoryAccount tenants[kMaxQuotaTenants];
   SessionMemoryAccount sessions[kMaxQuotaSessions];
 };
@@ -39,11 +47,16 @@ class MemoryQuotaBoard {
  public:
   static MemoryQuotaBoard* Create(const std::string& path, std::string* error);
   static MemoryQuotaBoard* Open(const std::string& path, std::string* error);
+  // The board a previous backend left at `path` (its sessions' executors still map it), or a new one when there is
+  // none or it is not a board of this layout; `reopened` tells which.
+  static MemoryQuotaBoard* OpenOrCreate(const std::string& path, bool* reopened, std::string* error);
   ~MemoryQuotaBoard();
 
   TenantMemoryAccount& tenant(int slot) { return layout_->tenants[slot]; }
   SessionMemoryAccount& session(int slot) { return layout_->sessions[slot]; }
   const std::string& path() const { return path_; }
+  uint64_t TakeSessionId() { return layout_->next_session_id.fetch_add(1); }
+  uint64_t next_session_id() const { return layout_->next_session_id.load(); }
 
   // Charges `bytes` to the session and its tenant; false (nothing charged) when the tenant's quota would be
   // exceeded.

@@ -74,7 +74,9 @@ bool BackendProcess::Start() {
     args.insert(args.end(), extra_args_.begin(), extra_args_.end());
     ExecWithEnv(CURELAY_BACKEND_PATH, args, extra_env_);
   }
-  return WaitFor([&] {
+  bool exited = false;  // a backend that refused to start is not waited for
+  const bool ready = WaitFor([&] {
+    if (waitpid(pid_, nullptr, WNOHANG) == pid_) return exited = true;
     struct stat info {};
     if (transport_ == Transport::kIpc) {
       return stat(endpoint_.c_str() + 6, &info) == 0 && Log().find("ready") != std::string::npos;
@@ -86,6 +88,8 @@ bool BackendProcess::Start() {
     endpoint_ = bound[1].str();
     return true;
   }, std::chrono::seconds(20));
+  if (exited) pid_ = -1;
+  return ready && !exited;
 }
 
 void BackendProcess::Stop() {

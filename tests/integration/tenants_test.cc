@@ -14,6 +14,7 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <sstream>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -354,6 +355,144 @@ TEST_F(TenantsTest, TenantsSurviveARestart) {
   ASSERT_TRUE(client.ready()) << client.output();
   EXPECT_EQ(client.Ask(Alloc(100 * kMiB)), "alloc 0");
   EXPECT_EQ(client.Ask(Alloc(100 * kMiB)), "alloc 2");  // the quota came back too
+}
+
+// The backend killed by SIGKILL between two tenants' calls and started again: their sessions went on meanwhile
+// (unscheduled, with their quotas still enforced by the board), and the new backend adopts them: listed with
+// their ids and executors, their memory still counted against their quotas, their work scheduled again (the
+// scheduler counts their kernels), and killed by backendctl as any session.
+TEST_F(TenantsTest, SessionsOutliveABackendKilledAndAreAdoptedByTheNextOne) {
+  const std::string launch = std::string("launch ") + CURELAY_TEST_PTX_PATH;
+  const std::string steady_token = AddTenant(backend_, "steady", {"--memory-quota", "256M", "--weight", "1"});
+  const std::string heavy_token = AddTenant(backend_, "heavy", {"--weight", "3"});
+  InteractiveClient steady(backend_, steady_token, "steady");
+  InteractiveClient heavy(backend_, heavy_token, "heavy");
+  ASSERT_TRUE(steady.ready() && heavy.ready()) << steady.output() << heavy.output();
+  ASSERT_EQ(steady.Ask(Alloc(200 * kMiB)), "alloc 0");
+  ASSERT_EQ(heavy.Ask(Alloc(100 * kMiB)), "alloc 0");
+  ASSERT_EQ(steady.Ask(launch), "launch 0") << steady.output();
+  const auto session_list = [&] {
+    const CommandResult listed = Backendctl(backend_, {"-o", "json", "session", "list"});
+    const json reply = json::parse(listed.out, nullptr, false);
+    return reply.is_object() ? reply["sessions"] : json::array();
+  };
+  const auto by_tenant = [](const json& sessions) {
+    std::map<std::string, std::pair<uint64_t, int>> found;  // tenant -> session id, executor pid
+    for (const json& row : sessions) found[row["tenant"]] = {row["session"], row["executor_pid"]};
+    return found;
+  };
+  const auto before = by_tenant(session_list());
+  ASSERT_EQ(before.size(), 2u);
+
+  ASSERT_EQ(kill(backend_.pid(), SIGKILL), 0);
+  waitpid(backend_.pid(), nullptr, 0);
+  backend_.Forget();
+  // No backend: the sessions go on, the quota still holds.
+  EXPECT_EQ(steady.Ask(Alloc(10 * kMiB)), "alloc 0");
+  EXPECT_EQ(steady.Ask(Alloc(100 * kMiB)), "alloc 2");
+  EXPECT_EQ(heavy.Ask(launch), "launch 0") << heavy.output();
+
+  ASSERT_TRUE(backend_.Start()) << backend_.Log();
+  ASSERT_TRUE(WaitFor([&] { return session_list().size() == 2; }, 10s)) << backend_.Log();
+  EXPECT_EQ(by_tenant(session_list()), before);  // same ids, same executors
+  const auto tenant_row = [&](const std::string& name) {
+    const json stats = json::parse(Backendctl(backend_, {"-o", "json", "stats"}).out, nullptr, false);
+    for (const json& row : stats["tenants"]) {
+      if (row["tenant"] == name) return row;
+    }
+    return json::object();
+  };
+  EXPECT_EQ(tenant_row("steady")["memory_used_bytes"], 210 * kMiB);
+  EXPECT_EQ(tenant_row("steady")["sessions"], 1);
+  EXPECT_EQ(tenant_row("heavy")["memory_used_bytes"], 100 * kMiB);
+  EXPECT_EQ(steady.Ask(Alloc(100 * kMiB)), "alloc 2");  // over the 256 MiB quota still
+  EXPECT_EQ(steady.Ask(Alloc(40 * kMiB)), "alloc 0");
+  // Scheduled again: the new scheduler sees both sessions' kernels.
+  EXPECT_EQ(steady.Ask(launch), "launch 0");
+  EXPECT_EQ(heavy.Ask(launch), "launch 0");
+  EXPECT_TRUE(WaitFor([&] {
+    return tenant_row("steady").value("kernels", 0) > 0 && tenant_row("heavy").value("kernels", 0) > 0;
+  }, 5s)) << Backendctl(backend_, {"-o", "json", "stats"}).out;
+
+  // A new session gets an id of its own; an adopted one is killed like any other and its memory returned.
+  InteractiveClient newcomer(backend_, heavy_token, "newcomer");
+  ASSERT_TRUE(newcomer.ready()) << newcomer.output();
+  std::set<uint64_t> ids;
+  for (const json& row : session_list()) ids.insert(row["session"].get<uint64_t>());
+  EXPECT_EQ(ids.size(), 3u);
+  const uint64_t steady_session = before.at("steady").first;
+  ASSERT_EQ(Backendctl(backend_, {"session", "kill", std::to_string(steady_session)}).exit_code, 0);
+  EXPECT_TRUE(WaitFor([&] {
+    const json row = tenant_row("steady");
+    return row["memory_used_bytes"] == 0 && row["sessions"] == 0;
+  }, 10s)) << tenant_row("steady");
+  EXPECT_FALSE(ProcessExists(before.at("steady").second));
+  EXPECT_NE(steady.Ask(Alloc(1 * kMiB)), "alloc 0");
+  EXPECT_EQ(heavy.Ask(launch), "launch 0");
+}
+
+// With no backend to adopt it, a session ends after the orphan grace: its executor exits (the driver frees its
+// memory), its client's next call fails, and the next backend settles its account.
+TEST_F(TenantsTest, ASessionWithoutABackendEndsAfterTheOrphanGrace) {
+  backend_.Stop();
+  backend_.AddArguments({"--orphan-grace-s", "2"});
+  ASSERT_TRUE(backend_.Start()) << backend_.Log();
+  const std::string token = AddTenant(backend_, "stranded", {"--memory-quota", "256M"});
+  InteractiveClient client(backend_, token, "client");
+  ASSERT_TRUE(client.ready()) << client.output();
+  ASSERT_EQ(client.Ask(Alloc(100 * kMiB)), "alloc 0");
+  const pid_t executor = backend_.LatestSessionExecutor(5s);
+  ASSERT_GT(executor, 0);
+
+  ASSERT_EQ(kill(backend_.pid(), SIGKILL), 0);
+  waitpid(backend_.pid(), nullptr, 0);
+  backend_.Forget();
+  const auto orphaned = std::chrono::steady_clock::now();
+  EXPECT_EQ(client.Ask(Alloc(1 * kMiB)), "alloc 0");  // within the grace
+  ASSERT_TRUE(WaitFor([&] { return !ProcessExists(executor); }, 10s));
+  EXPECT_GE(std::chrono::steady_clock::now() - orphaned, 1500ms);
+  EXPECT_EQ(client.Ask(Alloc(1 * kMiB)), "alloc 46");  // CUDA_ERROR_DEVICE_UNAVAILABLE
+
+  ASSERT_TRUE(backend_.Start()) << backend_.Log();
+  const json stats = json::parse(Backendctl(backend_, {"-o", "json", "stats"}).out);
+  EXPECT_EQ(stats["tenants"][0]["memory_used_bytes"], 0) << stats;
+  EXPECT_EQ(stats["tenants"][0]["sessions"], 0) << stats;
+}
+
+// Live restore: SIGTERM leaves serving sessions running; the next backend adopts them. A second backend on the
+// same runtime directory is refused while one runs.
+TEST_F(TenantsTest, LiveRestoreKeepsSessionsAcrossAStop) {
+  backend_.Stop();
+  backend_.AddArguments({"--live-restore"});
+  ASSERT_TRUE(backend_.Start()) << backend_.Log();
+  const std::string token = AddTenant(backend_, "upgraded", {"--memory-quota", "256M"});
+  InteractiveClient client(backend_, token, "client");
+  ASSERT_TRUE(client.ready()) << client.output();
+  ASSERT_EQ(client.Ask(Alloc(64 * kMiB)), "alloc 0");
+  const pid_t executor = backend_.LatestSessionExecutor(5s);
+  ASSERT_GT(executor, 0);
+
+  backend_.Stop();  // SIGTERM
+  EXPECT_TRUE(ProcessExists(executor));
+  EXPECT_EQ(client.Ask(Alloc(1 * kMiB)), "alloc 0");
+  ASSERT_TRUE(backend_.Start()) << backend_.Log();
+  ASSERT_TRUE(WaitFor([&] { return backend_.Log().find("adopted session") != std::string::npos; }, 10s))
+      << backend_.Log();
+  const json stats = json::parse(Backendctl(backend_, {"-o", "json", "stats"}).out);
+  EXPECT_EQ(stats["tenants"][0]["memory_used_bytes"], 65 * kMiB) << stats;
+  EXPECT_EQ(stats["tenants"][0]["sessions"], 1) << stats;
+
+  BackendProcess intruder{"intruder", {}, BackendProcess::Transport::kIpc};
+  intruder.AddArguments({"--runtime-dir", backend_.runtime_dir()});  // the later flag wins
+  EXPECT_FALSE(intruder.Start());
+  EXPECT_NE(intruder.Log().find("another backend is running"), std::string::npos) << intruder.Log();
+
+  // Not left behind by this test's own live-restoring backend.
+  const json sessions = json::parse(Backendctl(backend_, {"-o", "json", "session", "list"}).out)["sessions"];
+  ASSERT_EQ(sessions.size(), 1u);
+  ASSERT_EQ(Backendctl(backend_, {"session", "kill", std::to_string(sessions[0]["session"].get<uint64_t>())}).exit_code,
+            0);
+  EXPECT_TRUE(WaitFor([&] { return !ProcessExists(executor); }, 5s));
 }
 
 TEST_F(TenantsTest, UsageLedgerRecordsPeakMemoryPerInterval) {

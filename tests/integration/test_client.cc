@@ -299,6 +299,11 @@ int main(int argc, char** argv) {
         std::printf("ipc-read %d %u\n", static_cast<int>(result), first);
       } else if (command == "ipc-close") {
         std::printf("ipc-close %d\n", static_cast<int>(cuIpcCloseMemHandle(opened)));
+      } else if (command == "launch") {
+        // launch PTX-PATH: the vector-add kernel through its module, checked (VectorAdd prints what failed).
+        std::string path;
+        std::cin >> path;
+        std::printf("launch %d\n", VectorAdd(ReadFile(path.c_str())));
       } else if (command == "pool") {
         size_t bytes = 0;
         std::cin >> bytes;

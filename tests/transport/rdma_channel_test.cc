@@ -296,6 +296,9 @@ std::vector<std::string> EndedLines(const std::string& captured) {
 // here) and never by the peer going away (it stays alive, its bootstrap socket open).
 class RdmaFailureTest : public RdmaChannelTest {
  protected:
+  // Far under the heartbeat timeout; the ending line's reason says which mechanism ended the channel. Not tighter:
+  // on a loaded 2-core CI machine a 50 ms retry exhaustion was seen to take 2.05 s.
+  static constexpr auto kEndedWithin = std::chrono::seconds(10);
   RdmaFailureTest() { options.heartbeat_timeout_ms = 30000; }
   void TearDown() override {
     if (peer > 0) kill(peer, SIGCONT);  // SIGKILL ends a stopped process too; SIGCONT only tidies up
@@ -333,7 +336,7 @@ TEST_P(RdmaMaliciousPeerTest, EndsTheChannelCleanly) {
   Clock::duration took{};
   const ReceiveStatus status =
       ReceiveUntilEnded(access_violation ? "error state as a responder" : "malformed traffic", &took);
-  EXPECT_LT(took, std::chrono::seconds(2));
+  EXPECT_LT(took, kEndedWithin);
   EXPECT_EQ(status, access_violation ? ReceiveStatus::kPeerLost : ReceiveStatus::kError);
   char seen[64] = {};
   const ssize_t got = read(output, seen, sizeof(seen) - 1);
@@ -367,7 +370,7 @@ TEST_F(RdmaRetryTest, StoppedPeerExceedsTheTransportRetries) {
   ASSERT_TRUE(server->Send(Bytes("unanswered"), {}));
   Clock::duration took{};
   EXPECT_EQ(ReceiveUntilEnded("transport retry counter exceeded", &took), ReceiveStatus::kPeerLost);
-  EXPECT_LT(took, std::chrono::seconds(2));
+  EXPECT_LT(took, kEndedWithin);
 }
 
 // A peer that posts no receives (it never takes what arrives) but keeps sending heartbeats: once its receives are
