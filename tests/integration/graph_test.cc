@@ -2617,12 +2617,6 @@ TEST_F(GraphTest, UserObjectsLiveAsLongAsTheirReferences) {
 // process) does not leave its executor hanging: the session's end lets the node go and the executor tears down,
 // freeing the memory the next session needs.
 TEST_F(GraphTest, AClientDyingInAHostNodeDoesNotHangItsExecutor) {
-  const char* shm = std::getenv("CURELAY_SHM");
-  if (!RemoteSession() && (shm == nullptr || std::string(shm) != "0")) {
-    // Known issue, not host nodes': over the shared-memory channel the dead client's memory is not found freed
-    // within 20 s, with a plain cuLaunchHostFunc as well (the zeromq, tcp and rdma variants pass).
-    GTEST_SKIP() << "a client dying in a host function over the shared-memory channel: known issue";
-  }
   constexpr size_t kBig = 600ull << 20;  // more than half the emulated GPU's 1 GiB
   std::fflush(stdout);
   std::fflush(stderr);

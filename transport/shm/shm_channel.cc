@@ -12,6 +12,7 @@
 #include <cerrno>
 #include <cstring>
 #include <atomic>
+#include <chrono>
 #include <mutex>
 #include <new>
 #include <vector>
@@ -101,7 +102,20 @@ class ShmChannel final : public Channel {
     if (broken_) return ReceiveStatus::kError;
     FrameHeader frame{};
     const RingStatus status = receive_->Read(&frame, sizeof(frame), options_.spin_microseconds, timeout_ms, alive_);
-    if (status == RingStatus::kTimeout) return ReceiveStatus::kTimeout;
+    if (status == RingStatus::kTimeout) {
+      // A poll (timeout 0) never sleeps, so the ring never asks whether the peer lives: a caller polling for as long
+      // as its peer owes it something (an executor waiting for a host function the client runs) would never learn
+      // that the peer died. Asked here instead, at most every 100 ms.
+      const auto now = std::chrono::steady_clock::now();
+      if (now - last_liveness_check_ >= std::chrono::milliseconds(100)) {
+        last_liveness_check_ = now;
+        if (!alive_()) {
+          peer_lost_ = true;
+          return ReceiveStatus::kPeerLost;
+        }
+      }
+      return ReceiveStatus::kTimeout;
+    }
     if (!Ok(status)) return peer_lost_ ? ReceiveStatus::kPeerLost : ReceiveStatus::kError;
     const uint64_t payload_limit =
         options_.max_message_bytes > 0 ? static_cast<uint64_t>(options_.max_message_bytes) : uint64_t{1} << 31;
@@ -167,6 +181,7 @@ class ShmChannel final : public Channel {
   std::shared_ptr<BufferPool> pool_ = std::make_shared<BufferPool>();
   std::atomic<bool> broken_{false};
   std::atomic<bool> peer_lost_{false};
+  std::chrono::steady_clock::time_point last_liveness_check_{};  // the receiving thread's only
 };
 
 }  // namespace
