@@ -33,7 +33,7 @@ model = torch.nn.Sequential(torch.nn.Linear(1024, 2048), torch.nn.ReLU(), torch.
 opt = torch.optim.SGD(model.parameters(), lr=0.05)
 x = torch.randn(2048, 1024, device="cuda"); y = torch.randint(0, 10, (2048,), device="cuda")
 print("STARTED", flush=True)
-for step in range(400):
+for step in range(1000):
     opt.zero_grad(); loss = torch.nn.functional.cross_entropy(model(x), y); loss.backward(); opt.step()
     torch.cuda.synchronize(); time.sleep(0.01)
 print("loss %.6f" % loss.item(), flush=True)
