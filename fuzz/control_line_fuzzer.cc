@@ -9,6 +9,7 @@
 #include <cstdlib>
 
 #include "backend/executor_control.h"
+#include "common/gpu_list.h"
 #include "fuzz/fuzz_input.h"
 
 namespace {

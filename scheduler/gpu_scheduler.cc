@@ -178,7 +178,7 @@ void GpuScheduler::AddPending(SessionState& session, TimePoint now, uint64_t cou
     const double credit = static_cast<double>(config_.slice.count()) / tenant.weight;
     tenant.normalized_usage = std::max(tenant.normalized_usage, usage_floor_[ClassIndex(tenant.priority)] - credit);
   }
-  if (!session.pending.empty() && session.pending.back().since == now) {
+  if (!session.pending.empty() && (session.pending.back().since == now || session.pending.size() >= kMaxPendingRuns)) {
     session.pending.back().count += count;
   } else {
     session.pending.push_back({now, count});
@@ -195,9 +195,15 @@ void GpuScheduler::Admit(SessionState& session, KernelKey kernel, Duration estim
   decision.queue_wait = now - oldest.since;
   if (--oldest.count == 0) session.pending.pop_front();
   --session.pending_count;
+  TenantState& tenant = tenants_.at(session.tenant);
+  if (session.inflight.size() >= kMaxInflight) {
+    // The oldest piece is taken as done at its estimate: no GPU time is learned or charged from it.
+    session.inflight_estimate = std::max(session.inflight_estimate - session.inflight.front().charged, Duration::zero());
+    session.inflight.erase(session.inflight.begin());
+    --tenant.inflight;
+  }
   session.inflight.push_back({kernel, estimate});
   session.inflight_estimate = SaturatingAdd(session.inflight_estimate, estimate);
-  TenantState& tenant = tenants_.at(session.tenant);
   --tenant.pending;
   ++tenant.inflight;
   tenant.last_busy = now;

@@ -33,6 +33,12 @@ namespace curelay::scheduler {
 
 class GpuScheduler {
  public:
+  // What one session may make the scheduler keep, whatever its executor reports (a hostile or broken executor
+  // writes its dispatch slot at will): pending runs beyond this merge into the newest, and in-flight work beyond
+  // this retires its oldest piece at its estimate. A real executor stays far below: its ring holds 512 events and
+  // the driver queues about a thousand launches per stream.
+  static constexpr size_t kMaxPendingRuns = 4096;
+  static constexpr size_t kMaxInflight = 16384;
   explicit GpuScheduler(const SchedulerConfig& config);
 
   // Adds a tenant or changes its class and weight; the next decision uses them. A tenant that changes class
@@ -97,7 +103,7 @@ class GpuScheduler {
     TenantId tenant = 0;
     std::deque<PendingRun> pending;
     uint64_t pending_count = 0;
-    std::vector<InflightWork> inflight;
+    std::deque<InflightWork> inflight;  // a deque: the oldest leaves at the cap in constant time
     Duration inflight_estimate{0};
     Grant grant;
     bool grant_changed = false;

@@ -22,6 +22,7 @@ uint32_t KernelCostModel::Observations(KernelKey key) const {
 
 void KernelCostModel::Observe(KernelKey key, Duration gpu_time) {
   const double observed = static_cast<double>(std::max(gpu_time, Duration::zero()).count());
+  if (estimates_.size() >= kMaxKernels && estimates_.find(key) == estimates_.end()) return;
   const auto [it, inserted] = estimates_.try_emplace(key, Learned{observed, 1});
   if (inserted) return;
   it->second.ns += smoothing_ * (observed - it->second.ns);

@@ -13,6 +13,9 @@ namespace curelay::scheduler {
 
 class KernelCostModel {
  public:
+  // Kernels learned at most: keys come from executors, so a broken or hostile one could otherwise grow the model
+  // without end. Keys beyond it keep the default estimate (their observations are not kept).
+  static constexpr size_t kMaxKernels = 65536;
   // `smoothing` is the weight of each new observation in the moving average, clamped into (0, 1].
   KernelCostModel(Duration default_estimate, double smoothing);
 

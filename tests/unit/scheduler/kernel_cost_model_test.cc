@@ -73,5 +73,17 @@ TEST(KernelCostModelTest, CountsObservationsPerKernel) {
   EXPECT_EQ(model.Observations(8), 1u);
 }
 
+// Keys come from executors: the model keeps at most kMaxKernels of them; a new key beyond that keeps the default,
+// and kernels already known go on learning.
+TEST(KernelCostModelTest, LearnsABoundedNumberOfKernels) {
+  KernelCostModel model(500us, 0.5);
+  for (KernelKey key = 0; key < KernelCostModel::kMaxKernels + 100; ++key) model.Observe(key, 100us);
+  EXPECT_EQ(model.size(), KernelCostModel::kMaxKernels);
+  EXPECT_FALSE(model.Knows(KernelCostModel::kMaxKernels + 50));
+  EXPECT_EQ(model.Estimate(KernelCostModel::kMaxKernels + 50), 500us);
+  model.Observe(3, 300us);
+  EXPECT_EQ(model.Estimate(3), 200us);  // half way from 100 to 300
+}
+
 }  // namespace
 }  // namespace curelay::scheduler

@@ -126,5 +126,21 @@ TEST(WorkConservationConfigTest, ZeroMeansTurnsAlways) {
   EXPECT_FALSE(scheduler.GetGrant(kSessionB)->may_dispatch);
 }
 
+// Whatever an executor reports, a session cannot make the scheduler keep more than a bounded amount: dispatches
+// it never completes retire the oldest at its estimate, and the in-flight estimate stays that of what is kept.
+TEST_F(WorkConservationTest, AnExecutorThatNeverCompletesCannotGrowTheScheduler) {
+  const size_t cap = GpuScheduler::kMaxInflight;
+  for (size_t i = 0; i < cap + 1000; ++i) {
+    scheduler_.WorkArrived(kSessionA, At(std::chrono::microseconds(i)));
+    scheduler_.WorkDispatched(kSessionA, static_cast<KernelKey>(i), At(std::chrono::microseconds(i)), 1us);
+  }
+  const GpuScheduler& gpu = *scheduler_.FindGpu(0);
+  EXPECT_EQ(gpu.InflightCount(kSessionA), cap);
+  // The newest are the ones kept: completing the last one is known, completing the first is not.
+  EXPECT_EQ(scheduler_.WorkCompleted(kSessionA, static_cast<KernelKey>(cap + 999), 1us, At(1s)), Status::kOk);
+  EXPECT_EQ(scheduler_.WorkCompleted(kSessionA, 0, 1us, At(1s)), Status::kNotInFlight);
+  EXPECT_EQ(gpu.InflightCount(kSessionA), cap - 1);
+}
+
 }  // namespace
 }  // namespace curelay::scheduler
