@@ -126,6 +126,7 @@ bool Broker::Run(const std::atomic<bool>& stop) {
     ServeAdmin();
     if (metrics_server_ != nullptr && NowMs() - metrics_refreshed_ms_ >= 1000) RefreshMetrics();
     if (std::time(nullptr) >= usage_interval_start_ + settings_.usage_interval_s) RecordUsage();
+    if (NowMs() - usage_kept_ms_ >= 1000) KeepUnrecordedUsage();
     transport::ListenerRequest request;
     if (listener_->Receive(request, 20) == transport::ReceiveStatus::kMessage) HandleHello(std::move(request));
   }
@@ -166,6 +167,18 @@ bool Broker::OpenSharedState(std::string* error) {
       TenantMemoryAccount& account = quota_board_->tenant(slot);
       account.name[kMaxTenantNameBytes] = '\0';
       if (account.name[0] != '\0') tenant_slots_.emplace(account.name, slot);
+    }
+    // The previous backend's GPU time not yet in the ledger goes into the interval it belongs to.
+    const int64_t previous_interval = quota_board_->usage_interval_start().load();
+    for (const auto& [name, slot] : tenant_slots_) {
+      const uint64_t unrecorded = quota_board_->tenant(slot).unrecorded_gpu_ns.exchange(0);
+      if (unrecorded == 0 || previous_interval <= 0) continue;
+      if (!registry_->RecordUsage(name, previous_interval, static_cast<double>(unrecorded) / 1e9, 0)) {
+        spdlog::warn("usage ledger: cannot record the previous backend's usage of tenant '{}'", name);
+      } else {
+        spdlog::info("usage ledger: {:.6f} GPU seconds of tenant '{}' carried over from the previous backend",
+                     static_cast<double>(unrecorded) / 1e9, name);
+      }
     }
     size_t kept = 0, settled = 0;
     for (int slot = 0; slot < kMaxQuotaSessions; ++slot) {
@@ -417,6 +430,16 @@ nlohmann::json Broker::Stats() {
   return {{"tenants", tenants}, {"gpus", gpus}, {"host_gpus", pool_.host_gpus()}};
 }
 
+void Broker::KeepUnrecordedUsage() {
+  usage_kept_ms_ = NowMs();
+  quota_board_->usage_interval_start().store(usage_interval_start_);
+  for (const auto& [name, slot] : tenant_slots_) {
+    const auto figures = dispatch_.Figures(name);
+    const double unrecorded = figures ? figures->gpu_seconds - usage_recorded_gpu_[name] : 0;
+    quota_board_->tenant(slot).unrecorded_gpu_ns.store(unrecorded > 0 ? static_cast<uint64_t>(unrecorded * 1e9) : 0);
+  }
+}
+
 void Broker::RecordUsage() {
   for (const TenantRecord& tenant : registry_->List()) {
     const int slot = TenantSlot(tenant.name);
@@ -433,6 +456,7 @@ void Broker::RecordUsage() {
     if (!registry_->RecordUsage(tenant.name, usage_interval_start_, gpu_delta, peak)) {
       spdlog::warn("usage ledger: cannot record tenant '{}'", tenant.name);
     }
+    account.unrecorded_gpu_ns.store(0);
   }
   usage_interval_start_ = std::time(nullptr) / settings_.usage_interval_s * settings_.usage_interval_s;
 }

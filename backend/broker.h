@@ -80,6 +80,9 @@ class Broker {
   void RefreshMetrics();
   // Closes the usage ledger's interval: each active tenant's GPU seconds and peak memory in it, into the registry.
   void RecordUsage();
+  // Puts each tenant's GPU time not yet in the ledger on the quota board, for a backend that follows a crash.
+  void KeepUnrecordedUsage();
+  int64_t usage_kept_ms_ = 0;
 
   BrokerSettings settings_;
   std::unique_ptr<TenantRegistry> registry_;

@@ -9,7 +9,7 @@
 namespace curelay::backend {
 namespace {
 
-constexpr uint64_t kMagic = 0x32647271796c6572;  // "relyqrd2"
+constexpr uint64_t kMagic = 0x33647271796c6572;  // "relyqrd3"
 
 }  // namespace
 

@@ -26,6 +26,9 @@ struct alignas(64) TenantMemoryAccount {
   // The tenant the account belongs to, NUL-terminated; empty: slot unused. Written by the backend only, read back
   // by the next backend after a restart (executors never read it).
   char name[kMaxTenantNameBytes + 1] = {};
+  // GPU time of the usage ledger's current interval not yet written to it, kept current by the backend about every
+  // second, so a backend that crashes loses at most that second of billing: the next one writes the rest.
+  std::atomic<uint64_t> unrecorded_gpu_ns{0};
 };
 
 struct alignas(64) SessionMemoryAccount {
@@ -38,6 +41,7 @@ struct MemoryQuotaBoardLayout {
   uint64_t magic;
   // Session ids, unique across backend restarts on this runtime directory (adopted sessions keep theirs).
   std::atomic<uint64_t> next_session_id{1};
+  std::atomic<int64_t> usage_interval_start{0};  // the unix start of the interval unrecorded_gpu_ns belongs to
   TenantMemoryAccount tenants[kMaxQuotaTenants];
   SessionMemoryAccount sessions[kMaxQuotaSessions];
 };
@@ -57,6 +61,7 @@ class MemoryQuotaBoard {
   const std::string& path() const { return path_; }
   uint64_t TakeSessionId() { return layout_->next_session_id.fetch_add(1); }
   uint64_t next_session_id() const { return layout_->next_session_id.load(); }
+  std::atomic<int64_t>& usage_interval_start() { return layout_->usage_interval_start; }
 
   // Charges `bytes` to the session and its tenant; false (nothing charged) when the tenant's quota would be
   // exceeded.

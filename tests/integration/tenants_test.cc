@@ -16,6 +16,7 @@
 #include <sstream>
 #include <set>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "tests/integration/backend_process.h"
@@ -457,6 +458,39 @@ TEST_F(TenantsTest, ASessionWithoutABackendEndsAfterTheOrphanGrace) {
   const json stats = json::parse(Backendctl(backend_, {"-o", "json", "stats"}).out);
   EXPECT_EQ(stats["tenants"][0]["memory_used_bytes"], 0) << stats;
   EXPECT_EQ(stats["tenants"][0]["sessions"], 0) << stats;
+}
+
+// The usage ledger across a crash: GPU time of the interval still open when the backend was killed is written by
+// the next backend (the board keeps it, refreshed every second), so nothing scheduled goes unbilled.
+TEST_F(TenantsTest, UsageOfTheOpenIntervalSurvivesABackendKilled) {
+  backend_.Stop();
+  backend_.AddArguments({"--usage-interval", "3600"});  // no interval closes during the test
+  ASSERT_TRUE(backend_.Start()) << backend_.Log();
+  const std::string launch = std::string("launch ") + CURELAY_TEST_PTX_PATH;
+  const std::string token = AddTenant(backend_, "metered");
+  double scheduled = 0;
+  {
+    InteractiveClient client(backend_, token, "client");
+    ASSERT_TRUE(client.ready()) << client.output();
+    for (int i = 0; i < 20; ++i) ASSERT_EQ(client.Ask(launch), "launch 0");
+    ASSERT_TRUE(WaitFor([&] {
+      const json stats = json::parse(Backendctl(backend_, {"-o", "json", "stats"}).out, nullptr, false);
+      scheduled = stats["tenants"][0].value("gpu_seconds", 0.0);
+      return scheduled > 0;
+    }, 5s));
+  }
+  std::this_thread::sleep_for(1500ms);  // past the backend's next refresh of the board
+  const json stats = json::parse(Backendctl(backend_, {"-o", "json", "stats"}).out);
+  scheduled = stats["tenants"][0]["gpu_seconds"].get<double>();
+  ASSERT_TRUE(json::parse(Backendctl(backend_, {"-o", "json", "tenant", "show", "metered"}).out)["usage"].empty());
+
+  ASSERT_EQ(kill(backend_.pid(), SIGKILL), 0);
+  waitpid(backend_.pid(), nullptr, 0);
+  backend_.Forget();
+  ASSERT_TRUE(backend_.Start()) << backend_.Log();
+  const json usage = json::parse(Backendctl(backend_, {"-o", "json", "tenant", "show", "metered"}).out)["usage"];
+  ASSERT_EQ(usage.size(), 1u) << usage.dump();
+  EXPECT_NEAR(usage[0]["gpu_seconds"].get<double>(), scheduled, scheduled * 0.01 + 1e-9) << usage.dump();
 }
 
 // Live restore: SIGTERM leaves serving sessions running; the next backend adopts them. A second backend on the
