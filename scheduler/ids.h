@@ -10,7 +10,5 @@ using SessionId = uint64_t;
 // Names a kernel for cost learning (the backend may hash function handle and launch shape into it).
 using KernelKey = uint64_t;
 using GpuIndex = int;
-// Names one queued memory request that waits for GPU memory (MemoryLedger).
-using WaitId = uint64_t;
 
 }  // namespace curelay::scheduler

@@ -10,7 +10,6 @@ Status Scheduler::AddTenant(TenantId tenant, const TenantLimits& limits) {
   if (!limits.IsValid()) return Status::kInvalidLimits;
   if (tenants_.count(tenant) != 0) return Status::kTenantExists;
   tenants_.emplace(tenant, TenantEntry{limits, 0, Duration::zero(), 0, 0, LatencySamples(config_.queue_wait_samples)});
-  memory_.SetTenantLimits(tenant, limits);
   return Status::kOk;
 }
 
@@ -19,7 +18,6 @@ Status Scheduler::UpdateTenant(TenantId tenant, const TenantLimits& limits, Time
   const auto found = tenants_.find(tenant);
   if (found == tenants_.end()) return Status::kUnknownTenant;
   found->second.limits = limits;
-  memory_.SetTenantLimits(tenant, limits);
   for (auto& [index, gpu] : gpus_) {
     if (gpu.HasTenant(tenant)) gpu.SetTenant(tenant, limits.priority, limits.weight, now);
   }
@@ -31,7 +29,6 @@ Status Scheduler::RemoveTenant(TenantId tenant) {
   if (found == tenants_.end()) return Status::kUnknownTenant;
   if (found->second.open_sessions != 0) return Status::kTenantHasSessions;
   for (auto& [index, gpu] : gpus_) gpu.RemoveTenant(tenant);
-  memory_.RemoveTenant(tenant);
   tenants_.erase(found);
   return Status::kOk;
 }
@@ -53,7 +50,6 @@ Status Scheduler::OpenSession(SessionId session, TenantId tenant, GpuIndex gpu, 
   GpuScheduler& scheduler = gpus_.try_emplace(gpu, config_).first->second;
   if (!scheduler.HasTenant(tenant)) scheduler.SetTenant(tenant, entry.limits.priority, entry.limits.weight, now);
   scheduler.AddSession(session, tenant, now);
-  memory_.AddSession(session, tenant, gpu);
   sessions_.emplace(session, SessionEntry{tenant, gpu});
   ++entry.open_sessions;
   return Status::kOk;
@@ -63,7 +59,6 @@ Status Scheduler::CloseSession(SessionId session, TimePoint now) {
   const auto found = sessions_.find(session);
   if (found == sessions_.end()) return Status::kUnknownSession;
   gpus_.at(found->second.gpu).RemoveSession(session, now);
-  memory_.RemoveSession(session);
   --tenants_.at(found->second.tenant).open_sessions;
   sessions_.erase(found);
   return Status::kOk;
@@ -104,20 +99,7 @@ Status Scheduler::WorkCompleted(SessionId session, KernelKey kernel, Duration gp
 
 void Scheduler::Tick(TimePoint now) {
   for (auto& [index, gpu] : gpus_) gpu.Tick(now);
-  memory_.Tick(now);
 }
-
-ReserveResult Scheduler::ReserveMemory(SessionId session, uint64_t bytes) { return memory_.Reserve(session, bytes); }
-
-void Scheduler::ReleaseMemory(SessionId session, uint64_t bytes) { memory_.Release(session, bytes); }
-
-ShortVerdict Scheduler::ReportGpuShort(SessionId session, uint64_t bytes, TimePoint now) {
-  return memory_.ReportGpuShort(session, bytes, now);
-}
-
-ShortVerdict Scheduler::ReportRetryFailed(WaitId wait, TimePoint now) { return memory_.RetryFailed(wait, now); }
-
-bool Scheduler::ReportRetrySucceeded(WaitId wait) { return memory_.RetrySucceeded(wait); }
 
 std::optional<Grant> Scheduler::GetGrant(SessionId session) const {
   const auto found = sessions_.find(session);
@@ -148,8 +130,6 @@ std::optional<TenantStats> Scheduler::Stats(TenantId tenant) const {
   stats.queue_wait_samples = entry.queue_waits.count();
   stats.gpu_time_share =
       total > Duration::zero() ? static_cast<double>(entry.gpu_time.count()) / static_cast<double>(total.count()) : 0;
-  stats.memory_used_bytes = memory_.TenantUsedBytes(tenant);
-  stats.memory_quota_bytes = memory_.TenantQuotaBytes(tenant);
   stats.open_sessions = entry.open_sessions;
   return stats;
 }

@@ -15,7 +15,6 @@
 #include "scheduler/grant.h"
 #include "scheduler/ids.h"
 #include "scheduler/latency_samples.h"
-#include "scheduler/memory_ledger.h"
 #include "scheduler/scheduler_config.h"
 #include "scheduler/status.h"
 #include "scheduler/tenant_limits.h"
@@ -49,14 +48,6 @@ class Scheduler {
   // Time passed: slices whose time is up rotate and memory waits past their deadline time out.
   void Tick(TimePoint now);
 
-  // Memory (see MemoryLedger).
-  ReserveResult ReserveMemory(SessionId session, uint64_t bytes);
-  void ReleaseMemory(SessionId session, uint64_t bytes);
-  ShortVerdict ReportGpuShort(SessionId session, uint64_t bytes, TimePoint now);
-  ShortVerdict ReportRetryFailed(WaitId wait, TimePoint now);
-  bool ReportRetrySucceeded(WaitId wait);
-  std::vector<WaitResolution> TakeMemoryResolutions() { return memory_.TakeResolutions(); }
-
   // Grants, for the backend to publish.
   std::optional<Grant> GetGrant(SessionId session) const;
   // Grants that changed since the last call (including those of newly opened sessions), by GPU then session.
@@ -67,7 +58,6 @@ class Scheduler {
   void ResetStats();
 
   const GpuScheduler* FindGpu(GpuIndex gpu) const;
-  const MemoryLedger& memory() const { return memory_; }
   const SchedulerConfig& config() const { return config_; }
 
  private:
@@ -90,7 +80,6 @@ class Scheduler {
   std::map<TenantId, TenantEntry> tenants_;
   std::map<SessionId, SessionEntry> sessions_;
   std::map<GpuIndex, GpuScheduler> gpus_;  // created when the first session opens on the GPU
-  MemoryLedger memory_;
 };
 
 }  // namespace curelay::scheduler

@@ -8,7 +8,7 @@ namespace curelay::scheduler {
 
 enum class Status : uint8_t {
   kOk,
-  kInvalidLimits,      // weight 0 or a negative wait timeout
+  kInvalidLimits,      // weight 0
   kTenantExists,
   kUnknownTenant,
   kTenantHasSessions,  // a tenant is removed only once its sessions are closed

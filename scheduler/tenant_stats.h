@@ -18,8 +18,6 @@ struct TenantStats {
   uint64_t queue_wait_samples = 0;
   // The tenant's fraction of all tenants' completed GPU time in the window (0 when nothing completed).
   double gpu_time_share = 0;
-  uint64_t memory_used_bytes = 0;
-  uint64_t memory_quota_bytes = 0;
   uint32_t open_sessions = 0;
 };
 

@@ -28,9 +28,6 @@ TEST(SessionAdmissionTest, InvalidLimitsAreRefused) {
   TenantLimits zero_weight;
   zero_weight.weight = 0;
   EXPECT_EQ(scheduler.AddTenant(kTenant, zero_weight), Status::kInvalidLimits);
-  TenantLimits negative_timeout;
-  negative_timeout.wait_timeout = -1ms;
-  EXPECT_EQ(scheduler.AddTenant(kTenant, negative_timeout), Status::kInvalidLimits);
   ASSERT_EQ(scheduler.AddTenant(kTenant, {}), Status::kOk);
   EXPECT_EQ(scheduler.UpdateTenant(kTenant, zero_weight, At(0ms)), Status::kInvalidLimits);
   EXPECT_EQ(scheduler.FindTenant(kTenant)->weight, 1u);  // the refused update changed nothing
