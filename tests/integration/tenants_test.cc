@@ -111,6 +111,18 @@ class TenantsTest : public ::testing::Test {
                            {"CURELAY_EMU_SHARED_MEMORY_FILE", shared_memory_file_}},
                           TestTransport()};
   void TearDown() override { unlink(shared_memory_file_.c_str()); }
+  // The backend started again on the same directories with `arguments` added.
+  void RestartBackendWith(std::vector<std::string> arguments) {
+    backend_.Stop();
+    backend_.AddArguments(std::move(arguments));
+    ASSERT_TRUE(backend_.Start()) << backend_.Log();
+  }
+  // SIGKILL: the backend's crash, which its sessions must outlive.
+  void KillBackend() {
+    ASSERT_EQ(kill(backend_.pid(), SIGKILL), 0);
+    waitpid(backend_.pid(), nullptr, 0);
+    backend_.Forget();
+  }
 };
 
 TEST_F(TenantsTest, MissingOrUnknownTokensAreRefusedAtCuInit) {
@@ -385,9 +397,7 @@ TEST_F(TenantsTest, SessionsOutliveABackendKilledAndAreAdoptedByTheNextOne) {
   const auto before = by_tenant(session_list());
   ASSERT_EQ(before.size(), 2u);
 
-  ASSERT_EQ(kill(backend_.pid(), SIGKILL), 0);
-  waitpid(backend_.pid(), nullptr, 0);
-  backend_.Forget();
+  KillBackend();
   // No backend: the sessions go on, the quota still holds.
   EXPECT_EQ(steady.Ask(Alloc(10 * kMiB)), "alloc 0");
   EXPECT_EQ(steady.Ask(Alloc(100 * kMiB)), "alloc 2");
@@ -435,9 +445,7 @@ TEST_F(TenantsTest, SessionsOutliveABackendKilledAndAreAdoptedByTheNextOne) {
 // With no backend to adopt it, a session ends after the orphan grace: its executor exits (the driver frees its
 // memory), its client's next call fails, and the next backend settles its account.
 TEST_F(TenantsTest, ASessionWithoutABackendEndsAfterTheOrphanGrace) {
-  backend_.Stop();
-  backend_.AddArguments({"--orphan-grace-s", "2"});
-  ASSERT_TRUE(backend_.Start()) << backend_.Log();
+  RestartBackendWith({"--orphan-grace-s", "2"});
   const std::string token = AddTenant(backend_, "stranded", {"--memory-quota", "256M"});
   InteractiveClient client(backend_, token, "client");
   ASSERT_TRUE(client.ready()) << client.output();
@@ -445,9 +453,7 @@ TEST_F(TenantsTest, ASessionWithoutABackendEndsAfterTheOrphanGrace) {
   const pid_t executor = backend_.LatestSessionExecutor(5s);
   ASSERT_GT(executor, 0);
 
-  ASSERT_EQ(kill(backend_.pid(), SIGKILL), 0);
-  waitpid(backend_.pid(), nullptr, 0);
-  backend_.Forget();
+  KillBackend();
   const auto orphaned = std::chrono::steady_clock::now();
   EXPECT_EQ(client.Ask(Alloc(1 * kMiB)), "alloc 0");  // within the grace
   ASSERT_TRUE(WaitFor([&] { return !ProcessExists(executor); }, 10s));
@@ -463,9 +469,7 @@ TEST_F(TenantsTest, ASessionWithoutABackendEndsAfterTheOrphanGrace) {
 // The usage ledger across a crash: GPU time of the interval still open when the backend was killed is written by
 // the next backend (the board keeps it, refreshed every second), so nothing scheduled goes unbilled.
 TEST_F(TenantsTest, UsageOfTheOpenIntervalSurvivesABackendKilled) {
-  backend_.Stop();
-  backend_.AddArguments({"--usage-interval", "3600"});  // no interval closes during the test
-  ASSERT_TRUE(backend_.Start()) << backend_.Log();
+  RestartBackendWith({"--usage-interval", "3600"});  // no interval closes during the test
   const std::string launch = std::string("launch ") + CURELAY_TEST_PTX_PATH;
   const std::string token = AddTenant(backend_, "metered");
   double scheduled = 0;
@@ -484,9 +488,7 @@ TEST_F(TenantsTest, UsageOfTheOpenIntervalSurvivesABackendKilled) {
   scheduled = stats["tenants"][0]["gpu_seconds"].get<double>();
   ASSERT_TRUE(json::parse(Backendctl(backend_, {"-o", "json", "tenant", "show", "metered"}).out)["usage"].empty());
 
-  ASSERT_EQ(kill(backend_.pid(), SIGKILL), 0);
-  waitpid(backend_.pid(), nullptr, 0);
-  backend_.Forget();
+  KillBackend();
   ASSERT_TRUE(backend_.Start()) << backend_.Log();
   const json usage = json::parse(Backendctl(backend_, {"-o", "json", "tenant", "show", "metered"}).out)["usage"];
   ASSERT_EQ(usage.size(), 1u) << usage.dump();
@@ -496,9 +498,7 @@ TEST_F(TenantsTest, UsageOfTheOpenIntervalSurvivesABackendKilled) {
 // Live restore: SIGTERM leaves serving sessions running; the next backend adopts them. A second backend on the
 // same runtime directory is refused while one runs.
 TEST_F(TenantsTest, LiveRestoreKeepsSessionsAcrossAStop) {
-  backend_.Stop();
-  backend_.AddArguments({"--live-restore"});
-  ASSERT_TRUE(backend_.Start()) << backend_.Log();
+  RestartBackendWith({"--live-restore"});
   const std::string token = AddTenant(backend_, "upgraded", {"--memory-quota", "256M"});
   InteractiveClient client(backend_, token, "client");
   ASSERT_TRUE(client.ready()) << client.output();
