@@ -115,6 +115,11 @@ bool LoadBackendConfig(const std::string& path, BackendConfig* config, std::stri
     }
     config->warm_pool = static_cast<size_t>(warm_pool);
   }
+  if (const toml::table* security = root["security"].as_table()) {
+    if (!CheckKeys(*security, {"curve"}, "[security]", error) || !Read(*security, "curve", &config->curve, error)) {
+      return false;
+    }
+  }
   if (const toml::table* admin = root["admin"].as_table()) {
     if (!CheckKeys(*admin, {"socket", "tcp", "token_sha256"}, "[admin]", error) ||
         !Read(*admin, "socket", &config->admin_socket, error) || !Read(*admin, "tcp", &config->admin_tcp, error) ||

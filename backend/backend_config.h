@@ -34,6 +34,9 @@ struct BackendConfig {
   // [backend] live_restore: on SIGTERM, leave serving sessions running for the next backend to adopt (as Docker's
   // live-restore); otherwise they are stopped with the backend.
   bool live_restore = false;
+  // [security] curve: ZeroMQ CURVE on every tcp socket (the listeners, executors' sessions, the tcp admin endpoint)
+  // with the key pair in <state_dir>/curve/; clients then need CURELAY_SERVER_KEY (docs/security.md).
+  bool curve = false;
   // [scheduler] (docs/scheduling.md).
   int64_t slice_us = 10000;              // a tenant's turn on the GPU among tenants of its class
   // Lower-class in-flight GPU time while a higher class is on the GPU. Measured on an H100: 100 us kept a high

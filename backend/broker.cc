@@ -74,7 +74,7 @@ Broker::Broker(BrokerSettings settings, std::unique_ptr<TenantRegistry> registry
 
 bool Broker::Run(const std::atomic<bool>& stop) {
   std::string error;
-  listener_ = transport::Listen(settings_.listen_endpoints, wire::kMaxHeaderBytes, &error);
+  listener_ = transport::Listen(settings_.listen_endpoints, wire::kMaxHeaderBytes, &error, settings_.curve);
   if (listener_ == nullptr) {
     spdlog::critical("cannot listen: {}", error);
     return false;
@@ -109,7 +109,7 @@ bool Broker::Run(const std::atomic<bool>& stop) {
   if (!settings_.admin_endpoints.empty()) {
     // Owner-only from the moment the socket file exists: whoever can connect administers tenants.
     const mode_t previous_umask = umask(0077);
-    admin_listener_ = transport::Listen(settings_.admin_endpoints, wire::kMaxHeaderBytes, &error);
+    admin_listener_ = transport::Listen(settings_.admin_endpoints, wire::kMaxHeaderBytes, &error, settings_.curve);
     umask(previous_umask);
     if (admin_listener_ == nullptr) {
       spdlog::critical("cannot listen for administration: {}", error);
@@ -124,6 +124,7 @@ bool Broker::Run(const std::atomic<bool>& stop) {
     ServeAdoptions();
     ServePending();
     ServeAdmin();
+    LogHandshakeFailures();
     if (metrics_server_ != nullptr && NowMs() - metrics_refreshed_ms_ >= 1000) RefreshMetrics();
     if (std::time(nullptr) >= usage_interval_start_ + settings_.usage_interval_s) RecordUsage();
     if (NowMs() - usage_kept_ms_ >= 1000) KeepUnrecordedUsage();
@@ -351,7 +352,8 @@ void Broker::HandleHello(transport::ListenerRequest request) {
   }
   spdlog::info("hello from {} (pid {} on {}, tenant '{}')", program, hello->client_pid, host,
                session.tenant.empty() ? "(anonymous)" : session.tenant);
-  pending_.push_back({std::move(request), NowMs() + settings_.pending_timeout_ms, std::move(session), std::move(kind)});
+  pending_.push_back({std::move(request), NowMs() + settings_.pending_timeout_ms, std::move(session), std::move(kind),
+                      hello->curve_public_key});
   ServePending();
 }
 
@@ -377,6 +379,25 @@ void Broker::ServeAdmin() {
     const bool trusted = IsIpc(settings_.admin_endpoints.at(request.endpoint_index));
     const std::string reply = admin_.Handle(request.body, trusted);
     admin_listener_->Reply(request, {reinterpret_cast<const uint8_t*>(reply.data()), reply.size()});
+  }
+}
+
+void Broker::LogHandshakeFailures() {
+  for (transport::Listener* listener : {listener_.get(), admin_listener_.get()}) {
+    if (listener == nullptr) continue;
+    for (const std::string& failure : listener->TakeHandshakeFailures()) {
+      // A client with a wrong key retries every 100 ms: one line, then a count.
+      if (NowMs() - handshake_log_ms_ >= 10'000) {
+        spdlog::warn("{}{}", failure,
+                     handshake_failures_unlogged_ > 0
+                         ? " (and " + std::to_string(handshake_failures_unlogged_) + " more in the last 10 s)"
+                         : std::string());
+        handshake_log_ms_ = NowMs();
+        handshake_failures_unlogged_ = 0;
+      } else {
+        ++handshake_failures_unlogged_;
+      }
+    }
   }
 }
 
@@ -584,6 +605,7 @@ void Broker::Admit(const PendingHello& hello, ExecutorProcess& executor) {
   const transport::ListenerRequest& request = hello.request;
   SessionAssignment assignment{quota_board_->TakeSessionId(), RandomKey()};
   assignment.adoption_socket = adoption_socket_;
+  assignment.client_curve_key = hello.curve_key;
   assignment.orphan_grace_ms = settings_.orphan_grace_ms;
   assignment.ipc_registry = settings_.ipc_registry;
   assignment.ipc_scope = hello.session.tenant;

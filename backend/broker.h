@@ -37,6 +37,7 @@ struct BrokerSettings {
   // SIGTERM leaves serving sessions running for the next backend (live restore).
   int64_t orphan_grace_ms = 300'000;
   bool live_restore = false;
+  transport::CurveKeys curve;  // the server's pair: CURVE on every tcp socket; none: plaintext
 };
 
 class Broker {
@@ -51,6 +52,7 @@ class Broker {
     int64_t deadline_ms = 0;
     SessionInfo session;
     ExecutorKind kind;  // the tenant's GPUs (empty: every GPU) and spatial sharing
+    std::string curve_key;  // the client's CURVE public key, for its executor's gate
   };
 
   // Takes the runtime directory (one backend at a time), reopens or creates the boards and the adoption socket; a
@@ -68,6 +70,10 @@ class Broker {
   // Sessions of `tenant` serving or waiting for an executor.
   size_t SessionsOf(const std::string& tenant) const;
   void ServeAdmin();
+  // CURVE handshakes the listeners saw fail, logged at most once per 10 s with a count.
+  void LogHandshakeFailures();
+  int64_t handshake_log_ms_ = 0;
+  size_t handshake_failures_unlogged_ = 0;
   // Writes a tenant's limits onto its quota account (running sessions see them at their next allocation).
   void TenantChanged(const std::string& name);
   // The tenant's account on the quota board, assigned on first use; -1 when the board is full.

@@ -98,6 +98,7 @@ ControlRecord Decode(const uint8_t* bytes, size_t size) {
     record.session.ipc_scope = text(session->ipc_scope());
     record.session.adoption_socket = text(session->adoption_socket());
     record.session.orphan_grace_ms = session->orphan_grace_ms();
+    record.session.client_curve_key = text(session->client_curve_key());
     if (session->record() != nullptr &&
         !DecodeRecord(*session->record(), &record.session.record, &record.reason)) {
       return record;
@@ -161,7 +162,8 @@ bool ControlLine::SendSession(const SessionAssignment& assignment) {
       builder.CreateString(assignment.quota_board), assignment.quota_session_slot,
       builder.CreateString(assignment.dispatch_board), builder.CreateString(assignment.ipc_registry),
       builder.CreateString(assignment.ipc_scope), builder.CreateString(assignment.adoption_socket),
-      assignment.orphan_grace_ms, EncodeRecord(builder, assignment.record));
+      assignment.orphan_grace_ms, EncodeRecord(builder, assignment.record),
+      builder.CreateString(assignment.client_curve_key));
   const auto bytes = Finish(builder, control::ControlBody::SessionAssignment, body);
   return Send(bytes.data(), bytes.size());
 }

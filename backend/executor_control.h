@@ -56,6 +56,7 @@ struct SessionAssignment {
   std::string adoption_socket;
   int64_t orphan_grace_ms = 300'000;
   SessionRecord record;
+  std::string client_curve_key;  // CURVE: the only client key the executor lets in on tcp (docs/security.md)
 };
 
 struct AdoptionAnswer {

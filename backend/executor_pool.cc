@@ -100,6 +100,9 @@ bool ExecutorPool::Start(const ExecutorKind& kind) {
   args.insert(args.end(), {"--heartbeat-timeout-ms", std::to_string(settings_.heartbeat_timeout_ms)});
   if (!gpus.empty()) args.insert(args.end(), {"--host-gpus", FormatGpuList(gpus)});
   if (kind.spatial()) args.insert(args.end(), {"--mps-client", "1"});
+  if (!settings_.curve_secret_file.empty() && !settings_.tcp_hosts.empty()) {
+    args.insert(args.end(), {"--curve-secret-file", settings_.curve_secret_file});
+  }
   std::vector<char*> argv;
   for (auto& arg : args) argv.push_back(arg.data());
   argv.push_back(nullptr);

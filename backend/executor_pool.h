@@ -37,6 +37,7 @@ struct ExecutorSettings {
   int heartbeat_timeout_ms = 5000;
   size_t warm_pool = 1;
   std::string mps_control;  // nvidia-cuda-mps-control for spatially shared tenants; empty: looked up
+  std::string curve_secret_file;  // CURVE: the backend's secret key, which executors use on their tcp sockets
 };
 
 // Who a serving executor's session belongs to (for admission limits, backendctl and metrics).

@@ -11,7 +11,8 @@ std::optional<ClientHello> DecodeHello(std::span<const uint8_t> bytes) {
     return value != nullptr ? value->str() : std::string(absent);
   };
   return ClientHello{hello->protocol_version(), text(hello->tenant(), ""), hello->client_pid(),
-                     text(hello->client_host(), "?"), text(hello->client_program(), "?")};
+                     text(hello->client_host(), "?"), text(hello->client_program(), "?"),
+                     text(hello->curve_public_key(), "")};
 }
 
 }  // namespace curelay::backend

@@ -15,6 +15,7 @@ struct ClientHello {
   uint32_t client_pid = 0;
   std::string host;     // "?" when not given
   std::string program;  // "?" when not given
+  std::string curve_public_key;  // the client's CURVE key (Z85) for its executor; empty when it gave none
 };
 
 // Null when the bytes are not a Hello that passes the verifier and the size limits.

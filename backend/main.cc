@@ -19,6 +19,7 @@
 #include "backend/backend_config.h"
 #include "transport/endpoint.h"
 #include "backend/broker.h"
+#include "backend/curve_keys.h"
 #include "common/logging.h"
 
 namespace {
@@ -58,6 +59,7 @@ int Usage() {
                "  --heartbeat-timeout-ms MS a silent client's session ends after this (default 5000)\n"
                "  --orphan-grace-s S sessions outlive a vanished backend this long, for a new one to adopt (default 300)\n"
                "  --live-restore leave serving sessions running on SIGTERM, for the next backend to adopt\n"
+               "  --curve       CURVE on every tcp socket, keys in <state-dir>/curve/ (clients: CURELAY_SERVER_KEY)\n"
                "  --mps-control PATH nvidia-cuda-mps-control for spatially shared tenants (default: looked up)\n");
   return 2;
 }
@@ -83,6 +85,10 @@ bool ReadSettings(int argc, char** argv, curelay::backend::BackendConfig* config
     }
     if (flag == "--allow-anonymous") {
       config->allow_anonymous = true;
+      continue;
+    }
+    if (flag == "--curve") {
+      config->curve = true;
       continue;
     }
     if (flag == "--live-restore") {
@@ -214,6 +220,16 @@ int main(int argc, char** argv) {
     settings.ipc_registry.clear();
   }
   std::string error;
+  if (config.curve) {
+    if (!LoadOrCreateServerKeys(config.state_dir, &settings.curve, &settings.executors.curve_secret_file, &error)) {
+      spdlog::critical("CURVE keys: {}", error);
+      return 1;
+    }
+    spdlog::info("CURVE on tcp endpoints; server public key {} (also in {}/curve/server.public)",
+                 settings.curve.server_public, config.state_dir);
+  } else if (!settings.executors.tcp_hosts.empty() || !settings.executors.rdma_host.empty() || !config.admin_tcp.empty()) {
+    spdlog::warn("tcp endpoints are plaintext and unauthenticated at the transport: --curve encrypts them");
+  }
   auto registry = TenantRegistry::Open(config.state_dir + "/tenants.db", &error);
   if (registry == nullptr) {
     spdlog::critical("tenant registry: {}", error);

@@ -3,6 +3,7 @@
 #include <cstdlib>
 
 #include "transport/channel.h"
+#include "transport/zmq/zmq_curve.h"
 
 namespace curelay::admin {
 
@@ -12,8 +13,16 @@ json Ask(const std::string& endpoint, json request, int timeout_ms) {
   if (const char* token = std::getenv("CURELAY_ADMIN_TOKEN")) request["admin_token"] = token;
   const std::string text = request.dump();
   std::string error;
+  // A backend with CURVE takes a tcp:// admin request only over it: its public key from $CURELAY_SERVER_KEY.
+  curelay::transport::CurveKeys curve;
+  if (const char* key = std::getenv("CURELAY_SERVER_KEY"); key != nullptr && *key != '\0') {
+    curve.server_public = key;
+    if (!curelay::transport::NewCurveKeyPair(&curve.client_public, &curve.client_secret)) {
+      return {{"ok", false}, {"error", "cannot make a CURVE key pair"}};
+    }
+  }
   const std::string answer = curelay::transport::RequestOnce(
-      endpoint, {reinterpret_cast<const uint8_t*>(text.data()), text.size()}, timeout_ms, &error);
+      endpoint, {reinterpret_cast<const uint8_t*>(text.data()), text.size()}, timeout_ms, &error, curve);
   if (answer.empty()) return {{"ok", false}, {"error", "backend at " + endpoint + " unreachable: " + error}};
   json reply = json::parse(answer, nullptr, false);
   if (reply.is_discarded() || !reply.is_object()) {

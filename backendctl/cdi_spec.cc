@@ -6,6 +6,7 @@
 #include <cstdlib>
 
 #include "transport/endpoint.h"
+#include "transport/zmq/zmq_curve.h"
 
 namespace curelay::backendctl {
 namespace {
@@ -93,9 +94,17 @@ json BuildCdiSpec(const CdiOptions& given, std::string* error) {
       *error = "--remote " + options.remote_endpoint + " is not a tcp:// or rdma:// endpoint";
       return nullptr;
     }
+    nlohmann::json env = {"CURELAY_ENDPOINT=" + options.remote_endpoint};
+    // The server's public key is no secret (docs/security.md): it may go in the spec, unlike tokens.
+    if (!options.server_key.empty()) {
+      if (!transport::IsCurveKey(options.server_key)) {
+        *error = "--server-key is not a CURVE public key (40 characters of Z85)";
+        return nullptr;
+      }
+      env.push_back("CURELAY_SERVER_KEY=" + options.server_key);
+    }
     devices.push_back({{"name", "remote"},
-                       {"containerEdits",
-                        {{"env", {"CURELAY_ENDPOINT=" + options.remote_endpoint}}, {"mounts", LibraryMounts(options)}}}});
+                       {"containerEdits", {{"env", env}, {"mounts", LibraryMounts(options)}}}});
   }
   // The lowest version that carries what the spec uses (Debian 12's podman 4.3 refuses anything above 0.5.0):
   // 0.3.0 has env and bind mounts, 0.4.0 adds a mount's type.

@@ -16,6 +16,7 @@ struct CdiOptions {
   std::string runtime_dir = "/dev/shm/curelay";
   std::string local_endpoint;         // default ipc://<runtime_dir>/backend.sock
   std::string remote_endpoint;        // device `remote` when given: tcp://HOST:PORT or rdma://HOST:PORT
+  std::string server_key;             // the backend's CURVE public key for `remote` (CURELAY_SERVER_KEY); empty: none
 };
 
 // The spec, or null with `error` set when the options cannot make a usable one.

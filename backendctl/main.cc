@@ -50,9 +50,11 @@ constexpr const char* kUsage =
     "                               /opt/curelay/lib/libcuda.so.1 and no NVML shim; --nvml '' leaves it out)\n"
     "  --runtime-dir DIR (default /dev/shm/curelay)          --local-endpoint ipc://PATH (default DIR/backend.sock)\n"
     "  --remote tcp://HOST:PORT|rdma://HOST:PORT (adds =remote)  --no-local (only =remote)\n"
+    "  --server-key KEY (=remote's CURELAY_SERVER_KEY: the backend's CURVE public key, <state-dir>/curve/server.public)\n"
     "  --lib-dir DIR (in the container; default /usr/lib/x86_64-linux-gnu)  --output FILE (default stdout)\n"
     "endpoint: --endpoint, else $CURELAY_ADMIN_ENDPOINT, else ipc:///dev/shm/curelay/private/admin.sock;\n"
-    "a tcp:// endpoint needs the admin token in $CURELAY_ADMIN_TOKEN.\n";
+    "a tcp:// endpoint needs the admin token in $CURELAY_ADMIN_TOKEN, and the backend's CURVE public key in\n"
+    "$CURELAY_SERVER_KEY when the backend runs with --curve.\n";
 
 int UsageError(const std::string& message) {
   if (!message.empty()) std::fprintf(stderr, "backendctl: %s\n", message.c_str());
@@ -193,6 +195,7 @@ int GenerateCdiSpec(const std::vector<std::string>& args) {
     else if (flag == "--runtime-dir") options.runtime_dir = value;
     else if (flag == "--local-endpoint") options.local_endpoint = value;
     else if (flag == "--remote") options.remote_endpoint = value;
+    else if (flag == "--server-key") options.server_key = value;
     else if (flag == "--lib-dir") options.library_dir = value;
     else if (flag == "--output") output = value;
     else return UsageError("unknown cdi option " + flag);

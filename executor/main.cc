@@ -10,6 +10,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <fstream>
 #include <string>
 #include <vector>
 
@@ -21,6 +22,7 @@
 #include "common/logging.h"
 #include "schema/wire.h"
 #include "transport/channel.h"
+#include "transport/zmq/zmq_curve.h"
 
 namespace {
 
@@ -32,6 +34,7 @@ struct Options {
   std::vector<int> host_gpus;  // the host GPU index of each device its driver shows; empty: the same numbers
   int heartbeat_timeout_ms = 5000;  // the client is gone after this long without a sign of life
   bool mps_client = false;          // started as a client of the backend's MPS server (spatial sharing)
+  std::string curve_secret_file;    // CURVE on its tcp endpoint: the backend's secret key (docs/security.md)
 };
 
 bool ParseOptions(int argc, char** argv, Options* options) {
@@ -44,6 +47,7 @@ bool ParseOptions(int argc, char** argv, Options* options) {
     else if (flag == "--log-level") options->log_level = value;
     else if (flag == "--heartbeat-timeout-ms") options->heartbeat_timeout_ms = std::atoi(value.c_str());
     else if (flag == "--mps-client" && (value == "0" || value == "1")) options->mps_client = value == "1";
+    else if (flag == "--curve-secret-file") options->curve_secret_file = value;
     else if (flag == "--host-gpus" && curelay::ParseGpuList(value)) options->host_gpus = *curelay::ParseGpuList(value);
     else return false;
   }
@@ -77,7 +81,8 @@ int main(int argc, char** argv) {
   if (!ParseOptions(argc, argv, &options)) {
     std::fprintf(stderr,
                  "usage: curelay-executor --driver PATH --bind ENDPOINT [--bind ENDPOINT] --control-fd FD "
-                 "[--log-level LEVEL] [--host-gpus I,J,...] [--mps-client 0|1]\n(started by curelay-backend)\n");
+                 "[--log-level LEVEL] [--host-gpus I,J,...] [--mps-client 0|1] [--curve-secret-file PATH]\n"
+                 "(started by curelay-backend)\n");
     return 2;
   }
   ConfigureLogging("curelay-executor", options.log_level);
@@ -136,6 +141,22 @@ int main(int argc, char** argv) {
   // The largest legitimate message is a module image; anything bigger is refused by the transport itself.
   channel_options.max_message_bytes = static_cast<int>(wire::kMaxPayloadBytes + wire::kMaxHeaderBytes);
   channel_options.heartbeat_timeout_ms = options.heartbeat_timeout_ms;
+  if (!options.curve_secret_file.empty()) {
+    // The backend's key pair, so clients that trust the backend's public key trust its executors; the ZAP gate
+    // (bound before the socket) then lets in only the client key the session is assigned.
+    std::ifstream file(options.curve_secret_file);
+    std::string secret;
+    std::getline(file, secret);
+    channel_options.curve.server_secret = secret;
+    channel_options.curve.server_public = transport::CurvePublicKeyOf(secret);
+    if (channel_options.curve.server_public.empty() ||
+        !transport::CurveClientGate::Start([](const std::string& line) { spdlog::warn("{}", line); }, &error)) {
+      const std::string reason = "CURVE: " + (error.empty() ? options.curve_secret_file + " holds no secret key" : error);
+      spdlog::error("{}", reason);
+      control.SendFailed(CUDA_ERROR_OPERATING_SYSTEM, reason);
+      return 1;
+    }
+  }
   std::shared_ptr<transport::Channel> channel = transport::BindChannel(options.bind_endpoints, channel_options, &error);
   if (channel == nullptr) {
     spdlog::error("cannot bind the session endpoint: {}", error);
@@ -158,6 +179,7 @@ int main(int argc, char** argv) {
   }
   backend::SessionAssignment& assignment = record.session;
   spdlog::info("serving session {}", assignment.session_id);
+  if (!options.curve_secret_file.empty()) transport::CurveClientGate::Allow(assignment.client_curve_key);
   executor::Session session(driver, std::move(channel), std::move(assignment.key));
   if (!session.memory_quota().Attach(assignment.quota_board, assignment.quota_session_slot, &error)) {
     spdlog::error("session {}: cannot open the memory quota board: {}", assignment.session_id, error);

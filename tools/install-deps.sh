@@ -6,6 +6,7 @@ root=$(cd "$(dirname "$0")/.." && pwd)
 packages=(build-essential cmake ninja-build python3 pkg-config flatbuffers-compiler libflatbuffers-dev
           libspdlog-dev libfmt-dev libgtest-dev dpkg-dev libsqlite3-dev libssl-dev libtomlplusplus-dev
           nlohmann-json3-dev libibverbs-dev librdmacm-dev
+          libsodium-dev  # CURVE in the static libzmq (tools/build-static-zmq.sh), linked statically
           libgrpc++-dev libprotobuf-dev protobuf-compiler protobuf-compiler-grpc  # gRPC: the Kubernetes device plugin
           clang libclang-rt-14-dev)  # the fuzz harnesses (tools/run-fuzzers.sh): clang 14 and its libFuzzer/sanitizers
 missing=()

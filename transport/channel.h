@@ -42,6 +42,18 @@ class Channel {
   virtual std::string BoundEndpoint(std::string_view scheme) const = 0;
 };
 
+// ZeroMQ's CURVE (encryption, and authentication by long-term keys) on tcp:// sockets; no keys: plaintext. Keys
+// are Z85 text, 40 characters. ipc:// and the shared-memory channel stay as they are (the file system guards them);
+// rdma:// session traffic is not encrypted (its handshake with the backend, over tcp, is). docs/security.md.
+struct CurveKeys {
+  std::string server_public;  // the backend's long-term key, which its executors share
+  std::string server_secret;  // servers only (the backend's listeners, executors)
+  std::string client_public;  // clients only: an ephemeral pair per process, which executors let in by its public
+  std::string client_secret;  // half (ZAP, transport/zmq/zmq_curve.h)
+  bool enabled() const { return !server_public.empty(); }
+  bool server() const { return !server_secret.empty(); }
+};
+
 struct ChannelOptions {
   int spin_microseconds = 100;   // busy-poll for a reply this long before sleeping: trades CPU for latency
   int max_message_bytes = 0;     // 0: no transport-level limit (the protocol layer enforces its own)
@@ -53,6 +65,7 @@ struct ChannelOptions {
   // them is lost.
   int rdma_timeout_exponent = 20;
   int rdma_retry_count = 7;
+  CurveKeys curve;  // applied to tcp:// endpoints only
 };
 
 // Client side of a session: connects to one executor endpoint.
@@ -66,6 +79,6 @@ std::unique_ptr<Channel> BindChannel(std::span<const std::string> endpoints, con
 // One-shot request/reply used for the handshake with the backend. Returns the reply header bytes, or empty on
 // failure with `error` set; never waits longer than timeout_ms.
 std::string RequestOnce(const std::string& endpoint, std::span<const uint8_t> request, int timeout_ms,
-                        std::string* error);
+                        std::string* error, const CurveKeys& curve = {});
 
 }  // namespace curelay::transport

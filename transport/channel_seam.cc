@@ -1,6 +1,7 @@
 // ConnectChannel/BindChannel: the one place where an endpoint's scheme picks the transport.
 #include "transport/channel.h"
 
+#include <algorithm>
 #include <iterator>
 #include <vector>
 
@@ -8,6 +9,7 @@
 #include "transport/first_peer_channel.h"
 #include "transport/rdma/rdma_channel.h"
 #include "transport/zmq/zmq_channel.h"
+#include "transport/zmq/zmq_curve.h"
 
 namespace curelay::transport {
 
@@ -33,8 +35,18 @@ std::unique_ptr<Channel> BindChannel(std::span<const std::string> endpoints, con
     if (rdma == nullptr) return nullptr;
     candidates.push_back(std::move(rdma));
   }
-  if (!zmq_endpoints.empty()) {
-    std::unique_ptr<Channel> zmq = BindZmqChannel(zmq_endpoints, options, error);
+  // A ZeroMQ socket's security is the socket's, not an endpoint's: with CURVE, tcp endpoints get a socket of their
+  // own and ipc keeps a plain one (the file system guards it).
+  std::vector<std::string> curve_endpoints;
+  if (options.curve.enabled()) {
+    const auto tcp = std::stable_partition(zmq_endpoints.begin(), zmq_endpoints.end(),
+                                           [](const std::string& endpoint) { return !CurveApplies(endpoint); });
+    curve_endpoints.assign(tcp, zmq_endpoints.end());
+    zmq_endpoints.erase(tcp, zmq_endpoints.end());
+  }
+  for (const auto* group : {&curve_endpoints, &zmq_endpoints}) {
+    if (group->empty()) continue;
+    std::unique_ptr<Channel> zmq = BindZmqChannel(*group, options, error);
     if (zmq == nullptr) return nullptr;
     candidates.insert(candidates.begin(), std::move(zmq));
   }

@@ -6,6 +6,7 @@
 #include <memory>
 #include <span>
 #include <string>
+#include <vector>
 
 #include "transport/channel.h"
 
@@ -23,10 +24,14 @@ class Listener {
   virtual ReceiveStatus Receive(ListenerRequest& request, int timeout_ms) = 0;
   virtual bool Reply(const ListenerRequest& request, std::span<const uint8_t> body) = 0;
   virtual std::string BoundEndpoint(size_t index) const = 0;
+  // CURVE handshakes that failed since the last call (a client with a wrong server key, or none), one line each,
+  // for the backend's log.
+  virtual std::vector<std::string> TakeHandshakeFailures() = 0;
 };
 
-// Binds every endpoint; requests larger than max_request_bytes are dropped by the transport.
+// Binds every endpoint; requests larger than max_request_bytes are dropped by the transport. With `curve` (the
+// server's pair), tcp:// endpoints (and rdma://'s tcp handshake) take CURVE clients only.
 std::unique_ptr<Listener> Listen(std::span<const std::string> endpoints, int64_t max_request_bytes,
-                                 std::string* error);
+                                 std::string* error, const CurveKeys& curve = {});
 
 }  // namespace curelay::transport

@@ -15,6 +15,7 @@
 #include "frontend/client/streaming_copy.h"
 #include "schema/mirror_runs.h"
 #include "transport/endpoint.h"
+#include "transport/zmq/zmq_curve.h"
 #include "transport/session_link.h"
 
 namespace curelay::frontend {
@@ -107,6 +108,23 @@ CUresult Client::Connect() {
     Log().error("CURELAY_ENDPOINT '{}' is none of ipc://PATH, tcp://HOST:PORT, rdma://HOST:PORT", config.endpoint);
     return CUDA_ERROR_INVALID_VALUE;
   }
+  // CURVE (docs/security.md): the backend's key from the configuration, and a key pair of this process's own,
+  // whose public half the backend hands to the session's executor, the only key that executor then lets in.
+  transport::CurveKeys curve;
+  if (!config.server_key_error.empty() ||
+      (!config.server_key.empty() && !transport::IsCurveKey(config.server_key))) {
+    Log().error("{}; cuInit fails with CUDA_ERROR_NOT_PERMITTED",
+                config.server_key_error.empty() ? "CURELAY_SERVER_KEY is not a CURVE key (40 characters of Z85)"
+                                                : config.server_key_error);
+    return CUDA_ERROR_NOT_PERMITTED;
+  }
+  if (!config.server_key.empty() && !backend->same_host()) {
+    curve.server_public = config.server_key;
+    if (!transport::NewCurveKeyPair(&curve.client_public, &curve.client_secret)) {
+      Log().error("cannot make a CURVE key pair; cuInit fails with CUDA_ERROR_NOT_PERMITTED");
+      return CUDA_ERROR_NOT_PERMITTED;
+    }
+  }
   struct stat socket_info {};
   if (backend->same_host() && stat(backend->path.c_str(), &socket_info) != 0) {
     Log().error("no curelay backend at {} ({}); cuInit fails with CUDA_ERROR_NO_DEVICE", config.endpoint,
@@ -119,10 +137,11 @@ CUresult Client::Connect() {
   gethostname(host, sizeof(host) - 1);
   builder.Finish(wire::CreateHello(builder, wire::kProtocolVersion, builder.CreateString(config.token),
                                    static_cast<uint32_t>(getpid()), builder.CreateString(host),
-                                   builder.CreateString(program_invocation_short_name)));
+                                   builder.CreateString(program_invocation_short_name),
+                                   builder.CreateString(curve.client_public)));
   std::string error;
   const std::string answer = transport::RequestOnce(
-      config.endpoint, {builder.GetBufferPointer(), builder.GetSize()}, config.connect_timeout_ms, &error);
+      config.endpoint, {builder.GetBufferPointer(), builder.GetSize()}, config.connect_timeout_ms, &error, curve);
   if (answer.empty()) {
     Log().error("curelay backend at {} unreachable: {}; cuInit fails with CUDA_ERROR_NO_DEVICE",
                 config.endpoint, error);
@@ -155,6 +174,7 @@ CUresult Client::Connect() {
   spin_microseconds_ = config.spin_microseconds;
   options.max_message_bytes = static_cast<int>(wire::kCopyChunkBytes + wire::kMaxHeaderBytes);
   options.heartbeat_timeout_ms = config.heartbeat_timeout_ms;
+  options.curve = curve;
   auto link = transport::ClientLink::Connect(*executor, options, !config.disable_shared_memory, &error);
   if (link == nullptr) {
     Log().error("cannot connect to the session executor {}: {}", executor->ToString(), error);

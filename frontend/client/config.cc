@@ -21,23 +21,24 @@ int EnvInt(const char* name, int fallback) {
   return *end == '\0' && parsed >= 0 && parsed < (1L << 30) ? static_cast<int>(parsed) : fallback;
 }
 
-// A token in a file keeps it out of the environment (and out of a CDI spec, which describes every container alike):
-// the first line, without surrounding whitespace.
-void ReadTokenFile(const char* path, Config* config) {
+// A secret in a file keeps it out of the environment (and out of a CDI spec, which describes every container
+// alike): the first line, without surrounding whitespace. False with `error` set when there is none.
+bool ReadFirstLine(const char* variable, const char* path, const char* what, std::string* value, std::string* error) {
+  errno = 0;
   std::ifstream file(path);
   std::string line;
   if (!file || !std::getline(file, line)) {
-    config->token_error = std::string("cannot read CURELAY_TOKEN_FILE ") + path + ": " +
-                          (errno != 0 ? std::strerror(errno) : "empty file");
-    return;
+    *error = std::string("cannot read ") + variable + " " + path + ": " + (errno != 0 ? std::strerror(errno) : "empty file");
+    return false;
   }
   const auto first = line.find_first_not_of(" \t\r");
   const auto last = line.find_last_not_of(" \t\r");
   if (first == std::string::npos) {
-    config->token_error = std::string("CURELAY_TOKEN_FILE ") + path + " holds no token on its first line";
-    return;
+    *error = std::string(variable) + " " + path + " holds no " + what + " on its first line";
+    return false;
   }
-  config->token = line.substr(first, last - first + 1);
+  *value = line.substr(first, last - first + 1);
+  return true;
 }
 
 }  // namespace
@@ -48,8 +49,12 @@ Config ReadConfig() {
   config.token = Env("CURELAY_TOKEN", "");
   const char* token_file = std::getenv("CURELAY_TOKEN_FILE");
   if (config.token.empty() && token_file != nullptr && *token_file != '\0') {
-    errno = 0;
-    ReadTokenFile(token_file, &config);
+    ReadFirstLine("CURELAY_TOKEN_FILE", token_file, "token", &config.token, &config.token_error);
+  }
+  config.server_key = Env("CURELAY_SERVER_KEY", "");
+  const char* key_file = std::getenv("CURELAY_SERVER_KEY_FILE");
+  if (config.server_key.empty() && key_file != nullptr && *key_file != '\0') {
+    ReadFirstLine("CURELAY_SERVER_KEY_FILE", key_file, "key", &config.server_key, &config.server_key_error);
   }
   config.log_level = Env("CURELAY_LOG_LEVEL", "warn");
   config.connect_timeout_ms = EnvInt("CURELAY_CONNECT_TIMEOUT_MS", 5000);

@@ -17,6 +17,10 @@ struct Config {
   // staged through registered slots (the paths before they were direct; for comparison and as a fallback)
   bool disable_direct_copies = false;
   int heartbeat_timeout_ms = 0;  // CURELAY_HEARTBEAT_TIMEOUT_MS: a silent executor is gone after this (default 5000)
+  // CURELAY_SERVER_KEY, else the first line of CURELAY_SERVER_KEY_FILE: the backend's CURVE public key (Z85), which
+  // turns CURVE on for tcp:// and rdma:// endpoints (docs/security.md); empty: plaintext.
+  std::string server_key;
+  std::string server_key_error;  // why it cannot be used (the session is not attempted)
 };
 
 inline constexpr char kDefaultEndpoint[] = "ipc:///dev/shm/curelay/backend.sock";

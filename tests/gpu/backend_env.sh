@@ -19,6 +19,8 @@
 #   CURELAY_GPU_RTT_US    with a tcp:// endpoint: round-trip delay added between client and backend, through
 #                         curelay-relay (tools/relay) on 127.0.0.2 (default: none, the client connects directly)
 #   CURELAY_GPU_LOG_LEVEL the backend's and executors' --log-level (default info; debug for diagnosis)
+#   CURELAY_GPU_CURVE     non-empty: the backend runs with --curve and remote clients get its public key in
+#                         CURELAY_SERVER_KEY (docs/security.md)
 #   OUT                   where logs go (default /tmp/curelay-gpu-out)
 #
 # With a tcp:// endpoint the client runs as if on another machine: in a private mount namespace where the backend's
@@ -182,9 +184,11 @@ curelay_backend_start() {
     *) state=$CURELAY_OUT/backend-state ;;
   esac
   [ -z "${CURELAY_GPU_AS_TENANT:-}" ] || anonymous=
+  local curve=
+  [ -z "${CURELAY_GPU_CURVE:-}" ] || curve=--curve
   LD_LIBRARY_PATH=$(curelay_library_path) \
     "$CURELAY_BUILD/backend/curelay-backend" --listen "$CURELAY_GPU_ENDPOINT" --driver "$CURELAY_REAL_DRIVER" \
-    --runtime-dir "$runtime" --state-dir "$state" --executor-ports "$CURELAY_GPU_EXECUTOR_PORTS" $anonymous \
+    --runtime-dir "$runtime" --state-dir "$state" --executor-ports "$CURELAY_GPU_EXECUTOR_PORTS" $anonymous $curve \
     --log-level "${CURELAY_GPU_LOG_LEVEL:-info}" >>"$log" 2>&1 &
   CURELAY_BACKEND_PID=$!
   trap curelay_backend_stop EXIT
@@ -207,6 +211,12 @@ curelay_backend_start() {
           tenant add "gpu-suite-$$-$RANDOM" ${CURELAY_GPU_TENANT_GPUS:+--gpus "$CURELAY_GPU_TENANT_GPUS"} | sed -n 's/.*"token": "\(crl_[0-9a-f]*\)".*/\1/p')
         export CURELAY_TOKEN
         echo "=== running as a tenant (scheduled sessions)" >>"$log"
+      fi
+      if [ -n "$curve" ]; then
+        for ((waited = 0; waited < 100; waited++)); do [ -s "$state/curve/server.public" ] && break; sleep 0.1; done
+        CURELAY_SERVER_KEY=$(cat "$state/curve/server.public")
+        export CURELAY_SERVER_KEY
+        echo "=== CURVE on tcp (server key $CURELAY_SERVER_KEY)" >>"$log"
       fi
       curelay_relay_start || { curelay_backend_stop; return 1; }
       return 0

@@ -36,12 +36,26 @@ class SessionEnvironment : public ::testing::Environment {
                                                 transport == "tcp"    ? BackendProcess::Transport::kTcp
                                                 : transport == "rdma" ? BackendProcess::Transport::kRdma
                                                                       : BackendProcess::Transport::kIpc);
+    // CURELAY_TEST_CURVE=1 (the "curve." variants): the backend encrypts its tcp sockets with CURVE and this
+    // process's shim gets its public key, as a remote client would from its configuration (docs/security.md).
+    const char* curve = std::getenv("CURELAY_TEST_CURVE");
+    if (curve != nullptr && std::string(curve) == "1") backend_->AddArguments({"--curve"});
     if (!backend_->Start()) {
       // A failed environment would show as skipped tests (ctest's skip pattern): fail the whole suite instead.
       std::fprintf(stderr, "the %s suite's backend did not start:\n%s\n", name_.c_str(), backend_->Log().c_str());
       std::exit(1);
     }
     setenv("CURELAY_ENDPOINT", backend_->endpoint().c_str(), 1);
+    if (curve != nullptr && std::string(curve) == "1") {
+      std::ifstream key(backend_->runtime_dir() + "/state/curve/server.public");
+      std::string line;
+      std::getline(key, line);
+      if (line.size() != 40 || backend_->Log().find("CURVE on tcp endpoints") == std::string::npos) {
+        std::fprintf(stderr, "the %s suite's backend is not on CURVE:\n%s\n", name_.c_str(), backend_->Log().c_str());
+        std::exit(1);
+      }
+      setenv("CURELAY_SERVER_KEY", line.c_str(), 1);
+    }
   }
   void TearDown() override { backend_.reset(); }
   // The suite's backend (between SetUp and TearDown), e.g. to find the executor serving this process.

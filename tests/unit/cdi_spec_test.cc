@@ -6,6 +6,8 @@
 
 #include <fstream>
 
+#include "transport/zmq/zmq_curve.h"
+
 namespace curelay::backendctl {
 namespace {
 
@@ -51,6 +53,23 @@ TEST_F(CdiSpecTest, RemoteOnlySpecIsVersionZeroThreeAndCarriesTheEndpoint) {
   EXPECT_EQ(spec["devices"][0]["containerEdits"]["env"][0], "CURELAY_ENDPOINT=tcp://gpu-host:7000");
   EXPECT_EQ(spec["devices"][0]["containerEdits"]["mounts"][2]["containerPath"],
             "/usr/lib/x86_64-linux-gnu/libnvidia-ml.so.1");
+}
+
+// The backend's CURVE public key is no secret: the remote device carries it; a malformed one is refused.
+TEST_F(CdiSpecTest, RemoteDeviceCarriesTheServersCurveKey) {
+  CdiOptions options;
+  options.shim_path = shim_;
+  options.local = false;
+  options.remote_endpoint = "tcp://gpu-host:7000";
+  std::string secret;
+  ASSERT_TRUE(transport::NewCurveKeyPair(&options.server_key, &secret));
+  std::string error;
+  const auto spec = BuildCdiSpec(options, &error);
+  ASSERT_FALSE(spec.is_null()) << error;
+  EXPECT_EQ(spec["devices"][0]["containerEdits"]["env"][1], "CURELAY_SERVER_KEY=" + options.server_key);
+  options.server_key = "too-short";
+  EXPECT_TRUE(BuildCdiSpec(options, &error).is_null());
+  EXPECT_NE(error.find("--server-key"), std::string::npos) << error;
 }
 
 TEST_F(CdiSpecTest, UnusableOptionsAreRefusedWithAReason) {

@@ -15,6 +15,7 @@
 #include "transport/endpoint.h"
 #include "transport/zmq/zmq_channel.h"
 #include "transport/zmq/zmq_context.h"
+#include "transport/zmq/zmq_curve.h"
 
 namespace curelay::transport {
 namespace {
@@ -29,8 +30,8 @@ std::string ZmqError(const char* what) { return std::string(what) + ": " + zmq_s
 
 class ZmqChannel final : public Channel {
  public:
-  ZmqChannel(void* socket, void* monitor, const ChannelOptions& options)
-      : socket_(socket), monitor_(monitor), options_(options) {
+  ZmqChannel(void* socket, void* monitor, const ChannelOptions& options, bool curve)
+      : socket_(socket), monitor_(monitor), options_(options), curve_(curve) {
     size_t size = sizeof(socket_fd_);
     zmq_getsockopt(socket_, ZMQ_FD, &socket_fd_, &size);
     size = sizeof(monitor_fd_);
@@ -137,27 +138,31 @@ class ZmqChannel final : public Channel {
   }
 
   void DrainMonitor() {
-    for (;;) {
-      zmq_msg_t event;
-      zmq_msg_init(&event);
-      if (zmq_msg_recv(&event, monitor_, ZMQ_DONTWAIT) < 0) {
-        zmq_msg_close(&event);
-        return;
+    MonitorEvent event;
+    while (TakeMonitorEvent(monitor_, &event)) {
+      const uint16_t id = event.id;
+      if (!curve_) {
+        if (id == ZMQ_EVENT_CONNECTED || id == ZMQ_EVENT_ACCEPTED || id == ZMQ_EVENT_HANDSHAKE_SUCCEEDED) {
+          peer_seen_ = true;
+        } else if (id == ZMQ_EVENT_DISCONNECTED && peer_seen_) {
+          peer_lost_ = true;
+        }
+        continue;
       }
-      uint16_t id = 0;
-      if (zmq_msg_size(&event) >= sizeof(id)) std::memcpy(&id, zmq_msg_data(&event), sizeof(id));
-      const bool more = zmq_msg_more(&event);
-      zmq_msg_close(&event);
-      if (more) {  // second frame: the endpoint address, unused
-        zmq_msg_t address;
-        zmq_msg_init(&address);
-        zmq_msg_recv(&address, monitor_, 0);
-        zmq_msg_close(&address);
-      }
-      if (id == ZMQ_EVENT_CONNECTED || id == ZMQ_EVENT_ACCEPTED || id == ZMQ_EVENT_HANDSHAKE_SUCCEEDED) {
+      // CURVE: the peer is whoever completed the handshake. Every connection that does not (a wrong key, a port
+      // scan) reports one failure before its disconnect, so a disconnect is the peer's only when no failed
+      // connection is still waiting for its own; a connection that merely reached the port ends nothing.
+      if (id == ZMQ_EVENT_HANDSHAKE_SUCCEEDED) {
         peer_seen_ = true;
-      } else if (id == ZMQ_EVENT_DISCONNECTED && peer_seen_) {
-        peer_lost_ = true;
+      } else if (id == ZMQ_EVENT_HANDSHAKE_FAILED_NO_DETAIL || id == ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL ||
+                 id == ZMQ_EVENT_HANDSHAKE_FAILED_AUTH) {
+        ++failed_awaiting_disconnect_;
+      } else if (id == ZMQ_EVENT_DISCONNECTED) {
+        if (failed_awaiting_disconnect_ > 0) {
+          --failed_awaiting_disconnect_;
+        } else if (peer_seen_) {
+          peer_lost_ = true;
+        }
       }
     }
   }
@@ -167,15 +172,18 @@ class ZmqChannel final : public Channel {
   int socket_fd_ = -1;
   int monitor_fd_ = -1;
   ChannelOptions options_;
+  bool curve_ = false;
   bool peer_seen_ = false;
   bool peer_lost_ = false;
+  uint64_t failed_awaiting_disconnect_ = 0;
   std::vector<std::string> bound_;
 };
 
 std::atomic<uint64_t> next_monitor_id{0};
 
 // Creates a PAIR socket and its monitor. The monitor is what tells a dead peer apart from a quiet one.
-bool MakePairWithMonitor(const ChannelOptions& options, void** socket, void** monitor, std::string* error) {
+bool MakePairWithMonitor(const ChannelOptions& options, bool curve, void** socket, void** monitor,
+                         std::string* error) {
   void* context = ZmqContext();
   *socket = zmq_socket(context, ZMQ_PAIR);
   if (*socket == nullptr) {
@@ -191,10 +199,17 @@ bool MakePairWithMonitor(const ChannelOptions& options, void** socket, void** mo
   const int heartbeat_ms = std::max(10, std::min(1000, heartbeat_timeout_ms / 3));
   zmq_setsockopt(*socket, ZMQ_HEARTBEAT_IVL, &heartbeat_ms, sizeof(heartbeat_ms));
   zmq_setsockopt(*socket, ZMQ_HEARTBEAT_TIMEOUT, &heartbeat_timeout_ms, sizeof(heartbeat_timeout_ms));
+  if (curve && !ApplyCurve(*socket, options.curve, error)) {
+    zmq_close(*socket);
+    return false;
+  }
+  const int events = ZMQ_EVENT_CONNECTED | ZMQ_EVENT_ACCEPTED | ZMQ_EVENT_DISCONNECTED |
+                     (curve ? ZMQ_EVENT_HANDSHAKE_SUCCEEDED | ZMQ_EVENT_HANDSHAKE_FAILED_NO_DETAIL |
+                                  ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL | ZMQ_EVENT_HANDSHAKE_FAILED_AUTH
+                            : 0);
   const std::string monitor_endpoint = "inproc://curelay-monitor-" + std::to_string(getpid()) + "-" +
                                        std::to_string(next_monitor_id.fetch_add(1));
-  if (zmq_socket_monitor(*socket, monitor_endpoint.c_str(),
-                         ZMQ_EVENT_CONNECTED | ZMQ_EVENT_ACCEPTED | ZMQ_EVENT_DISCONNECTED) != 0) {
+  if (zmq_socket_monitor(*socket, monitor_endpoint.c_str(), events) != 0) {
     *error = ZmqError("zmq_socket_monitor");
     zmq_close(*socket);
     return false;
@@ -215,22 +230,25 @@ std::unique_ptr<Channel> ConnectZmqChannel(const std::string& endpoint, const Ch
                                         std::string* error) {
   void* socket = nullptr;
   void* monitor = nullptr;
-  if (!MakePairWithMonitor(options, &socket, &monitor, error)) return nullptr;
+  const bool curve = options.curve.enabled() && CurveApplies(endpoint);
+  if (!MakePairWithMonitor(options, curve, &socket, &monitor, error)) return nullptr;
   if (zmq_connect(socket, endpoint.c_str()) != 0) {
     *error = ZmqError(("connect " + endpoint).c_str());
     zmq_close(monitor);
     zmq_close(socket);
     return nullptr;
   }
-  return std::make_unique<ZmqChannel>(socket, monitor, options);
+  return std::make_unique<ZmqChannel>(socket, monitor, options, curve);
 }
 
 std::unique_ptr<Channel> BindZmqChannel(std::span<const std::string> endpoints, const ChannelOptions& options,
                                      std::string* error) {
   void* socket = nullptr;
   void* monitor = nullptr;
-  if (!MakePairWithMonitor(options, &socket, &monitor, error)) return nullptr;
-  auto channel = std::make_unique<ZmqChannel>(socket, monitor, options);
+  // One socket's security holds for all its endpoints: BindChannel gives CURVE endpoints a socket of their own.
+  const bool curve = options.curve.enabled() && !endpoints.empty() && CurveApplies(endpoints.front());
+  if (!MakePairWithMonitor(options, curve, &socket, &monitor, error)) return nullptr;
+  auto channel = std::make_unique<ZmqChannel>(socket, monitor, options, curve);
   for (const auto& endpoint : endpoints) {
     const auto parsed = Endpoint::Parse(endpoint);
     const auto range = parsed && parsed->kind == Endpoint::Kind::kTcp ? ParsePortRange(parsed->port) : std::nullopt;
@@ -256,7 +274,7 @@ std::unique_ptr<Channel> BindZmqChannel(std::span<const std::string> endpoints, 
 }
 
 std::string RequestOnce(const std::string& backend, std::span<const uint8_t> request, int timeout_ms,
-                        std::string* error) {
+                        std::string* error, const CurveKeys& curve) {
   // A backend named rdma:// answers its handshake over tcp:// on the same address (Endpoint::Handshake).
   const auto parsed = Endpoint::Parse(backend);
   const std::string endpoint = parsed ? parsed->Handshake().ToString() : backend;
@@ -270,14 +288,18 @@ std::string RequestOnce(const std::string& backend, std::span<const uint8_t> req
   const int64_t max_reply = 1 << 20;
   zmq_setsockopt(socket, ZMQ_MAXMSGSIZE, &max_reply, sizeof(max_reply));
   std::string reply;
-  if (zmq_connect(socket, endpoint.c_str()) != 0) {
+  const bool secured = curve.enabled() && CurveApplies(endpoint);
+  if (secured && !ApplyCurve(socket, curve, error)) {
+    // *error says which key is bad
+  } else if (zmq_connect(socket, endpoint.c_str()) != 0) {
     *error = ZmqError(("connect " + endpoint).c_str());
   } else if (zmq_send(socket, request.data(), request.size(), 0) < 0) {
     *error = ZmqError("send");
   } else {
     zmq_pollitem_t item = {socket, 0, ZMQ_POLLIN, 0};
     if (zmq_poll(&item, 1, timeout_ms) <= 0) {
-      *error = "no answer from " + endpoint + " within " + std::to_string(timeout_ms) + " ms";
+      *error = "no answer from " + endpoint + " within " + std::to_string(timeout_ms) + " ms" +
+               (secured ? " (with CURVE: is CURELAY_SERVER_KEY that backend's public key?)" : "");
     } else {
       zmq_msg_t message;
       zmq_msg_init(&message);

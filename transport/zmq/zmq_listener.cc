@@ -3,6 +3,7 @@
 #include <sys/stat.h>
 #include <zmq.h>
 
+#include <cstring>
 #include <string>
 #include <vector>
 
@@ -10,6 +11,7 @@
 #include "transport/listener.h"
 #include "transport/rdma/verbs_api.h"
 #include "transport/zmq/zmq_context.h"
+#include "transport/zmq/zmq_curve.h"
 
 namespace curelay::transport {
 namespace {
@@ -30,7 +32,12 @@ std::string ReceiveFrame(void* socket, bool* more) {
 
 class ZmqListener final : public Listener {
  public:
+  explicit ZmqListener(CurveKeys curve) : curve_(std::move(curve)) {}
   ~ZmqListener() override {
+    for (auto& [socket, monitor] : monitors_) {
+      zmq_socket_monitor(socket, nullptr, 0);
+      zmq_close(monitor);
+    }
     for (void* socket : sockets_) zmq_close(socket);
   }
 
@@ -49,6 +56,12 @@ class ZmqListener final : public Listener {
     const int linger = 0;
     zmq_setsockopt(socket, ZMQ_LINGER, &linger, sizeof(linger));
     zmq_setsockopt(socket, ZMQ_MAXMSGSIZE, &max_request_bytes, sizeof(max_request_bytes));
+    if (curve_.enabled() && CurveApplies(endpoint)) {
+      if (!ApplyCurve(socket, curve_, error) || !Monitor(socket, error)) {
+        zmq_close(socket);
+        return false;
+      }
+    }
     if (zmq_bind(socket, endpoint.c_str()) != 0) {
       *error = "bind " + endpoint + ": " + zmq_strerror(zmq_errno());
       zmq_close(socket);
@@ -93,16 +106,50 @@ class ZmqListener final : public Listener {
 
   std::string BoundEndpoint(size_t index) const override { return bound_.at(index); }
 
+  std::vector<std::string> TakeHandshakeFailures() override {
+    std::vector<std::string> failures;
+    for (auto& [socket, monitor] : monitors_) {
+      MonitorEvent event;
+      while (TakeMonitorEvent(monitor, &event)) {
+        const char* kind = event.id == ZMQ_EVENT_HANDSHAKE_FAILED_AUTH ? "refused by authentication"
+                           : event.id == ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL
+                               ? "not a CURVE client with this server's key"
+                               : "broken off";
+        failures.push_back("CURVE handshake on " + event.address + " failed: " + kind + " (" +
+                           std::to_string(event.value) + ")");
+      }
+    }
+    return failures;
+  }
+
  private:
+  // Handshake failures on a CURVE socket, for the backend's log.
+  bool Monitor(void* socket, std::string* error) {
+    const std::string endpoint = "inproc://curelay-listener-monitor-" + std::to_string(monitors_.size());
+    const int events = ZMQ_EVENT_HANDSHAKE_FAILED_NO_DETAIL | ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL |
+                       ZMQ_EVENT_HANDSHAKE_FAILED_AUTH;
+    void* monitor = nullptr;
+    if (zmq_socket_monitor(socket, endpoint.c_str(), events) != 0 ||
+        (monitor = zmq_socket(ZmqContext(), ZMQ_PAIR)) == nullptr || zmq_connect(monitor, endpoint.c_str()) != 0) {
+      *error = std::string("monitor: ") + zmq_strerror(zmq_errno());
+      if (monitor != nullptr) zmq_close(monitor);
+      return false;
+    }
+    monitors_.emplace_back(socket, monitor);
+    return true;
+  }
+
+  CurveKeys curve_;
   std::vector<void*> sockets_;
   std::vector<std::string> bound_;
+  std::vector<std::pair<void*, void*>> monitors_;  // CURVE sockets and their monitors
 };
 
 }  // namespace
 
 std::unique_ptr<Listener> Listen(std::span<const std::string> endpoints, int64_t max_request_bytes,
-                                 std::string* error) {
-  auto listener = std::make_unique<ZmqListener>();
+                                 std::string* error, const CurveKeys& curve) {
+  auto listener = std::make_unique<ZmqListener>(curve);
   for (const auto& endpoint : endpoints) {
     if (!listener->Add(endpoint, max_request_bytes, error)) return nullptr;
   }
