@@ -272,6 +272,17 @@ def ipc_registry_seeds():
     }
 
 
+def zap_seeds():
+    """ZAP requests (RFC 27 frames) as the executor's CURVE gate receives them; zap_fuzzer lets in key bytes 0..31."""
+    def request(mechanism, key):
+        return records(b"1.0", b"7", b"", b"10.0.0.9", b"", mechanism, key)
+    return {
+        "allowed": request(b"CURVE", bytes(range(32))),
+        "other_key": request(b"CURVE", bytes(range(1, 33))),
+        "null_mechanism": request(b"NULL", b""),
+    }
+
+
 def hello_seeds():
     hello = {"protocol_version": 10, "tenant": "cr_0123456789abcdef", "client_pid": 4242, "client_host": "node-1",
              "client_program": "python3"}
@@ -301,6 +312,7 @@ def main():
     write("dispatch_board_fuzzer", dispatch_board_seeds())
     write("ipc_registry_fuzzer", ipc_registry_seeds())
     write("hello_fuzzer", hello_seeds())
+    write("zap_fuzzer", zap_seeds())
 
 
 if __name__ == "__main__":
