@@ -5,6 +5,7 @@
 // "200" only for a well-formed CURVE request carrying exactly the allowed key.
 #include <zmq.h>
 
+#include <cerrno>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -57,16 +58,19 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     frames.emplace_back(reinterpret_cast<const char*>(record.data()), record.size());
   }
   if (frames.empty()) frames.emplace_back();
+  // libFuzzer's timers interrupt blocking calls (EINTR): retried, not taken for the gate's silence.
   for (size_t i = 0; i < frames.size(); ++i) {
-    if (zmq_send(requester, frames[i].data(), frames[i].size(), i + 1 < frames.size() ? ZMQ_SNDMORE : 0) < 0) {
-      Broken("send");
+    while (zmq_send(requester, frames[i].data(), frames[i].size(), i + 1 < frames.size() ? ZMQ_SNDMORE : 0) < 0) {
+      if (zmq_errno() != EINTR) Broken("send");
     }
   }
   std::vector<std::string> reply;
   for (bool more = true; more;) {
     zmq_msg_t frame;
     zmq_msg_init(&frame);
-    if (zmq_msg_recv(&frame, requester, 0) < 0) Broken("no answer");
+    while (zmq_msg_recv(&frame, requester, 0) < 0) {
+      if (zmq_errno() != EINTR) Broken("no answer");
+    }
     reply.emplace_back(static_cast<const char*>(zmq_msg_data(&frame)), zmq_msg_size(&frame));
     more = zmq_msg_more(&frame);
     zmq_msg_close(&frame);
