@@ -33,6 +33,23 @@ bool Read(const toml::table& table, const char* key, T* value, std::string* erro
 
 }  // namespace
 
+std::string ValidateSwapSettings(const BackendConfig& config) {
+  if (config.swap_host_budget_mib < 0 || config.swap_host_budget_mib > (int64_t{1} << 30)) {
+    return "host_budget_mib is 0 to 2^30";
+  }
+  if (config.swap_reserve_mib < 0 || config.swap_reserve_mib > (int64_t{1} << 30)) return "reserve_mib is 0 to 2^30";
+  if (config.swap_switch_time_s < 0 || config.swap_switch_time_s > 86400) return "switch_time_s is 0 to 86400";
+  if (config.swap_max_percent < 1 || config.swap_max_percent > 100) return "max_swap_percent is 1 to 100";
+  if (config.swap_min_switch_s < 0 || config.swap_max_switch_s < config.swap_min_switch_s ||
+      config.swap_max_switch_s > 86400) {
+    return "0 <= min_switch_s <= max_switch_s <= 86400";
+  }
+  if (config.swap_idle_release_ms < 1 || config.swap_idle_release_ms > 3'600'000) {
+    return "idle_release_ms is 1 to 3600000";
+  }
+  return {};
+}
+
 bool LoadBackendConfig(const std::string& path, BackendConfig* config, std::string* error) {
   toml::table root;
   try {
@@ -41,7 +58,27 @@ bool LoadBackendConfig(const std::string& path, BackendConfig* config, std::stri
     *error = path + ": " + std::string(failure.description());
     return false;
   }
-  if (!CheckKeys(root, {"backend", "admin", "scheduler", "metrics", "mps"}, path, error)) return false;
+  if (!CheckKeys(root, {"backend", "admin", "scheduler", "metrics", "mps", "security", "swap"}, path, error)) {
+    return false;
+  }
+  if (const toml::table* swap = root["swap"].as_table()) {
+    if (!CheckKeys(*swap, {"host_budget_mib", "reserve_mib", "switch_time_s", "max_swap_percent", "min_switch_s",
+                           "max_switch_s", "idle_release_ms"},
+                   "[swap]", error) ||
+        !Read(*swap, "host_budget_mib", &config->swap_host_budget_mib, error) ||
+        !Read(*swap, "reserve_mib", &config->swap_reserve_mib, error) ||
+        !Read(*swap, "switch_time_s", &config->swap_switch_time_s, error) ||
+        !Read(*swap, "max_swap_percent", &config->swap_max_percent, error) ||
+        !Read(*swap, "min_switch_s", &config->swap_min_switch_s, error) ||
+        !Read(*swap, "max_switch_s", &config->swap_max_switch_s, error) ||
+        !Read(*swap, "idle_release_ms", &config->swap_idle_release_ms, error)) {
+      return false;
+    }
+  }
+  if (std::string swap_error = ValidateSwapSettings(*config); !swap_error.empty()) {
+    *error = "[swap] " + swap_error;
+    return false;
+  }
   if (const toml::table* mps = root["mps"].as_table()) {
     if (!CheckKeys(*mps, {"control"}, "[mps]", error) || !Read(*mps, "control", &config->mps_control, error)) {
       return false;

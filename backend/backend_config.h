@@ -48,10 +48,23 @@ struct BackendConfig {
   // And only while the GPU time completed on it over the last 20 ms was at least this share of that time: a burst
   // of queued work on a mostly idle GPU is not contention. 0: the in-flight mark alone decides.
   int64_t saturation_busy_percent = 90;
+  // [swap] memory turns (docs/scheduling.md, "Memory oversubscription"): tenants whose memory policy is "swap"
+  // take turns on a GPU whose memory cannot hold them together. host_budget_mib: pinned host memory set aside for
+  // swapped-out sessions (0: no swapping; "swap" then waits as "wait" does).
+  int64_t swap_host_budget_mib = 0;
+  int64_t swap_reserve_mib = 1024;       // GPU memory a session taking memory leaves free (contexts, libraries)
+  int64_t swap_switch_time_s = 0;        // a fixed turn; 0: auto, from each session's measured swap cost
+  int64_t swap_max_percent = 10;         // auto: swapping takes at most this share of a turn
+  int64_t swap_min_switch_s = 2;         // auto's floor and ceiling
+  int64_t swap_max_switch_s = 60;
+  int64_t swap_idle_release_ms = 500;    // a session idle this long gives its memory up before its turn ends
   // [mps] control: nvidia-cuda-mps-control, for tenants with spatial sharing; empty: looked up on PATH and in
   // /usr/local/nvidia/bin, /usr/bin.
   std::string mps_control;
 };
+
+// Empty when the [swap] settings are valid; otherwise what is wrong (flags are checked with it too).
+std::string ValidateSwapSettings(const BackendConfig& config);
 
 // Reads `path` into `config` (keys it lacks keep their values); false with `error` set on a bad file or key.
 bool LoadBackendConfig(const std::string& path, BackendConfig* config, std::string* error);

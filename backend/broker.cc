@@ -70,7 +70,37 @@ Broker::Broker(BrokerSettings settings, std::unique_ptr<TenantRegistry> registry
       registry_(std::move(registry)),
       pool_(settings_.executors),
       admin_(*registry_, pool_, settings_.admin_token_sha256,
-             [this](const std::string& name) { TenantChanged(name); }, [this] { return Stats(); }) {}
+             [this](const std::string& name) { TenantChanged(name); }, [this] { return Stats(); }) {
+  admin_.SetSessionDetails([this](const ExecutorProcess& executor, nlohmann::json* session) {
+    if (quota_board_ == nullptr || executor.quota_session_slot < 0) return;
+    const SessionSwapFigures swap = ReadSwapFigures(quota_board_->session(executor.quota_session_slot).residency);
+    (*session)["residency"] = swap.residency;
+    (*session)["swap_outs"] = swap.swap_outs;
+    (*session)["swap_ins"] = swap.swap_ins;
+    (*session)["swap_seconds"] = swap.swap_seconds;
+    (*session)["movable_bytes"] = swap.movable_bytes;
+  });
+}
+
+Broker::TenantSwapFigures Broker::SwapFiguresOf(int tenant_slot) {
+  TenantSwapFigures total;
+  for (int slot = 0; slot < kMaxQuotaSessions; ++slot) {
+    if (tenant_slot < 0 || !session_slot_used_[slot] || quota_board_->session(slot).tenant.load() != tenant_slot) {
+      continue;
+    }
+    const SessionSwapFigures swap = ReadSwapFigures(quota_board_->session(slot).residency);
+    total.swapped_out += std::string_view(swap.residency) == "swapped-out";
+    total.swap_outs += swap.swap_outs;
+    total.swap_ins += swap.swap_ins;
+    total.swap_seconds += swap.swap_seconds;
+  }
+  // Sessions that ended leave their counts behind in the tenant's running total.
+  TenantSwapFigures& ended = ended_swaps_[tenant_slot];
+  total.swap_outs += ended.swap_outs;
+  total.swap_ins += ended.swap_ins;
+  total.swap_seconds += ended.swap_seconds;
+  return total;
+}
 
 bool Broker::Run(const std::atomic<bool>& stop) {
   std::string error;
@@ -91,6 +121,14 @@ bool Broker::Run(const std::atomic<bool>& stop) {
   pool_.OnSessionEnd([this](const ExecutorProcess& executor) {
     dispatch_.CloseSession(executor.session_id);
     if (executor.quota_session_slot < 0) return;
+    {
+      SessionMemoryAccount& account = quota_board_->session(executor.quota_session_slot);
+      const SessionSwapFigures swap = ReadSwapFigures(account.residency);
+      TenantSwapFigures& ended = ended_swaps_[account.tenant.load()];
+      ended.swap_outs += swap.swap_outs;
+      ended.swap_ins += swap.swap_ins;
+      ended.swap_seconds += swap.swap_seconds;
+    }
     quota_board_->Settle(executor.quota_session_slot);
     session_slot_used_[executor.quota_session_slot] = false;
   });
@@ -161,6 +199,12 @@ bool Broker::OpenSharedState(std::string* error) {
     *error = "cannot start the scheduler: " + *error;
     return false;
   }
+  residency_ = std::make_unique<ResidencyService>(*quota_board_, settings_.residency);
+  if (!residency_->Start(error)) {
+    *error = "cannot start memory turns: " + *error;
+    return false;
+  }
+  if (residency_->enabled()) pool_.SetSwapSpace(residency_->swap_space_path(), residency_->swap_space_bytes());
   if (reopened) {
     // The previous backend's tenants keep their accounts (their live sessions still charge them); its sessions'
     // accounts stay reserved while their executors live, until adopted or until the executors had time to ask.
@@ -408,9 +452,14 @@ void Broker::TenantChanged(const std::string& name) {
   if (slot < 0) return;
   TenantMemoryAccount& account = quota_board_->tenant(slot);
   account.quota.store(tenant->memory_quota_bytes);
-  account.wait_when_short.store(tenant->memory_policy == "wait" ? 1 : 0);
+  account.wait_when_short.store(tenant->memory_policy == "swap" ? kMemoryPolicySwap
+                                : tenant->memory_policy == "wait" ? 1 : 0);
   account.wait_timeout_ms.store(tenant->wait_timeout_ms);
   dispatch_.SetTenant(*tenant);
+  const scheduler::PriorityClass priority = tenant->priority == "high" ? scheduler::PriorityClass::kHigh
+                                           : tenant->priority == "low"  ? scheduler::PriorityClass::kLow
+                                                                        : scheduler::PriorityClass::kNormal;
+  residency_->SetTenant(slot, priority, tenant->weight, tenant->switch_time_ms);
 }
 
 nlohmann::json Broker::Stats() {
@@ -425,6 +474,15 @@ nlohmann::json Broker::Stats() {
                        {"memory_used_bytes", account != nullptr ? account->used.load() : 0},
                        {"memory_peak_bytes", account != nullptr ? account->peak.load() : 0},
                        {"memory_quota_bytes", tenant.memory_quota_bytes}});
+    {
+      const TenantSwapFigures swap = SwapFiguresOf(slot);
+      nlohmann::json& row = tenants.back();
+      row["memory_policy"] = tenant.memory_policy;
+      row["swapped_sessions"] = swap.swapped_out;
+      row["swap_outs"] = swap.swap_outs;
+      row["swap_ins"] = swap.swap_ins;
+      row["swap_seconds"] = swap.swap_seconds;
+    }
     if (const auto figures = dispatch_.Figures(tenant.name)) {
       nlohmann::json& row = tenants.back();
       row["gpu_seconds"] = figures->gpu_seconds;
@@ -448,7 +506,15 @@ nlohmann::json Broker::Stats() {
                     {"busy_seconds", gpu.busy_seconds}});
   }
   // host_gpus: 0 until the first executor counted the GPUs (the list then holds GPU 0 alone, a placeholder).
-  return {{"tenants", tenants}, {"gpus", gpus}, {"host_gpus", pool_.host_gpus()}};
+  const ResidencyService::Figures swap = residency_->Summary();
+  return {{"tenants", tenants},
+          {"gpus", gpus},
+          {"host_gpus", pool_.host_gpus()},
+          {"swap",
+           {{"space_bytes", swap.swap_space_bytes},
+            {"space_used_bytes", swap.swap_space_used},
+            {"swapped_sessions", swap.swapped_out},
+            {"waiting_sessions", swap.waiting}}}};
 }
 
 void Broker::KeepUnrecordedUsage() {
@@ -494,6 +560,11 @@ void Broker::RefreshMetrics() {
     if (const int slot = TenantSlot(tenant.name); slot >= 0) {
       row.memory_bytes = quota_board_->tenant(slot).used.load();
       row.memory_peak_bytes = quota_board_->tenant(slot).peak.load();
+      const TenantSwapFigures swap = SwapFiguresOf(slot);
+      row.swapped_sessions = swap.swapped_out;
+      row.swap_outs = swap.swap_outs;
+      row.swap_ins = swap.swap_ins;
+      row.swap_seconds = swap.swap_seconds;
     }
     if (const auto figures = dispatch_.Figures(tenant.name)) {
       row.gpu_seconds = figures->gpu_seconds;

@@ -15,6 +15,7 @@
 #include "backend/executor_pool.h"
 #include "backend/metrics/metrics_server.h"
 #include "backend/quota/memory_quota_board.h"
+#include "backend/residency/residency_service.h"
 #include "backend/tenants/tenant_registry.h"
 #include "transport/listener.h"
 
@@ -38,6 +39,7 @@ struct BrokerSettings {
   int64_t orphan_grace_ms = 300'000;
   bool live_restore = false;
   transport::CurveKeys curve;  // the server's pair: CURVE on every tcp socket; none: plaintext
+  ResidencySettings residency;  // memory turns ([swap]; docs/scheduling.md)
 };
 
 class Broker {
@@ -80,6 +82,15 @@ class Broker {
   int TenantSlot(const std::string& name);
   int TakeSessionSlot(int tenant_slot);
   nlohmann::json Stats();
+  // A tenant's memory turns: its sessions swapped out now, and swaps and their time since the backend started.
+  struct TenantSwapFigures {
+    uint64_t swapped_out = 0;
+    uint64_t swap_outs = 0;
+    uint64_t swap_ins = 0;
+    double swap_seconds = 0;
+  };
+  TenantSwapFigures SwapFiguresOf(int tenant_slot);
+  std::map<int, TenantSwapFigures> ended_swaps_;  // by tenant slot: what its ended sessions did
   // Each host GPU's scheduled utilization and busy time, for backendctl stats and the metrics endpoint.
   std::vector<GpuMetrics> GpuFigures();
   // Rebuilds the snapshot the metrics endpoint serves (on the broker's thread, about once a second).
@@ -109,6 +120,7 @@ class Broker {
   std::map<int, int64_t> awaiting_adoption_;
   std::unique_ptr<MemoryQuotaBoard> quota_board_;
   DispatchService dispatch_{settings_.scheduling};
+  std::unique_ptr<ResidencyService> residency_;  // memory turns, on the quota board
   std::mutex metrics_mutex_;
   MetricsSnapshot metrics_;  // guarded by metrics_mutex_: read by the metrics server's threads
   int64_t metrics_refreshed_ms_ = 0;

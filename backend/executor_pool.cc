@@ -103,6 +103,10 @@ bool ExecutorPool::Start(const ExecutorKind& kind) {
   if (!settings_.curve_secret_file.empty() && !settings_.tcp_hosts.empty()) {
     args.insert(args.end(), {"--curve-secret-file", settings_.curve_secret_file});
   }
+  if (!settings_.swap_space.empty() && !kind.spatial()) {
+    args.insert(args.end(), {"--swap-space", settings_.swap_space, "--swap-space-bytes",
+                             std::to_string(settings_.swap_space_bytes)});
+  }
   std::vector<char*> argv;
   for (auto& arg : args) argv.push_back(arg.data());
   argv.push_back(nullptr);

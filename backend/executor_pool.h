@@ -38,6 +38,8 @@ struct ExecutorSettings {
   size_t warm_pool = 1;
   std::string mps_control;  // nvidia-cuda-mps-control for spatially shared tenants; empty: looked up
   std::string curve_secret_file;  // CURVE: the backend's secret key, which executors use on their tcp sockets
+  std::string swap_space;         // memory turns: the swap space executors map (docs/scheduling.md); empty: none
+  uint64_t swap_space_bytes = 0;
 };
 
 // Who a serving executor's session belongs to (for admission limits, backendctl and metrics).
@@ -97,6 +99,11 @@ class ExecutorPool {
 
   explicit ExecutorPool(ExecutorSettings settings);
   ~ExecutorPool();
+  // Executors started from now on map this swap space (memory turns).
+  void SetSwapSpace(const std::string& path, uint64_t bytes) {
+    settings_.swap_space = path;
+    settings_.swap_space_bytes = bytes;
+  }
 
   // Reads control lines, reaps exited executors and tops up the warm pool. Never blocks.
   void Poll();

@@ -60,7 +60,10 @@ int Usage() {
                "  --orphan-grace-s S sessions outlive a vanished backend this long, for a new one to adopt (default 300)\n"
                "  --live-restore leave serving sessions running on SIGTERM, for the next backend to adopt\n"
                "  --curve       CURVE on every tcp socket, keys in <state-dir>/curve/ (clients: CURELAY_SERVER_KEY)\n"
-               "  --mps-control PATH nvidia-cuda-mps-control for spatially shared tenants (default: looked up)\n");
+               "  --mps-control PATH nvidia-cuda-mps-control for spatially shared tenants (default: looked up)\n"
+               "  --swap-host-budget-mib N memory turns: pinned host memory for swapped-out sessions (default 0: off)\n"
+               "  --swap-reserve-mib N GPU memory left free beside a session taking memory (default 1024)\n"
+               "  --swap-switch-time-s S a turn's length (default 0: auto, from each session's swap cost)\n");
   return 2;
 }
 
@@ -115,6 +118,9 @@ bool ReadSettings(int argc, char** argv, curelay::backend::BackendConfig* config
     else if (flag == "--heartbeat-timeout-ms") config->heartbeat_timeout_ms = std::stol(value);
     else if (flag == "--orphan-grace-s") config->orphan_grace_s = std::stol(value);
     else if (flag == "--mps-control") config->mps_control = value;
+    else if (flag == "--swap-host-budget-mib") config->swap_host_budget_mib = std::stoll(value);
+    else if (flag == "--swap-reserve-mib") config->swap_reserve_mib = std::stoll(value);
+    else if (flag == "--swap-switch-time-s") config->swap_switch_time_s = std::stoll(value);
     else return *exit_code = Usage(), false;
   }
   return true;
@@ -212,6 +218,22 @@ int main(int argc, char** argv) {
   settings.scheduling.saturation_inflight = std::chrono::microseconds(config.saturation_us);
   settings.scheduling.desaturation_inflight = std::chrono::microseconds(config.saturation_us / 2);
   settings.scheduling.saturation_busy_fraction = static_cast<double>(config.saturation_busy_percent) / 100.0;
+  if (const std::string swap_error = ValidateSwapSettings(config); !swap_error.empty()) {
+    std::fprintf(stderr, "curelay-backend: swap: %s\n", swap_error.c_str());
+    return 2;
+  }
+  {
+    curelay::scheduler::MemoryTurnsConfig& turns = settings.residency.turns;
+    using SwitchMode = curelay::scheduler::MemoryTurnsConfig::SwitchMode;
+    turns.mode = config.swap_switch_time_s > 0 ? SwitchMode::kFixed : SwitchMode::kAuto;
+    turns.fixed_switch = std::chrono::seconds(config.swap_switch_time_s);
+    turns.max_swap_fraction = static_cast<double>(config.swap_max_percent) / 100.0;
+    turns.min_switch = std::chrono::seconds(config.swap_min_switch_s);
+    turns.max_switch = std::chrono::seconds(config.swap_max_switch_s);
+    turns.idle_release = std::chrono::milliseconds(config.swap_idle_release_ms);
+    settings.residency.host_budget_bytes = static_cast<uint64_t>(config.swap_host_budget_mib) << 20;
+    settings.residency.reserve_bytes = static_cast<uint64_t>(config.swap_reserve_mib) << 20;
+  }
 
   mkdir(config.state_dir.c_str(), 0700);
   settings.ipc_registry = config.state_dir + "/ipc-handles";

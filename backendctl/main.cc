@@ -34,13 +34,17 @@ constexpr const char* kUsage =
     "  tenant show NAME\n"
     "  session list\n"
     "  session kill SESSION\n"
-    "  stats                        per tenant: GPU time and share, kernels, queue wait, memory and quota\n"
+    "  stats                        per tenant: GPU time and share, kernels, queue wait, memory and quota, swaps\n"
     "  top [--interval SECONDS]     stats, refreshed until interrupted\n"
     "  cdi generate [CDI OPTIONS]   print a CDI spec (curelay.io/gpu=local, =remote) for podman/containerd; no\n"
     "                               backend needed\n"
     "limits:\n"
     "  --priority high|normal|low   --weight N           --memory-quota BYTES[K|M|G|T] (0: none)\n"
-    "  --memory-policy fail|wait    --wait-timeout MS    --max-sessions N (0: unlimited)\n"
+    "  --memory-policy fail|wait|swap  when the GPU is short: fail, wait, or take turns (swap: sessions are swapped\n"
+    "                               out and in by the backend; needs its [swap] host_budget_mib)\n"
+    "  --wait-timeout MS            how long wait and swap wait (swap: 0 waits for ever)\n"
+    "  --switch-time MS             swap: how long a turn holds the GPU's memory (0: the backend's setting)\n"
+    "  --max-sessions N (0: unlimited)\n"
     "  --gpus all|I,J,...           the host GPUs (as the backend numbers them) its sessions see, in that order\n"
     "  --mps-sm-percent N           1-100: spatial sharing, its executors are clients of the backend's MPS server\n"
     "                               with N% of each GPU's SMs (0: time-sliced, the default)\n"
@@ -83,6 +87,7 @@ bool ParseLimits(const std::vector<std::string>& args, size_t first, json* field
     else if (flag == "--memory-quota" && ParseBytes(value, &number)) (*fields)["memory_quota_bytes"] = number;
     else if (flag == "--weight" && ParseCount(value, &number)) (*fields)["weight"] = number;
     else if (flag == "--wait-timeout" && ParseCount(value, &number)) (*fields)["wait_timeout_ms"] = number;
+    else if (flag == "--switch-time" && ParseCount(value, &number)) (*fields)["switch_time_ms"] = number;
     else if (flag == "--max-sessions" && ParseCount(value, &number)) (*fields)["max_sessions"] = number;
     else if (flag == "--gpus" && curelay::ParseGpuList(value)) (*fields)["gpus"] = *curelay::ParseGpuList(value);
     else if (flag == "--mps-sm-percent" && ParseCount(value, &number)) (*fields)["mps_sm_percent"] = number;
@@ -111,7 +116,8 @@ std::string Bytes(uint64_t bytes) {
 
 void PrintTenants(const json& tenants) {
   curelay::backendctl::Table table(
-      {"NAME", "PRIORITY", "WEIGHT", "MEMORY QUOTA", "POLICY", "WAIT MS", "MAX SESSIONS", "GPUS", "SPATIAL (MPS)"});
+      {"NAME", "PRIORITY", "WEIGHT", "MEMORY QUOTA", "POLICY", "WAIT MS", "SWITCH MS", "MAX SESSIONS", "GPUS",
+       "SPATIAL (MPS)"});
   for (const json& t : tenants) {
     const uint64_t max_sessions = t["max_sessions"];
     const uint64_t sm_percent = t.value("mps_sm_percent", uint64_t{0});
@@ -121,6 +127,7 @@ void PrintTenants(const json& tenants) {
                                       (memory_limit == 0 ? "" : ", " + Bytes(memory_limit));
     table.Add({t["name"], t["priority"], std::to_string(t["weight"].get<uint64_t>()),
                Bytes(t["memory_quota_bytes"]), t["memory_policy"], std::to_string(t["wait_timeout_ms"].get<uint64_t>()),
+               t.value("switch_time_ms", uint64_t{0}) == 0 ? "-" : std::to_string(t["switch_time_ms"].get<uint64_t>()),
                max_sessions == 0 ? "-" : std::to_string(max_sessions),
                curelay::FormatGpuList(t["gpus"].get<std::vector<int>>()), spatial});
   }
@@ -128,19 +135,25 @@ void PrintTenants(const json& tenants) {
 }
 
 void PrintSessions(const json& sessions) {
-  curelay::backendctl::Table table({"SESSION", "TENANT", "PROGRAM", "CLIENT PID", "CLIENT HOST", "EXECUTOR PID"});
+  curelay::backendctl::Table table({"SESSION", "TENANT", "PROGRAM", "CLIENT PID", "CLIENT HOST", "EXECUTOR PID",
+                                    "MEMORY", "SWAPS OUT/IN", "SWAP S"});
   for (const json& s : sessions) {
     const std::string tenant = s["tenant"];
+    char swap_seconds[32];
+    std::snprintf(swap_seconds, sizeof swap_seconds, "%.3f", s.value("swap_seconds", 0.0));
     table.Add({std::to_string(s["session"].get<uint64_t>()), tenant.empty() ? "(anonymous)" : tenant,
                s["client_program"], std::to_string(s["client_pid"].get<uint64_t>()), s["client_host"],
-               std::to_string(s["executor_pid"].get<int64_t>())});
+               std::to_string(s["executor_pid"].get<int64_t>()), s.value("residency", std::string("-")),
+               std::to_string(s.value("swap_outs", uint64_t{0})) + "/" + std::to_string(s.value("swap_ins", uint64_t{0})),
+               swap_seconds});
   }
   table.Print(std::cout);
 }
 
 void PrintStats(const json& result) {
   curelay::backendctl::Table table({"TENANT", "PRIORITY", "WEIGHT", "SESSIONS", "GPU S", "SHARE", "KERNELS",
-                                    "WAIT P50 MS", "WAIT P99 MS", "MEMORY USED", "PEAK", "QUOTA"});
+                                    "WAIT P50 MS", "WAIT P99 MS", "MEMORY USED", "PEAK", "QUOTA", "SWAPPED",
+                                    "SWAPS OUT/IN", "SWAP S"});
   const auto number = [](const json& row, const char* key, const char* format) {
     char text[32];
     std::snprintf(text, sizeof text, format, row.value(key, 0.0));
@@ -151,7 +164,10 @@ void PrintStats(const json& result) {
                std::to_string(s["sessions"].get<uint64_t>()), number(s, "gpu_seconds", "%.3f"),
                number(s, "gpu_share", "%.3f"), std::to_string(s.value("kernels", uint64_t{0})),
                number(s, "queue_wait_p50_ms", "%.3f"), number(s, "queue_wait_p99_ms", "%.3f"),
-               Bytes(s["memory_used_bytes"]), Bytes(s["memory_peak_bytes"]), Bytes(s["memory_quota_bytes"])});
+               Bytes(s["memory_used_bytes"]), Bytes(s["memory_peak_bytes"]), Bytes(s["memory_quota_bytes"]),
+               std::to_string(s.value("swapped_sessions", uint64_t{0})),
+               std::to_string(s.value("swap_outs", uint64_t{0})) + "/" + std::to_string(s.value("swap_ins", uint64_t{0})),
+               number(s, "swap_seconds", "%.3f")});
   }
   table.Print(std::cout);
   // Per GPU: sessions that can use it, and scheduled tenants' work on it (anonymous sessions are not scheduled).

@@ -193,6 +193,12 @@ struct Session::HostNodeTickets {
   std::deque<HostNodeTicket> queue;
 };
 
+bool Session::HostNodesOutstanding() const {
+  if (host_node_tickets_ == nullptr) return false;
+  std::lock_guard<std::mutex> lock(host_node_tickets_->mutex);
+  return !host_node_tickets_->queue.empty();
+}
+
 struct Session::HostNodeFunction {
   uint64_t id = 0;
   std::shared_ptr<HostNodeTickets> tickets;

@@ -26,9 +26,20 @@ Session::Outcome Session::IpcHandleReply(IpcRegistry::Kind kind, const char* han
 
 Session::Outcome Session::IpcGetMemHandle(const wire::IpcGetMemHandle& call) {
   if (!ipc_registry_.enabled() || driver_.cuIpcGetMemHandle == nullptr) return {CUDA_ERROR_NOT_SUPPORTED};
+  // Movable memory (a swapping tenant's) is virtual memory, which legacy IPC cannot export (docs/scheduling.md).
+  for (const auto& [base, bytes] : allocations_) {
+    if (swappable_.Owns(base) && call.ptr() >= base && call.ptr() - base < bytes) {
+      spdlog::warn("cuIpcGetMemHandle on memory of a swapping session: not supported (its memory may move)");
+      return {CUDA_ERROR_NOT_SUPPORTED};
+    }
+  }
   CUipcMemHandle handle{};
   const CUresult result = driver_.cuIpcGetMemHandle(&handle, call.ptr());
   if (result != CUDA_SUCCESS) return {result};
+  // Another process may map it now: this session's memory must never move again.
+  if (backend::SessionResidency* residency = memory_quota_.residency()) {
+    residency->unswappable.store(static_cast<uint32_t>(backend::SwapRefusal::kIpcExported));
+  }
   // Withdrawn when the allocation is freed: its base names it.
   CUdeviceptr base = call.ptr();
   size_t bytes = 0;

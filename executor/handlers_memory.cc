@@ -15,7 +15,10 @@ namespace curelay::executor {
 Session::Outcome Session::MemAlloc(const wire::MemAlloc& call) {
   Outcome outcome;
   CUdeviceptr ptr = 0;
-  outcome.result = AllocateCharged(call.bytes(), [&] { return driver_.cuMemAlloc(&ptr, call.bytes()); });
+  const bool swapping = Swapping();
+  outcome.result = AllocateCharged(call.bytes(), [&] {
+    return swapping ? AllocateMovable(call.bytes(), &ptr) : driver_.cuMemAlloc(&ptr, call.bytes());
+  });
   if (outcome.result == CUDA_SUCCESS) allocations_[ptr] = call.bytes();
   outcome.body = wire::CreatePointer(builder_, ptr, call.bytes()).Union();
   outcome.body_type = wire::ReplyBody::Pointer;
@@ -24,7 +27,12 @@ Session::Outcome Session::MemAlloc(const wire::MemAlloc& call) {
 
 Session::Outcome Session::MemFree(const wire::MemFree& call) {
   Outcome outcome;
-  outcome.result = driver_.cuMemFree(call.ptr());
+  if (swappable_.Owns(call.ptr())) {
+    outcome.result = swappable_.Free(call.ptr());
+    PublishMovable();
+  } else {
+    outcome.result = driver_.cuMemFree(call.ptr());
+  }
   if (outcome.result == CUDA_SUCCESS) {
     ipc_registry_.Withdraw(IpcRegistry::Kind::kMemory, call.ptr());
     const auto found = allocations_.find(call.ptr());
@@ -39,7 +47,13 @@ Session::Outcome Session::MemFree(const wire::MemFree& call) {
 CUresult Session::AllocateCharged(uint64_t bytes, const std::function<CUresult()>& allocate) {
   if (!memory_quota_.Charge(bytes)) return CUDA_ERROR_OUT_OF_MEMORY;
   CUresult result = allocate();
-  if (result == CUDA_ERROR_OUT_OF_MEMORY && memory_quota_.wait_when_short()) {
+  if (result == CUDA_ERROR_OUT_OF_MEMORY && Swapping()) {
+    // Take turns: wait in the backend's queue while others are swapped out to make room (docs/scheduling.md).
+    const uint32_t timeout_ms = memory_quota_.wait_timeout_ms();
+    const auto deadline = timeout_ms == 0 ? std::chrono::steady_clock::time_point::max()
+                                          : std::chrono::steady_clock::now() + std::chrono::milliseconds(timeout_ms);
+    while (result == CUDA_ERROR_OUT_OF_MEMORY && AwaitMemory(bytes, deadline) == CUDA_SUCCESS) result = allocate();
+  } else if (result == CUDA_ERROR_OUT_OF_MEMORY && memory_quota_.wait_when_short()) {
     // Within quota but the GPU is full: wait for other sessions to free memory, up to the tenant's timeout.
     const auto deadline =
         std::chrono::steady_clock::now() + std::chrono::milliseconds(memory_quota_.wait_timeout_ms());

@@ -54,6 +54,14 @@ Session::Outcome Session::MemGetAddressRange(const wire::MemGetAddressRange& cal
   CUdeviceptr base = 0;
   size_t bytes = 0;
   outcome.result = driver_.cuMemGetAddressRange(&base, &bytes, call.ptr());
+  // A movable allocation (memory turns) is a whole number of granules: its range is what the client asked for.
+  if (!swappable_.empty() && outcome.result == CUDA_SUCCESS && swappable_.Owns(base)) {
+    const auto requested = allocations_.find(base);
+    if (requested != allocations_.end()) {
+      if (call.ptr() - base >= requested->second) outcome.result = CUDA_ERROR_NOT_FOUND;  // the granule's padding
+      bytes = requested->second;
+    }
+  }
   if (outcome.result != CUDA_SUCCESS && call.for_copy()) {
     // A graph's allocation is device memory even while it is not mapped (a copy captured after its allocation).
     for (const auto& [start, allocation] : graph_allocations_) {

@@ -35,6 +35,8 @@ struct Options {
   int heartbeat_timeout_ms = 5000;  // the client is gone after this long without a sign of life
   bool mps_client = false;          // started as a client of the backend's MPS server (spatial sharing)
   std::string curve_secret_file;    // CURVE on its tcp endpoint: the backend's secret key (docs/security.md)
+  std::string swap_space;           // the backend's swap space (memory turns, docs/scheduling.md), and its size
+  uint64_t swap_space_bytes = 0;
 };
 
 bool ParseOptions(int argc, char** argv, Options* options) {
@@ -48,6 +50,8 @@ bool ParseOptions(int argc, char** argv, Options* options) {
     else if (flag == "--heartbeat-timeout-ms") options->heartbeat_timeout_ms = std::atoi(value.c_str());
     else if (flag == "--mps-client" && (value == "0" || value == "1")) options->mps_client = value == "1";
     else if (flag == "--curve-secret-file") options->curve_secret_file = value;
+    else if (flag == "--swap-space") options->swap_space = value;
+    else if (flag == "--swap-space-bytes") options->swap_space_bytes = std::strtoull(value.c_str(), nullptr, 10);
     else if (flag == "--host-gpus" && curelay::ParseGpuList(value)) options->host_gpus = *curelay::ParseGpuList(value);
     else return false;
   }
@@ -81,7 +85,8 @@ int main(int argc, char** argv) {
   if (!ParseOptions(argc, argv, &options)) {
     std::fprintf(stderr,
                  "usage: curelay-executor --driver PATH --bind ENDPOINT [--bind ENDPOINT] --control-fd FD "
-                 "[--log-level LEVEL] [--host-gpus I,J,...] [--mps-client 0|1] [--curve-secret-file PATH]\n"
+                 "[--log-level LEVEL] [--host-gpus I,J,...] [--mps-client 0|1] [--curve-secret-file PATH] "
+                 "[--swap-space PATH --swap-space-bytes N]\n"
                  "(started by curelay-backend)\n");
     return 2;
   }
@@ -191,6 +196,12 @@ int main(int argc, char** argv) {
     return 1;
   }
   session.ipc_registry().Configure(assignment.ipc_registry, assignment.ipc_scope);
+  session.SetHostGpus(options.host_gpus);
+  if (!options.swap_space.empty() && options.swap_space_bytes != 0 &&
+      !session.swap_space().Open(options.swap_space, options.swap_space_bytes, &error)) {
+    // The session runs; it only never swaps (its tenant's swap policy then waits, as `wait` does).
+    spdlog::warn("session {}: no swap space: {}", assignment.session_id, error);
+  }
   // The backend ends every session sharing this one's MPS server when its context faults (the fault reaches them).
   // The line outlives the backend: a new one adopts the session (executor/backend_link.h).
   executor::BackendLink link(control, assignment, session.dispatch_gate());

@@ -44,6 +44,8 @@ bool IsStickyFault(CUresult result) {
 // completion: the scheduler hears of a completion at most this late (the in-flight estimate it budgets lingers as
 // long, which only makes a budget stricter).
 constexpr int kScheduledPollMs = 1;
+// How often an idle session with movable memory looks for the backend's swap-out requests (memory turns).
+constexpr int kResidencyPollMs = 20;
 
 }  // namespace
 
@@ -71,8 +73,12 @@ int Session::Run() {
     // in a sleep that would delay it (measured: a launch-bound tenant lost 15% to such sleeps).
     const bool client_waits = !pending_waits_.empty();
     const bool waiting = client_waits || (dispatch_gate_.HasInflight() && captures_.empty());
-    const int timeout_ms = client_waits ? 0 : waiting ? kScheduledPollMs : -1;
+    // A session with movable memory looks at the backend's swap-out requests at least every kResidencyPollMs.
+    const bool movable = !swappable_.empty();
+    const int timeout_ms = client_waits ? 0 : waiting ? kScheduledPollMs : movable ? kResidencyPollMs : -1;
     const auto status = channel_->Receive(message, timeout_ms);
+    if (movable) AnswerSwapOutRequest();
+    if (status == transport::ReceiveStatus::kTimeout && !waiting) continue;
     if (status == transport::ReceiveStatus::kTimeout && waiting) {
       const size_t before = pending_waits_.size();
       if (!PollPendingWaits()) return 1;
@@ -275,7 +281,9 @@ bool Session::Handle(const wire::Request& request, std::span<const uint8_t> payl
   builder_.Clear();
   Outcome outcome;
   const bool needs_context = CallNeedsContext(request.call_type());
-  if (needs_context) outcome.result = MakeCurrent(request.context());
+  // A swapped-out session comes back before it serves anything (memory turns; nothing when it never swapped).
+  outcome.result = BeforeRequest();
+  if (needs_context && outcome.result == CUDA_SUCCESS) outcome.result = MakeCurrent(request.context());
   const bool during_capture = outcome.result == CUDA_SUCCESS && HandleDuringCapture(request, &outcome);
   if (outcome.result == CUDA_SUCCESS && !during_capture) {
     switch (request.call_type()) {
@@ -411,7 +419,10 @@ void Session::ReleaseEverything() {
   ReleaseGraphAllocations();  // after ReleaseGraphs: the graphs that could free them are gone
   ReleaseArrays();
   ReleaseIpc();  // before the memory its handles name is freed
-  for (auto& [ptr, bytes] : allocations_) driver_.cuMemFree(ptr);
+  for (auto& [ptr, bytes] : allocations_) {
+    if (!swappable_.Owns(ptr)) driver_.cuMemFree(ptr);
+  }
+  swappable_.ReleaseAll();
   for (auto& [id, module] : modules_) {
     if (library_modules_.count(id) == 0) driver_.cuModuleUnload(module);  // a library's goes with the library
   }

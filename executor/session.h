@@ -5,6 +5,7 @@
 #include <cuda.h>
 
 #include <atomic>
+#include <chrono>
 #include <cstdint>
 #include <deque>
 #include <functional>
@@ -24,6 +25,8 @@
 #include "executor/jit_option_set.h"
 #include "executor/session_memory_quota.h"
 #include "executor/staging_pool.h"
+#include "executor/swap_space.h"
+#include "executor/swappable_memory.h"
 #include "executor/texture_objects.h"
 #include "schema/wire.h"
 #include "transport/channel.h"
@@ -40,6 +43,10 @@ class Session {
   DispatchGate& dispatch_gate() { return dispatch_gate_; }
   // Which CUDA IPC handles this session may open, and where it publishes its own (before Run; unconfigured: off).
   IpcRegistry& ipc_registry() { return ipc_registry_; }
+  // Memory turns (session_residency.cc): the backend's swap space (before Run; unopened: the session never swaps)
+  // and the host GPU index of each device ordinal (empty: the same numbers).
+  SwapSpace& swap_space() { return swap_space_; }
+  void SetHostGpus(std::vector<int> host_gpus) { host_gpus_ = std::move(host_gpus); }
   ~Session();
 
   // Serves the client until it disconnects or breaks the protocol. Returns the process exit code.
@@ -205,8 +212,31 @@ class Session {
   uint64_t HostNodeFunctionId(const CUDA_HOST_NODE_PARAMS& params) const;
   CUresult QueueHostNodeTickets(const wire::GraphLaunch& call, size_t expected, size_t* queued);
   void WithdrawHostNodeTickets(size_t count);
+  bool HostNodesOutstanding() const;  // launched graph host nodes that have not run yet
   // How many host nodes a launch of an executable graph made from `graph` runs (child graphs' included).
   CUresult CountHostNodes(CUgraph graph, uint32_t* count, int depth = 0);
+  // Memory turns (session_residency.cc, docs/scheduling.md "Memory oversubscription").
+  // The tenant takes turns for memory and this executor can: its allocations are made movable and it waits in
+  // the backend's queue when the GPU is short.
+  bool Swapping() const;
+  int HostGpu(int device) const;
+  // A request arrived: the session is active, and must be resident before it is served.
+  CUresult BeforeRequest();
+  // Allocates `bytes` the way a swapping session does: movable when large enough, and only when it fits beside
+  // the reserve with nobody queued ahead (CUDA_ERROR_OUT_OF_MEMORY otherwise, which sends AllocateCharged to wait).
+  CUresult AllocateMovable(uint64_t bytes, CUdeviceptr* ptr);
+  // Waits in the queue until `bytes` more (and the session's own swapped-out memory) fit; OUT_OF_MEMORY when the
+  // backend rejects the wait or `deadline` passes. Serves swap-out requests meanwhile.
+  CUresult AwaitMemory(uint64_t bytes, std::chrono::steady_clock::time_point deadline);
+  // Brings swapped-out memory back, waiting for its turn.
+  CUresult EnsureResident();
+  // Answers the backend's swap-out request, if one is outstanding.
+  void AnswerSwapOutRequest();
+  // Drains every context of the session's work (answering the waits it completes); NOT_READY while something the
+  // client must do first is outstanding (a remote host function, a capture).
+  CUresult Quiesce();
+  void PublishMovable();
+  void RestoreCurrentContext();
   // Virtual memory management (handlers_virtual_memory.cc).
   void ReleaseVirtualMemory();
   // CUDA IPC (handlers_ipc.cc): publishes an exported handle and answers it.
@@ -331,6 +361,10 @@ class Session {
   IpcRegistry ipc_registry_;
   std::unordered_set<CUdeviceptr> ipc_opened_memory_;  // by cuIpcOpenMemHandle, not yet closed
   SessionMemoryQuota memory_quota_;
+  SwappableMemory swappable_{driver_};
+  SwapSpace swap_space_{driver_};
+  std::vector<int> host_gpus_;
+  bool swap_refusal_logged_ = false;
   DispatchGate dispatch_gate_{driver_};
   // The client's board of host-function gates (mapped for the life of the process: driver callbacks may still
   // hold a gate during teardown) and the flag that lets every waiting gate go when the session ends.

@@ -1,5 +1,7 @@
 #include "executor/session_memory_quota.h"
 
+#include "common/gpu_list.h"
+
 namespace curelay::executor {
 
 bool SessionMemoryQuota::Attach(const std::string& board_path, int session_slot, std::string* error) {
@@ -11,6 +13,11 @@ bool SessionMemoryQuota::Attach(const std::string& board_path, int session_slot,
   board_.reset(backend::MemoryQuotaBoard::Open(board_path, error));
   slot_ = session_slot;
   return board_ != nullptr;
+}
+
+uint32_t SessionMemoryQuota::waiting_on_gpu(int gpu) const {
+  if (board_ == nullptr || gpu < 0 || gpu >= kMaxHostGpus) return 0;
+  return board_->waiting_on_gpu(gpu).load();
 }
 
 const backend::TenantMemoryAccount* SessionMemoryQuota::tenant() const {

@@ -25,6 +25,15 @@ class SessionMemoryQuota {
   uint64_t tenant_used() const { return tenant() != nullptr ? tenant()->used.load() : 0; }
   bool wait_when_short() const { return tenant() != nullptr && tenant()->wait_when_short.load() != 0; }
   uint32_t wait_timeout_ms() const { return tenant() != nullptr ? tenant()->wait_timeout_ms.load() : 0; }
+  // Memory turns: the tenant's policy is to take turns when the GPU is short (docs/scheduling.md).
+  bool swap_policy() const {
+    return tenant() != nullptr && tenant()->wait_when_short.load() == backend::kMemoryPolicySwap;
+  }
+  // This session's side of memory turns; null without a board.
+  backend::SessionResidency* residency() { return board_ != nullptr ? &board_->session(slot_).residency : nullptr; }
+  uint64_t gpu_reserve_bytes() const { return board_ != nullptr ? board_->gpu_reserve_bytes().load() : 0; }
+  // How many sessions wait for memory on host GPU `gpu` (the backend's count, as of its last look).
+  uint32_t waiting_on_gpu(int gpu) const;
 
  private:
   const backend::TenantMemoryAccount* tenant() const;

@@ -24,6 +24,7 @@ json TenantJson(const TenantRecord& tenant) {
           {"gpus", tenant.gpus},
           {"mps_sm_percent", tenant.mps_sm_percent},
           {"mps_memory_limit_bytes", tenant.mps_memory_limit_bytes},
+          {"switch_time_ms", tenant.switch_time_ms},
           {"created_unix", tenant.created_unix}};
 }
 
@@ -45,6 +46,7 @@ bool ApplyFields(const json& fields, TenantRecord* tenant, std::string* error) {
       else if (key == "gpus") tenant->gpus = value.get<std::vector<int>>();
       else if (key == "mps_sm_percent") tenant->mps_sm_percent = value.get<uint32_t>();
       else if (key == "mps_memory_limit_bytes") tenant->mps_memory_limit_bytes = value.get<uint64_t>();
+      else if (key == "switch_time_ms") tenant->switch_time_ms = value.get<uint32_t>();
       else {
         *error = "unknown tenant field '" + key + "'";
         return false;
@@ -168,6 +170,7 @@ std::string AdminService::Handle(const std::string& request_text, bool trusted_t
                           {"client_program", executor->session.client_program},
                           {"mps_sm_percent", executor->kind.mps_sm_percent},
                           {"started_unix", executor->session.started_unix}});
+      if (session_details_) session_details_(*executor, &sessions.back());
     }
     return Success({{"sessions", sessions}}).dump();
   }

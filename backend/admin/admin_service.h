@@ -23,11 +23,17 @@ class AdminService {
         tenant_changed_(std::move(tenant_changed)),
         stats_(std::move(stats)) {}
 
+  // Fields the broker adds to each session of `session list` (its memory turns).
+  void SetSessionDetails(std::function<void(const ExecutorProcess&, nlohmann::json*)> details) {
+    session_details_ = std::move(details);
+  }
+
   // `trusted_transport`: the request came over the owner-only Unix socket, so no admin token is needed.
   std::string Handle(const std::string& request, bool trusted_transport);
 
  private:
   TenantRegistry& registry_;
+  std::function<void(const ExecutorProcess&, nlohmann::json*)> session_details_;
   ExecutorPool& pool_;
   std::string admin_token_sha256_;
   std::function<void(const std::string&)> tenant_changed_;

@@ -48,6 +48,10 @@ struct TenantMetrics {
   uint64_t quota_bytes = 0;        // 0: no quota
   uint64_t kernels = 0;            // cumulative kernel launches
   uint64_t sessions = 0;           // open now
+  uint64_t swapped_sessions = 0;   // memory turns: its sessions swapped out now
+  uint64_t swap_outs = 0;          // cumulative
+  uint64_t swap_ins = 0;
+  double swap_seconds = 0;         // cumulative time its sessions spent swapping
   QueueWaitHistogram queue_wait;
 };
 

@@ -116,6 +116,17 @@ std::string RenderPrometheusText(const MetricsSnapshot& snapshot) {
                      "Kernels the tenant launched.", [](const TenantMetrics& t) { return t.kernels; });
   AppendTenantFamily(out, snapshot, "curelay_tenant_sessions", "gauge", "Sessions the tenant has open.",
                      [](const TenantMetrics& t) { return t.sessions; });
+  AppendTenantFamily(out, snapshot, "curelay_tenant_swapped_sessions", "gauge",
+                     "The tenant's sessions swapped out of their GPU now (memory turns).",
+                     [](const TenantMetrics& t) { return t.swapped_sessions; });
+  AppendTenantFamily(out, snapshot, "curelay_tenant_swap_outs_total", "counter",
+                     "Times the tenant's sessions were swapped out.", [](const TenantMetrics& t) { return t.swap_outs; });
+  AppendTenantFamily(out, snapshot, "curelay_tenant_swap_ins_total", "counter",
+                     "Times the tenant's sessions were swapped back in.",
+                     [](const TenantMetrics& t) { return t.swap_ins; });
+  AppendTenantFamily(out, snapshot, "curelay_tenant_swap_seconds_total", "counter",
+                     "Time the tenant's sessions spent swapping out and in, in seconds.",
+                     [](const TenantMetrics& t) { return t.swap_seconds; });
   AppendQueueWaitFamily(out, snapshot);
   AppendTenantInfoFamily(out, snapshot);
   AppendGpuFamily(out, snapshot, "curelay_gpu_utilization", "gauge",

@@ -9,9 +9,19 @@
 namespace curelay::backend {
 namespace {
 
-constexpr uint64_t kMagic = 0x33647271796c6572;  // "relyqrd3"
+constexpr uint64_t kMagic = 0x34647271796c6572;  // "relyqrd4"
 
 }  // namespace
+
+const char* SwapRefusalText(uint32_t refusal) {
+  switch (static_cast<SwapRefusal>(refusal)) {
+    case SwapRefusal::kNone: return "none";
+    case SwapRefusal::kIpcExported: return "it exported memory through CUDA IPC";
+    case SwapRefusal::kSeveralGpus: return "its movable memory is on several GPUs";
+    case SwapRefusal::kFaulted: return "its context holds a fault";
+  }
+  return "unknown";
+}
 
 MemoryQuotaBoard* MemoryQuotaBoard::Create(const std::string& path, std::string* error) {
   void* mapping = transport::CreateNamedSharedFile(path, sizeof(MemoryQuotaBoardLayout), error);
@@ -80,6 +90,20 @@ void MemoryQuotaBoard::Settle(int session_slot) {
   const int tenant_slot = session.tenant.exchange(-1, std::memory_order_acq_rel);
   const uint64_t held = session.used.exchange(0, std::memory_order_acq_rel);
   session.executor_pid.store(0, std::memory_order_release);
+  SessionResidency& residency = session.residency;
+  for (auto* field : {&residency.residency, &residency.unswappable, &residency.admitted, &residency.rejected}) {
+    field->store(0);
+  }
+  residency.gpu.store(0);
+  for (auto* field : {&residency.movable_bytes, &residency.shortfall_bytes, &residency.swap_outs, &residency.swap_ins,
+                      &residency.swap_out_ns, &residency.swap_in_ns, &residency.swap_out_bytes,
+                      &residency.swap_in_bytes, &residency.swap_out_answer, &residency.swap_out_request,
+                      &residency.store_offset, &residency.store_bytes}) {
+    field->store(0);
+  }
+  for (auto* field : {&residency.waiting_since_ns, &residency.resident_since_ns, &residency.last_active_ns}) {
+    field->store(0);
+  }
   if (tenant_slot >= 0 && tenant_slot < kMaxQuotaTenants) {
     layout_->tenants[tenant_slot].used.fetch_sub(held, std::memory_order_acq_rel);
   }

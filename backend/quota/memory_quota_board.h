@@ -9,6 +9,8 @@
 #include <cstdint>
 #include <string>
 
+#include "common/gpu_list.h"
+
 namespace curelay::backend {
 
 inline constexpr int kMaxQuotaTenants = 256;
@@ -21,7 +23,8 @@ struct alignas(64) TenantMemoryAccount {
   std::atomic<uint64_t> peak{0};           // since the backend started
   std::atomic<uint64_t> interval_peak{0};  // since the usage ledger's last interval (the backend resets it)
   std::atomic<uint64_t> quota{0};            // 0: no quota
-  std::atomic<uint32_t> wait_when_short{0};  // policy when the GPU itself is short: 0 fail, 1 wait
+  // Policy when the GPU itself is short: 0 fail, 1 wait, 2 swap (take turns: kMemoryPolicySwap).
+  std::atomic<uint32_t> wait_when_short{0};
   std::atomic<uint32_t> wait_timeout_ms{0};
   // The tenant the account belongs to, NUL-terminated; empty: slot unused. Written by the backend only, read back
   // by the next backend after a restart (executors never read it).
@@ -31,10 +34,50 @@ struct alignas(64) TenantMemoryAccount {
   std::atomic<uint64_t> unrecorded_gpu_ns{0};
 };
 
+inline constexpr uint32_t kMemoryPolicySwap = 2;
+
+// Why an executor cannot swap its session out (SessionMemoryAccount::unswappable).
+enum class SwapRefusal : uint32_t {
+  kNone = 0,
+  kIpcExported = 1,      // another process maps memory this session exported with cuIpcGetMemHandle
+  kSeveralGpus = 2,      // its movable memory is on more than one GPU
+  kFaulted = 3,          // its contexts hold a sticky fault
+};
+const char* SwapRefusalText(uint32_t refusal);
+
+// A session's side of memory turns (docs/scheduling.md, "Memory oversubscription"): what its executor reports and
+// what the backend's residency service asks of it. Executors write the first group, the backend the second; the
+// backend checks everything it reads (a broken executor writes its slot at will).
+struct SessionResidency {
+  // Executor -> backend. Times are CLOCK_MONOTONIC nanoseconds (the backend's steady clock).
+  std::atomic<uint32_t> residency{0};        // scheduler::Residency: 0 resident, 1 swapped out, 2 moving
+  std::atomic<uint32_t> unswappable{0};      // SwapRefusal
+  std::atomic<int32_t> gpu{0};               // host GPU index of its movable memory
+  std::atomic<uint64_t> movable_bytes{0};    // what a swap-out frees (and needs of swap space)
+  std::atomic<uint64_t> shortfall_bytes{0};  // non-zero while it waits for GPU memory to be freed
+  std::atomic<int64_t> waiting_since_ns{0};
+  std::atomic<int64_t> resident_since_ns{0};
+  std::atomic<int64_t> last_active_ns{0};    // its last request
+  std::atomic<uint64_t> swap_outs{0};
+  std::atomic<uint64_t> swap_ins{0};
+  std::atomic<uint64_t> swap_out_ns{0};      // time spent swapping out (quiescing included), in total
+  std::atomic<uint64_t> swap_in_ns{0};
+  std::atomic<uint64_t> swap_out_bytes{0};   // moved, in total
+  std::atomic<uint64_t> swap_in_bytes{0};
+  std::atomic<uint64_t> swap_out_answer{0};  // the last swap-out request answered (done or declined)
+  // Backend -> executor.
+  std::atomic<uint64_t> swap_out_request{0};  // raised to ask for a swap-out into [store_offset, + store_bytes)
+  std::atomic<uint64_t> store_offset{0};
+  std::atomic<uint64_t> store_bytes{0};
+  std::atomic<uint32_t> admitted{0};          // the head of its GPU's queue: it may take memory as it frees up
+  std::atomic<uint32_t> rejected{0};          // its wait can never end: fail the allocation
+};
+
 struct alignas(64) SessionMemoryAccount {
   std::atomic<uint64_t> used{0};
   std::atomic<int32_t> tenant{-1};  // the tenant account this session charges; -1: slot free
   std::atomic<int32_t> executor_pid{0};  // the executor serving it: a restarted backend keeps the slot while it lives
+  SessionResidency residency;
 };
 
 struct MemoryQuotaBoardLayout {
@@ -42,6 +85,11 @@ struct MemoryQuotaBoardLayout {
   // Session ids, unique across backend restarts on this runtime directory (adopted sessions keep theirs).
   std::atomic<uint64_t> next_session_id{1};
   std::atomic<int64_t> usage_interval_start{0};  // the unix start of the interval unrecorded_gpu_ns belongs to
+  // Memory turns: GPU memory a swapping session leaves free beside what it takes ([swap] reserve).
+  std::atomic<uint64_t> gpu_reserve_bytes{0};
+  // Sessions waiting for memory, by host GPU (the backend's count): while any wait, a session that would need
+  // freed memory joins the queue instead of taking it.
+  std::atomic<uint32_t> waiting_on_gpu[kMaxHostGpus] = {};
   TenantMemoryAccount tenants[kMaxQuotaTenants];
   SessionMemoryAccount sessions[kMaxQuotaSessions];
 };
@@ -62,6 +110,8 @@ class MemoryQuotaBoard {
   uint64_t TakeSessionId() { return layout_->next_session_id.fetch_add(1); }
   uint64_t next_session_id() const { return layout_->next_session_id.load(); }
   std::atomic<int64_t>& usage_interval_start() { return layout_->usage_interval_start; }
+  std::atomic<uint64_t>& gpu_reserve_bytes() { return layout_->gpu_reserve_bytes; }
+  std::atomic<uint32_t>& waiting_on_gpu(int gpu) { return layout_->waiting_on_gpu[gpu]; }
 
   // Charges `bytes` to the session and its tenant; false (nothing charged) when the tenant's quota would be
   // exceeded.

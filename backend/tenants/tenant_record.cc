@@ -15,7 +15,13 @@ std::string ValidateTenant(const TenantRecord& tenant) {
     return "priority is high, normal or low";
   }
   if (tenant.weight == 0 || tenant.weight > 1000000) return "weight is 1 to 1000000";
-  if (tenant.memory_policy != "fail" && tenant.memory_policy != "wait") return "memory policy is fail or wait";
+  if (tenant.memory_policy != "fail" && tenant.memory_policy != "wait" && tenant.memory_policy != "swap") {
+    return "memory policy is fail, wait or swap";
+  }
+  if (tenant.switch_time_ms > 86'400'000) return "the switch time is at most 86400000 ms (0: the backend's)";
+  if (tenant.memory_policy == "swap" && tenant.mps_sm_percent != 0) {
+    return "memory policy swap is for time-sliced tenants (not with an MPS SM percentage)";
+  }
   if (std::string error = ValidateGpuList(tenant.gpus); !error.empty()) return error;
   if (tenant.mps_sm_percent > 100) return "the MPS SM percentage is 1 to 100 (0: no spatial sharing)";
   if (tenant.mps_memory_limit_bytes != 0 && tenant.mps_sm_percent == 0) {

@@ -13,8 +13,11 @@ struct TenantRecord {
   std::string priority = "normal";       // high | normal | low: strict precedence
   uint32_t weight = 1;                   // share of GPU time among tenants of its class
   uint64_t memory_quota_bytes = 0;       // 0: no quota beyond the GPU's memory
-  std::string memory_policy = "fail";    // when the GPU is short within quota: fail now, or wait
-  uint32_t wait_timeout_ms = 10000;      // how long "wait" waits
+  // When the GPU is short within quota: fail now, wait, or swap (take turns with other tenants' sessions: memory
+  // oversubscription, docs/scheduling.md).
+  std::string memory_policy = "fail";
+  uint32_t wait_timeout_ms = 10000;      // how long "wait" and "swap" wait (0 with swap: for as long as it takes)
+  uint32_t switch_time_ms = 0;           // swap: how long a turn holds the memory; 0: the backend's [swap] setting
   uint32_t max_sessions = 0;             // 0: unlimited
   std::vector<int> gpus;                 // host GPU indices it may use, in the order it sees them; empty: all
   // Spatial sharing (docs/scheduling.md): 1-100 runs the tenant's executors as clients of the backend's MPS server

@@ -23,7 +23,8 @@ CREATE TABLE IF NOT EXISTS tenants (
   gpus TEXT NOT NULL,
   created_unix INTEGER NOT NULL,
   mps_sm_percent INTEGER NOT NULL DEFAULT 0,
-  mps_memory_limit_bytes INTEGER NOT NULL DEFAULT 0
+  mps_memory_limit_bytes INTEGER NOT NULL DEFAULT 0,
+  switch_time_ms INTEGER NOT NULL DEFAULT 0
 );
 CREATE TABLE IF NOT EXISTS usage (
   tenant TEXT NOT NULL,
@@ -81,11 +82,12 @@ std::vector<int> SplitGpus(const std::string& text) {
 constexpr const char* kAddedColumns[] = {
     "ALTER TABLE tenants ADD COLUMN mps_sm_percent INTEGER NOT NULL DEFAULT 0",
     "ALTER TABLE tenants ADD COLUMN mps_memory_limit_bytes INTEGER NOT NULL DEFAULT 0",
+    "ALTER TABLE tenants ADD COLUMN switch_time_ms INTEGER NOT NULL DEFAULT 0",
 };
 
 constexpr const char* kColumns =
     "name, priority, weight, memory_quota_bytes, memory_policy, wait_timeout_ms, max_sessions, gpus, created_unix, "
-    "mps_sm_percent, mps_memory_limit_bytes";
+    "mps_sm_percent, mps_memory_limit_bytes, switch_time_ms";
 
 TenantRecord ReadTenant(const Statement& row) {
   TenantRecord tenant;
@@ -100,6 +102,7 @@ TenantRecord ReadTenant(const Statement& row) {
   tenant.created_unix = row.Int(8);
   tenant.mps_sm_percent = static_cast<uint32_t>(row.Int(9));
   tenant.mps_memory_limit_bytes = static_cast<uint64_t>(row.Int(10));
+  tenant.switch_time_ms = static_cast<uint32_t>(row.Int(11));
   return tenant;
 }
 
@@ -143,13 +146,13 @@ std::string TenantRegistry::Add(const TenantRecord& tenant, std::string* error) 
   const std::string token = NewTenantToken();
   Statement insert(db_, "INSERT INTO tenants (name, token_hash, priority, weight, memory_quota_bytes, "
                         "memory_policy, wait_timeout_ms, max_sessions, gpus, created_unix, mps_sm_percent, "
-                        "mps_memory_limit_bytes) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)");
+                        "mps_memory_limit_bytes, switch_time_ms) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)");
   insert.Bind(1, tenant.name).Bind(2, HashTenantToken(token)).Bind(3, tenant.priority);
   insert.Bind(4, int64_t{tenant.weight}).Bind(5, static_cast<int64_t>(tenant.memory_quota_bytes));
   insert.Bind(6, tenant.memory_policy).Bind(7, int64_t{tenant.wait_timeout_ms});
   insert.Bind(8, int64_t{tenant.max_sessions}).Bind(9, JoinGpus(tenant.gpus));
   insert.Bind(10, static_cast<int64_t>(std::time(nullptr))).Bind(11, int64_t{tenant.mps_sm_percent});
-  insert.Bind(12, static_cast<int64_t>(tenant.mps_memory_limit_bytes));
+  insert.Bind(12, static_cast<int64_t>(tenant.mps_memory_limit_bytes)).Bind(13, int64_t{tenant.switch_time_ms});
   if (insert.Step() != SQLITE_DONE) {
     *error = std::string("database: ") + sqlite3_errmsg(db_);
     return {};
@@ -164,12 +167,13 @@ bool TenantRegistry::Update(const TenantRecord& tenant, std::string* error) {
   }
   Statement update(db_, "UPDATE tenants SET priority = ?, weight = ?, memory_quota_bytes = ?, memory_policy = ?, "
                         "wait_timeout_ms = ?, max_sessions = ?, gpus = ?, mps_sm_percent = ?, "
-                        "mps_memory_limit_bytes = ? WHERE name = ?");
+                        "mps_memory_limit_bytes = ?, switch_time_ms = ? WHERE name = ?");
   update.Bind(1, tenant.priority).Bind(2, int64_t{tenant.weight});
   update.Bind(3, static_cast<int64_t>(tenant.memory_quota_bytes)).Bind(4, tenant.memory_policy);
   update.Bind(5, int64_t{tenant.wait_timeout_ms}).Bind(6, int64_t{tenant.max_sessions});
   update.Bind(7, JoinGpus(tenant.gpus)).Bind(8, int64_t{tenant.mps_sm_percent});
-  update.Bind(9, static_cast<int64_t>(tenant.mps_memory_limit_bytes)).Bind(10, tenant.name);
+  update.Bind(9, static_cast<int64_t>(tenant.mps_memory_limit_bytes)).Bind(10, int64_t{tenant.switch_time_ms});
+  update.Bind(11, tenant.name);
   if (update.Step() != SQLITE_DONE) {
     *error = std::string("database: ") + sqlite3_errmsg(db_);
     return false;

@@ -99,6 +99,8 @@ void DropPhysicalIfUnused(VirtualMemory& state, uint64_t handle) {
   auto it = state.physical.find(handle);
   if (it == state.physical.end() || it->second.references > 0 || it->second.mappings > 0) return;
   close(it->second.fd);
+  // Its device memory is free again.
+  Driver::Get().memory().UnchargePhysical(it->second.prop.location.id, it->second.size);
   state.physical.erase(it);
 }
 
@@ -187,11 +189,13 @@ CUresult CUDAAPI cuMemCreate(CUmemGenericAllocationHandle* handle, size_t size, 
     if (CUresult r = emu::CheckInit(); r != CUDA_SUCCESS) return r;
     if (handle == nullptr || size == 0 || !emu::Aligned(size) || flags != 0) return CUDA_ERROR_INVALID_VALUE;
     if (CUresult r = emu::CheckProp(prop); r != CUDA_SUCCESS) return r;
+    // Physical memory counts against the device's capacity, as the real driver's does.
+    if (!emu::Driver::Get().memory().ChargePhysical(prop->location.id, size)) return CUDA_ERROR_OUT_OF_MEMORY;
     // The file's pages are committed when touched and read as zeros until then.
     const int fd = memfd_create("curelay-emulated-vmm", MFD_CLOEXEC);
-    if (fd < 0) return CUDA_ERROR_OUT_OF_MEMORY;
-    if (ftruncate(fd, static_cast<off_t>(size)) != 0) {
-      close(fd);
+    if (fd < 0 || ftruncate(fd, static_cast<off_t>(size)) != 0) {
+      if (fd >= 0) close(fd);
+      emu::Driver::Get().memory().UnchargePhysical(prop->location.id, size);
       return CUDA_ERROR_OUT_OF_MEMORY;
     }
     emu::VirtualMemory& state = emu::State();

@@ -195,7 +195,25 @@ size_t MemoryMap::capacity() const {
 
 size_t MemoryMap::used(int device) const {
   std::shared_lock lock(mu_);
+  if (shared_used_ != nullptr) {
+    return std::min<uint64_t>(shared_used_[physical_devices_.at(static_cast<size_t>(device))].load(), capacity_);
+  }
   return used_.at(static_cast<size_t>(device));
+}
+
+bool MemoryMap::ChargePhysical(int device, size_t bytes) {
+  std::unique_lock lock(mu_);
+  size_t& used = used_.at(static_cast<size_t>(device));
+  if (bytes > capacity_ - used) return false;
+  if (!ChargeShared(device, bytes)) return false;
+  used += bytes;
+  return true;
+}
+
+void MemoryMap::UnchargePhysical(int device, size_t bytes) {
+  std::unique_lock lock(mu_);
+  used_.at(static_cast<size_t>(device)) -= bytes;
+  UnchargeShared(device, bytes);
 }
 
 }  // namespace curelay::emulated

@@ -89,7 +89,13 @@ class MemoryMap {
   std::shared_ptr<Allocation> Find(uint64_t addr, size_t bytes, int device = -1) const;
 
   size_t capacity() const;
+  // What the device holds: across every process sharing it when its capacity is shared, as the real driver's
+  // cuMemGetInfo counts every process's memory.
   size_t used(int device) const;
+  // Physical memory made outside blocks (cuMemCreate): charged against the device's capacity like a block;
+  // false (nothing charged) when it does not fit.
+  bool ChargePhysical(int device, size_t bytes);
+  void UnchargePhysical(int device, size_t bytes);
 
   // Makes every process that names the same file share each device's capacity, as processes share one real GPU
   // (CURELAY_EMU_SHARED_MEMORY_FILE). Memory of a process that dies without freeing stays counted there.

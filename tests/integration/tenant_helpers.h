@@ -2,7 +2,10 @@
 // with it, and the environment of a tenant's client.
 #pragma once
 
+#include <fcntl.h>
 #include <gtest/gtest.h>
+#include <signal.h>
+#include <unistd.h>
 #include <sys/wait.h>
 
 #include <cstdio>
@@ -11,6 +14,7 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 #include <string>
+#include <chrono>
 #include <vector>
 
 #include "tests/integration/backend_process.h"
@@ -60,5 +64,71 @@ inline std::map<std::string, std::string> ClientEnv(const BackendProcess& backen
   if (!token.empty()) env["CURELAY_TOKEN"] = token;
   return env;
 }
+
+// A test client in "interactive" mode: commands on its stdin, one answer line each on its stdout.
+class InteractiveClient {
+ public:
+  InteractiveClient(const BackendProcess& backend, const std::string& token, const std::string& name) {
+    char pattern[] = "/tmp/curelay-client-XXXXXX";
+    output_ = std::string(mkdtemp(pattern)) + "/" + name + ".out";
+    int pipe_fds[2];
+    EXPECT_EQ(pipe(pipe_fds), 0);
+    pid_ = fork();
+    if (pid_ == 0) {
+      dup2(pipe_fds[0], 0);
+      close(pipe_fds[1]);
+      const int out = open(output_.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+      dup2(out, 1);
+      dup2(out, 2);
+      for (const auto& [key, value] : ClientEnv(backend, token)) setenv(key.c_str(), value.c_str(), 1);
+      execl(CURELAY_TEST_CLIENT_PATH, CURELAY_TEST_CLIENT_PATH, "interactive", nullptr);
+      _exit(127);
+    }
+    close(pipe_fds[0]);
+    input_ = pipe_fds[1];
+    ready_ = WaitFor([&] { return ReadFile(output_).find("READY") != std::string::npos; }, std::chrono::seconds(20));
+  }
+  ~InteractiveClient() {
+    close(input_);
+    if (!WaitFor([&] { return waitpid(pid_, nullptr, WNOHANG) == pid_; }, std::chrono::seconds(10))) {
+      kill(pid_, SIGKILL);
+      waitpid(pid_, nullptr, 0);
+    }
+  }
+  bool ready() const { return ready_; }
+  // Sends one command and returns its answer line ("alloc 0", ...), or "" if none came.
+  std::string Ask(const std::string& command) {
+    const std::string line = command + "\n";
+    EXPECT_EQ(write(input_, line.data(), line.size()), static_cast<ssize_t>(line.size()));
+    ++answers_;
+    std::string answer;
+    WaitFor([&] {
+      std::istringstream lines(ReadFile(output_));
+      std::string current;
+      size_t seen = 0;
+      bool past_ready = false;
+      while (std::getline(lines, current)) {
+        if (!past_ready) {
+          past_ready = current == "READY";
+          continue;
+        }
+        if (current.rfind("curelay", 0) == 0) continue;  // the shim's own log lines
+        if (++seen == answers_) answer = current;
+      }
+      return !answer.empty();
+    }, std::chrono::seconds(20));
+    return answer;
+  }
+  std::string output() const { return ReadFile(output_); }
+
+ private:
+  pid_t pid_ = -1;
+  int input_ = -1;
+  std::string output_;
+  size_t answers_ = 0;
+  bool ready_ = false;
+};
+
+inline std::string Alloc(uint64_t bytes) { return "alloc " + std::to_string(bytes); }
 
 }  // namespace curelay::testing

@@ -232,6 +232,37 @@ int main(int argc, char** argv) {
         const CUresult result = held.empty() ? CUDA_ERROR_INVALID_VALUE : cuMemFree(held.back());
         if (!held.empty()) held.pop_back();
         std::printf("free %d\n", static_cast<int>(result));
+      } else if (command == "fill" || command == "busy") {
+        // fill VALUE: word i of every held block becomes VALUE + block index, synchronized. busy VALUE: the same
+        // through 8 rounds of asynchronous memsets on the legacy stream, left in flight (the last round wins).
+        unsigned value = 0;
+        std::cin >> value;
+        const int rounds = command == "busy" ? 8 : 1;
+        CUresult result = CUDA_SUCCESS;
+        for (int round = 0; round < rounds && result == CUDA_SUCCESS; ++round) {
+          for (size_t i = 0; i < held.size() && result == CUDA_SUCCESS; ++i) {
+            size_t bytes = 0;
+            result = cuMemGetAddressRange(nullptr, &bytes, held[i]);
+            const unsigned word = round + 1 == rounds ? value + static_cast<unsigned>(i) : 0xdead0000u + round;
+            if (result == CUDA_SUCCESS) result = cuMemsetD32Async(held[i], word, bytes / 4, nullptr);
+          }
+        }
+        if (command == "fill" && result == CUDA_SUCCESS) result = cuCtxSynchronize();
+        std::printf("%s %d\n", command.c_str(), static_cast<int>(result));
+      } else if (command == "check") {
+        // check VALUE: every word of every held block is VALUE + block index ("check 0 ok"), read back whole.
+        unsigned value = 0;
+        std::cin >> value;
+        CUresult result = CUDA_SUCCESS;
+        bool intact = true;
+        for (size_t i = 0; i < held.size() && result == CUDA_SUCCESS; ++i) {
+          size_t bytes = 0;
+          result = cuMemGetAddressRange(nullptr, &bytes, held[i]);
+          std::vector<unsigned> words(bytes / 4);
+          if (result == CUDA_SUCCESS) result = cuMemcpyDtoH(words.data(), held[i], words.size() * 4);
+          for (unsigned word : words) intact &= word == value + static_cast<unsigned>(i);
+        }
+        std::printf("check %d %s\n", static_cast<int>(result), intact ? "ok" : "corrupt");
       } else if (command == "info") {
         size_t free = 0, total = 0, device_total = 0;
         const CUresult result = cuMemGetInfo(&free, &total);

@@ -35,6 +35,10 @@ MetricsSnapshot SmallSnapshot() {
   alpha.quota_bytes = 0;
   alpha.kernels = 42;
   alpha.sessions = 2;
+  alpha.swapped_sessions = 1;
+  alpha.swap_outs = 4;
+  alpha.swap_ins = 3;
+  alpha.swap_seconds = 1.5;
   alpha.queue_wait.bucket_counts = {0, 1, 1, 2, 2, 2, 2, 2, 2, 3};
   alpha.queue_wait.sum_seconds = 2.25;
   alpha.queue_wait.count = 3;
@@ -66,6 +70,18 @@ constexpr char kSmallSnapshotText[] =
     "# HELP curelay_tenant_sessions Sessions the tenant has open.\n"
     "# TYPE curelay_tenant_sessions gauge\n"
     "curelay_tenant_sessions{tenant=\"alpha\"} 2\n"
+    "# HELP curelay_tenant_swapped_sessions The tenant's sessions swapped out of their GPU now (memory turns).\n"
+    "# TYPE curelay_tenant_swapped_sessions gauge\n"
+    "curelay_tenant_swapped_sessions{tenant=\"alpha\"} 1\n"
+    "# HELP curelay_tenant_swap_outs_total Times the tenant's sessions were swapped out.\n"
+    "# TYPE curelay_tenant_swap_outs_total counter\n"
+    "curelay_tenant_swap_outs_total{tenant=\"alpha\"} 4\n"
+    "# HELP curelay_tenant_swap_ins_total Times the tenant's sessions were swapped back in.\n"
+    "# TYPE curelay_tenant_swap_ins_total counter\n"
+    "curelay_tenant_swap_ins_total{tenant=\"alpha\"} 3\n"
+    "# HELP curelay_tenant_swap_seconds_total Time the tenant's sessions spent swapping out and in, in seconds.\n"
+    "# TYPE curelay_tenant_swap_seconds_total counter\n"
+    "curelay_tenant_swap_seconds_total{tenant=\"alpha\"} 1.5\n"
     "# HELP curelay_tenant_queue_wait_seconds Time the tenant's work waited for the GPU, in seconds.\n"
     "# TYPE curelay_tenant_queue_wait_seconds histogram\n"
     "curelay_tenant_queue_wait_seconds_bucket{tenant=\"alpha\",le=\"0.0001\"} 0\n"
@@ -98,7 +114,7 @@ TEST(PrometheusText, EmptySnapshotStillDescribesEveryFamily) {
   const std::string text = RenderPrometheusText(MetricsSnapshot{});
   int type_lines = 0;
   for (size_t at = text.find("# TYPE "); at != std::string::npos; at = text.find("# TYPE ", at + 1)) ++type_lines;
-  EXPECT_EQ(type_lines, 10);
+  EXPECT_EQ(type_lines, 14);
   EXPECT_EQ(text.find("{"), std::string::npos);  // no samples
 }
 
