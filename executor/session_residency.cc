@@ -77,10 +77,7 @@ CUresult Session::AllocateMovable(uint64_t bytes, CUdeviceptr* ptr) {
   if (free < size || free - size < memory_quota_.gpu_reserve_bytes() || queue_ahead) return CUDA_ERROR_OUT_OF_MEMORY;
   const CUcontext context = CurrentDriverContext();
   const CUresult result = swappable_.Allocate(context, device, bytes, ptr);
-  if (result == CUDA_SUCCESS) {
-    swap_space_.LockInBackground(context);
-    PublishMovable();
-  }
+  if (result == CUDA_SUCCESS) PublishMovable();
   return result;
 }
 
@@ -184,12 +181,13 @@ void Session::AnswerSwapOutRequest() {
   const int64_t start = MonotonicNs();
   residency->residency.store(2);
   CUresult result = Quiesce();
-  uint8_t* store = swap_space_.At(offset, bytes);
-  if (result == CUDA_SUCCESS && (store == nullptr || bytes < swappable_.movable_bytes())) {
+  uint8_t* store = nullptr;
+  if (result == CUDA_SUCCESS && (swap_space_.At(offset, bytes) == nullptr || bytes < swappable_.movable_bytes())) {
     result = CUDA_ERROR_INVALID_VALUE;  // it grew since the backend chose the extent: asked again at the next look
   }
   if (result == CUDA_SUCCESS) {
-    swap_space_.AwaitLocked();
+    if (CurrentDriverContext() == nullptr && !contexts_.empty()) driver_.cuCtxSetCurrent(contexts_.begin()->second);
+    store = swap_space_.Prepare(offset, bytes);  // page-locked while nothing of the session runs
     result = swappable_.SwapOut(store, bytes);
     RestoreCurrentContext();
   }

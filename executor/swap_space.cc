@@ -11,8 +11,7 @@
 namespace curelay::executor {
 
 SwapSpace::~SwapSpace() {
-  if (locker_.joinable()) locker_.join();
-  if (locked_.load()) driver_.cuMemHostUnregister(base_);
+  for (const auto& [offset, bytes] : locked_) driver_.cuMemHostUnregister(base_ + offset);
   if (base_ != nullptr) munmap(base_, bytes_);
 }
 
@@ -39,26 +38,36 @@ uint8_t* SwapSpace::At(uint64_t offset, uint64_t bytes) const {
   return base_ + offset;
 }
 
-void SwapSpace::LockInBackground(CUcontext context) {
-  if (base_ == nullptr || locker_.joinable() || driver_.cuMemHostRegister == nullptr) return;
-  locker_ = std::thread([this, context] {
-    const auto start = std::chrono::steady_clock::now();
-    CUresult result = driver_.cuCtxSetCurrent(context);
-    if (result == CUDA_SUCCESS) result = driver_.cuMemHostRegister(base_, bytes_, CU_MEMHOSTREGISTER_PORTABLE);
-    const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-    if (result == CUDA_SUCCESS) {
-      locked_.store(true);
-      spdlog::info("swap space of {} MiB page-locked in {:.2f} s", bytes_ >> 20, seconds);
+uint8_t* SwapSpace::Prepare(uint64_t offset, uint64_t bytes) {
+  uint8_t* extent = At(offset, bytes);
+  if (extent == nullptr || bytes == 0 || driver_.cuMemHostRegister == nullptr) return extent;
+  // Already page-locked as a whole by an earlier extent?
+  auto covering = locked_.upper_bound(offset);
+  if (covering != locked_.begin()) {
+    --covering;
+    if (offset >= covering->first && offset + bytes <= covering->first + covering->second) return extent;
+  }
+  // Registrations that overlap this extent go (the driver refuses overlapping ones).
+  for (auto it = locked_.begin(); it != locked_.end();) {
+    if (it->first < offset + bytes && offset < it->first + it->second) {
+      driver_.cuMemHostUnregister(base_ + it->first);
+      it = locked_.erase(it);
     } else {
-      spdlog::warn("cannot page-lock the swap space (CUresult {}): swaps run at the pageable copy rate",
-                   static_cast<int>(result));
+      ++it;
     }
-  });
-}
-
-bool SwapSpace::AwaitLocked() {
-  if (locker_.joinable()) locker_.join();
-  return locked_.load();
+  }
+  const auto start = std::chrono::steady_clock::now();
+  const CUresult result = driver_.cuMemHostRegister(extent, bytes, CU_MEMHOSTREGISTER_PORTABLE);
+  if (result == CUDA_SUCCESS) {
+    locked_[offset] = bytes;
+    spdlog::info("page-locked {} MiB of the swap space in {:.2f} s", bytes >> 20,
+                 std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
+  } else if (!lock_failure_logged_) {
+    lock_failure_logged_ = true;
+    spdlog::warn("cannot page-lock the swap space (CUresult {}): swaps run at the pageable copy rate",
+                 static_cast<int>(result));
+  }
+  return extent;
 }
 
 }  // namespace curelay::executor

@@ -85,6 +85,7 @@ void ResidencyService::Step(scheduler::TimePoint now) {
         space_.Give(extent->second);
         extents_.erase(extent);
       }
+      last_extents_.erase(slot);
       continue;
     }
     const uint64_t request = residency.swap_out_request.load(std::memory_order_acquire);
@@ -137,9 +138,12 @@ void ResidencyService::Step(scheduler::TimePoint now) {
     const uint64_t request = residency.swap_out_request.load();
     if (request != residency.swap_out_answer.load() || extents_.count(slot) != 0) continue;
     const uint64_t bytes = residency.movable_bytes.load();
-    const std::optional<uint64_t> offset = space_.Take(bytes);
+    const auto last = last_extents_.find(slot);
+    const std::optional<uint64_t> offset =
+        space_.Take(bytes, last != last_extents_.end() ? std::optional<uint64_t>(last->second) : std::nullopt);
     if (!offset) continue;  // fragmented: the next look tries again
     extents_[slot] = *offset;
+    last_extents_[slot] = *offset;
     residency.store_offset.store(*offset);
     residency.store_bytes.store((bytes + 4095) / 4096 * 4096);
     residency.swap_out_request.store(request + 1, std::memory_order_release);

@@ -75,6 +75,7 @@ class ResidencyService {
   std::mutex mutex_;  // guards what follows (the thread, and the broker's SetTenant and Summary)
   std::map<int, TenantTurns> tenants_;
   std::map<int, uint64_t> extents_;  // session slot -> its extent of the swap space
+  std::map<int, uint64_t> last_extents_;  // session slot -> the extent it had last (offered again: page-locked)
   Figures figures_;
   bool budget_exhausted_logged_ = false;
   std::atomic<bool> stop_{false};

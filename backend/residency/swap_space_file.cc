@@ -56,9 +56,23 @@ bool SwapSpaceFile::Create(uint64_t bytes, std::string* error) {
   return true;
 }
 
-std::optional<uint64_t> SwapSpaceFile::Take(uint64_t bytes) {
+std::optional<uint64_t> SwapSpaceFile::Take(uint64_t bytes, std::optional<uint64_t> preferred) {
   if (bytes == 0 || bytes > bytes_) return std::nullopt;
   bytes = (bytes + kPage - 1) / kPage * kPage;
+  if (preferred) {
+    auto it = free_.upper_bound(*preferred);
+    if (it != free_.begin()) {
+      --it;
+      const uint64_t start = it->first, length = it->second;
+      if (*preferred >= start && *preferred + bytes <= start + length) {
+        free_.erase(it);
+        if (*preferred > start) free_[start] = *preferred - start;
+        if (*preferred + bytes < start + length) free_[*preferred + bytes] = start + length - *preferred - bytes;
+        taken_[*preferred] = bytes;
+        return *preferred;
+      }
+    }
+  }
   for (auto it = free_.begin(); it != free_.end(); ++it) {
     if (it->second < bytes) continue;
     const uint64_t offset = it->first;

@@ -25,8 +25,9 @@ class SwapSpaceFile {
   const std::string& path() const { return path_; }
   uint64_t size() const { return bytes_; }
 
-  // First fit, in whole pages; nullopt when no free extent is large enough.
-  std::optional<uint64_t> Take(uint64_t bytes);
+  // At `preferred` when that range is free (a session's previous extent: its executor keeps it page-locked), else
+  // first fit; in whole pages. nullopt when no free extent is large enough.
+  std::optional<uint64_t> Take(uint64_t bytes, std::optional<uint64_t> preferred = std::nullopt);
   void Give(uint64_t offset);
   uint64_t LargestFree() const;
   uint64_t FreeBytes() const;
