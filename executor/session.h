@@ -230,6 +230,8 @@ class Session {
   CUresult AwaitMemory(uint64_t bytes, std::chrono::steady_clock::time_point deadline);
   // Brings swapped-out memory back, waiting for its turn.
   CUresult EnsureResident();
+  // Brings it back now (its turn has come); CUDA_ERROR_OUT_OF_MEMORY leaves it out.
+  CUresult SwapInNow();
   // Answers the backend's swap-out request, if one is outstanding.
   void AnswerSwapOutRequest();
   // Drains every context of the session's work (answering the waits it completes); NOT_READY while something the

@@ -45,6 +45,11 @@ int Session::HostGpu(int device) const {
 void Session::PublishMovable() {
   backend::SessionResidency* residency = memory_quota_.residency();
   if (residency == nullptr) return;
+  // Its first turn starts with its first movable memory (a slot's times start at zero: "resident since boot").
+  if (residency->resident_since_ns.load() == 0) {
+    residency->resident_since_ns.store(MonotonicNs());
+    residency->last_active_ns.store(MonotonicNs());
+  }
   residency->movable_bytes.store(swappable_.movable_bytes());
   const int device = swappable_.SoleDevice();
   if (device >= 0) residency->gpu.store(HostGpu(device));
@@ -98,7 +103,13 @@ CUresult Session::AwaitMemory(uint64_t bytes, std::chrono::steady_clock::time_po
     const uint64_t own = swappable_.swapped_out() ? swappable_.movable_bytes() : 0;
     const uint64_t wanted = bytes + own + memory_quota_.gpu_reserve_bytes();
     const uint64_t shortfall = free >= wanted ? 0 : wanted - free;
-    if (shortfall == 0 && residency->admitted.load() != 0) return stop_waiting(CUDA_SUCCESS);
+    if (shortfall == 0 && residency->admitted.load() != 0) {
+      // Its turn: memory that left while it waited comes back first, so nothing is ever made beside memory that
+      // is out (the store's layout is the allocations' as they were).
+      const CUresult back = swappable_.swapped_out() ? SwapInNow() : CUDA_SUCCESS;
+      if (back == CUDA_SUCCESS) return stop_waiting(CUDA_SUCCESS);
+      if (back != CUDA_ERROR_OUT_OF_MEMORY) return stop_waiting(back);
+    }
     residency->shortfall_bytes.store(std::max<uint64_t>(shortfall, 1));
     if (residency->rejected.load() != 0) {
       spdlog::warn("the GPU cannot hold {} MiB more for this session even with others swapped out: out of memory",
@@ -110,39 +121,47 @@ CUresult Session::AwaitMemory(uint64_t bytes, std::chrono::steady_clock::time_po
   }
 }
 
+CUresult Session::SwapInNow() {
+  backend::SessionResidency* residency = memory_quota_.residency();
+  const uint8_t* store = swap_space_.At(residency->store_offset.load(), swappable_.movable_bytes());
+  residency->residency.store(2);  // moving: the backend keeps the extent until it is resident again
+  const int64_t start = MonotonicNs();
+  const CUresult result =
+      store != nullptr ? swappable_.SwapIn(store, backend::kSwapSpaceBlockBytes) : CUDA_ERROR_INVALID_VALUE;
+  RestoreCurrentContext();  // the copies ran in the allocations' contexts
+  if (result != CUDA_SUCCESS) {
+    residency->residency.store(1);
+    if (result != CUDA_ERROR_OUT_OF_MEMORY) spdlog::error("swapping in failed (CUresult {})", static_cast<int>(result));
+    return result;
+  }
+  const int64_t elapsed = MonotonicNs() - start;
+  residency->swap_ins.fetch_add(1);
+  residency->swap_in_ns.fetch_add(static_cast<uint64_t>(elapsed));
+  residency->swap_in_bytes.fetch_add(swappable_.movable_bytes());
+  residency->resident_since_ns.store(MonotonicNs());
+  residency->residency.store(0);
+  spdlog::info("swapped in {} MiB in {:.3f} s", swappable_.movable_bytes() >> 20, elapsed / 1e9);
+  return CUDA_SUCCESS;
+}
+
 CUresult Session::EnsureResident() {
-  if (!swappable_.swapped_out()) return CUDA_SUCCESS;
   backend::SessionResidency* residency = memory_quota_.residency();
   const uint32_t timeout_ms = memory_quota_.wait_timeout_ms();
   const auto deadline = timeout_ms == 0 ? std::chrono::steady_clock::time_point::max()
                                         : std::chrono::steady_clock::now() + std::chrono::milliseconds(timeout_ms);
   for (;;) {
+    if (!swappable_.swapped_out()) return CUDA_SUCCESS;  // AwaitMemory brings it back when its turn comes
     size_t free = 0, total = 0;
     const uint64_t wanted = swappable_.movable_bytes() + memory_quota_.gpu_reserve_bytes();
     const bool queue_ahead = memory_quota_.waiting_on_gpu(residency->gpu.load()) != 0 &&
                              residency->admitted.load() == 0;
     if (driver_.cuMemGetInfo(&free, &total) == CUDA_SUCCESS && free >= wanted && !queue_ahead) {
-      const uint8_t* store = swap_space_.At(residency->store_offset.load(), swappable_.movable_bytes());
-      residency->residency.store(2);  // moving: the backend keeps the extent until it is resident again
-      const int64_t start = MonotonicNs();
-      const CUresult result = store != nullptr ? swappable_.SwapIn(store) : CUDA_ERROR_INVALID_VALUE;
-      RestoreCurrentContext();  // the copies ran in the allocations' contexts
+      const CUresult result = SwapInNow();
       if (result == CUDA_SUCCESS) {
-        const int64_t elapsed = MonotonicNs() - start;
-        residency->swap_ins.fetch_add(1);
-        residency->swap_in_ns.fetch_add(static_cast<uint64_t>(elapsed));
-        residency->swap_in_bytes.fetch_add(swappable_.movable_bytes());
         residency->shortfall_bytes.store(0);
-        residency->resident_since_ns.store(MonotonicNs());
-        residency->residency.store(0);
-        spdlog::info("swapped in {} MiB in {:.3f} s", swappable_.movable_bytes() >> 20, elapsed / 1e9);
         return CUDA_SUCCESS;
       }
-      residency->residency.store(1);
-      if (result != CUDA_ERROR_OUT_OF_MEMORY) {
-        spdlog::error("swapping in failed (CUresult {})", static_cast<int>(result));
-        return result;
-      }
+      if (result != CUDA_ERROR_OUT_OF_MEMORY) return result;
     }
     if (AwaitMemory(0, deadline) != CUDA_SUCCESS) return CUDA_ERROR_OUT_OF_MEMORY;
   }
@@ -188,7 +207,7 @@ void Session::AnswerSwapOutRequest() {
   if (result == CUDA_SUCCESS) {
     if (CurrentDriverContext() == nullptr && !contexts_.empty()) driver_.cuCtxSetCurrent(contexts_.begin()->second);
     store = swap_space_.Prepare(offset, bytes);  // page-locked while nothing of the session runs
-    result = swappable_.SwapOut(store, bytes);
+    result = swappable_.SwapOut(store, bytes, backend::kSwapSpaceBlockBytes);
     RestoreCurrentContext();
   }
   if (result == CUDA_SUCCESS) {

@@ -6,12 +6,17 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <algorithm>
 #include <cstring>
+
+#include "backend/quota/memory_quota_board.h"
 
 namespace curelay::executor {
 
 SwapSpace::~SwapSpace() {
-  for (const auto& [offset, bytes] : locked_) driver_.cuMemHostUnregister(base_ + offset);
+  for (size_t block = 0; block < locked_.size(); ++block) {
+    if (locked_[block]) driver_.cuMemHostUnregister(base_ + block * backend::kSwapSpaceBlockBytes);
+  }
   if (base_ != nullptr) munmap(base_, bytes_);
 }
 
@@ -30,6 +35,7 @@ bool SwapSpace::Open(const std::string& path, uint64_t bytes, std::string* error
   }
   base_ = static_cast<uint8_t*>(mapping);
   bytes_ = bytes;
+  locked_.assign((bytes + backend::kSwapSpaceBlockBytes - 1) / backend::kSwapSpaceBlockBytes, false);
   return true;
 }
 
@@ -41,31 +47,28 @@ uint8_t* SwapSpace::At(uint64_t offset, uint64_t bytes) const {
 uint8_t* SwapSpace::Prepare(uint64_t offset, uint64_t bytes) {
   uint8_t* extent = At(offset, bytes);
   if (extent == nullptr || bytes == 0 || driver_.cuMemHostRegister == nullptr) return extent;
-  // Already page-locked as a whole by an earlier extent?
-  auto covering = locked_.upper_bound(offset);
-  if (covering != locked_.begin()) {
-    --covering;
-    if (offset >= covering->first && offset + bytes <= covering->first + covering->second) return extent;
-  }
-  // Registrations that overlap this extent go (the driver refuses overlapping ones).
-  for (auto it = locked_.begin(); it != locked_.end();) {
-    if (it->first < offset + bytes && offset < it->first + it->second) {
-      driver_.cuMemHostUnregister(base_ + it->first);
-      it = locked_.erase(it);
-    } else {
-      ++it;
-    }
-  }
   const auto start = std::chrono::steady_clock::now();
-  const CUresult result = driver_.cuMemHostRegister(extent, bytes, CU_MEMHOSTREGISTER_PORTABLE);
-  if (result == CUDA_SUCCESS) {
-    locked_[offset] = bytes;
-    spdlog::info("page-locked {} MiB of the swap space in {:.2f} s", bytes >> 20,
+  uint64_t newly_locked = 0;
+  for (uint64_t block = offset / backend::kSwapSpaceBlockBytes;
+       block * backend::kSwapSpaceBlockBytes < offset + bytes && block < locked_.size(); ++block) {
+    if (locked_[block]) continue;
+    const uint64_t first = block * backend::kSwapSpaceBlockBytes;
+    const uint64_t length = std::min(backend::kSwapSpaceBlockBytes, bytes_ - first);
+    const CUresult result = driver_.cuMemHostRegister(base_ + first, length, CU_MEMHOSTREGISTER_PORTABLE);
+    if (result != CUDA_SUCCESS) {
+      if (!lock_failure_logged_) {
+        lock_failure_logged_ = true;
+        spdlog::warn("cannot page-lock the swap space (CUresult {}): swaps run at the pageable copy rate",
+                     static_cast<int>(result));
+      }
+      break;
+    }
+    locked_[block] = true;
+    newly_locked += length;
+  }
+  if (newly_locked != 0) {
+    spdlog::info("page-locked {} MiB of the swap space in {:.2f} s", newly_locked >> 20,
                  std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
-  } else if (!lock_failure_logged_) {
-    lock_failure_logged_ = true;
-    spdlog::warn("cannot page-lock the swap space (CUresult {}): swaps run at the pageable copy rate",
-                 static_cast<int>(result));
   }
   return extent;
 }

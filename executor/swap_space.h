@@ -11,7 +11,7 @@
 #include <cuda.h>
 
 #include <cstdint>
-#include <map>
+#include <vector>
 #include <string>
 
 #include "executor/driver.h"
@@ -39,7 +39,7 @@ class SwapSpace {
   Driver& driver_;
   uint8_t* base_ = nullptr;
   uint64_t bytes_ = 0;
-  std::map<uint64_t, uint64_t> locked_;  // page-locked extents: offset -> bytes
+  std::vector<bool> locked_;  // by block
   bool lock_failure_logged_ = false;
 };
 

@@ -2,6 +2,8 @@
 
 #include <spdlog/spdlog.h>
 
+#include <algorithm>
+
 namespace curelay::executor {
 namespace {
 
@@ -107,15 +109,31 @@ int SwappableMemory::SoleDevice() const {
   return device;
 }
 
-CUresult SwappableMemory::SwapOut(uint8_t* store, uint64_t store_bytes) {
+CUresult SwappableMemory::CopyPieces(bool to_host, CUdeviceptr device, uint8_t* store, uint64_t offset,
+                                     uint64_t bytes, uint64_t piece_bytes) {
+  while (bytes != 0) {
+    const uint64_t room = piece_bytes - offset % piece_bytes;
+    const uint64_t length = std::min(bytes, room);
+    const CUresult result = to_host ? driver_.cuMemcpyDtoH(store + offset, device, length)
+                                    : driver_.cuMemcpyHtoD(device, store + offset, length);
+    if (result != CUDA_SUCCESS) return result;
+    device += length;
+    offset += length;
+    bytes -= length;
+  }
+  return CUDA_SUCCESS;
+}
+
+CUresult SwappableMemory::SwapOut(uint8_t* store, uint64_t store_bytes, uint64_t piece_bytes) {
   if (swapped_out_) return CUDA_SUCCESS;
-  if (store_bytes < movable_bytes_) return CUDA_ERROR_INVALID_VALUE;
+  if (store_bytes < movable_bytes_ || piece_bytes == 0) return CUDA_ERROR_INVALID_VALUE;
   // Every copy first, then every release: a copy that fails leaves all memory resident, as it was.
   uint64_t offset = 0;
-  for (const auto& [ptr, allocation] : allocations_) {
+  for (auto& [ptr, allocation] : allocations_) {
     CUresult result = driver_.cuCtxSetCurrent(allocation.context);
-    if (result == CUDA_SUCCESS) result = driver_.cuMemcpyDtoH(store + offset, ptr, allocation.size);
+    if (result == CUDA_SUCCESS) result = CopyPieces(true, ptr, store, offset, allocation.size, piece_bytes);
     if (result != CUDA_SUCCESS) return result;
+    allocation.store_offset = offset;
     offset += allocation.size;
   }
   for (auto& [ptr, allocation] : allocations_) UnmapPhysical(ptr, allocation);
@@ -123,26 +141,34 @@ CUresult SwappableMemory::SwapOut(uint8_t* store, uint64_t store_bytes) {
   return CUDA_SUCCESS;
 }
 
-CUresult SwappableMemory::SwapIn(const uint8_t* store) {
+CUresult SwappableMemory::SwapIn(const uint8_t* store, uint64_t piece_bytes) {
   if (!swapped_out_) return CUDA_SUCCESS;
+  if (piece_bytes == 0) return CUDA_ERROR_INVALID_VALUE;
   CUresult result = CUDA_SUCCESS;
   for (auto& [ptr, allocation] : allocations_) {
+    if (allocation.handle != 0) continue;  // never left (nothing is made while swapped out; kept safe regardless)
     result = driver_.cuCtxSetCurrent(allocation.context);
     if (result == CUDA_SUCCESS) result = MapPhysical(ptr, allocation);
     if (result != CUDA_SUCCESS) break;
+    allocation.swapped_back = false;
   }
-  uint64_t offset = 0;
-  for (const auto& [ptr, allocation] : allocations_) {
+  for (auto& [ptr, allocation] : allocations_) {
     if (result != CUDA_SUCCESS) break;
+    if (allocation.swapped_back) continue;
     result = driver_.cuCtxSetCurrent(allocation.context);
-    if (result == CUDA_SUCCESS) result = driver_.cuMemcpyHtoD(ptr, store + offset, allocation.size);
-    offset += allocation.size;
+    if (result == CUDA_SUCCESS) {
+      result = CopyPieces(false, ptr, const_cast<uint8_t*>(store), allocation.store_offset, allocation.size,
+                          piece_bytes);
+    }
   }
   if (result != CUDA_SUCCESS) {
     // Back to swapped out: the store still holds every byte.
-    for (auto& [ptr, allocation] : allocations_) UnmapPhysical(ptr, allocation);
+    for (auto& [ptr, allocation] : allocations_) {
+      if (!allocation.swapped_back) UnmapPhysical(ptr, allocation);
+    }
     return result;
   }
+  for (auto& [ptr, allocation] : allocations_) allocation.swapped_back = true;
   swapped_out_ = false;
   return CUDA_SUCCESS;
 }

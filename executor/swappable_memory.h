@@ -37,11 +37,14 @@ class SwappableMemory {
   int SoleDevice() const;
 
   // Copies every allocation into `store` (at least movable_bytes(), page-locked or not) and releases its physical
-  // memory. On failure everything still resident stays resident and what was released is mapped back.
-  CUresult SwapOut(uint8_t* store, uint64_t store_bytes);
-  // Maps physical memory under every allocation again and copies it back from `store`. CUDA_ERROR_OUT_OF_MEMORY
-  // (another process took the memory meanwhile) leaves everything swapped out, as it was.
-  CUresult SwapIn(const uint8_t* store);
+  // memory. A copy never crosses a multiple of `piece_bytes` from the store's start (the swap space is page-locked
+  // in pieces, and a copy reaching across two of them would run at the pageable rate). On failure everything stays
+  // resident, as it was.
+  CUresult SwapOut(uint8_t* store, uint64_t store_bytes, uint64_t piece_bytes);
+  // Maps physical memory under every allocation swapped out again and copies it back from `store`, each from where
+  // SwapOut put it. CUDA_ERROR_OUT_OF_MEMORY (another process took the memory meanwhile) leaves everything
+  // swapped out, as it was.
+  CUresult SwapIn(const uint8_t* store, uint64_t piece_bytes);
   bool swapped_out() const { return swapped_out_; }
   // Frees everything (session end).
   void ReleaseAll();
@@ -52,7 +55,12 @@ class SwappableMemory {
     int device = 0;
     CUcontext context = nullptr;  // where it was made; copies run there
     CUmemGenericAllocationHandle handle = 0;  // 0 while swapped out
+    uint64_t store_offset = 0;                // where SwapOut put it
+    bool swapped_back = true;                 // SwapIn: false while this one's data is still in the store
   };
+  // Copies `bytes` between device and host in pieces that never cross a multiple of `piece_bytes` from `store`.
+  CUresult CopyPieces(bool to_host, CUdeviceptr device, uint8_t* store, uint64_t offset, uint64_t bytes,
+                      uint64_t piece_bytes);
   CUresult MapPhysical(CUdeviceptr ptr, Allocation& allocation);
   void UnmapPhysical(CUdeviceptr ptr, Allocation& allocation);
 

@@ -35,6 +35,9 @@ struct alignas(64) TenantMemoryAccount {
 };
 
 inline constexpr uint32_t kMemoryPolicySwap = 2;
+// The swap space is handed out, and page-locked by executors, in blocks of this size (aligned to its start): a
+// block locked once serves every later extent that covers it.
+inline constexpr uint64_t kSwapSpaceBlockBytes = uint64_t{256} << 20;
 
 // Why an executor cannot swap its session out (SessionMemoryAccount::unswappable).
 enum class SwapRefusal : uint32_t {

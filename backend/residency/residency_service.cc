@@ -145,7 +145,7 @@ void ResidencyService::Step(scheduler::TimePoint now) {
     extents_[slot] = *offset;
     last_extents_[slot] = *offset;
     residency.store_offset.store(*offset);
-    residency.store_bytes.store((bytes + 4095) / 4096 * 4096);
+    residency.store_bytes.store((bytes + kSwapSpaceBlockBytes - 1) / kSwapSpaceBlockBytes * kSwapSpaceBlockBytes);
     residency.swap_out_request.store(request + 1, std::memory_order_release);
     spdlog::info("memory turns: session slot {} swaps out {} MiB (for slot {})", slot, bytes >> 20, head);
   }

@@ -1,5 +1,7 @@
 #include "backend/residency/swap_space_file.h"
 
+#include "backend/quota/memory_quota_board.h"
+
 #include <fcntl.h>
 #include <sys/mman.h>
 #include <unistd.h>
@@ -13,7 +15,7 @@
 namespace curelay::backend {
 namespace {
 
-constexpr uint64_t kPage = 4096;
+constexpr uint64_t kPage = kSwapSpaceBlockBytes;  // extents are whole blocks (executors lock them by block)
 
 }  // namespace
 

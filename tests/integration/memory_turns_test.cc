@@ -25,8 +25,9 @@ constexpr uint64_t kMiB = 1ull << 20;
 
 class MemoryTurnsTest : public ::testing::Test {
  protected:
-  // The swap space holds the sessions out and, while turns change, the one leaving: 2 x 600 MiB here.
-  void StartBackend(const std::string& host_budget_mib = "1280") {
+  // The swap space holds the sessions out and, while turns change, the one leaving: 2 x 768 MiB here (extents are
+  // whole blocks of 256 MiB).
+  void StartBackend(const std::string& host_budget_mib = "2048") {
     backend_.RequireTokens();
     backend_.AddArguments({"--swap-host-budget-mib", host_budget_mib, "--swap-reserve-mib", "32"});
     ASSERT_TRUE(backend_.Start()) << backend_.Log();
@@ -77,7 +78,7 @@ TEST_F(MemoryTurnsTest, TenantsThatDoNotFitTogetherTakeTurnsAndKeepTheirData) {
   EXPECT_GT(first_session["swap_seconds"].get<double>(), 0);
   EXPECT_EQ(first_session["movable_bytes"], 600 * kMiB);
   const json stats = json::parse(Backendctl(backend_, {"-o", "json", "stats"}).out);
-  EXPECT_EQ(stats["swap"]["space_bytes"], 1280 * kMiB) << stats.dump();
+  EXPECT_EQ(stats["swap"]["space_bytes"], 2048 * kMiB) << stats.dump();
   EXPECT_GE(stats["tenants"][0]["swap_outs"].get<uint64_t>(), 20u) << stats.dump();
   const CommandResult table = Backendctl(backend_, {"session", "list"});
   EXPECT_NE(table.out.find("SWAPS OUT/IN"), std::string::npos) << table.out;
