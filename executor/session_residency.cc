@@ -96,7 +96,7 @@ CUresult Session::AwaitMemory(uint64_t bytes, std::chrono::steady_clock::time_po
     if (result == CUDA_SUCCESS) residency->resident_since_ns.store(MonotonicNs());  // its turn starts now
     return result;
   };
-  for (;;) {
+  for (uint64_t polls = 0;; ) {
     AnswerSwapOutRequest();  // the backend may ask a waiter to leave too
     size_t free = 0, total = 0;
     if (driver_.cuMemGetInfo(&free, &total) != CUDA_SUCCESS) return stop_waiting(CUDA_ERROR_OUT_OF_MEMORY);
@@ -117,6 +117,11 @@ CUresult Session::AwaitMemory(uint64_t bytes, std::chrono::steady_clock::time_po
       return stop_waiting(CUDA_ERROR_OUT_OF_MEMORY);
     }
     if (std::chrono::steady_clock::now() >= deadline) return stop_waiting(CUDA_ERROR_OUT_OF_MEMORY);
+    // A client that is gone waits for nothing: the session ends (its memory, out or in, is released).
+    if (++polls % 50 == 0 && channel_->PeerLost()) {
+      spdlog::info("the client left while its session waited for memory");
+      return stop_waiting(CUDA_ERROR_OUT_OF_MEMORY);
+    }
     std::this_thread::sleep_for(kQueuePoll);
   }
 }
@@ -198,6 +203,7 @@ void Session::AnswerSwapOutRequest() {
     return;
   }
   const int64_t start = MonotonicNs();
+  int64_t locking = 0;  // page-locking the extent the first time: a one-off, kept out of the swap's rate
   residency->residency.store(2);
   CUresult result = Quiesce();
   uint8_t* store = nullptr;
@@ -206,18 +212,21 @@ void Session::AnswerSwapOutRequest() {
   }
   if (result == CUDA_SUCCESS) {
     if (CurrentDriverContext() == nullptr && !contexts_.empty()) driver_.cuCtxSetCurrent(contexts_.begin()->second);
+    const int64_t lock_start = MonotonicNs();
     store = swap_space_.Prepare(offset, bytes);  // page-locked while nothing of the session runs
+    locking = MonotonicNs() - lock_start;
     result = swappable_.SwapOut(store, bytes, backend::kSwapSpaceBlockBytes);
     RestoreCurrentContext();
   }
   if (result == CUDA_SUCCESS) {
-    const int64_t elapsed = MonotonicNs() - start;
+    const int64_t elapsed = MonotonicNs() - start - locking;
     residency->store_offset.store(offset);
     residency->swap_outs.fetch_add(1);
     residency->swap_out_ns.fetch_add(static_cast<uint64_t>(elapsed));
     residency->swap_out_bytes.fetch_add(swappable_.movable_bytes());
     residency->residency.store(1);
-    spdlog::info("swapped out {} MiB in {:.3f} s", swappable_.movable_bytes() >> 20, elapsed / 1e9);
+    spdlog::info("swapped out {} MiB in {:.3f} s (and {:.3f} s page-locking the swap space)",
+                 swappable_.movable_bytes() >> 20, elapsed / 1e9, locking / 1e9);
   } else {
     residency->residency.store(0);
     if (result != CUDA_ERROR_NOT_READY && result != CUDA_ERROR_INVALID_VALUE) {
