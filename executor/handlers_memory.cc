@@ -53,6 +53,7 @@ CUresult Session::AllocateCharged(uint64_t bytes, const std::function<CUresult()
     const auto deadline = timeout_ms == 0 ? std::chrono::steady_clock::time_point::max()
                                           : std::chrono::steady_clock::now() + std::chrono::milliseconds(timeout_ms);
     while (result == CUDA_ERROR_OUT_OF_MEMORY && AwaitMemory(bytes, deadline) == CUDA_SUCCESS) result = allocate();
+    if (backend::SessionResidency* residency = memory_quota_.residency()) residency->shortfall_bytes.store(0);
   } else if (result == CUDA_ERROR_OUT_OF_MEMORY && memory_quota_.wait_when_short()) {
     // Within quota but the GPU is full: wait for other sessions to free memory, up to the tenant's timeout.
     const auto deadline =

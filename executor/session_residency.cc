@@ -12,6 +12,7 @@
 #include <thread>
 
 #include "executor/session.h"
+#include "scheduler/memory_turns.h"
 
 namespace curelay::executor {
 namespace {
@@ -76,10 +77,9 @@ CUresult Session::AllocateMovable(uint64_t bytes, CUdeviceptr* ptr) {
   if (size == 0 || (sole >= 0 && sole != device)) return driver_.cuMemAlloc(ptr, bytes);
   size_t free = 0, total = 0;
   if (const CUresult result = driver_.cuMemGetInfo(&free, &total); result != CUDA_SUCCESS) return result;
-  backend::SessionResidency* residency = memory_quota_.residency();
-  const bool queue_ahead =
-      memory_quota_.waiting_on_gpu(HostGpu(device)) != 0 && (residency == nullptr || residency->admitted.load() == 0);
-  if (free < size || free - size < memory_quota_.gpu_reserve_bytes() || queue_ahead) return CUDA_ERROR_OUT_OF_MEMORY;
+  // A resident session takes memory that is free beside the reserve (sessions that fit run together); only what
+  // does not fit sends it to the queue.
+  if (free < size || free - size < memory_quota_.gpu_reserve_bytes()) return CUDA_ERROR_OUT_OF_MEMORY;
   const CUcontext context = CurrentDriverContext();
   const CUresult result = swappable_.Allocate(context, device, bytes, ptr);
   if (result == CUDA_SUCCESS) PublishMovable();
@@ -90,10 +90,17 @@ CUresult Session::AwaitMemory(uint64_t bytes, std::chrono::steady_clock::time_po
   backend::SessionResidency* residency = memory_quota_.residency();
   if (residency == nullptr) return CUDA_ERROR_OUT_OF_MEMORY;
   residency->rejected.store(0);
-  residency->waiting_since_ns.store(MonotonicNs());
+  // Its place in the queue: kept while it retries (an allocation that lost the freed memory to another session
+  // waits on, as old as it was).
+  if (residency->shortfall_bytes.load() == 0) residency->waiting_since_ns.store(MonotonicNs());
+  // Success keeps its shortfall published until the allocation it waited for is made (AllocateCharged clears it):
+  // a retry keeps its place.
   const auto stop_waiting = [&](CUresult result) {
-    residency->shortfall_bytes.store(0);
-    if (result == CUDA_SUCCESS) residency->resident_since_ns.store(MonotonicNs());  // its turn starts now
+    if (result == CUDA_SUCCESS) {
+      residency->resident_since_ns.store(MonotonicNs());  // its turn starts now
+    } else {
+      residency->shortfall_bytes.store(0);
+    }
     return result;
   };
   for (uint64_t polls = 0;; ) {
@@ -110,7 +117,7 @@ CUresult Session::AwaitMemory(uint64_t bytes, std::chrono::steady_clock::time_po
       if (back == CUDA_SUCCESS) return stop_waiting(CUDA_SUCCESS);
       if (back != CUDA_ERROR_OUT_OF_MEMORY) return stop_waiting(back);
     }
-    residency->shortfall_bytes.store(std::max<uint64_t>(shortfall, 1));
+    residency->shortfall_bytes.store(std::max<uint64_t>(shortfall, scheduler::kFitsNow));
     if (residency->rejected.load() != 0) {
       spdlog::warn("the GPU cannot hold {} MiB more for this session even with others swapped out: out of memory",
                    (bytes + own) >> 20);
@@ -155,7 +162,10 @@ CUresult Session::EnsureResident() {
   const auto deadline = timeout_ms == 0 ? std::chrono::steady_clock::time_point::max()
                                         : std::chrono::steady_clock::now() + std::chrono::milliseconds(timeout_ms);
   for (;;) {
-    if (!swappable_.swapped_out()) return CUDA_SUCCESS;  // AwaitMemory brings it back when its turn comes
+    if (!swappable_.swapped_out()) {  // AwaitMemory brings it back when its turn comes
+      residency->shortfall_bytes.store(0);
+      return CUDA_SUCCESS;
+    }
     size_t free = 0, total = 0;
     const uint64_t wanted = swappable_.movable_bytes() + memory_quota_.gpu_reserve_bytes();
     const bool queue_ahead = memory_quota_.waiting_on_gpu(residency->gpu.load()) != 0 &&

@@ -77,6 +77,9 @@ MemoryTurnsDecision DecideTurns(const MemoryTurnsConfig& config, const std::vect
     if (feasible.empty()) continue;
     const MemorySessionFacts& head = *feasible.front();
     decision.admitted.push_back(head.session);
+    for (size_t i = 1; i < feasible.size(); ++i) {
+      if (feasible[i]->shortfall_bytes <= kFitsNow) decision.admitted.push_back(feasible[i]->session);
+    }
     // Memory already on its way out counts toward the head's shortfall.
     uint64_t leaving = 0;
     for (const MemorySessionFacts& session : sessions) {

@@ -47,7 +47,8 @@ struct MemorySessionFacts {
   Residency residency = Residency::kResident;
   uint64_t movable_bytes = 0;  // what swapping it out frees (its executor counts it)
   bool swappable = true;       // its tenant allows it and its executor holds nothing that cannot move
-  // Non-zero while it waits: how much GPU memory must be freed before it can go on (to allocate, or to come back).
+  // Non-zero while it waits: how much GPU memory must be freed before it can go on (to allocate, or to come back);
+  // kFitsNow when what it waits for is free now.
   uint64_t shortfall_bytes = 0;
   TimePoint waiting_since{};
   TimePoint resident_since{};
@@ -56,10 +57,14 @@ struct MemorySessionFacts {
   double measured_bytes_per_second = 0;               // its slower direction; 0: not measured yet
 };
 
+// A waiter's shortfall when the memory it waits for is free now (it only needs to be admitted).
+inline constexpr uint64_t kFitsNow = 1;
+
 struct MemoryTurnsDecision {
   // Sessions to swap out now, in the order chosen.
   std::vector<SessionId> swap_out;
-  // The queue's head on each GPU: the only waiter that may take memory as it frees up.
+  // The queue's head on each GPU (the waiter that may take memory as it frees up), then the other waiters whose
+  // memory is free now: what nobody ahead needs is not left idle.
   std::vector<SessionId> admitted;
   // Waiters whose shortfall exceeds what every other session on their GPU could ever free: they fail now.
   std::vector<SessionId> rejected;

@@ -94,6 +94,14 @@ TEST(MemoryTurnsTest, TheQueueIsOrderedByClassThenWeightedAge) {
   EXPECT_EQ(DecideTurns(config, sessions, 100 * kGiB, kStart + 10s).admitted, std::vector<SessionId>{3});
 }
 
+TEST(MemoryTurnsTest, WaitersWhoseMemoryIsFreeNowAreAdmittedBesideTheHead) {
+  const std::vector<MemorySessionFacts> sessions = {Resident(1, 36 * kGiB), Waiting(2, 30 * kGiB, kStart),
+                                                    Waiting(3, kFitsNow, kStart + 1s), Waiting(4, 2 * kGiB, kStart + 2s)};
+  const auto decision = DecideTurns(Fixed(1h), sessions, 100 * kGiB, kStart + 10s);
+  EXPECT_EQ(decision.admitted, (std::vector<SessionId>{2, 3})) << "4 still needs memory freed: it waits its turn";
+  EXPECT_TRUE(decision.swap_out.empty());
+}
+
 TEST(MemoryTurnsTest, AHighPriorityWaiterDoesNotWaitForASwitchTime) {
   MemorySessionFacts urgent = Waiting(3, 30 * kGiB, kStart + 1s);
   urgent.priority = PriorityClass::kHigh;
