@@ -1,6 +1,7 @@
 #include "scheduler/memory_turns.h"
 
 #include <algorithm>
+#include <cstdint>
 #include <map>
 
 namespace curelay::scheduler {
@@ -15,6 +16,9 @@ bool QueuedBefore(const MemorySessionFacts& a, const MemorySessionFacts& b, Time
   if (age_a != age_b) return age_a > age_b;
   return a.session < b.session;
 }
+
+// Sums of what executors report (a broken one writes its slot at will) stop at the largest value.
+uint64_t SaturatingAdd(uint64_t a, uint64_t b) { return a > UINT64_MAX - b ? UINT64_MAX : a + b; }
 
 bool Idle(const MemoryTurnsConfig& config, const MemorySessionFacts& session, TimePoint now) {
   return session.shortfall_bytes == 0 && now - session.last_active >= config.idle_release;
@@ -65,7 +69,7 @@ MemoryTurnsDecision DecideTurns(const MemoryTurnsConfig& config, const std::vect
       for (const MemorySessionFacts& other : sessions) {
         if (other.gpu == gpu && other.session != waiter->session && other.swappable &&
             other.residency != Residency::kSwappedOut && !Outranks(other.priority, waiter->priority)) {
-          could_free += other.movable_bytes;
+          could_free = SaturatingAdd(could_free, other.movable_bytes);
         }
       }
       if (waiter->shortfall_bytes > could_free) {
@@ -84,7 +88,7 @@ MemoryTurnsDecision DecideTurns(const MemoryTurnsConfig& config, const std::vect
     uint64_t leaving = 0;
     for (const MemorySessionFacts& session : sessions) {
       if (session.gpu == gpu && session.residency == Residency::kMoving && session.session != head.session) {
-        leaving += session.movable_bytes;
+        leaving = SaturatingAdd(leaving, session.movable_bytes);
       }
     }
     if (leaving >= head.shortfall_bytes) continue;
@@ -114,7 +118,7 @@ MemoryTurnsDecision DecideTurns(const MemoryTurnsConfig& config, const std::vect
         continue;
       }
       host_left -= candidate->movable_bytes;
-      freed += candidate->movable_bytes;
+      freed = SaturatingAdd(freed, candidate->movable_bytes);
       chosen.push_back(candidate->session);
     }
     if (freed >= needed) {

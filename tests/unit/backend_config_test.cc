@@ -65,3 +65,33 @@ TEST_F(BackendConfigTest, BadSchedulerValuesAreRefused) {
 
 }  // namespace
 }  // namespace curelay::backend
+
+namespace curelay::backend {
+namespace {
+
+TEST_F(BackendConfigTest, SecurityAndSwapSectionsAreRead) {
+  // [security] was once refused as an unknown section by the top-level key check.
+  std::string error;
+  ASSERT_TRUE(Load("[security]\ncurve = true\n[swap]\nhost_budget_mib = 4096\nreserve_mib = 512\nswitch_time_s = 20\n"
+                   "max_swap_percent = 5\nidle_release_ms = 250\n",
+                   &error))
+      << error;
+  EXPECT_TRUE(config_.curve);
+  EXPECT_EQ(config_.swap_host_budget_mib, 4096);
+  EXPECT_EQ(config_.swap_reserve_mib, 512);
+  EXPECT_EQ(config_.swap_switch_time_s, 20);
+  EXPECT_EQ(config_.swap_max_percent, 5);
+  EXPECT_EQ(config_.swap_idle_release_ms, 250);
+}
+
+TEST_F(BackendConfigTest, BadSwapValuesAreRefused) {
+  std::string error;
+  EXPECT_FALSE(Load("[swap]\nmax_swap_percent = 0\n", &error));
+  EXPECT_NE(error.find("max_swap_percent"), std::string::npos) << error;
+  EXPECT_FALSE(Load("[swap]\nmin_switch_s = 30\nmax_switch_s = 10\n", &error));
+  EXPECT_FALSE(Load("[swap]\nhost_budget = 3\n", &error));
+  EXPECT_NE(error.find("unknown key 'host_budget'"), std::string::npos) << error;
+}
+
+}  // namespace
+}  // namespace curelay::backend
