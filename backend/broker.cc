@@ -343,6 +343,9 @@ std::string Broker::Adopt(const SessionRecord& adoption, pid_t pid, int fd) {
     }() : adoption.gpus;
     if (!dispatch_.OpenSession(id, adoption.tenant, slot, gpus, &error)) return error;
     awaiting_adoption_.erase(awaiting);
+    // Its executor maps the previous backend's swap space, not this one's: it is never asked to swap out (it may
+    // still come back in from where it is).
+    residency_->MarkAdopted(slot);
   }
   pool_.Adopt(fd, pid, adoption);
   spdlog::info("adopted session {} (executor pid {}, tenant '{}', client {} pid {} on {})", id, pid,

@@ -58,6 +58,11 @@ void ResidencyService::SetTenant(int tenant_slot, scheduler::PriorityClass prior
   tenants_[tenant_slot] = {priority, std::max<uint32_t>(weight, 1), switch_time_ms};
 }
 
+void ResidencyService::MarkAdopted(int session_slot) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  adopted_[session_slot] = true;
+}
+
 ResidencyService::Figures ResidencyService::Summary() {
   std::lock_guard<std::mutex> lock(mutex_);
   return figures_;
@@ -86,6 +91,7 @@ void ResidencyService::Step(scheduler::TimePoint now) {
         extents_.erase(extent);
       }
       last_extents_.erase(slot);
+      adopted_.erase(slot);
       continue;
     }
     const uint64_t request = residency.swap_out_request.load(std::memory_order_acquire);
@@ -108,7 +114,7 @@ void ResidencyService::Step(scheduler::TimePoint now) {
     }
     session.residency = outstanding ? Residency::kMoving : static_cast<Residency>(state);
     session.movable_bytes = residency.movable_bytes.load();
-    session.swappable = residency.unswappable.load() == 0;
+    session.swappable = residency.unswappable.load() == 0 && adopted_.count(slot) == 0;
     session.shortfall_bytes = residency.shortfall_bytes.load();
     session.waiting_since = FromNs(residency.waiting_since_ns.load());
     session.resident_since = FromNs(residency.resident_since_ns.load());

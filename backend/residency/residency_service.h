@@ -50,6 +50,9 @@ class ResidencyService {
   // A tenant's class, weight and fixed switch time (0: the backend's setting), by its quota-board slot.
   void SetTenant(int tenant_slot, scheduler::PriorityClass priority, uint32_t weight, uint32_t switch_time_ms);
 
+  // A session adopted from a previous backend (its executor maps that backend's swap space): never swapped out.
+  void MarkAdopted(int session_slot);
+
   struct Figures {
     uint64_t swap_space_bytes = 0;
     uint64_t swap_space_used = 0;
@@ -75,7 +78,8 @@ class ResidencyService {
   std::mutex mutex_;  // guards what follows (the thread, and the broker's SetTenant and Summary)
   std::map<int, TenantTurns> tenants_;
   std::map<int, uint64_t> extents_;  // session slot -> its extent of the swap space
-  std::map<int, uint64_t> last_extents_;  // session slot -> the extent it had last (offered again: page-locked)
+  std::map<int, uint64_t> last_extents_;
+  std::map<int, bool> adopted_;  // session slot -> adopted (until its session ends)  // session slot -> the extent it had last (offered again: page-locked)
   Figures figures_;
   bool budget_exhausted_logged_ = false;
   std::atomic<bool> stop_{false};

@@ -106,6 +106,19 @@ TEST_F(ResidencyServiceTest, AResidentSessionIsAskedToLeaveForAWaiterAndItsExten
   EXPECT_EQ(holder.swap_out_request.load(), 1u) << "nobody waits: nothing more is asked";
 }
 
+TEST_F(ResidencyServiceTest, AnAdoptedSessionIsNeverAskedToSwapOut) {
+  StartSpace();
+  SessionResidency& adopted = Slot(0);
+  adopted.movable_bytes.store(kBlock);
+  adopted.resident_since_ns.store(1);
+  service_->MarkAdopted(0);
+  SessionResidency& waiter = Slot(1);
+  waiter.shortfall_bytes.store(kMiB);
+  service_->Step(now_);
+  EXPECT_EQ(adopted.swap_out_request.load(), 0u) << "it maps the previous backend's swap space, not this one's";
+  EXPECT_EQ(waiter.rejected.load(), 1u);
+}
+
 TEST_F(ResidencyServiceTest, AnEndedSessionsExtentIsGivenBack) {
   StartSpace();
   SessionResidency& holder = Slot(0);
