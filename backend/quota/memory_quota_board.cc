@@ -3,6 +3,7 @@
 #include <sys/mman.h>
 
 #include <new>
+#include <type_traits>
 
 #include "transport/shm/shared_file.h"
 
@@ -90,20 +91,9 @@ void MemoryQuotaBoard::Settle(int session_slot) {
   const int tenant_slot = session.tenant.exchange(-1, std::memory_order_acq_rel);
   const uint64_t held = session.used.exchange(0, std::memory_order_acq_rel);
   session.executor_pid.store(0, std::memory_order_release);
-  SessionResidency& residency = session.residency;
-  for (auto* field : {&residency.residency, &residency.unswappable, &residency.admitted, &residency.rejected}) {
-    field->store(0);
-  }
-  residency.gpu.store(0);
-  for (auto* field : {&residency.movable_bytes, &residency.shortfall_bytes, &residency.swap_outs, &residency.swap_ins,
-                      &residency.swap_out_ns, &residency.swap_in_ns, &residency.swap_out_bytes,
-                      &residency.swap_in_bytes, &residency.swap_out_answer, &residency.swap_out_request,
-                      &residency.store_offset, &residency.store_bytes}) {
-    field->store(0);
-  }
-  for (auto* field : {&residency.waiting_since_ns, &residency.resident_since_ns, &residency.last_active_ns}) {
-    field->store(0);
-  }
+  // Every memory-turns field back to its initial value at once (the executor is gone: nobody else writes them).
+  static_assert(std::is_trivially_destructible_v<SessionResidency>);
+  new (&session.residency) SessionResidency{};
   if (tenant_slot >= 0 && tenant_slot < kMaxQuotaTenants) {
     layout_->tenants[tenant_slot].used.fetch_sub(held, std::memory_order_acq_rel);
   }

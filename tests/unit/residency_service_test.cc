@@ -128,6 +128,9 @@ TEST_F(ResidencyServiceTest, AnEndedSessionsExtentIsGivenBack) {
   service_->Step(now_);
   ASSERT_EQ(service_->Summary().swap_space_used, kBlock);
   board_->Settle(0);  // its executor died mid-swap
+  EXPECT_EQ(holder.swap_out_request.load(), 0u) << "the slot starts afresh for its next session";
+  EXPECT_EQ(holder.movable_bytes.load(), 0u);
+  EXPECT_EQ(holder.resident_since_ns.load(), 0);
   service_->Step(now_);
   EXPECT_EQ(service_->Summary().swap_space_used, 0u);
 }
