@@ -27,11 +27,9 @@ Session::Outcome Session::IpcHandleReply(IpcRegistry::Kind kind, const char* han
 Session::Outcome Session::IpcGetMemHandle(const wire::IpcGetMemHandle& call) {
   if (!ipc_registry_.enabled() || driver_.cuIpcGetMemHandle == nullptr) return {CUDA_ERROR_NOT_SUPPORTED};
   // Movable memory (a swapping tenant's) is virtual memory, which legacy IPC cannot export (docs/scheduling.md).
-  for (const auto& [base, bytes] : allocations_) {
-    if (swappable_.Owns(base) && call.ptr() >= base && call.ptr() - base < bytes) {
-      spdlog::warn("cuIpcGetMemHandle on memory of a swapping session: not supported (its memory may move)");
-      return {CUDA_ERROR_NOT_SUPPORTED};
-    }
+  if (swappable_.Contains(call.ptr())) {
+    spdlog::warn("cuIpcGetMemHandle on memory of a swapping session: not supported (its memory may move)");
+    return {CUDA_ERROR_NOT_SUPPORTED};
   }
   CUipcMemHandle handle{};
   const CUresult result = driver_.cuIpcGetMemHandle(&handle, call.ptr());

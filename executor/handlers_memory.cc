@@ -49,9 +49,7 @@ CUresult Session::AllocateCharged(uint64_t bytes, const std::function<CUresult()
   CUresult result = allocate();
   if (result == CUDA_ERROR_OUT_OF_MEMORY && Swapping()) {
     // Take turns: wait in the backend's queue while others are swapped out to make room (docs/scheduling.md).
-    const uint32_t timeout_ms = memory_quota_.wait_timeout_ms();
-    const auto deadline = timeout_ms == 0 ? std::chrono::steady_clock::time_point::max()
-                                          : std::chrono::steady_clock::now() + std::chrono::milliseconds(timeout_ms);
+    const auto deadline = MemoryWaitDeadline();
     while (result == CUDA_ERROR_OUT_OF_MEMORY && AwaitMemory(bytes, deadline) == CUDA_SUCCESS) result = allocate();
     if (backend::SessionResidency* residency = memory_quota_.residency()) residency->shortfall_bytes.store(0);
   } else if (result == CUDA_ERROR_OUT_OF_MEMORY && memory_quota_.wait_when_short()) {

@@ -77,7 +77,8 @@ int Session::Run() {
     const bool movable = !swappable_.empty();
     const int timeout_ms = client_waits ? 0 : waiting ? kScheduledPollMs : movable ? kResidencyPollMs : -1;
     const auto status = channel_->Receive(message, timeout_ms);
-    if (movable) AnswerSwapOutRequest();
+    // A request looks for swap-out requests itself (BeforeRequest); an idle session looks here.
+    if (movable && status == transport::ReceiveStatus::kTimeout) AnswerSwapOutRequest();
     if (status == transport::ReceiveStatus::kTimeout && !waiting) continue;
     if (status == transport::ReceiveStatus::kTimeout && waiting) {
       const size_t before = pending_waits_.size();
@@ -383,6 +384,7 @@ void Session::ReleaseEverything() {
   // First of all: a stream held at a host function's gate (or a graph host node's) would keep every wait below
   // waiting for ever, the pending waits' markers included (a client that died inside its host function).
   AbandonHostFunctions();
+  swap_space_.StopLockingAhead();  // it page-locks in a context released below
   ReleaseGraphs();  // a capture in progress holds its stream
   texture_objects_.Release(driver_);  // before the arrays and memory they read
   dispatch_gate_.Release();

@@ -228,6 +228,8 @@ class Session {
   // Waits in the queue until `bytes` more (and the session's own swapped-out memory) fit; OUT_OF_MEMORY when the
   // backend rejects the wait or `deadline` passes. Serves swap-out requests meanwhile.
   CUresult AwaitMemory(uint64_t bytes, std::chrono::steady_clock::time_point deadline);
+  // When a wait for memory that starts now gives up (the tenant's wait timeout; none when it is 0).
+  std::chrono::steady_clock::time_point MemoryWaitDeadline() const;
   // Brings swapped-out memory back, waiting for its turn.
   CUresult EnsureResident();
   // Brings it back now (its turn has come); CUDA_ERROR_OUT_OF_MEMORY leaves it out.

@@ -25,6 +25,9 @@ int64_t MonotonicNs() {
 
 constexpr auto kQueuePoll = std::chrono::milliseconds(2);
 
+// Extents start at whole blocks of the swap space; copies keep within the pieces it is page-locked in.
+static_assert(backend::kSwapSpaceBlockBytes % SwapSpace::kLockPieceBytes == 0);
+
 }  // namespace
 
 void Session::RestoreCurrentContext() {
@@ -65,7 +68,7 @@ CUresult Session::BeforeRequest() {
   if (residency == nullptr || swappable_.empty()) return CUDA_SUCCESS;
   residency->last_active_ns.store(MonotonicNs(), std::memory_order_relaxed);
   AnswerSwapOutRequest();
-  return EnsureResident();
+  return swappable_.swapped_out() ? EnsureResident() : CUDA_SUCCESS;
 }
 
 CUresult Session::AllocateMovable(uint64_t bytes, CUdeviceptr* ptr) {
@@ -82,8 +85,13 @@ CUresult Session::AllocateMovable(uint64_t bytes, CUdeviceptr* ptr) {
   if (free < size || free - size < memory_quota_.gpu_reserve_bytes()) return CUDA_ERROR_OUT_OF_MEMORY;
   const CUcontext context = CurrentDriverContext();
   const CUresult result = swappable_.Allocate(context, device, bytes, ptr);
-  if (result == CUDA_SUCCESS) PublishMovable();
-  return result;
+  if (result != CUDA_SUCCESS) return result;
+  PublishMovable();
+  // Its home in the swap space is page-locked from now on, so that no swap-out waits for that.
+  if (backend::SessionResidency* residency = memory_quota_.residency()) {
+    swap_space_.LockAhead(context, &residency->home_offset, &residency->home_bytes);
+  }
+  return CUDA_SUCCESS;
 }
 
 CUresult Session::AwaitMemory(uint64_t bytes, std::chrono::steady_clock::time_point deadline) {
@@ -139,7 +147,7 @@ CUresult Session::SwapInNow() {
   residency->residency.store(2);  // moving: the backend keeps the extent until it is resident again
   const int64_t start = MonotonicNs();
   const CUresult result =
-      store != nullptr ? swappable_.SwapIn(store, backend::kSwapSpaceBlockBytes) : CUDA_ERROR_INVALID_VALUE;
+      store != nullptr ? swappable_.SwapIn(store, SwapSpace::kLockPieceBytes) : CUDA_ERROR_INVALID_VALUE;
   RestoreCurrentContext();  // the copies ran in the allocations' contexts
   if (result != CUDA_SUCCESS) {
     residency->residency.store(1);
@@ -156,13 +164,17 @@ CUresult Session::SwapInNow() {
   return CUDA_SUCCESS;
 }
 
+std::chrono::steady_clock::time_point Session::MemoryWaitDeadline() const {
+  const uint32_t timeout_ms = memory_quota_.wait_timeout_ms();
+  return timeout_ms == 0 ? std::chrono::steady_clock::time_point::max()  // 0: for as long as it takes
+                         : std::chrono::steady_clock::now() + std::chrono::milliseconds(timeout_ms);
+}
+
 CUresult Session::EnsureResident() {
   backend::SessionResidency* residency = memory_quota_.residency();
-  const uint32_t timeout_ms = memory_quota_.wait_timeout_ms();
-  const auto deadline = timeout_ms == 0 ? std::chrono::steady_clock::time_point::max()
-                                        : std::chrono::steady_clock::now() + std::chrono::milliseconds(timeout_ms);
+  const auto deadline = MemoryWaitDeadline();
   for (;;) {
-    if (!swappable_.swapped_out()) {  // AwaitMemory brings it back when its turn comes
+    if (!swappable_.swapped_out()) {  // AwaitMemory brought it back when its turn came
       residency->shortfall_bytes.store(0);
       return CUDA_SUCCESS;
     }
@@ -213,7 +225,7 @@ void Session::AnswerSwapOutRequest() {
     return;
   }
   const int64_t start = MonotonicNs();
-  int64_t locking = 0;  // page-locking the extent the first time: a one-off, kept out of the swap's rate
+  int64_t locking = 0;  // page-locking what of the extent was not locked ahead: a one-off, kept out of the rate
   residency->residency.store(2);
   CUresult result = Quiesce();
   uint8_t* store = nullptr;
@@ -223,9 +235,9 @@ void Session::AnswerSwapOutRequest() {
   if (result == CUDA_SUCCESS) {
     if (CurrentDriverContext() == nullptr && !contexts_.empty()) driver_.cuCtxSetCurrent(contexts_.begin()->second);
     const int64_t lock_start = MonotonicNs();
-    store = swap_space_.Prepare(offset, bytes);  // page-locked while nothing of the session runs
+    store = swap_space_.Prepare(offset, bytes);  // what is not page-locked ahead yet, while nothing of it runs
     locking = MonotonicNs() - lock_start;
-    result = swappable_.SwapOut(store, bytes, backend::kSwapSpaceBlockBytes);
+    result = swappable_.SwapOut(store, bytes, SwapSpace::kLockPieceBytes);
     RestoreCurrentContext();
   }
   if (result == CUDA_SUCCESS) {

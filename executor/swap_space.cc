@@ -5,17 +5,24 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
-#include <chrono>
 #include <algorithm>
+#include <chrono>
 #include <cstring>
 
-#include "backend/quota/memory_quota_board.h"
-
 namespace curelay::executor {
+namespace {
+
+// The lock-ahead thread's pause after a piece: as long as the piece took (the session's calls get the driver at
+// least half the time), and no shorter than kMinPause; kHomePoll between looks at the home when all of it is locked.
+constexpr auto kMinPause = std::chrono::milliseconds(5);
+constexpr auto kHomePoll = std::chrono::milliseconds(100);
+
+}  // namespace
 
 SwapSpace::~SwapSpace() {
-  for (size_t block = 0; block < locked_.size(); ++block) {
-    if (locked_[block]) driver_.cuMemHostUnregister(base_ + block * backend::kSwapSpaceBlockBytes);
+  StopLockingAhead();
+  for (size_t piece = 0; piece < locked_.size(); ++piece) {
+    if (locked_[piece]) driver_.cuMemHostUnregister(base_ + piece * kLockPieceBytes);
   }
   if (base_ != nullptr) munmap(base_, bytes_);
 }
@@ -35,7 +42,7 @@ bool SwapSpace::Open(const std::string& path, uint64_t bytes, std::string* error
   }
   base_ = static_cast<uint8_t*>(mapping);
   bytes_ = bytes;
-  locked_.assign((bytes + backend::kSwapSpaceBlockBytes - 1) / backend::kSwapSpaceBlockBytes, false);
+  locked_.assign((bytes + kLockPieceBytes - 1) / kLockPieceBytes, false);
   return true;
 }
 
@@ -44,33 +51,104 @@ uint8_t* SwapSpace::At(uint64_t offset, uint64_t bytes) const {
   return base_ + offset;
 }
 
+bool SwapSpace::LockPiece(uint64_t piece) {
+  if (locked_[piece]) return true;
+  const uint64_t first = piece * kLockPieceBytes;
+  const uint64_t length = std::min(kLockPieceBytes, bytes_ - first);
+  const CUresult result = driver_.cuMemHostRegister(base_ + first, length, CU_MEMHOSTREGISTER_PORTABLE);
+  if (result != CUDA_SUCCESS) {
+    if (!lock_failure_logged_) {
+      lock_failure_logged_ = true;
+      spdlog::warn("cannot page-lock the swap space (CUresult {}): swaps run at the pageable copy rate",
+                   static_cast<int>(result));
+    }
+    return false;
+  }
+  locked_[piece] = true;
+  return true;
+}
+
 uint8_t* SwapSpace::Prepare(uint64_t offset, uint64_t bytes) {
   uint8_t* extent = At(offset, bytes);
   if (extent == nullptr || bytes == 0 || driver_.cuMemHostRegister == nullptr) return extent;
   const auto start = std::chrono::steady_clock::now();
   uint64_t newly_locked = 0;
-  for (uint64_t block = offset / backend::kSwapSpaceBlockBytes;
-       block * backend::kSwapSpaceBlockBytes < offset + bytes && block < locked_.size(); ++block) {
-    if (locked_[block]) continue;
-    const uint64_t first = block * backend::kSwapSpaceBlockBytes;
-    const uint64_t length = std::min(backend::kSwapSpaceBlockBytes, bytes_ - first);
-    const CUresult result = driver_.cuMemHostRegister(base_ + first, length, CU_MEMHOSTREGISTER_PORTABLE);
-    if (result != CUDA_SUCCESS) {
-      if (!lock_failure_logged_) {
-        lock_failure_logged_ = true;
-        spdlog::warn("cannot page-lock the swap space (CUresult {}): swaps run at the pageable copy rate",
-                     static_cast<int>(result));
-      }
-      break;
-    }
-    locked_[block] = true;
-    newly_locked += length;
+  std::lock_guard<std::mutex> lock(mutex_);
+  for (uint64_t piece = offset / kLockPieceBytes; piece * kLockPieceBytes < offset + bytes && piece < locked_.size();
+       ++piece) {
+    if (locked_[piece]) continue;
+    if (!LockPiece(piece)) break;
+    newly_locked += std::min(kLockPieceBytes, bytes_ - piece * kLockPieceBytes);
   }
   if (newly_locked != 0) {
     spdlog::info("page-locked {} MiB of the swap space in {:.2f} s", newly_locked >> 20,
                  std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
   }
   return extent;
+}
+
+void SwapSpace::LockAhead(CUcontext context, const std::atomic<uint64_t>* home_offset,
+                          const std::atomic<uint64_t>* home_bytes) {
+  if (base_ == nullptr || lock_ahead_.joinable() || driver_.cuMemHostRegister == nullptr) return;
+  lock_ahead_ = std::thread([=, this] { LockAheadLoop(context, home_offset, home_bytes); });
+}
+
+void SwapSpace::StopLockingAhead() {
+  {
+    std::lock_guard<std::mutex> lock(stop_mutex_);
+    stopping_ = true;
+  }
+  stop_signal_.notify_all();
+  if (lock_ahead_.joinable()) lock_ahead_.join();
+}
+
+void SwapSpace::LockAheadLoop(CUcontext context, const std::atomic<uint64_t>* home_offset,
+                              const std::atomic<uint64_t>* home_bytes) {
+  if (driver_.cuCtxSetCurrent(context) != CUDA_SUCCESS) return;
+  const auto pause = [&](std::chrono::nanoseconds span) {
+    std::unique_lock<std::mutex> lock(stop_mutex_);
+    return !stop_signal_.wait_for(lock, span, [&] { return stopping_; });
+  };
+  uint64_t locked_here = 0;
+  auto started = std::chrono::steady_clock::now();
+  for (;;) {
+    const uint64_t bytes = home_bytes->load(std::memory_order_acquire);
+    const uint64_t offset = home_offset->load(std::memory_order_acquire);
+    // The next piece of the home not yet locked (the home may have moved or grown since the last look).
+    uint64_t next = locked_.size();
+    if (bytes != 0 && offset < bytes_) {
+      const uint64_t end = std::min<uint64_t>((offset + std::min(bytes, bytes_ - offset) + kLockPieceBytes - 1) /
+                                                  kLockPieceBytes,
+                                              locked_.size());
+      std::lock_guard<std::mutex> lock(mutex_);
+      for (uint64_t piece = offset / kLockPieceBytes; piece < end; ++piece) {
+        if (!locked_[piece]) {
+          next = piece;
+          break;
+        }
+      }
+    }
+    if (next == locked_.size()) {
+      if (locked_here != 0) {
+        spdlog::info("page-locked {} MiB of the swap space ahead in {:.2f} s", locked_here >> 20,
+                     std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count());
+        locked_here = 0;
+      }
+      if (!pause(kHomePoll)) return;
+      started = std::chrono::steady_clock::now();
+      continue;
+    }
+    const auto piece_start = std::chrono::steady_clock::now();
+    bool locked = false;
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      locked = LockPiece(next);
+    }
+    if (!locked) return;  // the driver refuses (logged): swap-outs page-lock what they use, or copy pageable
+    locked_here += std::min(kLockPieceBytes, bytes_ - next * kLockPieceBytes);
+    const auto took = std::chrono::steady_clock::now() - piece_start;
+    if (!pause(std::max<std::chrono::nanoseconds>(took, kMinPause))) return;
+  }
 }
 
 }  // namespace curelay::executor

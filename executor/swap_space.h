@@ -1,18 +1,23 @@
 // The backend's swap space as an executor sees it: host memory the backend set aside for swapped-out sessions
 // ([swap] host_budget_mib), mapped here whole. The backend hands each swap-out its extent; the executor copies its
 // session's memory there and back. Copies from page-locked memory run at the PCIe rate (~50 GB/s measured on the
-// GPU host) instead of the pageable rate (5-11 GB/s), so the extent is page-locked (cuMemHostRegister) before the
-// first swap-out into it, on the session's thread while the session is quiesced: page-locking takes the process's
-// driver lock for as long as it runs (about 2 s for 34 GiB; the whole space at once would stall the session's own
-// work for seconds), and the registration is kept, since the backend gives a session its previous extent again
-// whenever it is free.
+// GPU host) instead of the pageable rate (5-11 GB/s), so the space is page-locked (cuMemHostRegister) before a swap
+// uses it. Page-locking is slow (2 s for 34 GiB on a quiet host, 13 s on a busy one) and takes the process's driver
+// lock while it runs, so the session's home in the space (where its swap-outs go whenever that range is free) is
+// page-locked ahead, on a thread of its own, one piece at a time with pauses between: the session's own calls wait
+// for at most one piece. Whatever an extent still lacks is page-locked by the swap-out itself. Registrations are
+// kept for the session's life.
 #pragma once
 
 #include <cuda.h>
 
+#include <atomic>
+#include <condition_variable>
 #include <cstdint>
-#include <vector>
+#include <mutex>
 #include <string>
+#include <thread>
+#include <vector>
 
 #include "executor/driver.h"
 
@@ -20,6 +25,10 @@ namespace curelay::executor {
 
 class SwapSpace {
  public:
+  // The unit of page-locking. A copy never crosses one (a copy reaching across two registrations runs at the
+  // pageable rate); extents start at whole multiples of it.
+  static constexpr uint64_t kLockPieceBytes = uint64_t{64} << 20;
+
   explicit SwapSpace(Driver& driver) : driver_(driver) {}
   ~SwapSpace();
   SwapSpace(const SwapSpace&) = delete;
@@ -31,16 +40,32 @@ class SwapSpace {
   uint64_t size() const { return bytes_; }
   // [offset, offset + bytes) of the space; null when it lies outside.
   uint8_t* At(uint64_t offset, uint64_t bytes) const;
-  // The same, page-locked first unless it already is (with the current context's driver); still usable, at the
+  // The same, page-locked first where it is not yet (with the current context's driver); still usable, at the
   // pageable rate, when page-locking fails.
   uint8_t* Prepare(uint64_t offset, uint64_t bytes);
 
+  // Page-locks the range the backend publishes at `home_offset`/`home_bytes` (the session's home; it may change)
+  // in the background, registered in `context`. Started once; later calls change nothing.
+  void LockAhead(CUcontext context, const std::atomic<uint64_t>* home_offset, const std::atomic<uint64_t>* home_bytes);
+  // Stops page-locking ahead (before the session's contexts go).
+  void StopLockingAhead();
+
  private:
+  // Page-locks one piece; false when the driver refuses (logged once). Called with mutex_ held.
+  bool LockPiece(uint64_t piece);
+  void LockAheadLoop(CUcontext context, const std::atomic<uint64_t>* home_offset,
+                     const std::atomic<uint64_t>* home_bytes);
+
   Driver& driver_;
   uint8_t* base_ = nullptr;
   uint64_t bytes_ = 0;
-  std::vector<bool> locked_;  // by block
+  std::mutex mutex_;          // guards locked_ and every registration (the lock-ahead thread and swap-outs)
+  std::vector<bool> locked_;  // by piece
   bool lock_failure_logged_ = false;
+  std::mutex stop_mutex_;
+  std::condition_variable stop_signal_;
+  bool stopping_ = false;
+  std::thread lock_ahead_;
 };
 
 }  // namespace curelay::executor

@@ -100,6 +100,13 @@ CUresult SwappableMemory::Free(CUdeviceptr ptr) {
   return CUDA_SUCCESS;
 }
 
+bool SwappableMemory::Contains(CUdeviceptr ptr) const {
+  auto next = allocations_.upper_bound(ptr);
+  if (next == allocations_.begin()) return false;
+  --next;
+  return ptr - next->first < next->second.size;
+}
+
 int SwappableMemory::SoleDevice() const {
   int device = -1;
   for (const auto& [ptr, allocation] : allocations_) {

@@ -29,6 +29,8 @@ class SwappableMemory {
   // Allocates `bytes` as movable memory on `device` in `context` (current). CUDA_ERROR_OUT_OF_MEMORY leaves nothing.
   CUresult Allocate(CUcontext context, int device, uint64_t bytes, CUdeviceptr* ptr);
   bool Owns(CUdeviceptr ptr) const { return allocations_.count(ptr) != 0; }
+  // Whether `ptr` lies inside a movable allocation (its base or any byte of it).
+  bool Contains(CUdeviceptr ptr) const;
   // Frees a movable allocation (resident or not). CUDA_ERROR_INVALID_VALUE if `ptr` is not one.
   CUresult Free(CUdeviceptr ptr);
   uint64_t movable_bytes() const { return movable_bytes_; }

@@ -10,7 +10,7 @@
 namespace curelay::backend {
 namespace {
 
-constexpr uint64_t kMagic = 0x34647271796c6572;  // "relyqrd4"
+constexpr uint64_t kMagic = 0x35647271796c6572;  // "relyqrd5"
 
 }  // namespace
 

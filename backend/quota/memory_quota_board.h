@@ -74,6 +74,11 @@ struct SessionResidency {
   std::atomic<uint64_t> store_bytes{0};
   std::atomic<uint32_t> admitted{0};          // the head of its GPU's queue: it may take memory as it frees up
   std::atomic<uint32_t> rejected{0};          // its wait can never end: fail the allocation
+  // Its home in the swap space: where its swap-outs go whenever that range is free, so its executor page-locks it
+  // ahead, while the session runs, instead of during a swap-out (home_bytes 0: none yet). Written bytes-last; a
+  // reader that sees a torn pair only page-locks a range it may not need.
+  std::atomic<uint64_t> home_offset{0};
+  std::atomic<uint64_t> home_bytes{0};
 };
 
 struct alignas(64) SessionMemoryAccount {

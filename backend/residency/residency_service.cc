@@ -40,6 +40,7 @@ bool ResidencyService::Start(std::string* error) {
   if (settings_.host_budget_bytes == 0) return true;
   const auto start = std::chrono::steady_clock::now();
   if (!space_.Create(settings_.host_budget_bytes, error)) return false;
+  homes_.Reset(space_.size());
   spdlog::info("memory turns: swap space of {} MiB ready in {:.1f} s; GPU reserve {} MiB", space_.size() >> 20,
                std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count(),
                settings_.reserve_bytes >> 20);
@@ -68,6 +69,29 @@ ResidencyService::Figures ResidencyService::Summary() {
   return figures_;
 }
 
+void ResidencyService::PlaceHome(int slot, SessionResidency& residency, uint64_t movable_bytes) {
+  const uint64_t needed = homes_.RoundUp(movable_bytes);
+  if (movable_bytes == 0 || needed > homes_.size()) return;  // a session larger than the space never leaves whole
+  Home& home = home_of_[slot];
+  if (home.bytes >= needed) return;  // it grew past its home (or has none yet): a larger one, in place if it can
+  if (home.own) homes_.Give(home.offset);
+  const std::optional<uint64_t> offset =
+      homes_.Take(needed, home.bytes != 0 ? std::optional<uint64_t>(home.offset) : std::nullopt);
+  // No range apart from the others' is left: it shares the start of the space (while another session is out there,
+  // its swap-out takes another extent and page-locks that one during the swap-out).
+  home = {offset.value_or(0), needed, offset.has_value()};
+  residency.home_bytes.store(0);
+  residency.home_offset.store(home.offset);
+  residency.home_bytes.store(home.bytes);
+}
+
+void ResidencyService::DropHome(int slot) {
+  const auto home = home_of_.find(slot);
+  if (home == home_of_.end()) return;
+  if (home->second.own) homes_.Give(home->second.offset);
+  home_of_.erase(home);
+}
+
 void ResidencyService::Loop() {
   while (!stop_.load()) {
     Step(std::chrono::time_point_cast<scheduler::Duration>(std::chrono::steady_clock::now()));
@@ -87,10 +111,10 @@ void ResidencyService::Step(scheduler::TimePoint now) {
     const auto extent = extents_.find(slot);
     if (tenant < 0 || tenant >= kMaxQuotaTenants) {
       if (extent != extents_.end()) {  // the session ended (its executor is gone): its swapped memory with it
-        space_.Give(extent->second);
+        space_.extents().Give(extent->second);
         extents_.erase(extent);
       }
-      last_extents_.erase(slot);
+      DropHome(slot);
       adopted_.erase(slot);
       continue;
     }
@@ -100,7 +124,7 @@ void ResidencyService::Step(scheduler::TimePoint now) {
     if (state > 2) state = 0;
     // Resident again, or it declined: its extent is free.
     if (extent != extents_.end() && !outstanding && state == 0) {
-      space_.Give(extent->second);
+      space_.extents().Give(extent->second);
       extents_.erase(extent);
     }
     if (board_.tenant(tenant).wait_when_short.load() != kMemoryPolicySwap) continue;
@@ -115,6 +139,7 @@ void ResidencyService::Step(scheduler::TimePoint now) {
     session.residency = outstanding ? Residency::kMoving : static_cast<Residency>(state);
     session.movable_bytes = residency.movable_bytes.load();
     session.swappable = residency.unswappable.load() == 0 && adopted_.count(slot) == 0;
+    if (session.swappable) PlaceHome(slot, residency, session.movable_bytes);
     session.shortfall_bytes = residency.shortfall_bytes.load();
     session.waiting_since = FromNs(residency.waiting_since_ns.load());
     session.resident_since = FromNs(residency.resident_since_ns.load());
@@ -129,7 +154,7 @@ void ResidencyService::Step(scheduler::TimePoint now) {
     if (session.residency == Residency::kSwappedOut) ++figures.swapped_out;
     facts.push_back(session);
   }
-  const scheduler::MemoryTurnsDecision decision = DecideTurns(settings_.turns, facts, space_.LargestFree(), now);
+  const scheduler::MemoryTurnsDecision decision = DecideTurns(settings_.turns, facts, space_.extents().LargestFree(), now);
   const std::set<scheduler::SessionId> admitted(decision.admitted.begin(), decision.admitted.end());
   const std::set<scheduler::SessionId> rejected(decision.rejected.begin(), decision.rejected.end());
   for (const scheduler::MemorySessionFacts& session : facts) {
@@ -144,12 +169,11 @@ void ResidencyService::Step(scheduler::TimePoint now) {
     const uint64_t request = residency.swap_out_request.load();
     if (request != residency.swap_out_answer.load() || extents_.count(slot) != 0) continue;
     const uint64_t bytes = residency.movable_bytes.load();
-    const auto last = last_extents_.find(slot);
-    const std::optional<uint64_t> offset =
-        space_.Take(bytes, last != last_extents_.end() ? std::optional<uint64_t>(last->second) : std::nullopt);
+    const auto home = home_of_.find(slot);
+    const std::optional<uint64_t> offset = space_.extents().Take(
+        bytes, home != home_of_.end() ? std::optional<uint64_t>(home->second.offset) : std::nullopt);
     if (!offset) continue;  // fragmented: the next look tries again
     extents_[slot] = *offset;
-    last_extents_[slot] = *offset;
     residency.store_offset.store(*offset);
     residency.store_bytes.store((bytes + kSwapSpaceBlockBytes - 1) / kSwapSpaceBlockBytes * kSwapSpaceBlockBytes);
     residency.swap_out_request.store(request + 1, std::memory_order_release);
@@ -159,11 +183,11 @@ void ResidencyService::Step(scheduler::TimePoint now) {
   if (decision.host_budget_exhausted && !budget_exhausted_logged_) {
     spdlog::warn("memory turns: the swap space ({} MiB, {} MiB free) cannot take the sessions that would have to "
                  "leave; waiting sessions wait until it can",
-                 space_.size() >> 20, space_.FreeBytes() >> 20);
+                 space_.size() >> 20, space_.extents().FreeBytes() >> 20);
   }
   budget_exhausted_logged_ = decision.host_budget_exhausted;
   figures.swap_space_bytes = space_.size();
-  figures.swap_space_used = space_.size() - space_.FreeBytes();
+  figures.swap_space_used = space_.size() - space_.extents().FreeBytes();
   figures_ = figures;
 }
 

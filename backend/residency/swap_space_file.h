@@ -5,15 +5,15 @@
 #pragma once
 
 #include <cstdint>
-#include <map>
-#include <optional>
 #include <string>
+
+#include "backend/residency/extent_allocator.h"
 
 namespace curelay::backend {
 
 class SwapSpaceFile {
  public:
-  SwapSpaceFile() = default;
+  SwapSpaceFile();
   ~SwapSpaceFile();
   SwapSpaceFile(const SwapSpaceFile&) = delete;
   SwapSpaceFile& operator=(const SwapSpaceFile&) = delete;
@@ -25,19 +25,15 @@ class SwapSpaceFile {
   const std::string& path() const { return path_; }
   uint64_t size() const { return bytes_; }
 
-  // At `preferred` when that range is free (a session's previous extent: its executor keeps it page-locked), else
-  // first fit; in whole pages. nullopt when no free extent is large enough.
-  std::optional<uint64_t> Take(uint64_t bytes, std::optional<uint64_t> preferred = std::nullopt);
-  void Give(uint64_t offset);
-  uint64_t LargestFree() const;
-  uint64_t FreeBytes() const;
+  // The extents swapped-out sessions hold, in whole blocks (executors page-lock the space by block).
+  ExtentAllocator& extents() { return extents_; }
+  const ExtentAllocator& extents() const { return extents_; }
 
  private:
   int fd_ = -1;
   std::string path_;
   uint64_t bytes_ = 0;
-  std::map<uint64_t, uint64_t> free_;   // offset -> length
-  std::map<uint64_t, uint64_t> taken_;  // offset -> length
+  ExtentAllocator extents_;
 };
 
 }  // namespace curelay::backend

@@ -2,7 +2,8 @@
 // backend with a swap space, tenants whose memory policy is "swap" on an emulated GPU of 1 GiB that their
 // executors share, test clients as their programs. Tenants that do not fit together take turns, and their data
 // survives every swap; work in flight is drained before memory moves; what cannot move is never swapped and a
-// wait it alone could satisfy is refused; a high-priority tenant does not wait for a turn to end; an exhausted swap
+// wait it alone could satisfy is refused; a high-priority tenant does not wait for a turn to end (nor for page-locking
+// the swap space, done ahead while sessions run); an exhausted swap
 // space stops the queue with one log line; backendctl and the stats show it all.
 #include <gtest/gtest.h>
 #include <unistd.h>
@@ -45,6 +46,18 @@ class MemoryTurnsTest : public ::testing::Test {
       if (session["tenant"] == tenant) return session;
     }
     return json::object();
+  }
+
+  // What the executors' logs say they page-locked of the swap space ahead, in all.
+  uint64_t PageLockedAheadMiB() const {
+    const std::string log = backend_.Log();
+    const std::string marker = " MiB of the swap space ahead";
+    uint64_t total = 0;
+    for (size_t at = log.find(marker); at != std::string::npos; at = log.find(marker, at + 1)) {
+      const size_t digits = log.find_last_not_of("0123456789", at - 1) + 1;
+      total += std::stoull(log.substr(digits, at - digits));
+    }
+    return total;
   }
 
   std::string shared_memory_file_ = "/tmp/curelay-turns-gpu-" + std::to_string(getpid()) + "-" +
@@ -130,10 +143,14 @@ TEST_F(MemoryTurnsTest, AHighPriorityTenantDoesNotWaitForATurnToEnd) {
   ASSERT_TRUE(holder.ready() && urgent.ready());
   for (int i = 0; i < 3; ++i) ASSERT_EQ(holder.Ask(Alloc(200 * kMiB)), "alloc 0");
   ASSERT_EQ(holder.Ask("fill 9"), "fill 0");
+  // The holder's home in the swap space (768 MiB: whole blocks) is page-locked ahead, while it runs...
+  EXPECT_TRUE(WaitFor([&] { return PageLockedAheadMiB() >= 768; }, 10s)) << backend_.Log();
   const auto start = std::chrono::steady_clock::now();
   ASSERT_EQ(urgent.Ask(Alloc(600 * kMiB)), "alloc 0");
   EXPECT_LT(std::chrono::steady_clock::now() - start, 5s) << "a ten-minute turn was not waited for";
   EXPECT_TRUE(WaitFor([&] { return SessionOf("holder")["residency"] == "swapped-out"; }, 5s)) << Sessions().dump();
+  // ... so its swap-out, which the urgent tenant waited for, page-locked nothing itself.
+  EXPECT_EQ(backend_.Log().find("of the swap space in"), std::string::npos) << backend_.Log();
 }
 
 TEST_F(MemoryTurnsTest, AnExhaustedSwapSpaceStopsTheQueueWithOneLogLine) {

@@ -1,5 +1,6 @@
-// The backend's side of memory turns on a real quota board: the swap space's extents (whole blocks, a session's
-// previous extent offered again, merged when given back), the residency service asking a session to swap out for
+// The backend's side of memory turns on a real quota board: the swap space's extents (whole blocks, a preferred
+// extent taken where it is, merged when given back), the sessions' homes (apart while the space allows, grown in
+// place, where a swap-out goes), the residency service asking a session to swap out for
 // a waiter and taking its extent back when it is resident again, and a hostile executor's slot (values out of every
 // range) confusing nothing but its own turns.
 #include <gtest/gtest.h>
@@ -11,6 +12,7 @@
 #include <string>
 
 #include "backend/quota/memory_quota_board.h"
+#include "backend/residency/extent_allocator.h"
 #include "backend/residency/residency_service.h"
 #include "backend/residency/swap_space_file.h"
 
@@ -25,22 +27,26 @@ TEST(SwapSpaceFileTest, ExtentsAreWholeBlocksAndComeBackMerged) {
   std::string error;
   ASSERT_TRUE(space.Create(4 * kBlock, &error)) << error;
   EXPECT_EQ(space.path().rfind("/proc/", 0), 0u);
-  const auto first = space.Take(300 * kMiB);  // two blocks
-  const auto second = space.Take(kBlock);
+  ExtentAllocator& extents = space.extents();
+  const auto first = extents.Take(300 * kMiB);  // two blocks
+  const auto second = extents.Take(kBlock);
   ASSERT_TRUE(first && second);
   EXPECT_EQ(*first, 0u);
   EXPECT_EQ(*second, 2 * kBlock);
-  EXPECT_EQ(space.FreeBytes(), kBlock);
-  EXPECT_FALSE(space.Take(2 * kBlock)) << "one block is left";
-  space.Give(*first);
-  EXPECT_EQ(space.Take(kBlock, 2 * kBlock), std::optional<uint64_t>(0)) << "block 2 is taken: first fit instead";
-  space.Give(*second);
-  space.Give(0);
-  space.Give(kBlock);  // not an extent's start: ignored
-  EXPECT_EQ(space.LargestFree(), 4 * kBlock) << "everything given back merges into one extent";
-  const auto preferred = space.Take(kBlock, 3 * kBlock);
+  EXPECT_EQ(extents.FreeBytes(), kBlock);
+  EXPECT_FALSE(extents.Take(2 * kBlock)) << "one block is left";
+  extents.Give(*first);
+  EXPECT_EQ(extents.Take(kBlock, 2 * kBlock), std::optional<uint64_t>(0)) << "block 2 is taken: first fit instead";
+  extents.Give(*second);
+  extents.Give(0);
+  extents.Give(kBlock);  // not an extent's start: ignored
+  EXPECT_EQ(extents.LargestFree(), 4 * kBlock) << "everything given back merges into one extent";
+  const auto preferred = extents.Take(kBlock, 3 * kBlock);
   ASSERT_TRUE(preferred);
-  EXPECT_EQ(*preferred, 3 * kBlock) << "the previous extent, when free, is offered again";
+  EXPECT_EQ(*preferred, 3 * kBlock) << "a preferred extent, when free, is taken there";
+  const auto past_end = extents.Take(kBlock, std::numeric_limits<uint64_t>::max() - kMiB);
+  ASSERT_TRUE(past_end);
+  EXPECT_EQ(*past_end, 0u) << "a preference past the end (its sum overflows): first fit";
 }
 
 class ResidencyServiceTest : public ::testing::Test {
@@ -104,6 +110,40 @@ TEST_F(ResidencyServiceTest, AResidentSessionIsAskedToLeaveForAWaiterAndItsExten
   service_->Step(now_);
   EXPECT_EQ(service_->Summary().swap_space_used, 0u);
   EXPECT_EQ(holder.swap_out_request.load(), 1u) << "nobody waits: nothing more is asked";
+}
+
+TEST_F(ResidencyServiceTest, HomesAreApartWhileTheSpaceAllowsAndASwapOutGoesHome) {
+  StartSpace();
+  SessionResidency& first = Slot(0);
+  first.movable_bytes.store(300 * kMiB);
+  SessionResidency& second = Slot(1);
+  second.movable_bytes.store(kBlock);
+  service_->Step(now_);
+  EXPECT_EQ(first.home_offset.load(), 0u);
+  EXPECT_EQ(first.home_bytes.load(), 2 * kBlock) << "300 MiB in whole blocks";
+  EXPECT_EQ(second.home_offset.load(), 2 * kBlock);
+  EXPECT_EQ(second.home_bytes.load(), kBlock);
+  EXPECT_EQ(service_->Summary().swap_space_used, 0u) << "a home is no extent: the budget is the swapped sessions'";
+  SessionResidency& third = Slot(2);
+  third.movable_bytes.store(2 * kBlock);
+  service_->Step(now_);
+  EXPECT_EQ(third.home_offset.load(), 0u) << "one block is left apart from the others: it shares the start";
+  EXPECT_EQ(third.home_bytes.load(), 2 * kBlock);
+  second.movable_bytes.store(2 * kBlock);  // it grew past its home: one in place (block 3 is free)
+  service_->Step(now_);
+  EXPECT_EQ(second.home_offset.load(), 2 * kBlock);
+  EXPECT_EQ(second.home_bytes.load(), 2 * kBlock);
+  // The first session ends; the second leaves for a waiter: into its home, not the first fit (block 0).
+  board_->Settle(0);
+  board_->Settle(2);
+  second.resident_since_ns.store(1);
+  SessionResidency& waiter = Slot(3);
+  waiter.shortfall_bytes.store(kMiB);
+  waiter.waiting_since_ns.store(1);
+  service_->Step(now_);
+  ASSERT_EQ(second.swap_out_request.load(), 1u);
+  EXPECT_EQ(second.store_offset.load(), 2 * kBlock);
+  EXPECT_EQ(waiter.home_bytes.load(), 0u) << "no movable memory, no home";
 }
 
 TEST_F(ResidencyServiceTest, AnAdoptedSessionIsNeverAskedToSwapOut) {
