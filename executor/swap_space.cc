@@ -12,10 +12,18 @@
 namespace curelay::executor {
 namespace {
 
-// The lock-ahead thread's pause after a piece: as long as the piece took (the session's calls get the driver at
-// least half the time), and no shorter than kMinPause; kHomePoll between looks at the home when all of it is locked.
-constexpr auto kMinPause = std::chrono::milliseconds(5);
+// The lock-ahead thread's pause after registering a piece: as long as the registration took (the session's calls
+// get the driver lock at least half the time), and no shorter than kMinPause; kHomePoll between looks at the home
+// when all of it is locked.
+constexpr auto kMinPause = std::chrono::milliseconds(2);
 constexpr auto kHomePoll = std::chrono::milliseconds(100);
+// Threads mapping what a swap-out still needs (the session waits for it; measured on the GPU host: 1.9 GB/s with one
+// thread, 2.9 GB/s with four).
+constexpr unsigned kSwapOutPopulateThreads = 4;
+
+#ifndef MADV_POPULATE_WRITE
+#define MADV_POPULATE_WRITE 23  // Linux 5.14; older kernels answer EINVAL and registration maps the pages itself
+#endif
 
 }  // namespace
 
@@ -51,6 +59,22 @@ uint8_t* SwapSpace::At(uint64_t offset, uint64_t bytes) const {
   return base_ + offset;
 }
 
+void SwapSpace::Populate(uint64_t first, uint64_t length, unsigned threads) {
+  if (length == 0) return;
+  threads = std::max(1u, threads);
+  const uint64_t share = (length / threads + 4095) / 4096 * 4096;
+  const auto populate = [&](unsigned i) {
+    const uint64_t start = std::min(length, share * i);
+    const uint64_t span = std::min(length - start, share);
+    // Failure (an old kernel) only leaves the work to the registration.
+    if (span != 0) madvise(base_ + first + start, span, MADV_POPULATE_WRITE);
+  };
+  if (threads == 1) return populate(0);
+  std::vector<std::thread> workers;
+  for (unsigned i = 0; i < threads; ++i) workers.emplace_back(populate, i);
+  for (std::thread& worker : workers) worker.join();
+}
+
 bool SwapSpace::LockPiece(uint64_t piece) {
   if (locked_[piece]) return true;
   const uint64_t first = piece * kLockPieceBytes;
@@ -74,8 +98,21 @@ uint8_t* SwapSpace::Prepare(uint64_t offset, uint64_t bytes) {
   const auto start = std::chrono::steady_clock::now();
   uint64_t newly_locked = 0;
   std::lock_guard<std::mutex> lock(mutex_);
-  for (uint64_t piece = offset / kLockPieceBytes; piece * kLockPieceBytes < offset + bytes && piece < locked_.size();
-       ++piece) {
+  const uint64_t first_piece = offset / kLockPieceBytes;
+  const uint64_t end_piece = std::min<uint64_t>((offset + bytes + kLockPieceBytes - 1) / kLockPieceBytes, locked_.size());
+  // Mapped first, every unlocked piece at once with several threads (nothing of the session runs meanwhile).
+  for (uint64_t piece = first_piece; piece < end_piece;) {
+    if (locked_[piece]) {
+      ++piece;
+      continue;
+    }
+    uint64_t run_end = piece;
+    while (run_end < end_piece && !locked_[run_end]) ++run_end;
+    const uint64_t first = piece * kLockPieceBytes;
+    Populate(first, std::min(run_end * kLockPieceBytes, bytes_) - first, kSwapOutPopulateThreads);
+    piece = run_end;
+  }
+  for (uint64_t piece = first_piece; piece < end_piece; ++piece) {
     if (locked_[piece]) continue;
     if (!LockPiece(piece)) break;
     newly_locked += std::min(kLockPieceBytes, bytes_ - piece * kLockPieceBytes);
@@ -138,6 +175,9 @@ void SwapSpace::LockAheadLoop(CUcontext context, const std::atomic<uint64_t>* ho
       started = std::chrono::steady_clock::now();
       continue;
     }
+    // Mapping the piece needs no driver lock: it runs without pauses. Registering it then holds the lock briefly.
+    const uint64_t first = next * kLockPieceBytes;
+    Populate(first, std::min(kLockPieceBytes, bytes_ - first), 1);
     const auto piece_start = std::chrono::steady_clock::now();
     bool locked = false;
     {
