@@ -63,7 +63,7 @@ bool LoadBackendConfig(const std::string& path, BackendConfig* config, std::stri
   }
   if (const toml::table* swap = root["swap"].as_table()) {
     if (!CheckKeys(*swap, {"host_budget_mib", "reserve_mib", "switch_time_s", "max_swap_percent", "min_switch_s",
-                           "max_switch_s", "idle_release_ms"},
+                           "max_switch_s", "idle_release_ms", "lock_ahead"},
                    "[swap]", error) ||
         !Read(*swap, "host_budget_mib", &config->swap_host_budget_mib, error) ||
         !Read(*swap, "reserve_mib", &config->swap_reserve_mib, error) ||
@@ -71,7 +71,8 @@ bool LoadBackendConfig(const std::string& path, BackendConfig* config, std::stri
         !Read(*swap, "max_swap_percent", &config->swap_max_percent, error) ||
         !Read(*swap, "min_switch_s", &config->swap_min_switch_s, error) ||
         !Read(*swap, "max_switch_s", &config->swap_max_switch_s, error) ||
-        !Read(*swap, "idle_release_ms", &config->swap_idle_release_ms, error)) {
+        !Read(*swap, "idle_release_ms", &config->swap_idle_release_ms, error) ||
+        !Read(*swap, "lock_ahead", &config->swap_lock_ahead, error)) {
       return false;
     }
   }

@@ -58,6 +58,9 @@ struct BackendConfig {
   int64_t swap_min_switch_s = 2;         // auto's floor and ceiling
   int64_t swap_max_switch_s = 60;
   int64_t swap_idle_release_ms = 500;    // a session idle this long gives its memory up before its turn ends
+  // Each swapping session's home in the swap space is page-locked ahead by its executor while it runs (the first
+  // swap-out then pays nothing for it, at the price of that work in the background); false: at the swap-out.
+  bool swap_lock_ahead = true;
   // [mps] control: nvidia-cuda-mps-control, for tenants with spatial sharing; empty: looked up on PATH and in
   // /usr/local/nvidia/bin, /usr/bin.
   std::string mps_control;

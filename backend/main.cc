@@ -63,7 +63,8 @@ int Usage() {
                "  --mps-control PATH nvidia-cuda-mps-control for spatially shared tenants (default: looked up)\n"
                "  --swap-host-budget-mib N memory turns: pinned host memory for swapped-out sessions (default 0: off)\n"
                "  --swap-reserve-mib N GPU memory left free beside a session taking memory (default 1024)\n"
-               "  --swap-switch-time-s S a turn's length (default 0: auto, from each session's swap cost)\n");
+               "  --swap-switch-time-s S a turn's length (default 0: auto, from each session's swap cost)\n"
+               "  --swap-lock-ahead on|off page-lock each session's home in the swap space ahead (default on)\n");
   return 2;
 }
 
@@ -121,6 +122,7 @@ bool ReadSettings(int argc, char** argv, curelay::backend::BackendConfig* config
     else if (flag == "--swap-host-budget-mib") config->swap_host_budget_mib = std::stoll(value);
     else if (flag == "--swap-reserve-mib") config->swap_reserve_mib = std::stoll(value);
     else if (flag == "--swap-switch-time-s") config->swap_switch_time_s = std::stoll(value);
+    else if (flag == "--swap-lock-ahead" && (value == "on" || value == "off")) config->swap_lock_ahead = value == "on";
     else return *exit_code = Usage(), false;
   }
   return true;
@@ -233,6 +235,7 @@ int main(int argc, char** argv) {
     turns.idle_release = std::chrono::milliseconds(config.swap_idle_release_ms);
     settings.residency.host_budget_bytes = static_cast<uint64_t>(config.swap_host_budget_mib) << 20;
     settings.residency.reserve_bytes = static_cast<uint64_t>(config.swap_reserve_mib) << 20;
+    settings.residency.lock_ahead = config.swap_lock_ahead;
   }
 
   mkdir(config.state_dir.c_str(), 0700);

@@ -12,8 +12,11 @@
 # cycles of two holders whose buffers are checked by checksum every cycle (oversubscription/swap_cycles.py), on a
 # GPU made small by a native process holding most of it.
 #
+# OVERSUB_ARMS chooses what alternates in a round: native (sequential), curelay (together, the homes of the swap space
+# page-locked ahead), curelay-nolockahead (together, page-locked at each first swap-out: --swap-lock-ahead off).
+#
 # Usage: bench/run_oversubscription.sh [build-dir] [rounds|extras]
-#   OVERSUB_ROUNDS (3), OVERSUB_STEPS (200), OVERSUB_IDLE_MS ("0 25"), OVERSUB_CYCLES (100),
+#   OVERSUB_ROUNDS (3), OVERSUB_STEPS (200), OVERSUB_IDLE_MS ("0 25"), OVERSUB_ARMS ("native curelay"), OVERSUB_CYCLES (100),
 #   OVERSUB_ENDPOINT (default ipc://<runtime>/backend.sock; tcp://127.0.0.1:PORT runs the clients over tcp),
 #   CURELAY_REAL_DRIVER (default /usr/local/nvidia/lib64/libcuda.so.1), OUT (where the log and summary go).
 set -uo pipefail
@@ -23,6 +26,7 @@ phase=${2:-rounds}
 rounds=${OVERSUB_ROUNDS:-3}
 steps=${OVERSUB_STEPS:-200}
 idle_settings=${OVERSUB_IDLE_MS:-0 25}
+arms=${OVERSUB_ARMS:-native curelay}
 cycles=${OVERSUB_CYCLES:-100}
 real=${CURELAY_REAL_DRIVER:-/usr/local/nvidia/lib64/libcuda.so.1}
 runtime=$(mktemp -d /dev/shm/curelay-oversub-XXXXXX)
@@ -45,9 +49,12 @@ through() {  # through TENANT CMD...: CMD as TENANT's program, through the shim
     CURELAY_SHM=$([[ $endpoint == tcp://* ]] && echo 0 || echo 1) LD_LIBRARY_PATH="$build/frontend" "$@"
 }
 gpu_mib() { nvidia-smi --query-gpu=memory.total --format=csv,noheader,nounits | head -1; }
-start_backend() {  # start_backend BUDGET_MIB RESERVE_MIB
+start_backend() {  # start_backend BUDGET_MIB RESERVE_MIB [FLAGS...]
+  local budget=$1 reserve=$2
+  shift 2
+  rm -rf "$runtime/state"  # tenants are added afresh
   "$build/backend/curelay-backend" --listen "$endpoint" --driver "$real" --runtime-dir "$runtime" \
-    --state-dir "$runtime/state" --warm-pool 4 --swap-host-budget-mib "$1" --swap-reserve-mib "$2" \
+    --state-dir "$runtime/state" --warm-pool 4 --swap-host-budget-mib "$budget" --swap-reserve-mib "$reserve" "$@" \
     >>"$out/backend.log" 2>&1 &
   backend=$!
   for _ in $(seq 1200); do ctl -o json stats >/dev/null 2>&1 && return 0; sleep 0.1; done
@@ -71,48 +78,73 @@ say "== oversubscription ($phase) on $(nvidia-smi --query-gpu=name --format=csv,
     "jobs of 45% ($job_mib MiB); swap space $budget_mib MiB; endpoint $endpoint"
 
 if [ "$phase" = rounds ]; then
-  start_backend "$budget_mib" 2048
-  for name in job1 job2 job3; do add_tenant "$name"; done
-  sleep 2
+  # use_backend ARM: a backend in the arm's setting (restarted when it changes: the host cannot hold two swap spaces).
+  backend_setting=
+  use_backend() {
+    local setting=on
+    [ "$1" = curelay-nolockahead ] && setting=off
+    [ "$backend_setting" = "$setting" ] && return 0
+    if [ -n "$backend" ]; then kill "$backend"; wait "$backend" 2>/dev/null; fi
+    start_backend "$budget_mib" 2048 --swap-lock-ahead "$setting"
+    for name in job1 job2 job3; do add_tenant "$name"; done
+    backend_setting=$setting
+    sleep 2
+  }
+  # run_together ARM IDLE ROUND: the three jobs at once, as tenants taking turns; prints the seconds.
+  run_together() {
+    local start pids=() seed
+    start=$(date +%s.%N)
+    for seed in 1 2 3; do
+      through "job$seed" timeout 900 python3 "$job" --name "job$seed" --seed "$seed" --steps "$steps" \
+        --idle-ms "$2" >"$out/$1-$2-$3-$seed.log" 2>&1 &
+      pids+=($!)
+    done
+    wait "${pids[@]}"
+    calc "$(date +%s.%N) - $start"
+  }
   for idle in $idle_settings; do
-    declare -A native_loss=()
-    native_times=() curelay_times=()
+    declare -A reference_loss=() times=()
     for round in $(seq "$rounds"); do
-      # Native: one after another (together they do not fit).
-      start=$(date +%s.%N)
-      for seed in 1 2 3; do
-        native timeout 900 python3 "$job" --name "job$seed" --seed "$seed" --steps "$steps" --idle-ms "$idle" \
-          >"$out/native-$idle-$round-$seed.log" 2>&1
-        native_loss[$seed]=$(field "$out/native-$idle-$round-$seed.log" loss)
-      done
-      native_time=$(calc "$(date +%s.%N) - $start")
-      native_times+=("$native_time")
-      # curelay: all three at once, as tenants taking turns.
-      start=$(date +%s.%N)
-      pids=()
-      for seed in 1 2 3; do
-        through "job$seed" timeout 900 python3 "$job" --name "job$seed" --seed "$seed" --steps "$steps" \
-          --idle-ms "$idle" >"$out/curelay-$idle-$round-$seed.log" 2>&1 &
-        pids+=($!)
-      done
-      wait "${pids[@]}"
-      curelay_time=$(calc "$(date +%s.%N) - $start")
-      curelay_times+=("$curelay_time")
+      line="idle ${idle} ms round $round:"
       verdict=PASS
       detail=""
-      for seed in 1 2 3; do
-        loss=$(field "$out/curelay-$idle-$round-$seed.log" loss)
-        checksum=$(field "$out/curelay-$idle-$round-$seed.log" checksum)
-        [ -n "$loss" ] && [ "$loss" = "${native_loss[$seed]}" ] && [ "$checksum" = ok ] || verdict=FAIL
-        detail+=" job$seed loss ${loss:-none} (native ${native_loss[$seed]:-none}) ballast ${checksum:-none};"
+      for arm in $arms; do
+        if [ "$arm" = native ]; then
+          # Native: one after another (together they do not fit).
+          start=$(date +%s.%N)
+          for seed in 1 2 3; do
+            native timeout 900 python3 "$job" --name "job$seed" --seed "$seed" --steps "$steps" --idle-ms "$idle" \
+              >"$out/native-$idle-$round-$seed.log" 2>&1
+            reference_loss[$seed]=$(field "$out/native-$idle-$round-$seed.log" loss)
+          done
+          seconds=$(calc "$(date +%s.%N) - $start")
+          line+=" native sequential $seconds s,"
+        else
+          use_backend "$arm"
+          seconds=$(run_together "$arm" "$idle" "$round")
+          line+=" $arm together $seconds s,"
+          for seed in 1 2 3; do
+            loss=$(field "$out/$arm-$idle-$round-$seed.log" loss)
+            checksum=$(field "$out/$arm-$idle-$round-$seed.log" checksum)
+            # Against native's loss, or (no native arm) the first run's: every run trains the same.
+            [ -n "${reference_loss[$seed]:-}" ] || reference_loss[$seed]=$loss
+            [ -n "$loss" ] && [ "$loss" = "${reference_loss[$seed]}" ] && [ "$checksum" = ok ] || verdict=FAIL
+            detail+=" $arm job$seed loss ${loss:-none} (reference ${reference_loss[$seed]:-none}) ballast ${checksum:-none};"
+            [ "$verdict" = PASS ] || tail -n 5 "$out/$arm-$idle-$round-$seed.log" | tee -a "$summary"
+          done
+        fi
+        times[$arm]+="$seconds "
       done
-      say "$verdict idle ${idle} ms round $round: native sequential ${native_time} s, curelay together ${curelay_time} s;$detail"
-      [ "$verdict" = PASS ] || tail -n 5 "$out/curelay-$idle-$round-"*.log | tee -a "$summary"
+      say "$verdict $line$detail"
     done
-    native_median=$(printf '%s\n' "${native_times[@]}" | median)
-    curelay_median=$(printf '%s\n' "${curelay_times[@]}" | median)
-    say "median idle ${idle} ms: native sequential ${native_median} s, curelay together ${curelay_median} s," \
-        "ratio $(calc "$curelay_median / $native_median") (below 1: faster than sequential)"
+    first_arm=${arms%% *}
+    first_median=$(printf '%s\n' ${times[$first_arm]} | median)
+    summary_line="median idle ${idle} ms: $first_arm $first_median s"
+    for arm in ${arms#* }; do
+      arm_median=$(printf '%s\n' ${times[$arm]} | median)
+      summary_line+=", $arm $arm_median s (ratio to $first_arm $(calc "$arm_median / $first_median"))"
+    done
+    say "$summary_line (native: sequential; curelay: together; below 1: faster)"
   done
   ctl stats | tee -a "$summary"
   grep -h "swapped \(out\|in\) [0-9]" "$out/backend.log" | awk '{for (i = 1; i <= NF; ++i) if ($i == "MiB") {mib = $(i-1); s = $(i+2)};

@@ -139,7 +139,7 @@ void ResidencyService::Step(scheduler::TimePoint now) {
     session.residency = outstanding ? Residency::kMoving : static_cast<Residency>(state);
     session.movable_bytes = residency.movable_bytes.load();
     session.swappable = residency.unswappable.load() == 0 && adopted_.count(slot) == 0;
-    if (session.swappable) PlaceHome(slot, residency, session.movable_bytes);
+    if (session.swappable && settings_.lock_ahead) PlaceHome(slot, residency, session.movable_bytes);
     session.shortfall_bytes = residency.shortfall_bytes.load();
     session.waiting_since = FromNs(residency.waiting_since_ns.load());
     session.resident_since = FromNs(residency.resident_since_ns.load());

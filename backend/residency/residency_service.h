@@ -26,6 +26,7 @@ struct ResidencySettings {
   scheduler::MemoryTurnsConfig turns;
   uint64_t host_budget_bytes = 0;  // the swap space; 0: memory turns are off
   uint64_t reserve_bytes = 0;      // GPU memory a session taking memory leaves free
+  bool lock_ahead = true;          // sessions get homes, page-locked ahead by their executors
 };
 
 // One session's memory turns as backendctl and the metrics show them (read from its slot of the quota board).

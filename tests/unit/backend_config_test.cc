@@ -73,7 +73,7 @@ TEST_F(BackendConfigTest, SecurityAndSwapSectionsAreRead) {
   // [security] was once refused as an unknown section by the top-level key check.
   std::string error;
   ASSERT_TRUE(Load("[security]\ncurve = true\n[swap]\nhost_budget_mib = 4096\nreserve_mib = 512\nswitch_time_s = 20\n"
-                   "max_swap_percent = 5\nidle_release_ms = 250\n",
+                   "max_swap_percent = 5\nidle_release_ms = 250\nlock_ahead = false\n",
                    &error))
       << error;
   EXPECT_TRUE(config_.curve);
@@ -82,6 +82,7 @@ TEST_F(BackendConfigTest, SecurityAndSwapSectionsAreRead) {
   EXPECT_EQ(config_.swap_switch_time_s, 20);
   EXPECT_EQ(config_.swap_max_percent, 5);
   EXPECT_EQ(config_.swap_idle_release_ms, 250);
+  EXPECT_FALSE(config_.swap_lock_ahead);
 }
 
 TEST_F(BackendConfigTest, BadSwapValuesAreRefused) {

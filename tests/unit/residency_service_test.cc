@@ -146,6 +146,18 @@ TEST_F(ResidencyServiceTest, HomesAreApartWhileTheSpaceAllowsAndASwapOutGoesHome
   EXPECT_EQ(waiter.home_bytes.load(), 0u) << "no movable memory, no home";
 }
 
+TEST_F(ResidencyServiceTest, WithoutLockingAheadNoSessionGetsAHome) {
+  ResidencySettings settings;
+  settings.host_budget_bytes = 4 * kBlock;
+  settings.lock_ahead = false;
+  service_ = std::make_unique<ResidencyService>(*board_, settings);
+  StartSpace();
+  SessionResidency& session = Slot(0);
+  session.movable_bytes.store(kBlock);
+  service_->Step(now_);
+  EXPECT_EQ(session.home_bytes.load(), 0u);
+}
+
 TEST_F(ResidencyServiceTest, AnAdoptedSessionIsNeverAskedToSwapOut) {
   StartSpace();
   SessionResidency& adopted = Slot(0);
