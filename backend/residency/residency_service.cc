@@ -73,13 +73,18 @@ void ResidencyService::PlaceHome(int slot, SessionResidency& residency, uint64_t
   const uint64_t needed = homes_.RoundUp(movable_bytes);
   if (movable_bytes == 0 || needed > homes_.size()) return;  // a session larger than the space never leaves whole
   Home& home = home_of_[slot];
-  if (home.bytes >= needed) return;  // it grew past its home (or has none yet): a larger one, in place if it can
-  if (home.own) homes_.Give(home.offset);
-  const std::optional<uint64_t> offset =
-      homes_.Take(needed, home.bytes != 0 ? std::optional<uint64_t>(home.offset) : std::nullopt);
-  // No range apart from the others' is left: it shares the start of the space (while another session is out there,
-  // its swap-out takes another extent and page-locks that one during the swap-out).
-  home = {offset.value_or(0), needed, offset.has_value()};
+  if (home.bytes < needed) {  // it grew past its home (or has none yet): a larger one, in place if it can
+    if (home.own) homes_.Give(home.offset);
+    const std::optional<uint64_t> offset =
+        homes_.Take(needed, home.bytes != 0 ? std::optional<uint64_t>(home.offset) : std::nullopt);
+    // No range apart from the others' is left: it shares the start of the space (while another session is out
+    // there, its swap-out takes another extent and page-locks that one during the swap-out).
+    home = {offset.value_or(0), needed, offset.has_value()};
+  } else if (residency.home_offset.load() == home.offset && residency.home_bytes.load() == home.bytes) {
+    return;  // published already
+  }
+  // (Published again too when the slot was reset under it: a session that ended and a new one in its slot between
+  // two looks.)
   residency.home_bytes.store(0);
   residency.home_offset.store(home.offset);
   residency.home_bytes.store(home.bytes);

@@ -144,6 +144,12 @@ TEST_F(ResidencyServiceTest, HomesAreApartWhileTheSpaceAllowsAndASwapOutGoesHome
   ASSERT_EQ(second.swap_out_request.load(), 1u);
   EXPECT_EQ(second.store_offset.load(), 2 * kBlock);
   EXPECT_EQ(waiter.home_bytes.load(), 0u) << "no movable memory, no home";
+  // A slot reset between two looks (its session ended, a new one took the slot) hears of its home again.
+  board_->Settle(1);
+  SessionResidency& successor = Slot(1);
+  successor.movable_bytes.store(kBlock);
+  service_->Step(now_);
+  EXPECT_NE(successor.home_bytes.load(), 0u);
 }
 
 TEST_F(ResidencyServiceTest, WithoutLockingAheadNoSessionGetsAHome) {
