@@ -79,6 +79,7 @@ Broker::Broker(BrokerSettings settings, std::unique_ptr<TenantRegistry> registry
     (*session)["swap_ins"] = swap.swap_ins;
     (*session)["swap_seconds"] = swap.swap_seconds;
     (*session)["movable_bytes"] = swap.movable_bytes;
+    if (swap.unswappable != nullptr) (*session)["unswappable"] = swap.unswappable;
   });
 }
 

@@ -141,9 +141,12 @@ void PrintSessions(const json& sessions) {
     const std::string tenant = s["tenant"];
     char swap_seconds[32];
     std::snprintf(swap_seconds, sizeof swap_seconds, "%.3f", s.value("swap_seconds", 0.0));
+    // A session that is never swapped out (the reason is in -o json's "unswappable") stays where it is: "(fixed)".
+    const std::string memory =
+        s.value("residency", std::string("-")) + (s.contains("unswappable") ? std::string(" (fixed)") : std::string());
     table.Add({std::to_string(s["session"].get<uint64_t>()), tenant.empty() ? "(anonymous)" : tenant,
                s["client_program"], std::to_string(s["client_pid"].get<uint64_t>()), s["client_host"],
-               std::to_string(s["executor_pid"].get<int64_t>()), s.value("residency", std::string("-")),
+               std::to_string(s["executor_pid"].get<int64_t>()), memory,
                std::to_string(s.value("swap_outs", uint64_t{0})) + "/" + std::to_string(s.value("swap_ins", uint64_t{0})),
                swap_seconds});
   }

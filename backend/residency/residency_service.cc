@@ -32,6 +32,7 @@ SessionSwapFigures ReadSwapFigures(const SessionResidency& residency) {
   figures.swap_seconds = static_cast<double>(residency.swap_out_ns.load()) / 1e9 +
                          static_cast<double>(residency.swap_in_ns.load()) / 1e9;
   figures.movable_bytes = residency.movable_bytes.load();
+  if (const uint32_t refusal = residency.unswappable.load(); refusal != 0) figures.unswappable = SwapRefusalText(refusal);
   return figures;
 }
 

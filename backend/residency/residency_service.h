@@ -36,6 +36,7 @@ struct SessionSwapFigures {
   uint64_t swap_ins = 0;
   double swap_seconds = 0;  // out and in, quiescing included
   uint64_t movable_bytes = 0;
+  const char* unswappable = nullptr;  // why it is never swapped out (SwapRefusalText); null: it may be
 };
 SessionSwapFigures ReadSwapFigures(const SessionResidency& residency);
 

@@ -127,6 +127,9 @@ TEST_F(MemoryTurnsTest, WhatCannotMoveIsNotSwappedAndAWaitOnlyItCouldEndIsRefuse
   EXPECT_EQ(other.Ask(Alloc(600 * kMiB)), "alloc 2");  // CUDA_ERROR_OUT_OF_MEMORY, without waiting for ever
   EXPECT_LT(std::chrono::steady_clock::now() - start, 5s);
   EXPECT_EQ(SessionOf("exporter")["swap_outs"], 0u);
+  EXPECT_EQ(SessionOf("exporter")["unswappable"], "it exported memory through CUDA IPC") << Sessions().dump();
+  EXPECT_FALSE(SessionOf("other").contains("unswappable")) << Sessions().dump();
+  EXPECT_NE(Backendctl(backend_, {"session", "list"}).out.find("resident (fixed)"), std::string::npos);
   EXPECT_EQ(exporter.Ask("check 0").substr(0, 7), "check 0");
 }
 
