@@ -264,6 +264,29 @@ def dispatch_board_seeds():
     }
 
 
+def quota_board_seeds():
+    """quota_board_fuzzer: operations on the quota board (op code, session slot, operand)."""
+    def op(code, slot, operand=b""):
+        return bytes([code, slot]) + operand
+
+    def field(slot, index, value):
+        return op(0, slot, bytes([index]) + struct.pack("<Q", value))
+
+    def look(ms=20):
+        return op(2, 0, struct.pack("<H", ms))
+
+    mib = 1 << 20
+    # Slot 0 holds 600 MiB of movable memory (tenant 0, normal); slot 1 (tenant 1, high) waits for 300 MiB.
+    turns = [op(1, 0, struct.pack("<iQ", 0, 600 * mib)), field(0, 3, 600 * mib), field(0, 6, 1), look(),
+             op(1, 1, struct.pack("<iQ", 1, 0)), field(1, 4, 300 * mib), field(1, 5, 2), look(),
+             op(6, 0, b"\x00"), field(0, 0, 1), look(), op(5, 0), op(3, 0), look(), op(5, 1)]
+    hostile = [op(1, 2, struct.pack("<iQ", 0, 1 << 63)), field(2, 3, (1 << 64) - 1), field(2, 4, (1 << 64) - 1),
+               field(2, 2, (1 << 32) - 7), field(2, 0, 0xFFFFFFFF), look(), op(1, 3, struct.pack("<iQ", 300, 0)),
+               field(3, 4, mib), op(7, 0, b"\x01" + struct.pack("<Q", 1)), look(1000), op(4, 2, b"\x00" + struct.pack("<I", 1 << 30)),
+               op(6, 2, b"\x01"), look()]
+    return {"turns": records(*turns), "hostile": records(*hostile)}
+
+
 def ipc_registry_seeds():
     entry = {"version": 2, "scope": "fuzz-tenant", "exporter_pid": 1}
     return {
@@ -310,6 +333,7 @@ def main():
     write("admin_fuzzer", admin_seeds())
     write("shm_channel_fuzzer", shm_channel_seeds())
     write("dispatch_board_fuzzer", dispatch_board_seeds())
+    write("quota_board_fuzzer", quota_board_seeds())
     write("ipc_registry_fuzzer", ipc_registry_seeds())
     write("hello_fuzzer", hello_seeds())
     write("zap_fuzzer", zap_seeds())

@@ -19,4 +19,16 @@ inline Duration SaturatingAdd(Duration a, Duration b) {
   return a + b;
 }
 
+// How long since `since`, for instants executors report (memory turns: waiting, resident, last active): one in the
+// future reads as no time, one too far back to subtract as the longest time. Found by quota_board_fuzzer (UBSan:
+// signed overflow subtracting a hostile instant).
+inline Duration SaturatingSince(TimePoint now, TimePoint since) {
+  if (since >= now) return Duration::zero();
+  Duration::rep elapsed = 0;
+  if (__builtin_sub_overflow(now.time_since_epoch().count(), since.time_since_epoch().count(), &elapsed)) {
+    return Duration::max();
+  }
+  return Duration(elapsed);
+}
+
 }  // namespace curelay::scheduler

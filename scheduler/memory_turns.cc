@@ -11,8 +11,8 @@ namespace {
 // starving anyone), then the session id for a stable order.
 bool QueuedBefore(const MemorySessionFacts& a, const MemorySessionFacts& b, TimePoint now) {
   if (a.priority != b.priority) return Outranks(a.priority, b.priority);
-  const double age_a = std::chrono::duration<double>(now - a.waiting_since).count() * a.weight;
-  const double age_b = std::chrono::duration<double>(now - b.waiting_since).count() * b.weight;
+  const double age_a = std::chrono::duration<double>(SaturatingSince(now, a.waiting_since)).count() * a.weight;
+  const double age_b = std::chrono::duration<double>(SaturatingSince(now, b.waiting_since)).count() * b.weight;
   if (age_a != age_b) return age_a > age_b;
   return a.session < b.session;
 }
@@ -21,7 +21,7 @@ bool QueuedBefore(const MemorySessionFacts& a, const MemorySessionFacts& b, Time
 uint64_t SaturatingAdd(uint64_t a, uint64_t b) { return a > UINT64_MAX - b ? UINT64_MAX : a + b; }
 
 bool Idle(const MemoryTurnsConfig& config, const MemorySessionFacts& session, TimePoint now) {
-  return session.shortfall_bytes == 0 && now - session.last_active >= config.idle_release;
+  return session.shortfall_bytes == 0 && SaturatingSince(now, session.last_active) >= config.idle_release;
 }
 
 // Whether `victim` may be swapped out so that `head` can go on.
@@ -31,7 +31,7 @@ bool Evictable(const MemoryTurnsConfig& config, const MemorySessionFacts& victim
   if (victim.residency != Residency::kResident || !victim.swappable || victim.movable_bytes == 0) return false;
   if (Outranks(victim.priority, head.priority)) return false;
   if (Outranks(head.priority, victim.priority)) return true;
-  return Idle(config, victim, now) || now - victim.resident_since >= SwitchTime(config, victim);
+  return Idle(config, victim, now) || SaturatingSince(now, victim.resident_since) >= SwitchTime(config, victim);
 }
 
 }  // namespace

@@ -196,3 +196,30 @@ TEST(MemoryTurnsTest, ASwappedOutSessionComesBackWhenItsTurnComes) {
 
 }  // namespace
 }  // namespace curelay::scheduler
+
+namespace curelay::scheduler {
+namespace {
+
+// Instants come from executors' board slots: one from the far past or the future must neither overflow (UBSan
+// found the subtraction with quota_board_fuzzer) nor count as anything but the longest or the shortest time.
+TEST(MemoryTurnsTest, InstantsFromTheFarPastOrTheFutureSaturate) {
+  const TimePoint now = kStart + 1h;
+  EXPECT_EQ(SaturatingSince(now, TimePoint::min()), Duration::max());
+  EXPECT_EQ(SaturatingSince(now, now + 1h), Duration::zero());
+  EXPECT_EQ(SaturatingSince(now, kStart), Duration(1h));
+  // A holder "resident since" the far future has not held anything for its switch time; one since the far past has.
+  const MemoryTurnsConfig config = Fixed(10s);
+  auto decision = DecideTurns(config, {Resident(1, 36 * kGiB, TimePoint::max()), Waiting(2, 30 * kGiB)},
+                              100 * kGiB, now);
+  EXPECT_TRUE(decision.swap_out.empty());
+  decision = DecideTurns(config, {Resident(1, 36 * kGiB, TimePoint::min()), Waiting(2, 30 * kGiB)}, 100 * kGiB, now);
+  EXPECT_EQ(decision.swap_out, std::vector<SessionId>{1});
+  // The longest wait goes first, whatever instant claims it.
+  decision = DecideTurns(config, {Resident(1, 36 * kGiB), Waiting(2, 30 * kGiB), Waiting(3, 30 * kGiB, TimePoint::min())},
+                         100 * kGiB, now);
+  ASSERT_FALSE(decision.admitted.empty());
+  EXPECT_EQ(decision.admitted.front(), 3u);
+}
+
+}  // namespace
+}  // namespace curelay::scheduler
