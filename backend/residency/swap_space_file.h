@@ -18,14 +18,16 @@ class SwapSpaceFile {
   SwapSpaceFile(const SwapSpaceFile&) = delete;
   SwapSpaceFile& operator=(const SwapSpaceFile&) = delete;
 
-  // Creates the file of `bytes` and fills its pages (several threads: zeroing 100 GiB takes a while), so that
-  // executors page-lock it at the rate of an existing mapping. False with `error` when it cannot.
+  // Creates the file of `bytes` and fills its pages (several threads: zeroing 100 GiB takes a while), so that host
+  // memory short shows now, not as a swap-out that dies of SIGBUS later. (Each executor still maps the pages into
+  // its own page tables before it page-locks them: executor/swap_space.h.) False with `error` when it cannot.
   bool Create(uint64_t bytes, std::string* error);
   // Where an executor opens it: the backend's descriptor under /proc.
   const std::string& path() const { return path_; }
   uint64_t size() const { return bytes_; }
 
-  // The extents swapped-out sessions hold, in whole blocks (executors page-lock the space by block).
+  // The extents swapped-out sessions hold, in whole blocks of kSwapSpaceBlockBytes (executors page-lock the space
+  // in pieces that divide a block, so an extent never shares a piece with another).
   ExtentAllocator& extents() { return extents_; }
   const ExtentAllocator& extents() const { return extents_; }
 
