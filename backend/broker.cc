@@ -507,7 +507,9 @@ nlohmann::json Broker::Stats() {
     gpus.push_back({{"gpu", gpu.index},
                     {"sessions", sessions},
                     {"utilization", gpu.utilization},
-                    {"busy_seconds", gpu.busy_seconds}});
+                    {"busy_seconds", gpu.busy_seconds},
+                    {"saturated_seconds", gpu.saturated_seconds},
+                    {"saturations", gpu.saturations}});
   }
   // host_gpus: 0 until the first executor counted the GPUs (the list then holds GPU 0 alone, a placeholder).
   const ResidencyService::Figures swap = residency_->Summary();
@@ -586,7 +588,8 @@ void Broker::RefreshMetrics() {
 std::vector<GpuMetrics> Broker::GpuFigures() {
   std::vector<GpuMetrics> gpus;
   for (int gpu = 0; gpu < std::max(pool_.host_gpus(), 1); ++gpu) {  // GPU 0 before the count is known
-    gpus.push_back({gpu, dispatch_.Utilization(gpu), dispatch_.BusySeconds(gpu)});
+    const auto [saturated_seconds, saturations] = dispatch_.Saturation(gpu);
+    gpus.push_back({gpu, dispatch_.Utilization(gpu), dispatch_.BusySeconds(gpu), saturated_seconds, saturations});
   }
   return gpus;
 }

@@ -174,10 +174,11 @@ void PrintStats(const json& result) {
   }
   table.Print(std::cout);
   // Per GPU: sessions that can use it, and scheduled tenants' work on it (anonymous sessions are not scheduled).
-  curelay::backendctl::Table gpus({"GPU", "SESSIONS", "UTILIZATION", "BUSY S"});
+  curelay::backendctl::Table gpus({"GPU", "SESSIONS", "UTILIZATION", "BUSY S", "SATURATED S", "SATURATIONS"});
   for (const json& g : result.value("gpus", json::array())) {
     gpus.Add({std::to_string(g["gpu"].get<int>()), std::to_string(g["sessions"].get<uint64_t>()),
-              number(g, "utilization", "%.2f"), number(g, "busy_seconds", "%.3f")});
+              number(g, "utilization", "%.2f"), number(g, "busy_seconds", "%.3f"),
+              number(g, "saturated_seconds", "%.3f"), std::to_string(g.value("saturations", uint64_t{0}))});
   }
   std::cout << "\n";
   gpus.Print(std::cout);

@@ -8,6 +8,8 @@
 #               tenants      two normal tenants of weight 1 (the work-conserving scheduler, the default)
 #               turns        the same with [scheduler] saturation_us = 0 (turns whenever both have work)
 #               unsaturated  the same with saturation_us = 10 s (never a turn: what the gate itself costs)
+#               short-slices the default with [scheduler] slice_us = 2000 (turns of 2 ms instead of 10 when saturated)
+#             tenant modes also print how long, per round, the scheduler held GPU 0 saturated (turns applied)
 #   compute   two programs looping bf16 matmuls (CURELAY_COLOCATION_MATMUL, default 8192): aggregate matmuls per
 #             second of each mode against one process alone: native alone, native pair, curelay alone (a tenant),
 #             curelay time-sliced (two tenants), curelay spatially shared (two tenants at --mps-sm-percent 50, the
@@ -37,7 +39,7 @@ stop_backend() {
 keep_log() { [ -n "${OUT:-}" ] && mkdir -p "$OUT" && cp "$work/backend.log" "$OUT/colocation-backend.log" 2>/dev/null; true; }
 trap 'stop_backend; keep_log; rm -rf "$work"' EXIT
 
-# start_backend SATURATION_US: a backend that admits anonymous sessions and tenants.
+# start_backend SATURATION_US [SLICE_US]: a backend that admits anonymous sessions and tenants.
 start_backend() {
   runtime="$work/rt-$1-$RANDOM"
   mkdir -p "$runtime"
@@ -52,6 +54,7 @@ warm_pool = 2
 allow_anonymous = true
 [scheduler]
 saturation_us = $1
+slice_us = ${2:-10000}
 TOML
   "$build/backend/curelay-backend" --config "$runtime/backend.toml" 2>>"$work/backend.log" &
   backend=$!
@@ -117,6 +120,14 @@ programs() {
 declare -A results
 record() { results[$1]+="$2;"; }
 
+# saturation: "SECONDS TIMES" the running backend found GPU 0 saturated (turns applied), from backendctl stats.
+saturation() {
+  "$build/backendctl/backendctl" --endpoint "ipc://$runtime/private/admin.sock" -o json stats | python3 -c '
+import json, sys
+gpu = (json.load(sys.stdin).get("gpus") or [{}])[0]
+print("%.3f %d" % (gpu.get("saturated_seconds", 0), gpu.get("saturations", 0)))' 2>/dev/null || echo "nan nan"
+}
+
 # median KEY COLUMN: the median of one column of KEY's rounds ("nan" if none).
 median() {
   echo "${results[$1]:-}" | python3 -c '
@@ -140,9 +151,10 @@ for ((round = 1; round <= rounds; round++)); do
           case $mode in
             native) record launch/native "$(programs native infer conv)" ;;
             unscheduled) start_backend 2000 && record launch/unscheduled "$(programs anonymous infer conv)" ;;
-            tenants) start_backend 2000 && record launch/tenants "$(programs tenant infer conv)" ;;
-            turns) start_backend 0 && record launch/turns "$(programs tenant infer conv)" ;;
-            unsaturated) start_backend 10000000 && record launch/unsaturated "$(programs tenant infer conv)" ;;
+            tenants) start_backend 2000 && record launch/tenants "$(programs tenant infer conv) $(saturation)" ;;
+            turns) start_backend 0 && record launch/turns "$(programs tenant infer conv) $(saturation)" ;;
+            unsaturated) start_backend 10000000 && record launch/unsaturated "$(programs tenant infer conv) $(saturation)" ;;
+            short-slices) start_backend 2000 2000 && record launch/short-slices "$(programs tenant infer conv) $(saturation)" ;;
           esac
           stop_backend
         done
@@ -168,8 +180,14 @@ for group in $groups; do
     launch)
       echo "== launch: two launch-bound PyTorch programs at once, ms per step (median of $rounds rounds of ${seconds} s)"
       for mode in $launch_modes; do
-        printf '%-12s batch-1 inference %7s ms   conv net step %7s ms\n' "$mode" "$(median launch/$mode 0)" \
+        printf '%-12s batch-1 inference %7s ms   conv net step %7s ms' "$mode" "$(median launch/$mode 0)" \
           "$(median launch/$mode 2)"
+        # Tenant modes: how long the scheduler held the GPU saturated (turns applied) in a round, and how often.
+        case $mode in
+          tenants | turns | unsaturated | short-slices)
+            printf '   saturated %6s s, %5s times (per round, median)' "$(median launch/$mode 4)" "$(median launch/$mode 5)" ;;
+        esac
+        echo
       done
       ;;
     compute)

@@ -8,7 +8,8 @@ namespace curelay::scheduler {
 GpuScheduler::GpuScheduler(const SchedulerConfig& config)
     : config_(config),
       cost_model_(config.default_kernel_estimate, config.estimate_smoothing),
-      saturated_(config.saturation_inflight <= Duration::zero()) {}
+      saturated_(config.saturation_inflight <= Duration::zero()),
+      busy_(config.busy_window) {}
 
 void GpuScheduler::SetTenant(TenantId tenant, PriorityClass priority, uint32_t weight, TimePoint now) {
   now = Advance(now);
@@ -118,16 +119,12 @@ bool GpuScheduler::WorkCompleted(SessionId session, KernelKey kernel, Duration g
   tenant.last_busy = now;
   tenant.normalized_usage += static_cast<double>(gpu_time.count()) / tenant.weight;
   cost_model_.Observe(kernel, gpu_time);
-  recent_completions_.emplace_back(now, gpu_time);
-  busy_in_window_ = SaturatingAdd(busy_in_window_, gpu_time);
+  busy_.Add(now, gpu_time);
   Refresh(now);
   return true;
 }
 
-double GpuScheduler::BusyFraction() const {
-  if (config_.busy_window <= Duration::zero()) return 0;
-  return static_cast<double>(busy_in_window_.count()) / static_cast<double>(config_.busy_window.count());
-}
+double GpuScheduler::BusyFraction() const { return busy_.Fraction(now_); }
 
 void GpuScheduler::Tick(TimePoint now) { Refresh(Advance(now)); }
 
@@ -236,12 +233,12 @@ void GpuScheduler::Refresh(TimePoint now) {
   // busy for most of the last window.
   Duration inflight{0};
   for (const auto& [id, session] : sessions_) inflight = SaturatingAdd(inflight, session.inflight_estimate);
-  while (!recent_completions_.empty() && recent_completions_.front().first < now - config_.busy_window) {
-    busy_in_window_ = std::max(busy_in_window_ - recent_completions_.front().second, Duration::zero());
-    recent_completions_.pop_front();
-  }
+  busy_.Expire(now);
   const bool busy =
-      config_.saturation_busy_fraction <= 0 || BusyFraction() >= config_.saturation_busy_fraction;
+      config_.saturation_busy_fraction <= 0 || busy_.Fraction(now) >= config_.saturation_busy_fraction;
+  if (saturated_ && last_refresh_) saturated_time_ = SaturatingAdd(saturated_time_, now - *last_refresh_);
+  last_refresh_ = now;
+  const bool was_saturated = saturated_;
   if (config_.saturation_inflight <= Duration::zero()) {
     saturated_ = true;
   } else if (inflight >= config_.saturation_inflight && busy) {
@@ -258,6 +255,7 @@ void GpuScheduler::Refresh(TimePoint now) {
   } else {
     below_since_.reset();
   }
+  saturations_ += saturated_ && !was_saturated;
 
   if (!top_active_) {
     holder_.reset();

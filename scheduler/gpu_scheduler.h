@@ -21,6 +21,7 @@
 #include <utility>
 #include <vector>
 
+#include "scheduler/busy_window.h"
 #include "scheduler/clock.h"
 #include "scheduler/dispatch_decision.h"
 #include "scheduler/grant.h"
@@ -80,9 +81,13 @@ class GpuScheduler {
   // Whether the GPU is saturated (turns apply): its in-flight estimate past SchedulerConfig::saturation_inflight
   // while it is busy enough (saturation_busy_fraction), until the hysteresis ends it.
   bool saturated() const { return saturated_; }
-  // The GPU time completed here in the last SchedulerConfig::busy_window, as a fraction of the window (as of the
-  // last event or tick).
+  // The share of the last SchedulerConfig::busy_window that completed work covered here, as of the last event or
+  // tick (BusyWindow: overlapping pieces count once).
   double BusyFraction() const;
+  // How long the GPU has been saturated in all (as of the last event or tick), and how many times it became so:
+  // what turns cost work conservation, for operators and benchmarks.
+  Duration saturated_time() const { return saturated_time_; }
+  uint64_t saturations() const { return saturations_; }
   uint64_t Pending(SessionId session) const;
   Duration InflightEstimate(SessionId session) const;
   size_t InflightCount(SessionId session) const;
@@ -146,9 +151,11 @@ class GpuScheduler {
   TimePoint slice_start_{};
   std::optional<TimePoint> holder_idle_since_;  // when the holder last ran out of work, while it still holds
   bool saturated_;  // see SchedulerConfig::saturation_inflight; updated in Refresh
-  // Completions in the busy window (when, GPU time), oldest first, and their sum.
-  std::deque<std::pair<TimePoint, Duration>> recent_completions_;
-  Duration busy_in_window_{0};
+  BusyWindow busy_;  // what the GPU ran in the last SchedulerConfig::busy_window, from completions
+  // Time the GPU has spent saturated, up to the last refresh, and how often it became so.
+  Duration saturated_time_{0};
+  uint64_t saturations_ = 0;
+  std::optional<TimePoint> last_refresh_;
   std::optional<TimePoint> below_since_;  // saturated, but in flight below the lower mark since then
   // Per class, a floor under which a tenant's normalized usage is not left when it gets work again after being
   // idle, so time spent idle does not become a claim on the GPU (less one slice of credit, so brief gaps between

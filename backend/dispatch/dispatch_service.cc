@@ -179,6 +179,13 @@ double DispatchService::BusySeconds(int gpu) {
   return static_cast<double>(busy_[gpu].total_ns) / 1e9;
 }
 
+std::pair<double, uint64_t> DispatchService::Saturation(int gpu) {
+  std::lock_guard lock(mutex_);
+  const scheduler::GpuScheduler* scheduler = gpu < 0 ? nullptr : scheduler_.FindGpu(gpu);
+  if (scheduler == nullptr) return {0, 0};
+  return {std::chrono::duration<double>(scheduler->saturated_time()).count(), scheduler->saturations()};
+}
+
 double DispatchService::Utilization(int gpu) {
   if (gpu < 0 || gpu >= kMaxDispatchGpus) return 0;
   std::lock_guard lock(mutex_);

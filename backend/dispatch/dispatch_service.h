@@ -13,6 +13,7 @@
 #include <optional>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "backend/dispatch/dispatch_board.h"
@@ -55,6 +56,9 @@ class DispatchService {
   double Utilization(int gpu);
   // GPU time of all scheduled work completed on host GPU `gpu` since the backend started.
   double BusySeconds(int gpu);
+  // How long host GPU `gpu` has been saturated (turns applied) since the backend started, and how many times it
+  // became so; zero before any tenant session used it.
+  std::pair<double, uint64_t> Saturation(int gpu);
 
  private:
   struct OpenedSession {

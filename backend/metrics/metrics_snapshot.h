@@ -59,6 +59,9 @@ struct GpuMetrics {
   int index = 0;
   double utilization = 0;   // 0..1: fraction of wall time over the last interval with work in flight
   double busy_seconds = 0;  // cumulative time with work in flight
+  // Cumulative time the scheduler found the GPU saturated (turns applied), and how many times it became so.
+  double saturated_seconds = 0;
+  uint64_t saturations = 0;
 };
 
 struct MetricsSnapshot {

@@ -135,6 +135,12 @@ std::string RenderPrometheusText(const MetricsSnapshot& snapshot) {
   AppendGpuFamily(out, snapshot, "curelay_gpu_busy_seconds_total", "counter",
                   "Time the GPU had work in flight, in seconds.",
                   [](const GpuMetrics& g) { return g.busy_seconds; });
+  AppendGpuFamily(out, snapshot, "curelay_gpu_saturated_seconds_total", "counter",
+                  "Time the scheduler found the GPU saturated (tenants took turns), in seconds.",
+                  [](const GpuMetrics& g) { return g.saturated_seconds; });
+  AppendGpuFamily(out, snapshot, "curelay_gpu_saturations_total", "counter",
+                  "Times the GPU became saturated (turns began).",
+                  [](const GpuMetrics& g) { return g.saturations; });
   return out;
 }
 

@@ -12,6 +12,8 @@
 //   curelay_tenant_info{tenant,priority,weight}     gauge      always 1; carries the tenant's scheduling class
 //   curelay_gpu_utilization{gpu}                    gauge      0..1, fraction of the last interval with work
 //   curelay_gpu_busy_seconds_total{gpu}             counter    time with work in flight, seconds
+//   curelay_gpu_saturated_seconds_total{gpu}        counter    time saturated (tenants took turns), seconds
+//   curelay_gpu_saturations_total{gpu}              counter    times saturation began
 // Within a family, tenants and GPUs appear in snapshot order, so equal snapshots render to equal text.
 #pragma once
 

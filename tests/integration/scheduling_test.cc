@@ -122,6 +122,10 @@ TEST_F(SchedulingTest, GpuTimeIsSplitByWeight) {
   const double kernels = light_stats.value("kernels", 0.0) + heavy_stats.value("kernels", 0.0);
   ASSERT_GT(kernels, 0);
   EXPECT_NEAR((light_seconds + heavy_seconds) / kernels, 0.002, 0.0003) << kernels << " kernels";
+  // The weights held because the GPU was saturated: backendctl stats says for how long (turns applied).
+  const json gpu = json::parse(Backendctl(backend_, {"-o", "json", "stats"}).out)["gpus"][0];
+  EXPECT_GT(gpu.value("saturated_seconds", 0.0), 4 * 0.5) << gpu.dump();
+  EXPECT_GE(gpu.value("saturations", uint64_t{0}), 1u) << gpu.dump();
 }
 
 TEST_F(SchedulingTest, HighPriorityIsServedFirstAndLowWorksWhenItIdles) {

@@ -47,6 +47,8 @@ MetricsSnapshot SmallSnapshot() {
   gpu.index = 0;
   gpu.utilization = 0.25;
   gpu.busy_seconds = 100;
+  gpu.saturated_seconds = 12.5;
+  gpu.saturations = 7;
   snapshot.gpus.push_back(gpu);
   return snapshot;
 }
@@ -104,7 +106,14 @@ constexpr char kSmallSnapshotText[] =
     "curelay_gpu_utilization{gpu=\"0\"} 0.25\n"
     "# HELP curelay_gpu_busy_seconds_total Time the GPU had work in flight, in seconds.\n"
     "# TYPE curelay_gpu_busy_seconds_total counter\n"
-    "curelay_gpu_busy_seconds_total{gpu=\"0\"} 100\n";
+    "curelay_gpu_busy_seconds_total{gpu=\"0\"} 100\n"
+    "# HELP curelay_gpu_saturated_seconds_total Time the scheduler found the GPU saturated (tenants took turns), in "
+    "seconds.\n"
+    "# TYPE curelay_gpu_saturated_seconds_total counter\n"
+    "curelay_gpu_saturated_seconds_total{gpu=\"0\"} 12.5\n"
+    "# HELP curelay_gpu_saturations_total Times the GPU became saturated (turns began).\n"
+    "# TYPE curelay_gpu_saturations_total counter\n"
+    "curelay_gpu_saturations_total{gpu=\"0\"} 7\n";
 
 TEST(PrometheusText, RendersSmallSnapshotExactly) {
   EXPECT_EQ(RenderPrometheusText(SmallSnapshot()), kSmallSnapshotText);
@@ -114,7 +123,7 @@ TEST(PrometheusText, EmptySnapshotStillDescribesEveryFamily) {
   const std::string text = RenderPrometheusText(MetricsSnapshot{});
   int type_lines = 0;
   for (size_t at = text.find("# TYPE "); at != std::string::npos; at = text.find("# TYPE ", at + 1)) ++type_lines;
-  EXPECT_EQ(type_lines, 14);
+  EXPECT_EQ(type_lines, 16);
   EXPECT_EQ(text.find("{"), std::string::npos);  // no samples
 }
 

@@ -70,6 +70,9 @@ TEST_F(WorkConservationTest, SaturationBringsTurnsBackUntilLongEnoughBelowTheLow
   scheduler_.Tick(At(3ms) + SchedulerConfig{}.anticipation);
   EXPECT_FALSE(Saturated());
   EXPECT_TRUE(MayDispatch(kSessionB));
+  // One episode, from the first dispatch to the end of the anticipation window: what operators see.
+  EXPECT_EQ(scheduler_.FindGpu(0)->saturations(), 1u);
+  EXPECT_EQ(scheduler_.FindGpu(0)->saturated_time(), 3ms + SchedulerConfig{}.anticipation);
 }
 
 TEST_F(WorkConservationTest, AHigherClassStillStopsALowerOneOnAnIdleGpu) {
@@ -112,6 +115,38 @@ TEST(WorkConservationBusyTest, ABurstOnAMostlyIdleGpuIsNotSaturation) {
   // Completions older than the window stop counting.
   scheduler.Tick(At(60ms));
   EXPECT_EQ(gpu.BusyFraction(), 0.0);
+}
+
+// Two launch-bound tenants whose kernels the GPU time-slices: each piece is timed with the other's inside, so their
+// GPU times add up to a full window on a GPU that ran half of it. The busy condition counts the GPU's time, not the
+// sum, and no turns start (they did before: the inference tenant then waited for the other's turns, 1.5x).
+TEST(WorkConservationBusyTest, OverlappingTimingsOfTwoTenantsAreNotABusyGpu) {
+  SchedulerConfig config;
+  config.saturation_inflight = 2ms;
+  config.desaturation_inflight = 1ms;
+  config.saturation_busy_fraction = 0.9;
+  config.busy_window = 20ms;
+  Scheduler scheduler(config);
+  TenantLimits normal;
+  ASSERT_EQ(scheduler.AddTenant(kA, normal), Status::kOk);
+  ASSERT_EQ(scheduler.AddTenant(kB, normal), Status::kOk);
+  ASSERT_EQ(scheduler.OpenSession(kSessionA, kA, 0, At(0ms)), Status::kOk);
+  ASSERT_EQ(scheduler.OpenSession(kSessionB, kB, 0, At(0ms)), Status::kOk);
+  const GpuScheduler& gpu = *scheduler.FindGpu(0);
+  for (SessionId session : {kSessionA, kSessionB}) {
+    ASSERT_TRUE(scheduler.WorkDispatched(session, kKernel, At(0ms), 2ms).allowed());
+  }
+  // Every 4 ms both complete a piece that each timed at 2 ms over the same 2 ms, and queue the next.
+  for (int ms = 4; ms <= 40; ms += 4) {
+    for (SessionId session : {kSessionA, kSessionB}) {
+      ASSERT_EQ(scheduler.WorkCompleted(session, kKernel, 2ms, At(std::chrono::milliseconds(ms))), Status::kOk);
+      ASSERT_TRUE(scheduler.WorkDispatched(session, kKernel, At(std::chrono::milliseconds(ms)), 2ms).allowed());
+    }
+    EXPECT_FALSE(gpu.saturated()) << ms << " ms";
+  }
+  EXPECT_NEAR(gpu.BusyFraction(), 0.5, 1e-9);
+  EXPECT_EQ(gpu.saturations(), 0u);
+  EXPECT_EQ(gpu.saturated_time(), 0ms);
 }
 
 TEST(WorkConservationConfigTest, ZeroMeansTurnsAlways) {
