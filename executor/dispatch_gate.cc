@@ -3,6 +3,7 @@
 #include <spdlog/spdlog.h>
 #include <time.h>
 
+#include <algorithm>
 #include <chrono>
 #include <iterator>
 
@@ -95,18 +96,20 @@ void DispatchGate::AwaitGrant(const Timing& timing) {
 
 bool DispatchGate::ShouldTime(const Timing& timing) {
   constexpr uint32_t kMeasuredBeforeSampling = 4;
-  constexpr int64_t kAlwaysTimedNs = 10'000;
+  // Long kernels are always timed: their share of a weighted turn matters, and two markers are nothing beside them.
+  // (Timing every kernel of 10 us or more cost a launch-bound conv net training step 25% as a tenant.)
+  constexpr int64_t kAlwaysTimedNs = 1'000'000;
   constexpr uint32_t kSampleEvery = 16;
   GpuLane& lane = *timing.lane;
   const bool limited = slot_->grants[timing.gpu].inflight_budget_ns.load(std::memory_order_acquire) !=
                        std::numeric_limits<int64_t>::max();
-  if (lane.inflight.empty()) lane.behind = false;
+  if (lane.timed_inflight == 0) lane.behind = false;
   bool timed = limited || lane.behind || cost_model_.Observations(timing.kernel) < kMeasuredBeforeSampling ||
                timing.estimate_ns >= kAlwaysTimedNs;
   if (!timed && ++lane.untimed_in_a_row >= kSampleEvery) {
     // The previous sample still running 16 pieces later: the GPU is behind, so time everything until it catches
     // up (the markers then cost no throughput, and the backlog stays measured).
-    lane.behind = !lane.inflight.empty();
+    lane.behind = lane.timed_inflight != 0;
     timed = true;
   }
   if (timed) lane.untimed_in_a_row = 0;
@@ -130,17 +133,33 @@ void DispatchGate::EndLaunch(CUstream stream, const Timing& timing, bool launche
   }
   Report(backend::DispatchEventKind::kDispatched, timing.gpu, timing.kernel, timing.estimate_ns);
   ++pieces_dispatched_;
-  pieces_timed_ += timing.start != nullptr;
-  CUevent end = timing.start != nullptr ? events_.Take(timing.context) : nullptr;
-  if (end == nullptr || driver_.cuEventRecord(end, stream) != CUDA_SUCCESS) {
-    // Untimed (by choice, or a marker failed): the scheduler hears of the completion at once, at the estimate.
-    if (end != nullptr) events_.Give(timing.context, end);
-    if (timing.start != nullptr) events_.Give(timing.context, timing.start);
-    Report(backend::DispatchEventKind::kCompleted, timing.gpu, timing.kernel, timing.estimate_ns);
-    return;
+  GpuLane& lane = *timing.lane;
+  lane.modelled_end = std::max(lane.modelled_end, Clock::now()) + std::chrono::nanoseconds(timing.estimate_ns);
+  CUevent start = timing.start;
+  CUevent end = start != nullptr ? events_.Take(timing.context) : nullptr;
+  if (end != nullptr && driver_.cuEventRecord(end, stream) != CUDA_SUCCESS) {
+    events_.Give(timing.context, end);
+    end = nullptr;
   }
-  timing.lane->inflight.push_back({timing.kernel, timing.estimate_ns, timing.context, timing.start, end});
-  timing.lane->inflight_estimate_ns += timing.estimate_ns;
+  if (end == nullptr && start != nullptr) {  // a marker failed: untimed after all
+    events_.Give(timing.context, start);
+    start = nullptr;
+  }
+  pieces_timed_ += start != nullptr;
+  lane.timed_inflight += start != nullptr;
+  lane.inflight.push_back({timing.kernel, timing.estimate_ns, timing.context, start, end, lane.modelled_end});
+  lane.inflight_estimate_ns += timing.estimate_ns;
+}
+
+void DispatchGate::RetireFront(GpuLane& lane, int64_t gpu_ns) {
+  const Inflight& work = lane.inflight.front();
+  Complete(lane, work, gpu_ns);
+  if (work.start != nullptr) {
+    events_.Give(work.context, work.start);
+    events_.Give(work.context, work.end);
+    --lane.timed_inflight;
+  }
+  lane.inflight.pop_front();
 }
 
 void DispatchGate::Complete(GpuLane& lane, const Inflight& work, int64_t gpu_ns) {
@@ -149,25 +168,42 @@ void DispatchGate::Complete(GpuLane& lane, const Inflight& work, int64_t gpu_ns)
 }
 
 void DispatchGate::Poll() {
-  // Per GPU in launch order, up to the first launch still running: Poll runs before every launch, so it must cost
-  // one query per busy GPU when nothing finished. Launches on other streams that finish earlier are reported when
-  // those before them are (their in-flight estimate lingers meanwhile, which only makes a budget stricter).
+  // Per GPU in launch order: Poll runs before every launch, so it must cost at most one query per busy GPU when
+  // nothing finished. Timed work is done when its end marker is, and so is (taken to be) everything launched before
+  // it; launches on other streams that finish earlier are reported when those before them are (their in-flight
+  // estimate lingers meanwhile, which only makes a budget stricter). Untimed work at the front is done when the
+  // modelled queue has run it.
+  if (lanes_.empty()) return;
+  const Clock::time_point now = Clock::now();
   for (GpuLane& lane : lanes_) {
     while (!lane.inflight.empty()) {
-      const Inflight& work = lane.inflight.front();
-      const CUresult state = driver_.cuEventQuery(work.end);
+      const Inflight& front = lane.inflight.front();
+      if (front.start == nullptr && front.modelled_end <= now) {
+        RetireFront(lane, front.estimate_ns);
+        continue;
+      }
+      if (lane.timed_inflight == 0) break;
+      const auto timed = std::find_if(lane.inflight.begin(), lane.inflight.end(),
+                                      [](const Inflight& work) { return work.start != nullptr; });
+      const CUresult state = driver_.cuEventQuery(timed->end);
       if (state == CUDA_ERROR_NOT_READY) break;
+      while (lane.inflight.front().start == nullptr) RetireFront(lane, lane.inflight.front().estimate_ns);
+      const Inflight& work = lane.inflight.front();
       float milliseconds = 0;
       int64_t gpu_ns = work.estimate_ns;
       if (state == CUDA_SUCCESS && driver_.cuEventElapsedTime(&milliseconds, work.start, work.end) == CUDA_SUCCESS) {
         gpu_ns = static_cast<int64_t>(static_cast<double>(milliseconds) * 1e6);
         cost_model_.Observe(work.kernel, std::chrono::nanoseconds(gpu_ns));
       }
-      Complete(lane, work, gpu_ns);
-      events_.Give(work.context, work.start);
-      events_.Give(work.context, work.end);
-      lane.inflight.pop_front();
+      RetireFront(lane, gpu_ns);
     }
+  }
+}
+
+void DispatchGate::Settle() {
+  Poll();  // timed work first, with its measured times
+  for (GpuLane& lane : lanes_) {
+    while (!lane.inflight.empty()) RetireFront(lane, lane.inflight.front().estimate_ns);
   }
 }
 
@@ -184,6 +220,7 @@ void DispatchGate::ForgetContext(CUcontext context) {
     std::erase_if(lane.inflight, [&](const Inflight& work) {
       if (work.context != context) return false;
       Complete(lane, work, work.estimate_ns);
+      lane.timed_inflight -= work.start != nullptr;
       return true;
     });
   }
@@ -193,6 +230,7 @@ void DispatchGate::ForgetContext(CUcontext context) {
 void DispatchGate::Release() {
   for (GpuLane& lane : lanes_) {
     for (const Inflight& work : lane.inflight) {
+      if (work.start == nullptr) continue;
       driver_.cuEventDestroy(work.start);
       driver_.cuEventDestroy(work.end);
     }

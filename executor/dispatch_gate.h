@@ -3,8 +3,10 @@
 // work goes by the grant of the GPU of the context current when it is issued, read from shared memory before every
 // launch; the executor waits (polling every 20 us) only while that grant says no, or while its in-flight work there
 // would exceed the budget a higher class imposes. A marker costs the driver about 3 us (bench/driver_bench.cc
-// event_record), as much as a launch, so small kernels the model already knows are timed only 1 in 16 while the GPU
-// keeps up and no higher class is on it (ShouldTime); the others count at their estimate. Sessions without a slot
+// event_record), as much as a launch, so kernels the model already knows (under 1 ms) are timed only 1 in 16 while
+// the GPU keeps up and no higher class is on it (ShouldTime). An untimed piece counts at its estimate and stays in
+// flight until the GPU's queue, as the estimates model it, has run it, or until timed work launched after it
+// completes: the scheduler still sees the work queued (saturation, turns draining). Sessions without a slot
 // (anonymous) are not scheduled and pay nothing.
 #pragma once
 
@@ -58,8 +60,11 @@ class DispatchGate {
   // After the launch: if it succeeded, records its end marker and reports it dispatched; otherwise gives the start
   // marker back.
   void EndLaunch(CUstream stream, const Timing& timing, bool launched);
-  // Reports work whose end marker has completed, with its GPU time.
+  // Reports work whose end marker has completed, with its GPU time, and untimed work before it or that the lane's
+  // modelled queue has run, at its estimate.
   void Poll();
+  // Every context of the session has just been synchronized: all work in flight is done.
+  void Settle();
   bool HasInflight() const;
   // Drops everything in flight (session teardown).
   void Release();
@@ -68,18 +73,24 @@ class DispatchGate {
   void ForgetContext(CUcontext context);
 
  private:
+  using Clock = std::chrono::steady_clock;
   struct Inflight {
     uint64_t kernel;
     int64_t estimate_ns;
     CUcontext context;  // events belong to the context current when they were made
-    CUevent start;
+    CUevent start;      // null with `end`: untimed
     CUevent end;
+    Clock::time_point modelled_end;  // untimed: when the lane's modelled queue has run it
   };
   // One GPU's work in flight, in launch order.
   struct GpuLane {
     int gpu;
     std::deque<Inflight> inflight;
     int64_t inflight_estimate_ns = 0;
+    size_t timed_inflight = 0;  // entries of `inflight` with markers
+    // When the GPU would have run this session's work launched so far there, at the estimates, one piece after
+    // another (streams that overlap make it later than the truth: the scheduler then sees more queued, not less).
+    Clock::time_point modelled_end{};
     uint32_t untimed_in_a_row = 0;
     bool behind = false;  // a sample was still running when the next one was due
   };
@@ -90,6 +101,8 @@ class DispatchGate {
   bool ShouldTime(const Timing& timing);
   void Report(backend::DispatchEventKind kind, int gpu, uint64_t kernel, int64_t gpu_ns);
   void Complete(GpuLane& lane, const Inflight& work, int64_t gpu_ns);
+  // Reports the lane's front entry done (untimed: at its estimate) and drops it.
+  void RetireFront(GpuLane& lane, int64_t gpu_ns);
 
   Driver& driver_;
   std::unique_ptr<backend::DispatchBoard> board_;

@@ -209,7 +209,7 @@ CUresult Session::Quiesce() {
   if (result != CUDA_SUCCESS) return result;
   // The work is done: the client's waits are answered now, and the scheduler hears of the completions.
   if (!pending_waits_.empty()) PollPendingWaits();
-  dispatch_gate_.Poll();
+  dispatch_gate_.Settle();
   return CUDA_SUCCESS;
 }
 
