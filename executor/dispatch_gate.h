@@ -74,6 +74,8 @@ class DispatchGate {
 
  private:
   using Clock = std::chrono::steady_clock;
+  // How often a launch that may start at once also looks for completed work (AwaitGrant).
+  static constexpr std::chrono::microseconds kPollInterval{50};
   struct Inflight {
     uint64_t kernel;
     int64_t estimate_ns;
@@ -115,6 +117,7 @@ class DispatchGate {
   int located_gpu_ = 0;
   std::deque<GpuLane> lanes_;  // a handful, the GPUs this session has used; a deque keeps references stable
   EventPool events_{driver_, CU_EVENT_DEFAULT};  // start and end events of timed work
+  Clock::time_point last_poll_{};
   uint64_t pieces_dispatched_ = 0;
   uint64_t pieces_timed_ = 0;
   scheduler::KernelCostModel cost_model_{std::chrono::microseconds(500), 0.25};
