@@ -86,8 +86,9 @@ void DispatchGate::AwaitGrant(const Timing& timing) {
     // Work may always start when nothing of this session's is in flight there, however large (nothing starves).
     if (may_dispatch && (lane.inflight.empty() || lane.inflight_estimate_ns <= budget - timing.estimate_ns)) {
       // Completions need not reach the scheduler sooner than its 100 us pass, and a launch-bound tenant launches
-      // every few microseconds: an event query (a driver call) before each would be paid on every launch.
-      if (first && Clock::now() - last_poll_ >= kPollInterval) Poll();
+      // every few microseconds: an event query (a driver call) and a clock read before each would be paid on every
+      // launch.
+      if (first && ++launches_since_poll_ >= kPollEveryLaunches) Poll();
       return;
     }
     if (!first) {
@@ -111,15 +112,11 @@ bool DispatchGate::ShouldTime(const Timing& timing) {
   GpuLane& lane = *timing.lane;
   const bool limited = slot_->grants[timing.gpu].inflight_budget_ns.load(std::memory_order_acquire) !=
                        std::numeric_limits<int64_t>::max();
-  if (lane.timed_inflight == 0) lane.behind = false;
-  bool timed = limited || lane.behind || cost_model_.Observations(timing.kernel) < kMeasuredBeforeSampling ||
+  // Sampling goes on however far behind the GPU is: behind because another tenant's work shares it, a launch-bound
+  // tenant would pay markers on every launch. The backlog stays visible in the model, which each sample corrects.
+  bool timed = limited || cost_model_.Observations(timing.kernel) < kMeasuredBeforeSampling ||
                timing.estimate_ns >= kAlwaysTimedNs;
-  if (!timed && ++lane.untimed_in_a_row >= kSampleEvery) {
-    // The previous sample still running 16 pieces later: the GPU is behind, so time everything until it catches
-    // up (the markers then cost no throughput, and the backlog stays measured).
-    lane.behind = lane.timed_inflight != 0;
-    timed = true;
-  }
+  if (!timed && ++lane.untimed_in_a_row >= kSampleEvery) timed = true;
   if (timed) lane.untimed_in_a_row = 0;
   return timed;
 }
@@ -142,7 +139,6 @@ void DispatchGate::EndLaunch(CUstream stream, const Timing& timing, bool launche
   Report(backend::DispatchEventKind::kDispatched, timing.gpu, timing.kernel, timing.estimate_ns);
   ++pieces_dispatched_;
   GpuLane& lane = *timing.lane;
-  lane.modelled_end = std::max(lane.modelled_end, Clock::now()) + std::chrono::nanoseconds(timing.estimate_ns);
   CUevent start = timing.start;
   CUevent end = start != nullptr ? events_.Take(timing.context) : nullptr;
   if (end != nullptr && driver_.cuEventRecord(end, stream) != CUDA_SUCCESS) {
@@ -155,7 +151,7 @@ void DispatchGate::EndLaunch(CUstream stream, const Timing& timing, bool launche
   }
   pieces_timed_ += start != nullptr;
   lane.timed_inflight += start != nullptr;
-  lane.inflight.push_back({timing.kernel, timing.estimate_ns, timing.context, start, end, lane.modelled_end});
+  lane.inflight.push_back({timing.kernel, timing.estimate_ns, timing.context, start, end, kNotModelled});
   lane.inflight_estimate_ns += timing.estimate_ns;
 }
 
@@ -181,10 +177,17 @@ void DispatchGate::Poll() {
   // it; launches on other streams that finish earlier are reported when those before them are (their in-flight
   // estimate lingers meanwhile, which only makes a budget stricter). Untimed work at the front is done when the
   // modelled queue has run it.
-  const Clock::time_point now = Clock::now();
-  last_poll_ = now;
+  launches_since_poll_ = 0;
   if (lanes_.empty()) return;
+  const Clock::time_point now = Clock::now();
   for (GpuLane& lane : lanes_) {
+    // Work launched since the last poll (a few launches ago at most) joins the modelled queue as if launched now.
+    auto newest = lane.inflight.end();
+    while (newest != lane.inflight.begin() && std::prev(newest)->modelled_end == kNotModelled) --newest;
+    for (; newest != lane.inflight.end(); ++newest) {
+      lane.modelled_end = std::max(lane.modelled_end, now) + std::chrono::nanoseconds(newest->estimate_ns);
+      newest->modelled_end = lane.modelled_end;
+    }
     while (!lane.inflight.empty()) {
       const Inflight& front = lane.inflight.front();
       if (front.start == nullptr && front.modelled_end <= now) {
@@ -204,7 +207,14 @@ void DispatchGate::Poll() {
         gpu_ns = static_cast<int64_t>(static_cast<double>(milliseconds) * 1e6);
         cost_model_.Observe(work.kernel, std::chrono::nanoseconds(gpu_ns));
       }
+      // Done later than modelled: the GPU runs behind the model (a neighbour's work shares it, or the estimates are
+      // short), and what is queued after it is later by as much.
+      const Clock::duration late = now > work.modelled_end ? now - work.modelled_end : Clock::duration::zero();
       RetireFront(lane, gpu_ns);
+      if (late > Clock::duration::zero()) {
+        for (Inflight& queued : lane.inflight) queued.modelled_end += late;
+        lane.modelled_end += late;
+      }
     }
   }
 }

@@ -4,9 +4,11 @@
 // launch; the executor waits (polling every 20 us) only while that grant says no, or while its in-flight work there
 // would exceed the budget a higher class imposes. A marker costs the driver about 3 us (bench/driver_bench.cc
 // event_record), as much as a launch, so kernels the model already knows (under 1 ms) are timed only 1 in 16 while
-// the GPU keeps up and no higher class is on it (ShouldTime). An untimed piece counts at its estimate and stays in
-// flight until the GPU's queue, as the estimates model it, has run it, or until timed work launched after it
-// completes: the scheduler still sees the work queued (saturation, turns draining). Sessions without a slot
+// no higher class is on the GPU (ShouldTime). An untimed piece counts at its estimate and stays in flight until the
+// GPU's queue, as the estimates model it, has run it, or until timed work launched after it completes: the
+// scheduler still sees the work queued (saturation, turns draining). Each sample that completes later than the
+// model expected moves the queue's modelled end by as much. Nothing here reads a clock per launch: the lane's model
+// is brought up to date when it is polled (every 8 launches, or while the session waits). Sessions without a slot
 // (anonymous) are not scheduled and pay nothing.
 #pragma once
 
@@ -75,14 +77,16 @@ class DispatchGate {
  private:
   using Clock = std::chrono::steady_clock;
   // How often a launch that may start at once also looks for completed work (AwaitGrant).
-  static constexpr std::chrono::microseconds kPollInterval{50};
+  static constexpr uint32_t kPollEveryLaunches = 8;
+  // The modelled end of work launched since the last poll: not known yet.
+  static constexpr Clock::time_point kNotModelled = Clock::time_point::min();
   struct Inflight {
     uint64_t kernel;
     int64_t estimate_ns;
     CUcontext context;  // events belong to the context current when they were made
     CUevent start;      // null with `end`: untimed
     CUevent end;
-    Clock::time_point modelled_end;  // untimed: when the lane's modelled queue has run it
+    Clock::time_point modelled_end;  // when the lane's modelled queue has run it; kNotModelled until the next poll
   };
   // One GPU's work in flight, in launch order.
   struct GpuLane {
@@ -94,12 +98,10 @@ class DispatchGate {
     // another (streams that overlap make it later than the truth: the scheduler then sees more queued, not less).
     Clock::time_point modelled_end{};
     uint32_t untimed_in_a_row = 0;
-    bool behind = false;  // a sample was still running when the next one was due
   };
   GpuLane& LaneOf(int gpu);
-  // Whether the work gets markers: always while a higher class limits this session's in-flight work there, for a
-  // kernel measured fewer than 4 times or estimated at 10 us or more, and while the GPU is behind (a sample still
-  // running when the next is due, until nothing timed is in flight); else every 16th piece.
+  // Whether the work gets markers: always while a higher class limits this session's in-flight work there, and for
+  // a kernel measured fewer than 4 times or estimated at 1 ms or more; else every 16th piece.
   bool ShouldTime(const Timing& timing);
   void Report(backend::DispatchEventKind kind, int gpu, uint64_t kernel, int64_t gpu_ns);
   void Complete(GpuLane& lane, const Inflight& work, int64_t gpu_ns);
@@ -117,7 +119,7 @@ class DispatchGate {
   int located_gpu_ = 0;
   std::deque<GpuLane> lanes_;  // a handful, the GPUs this session has used; a deque keeps references stable
   EventPool events_{driver_, CU_EVENT_DEFAULT};  // start and end events of timed work
-  Clock::time_point last_poll_{};
+  uint32_t launches_since_poll_ = 0;
   uint64_t pieces_dispatched_ = 0;
   uint64_t pieces_timed_ = 0;
   scheduler::KernelCostModel cost_model_{std::chrono::microseconds(500), 0.25};
