@@ -151,7 +151,7 @@ void DispatchGate::EndLaunch(CUstream stream, const Timing& timing, bool launche
   }
   pieces_timed_ += start != nullptr;
   lane.timed_inflight += start != nullptr;
-  lane.inflight.push_back({timing.kernel, timing.estimate_ns, timing.context, start, end, kNotModelled});
+  lane.inflight.push_back({timing.kernel, timing.estimate_ns, timing.context, stream, start, end, kNotModelled});
   lane.inflight_estimate_ns += timing.estimate_ns;
 }
 
@@ -180,6 +180,10 @@ void DispatchGate::Poll() {
   launches_since_poll_ = 0;
   if (lanes_.empty()) return;
   const Clock::time_point now = Clock::now();
+  // The last stream found idle in this poll (one query per stream and poll, not per piece).
+  bool found_idle = false;
+  CUstream idle_stream = nullptr;
+  CUcontext idle_context = nullptr;
   for (GpuLane& lane : lanes_) {
     // Work launched since the last poll (a few launches ago at most) joins the modelled queue as if launched now.
     auto newest = lane.inflight.end();
@@ -190,9 +194,18 @@ void DispatchGate::Poll() {
     }
     while (!lane.inflight.empty()) {
       const Inflight& front = lane.inflight.front();
-      if (front.start == nullptr && front.modelled_end <= now) {
-        RetireFront(lane, front.estimate_ns);
-        continue;
+      if (front.start == nullptr) {
+        bool done = front.modelled_end <= now ||
+                    (found_idle && idle_stream == front.stream && idle_context == front.context);
+        if (!done && StreamIdle(front)) {
+          done = found_idle = true;
+          idle_stream = front.stream;
+          idle_context = front.context;
+        }
+        if (done) {
+          RetireFront(lane, front.estimate_ns);
+          continue;
+        }
       }
       if (lane.timed_inflight == 0) break;
       const auto timed = std::find_if(lane.inflight.begin(), lane.inflight.end(),
@@ -217,6 +230,18 @@ void DispatchGate::Poll() {
       }
     }
   }
+}
+
+bool DispatchGate::StreamIdle(const Inflight& work) {
+  if (work.stream == nullptr) {  // the legacy stream of the context current when it was queried
+    CUcontext current = nullptr;
+    if (driver_.cuCtxGetCurrent == nullptr || driver_.cuCtxGetCurrent(&current) != CUDA_SUCCESS ||
+        current != work.context) {
+      return false;
+    }
+  }
+  // A stream destroyed since has nothing left either (its handle answers an error).
+  return driver_.cuStreamQuery(work.stream) != CUDA_ERROR_NOT_READY;
 }
 
 void DispatchGate::Settle() {

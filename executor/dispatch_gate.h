@@ -84,6 +84,7 @@ class DispatchGate {
     uint64_t kernel;
     int64_t estimate_ns;
     CUcontext context;  // events belong to the context current when they were made
+    CUstream stream;
     CUevent start;      // null with `end`: untimed
     CUevent end;
     Clock::time_point modelled_end;  // when the lane's modelled queue has run it; kNotModelled until the next poll
@@ -107,6 +108,9 @@ class DispatchGate {
   void Complete(GpuLane& lane, const Inflight& work, int64_t gpu_ns);
   // Reports the lane's front entry done (untimed: at its estimate) and drops it.
   void RetireFront(GpuLane& lane, int64_t gpu_ns);
+  // Whether the stream of untimed `work` has nothing left to run (a program that synchronizes is idle at once, not
+  // when the model says; a high-priority tenant's lingering estimate would hold lower classes back).
+  bool StreamIdle(const Inflight& work);
 
   Driver& driver_;
   std::unique_ptr<backend::DispatchBoard> board_;
