@@ -110,7 +110,10 @@ Session::Outcome Session::ContextSynchronize(const wire::ContextSynchronize& /*c
     }
     if (state != CUDA_SUCCESS) return {TakeDeferred(state)};
   }
-  if (idle) return {TakeDeferred(CUDA_SUCCESS)};
+  if (idle) {
+    if (captures_.empty()) dispatch_gate_.Poll();  // the context's work is done: tell the scheduler now
+    return {TakeDeferred(CUDA_SUCCESS)};
+  }
   std::vector<CUevent> markers;
   CUresult result = CUDA_SUCCESS;
   for (CUstream stream : streams) {

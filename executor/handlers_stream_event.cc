@@ -40,7 +40,10 @@ Session::Outcome Session::StreamSynchronize(const wire::StreamSynchronize& call)
   if (result != CUDA_SUCCESS) return {TakeDeferred(result)};
   // Already idle (the common case for a sync after short work): answer now, no marker needed.
   const CUresult state = driver_.cuStreamQuery(stream);
-  if (state != CUDA_ERROR_NOT_READY) return {TakeDeferred(state)};
+  if (state != CUDA_ERROR_NOT_READY) {
+    if (captures_.empty()) dispatch_gate_.Poll();  // the stream's work is done: tell the scheduler now
+    return {TakeDeferred(state)};
+  }
   result = RecordMarker(stream, markers);
   if (result != CUDA_SUCCESS) {
     ReturnMarkers(markers);

@@ -211,6 +211,9 @@ bool Session::PollPendingWaits() {
       return false;
     }
   }
+  // A synchronize answered means work is done: the scheduler hears of it now, not at the next poll (a high-priority
+  // tenant between requests must not look busy to the classes below it).
+  if (!completed.empty() && captures_.empty()) dispatch_gate_.Poll();
   return true;
 }
 
