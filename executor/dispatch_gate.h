@@ -5,11 +5,11 @@
 // would exceed the budget a higher class imposes. A marker costs the driver about 3 us (bench/driver_bench.cc
 // event_record), as much as a launch, so kernels the model already knows (under 1 ms) are timed only 1 in 16 while
 // no higher class is on the GPU (ShouldTime). An untimed piece counts at its estimate and stays in flight until the
-// GPU's queue, as the estimates model it, has run it, or until timed work launched after it completes: the
-// scheduler still sees the work queued (saturation, turns draining). Each sample that completes later than the
-// model expected moves the queue's modelled end by as much. Nothing here reads a clock per launch: the lane's model
-// is brought up to date when it is polled (every 8 launches, or while the session waits). Sessions without a slot
-// (anonymous) are not scheduled and pay nothing.
+// GPU's queue, as the estimates model it, has run it, until its stream is idle, or until timed work launched after
+// it completes: the scheduler still sees the work queued (saturation, turns draining). Each sample that completes
+// later than the model expected moves the queue's modelled end by as much. Nothing here reads a clock per launch:
+// the lane's model is brought up to date when it is polled (every 8 launches, when a synchronize is answered, or
+// while the session waits). Sessions without a slot (anonymous) are not scheduled and pay nothing.
 #pragma once
 
 #include <cuda.h>
