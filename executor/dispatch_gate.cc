@@ -172,11 +172,11 @@ void DispatchGate::Complete(GpuLane& lane, const Inflight& work, int64_t gpu_ns)
 }
 
 void DispatchGate::Poll() {
-  // Per GPU in launch order: Poll runs before every launch, so it must cost at most one query per busy GPU when
+  // Per GPU in launch order: Poll runs every few launches, so it must cost at most a query or two per busy GPU when
   // nothing finished. Timed work is done when its end marker is, and so is (taken to be) everything launched before
   // it; launches on other streams that finish earlier are reported when those before them are (their in-flight
   // estimate lingers meanwhile, which only makes a budget stricter). Untimed work at the front is done when the
-  // modelled queue has run it.
+  // modelled queue has run it or its stream is idle.
   launches_since_poll_ = 0;
   if (lanes_.empty()) return;
   const Clock::time_point now = Clock::now();
