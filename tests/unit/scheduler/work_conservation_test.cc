@@ -84,24 +84,37 @@ TEST_F(WorkConservationTest, AHigherClassStillStopsALowerOneOnAnIdleGpu) {
   EXPECT_TRUE(scheduler_.TryDispatch(kHigh, kKernel, At(0ms)).allowed());
 }
 
+// With a busy-fraction condition (90% of a 20 ms window): two normal tenants' sessions on GPU 0.
+class WorkConservationBusyTest : public ::testing::Test {
+ protected:
+  static SchedulerConfig Config() {
+    SchedulerConfig config;
+    config.saturation_inflight = 2ms;
+    config.desaturation_inflight = 1ms;
+    config.saturation_busy_fraction = 0.9;
+    config.busy_window = 20ms;
+    return config;
+  }
+  void SetUp() override {
+    TenantLimits normal;
+    ASSERT_EQ(scheduler.AddTenant(kA, normal), Status::kOk);
+    ASSERT_EQ(scheduler.AddTenant(kB, normal), Status::kOk);
+    ASSERT_EQ(scheduler.OpenSession(kSessionA, kA, 0, At(0ms)), Status::kOk);
+    ASSERT_EQ(scheduler.OpenSession(kSessionB, kB, 0, At(0ms)), Status::kOk);
+    gpu_ = scheduler.FindGpu(0);  // made by the first session opened on it
+    ASSERT_NE(gpu_, nullptr);
+  }
+  const GpuScheduler& gpu() const { return *gpu_; }
+  Scheduler scheduler{Config()};
+  const GpuScheduler* gpu_ = nullptr;
+};
+
 // With a busy-fraction condition: work queued past the in-flight mark on a GPU that was mostly idle over the last
 // window (a launch-bound tenant's burst) brings no turns; the same queue on a GPU busy for most of the window does.
-TEST(WorkConservationBusyTest, ABurstOnAMostlyIdleGpuIsNotSaturation) {
-  SchedulerConfig config;
-  config.saturation_inflight = 2ms;
-  config.desaturation_inflight = 1ms;
-  config.saturation_busy_fraction = 0.9;
-  config.busy_window = 20ms;
-  Scheduler scheduler(config);
-  TenantLimits normal;
-  ASSERT_EQ(scheduler.AddTenant(kA, normal), Status::kOk);
-  ASSERT_EQ(scheduler.AddTenant(kB, normal), Status::kOk);
-  ASSERT_EQ(scheduler.OpenSession(kSessionA, kA, 0, At(0ms)), Status::kOk);
-  ASSERT_EQ(scheduler.OpenSession(kSessionB, kB, 0, At(0ms)), Status::kOk);
-  const GpuScheduler& gpu = *scheduler.FindGpu(0);
+TEST_F(WorkConservationBusyTest, ABurstOnAMostlyIdleGpuIsNotSaturation) {
   // A burst of 3 ms queued on an idle GPU: past the mark, yet no saturation, and B starts at once.
   for (int i = 0; i < 3; ++i) ASSERT_TRUE(scheduler.WorkDispatched(kSessionA, kKernel, At(0ms), 1ms).allowed());
-  EXPECT_FALSE(gpu.saturated());
+  EXPECT_FALSE(gpu().saturated());
   scheduler.WorkArrived(kSessionB, At(0ms));
   EXPECT_TRUE(scheduler.GetGrant(kSessionB)->may_dispatch);
   // A's work keeps the GPU busy: 18 ms of completions over the next 20 ms, each followed by more queued work.
@@ -109,30 +122,18 @@ TEST(WorkConservationBusyTest, ABurstOnAMostlyIdleGpuIsNotSaturation) {
     ASSERT_EQ(scheduler.WorkCompleted(kSessionA, kKernel, 1ms, At(std::chrono::milliseconds(ms))), Status::kOk);
     ASSERT_TRUE(scheduler.WorkDispatched(kSessionA, kKernel, At(std::chrono::milliseconds(ms)), 1ms).allowed());
   }
-  EXPECT_NEAR(gpu.BusyFraction(), 0.9, 1e-9);
-  EXPECT_TRUE(gpu.saturated());  // now the queue is contention: turns apply
+  EXPECT_NEAR(gpu().BusyFraction(), 0.9, 1e-9);
+  EXPECT_TRUE(gpu().saturated());  // now the queue is contention: turns apply
   EXPECT_FALSE(scheduler.GetGrant(kSessionB)->may_dispatch);
   // Completions older than the window stop counting.
   scheduler.Tick(At(60ms));
-  EXPECT_EQ(gpu.BusyFraction(), 0.0);
+  EXPECT_EQ(gpu().BusyFraction(), 0.0);
 }
 
 // Two launch-bound tenants whose kernels the GPU time-slices: each piece is timed with the other's inside, so their
 // GPU times add up to a full window on a GPU that ran half of it. The busy condition counts the GPU's time, not the
 // sum, and no turns start (they did before: the inference tenant then waited for the other's turns, 1.5x).
-TEST(WorkConservationBusyTest, OverlappingTimingsOfTwoTenantsAreNotABusyGpu) {
-  SchedulerConfig config;
-  config.saturation_inflight = 2ms;
-  config.desaturation_inflight = 1ms;
-  config.saturation_busy_fraction = 0.9;
-  config.busy_window = 20ms;
-  Scheduler scheduler(config);
-  TenantLimits normal;
-  ASSERT_EQ(scheduler.AddTenant(kA, normal), Status::kOk);
-  ASSERT_EQ(scheduler.AddTenant(kB, normal), Status::kOk);
-  ASSERT_EQ(scheduler.OpenSession(kSessionA, kA, 0, At(0ms)), Status::kOk);
-  ASSERT_EQ(scheduler.OpenSession(kSessionB, kB, 0, At(0ms)), Status::kOk);
-  const GpuScheduler& gpu = *scheduler.FindGpu(0);
+TEST_F(WorkConservationBusyTest, OverlappingTimingsOfTwoTenantsAreNotABusyGpu) {
   for (SessionId session : {kSessionA, kSessionB}) {
     ASSERT_TRUE(scheduler.WorkDispatched(session, kKernel, At(0ms), 2ms).allowed());
   }
@@ -142,11 +143,11 @@ TEST(WorkConservationBusyTest, OverlappingTimingsOfTwoTenantsAreNotABusyGpu) {
       ASSERT_EQ(scheduler.WorkCompleted(session, kKernel, 2ms, At(std::chrono::milliseconds(ms))), Status::kOk);
       ASSERT_TRUE(scheduler.WorkDispatched(session, kKernel, At(std::chrono::milliseconds(ms)), 2ms).allowed());
     }
-    EXPECT_FALSE(gpu.saturated()) << ms << " ms";
+    EXPECT_FALSE(gpu().saturated()) << ms << " ms";
   }
-  EXPECT_NEAR(gpu.BusyFraction(), 0.5, 1e-9);
-  EXPECT_EQ(gpu.saturations(), 0u);
-  EXPECT_EQ(gpu.saturated_time(), 0ms);
+  EXPECT_NEAR(gpu().BusyFraction(), 0.5, 1e-9);
+  EXPECT_EQ(gpu().saturations(), 0u);
+  EXPECT_EQ(gpu().saturated_time(), 0ms);
 }
 
 TEST(WorkConservationConfigTest, ZeroMeansTurnsAlways) {
