@@ -190,12 +190,12 @@ void DispatchGate::Poll() {
     while (newest != lane.inflight.begin() && std::prev(newest)->modelled_end == kNotModelled) --newest;
     for (; newest != lane.inflight.end(); ++newest) {
       lane.modelled_end = std::max(lane.modelled_end, now) + std::chrono::nanoseconds(newest->estimate_ns);
-      newest->modelled_end = lane.modelled_end;
+      newest->modelled_end = lane.modelled_end - lane.late;
     }
     while (!lane.inflight.empty()) {
       const Inflight& front = lane.inflight.front();
       if (front.start == nullptr) {
-        bool done = front.modelled_end <= now ||
+        bool done = front.modelled_end + lane.late <= now ||
                     (found_idle && idle_stream == front.stream && idle_context == front.context);
         if (!done && StreamIdle(front)) {
           done = found_idle = true;
@@ -222,13 +222,13 @@ void DispatchGate::Poll() {
       }
       // Done later than modelled: the GPU runs behind the model (a neighbour's work shares it, or the estimates are
       // short), and what is queued after it is later by as much.
-      const Clock::duration late = now > work.modelled_end ? now - work.modelled_end : Clock::duration::zero();
+      const Clock::time_point expected = work.modelled_end + lane.late;
+      const Clock::duration late = now > expected ? now - expected : Clock::duration::zero();
       RetireFront(lane, gpu_ns);
-      if (late > Clock::duration::zero()) {
-        for (Inflight& queued : lane.inflight) queued.modelled_end += late;
-        lane.modelled_end += late;
-      }
+      lane.late += late;
+      lane.modelled_end += late;
     }
+    if (lane.inflight.empty()) lane.late = Clock::duration::zero();  // no stored end refers to it any more
   }
 }
 

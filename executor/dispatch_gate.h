@@ -87,7 +87,9 @@ class DispatchGate {
     CUstream stream;
     CUevent start;      // null with `end`: untimed
     CUevent end;
-    Clock::time_point modelled_end;  // when the lane's modelled queue has run it; kNotModelled until the next poll
+    // When the lane's modelled queue runs it, less the lane's `late` at the time (kNotModelled until the next
+    // poll): the queue moves later as a whole, so one offset moves every entry.
+    Clock::time_point modelled_end;
   };
   // One GPU's work in flight, in launch order.
   struct GpuLane {
@@ -98,6 +100,9 @@ class DispatchGate {
     // When the GPU would have run this session's work launched so far there, at the estimates, one piece after
     // another (streams that overlap make it later than the truth: the scheduler then sees more queued, not less).
     Clock::time_point modelled_end{};
+    // How much later than modelled the samples completed, in all, since the lane was last empty: added to every
+    // entry's stored modelled end (one addition per late sample, not a walk over the queue).
+    Clock::duration late{};
     uint32_t untimed_in_a_row = 0;
   };
   GpuLane& LaneOf(int gpu);

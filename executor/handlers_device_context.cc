@@ -111,8 +111,9 @@ Session::Outcome Session::ContextSynchronize(const wire::ContextSynchronize& /*c
     if (state != CUDA_SUCCESS) return {TakeDeferred(state)};
   }
   if (idle) {
-    if (captures_.empty()) dispatch_gate_.Poll();  // the context's work is done: tell the scheduler now
-    return {TakeDeferred(CUDA_SUCCESS)};
+    Outcome outcome(TakeDeferred(CUDA_SUCCESS));
+    outcome.synchronized = true;
+    return outcome;
   }
   std::vector<CUevent> markers;
   CUresult result = CUDA_SUCCESS;

@@ -41,8 +41,9 @@ Session::Outcome Session::StreamSynchronize(const wire::StreamSynchronize& call)
   // Already idle (the common case for a sync after short work): answer now, no marker needed.
   const CUresult state = driver_.cuStreamQuery(stream);
   if (state != CUDA_ERROR_NOT_READY) {
-    if (captures_.empty()) dispatch_gate_.Poll();  // the stream's work is done: tell the scheduler now
-    return {TakeDeferred(state)};
+    Outcome outcome(TakeDeferred(state));
+    outcome.synchronized = true;
+    return outcome;
   }
   result = RecordMarker(stream, markers);
   if (result != CUDA_SUCCESS) {
@@ -117,7 +118,9 @@ Session::Outcome Session::EventSynchronize(const wire::EventSynchronize& call) {
   if (event == events_.end()) return {CUDA_ERROR_INVALID_HANDLE};
   const CUresult state = driver_.cuEventQuery(event->second);
   if (state == CUDA_ERROR_NOT_READY) return Defer({}, call.event());
-  return {TakeDeferred(state)};
+  Outcome outcome(TakeDeferred(state));
+  outcome.synchronized = true;
+  return outcome;
 }
 
 Session::Outcome Session::EventQuery(const wire::EventQuery& call) {

@@ -211,9 +211,7 @@ bool Session::PollPendingWaits() {
       return false;
     }
   }
-  // A synchronize answered means work is done: the scheduler hears of it now, not at the next poll (a high-priority
-  // tenant between requests must not look busy to the classes below it).
-  if (!completed.empty() && captures_.empty()) dispatch_gate_.Poll();
+  if (!completed.empty()) SynchronizeAnswered();
   return true;
 }
 
@@ -322,7 +320,15 @@ bool Session::Handle(const wire::Request& request, std::span<const uint8_t> payl
   // Waits that completed go out before this answer: a synchronize found its stream idle above, so an asynchronous
   // copy earlier on that stream is complete too, and its data must reach the client first.
   if (!pending_waits_.empty() && !PollPendingWaits()) return false;
-  return SendReply(request.sequence(), outcome);
+  if (!SendReply(request.sequence(), outcome)) return false;
+  if (outcome.synchronized) SynchronizeAnswered();
+  return true;
+}
+
+void Session::SynchronizeAnswered() {
+  // A synchronize answered means work is done: the scheduler hears of it now, not at the next poll (a high-priority
+  // tenant between requests must not look busy to the classes below it). After the answer, off the client's path.
+  if (captures_.empty()) dispatch_gate_.Poll();
 }
 
 bool Session::SendReply(uint64_t sequence, const Outcome& outcome) { return SendReply(sequence, outcome, builder_); }

@@ -70,6 +70,8 @@ class Session {
     wire::ReplyBody body_type = wire::ReplyBody::NONE;
     std::span<const uint8_t> payload;
     bool deferred = false;  // answered later, when the GPU work it waits for is done (see PendingWait)
+    // A synchronize found the work it waits for already done: the scheduler hears of it once the answer is out.
+    bool synchronized = false;
   };
 
   // A synchronize call waiting for the GPU. The session keeps serving other client threads meanwhile and answers
@@ -89,6 +91,8 @@ class Session {
   bool Attach();
   // Answers the pending waits whose work has completed. Returns false if a reply could not be sent.
   bool PollPendingWaits();
+  // After the answer to a synchronize (or a wait) whose GPU work is done: the dispatch gate reports it.
+  void SynchronizeAnswered();
   // Records a completion marker on `stream` (of the current context) for a wait being built.
   CUresult RecordMarker(CUstream stream, std::vector<CUevent>& markers);
   // Markers of a wait that will not be waited for (the handler failed after recording some).
