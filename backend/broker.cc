@@ -494,6 +494,7 @@ nlohmann::json Broker::Stats() {
       row["kernels"] = figures->kernels;
       row["queue_wait_p50_ms"] = figures->queue_wait_p50_ms;
       row["queue_wait_p99_ms"] = figures->queue_wait_p99_ms;
+      row["active_seconds"] = figures->active_seconds;
     }
   }
   nlohmann::json gpus = nlohmann::json::array();

@@ -154,7 +154,7 @@ void PrintSessions(const json& sessions) {
 }
 
 void PrintStats(const json& result) {
-  curelay::backendctl::Table table({"TENANT", "PRIORITY", "WEIGHT", "SESSIONS", "GPU S", "SHARE", "KERNELS",
+  curelay::backendctl::Table table({"TENANT", "PRIORITY", "WEIGHT", "SESSIONS", "GPU S", "ACTIVE S", "SHARE", "KERNELS",
                                     "WAIT P50 MS", "WAIT P99 MS", "MEMORY USED", "PEAK", "QUOTA", "SWAPPED",
                                     "SWAPS OUT/IN", "SWAP S"});
   const auto number = [](const json& row, const char* key, const char* format) {
@@ -165,7 +165,7 @@ void PrintStats(const json& result) {
   for (const json& s : result["tenants"]) {
     table.Add({s["tenant"], s["priority"], std::to_string(s["weight"].get<uint64_t>()),
                std::to_string(s["sessions"].get<uint64_t>()), number(s, "gpu_seconds", "%.3f"),
-               number(s, "gpu_share", "%.3f"), std::to_string(s.value("kernels", uint64_t{0})),
+               number(s, "active_seconds", "%.3f"), number(s, "gpu_share", "%.3f"), std::to_string(s.value("kernels", uint64_t{0})),
                number(s, "queue_wait_p50_ms", "%.3f"), number(s, "queue_wait_p99_ms", "%.3f"),
                Bytes(s["memory_used_bytes"]), Bytes(s["memory_peak_bytes"]), Bytes(s["memory_quota_bytes"]),
                std::to_string(s.value("swapped_sessions", uint64_t{0})),

@@ -16,7 +16,9 @@
 #             backend's MPS server)
 #   priority  batch-1 inference answered request by request (a high-priority tenant) beside the transformer's
 #             training step (a low-priority tenant): the high tenant's p50/p99 against it alone, the low tenant's
-#             steps per second; native pair for reference
+#             steps per second, and for how much of the measured interval the high tenant had work pending or in
+#             flight (the scheduler's view: lower classes start nothing then) against the GPU time it used; native
+#             pair for reference
 # CURELAY_BENCH_ROUNDS (default 3) rounds, modes alternating within each; medians are printed. The backends' log
 # goes to $OUT/colocation-backend.log when OUT is set (CURELAY_GPU_LOG_LEVEL, default warn, sets its level).
 # Usage: bench/run_colocation.sh [build-dir]
@@ -74,8 +76,19 @@ tenant() {
     sed -n 's/.*"token": "\(crl_[0-9a-f]*\)".*/\1/p'
 }
 
+# active_figures PREFIX: "ACTIVE_S GPU_S" of the running backend's tenant whose name starts with PREFIX
+# (backendctl stats: time with work pending or in flight, and GPU time, since the backend started).
+active_figures() {
+  "$build/backendctl/backendctl" --endpoint "ipc://$runtime/private/admin.sock" -o json stats | python3 -c '
+import json, sys
+rows = [t for t in json.load(sys.stdin).get("tenants", []) if t["tenant"].startswith(sys.argv[1])]
+print("%.4f %.4f" % (rows[0].get("active_seconds", 0), rows[0].get("gpu_seconds", 0)) if rows else "nan nan")' "$1" \
+    2>/dev/null || echo "nan nan"
+}
+
 # programs HOW KIND[@PROFILE]...: runs the programs at once, each native (HOW=native), as an anonymous curelay
-# session (anonymous) or as a tenant of its profile (tenant); prints "STEP_MS P99_MS" per program, in order.
+# session (anonymous) or as a tenant of its profile (tenant); prints "STEP_MS P99_MS" per program, in order. With
+# active_prefix set, then "ACTIVE_S GPU_S" of that tenant over the measured interval (after warm-up).
 programs() {
   local how=$1 go="$work/go" index=0 spec kind profile token pids=()
   shift
@@ -105,6 +118,8 @@ programs() {
     if ! kill -0 "${pids[@]}" 2>/dev/null; then break; fi
     sleep 0.1
   done
+  local before=""
+  [ -z "${active_prefix:-}" ] || before=$(active_figures "$active_prefix")
   touch "$go"
   wait "${pids[@]}"
   for ((i = 0; i < index; i++)); do
@@ -114,6 +129,10 @@ programs() {
     [ -n "$step" ] || { echo "program $i ($how) failed:" >&2; tail -n 5 "$work/p$i.log" >&2; }
     echo -n "${step:-nan} ${p99:--} "
   done
+  if [ -n "$before" ]; then
+    python3 -c 'import sys; b, a = sys.argv[1].split(), sys.argv[2].split(); print("%.4f %.4f" % (float(a[0]) - float(b[0]), float(a[1]) - float(b[1])), end=" ")' \
+      "$before" "$(active_figures "$active_prefix")" 2>/dev/null || echo -n "nan nan "
+  fi
   echo
 }
 
@@ -169,7 +188,8 @@ for ((round = 1; round <= rounds; round++)); do
       priority)
         record priority/native-pair "$(programs native serve train)"
         start_backend 2000 && record priority/high-alone "$(programs tenant serve@high)"; stop_backend
-        start_backend 2000 && record priority/high-beside-low "$(programs tenant serve@high train@low)"; stop_backend
+        start_backend 2000 && record priority/high-beside-low "$(active_prefix=serve-high programs tenant serve@high train@low)"
+        stop_backend
         ;;
     esac
   done
@@ -215,13 +235,16 @@ PY
       python3 - "$(median priority/native-pair 0)" "$(median priority/native-pair 1)" "$(median priority/native-pair 2)" \
         "$(median priority/high-alone 0)" "$(median priority/high-alone 1)" \
         "$(median priority/high-beside-low 0)" "$(median priority/high-beside-low 1)" \
-        "$(median priority/high-beside-low 2)" <<'PY'
+        "$(median priority/high-beside-low 2)" "$(median priority/high-beside-low 4)" \
+        "$(median priority/high-beside-low 5)" "$seconds" <<'PY'
 import sys
 v = [float(x) for x in sys.argv[1:]]
 print(f"native pair        inference {v[0]:7.3f} ms/step, p99 {v[1]:7.3f} ms; training {1000 / v[2]:6.1f} steps/s")
 print(f"high tenant alone  inference {v[3]:7.3f} ms/step, p99 {v[4]:7.3f} ms")
 print(f"high beside low    inference {v[5]:7.3f} ms/step, p99 {v[6]:7.3f} ms ({v[6] / v[4]:.2f}x of alone); "
       f"low tenant training {1000 / v[7]:6.1f} steps/s")
+print(f"high tenant active {v[8]:7.3f} s of {v[10]:.0f} s ({v[8] / v[10]:.0%}: lower classes start nothing then), "
+      f"its GPU time {v[9]:.3f} s")
 PY
       ;;
   esac

@@ -161,7 +161,18 @@ double GpuScheduler::NormalizedUsage(TenantId tenant) const {
   return found == tenants_.end() ? 0 : found->second.normalized_usage;
 }
 
+Duration GpuScheduler::ActiveTime(TenantId tenant) const {
+  const auto found = tenants_.find(tenant);
+  return found == tenants_.end() ? Duration::zero() : found->second.active_time;
+}
+
 TimePoint GpuScheduler::Advance(TimePoint now) {
+  // Every event and tick starts here, before it changes anything: what held since the last one held until now.
+  if (now > now_) {
+    for (auto& [id, tenant] : tenants_) {
+      if (tenant.pending > 0 || tenant.inflight > 0) tenant.active_time = SaturatingAdd(tenant.active_time, now - now_);
+    }
+  }
   now_ = std::max(now_, now);
   return now_;
 }

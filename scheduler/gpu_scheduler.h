@@ -93,6 +93,9 @@ class GpuScheduler {
   size_t InflightCount(SessionId session) const;
   // GPU time used here per unit of weight, as compared when choosing the next slice holder.
   double NormalizedUsage(TenantId tenant) const;
+  // How long the tenant has had work pending or in flight here, in all (as of the last event or tick): while a
+  // tenant of a higher class has, lower classes start nothing, so this is the time it held them back.
+  Duration ActiveTime(TenantId tenant) const;
   const KernelCostModel& cost_model() const { return cost_model_; }
 
  private:
@@ -123,6 +126,7 @@ class GpuScheduler {
     // so a weight change affects what comes after it, not the past.
     double normalized_usage = 0;
     TimePoint last_busy{};  // when its last work completed (or was dispatched)
+    Duration active_time{0};  // with work pending or in flight here, up to the last event or tick
   };
 
   TimePoint Advance(TimePoint now);

@@ -131,6 +131,7 @@ std::optional<TenantStats> Scheduler::Stats(TenantId tenant) const {
   stats.gpu_time_share =
       total > Duration::zero() ? static_cast<double>(entry.gpu_time.count()) / static_cast<double>(total.count()) : 0;
   stats.open_sessions = entry.open_sessions;
+  for (const auto& [index, gpu] : gpus_) stats.active_time = SaturatingAdd(stats.active_time, gpu.ActiveTime(tenant));
   return stats;
 }
 

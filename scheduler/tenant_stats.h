@@ -19,6 +19,9 @@ struct TenantStats {
   // The tenant's fraction of all tenants' completed GPU time in the window (0 when nothing completed).
   double gpu_time_share = 0;
   uint32_t open_sessions = 0;
+  // Time with work pending or in flight, summed over the GPUs (GpuScheduler::ActiveTime); since the scheduler
+  // started, not reset by ResetStats.
+  Duration active_time{0};
 };
 
 }  // namespace curelay::scheduler

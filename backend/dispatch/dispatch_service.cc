@@ -168,6 +168,7 @@ std::optional<DispatchService::TenantFigures> DispatchService::Figures(const std
   figures.share = stats->gpu_time_share;
   figures.queue_wait_p50_ms = std::chrono::duration<double, std::milli>(stats->queue_wait_p50).count();
   figures.queue_wait_p99_ms = std::chrono::duration<double, std::milli>(stats->queue_wait_p99).count();
+  figures.active_seconds = std::chrono::duration<double>(stats->active_time).count();
   figures.queue_wait_samples = stats->queue_wait_samples;
   figures.queue_wait = queue_waits_[found->second];
   return figures;

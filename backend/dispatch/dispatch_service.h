@@ -49,6 +49,7 @@ class DispatchService {
     double queue_wait_p50_ms = 0;
     double queue_wait_p99_ms = 0;
     uint64_t queue_wait_samples = 0;
+    double active_seconds = 0;   // with work pending or in flight, summed over GPUs, since the backend started
     QueueWaitHistogram queue_wait;  // every dispatch since the backend started
   };
   std::optional<TenantFigures> Figures(const std::string& tenant);

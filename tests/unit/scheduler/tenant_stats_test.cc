@@ -69,6 +69,24 @@ TEST(TenantStatsTest, QueueWaitIncludesTimeBlockedByAHigherClass) {
   EXPECT_EQ(scheduler.Stats(2)->queue_wait_samples, 1u);  // the refusal was no sample
 }
 
+TEST(TenantStatsTest, ActiveTimeIsTimeWithWorkPendingOrInFlightOnEachGpu) {
+  Scheduler scheduler;
+  ASSERT_EQ(scheduler.AddTenant(1, {}), Status::kOk);
+  ASSERT_EQ(scheduler.OpenSession(10, 1, 0, At(0ms)), Status::kOk);
+  ASSERT_EQ(scheduler.OpenSession(11, 1, 1, At(0ms)), Status::kOk);
+  scheduler.WorkArrived(10, At(1ms));                                    // pending from 1 ms
+  ASSERT_TRUE(scheduler.TryDispatch(10, kKernel, At(2ms)).allowed());   // in flight from 2 ms
+  ASSERT_EQ(scheduler.WorkCompleted(10, kKernel, 1ms, At(4ms)), Status::kOk);
+  scheduler.Tick(At(9ms));  // idle from 4 ms: not active
+  EXPECT_EQ(scheduler.Stats(1)->active_time, 3ms);
+  // Another GPU's work adds its own time.
+  ASSERT_TRUE(scheduler.TryDispatch(11, kKernel, At(10ms)).allowed());
+  scheduler.Tick(At(12ms));
+  EXPECT_EQ(scheduler.Stats(1)->active_time, 5ms);
+  EXPECT_EQ(scheduler.FindGpu(0)->ActiveTime(1), 3ms);
+  EXPECT_EQ(scheduler.FindGpu(1)->ActiveTime(1), 2ms);
+}
+
 TEST(TenantStatsTest, ShareAndResetStartANewWindow) {
   Scheduler scheduler;
   ASSERT_EQ(scheduler.AddTenant(1, {}), Status::kOk);
