@@ -91,10 +91,12 @@ bool LoadBackendConfig(const std::string& path, BackendConfig* config, std::stri
     }
   }
   if (const toml::table* scheduling = root["scheduler"].as_table()) {
-    if (!CheckKeys(*scheduling, {"slice_us", "low_priority_budget_us", "saturation_us", "saturation_busy_percent"},
+    if (!CheckKeys(*scheduling, {"slice_us", "low_priority_budget_us", "low_priority_share_percent", "saturation_us",
+                                 "saturation_busy_percent"},
                    "[scheduler]", error) ||
         !Read(*scheduling, "slice_us", &config->slice_us, error) ||
         !Read(*scheduling, "low_priority_budget_us", &config->low_priority_budget_us, error) ||
+        !Read(*scheduling, "low_priority_share_percent", &config->low_priority_share_percent, error) ||
         !Read(*scheduling, "saturation_us", &config->saturation_us, error) ||
         !Read(*scheduling, "saturation_busy_percent", &config->saturation_busy_percent, error)) {
       return false;
@@ -105,6 +107,10 @@ bool LoadBackendConfig(const std::string& path, BackendConfig* config, std::stri
     }
     if (config->saturation_busy_percent < 0 || config->saturation_busy_percent > 100) {
       *error = "[scheduler] saturation_busy_percent is 0 to 100";
+      return false;
+    }
+    if (config->low_priority_share_percent < 0 || config->low_priority_share_percent > 100) {
+      *error = "[scheduler] low_priority_share_percent is 0 to 100";
       return false;
     }
   }

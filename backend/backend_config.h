@@ -42,6 +42,9 @@ struct BackendConfig {
   // Lower-class in-flight GPU time while a higher class is on the GPU. Measured on an H100: 100 us kept a high
   // tenant's p99 within 1.05x of alone under two saturating low tenants, 250 us 1.24x (docs/performance.md).
   int64_t low_priority_budget_us = 100;
+  // Share of wall time the next class down may run beside a higher class that has work in flight (none waiting);
+  // 0: strict priority (scheduler::SchedulerConfig::lower_class_share).
+  int64_t low_priority_share_percent = 0;
   // Estimated GPU time in flight on a GPU below which every tenant of the top class starts work at once (the GPU is
   // not saturated; turns and weights apply above it, until it falls under half of it). 0: turns always.
   int64_t saturation_us = 2000;

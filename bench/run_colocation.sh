@@ -18,7 +18,8 @@
 #             training step (a low-priority tenant): the high tenant's p50/p99 against it alone, the low tenant's
 #             steps per second, and for how much of the measured interval the high tenant had work pending or in
 #             flight (the scheduler's view: lower classes start nothing then) against the GPU time it used; native
-#             pair for reference
+#             pair for reference; once per [scheduler] low_priority_share_percent in CURELAY_COLOCATION_SHARES
+#             (default "0": strict priority)
 # CURELAY_BENCH_ROUNDS (default 3) rounds, modes alternating within each; medians are printed. The backends' log
 # goes to $OUT/colocation-backend.log when OUT is set (CURELAY_GPU_LOG_LEVEL, default warn, sets its level).
 # Usage: bench/run_colocation.sh [build-dir]
@@ -57,6 +58,7 @@ allow_anonymous = true
 [scheduler]
 saturation_us = $1
 slice_us = ${2:-10000}
+low_priority_share_percent = ${share_percent:-0}
 TOML
   "$build/backend/curelay-backend" --config "$runtime/backend.toml" 2>>"$work/backend.log" &
   backend=$!
@@ -162,6 +164,7 @@ print(f"{statistics.median(values):.3f}" if values else "nan")
 }
 
 launch_modes=${CURELAY_COLOCATION_MODES:-native unscheduled tenants turns}
+shares=${CURELAY_COLOCATION_SHARES:-0}
 for ((round = 1; round <= rounds; round++)); do
   for group in $groups; do
     case $group in
@@ -188,8 +191,11 @@ for ((round = 1; round <= rounds; round++)); do
       priority)
         record priority/native-pair "$(programs native serve train)"
         start_backend 2000 && record priority/high-alone "$(programs tenant serve@high)"; stop_backend
-        start_backend 2000 && record priority/high-beside-low "$(active_prefix=serve-high programs tenant serve@high train@low)"
-        stop_backend
+        for share in $shares; do
+          share_percent=$share start_backend 2000 &&
+            record priority/high-beside-low-$share "$(active_prefix=serve-high programs tenant serve@high train@low)"
+          stop_backend
+        done
         ;;
     esac
   done
@@ -233,19 +239,24 @@ PY
       echo "== priority: batch-1 inference of a high tenant (request by request) beside a low tenant's training" \
         "step (median of $rounds rounds of ${seconds} s)"
       python3 - "$(median priority/native-pair 0)" "$(median priority/native-pair 1)" "$(median priority/native-pair 2)" \
-        "$(median priority/high-alone 0)" "$(median priority/high-alone 1)" \
-        "$(median priority/high-beside-low 0)" "$(median priority/high-beside-low 1)" \
-        "$(median priority/high-beside-low 2)" "$(median priority/high-beside-low 4)" \
-        "$(median priority/high-beside-low 5)" "$seconds" <<'PY'
+        "$(median priority/high-alone 0)" "$(median priority/high-alone 1)" <<'PY'
 import sys
 v = [float(x) for x in sys.argv[1:]]
 print(f"native pair        inference {v[0]:7.3f} ms/step, p99 {v[1]:7.3f} ms; training {1000 / v[2]:6.1f} steps/s")
 print(f"high tenant alone  inference {v[3]:7.3f} ms/step, p99 {v[4]:7.3f} ms")
-print(f"high beside low    inference {v[5]:7.3f} ms/step, p99 {v[6]:7.3f} ms ({v[6] / v[4]:.2f}x of alone); "
-      f"low tenant training {1000 / v[7]:6.1f} steps/s")
-print(f"high tenant active {v[8]:7.3f} s of {v[10]:.0f} s ({v[8] / v[10]:.0%}: lower classes start nothing then), "
-      f"its GPU time {v[9]:.3f} s")
 PY
+      for share in $shares; do
+        key=priority/high-beside-low-$share
+        python3 - "$share" "$(median priority/high-alone 1)" "$(median $key 0)" "$(median $key 1)" "$(median $key 2)" \
+          "$(median $key 4)" "$(median $key 5)" "$seconds" <<'PY'
+import sys
+share = sys.argv[1]
+alone_p99, step, p99, low_step, active, gpu, seconds = (float(x) for x in sys.argv[2:])
+print(f"high beside low, low_priority_share_percent {share}: inference {step:7.3f} ms/step, p99 {p99:7.3f} ms "
+      f"({p99 / alone_p99:.2f}x of alone); low tenant training {1000 / low_step:6.1f} steps/s; high tenant active "
+      f"{active:.3f} s of {seconds:.0f} s ({active / seconds:.0%}), its GPU time {gpu:.3f} s")
+PY
+      done
       ;;
   esac
 done

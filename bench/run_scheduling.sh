@@ -16,6 +16,7 @@ ptx="$build/kernels/test_kernels.ptx"
 native_lib=$(dirname "$real")
 runtime=$(mktemp -d /dev/shm/curelay-sched-XXXXXX)
 budget_us=${CURELAY_BENCH_BUDGET_US:-100}  # the backend's default
+share_percent=${CURELAY_BENCH_SHARE_PERCENT:-0}  # [scheduler] low_priority_share_percent (0, the default: strict)
 cat >"$runtime/backend.toml" <<TOML
 [backend]
 listen = ["ipc://$runtime/b.sock"${CURELAY_BENCH_TCP_PORT:+, "tcp://127.0.0.1:$CURELAY_BENCH_TCP_PORT"}]
@@ -27,6 +28,7 @@ warm_pool = 3
 [scheduler]
 slice_us = 10000
 low_priority_budget_us = $budget_us
+low_priority_share_percent = $share_percent
 TOML
 "$build/backend/curelay-backend" --config "$runtime/backend.toml" 2>"$runtime/backend.log" &
 backend=$!
@@ -51,7 +53,7 @@ low_load="saturate 6 100 16"
 high=$(token interactive --priority high)
 low1=$(token batch-1 --priority low)
 low2=$(token batch-2 --priority low)
-echo "== priority (high: $requests; two low tenants: $low_load; low in-flight budget ${budget_us} us)"
+echo "== priority (high: $requests; two low tenants: $low_load; low in-flight budget ${budget_us} us, share ${share_percent}%)"
 for mode in native remote; do
   alone=$($mode "$high" "$load" "$ptx" $requests)
   $mode "$low1" "$load" "$ptx" $low_load >"$runtime/low1.$mode" 2>&1 &

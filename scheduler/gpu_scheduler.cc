@@ -75,9 +75,10 @@ DispatchDecision GpuScheduler::TryDispatch(SessionId session, KernelKey kernel, 
   const TenantState& tenant = tenants_.at(state.tenant);
   decision.estimate = cost_model_.Estimate(kernel);
   // The session has work pending, so a top active class exists and is not below the session's.
-  if (Outranks(*top_active_, tenant.priority)) {
+  const bool beside = Outranks(*top_active_, tenant.priority);  // below the top class: no turn of its own to wait for
+  if (beside && !MayRunBeside(tenant)) {
     decision.verdict = DispatchVerdict::kHigherClassActive;
-  } else if (!Uncontended() &&
+  } else if (!beside && !Uncontended() &&
              (holder_ != state.tenant || OthersInflight(tenant.priority, state.tenant))) {
     decision.verdict = DispatchVerdict::kNotSliceHolder;  // or its turn has not begun: the last one still drains
   } else if (Budgeted(tenant) && state.inflight_estimate > Duration::zero() &&
@@ -112,8 +113,10 @@ bool GpuScheduler::WorkCompleted(SessionId session, KernelKey kernel, Duration g
                                  [kernel](const InflightWork& w) { return w.kernel == kernel; });
   if (work == state.inflight.end()) return false;
   state.inflight_estimate = std::max(state.inflight_estimate - work->charged, Duration::zero());
-  state.inflight.erase(work);
   gpu_time = std::max(gpu_time, Duration::zero());
+  // An overrun is repaid from later credit, up to one slice of it (a wild report must not stop the class for long).
+  if (work->beside_higher) beside_credit_ = std::max(beside_credit_ - std::min(gpu_time, config_.slice), -config_.slice);
+  state.inflight.erase(work);
   TenantState& tenant = tenants_.at(state.tenant);
   --tenant.inflight;
   tenant.last_busy = now;
@@ -172,6 +175,10 @@ TimePoint GpuScheduler::Advance(TimePoint now) {
     for (auto& [id, tenant] : tenants_) {
       if (tenant.pending > 0 || tenant.inflight > 0) tenant.active_time = SaturatingAdd(tenant.active_time, now - now_);
     }
+    if (config_.lower_class_share > 0 && top_active_ && lower_open_) {
+      const auto earned = std::chrono::duration_cast<Duration>((now - now_) * config_.lower_class_share);
+      beside_credit_ = std::min(SaturatingAdd(beside_credit_, earned), config_.low_priority_inflight_budget);
+    }
   }
   now_ = std::max(now_, now);
   return now_;
@@ -210,7 +217,7 @@ void GpuScheduler::Admit(SessionState& session, KernelKey kernel, Duration estim
     session.inflight.erase(session.inflight.begin());
     --tenant.inflight;
   }
-  session.inflight.push_back({kernel, estimate});
+  session.inflight.push_back({kernel, estimate, top_active_ && Outranks(*top_active_, tenant.priority)});
   session.inflight_estimate = SaturatingAdd(session.inflight_estimate, estimate);
   --tenant.pending;
   ++tenant.inflight;
@@ -224,6 +231,7 @@ bool GpuScheduler::Budgeted(const TenantState& tenant) const {
 void GpuScheduler::Refresh(TimePoint now) {
   top_active_.reset();
   top_open_.reset();
+  next_active_.reset();
   std::array<std::optional<double>, kPriorityClassCount> least_backlogged{};
   for (const auto& entry : tenants_) {
     const TenantState& tenant = entry.second;  // a plain reference: clang before 16 cannot capture a binding
@@ -240,6 +248,17 @@ void GpuScheduler::Refresh(TimePoint now) {
   for (size_t c = 0; c < kPriorityClassCount; ++c) {
     if (least_backlogged[c]) usage_floor_[c] = std::max(usage_floor_[c], *least_backlogged[c]);
   }
+  higher_pending_ = lower_open_ = false;
+  for (const auto& [id, tenant] : tenants_) {
+    if (!top_active_) break;
+    if (tenant.priority == *top_active_) higher_pending_ = higher_pending_ || tenant.pending > 0;
+    if (!Outranks(*top_active_, tenant.priority)) continue;
+    lower_open_ = lower_open_ || tenant.sessions > 0;
+    if ((tenant.pending > 0 || tenant.inflight > 0) && (!next_active_ || Outranks(tenant.priority, *next_active_))) {
+      next_active_ = tenant.priority;
+    }
+  }
+  if (!top_active_ || !lower_open_) beside_credit_ = std::max(beside_credit_, Duration::zero());  // nothing owed
   // Saturation: the estimated GPU time queued or running on this GPU, over every session, on a GPU that has been
   // busy for most of the last window.
   Duration inflight{0};
@@ -355,9 +374,14 @@ Grant GpuScheduler::RightsOf(const SessionState& session) const {
     rights.may_dispatch = Uncontended() ||
                           ((!holder_ || *holder_ == session.tenant) && !OthersInflight(tenant.priority, session.tenant));
   } else {
-    rights.may_dispatch = false;
+    rights.may_dispatch = MayRunBeside(tenant);
   }
   return rights;
+}
+
+bool GpuScheduler::MayRunBeside(const TenantState& tenant) const {
+  return config_.lower_class_share > 0 && beside_credit_ > Duration::zero() && !higher_pending_ &&
+         (!next_active_ || !Outranks(*next_active_, tenant.priority));
 }
 
 }  // namespace curelay::scheduler

@@ -106,6 +106,7 @@ class GpuScheduler {
   struct InflightWork {
     KernelKey kernel;
     Duration charged;  // the estimate added at dispatch, taken back at completion even if the estimate moved
+    bool beside_higher = false;  // started beside a higher class's work: its GPU time is paid from beside_credit_
   };
   struct SessionState {
     TenantId tenant = 0;
@@ -143,6 +144,9 @@ class GpuScheduler {
   bool OthersBacklogged(PriorityClass priority, TenantId except) const;
   void PickHolder(PriorityClass priority, TimePoint now);
   Grant RightsOf(const SessionState& session) const;
+  // Whether a tenant below the top active class may start work now beside it (SchedulerConfig::lower_class_share):
+  // credit left, no higher class's work waiting, and no class between them active.
+  bool MayRunBeside(const TenantState& tenant) const;
 
   SchedulerConfig config_;
   KernelCostModel cost_model_;
@@ -151,6 +155,12 @@ class GpuScheduler {
   TimePoint now_{};
   std::optional<PriorityClass> top_active_;   // highest class with work pending or in flight
   std::optional<PriorityClass> top_open_;     // highest class with a session open
+  std::optional<PriorityClass> next_active_;  // highest class with work pending or in flight below top_active_
+  bool higher_pending_ = false;               // the top active class has work waiting (not yet started)
+  bool lower_open_ = false;                   // a session of a class below top_active_ is open
+  // Lower-class GPU time that may still run beside the top active class (SchedulerConfig::lower_class_share):
+  // earned while it is active and a lower class is open, spent at completions; negative after an overrun.
+  Duration beside_credit_{0};
   std::optional<TenantId> holder_;
   TimePoint slice_start_{};
   std::optional<TimePoint> holder_idle_since_;  // when the holder last ran out of work, while it still holds

@@ -26,8 +26,11 @@ class BackendConfigTest : public ::testing::Test {
 
 TEST_F(BackendConfigTest, SchedulerKeysAreRead) {
   std::string error;
-  ASSERT_TRUE(Load("[scheduler]\nslice_us = 5000\nsaturation_us = 3000\nsaturation_busy_percent = 75\n", &error))
+  ASSERT_TRUE(Load("[scheduler]\nslice_us = 5000\nsaturation_us = 3000\nsaturation_busy_percent = 75\n"
+                   "low_priority_share_percent = 10\n",
+                   &error))
       << error;
+  EXPECT_EQ(config_.low_priority_share_percent, 10);
   EXPECT_EQ(config_.slice_us, 5000);
   EXPECT_EQ(config_.saturation_us, 3000);
   EXPECT_EQ(config_.saturation_busy_percent, 75);
@@ -40,10 +43,14 @@ TEST_F(BackendConfigTest, DefaultsHoldWithoutTheSection) {
   EXPECT_EQ(config_.warm_pool, 3u);
   EXPECT_EQ(config_.saturation_busy_percent, 90);
   EXPECT_EQ(config_.saturation_us, 2000);
+  EXPECT_EQ(config_.low_priority_share_percent, 0);
 }
 
 TEST_F(BackendConfigTest, BadSchedulerValuesAreRefused) {
   std::string error;
+  EXPECT_FALSE(Load("[scheduler]\nlow_priority_share_percent = 101\n", &error));
+  EXPECT_NE(error.find("low_priority_share_percent"), std::string::npos) << error;
+  error.clear();
   EXPECT_FALSE(Load("[scheduler]\nsaturation_busy_percent = 101\n", &error));
   EXPECT_NE(error.find("saturation_busy_percent"), std::string::npos) << error;
   error.clear();

@@ -35,6 +35,7 @@ TenantLimits Class(PriorityClass priority) {
 
 class PriorityTest : public ::testing::Test {
  protected:
+  explicit PriorityTest(const SchedulerConfig& config = Config()) : scheduler_(config) {}
   void SetUp() override {
     ASSERT_EQ(scheduler_.AddTenant(kHighTenant, Class(PriorityClass::kHigh)), Status::kOk);
     ASSERT_EQ(scheduler_.AddTenant(kNormalTenant, Class(PriorityClass::kNormal)), Status::kOk);
@@ -47,7 +48,7 @@ class PriorityTest : public ::testing::Test {
 
   const GpuScheduler& Gpu() const { return *scheduler_.FindGpu(0); }
 
-  Scheduler scheduler_{Config()};
+  Scheduler scheduler_;
 };
 
 TEST_F(PriorityTest, HighArrivalStopsLowDispatchUntilHighIsIdle) {
@@ -290,6 +291,71 @@ TEST_F(PriorityTest, CompletionsMatchTheirKernelEvenOutOfOrder) {
   EXPECT_EQ(Gpu().InflightEstimate(kLow), 2ms);
   ASSERT_EQ(scheduler_.WorkCompleted(kLow, kKernel, 400us, At(3ms)), Status::kOk);
   EXPECT_EQ(Gpu().InflightEstimate(kLow), 1500us);  // what was charged comes off, not the new observation
+}
+
+// lower_class_share: the next class down runs beside higher-class work in flight, paid from credit earned at the
+// share's rate while that class is active (at most one in-flight budget ahead), spent at completions.
+class LowerClassShareTest : public PriorityTest {
+ protected:
+  static SchedulerConfig ShareConfig() {
+    SchedulerConfig config = Config();
+    config.lower_class_share = 0.1;
+    return config;
+  }
+  LowerClassShareTest() : PriorityTest(ShareConfig()) {}
+  void SetUp() override {
+    PriorityTest::SetUp();
+    Open(kLow, kLowTenant);
+    Open(kHigh, kHighTenant);
+    ASSERT_TRUE(scheduler_.TryDispatch(kHigh, kBigKernel, At(0ms)).allowed());  // in flight throughout
+  }
+};
+
+TEST_F(LowerClassShareTest, LowRunsBesideHighWorkInFlightWithinTheCreditItEarns) {
+  EXPECT_EQ(scheduler_.TryDispatch(kLow, kKernel, At(0ms)).verdict, DispatchVerdict::kHigherClassActive);
+  scheduler_.Tick(At(5ms));  // 0.5 ms of credit
+  EXPECT_TRUE(scheduler_.GetGrant(kLow)->may_dispatch);
+  ASSERT_TRUE(scheduler_.TryDispatch(kLow, kKernel, At(5ms)).allowed());
+  // It ran 2 ms on the GPU: 1.4 ms owed at 6 ms, repaid at 0.1 ms per ms by 20 ms.
+  ASSERT_EQ(scheduler_.WorkCompleted(kLow, kKernel, 2ms, At(6ms)), Status::kOk);
+  EXPECT_FALSE(scheduler_.GetGrant(kLow)->may_dispatch);
+  EXPECT_EQ(scheduler_.TryDispatch(kLow, kKernel, At(19ms)).verdict, DispatchVerdict::kHigherClassActive);
+  EXPECT_TRUE(scheduler_.TryDispatch(kLow, kKernel, At(21ms)).allowed());
+}
+
+TEST_F(LowerClassShareTest, CreditIsNotBankedBeyondOneBudget) {
+  scheduler_.Tick(At(100ms));  // 10 ms earned, 2 ms (the budget) kept
+  ASSERT_TRUE(scheduler_.TryDispatch(kLow, kKernel, At(100ms)).allowed());
+  ASSERT_EQ(scheduler_.WorkCompleted(kLow, kKernel, 2ms, At(100ms)), Status::kOk);
+  EXPECT_FALSE(scheduler_.GetGrant(kLow)->may_dispatch);
+  EXPECT_EQ(scheduler_.TryDispatch(kLow, kKernel, At(100ms)).verdict, DispatchVerdict::kHigherClassActive);
+}
+
+TEST_F(LowerClassShareTest, HighWorkWaitingStopsItDespiteCredit) {
+  scheduler_.Tick(At(10ms));
+  ASSERT_EQ(scheduler_.WorkArrived(kHigh, At(10ms)), Status::kOk);  // not started yet
+  EXPECT_FALSE(scheduler_.GetGrant(kLow)->may_dispatch);
+  EXPECT_EQ(scheduler_.TryDispatch(kLow, kKernel, At(10ms)).verdict, DispatchVerdict::kHigherClassActive);
+  ASSERT_TRUE(scheduler_.TryDispatch(kHigh, kKernel, At(10ms)).allowed());  // started: low may again
+  EXPECT_TRUE(scheduler_.TryDispatch(kLow, kKernel, At(10ms)).allowed());
+}
+
+TEST_F(LowerClassShareTest, OnlyTheNextClassDownUsesIt) {
+  Open(kNormal, kNormalTenant);
+  scheduler_.Tick(At(10ms));
+  ASSERT_EQ(scheduler_.WorkArrived(kNormal, At(10ms)), Status::kOk);
+  EXPECT_EQ(scheduler_.TryDispatch(kLow, kKernel, At(10ms)).verdict, DispatchVerdict::kHigherClassActive);
+  EXPECT_TRUE(scheduler_.TryDispatch(kNormal, kKernel, At(10ms)).allowed());
+}
+
+TEST_F(LowerClassShareTest, HighIdleOwesNothing) {
+  scheduler_.Tick(At(5ms));
+  ASSERT_TRUE(scheduler_.TryDispatch(kLow, kKernel, At(5ms)).allowed());
+  ASSERT_EQ(scheduler_.WorkCompleted(kHigh, kBigKernel, 6ms, At(6ms)), Status::kOk);  // high idle
+  ASSERT_EQ(scheduler_.WorkCompleted(kLow, kKernel, 9ms, At(14ms)), Status::kOk);    // would be a debt
+  ASSERT_TRUE(scheduler_.TryDispatch(kHigh, kBigKernel, At(15ms)).allowed());
+  scheduler_.Tick(At(16ms));  // 0.1 ms earned since: low may run beside high again at once
+  EXPECT_TRUE(scheduler_.GetGrant(kLow)->may_dispatch);
 }
 
 }  // namespace
