@@ -114,8 +114,11 @@ bool GpuScheduler::WorkCompleted(SessionId session, KernelKey kernel, Duration g
   if (work == state.inflight.end()) return false;
   state.inflight_estimate = std::max(state.inflight_estimate - work->charged, Duration::zero());
   gpu_time = std::max(gpu_time, Duration::zero());
-  // An overrun is repaid from later credit, up to one slice of it (a wild report must not stop the class for long).
-  if (work->beside_higher) beside_credit_ = std::max(beside_credit_ - std::min(gpu_time, config_.slice), -config_.slice);
+  // Its whole time in flight, which is what it may have delayed the higher class by (waiting behind that class's
+  // work included: conservative). An overrun is repaid from later credit, up to one slice of it.
+  if (work->beside_higher) {
+    beside_credit_ = std::max(beside_credit_ - std::min(now - work->dispatched, config_.slice), -config_.slice);
+  }
   state.inflight.erase(work);
   TenantState& tenant = tenants_.at(state.tenant);
   --tenant.inflight;
@@ -217,7 +220,7 @@ void GpuScheduler::Admit(SessionState& session, KernelKey kernel, Duration estim
     session.inflight.erase(session.inflight.begin());
     --tenant.inflight;
   }
-  session.inflight.push_back({kernel, estimate, top_active_ && Outranks(*top_active_, tenant.priority)});
+  session.inflight.push_back({kernel, estimate, top_active_ && Outranks(*top_active_, tenant.priority), now});
   session.inflight_estimate = SaturatingAdd(session.inflight_estimate, estimate);
   --tenant.pending;
   ++tenant.inflight;
@@ -258,7 +261,6 @@ void GpuScheduler::Refresh(TimePoint now) {
       next_active_ = tenant.priority;
     }
   }
-  if (!top_active_ || !lower_open_) beside_credit_ = std::max(beside_credit_, Duration::zero());  // nothing owed
   // Saturation: the estimated GPU time queued or running on this GPU, over every session, on a GPU that has been
   // busy for most of the last window.
   Duration inflight{0};
