@@ -114,11 +114,9 @@ bool GpuScheduler::WorkCompleted(SessionId session, KernelKey kernel, Duration g
   if (work == state.inflight.end()) return false;
   state.inflight_estimate = std::max(state.inflight_estimate - work->charged, Duration::zero());
   gpu_time = std::max(gpu_time, Duration::zero());
-  // Its whole time in flight, which is what it may have delayed the higher class by (waiting behind that class's
-  // work included: conservative). An overrun is repaid from later credit, up to one slice of it.
-  if (work->beside_higher) {
-    beside_credit_ = std::max(beside_credit_ - std::min(now - work->dispatched, config_.slice), -config_.slice);
-  }
+  // Its GPU time is what it took from the higher class. An overrun is repaid from later credit, up to one slice of
+  // it (a wild report must not stop the class for long).
+  if (work->beside_higher) beside_credit_ = std::max(beside_credit_ - std::min(gpu_time, config_.slice), -config_.slice);
   state.inflight.erase(work);
   TenantState& tenant = tenants_.at(state.tenant);
   --tenant.inflight;
@@ -220,7 +218,7 @@ void GpuScheduler::Admit(SessionState& session, KernelKey kernel, Duration estim
     session.inflight.erase(session.inflight.begin());
     --tenant.inflight;
   }
-  session.inflight.push_back({kernel, estimate, top_active_ && Outranks(*top_active_, tenant.priority), now});
+  session.inflight.push_back({kernel, estimate, top_active_ && Outranks(*top_active_, tenant.priority)});
   session.inflight_estimate = SaturatingAdd(session.inflight_estimate, estimate);
   --tenant.pending;
   ++tenant.inflight;

@@ -106,8 +106,7 @@ class GpuScheduler {
   struct InflightWork {
     KernelKey kernel;
     Duration charged;  // the estimate added at dispatch, taken back at completion even if the estimate moved
-    bool beside_higher = false;  // started beside a higher class's work: its time in flight is paid from beside_credit_
-    TimePoint dispatched{};
+    bool beside_higher = false;  // started beside a higher class's work: its GPU time is paid from beside_credit_
   };
   struct SessionState {
     TenantId tenant = 0;
@@ -159,7 +158,7 @@ class GpuScheduler {
   std::optional<PriorityClass> next_active_;  // highest class with work pending or in flight below top_active_
   bool higher_pending_ = false;               // the top active class has work waiting (not yet started)
   bool lower_open_ = false;                   // a session of a class below top_active_ is open
-  // Lower-class time in flight still allowed beside the top active class (SchedulerConfig::lower_class_share):
+  // Lower-class GPU time still allowed beside the top active class (SchedulerConfig::lower_class_share):
   // earned while it is active and a lower class is open, spent at completions; negative after an overrun.
   Duration beside_credit_{0};
   std::optional<TenantId> holder_;

@@ -18,13 +18,13 @@ struct SchedulerConfig {
   // Estimated GPU time a session may have in flight while a session of a higher class is open on its GPU. It
   // bounds how long that higher session's first work waits behind lower-class work already queued on the GPU.
   Duration low_priority_inflight_budget = std::chrono::milliseconds(2);
-  // Share of the time a higher class has work in flight (none waiting) during which the next class down may have
-  // work in flight beside it (a launch-bound high-priority program keeps work in flight most of the time while its
-  // GPU is mostly idle). The GPU time-slices processes, so lower-class work in flight then delays the higher
-  // class's next kernel, by its run time and the context switches: each such piece is charged its whole time in
-  // flight (dispatch to completion, as reported), not its GPU time, against credit earned at this rate while the
-  // higher class is active (at most one in-flight budget ahead; a debt, at most one slice, outlives the higher
-  // class's idle gaps). 0: strict, lower classes start nothing while a higher class has work pending or in flight.
+  // Share of the time a higher class has work in flight (none waiting) that the next class down may use beside
+  // it (a launch-bound high-priority program keeps work in flight most of the time while its GPU is mostly idle).
+  // The GPU time-slices processes, so lower-class work started then delays the higher class's next kernel. Each
+  // such piece is charged its measured GPU time against credit earned at this rate while the higher class is
+  // active (at most one in-flight budget ahead; a debt, at most one slice, outlives the higher class's idle gaps).
+  // Context switches are not charged, so the higher class loses more than this share (docs/scheduling.md has the
+  // measurements). 0: strict, lower classes start nothing while a higher class has work pending or in flight.
   double lower_class_share = 0;
   // Work conservation: while the estimated GPU time in flight on a GPU, over all its sessions, stays below this,
   // every session of the top active class may start work at once, turns or not (a launch-bound tenant leaves the

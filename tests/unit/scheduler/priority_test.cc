@@ -295,7 +295,7 @@ TEST_F(PriorityTest, CompletionsMatchTheirKernelEvenOutOfOrder) {
 
 // lower_class_share: the next class down runs beside higher-class work in flight, paid from credit earned at the
 // share's rate while that class is active (at most one in-flight budget ahead), spent at completions by each
-// piece's whole time in flight.
+// piece's GPU time.
 class LowerClassShareTest : public PriorityTest {
  protected:
   static SchedulerConfig ShareConfig() {
@@ -317,8 +317,8 @@ TEST_F(LowerClassShareTest, LowRunsBesideHighWorkInFlightWithinTheCreditItEarns)
   scheduler_.Tick(At(5ms));  // 0.5 ms of credit
   EXPECT_TRUE(scheduler_.GetGrant(kLow)->may_dispatch);
   ASSERT_TRUE(scheduler_.TryDispatch(kLow, kKernel, At(5ms)).allowed());
-  // In flight 2 ms (its GPU time, 1 ms, is not what counts): 1.3 ms owed at 7 ms, repaid at 0.1 ms per ms by 20 ms.
-  ASSERT_EQ(scheduler_.WorkCompleted(kLow, kKernel, 1ms, At(7ms)), Status::kOk);
+  // It ran 2 ms on the GPU: 1.3 ms owed at 7 ms, repaid at 0.1 ms per ms by 20 ms.
+  ASSERT_EQ(scheduler_.WorkCompleted(kLow, kKernel, 2ms, At(7ms)), Status::kOk);
   EXPECT_FALSE(scheduler_.GetGrant(kLow)->may_dispatch);
   EXPECT_EQ(scheduler_.TryDispatch(kLow, kKernel, At(19ms)).verdict, DispatchVerdict::kHigherClassActive);
   EXPECT_TRUE(scheduler_.TryDispatch(kLow, kKernel, At(21ms)).allowed());
@@ -327,7 +327,7 @@ TEST_F(LowerClassShareTest, LowRunsBesideHighWorkInFlightWithinTheCreditItEarns)
 TEST_F(LowerClassShareTest, CreditIsNotBankedBeyondOneBudget) {
   scheduler_.Tick(At(100ms));  // 10 ms earned, 2 ms (the budget) kept
   ASSERT_TRUE(scheduler_.TryDispatch(kLow, kKernel, At(100ms)).allowed());
-  ASSERT_EQ(scheduler_.WorkCompleted(kLow, kKernel, 2ms, At(102ms)), Status::kOk);  // 2 ms in flight: all of it
+  ASSERT_EQ(scheduler_.WorkCompleted(kLow, kKernel, 2ms, At(102ms)), Status::kOk);
   EXPECT_FALSE(scheduler_.GetGrant(kLow)->may_dispatch);
   EXPECT_EQ(scheduler_.TryDispatch(kLow, kKernel, At(102ms)).verdict, DispatchVerdict::kHigherClassActive);
 }
@@ -356,7 +356,7 @@ TEST_F(LowerClassShareTest, ADebtOutlivesTheHigherClassIdleGaps) {
   ASSERT_TRUE(scheduler_.TryDispatch(kLow, kKernel, At(5ms)).allowed());
   ASSERT_EQ(scheduler_.WorkCompleted(kHigh, kBigKernel, 6ms, At(6ms)), Status::kOk);  // high idle: low runs freely
   EXPECT_TRUE(scheduler_.GetGrant(kLow)->may_dispatch);
-  ASSERT_EQ(scheduler_.WorkCompleted(kLow, kKernel, 9ms, At(14ms)), Status::kOk);  // 9 ms in flight: 8.4 ms owed
+  ASSERT_EQ(scheduler_.WorkCompleted(kLow, kKernel, 9ms, At(14ms)), Status::kOk);  // 9 ms of GPU: 8.4 ms owed
   ASSERT_TRUE(scheduler_.TryDispatch(kHigh, kBigKernel, At(15ms)).allowed());
   scheduler_.Tick(At(16ms));
   EXPECT_FALSE(scheduler_.GetGrant(kLow)->may_dispatch);
