@@ -308,18 +308,16 @@ def main() -> None:
         "one line per sample. The samples are built outside this repository for sm_90 (their code, binaries and "
         "build recipe are never committed): 137 runtime- and driver-API samples without graphics interop, MPI or a "
         "second GPU. Measured 2026-11-24 on the H100 host (driver 580), sixth session, one full run: one fails "
-        "natively (`libNVVM_dsl`: no `libcudadevrt.a` there); of the other 136, **128 pass** through curelay (126 in "
-        "the session before, 124 before that, 115 before that). The 8 that fail:",
+        "natively (`libNVVM_dsl`: no `libcudadevrt.a` there); of the other 136, 128 passed through curelay (126 in "
+        "the session before, 124 before that, 115 before that). The twelfth session (2026-11-25, H100) ran the four "
+        "graph samples among the failures again (built from the same repository for sm_90): three pass now over "
+        "ipc://, so **131 of 136** pass as of that run (not a full run). The 5 that fail:",
         "",
         "| sample | through curelay | cause |",
         "|---|---|---|",
-        "| conjugateGradientCudaGraphs, graphMemoryNodes | `cudaMemcpyAsync` to pageable memory during capture: 900 "
-        "| captured copies into pageable memory (staged since; not yet measured again) |",
-        "| simpleCudaGraphs | `cudaGraphAddMemcpyNode` with pageable host memory: 801 | the same, as an explicit node "
-        "(staged since; host nodes work since, but a graph with both a staged copy and a host node is still refused "
-        "at launch, 801) |",
-        "| jacobiCudaGraphs | wrong result | a captured pageable host-to-device copy replayed its capture-time bytes "
-        "(staged since, read at each launch; not yet measured again) |",
+        "| simpleCudaGraphs | `cudaGraphLaunch`: 801 | a graph with both a memcpy node on pageable host memory "
+        "(staged around the whole graph) and a host node is refused at launch: the host node would see the staged "
+        "bytes out of order |",
         "| streamOrderedAllocationIPC, memMapIPCDrv | 801 / invalid device context | shareable handles (file "
         "descriptors passed between processes) are not supported |",
         "| systemWideAtomics | wrong atomics result | system-scope atomics between host and GPU on managed memory "
@@ -339,7 +337,10 @@ def main() -> None:
         "sessions) and p2pBandwidthLatencyTest (peer queries), both also passing over tcp://, and "
         "graphConditionalNodes (capture into a conditional body with `cuStreamBeginCaptureToGraph`, nodes added "
         "by hand during a capture with `cuStreamUpdateCaptureDependencies`). Fixed in the sixth session: "
-        "graphMemoryFootprint (graph memory nodes).",
+        "graphMemoryFootprint (graph memory nodes). Passing since the twelfth session's run (their fixes landed "
+        "earlier, staged pageable copies in graphs): conjugateGradientCudaGraphs, graphMemoryNodes and "
+        "jacobiCudaGraphs; over tcp:// conjugateGradientCudaGraphs and jacobiCudaGraphs pass too, graphMemoryNodes "
+        "fails there at `cudaMallocManaged` (managed memory needs the same host, by design).",
         "",
         "## Not supported yet",
         "",
