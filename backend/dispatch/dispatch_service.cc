@@ -111,11 +111,9 @@ void DispatchService::Drain(uint64_t session, const OpenedSession& opened, sched
         const int64_t gpu_ns = std::max<int64_t>(event.gpu_ns, 0);
         scheduler_.WorkCompleted(lane, event.kernel, scheduler::Duration(gpu_ns), now);
         // Saturating: the time is what the executor wrote (found by dispatch_board_fuzzer: signed overflow).
-        const auto add = [gpu_ns](int64_t& sum) {
-          sum = gpu_ns > std::numeric_limits<int64_t>::max() - sum ? std::numeric_limits<int64_t>::max() : sum + gpu_ns;
-        };
-        add(busy_[gpu].recent_ns[busy_bucket_ % 10]);
-        add(busy_[gpu].total_ns);
+        int64_t& total = busy_[gpu].total_ns;
+        total = gpu_ns > std::numeric_limits<int64_t>::max() - total ? std::numeric_limits<int64_t>::max() : total + gpu_ns;
+        busy_[gpu].last_second.Add(now, scheduler::Duration(gpu_ns));
         break;
       }
     }
@@ -128,18 +126,7 @@ void DispatchService::Loop() {
     {
       std::lock_guard lock(mutex_);
       const scheduler::TimePoint now = Now();
-      const int64_t bucket = now.time_since_epoch().count() / 100'000'000;
-      if (bucket - busy_bucket_ >= 10) {
-        // A second or more since the last pass (or since boot, on the first: buckets count from the steady clock's
-        // epoch): every recent bucket is stale. Stepping through them one by one held the lock for seconds on a
-        // host up for days (found by dispatch_board_fuzzer: the broker's first SetTenant waited behind it).
-        for (GpuBusy& gpu : busy_) std::fill(std::begin(gpu.recent_ns), std::end(gpu.recent_ns), 0);
-        busy_bucket_ = bucket;
-      }
-      while (busy_bucket_ < bucket) {
-        ++busy_bucket_;
-        for (GpuBusy& gpu : busy_) gpu.recent_ns[busy_bucket_ % 10] = 0;
-      }
+      for (GpuBusy& gpu : busy_) gpu.last_second.Expire(now);
       for (const auto& [session, opened] : sessions_) Drain(session, opened, now);
       scheduler_.Tick(now);
       for (const scheduler::SessionGrant& change : scheduler_.TakeChangedGrants()) {
@@ -190,9 +177,7 @@ std::pair<double, uint64_t> DispatchService::Saturation(int gpu) {
 double DispatchService::Utilization(int gpu) {
   if (gpu < 0 || gpu >= kMaxDispatchGpus) return 0;
   std::lock_guard lock(mutex_);
-  double busy = 0;  // each bucket may hold up to the largest int64 (saturated): summed without overflow
-  for (int64_t ns : busy_[gpu].recent_ns) busy += static_cast<double>(ns);
-  return std::min(1.0, busy / 1e9);
+  return busy_[gpu].last_second.Fraction(Now());
 }
 
 }  // namespace curelay::backend

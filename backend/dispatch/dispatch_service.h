@@ -19,6 +19,7 @@
 #include "backend/dispatch/dispatch_board.h"
 #include "backend/metrics/metrics_snapshot.h"
 #include "backend/tenants/tenant_record.h"
+#include "scheduler/busy_window.h"
 #include "scheduler/scheduler.h"
 
 namespace curelay::backend {
@@ -53,9 +54,12 @@ class DispatchService {
     QueueWaitHistogram queue_wait;  // every dispatch since the backend started
   };
   std::optional<TenantFigures> Figures(const std::string& tenant);
-  // Fraction of the last second host GPU `gpu` had scheduled work completing, as the scheduler saw it.
+  // Fraction of the last second host GPU `gpu` was running scheduled work, as its completion reports cover it
+  // (each piece from its report back by its GPU time; overlapping pieces count once: the GPU time-slices two
+  // tenants' kernels, and each is timed with the other's share inside).
   double Utilization(int gpu);
-  // GPU time of all scheduled work completed on host GPU `gpu` since the backend started.
+  // GPU time of all scheduled work completed on host GPU `gpu` since the backend started, summed as tenants are
+  // charged (overlapping pieces each count, so it can grow faster than the wall clock).
   double BusySeconds(int gpu);
   // How long host GPU `gpu` has been saturated (turns applied) since the backend started, and how many times it
   // became so; zero before any tenant session used it.
@@ -79,11 +83,11 @@ class DispatchService {
   std::map<uint64_t, OpenedSession> sessions_;
   std::map<scheduler::TenantId, QueueWaitHistogram> queue_waits_;
   struct GpuBusy {
-    int64_t total_ns = 0;
-    int64_t recent_ns[10] = {};  // GPU time completed, in 100 ms buckets over the last second, for utilization
+    int64_t total_ns = 0;  // GPU time completed (charged), summed: overlapping pieces each count
+    // What the last second's completed pieces covered, overlaps once: utilization.
+    scheduler::BusyWindow last_second{std::chrono::seconds(1)};
   };
   GpuBusy busy_[kMaxDispatchGpus];
-  int64_t busy_bucket_ = 0;
   std::atomic<bool> stop_{false};
   std::thread thread_;
 };

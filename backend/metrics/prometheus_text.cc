@@ -130,10 +130,10 @@ std::string RenderPrometheusText(const MetricsSnapshot& snapshot) {
   AppendQueueWaitFamily(out, snapshot);
   AppendTenantInfoFamily(out, snapshot);
   AppendGpuFamily(out, snapshot, "curelay_gpu_utilization", "gauge",
-                  "Fraction of the last interval the GPU had work in flight, 0 to 1.",
+                  "Fraction of the last second the GPU ran scheduled work (overlapping pieces once), 0 to 1.",
                   [](const GpuMetrics& g) { return g.utilization; });
   AppendGpuFamily(out, snapshot, "curelay_gpu_busy_seconds_total", "counter",
-                  "Time the GPU had work in flight, in seconds.",
+                  "GPU time of the scheduled work completed on the GPU, summed over pieces, in seconds.",
                   [](const GpuMetrics& g) { return g.busy_seconds; });
   AppendGpuFamily(out, snapshot, "curelay_gpu_saturated_seconds_total", "counter",
                   "Time the scheduler found the GPU saturated (tenants took turns), in seconds.",
