@@ -575,6 +575,7 @@ void Broker::RefreshMetrics() {
     }
     if (const auto figures = dispatch_.Figures(tenant.name)) {
       row.gpu_seconds = figures->gpu_seconds;
+      row.active_seconds = figures->active_seconds;
       row.kernels = figures->kernels;
       row.queue_wait = figures->queue_wait;
     }

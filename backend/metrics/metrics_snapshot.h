@@ -43,6 +43,7 @@ struct TenantMetrics {
   std::string priority;            // as the registry spells it: high | normal | low
   uint32_t weight = 1;
   double gpu_seconds = 0;          // cumulative GPU time charged to the tenant
+  double active_seconds = 0;       // cumulative time with work pending or in flight on a GPU, summed over GPUs
   uint64_t memory_bytes = 0;       // device memory in use now
   uint64_t memory_peak_bytes = 0;
   uint64_t quota_bytes = 0;        // 0: no quota
@@ -57,8 +58,8 @@ struct TenantMetrics {
 
 struct GpuMetrics {
   int index = 0;
-  double utilization = 0;   // 0..1: fraction of wall time over the last interval with work in flight
-  double busy_seconds = 0;  // cumulative time with work in flight
+  double utilization = 0;   // 0..1: share of the last second covered by completed scheduled work (overlaps once)
+  double busy_seconds = 0;  // cumulative GPU time of completed scheduled work, summed over pieces
   // Cumulative time the scheduler found the GPU saturated (turns applied), and how many times it became so.
   double saturated_seconds = 0;
   uint64_t saturations = 0;

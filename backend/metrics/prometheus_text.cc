@@ -103,6 +103,9 @@ std::string RenderPrometheusText(const MetricsSnapshot& snapshot) {
   AppendTenantFamily(out, snapshot, "curelay_tenant_gpu_seconds_total", "counter",
                      "GPU time charged to the tenant, in seconds.",
                      [](const TenantMetrics& t) { return t.gpu_seconds; });
+  AppendTenantFamily(out, snapshot, "curelay_tenant_active_seconds_total", "counter",
+                     "Time the tenant had work pending or in flight on a GPU, summed over GPUs, in seconds.",
+                     [](const TenantMetrics& t) { return t.active_seconds; });
   AppendTenantFamily(out, snapshot, "curelay_tenant_memory_bytes", "gauge",
                      "Device memory the tenant's sessions hold, in bytes.",
                      [](const TenantMetrics& t) { return t.memory_bytes; });

@@ -30,6 +30,7 @@ MetricsSnapshot SmallSnapshot() {
   alpha.priority = "high";
   alpha.weight = 3;
   alpha.gpu_seconds = 12.5;
+  alpha.active_seconds = 20.25;
   alpha.memory_bytes = 1048576;
   alpha.memory_peak_bytes = 2097152;
   alpha.quota_bytes = 0;
@@ -57,6 +58,10 @@ constexpr char kSmallSnapshotText[] =
     "# HELP curelay_tenant_gpu_seconds_total GPU time charged to the tenant, in seconds.\n"
     "# TYPE curelay_tenant_gpu_seconds_total counter\n"
     "curelay_tenant_gpu_seconds_total{tenant=\"alpha\"} 12.5\n"
+    "# HELP curelay_tenant_active_seconds_total Time the tenant had work pending or in flight on a GPU, summed over "
+    "GPUs, in seconds.\n"
+    "# TYPE curelay_tenant_active_seconds_total counter\n"
+    "curelay_tenant_active_seconds_total{tenant=\"alpha\"} 20.25\n"
     "# HELP curelay_tenant_memory_bytes Device memory the tenant's sessions hold, in bytes.\n"
     "# TYPE curelay_tenant_memory_bytes gauge\n"
     "curelay_tenant_memory_bytes{tenant=\"alpha\"} 1048576\n"
@@ -123,7 +128,7 @@ TEST(PrometheusText, EmptySnapshotStillDescribesEveryFamily) {
   const std::string text = RenderPrometheusText(MetricsSnapshot{});
   int type_lines = 0;
   for (size_t at = text.find("# TYPE "); at != std::string::npos; at = text.find("# TYPE ", at + 1)) ++type_lines;
-  EXPECT_EQ(type_lines, 16);
+  EXPECT_EQ(type_lines, 17);
   EXPECT_EQ(text.find("{"), std::string::npos);  // no samples
 }
 
