@@ -114,9 +114,12 @@ bool GpuScheduler::WorkCompleted(SessionId session, KernelKey kernel, Duration g
   if (work == state.inflight.end()) return false;
   state.inflight_estimate = std::max(state.inflight_estimate - work->charged, Duration::zero());
   gpu_time = std::max(gpu_time, Duration::zero());
-  // Its GPU time is what it took from the higher class. An overrun is repaid from later credit, up to one slice of
-  // it (a wild report must not stop the class for long).
-  if (work->beside_higher) beside_credit_ = std::max(beside_credit_ - std::min(gpu_time, config_.slice), -config_.slice);
+  // Its GPU time is what it took from the higher class. An overrun (a long kernel, or several lower sessions'
+  // budgets at once) is repaid from later credit, up to kMaxBesideDebt of it: a wild report must not stop the class
+  // for long, but real overruns must not be forgiven either.
+  if (work->beside_higher) {
+    beside_credit_ = std::max(beside_credit_ - std::min(gpu_time, kMaxBesideDebt), -kMaxBesideDebt);
+  }
   state.inflight.erase(work);
   TenantState& tenant = tenants_.at(state.tenant);
   --tenant.inflight;

@@ -159,8 +159,10 @@ class GpuScheduler {
   bool higher_pending_ = false;               // the top active class has work waiting (not yet started)
   bool lower_open_ = false;                   // a session of a class below top_active_ is open
   // Lower-class GPU time still allowed beside the top active class (SchedulerConfig::lower_class_share):
-  // earned while it is active and a lower class is open, spent at completions; negative after an overrun.
+  // earned while it is active and a lower class is open, spent at completions; negative after an overrun, down to
+  // kMaxBesideDebt.
   Duration beside_credit_{0};
+  static constexpr Duration kMaxBesideDebt = std::chrono::seconds(1);
   std::optional<TenantId> holder_;
   TimePoint slice_start_{};
   std::optional<TimePoint> holder_idle_since_;  // when the holder last ran out of work, while it still holds

@@ -22,7 +22,7 @@ struct SchedulerConfig {
   // it (a launch-bound high-priority program keeps work in flight most of the time while its GPU is mostly idle).
   // The GPU time-slices processes, so lower-class work started then delays the higher class's next kernel. Each
   // such piece is charged its measured GPU time against credit earned at this rate while the higher class is
-  // active (at most one in-flight budget ahead; a debt, at most one slice, outlives the higher class's idle gaps).
+  // active (at most one in-flight budget ahead; a debt, at most 1 s, outlives the higher class's idle gaps).
   // Context switches are not charged, so the higher class loses more than this share (docs/scheduling.md has the
   // measurements). 0: strict, lower classes start nothing while a higher class has work pending or in flight.
   double lower_class_share = 0;

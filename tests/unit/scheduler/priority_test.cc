@@ -364,5 +364,16 @@ TEST_F(LowerClassShareTest, ADebtOutlivesTheHigherClassIdleGaps) {
   EXPECT_TRUE(scheduler_.GetGrant(kLow)->may_dispatch);
 }
 
+TEST_F(LowerClassShareTest, ALongKernelIsRepaidInFullNotForgivenAtOneSlice) {
+  scheduler_.Tick(At(5ms));
+  ASSERT_TRUE(scheduler_.TryDispatch(kLow, kKernel, At(5ms)).allowed());
+  // 50 ms on the GPU beside the high tenant (five slices): repaid at 0.1 ms per ms of high activity, about 500 ms.
+  ASSERT_EQ(scheduler_.WorkCompleted(kLow, kKernel, 50ms, At(55ms)), Status::kOk);
+  scheduler_.Tick(At(300ms));
+  EXPECT_FALSE(scheduler_.GetGrant(kLow)->may_dispatch);  // a one-slice floor would have let it in at 155 ms
+  scheduler_.Tick(At(560ms));
+  EXPECT_TRUE(scheduler_.GetGrant(kLow)->may_dispatch);
+}
+
 }  // namespace
 }  // namespace curelay::scheduler
