@@ -17,7 +17,8 @@
 #   priority  batch-1 inference answered request by request (a high-priority tenant) beside the transformer's
 #             training step (a low-priority tenant): the high tenant's p50/p99 against it alone, the low tenant's
 #             steps per second, and for how much of the measured interval the high tenant had work pending or in
-#             flight (the scheduler's view: lower classes start nothing then) against the GPU time it used; native
+#             flight (the scheduler's view: lower classes start nothing then; read before the start signal and after
+#             the programs exit, divided by the round's seconds, so slightly high) against the GPU time it used; native
 #             pair for reference; once per [scheduler] low_priority_share_percent in CURELAY_COLOCATION_SHARES
 #             (default "0": strict priority)
 # CURELAY_BENCH_ROUNDS (default 3) rounds, modes alternating within each; medians are printed. The backends' log
