@@ -19,6 +19,7 @@ constexpr KernelKey kKernel = 4;
 
 class WorkConservationTest : public ::testing::Test {
  protected:
+  explicit WorkConservationTest(const SchedulerConfig& config = Config()) : scheduler_(config) {}
   static SchedulerConfig Config() {
     SchedulerConfig config;
     config.saturation_inflight = 2ms;
@@ -38,8 +39,9 @@ class WorkConservationTest : public ::testing::Test {
   }
   bool MayDispatch(SessionId session) const { return scheduler_.GetGrant(session)->may_dispatch; }
   bool Saturated() const { return scheduler_.FindGpu(0)->saturated(); }
+  const GpuScheduler& gpu() const { return *scheduler_.FindGpu(0); }  // made by the first session opened on it
 
-  Scheduler scheduler_{Config()};
+  Scheduler scheduler_;
 };
 
 TEST_F(WorkConservationTest, AnIdleGpuAdmitsEveryTenant) {
@@ -84,49 +86,36 @@ TEST_F(WorkConservationTest, AHigherClassStillStopsALowerOneOnAnIdleGpu) {
   EXPECT_TRUE(scheduler_.TryDispatch(kHigh, kKernel, At(0ms)).allowed());
 }
 
-// With a busy-fraction condition (90% of a 20 ms window): two normal tenants' sessions on GPU 0.
-class WorkConservationBusyTest : public ::testing::Test {
+// With a busy-fraction condition (90% of a 20 ms window), the same tenants and sessions.
+class WorkConservationBusyTest : public WorkConservationTest {
  protected:
-  static SchedulerConfig Config() {
-    SchedulerConfig config;
-    config.saturation_inflight = 2ms;
-    config.desaturation_inflight = 1ms;
+  static SchedulerConfig BusyConfig() {
+    SchedulerConfig config = Config();
     config.saturation_busy_fraction = 0.9;
     config.busy_window = 20ms;
     return config;
   }
-  void SetUp() override {
-    TenantLimits normal;
-    ASSERT_EQ(scheduler.AddTenant(kA, normal), Status::kOk);
-    ASSERT_EQ(scheduler.AddTenant(kB, normal), Status::kOk);
-    ASSERT_EQ(scheduler.OpenSession(kSessionA, kA, 0, At(0ms)), Status::kOk);
-    ASSERT_EQ(scheduler.OpenSession(kSessionB, kB, 0, At(0ms)), Status::kOk);
-    gpu_ = scheduler.FindGpu(0);  // made by the first session opened on it
-    ASSERT_NE(gpu_, nullptr);
-  }
-  const GpuScheduler& gpu() const { return *gpu_; }
-  Scheduler scheduler{Config()};
-  const GpuScheduler* gpu_ = nullptr;
+  WorkConservationBusyTest() : WorkConservationTest(BusyConfig()) {}
 };
 
 // With a busy-fraction condition: work queued past the in-flight mark on a GPU that was mostly idle over the last
 // window (a launch-bound tenant's burst) brings no turns; the same queue on a GPU busy for most of the window does.
 TEST_F(WorkConservationBusyTest, ABurstOnAMostlyIdleGpuIsNotSaturation) {
   // A burst of 3 ms queued on an idle GPU: past the mark, yet no saturation, and B starts at once.
-  for (int i = 0; i < 3; ++i) ASSERT_TRUE(scheduler.WorkDispatched(kSessionA, kKernel, At(0ms), 1ms).allowed());
+  for (int i = 0; i < 3; ++i) ASSERT_TRUE(scheduler_.WorkDispatched(kSessionA, kKernel, At(0ms), 1ms).allowed());
   EXPECT_FALSE(gpu().saturated());
-  scheduler.WorkArrived(kSessionB, At(0ms));
-  EXPECT_TRUE(scheduler.GetGrant(kSessionB)->may_dispatch);
+  scheduler_.WorkArrived(kSessionB, At(0ms));
+  EXPECT_TRUE(scheduler_.GetGrant(kSessionB)->may_dispatch);
   // A's work keeps the GPU busy: 18 ms of completions over the next 20 ms, each followed by more queued work.
   for (int ms = 1; ms <= 18; ++ms) {
-    ASSERT_EQ(scheduler.WorkCompleted(kSessionA, kKernel, 1ms, At(std::chrono::milliseconds(ms))), Status::kOk);
-    ASSERT_TRUE(scheduler.WorkDispatched(kSessionA, kKernel, At(std::chrono::milliseconds(ms)), 1ms).allowed());
+    ASSERT_EQ(scheduler_.WorkCompleted(kSessionA, kKernel, 1ms, At(std::chrono::milliseconds(ms))), Status::kOk);
+    ASSERT_TRUE(scheduler_.WorkDispatched(kSessionA, kKernel, At(std::chrono::milliseconds(ms)), 1ms).allowed());
   }
   EXPECT_NEAR(gpu().BusyFraction(), 0.9, 1e-9);
   EXPECT_TRUE(gpu().saturated());  // now the queue is contention: turns apply
-  EXPECT_FALSE(scheduler.GetGrant(kSessionB)->may_dispatch);
+  EXPECT_FALSE(scheduler_.GetGrant(kSessionB)->may_dispatch);
   // Completions older than the window stop counting.
-  scheduler.Tick(At(60ms));
+  scheduler_.Tick(At(60ms));
   EXPECT_EQ(gpu().BusyFraction(), 0.0);
 }
 
@@ -135,13 +124,13 @@ TEST_F(WorkConservationBusyTest, ABurstOnAMostlyIdleGpuIsNotSaturation) {
 // sum, and no turns start (they did before: the inference tenant then waited for the other's turns, 1.5x).
 TEST_F(WorkConservationBusyTest, OverlappingTimingsOfTwoTenantsAreNotABusyGpu) {
   for (SessionId session : {kSessionA, kSessionB}) {
-    ASSERT_TRUE(scheduler.WorkDispatched(session, kKernel, At(0ms), 2ms).allowed());
+    ASSERT_TRUE(scheduler_.WorkDispatched(session, kKernel, At(0ms), 2ms).allowed());
   }
   // Every 4 ms both complete a piece that each timed at 2 ms over the same 2 ms, and queue the next.
   for (int ms = 4; ms <= 40; ms += 4) {
     for (SessionId session : {kSessionA, kSessionB}) {
-      ASSERT_EQ(scheduler.WorkCompleted(session, kKernel, 2ms, At(std::chrono::milliseconds(ms))), Status::kOk);
-      ASSERT_TRUE(scheduler.WorkDispatched(session, kKernel, At(std::chrono::milliseconds(ms)), 2ms).allowed());
+      ASSERT_EQ(scheduler_.WorkCompleted(session, kKernel, 2ms, At(std::chrono::milliseconds(ms))), Status::kOk);
+      ASSERT_TRUE(scheduler_.WorkDispatched(session, kKernel, At(std::chrono::milliseconds(ms)), 2ms).allowed());
     }
     EXPECT_FALSE(gpu().saturated()) << ms << " ms";
   }
