@@ -252,9 +252,10 @@ void GpuScheduler::Refresh(TimePoint now) {
   for (size_t c = 0; c < kPriorityClassCount; ++c) {
     if (least_backlogged[c]) usage_floor_[c] = std::max(usage_floor_[c], *least_backlogged[c]);
   }
+  // What running beside the top class needs (lower_class_share): skipped on every event when it is off.
   higher_pending_ = lower_open_ = false;
   for (const auto& [id, tenant] : tenants_) {
-    if (!top_active_) break;
+    if (!top_active_ || config_.lower_class_share <= 0) break;
     if (tenant.priority == *top_active_) higher_pending_ = higher_pending_ || tenant.pending > 0;
     if (!Outranks(*top_active_, tenant.priority)) continue;
     lower_open_ = lower_open_ || tenant.sessions > 0;
