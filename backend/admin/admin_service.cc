@@ -3,7 +3,9 @@
 #include <spdlog/spdlog.h>
 
 #include <nlohmann/json.hpp>
+#include <limits>
 #include <optional>
+#include <stdexcept>
 
 #include "backend/tenants/tenant_token.h"
 #include "common/gpu_list.h"
@@ -28,6 +30,25 @@ json TenantJson(const TenantRecord& tenant) {
           {"created_unix", tenant.created_unix}};
 }
 
+// An unsigned JSON number that fits T. nlohmann's get<T>() converts a float or an out-of-range integer without a check
+// (a float beyond T's range is undefined behaviour; admin_fuzzer found 1e29 as memory_quota_bytes), so the type and
+// range are checked here first.
+template <typename T>
+T UnsignedValue(const json& value, const std::string& key) {
+  if (!value.is_number_unsigned() || value.get<uint64_t>() > std::numeric_limits<T>::max()) {
+    throw std::invalid_argument("'" + key + "' must be a whole number from 0 to " +
+                                std::to_string(std::numeric_limits<T>::max()));
+  }
+  return static_cast<T>(value.get<uint64_t>());
+}
+
+std::vector<int> GpuList(const json& value) {
+  if (!value.is_array()) throw std::invalid_argument("'gpus' must be a list of GPU numbers");
+  std::vector<int> gpus;
+  for (const json& gpu : value) gpus.push_back(UnsignedValue<int>(gpu, "gpus"));
+  return gpus;
+}
+
 // Applies the fields present in `fields` to `tenant`; false with `error` on a field of the wrong type or name.
 bool ApplyFields(const json& fields, TenantRecord* tenant, std::string* error) {
   if (!fields.is_object()) {
@@ -38,21 +59,24 @@ bool ApplyFields(const json& fields, TenantRecord* tenant, std::string* error) {
     for (const auto& [key, value] : fields.items()) {
       if (key == "name") tenant->name = value.get<std::string>();
       else if (key == "priority") tenant->priority = value.get<std::string>();
-      else if (key == "weight") tenant->weight = value.get<uint32_t>();
-      else if (key == "memory_quota_bytes") tenant->memory_quota_bytes = value.get<uint64_t>();
+      else if (key == "weight") tenant->weight = UnsignedValue<uint32_t>(value, key);
+      else if (key == "memory_quota_bytes") tenant->memory_quota_bytes = UnsignedValue<uint64_t>(value, key);
       else if (key == "memory_policy") tenant->memory_policy = value.get<std::string>();
-      else if (key == "wait_timeout_ms") tenant->wait_timeout_ms = value.get<uint32_t>();
-      else if (key == "max_sessions") tenant->max_sessions = value.get<uint32_t>();
-      else if (key == "gpus") tenant->gpus = value.get<std::vector<int>>();
-      else if (key == "mps_sm_percent") tenant->mps_sm_percent = value.get<uint32_t>();
-      else if (key == "mps_memory_limit_bytes") tenant->mps_memory_limit_bytes = value.get<uint64_t>();
-      else if (key == "switch_time_ms") tenant->switch_time_ms = value.get<uint32_t>();
+      else if (key == "wait_timeout_ms") tenant->wait_timeout_ms = UnsignedValue<uint32_t>(value, key);
+      else if (key == "max_sessions") tenant->max_sessions = UnsignedValue<uint32_t>(value, key);
+      else if (key == "gpus") tenant->gpus = GpuList(value);
+      else if (key == "mps_sm_percent") tenant->mps_sm_percent = UnsignedValue<uint32_t>(value, key);
+      else if (key == "mps_memory_limit_bytes") tenant->mps_memory_limit_bytes = UnsignedValue<uint64_t>(value, key);
+      else if (key == "switch_time_ms") tenant->switch_time_ms = UnsignedValue<uint32_t>(value, key);
       else {
         *error = "unknown tenant field '" + key + "'";
         return false;
       }
     }
   } catch (const json::exception& failure) {
+    *error = std::string("bad tenant field: ") + failure.what();
+    return false;
+  } catch (const std::invalid_argument& failure) {
     *error = std::string("bad tenant field: ") + failure.what();
     return false;
   }

@@ -60,5 +60,28 @@ TEST_F(AdminServiceTest, WellTypedRequestsStillWork) {
   EXPECT_EQ(killed["error"], "no session 9");
 }
 
+// nlohmann converts a float or an out-of-range integer to an unsigned field without a check (undefined behaviour
+// for a float beyond the type's range: admin_fuzzer found a quota of 1e29), so such numbers are refused by name.
+TEST_F(AdminServiceTest, TenantNumbersOutOfRangeOrNotWholeAreRefused) {
+  for (const char* request :
+       {R"({"command": "tenant.add", "args": {"name": "t", "memory_quota_bytes": 107355555555505555555555555555}})",
+        R"({"command": "tenant.add", "args": {"name": "t", "weight": 2.5}})",
+        R"({"command": "tenant.add", "args": {"name": "t", "weight": -1}})",
+        R"({"command": "tenant.add", "args": {"name": "t", "weight": 4294967296}})",
+        R"({"command": "tenant.add", "args": {"name": "t", "wait_timeout_ms": 1e30}})",
+        R"({"command": "tenant.add", "args": {"name": "t", "gpus": [0, 2147483648]}})",
+        R"({"command": "tenant.add", "args": {"name": "t", "gpus": [1.5]}})",
+        R"({"command": "tenant.add", "args": {"name": "t", "gpus": 3}})"}) {
+    const auto reply = Ask(request, true);
+    EXPECT_FALSE(reply["ok"].get<bool>()) << request;
+    EXPECT_NE(reply["error"].get<std::string>().find("bad tenant field"), std::string::npos) << reply.dump();
+    EXPECT_FALSE(Ask(R"({"command": "tenant.show", "args": {"name": "t"}})", true)["ok"].get<bool>()) << request;
+  }
+  const auto added = Ask(
+      R"({"command": "tenant.add", "args": {"name": "t", "weight": 1000000, "memory_quota_bytes": 18446744073709551615, "gpus": [0, 1]}})",
+      true);
+  EXPECT_TRUE(added["ok"].get<bool>()) << added.dump();
+}
+
 }  // namespace
 }  // namespace curelay::backend
