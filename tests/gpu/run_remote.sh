@@ -6,6 +6,8 @@
 #                  RDMA transport's code; no NIC, so no RDMA timings)
 #   bench          bench/run.sh and bench/run_frameworks.sh over tcp:// (3 alternating rounds each)
 #   rtt            bench/run_frameworks.sh and bench/run.sh through curelay-relay at +0.1 ms and +1 ms round trip
+#   floor          ZeroMQ's and plain TCP's own loopback bulk rate between two processes (curelay_zmq_pingpong bulk):
+#                  the ceiling under the tcp:// copies, and whether message size or connections move it
 #   cut            a PyTorch client whose link is cut mid-session: its next call fails within the heartbeat timeout,
 #                  and the executor exits
 # Usage: tests/gpu/run_remote.sh PART [build-dir]   (summary lines on stdout; logs under $OUT)
@@ -44,6 +46,11 @@ case $part in
       CURELAY_GPU_ENDPOINT=$tcp CURELAY_GPU_RTT_US=$rtt CURELAY_BENCH_ROUNDS=${CURELAY_BENCH_ROUNDS:-1} \
         "$root/bench/run.sh" "$build" | grep -E "launch_|ctx_synchronize|4KiB|1GiB|alloc"
     done
+    ;;
+  floor)
+    paths=$(sed -n 's/^CURELAY_ZMQ_PINGPONG=//p' "$build/bench/bench_paths.env")
+    case $paths in /*) ;; *) paths=$build/$paths ;; esac
+    "$paths" bulk
     ;;
   cut)
     # shellcheck source=tests/gpu/backend_env.sh
