@@ -6,6 +6,7 @@
 #include "executor/copy_end.h"
 #include "executor/scheduled_work.h"
 #include "executor/session.h"
+#include "executor/wire_enum.h"
 #include "common/array_format.h"
 
 namespace curelay::executor {
@@ -13,14 +14,11 @@ namespace curelay::executor {
 Session::Outcome Session::ArrayCreate(const wire::ArrayCreate& call) {
   if (driver_.cuArray3DCreate == nullptr) return {CUDA_ERROR_NOT_SUPPORTED};
   if (arrays_.count(call.array_id()) != 0) return {CUDA_ERROR_INVALID_VALUE};
-  // Beyond the enumeration's range the value is no CUarray_format at all (undefined behaviour once it is one; found
-  // by session_fuzzer); within it, the driver judges the format.
-  if (call.format() > CU_AD_FORMAT_MAX) return {CUDA_ERROR_INVALID_VALUE};
   CUDA_ARRAY3D_DESCRIPTOR descriptor{};
+  if (!WireEnum(call.format(), CU_AD_FORMAT_MAX, &descriptor.Format)) return {CUDA_ERROR_INVALID_VALUE};
   descriptor.Width = call.width();
   descriptor.Height = call.height();
   descriptor.Depth = call.depth();
-  descriptor.Format = static_cast<CUarray_format>(call.format());
   descriptor.NumChannels = call.channels();
   descriptor.Flags = call.flags();
   // Charged at its elements' size (the driver's padding is not visible here): width x height x depth elements.

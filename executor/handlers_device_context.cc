@@ -2,6 +2,7 @@
 #include <cstring>
 
 #include "executor/session.h"
+#include "executor/wire_enum.h"
 
 namespace curelay::executor {
 
@@ -173,10 +174,8 @@ Session::Outcome Session::PrimaryContextReset(const wire::PrimaryContextReset& c
 
 Session::Outcome Session::ContextLimit(const wire::ContextLimit& call) {
   if (driver_.cuCtxGetLimit == nullptr || driver_.cuCtxSetLimit == nullptr) return {CUDA_ERROR_NOT_SUPPORTED};
-  // A CUlimit holds 0..15 (the bits its enumerators need): beyond that the value cannot even be formed, let alone
-  // passed on (found by session_fuzzer: an enum load UBSan refuses). Newer limits within it go to the driver.
-  if (call.limit() > 15) return {CUDA_ERROR_INVALID_VALUE};
-  const auto limit = static_cast<CUlimit>(call.limit());
+  CUlimit limit = CU_LIMIT_STACK_SIZE;
+  if (!WireEnum(call.limit(), CU_LIMIT_MAX, &limit)) return {CUDA_ERROR_INVALID_VALUE};
   size_t value = static_cast<size_t>(call.value());
   Outcome outcome;
   outcome.result = call.set() ? driver_.cuCtxSetLimit(limit, value) : driver_.cuCtxGetLimit(&value, limit);
@@ -191,14 +190,18 @@ Session::Outcome Session::ContextSetting(const wire::ContextSetting& call) {
   switch (call.kind()) {
     case wire::ContextSettingKind::CacheConfig: {
       if (driver_.cuCtxGetCacheConfig == nullptr || driver_.cuCtxSetCacheConfig == nullptr) break;
-      auto config = static_cast<CUfunc_cache>(value);
+      CUfunc_cache config = CU_FUNC_CACHE_PREFER_NONE;
+      if (call.set() && !WireEnum(value, CU_FUNC_CACHE_PREFER_EQUAL, &config)) return {CUDA_ERROR_INVALID_VALUE};
       outcome.result = call.set() ? driver_.cuCtxSetCacheConfig(config) : driver_.cuCtxGetCacheConfig(&config);
       value = static_cast<unsigned int>(config);
       return WithInteger(outcome, value);
     }
     case wire::ContextSettingKind::SharedMemConfig: {
       if (driver_.cuCtxGetSharedMemConfig == nullptr || driver_.cuCtxSetSharedMemConfig == nullptr) break;
-      auto config = static_cast<CUsharedconfig>(value);
+      CUsharedconfig config = CU_SHARED_MEM_CONFIG_DEFAULT_BANK_SIZE;
+      if (call.set() && !WireEnum(value, CU_SHARED_MEM_CONFIG_EIGHT_BYTE_BANK_SIZE, &config)) {
+        return {CUDA_ERROR_INVALID_VALUE};
+      }
       outcome.result =
           call.set() ? driver_.cuCtxSetSharedMemConfig(config) : driver_.cuCtxGetSharedMemConfig(&config);
       value = static_cast<unsigned int>(config);

@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "executor/session.h"
+#include "executor/wire_enum.h"
 
 namespace curelay::executor {
 namespace {
@@ -16,7 +17,8 @@ constexpr size_t kMaxAtomicOperations = 1024;
 }  // namespace
 
 Session::Outcome Session::ExecAffinityQuery(const wire::ExecAffinityQuery& call) {
-  const auto type = static_cast<CUexecAffinityType>(call.type());
+  CUexecAffinityType type = CU_EXEC_AFFINITY_TYPE_SM_COUNT;
+  if (!WireEnum(call.type(), CU_EXEC_AFFINITY_TYPE_MAX, &type)) return {CUDA_ERROR_INVALID_VALUE};
   Outcome outcome;
   int64_t answer = 0;
   if (call.of_context()) {
@@ -45,7 +47,9 @@ Session::Outcome Session::AtomicCapabilities(const wire::AtomicCapabilities& cal
     return {CUDA_ERROR_INVALID_VALUE};
   }
   std::vector<CUatomicOperation> operations;
-  for (const int32_t operation : *call.operations()) operations.push_back(static_cast<CUatomicOperation>(operation));
+  for (const int32_t operation : *call.operations()) {
+    if (!WireEnum(operation, CU_ATOMIC_OPERATION_MAX, &operations.emplace_back())) return {CUDA_ERROR_INVALID_VALUE};
+  }
   std::vector<unsigned int> capabilities(operations.size(), 0);
   // An empty list reaches the driver as the application gave it (count 0), with arrays it may not read.
   unsigned int* capability_array = capabilities.empty() ? nullptr : capabilities.data();
@@ -88,17 +92,24 @@ Session::Outcome Session::NvSciSyncAttributes(const wire::NvSciSyncAttributes& c
 
 Session::Outcome Session::FlushGPUDirectRDMAWrites(const wire::FlushGPUDirectRDMAWrites& call) {
   if (driver_.cuFlushGPUDirectRDMAWrites == nullptr) return {CUDA_ERROR_NOT_SUPPORTED};
-  return {driver_.cuFlushGPUDirectRDMAWrites(static_cast<CUflushGPUDirectRDMAWritesTarget>(call.target()),
-                                             static_cast<CUflushGPUDirectRDMAWritesScope>(call.scope()))};
+  CUflushGPUDirectRDMAWritesTarget target = CU_FLUSH_GPU_DIRECT_RDMA_WRITES_TARGET_CURRENT_CTX;
+  CUflushGPUDirectRDMAWritesScope scope = CU_FLUSH_GPU_DIRECT_RDMA_WRITES_TO_OWNER;
+  if (!WireEnum(call.target(), CU_FLUSH_GPU_DIRECT_RDMA_WRITES_TARGET_CURRENT_CTX, &target) ||
+      !WireEnum(call.scope(), CU_FLUSH_GPU_DIRECT_RDMA_WRITES_TO_ALL_DEVICES, &scope)) {
+    return {CUDA_ERROR_INVALID_VALUE};
+  }
+  return {driver_.cuFlushGPUDirectRDMAWrites(target, scope)};
 }
 
 Session::Outcome Session::ProfilerInitialize(const wire::ProfilerInitialize& call) {
   if (driver_.cuProfilerInitialize == nullptr) return {CUDA_ERROR_NOT_SUPPORTED};
+  CUoutput_mode output_mode = CU_OUT_KEY_VALUE_PAIR;
+  if (!WireEnum(call.output_mode(), CU_OUT_CSV, &output_mode)) return {CUDA_ERROR_INVALID_VALUE};
 #pragma GCC diagnostic push
 #pragma GCC diagnostic ignored "-Wdeprecated-declarations"
   return {driver_.cuProfilerInitialize(call.config_file() != nullptr ? call.config_file()->c_str() : nullptr,
                                        call.output_file() != nullptr ? call.output_file()->c_str() : nullptr,
-                                       static_cast<CUoutput_mode>(call.output_mode()))};
+                                       output_mode)};
 #pragma GCC diagnostic pop
 }
 
@@ -123,8 +134,10 @@ Session::Outcome Session::CoredumpAttribute(const wire::CoredumpAttribute& call)
   }
   size_t size = call.size();
   void* value = call.value() != nullptr ? buffer.data() : nullptr;
+  CUcoredumpSettings attribute = CU_COREDUMP_ENABLE_ON_EXCEPTION;
+  if (!WireEnum(call.attribute(), CU_COREDUMP_MAX, &attribute)) return {CUDA_ERROR_INVALID_VALUE};
   Outcome outcome;
-  outcome.result = accessor(static_cast<CUcoredumpSettings>(call.attribute()), value, call.size_given() ? &size : nullptr);
+  outcome.result = accessor(attribute, value, call.size_given() ? &size : nullptr);
   const size_t returned = std::min<uint64_t>(call.size(), wire::kMaxQueryBytes);
   outcome.body = wire::CreateQueryAnswer(builder_, builder_.CreateVector(buffer.data(), call.set() ? 0 : returned),
                                          static_cast<int64_t>(size))

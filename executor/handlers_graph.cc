@@ -24,6 +24,7 @@
 #include "executor/aligned_copy.h"
 #include "executor/copy_end.h"
 #include "executor/session.h"
+#include "executor/wire_enum.h"
 
 namespace curelay::executor {
 namespace {
@@ -544,7 +545,7 @@ CUresult Session::DecodeNodeParameters(const wire::GraphAddNode& spec, std::span
         CUmemAccessDesc access{};
         access.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
         access.location.id = devices->Get(i);
-        access.flags = static_cast<CUmemAccess_flags>(flags->Get(i));
+        if (!WireEnum(flags->Get(i), CU_MEM_ACCESS_FLAGS_PROT_MAX, &access.flags)) return CUDA_ERROR_INVALID_VALUE;
         parameters->access.push_back(access);
       }
       CUDA_MEM_ALLOC_NODE_PARAMS& alloc = parameters->alloc;
@@ -679,7 +680,9 @@ CUresult Session::AddConditionalNode(const wire::GraphAddNode& call, CUgraph gra
   CUgraphNodeParams params{};
   params.type = CU_GRAPH_NODE_TYPE_CONDITIONAL;
   params.conditional.handle = call.conditional_handle();
-  params.conditional.type = static_cast<CUgraphConditionalNodeType>(call.conditional_type());
+  if (!WireEnum(call.conditional_type(), CU_GRAPH_COND_TYPE_SWITCH, &params.conditional.type)) {
+    return CUDA_ERROR_INVALID_VALUE;
+  }
   params.conditional.size = static_cast<unsigned>(bodies->size());
   params.conditional.ctx = CurrentDriverContext();
   const CUresult result =
@@ -1022,7 +1025,8 @@ Session::Outcome Session::GraphKernelNodeAttribute(const wire::GraphKernelNodeAt
   }
   const wire::LaunchAttribute* attribute = call.attribute();
   if (attribute == nullptr) return {CUDA_ERROR_INVALID_VALUE};
-  const auto id = static_cast<CUkernelNodeAttrID>(attribute->id());
+  CUkernelNodeAttrID id = CU_LAUNCH_ATTRIBUTE_IGNORE;
+  if (!WireEnum(attribute->id(), kLargestLaunchAttribute, &id)) return {CUDA_ERROR_INVALID_VALUE};
   if (id == CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_EVENT || id == CU_LAUNCH_ATTRIBUTE_LAUNCH_COMPLETION_EVENT) {
     return {CUDA_ERROR_INVALID_VALUE};
   }
@@ -1452,7 +1456,8 @@ Session::Outcome Session::DeviceGraphMem(const wire::DeviceGraphMem& call) {
     return {CUDA_ERROR_NOT_SUPPORTED};
   }
   if (call.trim()) return {driver_.cuDeviceGraphMemTrim(call.device())};
-  const auto attribute = static_cast<CUgraphMem_attribute>(call.attribute());
+  CUgraphMem_attribute attribute = CU_GRAPH_MEM_ATTR_USED_MEM_CURRENT;
+  if (!WireEnum(call.attribute(), CU_GRAPH_MEM_ATTR_RESERVED_MEM_HIGH, &attribute)) return {CUDA_ERROR_INVALID_VALUE};
   cuuint64_t value = call.value();
   if (call.set()) return {driver_.cuDeviceSetGraphMemAttribute(call.device(), attribute, &value)};
   Outcome outcome(driver_.cuDeviceGetGraphMemAttribute(call.device(), attribute, &value));

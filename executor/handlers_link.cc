@@ -2,6 +2,7 @@
 // back at cuLinkComplete, which it keeps until cuLinkDestroy, as the driver keeps its own.
 #include "executor/aligned_copy.h"
 #include "executor/session.h"
+#include "executor/wire_enum.h"
 
 namespace curelay::executor {
 
@@ -10,6 +11,7 @@ Session::Outcome Session::LinkCreate(const wire::LinkCreate& call) {
   if (call.link_id() == 0 || links_.count(call.link_id()) != 0) return {CUDA_ERROR_INVALID_VALUE};
   Link link;
   link.jit = std::make_unique<JitOptionSet>(call.jit_options());
+  if (!link.jit->valid()) return {CUDA_ERROR_INVALID_VALUE};
   Outcome outcome;
   outcome.result = driver_.cuLinkCreate(link.jit->count(), link.jit->options(), link.jit->values(), &link.state);
   outcome.body = link.jit->Logs(builder_).Union();
@@ -22,10 +24,13 @@ Session::Outcome Session::LinkAddData(const wire::LinkAddData& call, std::span<c
   auto found = links_.find(call.link_id());
   if (found == links_.end()) return {CUDA_ERROR_INVALID_HANDLE};
   if (payload.empty()) return {CUDA_ERROR_INVALID_VALUE};
+  CUjitInputType input_type = CU_JIT_INPUT_CUBIN;
+  if (!WireEnum(call.input_type(), CU_JIT_NUM_INPUT_TYPES, &input_type)) return {CUDA_ERROR_INVALID_VALUE};
   JitOptionSet input_options(call.jit_options());
+  if (!input_options.valid()) return {CUDA_ERROR_INVALID_VALUE};
   const std::string name = call.name() != nullptr ? call.name()->str() : std::string();
   Outcome outcome;
-  outcome.result = driver_.cuLinkAddData(found->second.state, static_cast<CUjitInputType>(call.input_type()),
+  outcome.result = driver_.cuLinkAddData(found->second.state, input_type,
                                          const_cast<void*>(Aligned(payload, aligned_buffer_)), payload.size(),
                                          name.c_str(), input_options.count(), input_options.options(),
                                          input_options.values());

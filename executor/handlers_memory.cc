@@ -9,6 +9,7 @@
 
 #include "executor/scheduled_work.h"
 #include "executor/session.h"
+#include "executor/wire_enum.h"
 
 namespace curelay::executor {
 
@@ -246,7 +247,9 @@ Session::Outcome Session::PointerAttributes(const wire::PointerAttributes& call)
   std::vector<uint64_t> slots(count, kPattern);
   std::vector<void*> data(count);
   for (size_t i = 0; i < count; ++i) {
-    attributes[i] = static_cast<CUpointer_attribute>(call.attributes()->Get(i));
+    if (!WireEnum(call.attributes()->Get(i), CU_POINTER_ATTRIBUTE_IS_HW_DECOMPRESS_CAPABLE, &attributes[i])) {
+      return {CUDA_ERROR_INVALID_VALUE};
+    }
     if (attributes[i] == CU_POINTER_ATTRIBUTE_P2P_TOKENS) return {CUDA_ERROR_NOT_SUPPORTED};  // 16-byte struct
     data[i] = &slots[i];
   }

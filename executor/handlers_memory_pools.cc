@@ -3,6 +3,7 @@
 #include <vector>
 
 #include "executor/session.h"
+#include "executor/wire_enum.h"
 
 namespace curelay::executor {
 namespace {
@@ -87,7 +88,8 @@ Session::Outcome Session::MemPoolAttribute(const wire::MemPoolAttribute& call) {
   Outcome outcome;
   outcome.result = ResolvePool(call.device(), call.pool(), &pool);
   if (outcome.result != CUDA_SUCCESS) return outcome;
-  const auto attribute = static_cast<CUmemPool_attribute>(call.attribute());
+  CUmemPool_attribute attribute = CU_MEMPOOL_ATTR_RELEASE_THRESHOLD;
+  if (!WireEnum(call.attribute(), CU_MEMPOOL_ATTR_USED_MEM_HIGH, &attribute)) return {CUDA_ERROR_INVALID_VALUE};
   int int_value = static_cast<int>(call.value());
   cuuint64_t wide_value = call.value();
   void* value = IntAttribute(attribute) ? static_cast<void*>(&int_value) : static_cast<void*>(&wide_value);
@@ -111,9 +113,11 @@ Session::Outcome Session::MemPoolCreate(const wire::MemPoolCreate& call) {
   if (driver_.cuMemPoolCreate == nullptr || driver_.cuMemPoolDestroy == nullptr) return {CUDA_ERROR_NOT_SUPPORTED};
   if (call.pool() == 0 || memory_pools_.count(call.pool()) != 0) return {CUDA_ERROR_INVALID_VALUE};
   CUmemPoolProps props{};
-  props.allocType = static_cast<CUmemAllocationType>(call.allocation_type());
-  props.handleTypes = static_cast<CUmemAllocationHandleType>(call.handle_types());
-  props.location.type = static_cast<CUmemLocationType>(call.location_type());
+  if (!WireEnum(call.allocation_type(), CU_MEM_ALLOCATION_TYPE_MAX, &props.allocType) ||
+      !WireEnum(call.handle_types(), CU_MEM_HANDLE_TYPE_MAX, &props.handleTypes) ||
+      !WireEnum(call.location_type(), CU_MEM_LOCATION_TYPE_MAX, &props.location.type)) {
+    return {CUDA_ERROR_INVALID_VALUE};
+  }
   props.location.id = call.location_id();
   props.maxSize = call.max_size();
   CUmemoryPool pool = nullptr;
@@ -154,16 +158,18 @@ Session::Outcome Session::MemPoolAccess(const wire::MemPoolAccess& call) {
       if (call.descriptors()->size() > kMaxDescriptors) return {CUDA_ERROR_INVALID_VALUE};
       for (const wire::MemAccessDesc* wire_descriptor : *call.descriptors()) {
         CUmemAccessDesc descriptor{};
-        descriptor.location.type = static_cast<CUmemLocationType>(wire_descriptor->location_type());
+        if (!WireEnum(wire_descriptor->location_type(), CU_MEM_LOCATION_TYPE_MAX, &descriptor.location.type) ||
+            !WireEnum(wire_descriptor->flags(), CU_MEM_ACCESS_FLAGS_PROT_MAX, &descriptor.flags)) {
+          return {CUDA_ERROR_INVALID_VALUE};
+        }
         descriptor.location.id = wire_descriptor->location_id();
-        descriptor.flags = static_cast<CUmemAccess_flags>(wire_descriptor->flags());
         descriptors.push_back(descriptor);
       }
     }
     return {driver_.cuMemPoolSetAccess(pool, descriptors.empty() ? nullptr : descriptors.data(), descriptors.size())};
   }
   CUmemLocation location{};
-  location.type = static_cast<CUmemLocationType>(call.location_type());
+  if (!WireEnum(call.location_type(), CU_MEM_LOCATION_TYPE_MAX, &location.type)) return {CUDA_ERROR_INVALID_VALUE};
   location.id = call.location_id();
   CUmemAccess_flags flags = CU_MEM_ACCESS_FLAGS_PROT_NONE;
   outcome.result = driver_.cuMemPoolGetAccess(&flags, pool, &location);

@@ -8,6 +8,7 @@
 #include "executor/aligned_copy.h"
 #include "executor/jit_option_set.h"
 #include "executor/session.h"
+#include "executor/wire_enum.h"
 
 namespace curelay::executor {
 namespace {
@@ -67,6 +68,7 @@ template <typename Load>
 Session::Outcome Session::LoadWithJitOptions(
     const flatbuffers::Vector<flatbuffers::Offset<wire::JitOption>>* wire_options, Load load) {
   JitOptionSet jit(wire_options);
+  if (!jit.valid()) return {CUDA_ERROR_INVALID_VALUE};
   Outcome outcome;
   outcome.result = load(jit.count(), jit.options(), jit.values());
   outcome.body = jit.Logs(builder_).Union();
@@ -203,7 +205,7 @@ bool Session::DecodeLaunchAttributes(
   if (encoded == nullptr) return true;
   for (const wire::LaunchAttribute* entry : *encoded) {
     CUlaunchAttribute attribute{};
-    attribute.id = static_cast<CUlaunchAttributeID>(entry->id());
+    if (!WireEnum(entry->id(), kLargestLaunchAttribute, &attribute.id)) return false;
     if (entry->value() == nullptr || entry->value()->size() != sizeof(attribute.value)) return false;
     std::memcpy(&attribute.value, entry->value()->data(), sizeof(attribute.value));
     if (attribute.id == CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_EVENT ||
@@ -227,8 +229,9 @@ Session::Outcome Session::FunctionSetAttribute(const wire::FunctionSetAttribute&
   auto found = functions_.find(call.function());
   if (found == functions_.end()) return {CUDA_ERROR_INVALID_HANDLE};
   if (driver_.cuFuncSetAttribute == nullptr) return {CUDA_ERROR_NOT_SUPPORTED};
-  return {driver_.cuFuncSetAttribute(found->second, static_cast<CUfunction_attribute>(call.attribute()),
-                                     call.value())};
+  CUfunction_attribute attribute = CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK;
+  if (!WireEnum(call.attribute(), CU_FUNC_ATTRIBUTE_MAX, &attribute)) return {CUDA_ERROR_INVALID_VALUE};
+  return {driver_.cuFuncSetAttribute(found->second, attribute, call.value())};
 }
 
 Session::Outcome Session::FunctionSetCacheConfig(const wire::FunctionSetCacheConfig& call) {
@@ -236,13 +239,17 @@ Session::Outcome Session::FunctionSetCacheConfig(const wire::FunctionSetCacheCon
   if (found == functions_.end()) return {CUDA_ERROR_INVALID_HANDLE};
   if (call.shared_memory_config()) {
     if (driver_.cuFuncSetSharedMemConfig == nullptr) return {CUDA_ERROR_NOT_SUPPORTED};
+    CUsharedconfig config = CU_SHARED_MEM_CONFIG_DEFAULT_BANK_SIZE;
+    if (!WireEnum(call.config(), CU_SHARED_MEM_CONFIG_EIGHT_BYTE_BANK_SIZE, &config)) return {CUDA_ERROR_INVALID_VALUE};
 #pragma GCC diagnostic push
 #pragma GCC diagnostic ignored "-Wdeprecated-declarations"
-    return {driver_.cuFuncSetSharedMemConfig(found->second, static_cast<CUsharedconfig>(call.config()))};
+    return {driver_.cuFuncSetSharedMemConfig(found->second, config)};
 #pragma GCC diagnostic pop
   }
   if (driver_.cuFuncSetCacheConfig == nullptr) return {CUDA_ERROR_NOT_SUPPORTED};
-  return {driver_.cuFuncSetCacheConfig(found->second, static_cast<CUfunc_cache>(call.config()))};
+  CUfunc_cache config = CU_FUNC_CACHE_PREFER_NONE;
+  if (!WireEnum(call.config(), CU_FUNC_CACHE_PREFER_EQUAL, &config)) return {CUDA_ERROR_INVALID_VALUE};
+  return {driver_.cuFuncSetCacheConfig(found->second, config)};
 }
 
 namespace {
@@ -325,10 +332,11 @@ Session::Outcome Session::Occupancy(const wire::Occupancy& call) {
 Session::Outcome Session::FunctionGetAttribute(const wire::FunctionGetAttribute& call) {
   auto found = functions_.find(call.function());
   if (found == functions_.end()) return {CUDA_ERROR_INVALID_HANDLE};
+  CUfunction_attribute attribute = CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK;
+  if (!WireEnum(call.attribute(), CU_FUNC_ATTRIBUTE_MAX, &attribute)) return {CUDA_ERROR_INVALID_VALUE};
   int value = 0;
   Outcome outcome;
-  outcome.result =
-      driver_.cuFuncGetAttribute(&value, static_cast<CUfunction_attribute>(call.attribute()), found->second);
+  outcome.result = driver_.cuFuncGetAttribute(&value, attribute, found->second);
   outcome.body = wire::CreateIntegerValue(builder_, value).Union();
   outcome.body_type = wire::ReplyBody::IntegerValue;
   return outcome;

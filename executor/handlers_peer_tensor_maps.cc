@@ -4,6 +4,7 @@
 #include <vector>
 
 #include "executor/session.h"
+#include "executor/wire_enum.h"
 
 namespace curelay::executor {
 namespace {
@@ -46,11 +47,21 @@ Session::Outcome Session::TensorMapEncode(const wire::TensorMapEncode& call) {
   const auto* dims = ArrayOrNull(call.global_dim(), global_dim);
   const auto* strides = ArrayOrNull(call.global_strides(), global_strides);
   const auto* elements = ArrayOrNull(call.element_strides(), element_strides);
-  const auto data_type = static_cast<CUtensorMapDataType>(call.data_type());
-  const auto interleave = static_cast<CUtensorMapInterleave>(call.interleave());
-  const auto swizzle = static_cast<CUtensorMapSwizzle>(call.swizzle());
-  const auto l2_promotion = static_cast<CUtensorMapL2promotion>(call.l2_promotion());
-  const auto oob_fill = static_cast<CUtensorMapFloatOOBfill>(call.oob_fill());
+  CUtensorMapDataType data_type = CU_TENSOR_MAP_DATA_TYPE_UINT8;
+  CUtensorMapInterleave interleave = CU_TENSOR_MAP_INTERLEAVE_NONE;
+  CUtensorMapSwizzle swizzle = CU_TENSOR_MAP_SWIZZLE_NONE;
+  CUtensorMapL2promotion l2_promotion = CU_TENSOR_MAP_L2_PROMOTION_NONE;
+  CUtensorMapFloatOOBfill oob_fill = CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE;
+  CUtensorMapIm2ColWideMode wide_mode = CU_TENSOR_MAP_IM2COL_WIDE_MODE_W;
+  if (!WireEnum(call.data_type(), CU_TENSOR_MAP_DATA_TYPE_16U6_ALIGN16B, &data_type) ||
+      !WireEnum(call.interleave(), CU_TENSOR_MAP_INTERLEAVE_32B, &interleave) ||
+      !WireEnum(call.swizzle(), CU_TENSOR_MAP_SWIZZLE_128B_ATOM_64B, &swizzle) ||
+      !WireEnum(call.l2_promotion(), CU_TENSOR_MAP_L2_PROMOTION_L2_256B, &l2_promotion) ||
+      !WireEnum(call.oob_fill(), CU_TENSOR_MAP_FLOAT_OOB_FILL_NAN_REQUEST_ZERO_FMA, &oob_fill) ||
+      (call.layout() == wire::TensorMapLayout::Im2colWide &&
+       !WireEnum(call.wide_mode(), CU_TENSOR_MAP_IM2COL_WIDE_MODE_W128, &wide_mode))) {
+    return {CUDA_ERROR_INVALID_VALUE};
+  }
   void* const address = reinterpret_cast<void*>(call.global_address());
   std::memset(&reply_tensor_map, 0, sizeof(reply_tensor_map));
   CUresult result = CUDA_ERROR_NOT_SUPPORTED;
@@ -74,7 +85,7 @@ Session::Outcome Session::TensorMapEncode(const wire::TensorMapEncode& call) {
       result = driver_.cuTensorMapEncodeIm2colWide(
           &reply_tensor_map, data_type, rank, address, dims, strides, call.lower_corner_width(),
           call.upper_corner_width(), call.channels_per_pixel(), call.pixels_per_column(), elements, interleave,
-          static_cast<CUtensorMapIm2ColWideMode>(call.wide_mode()), swizzle, l2_promotion, oob_fill);
+          wide_mode, swizzle, l2_promotion, oob_fill);
       break;
   }
   Outcome outcome{result};
@@ -114,10 +125,11 @@ Session::Outcome Session::PeerQuery(const wire::PeerQuery& call) {
 
 Session::Outcome Session::Texture1DLinearMaxWidth(const wire::Texture1DLinearMaxWidth& call) {
   if (driver_.cuDeviceGetTexture1DLinearMaxWidth == nullptr) return {CUDA_ERROR_NOT_SUPPORTED};
-  if (call.format() < 0) return {CUDA_ERROR_INVALID_VALUE};  // outside CUarray_format's range
+  CUarray_format format = CU_AD_FORMAT_UNSIGNED_INT8;
+  if (!WireEnum(call.format(), CU_AD_FORMAT_MAX, &format)) return {CUDA_ERROR_INVALID_VALUE};
   size_t width = 0;
-  const CUresult result = driver_.cuDeviceGetTexture1DLinearMaxWidth(
-      &width, static_cast<CUarray_format>(call.format()), call.channels(), call.device());
+  const CUresult result =
+      driver_.cuDeviceGetTexture1DLinearMaxWidth(&width, format, call.channels(), call.device());
   return WithInteger({result}, static_cast<int64_t>(width));
 }
 

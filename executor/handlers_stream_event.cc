@@ -4,6 +4,7 @@
 
 #include "executor/scheduled_work.h"
 #include "executor/session.h"
+#include "executor/wire_enum.h"
 
 namespace curelay::executor {
 
@@ -68,7 +69,8 @@ Session::Outcome Session::StreamAttribute(const wire::StreamAttribute& call) {
   if (CUresult result = LookupStream(call.stream(), &stream); result != CUDA_SUCCESS) return {result};
   const wire::LaunchAttribute* attribute = call.attribute();
   if (attribute == nullptr) return {CUDA_ERROR_INVALID_VALUE};
-  const auto id = static_cast<CUstreamAttrID>(attribute->id());
+  CUstreamAttrID id = CU_LAUNCH_ATTRIBUTE_IGNORE;
+  if (!WireEnum(attribute->id(), kLargestLaunchAttribute, &id)) return {CUDA_ERROR_INVALID_VALUE};
   CUstreamAttrValue value{};
   if (call.set()) {
     if (attribute->value() == nullptr || attribute->value()->size() != sizeof(value)) return {CUDA_ERROR_INVALID_VALUE};
@@ -169,7 +171,7 @@ Session::Outcome Session::StreamMemoryOperations(const wire::StreamMemoryOperati
   std::vector<CUstreamBatchMemOpParams> operations;
   for (const wire::MemoryOperation* wire_op : *call.operations()) {
     CUstreamBatchMemOpParams op{};
-    op.operation = static_cast<CUstreamBatchMemOpType>(wire_op->operation());
+    if (!WireEnum(wire_op->operation(), CU_STREAM_MEM_OP_BARRIER, &op.operation)) return {CUDA_ERROR_INVALID_VALUE};
     switch (op.operation) {
       case CU_STREAM_MEM_OP_WAIT_VALUE_32:
       case CU_STREAM_MEM_OP_WAIT_VALUE_64:

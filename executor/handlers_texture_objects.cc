@@ -2,6 +2,7 @@
 // them from the client's descriptors; arrays are this session's by the client's id, device memory is passed
 // through (the driver checks it as natively).
 #include "executor/session.h"
+#include "executor/wire_enum.h"
 
 namespace curelay::executor {
 namespace {
@@ -11,27 +12,26 @@ template <typename FindArray>
 CUresult DecodeResource(const wire::ResourceDesc* wire_resource, FindArray&& find_array, CUDA_RESOURCE_DESC* out) {
   if (wire_resource == nullptr) return CUDA_ERROR_INVALID_VALUE;
   *out = {};
-  // Checked before it becomes the enum, which the switch below reads (undefined behaviour out of range).
-  if (wire_resource->type() < CU_RESOURCE_TYPE_ARRAY || wire_resource->type() > CU_RESOURCE_TYPE_PITCH2D) {
+  // The switch below reads the type, so it is made through WireEnum first (executor/wire_enum.h).
+  CUarray_format format = CU_AD_FORMAT_UNSIGNED_INT8;
+  if (!WireEnum(wire_resource->type(), CU_RESOURCE_TYPE_PITCH2D, &out->resType) ||
+      !WireEnum(wire_resource->format(), CU_AD_FORMAT_MAX, &format)) {
     return CUDA_ERROR_INVALID_VALUE;
   }
-  out->resType = static_cast<CUresourcetype>(wire_resource->type());
   out->flags = wire_resource->flags();
-  // A format below zero is outside CUarray_format's range (as in ArrayCreate); the driver judges the others.
-  if (wire_resource->format() < 0) return CUDA_ERROR_INVALID_VALUE;
   switch (out->resType) {
     case CU_RESOURCE_TYPE_ARRAY:
       out->res.array.hArray = find_array(wire_resource->array_id());
       return out->res.array.hArray != nullptr ? CUDA_SUCCESS : CUDA_ERROR_INVALID_HANDLE;
     case CU_RESOURCE_TYPE_LINEAR:
       out->res.linear.devPtr = wire_resource->device();
-      out->res.linear.format = static_cast<CUarray_format>(wire_resource->format());
+      out->res.linear.format = format;
       out->res.linear.numChannels = wire_resource->channels();
       out->res.linear.sizeInBytes = wire_resource->bytes();
       return CUDA_SUCCESS;
     case CU_RESOURCE_TYPE_PITCH2D:
       out->res.pitch2D.devPtr = wire_resource->device();
-      out->res.pitch2D.format = static_cast<CUarray_format>(wire_resource->format());
+      out->res.pitch2D.format = format;
       out->res.pitch2D.numChannels = wire_resource->channels();
       out->res.pitch2D.width = wire_resource->width();
       out->res.pitch2D.height = wire_resource->height();
@@ -59,11 +59,17 @@ Session::Outcome Session::TexObjectCreate(const wire::TexObjectCreate& call) {
     return {CUDA_ERROR_INVALID_VALUE};
   }
   CUDA_TEXTURE_DESC texture{};
-  for (int i = 0; i < 3; ++i) texture.addressMode[i] = static_cast<CUaddress_mode>(wire_texture->address_modes()->Get(i));
-  texture.filterMode = static_cast<CUfilter_mode>(wire_texture->filter_mode());
+  for (int i = 0; i < 3; ++i) {
+    if (!WireEnum(wire_texture->address_modes()->Get(i), CU_TR_ADDRESS_MODE_BORDER, &texture.addressMode[i])) {
+      return {CUDA_ERROR_INVALID_VALUE};
+    }
+  }
+  if (!WireEnum(wire_texture->filter_mode(), CU_TR_FILTER_MODE_LINEAR, &texture.filterMode) ||
+      !WireEnum(wire_texture->mipmap_filter_mode(), CU_TR_FILTER_MODE_LINEAR, &texture.mipmapFilterMode)) {
+    return {CUDA_ERROR_INVALID_VALUE};
+  }
   texture.flags = wire_texture->flags();
   texture.maxAnisotropy = wire_texture->max_anisotropy();
-  texture.mipmapFilterMode = static_cast<CUfilter_mode>(wire_texture->mipmap_filter_mode());
   texture.mipmapLevelBias = wire_texture->mipmap_level_bias();
   texture.minMipmapLevelClamp = wire_texture->min_mipmap_level_clamp();
   texture.maxMipmapLevelClamp = wire_texture->max_mipmap_level_clamp();
@@ -71,7 +77,7 @@ Session::Outcome Session::TexObjectCreate(const wire::TexObjectCreate& call) {
   CUDA_RESOURCE_VIEW_DESC view{};
   const wire::ResourceViewDesc* wire_view = call.view();
   if (wire_view != nullptr) {
-    view.format = static_cast<CUresourceViewFormat>(wire_view->format());
+    if (!WireEnum(wire_view->format(), CU_RES_VIEW_FORMAT_UNSIGNED_BC7, &view.format)) return {CUDA_ERROR_INVALID_VALUE};
     view.width = wire_view->width();
     view.height = wire_view->height();
     view.depth = wire_view->depth();

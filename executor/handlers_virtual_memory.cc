@@ -6,33 +6,40 @@
 #include <vector>
 
 #include "executor/session.h"
+#include "executor/wire_enum.h"
 
 namespace curelay::executor {
 namespace {
 
-CUmemAllocationProp DecodeProp(const wire::MemAllocationProp& encoded) {
-  CUmemAllocationProp prop{};
-  prop.type = static_cast<CUmemAllocationType>(encoded.type());
-  prop.requestedHandleTypes = static_cast<CUmemAllocationHandleType>(encoded.requested_handle_types());
-  prop.location.type = static_cast<CUmemLocationType>(encoded.location_type());
-  prop.location.id = encoded.location_id();
-  prop.win32HandleMetaData = nullptr;  // never crosses the wire
-  prop.allocFlags.compressionType = encoded.compression_type();
-  prop.allocFlags.gpuDirectRDMACapable = encoded.gpu_direct_rdma_capable();
-  prop.allocFlags.usage = encoded.usage();
-  return prop;
+// False when an enum of the properties is out of its range.
+bool DecodeProp(const wire::MemAllocationProp& encoded, CUmemAllocationProp* prop) {
+  *prop = {};
+  if (!WireEnum(encoded.type(), CU_MEM_ALLOCATION_TYPE_MAX, &prop->type) ||
+      !WireEnum(encoded.requested_handle_types(), CU_MEM_HANDLE_TYPE_MAX, &prop->requestedHandleTypes) ||
+      !WireEnum(encoded.location_type(), CU_MEM_LOCATION_TYPE_MAX, &prop->location.type)) {
+    return false;
+  }
+  prop->location.id = encoded.location_id();
+  prop->win32HandleMetaData = nullptr;  // never crosses the wire
+  prop->allocFlags.compressionType = encoded.compression_type();
+  prop->allocFlags.gpuDirectRDMACapable = encoded.gpu_direct_rdma_capable();
+  prop->allocFlags.usage = encoded.usage();
+  return true;
 }
 
 }  // namespace
 
 Session::Outcome Session::MemGetAllocationGranularity(const wire::MemGetAllocationGranularity& call) {
   if (driver_.cuMemGetAllocationGranularity == nullptr) return {CUDA_ERROR_NOT_SUPPORTED};
-  if (call.prop() == nullptr) return {CUDA_ERROR_INVALID_VALUE};
-  const CUmemAllocationProp prop = DecodeProp(*call.prop());
+  CUmemAllocationProp prop;
+  CUmemAllocationGranularity_flags option = CU_MEM_ALLOC_GRANULARITY_MINIMUM;
+  if (call.prop() == nullptr || !DecodeProp(*call.prop(), &prop) ||
+      !WireEnum(call.option(), CU_MEM_ALLOC_GRANULARITY_RECOMMENDED, &option)) {
+    return {CUDA_ERROR_INVALID_VALUE};
+  }
   size_t granularity = 0;
   Outcome outcome;
-  outcome.result = driver_.cuMemGetAllocationGranularity(
-      &granularity, &prop, static_cast<CUmemAllocationGranularity_flags>(call.option()));
+  outcome.result = driver_.cuMemGetAllocationGranularity(&granularity, &prop, option);
   outcome.body = wire::CreateIntegerValue(builder_, static_cast<int64_t>(granularity)).Union();
   outcome.body_type = wire::ReplyBody::IntegerValue;
   return outcome;
@@ -59,10 +66,11 @@ Session::Outcome Session::MemAddressFree(const wire::MemAddressFree& call) {
 Session::Outcome Session::MemCreate(const wire::MemCreate& call) {
   if (driver_.cuMemCreate == nullptr) return {CUDA_ERROR_NOT_SUPPORTED};
   // An id already in use would lose track of a driver allocation: the client broke its own numbering.
-  if (call.prop() == nullptr || call.handle() == 0 || physical_allocations_.count(call.handle()) != 0) {
+  CUmemAllocationProp prop;
+  if (call.prop() == nullptr || call.handle() == 0 || physical_allocations_.count(call.handle()) != 0 ||
+      !DecodeProp(*call.prop(), &prop)) {
     return {CUDA_ERROR_INVALID_VALUE};
   }
-  const CUmemAllocationProp prop = DecodeProp(*call.prop());
   CUmemGenericAllocationHandle handle = 0;
   const CUresult result =
       AllocateCharged(call.bytes(), [&] { return driver_.cuMemCreate(&handle, call.bytes(), &prop, call.flags()); });
@@ -112,9 +120,11 @@ Session::Outcome Session::MemSetAccess(const wire::MemSetAccess& call) {
   descriptors.reserve(call.descriptors()->size());
   for (const wire::MemAccessDesc* encoded : *call.descriptors()) {
     CUmemAccessDesc desc{};
-    desc.location.type = static_cast<CUmemLocationType>(encoded->location_type());
+    if (!WireEnum(encoded->location_type(), CU_MEM_LOCATION_TYPE_MAX, &desc.location.type) ||
+        !WireEnum(encoded->flags(), CU_MEM_ACCESS_FLAGS_PROT_MAX, &desc.flags)) {
+      return {CUDA_ERROR_INVALID_VALUE};
+    }
     desc.location.id = encoded->location_id();
-    desc.flags = static_cast<CUmemAccess_flags>(encoded->flags());
     descriptors.push_back(desc);
   }
   return {driver_.cuMemSetAccess(call.ptr(), call.bytes(), descriptors.data(), descriptors.size())};
@@ -123,7 +133,7 @@ Session::Outcome Session::MemSetAccess(const wire::MemSetAccess& call) {
 Session::Outcome Session::MemGetAccess(const wire::MemGetAccess& call) {
   if (driver_.cuMemGetAccess == nullptr) return {CUDA_ERROR_NOT_SUPPORTED};
   CUmemLocation location{};
-  location.type = static_cast<CUmemLocationType>(call.location_type());
+  if (!WireEnum(call.location_type(), CU_MEM_LOCATION_TYPE_MAX, &location.type)) return {CUDA_ERROR_INVALID_VALUE};
   location.id = call.location_id();
   unsigned long long flags = 0;
   Outcome outcome;

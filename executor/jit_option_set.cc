@@ -1,5 +1,7 @@
 #include "executor/jit_option_set.h"
 
+#include "executor/wire_enum.h"
+
 #include <algorithm>
 #include <cstdint>
 #include <cstring>
@@ -10,7 +12,11 @@ JitOptionSet::JitOptionSet(const flatbuffers::Vector<flatbuffers::Offset<wire::J
   constexpr uint64_t kMaxLogBytes = 1 << 20;
   if (wire_options != nullptr) {
     for (const auto* option : *wire_options) {
-      const auto kind = static_cast<CUjit_option>(option->option());
+      CUjit_option kind = CU_JIT_MAX_REGISTERS;
+      if (!WireEnum(option->option(), CU_JIT_NUM_OPTIONS, &kind)) {
+        valid_ = false;
+        break;
+      }
       uint64_t value = option->value();
       if (kind == CU_JIT_INFO_LOG_BUFFER_SIZE_BYTES || kind == CU_JIT_ERROR_LOG_BUFFER_SIZE_BYTES) {
         value = std::min(value, kMaxLogBytes);

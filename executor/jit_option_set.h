@@ -18,6 +18,9 @@ class JitOptionSet {
   JitOptionSet(const JitOptionSet&) = delete;
   JitOptionSet& operator=(const JitOptionSet&) = delete;
 
+  // False when an option is no CUjit_option at all (out of the enum's range): the call is then refused, with
+  // CUDA_ERROR_INVALID_VALUE, before the driver sees it.
+  bool valid() const { return valid_; }
   unsigned int count() const { return static_cast<unsigned int>(options_.size()); }
   CUjit_option* options() { return options_.data(); }
   void** values() { return values_.data(); }
@@ -29,6 +32,7 @@ class JitOptionSet {
   std::vector<void*> values_;
   std::string info_log_, error_log_;
   size_t info_index_ = SIZE_MAX, error_index_ = SIZE_MAX, wall_index_ = SIZE_MAX;
+  bool valid_ = true;
 };
 
 }  // namespace curelay::executor

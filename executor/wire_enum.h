@@ -1,0 +1,38 @@
+// Wire integers that stand for driver enums (attributes, modes, operations, formats). cuda.h's enums have no fixed
+// underlying type, so one holds only the values of the smallest bit-field that covers its enumerators ([dcl.enum]/8):
+// making one from a larger or negative value is undefined behaviour, and UBSan stops the executor where such a value
+// is read (session_fuzzer found it for the capture mode, the array format and the context limit). Every handler
+// therefore makes its enums through WireEnum, and answers CUDA_ERROR_INVALID_VALUE, as the driver does for a value it
+// does not know, when the value cannot be one; a value inside the range that no enumerator names still goes to the
+// driver, which judges it as natively.
+#pragma once
+
+#include <cuda.h>
+
+#include <cstdint>
+#include <type_traits>
+
+namespace curelay::executor {
+
+// Values 0 .. 2^M - 1 for the smallest M that covers `largest` (every enum used here has no negative enumerator).
+template <typename E>
+constexpr bool InEnumRange(int64_t raw, E largest) {
+  static_assert(std::is_enum_v<E>);
+  uint64_t span = 1;
+  while (span <= static_cast<uint64_t>(largest)) span <<= 1;
+  return raw >= 0 && static_cast<uint64_t>(raw) < span;
+}
+
+// `raw` as an E into *out when it lies in the range of E, whose largest enumerator is `largest`; false (and *out
+// untouched) when it does not.
+template <typename E>
+constexpr bool WireEnum(int64_t raw, E largest, E* out) {
+  if (!InEnumRange(raw, largest)) return false;
+  *out = static_cast<E>(raw);
+  return true;
+}
+
+// cuda.h defines CU_LAUNCH_ATTRIBUTE_MAX for the driver's own build only: the largest public launch attribute.
+inline constexpr CUlaunchAttributeID kLargestLaunchAttribute = CU_LAUNCH_ATTRIBUTE_NVLINK_UTIL_CENTRIC_SCHEDULING;
+
+}  // namespace curelay::executor
