@@ -23,6 +23,15 @@ constexpr bool InEnumRange(int64_t raw, E largest) {
   return raw >= 0 && static_cast<uint64_t>(raw) < span;
 }
 
+// The bit-field ranges this rests on: 0..3 for an enum whose largest enumerator is 3, 0..7 once it is 4, only 0 when
+// 0 is its only value, 0..2^31-1 for the enums that name 0x7FFFFFFF as their _MAX, never a negative value.
+static_assert(InEnumRange(3, CU_FUNC_CACHE_PREFER_EQUAL) && !InEnumRange(4, CU_FUNC_CACHE_PREFER_EQUAL));
+static_assert(InEnumRange(7, CU_STREAM_MEM_OP_BARRIER) && !InEnumRange(8, CU_STREAM_MEM_OP_BARRIER));
+static_assert(InEnumRange(0, CU_FLUSH_GPU_DIRECT_RDMA_WRITES_TARGET_CURRENT_CTX) &&
+              !InEnumRange(1, CU_FLUSH_GPU_DIRECT_RDMA_WRITES_TARGET_CURRENT_CTX));
+static_assert(InEnumRange(0x7FFFFFFF, CU_AD_FORMAT_MAX) && !InEnumRange(int64_t{0x80000000}, CU_AD_FORMAT_MAX));
+static_assert(!InEnumRange(-1, CU_AD_FORMAT_MAX));
+
 // `raw` as an E into *out when it lies in the range of E, whose largest enumerator is `largest`; false (and *out
 // untouched) when it does not.
 template <typename E>
