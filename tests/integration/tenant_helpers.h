@@ -96,8 +96,8 @@ class InteractiveClient {
     }
   }
   bool ready() const { return ready_; }
-  // Sends one command and returns its answer line ("alloc 0", ...), or "" if none came.
-  std::string Ask(const std::string& command) {
+  // Sends one command and returns its answer line ("alloc 0", ...), or "" if none came within `timeout`.
+  std::string Ask(const std::string& command, std::chrono::seconds timeout = std::chrono::seconds(20)) {
     const std::string line = command + "\n";
     EXPECT_EQ(write(input_, line.data(), line.size()), static_cast<ssize_t>(line.size()));
     ++answers_;
@@ -116,7 +116,7 @@ class InteractiveClient {
         if (++seen == answers_) answer = current;
       }
       return !answer.empty();
-    }, std::chrono::seconds(20));
+    }, timeout);
     return answer;
   }
   std::string output() const { return ReadFile(output_); }
