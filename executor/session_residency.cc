@@ -126,6 +126,10 @@ CUresult Session::AwaitMemory(uint64_t bytes, std::chrono::steady_clock::time_po
       if (back != CUDA_ERROR_OUT_OF_MEMORY) return stop_waiting(back);
     }
     residency->shortfall_bytes.store(std::max<uint64_t>(shortfall, scheduler::kFitsNow));
+    // The backend judged the shortfall published before: when the memory that left since covers it (this request
+    // fits now), that rejection is moot, and the session waits to be admitted (seen in CI: the other session
+    // finished swapping out between the two, and the stale shortfall looked infeasible with nobody left to move).
+    if (shortfall == 0 && residency->rejected.load() != 0) residency->rejected.store(0);
     if (residency->rejected.load() != 0) {
       spdlog::warn("the GPU cannot hold {} MiB more for this session even with others swapped out: out of memory",
                    (bytes + own) >> 20);
