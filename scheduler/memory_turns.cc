@@ -72,7 +72,9 @@ MemoryTurnsDecision DecideTurns(const MemoryTurnsConfig& config, const std::vect
           could_free = SaturatingAdd(could_free, other.movable_bytes);
         }
       }
-      if (waiter->shortfall_bytes > could_free) {
+      // A waiter whose memory is free now (kFitsNow) is never infeasible, even with nobody left to move: it was
+      // rejected forever while the executor, finding that it fits, kept asking (seen in CI, session 13).
+      if (waiter->shortfall_bytes > kFitsNow && waiter->shortfall_bytes > could_free) {
         decision.rejected.push_back(waiter->session);
       } else {
         feasible.push_back(waiter);

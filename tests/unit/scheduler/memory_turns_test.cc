@@ -119,6 +119,16 @@ TEST(MemoryTurnsTest, AHigherClassIsNeverSwappedOutForALowerOne) {
   EXPECT_EQ(decision.rejected, std::vector<SessionId>{2}) << "nothing it may displace could free enough";
 }
 
+// The only other session has just swapped out, so nobody is left to move; the waiter, whose memory is now free
+// (kFitsNow), is admitted, not rejected (it was rejected on every look while its executor kept finding that it fits).
+TEST(MemoryTurnsTest, AWaiterThatFitsNowIsAdmittedWithNobodyLeftToMove) {
+  MemorySessionFacts out = Resident(1, 36 * kGiB);
+  out.residency = Residency::kSwappedOut;
+  const auto decision = DecideTurns(Fixed(1s), {out, Waiting(2, kFitsNow)}, 100 * kGiB, kStart + 1s);
+  EXPECT_TRUE(decision.rejected.empty());
+  EXPECT_EQ(decision.admitted, std::vector<SessionId>{2});
+}
+
 TEST(MemoryTurnsTest, AnIdleHolderGivesWayBeforeItsSwitchTime) {
   MemoryTurnsConfig config = Fixed(1h);
   config.idle_release = 500ms;
