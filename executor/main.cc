@@ -22,6 +22,7 @@
 #include "common/logging.h"
 #include "schema/wire.h"
 #include "transport/channel.h"
+#include "transport/endpoint.h"
 #include "transport/zmq/zmq_curve.h"
 
 namespace {
@@ -197,6 +198,14 @@ int main(int argc, char** argv) {
   }
   session.ipc_registry().Configure(assignment.ipc_registry, assignment.ipc_scope);
   session.SetHostGpus(options.host_gpus);
+  // tcp lanes take a port of the range the session's tcp endpoint came from (a fixed port: any free one).
+  for (const auto& endpoint : options.bind_endpoints) {
+    const auto parsed = transport::Endpoint::Parse(endpoint);
+    if (parsed && parsed->kind == transport::Endpoint::Kind::kTcp && transport::ParsePortRange(parsed->port)) {
+      channel_options.lane_ports = parsed->port;
+    }
+  }
+  session.SetOfferOptions(channel_options);
   if (!options.swap_space.empty() && options.swap_space_bytes != 0 &&
       !session.swap_space().Open(options.swap_space, options.swap_space_bytes, &error)) {
     // The session runs; it only never swaps (its tenant's swap policy then waits, as `wait` does).

@@ -232,6 +232,7 @@ bool Session::Attach() {
     return false;
   }
   Outcome outcome;
+  transport::AcceptedOffer accepted;
   if (attach->protocol_version() != wire::kProtocolVersion) {
     outcome.result = CUDA_ERROR_SYSTEM_DRIVER_MISMATCH;
   } else {
@@ -251,26 +252,37 @@ bool Session::Attach() {
 #define CURELAY_CUDA_ERROR(name, value, description) add_text(value);
 #include "cuda_error_table.inc"
 #undef CURELAY_CUDA_ERROR
-    // A same-host client offers shared memory; the transport takes it if the file is where and what it must be.
-    if (attach->shm_path() != nullptr) {
+    // A same-host client offers shared memory, a tcp client bulk lanes; the transport takes what it can.
+    if (attach->offer() != nullptr) {
       std::string error;
-      transport::ChannelOptions options;
+      transport::ChannelOptions options = offer_options_;
       options.max_message_bytes = static_cast<int>(wire::kMaxPayloadBytes + wire::kMaxHeaderBytes);
-      shm_channel_ = transport::AcceptOffer(bound_channel_, attach->shm_path()->str(), options, &error);
-      if (shm_channel_ == nullptr) spdlog::warn("shared memory refused, staying on ZeroMQ: {}", error);
+      accepted = transport::AcceptOffer(bound_channel_, attach->offer()->str(), options, &error);
+      shm_channel_ = std::move(accepted.channel);
+      if (!accepted.accepted()) spdlog::warn("offer \"{}\" refused, staying on the endpoint's channel: {}",
+                                             attach->offer()->str(), error);
     }
     CUmoduleLoadingMode loading_mode = CU_MODULE_EAGER_LOADING;
     if (driver_.cuModuleGetLoadingMode != nullptr) driver_.cuModuleGetLoadingMode(&loading_mode);
     outcome.body = wire::CreateAttachResult(builder_, version, count, builder_.CreateVector(texts),
-                                            shm_channel_ != nullptr, loading_mode)
+                                            accepted.accepted(), loading_mode,
+                                            accepted.answer.empty() ? 0 : builder_.CreateString(accepted.answer))
                        .Union();
     outcome.body_type = wire::ReplyBody::AttachResult;
   }
-  const bool attached = SendReply(request->sequence(), outcome) && outcome.result == CUDA_SUCCESS;
-  // The answer went over ZeroMQ; everything after it uses shared memory when it was accepted.
+  bool attached = SendReply(request->sequence(), outcome) && outcome.result == CUDA_SUCCESS;
+  // The answer went over ZeroMQ; everything after it uses the offered channel when it was accepted.
   if (shm_channel_ != nullptr) channel_ = shm_channel_.get();
+  if (attached && accepted.layer != nullptr) {
+    std::string error;
+    if (!bound_channel_->Layer(*accepted.layer, &error)) {
+      spdlog::error("the client did not complete its offer: {}; ending the session", error);
+      attached = false;
+    }
+  }
   if (attached) {
     spdlog::info("client attached over {}", shm_channel_ != nullptr                          ? "shared memory"
+                                            : accepted.layer != nullptr                      ? "ZeroMQ with tcp lanes"
                                             : !bound_channel_->BoundEndpoint("rdma").empty() ? "RDMA"
                                                                                             : "ZeroMQ");
   }

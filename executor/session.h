@@ -31,6 +31,7 @@
 #include "schema/wire.h"
 #include "transport/channel.h"
 #include "transport/serialized_channel.h"
+#include "transport/session_link.h"
 
 namespace curelay::executor {
 
@@ -47,6 +48,8 @@ class Session {
   // and the host GPU index of each device ordinal (empty: the same numbers).
   SwapSpace& swap_space() { return swap_space_; }
   void SetHostGpus(std::vector<int> host_gpus) { host_gpus_ = std::move(host_gpus); }
+  // What a client's offer is accepted with (before Run): the heartbeat timeout and the ports tcp lanes may take.
+  void SetOfferOptions(const transport::ChannelOptions& options) { offer_options_ = options; }
   ~Session();
 
   // Serves the client until it disconnects or breaks the protocol. Returns the process exit code.
@@ -260,6 +263,7 @@ class Session {
   std::shared_ptr<transport::SerializedChannel> bound_channel_;
   std::unique_ptr<transport::Channel> shm_channel_;   // shared memory, when the client offered it and it opened
   transport::Channel* channel_;                        // the one in use
+  transport::ChannelOptions offer_options_;
   std::vector<uint8_t> session_key_;
   flatbuffers::FlatBufferBuilder builder_;
   flatbuffers::FlatBufferBuilder wait_builder_;  // answers to pending waits (PollPendingWaits)

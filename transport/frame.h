@@ -34,6 +34,12 @@ class Frame {
     owner_ = nullptr;
     release_ = nullptr;
   }
+  // The same bytes less their first `count` (a transport's own prefix), owned as before.
+  Frame WithoutPrefix(size_t count) && {
+    Frame rest(std::move(*this));
+    rest.bytes_ = rest.bytes_.subspan(count < rest.bytes_.size() ? count : rest.bytes_.size());
+    return rest;
+  }
   std::span<const uint8_t> bytes() const { return bytes_; }
   const uint8_t* data() const { return bytes_.data(); }
   size_t size() const { return bytes_.size(); }

@@ -49,6 +49,14 @@ bool SerializedChannel::ReceiveMatching(const std::function<bool(const IncomingM
   }
 }
 
+bool SerializedChannel::Layer(PendingLayer& layer, std::string* error) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  std::unique_ptr<Channel> layered = layer.Complete(inner_, error);
+  if (layered == nullptr) return false;
+  inner_ = std::move(layered);
+  return true;
+}
+
 bool SerializedChannel::PeerLost() {
   std::lock_guard<std::mutex> lock(mutex_);
   return kept_.empty() && inner_->PeerLost();

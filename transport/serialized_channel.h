@@ -11,6 +11,7 @@
 #include <mutex>
 
 #include "transport/channel.h"
+#include "transport/session_link.h"
 
 namespace curelay::transport {
 
@@ -24,6 +25,9 @@ class SerializedChannel final : public Channel {
   // Reads until a message that `wanted` accepts arrives (true: it is consumed) or `timeout_ms` passes; every other
   // message read meanwhile goes to the ordinary receiver later, in order.
   bool ReceiveMatching(const std::function<bool(const IncomingMessage&)>& wanted, int timeout_ms);
+  // Puts `layer`'s channel between this and the channel below (tcp lanes, after the attach answer). Before any
+  // other thread uses the channel: AwaitActivity reads the channel below without the lock.
+  bool Layer(PendingLayer& layer, std::string* error);
   bool PeerLost() override;
   bool PeerSeen() override;
   bool FullDuplex() const override { return false; }

@@ -2,7 +2,11 @@
 
 #include <unistd.h>
 
+#include <algorithm>
+
+#include "transport/lanes/lanes_channel.h"
 #include "transport/shm/shm_channel.h"
+#include "transport/zmq/zmq_curve.h"
 
 namespace curelay::transport {
 namespace {
@@ -43,30 +47,82 @@ std::unique_ptr<ClientLink> ClientLink::Connect(const Endpoint& executor, const 
       *error = "shared memory unavailable (" + why + ")";
     }
   }
+  // Lanes carry payloads in the clear, so a CURVE session keeps them in its encrypted ZeroMQ messages.
+  const std::string text = executor.ToString();
+  if (executor.kind == Endpoint::Kind::kTcp && options.tcp_lanes > 0 &&
+      !(options.curve.enabled() && CurveApplies(text))) {
+    link->lanes_offered_ = std::min(options.tcp_lanes, kMaxTcpLanes);
+    link->lanes_host_ = executor.host;
+    link->offer_ = LanesOffer(link->lanes_offered_);
+  }
+  link->options_ = options;
   return link;
 }
 
 ClientLink::~ClientLink() {
-  if (!offer_.empty()) unlink(offer_.c_str());  // normally the executor already did
+  if (offered_ != nullptr) unlink(offer_.c_str());  // normally the executor already did
 }
 
-std::unique_ptr<Channel> ClientLink::Finish(bool accepted) {
-  if (!offer_.empty()) unlink(offer_.c_str());
+std::unique_ptr<Channel> ClientLink::Finish(bool accepted, const std::string& answer, int timeout_ms,
+                                            std::string* error) {
+  if (offered_ != nullptr) unlink(offer_.c_str());
   offer_.clear();
   if (accepted && offered_ != nullptr) return std::move(offered_);
   offered_.reset();
+  if (accepted && lanes_offered_ > 0) {
+    return ConnectLanes(std::make_shared<SharedChannel>(bootstrap_), lanes_host_, lanes_offered_, answer, options_,
+                        timeout_ms, error);
+  }
   return std::make_unique<SharedChannel>(bootstrap_);
 }
 
-std::unique_ptr<Channel> AcceptOffer(std::shared_ptr<Channel> bootstrap, const std::string& offer,
-                                     const ChannelOptions& options, std::string* error) {
-  if (offer.empty()) return nullptr;
+namespace {
+
+class LanesLayer final : public PendingLayer {
+ public:
+  explicit LanesLayer(std::unique_ptr<LanesListener> listener, int timeout_ms)
+      : listener_(std::move(listener)), timeout_ms_(timeout_ms) {}
+  std::unique_ptr<Channel> Complete(std::shared_ptr<Channel> below, std::string* error) override {
+    return listener_->Accept(std::move(below), timeout_ms_, error);
+  }
+
+ private:
+  std::unique_ptr<LanesListener> listener_;
+  int timeout_ms_;
+};
+
+}  // namespace
+
+AcceptedOffer AcceptOffer(std::shared_ptr<Channel> bootstrap, const std::string& offer, const ChannelOptions& options,
+                          std::string* error) {
+  AcceptedOffer accepted;
+  if (offer.empty()) return accepted;
+  if (const auto lanes = ParseLanesOffer(offer)) {
+    if (options.curve.enabled()) {
+      *error = "lanes would carry a CURVE session's data in the clear";
+      return accepted;
+    }
+    const auto bound = Endpoint::Parse(bootstrap->BoundEndpoint("tcp"));
+    if (!bound || bound->kind != Endpoint::Kind::kTcp) {
+      *error = "lanes offered to an executor with no tcp endpoint";
+      return accepted;
+    }
+    auto listener = LanesListener::Open(bound->host, *lanes, options, error);
+    if (listener == nullptr) return accepted;
+    accepted.answer = listener->answer();
+    // The client connects its lanes as soon as it reads the answer; its own wait is the connect timeout.
+    accepted.layer = std::make_unique<LanesLayer>(std::move(listener), options.heartbeat_timeout_ms > 0
+                                                                           ? options.heartbeat_timeout_ms * 2
+                                                                           : 10000);
+    return accepted;
+  }
   const std::string directory = SameHostDirectory(*bootstrap);
   if (directory.empty()) {
     *error = "shared memory offered to an executor with no same-host endpoint";
-    return nullptr;
+    return accepted;
   }
-  return OpenShmChannel(std::move(bootstrap), offer, directory, options, error);
+  accepted.channel = OpenShmChannel(std::move(bootstrap), offer, directory, options, error);
+  return accepted;
 }
 
 std::string SameHostDirectory(const Channel& bound) {

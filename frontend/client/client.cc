@@ -175,20 +175,22 @@ CUresult Client::Connect() {
   options.max_message_bytes = static_cast<int>(wire::kCopyChunkBytes + wire::kMaxHeaderBytes);
   options.heartbeat_timeout_ms = config.heartbeat_timeout_ms;
   options.curve = curve;
+  options.tcp_lanes = config.tcp_lanes;
   auto link = transport::ClientLink::Connect(*executor, options, !config.disable_shared_memory, &error);
   if (link == nullptr) {
     Log().error("cannot connect to the session executor {}: {}", executor->ToString(), error);
     return CUDA_ERROR_NO_DEVICE;
   }
   if (!error.empty()) Log().info("{}; using ZeroMQ", error);
+  error.clear();
   same_host_directory_ = link->same_host_directory();
   direct_copies_ = !config.disable_direct_copies;
   executor_endpoint_ = executor->ToString();
   // Attach, with a deadline: an executor that never answers must not hang cuInit.
   flatbuffers::FlatBufferBuilder& request = Builder();
   const auto key = request.CreateVector(welcome->session_key()->data(), welcome->session_key()->size());
-  const auto path = link->offer().empty() ? 0 : request.CreateString(link->offer());
-  const auto attach = wire::CreateAttach(request, wire::kProtocolVersion, key, path).Union();
+  const auto offer = link->offer().empty() ? 0 : request.CreateString(link->offer());
+  const auto attach = wire::CreateAttach(request, wire::kProtocolVersion, key, offer).Union();
   const uint64_t sequence = FinishRequest(request, wire::Call::Attach, attach, true);
   transport::IncomingMessage message;
   const bool answered =
@@ -206,7 +208,15 @@ CUresult Client::Connect() {
   if (reply->result() != CUDA_SUCCESS) return static_cast<CUresult>(reply->result());
   driver_version_ = reply->body_as_AttachResult()->driver_version();
   module_loading_mode_ = static_cast<CUmoduleLoadingMode>(reply->body_as_AttachResult()->module_loading_mode());
-  channel_ = link->Finish(reply->body_as_AttachResult()->shm_accepted());
+  const auto* offer_answer = reply->body_as_AttachResult()->offer_answer();
+  channel_ = link->Finish(reply->body_as_AttachResult()->offer_accepted(), offer_answer ? offer_answer->str() : "",
+                          config.connect_timeout_ms, &error);
+  if (channel_ == nullptr) {
+    Log().error("session executor {}: {}; cuInit fails with CUDA_ERROR_NO_DEVICE (CURELAY_TCP_LANES=0 keeps bulk "
+                "data on the ZeroMQ connection)",
+                executor->ToString(), error);
+    return CUDA_ERROR_NO_DEVICE;
+  }
   if (const auto* texts = reply->body_as_AttachResult()->error_texts(); texts != nullptr) {
     for (const auto* entry : *texts) {
       if (entry->name() == nullptr || entry->text() == nullptr) continue;

@@ -1,9 +1,12 @@
 #include "frontend/client/config.h"
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
+
+#include "transport/lanes/lanes_channel.h"
 
 namespace curelay::frontend {
 namespace {
@@ -60,6 +63,7 @@ Config ReadConfig() {
   config.connect_timeout_ms = EnvInt("CURELAY_CONNECT_TIMEOUT_MS", 5000);
   config.spin_microseconds = EnvInt("CURELAY_SPIN_US", 200);
   config.disable_shared_memory = Env("CURELAY_SHM", "1") == "0";
+  config.tcp_lanes = std::clamp(EnvInt("CURELAY_TCP_LANES", transport::kDefaultTcpLanes), 0, transport::kMaxTcpLanes);
   config.disable_direct_copies = Env("CURELAY_DIRECT_COPIES", "1") == "0";
   config.heartbeat_timeout_ms = EnvInt("CURELAY_HEARTBEAT_TIMEOUT_MS", 5000);
   return config;

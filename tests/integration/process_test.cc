@@ -66,10 +66,10 @@ RawAdmission Admit(const BackendProcess& backend) {
 }
 
 // The Attach request for an admitted session, optionally offering a shared-memory file.
-void SendAttach(transport::Channel& channel, const wire::Welcome& welcome, const std::string& shm_path) {
+void SendAttach(transport::Channel& channel, const wire::Welcome& welcome, const std::string& offer) {
   flatbuffers::FlatBufferBuilder attach;
   const auto key = attach.CreateVector(welcome.session_key()->data(), welcome.session_key()->size());
-  const auto path = shm_path.empty() ? 0 : attach.CreateString(shm_path);
+  const auto path = offer.empty() ? 0 : attach.CreateString(offer);
   attach.Finish(wire::CreateRequest(attach, 1, 0, wire::Call::Attach,
                                     wire::CreateAttach(attach, wire::kProtocolVersion, key, path).Union()));
   ASSERT_TRUE(channel.Send({attach.GetBufferPointer(), attach.GetSize()}, {}));

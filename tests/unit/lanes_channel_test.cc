@@ -1,0 +1,186 @@
+// tcp lanes (transport/lanes/): the offer, the handshake over real loopback sockets, payloads large and small in
+// order both ways, a connection without the secret, and a peer that goes away.
+#include <arpa/inet.h>
+#include <gtest/gtest.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <future>
+#include <string>
+#include <vector>
+
+#include "transport/channel.h"
+#include "transport/endpoint.h"
+#include "transport/lanes/lanes_channel.h"
+#include "transport/session_link.h"
+
+namespace curelay::transport {
+namespace {
+
+std::span<const uint8_t> Bytes(const std::string& text) {
+  return {reinterpret_cast<const uint8_t*>(text.data()), text.size()};
+}
+
+std::string Text(std::span<const uint8_t> bytes) { return std::string(bytes.begin(), bytes.end()); }
+
+// A payload whose every byte depends on the message and its position, so a reordered or torn one shows.
+std::string Payload(int message, size_t size) {
+  std::string bytes(size, '\0');
+  for (size_t i = 0; i < size; ++i) bytes[i] = static_cast<char>((i * 131 + static_cast<size_t>(message) * 7) >> 3);
+  return bytes;
+}
+
+size_t SizeOf(int message) {
+  static const size_t kSizes[] = {0, 17, kLanePayloadBytes - 1, kLanePayloadBytes, 4 << 20, (4 << 20) + 3, 300000};
+  return kSizes[message % 7];
+}
+
+struct Session {
+  std::shared_ptr<Channel> executor;  // the layered channels
+  std::unique_ptr<Channel> client;
+};
+
+// Binds an executor channel on loopback tcp, connects a client offering `lanes` lanes, and runs both halves of the
+// handshake; `answer_edit` may spoil the executor's answer before the client reads it.
+Session Connect(int lanes, std::string* executor_error, std::string* client_error,
+                const std::function<void(std::string&)>& answer_edit = {}) {
+  std::string error;
+  ChannelOptions options;
+  options.tcp_lanes = lanes;
+  options.heartbeat_timeout_ms = 1000;
+  std::vector<std::string> endpoints = {"tcp://127.0.0.1:*"};
+  std::shared_ptr<Channel> bound = BindChannel(endpoints, options, &error);
+  EXPECT_NE(bound, nullptr) << error;
+  if (bound == nullptr) return {};
+  const auto executor_endpoint = Endpoint::Parse(bound->BoundEndpoint("tcp"));
+  EXPECT_TRUE(executor_endpoint.has_value());
+  auto link = ClientLink::Connect(*executor_endpoint, options, false, &error);
+  EXPECT_NE(link, nullptr) << error;
+  EXPECT_EQ(link->offer(), LanesOffer(lanes));
+  AcceptedOffer accepted = AcceptOffer(bound, link->offer(), options, executor_error);
+  EXPECT_NE(accepted.layer, nullptr) << *executor_error;
+  if (accepted.layer == nullptr) return {};
+  std::string answer = accepted.answer;
+  if (answer_edit) answer_edit(answer);
+  auto client = std::async(std::launch::async, [&] { return link->Finish(true, answer, 3000, client_error); });
+  Session session;
+  session.executor = accepted.layer->Complete(bound, executor_error);
+  session.client = client.get();
+  return session;
+}
+
+TEST(LanesChannelTest, OffersAreParsedStrictly) {
+  EXPECT_EQ(ParseLanesOffer(LanesOffer(4)), 4);
+  EXPECT_EQ(ParseLanesOffer("lanes 16"), 16);
+  for (const char* bad : {"", "lanes ", "lanes 0", "lanes 17", "lanes -1", "lanes 4x", "lanes 123", "lane 4",
+                          "/dev/shm/curelay/x"}) {
+    EXPECT_FALSE(ParseLanesOffer(bad).has_value()) << bad;
+  }
+}
+
+TEST(LanesChannelTest, PayloadsOfEverySizeArriveInOrderBothWays) {
+  std::string executor_error, client_error;
+  Session session = Connect(4, &executor_error, &client_error);
+  ASSERT_NE(session.executor, nullptr) << executor_error;
+  ASSERT_NE(session.client, nullptr) << client_error;
+  constexpr int kMessages = 70;
+  for (int i = 0; i < kMessages; ++i) {
+    ASSERT_TRUE(session.client->Send(Bytes("request " + std::to_string(i)), Bytes(Payload(i, SizeOf(i)))));
+  }
+  for (int i = 0; i < kMessages; ++i) {
+    IncomingMessage message;
+    ASSERT_EQ(session.executor->Receive(message, 5000), ReceiveStatus::kMessage) << i;
+    EXPECT_EQ(Text(message.header.bytes()), "request " + std::to_string(i));
+    ASSERT_EQ(message.payload.size(), SizeOf(i)) << i;
+    EXPECT_TRUE(Text(message.payload.bytes()) == Payload(i, SizeOf(i))) << i;
+    // Echo it back under another number, so the other direction carries the same sizes.
+    ASSERT_TRUE(session.executor->Send(Bytes("reply " + std::to_string(i)), Bytes(Payload(i + 1, SizeOf(i)))));
+  }
+  for (int i = 0; i < kMessages; ++i) {
+    IncomingMessage message;
+    ASSERT_EQ(session.client->Receive(message, 5000), ReceiveStatus::kMessage) << i;
+    EXPECT_EQ(Text(message.header.bytes()), "reply " + std::to_string(i));
+    ASSERT_EQ(message.payload.size(), SizeOf(i)) << i;
+    EXPECT_TRUE(Text(message.payload.bytes()) == Payload(i + 1, SizeOf(i))) << i;
+  }
+}
+
+TEST(LanesChannelTest, ReceiveWaitingForALanePayloadTimesOutAndResumes) {
+  std::string executor_error, client_error;
+  Session session = Connect(2, &executor_error, &client_error);
+  ASSERT_NE(session.executor, nullptr) << executor_error;
+  ASSERT_NE(session.client, nullptr) << client_error;
+  IncomingMessage message;
+  EXPECT_EQ(session.executor->Receive(message, 30), ReceiveStatus::kTimeout);
+  const std::string big = Payload(3, 8 << 20);
+  ASSERT_TRUE(session.client->Send(Bytes("big"), Bytes(big)));
+  // Zero-timeout polls (what the executor's loop does) until the whole payload is in.
+  ReceiveStatus status = ReceiveStatus::kTimeout;
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  while (status == ReceiveStatus::kTimeout && std::chrono::steady_clock::now() < deadline) {
+    status = session.executor->Receive(message, 0);
+  }
+  ASSERT_EQ(status, ReceiveStatus::kMessage);
+  EXPECT_EQ(Text(message.header.bytes()), "big");
+  EXPECT_TRUE(Text(message.payload.bytes()) == big);
+}
+
+TEST(LanesChannelTest, AWrongSecretIsRefusedOnBothSides) {
+  std::string executor_error, client_error;
+  Session session = Connect(2, &executor_error, &client_error, [](std::string& answer) {
+    answer.back() = answer.back() == '0' ? '1' : '0';
+  });
+  EXPECT_EQ(session.executor, nullptr);
+  EXPECT_EQ(session.client, nullptr);
+  EXPECT_NE(executor_error.find("refused without the secret"), std::string::npos) << executor_error;
+  EXPECT_NE(client_error.find("did not acknowledge"), std::string::npos) << client_error;
+}
+
+TEST(LanesChannelTest, AMalformedAnswerIsRefusedByTheClient) {
+  std::string executor_error, client_error;
+  Session session = Connect(1, &executor_error, &client_error, [](std::string& answer) { answer = "99999 zz"; });
+  EXPECT_EQ(session.client, nullptr);
+  EXPECT_NE(client_error.find("malformed answer"), std::string::npos) << client_error;
+  EXPECT_EQ(session.executor, nullptr);  // and the executor gave up waiting
+}
+
+TEST(LanesChannelTest, AConnectionWithoutTheSecretDoesNotStopTheLanes) {
+  std::string executor_error, client_error;
+  Session session = Connect(2, &executor_error, &client_error, [](std::string& answer) {
+    // Someone else reaches the port first and says nothing useful.
+    const int port = std::stoi(answer.substr(0, answer.find(' ')));
+    const int fd = socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in address{};
+    address.sin_family = AF_INET;
+    address.sin_port = htons(static_cast<uint16_t>(port));
+    inet_pton(AF_INET, "127.0.0.1", &address.sin_addr);
+    ASSERT_EQ(connect(fd, reinterpret_cast<sockaddr*>(&address), sizeof(address)), 0);
+    const std::string junk(41, 'j');
+    ASSERT_EQ(write(fd, junk.data(), junk.size()), static_cast<ssize_t>(junk.size()));
+  });
+  ASSERT_NE(session.executor, nullptr) << executor_error;
+  ASSERT_NE(session.client, nullptr) << client_error;
+  const std::string big = Payload(1, 1 << 20);
+  ASSERT_TRUE(session.client->Send(Bytes("after"), Bytes(big)));
+  IncomingMessage message;
+  ASSERT_EQ(session.executor->Receive(message, 5000), ReceiveStatus::kMessage);
+  EXPECT_TRUE(Text(message.payload.bytes()) == big);
+}
+
+TEST(LanesChannelTest, AClientThatGoesAwayIsReportedLost) {
+  std::string executor_error, client_error;
+  Session session = Connect(4, &executor_error, &client_error);
+  ASSERT_NE(session.executor, nullptr) << executor_error;
+  ASSERT_NE(session.client, nullptr) << client_error;
+  ASSERT_TRUE(session.client->Send(Bytes("hello"), {}));
+  IncomingMessage message;
+  ASSERT_EQ(session.executor->Receive(message, 5000), ReceiveStatus::kMessage);
+  session.client.reset();
+  EXPECT_EQ(session.executor->Receive(message, 5000), ReceiveStatus::kPeerLost);
+  EXPECT_TRUE(session.executor->PeerLost());
+  EXPECT_FALSE(session.executor->Send(Bytes("anyone?"), Bytes(Payload(0, 1 << 20))));
+}
+
+}  // namespace
+}  // namespace curelay::transport

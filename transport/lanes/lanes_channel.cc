@@ -1,0 +1,340 @@
+// LanesChannel: every message's header goes over the control channel behind a one- or nine-byte prefix; a payload
+// of kLanePayloadBytes or more goes on the next lane in turn instead, as a record of its length and bytes. Each lane
+// has a sending and a receiving thread, so the lanes move data at once in both directions, and the caller's thread
+// only copies the payload once (as zmq_send does). Lanes are FIFO and the control channel is ordered, so the
+// receiver takes lane payloads in the order the control messages name their lanes.
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <sys/socket.h>
+#include <sys/uio.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <cstring>
+#include <deque>
+#include <mutex>
+#include <thread>
+
+#include "transport/lanes/lanes_channel.h"
+
+namespace curelay::transport {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+constexpr uint8_t kInlinePayload = 0;    // prefix byte: the payload (if any) is in the control message
+constexpr size_t kLanePrefixBytes = 9;   // lane index + 1, then the payload's length (little-endian u64)
+// Buffers up to this size are kept for reuse: a fresh multi-MiB allocation per message costs a page fault per page.
+constexpr size_t kReusedBufferBytes = size_t{4} << 20;
+constexpr size_t kKeptBuffers = 16;
+// A lane record longer than this is a broken peer whatever the channel's own limit.
+constexpr uint64_t kLargestRecord = uint64_t{1} << 32;
+
+struct BufferPool;
+
+struct LaneBuffer {
+  std::shared_ptr<BufferPool> pool;  // set while the buffer is out of the pool
+  std::unique_ptr<uint8_t[]> bytes;
+  size_t capacity = 0;
+  size_t size = 0;
+};
+
+struct BufferPool : std::enable_shared_from_this<BufferPool> {
+  ~BufferPool() {
+    for (LaneBuffer* buffer : free) delete buffer;
+  }
+  LaneBuffer* Take(size_t size) {
+    LaneBuffer* buffer = nullptr;
+    if (size <= kReusedBufferBytes) {
+      std::lock_guard<std::mutex> lock(mutex);
+      if (!free.empty()) {
+        buffer = free.back();
+        free.pop_back();
+      }
+    }
+    if (buffer == nullptr) {
+      buffer = new LaneBuffer;
+      buffer->capacity = std::max(size, kReusedBufferBytes);
+      buffer->bytes.reset(new uint8_t[buffer->capacity]);  // uninitialized: every byte is written before it is read
+    }
+    buffer->pool = shared_from_this();
+    buffer->size = size;
+    return buffer;
+  }
+  void Give(LaneBuffer* buffer) {
+    const std::shared_ptr<BufferPool> keep = std::move(buffer->pool);  // the pool may otherwise die here
+    std::lock_guard<std::mutex> lock(mutex);
+    if (buffer->capacity == kReusedBufferBytes && free.size() < kKeptBuffers) {
+      free.push_back(buffer);
+    } else {
+      delete buffer;
+    }
+  }
+  std::mutex mutex;
+  std::vector<LaneBuffer*> free;
+};
+
+void ReleaseLaneBuffer(void* owner) {
+  auto* buffer = static_cast<LaneBuffer*>(owner);
+  const std::shared_ptr<BufferPool> pool = buffer->pool;
+  pool->Give(buffer);
+}
+
+bool ReadFully(int fd, void* data, size_t size) {
+  auto* at = static_cast<uint8_t*>(data);
+  while (size > 0) {
+    const ssize_t got = recv(fd, at, size, MSG_WAITALL);
+    if (got < 0 && errno == EINTR) continue;
+    if (got <= 0) return false;
+    at += got;
+    size -= static_cast<size_t>(got);
+  }
+  return true;
+}
+
+bool WriteFully(int fd, const void* head, size_t head_size, const void* body, size_t body_size) {
+  iovec parts[2] = {{const_cast<void*>(head), head_size}, {const_cast<void*>(body), body_size}};
+  int first = 0;
+  while (first < 2) {
+    msghdr message{};
+    message.msg_iov = parts + first;
+    message.msg_iovlen = static_cast<size_t>(2 - first);
+    ssize_t sent = sendmsg(fd, &message, MSG_NOSIGNAL);
+    if (sent < 0 && errno == EINTR) continue;
+    if (sent < 0) return false;
+    while (first < 2 && static_cast<size_t>(sent) >= parts[first].iov_len) {
+      sent -= static_cast<ssize_t>(parts[first].iov_len);
+      ++first;
+    }
+    if (first < 2) {
+      parts[first].iov_base = static_cast<uint8_t*>(parts[first].iov_base) + sent;
+      parts[first].iov_len -= static_cast<size_t>(sent);
+    }
+  }
+  return true;
+}
+
+class LanesChannel final : public Channel {
+ public:
+  LanesChannel(std::shared_ptr<Channel> control, std::vector<int> fds, const ChannelOptions& options)
+      : control_(std::move(control)),
+        largest_record_(options.max_message_bytes > 0 ? static_cast<uint64_t>(options.max_message_bytes)
+                                                      : kLargestRecord),
+        incoming_(fds.size()) {
+    lanes_.reserve(fds.size());
+    for (const int fd : fds) lanes_.push_back(std::make_unique<Lane>(fd));
+    for (size_t index = 0; index < lanes_.size(); ++index) {
+      lanes_[index]->sender = std::thread([this, index] { SendLoop(index); });
+      lanes_[index]->receiver = std::thread([this, index] { ReceiveLoop(index); });
+    }
+  }
+
+  ~LanesChannel() override {
+    for (auto& lane : lanes_) {
+      {
+        std::lock_guard<std::mutex> lock(lane->mutex);
+        lane->stopping = true;
+      }
+      lane->wake.notify_all();
+      shutdown(lane->fd, SHUT_RDWR);  // unblocks a send or recv in progress
+    }
+    for (auto& lane : lanes_) {
+      lane->sender.join();
+      lane->receiver.join();
+      for (LaneBuffer* buffer : lane->outgoing) pool_->Give(buffer);
+      close(lane->fd);
+    }
+    for (auto& queue : incoming_) {
+      for (LaneBuffer* buffer : queue) pool_->Give(buffer);
+    }
+  }
+
+  bool Send(std::span<const uint8_t> header, std::span<const uint8_t> payload) override {
+    if (broken_.load()) return false;
+    prefixed_.clear();
+    if (payload.size() < kLanePayloadBytes) {
+      prefixed_.push_back(kInlinePayload);
+      prefixed_.insert(prefixed_.end(), header.begin(), header.end());
+      return control_->Send(prefixed_, payload);
+    }
+    const size_t index = next_lane_;
+    next_lane_ = (next_lane_ + 1) % lanes_.size();
+    LaneBuffer* buffer = pool_->Take(payload.size());
+    std::memcpy(buffer->bytes.get(), payload.data(), payload.size());
+    Lane& lane = *lanes_[index];
+    {
+      std::lock_guard<std::mutex> lock(lane.mutex);
+      lane.outgoing.push_back(buffer);
+    }
+    lane.wake.notify_one();
+    uint8_t prefix[kLanePrefixBytes];
+    prefix[0] = static_cast<uint8_t>(index + 1);
+    const uint64_t size = payload.size();
+    std::memcpy(prefix + 1, &size, sizeof(size));
+    prefixed_.assign(prefix, prefix + kLanePrefixBytes);
+    prefixed_.insert(prefixed_.end(), header.begin(), header.end());
+    return control_->Send(prefixed_, {});
+  }
+
+  ReceiveStatus Receive(IncomingMessage& message, int timeout_ms) override {
+    const auto deadline = timeout_ms < 0 ? Clock::time_point::max() : Clock::now() + std::chrono::milliseconds(timeout_ms);
+    if (!pending_) {
+      IncomingMessage control;
+      const ReceiveStatus status = control_->Receive(control, timeout_ms);
+      if (status != ReceiveStatus::kMessage) {
+        return status == ReceiveStatus::kTimeout && broken_.load() ? ReceiveStatus::kPeerLost : status;
+      }
+      const auto bytes = control.header.bytes();
+      if (bytes.empty()) return ReceiveStatus::kError;
+      if (bytes[0] == kInlinePayload) {
+        message.header = std::move(control.header).WithoutPrefix(1);
+        message.payload = std::move(control.payload);
+        return ReceiveStatus::kMessage;
+      }
+      if (bytes[0] > lanes_.size() || bytes.size() < kLanePrefixBytes || !control.payload.empty()) {
+        return ReceiveStatus::kError;
+      }
+      Pending pending;
+      pending.lane = bytes[0] - 1u;
+      std::memcpy(&pending.size, bytes.data() + 1, sizeof(pending.size));
+      pending.header = std::move(control.header).WithoutPrefix(kLanePrefixBytes);
+      pending_ = std::move(pending);
+      awaited_lane_.store(static_cast<int>(pending_->lane));
+    }
+    // The payload may still be on its way; a lost peer shows on the control channel (heartbeats) or as a lane
+    // that broke, so the wait looks at both every few milliseconds.
+    LaneBuffer* buffer = nullptr;
+    {
+      std::unique_lock<std::mutex> lock(incoming_mutex_);
+      auto& queue = incoming_[pending_->lane];
+      for (;;) {
+        if (!queue.empty() || broken_.load()) break;
+        const auto now = Clock::now();
+        if (now >= deadline) break;
+        arrived_.wait_until(lock, std::min(deadline, now + std::chrono::milliseconds(20)));
+        if (queue.empty() && control_->PeerLost()) break;
+      }
+      if (queue.empty()) {
+        if (broken_.load() || control_->PeerLost()) return ReceiveStatus::kPeerLost;
+        return ReceiveStatus::kTimeout;
+      }
+      buffer = queue.front();
+      queue.pop_front();
+    }
+    awaited_lane_.store(-1);
+    Pending pending = std::move(*pending_);
+    pending_.reset();
+    if (buffer->size != pending.size) {
+      pool_->Give(buffer);
+      return ReceiveStatus::kError;
+    }
+    message.header = std::move(pending.header);
+    message.payload = Frame({buffer->bytes.get(), buffer->size}, buffer, ReleaseLaneBuffer);
+    return ReceiveStatus::kMessage;
+  }
+
+  bool PeerLost() override { return broken_.load() || control_->PeerLost(); }
+  bool PeerSeen() override { return control_->PeerSeen(); }
+  bool FullDuplex() const override { return control_->FullDuplex(); }
+  void AwaitActivity(int timeout_ms) override {
+    const int lane = awaited_lane_.load();
+    if (lane < 0) {
+      control_->AwaitActivity(timeout_ms);
+      return;
+    }
+    std::unique_lock<std::mutex> lock(incoming_mutex_);
+    arrived_.wait_for(lock, std::chrono::milliseconds(timeout_ms),
+                      [&] { return !incoming_[static_cast<size_t>(lane)].empty() || broken_.load(); });
+  }
+  std::string BoundEndpoint(std::string_view scheme) const override { return control_->BoundEndpoint(scheme); }
+
+ private:
+  struct Lane {
+    explicit Lane(int lane_fd) : fd(lane_fd) {}
+    int fd;
+    std::mutex mutex;
+    std::condition_variable wake;
+    std::deque<LaneBuffer*> outgoing;
+    bool stopping = false;
+    std::thread sender;
+    std::thread receiver;
+  };
+  struct Pending {
+    size_t lane = 0;
+    uint64_t size = 0;
+    Frame header;
+  };
+
+  void Break() {
+    {
+      std::lock_guard<std::mutex> lock(incoming_mutex_);
+      broken_.store(true);
+    }
+    arrived_.notify_all();
+  }
+
+  void SendLoop(size_t index) {
+    Lane& lane = *lanes_[index];
+    for (;;) {
+      LaneBuffer* buffer;
+      {
+        std::unique_lock<std::mutex> lock(lane.mutex);
+        lane.wake.wait(lock, [&] { return lane.stopping || !lane.outgoing.empty(); });
+        if (lane.stopping) return;
+        buffer = lane.outgoing.front();
+        lane.outgoing.pop_front();
+      }
+      const uint64_t size = buffer->size;
+      const bool sent = WriteFully(lane.fd, &size, sizeof(size), buffer->bytes.get(), buffer->size);
+      pool_->Give(buffer);
+      if (!sent) {
+        Break();
+        return;
+      }
+    }
+  }
+
+  void ReceiveLoop(size_t index) {
+    const int fd = lanes_[index]->fd;
+    for (;;) {
+      uint64_t size = 0;
+      if (!ReadFully(fd, &size, sizeof(size)) || size == 0 || size > largest_record_) break;
+      LaneBuffer* buffer = pool_->Take(size);
+      if (!ReadFully(fd, buffer->bytes.get(), size)) {
+        pool_->Give(buffer);
+        break;
+      }
+      {
+        std::lock_guard<std::mutex> lock(incoming_mutex_);
+        incoming_[index].push_back(buffer);
+      }
+      arrived_.notify_all();
+    }
+    Break();
+  }
+
+  std::shared_ptr<Channel> control_;
+  const uint64_t largest_record_;
+  std::shared_ptr<BufferPool> pool_ = std::make_shared<BufferPool>();
+  std::vector<std::unique_ptr<Lane>> lanes_;
+  size_t next_lane_ = 0;
+  std::vector<uint8_t> prefixed_;  // the header behind its prefix (Send is never called concurrently)
+
+  std::mutex incoming_mutex_;
+  std::condition_variable arrived_;  // a payload arrived on some lane, or a lane broke
+  std::vector<std::deque<LaneBuffer*>> incoming_;
+  std::atomic<bool> broken_{false};
+  std::optional<Pending> pending_;      // a control message whose lane payload has not fully arrived
+  std::atomic<int> awaited_lane_{-1};
+};
+
+}  // namespace
+
+std::unique_ptr<Channel> MakeLanesChannel(std::shared_ptr<Channel> control, std::vector<int> lane_fds,
+                                          const ChannelOptions& options) {
+  return std::make_unique<LanesChannel>(std::move(control), std::move(lane_fds), options);
+}
+
+}  // namespace curelay::transport
