@@ -154,9 +154,14 @@ Session::Outcome Session::MemcpyRegisteredHost(const wire::MemcpyRegisteredHost&
 Session::Outcome Session::CopyToHostDeferred(CUstream stream, uint64_t bytes,
                                              const std::function<CUresult(uint8_t*)>& enqueue) {
   uint8_t* staging = staging_.Take();
-  while (staging == nullptr && !pending_waits_.empty()) {
-    // Every buffer is in flight: finish waits until one comes back (they complete as the GPU progresses).
-    if (!PollPendingWaits()) return {CUDA_ERROR_UNKNOWN};
+  while (staging == nullptr && (!pending_waits_.empty() || staging_.AnyLent())) {
+    // Every buffer is in flight: finish waits until one comes back (they complete as the GPU progresses), or a
+    // channel sending from one gives it back.
+    if (!pending_waits_.empty() && !PollPendingWaits()) return {CUDA_ERROR_UNKNOWN};
+    if (pending_waits_.empty()) {
+      if (channel_->PeerLost()) return {CUDA_ERROR_UNKNOWN};
+      staging_.AwaitReturn(1);
+    }
     staging = staging_.Take();
   }
   if (staging == nullptr) return {CUDA_ERROR_OUT_OF_MEMORY};

@@ -90,9 +90,13 @@ bool HostMirrors::SendChangesLocked(transport::Channel& channel) {
 }
 
 bool HostMirrors::SendWithChanges(transport::Channel& channel, std::span<const uint8_t> header,
-                                  std::span<const uint8_t> payload) {
+                                  std::span<const uint8_t> payload, std::function<void()> returned) {
   std::lock_guard<std::mutex> lock(mutex_);
-  if (active_ != 0 && !SendChangesLocked(channel)) return false;
+  if (active_ != 0 && !SendChangesLocked(channel)) {
+    if (returned) returned();
+    return false;
+  }
+  if (returned) return channel.SendLoaned(header, payload, std::move(returned));
   return channel.Send(header, payload);
 }
 

@@ -8,6 +8,7 @@
 
 #include <atomic>
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -29,9 +30,10 @@ class HostMirrors {
   bool Remove(CUdeviceptr device_ptr, CUresult* result);
   // Applies the client's changes; every mirror it names takes part in coherence from now on. False if malformed.
   bool Apply(const wire::MirrorUpdate& update, std::span<const uint8_t> payload);
-  // Sends what changed in the active mirrors (as sequence-0 replies), then this message.
+  // Sends what changed in the active mirrors (as sequence-0 replies), then this message; with `returned`, its
+  // payload is loaned to the channel (Channel::SendLoaned), and `returned` runs in every case.
   bool SendWithChanges(transport::Channel& channel, std::span<const uint8_t> header,
-                       std::span<const uint8_t> payload);
+                       std::span<const uint8_t> payload, std::function<void()> returned = {});
   void ReleaseAll();
 
  private:

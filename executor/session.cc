@@ -202,8 +202,12 @@ bool Session::PollPendingWaits() {
     wait_builder_.Clear();
     Outcome outcome(TakeDeferred(wait.outcome));
     if (wait.staging != nullptr && outcome.result == CUDA_SUCCESS) outcome.payload = {wait.staging, wait.staging_bytes};
-    const bool sent = SendReply(wait.sequence, outcome, wait_builder_);
-    staging_.Give(wait.staging);  // the channel copied the payload
+    // The data goes out straight from the staging buffer where the channel can send it so (tcp lanes); it comes
+    // back to the pool when sent.
+    const bool sent = outcome.payload.empty()
+                          ? SendReply(wait.sequence, outcome, wait_builder_)
+                          : SendReply(wait.sequence, outcome, wait_builder_, staging_.Lend(wait.staging));
+    if (outcome.payload.empty()) staging_.Give(wait.staging);
     // After the answer, so that returning them is not on its path.
     for (CUevent marker : wait.markers) markers_.Give(wait.context, marker);
     if (!sent) {
@@ -345,12 +349,13 @@ void Session::SynchronizeAnswered() {
 
 bool Session::SendReply(uint64_t sequence, const Outcome& outcome) { return SendReply(sequence, outcome, builder_); }
 
-bool Session::SendReply(uint64_t sequence, const Outcome& outcome, flatbuffers::FlatBufferBuilder& builder) {
+bool Session::SendReply(uint64_t sequence, const Outcome& outcome, flatbuffers::FlatBufferBuilder& builder,
+                        std::function<void()> returned) {
   const auto reply = wire::CreateReply(builder, sequence, outcome.result, outcome.body_type, outcome.body);
   builder.Finish(reply);
   // A remote client's mirrors are brought up to date before every answer (a synchronize's above all).
   const bool sent = host_mirrors_->SendWithChanges(*channel_, {builder.GetBufferPointer(), builder.GetSize()},
-                                                   outcome.payload);
+                                                   outcome.payload, std::move(returned));
   if (!fatal_fault_reported_ && IsStickyFault(outcome.result)) {
     fatal_fault_reported_ = true;
     spdlog::warn("the session's context took a fatal fault ({})", static_cast<int>(outcome.result));

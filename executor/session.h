@@ -128,7 +128,9 @@ class Session {
   // Returns false when the message breaks the protocol (the session then ends).
   bool Handle(const wire::Request& request, std::span<const uint8_t> payload);
   bool SendReply(uint64_t sequence, const Outcome& outcome);
-  bool SendReply(uint64_t sequence, const Outcome& outcome, flatbuffers::FlatBufferBuilder& builder);
+  // With `returned`, the outcome's payload is loaned to the channel (a staging buffer: StagingPool::Lend).
+  bool SendReply(uint64_t sequence, const Outcome& outcome, flatbuffers::FlatBufferBuilder& builder,
+                 std::function<void()> returned = {});
   void ReleaseEverything();
 
   CUresult MakeCurrent(uint64_t context);

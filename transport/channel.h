@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <span>
 #include <string>
@@ -25,6 +26,14 @@ class Channel {
   virtual ~Channel() = default;
   // Queues one message; returns false when the channel is broken. `payload` may be empty.
   virtual bool Send(std::span<const uint8_t> header, std::span<const uint8_t> payload) = 0;
+  // Like Send, but the channel may go on reading `payload` after it returns, until it calls `returned` (exactly
+  // once, from any thread, also when the message is never sent). Channels that copy the payload call it at once.
+  virtual bool SendLoaned(std::span<const uint8_t> header, std::span<const uint8_t> payload,
+                          std::function<void()> returned) {
+    const bool sent = Send(header, payload);
+    returned();
+    return sent;
+  }
   // timeout_ms < 0 waits until a message arrives or the peer is lost.
   virtual ReceiveStatus Receive(IncomingMessage& message, int timeout_ms) = 0;
   // True once the peer has gone (process exit, closed connection). Final.

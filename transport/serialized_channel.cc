@@ -9,6 +9,12 @@ bool SerializedChannel::Send(std::span<const uint8_t> header, std::span<const ui
   return inner_->Send(header, payload);
 }
 
+bool SerializedChannel::SendLoaned(std::span<const uint8_t> header, std::span<const uint8_t> payload,
+                                   std::function<void()> returned) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return inner_->SendLoaned(header, payload, std::move(returned));
+}
+
 ReceiveStatus SerializedChannel::Receive(IncomingMessage& message, int timeout_ms) {
   using Clock = std::chrono::steady_clock;
   const auto start = Clock::now();

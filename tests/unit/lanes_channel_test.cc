@@ -6,7 +6,10 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <atomic>
+#include <chrono>
 #include <future>
+#include <thread>
 #include <string>
 #include <vector>
 
@@ -180,6 +183,58 @@ TEST(LanesChannelTest, AClientThatGoesAwayIsReportedLost) {
   EXPECT_EQ(session.executor->Receive(message, 5000), ReceiveStatus::kPeerLost);
   EXPECT_TRUE(session.executor->PeerLost());
   EXPECT_FALSE(session.executor->Send(Bytes("anyone?"), Bytes(Payload(0, 1 << 20))));
+}
+
+TEST(LanesChannelTest, ALoanedPayloadIsSentFromTheCallersMemoryAndReturned) {
+  std::string executor_error, client_error;
+  Session session = Connect(2, &executor_error, &client_error);
+  ASSERT_NE(session.executor, nullptr) << executor_error;
+  ASSERT_NE(session.client, nullptr) << client_error;
+  constexpr int kLoans = 6;
+  std::vector<std::string> loaned;
+  for (int i = 0; i < kLoans; ++i) loaned.push_back(Payload(i, i % 2 == 0 ? 4 << 20 : 1000));  // lane and inline
+  std::atomic<int> returned{0};
+  for (int i = 0; i < kLoans; ++i) {
+    ASSERT_TRUE(session.executor->SendLoaned(Bytes("loan " + std::to_string(i)), Bytes(loaned[i]),
+                                             [&returned] { returned.fetch_add(1); }));
+  }
+  for (int i = 0; i < kLoans; ++i) {
+    IncomingMessage message;
+    ASSERT_EQ(session.client->Receive(message, 5000), ReceiveStatus::kMessage) << i;
+    EXPECT_EQ(Text(message.header.bytes()), "loan " + std::to_string(i));
+    EXPECT_TRUE(Text(message.payload.bytes()) == loaned[i]) << i;
+  }
+  // Every loan is back once its bytes are out (the client has them all).
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+  while (returned.load() < kLoans && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  EXPECT_EQ(returned.load(), kLoans);
+}
+
+TEST(LanesChannelTest, LoansComeBackWhenThePeerIsGone) {
+  std::string executor_error, client_error;
+  Session session = Connect(2, &executor_error, &client_error);
+  ASSERT_NE(session.executor, nullptr) << executor_error;
+  ASSERT_NE(session.client, nullptr) << client_error;
+  session.client.reset();
+  // More than the kernel buffers hold, so some loans are still queued or being written when the lanes break.
+  const std::string big = Payload(5, 16 << 20);
+  std::atomic<int> returned{0};
+  int offered = 0;
+  for (int i = 0; i < 32; ++i, ++offered) {
+    if (!session.executor->SendLoaned(Bytes("x"), Bytes(big), [&returned] { returned.fetch_add(1); })) {
+      ++offered;
+      break;
+    }
+  }
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  while (returned.load() < offered && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  EXPECT_EQ(returned.load(), offered);
+  session.executor.reset();
+  EXPECT_EQ(returned.load(), offered);
 }
 
 }  // namespace

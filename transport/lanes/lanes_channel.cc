@@ -9,6 +9,7 @@
 #include <sys/uio.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
@@ -16,6 +17,7 @@
 #include <deque>
 #include <mutex>
 #include <thread>
+#include <utility>
 
 #include "transport/lanes/lanes_channel.h"
 
@@ -122,6 +124,7 @@ class LanesChannel final : public Channel {
       : control_(std::move(control)),
         largest_record_(options.max_message_bytes > 0 ? static_cast<uint64_t>(options.max_message_bytes)
                                                       : kLargestRecord),
+        spin_(std::chrono::microseconds(std::max(0, options.spin_microseconds))),
         incoming_(fds.size()) {
     lanes_.reserve(fds.size());
     for (const int fd : fds) lanes_.push_back(std::make_unique<Lane>(fd));
@@ -143,7 +146,11 @@ class LanesChannel final : public Channel {
     for (auto& lane : lanes_) {
       lane->sender.join();
       lane->receiver.join();
-      for (LaneBuffer* buffer : lane->outgoing) pool_->Give(buffer);
+    }
+    // Only once no thread can touch a descriptor any more (Break shuts every lane down): a closed number may be
+    // reused at once by the application's own sockets.
+    for (auto& lane : lanes_) {
+      for (Outgoing& item : lane->outgoing) Finish(item);
       close(lane->fd);
     }
     for (auto& queue : incoming_) {
@@ -152,30 +159,19 @@ class LanesChannel final : public Channel {
   }
 
   bool Send(std::span<const uint8_t> header, std::span<const uint8_t> payload) override {
-    if (broken_.load()) return false;
-    prefixed_.clear();
-    if (payload.size() < kLanePayloadBytes) {
-      prefixed_.push_back(kInlinePayload);
-      prefixed_.insert(prefixed_.end(), header.begin(), header.end());
-      return control_->Send(prefixed_, payload);
+    return SendVia(header, payload, {});
+  }
+
+  // A loaned payload goes on its lane straight from the caller's memory (the executor's pinned staging): one copy
+  // fewer on the executor's thread for every device-to-host chunk.
+  bool SendLoaned(std::span<const uint8_t> header, std::span<const uint8_t> payload,
+                  std::function<void()> returned) override {
+    if (payload.size() < kLanePayloadBytes || broken_.load()) {
+      const bool sent = Send(header, payload);
+      returned();
+      return sent;
     }
-    const size_t index = next_lane_;
-    next_lane_ = (next_lane_ + 1) % lanes_.size();
-    LaneBuffer* buffer = pool_->Take(payload.size());
-    std::memcpy(buffer->bytes.get(), payload.data(), payload.size());
-    Lane& lane = *lanes_[index];
-    {
-      std::lock_guard<std::mutex> lock(lane.mutex);
-      lane.outgoing.push_back(buffer);
-    }
-    lane.wake.notify_one();
-    uint8_t prefix[kLanePrefixBytes];
-    prefix[0] = static_cast<uint8_t>(index + 1);
-    const uint64_t size = payload.size();
-    std::memcpy(prefix + 1, &size, sizeof(size));
-    prefixed_.assign(prefix, prefix + kLanePrefixBytes);
-    prefixed_.insert(prefixed_.end(), header.begin(), header.end());
-    return control_->Send(prefixed_, {});
+    return SendVia(header, payload, std::move(returned));
   }
 
   ReceiveStatus Receive(IncomingMessage& message, int timeout_ms) override {
@@ -207,6 +203,13 @@ class LanesChannel final : public Channel {
     // that broke, so the wait looks at both every few milliseconds.
     LaneBuffer* buffer = nullptr;
     {
+      // Spin a little first, as the ZeroMQ channel does: the payload is usually right behind its header, and a
+      // sleep costs a wake-up.
+      const auto spin_until = std::min(deadline, Clock::now() + spin_);
+      while (Clock::now() < spin_until) {
+        std::lock_guard<std::mutex> lock(incoming_mutex_);
+        if (!incoming_[pending_->lane].empty() || broken_.load()) break;
+      }
       std::unique_lock<std::mutex> lock(incoming_mutex_);
       auto& queue = incoming_[pending_->lane];
       for (;;) {
@@ -251,12 +254,19 @@ class LanesChannel final : public Channel {
   std::string BoundEndpoint(std::string_view scheme) const override { return control_->BoundEndpoint(scheme); }
 
  private:
+  // A payload on its way out: the pool's buffer it was copied into, or the caller's memory until `returned`.
+  struct Outgoing {
+    const uint8_t* data = nullptr;
+    size_t size = 0;
+    LaneBuffer* buffer = nullptr;
+    std::function<void()> returned;
+  };
   struct Lane {
     explicit Lane(int lane_fd) : fd(lane_fd) {}
     int fd;
     std::mutex mutex;
     std::condition_variable wake;
-    std::deque<LaneBuffer*> outgoing;
+    std::deque<Outgoing> outgoing;
     bool stopping = false;
     std::thread sender;
     std::thread receiver;
@@ -273,26 +283,72 @@ class LanesChannel final : public Channel {
       broken_.store(true);
     }
     arrived_.notify_all();
+    // One lane lost is the session lost: a sender blocked on another lane gives its loan back now.
+    for (auto& lane : lanes_) shutdown(lane->fd, SHUT_RDWR);
+  }
+
+  bool SendVia(std::span<const uint8_t> header, std::span<const uint8_t> payload, std::function<void()> returned) {
+    if (broken_.load()) return false;
+    prefixed_.clear();
+    if (payload.size() < kLanePayloadBytes) {
+      prefixed_.push_back(kInlinePayload);
+      prefixed_.insert(prefixed_.end(), header.begin(), header.end());
+      return control_->Send(prefixed_, payload);
+    }
+    const size_t index = next_lane_;
+    next_lane_ = (next_lane_ + 1) % lanes_.size();
+    Outgoing item;
+    item.size = payload.size();
+    if (returned) {
+      item.data = payload.data();
+      item.returned = std::move(returned);
+    } else {
+      item.buffer = pool_->Take(payload.size());
+      std::memcpy(item.buffer->bytes.get(), payload.data(), payload.size());
+      item.data = item.buffer->bytes.get();
+    }
+    Lane& lane = *lanes_[index];
+    {
+      std::lock_guard<std::mutex> lock(lane.mutex);
+      lane.outgoing.push_back(std::move(item));
+    }
+    lane.wake.notify_one();
+    uint8_t prefix[kLanePrefixBytes];
+    prefix[0] = static_cast<uint8_t>(index + 1);
+    const uint64_t size = payload.size();
+    std::memcpy(prefix + 1, &size, sizeof(size));
+    prefixed_.assign(prefix, prefix + kLanePrefixBytes);
+    prefixed_.insert(prefixed_.end(), header.begin(), header.end());
+    return control_->Send(prefixed_, {});
+  }
+
+  void Finish(Outgoing& item) {
+    if (item.buffer != nullptr) pool_->Give(item.buffer);
+    item.buffer = nullptr;
+    if (item.returned) std::exchange(item.returned, nullptr)();
   }
 
   void SendLoop(size_t index) {
     Lane& lane = *lanes_[index];
     for (;;) {
-      LaneBuffer* buffer;
+      Outgoing item;
       {
         std::unique_lock<std::mutex> lock(lane.mutex);
         lane.wake.wait(lock, [&] { return lane.stopping || !lane.outgoing.empty(); });
         if (lane.stopping) return;
-        buffer = lane.outgoing.front();
+        if (broken_.load()) {
+          // Nothing more goes out: loans go back at once, not when the channel dies.
+          for (Outgoing& left : lane.outgoing) Finish(left);
+          lane.outgoing.clear();
+          continue;
+        }
+        item = std::move(lane.outgoing.front());
         lane.outgoing.pop_front();
       }
-      const uint64_t size = buffer->size;
-      const bool sent = WriteFully(lane.fd, &size, sizeof(size), buffer->bytes.get(), buffer->size);
-      pool_->Give(buffer);
-      if (!sent) {
-        Break();
-        return;
-      }
+      const uint64_t size = item.size;
+      const bool sent = WriteFully(lane.fd, &size, sizeof(size), item.data, item.size);
+      Finish(item);
+      if (!sent) Break();
     }
   }
 
@@ -317,6 +373,7 @@ class LanesChannel final : public Channel {
 
   std::shared_ptr<Channel> control_;
   const uint64_t largest_record_;
+  const std::chrono::microseconds spin_;
   std::shared_ptr<BufferPool> pool_ = std::make_shared<BufferPool>();
   std::vector<std::unique_ptr<Lane>> lanes_;
   size_t next_lane_ = 0;
