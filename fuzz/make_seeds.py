@@ -248,6 +248,24 @@ def shm_channel_seeds():
     }
 
 
+def lanes_channel_seeds():
+    def op(code, operand=b""):
+        return bytes([code]) + operand
+
+    def on_lane(lane, size):  # a control header naming lane `lane` (0-based) for a payload of `size` bytes
+        return bytes([lane + 1]) + struct.pack("<Q", size) + b"header"
+
+    record = struct.pack("<Q", 300) + b"p" * 300
+    return {
+        "inline": records(op(0, b"\x00header"), op(1, bytes([7]) + b"\x00header" + b"payload"), op(4), op(4)),
+        "lane": records(op(0, on_lane(0, 300)), op(2, record), op(4), op(0, on_lane(1, 300)), op(3, record[:100]),
+                        op(4), op(3, record[100:]), op(4)),
+        "mismatch": records(op(0, on_lane(1, 299)), op(3, record), op(4), op(0, on_lane(5, 1)), op(4)),
+        "sends": records(op(5, struct.pack("<I", 200000)), op(6, struct.pack("<I", 300000)), op(6, b"\x10"),
+                         op(2, struct.pack("<Q", 1 << 40)), op(4)),
+    }
+
+
 def dispatch_board_seeds():
     def op(code, operand=b""):
         return bytes([code]) + operand
@@ -332,6 +350,7 @@ def main():
     write("control_line_fuzzer", control_line_seeds())
     write("admin_fuzzer", admin_seeds())
     write("shm_channel_fuzzer", shm_channel_seeds())
+    write("lanes_channel_fuzzer", lanes_channel_seeds())
     write("dispatch_board_fuzzer", dispatch_board_seeds())
     write("quota_board_fuzzer", quota_board_seeds())
     write("ipc_registry_fuzzer", ipc_registry_seeds())

@@ -125,7 +125,8 @@ class LanesChannel final : public Channel {
         largest_record_(options.max_message_bytes > 0 ? static_cast<uint64_t>(options.max_message_bytes)
                                                       : kLargestRecord),
         spin_(std::chrono::microseconds(std::max(0, options.spin_microseconds))),
-        incoming_(fds.size()) {
+        incoming_(fds.size()),
+        queued_(new std::atomic<size_t>[fds.size()]()) {
     lanes_.reserve(fds.size());
     for (const int fd : fds) lanes_.push_back(std::make_unique<Lane>(fd));
     for (size_t index = 0; index < lanes_.size(); ++index) {
@@ -205,10 +206,11 @@ class LanesChannel final : public Channel {
     {
       // Spin a little first, as the ZeroMQ channel does: the payload is usually right behind its header, and a
       // sleep costs a wake-up.
+      // The spin reads a counter, not the queue: taking the queue's lock in a loop would hold up the lanes'
+      // receivers, which take it to deliver.
       const auto spin_until = std::min(deadline, Clock::now() + spin_);
-      while (Clock::now() < spin_until) {
-        std::lock_guard<std::mutex> lock(incoming_mutex_);
-        if (!incoming_[pending_->lane].empty() || broken_.load()) break;
+      while (queued_[pending_->lane].load(std::memory_order_acquire) == 0 && !broken_.load() &&
+             Clock::now() < spin_until) {
       }
       std::unique_lock<std::mutex> lock(incoming_mutex_);
       auto& queue = incoming_[pending_->lane];
@@ -225,6 +227,7 @@ class LanesChannel final : public Channel {
       }
       buffer = queue.front();
       queue.pop_front();
+      queued_[pending_->lane].fetch_sub(1, std::memory_order_relaxed);
     }
     awaited_lane_.store(-1);
     Pending pending = std::move(*pending_);
@@ -365,6 +368,7 @@ class LanesChannel final : public Channel {
       {
         std::lock_guard<std::mutex> lock(incoming_mutex_);
         incoming_[index].push_back(buffer);
+        queued_[index].fetch_add(1, std::memory_order_release);
       }
       arrived_.notify_all();
     }
@@ -382,6 +386,7 @@ class LanesChannel final : public Channel {
   std::mutex incoming_mutex_;
   std::condition_variable arrived_;  // a payload arrived on some lane, or a lane broke
   std::vector<std::deque<LaneBuffer*>> incoming_;
+  std::unique_ptr<std::atomic<size_t>[]> queued_;  // each lane's incoming_ size, for spinning without the lock
   std::atomic<bool> broken_{false};
   std::optional<Pending> pending_;      // a control message whose lane payload has not fully arrived
   std::atomic<int> awaited_lane_{-1};

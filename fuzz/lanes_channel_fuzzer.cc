@@ -1,0 +1,156 @@
+// The receive side of tcp lanes (transport/lanes/lanes_channel.cc) against a hostile peer, which controls both what
+// arrives on the ZeroMQ channel (every header's lane prefix) and every byte on the lanes (record lengths and
+// bodies). The harness plays that peer: two lanes are socket pairs whose far ends it writes, and the control
+// channel hands the channel whatever messages it queued. Each record of the input (fuzz_input.h) is one
+// operation, its first byte choosing which:
+//   0 queue a control message whose header is the record's bytes (no payload frame)
+//   1 queue one with a payload frame: the second byte says how many of the rest are header, the rest is payload
+//   2 write the record's bytes on lane 0's far end      3 the same on lane 1
+//   4 the channel receives (1 ms at most)
+//   5 the channel sends header "h" and a payload as long as the record's first four bytes say, modulo 1 MiB (lane
+//     payloads start at 128 KiB, longer than libFuzzer's inputs)      6 the same, loaned (its return is checked)
+// Then the far ends close (the peer is gone) and the channel is destroyed. What must never happen: a read outside
+// a buffer, a received payload over the limit or of another size than announced, a loan never returned, a hang.
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <algorithm>
+#include <deque>
+#include <string>
+#include <vector>
+
+#include "fuzz/fuzz_input.h"
+#include "transport/channel.h"
+#include "transport/lanes/lanes_channel.h"
+
+namespace {
+
+using namespace curelay::transport;
+
+// Each claimed record's buffer is allocated up to this: within libFuzzer's memory limit; the check is the same code.
+constexpr int kMaxMessageBytes = 4 << 20;
+
+// The ZeroMQ channel as the hostile peer fills it: messages in order, then a lost peer.
+class QueuedControl final : public Channel {
+ public:
+  struct Message {
+    std::vector<uint8_t> header;
+    std::vector<uint8_t> payload;
+  };
+  bool Send(std::span<const uint8_t>, std::span<const uint8_t>) override { return true; }
+  ReceiveStatus Receive(IncomingMessage& message, int) override {
+    if (queue_.empty()) return ended_ ? ReceiveStatus::kPeerLost : ReceiveStatus::kTimeout;
+    Message& next = queue_.front();
+    message.header = Owned(std::move(next.header));
+    if (!next.payload.empty()) message.payload = Owned(std::move(next.payload));
+    queue_.pop_front();
+    return ReceiveStatus::kMessage;
+  }
+  bool PeerLost() override { return ended_ && queue_.empty(); }
+  bool PeerSeen() override { return true; }
+  void AwaitActivity(int) override {}
+  std::string BoundEndpoint(std::string_view) const override { return {}; }
+
+  void Queue(Message message) { queue_.push_back(std::move(message)); }
+  static Frame Owned(std::vector<uint8_t> bytes) {
+    auto* owned = new std::vector<uint8_t>(std::move(bytes));
+    return Frame(*owned, owned, [](void* owner) { delete static_cast<std::vector<uint8_t>*>(owner); });
+  }
+  void End() { ended_ = true; }
+
+ private:
+  std::deque<Message> queue_;
+  bool ended_ = false;
+};
+
+// The far end's writes never block the harness: what does not fit now is dropped (a slow peer looks the same).
+void WriteSome(int fd, std::span<const uint8_t> bytes) {
+  if (!bytes.empty()) (void)!send(fd, bytes.data(), bytes.size(), MSG_DONTWAIT | MSG_NOSIGNAL);
+}
+
+// Reads what the channel sent to the far ends, so its senders are never stuck behind full socket buffers.
+void Drain(int fd) {
+  static uint8_t sink[1 << 16];
+  while (recv(fd, sink, sizeof(sink), MSG_DONTWAIT) > 0) {
+  }
+}
+
+}  // namespace
+
+extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
+  int lane0[2], lane1[2];
+  if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, lane0) != 0 ||
+      socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, lane1) != 0) {
+    std::perror("lanes_channel_fuzzer: socketpair");
+    std::abort();
+  }
+  auto control = std::make_shared<QueuedControl>();
+  ChannelOptions options;
+  options.spin_microseconds = 0;
+  options.max_message_bytes = kMaxMessageBytes;
+  std::unique_ptr<Channel> channel = MakeLanesChannel(control, {lane0[0], lane1[0]}, options);
+  const int far[2] = {lane0[1], lane1[1]};
+  // Atomic: lane threads give loans back.
+  std::atomic<int> lent{0}, returned{0};
+  curelay::fuzz::RecordReader reader(data, size);
+  while (!reader.done()) {
+    const auto record = reader.Next();
+    if (record.empty()) continue;
+    const auto operand = record.subspan(1);
+    switch (record[0] % 7) {
+      case 0:
+        control->Queue({{operand.begin(), operand.end()}, {}});
+        break;
+      case 1: {
+        const size_t header = operand.empty() ? 0 : std::min<size_t>(operand[0], operand.size() - 1);
+        const auto rest = operand.subspan(operand.empty() ? 0 : 1);
+        control->Queue({{rest.begin(), rest.begin() + header}, {rest.begin() + header, rest.end()}});
+        break;
+      }
+      case 2:
+      case 3:
+        WriteSome(far[record[0] % 7 - 2], operand);
+        break;
+      case 4: {
+        IncomingMessage message;
+        if (channel->Receive(message, 1) == ReceiveStatus::kMessage &&
+            message.payload.size() > static_cast<size_t>(kMaxMessageBytes)) {
+          std::fprintf(stderr, "lanes_channel_fuzzer: a payload of %zu bytes passed the limit\n", message.payload.size());
+          std::abort();
+        }
+        break;
+      }
+      case 5:
+      case 6: {
+        static const std::vector<uint8_t> kPayloadBytes(1 << 20, 0x5a);
+        uint32_t length = 0;
+        std::memcpy(&length, operand.data(), std::min(operand.size(), sizeof(length)));
+        const std::span<const uint8_t> payload(kPayloadBytes.data(), length % kPayloadBytes.size());
+        const std::span<const uint8_t> header(reinterpret_cast<const uint8_t*>("h"), 1);
+        if (record[0] % 7 == 5) {
+          channel->Send(header, payload);
+        } else {
+          lent.fetch_add(1);
+          channel->SendLoaned(header, payload, [&returned] { returned.fetch_add(1); });
+        }
+        break;
+      }
+    }
+    Drain(far[0]);
+    Drain(far[1]);
+  }
+  control->End();
+  close(far[0]);
+  close(far[1]);
+  channel.reset();
+  if (returned.load() != lent.load()) {
+    std::fprintf(stderr, "lanes_channel_fuzzer: %d of %d loans never came back\n", lent.load() - returned.load(),
+                 lent.load());
+    std::abort();
+  }
+  return 0;
+}
