@@ -237,6 +237,7 @@ bool Session::Attach() {
   }
   Outcome outcome;
   transport::AcceptedOffer accepted;
+  bool offer_accepted = false;  // taken before the shared-memory channel moves out of `accepted`
   if (attach->protocol_version() != wire::kProtocolVersion) {
     outcome.result = CUDA_ERROR_SYSTEM_DRIVER_MISMATCH;
   } else {
@@ -262,14 +263,15 @@ bool Session::Attach() {
       transport::ChannelOptions options = offer_options_;
       options.max_message_bytes = static_cast<int>(wire::kMaxPayloadBytes + wire::kMaxHeaderBytes);
       accepted = transport::AcceptOffer(bound_channel_, attach->offer()->str(), options, &error);
+      offer_accepted = accepted.accepted();
       shm_channel_ = std::move(accepted.channel);
-      if (!accepted.accepted()) spdlog::warn("offer \"{}\" refused, staying on the endpoint's channel: {}",
+      if (!offer_accepted) spdlog::warn("offer \"{}\" refused, staying on the endpoint's channel: {}",
                                              attach->offer()->str(), error);
     }
     CUmoduleLoadingMode loading_mode = CU_MODULE_EAGER_LOADING;
     if (driver_.cuModuleGetLoadingMode != nullptr) driver_.cuModuleGetLoadingMode(&loading_mode);
     outcome.body = wire::CreateAttachResult(builder_, version, count, builder_.CreateVector(texts),
-                                            accepted.accepted(), loading_mode,
+                                            offer_accepted, loading_mode,
                                             accepted.answer.empty() ? 0 : builder_.CreateString(accepted.answer))
                        .Union();
     outcome.body_type = wire::ReplyBody::AttachResult;
