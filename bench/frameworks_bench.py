@@ -7,6 +7,7 @@ training step (batch 64, 64x64). Each is warmed up, then timed over many iterati
 Then 256 MiB copies in both directions (pageable, pinned, pinned non_blocking) and a DataLoader with
 pin_memory=True and two worker processes feeding the conv net.
 """
+import sys
 import time
 
 import torch
@@ -132,8 +133,9 @@ def dataloader():
         batches = epoch() + epoch()
         print(f"METRIC dataloader_pinned_2workers_batch_ms {(time.perf_counter() - start) * 1000 / batches:.3f} ms",
               flush=True)
-    except Exception as error:  # reported, not hidden: the table shows the metric missing
+    except Exception as error:  # reported, not hidden: the table shows the metric missing, stderr the whole story
         print(f"INFO dataloader failed: {str(error).splitlines()[0]}", flush=True)
+        print(f"dataloader failure in full:\n{error}", file=sys.stderr, flush=True)
 
 
 if __name__ == "__main__":

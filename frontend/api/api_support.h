@@ -28,6 +28,27 @@ inline CUresult RequireContext(Client** client, const char* caller = __builtin_F
   return CUDA_ERROR_INVALID_CONTEXT;
 }
 
+// Work on an explicit stream belongs to the stream's context, whatever the calling thread has current (or none, as
+// on a library's helper thread): while this lives, requests name the stream's context. The legacy and per-thread
+// default streams, and handles this client does not know, leave the thread's own context in place.
+class StreamContextScope {
+ public:
+  StreamContextScope(Client& client, CUstream stream) {
+    if (stream == nullptr || stream == CU_STREAM_LEGACY || stream == CU_STREAM_PER_THREAD) return;
+    if (!client.streams.Contains(stream) || stream->context == nullptr) return;
+    ContextStack().push_back(stream->context);
+    pushed_ = true;
+  }
+  ~StreamContextScope() {
+    if (pushed_) ContextStack().pop_back();
+  }
+  StreamContextScope(const StreamContextScope&) = delete;
+  StreamContextScope& operator=(const StreamContextScope&) = delete;
+
+ private:
+  bool pushed_ = false;
+};
+
 inline CUresult RequireDevice(Client& client, CUdevice device) {
   return device >= 0 && device < static_cast<int>(client.devices().size()) ? CUDA_SUCCESS
                                                                            : CUDA_ERROR_INVALID_DEVICE;

@@ -1,4 +1,6 @@
-// Events. Create, record and destroy are posted; synchronize, query and elapsed time wait for the executor.
+// Events. Create, record and destroy are posted; synchronize, query and elapsed time wait for the executor. An event
+// belongs to the context it was created in, so only creation needs a current context; recording on an explicit
+// stream acts in the stream's context.
 #include "frontend/api/api_support.h"
 
 using namespace curelay;
@@ -36,6 +38,7 @@ CUresult cuEventCreate(CUevent* result_event, unsigned int flags) {
 CUresult cuEventRecordWithFlags(CUevent event, CUstream stream, unsigned int flags) {
   Client* client;
   CURELAY_RETURN_IF_ERROR(RequireEvent(&client, event));
+  const StreamContextScope in_stream_context(*client, stream);
   CURELAY_RETURN_IF_ERROR(RequireContext(&client));
   uint64_t wire_stream = 0;
   CURELAY_RETURN_IF_ERROR(WireStream(*client, stream, &wire_stream));
@@ -49,7 +52,6 @@ CUresult cuEventRecord(CUevent event, CUstream stream) { return cuEventRecordWit
 CUresult cuEventSynchronize(CUevent event) {
   Client* client;
   CURELAY_RETURN_IF_ERROR(RequireEvent(&client, event));
-  CURELAY_RETURN_IF_ERROR(RequireContext(&client));
   auto& builder = Builder();
   const auto call = wire::CreateEventSynchronize(builder, event->id).Union();
   return client->Call(builder, wire::Call::EventSynchronize, call, {}, nullptr);
@@ -58,7 +60,6 @@ CUresult cuEventSynchronize(CUevent event) {
 CUresult cuEventQuery(CUevent event) {
   Client* client;
   CURELAY_RETURN_IF_ERROR(RequireEvent(&client, event));
-  CURELAY_RETURN_IF_ERROR(RequireContext(&client));
   auto& builder = Builder();
   const auto call = wire::CreateEventQuery(builder, event->id).Union();
   return client->Call(builder, wire::Call::EventQuery, call, {}, nullptr);
@@ -69,7 +70,6 @@ CUresult cuEventElapsedTime(float* milliseconds, CUevent start, CUevent end) {
   if (milliseconds == nullptr) return CUDA_ERROR_INVALID_VALUE;
   CURELAY_RETURN_IF_ERROR(RequireEvent(&client, start));
   CURELAY_RETURN_IF_ERROR(RequireEvent(&client, end));
-  CURELAY_RETURN_IF_ERROR(RequireContext(&client));
   auto& builder = Builder();
   const auto call = wire::CreateEventElapsedTime(builder, start->id, end->id).Union();
   ReplyMessage reply;

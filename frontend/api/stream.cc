@@ -36,6 +36,8 @@ CUresult CreateStream(CUstream* result_stream, unsigned int flags, int priority)
 template <typename MakeCall>
 CUresult WaitOnStream(CUstream stream, wire::Call type, MakeCall make_call) {
   Client* client;
+  CURELAY_RETURN_IF_ERROR(RequireClient(&client));
+  const StreamContextScope in_stream_context(*client, stream);
   CURELAY_RETURN_IF_ERROR(RequireContext(&client));
   uint64_t wire_stream = 0;
   CURELAY_RETURN_IF_ERROR(WireStream(*client, stream, &wire_stream));
@@ -89,6 +91,8 @@ CUresult cuStreamQuery(CUstream stream) {
 
 CUresult cuStreamWaitEvent(CUstream stream, CUevent event, unsigned int flags) {
   Client* client;
+  CURELAY_RETURN_IF_ERROR(RequireClient(&client));
+  const StreamContextScope in_stream_context(*client, stream);
   CURELAY_RETURN_IF_ERROR(RequireContext(&client));
   uint64_t wire_stream = 0;
   CURELAY_RETURN_IF_ERROR(WireStream(*client, stream, &wire_stream));

@@ -83,6 +83,52 @@ TEST_F(ContextEventTest, RecordedEventCoversTheContextsWork) {
   ASSERT_CU(cuEventDestroy(event));
 }
 
+// Events and explicit streams carry their context: a thread with none current (a library's helper thread, such as
+// PyTorch's pin-memory thread polling the events of its pinned blocks) queries, synchronizes, records and destroys
+// them as the driver lets it. The default streams still need the thread's own context.
+TEST_F(ContextEventTest, EventsAndStreamsServeAThreadWithoutAContext) {
+  CUevent started = nullptr, finished = nullptr, doomed = nullptr;
+  ASSERT_CU(cuEventCreate(&started, 0));
+  ASSERT_CU(cuEventCreate(&finished, 0));
+  ASSERT_CU(cuEventCreate(&doomed, CU_EVENT_DISABLE_TIMING));
+  ASSERT_CU(cuEventRecord(started, stream_));
+  ASSERT_CU(Busy(stream_, 500ms));
+  ASSERT_CU(cuEventRecord(finished, stream_));
+
+  CUresult query = CUDA_ERROR_UNKNOWN, stream_query = CUDA_ERROR_UNKNOWN, synchronize = CUDA_ERROR_UNKNOWN;
+  CUresult stream_synchronize = CUDA_ERROR_UNKNOWN, record = CUDA_ERROR_UNKNOWN, wait = CUDA_ERROR_UNKNOWN;
+  CUresult elapsed = CUDA_ERROR_UNKNOWN, destroy = CUDA_ERROR_UNKNOWN, default_stream = CUDA_ERROR_UNKNOWN;
+  CUcontext current = reinterpret_cast<CUcontext>(0x1);
+  float milliseconds = 0;
+  std::thread([&] {
+    cuCtxGetCurrent(&current);
+    query = cuEventQuery(finished);
+    stream_query = cuStreamQuery(stream_);
+    synchronize = cuEventSynchronize(finished);
+    stream_synchronize = cuStreamSynchronize(stream_);
+    record = cuEventRecord(doomed, stream_);
+    wait = cuStreamWaitEvent(stream_, doomed, 0);
+    elapsed = cuEventElapsedTime(&milliseconds, started, finished);
+    destroy = cuEventDestroy(doomed);
+    default_stream = cuStreamSynchronize(nullptr);
+  }).join();
+  EXPECT_EQ(current, nullptr);
+  EXPECT_EQ(query, CUDA_ERROR_NOT_READY);
+  EXPECT_EQ(stream_query, CUDA_ERROR_NOT_READY);
+  EXPECT_EQ(synchronize, CUDA_SUCCESS);
+  EXPECT_EQ(stream_synchronize, CUDA_SUCCESS);
+  EXPECT_EQ(record, CUDA_SUCCESS);
+  EXPECT_EQ(wait, CUDA_SUCCESS);
+  EXPECT_EQ(elapsed, CUDA_SUCCESS);
+  EXPECT_GE(milliseconds, 400.0f);
+  EXPECT_EQ(destroy, CUDA_SUCCESS);
+  EXPECT_EQ(default_stream, CUDA_ERROR_INVALID_CONTEXT);
+  // Nothing the thread posted failed later: the next synchronizing call has no error to report.
+  EXPECT_EQ(cuCtxSynchronize(), CUDA_SUCCESS);
+  ASSERT_CU(cuEventDestroy(started));
+  ASSERT_CU(cuEventDestroy(finished));
+}
+
 // Device 0's context waits for work of device 1: its later work finishes only after that work has.
 TEST_F(ContextEventTest, WaitingContextRunsAfterAnotherDevicesWork) {
   KeepOtherDeviceBusy(1s);

@@ -8,6 +8,7 @@ digests (SHA-256 of the result tensors' bytes) must match exactly.
 import hashlib
 import os
 import sys
+import threading
 
 os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
 import torch  # noqa: E402
@@ -186,6 +187,32 @@ def _add_one_in_child(inbox, outbox):
         outbox.put(f"child {type(e).__name__}: {e}")
 
 
+def case_pinned_block_reused_by_a_helper_thread():
+    # The caching host allocator keeps an event for a pinned block freed while a copy from it may still run, and
+    # queries it when a block is wanted again. A thread that never made a CUDA context current (as DataLoader's
+    # pin-memory thread may not have) then asks about an event of the main thread's context: the driver answers
+    # that without a current context (over tcp:// this once failed with "invalid device context").
+    seeded()
+    device = torch.empty(1 << 22, device=DEV)
+    source = torch.randn(1 << 22).pin_memory()
+    device.copy_(source, non_blocking=True)
+    del source
+    outcome = []
+
+    def helper():
+        try:
+            again = torch.randn(1 << 22).pin_memory()
+            outcome.append(f"pinned={again.is_pinned()}")
+        except Exception as e:  # reported in the digest line, so native and curelay differ
+            outcome.append(f"{type(e).__name__}: {str(e).splitlines()[0]}")
+
+    thread = threading.Thread(target=helper)
+    thread.start()
+    thread.join()
+    torch.cuda.synchronize()
+    return f"helper {outcome} {digest(device)}"
+
+
 def case_multiprocessing_shared_tensor():
     # torch.multiprocessing hands a CUDA tensor to another process through CUDA IPC (memory and event handles): the
     # child writes the parent's memory in place.
@@ -204,7 +231,7 @@ def case_multiprocessing_shared_tensor():
 CASES = [case_device, case_transformer_train_bf16_adamw, case_convnet_batchnorm_train,
          case_scaled_dot_product_attention, case_synchronize_and_pinned_copies, case_cuda_graph_capture_replay,
          case_inference_loop, case_memory_stats, case_dataloader_pinned_workers,
-         case_multiprocessing_shared_tensor]
+         case_pinned_block_reused_by_a_helper_thread, case_multiprocessing_shared_tensor]
 
 
 def main():
