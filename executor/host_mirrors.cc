@@ -90,13 +90,14 @@ bool HostMirrors::SendChangesLocked(transport::Channel& channel) {
 }
 
 bool HostMirrors::SendWithChanges(transport::Channel& channel, std::span<const uint8_t> header,
-                                  std::span<const uint8_t> payload, std::function<void()> returned) {
+                                  std::span<const uint8_t> payload, std::function<void()> returned,
+                                  uint64_t placement_key) {
   std::lock_guard<std::mutex> lock(mutex_);
   if (active_ != 0 && !SendChangesLocked(channel)) {
     if (returned) returned();
     return false;
   }
-  if (returned) return channel.SendLoaned(header, payload, std::move(returned));
+  if (returned) return channel.SendLoaned(header, payload, std::move(returned), placement_key);
   return channel.Send(header, payload);
 }
 

@@ -31,9 +31,11 @@ class HostMirrors {
   // Applies the client's changes; every mirror it names takes part in coherence from now on. False if malformed.
   bool Apply(const wire::MirrorUpdate& update, std::span<const uint8_t> payload);
   // Sends what changed in the active mirrors (as sequence-0 replies), then this message; with `returned`, its
-  // payload is loaned to the channel (Channel::SendLoaned), and `returned` runs in every case.
+  // payload is loaned to the channel (Channel::SendLoaned, under `placement_key`), and `returned` runs in every
+  // case.
   bool SendWithChanges(transport::Channel& channel, std::span<const uint8_t> header,
-                       std::span<const uint8_t> payload, std::function<void()> returned = {});
+                       std::span<const uint8_t> payload, std::function<void()> returned = {},
+                       uint64_t placement_key = 0);
   void ReleaseAll();
 
  private:

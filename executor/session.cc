@@ -355,9 +355,11 @@ bool Session::SendReply(uint64_t sequence, const Outcome& outcome, flatbuffers::
                         std::function<void()> returned) {
   const auto reply = wire::CreateReply(builder, sequence, outcome.result, outcome.body_type, outcome.body);
   builder.Finish(reply);
-  // A remote client's mirrors are brought up to date before every answer (a synchronize's above all).
+  // A remote client's mirrors are brought up to date before every answer (a synchronize's above all). A loaned
+  // payload is a device-to-host chunk: its placement key is the request's sequence number, under which the client
+  // may have asked for it to land in place (Channel::ExpectPayload).
   const bool sent = host_mirrors_->SendWithChanges(*channel_, {builder.GetBufferPointer(), builder.GetSize()},
-                                                   outcome.payload, std::move(returned));
+                                                   outcome.payload, std::move(returned), sequence);
   if (!fatal_fault_reported_ && IsStickyFault(outcome.result)) {
     fatal_fault_reported_ = true;
     spdlog::warn("the session's context took a fatal fault ({})", static_cast<int>(outcome.result));

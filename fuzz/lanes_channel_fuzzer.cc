@@ -1,7 +1,7 @@
 // The receive side of tcp lanes (transport/lanes/lanes_channel.cc) against a hostile peer, which controls both what
-// arrives on the ZeroMQ channel (every header's lane prefix) and every byte on the lanes (record lengths and
-// bodies). The harness plays that peer: two lanes are socket pairs whose far ends it writes, and the control
-// channel hands the channel whatever messages it queued. Each record of the input (fuzz_input.h) is one
+// arrives on the ZeroMQ channel (every header's lane prefix) and every byte on the lanes (record lengths, placement
+// keys and bodies). The harness plays that peer: two lanes are socket pairs whose far ends it writes, and the
+// control channel hands the channel whatever messages it queued. Each record of the input (fuzz_input.h) is one
 // operation, its first byte choosing which:
 //   0 queue a control message whose header is the record's bytes (no payload frame)
 //   1 queue one with a payload frame: the second byte says how many of the rest are header, the rest is payload
@@ -9,8 +9,12 @@
 //   4 the channel receives (1 ms at most)
 //   5 the channel sends header "h" and a payload as long as the record's first four bytes say, modulo 1 MiB (lane
 //     payloads start at 128 KiB, longer than libFuzzer's inputs)      6 the same, loaned (its return is checked)
-// Then the far ends close (the peer is gone) and the channel is destroyed. What must never happen: a read outside
-// a buffer, a received payload over the limit or of another size than announced, a loan never returned, a hang.
+//   7 the receiver expects a payload in place: the second byte is its key, the next four its size (modulo 1 MiB)
+//   8 the receiver forgets the key in the second byte (and the harness frees that destination at once)
+// Then the receiver forgets every placement, the far ends close (the peer is gone) and the channel is destroyed.
+// What must never happen: a read or write outside a buffer (a destination written after it was forgotten and
+// freed shows as a use after free), a received payload over the limit or of another size than announced, a
+// placed payload that is not exactly its destination, a loan never returned, a hang.
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -20,6 +24,7 @@
 #include <cstring>
 #include <algorithm>
 #include <deque>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -88,6 +93,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     std::perror("lanes_channel_fuzzer: socketpair");
     std::abort();
   }
+  std::map<uint8_t, std::vector<uint8_t>> destinations;  // by placement key; outlives the channel
   auto control = std::make_shared<QueuedControl>();
   ChannelOptions options;
   options.spin_microseconds = 0;
@@ -101,7 +107,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     const auto record = reader.Next();
     if (record.empty()) continue;
     const auto operand = record.subspan(1);
-    switch (record[0] % 7) {
+    switch (record[0] % 9) {
       case 0:
         control->Queue({{operand.begin(), operand.end()}, {}});
         break;
@@ -113,14 +119,23 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       }
       case 2:
       case 3:
-        WriteSome(far[record[0] % 7 - 2], operand);
+        WriteSome(far[record[0] % 9 - 2], operand);
         break;
       case 4: {
         IncomingMessage message;
-        if (channel->Receive(message, 1) == ReceiveStatus::kMessage &&
-            message.payload.size() > static_cast<size_t>(kMaxMessageBytes)) {
+        if (channel->Receive(message, 1) != ReceiveStatus::kMessage) break;
+        if (message.payload.size() > static_cast<size_t>(kMaxMessageBytes)) {
           std::fprintf(stderr, "lanes_channel_fuzzer: a payload of %zu bytes passed the limit\n", message.payload.size());
           std::abort();
+        }
+        for (const auto& [key, destination] : destinations) {
+          const uint8_t* start = destination.data();
+          const uint8_t* at = message.payload.data();
+          if (at != nullptr && at >= start && at < start + destination.size() &&
+              (at != start || message.payload.size() != destination.size())) {
+            std::fprintf(stderr, "lanes_channel_fuzzer: a placed payload is not its destination\n");
+            std::abort();
+          }
         }
         break;
       }
@@ -131,18 +146,36 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
         std::memcpy(&length, operand.data(), std::min(operand.size(), sizeof(length)));
         const std::span<const uint8_t> payload(kPayloadBytes.data(), length % kPayloadBytes.size());
         const std::span<const uint8_t> header(reinterpret_cast<const uint8_t*>("h"), 1);
-        if (record[0] % 7 == 5) {
+        if (record[0] % 9 == 5) {
           channel->Send(header, payload);
         } else {
           lent.fetch_add(1);
-          channel->SendLoaned(header, payload, [&returned] { returned.fetch_add(1); });
+          channel->SendLoaned(header, payload, [&returned] { returned.fetch_add(1); }, length & 0xff);
         }
         break;
       }
+      case 7: {
+        if (operand.empty()) break;
+        const uint8_t key = operand[0];
+        uint32_t length = 0;
+        std::memcpy(&length, operand.data() + 1, std::min(operand.size() - 1, sizeof(length)));
+        channel->ForgetPayload(key);  // before its old destination goes
+        auto& destination = destinations[key];
+        destination.assign(length % (1 << 20), 0);
+        channel->ExpectPayload(key, destination.data(), destination.size());
+        break;
+      }
+      case 8:
+        if (operand.empty()) break;
+        channel->ForgetPayload(operand[0]);
+        destinations.erase(operand[0]);
+        break;
     }
     Drain(far[0]);
     Drain(far[1]);
   }
+  channel->ForgetAllPayloads();
+  destinations.clear();
   control->End();
   close(far[0]);
   close(far[1]);

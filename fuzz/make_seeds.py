@@ -255,7 +255,11 @@ def lanes_channel_seeds():
     def on_lane(lane, size):  # a control header naming lane `lane` (0-based) for a payload of `size` bytes
         return bytes([lane + 1]) + struct.pack("<Q", size) + b"header"
 
-    record = struct.pack("<Q", 300) + b"p" * 300
+    def lane_record(size, key=0, body=None):  # a lane record: its length, placement key and bytes
+        return struct.pack("<QQ", size, key) + (b"p" * size if body is None else body)
+
+    record = lane_record(300)
+    placed = lane_record(200000, 3, b"q" * 1000)  # a placed payload whose bytes stop short: mid-write at the end
     return {
         "inline": records(op(0, b"\x00header"), op(1, bytes([7]) + b"\x00header" + b"payload"), op(4), op(4)),
         "lane": records(op(0, on_lane(0, 300)), op(2, record), op(4), op(0, on_lane(1, 300)), op(3, record[:100]),
@@ -263,6 +267,9 @@ def lanes_channel_seeds():
         "mismatch": records(op(0, on_lane(1, 299)), op(3, record), op(4), op(0, on_lane(5, 1)), op(4)),
         "sends": records(op(5, struct.pack("<I", 200000)), op(6, struct.pack("<I", 300000)), op(6, b"\x10"),
                          op(2, struct.pack("<Q", 1 << 40)), op(4)),
+        "placed": records(op(7, bytes([3]) + struct.pack("<I", 200000)), op(0, on_lane(0, 200000)), op(2, placed),
+                          op(4), op(7, bytes([4]) + struct.pack("<I", 131072)), op(8, bytes([4])),
+                          op(3, lane_record(131072, 4, b"r" * 500)), op(4)),
     }
 
 

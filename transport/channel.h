@@ -28,12 +28,28 @@ class Channel {
   virtual bool Send(std::span<const uint8_t> header, std::span<const uint8_t> payload) = 0;
   // Like Send, but the channel may go on reading `payload` after it returns, until it calls `returned` (exactly
   // once, from any thread, also when the message is never sent). Channels that copy the payload call it at once.
+  // `placement_key` names the payload for a peer that asked for it to land in place (ExpectPayload); 0: none.
   virtual bool SendLoaned(std::span<const uint8_t> header, std::span<const uint8_t> payload,
-                          std::function<void()> returned) {
+                          std::function<void()> returned, uint64_t placement_key) {
+    (void)placement_key;
     const bool sent = Send(header, payload);
     returned();
     return sent;
   }
+  // Receiving side: the payload the peer will send under `key` (non-zero) belongs at `destination` (exactly
+  // `bytes` long). A channel that can receive it there does, and the message's payload frame then points at
+  // `destination` itself, so the caller has nothing to copy; others ignore this. Called before the request that
+  // causes the payload goes out. Unlike the calls above, these three may be called from any thread at any time.
+  virtual void ExpectPayload(uint64_t key, uint8_t* destination, size_t bytes) {
+    (void)key;
+    (void)destination;
+    (void)bytes;
+  }
+  // Withdraws an ExpectPayload whose payload did not come in place (an error reply, a payload small enough to
+  // travel inline). On return nothing writes to its destination any more.
+  virtual void ForgetPayload(uint64_t key) { (void)key; }
+  // Withdraws every ExpectPayload (the session broke: the application may free those buffers next).
+  virtual void ForgetAllPayloads() {}
   // timeout_ms < 0 waits until a message arrives or the peer is lost.
   virtual ReceiveStatus Receive(IncomingMessage& message, int timeout_ms) = 0;
   // True once the peer has gone (process exit, closed connection). Final.

@@ -10,9 +10,9 @@ bool SerializedChannel::Send(std::span<const uint8_t> header, std::span<const ui
 }
 
 bool SerializedChannel::SendLoaned(std::span<const uint8_t> header, std::span<const uint8_t> payload,
-                                   std::function<void()> returned) {
+                                   std::function<void()> returned, uint64_t placement_key) {
   std::lock_guard<std::mutex> lock(mutex_);
-  return inner_->SendLoaned(header, payload, std::move(returned));
+  return inner_->SendLoaned(header, payload, std::move(returned), placement_key);
 }
 
 ReceiveStatus SerializedChannel::Receive(IncomingMessage& message, int timeout_ms) {

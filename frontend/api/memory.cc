@@ -227,7 +227,10 @@ CUresult CopyDeviceToHost(void* dst, CUdeviceptr src, size_t bytes, CUstream str
     const CUresult result = pipeline.Receive(&reply);
     const size_t expected = std::min(wire::kCopyChunkBytes, bytes - received);
     if (result == CUDA_SUCCESS && reply.message.payload.size() == expected) {
-      CopyToApplication(bytes_out + received, reply.message.payload.data(), expected);
+      // Over tcp lanes the payload may have landed in place already (the frame then points at it).
+      if (reply.message.payload.data() != bytes_out + received) {
+        CopyToApplication(bytes_out + received, reply.message.payload.data(), expected);
+      }
     } else if (first_error == CUDA_SUCCESS) {
       first_error = result != CUDA_SUCCESS ? result : CUDA_ERROR_UNKNOWN;
     }
@@ -238,7 +241,7 @@ CUresult CopyDeviceToHost(void* dst, CUdeviceptr src, size_t bytes, CUstream str
     const size_t chunk = std::min(wire::kCopyChunkBytes, bytes - offset);
     auto& builder = Builder();
     const auto call = wire::CreateMemcpyDtoH(builder, src + offset, chunk, wire_stream, async).Union();
-    if (!pipeline.Send(builder, wire::Call::MemcpyDtoH, call, {})) break;
+    if (!pipeline.Send(builder, wire::Call::MemcpyDtoH, call, {}, bytes_out + offset, chunk)) break;
   }
   while (pipeline.outstanding() > 0 && client->broken_result() == CUDA_SUCCESS) receive_one();
   return first_error != CUDA_SUCCESS ? first_error : client->broken_result();

@@ -317,7 +317,8 @@ bool Client::SendMirrorChanges() {
 }
 
 CUresult Client::Send(flatbuffers::FlatBufferBuilder& builder, wire::Call type, flatbuffers::Offset<void> call,
-                      std::span<const uint8_t> payload, Waiter* waiter, uint64_t* sequence) {
+                      std::span<const uint8_t> payload, Waiter* waiter, uint64_t* sequence, uint8_t* place_at,
+                      size_t place_bytes) {
   std::lock_guard<std::mutex> send_lock(send_mutex_);
   if (const CUresult broken = broken_.load(); broken != CUDA_SUCCESS) return broken;
   if (host_mirrors.any_active() && CallReachesMappedMemory(type) && !SendMirrorChanges()) {
@@ -334,6 +335,7 @@ CUresult Client::Send(flatbuffers::FlatBufferBuilder& builder, wire::Call type, 
     waiters_[*sequence] = waiter;
     if (waiter->destination != nullptr) ++outstanding_deliveries_;
   }
+  if (place_at != nullptr) channel_->ExpectPayload(*sequence, place_at, place_bytes);
   bool sent;
   if (channel_->FullDuplex()) {
     sent = channel_->Send({builder.GetBufferPointer(), builder.GetSize()}, payload);
@@ -362,11 +364,11 @@ bool Client::Dispatch(transport::IncomingMessage& message, const wire::Reply& re
   if (owner->destination != nullptr) {
     CUresult result = static_cast<CUresult>(reply.result());
     if (result == CUDA_SUCCESS && message.payload.size() != owner->bytes) result = CUDA_ERROR_UNKNOWN;
-    if (result == CUDA_SUCCESS) {
-      lock.unlock();
-      CopyToApplication(owner->destination, message.payload.data(), owner->bytes);
-      lock.lock();
-    } else {
+    lock.unlock();
+    const bool placed = TakePlacement(reply.sequence(), message.payload, owner->destination);
+    if (result == CUDA_SUCCESS && !placed) CopyToApplication(owner->destination, message.payload.data(), owner->bytes);
+    lock.lock();
+    if (result != CUDA_SUCCESS) {
       CUresult expected = CUDA_SUCCESS;
       async_error_.compare_exchange_strong(expected, result);
     }
@@ -444,8 +446,9 @@ CUresult Client::PostDelivery(flatbuffers::FlatBufferBuilder& builder, wire::Cal
   waiter->destination = destination;
   waiter->bytes = bytes;
   uint64_t sequence = 0;
-  const CUresult result = Send(builder, type, call, {}, waiter, &sequence);
+  const CUresult result = Send(builder, type, call, {}, waiter, &sequence, destination, bytes);
   if (result != CUDA_SUCCESS) {
+    if (sequence != 0) channel_->ForgetPayload(sequence);
     std::lock_guard<std::mutex> lock(reply_mutex_);
     if (waiters_.erase(sequence) != 0) {  // not already released by Break
       --outstanding_deliveries_;
@@ -505,12 +508,21 @@ CUresult Client::Post(flatbuffers::FlatBufferBuilder& builder, wire::Call type, 
   return Send(builder, type, call, payload, nullptr, &sequence);
 }
 
+bool Client::TakePlacement(uint64_t sequence, const transport::Frame& payload, const uint8_t* place_at) {
+  if (payload.data() == place_at && !payload.empty()) return true;
+  channel_->ForgetPayload(sequence);
+  return false;
+}
+
 CUresult Client::Break(const char* why) {
   CUresult expected = CUDA_SUCCESS;
   if (broken_.compare_exchange_strong(expected, CUDA_ERROR_DEVICE_UNAVAILABLE)) {
     Log().error("{} ({}): every further CUDA call of this process fails with CUDA_ERROR_DEVICE_UNAVAILABLE", why,
                 executor_endpoint_);
   }
+  // The callers are released below and may free the buffers their payloads were to land in: nothing may write
+  // there any more.
+  if (channel_ != nullptr) channel_->ForgetAllPayloads();
   // Nobody will answer the callers still waiting: release them all with the session's error.
   std::lock_guard<std::mutex> lock(reply_mutex_);
   for (auto& [sequence, waiter] : waiters_) {
@@ -534,10 +546,14 @@ Client::Pipeline::~Pipeline() {
 }
 
 bool Client::Pipeline::Send(flatbuffers::FlatBufferBuilder& builder, wire::Call type,
-                            flatbuffers::Offset<void> call, std::span<const uint8_t> payload) {
+                            flatbuffers::Offset<void> call, std::span<const uint8_t> payload, uint8_t* place_at,
+                            size_t place_bytes) {
   auto slot = std::make_unique<Slot>();
   slot->waiter.reply = &slot->reply;
-  if (client_.Send(builder, type, call, payload, &slot->waiter, &slot->sequence) != CUDA_SUCCESS) {
+  slot->place_at = place_at;
+  if (client_.Send(builder, type, call, payload, &slot->waiter, &slot->sequence, place_at, place_bytes) !=
+      CUDA_SUCCESS) {
+    if (place_at != nullptr && slot->sequence != 0) client_.channel_->ForgetPayload(slot->sequence);
     std::lock_guard<std::mutex> lock(client_.reply_mutex_);
     client_.waiters_.erase(slot->sequence);
     return false;
@@ -551,6 +567,9 @@ CUresult Client::Pipeline::Receive(ReplyMessage* reply) {
   Slot& slot = *pending_[next_++];
   const CUresult result = client_.Wait(slot.sequence, slot.waiter);
   *reply = std::move(slot.reply);
+  // A placed payload's frame points at place_at (the caller sees that and copies nothing); any other outcome
+  // withdraws the placement before the caller may reuse the memory.
+  if (slot.place_at != nullptr) client_.TakePlacement(slot.sequence, reply->message.payload, slot.place_at);
   return result;
 }
 

@@ -104,9 +104,11 @@ class Client {
    public:
     explicit Pipeline(Client& client) : client_(client) {}
     ~Pipeline();
-    // Sends a request that wants a reply; false if the session is broken.
+    // Sends a request that wants a reply; false if the session is broken. With `place_at`, the reply's payload
+    // (exactly `place_bytes`) may arrive there already (Channel::ExpectPayload): the reply's payload frame then
+    // points at `place_at` and there is nothing to copy.
     bool Send(flatbuffers::FlatBufferBuilder& builder, wire::Call type, flatbuffers::Offset<void> call,
-              std::span<const uint8_t> payload);
+              std::span<const uint8_t> payload, uint8_t* place_at = nullptr, size_t place_bytes = 0);
     // Receives the oldest outstanding reply.
     CUresult Receive(ReplyMessage* reply);
     size_t outstanding() const { return pending_.size() - next_; }
@@ -116,6 +118,7 @@ class Client {
       Waiter waiter;
       ReplyMessage reply;
       uint64_t sequence = 0;
+      uint8_t* place_at = nullptr;
     };
     Client& client_;
     std::vector<std::unique_ptr<Slot>> pending_;
@@ -162,9 +165,14 @@ class Client {
   CUresult Connect();
   uint64_t FinishRequest(flatbuffers::FlatBufferBuilder& builder, wire::Call type,
                          flatbuffers::Offset<void> call, bool wants_reply);
-  // Sends one request; when `waiter` is given, it is registered for the reply before the request leaves.
+  // Sends one request; when `waiter` is given, it is registered for the reply before the request leaves. With
+  // `place_at`, the channel is asked to receive the reply's payload there (Channel::ExpectPayload).
   CUresult Send(flatbuffers::FlatBufferBuilder& builder, wire::Call type, flatbuffers::Offset<void> call,
-                std::span<const uint8_t> payload, Waiter* waiter, uint64_t* sequence);
+                std::span<const uint8_t> payload, Waiter* waiter, uint64_t* sequence, uint8_t* place_at = nullptr,
+                size_t place_bytes = 0);
+  // After a reply whose payload was to be placed at `place_at`: true if it was (nothing to copy); otherwise the
+  // channel forgets the placement, so nothing writes there any more.
+  bool TakePlacement(uint64_t sequence, const transport::Frame& payload, const uint8_t* place_at);
   // Waits for `waiter`'s reply. Whichever waiting thread gets there first reads the channel and hands each reply
   // to its waiter, so no thread holds the channel while it waits for the GPU.
   CUresult Wait(uint64_t sequence, Waiter& waiter);

@@ -1,13 +1,15 @@
 // tcp lanes (transport/lanes/): the offer, the handshake over real loopback sockets, payloads large and small in
-// order both ways, a connection without the secret, and a peer that goes away.
+// order both ways, a connection without the secret, a peer that goes away, and payloads received in place.
 #include <arpa/inet.h>
 #include <gtest/gtest.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <cstring>
 #include <future>
 #include <thread>
 #include <string>
@@ -196,7 +198,7 @@ TEST(LanesChannelTest, ALoanedPayloadIsSentFromTheCallersMemoryAndReturned) {
   std::atomic<int> returned{0};
   for (int i = 0; i < kLoans; ++i) {
     ASSERT_TRUE(session.executor->SendLoaned(Bytes("loan " + std::to_string(i)), Bytes(loaned[i]),
-                                             [&returned] { returned.fetch_add(1); }));
+                                             [&returned] { returned.fetch_add(1); }, 0));
   }
   for (int i = 0; i < kLoans; ++i) {
     IncomingMessage message;
@@ -223,7 +225,7 @@ TEST(LanesChannelTest, LoansComeBackWhenThePeerIsGone) {
   std::atomic<int> returned{0};
   int offered = 0;
   for (int i = 0; i < 32; ++i, ++offered) {
-    if (!session.executor->SendLoaned(Bytes("x"), Bytes(big), [&returned] { returned.fetch_add(1); })) {
+    if (!session.executor->SendLoaned(Bytes("x"), Bytes(big), [&returned] { returned.fetch_add(1); }, 0)) {
       ++offered;
       break;
     }
@@ -235,6 +237,96 @@ TEST(LanesChannelTest, LoansComeBackWhenThePeerIsGone) {
   EXPECT_EQ(returned.load(), offered);
   session.executor.reset();
   EXPECT_EQ(returned.load(), offered);
+}
+
+// Sends `payload` from the executor as a loan under `key` and returns the message the client receives.
+IncomingMessage SendKeyed(Session& session, const std::string& header, const std::string& payload, uint64_t key) {
+  EXPECT_TRUE(session.executor->SendLoaned(Bytes(header), Bytes(payload), [] {}, key));
+  IncomingMessage message;
+  EXPECT_EQ(session.client->Receive(message, 5000), ReceiveStatus::kMessage) << header;
+  EXPECT_EQ(Text(message.header.bytes()), header);
+  return message;
+}
+
+TEST(LanesChannelTest, AnExpectedPayloadLandsInPlace) {
+  std::string executor_error, client_error;
+  Session session = Connect(4, &executor_error, &client_error);
+  ASSERT_NE(session.client, nullptr) << client_error;
+  // Several at once, on every lane, as a pipelined device-to-host copy asks for them.
+  constexpr int kChunks = 9;
+  constexpr size_t kChunk = size_t{1} << 20;
+  std::vector<uint8_t> destination(kChunks * kChunk, 0);
+  std::vector<std::string> payloads;
+  for (int i = 0; i < kChunks; ++i) {
+    payloads.push_back(Payload(i, kChunk));
+    session.client->ExpectPayload(100 + i, destination.data() + i * kChunk, kChunk);
+  }
+  for (int i = 0; i < kChunks; ++i) {
+    ASSERT_TRUE(session.executor->SendLoaned(Bytes("chunk"), Bytes(payloads[i]), [] {}, 100 + i));
+  }
+  for (int i = 0; i < kChunks; ++i) {
+    IncomingMessage message;
+    ASSERT_EQ(session.client->Receive(message, 5000), ReceiveStatus::kMessage);
+    EXPECT_EQ(message.payload.data(), destination.data() + i * kChunk) << i;  // in place: nothing to copy
+    EXPECT_EQ(message.payload.size(), kChunk);
+  }
+  for (int i = 0; i < kChunks; ++i) {
+    EXPECT_EQ(std::memcmp(payloads[i].data(), destination.data() + i * kChunk, kChunk), 0) << i;
+  }
+}
+
+TEST(LanesChannelTest, AnUnexpectedOrMisfitPayloadComesInAFrameOfItsOwn) {
+  std::string executor_error, client_error;
+  Session session = Connect(2, &executor_error, &client_error);
+  ASSERT_NE(session.client, nullptr) << client_error;
+  const std::string big = Payload(1, 512 << 10);
+  std::vector<uint8_t> destination(big.size() + 1, 0xEE);
+
+  // A size other than the one expected (a broken peer) does not touch the destination.
+  session.client->ExpectPayload(7, destination.data(), big.size() + 1);
+  IncomingMessage misfit = SendKeyed(session, "misfit", big, 7);
+  EXPECT_NE(misfit.payload.data(), destination.data());
+  EXPECT_TRUE(Text(misfit.payload.bytes()) == big);
+  // ... and the placement is used up: the same key again is not placed either.
+  session.client->ForgetPayload(7);
+  IncomingMessage again = SendKeyed(session, "again", big, 7);
+  EXPECT_NE(again.payload.data(), destination.data());
+  // A key nobody expects, and no key at all.
+  IncomingMessage stranger = SendKeyed(session, "stranger", big, 8);
+  EXPECT_TRUE(Text(stranger.payload.bytes()) == big);
+  IncomingMessage plain = SendKeyed(session, "plain", big, 0);
+  EXPECT_TRUE(Text(plain.payload.bytes()) == big);
+  EXPECT_TRUE(std::all_of(destination.begin(), destination.end(), [](uint8_t b) { return b == 0xEE; }));
+
+  // Forgotten before its payload comes (an error answer, say): the payload does not land there.
+  session.client->ExpectPayload(9, destination.data(), big.size());
+  session.client->ForgetPayload(9);
+  IncomingMessage forgotten = SendKeyed(session, "forgotten", big, 9);
+  EXPECT_NE(forgotten.payload.data(), destination.data());
+  EXPECT_TRUE(std::all_of(destination.begin(), destination.end(), [](uint8_t b) { return b == 0xEE; }));
+
+  // A small payload travels inline and is copied by the caller; the placement is simply forgotten.
+  const std::string small = Payload(2, 1000);
+  session.client->ExpectPayload(10, destination.data(), small.size());
+  IncomingMessage inline_message = SendKeyed(session, "small", small, 10);
+  EXPECT_NE(inline_message.payload.data(), destination.data());
+  session.client->ForgetPayload(10);
+}
+
+TEST(LanesChannelTest, ForgettingEveryPlacementStopsWritesAndRefusesNewOnes) {
+  std::string executor_error, client_error;
+  Session session = Connect(2, &executor_error, &client_error);
+  ASSERT_NE(session.client, nullptr) << client_error;
+  const std::string big = Payload(3, 256 << 10);
+  std::vector<uint8_t> destination(big.size(), 0xEE);
+  session.client->ExpectPayload(5, destination.data(), big.size());
+  session.client->ForgetAllPayloads();
+  session.client->ExpectPayload(6, destination.data(), big.size());  // refused: the session is ending
+  IncomingMessage first = SendKeyed(session, "first", big, 5);
+  IncomingMessage second = SendKeyed(session, "second", big, 6);
+  EXPECT_NE(first.payload.data(), destination.data());
+  EXPECT_NE(second.payload.data(), destination.data());
+  EXPECT_TRUE(std::all_of(destination.begin(), destination.end(), [](uint8_t b) { return b == 0xEE; }));
 }
 
 }  // namespace

@@ -1,7 +1,9 @@
 // LanesChannel: every message's header goes over the control channel behind a one- or nine-byte prefix; a payload
-// of kLanePayloadBytes or more goes on the next lane in turn instead, as a record of its length and bytes. Each lane
-// has a sending and a receiving thread, so the lanes move data at once in both directions, and the caller's thread
-// only copies the payload once (as zmq_send does). Lanes are FIFO and the control channel is ordered, so the
+// of kLanePayloadBytes or more goes on the next lane in turn instead, as a record of its length, its placement key
+// and its bytes. Each lane has a sending and a receiving thread, so the lanes move data at once in both directions,
+// and the caller's thread only copies the payload once (as zmq_send does), or not at all (a loan). A receiving
+// thread puts a record whose key the receiver expects (ExpectPayload) straight at its destination, so a
+// device-to-host chunk crosses no buffer on the client. Lanes are FIFO and the control channel is ordered, so the
 // receiver takes lane payloads in the order the control messages name their lanes.
 #include <netinet/in.h>
 #include <netinet/tcp.h>
@@ -17,6 +19,7 @@
 #include <deque>
 #include <mutex>
 #include <thread>
+#include <unordered_map>
 #include <utility>
 
 #include "transport/lanes/lanes_channel.h"
@@ -28,6 +31,11 @@ using Clock = std::chrono::steady_clock;
 
 constexpr uint8_t kInlinePayload = 0;    // prefix byte: the payload (if any) is in the control message
 constexpr size_t kLanePrefixBytes = 9;   // lane index + 1, then the payload's length (little-endian u64)
+struct RecordHead {                       // before a record's bytes on its lane (little-endian)
+  uint64_t size = 0;
+  uint64_t placement_key = 0;             // 0: none
+};
+static_assert(sizeof(RecordHead) == 16);
 // Buffers up to this size are kept for reuse: a fresh multi-MiB allocation per message costs a page fault per page.
 constexpr size_t kReusedBufferBytes = size_t{4} << 20;
 constexpr size_t kKeptBuffers = 16;
@@ -78,6 +86,13 @@ struct BufferPool : std::enable_shared_from_this<BufferPool> {
   std::vector<LaneBuffer*> free;
 };
 
+// What a lane's receiving thread delivered: a pool buffer, or a payload already at the receiver's destination.
+struct Arrival {
+  LaneBuffer* buffer = nullptr;
+  uint8_t* placed = nullptr;
+  uint64_t size = 0;
+};
+
 void ReleaseLaneBuffer(void* owner) {
   auto* buffer = static_cast<LaneBuffer*>(owner);
   const std::shared_ptr<BufferPool> pool = buffer->pool;
@@ -126,7 +141,8 @@ class LanesChannel final : public Channel {
                                                       : kLargestRecord),
         spin_(std::chrono::microseconds(std::max(0, options.spin_microseconds))),
         incoming_(fds.size()),
-        queued_(new std::atomic<size_t>[fds.size()]()) {
+        queued_(new std::atomic<size_t>[fds.size()]()),
+        writing_(fds.size(), 0) {
     lanes_.reserve(fds.size());
     for (const int fd : fds) lanes_.push_back(std::make_unique<Lane>(fd));
     for (size_t index = 0; index < lanes_.size(); ++index) {
@@ -155,24 +171,54 @@ class LanesChannel final : public Channel {
       close(lane->fd);
     }
     for (auto& queue : incoming_) {
-      for (LaneBuffer* buffer : queue) pool_->Give(buffer);
+      for (const Arrival& arrival : queue) {
+        if (arrival.buffer != nullptr) pool_->Give(arrival.buffer);
+      }
     }
   }
 
   bool Send(std::span<const uint8_t> header, std::span<const uint8_t> payload) override {
-    return SendVia(header, payload, {});
+    return SendVia(header, payload, {}, 0);
   }
 
   // A loaned payload goes on its lane straight from the caller's memory (the executor's pinned staging): one copy
   // fewer on the executor's thread for every device-to-host chunk.
   bool SendLoaned(std::span<const uint8_t> header, std::span<const uint8_t> payload,
-                  std::function<void()> returned) override {
+                  std::function<void()> returned, uint64_t placement_key) override {
     if (payload.size() < kLanePayloadBytes || broken_.load()) {
       const bool sent = Send(header, payload);
       returned();
       return sent;
     }
-    return SendVia(header, payload, std::move(returned));
+    return SendVia(header, payload, std::move(returned), placement_key);
+  }
+
+  void ExpectPayload(uint64_t key, uint8_t* destination, size_t bytes) override {
+    if (key == 0 || destination == nullptr || bytes < kLanePayloadBytes) return;  // inline payloads are copied
+    std::lock_guard<std::mutex> lock(placement_mutex_);
+    if (!placements_closed_) placements_[key] = {destination, bytes};
+  }
+
+  void ForgetPayload(uint64_t key) override {
+    std::unique_lock<std::mutex> lock(placement_mutex_);
+    if (placements_.erase(key) != 0 || !Writing(key)) return;
+    // A lane is writing a payload under this key although its message has been answered: only a broken peer
+    // sends that. The lanes close, so the write stops, and the caller may reuse the destination once it has.
+    lock.unlock();
+    Break();
+    lock.lock();
+    placed_.wait(lock, [&] { return !Writing(key); });
+  }
+
+  void ForgetAllPayloads() override {
+    std::unique_lock<std::mutex> lock(placement_mutex_);
+    placements_closed_ = true;
+    placements_.clear();
+    if (!Writing(0, /*any=*/true)) return;
+    lock.unlock();
+    Break();
+    lock.lock();
+    placed_.wait(lock, [&] { return !Writing(0, /*any=*/true); });
   }
 
   ReceiveStatus Receive(IncomingMessage& message, int timeout_ms) override {
@@ -202,7 +248,7 @@ class LanesChannel final : public Channel {
     }
     // The payload may still be on its way; a lost peer shows on the control channel (heartbeats) or as a lane
     // that broke, so the wait looks at both every few milliseconds.
-    LaneBuffer* buffer = nullptr;
+    Arrival arrival;
     {
       // Spin a little first, as the ZeroMQ channel does: the payload is usually right behind its header, and a
       // sleep costs a wake-up.
@@ -225,19 +271,23 @@ class LanesChannel final : public Channel {
         if (broken_.load() || control_->PeerLost()) return ReceiveStatus::kPeerLost;
         return ReceiveStatus::kTimeout;
       }
-      buffer = queue.front();
+      arrival = queue.front();
       queue.pop_front();
       queued_[pending_->lane].fetch_sub(1, std::memory_order_relaxed);
     }
     awaited_lane_.store(-1);
     Pending pending = std::move(*pending_);
     pending_.reset();
-    if (buffer->size != pending.size) {
-      pool_->Give(buffer);
+    if (arrival.size != pending.size) {
+      if (arrival.buffer != nullptr) pool_->Give(arrival.buffer);
       return ReceiveStatus::kError;
     }
     message.header = std::move(pending.header);
-    message.payload = Frame({buffer->bytes.get(), buffer->size}, buffer, ReleaseLaneBuffer);
+    if (arrival.placed != nullptr) {
+      message.payload = Frame({arrival.placed, arrival.size}, nullptr, nullptr);  // the receiver's own memory
+    } else {
+      message.payload = Frame({arrival.buffer->bytes.get(), arrival.size}, arrival.buffer, ReleaseLaneBuffer);
+    }
     return ReceiveStatus::kMessage;
   }
 
@@ -261,6 +311,7 @@ class LanesChannel final : public Channel {
   struct Outgoing {
     const uint8_t* data = nullptr;
     size_t size = 0;
+    uint64_t placement_key = 0;
     LaneBuffer* buffer = nullptr;
     std::function<void()> returned;
   };
@@ -290,7 +341,21 @@ class LanesChannel final : public Channel {
     for (auto& lane : lanes_) shutdown(lane->fd, SHUT_RDWR);
   }
 
-  bool SendVia(std::span<const uint8_t> header, std::span<const uint8_t> payload, std::function<void()> returned) {
+  struct Placement {
+    uint8_t* destination = nullptr;
+    size_t bytes = 0;
+  };
+
+  // Whether a lane is writing under `key` (or under any key); with placement_mutex_ held.
+  bool Writing(uint64_t key, bool any = false) const {
+    for (const uint64_t writing : writing_) {
+      if (writing != 0 && (any || writing == key)) return true;
+    }
+    return false;
+  }
+
+  bool SendVia(std::span<const uint8_t> header, std::span<const uint8_t> payload, std::function<void()> returned,
+               uint64_t placement_key) {
     if (broken_.load()) return false;
     prefixed_.clear();
     if (payload.size() < kLanePayloadBytes) {
@@ -302,6 +367,7 @@ class LanesChannel final : public Channel {
     next_lane_ = (next_lane_ + 1) % lanes_.size();
     Outgoing item;
     item.size = payload.size();
+    item.placement_key = placement_key;
     if (returned) {
       item.data = payload.data();
       item.returned = std::move(returned);
@@ -348,8 +414,8 @@ class LanesChannel final : public Channel {
         item = std::move(lane.outgoing.front());
         lane.outgoing.pop_front();
       }
-      const uint64_t size = item.size;
-      const bool sent = WriteFully(lane.fd, &size, sizeof(size), item.data, item.size);
+      const RecordHead head{item.size, item.placement_key};
+      const bool sent = WriteFully(lane.fd, &head, sizeof(head), item.data, item.size);
       Finish(item);
       if (!sent) Break();
     }
@@ -358,16 +424,40 @@ class LanesChannel final : public Channel {
   void ReceiveLoop(size_t index) {
     const int fd = lanes_[index]->fd;
     for (;;) {
-      uint64_t size = 0;
-      if (!ReadFully(fd, &size, sizeof(size)) || size == 0 || size > largest_record_) break;
-      LaneBuffer* buffer = pool_->Take(size);
-      if (!ReadFully(fd, buffer->bytes.get(), size)) {
-        pool_->Give(buffer);
-        break;
+      RecordHead head;
+      if (!ReadFully(fd, &head, sizeof(head)) || head.size == 0 || head.size > largest_record_) break;
+      Arrival arrival;
+      arrival.size = head.size;
+      if (head.placement_key != 0) {
+        // A key the receiver expects, with the size it expects, lands in place; anything else (a stale key, a
+        // wrong size: a broken peer) in a buffer, which Receive then judges as usual.
+        std::lock_guard<std::mutex> lock(placement_mutex_);
+        const auto found = placements_.find(head.placement_key);
+        if (found != placements_.end()) {
+          if (found->second.bytes == head.size) {
+            arrival.placed = found->second.destination;
+            writing_[index] = head.placement_key;
+          }
+          placements_.erase(found);
+        }
       }
+      bool received;
+      if (arrival.placed != nullptr) {
+        received = ReadFully(fd, arrival.placed, head.size);
+        {
+          std::lock_guard<std::mutex> lock(placement_mutex_);
+          writing_[index] = 0;
+        }
+        placed_.notify_all();
+      } else {
+        arrival.buffer = pool_->Take(head.size);
+        received = ReadFully(fd, arrival.buffer->bytes.get(), head.size);
+        if (!received) pool_->Give(arrival.buffer);
+      }
+      if (!received) break;
       {
         std::lock_guard<std::mutex> lock(incoming_mutex_);
-        incoming_[index].push_back(buffer);
+        incoming_[index].push_back(arrival);
         queued_[index].fetch_add(1, std::memory_order_release);
       }
       arrived_.notify_all();
@@ -385,11 +475,17 @@ class LanesChannel final : public Channel {
 
   std::mutex incoming_mutex_;
   std::condition_variable arrived_;  // a payload arrived on some lane, or a lane broke
-  std::vector<std::deque<LaneBuffer*>> incoming_;
+  std::vector<std::deque<Arrival>> incoming_;
   std::unique_ptr<std::atomic<size_t>[]> queued_;  // each lane's incoming_ size, for spinning without the lock
   std::atomic<bool> broken_{false};
   std::optional<Pending> pending_;      // a control message whose lane payload has not fully arrived
   std::atomic<int> awaited_lane_{-1};
+
+  std::mutex placement_mutex_;
+  std::condition_variable placed_;                        // a lane finished writing in place
+  std::unordered_map<uint64_t, Placement> placements_;    // expected payloads by key
+  std::vector<uint64_t> writing_;                         // per lane: the key it is writing in place, or 0
+  bool placements_closed_ = false;                        // ForgetAllPayloads: none are taken any more
 };
 
 }  // namespace
