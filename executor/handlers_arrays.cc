@@ -6,7 +6,7 @@
 #include "executor/copy_end.h"
 #include "executor/scheduled_work.h"
 #include "executor/session.h"
-#include "executor/wire_enum.h"
+#include "schema/wire_enum.h"
 #include "common/array_format.h"
 
 namespace curelay::executor {

@@ -2,7 +2,7 @@
 #include <cstring>
 
 #include "executor/session.h"
-#include "executor/wire_enum.h"
+#include "schema/wire_enum.h"
 
 namespace curelay::executor {
 

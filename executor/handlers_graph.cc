@@ -24,7 +24,7 @@
 #include "executor/aligned_copy.h"
 #include "executor/copy_end.h"
 #include "executor/session.h"
-#include "executor/wire_enum.h"
+#include "schema/wire_enum.h"
 
 namespace curelay::executor {
 namespace {

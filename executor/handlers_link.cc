@@ -2,7 +2,7 @@
 // back at cuLinkComplete, which it keeps until cuLinkDestroy, as the driver keeps its own.
 #include "executor/aligned_copy.h"
 #include "executor/session.h"
-#include "executor/wire_enum.h"
+#include "schema/wire_enum.h"
 
 namespace curelay::executor {
 

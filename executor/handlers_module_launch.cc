@@ -8,7 +8,7 @@
 #include "executor/aligned_copy.h"
 #include "executor/jit_option_set.h"
 #include "executor/session.h"
-#include "executor/wire_enum.h"
+#include "schema/wire_enum.h"
 
 namespace curelay::executor {
 namespace {

@@ -4,7 +4,7 @@
 
 #include "executor/scheduled_work.h"
 #include "executor/session.h"
-#include "executor/wire_enum.h"
+#include "schema/wire_enum.h"
 
 namespace curelay::executor {
 

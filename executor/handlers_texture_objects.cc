@@ -2,7 +2,7 @@
 // them from the client's descriptors; arrays are this session's by the client's id, device memory is passed
 // through (the driver checks it as natively).
 #include "executor/session.h"
-#include "executor/wire_enum.h"
+#include "schema/wire_enum.h"
 
 namespace curelay::executor {
 namespace {
@@ -12,7 +12,7 @@ template <typename FindArray>
 CUresult DecodeResource(const wire::ResourceDesc* wire_resource, FindArray&& find_array, CUDA_RESOURCE_DESC* out) {
   if (wire_resource == nullptr) return CUDA_ERROR_INVALID_VALUE;
   *out = {};
-  // The switch below reads the type, so it is made through WireEnum first (executor/wire_enum.h).
+  // The switch below reads the type, so it is made through WireEnum first (schema/wire_enum.h).
   CUarray_format format = CU_AD_FORMAT_UNSIGNED_INT8;
   if (!WireEnum(wire_resource->type(), CU_RESOURCE_TYPE_PITCH2D, &out->resType) ||
       !WireEnum(wire_resource->format(), CU_AD_FORMAT_MAX, &format)) {

@@ -6,7 +6,7 @@
 #include <vector>
 
 #include "executor/session.h"
-#include "executor/wire_enum.h"
+#include "schema/wire_enum.h"
 
 namespace curelay::executor {
 namespace {

@@ -1,6 +1,6 @@
 #include "executor/jit_option_set.h"
 
-#include "executor/wire_enum.h"
+#include "schema/wire_enum.h"
 
 #include <algorithm>
 #include <cstdint>

@@ -6,6 +6,7 @@
 #include "frontend/client/client.h"
 #include "frontend/client/log.h"
 #include "frontend/client/per_thread_stream.h"
+#include "schema/wire_enum.h"
 
 namespace curelay::frontend {
 
@@ -48,6 +49,13 @@ class StreamContextScope {
  private:
   bool pushed_ = false;
 };
+
+// An enum from the executor's answer into *out, or CUDA_ERROR_UNKNOWN (a malformed answer) when the value cannot
+// be one (schema/wire_enum.h): the application never receives an enum value that cannot exist.
+template <typename E>
+CUresult AnswerEnum(int64_t raw, E largest, E* out) {
+  return WireEnum(raw, largest, out) ? CUDA_SUCCESS : CUDA_ERROR_UNKNOWN;
+}
 
 inline CUresult RequireDevice(Client& client, CUdevice device) {
   return device >= 0 && device < static_cast<int>(client.devices().size()) ? CUDA_SUCCESS

@@ -87,8 +87,7 @@ CUresult cuCtxGetCacheConfig(CUfunc_cache* config) {
   if (config == nullptr) return CUDA_ERROR_INVALID_VALUE;
   uint32_t answer = 0;
   CURELAY_RETURN_IF_ERROR(ExchangeSetting(wire::ContextSettingKind::CacheConfig, 0, false, &answer));
-  *config = static_cast<CUfunc_cache>(answer);
-  return CUDA_SUCCESS;
+  return AnswerEnum(answer, CU_FUNC_CACHE_PREFER_EQUAL, config);
 }
 
 CUresult cuCtxSetCacheConfig(CUfunc_cache config) {
@@ -99,8 +98,7 @@ CUresult cuCtxGetSharedMemConfig(CUsharedconfig* config) {
   if (config == nullptr) return CUDA_ERROR_INVALID_VALUE;
   uint32_t answer = 0;
   CURELAY_RETURN_IF_ERROR(ExchangeSetting(wire::ContextSettingKind::SharedMemConfig, 0, false, &answer));
-  *config = static_cast<CUsharedconfig>(answer);
-  return CUDA_SUCCESS;
+  return AnswerEnum(answer, CU_SHARED_MEM_CONFIG_EIGHT_BYTE_BANK_SIZE, config);
 }
 
 CUresult cuCtxSetSharedMemConfig(CUsharedconfig config) {

@@ -14,7 +14,8 @@ namespace {
 CUresult Attribute(Client& client, CUdevice device, CUdevice_attribute attribute, int* value) {
   const auto& info = client.devices()[device];
   if (attribute <= 0 || static_cast<size_t>(attribute) >= info.attributes.size()) return CUDA_ERROR_INVALID_VALUE;
-  const auto result = static_cast<CUresult>(info.attribute_results[attribute]);
+  CUresult result;
+  if (!curelay::WireEnum(info.attribute_results[attribute], CUDA_ERROR_UNKNOWN, &result)) return CUDA_ERROR_UNKNOWN;
   if (result == CUDA_SUCCESS) *value = info.attributes[attribute];
   return result;
 }

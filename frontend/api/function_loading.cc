@@ -26,8 +26,7 @@ CUresult cuFuncIsLoaded(CUfunctionLoadingState* state, CUfunction function) {
   CURELAY_RETURN_IF_ERROR(ForwardFunctionLoading(*client, function, false, &reply));
   const auto* answer = reply.reply->body_as_IntegerValue();
   if (answer == nullptr) return CUDA_ERROR_UNKNOWN;
-  *state = static_cast<CUfunctionLoadingState>(answer->value());
-  return CUDA_SUCCESS;
+  return AnswerEnum(answer->value(), CU_FUNCTION_LOADING_STATE_MAX, state);
 }
 
 CUresult cuFuncLoad(CUfunction function) {

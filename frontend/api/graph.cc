@@ -109,8 +109,9 @@ std::vector<CUgraphNode> InternGraphNodes(CUgraph graph, const wire::GraphNodes*
   const auto* ids = nodes->nodes();
   const auto* types = nodes->types();
   for (flatbuffers::uoffset_t i = 0; i < ids->size(); ++i) {
-    const auto type = types != nullptr && i < types->size() ? static_cast<CUgraphNodeType>(types->Get(i))
-                                                            : CU_GRAPH_NODE_TYPE_EMPTY;
+    // A type that cannot be one (a malformed answer) is kept as an empty node's: the handle is still the node's.
+    CUgraphNodeType type = CU_GRAPH_NODE_TYPE_EMPTY;
+    if (types != nullptr && i < types->size()) WireEnum(types->Get(i), CU_GRAPH_NODE_TYPE_CONDITIONAL, &type);
     handles.push_back(InternGraphNode(graph, ids->Get(i), type));
   }
   return handles;
@@ -150,9 +151,8 @@ CUresult Instantiate(CUgraphExec* result_exec, CUgraph graph, uint64_t flags, bo
   const CUresult result = client->Call(builder, wire::Call::GraphInstantiate, call, {}, &reply);
   const auto* info = reply.reply != nullptr ? reply.reply->body_as_GraphInstantiateInfo() : nullptr;
   if (result_info != nullptr) {
-    *result_info = info != nullptr ? static_cast<CUgraphInstantiateResult>(info->result_info())
-                                   : (result == CUDA_SUCCESS ? CUDA_GRAPH_INSTANTIATE_SUCCESS
-                                                             : CUDA_GRAPH_INSTANTIATE_ERROR);
+    *result_info = result == CUDA_SUCCESS ? CUDA_GRAPH_INSTANTIATE_SUCCESS : CUDA_GRAPH_INSTANTIATE_ERROR;
+    if (info != nullptr) WireEnum(info->result_info(), CUDA_GRAPH_INSTANTIATE_CONDITIONAL_HANDLE_UNUSED, result_info);
   }
   if (error_node != nullptr) {
     const auto nodes = InternGraphNodes(graph, info != nullptr ? info->error_node() : nullptr);

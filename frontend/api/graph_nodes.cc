@@ -530,7 +530,10 @@ CUresult ExecUpdate(CUgraphExec exec, CUgraph graph, CUgraphExecUpdateResultInfo
   const CUresult result = client->Call(builder, wire::Call::GraphExecUpdate, call, {}, &reply);
   const auto* answer = reply.reply != nullptr ? reply.reply->body_as_GraphExecUpdateInfo() : nullptr;
   if (answer == nullptr) return result;
-  info->result = static_cast<CUgraphExecUpdateResult>(answer->result());
+  if (!WireEnum(answer->result(), CU_GRAPH_EXEC_UPDATE_ERROR_ATTRIBUTES_CHANGED, &info->result)) {
+    info->result = CU_GRAPH_EXEC_UPDATE_ERROR;
+    return CUDA_ERROR_UNKNOWN;
+  }
   if (result == CUDA_SUCCESS && info->result == CU_GRAPH_EXEC_UPDATE_SUCCESS) {
     // The executable graph's nodes now have the graph's parameters, staging buffers included.
     HostCopyList copies = CollectHostCopies(graph);
@@ -1018,7 +1021,7 @@ CUresult cuGraphMemAllocNodeGetParams(CUgraphNode node, CUDA_MEM_ALLOC_NODE_PARA
   for (size_t i = 0; i < count; ++i) {
     access[i].location.type = CU_MEM_LOCATION_TYPE_DEVICE;
     access[i].location.id = devices->Get(i);
-    access[i].flags = static_cast<CUmemAccess_flags>(flags->Get(i));
+    CURELAY_RETURN_IF_ERROR(AnswerEnum(flags->Get(i), CU_MEM_ACCESS_FLAGS_PROT_MAX, &access[i].flags));
   }
   *params = {};
   params->poolProps.allocType = CU_MEM_ALLOCATION_TYPE_PINNED;

@@ -333,8 +333,7 @@ CUresult cuMemPoolGetAccess(CUmemAccess_flags* flags, CUmemoryPool pool, CUmemLo
   CURELAY_RETURN_IF_ERROR(client->Call(builder, wire::Call::MemPoolAccess, call, {}, &reply));
   const auto* answer = reply.reply->body_as_IntegerValue();
   if (answer == nullptr) return CUDA_ERROR_UNKNOWN;
-  *flags = static_cast<CUmemAccess_flags>(answer->value());
-  return CUDA_SUCCESS;
+  return AnswerEnum(answer->value(), CU_MEM_ACCESS_FLAGS_PROT_MAX, flags);
 }
 
 }  // extern "C"

@@ -278,8 +278,7 @@ CUresult IsCapturing(CUstream stream, CUstreamCaptureStatus* status) {
   CURELAY_RETURN_IF_ERROR(client->Call(builder, wire::Call::StreamIsCapturing, call, {}, &reply));
   const auto* value = reply.reply->body_as_IntegerValue();
   if (value == nullptr) return CUDA_ERROR_UNKNOWN;
-  *status = static_cast<CUstreamCaptureStatus>(value->value());
-  return CUDA_SUCCESS;
+  return AnswerEnum(value->value(), CU_STREAM_CAPTURE_STATUS_INVALIDATED, status);
 }
 
 // All forms of cuStreamGetCaptureInfo. Dependencies are node handles of the graph being captured (interned like
@@ -306,7 +305,7 @@ CUresult GetCaptureInfo(CUstream stream, CUstreamCaptureStatus* status, cuuint64
   CURELAY_RETURN_IF_ERROR(client->Call(builder, wire::Call::StreamGetCaptureInfo, call, {}, &reply));
   const auto* info = reply.reply->body_as_CaptureInfo();
   if (info == nullptr) return CUDA_ERROR_UNKNOWN;
-  *status = static_cast<CUstreamCaptureStatus>(info->status());
+  CURELAY_RETURN_IF_ERROR(AnswerEnum(info->status(), CU_STREAM_CAPTURE_STATUS_INVALIDATED, status));
   const StreamKey key = KeyOf(wire_stream);
   CUgraph captured = info->status() == CU_STREAM_CAPTURE_STATUS_ACTIVE ? FindGraphObject(info->graph()) : nullptr;
   std::vector<CUgraphNode> nodes = InternGraphNodes(captured, info->dependencies());

@@ -175,9 +175,10 @@ CUresult cuMemGetAllocationPropertiesFromHandle(CUmemAllocationProp* prop, CUmem
   const auto* answer = reply.reply->body_as_MemAllocationProp();
   if (answer == nullptr) return CUDA_ERROR_UNKNOWN;
   *prop = CUmemAllocationProp{};
-  prop->type = static_cast<CUmemAllocationType>(answer->type());
-  prop->requestedHandleTypes = static_cast<CUmemAllocationHandleType>(answer->requested_handle_types());
-  prop->location.type = static_cast<CUmemLocationType>(answer->location_type());
+  CURELAY_RETURN_IF_ERROR(AnswerEnum(answer->type(), CU_MEM_ALLOCATION_TYPE_MAX, &prop->type));
+  CURELAY_RETURN_IF_ERROR(
+      AnswerEnum(answer->requested_handle_types(), CU_MEM_HANDLE_TYPE_MAX, &prop->requestedHandleTypes));
+  CURELAY_RETURN_IF_ERROR(AnswerEnum(answer->location_type(), CU_MEM_LOCATION_TYPE_MAX, &prop->location.type));
   prop->location.id = answer->location_id();
   prop->allocFlags.compressionType = answer->compression_type();
   prop->allocFlags.gpuDirectRDMACapable = answer->gpu_direct_rdma_capable();

@@ -14,12 +14,19 @@
 #include "frontend/client/per_thread_stream.h"
 #include "frontend/client/streaming_copy.h"
 #include "schema/mirror_runs.h"
+#include "schema/wire_enum.h"
 #include "transport/endpoint.h"
 #include "transport/zmq/zmq_curve.h"
 #include "transport/session_link.h"
 
 namespace curelay::frontend {
 namespace {
+
+// The executor's or backend's result code; one that no CUresult can hold is a malformed answer.
+CUresult ResultOf(int64_t raw) {
+  CUresult result;
+  return WireEnum(raw, CUDA_ERROR_UNKNOWN, &result) ? result : CUDA_ERROR_UNKNOWN;
+}
 
 // Guarded by a pthread mutex rather than std::call_once: a forked child must be able to start over.
 pthread_mutex_t init_mutex = PTHREAD_MUTEX_INITIALIZER;
@@ -156,7 +163,7 @@ CUresult Client::Connect() {
   if (welcome->result() != CUDA_SUCCESS) {
     Log().error("backend at {} refused this client: {}", config.endpoint,
                 welcome->message() ? welcome->message()->str() : "");
-    return static_cast<CUresult>(welcome->result());
+    return ResultOf(welcome->result());
   }
   if (welcome->session_key() == nullptr) return CUDA_ERROR_SYSTEM_DRIVER_MISMATCH;
   // The executor is reached the way the backend was: its ipc socket, or its port on the host the client named, over
@@ -205,9 +212,12 @@ CUresult Client::Connect() {
     Log().error("malformed attach answer from {}", executor->ToString());
     return CUDA_ERROR_SYSTEM_DRIVER_MISMATCH;
   }
-  if (reply->result() != CUDA_SUCCESS) return static_cast<CUresult>(reply->result());
+  if (reply->result() != CUDA_SUCCESS) return ResultOf(reply->result());
   driver_version_ = reply->body_as_AttachResult()->driver_version();
-  module_loading_mode_ = static_cast<CUmoduleLoadingMode>(reply->body_as_AttachResult()->module_loading_mode());
+  if (!WireEnum(reply->body_as_AttachResult()->module_loading_mode(), CU_MODULE_LAZY_LOADING, &module_loading_mode_)) {
+    Log().error("malformed attach answer from {} (module loading mode)", executor->ToString());
+    return CUDA_ERROR_SYSTEM_DRIVER_MISMATCH;
+  }
   const auto* offer_answer = reply->body_as_AttachResult()->offer_answer();
   channel_ = link->Finish(reply->body_as_AttachResult()->offer_accepted(), offer_answer ? offer_answer->str() : "",
                           config.connect_timeout_ms, &error);
@@ -362,7 +372,7 @@ bool Client::Dispatch(transport::IncomingMessage& message, const wire::Reply& re
   Waiter* owner = found->second;
   waiters_.erase(found);
   if (owner->destination != nullptr) {
-    CUresult result = static_cast<CUresult>(reply.result());
+    CUresult result = ResultOf(reply.result());
     if (result == CUDA_SUCCESS && message.payload.size() != owner->bytes) result = CUDA_ERROR_UNKNOWN;
     lock.unlock();
     const bool placed = TakePlacement(reply.sequence(), message.payload, owner->destination);
@@ -376,7 +386,7 @@ bool Client::Dispatch(transport::IncomingMessage& message, const wire::Reply& re
     --outstanding_deliveries_;
     return true;
   }
-  owner->result = static_cast<CUresult>(reply.result());
+  owner->result = ResultOf(reply.result());
   if (owner->reply != nullptr) {
     owner->reply->message = std::move(message);
     owner->reply->reply = &reply;

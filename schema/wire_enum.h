@@ -1,10 +1,11 @@
 // Wire integers that stand for driver enums (attributes, modes, operations, formats). cuda.h's enums have no fixed
 // underlying type, so one holds only the values of the smallest bit-field that covers its enumerators ([dcl.enum]/8):
 // making one from a larger or negative value is undefined behaviour, and UBSan stops the executor where such a value
-// is read (session_fuzzer found it for the capture mode, the array format and the context limit). Every handler
-// therefore makes its enums through WireEnum, and answers CUDA_ERROR_INVALID_VALUE, as the driver does for a value it
-// does not know, when the value cannot be one; a value inside the range that no enumerator names still goes to the
-// driver, which judges it as natively.
+// is read (session_fuzzer found it for the capture mode, the array format and the context limit). Both ends make
+// their enums through WireEnum: every executor handler answers CUDA_ERROR_INVALID_VALUE, as the driver does for a
+// value it does not know, when the value cannot be one (a value inside the range that no enumerator names still goes
+// to the driver, which judges it as natively); the shim treats such a value in an answer as a malformed answer
+// (CUDA_ERROR_UNKNOWN) rather than hand the application an enum that cannot exist.
 #pragma once
 
 #include <cuda.h>
@@ -12,7 +13,7 @@
 #include <cstdint>
 #include <type_traits>
 
-namespace curelay::executor {
+namespace curelay {
 
 // Values 0 .. 2^M - 1 for the smallest M that covers `largest` (every enum used here has no negative enumerator).
 template <typename E>
@@ -44,4 +45,4 @@ constexpr bool WireEnum(int64_t raw, E largest, E* out) {
 // cuda.h defines CU_LAUNCH_ATTRIBUTE_MAX for the driver's own build only: the largest public launch attribute.
 inline constexpr CUlaunchAttributeID kLargestLaunchAttribute = CU_LAUNCH_ATTRIBUTE_NVLINK_UTIL_CENTRIC_SCHEDULING;
 
-}  // namespace curelay::executor
+}  // namespace curelay
