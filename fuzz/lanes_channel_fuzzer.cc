@@ -11,12 +11,17 @@
 //     payloads start at 128 KiB, longer than libFuzzer's inputs)      6 the same, loaned (its return is checked)
 //   7 the receiver expects a payload in place: the second byte is its key, the next four its size (modulo 1 MiB)
 //   8 the receiver forgets the key in the second byte (and the harness frees that destination at once)
+//   9 write filler bytes on lane (second byte) 0 or 1, as many as the next four bytes say modulo 1 MiB: enough for a
+//     payload that lands in place, which libFuzzer's short inputs could not carry themselves
+// Every payload received is read whole, so one pointing into a destination already freed shows under ASan.
 // Then the receiver forgets every placement, the far ends close (the peer is gone) and the channel is destroyed.
 // What must never happen: a read or write outside a buffer (a destination written after it was forgotten and
 // freed shows as a use after free), a received payload over the limit or of another size than announced, a
 // placed payload that is not exactly its destination, a loan never returned, a hang.
 #include <sys/socket.h>
 #include <unistd.h>
+
+#include <cerrno>
 
 #include <atomic>
 #include <cstdio>
@@ -77,6 +82,22 @@ void WriteSome(int fd, std::span<const uint8_t> bytes) {
   if (!bytes.empty()) (void)!send(fd, bytes.data(), bytes.size(), MSG_DONTWAIT | MSG_NOSIGNAL);
 }
 
+// Writes `bytes` while the lane's receiver takes them, for at most 200 ms (a receiver that stopped, or a full
+// buffer nobody drains, ends it early: the rest is dropped, as a slow peer would look).
+void WriteFiller(int fd, std::span<const uint8_t> bytes) {
+  for (int attempts = 0; !bytes.empty() && attempts < 200; ++attempts) {
+    const ssize_t sent = send(fd, bytes.data(), bytes.size(), MSG_DONTWAIT | MSG_NOSIGNAL);
+    if (sent > 0) {
+      bytes = bytes.subspan(static_cast<size_t>(sent));
+      continue;
+    }
+    if (sent < 0 && errno != EAGAIN && errno != EWOULDBLOCK) return;
+    usleep(1000);
+  }
+}
+
+volatile uint8_t payload_sink;  // keeps the read of every received payload
+
 // Reads what the channel sent to the far ends, so its senders are never stuck behind full socket buffers.
 void Drain(int fd) {
   static uint8_t sink[1 << 16];
@@ -107,7 +128,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     const auto record = reader.Next();
     if (record.empty()) continue;
     const auto operand = record.subspan(1);
-    switch (record[0] % 9) {
+    switch (record[0] % 10) {
       case 0:
         control->Queue({{operand.begin(), operand.end()}, {}});
         break;
@@ -119,7 +140,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       }
       case 2:
       case 3:
-        WriteSome(far[record[0] % 9 - 2], operand);
+        WriteSome(far[record[0] % 10 - 2], operand);
         break;
       case 4: {
         IncomingMessage message;
@@ -128,6 +149,9 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
           std::fprintf(stderr, "lanes_channel_fuzzer: a payload of %zu bytes passed the limit\n", message.payload.size());
           std::abort();
         }
+        uint8_t sum = 0;
+        for (const uint8_t byte : message.payload.bytes()) sum ^= byte;
+        payload_sink = sum;
         for (const auto& [key, destination] : destinations) {
           const uint8_t* start = destination.data();
           const uint8_t* at = message.payload.data();
@@ -146,7 +170,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
         std::memcpy(&length, operand.data(), std::min(operand.size(), sizeof(length)));
         const std::span<const uint8_t> payload(kPayloadBytes.data(), length % kPayloadBytes.size());
         const std::span<const uint8_t> header(reinterpret_cast<const uint8_t*>("h"), 1);
-        if (record[0] % 9 == 5) {
+        if (record[0] % 10 == 5) {
           channel->Send(header, payload);
         } else {
           lent.fetch_add(1);
@@ -170,6 +194,14 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
         channel->ForgetPayload(operand[0]);
         destinations.erase(operand[0]);
         break;
+      case 9: {
+        if (operand.empty()) break;
+        uint32_t length = 0;
+        std::memcpy(&length, operand.data() + 1, std::min(operand.size() - 1, sizeof(length)));
+        static const std::vector<uint8_t> kFiller(1 << 20, 0x71);
+        WriteFiller(far[operand[0] % 2], {kFiller.data(), length % kFiller.size()});
+        break;
+      }
     }
     Drain(far[0]);
     Drain(far[1]);

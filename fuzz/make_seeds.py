@@ -252,8 +252,8 @@ def lanes_channel_seeds():
     def op(code, operand=b""):
         return bytes([code]) + operand
 
-    def on_lane(lane, size):  # a control header naming lane `lane` (0-based) for a payload of `size` bytes
-        return bytes([lane + 1]) + struct.pack("<Q", size) + b"header"
+    def on_lane(lane, size, key=0):  # a control header naming lane `lane` (0-based), a payload's size and key
+        return bytes([lane + 1]) + struct.pack("<QQ", size, key) + b"header"
 
     def lane_record(size, key=0, body=None):  # a lane record: its length, placement key and bytes
         return struct.pack("<QQ", size, key) + (b"p" * size if body is None else body)
@@ -267,9 +267,16 @@ def lanes_channel_seeds():
         "mismatch": records(op(0, on_lane(1, 299)), op(3, record), op(4), op(0, on_lane(5, 1)), op(4)),
         "sends": records(op(5, struct.pack("<I", 200000)), op(6, struct.pack("<I", 300000)), op(6, b"\x10"),
                          op(2, struct.pack("<Q", 1 << 40)), op(4)),
-        "placed": records(op(7, bytes([3]) + struct.pack("<I", 200000)), op(0, on_lane(0, 200000)), op(2, placed),
+        "placed": records(op(7, bytes([3]) + struct.pack("<I", 200000)), op(0, on_lane(0, 200000, 3)), op(2, placed),
                           op(4), op(7, bytes([4]) + struct.pack("<I", 131072)), op(8, bytes([4])),
                           op(3, lane_record(131072, 4, b"r" * 500)), op(4)),
+        # A payload that does land in place (filler completes it), read by its message; then one written in place
+        # and withdrawn before its message: void.
+        "placed_whole": records(op(7, bytes([5]) + struct.pack("<I", 140000)), op(0, on_lane(1, 140000, 5)),
+                                op(3, struct.pack("<QQ", 140000, 5)), op(9, bytes([1]) + struct.pack("<I", 140000)),
+                                op(4), op(4), op(7, bytes([6]) + struct.pack("<I", 140000)),
+                                op(2, struct.pack("<QQ", 140000, 6)), op(9, bytes([0]) + struct.pack("<I", 140000)),
+                                op(8, bytes([6])), op(0, on_lane(0, 140000, 6)), op(4), op(4)),
     }
 
 

@@ -374,11 +374,11 @@ bool Client::Dispatch(transport::IncomingMessage& message, const wire::Reply& re
   if (owner->destination != nullptr) {
     CUresult result = ResultOf(reply.result());
     if (result == CUDA_SUCCESS && message.payload.size() != owner->bytes) result = CUDA_ERROR_UNKNOWN;
-    lock.unlock();
-    const bool placed = TakePlacement(reply.sequence(), message.payload, owner->destination);
-    if (result == CUDA_SUCCESS && !placed) CopyToApplication(owner->destination, message.payload.data(), owner->bytes);
-    lock.lock();
-    if (result != CUDA_SUCCESS) {
+    if (result == CUDA_SUCCESS) {
+      lock.unlock();
+      CopyToApplication(owner->destination, message.payload.data(), owner->bytes);
+      lock.lock();
+    } else {
       CUresult expected = CUDA_SUCCESS;
       async_error_.compare_exchange_strong(expected, result);
     }
@@ -456,9 +456,10 @@ CUresult Client::PostDelivery(flatbuffers::FlatBufferBuilder& builder, wire::Cal
   waiter->destination = destination;
   waiter->bytes = bytes;
   uint64_t sequence = 0;
-  const CUresult result = Send(builder, type, call, {}, waiter, &sequence, destination, bytes);
+  // Not received in place: a delivery lands in page-locked memory, which is mirrored over tcp://, and the mirror's
+  // updates sent before this reply must land before the data, as they do when the reader copies it in order.
+  const CUresult result = Send(builder, type, call, {}, waiter, &sequence);
   if (result != CUDA_SUCCESS) {
-    if (sequence != 0) channel_->ForgetPayload(sequence);
     std::lock_guard<std::mutex> lock(reply_mutex_);
     if (waiters_.erase(sequence) != 0) {  // not already released by Break
       --outstanding_deliveries_;

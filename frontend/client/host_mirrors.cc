@@ -16,6 +16,15 @@ void HostMirrors::Add(uint8_t* memory, uint64_t bytes, CUdeviceptr device_ptr, b
   if (active) ActivateLocked(mirror);
 }
 
+bool HostMirrors::Overlaps(const void* start, size_t bytes) {
+  const auto* begin = static_cast<const uint8_t*>(start);
+  std::lock_guard<std::mutex> lock(mutex_);
+  for (const auto& [device_ptr, mirror] : mirrors_) {
+    if (begin < mirror.memory + mirror.bytes && mirror.memory < begin + bytes) return true;
+  }
+  return false;
+}
+
 void HostMirrors::Remove(CUdeviceptr device_ptr) {
   std::lock_guard<std::mutex> lock(mutex_);
   const auto found = mirrors_.find(device_ptr);

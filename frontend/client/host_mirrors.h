@@ -27,6 +27,8 @@ class HostMirrors {
   // Activates every mirror that an 8-byte-aligned word of a kernel's packed `arguments` points into.
   void ActivateReferenced(std::span<const uint8_t> arguments);
   bool any_active() const { return active_count_.load(std::memory_order_acquire) != 0; }
+  // Whether any mirror's application memory overlaps [start, start + bytes).
+  bool Overlaps(const void* start, size_t bytes);
   // What changed in the active mirrors since the last exchange (a newly active mirror is announced by an empty run).
   void Collect(std::vector<wire::MirrorRange>& runs, std::vector<uint8_t>& data);
   // Writes what the executor sent; false (and nothing written) if any run is outside a known mirror.

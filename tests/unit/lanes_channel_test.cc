@@ -313,6 +313,26 @@ TEST(LanesChannelTest, AnUnexpectedOrMisfitPayloadComesInAFrameOfItsOwn) {
   session.client->ForgetPayload(10);
 }
 
+// A payload written in place whose key the receiver then withdraws (its caller may free the destination) is void:
+// the message naming it breaks the session instead of pointing into the freed memory.
+TEST(LanesChannelTest, APlacedPayloadWithdrawnBeforeItsMessageIsVoid) {
+  std::string executor_error, client_error;
+  Session session = Connect(2, &executor_error, &client_error);
+  ASSERT_NE(session.client, nullptr) << client_error;
+  const std::string big = Payload(4, 256 << 10);
+  std::vector<uint8_t> destination(big.size(), 0);
+  session.client->ExpectPayload(11, destination.data(), big.size());
+  ASSERT_TRUE(session.executor->SendLoaned(Bytes("early"), Bytes(big), [] {}, 11));
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+  while (std::memcmp(destination.data(), big.data(), big.size()) != 0 && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  ASSERT_EQ(std::memcmp(destination.data(), big.data(), big.size()), 0);  // written in place, message not read yet
+  session.client->ForgetPayload(11);
+  IncomingMessage message;
+  EXPECT_EQ(session.client->Receive(message, 5000), ReceiveStatus::kError);
+}
+
 TEST(LanesChannelTest, ForgettingEveryPlacementStopsWritesAndRefusesNewOnes) {
   std::string executor_error, client_error;
   Session session = Connect(2, &executor_error, &client_error);

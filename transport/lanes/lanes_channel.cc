@@ -30,7 +30,9 @@ namespace {
 using Clock = std::chrono::steady_clock;
 
 constexpr uint8_t kInlinePayload = 0;    // prefix byte: the payload (if any) is in the control message
-constexpr size_t kLanePrefixBytes = 9;   // lane index + 1, then the payload's length (little-endian u64)
+// Lane index + 1, then the payload's length and its placement key (little-endian u64 each): the receiver checks
+// that the record it takes from the lane is the one this message names.
+constexpr size_t kLanePrefixBytes = 17;
 struct RecordHead {                       // before a record's bytes on its lane (little-endian)
   uint64_t size = 0;
   uint64_t placement_key = 0;             // 0: none
@@ -86,11 +88,15 @@ struct BufferPool : std::enable_shared_from_this<BufferPool> {
   std::vector<LaneBuffer*> free;
 };
 
-// What a lane's receiving thread delivered: a pool buffer, or a payload already at the receiver's destination.
+// What a lane's receiving thread delivered: a pool buffer, or a payload already at the receiver's destination
+// (under `key`). A placed arrival whose key was forgotten before any message claimed it is void: its destination
+// may be gone, so the message that names it breaks the session instead of pointing there.
 struct Arrival {
   LaneBuffer* buffer = nullptr;
   uint8_t* placed = nullptr;
   uint64_t size = 0;
+  uint64_t key = 0;
+  bool void_ = false;
 };
 
 void ReleaseLaneBuffer(void* owner) {
@@ -200,25 +206,34 @@ class LanesChannel final : public Channel {
   }
 
   void ForgetPayload(uint64_t key) override {
-    std::unique_lock<std::mutex> lock(placement_mutex_);
-    if (placements_.erase(key) != 0 || !Writing(key)) return;
-    // A lane is writing a payload under this key although its message has been answered: only a broken peer
-    // sends that. The lanes close, so the write stops, and the caller may reuse the destination once it has.
-    lock.unlock();
-    Break();
-    lock.lock();
-    placed_.wait(lock, [&] { return !Writing(key); });
+    {
+      std::unique_lock<std::mutex> lock(placement_mutex_);
+      if (placements_.erase(key) != 0) return;  // not taken by any lane: nothing was or will be written
+      if (Writing(key)) {
+        // A lane is writing (or has just written) a payload under this key although its message has been answered:
+        // only a broken peer sends that. The lanes close, so the write stops.
+        lock.unlock();
+        Break();
+        lock.lock();
+        placed_.wait(lock, [&] { return !Writing(key); });
+      }
+    }
+    VoidPlacedArrivals(key, false);
   }
 
   void ForgetAllPayloads() override {
-    std::unique_lock<std::mutex> lock(placement_mutex_);
-    placements_closed_ = true;
-    placements_.clear();
-    if (!Writing(0, /*any=*/true)) return;
-    lock.unlock();
-    Break();
-    lock.lock();
-    placed_.wait(lock, [&] { return !Writing(0, /*any=*/true); });
+    {
+      std::unique_lock<std::mutex> lock(placement_mutex_);
+      placements_closed_ = true;
+      placements_.clear();
+      if (Writing(0, /*any=*/true)) {
+        lock.unlock();
+        Break();
+        lock.lock();
+        placed_.wait(lock, [&] { return !Writing(0, /*any=*/true); });
+      }
+    }
+    VoidPlacedArrivals(0, true);
   }
 
   ReceiveStatus Receive(IncomingMessage& message, int timeout_ms) override {
@@ -242,6 +257,7 @@ class LanesChannel final : public Channel {
       Pending pending;
       pending.lane = bytes[0] - 1u;
       std::memcpy(&pending.size, bytes.data() + 1, sizeof(pending.size));
+      std::memcpy(&pending.key, bytes.data() + 9, sizeof(pending.key));
       pending.header = std::move(control.header).WithoutPrefix(kLanePrefixBytes);
       pending_ = std::move(pending);
       awaited_lane_.store(static_cast<int>(pending_->lane));
@@ -278,7 +294,7 @@ class LanesChannel final : public Channel {
     awaited_lane_.store(-1);
     Pending pending = std::move(*pending_);
     pending_.reset();
-    if (arrival.size != pending.size) {
+    if (arrival.void_ || arrival.size != pending.size || arrival.key != pending.key) {
       if (arrival.buffer != nullptr) pool_->Give(arrival.buffer);
       return ReceiveStatus::kError;
     }
@@ -328,6 +344,7 @@ class LanesChannel final : public Channel {
   struct Pending {
     size_t lane = 0;
     uint64_t size = 0;
+    uint64_t key = 0;
     Frame header;
   };
 
@@ -346,7 +363,22 @@ class LanesChannel final : public Channel {
     size_t bytes = 0;
   };
 
-  // Whether a lane is writing under `key` (or under any key); with placement_mutex_ held.
+  // Placed arrivals under `key` (or any) that no message has claimed yet: a peer that wrote a payload in place and
+  // then answered its request without it. The destination is the caller's to free now, so nothing may point there.
+  void VoidPlacedArrivals(uint64_t key, bool any) {
+    std::lock_guard<std::mutex> lock(incoming_mutex_);
+    for (auto& queue : incoming_) {
+      for (Arrival& arrival : queue) {
+        if (arrival.placed != nullptr && (any || arrival.key == key)) {
+          arrival.placed = nullptr;
+          arrival.void_ = true;
+        }
+      }
+    }
+  }
+
+  // Whether a lane is writing under `key` (or under any key), or has written and not yet queued the arrival; with
+  // placement_mutex_ held.
   bool Writing(uint64_t key, bool any = false) const {
     for (const uint64_t writing : writing_) {
       if (writing != 0 && (any || writing == key)) return true;
@@ -386,6 +418,7 @@ class LanesChannel final : public Channel {
     prefix[0] = static_cast<uint8_t>(index + 1);
     const uint64_t size = payload.size();
     std::memcpy(prefix + 1, &size, sizeof(size));
+    std::memcpy(prefix + 9, &placement_key, sizeof(placement_key));
     prefixed_.assign(prefix, prefix + kLanePrefixBytes);
     prefixed_.insert(prefixed_.end(), header.begin(), header.end());
     return control_->Send(prefixed_, {});
@@ -428,6 +461,7 @@ class LanesChannel final : public Channel {
       if (!ReadFully(fd, &head, sizeof(head)) || head.size == 0 || head.size > largest_record_) break;
       Arrival arrival;
       arrival.size = head.size;
+      arrival.key = head.placement_key;
       if (head.placement_key != 0) {
         // A key the receiver expects, with the size it expects, lands in place; anything else (a stale key, a
         // wrong size: a broken peer) in a buffer, which Receive then judges as usual.
@@ -444,22 +478,26 @@ class LanesChannel final : public Channel {
       bool received;
       if (arrival.placed != nullptr) {
         received = ReadFully(fd, arrival.placed, head.size);
-        {
-          std::lock_guard<std::mutex> lock(placement_mutex_);
-          writing_[index] = 0;
-        }
-        placed_.notify_all();
       } else {
         arrival.buffer = pool_->Take(head.size);
         received = ReadFully(fd, arrival.buffer->bytes.get(), head.size);
         if (!received) pool_->Give(arrival.buffer);
       }
-      if (!received) break;
-      {
+      if (received) {
         std::lock_guard<std::mutex> lock(incoming_mutex_);
         incoming_[index].push_back(arrival);
         queued_[index].fetch_add(1, std::memory_order_release);
       }
+      if (arrival.placed != nullptr) {
+        // Only once the arrival is queued, where a forgetting caller voids it: no window in which a written
+        // payload is neither being written nor findable.
+        {
+          std::lock_guard<std::mutex> lock(placement_mutex_);
+          writing_[index] = 0;
+        }
+        placed_.notify_all();
+      }
+      if (!received) break;
       arrived_.notify_all();
     }
     Break();
