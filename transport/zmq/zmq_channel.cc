@@ -60,9 +60,15 @@ class ZmqChannel final : public Channel {
     for (;;) {
       ReceiveStatus status = TryReceive(message);
       if (status != ReceiveStatus::kTimeout) return status;
-      DrainMonitor();
-      if (peer_lost_) return ReceiveStatus::kPeerLost;
+      // The monitor is looked at every kMonitorInterval while spinning (callers spin through Receive(0) too), not
+      // on every try: each look is a system call that slows the spin, and a lost peer need not be seen within
+      // microseconds (its heartbeats take seconds).
       const auto now = Clock::now();
+      if (now - monitor_checked_ >= kMonitorInterval) {
+        DrainMonitor();
+        monitor_checked_ = now;
+      }
+      if (peer_lost_) return ReceiveStatus::kPeerLost;
       if (now >= deadline) return ReceiveStatus::kTimeout;
       if (now < spin_until) continue;
       zmq_pollitem_t items[2] = {{socket_, 0, ZMQ_POLLIN, 0}, {monitor_, 0, ZMQ_POLLIN, 0}};
@@ -72,6 +78,7 @@ class ZmqChannel final : public Channel {
             wait_ms, std::chrono::duration_cast<std::chrono::milliseconds>(deadline - now).count() + 1);
       }
       if (zmq_poll(items, 2, wait_ms) < 0 && zmq_errno() != EINTR) return ReceiveStatus::kError;
+      monitor_checked_ = {};  // woken, perhaps by the monitor: look at it on the next try
     }
   }
 
@@ -101,13 +108,18 @@ class ZmqChannel final : public Channel {
 
  private:
   ReceiveStatus TryReceive(IncomingMessage& message) {
-    auto* header = new zmq_msg_t;
-    zmq_msg_init(header);
-    if (zmq_msg_recv(header, socket_, ZMQ_DONTWAIT) < 0) {
+    // Tried on the stack: most tries while spinning find nothing, and need no allocation.
+    zmq_msg_t incoming;
+    zmq_msg_init(&incoming);
+    if (zmq_msg_recv(&incoming, socket_, ZMQ_DONTWAIT) < 0) {
       const int err = zmq_errno();
-      ReleaseZmqMessage(header);
+      zmq_msg_close(&incoming);
       return err == EAGAIN ? ReceiveStatus::kTimeout : ReceiveStatus::kError;
     }
+    auto* header = new zmq_msg_t;
+    zmq_msg_init(header);
+    zmq_msg_move(header, &incoming);
+    zmq_msg_close(&incoming);
     message.payload.Reset();
     const bool more = zmq_msg_more(header);
     message.header = Frame({static_cast<const uint8_t*>(zmq_msg_data(header)), zmq_msg_size(header)}, header,
@@ -173,6 +185,8 @@ class ZmqChannel final : public Channel {
   int monitor_fd_ = -1;
   ChannelOptions options_;
   bool curve_ = false;
+  static constexpr std::chrono::microseconds kMonitorInterval{200};
+  std::chrono::steady_clock::time_point monitor_checked_{};
   bool peer_seen_ = false;
   bool peer_lost_ = false;
   uint64_t failed_awaiting_disconnect_ = 0;
