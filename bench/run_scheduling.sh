@@ -32,8 +32,14 @@ low_priority_share_percent = $share_percent
 TOML
 "$build/backend/curelay-backend" --config "$runtime/backend.toml" 2>"$runtime/backend.log" &
 backend=$!
-trap 'kill $backend 2>/dev/null; wait $backend 2>/dev/null; rm -rf "$runtime"' EXIT
-for _ in $(seq 100); do [ -S "$runtime/private/admin.sock" ] && break; sleep 0.1; done
+# The backend's log goes to $OUT when it is set (the GPU host's result folder), then the runtime folder goes.
+trap 'kill $backend 2>/dev/null; wait $backend 2>/dev/null; [ -z "${OUT:-}" ] || cp "$runtime/backend.log" "$OUT/scheduling_backend.log"; rm -rf "$runtime"' EXIT
+for _ in $(seq 200); do [ -S "$runtime/private/admin.sock" ] && break; sleep 0.1; done
+if [ ! -S "$runtime/private/admin.sock" ]; then
+  echo "error: the backend did not start within 20 s; its log:" >&2
+  cat "$runtime/backend.log" >&2
+  exit 2
+fi
 ctl() { "$build/backendctl/backendctl" --endpoint "ipc://$runtime/private/admin.sock" "$@"; }
 token() { ctl -o json tenant add "$@" | sed -n 's/.*"token": "\(crl_[0-9a-f]*\)".*/\1/p'; }
 if [ -n "${CURELAY_BENCH_TCP_PORT:-}" ]; then

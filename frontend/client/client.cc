@@ -375,9 +375,11 @@ bool Client::Dispatch(transport::IncomingMessage& message, const wire::Reply& re
     CUresult result = ResultOf(reply.result());
     if (result == CUDA_SUCCESS && message.payload.size() != owner->bytes) result = CUDA_ERROR_UNKNOWN;
     if (result == CUDA_SUCCESS) {
+      ++copying_deliveries_;
       lock.unlock();
       CopyToApplication(owner->destination, message.payload.data(), owner->bytes);
       lock.lock();
+      --copying_deliveries_;
     } else {
       CUresult expected = CUDA_SUCCESS;
       async_error_.compare_exchange_strong(expected, result);
@@ -545,7 +547,9 @@ CUresult Client::Break(const char* why) {
     waiter->done = true;
   }
   waiters_.clear();
-  outstanding_deliveries_ = 0;
+  // A delivery the reader is copying right now still counts: whoever waits for the deliveries (to free or reuse
+  // the memory) waits for that copy to end, and the reader's decrement after it lands on this count.
+  outstanding_deliveries_ = copying_deliveries_;
   reply_arrived_.notify_all();
   return broken_.load();
 }

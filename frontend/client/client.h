@@ -199,6 +199,7 @@ class Client {
   std::atomic<CUresult> broken_{CUDA_SUCCESS};  // once set, every call fails with it (the session is gone)
   std::atomic<CUresult> async_error_{CUDA_SUCCESS};  // first failed delivery, for the next synchronizing call
   size_t outstanding_deliveries_ = 0;               // guarded by reply_mutex_
+  size_t copying_deliveries_ = 0;  // guarded by reply_mutex_: the reader is copying these with the lock released
   flatbuffers::FlatBufferBuilder mirror_builder_;   // guarded by send_mutex_
   std::vector<wire::MirrorRange> mirror_runs_;      // guarded by send_mutex_
   std::vector<uint8_t> mirror_data_;                // guarded by send_mutex_
