@@ -17,9 +17,12 @@ native_lib=$(dirname "$real")
 runtime=$(mktemp -d /dev/shm/curelay-sched-XXXXXX)
 budget_us=${CURELAY_BENCH_BUDGET_US:-100}  # the backend's default
 share_percent=${CURELAY_BENCH_SHARE_PERCENT:-0}  # [scheduler] low_priority_share_percent (0, the default: strict)
+# Built outside the here-document: there bash drops the double quotes inside a ${...:+...}, which TOML needs.
+listen="\"ipc://$runtime/b.sock\""
+[ -z "${CURELAY_BENCH_TCP_PORT:-}" ] || listen="$listen, \"tcp://127.0.0.1:$CURELAY_BENCH_TCP_PORT\""
 cat >"$runtime/backend.toml" <<TOML
 [backend]
-listen = ["ipc://$runtime/b.sock"${CURELAY_BENCH_TCP_PORT:+, "tcp://127.0.0.1:$CURELAY_BENCH_TCP_PORT"}]
+listen = [$listen]
 driver = "$real"
 runtime_dir = "$runtime"
 state_dir = "$runtime/state"
@@ -33,7 +36,7 @@ TOML
 "$build/backend/curelay-backend" --config "$runtime/backend.toml" 2>"$runtime/backend.log" &
 backend=$!
 # The backend's log goes to $OUT when it is set (the GPU host's result folder), then the runtime folder goes.
-trap 'kill $backend 2>/dev/null; wait $backend 2>/dev/null; [ -z "${OUT:-}" ] || cp "$runtime/backend.log" "$OUT/scheduling_backend.log"; rm -rf "$runtime"' EXIT
+trap 'kill $backend 2>/dev/null; wait $backend 2>/dev/null; [ -z "${OUT:-}" ] || { mkdir -p "$OUT" && cp "$runtime/backend.log" "$OUT/scheduling_backend.log"; }; rm -rf "$runtime"' EXIT
 for _ in $(seq 200); do [ -S "$runtime/private/admin.sock" ] && break; sleep 0.1; done
 if [ ! -S "$runtime/private/admin.sock" ]; then
   echo "error: the backend did not start within 20 s; its log:" >&2
