@@ -37,9 +37,9 @@ TOML
 backend=$!
 # The backend's log goes to $OUT when it is set (the GPU host's result folder), then the runtime folder goes.
 trap 'kill $backend 2>/dev/null; wait $backend 2>/dev/null; [ -z "${OUT:-}" ] || { mkdir -p "$OUT" && cp "$runtime/backend.log" "$OUT/scheduling_backend.log"; }; rm -rf "$runtime"' EXIT
-for _ in $(seq 200); do [ -S "$runtime/private/admin.sock" ] && break; sleep 0.1; done
+for _ in $(seq 200); do [ -S "$runtime/private/admin.sock" ] && break; kill -0 $backend 2>/dev/null || break; sleep 0.1; done
 if [ ! -S "$runtime/private/admin.sock" ]; then
-  echo "error: the backend did not start within 20 s; its log:" >&2
+  echo "error: the backend did not start (exited, or no admin socket within 20 s); its log:" >&2
   cat "$runtime/backend.log" >&2
   exit 2
 fi
