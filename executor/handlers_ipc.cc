@@ -1,10 +1,14 @@
 // CUDA IPC between sessions on this host (schema/curelay.fbs, "CUDA IPC"): the real driver shares the memory and
-// events between executors; ipc_registry_ limits each handle to sessions of the exporting session's tenant.
+// events between executors; ipc_registry_ limits each handle to sessions of the exporting session's tenant. Shareable
+// handles (descriptors) take the same registry; shareable_handles_ carries the descriptors between executors.
+#include <unistd.h>
+
 #include <spdlog/spdlog.h>
 
 #include <cstring>
 
 #include "executor/session.h"
+#include "schema/wire_enum.h"
 
 namespace curelay::executor {
 namespace {
@@ -13,10 +17,20 @@ bool WellFormedHandle(const flatbuffers::Vector<uint8_t>* handle) {
   return handle != nullptr && handle->size() == CU_IPC_HANDLE_SIZE;
 }
 
+std::span<const uint8_t> HandleBytes(const char (&reserved)[CU_IPC_HANDLE_SIZE]) {
+  return {reinterpret_cast<const uint8_t*>(reserved), CU_IPC_HANDLE_SIZE};
+}
+
+// The one kind of shareable handle that can travel between sessions: a descriptor (fabric handles name memory of
+// another node's fabric, Windows handles do not exist here).
+CUresult CheckShareableType(int32_t wire_type, CUmemAllocationHandleType* type) {
+  if (!WireEnum(wire_type, CU_MEM_HANDLE_TYPE_MAX, type)) return CUDA_ERROR_INVALID_VALUE;
+  return *type == CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR ? CUDA_SUCCESS : CUDA_ERROR_NOT_SUPPORTED;
+}
+
 }  // namespace
 
-Session::Outcome Session::IpcHandleReply(IpcRegistry::Kind kind, const char* handle_bytes, uint64_t owner) {
-  const std::span<const uint8_t> handle(reinterpret_cast<const uint8_t*>(handle_bytes), CU_IPC_HANDLE_SIZE);
+Session::Outcome Session::IpcHandleReply(IpcRegistry::Kind kind, std::span<const uint8_t> handle, uint64_t owner) {
   if (!ipc_registry_.Publish(kind, handle, owner)) return {CUDA_ERROR_OPERATING_SYSTEM};
   Outcome outcome;
   outcome.body = wire::CreateIpcHandle(builder_, builder_.CreateVector(handle.data(), handle.size())).Union();
@@ -42,7 +56,7 @@ Session::Outcome Session::IpcGetMemHandle(const wire::IpcGetMemHandle& call) {
   CUdeviceptr base = call.ptr();
   size_t bytes = 0;
   if (driver_.cuMemGetAddressRange(&base, &bytes, call.ptr()) != CUDA_SUCCESS) base = call.ptr();
-  return IpcHandleReply(IpcRegistry::Kind::kMemory, handle.reserved, base);
+  return IpcHandleReply(IpcRegistry::Kind::kMemory, HandleBytes(handle.reserved), base);
 }
 
 Session::Outcome Session::IpcOpenMemHandle(const wire::IpcOpenMemHandle& call) {
@@ -80,7 +94,7 @@ Session::Outcome Session::IpcGetEventHandle(const wire::IpcGetEventHandle& call)
   CUipcEventHandle handle{};
   const CUresult result = driver_.cuIpcGetEventHandle(&handle, event->second);
   if (result != CUDA_SUCCESS) return {result};
-  return IpcHandleReply(IpcRegistry::Kind::kEvent, handle.reserved, call.event());
+  return IpcHandleReply(IpcRegistry::Kind::kEvent, HandleBytes(handle.reserved), call.event());
 }
 
 Session::Outcome Session::IpcOpenEventHandle(const wire::IpcOpenEventHandle& call) {
@@ -98,10 +112,62 @@ Session::Outcome Session::IpcOpenEventHandle(const wire::IpcOpenEventHandle& cal
   return {result};
 }
 
+Session::Outcome Session::MemExportShareable(const wire::MemExportShareable& call) {
+  CUmemAllocationHandleType type{};
+  if (const CUresult checked = CheckShareableType(call.handle_type(), &type); checked != CUDA_SUCCESS) {
+    return {checked};
+  }
+  if (!ipc_registry_.enabled() || !shareable_handles_.enabled() || driver_.cuMemExportToShareableHandle == nullptr) {
+    return {CUDA_ERROR_NOT_SUPPORTED};
+  }
+  const auto found = physical_allocations_.find(call.handle());
+  if (found == physical_allocations_.end() || call.flags() != 0) return {CUDA_ERROR_INVALID_VALUE};
+  ShareableHandleServer::Token token;
+  // Exported once per allocation: every importer is served from the same descriptor.
+  if (!shareable_handles_.Find(call.handle(), &token)) {
+    int fd = -1;
+    const CUresult result = driver_.cuMemExportToShareableHandle(&fd, found->second.handle, type, call.flags());
+    if (result != CUDA_SUCCESS) return {result};
+    if (!shareable_handles_.Add(fd, call.handle(), &token)) return {CUDA_ERROR_OPERATING_SYSTEM};
+  }
+  return IpcHandleReply(IpcRegistry::Kind::kShareable, token, call.handle());
+}
+
+Session::Outcome Session::MemImportShareable(const wire::MemImportShareable& call) {
+  CUmemAllocationHandleType type{};
+  if (const CUresult checked = CheckShareableType(call.handle_type(), &type); checked != CUDA_SUCCESS) {
+    return {checked};
+  }
+  if (call.token() == nullptr || call.token()->size() != ShareableHandleServer::kTokenBytes || call.handle() == 0 ||
+      physical_allocations_.count(call.handle()) != 0) {
+    return {CUDA_ERROR_INVALID_VALUE};
+  }
+  if (!ipc_registry_.enabled() || !shareable_handles_.enabled() ||
+      driver_.cuMemImportFromShareableHandle == nullptr) {
+    return {CUDA_ERROR_NOT_SUPPORTED};
+  }
+  ShareableHandleServer::Token token;
+  std::memcpy(token.data(), call.token()->data(), token.size());
+  // A token no session of this tenant published (or one whose allocation was released) is refused as the driver
+  // refuses a descriptor that names no allocation.
+  pid_t exporter = 0;
+  if (!ipc_registry_.MayOpen(IpcRegistry::Kind::kShareable, token, &exporter)) return {CUDA_ERROR_INVALID_VALUE};
+  const int fd = ShareableHandleServer::Fetch(ipc_registry_.directory(), exporter, token);
+  if (fd < 0) return {CUDA_ERROR_INVALID_VALUE};
+  CUmemGenericAllocationHandle handle = 0;
+  const CUresult result =
+      driver_.cuMemImportFromShareableHandle(&handle, reinterpret_cast<void*>(static_cast<intptr_t>(fd)), type);
+  close(fd);  // the import holds the memory; the descriptor itself is not needed any more
+  if (result != CUDA_SUCCESS) return {result};
+  physical_allocations_[call.handle()] = {handle, 1, 0};  // charged to the exporting session, not refunded here
+  return {CUDA_SUCCESS};
+}
+
 void Session::ReleaseIpc() {
   for (CUdeviceptr ptr : ipc_opened_memory_) driver_.cuIpcCloseMemHandle(ptr);
   ipc_opened_memory_.clear();
   ipc_registry_.WithdrawAll();
+  shareable_handles_.WithdrawAll();
 }
 
 }  // namespace curelay::executor

@@ -86,6 +86,10 @@ Session::Outcome Session::MemRelease(const wire::MemRelease& call) {
   const CUresult result = driver_.cuMemRelease(found->second.handle);
   if (result == CUDA_SUCCESS && --found->second.references == 0) {
     memory_quota_.Refund(found->second.bytes);
+    // Its shareable descriptor goes too (natively an open descriptor would keep the memory importable:
+    // docs/architecture.md, "Shareable handles").
+    ipc_registry_.Withdraw(IpcRegistry::Kind::kShareable, call.handle());
+    shareable_handles_.Withdraw(call.handle());
     physical_allocations_.erase(found);
   }
   return {result};

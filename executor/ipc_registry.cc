@@ -46,7 +46,8 @@ void IpcRegistry::Configure(std::string directory, std::string scope) {
 
 std::string IpcRegistry::PathOf(Kind kind, std::span<const uint8_t> handle) const {
   static const char kHex[] = "0123456789abcdef";
-  std::string path = directory_ + (kind == Kind::kMemory ? "/memory-" : "/event-");
+  static const char* const kPrefixes[] = {"/memory-", "/event-", "/shareable-"};
+  std::string path = directory_ + kPrefixes[static_cast<int>(kind)];
   for (const uint8_t byte : handle) {
     path.push_back(kHex[byte >> 4]);
     path.push_back(kHex[byte & 15]);
@@ -80,12 +81,13 @@ bool IpcRegistry::Publish(Kind kind, std::span<const uint8_t> handle, uint64_t o
   return true;
 }
 
-bool IpcRegistry::MayOpen(Kind kind, std::span<const uint8_t> handle) const {
+bool IpcRegistry::MayOpen(Kind kind, std::span<const uint8_t> handle, pid_t* exporter_pid) const {
   if (!enabled()) return false;
   std::vector<uint8_t> bytes;
   if (!ReadFile(PathOf(kind, handle), &bytes)) {
+    static const char* const kNames[] = {"memory", "event", "shareable"};
     spdlog::info("refused to open a CUDA IPC {} handle no session of this host published",
-                 kind == Kind::kMemory ? "memory" : "event");
+                 kNames[static_cast<int>(kind)]);
     return false;
   }
   // The whole buffer is verified (its root offset too: a file shorter than one was read past its end before).
@@ -107,6 +109,7 @@ bool IpcRegistry::MayOpen(Kind kind, std::span<const uint8_t> handle) const {
     spdlog::warn("refused to open a CUDA IPC handle exported by another tenant's session");
     return false;
   }
+  if (exporter_pid != nullptr) *exporter_pid = exporter;
   return true;
 }
 

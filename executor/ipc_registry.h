@@ -8,6 +8,7 @@
 #pragma once
 
 #include <cuda.h>
+#include <sys/types.h>
 
 #include <cstdint>
 #include <map>
@@ -18,7 +19,8 @@ namespace curelay::executor {
 
 class IpcRegistry {
  public:
-  enum class Kind { kMemory, kEvent };
+  // kShareable: a token of executor/shareable_handles.h (a file descriptor export), not a driver handle.
+  enum class Kind { kMemory, kEvent, kShareable };
 
   // `directory` empty: CUDA IPC is off (every call answers CUDA_ERROR_NOT_SUPPORTED).
   void Configure(std::string directory, std::string scope);
@@ -27,8 +29,10 @@ class IpcRegistry {
   // Records that this session exported `handle`; `owner` (a device address or an event id) withdraws it later.
   // Returns false (and logs why) when the file cannot be written.
   bool Publish(Kind kind, std::span<const uint8_t> handle, uint64_t owner);
-  // Whether `handle` was published by a live session of this session's scope. Logs each refusal and why.
-  bool MayOpen(Kind kind, std::span<const uint8_t> handle) const;
+  // Whether `handle` was published by a live session of this session's scope (that session's executor in
+  // `exporter` when given). Logs each refusal and why.
+  bool MayOpen(Kind kind, std::span<const uint8_t> handle, pid_t* exporter = nullptr) const;
+  const std::string& directory() const { return directory_; }
   // The memory or event `owner` is gone: its handles no longer open anywhere new.
   void Withdraw(Kind kind, uint64_t owner);
   void WithdrawAll();

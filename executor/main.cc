@@ -197,6 +197,7 @@ int main(int argc, char** argv) {
     return 1;
   }
   session.ipc_registry().Configure(assignment.ipc_registry, assignment.ipc_scope);
+  session.shareable_handles().Configure(assignment.ipc_registry);
   session.SetHostGpus(options.host_gpus);
   // tcp lanes take a port of the range the session's tcp endpoint came from (a fixed port: any free one).
   for (const auto& endpoint : options.bind_endpoints) {

@@ -22,6 +22,7 @@
 #include "executor/event_pool.h"
 #include "executor/host_mirrors.h"
 #include "executor/ipc_registry.h"
+#include "executor/shareable_handles.h"
 #include "executor/jit_option_set.h"
 #include "executor/session_memory_quota.h"
 #include "executor/staging_pool.h"
@@ -44,6 +45,7 @@ class Session {
   DispatchGate& dispatch_gate() { return dispatch_gate_; }
   // Which CUDA IPC handles this session may open, and where it publishes its own (before Run; unconfigured: off).
   IpcRegistry& ipc_registry() { return ipc_registry_; }
+  ShareableHandleServer& shareable_handles() { return shareable_handles_; }
   // Memory turns (session_residency.cc): the backend's swap space (before Run; unopened: the session never swaps)
   // and the host GPU index of each device ordinal (empty: the same numbers).
   SwapSpace& swap_space() { return swap_space_; }
@@ -253,7 +255,7 @@ class Session {
   // Virtual memory management (handlers_virtual_memory.cc).
   void ReleaseVirtualMemory();
   // CUDA IPC (handlers_ipc.cc): publishes an exported handle and answers it.
-  Outcome IpcHandleReply(IpcRegistry::Kind kind, const char* handle_bytes, uint64_t owner);
+  Outcome IpcHandleReply(IpcRegistry::Kind kind, std::span<const uint8_t> handle, uint64_t owner);
   void ReleaseIpc();
   // Stream-ordered allocation from the default pools (handlers_memory_pools.cc).
   CUresult ResolvePool(int device, uint64_t pool_id, CUmemoryPool* pool);
@@ -373,6 +375,7 @@ class Session {
   std::unordered_map<uint64_t, ArrayRecord> arrays_;  // by the client's array id
   TextureObjects texture_objects_;
   IpcRegistry ipc_registry_;
+  ShareableHandleServer shareable_handles_;  // descriptors this session exported, served to importing executors
   std::unordered_set<CUdeviceptr> ipc_opened_memory_;  // by cuIpcOpenMemHandle, not yet closed
   SessionMemoryQuota memory_quota_;
   SwappableMemory swappable_{driver_};

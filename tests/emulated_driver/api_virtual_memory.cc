@@ -2,7 +2,9 @@
 // (device addresses are host addresses here), a physical allocation is a memfd, and mapping one into a
 // reservation maps the file there. Only ranges whose access was set are entered in the MemoryMap (as borrowed
 // blocks, adjacent mappings merged), so copies, memsets and kernels reach exactly what the real driver lets them.
+#include <fcntl.h>
 #include <sys/mman.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cstring>
@@ -27,6 +29,7 @@ struct PhysicalAllocation {
   CUmemAllocationProp prop{};
   int references = 1;  // cuMemCreate and each cuMemRetainAllocationHandle; cuMemRelease drops one
   int mappings = 0;    // the memory lives on while mapped, even once released
+  bool imported = false;  // from another process's export: its device memory is charged there
 };
 
 struct Mapping {
@@ -99,8 +102,8 @@ void DropPhysicalIfUnused(VirtualMemory& state, uint64_t handle) {
   auto it = state.physical.find(handle);
   if (it == state.physical.end() || it->second.references > 0 || it->second.mappings > 0) return;
   close(it->second.fd);
-  // Its device memory is free again.
-  Driver::Get().memory().UnchargePhysical(it->second.prop.location.id, it->second.size);
+  // Its device memory is free again (an imported one's is the exporter's to free).
+  if (!it->second.imported) Driver::Get().memory().UnchargePhysical(it->second.prop.location.id, it->second.size);
   state.physical.erase(it);
 }
 
@@ -112,7 +115,11 @@ CUresult CheckDeviceLocation(const CUmemLocation& location) {
 
 CUresult CheckProp(const CUmemAllocationProp* prop) {
   if (prop == nullptr || prop->type != CU_MEM_ALLOCATION_TYPE_PINNED) return CUDA_ERROR_INVALID_VALUE;
-  if (prop->requestedHandleTypes != CU_MEM_HANDLE_TYPE_NONE) return CUDA_ERROR_NOT_SUPPORTED;  // no IPC here
+  // File descriptors are the one shareable handle emulated: the memfd itself (cuMemExportToShareableHandle).
+  if (prop->requestedHandleTypes != CU_MEM_HANDLE_TYPE_NONE &&
+      prop->requestedHandleTypes != CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR) {
+    return CUDA_ERROR_NOT_SUPPORTED;
+  }
   return CheckDeviceLocation(prop->location);
 }
 
@@ -219,6 +226,58 @@ CUresult CUDAAPI cuMemRelease(CUmemGenericAllocationHandle handle) {
     if (it == state.physical.end() || it->second.references == 0) return CUDA_ERROR_INVALID_VALUE;
     --it->second.references;
     emu::DropPhysicalIfUnused(state, handle);
+    return CUDA_SUCCESS;
+  });
+}
+
+// A physical allocation made with CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR is exported as a duplicate of its memfd:
+// another process that imports the descriptor maps the same pages, as two processes share one real GPU's memory.
+CUresult CUDAAPI cuMemExportToShareableHandle(void* shareable, CUmemGenericAllocationHandle handle,
+                                              CUmemAllocationHandleType type, unsigned long long flags) {
+  return emu::Guard([&] {
+    if (CUresult r = emu::CheckInit(); r != CUDA_SUCCESS) return r;
+    if (shareable == nullptr || flags != 0) return CUDA_ERROR_INVALID_VALUE;
+    if (type != CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR) return CUDA_ERROR_NOT_SUPPORTED;
+    emu::VirtualMemory& state = emu::State();
+    std::lock_guard lock(state.mu);
+    auto it = state.physical.find(handle);
+    if (it == state.physical.end() || it->second.references == 0) return CUDA_ERROR_INVALID_HANDLE;
+    if (it->second.prop.requestedHandleTypes != CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR) {
+      return CUDA_ERROR_INVALID_VALUE;  // not made shareable as a descriptor
+    }
+    const int fd = dup(it->second.fd);
+    if (fd < 0) return CUDA_ERROR_OPERATING_SYSTEM;
+    *static_cast<int*>(shareable) = fd;
+    return CUDA_SUCCESS;
+  });
+}
+
+CUresult CUDAAPI cuMemImportFromShareableHandle(CUmemGenericAllocationHandle* handle, void* os_handle,
+                                                CUmemAllocationHandleType type) {
+  return emu::Guard([&] {
+    if (CUresult r = emu::CheckInit(); r != CUDA_SUCCESS) return r;
+    if (handle == nullptr) return CUDA_ERROR_INVALID_VALUE;
+    if (type != CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR) return CUDA_ERROR_NOT_SUPPORTED;
+    const int given = static_cast<int>(reinterpret_cast<intptr_t>(os_handle));
+    struct stat info {};
+    // Only a memfd of an emulated allocation is one: a sealed-size check is all a test fixture needs.
+    if (given < 0 || fstat(given, &info) != 0 || !S_ISREG(info.st_mode) || info.st_size <= 0 ||
+        !emu::Aligned(static_cast<uint64_t>(info.st_size))) {
+      return CUDA_ERROR_INVALID_VALUE;
+    }
+    const int fd = fcntl(given, F_DUPFD_CLOEXEC, 0);
+    if (fd < 0) return CUDA_ERROR_OPERATING_SYSTEM;
+    emu::VirtualMemory& state = emu::State();
+    std::lock_guard lock(state.mu);
+    const uint64_t id = state.next_handle++;
+    emu::PhysicalAllocation& physical = state.physical[id];
+    physical.fd = fd;
+    physical.size = static_cast<size_t>(info.st_size);
+    physical.prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
+    physical.prop.requestedHandleTypes = CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR;
+    physical.prop.location = {CU_MEM_LOCATION_TYPE_DEVICE, 0};
+    physical.imported = true;
+    *handle = id;
     return CUDA_SUCCESS;
   });
 }

@@ -264,6 +264,33 @@ TEST_F(TenantsTest, IpcHandlesOpenOnlyInSessionsOfTheSameTenant) {
   EXPECT_EQ(sibling.Ask("ipc-open " + forged), "ipc-open 1 0");
 }
 
+// Shareable handles (file descriptors): memory one session exports imports in another session of the same tenant
+// (both see the same bytes), never in another tenant's session, and no longer once the exporter released it; a
+// descriptor curelay did not make is refused.
+TEST_F(TenantsTest, ShareableHandlesImportOnlyInSessionsOfTheSameTenant) {
+  const std::string token_a = AddTenant(backend_, "share-a");
+  const std::string token_b = AddTenant(backend_, "share-b");
+  InteractiveClient exporter(backend_, token_a, "exporter");
+  InteractiveClient sibling(backend_, token_a, "sibling");
+  InteractiveClient stranger(backend_, token_b, "stranger");
+  ASSERT_TRUE(exporter.ready() && sibling.ready() && stranger.ready()) << exporter.output() << sibling.output();
+  const std::string size = std::to_string(4 * kMiB);
+  const std::string exported = exporter.Ask("shareable-export " + size + " 7");
+  ASSERT_EQ(exported.rfind("shareable-export 0 ", 0), 0u) << exported << exporter.output();
+  const std::string descriptor = exported.substr(std::string("shareable-export 0 ").size());  // "PID FD"
+
+  EXPECT_EQ(sibling.Ask("shareable-import " + descriptor + " " + size), "shareable-import 0 7") << sibling.output();
+  EXPECT_EQ(sibling.Ask("shareable-set 9"), "shareable-set 0");
+  EXPECT_EQ(exporter.Ask("shareable-read"), "shareable-read 0 9");  // one allocation, seen by both sessions
+  EXPECT_EQ(stranger.Ask("shareable-import " + descriptor + " " + size), "shareable-import 1 0") << stranger.output();
+  const std::string pid = descriptor.substr(0, descriptor.find(' '));
+  EXPECT_EQ(sibling.Ask("shareable-import " + pid + " 0 " + size), "shareable-import 1 0");  // its stdin: no handle
+
+  EXPECT_EQ(exporter.Ask("shareable-release"), "shareable-release 0");
+  EXPECT_EQ(sibling.Ask("shareable-read-imported"), "shareable-read-imported 0 9");  // its import keeps the memory
+  EXPECT_EQ(sibling.Ask("shareable-import " + descriptor + " " + size), "shareable-import 1 0");  // withdrawn
+}
+
 TEST_F(TenantsTest, SessionsAreListedKilledAndLimited) {
   const std::string token = AddTenant(backend_, "solo", {"--max-sessions", "1", "--memory-quota", "64M"});
   InteractiveClient client(backend_, token, "client");

@@ -1,6 +1,7 @@
 // curelay_test_client: a small driver-API program the integration tests run as a separate process (through the
 // shim), so they can kill it, kill its executor, or fork it. Prints one line per milestone on stdout.
 #include <cuda.h>
+#include <fcntl.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -219,6 +220,10 @@ int main(int argc, char** argv) {
     std::fflush(stdout);
     std::vector<CUdeviceptr> held;
     CUdeviceptr exported = 0, opened = 0;
+    // Shareable handles: the exporter's allocation and mapping, and the importer's mapping.
+    CUmemGenericAllocationHandle shared_allocation = 0;
+    CUdeviceptr shared_mapping = 0, imported_mapping = 0;
+    size_t shared_bytes = 0;
     std::string command;
     while (std::cin >> command) {
       if (command == "alloc") {
@@ -330,6 +335,65 @@ int main(int argc, char** argv) {
         std::printf("ipc-read %d %u\n", static_cast<int>(result), first);
       } else if (command == "ipc-close") {
         std::printf("ipc-close %d\n", static_cast<int>(cuIpcCloseMemHandle(opened)));
+      } else if (command == "shareable-export") {
+        // shareable-export BYTES VALUE: physical memory made shareable as a descriptor, mapped and filled with VALUE,
+        // exported; answers this process's id and the descriptor's number (another process opens it in /proc).
+        std::cin >> shared_bytes;
+        unsigned value = 0;
+        std::cin >> value;
+        CUmemAllocationProp prop{};
+        prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
+        prop.requestedHandleTypes = CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR;
+        prop.location = {CU_MEM_LOCATION_TYPE_DEVICE, 0};
+        const CUmemAccessDesc access{{CU_MEM_LOCATION_TYPE_DEVICE, 0}, CU_MEM_ACCESS_FLAGS_PROT_READWRITE};
+        int fd = -1;
+        CUresult result = cuMemCreate(&shared_allocation, shared_bytes, &prop, 0);
+        if (result == CUDA_SUCCESS) result = cuMemAddressReserve(&shared_mapping, shared_bytes, 0, 0, 0);
+        if (result == CUDA_SUCCESS) result = cuMemMap(shared_mapping, shared_bytes, 0, shared_allocation, 0);
+        if (result == CUDA_SUCCESS) result = cuMemSetAccess(shared_mapping, shared_bytes, &access, 1);
+        if (result == CUDA_SUCCESS) result = cuMemsetD8(shared_mapping, static_cast<unsigned char>(value), shared_bytes);
+        if (result == CUDA_SUCCESS) result = cuCtxSynchronize();
+        if (result == CUDA_SUCCESS) {
+          result = cuMemExportToShareableHandle(&fd, shared_allocation, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0);
+        }
+        std::printf("shareable-export %d %d %d\n", static_cast<int>(result), static_cast<int>(getpid()), fd);
+      } else if (command == "shareable-import") {
+        // shareable-import PID FD BYTES: opens the other process's descriptor, imports and maps it; answers the
+        // first byte.
+        std::string pid, fd_number;
+        size_t bytes = 0;
+        std::cin >> pid >> fd_number >> bytes;
+        const int fd = open(("/proc/" + pid + "/fd/" + fd_number).c_str(), O_RDONLY | O_CLOEXEC);
+        const CUmemAccessDesc access{{CU_MEM_LOCATION_TYPE_DEVICE, 0}, CU_MEM_ACCESS_FLAGS_PROT_READWRITE};
+        CUmemGenericAllocationHandle allocation = 0;
+        unsigned char first = 0;
+        CUresult result = cuMemImportFromShareableHandle(&allocation, reinterpret_cast<void*>(static_cast<intptr_t>(fd)),
+                                                         CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR);
+        if (fd >= 0) close(fd);
+        if (result == CUDA_SUCCESS) result = cuMemAddressReserve(&imported_mapping, bytes, 0, 0, 0);
+        if (result == CUDA_SUCCESS) result = cuMemMap(imported_mapping, bytes, 0, allocation, 0);
+        if (result == CUDA_SUCCESS) result = cuMemRelease(allocation);  // the mapping keeps it
+        if (result == CUDA_SUCCESS) result = cuMemSetAccess(imported_mapping, bytes, &access, 1);
+        if (result == CUDA_SUCCESS) result = cuMemcpyDtoH(&first, imported_mapping, 1);
+        std::printf("shareable-import %d %u\n", static_cast<int>(result), first);
+      } else if (command == "shareable-set") {
+        // shareable-set VALUE: writes the first KiB of the imported mapping.
+        unsigned value = 0;
+        std::cin >> value;
+        CUresult result = cuMemsetD8(imported_mapping, static_cast<unsigned char>(value), 1024);
+        if (result == CUDA_SUCCESS) result = cuCtxSynchronize();
+        std::printf("shareable-set %d\n", static_cast<int>(result));
+      } else if (command == "shareable-read") {
+        unsigned char first = 0;
+        const CUresult result = cuMemcpyDtoH(&first, shared_mapping, 1);
+        std::printf("shareable-read %d %u\n", static_cast<int>(result), first);
+      } else if (command == "shareable-read-imported") {
+        unsigned char first = 0;
+        const CUresult result = cuMemcpyDtoH(&first, imported_mapping, 1);
+        std::printf("shareable-read-imported %d %u\n", static_cast<int>(result), first);
+      } else if (command == "shareable-release") {
+        // The exporter lets go of its allocation (its mapping stays until unmapped).
+        std::printf("shareable-release %d\n", static_cast<int>(cuMemRelease(shared_allocation)));
       } else if (command == "launch") {
         // launch PTX-PATH: the vector-add kernel through its module, checked (VectorAdd prints what failed).
         std::string path;
