@@ -25,7 +25,9 @@ std::span<const uint8_t> HandleBytes(const char (&reserved)[CU_IPC_HANDLE_SIZE])
 // another node's fabric, Windows handles do not exist here).
 CUresult CheckShareableType(int32_t wire_type, CUmemAllocationHandleType* type) {
   if (!WireEnum(wire_type, CU_MEM_HANDLE_TYPE_MAX, type)) return CUDA_ERROR_INVALID_VALUE;
-  return *type == CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR ? CUDA_SUCCESS : CUDA_ERROR_NOT_SUPPORTED;
+  if (*type == CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR) return CUDA_SUCCESS;
+  spdlog::info("shareable handle type {} is not supported (only POSIX file descriptors)", static_cast<int>(*type));
+  return CUDA_ERROR_NOT_SUPPORTED;
 }
 
 }  // namespace
@@ -146,13 +148,7 @@ Session::Outcome Session::MemImportShareable(const wire::MemImportShareable& cal
       driver_.cuMemImportFromShareableHandle == nullptr) {
     return {CUDA_ERROR_NOT_SUPPORTED};
   }
-  ShareableHandleServer::Token token;
-  std::memcpy(token.data(), call.token()->data(), token.size());
-  // A token no session of this tenant published (or one whose allocation was released) is refused as the driver
-  // refuses a descriptor that names no allocation.
-  pid_t exporter = 0;
-  if (!ipc_registry_.MayOpen(IpcRegistry::Kind::kShareable, token, &exporter)) return {CUDA_ERROR_INVALID_VALUE};
-  const int fd = ShareableHandleServer::Fetch(ipc_registry_.directory(), exporter, token);
+  const int fd = FetchShareable(*call.token());
   if (fd < 0) return {CUDA_ERROR_INVALID_VALUE};
   CUmemGenericAllocationHandle handle = 0;
   const CUresult result =
@@ -161,6 +157,97 @@ Session::Outcome Session::MemImportShareable(const wire::MemImportShareable& cal
   if (result != CUDA_SUCCESS) return {result};
   physical_allocations_[call.handle()] = {handle, 1, 0};  // charged to the exporting session, not refunded here
   return {CUDA_SUCCESS};
+}
+
+Session::Outcome Session::MemPoolExportShareable(const wire::MemPoolExportShareable& call) {
+  CUmemAllocationHandleType type{};
+  if (const CUresult checked = CheckShareableType(call.handle_type(), &type); checked != CUDA_SUCCESS) {
+    return {checked};
+  }
+  if (!ipc_registry_.enabled() || !shareable_handles_.enabled() ||
+      driver_.cuMemPoolExportToShareableHandle == nullptr) {
+    return {CUDA_ERROR_NOT_SUPPORTED};
+  }
+  CUmemoryPool pool = nullptr;
+  if (const CUresult resolved = ResolvePool(call.device(), call.pool(), &pool); resolved != CUDA_SUCCESS) {
+    return {resolved};
+  }
+  if (call.flags() != 0) return {CUDA_ERROR_INVALID_VALUE};
+  const uint64_t owner = SharedPoolOwner(call.pool());
+  ShareableHandleServer::Token token;
+  if (!shareable_handles_.Find(owner, &token)) {
+    int fd = -1;
+    const CUresult result = driver_.cuMemPoolExportToShareableHandle(&fd, pool, type, call.flags());
+    if (result != CUDA_SUCCESS) return {result};
+    if (!shareable_handles_.Add(fd, owner, &token)) return {CUDA_ERROR_OPERATING_SYSTEM};
+  }
+  return IpcHandleReply(IpcRegistry::Kind::kShareable, token, owner);
+}
+
+Session::Outcome Session::MemPoolImportShareable(const wire::MemPoolImportShareable& call) {
+  CUmemAllocationHandleType type{};
+  if (const CUresult checked = CheckShareableType(call.handle_type(), &type); checked != CUDA_SUCCESS) {
+    return {checked};
+  }
+  if (call.token() == nullptr || call.token()->size() != ShareableHandleServer::kTokenBytes || call.pool() == 0 ||
+      memory_pools_.count(call.pool()) != 0 || call.flags() != 0) {
+    return {CUDA_ERROR_INVALID_VALUE};
+  }
+  if (!ipc_registry_.enabled() || !shareable_handles_.enabled() ||
+      driver_.cuMemPoolImportFromShareableHandle == nullptr) {
+    return {CUDA_ERROR_NOT_SUPPORTED};
+  }
+  const int fd = FetchShareable(*call.token());
+  if (fd < 0) return {CUDA_ERROR_INVALID_VALUE};
+  CUmemoryPool pool = nullptr;
+  const CUresult result = driver_.cuMemPoolImportFromShareableHandle(
+      &pool, reinterpret_cast<void*>(static_cast<intptr_t>(fd)), type, call.flags());
+  close(fd);
+  if (result == CUDA_SUCCESS) memory_pools_[call.pool()] = pool;  // destroyed with the session's other pools
+  return {result};
+}
+
+Session::Outcome Session::MemPoolExportPointer(const wire::MemPoolExportPointer& call) {
+  if (driver_.cuMemPoolExportPointer == nullptr) return {CUDA_ERROR_NOT_SUPPORTED};
+  CUmemPoolPtrExportData data{};
+  const CUresult result = driver_.cuMemPoolExportPointer(&data, call.ptr());
+  if (result != CUDA_SUCCESS) return {result};
+  Outcome outcome;
+  outcome.body =
+      wire::CreateIpcHandle(builder_, builder_.CreateVector(reinterpret_cast<const uint8_t*>(data.reserved),
+                                                            sizeof(data.reserved)))
+          .Union();
+  outcome.body_type = wire::ReplyBody::IpcHandle;
+  return outcome;
+}
+
+Session::Outcome Session::MemPoolImportPointer(const wire::MemPoolImportPointer& call) {
+  if (driver_.cuMemPoolImportPointer == nullptr) return {CUDA_ERROR_NOT_SUPPORTED};
+  CUmemPoolPtrExportData data{};
+  if (call.data() == nullptr || call.data()->size() != sizeof(data.reserved)) return {CUDA_ERROR_INVALID_VALUE};
+  std::memcpy(data.reserved, call.data()->data(), sizeof(data.reserved));
+  CUmemoryPool pool = nullptr;
+  if (const CUresult resolved = ResolvePool(call.device(), call.pool(), &pool); resolved != CUDA_SUCCESS) {
+    return {resolved};
+  }
+  CUdeviceptr ptr = 0;
+  Outcome outcome;
+  outcome.result = driver_.cuMemPoolImportPointer(&ptr, pool, &data);
+  if (outcome.result != CUDA_SUCCESS) return outcome;
+  imported_pool_pointers_.insert(ptr);
+  outcome.body = wire::CreatePointer(builder_, ptr, 0).Union();
+  outcome.body_type = wire::ReplyBody::Pointer;
+  return outcome;
+}
+
+int Session::FetchShareable(const flatbuffers::Vector<uint8_t>& wire_token) {
+  ShareableHandleServer::Token token;
+  std::memcpy(token.data(), wire_token.data(), token.size());
+  // A token no session of this tenant published (or one whose allocation or pool is gone) is refused as the
+  // driver refuses a descriptor that names nothing.
+  pid_t exporter = 0;
+  if (!ipc_registry_.MayOpen(IpcRegistry::Kind::kShareable, token, &exporter)) return -1;
+  return ShareableHandleServer::Fetch(ipc_registry_.directory(), exporter, token);
 }
 
 void Session::ReleaseIpc() {

@@ -77,6 +77,7 @@ Session::Outcome Session::MemFreeAsync(const wire::MemFreeAsync& call) {
     memory_quota_.Refund(found->second);
     pool_allocations_.erase(found);
   }
+  if (result == CUDA_SUCCESS) imported_pool_pointers_.erase(call.ptr());
   return {result};
 }
 
@@ -130,7 +131,11 @@ Session::Outcome Session::MemPoolDestroy(const wire::MemPoolDestroy& call) {
   auto found = memory_pools_.find(call.pool());
   if (found == memory_pools_.end()) return {CUDA_ERROR_INVALID_VALUE};
   const CUresult result = driver_.cuMemPoolDestroy(found->second);
-  if (result == CUDA_SUCCESS) memory_pools_.erase(found);
+  if (result == CUDA_SUCCESS) {
+    memory_pools_.erase(found);
+    ipc_registry_.Withdraw(IpcRegistry::Kind::kShareable, SharedPoolOwner(call.pool()));
+    shareable_handles_.Withdraw(SharedPoolOwner(call.pool()));
+  }
   return {result};
 }
 
@@ -181,6 +186,9 @@ Session::Outcome Session::MemPoolAccess(const wire::MemPoolAccess& call) {
 void Session::ReleasePoolAllocations() {
   for (const auto& [ptr, bytes] : pool_allocations_) driver_.cuMemFree(ptr);
   pool_allocations_.clear();
+  // Another session's memory, imported: freed here as the application should have (the exporter's pool keeps it).
+  for (const CUdeviceptr ptr : imported_pool_pointers_) driver_.cuMemFree(ptr);
+  imported_pool_pointers_.clear();
   // Destroying a device's current pool makes its default pool current again, for the next session of this process.
   for (const auto& [id, pool] : memory_pools_) driver_.cuMemPoolDestroy(pool);
   memory_pools_.clear();

@@ -141,6 +141,23 @@ def session_seeds():
         (request(0, "MemFreeAsync", {"ptr": address(1), "stream": 0}), b""),
         (request(10, "MemAddressFree", {"ptr": address(0), "bytes": 4 << 20}), b""),
     ]
+    seeds["shareable"] = [
+        retain,
+        (request(2, "MemCreate", {"handle": 22, "bytes": 2 << 20,
+                                  "prop": {"type": 1, "requested_handle_types": 1, "location_type": 1,
+                                           "location_id": 0}}), b""),
+        (request(3, "MemExportShareable", {"handle": 22, "handle_type": 1}), b""),
+        (request(4, "MemImportShareable", {"handle": 23, "token": list(range(16)), "handle_type": 1}), b""),
+        (request(5, "MemPoolCreate", {"pool": 24, "allocation_type": 1, "handle_types": 1, "location_type": 1,
+                                      "location_id": 0}), b""),
+        (request(6, "MemPoolExportShareable", {"device": 0, "pool": 24, "handle_type": 1}), b""),
+        (request(7, "MemPoolImportShareable", {"pool": 25, "token": list(range(16)), "handle_type": 1}), b""),
+        (request(8, "MemAllocAsync", {"bytes": 4 << 20, "stream": 0, "from_pool": True, "device": 0, "pool": 24}),
+         b""),
+        (request(9, "MemPoolExportPointer", {"ptr": address(0)}), b""),
+        (request(10, "MemPoolImportPointer", {"device": 0, "pool": 24, "data": list(range(64))}), b""),
+        (request(11, "MemRelease", {"handle": 22}), b""),
+    ]
     seeds["arrays_2d"] = [
         retain,
         (request(2, "MemAllocPitch", {"width": 100, "height": 8, "element_bytes": 4}), b""),

@@ -121,9 +121,9 @@ UNSUPPORTED_REASONS = [
     (r"ExternalSemaphore|ExternalMemory|^cuImportExternal|^cuDestroyExternal",
      "external memory and semaphores (Vulkan, D3D, NvSci): handles and file descriptors of the application's "
      "process; not implemented"),
-    (r"ShareableHandle|^cuMemPool(Export|Import)Pointer|^cuMemGetHandleForAddressRange",
-     "shareable handles (file descriptors passed between processes, pool export and import): not implemented; CUDA "
-     "IPC handles are"),
+    (r"^cuMemGetHandleForAddressRange",
+     "dma-buf descriptors of device memory (for NICs and other devices): a descriptor would be the executor's, "
+     "useless in the application's process; not implemented (shareable handles between sessions are)"),
     (r"^cuMemRangeGetAttribute|^cuLibraryGetManaged|^cuMemPrefetchBatchAsync|^cuMemDiscard",
      "managed-memory queries, managed globals and batched prefetch/discard: curelay's managed memory is same-host "
      "page-locked memory, never migrated"),
@@ -290,8 +290,15 @@ def main() -> None:
         "| CUDA IPC (`cuIpcGetMemHandle`/`OpenMemHandle`/`CloseMemHandle`, `cuIpcGetEventHandle`/`OpenEventHandle`) | "
         "between sessions on one GPU host (ipc:// or tcp:// clients) of the same tenant, or between anonymous "
         "sessions; a handle exported by another tenant's session answers `CUDA_ERROR_INVALID_VALUE` "
-        "(docs/architecture.md, \"CUDA IPC between sessions\"). Shareable handles (file descriptors: "
-        "`cuMemExportToShareableHandle`, pool export/import) are not supported |",
+        "(docs/architecture.md, \"CUDA IPC between sessions\") |",
+        "| shareable handles (`cuMemExportToShareableHandle`/`cuMemImportFromShareableHandle`, "
+        "`cuMemPoolExportToShareableHandle`/`cuMemPoolImportFromShareableHandle`, `cuMemPoolExportPointer`/"
+        "`cuMemPoolImportPointer`) | POSIX file descriptors between sessions of one tenant (or anonymous sessions) "
+        "on one GPU host, ipc:// or tcp:// clients alike; the descriptor the application holds is the shim's "
+        "(a sealed memfd naming the export), so only curelay's shims can import it. An exported allocation or "
+        "pool stops being importable when its exporter releases or destroys it (natively an open descriptor keeps "
+        "it importable). Fabric handles answer `CUDA_ERROR_NOT_SUPPORTED` (docs/architecture.md, \"Shareable "
+        "handles\") |",
         "| `cuTensorMapEncode*` and `cuTensorMapReplaceAddress` | encoded by the executor's driver, byte for byte what "
         "the driver encodes natively (checked on the H100 host with cuda-python); a map not aligned to 64 bytes is "
         "taken, as by the driver |",

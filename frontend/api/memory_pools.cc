@@ -4,11 +4,13 @@
 // location) is mirrored here. CUDA 13's location-based calls (cuMemGetDefaultMemPool, cuMemGetMemPool,
 // cuMemSetMemPool) reach the same pools for a device location of pinned memory; pools of host memory and managed
 // pools would hand out memory the client cannot reach, so they answer CUDA_ERROR_NOT_SUPPORTED.
+#include <cstring>
 #include <mutex>
 #include <set>
 #include <vector>
 
 #include "frontend/api/api_support.h"
+#include "frontend/api/shareable_handle_file.h"
 
 using namespace curelay;
 using namespace curelay::frontend;
@@ -334,6 +336,91 @@ CUresult cuMemPoolGetAccess(CUmemAccess_flags* flags, CUmemoryPool pool, CUmemLo
   const auto* answer = reply.reply->body_as_IntegerValue();
   if (answer == nullptr) return CUDA_ERROR_UNKNOWN;
   return AnswerEnum(answer->value(), CU_MEM_ACCESS_FLAGS_PROT_MAX, flags);
+}
+
+// Pools shared between processes whose sessions belong to one tenant on one GPU host: the pool travels as a
+// descriptor (frontend/api/shareable_handle_file.h), its allocations as the driver's export data.
+CUresult cuMemPoolExportToShareableHandle(void* handle_out, CUmemoryPool pool, CUmemAllocationHandleType type,
+                                          unsigned long long flags) {
+  Client* client;
+  CURELAY_RETURN_IF_ERROR(RequireContext(&client));
+  int device = 0;
+  uint64_t pool_id = 0;
+  CURELAY_RETURN_IF_ERROR(LookupPool(pool, &device, &pool_id));
+  if (handle_out == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  auto& builder = Builder();
+  const auto call =
+      wire::CreateMemPoolExportShareable(builder, device, pool_id, static_cast<int32_t>(type), flags).Union();
+  ReplyMessage reply;
+  CURELAY_RETURN_IF_ERROR(client->Call(builder, wire::Call::MemPoolExportShareable, call, {}, &reply));
+  const auto* answer = reply.reply->body_as_IpcHandle();
+  if (answer == nullptr || type != CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR) return CUDA_ERROR_UNKNOWN;
+  return WrapShareableToken(answer->handle(), device, static_cast<int*>(handle_out));
+}
+
+CUresult cuMemPoolImportFromShareableHandle(CUmemoryPool* pool_out, void* handle, CUmemAllocationHandleType type,
+                                            unsigned long long flags) {
+  Client* client;
+  CURELAY_RETURN_IF_ERROR(RequireContext(&client));
+  if (pool_out == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  uint8_t token[kShareableTokenBytes] = {};
+  int32_t device = 0;
+  if (type == CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR &&
+      (!UnwrapShareableToken(static_cast<int>(reinterpret_cast<intptr_t>(handle)), token, &device) || device < 0 ||
+       device >= kMaxDevices)) {
+    Log().info("cuMemPoolImportFromShareableHandle: the descriptor is not a pool exported through curelay");
+    return CUDA_ERROR_INVALID_VALUE;
+  }
+  auto* pool = new CUmemPoolHandle_st{device, NextObjectId()};
+  auto& builder = Builder();
+  const auto call = wire::CreateMemPoolImportShareable(builder, pool->id, builder.CreateVector(token, sizeof(token)),
+                                                       static_cast<int32_t>(type), flags)
+                        .Union();
+  if (const CUresult result = client->Call(builder, wire::Call::MemPoolImportShareable, call, {}, nullptr);
+      result != CUDA_SUCCESS) {
+    delete pool;
+    return result;
+  }
+  {
+    std::lock_guard<std::mutex> lock(pools_mutex);
+    created_pools.insert(pool);
+  }
+  *pool_out = pool;
+  return CUDA_SUCCESS;
+}
+
+CUresult cuMemPoolExportPointer(CUmemPoolPtrExportData* data, CUdeviceptr ptr) {
+  Client* client;
+  CURELAY_RETURN_IF_ERROR(RequireContext(&client));
+  if (data == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  auto& builder = Builder();
+  const auto call = wire::CreateMemPoolExportPointer(builder, ptr).Union();
+  ReplyMessage reply;
+  CURELAY_RETURN_IF_ERROR(client->Call(builder, wire::Call::MemPoolExportPointer, call, {}, &reply));
+  const auto* answer = reply.reply->body_as_IpcHandle();
+  if (answer == nullptr || answer->handle() == nullptr || answer->handle()->size() != sizeof(data->reserved)) {
+    return CUDA_ERROR_UNKNOWN;
+  }
+  std::memcpy(data->reserved, answer->handle()->data(), sizeof(data->reserved));
+  return CUDA_SUCCESS;
+}
+
+CUresult cuMemPoolImportPointer(CUdeviceptr* ptr, CUmemoryPool pool, CUmemPoolPtrExportData* data) {
+  Client* client;
+  CURELAY_RETURN_IF_ERROR(RequireContext(&client));
+  int device = 0;
+  uint64_t pool_id = 0;
+  CURELAY_RETURN_IF_ERROR(LookupPool(pool, &device, &pool_id));
+  if (ptr == nullptr || data == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  auto& builder = Builder();
+  const auto bytes = builder.CreateVector(reinterpret_cast<const uint8_t*>(data->reserved), sizeof(data->reserved));
+  const auto call = wire::CreateMemPoolImportPointer(builder, device, pool_id, bytes).Union();
+  ReplyMessage reply;
+  CURELAY_RETURN_IF_ERROR(client->Call(builder, wire::Call::MemPoolImportPointer, call, {}, &reply));
+  const auto* answer = reply.reply->body_as_Pointer();
+  if (answer == nullptr) return CUDA_ERROR_UNKNOWN;
+  *ptr = answer->ptr();
+  return CUDA_SUCCESS;
 }
 
 }  // extern "C"

@@ -2,15 +2,11 @@
 // driver. Reserved and mapped addresses are the executor's device addresses, passed through; the
 // CUmemGenericAllocationHandle values the application sees are ids this process assigns, which the executor maps to
 // its driver's handles. Structures travel as explicit fields, never as bytes (CUmemAllocationProp holds a pointer).
-#include <fcntl.h>
-#include <sys/mman.h>
-#include <unistd.h>
-
 #include <atomic>
-#include <cstring>
 #include <vector>
 
 #include "frontend/api/api_support.h"
+#include "frontend/api/shareable_handle_file.h"
 
 using namespace curelay;
 using namespace curelay::frontend;
@@ -42,47 +38,6 @@ CUresult CallForInteger(Client& client, flatbuffers::FlatBufferBuilder& builder,
   if (answer == nullptr) return CUDA_ERROR_UNKNOWN;
   *value = answer->value();
   return CUDA_SUCCESS;
-}
-
-// A shareable handle the application gets is a sealed memfd holding this record: the token that names the
-// driver's descriptor in the exporting executor (executor/shareable_handles.h). The application passes the
-// descriptor to another process as it would the driver's (SCM_RIGHTS, fork); that process's shim reads the token.
-struct ShareableRecord {
-  char magic[8];
-  uint32_t version;
-  uint32_t reserved;
-  uint8_t token[16];
-};
-constexpr char kShareableMagic[8] = {'c', 'u', 'r', 'e', 'l', 'a', 'y', 'H'};
-constexpr uint32_t kShareableVersion = 1;
-
-CUresult WrapToken(const flatbuffers::Vector<uint8_t>& token, int* descriptor) {
-  ShareableRecord record{};
-  if (token.size() != sizeof(record.token)) return CUDA_ERROR_UNKNOWN;
-  std::memcpy(record.magic, kShareableMagic, sizeof(record.magic));
-  record.version = kShareableVersion;
-  std::memcpy(record.token, token.data(), sizeof(record.token));
-  // Not close-on-exec: the driver's descriptor is not either, and programs hand it to the processes they start.
-  const int fd = memfd_create("curelay-shareable-handle", MFD_ALLOW_SEALING);
-  if (fd < 0) return CUDA_ERROR_OPERATING_SYSTEM;
-  if (pwrite(fd, &record, sizeof(record), 0) != static_cast<ssize_t>(sizeof(record)) ||
-      fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_WRITE | F_SEAL_SEAL) != 0) {
-    close(fd);
-    return CUDA_ERROR_OPERATING_SYSTEM;
-  }
-  *descriptor = fd;
-  return CUDA_SUCCESS;
-}
-
-// The token in a descriptor WrapToken made (in this process or another); false for any other descriptor.
-bool UnwrapToken(int fd, uint8_t (&token)[16]) {
-  ShareableRecord record{};
-  if (fd < 0 || pread(fd, &record, sizeof(record), 0) != static_cast<ssize_t>(sizeof(record)) ||
-      std::memcmp(record.magic, kShareableMagic, sizeof(record.magic)) != 0 || record.version != kShareableVersion) {
-    return false;
-  }
-  std::memcpy(token, record.token, sizeof(token));
-  return true;
 }
 
 }  // namespace
@@ -222,10 +177,8 @@ CUresult cuMemExportToShareableHandle(void* shareable, CUmemGenericAllocationHan
   ReplyMessage reply;
   CURELAY_RETURN_IF_ERROR(client->Call(builder, wire::Call::MemExportShareable, call, {}, &reply));
   const auto* answer = reply.reply->body_as_IpcHandle();
-  if (answer == nullptr || answer->handle() == nullptr || type != CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR) {
-    return CUDA_ERROR_UNKNOWN;
-  }
-  return WrapToken(*answer->handle(), static_cast<int*>(shareable));
+  if (answer == nullptr || type != CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR) return CUDA_ERROR_UNKNOWN;
+  return WrapShareableToken(answer->handle(), /*device=*/0, static_cast<int*>(shareable));
 }
 
 CUresult cuMemImportFromShareableHandle(CUmemGenericAllocationHandle* handle, void* os_handle,
@@ -233,9 +186,10 @@ CUresult cuMemImportFromShareableHandle(CUmemGenericAllocationHandle* handle, vo
   Client* client;
   CURELAY_RETURN_IF_ERROR(RequireContext(&client));
   if (handle == nullptr) return CUDA_ERROR_INVALID_VALUE;
-  uint8_t token[16] = {};
+  uint8_t token[kShareableTokenBytes] = {};
+  int32_t device = 0;
   if (type == CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR &&
-      !UnwrapToken(static_cast<int>(reinterpret_cast<intptr_t>(os_handle)), token)) {
+      !UnwrapShareableToken(static_cast<int>(reinterpret_cast<intptr_t>(os_handle)), token, &device)) {
     Log().info("cuMemImportFromShareableHandle: the descriptor is not a handle exported through curelay");
     return CUDA_ERROR_INVALID_VALUE;
   }

@@ -3,6 +3,11 @@
 // the work ordered before it. A pool's settable attributes are remembered; its memory statistics read as zero
 // (nothing is kept in reserve). Each device has a current pool (cuDeviceSetMemPool), the default one at first.
 // Access from other devices is recorded (cuMemPoolSetAccess): every emulated device reaches every other one.
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <cstring>
 #include <mutex>
 #include <set>
 
@@ -13,6 +18,7 @@ namespace emu = curelay::emulated;
 
 struct CUmemPoolHandle_st {
   int device = 0;
+  CUmemAllocationHandleType handle_types = CU_MEM_HANDLE_TYPE_NONE;  // what cuMemPoolExportToShareableHandle may make
   int reuse[3] = {1, 1, 1};  // the three REUSE_* attributes, all enabled by default as on the real driver
   cuuint64_t release_threshold = 0;
   // Access of each other device (cuMemPoolSetAccess); the pool's own device always has read-write access.
@@ -157,8 +163,13 @@ CUresult CUDAAPI cuMemPoolCreate(CUmemoryPool* pool, const CUmemPoolProps* props
         props->location.id >= emu::Driver::Get().device_count()) {
       return CUDA_ERROR_INVALID_VALUE;
     }
+    if (props->handleTypes != CU_MEM_HANDLE_TYPE_NONE &&
+        props->handleTypes != CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR) {
+      return CUDA_ERROR_NOT_SUPPORTED;
+    }
     auto* made = new CUmemPoolHandle_st;
     made->device = props->location.id;
+    made->handle_types = props->handleTypes;
     std::lock_guard lock(emu::pools_mu);
     emu::created_pools.insert(made);
     *pool = made;
@@ -257,6 +268,77 @@ CUresult CUDAAPI cuMemPoolGetAccess(CUmemAccess_flags* flags, CUmemoryPool memPo
     *flags = location->id == memPool->device ? CU_MEM_ACCESS_FLAGS_PROT_READWRITE : memPool->peer_access[location->id];
     return CUDA_SUCCESS;
   });
+}
+
+// Pools shared between processes: an exported pool is a memfd naming its device (the pool's memory is in its blocks,
+// each memfd-backed when large enough); a pointer exported from it is a CUDA IPC handle of the block
+// (api_ipc.cc), which the importing process opens. Pool attributes and access are not carried over.
+namespace {
+constexpr uint32_t kPoolMagic = 0x4c4f4f50;  // "POOL"
+struct ExportedPool {
+  uint32_t magic;
+  int32_t device;
+};
+static_assert(sizeof(CUmemPoolPtrExportData) >= sizeof(CUipcMemHandle));
+}  // namespace
+
+CUresult CUDAAPI cuMemPoolExportToShareableHandle(void* handle_out, CUmemoryPool pool, CUmemAllocationHandleType type,
+                                                  unsigned long long flags) {
+  return emu::Guard([&] {
+    if (CUresult r = emu::CheckInit(); r != CUDA_SUCCESS) return r;
+    if (handle_out == nullptr || flags != 0 || !emu::KnownPool(pool)) return CUDA_ERROR_INVALID_VALUE;
+    if (type != CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR) return CUDA_ERROR_NOT_SUPPORTED;
+    if (pool->handle_types != CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR) return CUDA_ERROR_INVALID_VALUE;
+    const ExportedPool contents{kPoolMagic, pool->device};
+    const int fd = memfd_create("curelay-emulated-pool", 0);
+    if (fd < 0) return CUDA_ERROR_OPERATING_SYSTEM;
+    if (pwrite(fd, &contents, sizeof(contents), 0) != static_cast<ssize_t>(sizeof(contents))) {
+      close(fd);
+      return CUDA_ERROR_OPERATING_SYSTEM;
+    }
+    *static_cast<int*>(handle_out) = fd;
+    return CUDA_SUCCESS;
+  });
+}
+
+CUresult CUDAAPI cuMemPoolImportFromShareableHandle(CUmemoryPool* pool_out, void* handle, CUmemAllocationHandleType type,
+                                                    unsigned long long flags) {
+  return emu::Guard([&] {
+    if (CUresult r = emu::CheckInit(); r != CUDA_SUCCESS) return r;
+    if (pool_out == nullptr || flags != 0) return CUDA_ERROR_INVALID_VALUE;
+    if (type != CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR) return CUDA_ERROR_NOT_SUPPORTED;
+    ExportedPool contents{};
+    const int fd = static_cast<int>(reinterpret_cast<intptr_t>(handle));
+    if (pread(fd, &contents, sizeof(contents), 0) != static_cast<ssize_t>(sizeof(contents)) ||
+        contents.magic != kPoolMagic || !emu::PoolDevice(contents.device)) {
+      return CUDA_ERROR_INVALID_VALUE;
+    }
+    auto* made = new CUmemPoolHandle_st;
+    made->device = contents.device;
+    made->handle_types = CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR;
+    std::lock_guard lock(emu::pools_mu);
+    emu::created_pools.insert(made);
+    *pool_out = made;
+    return CUDA_SUCCESS;
+  });
+}
+
+CUresult CUDAAPI cuMemPoolExportPointer(CUmemPoolPtrExportData* data, CUdeviceptr ptr) {
+  if (data == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  CUipcMemHandle handle{};
+  const CUresult result = cuIpcGetMemHandle(&handle, ptr);
+  if (result == CUDA_SUCCESS) {
+    std::memset(data->reserved, 0, sizeof(data->reserved));
+    std::memcpy(data->reserved, handle.reserved, sizeof(handle.reserved));
+  }
+  return result;
+}
+
+CUresult CUDAAPI cuMemPoolImportPointer(CUdeviceptr* ptr, CUmemoryPool pool, CUmemPoolPtrExportData* data) {
+  if (data == nullptr || !emu::KnownPool(pool)) return CUDA_ERROR_INVALID_VALUE;
+  CUipcMemHandle handle{};
+  std::memcpy(handle.reserved, data->reserved, sizeof(handle.reserved));
+  return cuIpcOpenMemHandle(ptr, handle, 0);
 }
 
 }  // extern "C"

@@ -260,7 +260,7 @@ CUresult CUDAAPI cuMemImportFromShareableHandle(CUmemGenericAllocationHandle* ha
     if (type != CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR) return CUDA_ERROR_NOT_SUPPORTED;
     const int given = static_cast<int>(reinterpret_cast<intptr_t>(os_handle));
     struct stat info {};
-    // Only a memfd of an emulated allocation is one: a sealed-size check is all a test fixture needs.
+    // A memfd of an emulated allocation is a regular file of whole granules; anything else names no allocation.
     if (given < 0 || fstat(given, &info) != 0 || !S_ISREG(info.st_mode) || info.st_size <= 0 ||
         !emu::Aligned(static_cast<uint64_t>(info.st_size))) {
       return CUDA_ERROR_INVALID_VALUE;

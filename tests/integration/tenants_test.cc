@@ -291,6 +291,24 @@ TEST_F(TenantsTest, ShareableHandlesImportOnlyInSessionsOfTheSameTenant) {
   EXPECT_EQ(sibling.Ask("shareable-import " + descriptor + " " + size), "shareable-import 1 0");  // withdrawn
 }
 
+// Memory pools shared as descriptors: a pool and an allocation from it, exported by one session, import in another
+// session of the same tenant with the allocation's bytes, and never in another tenant's session.
+TEST_F(TenantsTest, SharedPoolsImportOnlyInSessionsOfTheSameTenant) {
+  const std::string token_a = AddTenant(backend_, "pool-a");
+  const std::string token_b = AddTenant(backend_, "pool-b");
+  InteractiveClient exporter(backend_, token_a, "exporter");
+  InteractiveClient sibling(backend_, token_a, "sibling");
+  InteractiveClient stranger(backend_, token_b, "stranger");
+  ASSERT_TRUE(exporter.ready() && sibling.ready() && stranger.ready()) << exporter.output() << sibling.output();
+  const std::string exported = exporter.Ask("pool-export " + std::to_string(4 * kMiB) + " 5");
+  ASSERT_EQ(exported.rfind("pool-export 0 ", 0), 0u) << exported << exporter.output();
+  const std::string pool = exported.substr(std::string("pool-export 0 ").size());  // "PID FD HEX"
+
+  EXPECT_EQ(sibling.Ask("pool-import " + pool), "pool-import 0 5") << sibling.output();
+  EXPECT_EQ(stranger.Ask("pool-import " + pool), "pool-import 1 0") << stranger.output();
+  EXPECT_EQ(sibling.Ask("pool-import " + pool), "pool-import 0 5");  // again, from the same export
+}
+
 TEST_F(TenantsTest, SessionsAreListedKilledAndLimited) {
   const std::string token = AddTenant(backend_, "solo", {"--max-sessions", "1", "--memory-quota", "64M"});
   InteractiveClient client(backend_, token, "client");

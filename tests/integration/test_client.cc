@@ -391,6 +391,55 @@ int main(int argc, char** argv) {
         unsigned char first = 0;
         const CUresult result = cuMemcpyDtoH(&first, imported_mapping, 1);
         std::printf("shareable-read-imported %d %u\n", static_cast<int>(result), first);
+      } else if (command == "pool-export") {
+        // pool-export BYTES VALUE: a pool shareable as a descriptor, an allocation from it filled with VALUE; answers
+        // this process's id, the pool's descriptor and the allocation's export data in hex.
+        size_t bytes = 0;
+        unsigned value = 0;
+        std::cin >> bytes >> value;
+        CUmemPoolProps props{};
+        props.allocType = CU_MEM_ALLOCATION_TYPE_PINNED;
+        props.handleTypes = CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR;
+        props.location = {CU_MEM_LOCATION_TYPE_DEVICE, 0};
+        CUmemoryPool pool = nullptr;
+        CUdeviceptr ptr = 0;
+        CUmemPoolPtrExportData data{};
+        int fd = -1;
+        CUresult result = cuMemPoolCreate(&pool, &props);
+        if (result == CUDA_SUCCESS) result = cuMemAllocFromPoolAsync(&ptr, bytes, pool, nullptr);
+        if (result == CUDA_SUCCESS) result = cuMemsetD8Async(ptr, static_cast<unsigned char>(value), bytes, nullptr);
+        if (result == CUDA_SUCCESS) result = cuCtxSynchronize();
+        if (result == CUDA_SUCCESS) result = cuMemPoolExportPointer(&data, ptr);
+        if (result == CUDA_SUCCESS) {
+          result = cuMemPoolExportToShareableHandle(&fd, pool, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0);
+        }
+        std::printf("pool-export %d %d %d ", static_cast<int>(result), static_cast<int>(getpid()), fd);
+        for (unsigned char byte : data.reserved) std::printf("%02x", byte);
+        std::printf("\n");
+      } else if (command == "pool-import") {
+        // pool-import PID FD HEX: imports the other process's pool and the allocation the export data names; answers
+        // its first byte, then frees it and destroys the imported pool.
+        std::string pid, fd_number, hex;
+        std::cin >> pid >> fd_number >> hex;
+        CUmemPoolPtrExportData data{};
+        for (size_t i = 0; i < sizeof(data.reserved) && 2 * i + 1 < hex.size(); ++i) {
+          data.reserved[i] = static_cast<unsigned char>(std::stoi(hex.substr(2 * i, 2), nullptr, 16));
+        }
+        const int fd = open(("/proc/" + pid + "/fd/" + fd_number).c_str(), O_RDONLY | O_CLOEXEC);
+        CUmemoryPool pool = nullptr;
+        CUdeviceptr ptr = 0;
+        unsigned char first = 0;
+        CUresult result = cuMemPoolImportFromShareableHandle(&pool, reinterpret_cast<void*>(static_cast<intptr_t>(fd)),
+                                                             CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0);
+        if (fd >= 0) close(fd);
+        if (result == CUDA_SUCCESS) result = cuMemPoolImportPointer(&ptr, pool, &data);
+        if (result == CUDA_SUCCESS) result = cuMemcpyDtoH(&first, ptr, 1);
+        if (result == CUDA_SUCCESS) result = cuMemFreeAsync(ptr, nullptr);
+        if (result == CUDA_SUCCESS) result = cuCtxSynchronize();
+        if (pool != nullptr && cuMemPoolDestroy(pool) != CUDA_SUCCESS && result == CUDA_SUCCESS) {
+          result = CUDA_ERROR_UNKNOWN;
+        }
+        std::printf("pool-import %d %u\n", static_cast<int>(result), first);
       } else if (command == "shareable-release") {
         // The exporter lets go of its allocation (its mapping stays until unmapped).
         std::printf("shareable-release %d\n", static_cast<int>(cuMemRelease(shared_allocation)));

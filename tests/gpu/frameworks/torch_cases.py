@@ -7,6 +7,7 @@ digests (SHA-256 of the result tensors' bytes) must match exactly.
 """
 import hashlib
 import os
+import subprocess
 import sys
 import threading
 
@@ -228,13 +229,46 @@ def case_multiprocessing_shared_tensor():
     return f"child_sum={child_sum} parent_sum={shared.sum().item():.1f} exit={child.exitcode}"
 
 
+def _share_with_expandable_segments():
+    # Run in a process of its own (the allocator's configuration is fixed at its first CUDA allocation): with
+    # expandable segments, PyTorch shares a CUDA tensor as a shareable handle (a file descriptor of
+    # cuMemExportToShareableHandle, which the receiving process fetches with pidfd_getfd), not as a CUDA IPC handle.
+    context = torch.multiprocessing.get_context("spawn")
+    shared = torch.arange(1 << 20, dtype=torch.float32, device=DEV)
+    expandable = any(segment.get("is_expandable", False) for segment in torch.cuda.memory_snapshot())
+    inbox, outbox = context.Queue(), context.Queue()
+    child = context.Process(target=_add_one_in_child, args=(inbox, outbox))
+    child.start()
+    inbox.put(shared)
+    child_sum = outbox.get(timeout=180)
+    child.join(timeout=60)
+    torch.cuda.synchronize()
+    print(f"SHARED expandable={expandable} child_sum={child_sum} parent_sum={shared.sum().item():.1f} "
+          f"exit={child.exitcode}", flush=True)
+
+
+def case_multiprocessing_expandable_segments():
+    env = dict(os.environ, PYTORCH_CUDA_ALLOC_CONF="expandable_segments:True")
+    run = subprocess.run([sys.executable, os.path.abspath(__file__), "--share-with-expandable-segments"], env=env,
+                         capture_output=True, text=True, timeout=300)
+    shared = [line for line in run.stdout.splitlines() if line.startswith("SHARED ")]
+    if shared:
+        return shared[-1][len("SHARED "):]
+    last = (run.stderr.strip().splitlines() or ["no output"])[-1]
+    return f"exit={run.returncode} {last}"
+
+
 CASES = [case_device, case_transformer_train_bf16_adamw, case_convnet_batchnorm_train,
          case_scaled_dot_product_attention, case_synchronize_and_pinned_copies, case_cuda_graph_capture_replay,
          case_inference_loop, case_memory_stats, case_dataloader_pinned_workers,
-         case_pinned_block_reused_by_a_helper_thread, case_multiprocessing_shared_tensor]
+         case_pinned_block_reused_by_a_helper_thread, case_multiprocessing_shared_tensor,
+         case_multiprocessing_expandable_segments]
 
 
 def main():
+    if sys.argv[1:] == ["--share-with-expandable-segments"]:
+        _share_with_expandable_segments()
+        return
     run_cases("torch", CASES, set(sys.argv[1:]))
 
 
