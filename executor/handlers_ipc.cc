@@ -24,7 +24,9 @@ std::span<const uint8_t> HandleBytes(const char (&reserved)[CU_IPC_HANDLE_SIZE])
 // The one kind of shareable handle that can travel between sessions: a descriptor (fabric handles name memory of
 // another node's fabric, Windows handles do not exist here).
 CUresult CheckShareableType(int32_t wire_type, CUmemAllocationHandleType* type) {
-  if (!WireEnum(wire_type, CU_MEM_HANDLE_TYPE_MAX, type)) return CUDA_ERROR_INVALID_VALUE;
+  if (!WireEnum(wire_type, CU_MEM_HANDLE_TYPE_MAX, type) || *type == CU_MEM_HANDLE_TYPE_NONE) {
+    return CUDA_ERROR_INVALID_VALUE;
+  }
   if (*type == CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR) return CUDA_SUCCESS;
   spdlog::info("shareable handle type {} is not supported (only POSIX file descriptors)", static_cast<int>(*type));
   return CUDA_ERROR_NOT_SUPPORTED;
@@ -130,7 +132,9 @@ Session::Outcome Session::MemExportShareable(const wire::MemExportShareable& cal
     int fd = -1;
     const CUresult result = driver_.cuMemExportToShareableHandle(&fd, found->second.handle, type, call.flags());
     if (result != CUDA_SUCCESS) return {result};
-    if (!shareable_handles_.Add(fd, call.handle(), &token)) return {CUDA_ERROR_OPERATING_SYSTEM};
+    if (!shareable_handles_.Add(fd, call.handle(), found->second.bytes, &token)) {
+      return {CUDA_ERROR_OPERATING_SYSTEM};
+    }
   }
   return IpcHandleReply(IpcRegistry::Kind::kShareable, token, call.handle());
 }
@@ -148,14 +152,18 @@ Session::Outcome Session::MemImportShareable(const wire::MemImportShareable& cal
       driver_.cuMemImportFromShareableHandle == nullptr) {
     return {CUDA_ERROR_NOT_SUPPORTED};
   }
-  const int fd = FetchShareable(*call.token());
+  uint64_t bytes = 0;
+  const int fd = FetchShareable(*call.token(), &bytes);
   if (fd < 0) return {CUDA_ERROR_INVALID_VALUE};
+  // Charged here too: the import keeps the memory alive after the exporter has released it (docs/architecture.md,
+  // "Shareable handles").
   CUmemGenericAllocationHandle handle = 0;
-  const CUresult result =
-      driver_.cuMemImportFromShareableHandle(&handle, reinterpret_cast<void*>(static_cast<intptr_t>(fd)), type);
+  const CUresult result = AllocateCharged(bytes, [&] {
+    return driver_.cuMemImportFromShareableHandle(&handle, reinterpret_cast<void*>(static_cast<intptr_t>(fd)), type);
+  });
   close(fd);  // the import holds the memory; the descriptor itself is not needed any more
   if (result != CUDA_SUCCESS) return {result};
-  physical_allocations_[call.handle()] = {handle, 1, 0};  // charged to the exporting session, not refunded here
+  physical_allocations_[call.handle()] = {handle, 1, bytes};
   return {CUDA_SUCCESS};
 }
 
@@ -179,7 +187,9 @@ Session::Outcome Session::MemPoolExportShareable(const wire::MemPoolExportSharea
     int fd = -1;
     const CUresult result = driver_.cuMemPoolExportToShareableHandle(&fd, pool, type, call.flags());
     if (result != CUDA_SUCCESS) return {result};
-    if (!shareable_handles_.Add(fd, owner, &token)) return {CUDA_ERROR_OPERATING_SYSTEM};
+    // A pool's memory is its allocations', which their exporter frees (an importer must free its imports first,
+    // as CUDA requires): nothing to charge the importer.
+    if (!shareable_handles_.Add(fd, owner, /*bytes=*/0, &token)) return {CUDA_ERROR_OPERATING_SYSTEM};
   }
   return IpcHandleReply(IpcRegistry::Kind::kShareable, token, owner);
 }
@@ -197,13 +207,17 @@ Session::Outcome Session::MemPoolImportShareable(const wire::MemPoolImportSharea
       driver_.cuMemPoolImportFromShareableHandle == nullptr) {
     return {CUDA_ERROR_NOT_SUPPORTED};
   }
-  const int fd = FetchShareable(*call.token());
+  uint64_t bytes = 0;
+  const int fd = FetchShareable(*call.token(), &bytes);
   if (fd < 0) return {CUDA_ERROR_INVALID_VALUE};
   CUmemoryPool pool = nullptr;
   const CUresult result = driver_.cuMemPoolImportFromShareableHandle(
       &pool, reinterpret_cast<void*>(static_cast<intptr_t>(fd)), type, call.flags());
   close(fd);
-  if (result == CUDA_SUCCESS) memory_pools_[call.pool()] = pool;  // destroyed with the session's other pools
+  if (result == CUDA_SUCCESS) {
+    memory_pools_[call.pool()] = pool;  // destroyed with the session's other pools
+    imported_pools_.insert(call.pool());
+  }
   return {result};
 }
 
@@ -226,7 +240,10 @@ Session::Outcome Session::MemPoolImportPointer(const wire::MemPoolImportPointer&
   CUmemPoolPtrExportData data{};
   if (call.data() == nullptr || call.data()->size() != sizeof(data.reserved)) return {CUDA_ERROR_INVALID_VALUE};
   std::memcpy(data.reserved, call.data()->data(), sizeof(data.reserved));
+  // Only into a pool imported from another session (natively the driver refuses other pools too; here it is also
+  // the registry's check that stands behind the pointer's bytes).
   CUmemoryPool pool = nullptr;
+  if (imported_pools_.count(call.pool()) == 0) return {CUDA_ERROR_INVALID_VALUE};
   if (const CUresult resolved = ResolvePool(call.device(), call.pool(), &pool); resolved != CUDA_SUCCESS) {
     return {resolved};
   }
@@ -240,14 +257,14 @@ Session::Outcome Session::MemPoolImportPointer(const wire::MemPoolImportPointer&
   return outcome;
 }
 
-int Session::FetchShareable(const flatbuffers::Vector<uint8_t>& wire_token) {
+int Session::FetchShareable(const flatbuffers::Vector<uint8_t>& wire_token, uint64_t* bytes) {
   ShareableHandleServer::Token token;
   std::memcpy(token.data(), wire_token.data(), token.size());
   // A token no session of this tenant published (or one whose allocation or pool is gone) is refused as the
   // driver refuses a descriptor that names nothing.
   pid_t exporter = 0;
   if (!ipc_registry_.MayOpen(IpcRegistry::Kind::kShareable, token, &exporter)) return -1;
-  return ShareableHandleServer::Fetch(ipc_registry_.directory(), exporter, token);
+  return ShareableHandleServer::Fetch(ipc_registry_.directory(), exporter, token, bytes);
 }
 
 void Session::ReleaseIpc() {

@@ -36,6 +36,7 @@ Session::Outcome Session::MemFree(const wire::MemFree& call) {
   }
   if (outcome.result == CUDA_SUCCESS) {
     ipc_registry_.Withdraw(IpcRegistry::Kind::kMemory, call.ptr());
+    imported_pool_pointers_.erase(call.ptr());
     const auto found = allocations_.find(call.ptr());
     if (found != allocations_.end()) {
       memory_quota_.Refund(found->second);

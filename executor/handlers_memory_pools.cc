@@ -71,13 +71,14 @@ Session::Outcome Session::MemFreeAsync(const wire::MemFreeAsync& call) {
   // Captured, the driver makes a free node: the memory is freed when the graph runs.
   const bool captured = result == CUDA_SUCCESS && StreamCapturing(stream);
   if (result == CUDA_SUCCESS) result = driver_.cuMemFreeAsync(call.ptr(), stream);
+  // The application freed it (a captured free when its graph runs): never freed again at session end.
+  if (result == CUDA_SUCCESS) imported_pool_pointers_.erase(call.ptr());
   if (captured) return {result};
   const auto found = pool_allocations_.find(call.ptr());
   if (result == CUDA_SUCCESS && found != pool_allocations_.end()) {
     memory_quota_.Refund(found->second);
     pool_allocations_.erase(found);
   }
-  if (result == CUDA_SUCCESS) imported_pool_pointers_.erase(call.ptr());
   return {result};
 }
 
@@ -133,6 +134,7 @@ Session::Outcome Session::MemPoolDestroy(const wire::MemPoolDestroy& call) {
   const CUresult result = driver_.cuMemPoolDestroy(found->second);
   if (result == CUDA_SUCCESS) {
     memory_pools_.erase(found);
+    imported_pools_.erase(call.pool());
     ipc_registry_.Withdraw(IpcRegistry::Kind::kShareable, SharedPoolOwner(call.pool()));
     shareable_handles_.Withdraw(SharedPoolOwner(call.pool()));
   }
@@ -192,6 +194,7 @@ void Session::ReleasePoolAllocations() {
   // Destroying a device's current pool makes its default pool current again, for the next session of this process.
   for (const auto& [id, pool] : memory_pools_) driver_.cuMemPoolDestroy(pool);
   memory_pools_.clear();
+  imported_pools_.clear();
 }
 
 }  // namespace curelay::executor

@@ -446,11 +446,11 @@ void Session::ReleaseEverything() {
   host_mirrors_->ReleaseAll();
   for (auto& [id, link] : links_) driver_.cuLinkDestroy(link.state);
   links_.clear();
+  ReleaseIpc();  // before the memory its handles (and kept shareable descriptors) name is freed
   ReleaseVirtualMemory();
   ReleasePoolAllocations();
   ReleaseGraphAllocations();  // after ReleaseGraphs: the graphs that could free them are gone
   ReleaseArrays();
-  ReleaseIpc();  // before the memory its handles name is freed
   for (auto& [ptr, bytes] : allocations_) {
     if (!swappable_.Owns(ptr)) driver_.cuMemFree(ptr);
   }

@@ -257,7 +257,7 @@ class Session {
   // CUDA IPC (handlers_ipc.cc): publishes an exported handle and answers it.
   Outcome IpcHandleReply(IpcRegistry::Kind kind, std::span<const uint8_t> handle, uint64_t owner);
   // The descriptor a shareable-handle token names, fetched from its exporter if this session may import it; -1 if not.
-  int FetchShareable(const flatbuffers::Vector<uint8_t>& token);
+  int FetchShareable(const flatbuffers::Vector<uint8_t>& token, uint64_t* bytes);
   // Pools and physical allocations share the owner keys of ipc_registry_ and shareable_handles_; a pool's has the
   // top bit set (the client numbers the two kinds separately).
   static uint64_t SharedPoolOwner(uint64_t pool) { return pool | (uint64_t{1} << 63); }
@@ -360,6 +360,7 @@ class Session {
   std::map<CUdeviceptr, uint64_t> address_reservations_;
   std::unordered_map<CUdeviceptr, uint64_t> pool_allocations_;  // by cuMemAllocAsync, not yet freed; bytes
   std::unordered_set<CUdeviceptr> imported_pool_pointers_;  // by cuMemPoolImportPointer, not yet freed
+  std::unordered_set<uint64_t> imported_pools_;  // client pool ids of pools imported from other sessions
   // Every address a graph allocation node of this session was given (explicitly, or by capturing cuMemAllocAsync):
   // its bytes and device. The memory is the session's while the graph's allocation lives; what no graph and no
   // application free freed is freed at session end (ReleaseGraphAllocations).

@@ -51,7 +51,7 @@ std::string ShareableHandleServer::SocketPath(const std::string& directory, pid_
   return directory + "/descriptors-" + std::to_string(pid) + ".sock";
 }
 
-bool ShareableHandleServer::Add(int fd, uint64_t owner, Token* token) {
+bool ShareableHandleServer::Add(int fd, uint64_t owner, uint64_t bytes, Token* token) {
   std::lock_guard lock(mutex_);
   if (const auto known = owners_.find(owner); known != owners_.end()) {
     close(fd);
@@ -68,7 +68,7 @@ bool ShareableHandleServer::Add(int fd, uint64_t owner, Token* token) {
     close(fd);
     return false;
   }
-  descriptors_[fresh] = fd;
+  descriptors_[fresh] = {fd, bytes};
   owners_[owner] = fresh;
   *token = fresh;
   return true;
@@ -87,7 +87,7 @@ void ShareableHandleServer::Withdraw(uint64_t owner) {
   const auto known = owners_.find(owner);
   if (known == owners_.end()) return;
   if (const auto served = descriptors_.find(known->second); served != descriptors_.end()) {
-    close(served->second);
+    close(served->second.fd);
     descriptors_.erase(served);
   }
   owners_.erase(known);
@@ -95,7 +95,7 @@ void ShareableHandleServer::Withdraw(uint64_t owner) {
 
 void ShareableHandleServer::WithdrawAll() {
   std::lock_guard lock(mutex_);
-  for (const auto& [token, fd] : descriptors_) close(fd);
+  for (const auto& [token, served] : descriptors_) close(served.fd);
   descriptors_.clear();
   owners_.clear();
 }
@@ -108,7 +108,8 @@ bool ShareableHandleServer::StartLocked() {
     spdlog::warn("cannot serve shareable handles: the socket path {} is too long", path);
     return false;
   }
-  const int listener = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  // Non-blocking: a connection that went away between poll and accept must not hold the serving thread.
+  const int listener = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
   unlink(path.c_str());  // left by an earlier process of the same id that was killed
   if (listener < 0 || bind(listener, reinterpret_cast<const sockaddr*>(&address), sizeof address) != 0 ||
       chmod(path.c_str(), 0600) != 0 || listen(listener, 16) != 0 || pipe2(stop_, O_CLOEXEC) != 0) {
@@ -132,14 +133,18 @@ void ShareableHandleServer::Serve(int listener, int stop) {
     }
     if (waits[1].revents != 0) return;
     const int connection = accept4(listener, nullptr, nullptr, SOCK_CLOEXEC);
-    if (connection < 0) continue;
+    if (connection < 0) {
+      // Out of descriptors (or another lasting error): poll would report the listener ready at once, again.
+      if (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR && errno != ECONNABORTED) usleep(10'000);
+      continue;
+    }
     SetTimeouts(connection);
-    Answer(connection);
+    AnswerImporter(connection);
     close(connection);
   }
 }
 
-void ShareableHandleServer::Answer(int connection) {
+void ShareableHandleServer::AnswerImporter(int connection) {
   // Only this host's executors (the backend's user) reach the registry directory; the check keeps it so if the
   // directory's permissions were ever loosened.
   ucred peer{};
@@ -151,15 +156,17 @@ void ShareableHandleServer::Answer(int connection) {
   Token token;
   if (!ReceiveExactly(connection, token.data(), token.size())) return;
   int fd = -1;
+  Answer answer{};
   {
     std::lock_guard lock(mutex_);
     // A duplicate, so a Withdraw meanwhile cannot close what is being sent.
     if (const auto served = descriptors_.find(token); served != descriptors_.end()) {
-      fd = fcntl(served->second, F_DUPFD_CLOEXEC, 0);
+      fd = fcntl(served->second.fd, F_DUPFD_CLOEXEC, 0);
+      answer.bytes = served->second.bytes;
     }
   }
-  uint8_t found = fd >= 0 ? 1 : 0;
-  iovec data{&found, 1};
+  answer.found = fd >= 0 ? 1 : 0;
+  iovec data{&answer, sizeof answer};
   alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int))] = {};
   msghdr message{};
   message.msg_iov = &data;
@@ -173,21 +180,22 @@ void ShareableHandleServer::Answer(int connection) {
     header->cmsg_len = CMSG_LEN(sizeof(int));
     std::memcpy(CMSG_DATA(header), &fd, sizeof fd);
   }
-  if (sendmsg(connection, &message, MSG_NOSIGNAL) != 1) {
+  if (sendmsg(connection, &message, MSG_NOSIGNAL) != static_cast<ssize_t>(sizeof answer)) {
     spdlog::warn("shareable handles: cannot answer an importer: {}", strerror(errno));
   }
   if (fd >= 0) close(fd);
 }
 
-int ShareableHandleServer::Fetch(const std::string& directory, pid_t exporter, const Token& token) {
+int ShareableHandleServer::Fetch(const std::string& directory, pid_t exporter, const Token& token,
+                                 uint64_t* bytes) {
   sockaddr_un address;
   if (!FillAddress(SocketPath(directory, exporter), &address)) return -1;
   const int connection = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
   if (connection < 0) return -1;
   SetTimeouts(connection);
   int fd = -1;
-  uint8_t found = 0;
-  iovec data{&found, 1};
+  Answer answer{};
+  iovec data{&answer, sizeof answer};
   alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int))] = {};
   msghdr message{};
   message.msg_iov = &data;
@@ -201,14 +209,15 @@ int ShareableHandleServer::Fetch(const std::string& directory, pid_t exporter, c
       got = recvmsg(connection, &message, MSG_CMSG_CLOEXEC);
     } while (got < 0 && errno == EINTR);
   }
-  if (got == 1) {
+  const bool whole = got == static_cast<ssize_t>(sizeof answer) && (message.msg_flags & MSG_CTRUNC) == 0;
+  if (got > 0) {
     for (cmsghdr* header = CMSG_FIRSTHDR(&message); header != nullptr; header = CMSG_NXTHDR(&message, header)) {
       if (header->cmsg_level != SOL_SOCKET || header->cmsg_type != SCM_RIGHTS) continue;
       const size_t count = (header->cmsg_len - CMSG_LEN(0)) / sizeof(int);
       for (size_t i = 0; i < count; ++i) {
         int received = -1;
         std::memcpy(&received, CMSG_DATA(header) + i * sizeof(int), sizeof received);
-        if (fd < 0 && found == 1) {
+        if (fd < 0 && whole && answer.found == 1) {
           fd = received;
         } else {
           close(received);  // more than the one descriptor asked for
@@ -219,8 +228,9 @@ int ShareableHandleServer::Fetch(const std::string& directory, pid_t exporter, c
   close(connection);
   if (fd < 0) {
     spdlog::info("the executor {} serves no shareable handle under this token ({})", exporter,
-                 got == 1 ? "unknown token" : "no answer");
+                 whole ? "unknown token" : "no answer");
   }
+  *bytes = answer.bytes;
   return fd;
 }
 

@@ -25,9 +25,10 @@ class ShareableHandleServer {
   void Configure(std::string directory) { directory_ = std::move(directory); }
   bool enabled() const { return !directory_.empty(); }
 
-  // Keeps `fd` (the driver's export of `owner`, an allocation id) under a fresh random token and serves it to this
-  // host's executors from then on. Takes `fd` in every case; false (logged) when it cannot be served.
-  bool Add(int fd, uint64_t owner, Token* token);
+  // Keeps `fd` (the driver's export of `owner`, an allocation or pool) under a fresh random token and serves it,
+  // with `bytes` (the memory an importer is charged for), to this host's executors from then on. Takes `fd` in
+  // every case; false (logged) when it cannot be served.
+  bool Add(int fd, uint64_t owner, uint64_t bytes, Token* token);
   // The token of `owner`'s descriptor if it was exported before (the driver would answer a new descriptor to the
   // same memory; one is enough to serve every importer).
   bool Find(uint64_t owner, Token* token) const;
@@ -36,20 +37,31 @@ class ShareableHandleServer {
   void WithdrawAll();
 
   // Asks the executor `exporter` (its server in `directory`) for the descriptor behind `token`: a descriptor the
-  // caller owns, or -1 (logged) when none is served under that token or the exporter does not answer in time.
-  static int Fetch(const std::string& directory, pid_t exporter, const Token& token);
+  // caller owns and its `bytes`, or -1 (logged) when none is served under that token or the exporter does not
+  // answer in time.
+  static int Fetch(const std::string& directory, pid_t exporter, const Token& token, uint64_t* bytes);
 
   ~ShareableHandleServer();
 
  private:
   static std::string SocketPath(const std::string& directory, pid_t pid);
   bool StartLocked();  // binds the socket and starts the serving thread, once
+  // What an importer reads back: whether the token is served (the descriptor rides along) and its size.
+  struct Answer {
+    uint8_t found;
+    uint8_t padding[7];
+    uint64_t bytes;
+  };
   void Serve(int listener, int stop);
-  void Answer(int connection);
+  void AnswerImporter(int connection);
 
   std::string directory_;
   mutable std::mutex mutex_;  // guards the maps (the serving thread reads them)
-  std::map<Token, int> descriptors_;
+  struct Served {
+    int fd;
+    uint64_t bytes;
+  };
+  std::map<Token, Served> descriptors_;
   std::map<uint64_t, Token> owners_;
   int listener_ = -1;
   int stop_[2] = {-1, -1};  // a pipe: its write end wakes the serving thread to end

@@ -207,7 +207,7 @@ CUresult cuMemAllocFromPoolAsync(CUdeviceptr* ptr, size_t bytes, CUmemoryPool po
   return AllocAsync(ptr, bytes, stream, pool);
 }
 
-// Pools located on a device; host-located pools and shareable handles would need memory the client cannot reach.
+// Pools located on a device; host-located pools would need memory the client cannot reach.
 CUresult cuMemPoolCreate(CUmemoryPool* result_pool, const CUmemPoolProps* props) {
   Client* client;
   CURELAY_RETURN_IF_ERROR(RequireClient(&client));

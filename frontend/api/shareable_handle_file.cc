@@ -4,6 +4,7 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <cstring>
 
 namespace curelay::frontend {
@@ -17,6 +18,7 @@ struct ShareableRecord {
 };
 constexpr char kMagic[8] = {'c', 'u', 'r', 'e', 'l', 'a', 'y', 'H'};
 constexpr uint32_t kVersion = 1;
+constexpr unsigned int kNoExecSeal = 0x0008;  // MFD_NOEXEC_SEAL (Linux 6.3), which older headers lack
 
 }  // namespace
 
@@ -28,7 +30,11 @@ CUresult WrapShareableToken(const flatbuffers::Vector<uint8_t>* token, int32_t d
   record.device = device;
   std::memcpy(record.token, token->data(), sizeof(record.token));
   // Not close-on-exec: the driver's descriptor is not either, and programs hand it to the processes they start.
-  const int fd = memfd_create("curelay-shareable-handle", MFD_ALLOW_SEALING);
+  int fd = memfd_create("curelay-shareable-handle", MFD_ALLOW_SEALING);
+  // A kernel with vm.memfd_noexec = 2 refuses a memfd that could be made executable.
+  if (fd < 0 && (errno == EACCES || errno == EINVAL)) {
+    fd = memfd_create("curelay-shareable-handle", MFD_ALLOW_SEALING | kNoExecSeal);
+  }
   if (fd < 0) return CUDA_ERROR_OPERATING_SYSTEM;
   if (pwrite(fd, &record, sizeof(record), 0) != static_cast<ssize_t>(sizeof(record)) ||
       fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_WRITE | F_SEAL_SEAL) != 0) {

@@ -272,7 +272,9 @@ CUresult CUDAAPI cuMemPoolGetAccess(CUmemAccess_flags* flags, CUmemoryPool memPo
 
 // Pools shared between processes: an exported pool is a memfd naming its device (the pool's memory is in its blocks,
 // each memfd-backed when large enough); a pointer exported from it is a CUDA IPC handle of the block
-// (api_ipc.cc), which the importing process opens. Pool attributes and access are not carried over.
+// (api_ipc.cc), which the importing process opens. Simplifications of this fixture: pool attributes and access are
+// not carried over, any exportable block exports as a pool pointer, and an imported pointer is freed only by
+// cuMemFreeAsync.
 namespace {
 constexpr uint32_t kPoolMagic = 0x4c4f4f50;  // "POOL"
 struct ExportedPool {
@@ -290,7 +292,7 @@ CUresult CUDAAPI cuMemPoolExportToShareableHandle(void* handle_out, CUmemoryPool
     if (type != CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR) return CUDA_ERROR_NOT_SUPPORTED;
     if (pool->handle_types != CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR) return CUDA_ERROR_INVALID_VALUE;
     const ExportedPool contents{kPoolMagic, pool->device};
-    const int fd = memfd_create("curelay-emulated-pool", 0);
+    const int fd = memfd_create("curelay-emulated-pool", MFD_CLOEXEC);
     if (fd < 0) return CUDA_ERROR_OPERATING_SYSTEM;
     if (pwrite(fd, &contents, sizeof(contents), 0) != static_cast<ssize_t>(sizeof(contents))) {
       close(fd);
@@ -335,7 +337,10 @@ CUresult CUDAAPI cuMemPoolExportPointer(CUmemPoolPtrExportData* data, CUdevicept
 }
 
 CUresult CUDAAPI cuMemPoolImportPointer(CUdeviceptr* ptr, CUmemoryPool pool, CUmemPoolPtrExportData* data) {
-  if (data == nullptr || !emu::KnownPool(pool)) return CUDA_ERROR_INVALID_VALUE;
+  // Only a shareable pool can hold another process's allocation (a default pool never is).
+  if (data == nullptr || !emu::KnownPool(pool) || pool->handle_types != CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR) {
+    return CUDA_ERROR_INVALID_VALUE;
+  }
   CUipcMemHandle handle{};
   std::memcpy(handle.reserved, data->reserved, sizeof(handle.reserved));
   return cuIpcOpenMemHandle(ptr, handle, 0);

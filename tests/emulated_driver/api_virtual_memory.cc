@@ -245,7 +245,7 @@ CUresult CUDAAPI cuMemExportToShareableHandle(void* shareable, CUmemGenericAlloc
     if (it->second.prop.requestedHandleTypes != CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR) {
       return CUDA_ERROR_INVALID_VALUE;  // not made shareable as a descriptor
     }
-    const int fd = dup(it->second.fd);
+    const int fd = fcntl(it->second.fd, F_DUPFD_CLOEXEC, 0);
     if (fd < 0) return CUDA_ERROR_OPERATING_SYSTEM;
     *static_cast<int*>(shareable) = fd;
     return CUDA_SUCCESS;

@@ -285,14 +285,30 @@ TEST_F(TenantsTest, ShareableHandlesImportOnlyInSessionsOfTheSameTenant) {
   EXPECT_EQ(stranger.Ask("shareable-import " + descriptor + " " + size), "shareable-import 1 0") << stranger.output();
   const std::string pid = descriptor.substr(0, descriptor.find(' '));
   EXPECT_EQ(sibling.Ask("shareable-import " + pid + " 0 " + size), "shareable-import 1 0");  // its stdin: no handle
+  EXPECT_EQ(sibling.Ask("shareable-import-forged " + descriptor), "shareable-import-forged 1");  // a guessed token
 
   EXPECT_EQ(exporter.Ask("shareable-release"), "shareable-release 0");
   EXPECT_EQ(sibling.Ask("shareable-read-imported"), "shareable-read-imported 0 9");  // its import keeps the memory
   EXPECT_EQ(sibling.Ask("shareable-import " + descriptor + " " + size), "shareable-import 1 0");  // withdrawn
 }
 
+// An imported allocation counts against the importing session's tenant too (the import keeps the memory alive
+// once the exporter has released it), so sharing cannot carry a tenant past its memory quota.
+TEST_F(TenantsTest, ImportedMemoryCountsAgainstTheQuota) {
+  const std::string token = AddTenant(backend_, "share-quota", {"--memory-quota", "6M"});
+  InteractiveClient exporter(backend_, token, "exporter");
+  InteractiveClient sibling(backend_, token, "sibling");
+  ASSERT_TRUE(exporter.ready() && sibling.ready()) << exporter.output() << sibling.output();
+  const std::string size = std::to_string(4 * kMiB);
+  const std::string exported = exporter.Ask("shareable-export " + size + " 3");
+  ASSERT_EQ(exported.rfind("shareable-export 0 ", 0), 0u) << exported << exporter.output();
+  const std::string descriptor = exported.substr(std::string("shareable-export 0 ").size());
+  // CUDA_ERROR_OUT_OF_MEMORY: 4 MiB held and 4 MiB imported > 6 MiB.
+  EXPECT_EQ(sibling.Ask("shareable-import " + descriptor + " " + size), "shareable-import 2 0") << sibling.output();
+}
+
 // Memory pools shared as descriptors: a pool and an allocation from it, exported by one session, import in another
-// session of the same tenant with the allocation's bytes, and never in another tenant's session.
+// session of the same tenant (one allocation, seen and written by both), and never in another tenant's session.
 TEST_F(TenantsTest, SharedPoolsImportOnlyInSessionsOfTheSameTenant) {
   const std::string token_a = AddTenant(backend_, "pool-a");
   const std::string token_b = AddTenant(backend_, "pool-b");
@@ -305,8 +321,9 @@ TEST_F(TenantsTest, SharedPoolsImportOnlyInSessionsOfTheSameTenant) {
   const std::string pool = exported.substr(std::string("pool-export 0 ").size());  // "PID FD HEX"
 
   EXPECT_EQ(sibling.Ask("pool-import " + pool), "pool-import 0 5") << sibling.output();
+  EXPECT_EQ(exporter.Ask("pool-read"), "pool-read 0 9");  // the sibling wrote the exporter's allocation
   EXPECT_EQ(stranger.Ask("pool-import " + pool), "pool-import 1 0") << stranger.output();
-  EXPECT_EQ(sibling.Ask("pool-import " + pool), "pool-import 0 5");  // again, from the same export
+  EXPECT_EQ(sibling.Ask("pool-import " + pool), "pool-import 0 9");  // again, from the same export
 }
 
 TEST_F(TenantsTest, SessionsAreListedKilledAndLimited) {

@@ -2,6 +2,7 @@
 // shim), so they can kill it, kill its executor, or fork it. Prints one line per milestone on stdout.
 #include <cuda.h>
 #include <fcntl.h>
+#include <sys/mman.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -222,7 +223,7 @@ int main(int argc, char** argv) {
     CUdeviceptr exported = 0, opened = 0;
     // Shareable handles: the exporter's allocation and mapping, and the importer's mapping.
     CUmemGenericAllocationHandle shared_allocation = 0;
-    CUdeviceptr shared_mapping = 0, imported_mapping = 0;
+    CUdeviceptr shared_mapping = 0, imported_mapping = 0, pool_allocation = 0;
     size_t shared_bytes = 0;
     std::string command;
     while (std::cin >> command) {
@@ -402,7 +403,7 @@ int main(int argc, char** argv) {
         props.handleTypes = CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR;
         props.location = {CU_MEM_LOCATION_TYPE_DEVICE, 0};
         CUmemoryPool pool = nullptr;
-        CUdeviceptr ptr = 0;
+        CUdeviceptr& ptr = pool_allocation;
         CUmemPoolPtrExportData data{};
         int fd = -1;
         CUresult result = cuMemPoolCreate(&pool, &props);
@@ -418,7 +419,7 @@ int main(int argc, char** argv) {
         std::printf("\n");
       } else if (command == "pool-import") {
         // pool-import PID FD HEX: imports the other process's pool and the allocation the export data names; answers
-        // its first byte, then frees it and destroys the imported pool.
+        // its first byte, writes 9 into its first KiB, then frees it and destroys the imported pool.
         std::string pid, fd_number, hex;
         std::cin >> pid >> fd_number >> hex;
         CUmemPoolPtrExportData data{};
@@ -434,12 +435,37 @@ int main(int argc, char** argv) {
         if (fd >= 0) close(fd);
         if (result == CUDA_SUCCESS) result = cuMemPoolImportPointer(&ptr, pool, &data);
         if (result == CUDA_SUCCESS) result = cuMemcpyDtoH(&first, ptr, 1);
+        if (result == CUDA_SUCCESS) result = cuMemsetD8(ptr, 9, 1024);
+        if (result == CUDA_SUCCESS) result = cuCtxSynchronize();
         if (result == CUDA_SUCCESS) result = cuMemFreeAsync(ptr, nullptr);
         if (result == CUDA_SUCCESS) result = cuCtxSynchronize();
         if (pool != nullptr && cuMemPoolDestroy(pool) != CUDA_SUCCESS && result == CUDA_SUCCESS) {
           result = CUDA_ERROR_UNKNOWN;
         }
         std::printf("pool-import %d %u\n", static_cast<int>(result), first);
+      } else if (command == "pool-read") {
+        unsigned char first = 0;
+        const CUresult result = cuMemcpyDtoH(&first, pool_allocation, 1);
+        std::printf("pool-read %d %u\n", static_cast<int>(result), first);
+      } else if (command == "shareable-import-forged") {
+        // shareable-import-forged PID FD: the other process's descriptor copied into a new memfd with one byte of its
+        // token changed (what a program guessing tokens could make); answers the import's result.
+        std::string pid, fd_number;
+        std::cin >> pid >> fd_number;
+        char record[64] = {};
+        const int original = open(("/proc/" + pid + "/fd/" + fd_number).c_str(), O_RDONLY | O_CLOEXEC);
+        const ssize_t length = original >= 0 ? pread(original, record, sizeof(record), 0) : -1;
+        if (original >= 0) close(original);
+        record[20] ^= 0x5a;  // within the token (after the record's magic, version and device)
+        const int forged = memfd_create("forged", MFD_CLOEXEC);
+        CUmemGenericAllocationHandle allocation = 0;
+        CUresult result = CUDA_ERROR_UNKNOWN;
+        if (length > 20 && forged >= 0 && pwrite(forged, record, length, 0) == length) {
+          result = cuMemImportFromShareableHandle(&allocation, reinterpret_cast<void*>(static_cast<intptr_t>(forged)),
+                                                  CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR);
+        }
+        if (forged >= 0) close(forged);
+        std::printf("shareable-import-forged %d\n", static_cast<int>(result));
       } else if (command == "shareable-release") {
         // The exporter lets go of its allocation (its mapping stays until unmapped).
         std::printf("shareable-release %d\n", static_cast<int>(cuMemRelease(shared_allocation)));
