@@ -343,7 +343,7 @@ CUresult cuMemPoolGetAccess(CUmemAccess_flags* flags, CUmemoryPool pool, CUmemLo
 CUresult cuMemPoolExportToShareableHandle(void* handle_out, CUmemoryPool pool, CUmemAllocationHandleType type,
                                           unsigned long long flags) {
   Client* client;
-  CURELAY_RETURN_IF_ERROR(RequireContext(&client));
+  CURELAY_RETURN_IF_ERROR(RequireClient(&client));  // the driver needs no context
   int device = 0;
   uint64_t pool_id = 0;
   CURELAY_RETURN_IF_ERROR(LookupPool(pool, &device, &pool_id));
@@ -361,7 +361,7 @@ CUresult cuMemPoolExportToShareableHandle(void* handle_out, CUmemoryPool pool, C
 CUresult cuMemPoolImportFromShareableHandle(CUmemoryPool* pool_out, void* handle, CUmemAllocationHandleType type,
                                             unsigned long long flags) {
   Client* client;
-  CURELAY_RETURN_IF_ERROR(RequireContext(&client));
+  CURELAY_RETURN_IF_ERROR(RequireClient(&client));  // the driver needs no context
   if (pool_out == nullptr) return CUDA_ERROR_INVALID_VALUE;
   uint8_t token[kShareableTokenBytes] = {};
   int32_t device = 0;

@@ -170,7 +170,7 @@ CUresult cuMemRetainAllocationHandle(CUmemGenericAllocationHandle* handle, void*
 CUresult cuMemExportToShareableHandle(void* shareable, CUmemGenericAllocationHandle handle,
                                       CUmemAllocationHandleType type, unsigned long long flags) {
   Client* client;
-  CURELAY_RETURN_IF_ERROR(RequireContext(&client));
+  CURELAY_RETURN_IF_ERROR(RequireClient(&client));  // the driver needs no context
   if (shareable == nullptr) return CUDA_ERROR_INVALID_VALUE;
   auto& builder = Builder();
   const auto call = wire::CreateMemExportShareable(builder, handle, static_cast<int32_t>(type), flags).Union();
@@ -184,7 +184,7 @@ CUresult cuMemExportToShareableHandle(void* shareable, CUmemGenericAllocationHan
 CUresult cuMemImportFromShareableHandle(CUmemGenericAllocationHandle* handle, void* os_handle,
                                         CUmemAllocationHandleType type) {
   Client* client;
-  CURELAY_RETURN_IF_ERROR(RequireContext(&client));
+  CURELAY_RETURN_IF_ERROR(RequireClient(&client));  // the driver needs no context
   if (handle == nullptr) return CUDA_ERROR_INVALID_VALUE;
   uint8_t token[kShareableTokenBytes] = {};
   int32_t device = 0;

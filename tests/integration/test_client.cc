@@ -355,7 +355,10 @@ int main(int argc, char** argv) {
         if (result == CUDA_SUCCESS) result = cuMemsetD8(shared_mapping, static_cast<unsigned char>(value), shared_bytes);
         if (result == CUDA_SUCCESS) result = cuCtxSynchronize();
         if (result == CUDA_SUCCESS) {
-          result = cuMemExportToShareableHandle(&fd, shared_allocation, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0);
+          // From a thread with no current context, as PyTorch exports (a queue's feeder thread): the driver needs none.
+          std::thread([&] {
+            result = cuMemExportToShareableHandle(&fd, shared_allocation, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0);
+          }).join();
         }
         std::printf("shareable-export %d %d %d\n", static_cast<int>(result), static_cast<int>(getpid()), fd);
       } else if (command == "shareable-import") {
