@@ -87,7 +87,7 @@ CUresult cuMemAddressFree(CUdeviceptr ptr, size_t size) {
 CUresult cuMemCreate(CUmemGenericAllocationHandle* handle, size_t size, const CUmemAllocationProp* prop,
                      unsigned long long flags) {
   Client* client;
-  CURELAY_RETURN_IF_ERROR(RequireContext(&client));
+  CURELAY_RETURN_IF_ERROR(RequireClient(&client));  // the driver needs no context
   if (handle == nullptr) return CUDA_ERROR_INVALID_VALUE;
   auto& builder = Builder();
   flatbuffers::Offset<wire::MemAllocationProp> encoded;
@@ -101,7 +101,7 @@ CUresult cuMemCreate(CUmemGenericAllocationHandle* handle, size_t size, const CU
 
 CUresult cuMemRelease(CUmemGenericAllocationHandle handle) {
   Client* client;
-  CURELAY_RETURN_IF_ERROR(RequireContext(&client));
+  CURELAY_RETURN_IF_ERROR(RequireClient(&client));  // the driver needs no context
   auto& builder = Builder();
   const auto call = wire::CreateMemRelease(builder, handle).Union();
   return client->Call(builder, wire::Call::MemRelease, call, {}, nullptr);

@@ -348,18 +348,20 @@ int main(int argc, char** argv) {
         prop.location = {CU_MEM_LOCATION_TYPE_DEVICE, 0};
         const CUmemAccessDesc access{{CU_MEM_LOCATION_TYPE_DEVICE, 0}, CU_MEM_ACCESS_FLAGS_PROT_READWRITE};
         int fd = -1;
-        CUresult result = cuMemCreate(&shared_allocation, shared_bytes, &prop, 0);
+        // Created and exported from a thread with no current context, as memMapIPCDrv creates and PyTorch exports
+        // (from a queue's feeder thread): the driver needs none for either.
+        CUresult result = CUDA_SUCCESS;
+        std::thread([&] {
+          result = cuMemCreate(&shared_allocation, shared_bytes, &prop, 0);
+          if (result == CUDA_SUCCESS) {
+            result = cuMemExportToShareableHandle(&fd, shared_allocation, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0);
+          }
+        }).join();
         if (result == CUDA_SUCCESS) result = cuMemAddressReserve(&shared_mapping, shared_bytes, 0, 0, 0);
         if (result == CUDA_SUCCESS) result = cuMemMap(shared_mapping, shared_bytes, 0, shared_allocation, 0);
         if (result == CUDA_SUCCESS) result = cuMemSetAccess(shared_mapping, shared_bytes, &access, 1);
         if (result == CUDA_SUCCESS) result = cuMemsetD8(shared_mapping, static_cast<unsigned char>(value), shared_bytes);
         if (result == CUDA_SUCCESS) result = cuCtxSynchronize();
-        if (result == CUDA_SUCCESS) {
-          // From a thread with no current context, as PyTorch exports (a queue's feeder thread): the driver needs none.
-          std::thread([&] {
-            result = cuMemExportToShareableHandle(&fd, shared_allocation, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0);
-          }).join();
-        }
         std::printf("shareable-export %d %d %d\n", static_cast<int>(result), static_cast<int>(getpid()), fd);
       } else if (command == "shareable-import") {
         // shareable-import PID FD BYTES: opens the other process's descriptor, imports and maps it; answers the
@@ -471,7 +473,9 @@ int main(int argc, char** argv) {
         std::printf("shareable-import-forged %d\n", static_cast<int>(result));
       } else if (command == "shareable-release") {
         // The exporter lets go of its allocation (its mapping stays until unmapped).
-        std::printf("shareable-release %d\n", static_cast<int>(cuMemRelease(shared_allocation)));
+        CUresult result = CUDA_SUCCESS;
+        std::thread([&] { result = cuMemRelease(shared_allocation); }).join();  // no current context needed
+        std::printf("shareable-release %d\n", static_cast<int>(result));
       } else if (command == "launch") {
         // launch PTX-PATH: the vector-add kernel through its module, checked (VectorAdd prints what failed).
         std::string path;
