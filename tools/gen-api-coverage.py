@@ -318,15 +318,18 @@ def main() -> None:
         "natively (`libNVVM_dsl`: no `libcudadevrt.a` there); of the other 136, 128 passed through curelay (126 in "
         "the session before, 124 before that, 115 before that). The twelfth session (2026-11-25, H100) ran the four "
         "graph samples among the failures again (built from the same repository for sm_90): three pass now over "
-        "ipc://, so **131 of 136** pass as of that run (not a full run). The 5 that fail:",
+        "ipc://, so 131 of 136 passed as of that run (not a full run). The seventeenth session (2026-11-28, H200) "
+        "ran the two shareable-handle samples after shareable handles landed: streamOrderedAllocationIPC passes over "
+        "ipc:// and tcp://, so **132 of 136** pass (not a full run). The 4 that fail:",
         "",
         "| sample | through curelay | cause |",
         "|---|---|---|",
         "| simpleCudaGraphs | `cudaGraphLaunch`: 801 | a graph with both a memcpy node on pageable host memory "
         "(staged around the whole graph) and a host node is refused at launch: the host node would see the staged "
         "bytes out of order |",
-        "| streamOrderedAllocationIPC, memMapIPCDrv | 801 / invalid device context | shareable handles (file "
-        "descriptors passed between processes) are not supported |",
+        "| memMapIPCDrv | invalid device context (`cuMemCreate`) | its parent creates its shareable memory after "
+        "destroying every context it made, and the shim wanted a current context for `cuMemCreate`; no longer "
+        "since 56f7de4 (checked on the emulated driver, not yet on the GPU host) |",
         "| systemWideAtomics | wrong atomics result | system-scope atomics between host and GPU on managed memory "
         "(curelay's managed memory is host memory on the same host) |",
         "| libNVVM_uvmlite | crash | managed globals (`__managed__`) are not supported |",
