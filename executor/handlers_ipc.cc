@@ -6,6 +6,7 @@
 #include <spdlog/spdlog.h>
 
 #include <cstring>
+#include <functional>
 
 #include "executor/session.h"
 #include "schema/wire_enum.h"
@@ -30,6 +31,24 @@ CUresult CheckShareableType(int32_t wire_type, CUmemAllocationHandleType* type) 
   if (*type == CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR) return CUDA_SUCCESS;
   spdlog::info("shareable handle type {} is not supported (only POSIX file descriptors)", static_cast<int>(*type));
   return CUDA_ERROR_NOT_SUPPORTED;
+}
+
+// An import's handle type and token, as the wire gives them.
+CUresult CheckShareableImport(int32_t wire_type, const flatbuffers::Vector<uint8_t>* token,
+                              CUmemAllocationHandleType* type) {
+  if (const CUresult checked = CheckShareableType(wire_type, type); checked != CUDA_SUCCESS) return checked;
+  return token != nullptr && token->size() == ShareableHandleServer::kTokenBytes ? CUDA_SUCCESS
+                                                                                : CUDA_ERROR_INVALID_VALUE;
+}
+
+// The token of `owner`'s descriptor, which `export_fd` makes the first time only: every importer is served from
+// the same descriptor, with `bytes` (what an importer is charged for).
+CUresult ExportOnce(ShareableHandleServer& server, uint64_t owner, uint64_t bytes,
+                    const std::function<CUresult(int*)>& export_fd, ShareableHandleServer::Token* token) {
+  if (server.Find(owner, token)) return CUDA_SUCCESS;
+  int fd = -1;
+  if (const CUresult result = export_fd(&fd); result != CUDA_SUCCESS) return result;
+  return server.Add(fd, owner, bytes, token) ? CUDA_SUCCESS : CUDA_ERROR_OPERATING_SYSTEM;
 }
 
 }  // namespace
@@ -127,25 +146,19 @@ Session::Outcome Session::MemExportShareable(const wire::MemExportShareable& cal
   const auto found = physical_allocations_.find(call.handle());
   if (found == physical_allocations_.end() || call.flags() != 0) return {CUDA_ERROR_INVALID_VALUE};
   ShareableHandleServer::Token token;
-  // Exported once per allocation: every importer is served from the same descriptor.
-  if (!shareable_handles_.Find(call.handle(), &token)) {
-    int fd = -1;
-    const CUresult result = driver_.cuMemExportToShareableHandle(&fd, found->second.handle, type, call.flags());
-    if (result != CUDA_SUCCESS) return {result};
-    if (!shareable_handles_.Add(fd, call.handle(), found->second.bytes, &token)) {
-      return {CUDA_ERROR_OPERATING_SYSTEM};
-    }
-  }
+  const CUresult result = ExportOnce(shareable_handles_, call.handle(), found->second.bytes, [&](int* fd) {
+    return driver_.cuMemExportToShareableHandle(fd, found->second.handle, type, call.flags());
+  }, &token);
+  if (result != CUDA_SUCCESS) return {result};
   return IpcHandleReply(IpcRegistry::Kind::kShareable, token, call.handle());
 }
 
 Session::Outcome Session::MemImportShareable(const wire::MemImportShareable& call) {
   CUmemAllocationHandleType type{};
-  if (const CUresult checked = CheckShareableType(call.handle_type(), &type); checked != CUDA_SUCCESS) {
+  if (const CUresult checked = CheckShareableImport(call.handle_type(), call.token(), &type); checked != CUDA_SUCCESS) {
     return {checked};
   }
-  if (call.token() == nullptr || call.token()->size() != ShareableHandleServer::kTokenBytes || call.handle() == 0 ||
-      physical_allocations_.count(call.handle()) != 0) {
+  if (call.handle() == 0 || physical_allocations_.count(call.handle()) != 0) {
     return {CUDA_ERROR_INVALID_VALUE};
   }
   if (!ipc_registry_.enabled() || !shareable_handles_.enabled() ||
@@ -182,25 +195,22 @@ Session::Outcome Session::MemPoolExportShareable(const wire::MemPoolExportSharea
   }
   if (call.flags() != 0) return {CUDA_ERROR_INVALID_VALUE};
   const uint64_t owner = SharedPoolOwner(call.pool());
+  // A pool's memory is its allocations', which their exporter frees (an importer must free its imports first, as
+  // CUDA requires): nothing to charge the importer.
   ShareableHandleServer::Token token;
-  if (!shareable_handles_.Find(owner, &token)) {
-    int fd = -1;
-    const CUresult result = driver_.cuMemPoolExportToShareableHandle(&fd, pool, type, call.flags());
-    if (result != CUDA_SUCCESS) return {result};
-    // A pool's memory is its allocations', which their exporter frees (an importer must free its imports first,
-    // as CUDA requires): nothing to charge the importer.
-    if (!shareable_handles_.Add(fd, owner, /*bytes=*/0, &token)) return {CUDA_ERROR_OPERATING_SYSTEM};
-  }
+  const CUresult result = ExportOnce(shareable_handles_, owner, /*bytes=*/0, [&](int* fd) {
+    return driver_.cuMemPoolExportToShareableHandle(fd, pool, type, call.flags());
+  }, &token);
+  if (result != CUDA_SUCCESS) return {result};
   return IpcHandleReply(IpcRegistry::Kind::kShareable, token, owner);
 }
 
 Session::Outcome Session::MemPoolImportShareable(const wire::MemPoolImportShareable& call) {
   CUmemAllocationHandleType type{};
-  if (const CUresult checked = CheckShareableType(call.handle_type(), &type); checked != CUDA_SUCCESS) {
+  if (const CUresult checked = CheckShareableImport(call.handle_type(), call.token(), &type); checked != CUDA_SUCCESS) {
     return {checked};
   }
-  if (call.token() == nullptr || call.token()->size() != ShareableHandleServer::kTokenBytes || call.pool() == 0 ||
-      memory_pools_.count(call.pool()) != 0 || call.flags() != 0) {
+  if (call.pool() == 0 || memory_pools_.count(call.pool()) != 0 || call.flags() != 0) {
     return {CUDA_ERROR_INVALID_VALUE};
   }
   if (!ipc_registry_.enabled() || !shareable_handles_.enabled() ||
