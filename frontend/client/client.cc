@@ -255,11 +255,31 @@ CUresult Client::Connect() {
     device.total_memory = info->total_memory();
     device.attributes.assign(info->attributes()->begin(), info->attributes()->end());
     device.attribute_results.assign(info->attribute_results()->begin(), info->attribute_results()->end());
+    ServeableAttributes(device);
     devices_.push_back(std::move(device));
   }
   Log().info("session {} on {} ({} device(s), driver {})", welcome->session_id(), executor->ToString(), devices_.size(),
              driver_version_);
   return CUDA_SUCCESS;
+}
+
+void Client::ServeableAttributes(DeviceInfo& device) const {
+  const auto set = [&](CUdevice_attribute attribute, int32_t value) {
+    if (static_cast<size_t>(attribute) < device.attributes.size() &&
+        device.attribute_results[attribute] == CUDA_SUCCESS) {
+      device.attributes[attribute] = value;
+    }
+  };
+  // The GPU reaches the executor's pageable memory, never the application's (HMM on the GPU host reports 1 here):
+  // a program told otherwise hands kernels malloc'd pointers that name nothing, or something else, in the executor.
+  set(CU_DEVICE_ATTRIBUTE_PAGEABLE_MEMORY_ACCESS, 0);
+  set(CU_DEVICE_ATTRIBUTE_PAGEABLE_MEMORY_ACCESS_USES_HOST_PAGE_TABLES, 0);
+  // Managed memory is curelay's own, not the driver's: page-locked memory both processes map at one address, which
+  // host and GPU may touch at once. Only a same-host session has it (remotely cuMemAllocManaged answers
+  // CUDA_ERROR_NOT_SUPPORTED), so programs that check take their other path there.
+  set(CU_DEVICE_ATTRIBUTE_MANAGED_MEMORY, remote() ? 0 : 1);
+  set(CU_DEVICE_ATTRIBUTE_CONCURRENT_MANAGED_ACCESS, remote() ? 0 : 1);
+  if (remote()) set(CU_DEVICE_ATTRIBUTE_DIRECT_MANAGED_MEM_ACCESS_FROM_HOST, 0);
 }
 
 CUresult Client::StreamPriorityRange(CUdevice device, int* least, int* greatest) {

@@ -92,6 +92,9 @@ class Client {
     const ReplyMessage& reply() const { return reply_; }
 
    private:
+  // Device attributes as this session can honour them (what the executor's driver reports, less what a forwarded
+  // session cannot give the application).
+  void ServeableAttributes(DeviceInfo& device) const;
     Client& client_;
     ReplyMessage reply_;
     Waiter waiter_;

@@ -275,6 +275,21 @@ TEST_F(RemoteMemoryTest, ThreadsCopyingAtOnceKeepTheirData) {
   for (int t = 0; t < kThreads; ++t) EXPECT_EQ(failures[t], 0) << "thread " << t;
 }
 
+// The attributes describe what the session gives the application, not what the executor's driver can do for the
+// executor: the emulated driver reports pageable memory access (as HMM does on the GPU host), which the
+// application's malloc'd memory never has through curelay; managed memory exists on the same host only.
+TEST_F(RemoteMemoryTest, MemoryAttributesSayWhatTheSessionServes) {
+  int pageable = -1, page_tables = -1, managed = -1, concurrent = -1;
+  ASSERT_CU(cuDeviceGetAttribute(&pageable, CU_DEVICE_ATTRIBUTE_PAGEABLE_MEMORY_ACCESS, 0));
+  ASSERT_CU(cuDeviceGetAttribute(&page_tables, CU_DEVICE_ATTRIBUTE_PAGEABLE_MEMORY_ACCESS_USES_HOST_PAGE_TABLES, 0));
+  ASSERT_CU(cuDeviceGetAttribute(&managed, CU_DEVICE_ATTRIBUTE_MANAGED_MEMORY, 0));
+  ASSERT_CU(cuDeviceGetAttribute(&concurrent, CU_DEVICE_ATTRIBUTE_CONCURRENT_MANAGED_ACCESS, 0));
+  EXPECT_EQ(pageable, 0);
+  EXPECT_EQ(page_tables, 0);
+  EXPECT_EQ(managed, RemoteSession() ? 0 : 1);
+  EXPECT_EQ(concurrent, RemoteSession() ? 0 : 1);
+}
+
 // Managed memory on the same host: one pointer for host code and kernels; prefetches and advice are hints.
 TEST_F(RemoteMemoryTest, ManagedMemoryIsOneAddressForHostAndKernels) {
   constexpr int n = 4096;
