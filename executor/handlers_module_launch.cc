@@ -49,6 +49,20 @@ flatbuffers::Offset<void> ParameterLayout(flatbuffers::FlatBufferBuilder& builde
   return wire::CreateFunctionInfo(builder, builder.CreateVector(offsets), builder.CreateVector(sizes)).Union();
 }
 
+// A managed global (`__managed__`) lives in the driver's managed memory of the executor's process: the application
+// could not reach it at that address (its host pointer names nothing there), so it is refused rather than handed
+// out; curelay's own managed memory (cuMemAllocManaged) is a different thing, shared by both processes.
+CUresult RefuseManagedGlobal(Driver& driver, CUdeviceptr global, const char* name) {
+  if (driver.cuPointerGetAttributes == nullptr) return CUDA_SUCCESS;
+  CUpointer_attribute attribute = CU_POINTER_ATTRIBUTE_IS_MANAGED;
+  unsigned int managed = 0;
+  void* data[] = {&managed};
+  if (driver.cuPointerGetAttributes(1, &attribute, data, global) != CUDA_SUCCESS || managed == 0) return CUDA_SUCCESS;
+  spdlog::warn("managed global '{}' refused: managed variables of modules are not supported (CUDA_ERROR_NOT_SUPPORTED)",
+               name);
+  return CUDA_ERROR_NOT_SUPPORTED;
+}
+
 }  // namespace
 
 Session::Outcome Session::ModuleLoad(const wire::ModuleLoad& call, std::span<const uint8_t> payload) {
@@ -147,6 +161,8 @@ Session::Outcome Session::ModuleGetGlobal(const wire::ModuleGetGlobal& call) {
   size_t bytes = 0;
   Outcome outcome;
   outcome.result = driver_.cuModuleGetGlobal(&ptr, &bytes, found->second, call.name()->c_str());
+  if (outcome.result == CUDA_SUCCESS) outcome.result = RefuseManagedGlobal(driver_, ptr, call.name()->c_str());
+  if (outcome.result != CUDA_SUCCESS) ptr = 0, bytes = 0;
   outcome.body = wire::CreatePointer(builder_, ptr, bytes).Union();
   outcome.body_type = wire::ReplyBody::Pointer;
   return outcome;
@@ -448,6 +464,8 @@ Session::Outcome Session::LibraryGetGlobal(const wire::LibraryGetGlobal& call) {
   size_t bytes = 0;
   Outcome outcome;
   outcome.result = driver_.cuLibraryGetGlobal(&ptr, &bytes, found->second, call.name()->c_str());
+  if (outcome.result == CUDA_SUCCESS) outcome.result = RefuseManagedGlobal(driver_, ptr, call.name()->c_str());
+  if (outcome.result != CUDA_SUCCESS) ptr = 0, bytes = 0;
   outcome.body = wire::CreatePointer(builder_, ptr, bytes).Union();
   outcome.body_type = wire::ReplyBody::Pointer;
   return outcome;

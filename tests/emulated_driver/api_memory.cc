@@ -260,6 +260,43 @@ CUresult CUDAAPI cuMemGetAddressRange(CUdeviceptr* pbase, size_t* psize, CUdevic
   });
 }
 
+// The attributes of device memory the tests ask about; others answer CUDA_ERROR_NOT_SUPPORTED (a fixture's limit).
+// An address that is no allocation gets the zero answers and CUDA_SUCCESS, as cuda.h describes.
+CUresult CUDAAPI cuPointerGetAttributes(unsigned int numAttributes, CUpointer_attribute* attributes, void** data,
+                                        CUdeviceptr ptr) {
+  return emu::Guard([&] {
+    if (CUresult r = emu::CheckInit(); r != CUDA_SUCCESS) return r;
+    if (numAttributes == 0 || attributes == nullptr || data == nullptr) return CUDA_ERROR_INVALID_VALUE;
+    const auto allocation = emu::Driver::Get().memory().Find(ptr, 0);
+    for (unsigned int i = 0; i < numAttributes; ++i) {
+      if (data[i] == nullptr) return CUDA_ERROR_INVALID_VALUE;
+      switch (attributes[i]) {
+        case CU_POINTER_ATTRIBUTE_MEMORY_TYPE:
+          *static_cast<unsigned int*>(data[i]) = allocation != nullptr ? CU_MEMORYTYPE_DEVICE : 0;
+          break;
+        case CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL:
+          *static_cast<int*>(data[i]) = allocation != nullptr ? allocation->device() : -2;
+          break;
+        case CU_POINTER_ATTRIBUTE_DEVICE_POINTER:
+          *static_cast<CUdeviceptr*>(data[i]) = allocation != nullptr ? ptr : 0;
+          break;
+        case CU_POINTER_ATTRIBUTE_RANGE_START_ADDR:
+          *static_cast<CUdeviceptr*>(data[i]) = allocation != nullptr ? allocation->base() : 0;
+          break;
+        case CU_POINTER_ATTRIBUTE_RANGE_SIZE:
+          *static_cast<size_t*>(data[i]) = allocation != nullptr ? allocation->size() : 0;
+          break;
+        case CU_POINTER_ATTRIBUTE_IS_MANAGED:
+          *static_cast<unsigned int*>(data[i]) = allocation != nullptr && allocation->managed() ? 1 : 0;
+          break;
+        default:
+          return CUDA_ERROR_NOT_SUPPORTED;
+      }
+    }
+    return CUDA_SUCCESS;
+  });
+}
+
 CUresult CUDAAPI cuMemHostRegister(void* p, size_t bytesize, unsigned int Flags) {
   return emu::Guard([&] {
     std::shared_ptr<emu::Context> ctx;

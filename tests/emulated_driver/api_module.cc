@@ -83,6 +83,7 @@ CUresult LoadParsedModule(const std::shared_ptr<Context>& ctx, ModuleImage image
       return r;
     }
     if (!g.init.empty()) std::memcpy(allocation->data(), g.init.data(), g.init.size());
+    allocation->set_managed(g.is_managed);
     mod->global_addresses[g.name] = allocation->base();
     mod->globals[g.name] = std::move(allocation);
   }

@@ -45,6 +45,9 @@ class Allocation {
   // A memfd behind a large block's pages (-1 for heap blocks): another process maps it to open a CUDA IPC handle.
   int share_fd() const { return share_fd_; }
   void set_share_fd(int fd) { share_fd_ = fd; }
+  // A module's __managed__ variable (CU_POINTER_ATTRIBUTE_IS_MANAGED).
+  bool managed() const { return managed_; }
+  void set_managed(bool managed) { managed_ = managed; }
 
   // bytes == 0 asks whether addr itself lies inside the block.
   bool Contains(uint64_t addr, size_t bytes) const {
@@ -60,6 +63,7 @@ class Allocation {
   int device_;
   uint64_t owner_;
   int share_fd_ = -1;
+  bool managed_ = false;
 };
 
 class MemoryMap {

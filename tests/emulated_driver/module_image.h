@@ -48,6 +48,8 @@ struct GlobalInfo {
   std::vector<uint8_t> init;
   std::vector<SymbolInit> symbol_inits;
   bool is_const = false;
+  // A __managed__ variable: cuPointerGetAttributes says so (its memory is still ordinary emulated memory).
+  bool is_managed = false;
 };
 
 struct ModuleImage {

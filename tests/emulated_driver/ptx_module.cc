@@ -137,6 +137,7 @@ struct VarDecl {
   Span init;                                  // tokens after `=`
   bool has_init = false;
   bool opaque = false;                        // .texref and friends
+  bool managed = false;                       // .attribute(.managed): a __managed__ variable
 
   size_t element_size() const { return type.size * vector; }
   size_t natural_align() const { return element_size(); }
@@ -170,8 +171,8 @@ std::optional<VarDecl> ParseVarDecl(Span s) {
     } else if (t.Is(".v2") || t.Is(".v4") || t.Is(".v8")) {
       d.vector = static_cast<size_t>(t.text[2] - '0');
     } else if (t.Is(".attribute")) {
-      // .attribute(.managed): skip the parenthesised list.
-      while (i + 1 < s.size() && !s[i + 1].IsPunct(')')) ++i;
+      // .attribute(.managed) and the like: note .managed, skip the rest of the parenthesised list.
+      while (i + 1 < s.size() && !s[i + 1].IsPunct(')')) d.managed |= s[++i].Is(".managed");
       ++i;
     } else if (IsStateSpace(t.text)) {
       if (d.space.empty()) d.space = t.text;  // later ones qualify .ptr
@@ -521,6 +522,7 @@ class PtxParser {
     GlobalInfo global;
     global.name = std::string(decl->name);
     global.is_const = decl->space == ".const";
+    global.is_managed = decl->managed;
     size_t elements = 0;
     if (decl->has_init) {
       InitializerParser init(*decl, &global);

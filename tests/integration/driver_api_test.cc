@@ -542,6 +542,36 @@ TEST_F(DriverApiTest, ModuleLoadersJitLogsAndFunctionAttributes) {
 
 // The suggested block size: the application's function of the block size runs here, in this process, and the
 // executor's driver weighs its answers.
+// A module's __managed__ variable lives in the executor's managed memory, which the application cannot reach:
+// refused with a clear error (its host pointer would crash the application); ordinary globals are unchanged.
+TEST_F(DriverApiTest, ManagedModuleGlobalsAreRefused) {
+  const char* ptx =
+      ".version 8.0\n.target sm_90\n.address_size 64\n"
+      ".visible .global .attribute(.managed) .align 4 .u32 managed_counter = 10;\n"
+      ".visible .global .align 4 .u32 plain_counter = 7;\n";
+  CUmodule module = nullptr;
+  ASSERT_CU(cuModuleLoadData(&module, ptx));
+  CUdeviceptr global = 0;
+  size_t bytes = 0;
+  EXPECT_EQ(cuModuleGetGlobal(&global, &bytes, module, "managed_counter"), CUDA_ERROR_NOT_SUPPORTED);
+  ASSERT_CU(cuModuleGetGlobal(&global, &bytes, module, "plain_counter"));
+  EXPECT_EQ(bytes, 4u);
+  uint32_t value = 0;
+  ASSERT_CU(cuMemcpyDtoH(&value, global, sizeof(value)));
+  EXPECT_EQ(value, 7u);
+  unsigned int managed = 1, memory_type = 0;
+  ASSERT_CU(cuPointerGetAttribute(&managed, CU_POINTER_ATTRIBUTE_IS_MANAGED, global));
+  EXPECT_EQ(managed, 0u);
+  ASSERT_CU(cuPointerGetAttribute(&memory_type, CU_POINTER_ATTRIBUTE_MEMORY_TYPE, global));
+  EXPECT_EQ(memory_type, static_cast<unsigned int>(CU_MEMORYTYPE_DEVICE));
+  CUlibrary library = nullptr;
+  ASSERT_CU(cuLibraryLoadData(&library, ptx, nullptr, nullptr, 0, nullptr, nullptr, 0));
+  EXPECT_EQ(cuLibraryGetGlobal(&global, &bytes, library, "managed_counter"), CUDA_ERROR_NOT_SUPPORTED);
+  ASSERT_CU(cuLibraryGetGlobal(&global, &bytes, library, "plain_counter"));
+  ASSERT_CU(cuLibraryUnload(library));
+  ASSERT_CU(cuModuleUnload(module));
+}
+
 TEST_F(DriverApiTest, PotentialBlockSizeAsksTheApplicationsFunctionHere) {
   CUfunction fill = Function("fill_u32");
   CUdevice device = 0;
