@@ -108,7 +108,10 @@ bool DispatchGate::ShouldTime(const Timing& timing) {
   // Shorter ones are sampled like small ones: two markers are two driver calls (~3 us each) on a launch-bound
   // tenant's every launch.
   constexpr int64_t kAlwaysTimedNs = 1'000'000;
-  constexpr uint32_t kSampleEvery = 16;
+  // A steady kernel's estimate needs few samples; at 1 in 16 a co-located launch-bound tenant paid a few percent
+  // over the unscheduled pair, markers the likeliest part (docs/scheduling.md). New, long and budget-limited work
+  // is timed every time anyway.
+  constexpr uint32_t kSampleEvery = 64;
   GpuLane& lane = *timing.lane;
   const bool limited = slot_->grants[timing.gpu].inflight_budget_ns.load(std::memory_order_acquire) !=
                        std::numeric_limits<int64_t>::max();

@@ -3,7 +3,7 @@
 // work goes by the grant of the GPU of the context current when it is issued, read from shared memory before every
 // launch; the executor waits (polling every 20 us) only while that grant says no, or while its in-flight work there
 // would exceed the budget a higher class imposes. A marker costs the driver about 3 us (bench/driver_bench.cc
-// event_record), as much as a launch, so kernels the model already knows (under 1 ms) are timed only 1 in 16 while
+// event_record), as much as a launch, so kernels the model already knows (under 1 ms) are timed only 1 in 64 while
 // no higher class is on the GPU (ShouldTime). An untimed piece counts at its estimate and stays in flight until the
 // GPU's queue, as the estimates model it, has run it, until its stream is idle, or until timed work launched after
 // it completes: the scheduler still sees the work queued (saturation, turns draining). Each sample that completes
@@ -107,7 +107,7 @@ class DispatchGate {
   };
   GpuLane& LaneOf(int gpu);
   // Whether the work gets markers: always while a higher class limits this session's in-flight work there, and for
-  // a kernel measured fewer than 4 times or estimated at 1 ms or more; else every 16th piece.
+  // a kernel measured fewer than 4 times or estimated at 1 ms or more; else every 64th piece.
   bool ShouldTime(const Timing& timing);
   void Report(backend::DispatchEventKind kind, int gpu, uint64_t kernel, int64_t gpu_ns);
   void Complete(GpuLane& lane, const Inflight& work, int64_t gpu_ns);
