@@ -92,9 +92,6 @@ class Client {
     const ReplyMessage& reply() const { return reply_; }
 
    private:
-  // Device attributes as this session can honour them (what the executor's driver reports, less what a forwarded
-  // session cannot give the application).
-  void ServeableAttributes(DeviceInfo& device) const;
     Client& client_;
     ReplyMessage reply_;
     Waiter waiter_;
@@ -164,6 +161,9 @@ class Client {
   HostMirrors host_mirrors;
 
  private:
+  // Device attributes as this session can honour them (what the executor's driver reports, less what a forwarded
+  // session cannot give the application).
+  void ServeableAttributes(DeviceInfo& device) const;
   Client() = default;
   CUresult Connect();
   uint64_t FinishRequest(flatbuffers::FlatBufferBuilder& builder, wire::Call type,
