@@ -140,7 +140,7 @@ programs() {
 }
 
 declare -A results
-record() { results[$1]+="$2;"; }
+record() { results[$1]+="$2;"; echo "round $round $1: $2" >&2; }  # raw figures as they come: a cut run keeps them
 
 # saturation: "SECONDS TIMES" the running backend found GPU 0 saturated (turns applied), from backendctl stats.
 saturation() {
