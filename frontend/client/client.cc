@@ -270,8 +270,8 @@ void Client::ServeableAttributes(DeviceInfo& device) const {
       device.attributes[attribute] = value;
     }
   };
-  // The GPU reaches the executor's pageable memory, never the application's (HMM on the GPU host reports 1 here):
-  // a program told otherwise hands kernels malloc'd pointers that name nothing, or something else, in the executor.
+  // The GPU reaches the executor's pageable memory, never the application's (a driver with HMM reports 1 here): a
+  // program told otherwise hands kernels malloc'd pointers that name nothing, or something else, in the executor.
   set(CU_DEVICE_ATTRIBUTE_PAGEABLE_MEMORY_ACCESS, 0);
   set(CU_DEVICE_ATTRIBUTE_PAGEABLE_MEMORY_ACCESS_USES_HOST_PAGE_TABLES, 0);
   // Managed memory is curelay's own, not the driver's: page-locked memory both processes map at one address, which

@@ -107,7 +107,7 @@ CUresult DeviceAttribute(CUdevice_attribute attribute, int device, int* value) {
     case CU_DEVICE_ATTRIBUTE_MULTI_GPU_BOARD_GROUP_ID: v = device; break;
     case CU_DEVICE_ATTRIBUTE_HOST_NATIVE_ATOMIC_SUPPORTED: v = 0; break;
     case CU_DEVICE_ATTRIBUTE_SINGLE_TO_DOUBLE_PRECISION_PERF_RATIO: v = 2; break;
-    // As the GPU host's driver with HMM: its kernels reach the (executor's) pageable memory.
+    // As a driver with HMM (heterogeneous memory management) answers: kernels reach the process's pageable memory.
     case CU_DEVICE_ATTRIBUTE_PAGEABLE_MEMORY_ACCESS: v = 1; break;
     case CU_DEVICE_ATTRIBUTE_CONCURRENT_MANAGED_ACCESS: v = 0; break;
     case CU_DEVICE_ATTRIBUTE_COMPUTE_PREEMPTION_SUPPORTED: v = 1; break;

@@ -276,7 +276,7 @@ TEST_F(RemoteMemoryTest, ThreadsCopyingAtOnceKeepTheirData) {
 }
 
 // The attributes describe what the session gives the application, not what the executor's driver can do for the
-// executor: the emulated driver reports pageable memory access (as HMM does on the GPU host), which the
+// executor: the emulated driver reports pageable memory access (as a driver with HMM does), which the
 // application's malloc'd memory never has through curelay; managed memory exists on the same host only.
 TEST_F(RemoteMemoryTest, MemoryAttributesSayWhatTheSessionServes) {
   int pageable = -1, page_tables = -1, managed = -1, concurrent = -1;
