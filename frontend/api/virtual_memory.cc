@@ -64,7 +64,7 @@ CUresult cuMemGetAllocationGranularity(size_t* granularity, const CUmemAllocatio
 CUresult cuMemAddressReserve(CUdeviceptr* ptr, size_t size, size_t alignment, CUdeviceptr addr,
                              unsigned long long flags) {
   Client* client;
-  CURELAY_RETURN_IF_ERROR(RequireContext(&client));
+  CURELAY_RETURN_IF_ERROR(RequireClient(&client));  // the driver needs no context
   if (ptr == nullptr) return CUDA_ERROR_INVALID_VALUE;
   auto& builder = Builder();
   const auto call = wire::CreateMemAddressReserve(builder, size, alignment, addr, flags).Union();
@@ -78,7 +78,7 @@ CUresult cuMemAddressReserve(CUdeviceptr* ptr, size_t size, size_t alignment, CU
 
 CUresult cuMemAddressFree(CUdeviceptr ptr, size_t size) {
   Client* client;
-  CURELAY_RETURN_IF_ERROR(RequireContext(&client));
+  CURELAY_RETURN_IF_ERROR(RequireClient(&client));  // the driver needs no context
   auto& builder = Builder();
   const auto call = wire::CreateMemAddressFree(builder, ptr, size).Union();
   return client->Call(builder, wire::Call::MemAddressFree, call, {}, nullptr);
@@ -110,7 +110,7 @@ CUresult cuMemRelease(CUmemGenericAllocationHandle handle) {
 CUresult cuMemMap(CUdeviceptr ptr, size_t size, size_t offset, CUmemGenericAllocationHandle handle,
                   unsigned long long flags) {
   Client* client;
-  CURELAY_RETURN_IF_ERROR(RequireContext(&client));
+  CURELAY_RETURN_IF_ERROR(RequireClient(&client));  // the driver needs no context
   auto& builder = Builder();
   const auto call = wire::CreateMemMap(builder, ptr, size, offset, handle, flags).Union();
   return client->Call(builder, wire::Call::MemMap, call, {}, nullptr);
@@ -118,7 +118,7 @@ CUresult cuMemMap(CUdeviceptr ptr, size_t size, size_t offset, CUmemGenericAlloc
 
 CUresult cuMemUnmap(CUdeviceptr ptr, size_t size) {
   Client* client;
-  CURELAY_RETURN_IF_ERROR(RequireContext(&client));
+  CURELAY_RETURN_IF_ERROR(RequireClient(&client));  // the driver needs no context
   auto& builder = Builder();
   const auto call = wire::CreateMemUnmap(builder, ptr, size).Union();
   return client->Call(builder, wire::Call::MemUnmap, call, {}, nullptr);
@@ -126,7 +126,7 @@ CUresult cuMemUnmap(CUdeviceptr ptr, size_t size) {
 
 CUresult cuMemSetAccess(CUdeviceptr ptr, size_t size, const CUmemAccessDesc* desc, size_t count) {
   Client* client;
-  CURELAY_RETURN_IF_ERROR(RequireContext(&client));
+  CURELAY_RETURN_IF_ERROR(RequireClient(&client));  // the driver needs no context
   if (desc == nullptr || count == 0 || count > 1024) return CUDA_ERROR_INVALID_VALUE;
   std::vector<wire::MemAccessDesc> descriptors;
   descriptors.reserve(count);
@@ -141,7 +141,7 @@ CUresult cuMemSetAccess(CUdeviceptr ptr, size_t size, const CUmemAccessDesc* des
 
 CUresult cuMemGetAccess(unsigned long long* flags, const CUmemLocation* location, CUdeviceptr ptr) {
   Client* client;
-  CURELAY_RETURN_IF_ERROR(RequireContext(&client));
+  CURELAY_RETURN_IF_ERROR(RequireClient(&client));  // the driver needs no context
   if (flags == nullptr || location == nullptr) return CUDA_ERROR_INVALID_VALUE;
   auto& builder = Builder();
   const auto call = wire::CreateMemGetAccess(builder, location->type, location->id, ptr).Union();
@@ -153,7 +153,7 @@ CUresult cuMemGetAccess(unsigned long long* flags, const CUmemLocation* location
 
 CUresult cuMemRetainAllocationHandle(CUmemGenericAllocationHandle* handle, void* addr) {
   Client* client;
-  CURELAY_RETURN_IF_ERROR(RequireContext(&client));
+  CURELAY_RETURN_IF_ERROR(RequireClient(&client));  // the driver needs no context
   if (handle == nullptr) return CUDA_ERROR_INVALID_VALUE;
   auto& builder = Builder();
   // The id offered is used only when the executor knows no id for that allocation yet.
@@ -205,7 +205,7 @@ CUresult cuMemImportFromShareableHandle(CUmemGenericAllocationHandle* handle, vo
 
 CUresult cuMemGetAllocationPropertiesFromHandle(CUmemAllocationProp* prop, CUmemGenericAllocationHandle handle) {
   Client* client;
-  CURELAY_RETURN_IF_ERROR(RequireContext(&client));
+  CURELAY_RETURN_IF_ERROR(RequireClient(&client));  // the driver needs no context
   if (prop == nullptr) return CUDA_ERROR_INVALID_VALUE;
   auto& builder = Builder();
   const auto call = wire::CreateMemGetAllocationProperties(builder, handle).Union();

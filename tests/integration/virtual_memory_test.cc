@@ -132,6 +132,34 @@ TEST_F(VirtualMemoryTest, TwoAllocationsMappedSideBySideWorkAsOneBuffer) {
   EXPECT_EQ(cuMemRelease(first), CUDA_ERROR_INVALID_VALUE);
 }
 
+// memMapIPCDrv's processes create, map, unmap and free after destroying their contexts: the driver needs none for
+// any virtual memory call (the device comes from the properties and access descriptors).
+TEST_F(VirtualMemoryTest, EveryVirtualMemoryCallNeedsNoCurrentContext) {
+  const CUmemAllocationProp prop = DeviceProp();
+  CUdeviceptr base = 0;
+  ASSERT_CU(cuCtxSetCurrent(nullptr));
+  CUmemGenericAllocationHandle handle = 0, retained = 0;
+  CUmemAccessDesc access{};
+  access.location = prop.location;
+  access.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
+  unsigned long long flags = 0;
+  CUmemAllocationProp answered{};
+  ASSERT_CU(cuMemAddressReserve(&base, granularity_, 0, 0, 0));
+  ASSERT_CU(cuMemCreate(&handle, granularity_, &prop, 0));
+  ASSERT_CU(cuMemMap(base, granularity_, 0, handle, 0));
+  ASSERT_CU(cuMemSetAccess(base, granularity_, &access, 1));
+  ASSERT_CU(cuMemGetAccess(&flags, &prop.location, base));
+  EXPECT_EQ(flags, static_cast<unsigned long long>(CU_MEM_ACCESS_FLAGS_PROT_READWRITE));
+  ASSERT_CU(cuMemRetainAllocationHandle(&retained, reinterpret_cast<void*>(base)));
+  ASSERT_CU(cuMemGetAllocationPropertiesFromHandle(&answered, retained));
+  EXPECT_EQ(answered.location.id, 0);
+  ASSERT_CU(cuMemRelease(retained));
+  ASSERT_CU(cuMemRelease(handle));
+  ASSERT_CU(cuMemUnmap(base, granularity_));
+  ASSERT_CU(cuMemAddressFree(base, granularity_));
+  ASSERT_CU(cuCtxSetCurrent(context_));
+}
+
 TEST_F(VirtualMemoryTest, MemoryStaysWhileMappedAfterItsHandleIsReleased) {
   const CUmemAllocationProp prop = DeviceProp();
   CUdeviceptr base = 0;
