@@ -261,7 +261,15 @@ def main() -> None:
         "executor map at one address; the GPU reaches it over the bus (never migrated, so kernels that touch it "
         "often run at PCIe speed; not yet measured on the GPU host). Over tcp://: `CUDA_ERROR_NOT_SUPPORTED`, one "
         "log line. Managed globals (`__managed__`, `cuLibraryGetManaged`), `cuMemRangeGetAttribute(s)`: "
-        "`CUDA_ERROR_NOT_SUPPORTED` |",
+        "`CUDA_ERROR_NOT_SUPPORTED`; `cuModuleGetGlobal`/`cuLibraryGetGlobal` of a managed variable answer it too "
+        "(logged): the driver puts the variable in the executor's managed memory, which the application cannot "
+        "reach |",
+        "| device attributes | the executor driver's, answered in the client, except what a forwarded session cannot "
+        "give: `CU_DEVICE_ATTRIBUTE_PAGEABLE_MEMORY_ACCESS` and `..._USES_HOST_PAGE_TABLES` are 0 (a driver with HMM "
+        "reports 1, but the GPU would reach the executor's pageable memory, not the application's; the H200 host's "
+        "driver reports 0); `CU_DEVICE_ATTRIBUTE_MANAGED_MEMORY` and `CONCURRENT_MANAGED_ACCESS` are 1 on the same "
+        "host (curelay's own managed memory, whatever the driver has) and 0 over tcp://, with "
+        "`DIRECT_MANAGED_MEM_ACCESS_FROM_HOST` |",
         "| capture into an existing graph (`cuStreamBeginCaptureToGraph`) | into any graph of the session, a conditional "
         "node's body included; `cuStreamUpdateCaptureDependencies` (nodes added by hand to a graph being captured); on "
         "the emulated test driver with at most one dependency |",
@@ -320,19 +328,25 @@ def main() -> None:
         "graph samples among the failures again (built from the same repository for sm_90): three pass now over "
         "ipc://, so 131 of 136 passed as of that run (not a full run). The seventeenth session (2026-11-28, H200) "
         "ran the two shareable-handle samples after shareable handles landed: streamOrderedAllocationIPC passes over "
-        "ipc:// and tcp://, so **132 of 136** pass (not a full run). The 4 that fail:",
+        "ipc:// and tcp://, so 132 of 136 passed (not a full run). The eighteenth session (2026-11-28, H200) ran "
+        "memMapIPCDrv again once every virtual memory call needed no context: it passes over ipc:// and tcp://, so "
+        "**133 of 136** pass (not a full run). The 3 that fail:",
         "",
         "| sample | through curelay | cause |",
         "|---|---|---|",
         "| simpleCudaGraphs | `cudaGraphLaunch`: 801 | a graph with both a memcpy node on pageable host memory "
         "(staged around the whole graph) and a host node is refused at launch: the host node would see the staged "
         "bytes out of order |",
-        "| memMapIPCDrv | invalid device context (`cuMemCreate`) | its parent creates its shareable memory after "
-        "destroying every context it made, and the shim wanted a current context for `cuMemCreate`; no longer "
-        "since 56f7de4 (checked on the emulated driver, not yet on the GPU host) |",
-        "| systemWideAtomics | wrong atomics result | system-scope atomics between host and GPU on managed memory "
-        "(curelay's managed memory is host memory on the same host) |",
-        "| libNVVM_uvmlite | crash | managed globals (`__managed__`) are not supported |",
+        "| systemWideAtomics | wrong atomics result (ipc://); \"Unified Memory not supported\" (tcp://, where curelay "
+        "has no managed memory) | system-scope atomics racing between host and GPU on managed memory: curelay's "
+        "managed memory is page-locked host memory the GPU reaches over PCIe, and this host has no host-native "
+        "atomics (`CU_DEVICE_ATTRIBUTE_HOST_NATIVE_ATOMIC_SUPPORTED` 0), so the GPU's and the CPU's atomics are not "
+        "atomic with each other; natively the driver migrates the pages instead (H200, eighteenth session; its "
+        "driver reports no pageable memory access, so the sample takes its managed-memory path both ways) |",
+        "| libNVVM_uvmlite | crash until the eighteenth session; since then `cuModuleGetGlobal` answers "
+        "`CUDA_ERROR_NOT_SUPPORTED` for its managed variables (checked on the emulated driver; not run on the GPU "
+        "host, the sample needs libNVVM, which the development machine lacks) | managed globals (`__managed__`) "
+        "are not supported |",
         "",
         "The 13 texture and surface samples (simpleTexture, simpleTextureDrv, simpleSurfaceWrite, "
         "simpleLayeredTexture, simpleCubemapTexture, simplePitchLinearTexture, convolutionTexture, convolutionFFT2D, "
