@@ -245,8 +245,10 @@ CUresult Client::Connect() {
       return result;
     }
     const auto* info = answer_message.reply->body_as_DeviceInfo();
+    // Attribute values and results are indexed together (device.cc): a reply whose lists differ in length is broken.
     if (info == nullptr || info->attributes() == nullptr || info->attribute_results() == nullptr ||
-        info->uuid() == nullptr || info->uuid()->size() != sizeof(CUuuid::bytes)) {
+        info->attributes()->size() != info->attribute_results()->size() || info->uuid() == nullptr ||
+        info->uuid()->size() != sizeof(CUuuid::bytes)) {
       return Break("malformed device description");
     }
     DeviceInfo device;

@@ -261,7 +261,8 @@ CUresult CUDAAPI cuMemGetAddressRange(CUdeviceptr* pbase, size_t* psize, CUdevic
 }
 
 // The attributes of device memory the tests ask about; others answer CUDA_ERROR_NOT_SUPPORTED (a fixture's limit).
-// An address that is no allocation gets the zero answers and CUDA_SUCCESS, as cuda.h describes.
+// An address that is no allocation gets the answers for none (0, and device ordinal -2) and CUDA_SUCCESS, as cuda.h
+// describes.
 CUresult CUDAAPI cuPointerGetAttributes(unsigned int numAttributes, CUpointer_attribute* attributes, void** data,
                                         CUdeviceptr ptr) {
   return emu::Guard([&] {

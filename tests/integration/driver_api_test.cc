@@ -540,8 +540,6 @@ TEST_F(DriverApiTest, ModuleLoadersJitLogsAndFunctionAttributes) {
   EXPECT_EQ(cuKernelGetLibrary(&library_of, reinterpret_cast<CUkernel>(0x1234)), CUDA_ERROR_INVALID_HANDLE);
 }
 
-// The suggested block size: the application's function of the block size runs here, in this process, and the
-// executor's driver weighs its answers.
 // A module's __managed__ variable lives in the executor's managed memory, which the application cannot reach:
 // refused with a clear error (its host pointer would crash the application); ordinary globals are unchanged.
 TEST_F(DriverApiTest, ManagedModuleGlobalsAreRefused) {
@@ -572,6 +570,8 @@ TEST_F(DriverApiTest, ManagedModuleGlobalsAreRefused) {
   ASSERT_CU(cuModuleUnload(module));
 }
 
+// The suggested block size: the application's function of the block size runs here, in this process, and the
+// executor's driver weighs its answers.
 TEST_F(DriverApiTest, PotentialBlockSizeAsksTheApplicationsFunctionHere) {
   CUfunction fill = Function("fill_u32");
   CUdevice device = 0;

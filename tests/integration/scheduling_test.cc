@@ -212,7 +212,8 @@ TEST_F(SchedulingTest, SmallKnownKernelsAreTimedBySampling) {
   const double timed = std::stod(match[2]);
   EXPECT_GE(dispatched, static_cast<double>(kernels));
   EXPECT_LT(timed, dispatched / 16) << timed << " of " << dispatched << " timed";
-  EXPECT_GT(timed, dispatched / 160) << timed << " of " << dispatched << " timed";  // still sampled
+  // Still sampled: beyond the first measurements of the load's kernel (4), at least one in 128 (one in 64 expected).
+  EXPECT_GE(timed, 4 + dispatched / 128) << timed << " of " << dispatched << " timed";
 }
 
 TEST_F(SchedulingTest, EachGpuIsScheduledOnItsOwn) {

@@ -138,6 +138,9 @@ TEST_F(VirtualMemoryTest, EveryVirtualMemoryCallNeedsNoCurrentContext) {
   const CUmemAllocationProp prop = DeviceProp();
   CUdeviceptr base = 0;
   ASSERT_CU(cuCtxSetCurrent(nullptr));
+  CUcontext none = context_;
+  ASSERT_CU(cuCtxGetCurrent(&none));
+  ASSERT_EQ(none, nullptr);
   CUmemGenericAllocationHandle handle = 0, retained = 0;
   CUmemAccessDesc access{};
   access.location = prop.location;
