@@ -263,7 +263,8 @@ def main() -> None:
         "log line. Managed globals (`__managed__`, `cuLibraryGetManaged`), `cuMemRangeGetAttribute(s)`: "
         "`CUDA_ERROR_NOT_SUPPORTED`; `cuModuleGetGlobal`/`cuLibraryGetGlobal` of a managed variable answer it too "
         "(logged): the driver puts the variable in the executor's managed memory, which the application cannot "
-        "reach |",
+        "reach, so a host access would crash it; a driver-API program that used such a variable only from kernels "
+        "or copies gets the error too, at the look-up |",
         "| device attributes | the executor driver's, answered in the client, except what a forwarded session cannot "
         "give: `CU_DEVICE_ATTRIBUTE_PAGEABLE_MEMORY_ACCESS` and `..._USES_HOST_PAGE_TABLES` are 0 (a driver with HMM "
         "reports 1, but the GPU would reach the executor's pageable memory, not the application's; the H200 host's "
