@@ -49,18 +49,23 @@ flatbuffers::Offset<void> ParameterLayout(flatbuffers::FlatBufferBuilder& builde
   return wire::CreateFunctionInfo(builder, builder.CreateVector(offsets), builder.CreateVector(sizes)).Union();
 }
 
-// A managed global (`__managed__`) lives in the driver's managed memory of the executor's process: the application
-// could not reach it at that address (its host pointer names nothing there), so it is refused rather than handed
-// out; curelay's own managed memory (cuMemAllocManaged) is a different thing, shared by both processes.
-CUresult RefuseManagedGlobal(Driver& driver, CUdeviceptr global, const char* name) {
-  if (driver.cuPointerGetAttributes == nullptr) return CUDA_SUCCESS;
-  CUpointer_attribute attribute = CU_POINTER_ATTRIBUTE_IS_MANAGED;
-  unsigned int managed = 0;
-  void* data[] = {&managed};
-  if (driver.cuPointerGetAttributes(1, &attribute, data, global) != CUDA_SUCCESS || managed == 0) return CUDA_SUCCESS;
-  spdlog::warn("managed global '{}' refused: managed variables of modules are not supported (CUDA_ERROR_NOT_SUPPORTED)",
-               name);
-  return CUDA_ERROR_NOT_SUPPORTED;
+// The answer to a global's look-up (`found`), with the address and size cleared when it fails. A managed global
+// (`__managed__`) lives in the driver's managed memory of the executor's process: the application could not reach it
+// at that address (its host pointer names nothing there), so it is refused rather than handed out; curelay's own
+// managed memory (cuMemAllocManaged) is a different thing, shared by both processes.
+CUresult ServedGlobal(Driver& driver, CUresult found, CUdeviceptr* global, size_t* bytes, const char* name) {
+  if (found == CUDA_SUCCESS && driver.cuPointerGetAttributes != nullptr) {
+    CUpointer_attribute attribute = CU_POINTER_ATTRIBUTE_IS_MANAGED;
+    unsigned int managed = 0;
+    void* data[] = {&managed};
+    if (driver.cuPointerGetAttributes(1, &attribute, data, *global) == CUDA_SUCCESS && managed != 0) {
+      spdlog::warn("managed global '{}' refused: managed variables of modules are not supported "
+                   "(CUDA_ERROR_NOT_SUPPORTED)", name);
+      found = CUDA_ERROR_NOT_SUPPORTED;
+    }
+  }
+  if (found != CUDA_SUCCESS) *global = 0, *bytes = 0;
+  return found;
 }
 
 }  // namespace
@@ -160,9 +165,9 @@ Session::Outcome Session::ModuleGetGlobal(const wire::ModuleGetGlobal& call) {
   CUdeviceptr ptr = 0;
   size_t bytes = 0;
   Outcome outcome;
-  outcome.result = driver_.cuModuleGetGlobal(&ptr, &bytes, found->second, call.name()->c_str());
-  if (outcome.result == CUDA_SUCCESS) outcome.result = RefuseManagedGlobal(driver_, ptr, call.name()->c_str());
-  if (outcome.result != CUDA_SUCCESS) ptr = 0, bytes = 0;
+  const char* name = call.name()->c_str();
+  const CUresult looked_up = driver_.cuModuleGetGlobal(&ptr, &bytes, found->second, name);
+  outcome.result = ServedGlobal(driver_, looked_up, &ptr, &bytes, name);
   outcome.body = wire::CreatePointer(builder_, ptr, bytes).Union();
   outcome.body_type = wire::ReplyBody::Pointer;
   return outcome;
@@ -463,9 +468,9 @@ Session::Outcome Session::LibraryGetGlobal(const wire::LibraryGetGlobal& call) {
   CUdeviceptr ptr = 0;
   size_t bytes = 0;
   Outcome outcome;
-  outcome.result = driver_.cuLibraryGetGlobal(&ptr, &bytes, found->second, call.name()->c_str());
-  if (outcome.result == CUDA_SUCCESS) outcome.result = RefuseManagedGlobal(driver_, ptr, call.name()->c_str());
-  if (outcome.result != CUDA_SUCCESS) ptr = 0, bytes = 0;
+  const char* name = call.name()->c_str();
+  const CUresult looked_up = driver_.cuLibraryGetGlobal(&ptr, &bytes, found->second, name);
+  outcome.result = ServedGlobal(driver_, looked_up, &ptr, &bytes, name);
   outcome.body = wire::CreatePointer(builder_, ptr, bytes).Union();
   outcome.body_type = wire::ReplyBody::Pointer;
   return outcome;
