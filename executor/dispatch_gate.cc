@@ -33,6 +33,7 @@ bool DispatchGate::Attach(const std::string& board_path, int slot, std::vector<i
   board_.reset(backend::DispatchBoard::Open(board_path, error));
   if (board_ == nullptr) return false;
   slot_ = &board_->slot(slot);
+  slot_index_ = slot;
   host_gpus_ = std::move(host_gpus);
   return true;
 }
@@ -83,8 +84,13 @@ void DispatchGate::AwaitGrant(const Timing& timing) {
     if (unscheduled_.load(std::memory_order_acquire)) return;  // grants are frozen: nobody would change them
     const bool may_dispatch = grant.may_dispatch.load(std::memory_order_acquire) != 0;
     const int64_t budget = grant.inflight_budget_ns.load(std::memory_order_acquire);
+    const uint32_t work_class = grant.work_class.load(std::memory_order_acquire);
+    // Higher work the scheduler may not have heard of yet holds this session as its grant soon will.
+    const bool yield = grant.yields_to_higher_work.load(std::memory_order_acquire) != 0 &&
+                       board_->HigherClassHasWork(timing.gpu, work_class);
     // Work may always start when nothing of this session's is in flight there, however large (nothing starves).
-    if (may_dispatch && (lane.inflight.empty() || lane.inflight_estimate_ns <= budget - timing.estimate_ns)) {
+    if (may_dispatch && !yield && (lane.inflight.empty() || lane.inflight_estimate_ns <= budget - timing.estimate_ns)) {
+      Mark(*timing.lane, work_class);
       // Completions need not reach the scheduler sooner than its 100 us pass, and a launch-bound tenant launches
       // every few microseconds: an event query (a driver call) and a clock read before each would be paid on every
       // launch.
@@ -156,6 +162,22 @@ void DispatchGate::EndLaunch(CUstream stream, const Timing& timing, bool launche
   lane.timed_inflight += start != nullptr;
   lane.inflight.push_back({timing.kernel, timing.estimate_ns, timing.context, stream, start, end, kNotModelled});
   lane.inflight_estimate_ns += timing.estimate_ns;
+}
+
+void DispatchGate::Mark(GpuLane& lane, uint32_t work_class) {
+  const int marked = static_cast<int>(work_class);
+  // The class changed (the tenant's priority did): the work in flight counts under the new one from now on.
+  if (lane.marked_class >= 0 && lane.marked_class != marked) {
+    board_->MarkWork(slot_index_, lane.gpu, static_cast<uint32_t>(lane.marked_class), false);
+  }
+  lane.marked_class = marked;
+  if (!board_->WorkMarked(slot_index_, lane.gpu, work_class)) board_->MarkWork(slot_index_, lane.gpu, work_class, true);
+}
+
+void DispatchGate::UnmarkIfIdle(GpuLane& lane) {
+  if (lane.marked_class < 0 || !lane.inflight.empty()) return;
+  board_->MarkWork(slot_index_, lane.gpu, static_cast<uint32_t>(lane.marked_class), false);
+  lane.marked_class = -1;
 }
 
 void DispatchGate::RetireFront(GpuLane& lane, int64_t gpu_ns) {
@@ -232,6 +254,7 @@ void DispatchGate::Poll() {
       lane.modelled_end += late;
     }
     if (lane.inflight.empty()) lane.late = Clock::duration::zero();  // no stored end refers to it any more
+    UnmarkIfIdle(lane);
   }
 }
 
@@ -251,6 +274,7 @@ void DispatchGate::Settle() {
   Poll();  // timed work first, with its measured times
   for (GpuLane& lane : lanes_) {
     while (!lane.inflight.empty()) RetireFront(lane, lane.inflight.front().estimate_ns);
+    UnmarkIfIdle(lane);
   }
 }
 
@@ -270,12 +294,14 @@ void DispatchGate::ForgetContext(CUcontext context) {
       lane.timed_inflight -= work.start != nullptr;
       return true;
     });
+    UnmarkIfIdle(lane);
   }
   events_.Forget(context);
 }
 
 void DispatchGate::Release() {
   for (GpuLane& lane : lanes_) {
+    if (lane.marked_class >= 0) board_->MarkWork(slot_index_, lane.gpu, static_cast<uint32_t>(lane.marked_class), false);
     for (const Inflight& work : lane.inflight) {
       if (work.start == nullptr) continue;
       driver_.cuEventDestroy(work.start);

@@ -10,6 +10,9 @@
 // later than the model expected moves the queue's modelled end by as much. Nothing here reads a clock per launch:
 // the lane's model is brought up to date when it is polled (every 8 launches, when a synchronize is answered, or
 // while the session waits). Sessions without a slot (anonymous) are not scheduled and pay nothing.
+// The gate marks on the board, per GPU, whether the session has work in flight there; a session whose grant says
+// it yields to higher work also waits while a higher class's mark is set (it would otherwise learn of that work
+// only from the backend's next grant, up to a pass of ~100 us later, and launch meanwhile).
 #pragma once
 
 #include <cuda.h>
@@ -104,6 +107,7 @@ class DispatchGate {
     // entry's stored modelled end (one addition per late sample, not a walk over the queue).
     Clock::duration late{};
     uint32_t untimed_in_a_row = 0;
+    int marked_class = -1;  // the class under which this lane's work is marked on the board; -1: unmarked
   };
   GpuLane& LaneOf(int gpu);
   // Whether the work gets markers: always while a higher class limits this session's in-flight work there, and for
@@ -113,6 +117,10 @@ class DispatchGate {
   void Complete(GpuLane& lane, const Inflight& work, int64_t gpu_ns);
   // Reports the lane's front entry done (untimed: at its estimate) and drops it.
   void RetireFront(GpuLane& lane, int64_t gpu_ns);
+  // The lane's work mark on the board: set under `work_class` before work starts there (again if the backend
+  // cleared it meanwhile, as it does when it adopts the session), cleared once nothing is in flight.
+  void Mark(GpuLane& lane, uint32_t work_class);
+  void UnmarkIfIdle(GpuLane& lane);
   // Whether the stream of untimed `work` has nothing left to run (a program that synchronizes is idle at once, not
   // when the model says; a high-priority tenant's lingering estimate would hold lower classes back).
   bool StreamIdle(const Inflight& work);
@@ -120,6 +128,7 @@ class DispatchGate {
   Driver& driver_;
   std::unique_ptr<backend::DispatchBoard> board_;
   backend::SessionDispatchSlot* slot_ = nullptr;
+  int slot_index_ = -1;
   std::vector<int> host_gpus_;
   std::atomic<bool> unscheduled_{false};
   // The last context located and its GPU: a context's device never changes, and a destroyed context is forgotten

@@ -369,6 +369,10 @@ Grant GpuScheduler::RightsOf(const SessionState& session) const {
   const TenantState& tenant = tenants_.at(session.tenant);
   Grant rights;
   rights.inflight_budget_ns = Budgeted(tenant) ? config_.low_priority_inflight_budget.count() : kUnlimitedInflightNs;
+  rights.priority = tenant.priority;
+  // With a share beside the higher class, lower work may start while it has work in flight: the credit decides,
+  // which only the scheduler knows.
+  rights.yields_to_higher_work = Budgeted(tenant) && config_.lower_class_share <= 0;
   if (!top_active_ || Outranks(tenant.priority, *top_active_)) {
     rights.may_dispatch = true;  // work arriving now would make this session's class the top one
   } else if (tenant.priority == *top_active_) {

@@ -7,6 +7,7 @@
 #include <type_traits>
 
 #include "scheduler/ids.h"
+#include "scheduler/priority_class.h"
 
 namespace curelay::scheduler {
 
@@ -19,12 +20,18 @@ struct Grant {
   // The most estimated GPU time the session may have in flight (kUnlimitedInflightNs unless a higher class has a
   // session open on the GPU). Work may always start when nothing of the session's is in flight.
   int64_t inflight_budget_ns = kUnlimitedInflightNs;
+  // The session's class, and whether the executor itself holds its launches while a higher class has work in
+  // flight on the GPU (strict precedence under a higher class's open session): the scheduler hears of that work
+  // only at its next pass, and a lower launch made meanwhile delays the higher work on a GPU that time-slices.
+  PriorityClass priority = PriorityClass::kNormal;
+  bool yields_to_higher_work = false;
   // Grows every time this grant changes; no two grants on one GPU share a value, so a reader can tell a new grant
   // from a stale copy.
   uint64_t generation = 0;
 
   bool SameRights(const Grant& other) const {
-    return may_dispatch == other.may_dispatch && inflight_budget_ns == other.inflight_budget_ns;
+    return may_dispatch == other.may_dispatch && inflight_budget_ns == other.inflight_budget_ns &&
+           priority == other.priority && yields_to_higher_work == other.yields_to_higher_work;
   }
 };
 static_assert(std::is_trivially_copyable_v<Grant>, "grants are copied into shared memory");

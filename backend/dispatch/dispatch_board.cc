@@ -7,7 +7,7 @@
 namespace curelay::backend {
 namespace {
 
-constexpr uint64_t kMagic = 0x3264707379616c65;  // "elaysdp2"
+constexpr uint64_t kMagic = 0x3364707379616c65;  // "elaysdp3": work marks added
 
 }  // namespace
 
@@ -46,8 +46,45 @@ void DispatchBoard::Reset(int index) {
   for (GpuGrant& grant : s.grants) {
     grant.may_dispatch.store(1);
     grant.inflight_budget_ns.store(std::numeric_limits<int64_t>::max());
+    grant.work_class.store(kDispatchClasses - 1);
+    grant.yields_to_higher_work.store(0);
   }
   s.tail.store(s.head.load());
+  ClearWorkMarks(index);
+}
+
+void DispatchBoard::ClearWorkMarks(int index) {
+  const uint64_t keep = ~(uint64_t{1} << (index % 64));
+  for (GpuWorkMarks& gpu : layout_->work_marks) {
+    for (auto& words : gpu.words) words[index / 64].fetch_and(keep, std::memory_order_acq_rel);
+  }
+}
+
+void DispatchBoard::MarkWork(int index, int gpu, uint32_t work_class, bool has_work) {
+  if (gpu < 0 || gpu >= kMaxDispatchGpus || work_class >= kDispatchClasses) return;
+  std::atomic<uint64_t>& word = layout_->work_marks[gpu].words[work_class][index / 64];
+  const uint64_t bit = uint64_t{1} << (index % 64);
+  if (has_work) {
+    word.fetch_or(bit, std::memory_order_acq_rel);
+  } else {
+    word.fetch_and(~bit, std::memory_order_acq_rel);
+  }
+}
+
+bool DispatchBoard::WorkMarked(int index, int gpu, uint32_t work_class) const {
+  if (gpu < 0 || gpu >= kMaxDispatchGpus || work_class >= kDispatchClasses) return false;
+  const uint64_t word = layout_->work_marks[gpu].words[work_class][index / 64].load(std::memory_order_acquire);
+  return (word >> (index % 64) & 1) != 0;
+}
+
+bool DispatchBoard::HigherClassHasWork(int gpu, uint32_t work_class) const {
+  if (gpu < 0 || gpu >= kMaxDispatchGpus) return false;
+  for (uint32_t higher = 0; higher < work_class && higher < kDispatchClasses; ++higher) {
+    for (const auto& word : layout_->work_marks[gpu].words[higher]) {
+      if (word.load(std::memory_order_acquire) != 0) return true;
+    }
+  }
+  return false;
 }
 
 bool DispatchBoard::Push(SessionDispatchSlot& slot, const DispatchEvent& event) {

@@ -4,6 +4,9 @@
 // launch with plain atomic loads; the executor appends what it did on which GPU (work waiting, dispatched,
 // completed with its GPU time) to a single-producer ring that the backend's scheduler thread drains. Nothing on the
 // launch path waits for the backend unless the grant says so.
+// Each executor also marks, per GPU, whether its session has work in flight there, under its priority class: a
+// lower-class session told to yield to higher work (strict precedence) holds its launches while any higher class's
+// mark is set, without waiting for the backend's next pass (up to ~100 us) to hear that the higher work arrived.
 #pragma once
 
 #include <atomic>
@@ -18,6 +21,9 @@ namespace curelay::backend {
 inline constexpr int kMaxDispatchSessions = 1024;
 inline constexpr int kMaxDispatchGpus = kMaxHostGpus;
 inline constexpr uint32_t kDispatchRingEvents = 512;
+// Priority classes as the scheduler numbers them (scheduler/priority_class.h: 0 is the highest).
+inline constexpr uint32_t kDispatchClasses = 3;
+inline constexpr int kWorkMarkWords = kMaxDispatchSessions / 64;
 
 enum class DispatchEventKind : uint32_t { kArrived = 1, kDispatched = 2, kCompleted = 3 };
 
@@ -31,6 +37,17 @@ struct DispatchEvent {
 struct GpuGrant {
   std::atomic<uint32_t> may_dispatch{1};
   std::atomic<int64_t> inflight_budget_ns{std::numeric_limits<int64_t>::max()};
+  // The session's priority class (whose marks its work sets), and whether its launches wait while a higher class
+  // has work marked on this GPU (1) or only for the grant (0).
+  std::atomic<uint32_t> work_class{kDispatchClasses - 1};
+  std::atomic<uint32_t> yields_to_higher_work{0};
+};
+
+// Per GPU and class, one bit per slot: that session has work in flight there. Bits are set and cleared with one
+// atomic operation each, so a killed executor leaves no count behind: its bits go when the backend closes or reuses
+// its slot.
+struct GpuWorkMarks {
+  std::atomic<uint64_t> words[kDispatchClasses][kWorkMarkWords];
 };
 
 struct alignas(64) SessionDispatchSlot {
@@ -45,6 +62,7 @@ struct alignas(64) SessionDispatchSlot {
 struct DispatchBoardLayout {
   uint64_t magic;
   SessionDispatchSlot sessions[kMaxDispatchSessions];
+  GpuWorkMarks work_marks[kMaxDispatchGpus];
 };
 
 class DispatchBoard {
@@ -57,8 +75,16 @@ class DispatchBoard {
 
   SessionDispatchSlot& slot(int index) { return layout_->sessions[index]; }
   const std::string& path() const { return path_; }
-  // Resets a slot for a new session: may dispatch on every GPU, no budget, empty ring.
+  // Resets a slot for a new session: may dispatch on every GPU, no budget, empty ring, no work marked.
   void Reset(int index);
+  // Clears every work mark of a slot (its session has ended; its executor may have been killed mid-work).
+  void ClearWorkMarks(int index);
+
+  // Executor side: marks or unmarks slot `index`'s work in flight on `gpu` under class `work_class`.
+  void MarkWork(int index, int gpu, uint32_t work_class, bool has_work);
+  bool WorkMarked(int index, int gpu, uint32_t work_class) const;
+  // Whether any session of a class above `work_class` has work marked on `gpu`.
+  bool HigherClassHasWork(int gpu, uint32_t work_class) const;
 
   // Executor side: appends an event; false if the ring is full (the caller retries after the backend drains).
   static bool Push(SessionDispatchSlot& slot, const DispatchEvent& event);

@@ -1,6 +1,7 @@
 #include "backend/dispatch/dispatch_service.h"
 
 #include <spdlog/spdlog.h>
+#include <sys/prctl.h>
 #include <time.h>
 
 #include <algorithm>
@@ -24,6 +25,16 @@ scheduler::TenantLimits Limits(const TenantRecord& tenant) {
   limits.gpus.assign(tenant.gpus.begin(), tenant.gpus.end());
   // Sessions and memory are the broker's and the quota board's to limit; the scheduler only orders work.
   return limits;
+}
+
+// Copies a grant into the session's slot. The budget first: an executor that sees the new permission must not use
+// the old budget with it.
+void Publish(const scheduler::Grant& grant, GpuGrant& target) {
+  static_assert(scheduler::kPriorityClassCount == kDispatchClasses, "the board marks work per scheduler class");
+  target.inflight_budget_ns.store(grant.inflight_budget_ns, std::memory_order_release);
+  target.work_class.store(static_cast<uint32_t>(scheduler::ClassIndex(grant.priority)), std::memory_order_release);
+  target.yields_to_higher_work.store(grant.yields_to_higher_work ? 1 : 0, std::memory_order_release);
+  target.may_dispatch.store(grant.may_dispatch ? 1 : 0, std::memory_order_release);
 }
 
 }  // namespace
@@ -72,11 +83,7 @@ bool DispatchService::OpenSession(uint64_t session, const std::string& tenant, i
       return false;
     }
     // The first grant, before the executor's first launch there.
-    if (const auto grant = scheduler_.GetGrant(Lane(session, gpus[i]))) {
-      GpuGrant& target = board_->slot(slot).grants[gpus[i]];
-      target.inflight_budget_ns.store(grant->inflight_budget_ns);
-      target.may_dispatch.store(grant->may_dispatch ? 1 : 0);
-    }
+    if (const auto grant = scheduler_.GetGrant(Lane(session, gpus[i]))) Publish(*grant, board_->slot(slot).grants[gpus[i]]);
   }
   sessions_[session] = {slot, found->second, gpus};
   return true;
@@ -87,6 +94,8 @@ void DispatchService::CloseSession(uint64_t session) {
   const auto found = sessions_.find(session);
   if (found == sessions_.end()) return;
   for (int gpu : found->second.gpus) scheduler_.CloseSession(Lane(session, gpu), Now());
+  // A killed executor leaves its marks: lower classes must not yield to work that no longer exists.
+  board_->ClearWorkMarks(found->second.slot);
   sessions_.erase(found);
 }
 
@@ -121,7 +130,9 @@ void DispatchService::Drain(uint64_t session, const OpenedSession& opened, sched
 }
 
 void DispatchService::Loop() {
-  std::vector<scheduler::SessionGrant> changed;
+  // The pass below sleeps 100 us; with the default 50 us timer slack it would sleep up to half again as long, and
+  // every grant change (a higher class's arrival above all) would reach the executors that much later.
+  prctl(PR_SET_TIMERSLACK, 1000UL, 0, 0, 0);
   while (!stop_.load()) {
     {
       std::lock_guard lock(mutex_);
@@ -132,10 +143,7 @@ void DispatchService::Loop() {
       for (const scheduler::SessionGrant& change : scheduler_.TakeChangedGrants()) {
         const auto opened = sessions_.find(change.session / kMaxDispatchGpus);
         if (opened == sessions_.end()) continue;
-        GpuGrant& target = board_->slot(opened->second.slot).grants[change.session % kMaxDispatchGpus];
-        // The budget first: an executor that sees the new permission must not use the old budget with it.
-        target.inflight_budget_ns.store(change.grant.inflight_budget_ns, std::memory_order_release);
-        target.may_dispatch.store(change.grant.may_dispatch ? 1 : 0, std::memory_order_release);
+        Publish(change.grant, board_->slot(opened->second.slot).grants[change.session % kMaxDispatchGpus]);
       }
     }
     struct timespec pause = {0, 100'000};

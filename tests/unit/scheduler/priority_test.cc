@@ -136,6 +136,23 @@ TEST_F(PriorityTest, NormalClassIsBudgetedUnderHighButNotUnderLow) {
   EXPECT_EQ(scheduler_.GetGrant(kNormal)->inflight_budget_ns, Duration(2ms).count());
 }
 
+// Strict precedence: the grant tells a budgeted session's executor to hold its launches itself while the board
+// shows higher work, which the scheduler hears of only at its next pass. The class is in the grant for the marks.
+TEST_F(PriorityTest, BudgetedSessionsYieldToHigherWorkOnTheirOwn) {
+  Open(kNormal, kNormalTenant);
+  Open(kLow, kLowTenant);
+  EXPECT_FALSE(scheduler_.GetGrant(kNormal)->yields_to_higher_work);
+  EXPECT_TRUE(scheduler_.GetGrant(kLow)->yields_to_higher_work);
+  EXPECT_EQ(scheduler_.GetGrant(kNormal)->priority, PriorityClass::kNormal);
+  EXPECT_EQ(scheduler_.GetGrant(kLow)->priority, PriorityClass::kLow);
+  Open(kHigh, kHighTenant);
+  EXPECT_TRUE(scheduler_.GetGrant(kNormal)->yields_to_higher_work);
+  EXPECT_FALSE(scheduler_.GetGrant(kHigh)->yields_to_higher_work);
+  EXPECT_EQ(scheduler_.GetGrant(kHigh)->priority, PriorityClass::kHigh);
+  ASSERT_EQ(scheduler_.CloseSession(kHigh, At(1ms)), Status::kOk);
+  EXPECT_FALSE(scheduler_.GetGrant(kNormal)->yields_to_higher_work);
+}
+
 TEST_F(PriorityTest, OneKernelLargerThanTheBudgetMayStartWhenNothingIsInFlight) {
   Open(kLow, kLowTenant);
   ASSERT_TRUE(scheduler_.TryDispatch(kLow, kBigKernel, At(0ms)).allowed());
@@ -362,6 +379,12 @@ TEST_F(LowerClassShareTest, ADebtOutlivesTheHigherClassIdleGaps) {
   EXPECT_FALSE(scheduler_.GetGrant(kLow)->may_dispatch);
   scheduler_.Tick(At(100ms));  // repaid by 99 ms
   EXPECT_TRUE(scheduler_.GetGrant(kLow)->may_dispatch);
+}
+
+// With a share, whether lower work may run beside higher work depends on credit only the scheduler keeps.
+TEST_F(LowerClassShareTest, BudgetedSessionsDoNotYieldOnTheirOwn) {
+  EXPECT_EQ(scheduler_.GetGrant(kLow)->inflight_budget_ns, Duration(2ms).count());
+  EXPECT_FALSE(scheduler_.GetGrant(kLow)->yields_to_higher_work);
 }
 
 TEST_F(LowerClassShareTest, ALongKernelIsRepaidInFullNotForgivenAtOneSlice) {

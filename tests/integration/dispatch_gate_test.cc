@@ -1,0 +1,130 @@
+// The executor's dispatch gate (executor/dispatch_gate.cc) on a real dispatch board, with two gates in this process
+// standing for a high-priority and a low-priority session's executors and the test writing their grants as the
+// backend would. What it shows: a lower class holds its launches while a higher class has work in flight on the GPU
+// even though no grant says so yet (the backend, between passes, has not heard of that work), and goes on once
+// that work is done; a session whose grant does not say it yields is not held.
+#include "executor/dispatch_gate.h"
+
+#include <gtest/gtest.h>
+#include <stdlib.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <fstream>
+#include <future>
+#include <memory>
+#include <sstream>
+#include <string>
+
+#include "backend/dispatch/dispatch_board.h"
+#include "executor/driver.h"
+
+namespace curelay::executor {
+namespace {
+
+using namespace std::chrono_literals;
+
+constexpr int kHighSlot = 1, kLowSlot = 2;
+constexpr uint32_t kHighClass = 0, kLowClass = 2;
+
+class DispatchGateTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    std::string error;
+    ASSERT_TRUE(driver_.Load(CURELAY_EMULATED_DRIVER_PATH, &error)) << error;
+    ASSERT_EQ(driver_.cuInit(0), CUDA_SUCCESS);
+    CUdevice device = 0;
+    ASSERT_EQ(driver_.cuDeviceGet(&device, 0), CUDA_SUCCESS);
+    ASSERT_EQ(driver_.cuDevicePrimaryCtxRetain(&context_, device), CUDA_SUCCESS);
+    ASSERT_EQ(driver_.cuCtxSetCurrent(context_), CUDA_SUCCESS);
+    std::ifstream in(CURELAY_TEST_PTX_PATH);
+    std::stringstream ptx;
+    ptx << in.rdbuf();
+    ASSERT_EQ(driver_.cuModuleLoadDataEx(&module_, ptx.str().c_str(), 0, nullptr, nullptr), CUDA_SUCCESS);
+    ASSERT_EQ(driver_.cuModuleGetFunction(&busy_, module_, "busy_wait_ns"), CUDA_SUCCESS);
+    ASSERT_EQ(driver_.cuStreamCreateWithPriority(&stream_, CU_STREAM_NON_BLOCKING, 0), CUDA_SUCCESS);
+
+    std::string pattern = "/tmp/curelay-gate-XXXXXX";
+    ASSERT_NE(mkdtemp(pattern.data()), nullptr);
+    directory_ = pattern;
+    board_.reset(backend::DispatchBoard::Create(directory_ + "/board", &error));
+    ASSERT_NE(board_, nullptr) << error;
+    // The grants a backend gives a high session and a low one under it (strict precedence).
+    board_->slot(kHighSlot).grants[0].work_class.store(kHighClass);
+    backend::GpuGrant& low = board_->slot(kLowSlot).grants[0];
+    low.work_class.store(kLowClass);
+    low.inflight_budget_ns.store(100'000);
+    low.yields_to_higher_work.store(1);
+    ASSERT_TRUE(high_.Attach(directory_ + "/board", kHighSlot, {}, &error)) << error;
+    ASSERT_TRUE(low_.Attach(directory_ + "/board", kLowSlot, {}, &error)) << error;
+  }
+  void TearDown() override {
+    high_.Release();
+    low_.Release();
+    if (stream_ != nullptr) driver_.cuStreamDestroy(stream_);
+    if (module_ != nullptr) driver_.cuModuleUnload(module_);
+    board_.reset();
+    unlink((directory_ + "/board").c_str());
+    rmdir(directory_.c_str());
+  }
+
+  // The high session launches one kernel of `ns` through its gate, as the executor's launch handler does.
+  void HighLaunch(unsigned long long ns) {
+    DispatchGate::Timing timing = high_.Locate(0x1);
+    high_.AwaitGrant(timing);
+    high_.BeginLaunch(timing, stream_);
+    void* args[] = {&ns};
+    const bool launched = driver_.cuLaunchKernel(busy_, 1, 1, 1, 1, 1, 1, 0, stream_, args, nullptr) == CUDA_SUCCESS;
+    high_.EndLaunch(stream_, timing, launched);
+    ASSERT_TRUE(launched);
+  }
+  // The low session asks to launch, from another thread (the gate waits there): ready once it may.
+  std::future<void> LowAsks() {
+    return std::async(std::launch::async, [this] {
+      DispatchGate::Timing timing = low_.Locate(0x2);
+      low_.AwaitGrant(timing);
+    });
+  }
+
+  Driver driver_;
+  CUcontext context_ = nullptr;
+  CUmodule module_ = nullptr;
+  CUfunction busy_ = nullptr;
+  CUstream stream_ = nullptr;
+  std::string directory_;
+  std::unique_ptr<backend::DispatchBoard> board_;
+  DispatchGate high_{driver_};
+  DispatchGate low_{driver_};
+};
+
+TEST_F(DispatchGateTest, LowYieldsToHighWorkInFlightUntilItIsDone) {
+  HighLaunch(300'000'000);  // 300 ms
+  EXPECT_TRUE(board_->WorkMarked(kHighSlot, 0, kHighClass));
+  std::future<void> low = LowAsks();
+  EXPECT_EQ(low.wait_for(100ms), std::future_status::timeout) << "a low launch started beside high work in flight";
+  ASSERT_EQ(driver_.cuStreamSynchronize(stream_), CUDA_SUCCESS);
+  high_.Poll();  // as the executor does when it answers the synchronize
+  EXPECT_FALSE(board_->WorkMarked(kHighSlot, 0, kHighClass));
+  EXPECT_EQ(low.wait_for(2s), std::future_status::ready) << "the low session stayed held after the high work ended";
+  EXPECT_TRUE(board_->WorkMarked(kLowSlot, 0, kLowClass));  // it marks its own work as it starts
+}
+
+TEST_F(DispatchGateTest, ASessionThatDoesNotYieldIsNotHeld) {
+  board_->slot(kLowSlot).grants[0].yields_to_higher_work.store(0);  // lower work may run beside (a share)
+  HighLaunch(300'000'000);
+  EXPECT_EQ(LowAsks().wait_for(100ms), std::future_status::ready);
+  ASSERT_EQ(driver_.cuStreamSynchronize(stream_), CUDA_SUCCESS);
+}
+
+// The backend closing a session's slot (its executor killed mid-work) releases whoever yielded to it.
+TEST_F(DispatchGateTest, ClearedMarksReleaseTheLowerSession) {
+  HighLaunch(1'000'000'000);  // 1 s
+  std::future<void> low = LowAsks();
+  EXPECT_EQ(low.wait_for(50ms), std::future_status::timeout);
+  board_->ClearWorkMarks(kHighSlot);
+  EXPECT_EQ(low.wait_for(500ms), std::future_status::ready);
+  ASSERT_EQ(driver_.cuStreamSynchronize(stream_), CUDA_SUCCESS);
+}
+
+}  // namespace
+}  // namespace curelay::executor
