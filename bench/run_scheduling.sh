@@ -2,7 +2,9 @@
 # Multi-tenant scheduling on the GPU host (docs/scheduling.md), with real processes through curelay and, for
 # comparison, the same processes on the native driver (which time-slices contexts on its own):
 #  1. priority: a high-priority tenant's requests (4 x 1 ms kernels, 5 ms apart) alone, then with two low-priority
-#     tenants saturating the GPU; p50/p95/p99 and loaded/alone ratios, and the low tenants' kernels meanwhile;
+#     tenants saturating the GPU, in CURELAY_BENCH_ROUNDS (default 3) rounds with native and curelay alternating;
+#     the medians of p50/p95/p99 over the rounds and their loaded/alone ratios, and the low tenants' kernels
+#     meanwhile (each round's figures on stderr as they come);
 #  2. weights: three normal tenants with weights 1:2:3 saturating the GPU for 10 s; each one's share of GPU time.
 # Usage: bench/run_scheduling.sh [build-dir]
 # CURELAY_BENCH_TCP_PORT=P: the tenants connect over tcp://127.0.0.1:P as remote clients (in a mount namespace where
@@ -58,12 +60,17 @@ native() { shift; LD_LIBRARY_PATH="$native_lib" "$@"; }
 p() { sed -n "s/.*$1 \([0-9.]*\).*/\1/p"; }
 
 requests="requests 200 1000 5000 4"
-low_load="saturate 6 100 16"
+low_load="saturate 4 100 16"
+rounds=${CURELAY_BENCH_ROUNDS:-3}
 high=$(token interactive --priority high)
 low1=$(token batch-1 --priority low)
 low2=$(token batch-2 --priority low)
-echo "== priority (high: $requests; two low tenants: $low_load; low in-flight budget ${budget_us} us, share ${share_percent}%)"
-for mode in native remote; do
+echo "== priority (high: $requests; two low tenants: $low_load; low in-flight budget ${budget_us} us, share ${share_percent}%;"
+echo "   $rounds rounds of alone then loaded, native and curelay alternating; medians over the rounds)"
+# One round of a mode: the high tenant alone, then beside the two low ones; its percentiles go to
+# $runtime/{alone,loaded}.MODE (one line per round), the lows' kernel counts to $runtime/lows.MODE.
+round() {
+  local mode=$1 alone loaded l1 l2
   alone=$($mode "$high" "$load" "$ptx" $requests)
   $mode "$low1" "$load" "$ptx" $low_load >"$runtime/low1.$mode" 2>&1 &
   l1=$!
@@ -72,14 +79,28 @@ for mode in native remote; do
   sleep 0.5
   loaded=$($mode "$high" "$load" "$ptx" $requests)
   wait $l1 $l2
+  echo "$(echo "$alone" | p p50) $(echo "$alone" | p p95) $(echo "$alone" | p p99)" >>"$runtime/alone.$mode"
+  echo "$(echo "$loaded" | p p50) $(echo "$loaded" | p p95) $(echo "$loaded" | p p99)" >>"$runtime/loaded.$mode"
+  echo "$(cat "$runtime/low1.$mode" | p kernels) $(cat "$runtime/low2.$mode" | p kernels)" >>"$runtime/lows.$mode"
+  echo "round $2 $mode: alone p50/p95/p99 $(tail -1 "$runtime/alone.$mode") us, loaded $(tail -1 "$runtime/loaded.$mode") us," \
+       "low kernels $(tail -1 "$runtime/lows.$mode")" >&2
+}
+for r in $(seq "$rounds"); do
+  for mode in native remote; do round $mode "$r"; done
+done
+# The median of column $1 of file $2.
+median() { cut -d' ' -f"$1" "$2" | sort -g | awk '{ v[NR] = $1 } END { print (NR % 2) ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2 }'; }
+for mode in native remote; do
   label=$([ $mode = native ] && echo "native " || echo "curelay")
+  column=1
   for q in p50 p95 p99; do
-    a=$(echo "$alone" | p $q)
-    l=$(echo "$loaded" | p $q)
+    a=$(median $column "$runtime/alone.$mode")
+    l=$(median $column "$runtime/loaded.$mode")
     awk -v label="$label" -v q=$q -v a="$a" -v l="$l" \
       'BEGIN { printf "%s %s  alone %8.1f us  loaded %8.1f us  ratio %.2f\n", label, q, a, l, l / a }'
+    column=$((column + 1))
   done
-  echo "$label low tenants' kernels while loaded: $(cat "$runtime/low1.$mode" | p kernels) + $(cat "$runtime/low2.$mode" | p kernels)"
+  echo "$label low tenants' kernels while loaded (median of each): $(median 1 "$runtime/lows.$mode") + $(median 2 "$runtime/lows.$mode")"
 done
 ctl stats
 
