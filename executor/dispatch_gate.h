@@ -10,7 +10,8 @@
 // later than the model expected moves the queue's modelled end by as much. Nothing here reads a clock per launch:
 // the lane's model is brought up to date when it is polled (every 8 launches, when a synchronize is answered, or
 // while the session waits). Sessions without a slot (anonymous) are not scheduled and pay nothing.
-// The gate marks on the board, per GPU, whether the session has work in flight there; a session whose grant says
+// The gate marks on the board, per GPU, whether the session has work in flight there (while its grant asks: a lower
+// class that would yield to it is open there); a session whose grant says
 // it yields to higher work also waits while a higher class's mark is set (it would otherwise learn of that work
 // only from the backend's next grant, up to a pass of ~100 us later, and launch meanwhile).
 #pragma once

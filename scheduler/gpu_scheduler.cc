@@ -235,6 +235,7 @@ bool GpuScheduler::Budgeted(const TenantState& tenant) const {
 void GpuScheduler::Refresh(TimePoint now) {
   top_active_.reset();
   top_open_.reset();
+  bottom_open_.reset();
   next_active_.reset();
   std::array<std::optional<double>, kPriorityClassCount> least_backlogged{};
   for (const auto& entry : tenants_) {
@@ -243,6 +244,7 @@ void GpuScheduler::Refresh(TimePoint now) {
       if (!top || Outranks(tenant.priority, *top)) top = tenant.priority;
     };
     if (tenant.sessions > 0) raise(top_open_);
+    if (tenant.sessions > 0 && (!bottom_open_ || Outranks(*bottom_open_, tenant.priority))) bottom_open_ = tenant.priority;
     if (tenant.pending > 0 || tenant.inflight > 0) raise(top_active_);
     if (tenant.pending > 0) {
       auto& least = least_backlogged[ClassIndex(tenant.priority)];
@@ -373,6 +375,8 @@ Grant GpuScheduler::RightsOf(const SessionState& session) const {
   // With a share beside the higher class, lower work may start while it has work in flight: the credit decides,
   // which only the scheduler knows.
   rights.yields_to_higher_work = Budgeted(tenant) && config_.lower_class_share <= 0;
+  // Marks cost an atomic operation on a line other executors write: only sessions someone yields to make them.
+  rights.marks_work = bottom_open_ && Outranks(tenant.priority, *bottom_open_) && config_.lower_class_share <= 0;
   if (!top_active_ || Outranks(tenant.priority, *top_active_)) {
     rights.may_dispatch = true;  // work arriving now would make this session's class the top one
   } else if (tenant.priority == *top_active_) {

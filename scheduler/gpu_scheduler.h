@@ -155,6 +155,7 @@ class GpuScheduler {
   TimePoint now_{};
   std::optional<PriorityClass> top_active_;   // highest class with work pending or in flight
   std::optional<PriorityClass> top_open_;     // highest class with a session open
+  std::optional<PriorityClass> bottom_open_;  // lowest class with a session open
   std::optional<PriorityClass> next_active_;  // highest class with work pending or in flight below top_active_
   bool higher_pending_ = false;               // the top active class has work waiting (not yet started)
   bool lower_open_ = false;                   // a session of a class below top_active_ is open

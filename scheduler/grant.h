@@ -25,13 +25,17 @@ struct Grant {
   // only at its next pass, and a lower launch made meanwhile delays the higher work on a GPU that time-slices.
   PriorityClass priority = PriorityClass::kNormal;
   bool yields_to_higher_work = false;
+  // Whether the executor marks this session's work in flight on the board: while a lower class that yields to it
+  // has a session open on the GPU.
+  bool marks_work = false;
   // Grows every time this grant changes; no two grants on one GPU share a value, so a reader can tell a new grant
   // from a stale copy.
   uint64_t generation = 0;
 
   bool SameRights(const Grant& other) const {
     return may_dispatch == other.may_dispatch && inflight_budget_ns == other.inflight_budget_ns &&
-           priority == other.priority && yields_to_higher_work == other.yields_to_higher_work;
+           priority == other.priority && yields_to_higher_work == other.yields_to_higher_work &&
+           marks_work == other.marks_work;
   }
 };
 static_assert(std::is_trivially_copyable_v<Grant>, "grants are copied into shared memory");

@@ -48,6 +48,7 @@ void DispatchBoard::Reset(int index) {
     grant.inflight_budget_ns.store(std::numeric_limits<int64_t>::max());
     grant.work_class.store(kDispatchClasses - 1);
     grant.yields_to_higher_work.store(0);
+    grant.marks_work.store(0);
   }
   s.tail.store(s.head.load());
   ClearWorkMarks(index);

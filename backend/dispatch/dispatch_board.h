@@ -41,6 +41,8 @@ struct GpuGrant {
   // has work marked on this GPU (1) or only for the grant (0).
   std::atomic<uint32_t> work_class{kDispatchClasses - 1};
   std::atomic<uint32_t> yields_to_higher_work{0};
+  // Whether the executor marks its work (1 while a lower class that yields to it has a session open there).
+  std::atomic<uint32_t> marks_work{0};
 };
 
 // Per GPU and class, one bit per slot: that session has work in flight there. Bits are set and cleared with one

@@ -51,6 +51,7 @@ class DispatchGateTest : public ::testing::Test {
     ASSERT_NE(board_, nullptr) << error;
     // The grants a backend gives a high session and a low one under it (strict precedence).
     board_->slot(kHighSlot).grants[0].work_class.store(kHighClass);
+    board_->slot(kHighSlot).grants[0].marks_work.store(1);
     backend::GpuGrant& low = board_->slot(kLowSlot).grants[0];
     low.work_class.store(kLowClass);
     low.inflight_budget_ns.store(100'000);
@@ -106,13 +107,27 @@ TEST_F(DispatchGateTest, LowYieldsToHighWorkInFlightUntilItIsDone) {
   high_.Poll();  // as the executor does when it answers the synchronize
   EXPECT_FALSE(board_->WorkMarked(kHighSlot, 0, kHighClass));
   EXPECT_EQ(low.wait_for(2s), std::future_status::ready) << "the low session stayed held after the high work ended";
-  EXPECT_TRUE(board_->WorkMarked(kLowSlot, 0, kLowClass));  // it marks its own work as it starts
+  EXPECT_FALSE(board_->WorkMarked(kLowSlot, 0, kLowClass));  // nobody yields to it: it marks nothing
 }
 
 TEST_F(DispatchGateTest, ASessionThatDoesNotYieldIsNotHeld) {
   board_->slot(kLowSlot).grants[0].yields_to_higher_work.store(0);  // lower work may run beside (a share)
   HighLaunch(300'000'000);
   EXPECT_EQ(LowAsks().wait_for(100ms), std::future_status::ready);
+  ASSERT_EQ(driver_.cuStreamSynchronize(stream_), CUDA_SUCCESS);
+}
+
+// A session nobody yields to leaves no mark (and drops the one it had when that changes).
+TEST_F(DispatchGateTest, OnlyASessionSomeoneYieldsToMarksItsWork) {
+  board_->slot(kHighSlot).grants[0].marks_work.store(0);
+  HighLaunch(1'000'000);
+  EXPECT_FALSE(board_->WorkMarked(kHighSlot, 0, kHighClass));
+  board_->slot(kHighSlot).grants[0].marks_work.store(1);
+  HighLaunch(1'000'000);
+  EXPECT_TRUE(board_->WorkMarked(kHighSlot, 0, kHighClass));
+  board_->slot(kHighSlot).grants[0].marks_work.store(0);
+  HighLaunch(1'000'000);
+  EXPECT_FALSE(board_->WorkMarked(kHighSlot, 0, kHighClass));
   ASSERT_EQ(driver_.cuStreamSynchronize(stream_), CUDA_SUCCESS);
 }
 

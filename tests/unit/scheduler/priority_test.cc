@@ -153,6 +153,21 @@ TEST_F(PriorityTest, BudgetedSessionsYieldToHigherWorkOnTheirOwn) {
   EXPECT_FALSE(scheduler_.GetGrant(kNormal)->yields_to_higher_work);
 }
 
+// Only sessions that a lower class yields to mark their work (the marks cost an atomic operation on shared lines).
+TEST_F(PriorityTest, OnlySessionsSomeoneYieldsToMarkTheirWork) {
+  Open(kNormal, kNormalTenant);
+  EXPECT_FALSE(scheduler_.GetGrant(kNormal)->marks_work);  // alone in its class: nobody yields to it
+  Open(kHigh, kHighTenant);
+  EXPECT_TRUE(scheduler_.GetGrant(kHigh)->marks_work);
+  EXPECT_FALSE(scheduler_.GetGrant(kNormal)->marks_work);
+  Open(kLow, kLowTenant);
+  EXPECT_TRUE(scheduler_.GetGrant(kNormal)->marks_work);
+  EXPECT_FALSE(scheduler_.GetGrant(kLow)->marks_work);
+  ASSERT_EQ(scheduler_.CloseSession(kLow, At(1ms)), Status::kOk);
+  ASSERT_EQ(scheduler_.CloseSession(kNormal, At(1ms)), Status::kOk);
+  EXPECT_FALSE(scheduler_.GetGrant(kHigh)->marks_work);
+}
+
 TEST_F(PriorityTest, OneKernelLargerThanTheBudgetMayStartWhenNothingIsInFlight) {
   Open(kLow, kLowTenant);
   ASSERT_TRUE(scheduler_.TryDispatch(kLow, kBigKernel, At(0ms)).allowed());
@@ -385,6 +400,7 @@ TEST_F(LowerClassShareTest, ADebtOutlivesTheHigherClassIdleGaps) {
 TEST_F(LowerClassShareTest, BudgetedSessionsDoNotYieldOnTheirOwn) {
   EXPECT_EQ(scheduler_.GetGrant(kLow)->inflight_budget_ns, Duration(2ms).count());
   EXPECT_FALSE(scheduler_.GetGrant(kLow)->yields_to_higher_work);
+  EXPECT_FALSE(scheduler_.GetGrant(kHigh)->marks_work);
 }
 
 TEST_F(LowerClassShareTest, ALongKernelIsRepaidInFullNotForgivenAtOneSlice) {
