@@ -2,7 +2,8 @@
 # Multi-tenant scheduling on the GPU host (docs/scheduling.md), with real processes through curelay and, for
 # comparison, the same processes on the native driver (which time-slices contexts on its own):
 #  1. priority: a high-priority tenant's requests (4 x 1 ms kernels, 5 ms apart) alone, then with two low-priority
-#     tenants saturating the GPU, in CURELAY_BENCH_ROUNDS (default 3) rounds with native and curelay alternating;
+#     tenants saturating the GPU, in CURELAY_BENCH_ROUNDS (default 3) rounds with native and curelay alternating
+#     (native first in odd rounds, curelay first in even ones);
 #     the medians of p50/p95/p99 over the rounds and their loaded/alone ratios, and the low tenants' kernels
 #     meanwhile (each round's figures on stderr as they come);
 #  2. weights: three normal tenants with weights 1:2:3 saturating the GPU for 10 s; each one's share of GPU time.
@@ -62,6 +63,7 @@ p() { sed -n "s/.*$1 \([0-9.]*\).*/\1/p"; }
 requests="requests 200 1000 5000 4"
 low_load="saturate 4 100 16"
 rounds=${CURELAY_BENCH_ROUNDS:-3}
+[ "$rounds" -ge 1 ] 2>/dev/null || { echo "error: CURELAY_BENCH_ROUNDS must be a whole number, 1 or more" >&2; exit 2; }
 high=$(token interactive --priority high)
 low1=$(token batch-1 --priority low)
 low2=$(token batch-2 --priority low)
@@ -79,14 +81,24 @@ round() {
   sleep 0.5
   loaded=$($mode "$high" "$load" "$ptx" $requests)
   wait $l1 $l2
+  # A run that printed no figures (it failed) must not count as 0 us in the medians.
+  for run in "$alone" "$loaded"; do
+    if [ -z "$(echo "$run" | p p99)" ]; then
+      echo "error: round $2 $mode: the high tenant's program printed no latencies:" >&2
+      echo "$run" >&2
+      exit 1
+    fi
+  done
   echo "$(echo "$alone" | p p50) $(echo "$alone" | p p95) $(echo "$alone" | p p99)" >>"$runtime/alone.$mode"
   echo "$(echo "$loaded" | p p50) $(echo "$loaded" | p p95) $(echo "$loaded" | p p99)" >>"$runtime/loaded.$mode"
   echo "$(cat "$runtime/low1.$mode" | p kernels) $(cat "$runtime/low2.$mode" | p kernels)" >>"$runtime/lows.$mode"
   echo "round $2 $mode: alone p50/p95/p99 $(tail -1 "$runtime/alone.$mode") us, loaded $(tail -1 "$runtime/loaded.$mode") us," \
        "low kernels $(tail -1 "$runtime/lows.$mode")" >&2
 }
+# Native first in odd rounds, curelay first in even ones: a drift over the run favours neither.
 for r in $(seq "$rounds"); do
-  for mode in native remote; do round $mode "$r"; done
+  if [ $((r % 2)) -eq 1 ]; then order="native remote"; else order="remote native"; fi
+  for mode in $order; do round $mode "$r"; done
 done
 # The median of column $1 of file $2.
 median() { cut -d' ' -f"$1" "$2" | sort -g | awk '{ v[NR] = $1 } END { print (NR % 2) ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2 }'; }

@@ -60,7 +60,7 @@ DispatchGate::Timing DispatchGate::Locate(uint64_t kernel) {
     const size_t ordinal = static_cast<size_t>(device);
     int gpu = host_gpus_.empty() ? device : ordinal < host_gpus_.size() ? host_gpus_[ordinal] : host_gpus_[0];
     located_context_ = timing.context;
-    located_gpu_ = gpu < backend::kMaxDispatchGpus ? gpu : 0;
+    located_gpu_ = gpu >= 0 && gpu < backend::kMaxDispatchGpus ? gpu : 0;
   }
   timing.gpu = located_gpu_;
   timing.lane = &LaneOf(timing.gpu);
@@ -85,6 +85,12 @@ void DispatchGate::AwaitGrant(const Timing& timing) {
     const bool may_dispatch = grant.may_dispatch.load(std::memory_order_acquire) != 0;
     const int64_t budget = grant.inflight_budget_ns.load(std::memory_order_acquire);
     const uint32_t work_class = grant.work_class.load(std::memory_order_acquire);
+    // A class changed since the lane was marked: the old mark goes first (a demoted session would otherwise yield to
+    // its own work).
+    if (timing.lane->marked_class >= 0 && timing.lane->marked_class != static_cast<int>(work_class)) {
+      board_->MarkWork(slot_index_, lane.gpu, static_cast<uint32_t>(timing.lane->marked_class), false);
+      timing.lane->marked_class = -1;
+    }
     // Higher work the scheduler may not have heard of yet holds this session as its grant soon will.
     const bool yield = grant.yields_to_higher_work.load(std::memory_order_acquire) != 0 &&
                        board_->HigherClassHasWork(timing.gpu, work_class);
@@ -148,6 +154,7 @@ void DispatchGate::EndLaunch(CUstream stream, const Timing& timing, bool launche
   if (slot_ == nullptr) return;
   if (!launched) {
     if (timing.start != nullptr) events_.Give(timing.context, timing.start);
+    UnmarkIfIdle(*timing.lane);  // marked for a launch that did not happen: nothing may be in flight
     return;
   }
   Report(backend::DispatchEventKind::kDispatched, timing.gpu, timing.kernel, timing.estimate_ns);
@@ -260,6 +267,17 @@ void DispatchGate::Poll() {
     }
     if (lane.inflight.empty()) lane.late = Clock::duration::zero();  // no stored end refers to it any more
     UnmarkIfIdle(lane);
+    // Work still in flight keeps its mark: set again if a backend cleared it (adopting the session) or began asking
+    // for it (a lower class opened while this work runs).
+    if (!lane.inflight.empty() && slot_ != nullptr) {
+      const backend::GpuGrant& grant = slot_->grants[lane.gpu];
+      if (grant.marks_work.load(std::memory_order_acquire) != 0) {
+        Mark(lane, grant.work_class.load(std::memory_order_acquire));
+      } else if (lane.marked_class >= 0) {  // nobody yields to it any more
+        board_->MarkWork(slot_index_, lane.gpu, static_cast<uint32_t>(lane.marked_class), false);
+        lane.marked_class = -1;
+      }
+    }
   }
 }
 

@@ -44,6 +44,9 @@ bool DispatchService::Start(const std::string& board_path, std::string* error) {
   // A previous backend's board is kept: the executors of the sessions this one adopts still map it.
   board_.reset(DispatchBoard::OpenOrCreate(board_path, error));
   if (board_ == nullptr) return false;
+  // Marks of executors that died while no backend ran would hold lower classes with nobody to clear them; the
+  // executors this backend adopts set theirs again at their next poll (within about 1 ms while work is in flight).
+  for (int slot = 0; slot < kMaxDispatchSessions; ++slot) board_->ClearWorkMarks(slot);
   thread_ = std::thread([this] { Loop(); });
   return true;
 }

@@ -79,6 +79,12 @@ class DispatchGateTest : public ::testing::Test {
     high_.EndLaunch(stream_, timing, launched);
     ASSERT_TRUE(launched);
   }
+  // Lets a held low session go (the gate returns at once while unscheduled), so that a test whose mark is never
+  // cleared fails instead of hanging in the future's destructor.
+  struct Unhold {
+    DispatchGate& gate;
+    ~Unhold() { gate.SetUnscheduled(true); }
+  };
   // The low session asks to launch, from another thread (the gate waits there): ready once it may.
   std::future<void> LowAsks() {
     return std::async(std::launch::async, [this] {
@@ -102,6 +108,7 @@ TEST_F(DispatchGateTest, LowYieldsToHighWorkInFlightUntilItIsDone) {
   HighLaunch(300'000'000);  // 300 ms
   EXPECT_TRUE(board_->WorkMarked(kHighSlot, 0, kHighClass));
   std::future<void> low = LowAsks();
+  Unhold unhold{low_};
   EXPECT_EQ(low.wait_for(100ms), std::future_status::timeout) << "a low launch started beside high work in flight";
   ASSERT_EQ(driver_.cuStreamSynchronize(stream_), CUDA_SUCCESS);
   high_.Poll();  // as the executor does when it answers the synchronize
@@ -131,10 +138,53 @@ TEST_F(DispatchGateTest, OnlyASessionSomeoneYieldsToMarksItsWork) {
   ASSERT_EQ(driver_.cuStreamSynchronize(stream_), CUDA_SUCCESS);
 }
 
+// A launch the driver refused leaves nothing in flight, and so no mark.
+TEST_F(DispatchGateTest, AFailedLaunchLeavesNoMark) {
+  DispatchGate::Timing timing = high_.Locate(0x1);
+  high_.AwaitGrant(timing);
+  EXPECT_TRUE(board_->WorkMarked(kHighSlot, 0, kHighClass));  // marked before the launch
+  high_.BeginLaunch(timing, stream_);
+  high_.EndLaunch(stream_, timing, false);
+  EXPECT_FALSE(board_->WorkMarked(kHighSlot, 0, kHighClass));
+}
+
+// A backend that adopts the session resets its slot, marks included: work still in flight is marked again at the
+// executor's next poll, not only at its next launch.
+TEST_F(DispatchGateTest, WorkInFlightIsMarkedAgainAfterTheSlotIsReset) {
+  HighLaunch(300'000'000);
+  board_->Reset(kHighSlot);
+  board_->slot(kHighSlot).grants[0].work_class.store(kHighClass);
+  board_->slot(kHighSlot).grants[0].marks_work.store(1);
+  EXPECT_FALSE(board_->WorkMarked(kHighSlot, 0, kHighClass));
+  high_.Poll();
+  EXPECT_TRUE(board_->WorkMarked(kHighSlot, 0, kHighClass));
+  ASSERT_EQ(driver_.cuStreamSynchronize(stream_), CUDA_SUCCESS);
+  high_.Poll();
+  EXPECT_FALSE(board_->WorkMarked(kHighSlot, 0, kHighClass));
+}
+
+// A session demoted below its own marked work does not wait for itself.
+TEST_F(DispatchGateTest, ADemotedSessionDoesNotYieldToItsOwnWork) {
+  HighLaunch(300'000'000);
+  backend::GpuGrant& grant = board_->slot(kHighSlot).grants[0];
+  grant.work_class.store(kLowClass);
+  grant.yields_to_higher_work.store(1);
+  auto next = std::async(std::launch::async, [this] {
+    DispatchGate::Timing timing = high_.Locate(0x1);
+    high_.AwaitGrant(timing);
+  });
+  Unhold unhold{high_};
+  EXPECT_EQ(next.wait_for(100ms), std::future_status::ready) << "held by its own mark under its old class";
+  EXPECT_FALSE(board_->WorkMarked(kHighSlot, 0, kHighClass));
+  EXPECT_TRUE(board_->WorkMarked(kHighSlot, 0, kLowClass));
+  ASSERT_EQ(driver_.cuStreamSynchronize(stream_), CUDA_SUCCESS);
+}
+
 // The backend closing a session's slot (its executor killed mid-work) releases whoever yielded to it.
 TEST_F(DispatchGateTest, ClearedMarksReleaseTheLowerSession) {
   HighLaunch(1'000'000'000);  // 1 s
   std::future<void> low = LowAsks();
+  Unhold unhold{low_};
   EXPECT_EQ(low.wait_for(50ms), std::future_status::timeout);
   board_->ClearWorkMarks(kHighSlot);
   EXPECT_EQ(low.wait_for(500ms), std::future_status::ready);
