@@ -7,8 +7,13 @@
 #include <stdlib.h>
 #include <unistd.h>
 
+#include <chrono>
 #include <memory>
 #include <string>
+#include <thread>
+
+#include "backend/dispatch/dispatch_service.h"
+#include "backend/tenants/tenant_record.h"
 
 namespace curelay::backend {
 namespace {
@@ -80,6 +85,44 @@ TEST_F(DispatchBoardTest, OutOfRangeGpusAndClassesAreIgnored) {
   EXPECT_FALSE(backend_->HigherClassHasWork(0, kDispatchClasses));
   EXPECT_FALSE(backend_->HigherClassHasWork(kMaxDispatchGpus, kLow));
   EXPECT_FALSE(backend_->WorkMarked(1, kMaxDispatchGpus, kHigh));
+}
+
+// The backend's side (dispatch_service.cc): a starting backend clears marks that executors dead meanwhile left, the
+// grants it publishes say who marks and who yields, and closing a session clears its marks.
+TEST_F(DispatchBoardTest, TheBackendPublishesWhoMarksAndClearsWhatNobodyWillClear) {
+  executor_->MarkWork(7, 0, kHigh, true);
+  DispatchService service{scheduler::SchedulerConfig{}};
+  std::string error;
+  ASSERT_TRUE(service.Start(directory_ + "/board", &error)) << error;
+  EXPECT_FALSE(backend_->WorkMarked(7, 0, kHigh));
+  TenantRecord high, low;
+  high.name = "interactive";
+  high.priority = "high";
+  low.name = "batch";
+  low.priority = "low";
+  service.SetTenant(high);
+  service.SetTenant(low);
+  ASSERT_TRUE(service.OpenSession(1, low.name, 3, {0}, &error)) << error;
+  ASSERT_TRUE(service.OpenSession(2, high.name, 4, {0}, &error)) << error;
+  const GpuGrant& low_grant = executor_->slot(3).grants[0];
+  const GpuGrant& high_grant = executor_->slot(4).grants[0];
+  // The low session's grant changes at the scheduler's next pass (every 100 us).
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(2);
+  while ((low_grant.yields_to_higher_work.load() == 0 || high_grant.marks_work.load() == 0) &&
+         std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  EXPECT_EQ(low_grant.yields_to_higher_work.load(), 1u);
+  EXPECT_EQ(low_grant.work_class.load(), kLow);
+  EXPECT_EQ(low_grant.marks_work.load(), 0u);  // nobody below it
+  EXPECT_EQ(high_grant.marks_work.load(), 1u);
+  EXPECT_EQ(high_grant.work_class.load(), kHigh);
+  EXPECT_EQ(high_grant.yields_to_higher_work.load(), 0u);
+  executor_->MarkWork(4, 0, kHigh, true);
+  service.CloseSession(2);  // as when its executor was killed mid-work
+  EXPECT_FALSE(backend_->WorkMarked(4, 0, kHigh));
+  service.CloseSession(1);
+  service.Stop();
 }
 
 }  // namespace
