@@ -96,16 +96,16 @@ void DispatchGate::AwaitGrant(const Timing& timing) {
                        board_->HigherClassHasWork(timing.gpu, work_class);
     // Work may always start when nothing of this session's is in flight there, however large (nothing starves).
     if (may_dispatch && !yield && (lane.inflight.empty() || lane.inflight_estimate_ns <= budget - timing.estimate_ns)) {
+      // Completions need not reach the scheduler sooner than its 100 us pass, and a launch-bound tenant launches
+      // every few microseconds: an event query (a driver call) and a clock read before each would be paid on every
+      // launch. (Before the mark: a poll that empties the lane clears it, and this launch must go marked.)
+      if (first && ++launches_since_poll_ >= kPollEveryLaunches) Poll();
       if (grant.marks_work.load(std::memory_order_acquire) != 0) {
         Mark(*timing.lane, work_class);
       } else if (timing.lane->marked_class >= 0) {  // nobody yields to it any more
         board_->MarkWork(slot_index_, lane.gpu, static_cast<uint32_t>(timing.lane->marked_class), false);
         timing.lane->marked_class = -1;
       }
-      // Completions need not reach the scheduler sooner than its 100 us pass, and a launch-bound tenant launches
-      // every few microseconds: an event query (a driver call) and a clock read before each would be paid on every
-      // launch.
-      if (first && ++launches_since_poll_ >= kPollEveryLaunches) Poll();
       return;
     }
     if (!first) {

@@ -163,6 +163,17 @@ TEST_F(DispatchGateTest, WorkInFlightIsMarkedAgainAfterTheSlotIsReset) {
   EXPECT_FALSE(board_->WorkMarked(kHighSlot, 0, kHighClass));
 }
 
+// Every 8th launch the gate polls for completions first; a poll that finds the lane empty clears its mark, and the
+// launch it polled for must still go marked.
+TEST_F(DispatchGateTest, ALaunchThatPollsFirstStillGoesMarked) {
+  high_.Poll();  // the count of launches since the last poll starts at 0
+  for (int i = 0; i < 7; ++i) HighLaunch(1'000);
+  ASSERT_EQ(driver_.cuStreamSynchronize(stream_), CUDA_SUCCESS);  // all seven done, none polled yet
+  HighLaunch(300'000'000);  // the 8th: the poll retires the seven and empties the lane before this launch
+  EXPECT_TRUE(board_->WorkMarked(kHighSlot, 0, kHighClass));
+  ASSERT_EQ(driver_.cuStreamSynchronize(stream_), CUDA_SUCCESS);
+}
+
 // A session demoted below its own marked work does not wait for itself.
 TEST_F(DispatchGateTest, ADemotedSessionDoesNotYieldToItsOwnWork) {
   HighLaunch(300'000'000);
