@@ -87,10 +87,7 @@ void DispatchGate::AwaitGrant(const Timing& timing) {
     const uint32_t work_class = grant.work_class.load(std::memory_order_acquire);
     // A class changed since the lane was marked: the old mark goes first (a demoted session would otherwise yield to
     // its own work).
-    if (timing.lane->marked_class >= 0 && timing.lane->marked_class != static_cast<int>(work_class)) {
-      board_->MarkWork(slot_index_, lane.gpu, static_cast<uint32_t>(timing.lane->marked_class), false);
-      timing.lane->marked_class = -1;
-    }
+    if (lane.marked_class >= 0 && lane.marked_class != static_cast<int>(work_class)) Unmark(*timing.lane);
     // Higher work the scheduler may not have heard of yet holds this session as its grant soon will.
     const bool yield = grant.yields_to_higher_work.load(std::memory_order_acquire) != 0 &&
                        board_->HigherClassHasWork(timing.gpu, work_class);
@@ -100,12 +97,7 @@ void DispatchGate::AwaitGrant(const Timing& timing) {
       // every few microseconds: an event query (a driver call) and a clock read before each would be paid on every
       // launch. (Before the mark: a poll that empties the lane clears it, and this launch must go marked.)
       if (first && ++launches_since_poll_ >= kPollEveryLaunches) Poll();
-      if (grant.marks_work.load(std::memory_order_acquire) != 0) {
-        Mark(*timing.lane, work_class);
-      } else if (timing.lane->marked_class >= 0) {  // nobody yields to it any more
-        board_->MarkWork(slot_index_, lane.gpu, static_cast<uint32_t>(timing.lane->marked_class), false);
-        timing.lane->marked_class = -1;
-      }
+      FollowMarkRequest(*timing.lane, grant);
       return;
     }
     if (!first) {
@@ -179,17 +171,27 @@ void DispatchGate::EndLaunch(CUstream stream, const Timing& timing, bool launche
 void DispatchGate::Mark(GpuLane& lane, uint32_t work_class) {
   const int marked = static_cast<int>(work_class);
   // The class changed (the tenant's priority did): the work in flight counts under the new one from now on.
-  if (lane.marked_class >= 0 && lane.marked_class != marked) {
-    board_->MarkWork(slot_index_, lane.gpu, static_cast<uint32_t>(lane.marked_class), false);
-  }
+  if (lane.marked_class != marked) Unmark(lane);
   lane.marked_class = marked;
   if (!board_->WorkMarked(slot_index_, lane.gpu, work_class)) board_->MarkWork(slot_index_, lane.gpu, work_class, true);
 }
 
-void DispatchGate::UnmarkIfIdle(GpuLane& lane) {
-  if (lane.marked_class < 0 || !lane.inflight.empty()) return;
+void DispatchGate::Unmark(GpuLane& lane) {
+  if (lane.marked_class < 0) return;
   board_->MarkWork(slot_index_, lane.gpu, static_cast<uint32_t>(lane.marked_class), false);
   lane.marked_class = -1;
+}
+
+void DispatchGate::UnmarkIfIdle(GpuLane& lane) {
+  if (lane.inflight.empty()) Unmark(lane);
+}
+
+void DispatchGate::FollowMarkRequest(GpuLane& lane, const backend::GpuGrant& grant) {
+  if (grant.marks_work.load(std::memory_order_acquire) != 0) {
+    Mark(lane, grant.work_class.load(std::memory_order_acquire));
+  } else {
+    Unmark(lane);  // nobody yields to it any more
+  }
 }
 
 void DispatchGate::RetireFront(GpuLane& lane, int64_t gpu_ns) {
@@ -269,15 +271,7 @@ void DispatchGate::Poll() {
     UnmarkIfIdle(lane);
     // Work still in flight keeps its mark: set again if a backend cleared it (adopting the session) or began asking
     // for it (a lower class opened while this work runs).
-    if (!lane.inflight.empty() && slot_ != nullptr) {
-      const backend::GpuGrant& grant = slot_->grants[lane.gpu];
-      if (grant.marks_work.load(std::memory_order_acquire) != 0) {
-        Mark(lane, grant.work_class.load(std::memory_order_acquire));
-      } else if (lane.marked_class >= 0) {  // nobody yields to it any more
-        board_->MarkWork(slot_index_, lane.gpu, static_cast<uint32_t>(lane.marked_class), false);
-        lane.marked_class = -1;
-      }
-    }
+    if (!lane.inflight.empty() && slot_ != nullptr) FollowMarkRequest(lane, slot_->grants[lane.gpu]);
   }
 }
 
@@ -324,7 +318,7 @@ void DispatchGate::ForgetContext(CUcontext context) {
 
 void DispatchGate::Release() {
   for (GpuLane& lane : lanes_) {
-    if (lane.marked_class >= 0) board_->MarkWork(slot_index_, lane.gpu, static_cast<uint32_t>(lane.marked_class), false);
+    Unmark(lane);
     for (const Inflight& work : lane.inflight) {
       if (work.start == nullptr) continue;
       driver_.cuEventDestroy(work.start);

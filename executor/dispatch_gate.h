@@ -121,7 +121,10 @@ class DispatchGate {
   // The lane's work mark on the board: set under `work_class` before work starts there (again if the backend
   // cleared it meanwhile, as it does when it adopts the session), cleared once nothing is in flight.
   void Mark(GpuLane& lane, uint32_t work_class);
+  void Unmark(GpuLane& lane);
   void UnmarkIfIdle(GpuLane& lane);
+  // Marks the lane's work or drops its mark, as `grant` asks (marks_work: a lower class would yield to it).
+  void FollowMarkRequest(GpuLane& lane, const backend::GpuGrant& grant);
   // Whether the stream of untimed `work` has nothing left to run (a program that synchronizes is idle at once, not
   // when the model says; a high-priority tenant's lingering estimate would hold lower classes back).
   bool StreamIdle(const Inflight& work);
