@@ -194,47 +194,67 @@ CUresult Client::Connect() {
   direct_copies_ = !config.disable_direct_copies;
   executor_endpoint_ = executor->ToString();
   // Attach, with a deadline: an executor that never answers must not hang cuInit.
-  flatbuffers::FlatBufferBuilder& request = Builder();
-  const auto key = request.CreateVector(welcome->session_key()->data(), welcome->session_key()->size());
-  const auto offer = link->offer().empty() ? 0 : request.CreateString(link->offer());
-  const auto attach = wire::CreateAttach(request, wire::kProtocolVersion, key, offer).Union();
-  const uint64_t sequence = FinishRequest(request, wire::Call::Attach, attach, true);
+  const auto* session_key = welcome->session_key();
+  const uint64_t sequence = SendAttach(link->bootstrap(), {session_key->data(), session_key->size()}, link->offer());
   transport::IncomingMessage message;
   const bool answered =
-      link->bootstrap().Send({request.GetBufferPointer(), request.GetSize()}, {}) &&
+      sequence != 0 &&
       link->bootstrap().Receive(message, config.connect_timeout_ms) == transport::ReceiveStatus::kMessage;
   if (!answered) {
     Log().error("session executor {} did not answer; cuInit fails with CUDA_ERROR_NO_DEVICE", executor->ToString());
     return CUDA_ERROR_NO_DEVICE;
   }
-  const auto* reply = wire::ParseVerified<wire::Reply>(message.header.bytes());
-  if (reply == nullptr || reply->sequence() != sequence || reply->body_as_AttachResult() == nullptr) {
-    Log().error("malformed attach answer from {}", executor->ToString());
-    return CUDA_ERROR_SYSTEM_DRIVER_MISMATCH;
-  }
-  if (reply->result() != CUDA_SUCCESS) return ResultOf(reply->result());
-  driver_version_ = reply->body_as_AttachResult()->driver_version();
-  if (!WireEnum(reply->body_as_AttachResult()->module_loading_mode(), CU_MODULE_LAZY_LOADING, &module_loading_mode_)) {
-    Log().error("malformed attach answer from {} (module loading mode)", executor->ToString());
-    return CUDA_ERROR_SYSTEM_DRIVER_MISMATCH;
-  }
-  const auto* offer_answer = reply->body_as_AttachResult()->offer_answer();
-  channel_ = link->Finish(reply->body_as_AttachResult()->offer_accepted(), offer_answer ? offer_answer->str() : "",
-                          config.connect_timeout_ms, &error);
+  AttachAnswer attached;
+  if (const CUresult result = ReadAttachAnswer(message, sequence, &attached); result != CUDA_SUCCESS) return result;
+  channel_ = link->Finish(attached.offer_accepted, attached.offer_answer, config.connect_timeout_ms, &error);
   if (channel_ == nullptr) {
     Log().error("session executor {}: {}; cuInit fails with CUDA_ERROR_NO_DEVICE (CURELAY_TCP_LANES=0 keeps bulk "
                 "data on the ZeroMQ connection)",
                 executor->ToString(), error);
     return CUDA_ERROR_NO_DEVICE;
   }
-  if (const auto* texts = reply->body_as_AttachResult()->error_texts(); texts != nullptr) {
+  if (const CUresult result = LearnDevices(attached.device_count); result != CUDA_SUCCESS) return result;
+  Log().info("session {} on {} ({} device(s), driver {})", welcome->session_id(), executor->ToString(), devices_.size(),
+             driver_version_);
+  return CUDA_SUCCESS;
+}
+
+uint64_t Client::SendAttach(transport::Channel& channel, std::span<const uint8_t> session_key,
+                            const std::string& offer) {
+  flatbuffers::FlatBufferBuilder& request = Builder();
+  const auto key = request.CreateVector(session_key.data(), session_key.size());
+  const auto offer_text = offer.empty() ? 0 : request.CreateString(offer);
+  const auto attach = wire::CreateAttach(request, wire::kProtocolVersion, key, offer_text).Union();
+  const uint64_t sequence = FinishRequest(request, wire::Call::Attach, attach, true);
+  return channel.Send({request.GetBufferPointer(), request.GetSize()}, {}) ? sequence : 0;
+}
+
+CUresult Client::ReadAttachAnswer(const transport::IncomingMessage& message, uint64_t sequence, AttachAnswer* answer) {
+  const auto* reply = wire::ParseVerified<wire::Reply>(message.header.bytes());
+  if (reply == nullptr || reply->sequence() != sequence || reply->body_as_AttachResult() == nullptr) {
+    Log().error("malformed attach answer from {}", executor_endpoint_);
+    return CUDA_ERROR_SYSTEM_DRIVER_MISMATCH;
+  }
+  if (reply->result() != CUDA_SUCCESS) return ResultOf(reply->result());
+  const auto* result = reply->body_as_AttachResult();
+  driver_version_ = result->driver_version();
+  if (!WireEnum(result->module_loading_mode(), CU_MODULE_LAZY_LOADING, &module_loading_mode_)) {
+    Log().error("malformed attach answer from {} (module loading mode)", executor_endpoint_);
+    return CUDA_ERROR_SYSTEM_DRIVER_MISMATCH;
+  }
+  answer->offer_accepted = result->offer_accepted();
+  answer->offer_answer = result->offer_answer() != nullptr ? result->offer_answer()->str() : "";
+  answer->device_count = result->device_count();
+  if (const auto* texts = result->error_texts(); texts != nullptr) {
     for (const auto* entry : *texts) {
       if (entry->name() == nullptr || entry->text() == nullptr) continue;
       error_texts_[entry->code()] = {entry->name()->str(), entry->text()->str()};
     }
   }
-  const int device_count = reply->body_as_AttachResult()->device_count();
+  return CUDA_SUCCESS;
+}
 
+CUresult Client::LearnDevices(int device_count) {
   // Device properties never change: learn them once, answer every later query locally.
   for (int ordinal = 0; ordinal < device_count && ordinal < static_cast<int>(primary_contexts_.size()); ++ordinal) {
     ReplyMessage answer_message;
@@ -260,9 +280,47 @@ CUresult Client::Connect() {
     ServeableAttributes(device);
     devices_.push_back(std::move(device));
   }
-  Log().info("session {} on {} ({} device(s), driver {})", welcome->session_id(), executor->ToString(), devices_.size(),
-             driver_version_);
   return CUDA_SUCCESS;
+}
+
+CUresult Client::InitializeOver(std::unique_ptr<transport::Channel> channel, std::span<const uint8_t> session_key) {
+  pthread_mutex_lock(&init_mutex);
+  if (init_done) {
+    pthread_mutex_unlock(&init_mutex);
+    return CUDA_ERROR_INVALID_CONTEXT;  // a session exists: Forget it first
+  }
+  auto* client = new Client();
+  client->channel_ = std::move(channel);
+  client->executor_endpoint_ = "a channel handed to InitializeOver";
+  const uint64_t sequence = client->SendAttach(*client->channel_, session_key, "");
+  transport::IncomingMessage message;
+  CUresult result = CUDA_ERROR_NO_DEVICE;
+  AttachAnswer answer;
+  if (sequence != 0 && client->channel_->Receive(message, 5000) == transport::ReceiveStatus::kMessage &&
+      (result = client->ReadAttachAnswer(message, sequence, &answer)) == CUDA_SUCCESS) {
+    result = client->LearnDevices(answer.device_count);
+  }
+  init_done = true;
+  init_result = result;
+  if (result == CUDA_SUCCESS) {
+    the_client.store(client, std::memory_order_release);
+  } else {
+    delete client;  // as Initialize: cuInit answers the result, and no entry point finds a client
+  }
+  pthread_mutex_unlock(&init_mutex);
+  return result;
+}
+
+void Client::Forget() {
+  pthread_mutex_lock(&init_mutex);
+  Client* client = the_client.exchange(nullptr);
+  init_done = false;
+  init_result = CUDA_ERROR_NOT_INITIALIZED;
+  generation.fetch_add(1);
+  pthread_mutex_unlock(&init_mutex);
+  if (client == nullptr) return;
+  client->Break("the session was ended");  // releases any delivery still outstanding
+  delete client;
 }
 
 void Client::ServeableAttributes(DeviceInfo& device) const {

@@ -61,6 +61,13 @@ class Client {
   static Client* Get();
   // Connects and performs the handshake. Idempotent: later calls return the first outcome.
   static CUresult Initialize();
+  // For the reply fuzzer (fuzz/client_reply_fuzzer.cc), which plays the executor: what Initialize does after the
+  // handshake with the backend (Attach with `session_key`, learn the devices), over a channel already connected.
+  // The session counts as remote (no shared directory). Fails if a session exists.
+  static CUresult InitializeOver(std::unique_ptr<transport::Channel> channel, std::span<const uint8_t> session_key);
+  // Ends the process's session and frees its client, as if the process had just started (a forked child's state
+  // without the leak): the next cuInit starts over.
+  static void Forget();
 
   // A call the caller waits for. `reply` may be null when only the result matters.
   CUresult Call(flatbuffers::FlatBufferBuilder& builder, wire::Call type, flatbuffers::Offset<void> call,
@@ -166,6 +173,17 @@ class Client {
   void ServeableAttributes(DeviceInfo& device) const;
   Client() = default;
   CUresult Connect();
+  // What the executor's answer to Attach tells the session beyond the client's own fields.
+  struct AttachAnswer {
+    bool offer_accepted = false;
+    std::string offer_answer;
+    int device_count = 0;
+  };
+  // Sends Attach on `channel`; its sequence number, 0 if it could not be sent.
+  uint64_t SendAttach(transport::Channel& channel, std::span<const uint8_t> session_key, const std::string& offer);
+  CUresult ReadAttachAnswer(const transport::IncomingMessage& message, uint64_t sequence, AttachAnswer* answer);
+  // Asks the executor for each device's description (once: later queries are answered here).
+  CUresult LearnDevices(int device_count);
   uint64_t FinishRequest(flatbuffers::FlatBufferBuilder& builder, wire::Call type,
                          flatbuffers::Offset<void> call, bool wants_reply);
   // Sends one request; when `waiter` is given, it is registered for the reply before the request leaves. With

@@ -13,6 +13,13 @@ namespace curelay::frontend {
 template <typename T>
 class HandleRegistry {
  public:
+  HandleRegistry() = default;
+  HandleRegistry(const HandleRegistry&) = delete;
+  HandleRegistry& operator=(const HandleRegistry&) = delete;
+  // A client is freed only by Client::Forget: the handles it made die with it.
+  ~HandleRegistry() {
+    for (T* object : live_) delete object;
+  }
   template <typename... Fields>
   T* Create(Fields&&... fields) {
     T* object = new T{std::forward<Fields>(fields)...};
