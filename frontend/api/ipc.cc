@@ -83,7 +83,7 @@ CUresult cuIpcOpenEventHandle(CUevent* event, CUipcEventHandle handle) {
   CURELAY_RETURN_IF_ERROR(RequireContext(&client));
   if (event == nullptr) return CUDA_ERROR_INVALID_VALUE;
   // An opened event is interprocess and untimed, as the driver makes it.
-  CUevent_st* opened = client->events.Create(NextObjectId(), CU_EVENT_INTERPROCESS | CU_EVENT_DISABLE_TIMING);
+  CUevent_st* opened = client->events.Create(NextObjectId(), unsigned{CU_EVENT_INTERPROCESS | CU_EVENT_DISABLE_TIMING});
   auto& builder = Builder();
   const auto bytes = builder.CreateVector(reinterpret_cast<const uint8_t*>(handle.reserved), sizeof(handle.reserved));
   const auto call = wire::CreateIpcOpenEventHandle(builder, opened->id, bytes).Union();
