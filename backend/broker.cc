@@ -16,8 +16,10 @@
 #include <cstring>
 #include <ctime>
 
+#include "backend/dispatch/dispatch_board.h"
 #include "backend/hello.h"
 #include "backend/metrics/listen_address.h"
+#include "backend/quota/memory_quota_board.h"
 #include "common/gpu_list.h"
 #include "schema/wire.h"
 #include "transport/endpoint.h"
@@ -314,6 +316,14 @@ void Broker::ServeAdoptions() {
 }
 
 std::string Broker::Adopt(const SessionRecord& adoption, pid_t pid, int fd) {
+  // A backend upgraded across a change of the boards' layout made new board files; the executor still maps the old
+  // ones, which nothing reads or writes any more: its session could be neither scheduled nor metered here.
+  const auto differs = [](uint64_t theirs, uint64_t ours) { return theirs != 0 && theirs != ours; };
+  if (differs(adoption.dispatch_board_layout, DispatchBoard::Layout()) ||
+      differs(adoption.quota_board_layout, MemoryQuotaBoard::Layout())) {
+    return "its executor maps boards of another layout (a backend of another version started it), which this "
+           "backend cannot schedule or meter";
+  }
   const uint64_t id = adoption.session_id;
   if (id == 0 || id >= quota_board_->next_session_id()) {
     return "session " + std::to_string(id) + " was never admitted on this runtime directory";
@@ -724,6 +734,8 @@ void Broker::Admit(const PendingHello& hello, ExecutorProcess& executor) {
   record.mps_memory_limit_bytes = hello.kind.mps_memory_limit_bytes;
   record.quota_session_slot = assignment.quota_session_slot;
   record.ready = executor.ready;
+  record.quota_board_layout = assignment.quota_board.empty() ? 0 : MemoryQuotaBoard::Layout();
+  record.dispatch_board_layout = assignment.dispatch_board.empty() ? 0 : DispatchBoard::Layout();
   if (!pool_.Assign(executor, assignment, hello.session)) {
     dispatch_.CloseSession(assignment.session_id);
     if (assignment.quota_session_slot >= 0) {

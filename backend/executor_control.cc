@@ -45,6 +45,8 @@ bool DecodeRecord(const control::SessionRecord& in, SessionRecord* out, std::str
   out->mps_memory_limit_bytes = in.mps_memory_limit_bytes();
   out->quota_session_slot = in.quota_session_slot();
   out->ready = {Text(in.ipc_endpoint()), in.tcp_port(), in.rdma_port(), in.devices()};
+  out->dispatch_board_layout = in.dispatch_board_layout();
+  out->quota_board_layout = in.quota_board_layout();
   return true;
 }
 
@@ -55,7 +57,8 @@ flatbuffers::Offset<control::SessionRecord> EncodeRecord(flatbuffers::FlatBuffer
       builder.CreateString(record.client_host), builder.CreateString(record.client_program), record.started_unix,
       builder.CreateVector(std::vector<int32_t>(record.gpus.begin(), record.gpus.end())), record.mps_sm_percent,
       record.mps_memory_limit_bytes, record.quota_session_slot, builder.CreateString(record.ready.ipc_endpoint),
-      record.ready.tcp_port, record.ready.rdma_port, record.ready.devices);
+      record.ready.tcp_port, record.ready.rdma_port, record.ready.devices, record.dispatch_board_layout,
+      record.quota_board_layout);
 }
 
 ControlRecord Decode(const uint8_t* bytes, size_t size) {

@@ -37,6 +37,8 @@ struct SessionRecord {
   uint64_t mps_memory_limit_bytes = 0;
   int quota_session_slot = -1;
   ExecutorReady ready;
+  uint64_t dispatch_board_layout = 0;  // the boards' layouts it maps (their magic numbers); 0: none, or unknown
+  uint64_t quota_board_layout = 0;
 };
 
 struct SessionAssignment {

@@ -11,6 +11,8 @@ constexpr uint64_t kMagic = 0x3364707379616c65;  // "elaysdp3": work marks added
 
 }  // namespace
 
+uint64_t DispatchBoard::Layout() { return kMagic; }
+
 DispatchBoard* DispatchBoard::Create(const std::string& path, std::string* error) {
   void* mapping = transport::CreateNamedSharedFile(path, sizeof(DispatchBoardLayout), error);
   if (mapping == nullptr) return nullptr;

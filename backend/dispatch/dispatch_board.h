@@ -73,6 +73,8 @@ class DispatchBoard {
   static DispatchBoard* Open(const std::string& path, std::string* error);
   // The board a previous backend left at `path` (adopted sessions' executors still map it), or a new one.
   static DispatchBoard* OpenOrCreate(const std::string& path, std::string* error);
+  // This build's layout of the board (its magic number): what a session record names (SessionRecord).
+  static uint64_t Layout();
   ~DispatchBoard();
 
   SessionDispatchSlot& slot(int index) { return layout_->sessions[index]; }

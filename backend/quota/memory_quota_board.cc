@@ -24,6 +24,8 @@ const char* SwapRefusalText(uint32_t refusal) {
   return "unknown";
 }
 
+uint64_t MemoryQuotaBoard::Layout() { return kMagic; }
+
 MemoryQuotaBoard* MemoryQuotaBoard::Create(const std::string& path, std::string* error) {
   void* mapping = transport::CreateNamedSharedFile(path, sizeof(MemoryQuotaBoardLayout), error);
   if (mapping == nullptr) return nullptr;

@@ -110,6 +110,8 @@ class MemoryQuotaBoard {
   // The board a previous backend left at `path` (its sessions' executors still map it), or a new one when there is
   // none or it is not a board of this layout; `reopened` tells which.
   static MemoryQuotaBoard* OpenOrCreate(const std::string& path, bool* reopened, std::string* error);
+  // This build's layout of the board (its magic number): what a session record names (SessionRecord).
+  static uint64_t Layout();
   ~MemoryQuotaBoard();
 
   TenantMemoryAccount& tenant(int slot) { return layout_->tenants[slot]; }

@@ -6,6 +6,8 @@
 #include <fcntl.h>
 #include <gtest/gtest.h>
 #include <signal.h>
+#include <sys/socket.h>
+#include <sys/un.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -19,6 +21,7 @@
 #include <thread>
 #include <vector>
 
+#include "backend/executor_control.h"
 #include "tests/integration/backend_process.h"
 #include "tests/integration/tenant_helpers.h"
 
@@ -524,6 +527,35 @@ TEST_F(TenantsTest, LiveRestoreKeepsSessionsAcrossAStop) {
   ASSERT_EQ(Backendctl(backend_, {"session", "kill", std::to_string(sessions[0]["session"].get<uint64_t>())}).exit_code,
             0);
   EXPECT_TRUE(WaitFor([&] { return !ProcessExists(executor); }, 5s));
+}
+
+// An executor started by a backend whose boards had another layout (this one was upgraded across a change of them)
+// maps board files nothing reads or writes any more: its adoption is refused with that reason, and the executor
+// then ends its session. Played here by this process on the adoption socket (it names itself, as the backend checks).
+TEST_F(TenantsTest, AdoptionRefusesAnExecutorOfAnotherBoardLayout) {
+  const int fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
+  ASSERT_GE(fd, 0);
+  const timeval timeout{5, 0};
+  setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &timeout, sizeof(timeout));
+  sockaddr_un address{};
+  address.sun_family = AF_UNIX;
+  const std::string path = backend_.runtime_dir() + "/private/adopt.sock";
+  ASSERT_LT(path.size(), sizeof(address.sun_path));
+  std::memcpy(address.sun_path, path.c_str(), path.size() + 1);
+  ASSERT_EQ(connect(fd, reinterpret_cast<const sockaddr*>(&address), sizeof(address)), 0) << strerror(errno);
+  backend::ControlLine line(fd);
+  backend::SessionRecord record;
+  record.session_id = 1;
+  record.tenant = "upgraded";
+  record.quota_session_slot = 0;
+  record.dispatch_board_layout = 0x3164707379616c65;  // "elaysdp1", a layout of long ago
+  ASSERT_TRUE(line.SendAdoption(static_cast<uint32_t>(getpid()), record));
+  backend::ControlRecord answer;
+  ASSERT_TRUE(line.Receive(&answer)) << backend_.Log();
+  close(fd);
+  ASSERT_EQ(answer.kind, backend::ControlRecord::Kind::kAdoptionAnswer);
+  EXPECT_FALSE(answer.answer.accepted);
+  EXPECT_NE(answer.answer.reason.find("another layout"), std::string::npos) << answer.answer.reason;
 }
 
 TEST_F(TenantsTest, UsageLedgerRecordsPeakMemoryPerInterval) {
