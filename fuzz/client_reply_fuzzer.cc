@@ -197,10 +197,11 @@ const Action kActions[] = {
       cuCtxGetStreamPriorityRange(&least, &greatest);
       int priority = 0;
       cuStreamGetPriority(o.stream, &priority);
-      unsigned int flags = 0;
       unsigned int version = 0;
       cuCtxGetApiVersion(o.context, &version);
-      cuDevicePrimaryCtxGetState(0, &flags, &least);
+      unsigned int flags = 0;
+      int active = 0;
+      cuDevicePrimaryCtxGetState(0, &flags, &active);
     },
     [](Objects& o) {  // 22
       int blocks = 0;
@@ -236,7 +237,10 @@ const Action kActions[] = {
       cuGraphDestroy(graph);
     },
     [](Objects& o) {  // 27: teardown of what the program made
-      if (o.module != nullptr && cuModuleUnload(o.module) == CUDA_SUCCESS) o.module = nullptr, o.function = nullptr;
+      if (o.module != nullptr && cuModuleUnload(o.module) == CUDA_SUCCESS) {
+        o.module = nullptr;
+        o.function = nullptr;
+      }
       if (o.stream != nullptr && cuStreamDestroy(o.stream) == CUDA_SUCCESS) o.stream = nullptr;
       if (o.start != nullptr && cuEventDestroy(o.start) == CUDA_SUCCESS) o.start = nullptr;
       if (o.end != nullptr && cuEventDestroy(o.end) == CUDA_SUCCESS) o.end = nullptr;
