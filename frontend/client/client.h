@@ -65,8 +65,8 @@ class Client {
   // handshake with the backend (Attach with `session_key`, learn the devices), over a channel already connected.
   // The session counts as remote (no shared directory). Fails if a session exists.
   static CUresult InitializeOver(std::unique_ptr<transport::Channel> channel, std::span<const uint8_t> session_key);
-  // Ends the process's session and frees its client, as if the process had just started (a forked child's state
-  // without the leak): the next cuInit starts over.
+  // Ends the process's session and frees its client and the handles it made (a forked child's start without the
+  // leak): the next cuInit starts over. The graph and capture registries of frontend/api/ stay as they are.
   static void Forget();
 
   // A call the caller waits for. `reply` may be null when only the result matters.
