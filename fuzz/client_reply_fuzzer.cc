@@ -154,11 +154,7 @@ const Action kActions[] = {
       cuFuncGetAttribute(&value, CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK, o.function);
       cuFuncGetAttribute(&value, CU_FUNC_ATTRIBUTE_NUM_REGS, o.function);
     },
-    [](Objects& o) {  // 12
-      uint32_t value = 7;
-      uint64_t count = kBufferBytes / 4;
-      void* arguments[] = {&o.buffer, &value, &count};
-      cuLaunchKernel(o.function, 4, 1, 1, 256, 1, 1, 0, o.stream, arguments, nullptr);
+    [](Objects&) {  // 12: a launch; out until its open defect is fixed (docs/fuzzing.md, "Found, not fixed")
     },
     [](Objects& o) {  // 13
       if (o.stream == nullptr) cuStreamCreate(&o.stream, CU_STREAM_NON_BLOCKING);
@@ -178,9 +174,7 @@ const Action kActions[] = {
       cuEventQuery(o.start);
     },
     [](Objects& o) { cuMemcpyDtoHAsync(o.host, o.buffer, kBufferBytes, o.stream); },
-    [](Objects& o) {  // 19
-      unsigned int type = 0;
-      cuPointerGetAttribute(&type, CU_POINTER_ATTRIBUTE_MEMORY_TYPE, o.buffer);
+    [](Objects& o) {  // 19 (cuPointerGetAttribute is out until its open defect is fixed: docs/fuzzing.md)
       CUdeviceptr base = 0;
       size_t bytes = 0;
       cuMemGetAddressRange(&base, &bytes, o.buffer + 16);
