@@ -34,6 +34,7 @@
 #include "executor/session.h"
 #include "frontend/client/client.h"
 #include "fuzz/fuzz_input.h"
+#include "fuzz/owned_frame.h"
 #include "schema/wire.h"
 #include "transport/channel.h"
 
@@ -46,13 +47,7 @@ struct Message {
   std::vector<uint8_t> payload;
 };
 
-// A frame owned by its Frame, exactly its size, so reading past its end is a heap overflow ASan reports.
-transport::Frame OwnedFrame(const std::vector<uint8_t>& bytes) {
-  if (bytes.empty()) return {};
-  auto* copy = new uint8_t[bytes.size()];
-  std::memcpy(copy, bytes.data(), bytes.size());
-  return transport::Frame({copy, bytes.size()}, copy, [](void* owner) { delete[] static_cast<uint8_t*>(owner); });
-}
+using fuzz::OwnedFrame;
 
 void CheckRequest(std::span<const uint8_t> header) {
   if (wire::ParseVerified<wire::Request>(header) == nullptr) {

@@ -31,6 +31,7 @@
 #include "executor/driver.h"
 #include "executor/session.h"
 #include "fuzz/fuzz_input.h"
+#include "fuzz/owned_frame.h"
 #include "schema/wire.h"
 #include "transport/channel.h"
 
@@ -38,14 +39,7 @@ namespace {
 
 using namespace curelay;
 
-// A frame owned by its Frame: its own heap block of exactly its size, so reading past its end is a heap overflow
-// that AddressSanitizer reports (and malloc's alignment is what a ZeroMQ message gives).
-transport::Frame OwnedFrame(std::span<const uint8_t> bytes) {
-  if (bytes.empty()) return {};
-  auto* copy = new uint8_t[bytes.size()];
-  std::memcpy(copy, bytes.data(), bytes.size());
-  return transport::Frame({copy, bytes.size()}, copy, [](void* owner) { delete[] static_cast<uint8_t*>(owner); });
-}
+using fuzz::OwnedFrame;
 
 // The client side of the session as a Channel: hands out the input's messages in order, checks what the executor
 // sends back, and reports the peer gone when the input is used up (after letting pending waits complete).
