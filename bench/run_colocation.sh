@@ -9,6 +9,8 @@
 #               turns        the same with [scheduler] saturation_us = 0 (turns whenever both have work)
 #               unsaturated  the same with saturation_us = 10 s (never a turn: what the gate itself costs)
 #               short-slices the default with [scheduler] slice_us = 2000 (turns of 2 ms instead of 10 when saturated)
+#               alone-native, alone-unscheduled, alone-tenant: each program by itself (one after the other), on the
+#                            real driver, as an anonymous session, as a tenant: what each way costs without a neighbour
 #             tenant modes also print how long, per round, the scheduler held GPU 0 saturated (turns applied)
 #   compute   two programs looping bf16 matmuls (CURELAY_COLOCATION_MATMUL, default 8192): aggregate matmuls per
 #             second of each mode against one process alone: native alone, native pair, curelay alone (a tenant),
@@ -178,6 +180,10 @@ for ((round = 1; round <= rounds; round++)); do
             turns) start_backend 0 && record launch/turns "$(programs tenant infer conv) $(saturation)" ;;
             unsaturated) start_backend 10000000 && record launch/unsaturated "$(programs tenant infer conv) $(saturation)" ;;
             short-slices) start_backend 2000 2000 && record launch/short-slices "$(programs tenant infer conv) $(saturation)" ;;
+            alone-native) record launch/alone-native "$(programs native infer) $(programs native conv)" ;;
+            alone-unscheduled) start_backend 2000 &&
+              record launch/alone-unscheduled "$(programs anonymous infer) $(programs anonymous conv)" ;;
+            alone-tenant) start_backend 2000 && record launch/alone-tenant "$(programs tenant infer) $(programs tenant conv)" ;;
           esac
           stop_backend
         done

@@ -7,6 +7,7 @@
 #include <chrono>
 #include <thread>
 
+#include "common/pointer_attribute_width.h"
 #include "executor/scheduled_work.h"
 #include "executor/session.h"
 #include "schema/wire_enum.h"
@@ -248,25 +249,23 @@ Session::Outcome Session::PointerAttributes(const wire::PointerAttributes& call)
   }
   const size_t count = call.attributes()->size();
   std::vector<CUpointer_attribute> attributes(count);
-  // Each answer lands in an 8-byte slot prefilled with a pattern, so the width the driver writes shows.
-  constexpr uint64_t kPattern = 0xa5a5a5a5a5a5a5a5ull;
-  std::vector<uint64_t> slots(count, kPattern);
+  // Each answer lands in a zeroed 8-byte slot; what is forwarded is the attribute's width as the driver writes it
+  // (common/pointer_attribute_width.h), which the shim checks again.
+  std::vector<uint64_t> slots(count, 0);
   std::vector<void*> data(count);
   for (size_t i = 0; i < count; ++i) {
     if (!WireEnum(call.attributes()->Get(i), CU_POINTER_ATTRIBUTE_IS_HW_DECOMPRESS_CAPABLE, &attributes[i])) {
       return {CUDA_ERROR_INVALID_VALUE};
     }
-    if (attributes[i] == CU_POINTER_ATTRIBUTE_P2P_TOKENS) return {CUDA_ERROR_NOT_SUPPORTED};  // 16-byte struct
+    if (attributes[i] == CU_POINTER_ATTRIBUTE_P2P_TOKENS) return {CUDA_ERROR_NOT_SUPPORTED};  // for nv-p2p.h only
+    if (PointerAttributeWidth(attributes[i]) == 0) return {CUDA_ERROR_INVALID_VALUE};
     data[i] = &slots[i];
   }
   Outcome outcome;
   outcome.result = driver_.cuPointerGetAttributes(static_cast<unsigned>(count), attributes.data(), data.data(), ptr);
   std::vector<wire::AttributeValue> values;
   for (size_t i = 0; i < count; ++i) {
-    uint32_t width = 8;
-    while (width > 0 && ((slots[i] >> (8 * (width - 1))) & 0xff) == 0xa5) --width;
-    if (width == 3) width = 4;
-    else if (width > 4 && width < 8) width = 8;
+    const uint32_t width = PointerAttributeWidth(attributes[i]);
     const uint64_t value = width == 8 ? slots[i] : slots[i] & ((1ull << (8 * width)) - 1);
     uint64_t context = 0;
     if (attributes[i] == CU_POINTER_ATTRIBUTE_CONTEXT && value != 0) {

@@ -149,7 +149,18 @@ const Action kActions[] = {
       cuFuncGetAttribute(&value, CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK, o.function);
       cuFuncGetAttribute(&value, CU_FUNC_ATTRIBUTE_NUM_REGS, o.function);
     },
-    [](Objects&) {  // 12: a launch; out until its open defect is fixed (docs/fuzzing.md, "Found, not fixed")
+    [](Objects& o) {  // 12
+      // The shim reads each argument with the size the executor's parameter layout states: the kernel's signature,
+      // which only the GPU host's driver knows (docs/protocol.md, "What the shim trusts"). So each argument here is
+      // as big as any layout of the driver's form may make it, as an application's arguments match its kernel.
+      alignas(16) static uint8_t arguments[3][32764];
+      const uint64_t count = kBufferBytes / 4;
+      const uint32_t value = 7;
+      std::memcpy(arguments[0], &o.buffer, sizeof o.buffer);
+      std::memcpy(arguments[1], &value, sizeof value);
+      std::memcpy(arguments[2], &count, sizeof count);
+      void* pointers[] = {arguments[0], arguments[1], arguments[2]};
+      cuLaunchKernel(o.function, 4, 1, 1, 256, 1, 1, 0, o.stream, pointers, nullptr);
     },
     [](Objects& o) {  // 13
       if (o.stream == nullptr) cuStreamCreate(&o.stream, CU_STREAM_NON_BLOCKING);
@@ -169,7 +180,11 @@ const Action kActions[] = {
       cuEventQuery(o.start);
     },
     [](Objects& o) { cuMemcpyDtoHAsync(o.host, o.buffer, kBufferBytes, o.stream); },
-    [](Objects& o) {  // 19 (cuPointerGetAttribute is out until its open defect is fixed: docs/fuzzing.md)
+    [](Objects& o) {  // 19
+      unsigned int type = 0;
+      cuPointerGetAttribute(&type, CU_POINTER_ATTRIBUTE_MEMORY_TYPE, o.buffer);
+      bool managed = false;  // one byte, as the driver writes it
+      cuPointerGetAttribute(&managed, CU_POINTER_ATTRIBUTE_IS_MANAGED, o.buffer);
       CUdeviceptr base = 0;
       size_t bytes = 0;
       cuMemGetAddressRange(&base, &bytes, o.buffer + 16);

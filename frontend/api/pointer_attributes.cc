@@ -4,6 +4,7 @@
 #include <cstring>
 #include <vector>
 
+#include "common/pointer_attribute_width.h"
 #include "frontend/api/api_support.h"
 #include "frontend/client/log.h"
 
@@ -12,9 +13,9 @@ using namespace curelay::frontend;
 
 namespace {
 
-template <typename T>
-void Store(void* data, T value) {
-  std::memcpy(data, &value, sizeof(value));
+// Writes an attribute's value with the width the driver writes it (little-endian: the low bytes).
+void Store(void* data, CUpointer_attribute attribute, uint64_t value) {
+  std::memcpy(data, &value, PointerAttributeWidth(attribute));
 }
 
 // A pinned host allocation of this client, as the driver describes page-locked host memory.
@@ -25,22 +26,23 @@ CUresult DescribeHostAllocation(Client& client, unsigned int count, CUpointer_at
   const bool managed = client.host_allocations.Managed(reinterpret_cast<const void*>(ptr));
   for (unsigned int i = 0; i < count; ++i) {
     void* out = data[i];
-    switch (attributes[i]) {
-      case CU_POINTER_ATTRIBUTE_CONTEXT: Store(out, CurrentContext()); break;
-      case CU_POINTER_ATTRIBUTE_MEMORY_TYPE:
-        Store(out, static_cast<unsigned int>(managed ? CU_MEMORYTYPE_DEVICE : CU_MEMORYTYPE_HOST));
+    const CUpointer_attribute attribute = attributes[i];
+    switch (attribute) {
+      case CU_POINTER_ATTRIBUTE_CONTEXT: Store(out, attribute, reinterpret_cast<uint64_t>(CurrentContext())); break;
+      case CU_POINTER_ATTRIBUTE_MEMORY_TYPE: Store(out, attribute, managed ? CU_MEMORYTYPE_DEVICE : CU_MEMORYTYPE_HOST); break;
+      case CU_POINTER_ATTRIBUTE_HOST_POINTER: Store(out, attribute, ptr); break;
+      case CU_POINTER_ATTRIBUTE_IS_MANAGED: Store(out, attribute, managed ? 1 : 0); break;
+      case CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL:
+        Store(out, attribute, CurrentContext() != nullptr ? static_cast<uint32_t>(CurrentContext()->device) : 0);
         break;
-      case CU_POINTER_ATTRIBUTE_HOST_POINTER: Store(out, reinterpret_cast<void*>(ptr)); break;
-      case CU_POINTER_ATTRIBUTE_IS_MANAGED: Store(out, managed ? 1u : 0u); break;
-      case CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL: Store(out, CurrentContext() != nullptr ? CurrentContext()->device : 0); break;
-      case CU_POINTER_ATTRIBUTE_RANGE_START_ADDR: Store(out, reinterpret_cast<CUdeviceptr>(base)); break;
-      case CU_POINTER_ATTRIBUTE_RANGE_SIZE: Store(out, bytes); break;
-      case CU_POINTER_ATTRIBUTE_MAPPED: Store(out, 1u); break;
+      case CU_POINTER_ATTRIBUTE_RANGE_START_ADDR: Store(out, attribute, reinterpret_cast<CUdeviceptr>(base)); break;
+      case CU_POINTER_ATTRIBUTE_RANGE_SIZE: Store(out, attribute, bytes); break;
+      case CU_POINTER_ATTRIBUTE_MAPPED: Store(out, attribute, 1); break;
       case CU_POINTER_ATTRIBUTE_DEVICE_POINTER: {
         // Only mapped host memory has a device address; the driver reports the others as not mapped.
         CUdeviceptr device_ptr = 0;
         CURELAY_RETURN_IF_ERROR(client.host_allocations.DevicePointer(reinterpret_cast<const void*>(ptr), &device_ptr));
-        Store(out, device_ptr);
+        Store(out, attribute, device_ptr);
         break;
       }
       default:
@@ -82,14 +84,23 @@ CUresult cuPointerGetAttributes(unsigned int count, CUpointer_attribute* attribu
   if (answer == nullptr || answer->values() == nullptr || answer->values()->size() != count) {
     return CUDA_ERROR_UNKNOWN;
   }
+  // Every value is checked before any is written: the answer states each width, and one that is not the width the
+  // driver writes for that attribute (the application's variable is that big, no bigger) is a broken answer.
+  for (unsigned int i = 0; i < count; ++i) {
+    const uint32_t width = answer->values()->Get(i)->bytes();
+    if (width == 0 || width != PointerAttributeWidth(attributes[i])) {
+      Log().error("cuPointerGetAttributes: the executor answered attribute {} with {} bytes; the driver writes {}",
+                  static_cast<int>(attributes[i]), width, PointerAttributeWidth(attributes[i]));
+      return CUDA_ERROR_UNKNOWN;
+    }
+  }
   for (unsigned int i = 0; i < count; ++i) {
     const wire::AttributeValue* value = answer->values()->Get(i);
     if (attributes[i] == CU_POINTER_ATTRIBUTE_CONTEXT) {
-      Store(data[i], static_cast<CUcontext>(client->contexts.FindById(value->context())));
+      Store(data[i], attributes[i], reinterpret_cast<uint64_t>(client->contexts.FindById(value->context())));
       continue;
     }
-    const uint64_t raw = value->value();
-    std::memcpy(data[i], &raw, std::min<uint32_t>(value->bytes(), sizeof(raw)));
+    Store(data[i], attributes[i], value->value());
   }
   return CUDA_SUCCESS;
 }

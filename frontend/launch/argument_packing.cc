@@ -1,6 +1,5 @@
 #include "frontend/launch/argument_packing.h"
 
-#include <algorithm>
 #include <cstring>
 
 namespace curelay::frontend {
@@ -10,13 +9,18 @@ bool ParseKernelParameters(const wire::FunctionInfo* info, KernelParameters* par
       info->param_offsets()->size() != info->param_sizes()->size()) {
     return false;
   }
+  // The layout's form is checked here: each parameter inside the driver's limit, in order, not overlapping the one
+  // before. Its sizes beyond that are the kernel's signature, which only the GPU host's driver knows: the shim reads
+  // that many bytes of each argument, as the driver itself would (docs/protocol.md, "What the shim trusts").
+  constexpr uint64_t kLargestParameterBuffer = 32764;  // CUDA's limit for a kernel's parameters (Volta and later)
+  uint64_t end_of_previous = 0;
   for (size_t i = 0; i < info->param_offsets()->size(); ++i) {
     const uint32_t offset = info->param_offsets()->Get(i), size = info->param_sizes()->Get(i);
-    constexpr uint64_t kLargestParameterBuffer = 32768;  // CUDA's limit for kernel parameters
-    if (size == 0 || uint64_t{offset} + size > kLargestParameterBuffer) return false;
+    if (size == 0 || offset < end_of_previous || uint64_t{offset} + size > kLargestParameterBuffer) return false;
+    end_of_previous = uint64_t{offset} + size;
     parameters->offsets.push_back(offset);
     parameters->sizes.push_back(size);
-    parameters->argument_bytes = std::max(parameters->argument_bytes, offset + size);
+    parameters->argument_bytes = offset + size;
   }
   return true;
 }

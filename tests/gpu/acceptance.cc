@@ -531,6 +531,50 @@ std::string case_host_register() {
          f.hex();
 }
 
+// How many bytes cuPointerGetAttribute writes for each attribute (the most of two fills that any byte changed),
+// or its error: an application's variable is exactly as big as the driver writes, so the shim must write no more.
+std::string pointer_attribute_widths(CUdeviceptr ptr, std::initializer_list<int> attributes) {
+  std::string out;
+  for (const int attribute : attributes) {
+    size_t width = 0;
+    CUresult result = CUDA_SUCCESS;
+    for (const unsigned char fill : {0xa5, 0x5a}) {
+      unsigned char slot[32];
+      std::memset(slot, fill, sizeof slot);
+      result = cuPointerGetAttribute(slot, static_cast<CUpointer_attribute>(attribute), ptr);
+      size_t written = sizeof slot;
+      while (written > 0 && slot[written - 1] == fill) --written;
+      width = std::max(width, written);
+    }
+    if (!out.empty()) out += ',';
+    out += std::to_string(attribute) + ":" + (result == CUDA_SUCCESS ? std::to_string(width) : code_str(result));
+  }
+  return out;
+}
+
+std::string case_pointer_attribute_widths() {
+  g.require_context();
+  DeviceMemory device = device_alloc(4096);
+  CUmemoryPool pool = nullptr;
+  CU_CHECK(cuDeviceGetDefaultMemPool(&pool, g.device));
+  CUdeviceptr pooled = 0;
+  CU_CHECK(cuMemAllocFromPoolAsync(&pooled, 4096, pool, nullptr));
+  CU_CHECK(cuStreamSynchronize(nullptr));
+  // Every attribute but P2P tokens (5, nv-p2p.h's) for device memory; pinned host memory for the attributes the
+  // shim describes itself (docs/api-coverage.md).
+  const std::string all = pointer_attribute_widths(
+      device.get() + 64, {1, 2, 3, 4, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18, 19, 20, 21});
+  const std::string from_pool = pointer_attribute_widths(pooled, {1, 2, 3, 8, 9, 11, 12, 17});
+  CU_CHECK(cuMemFreeAsync(pooled, nullptr));
+  CU_CHECK(cuStreamSynchronize(nullptr));
+  void* host = nullptr;
+  CU_CHECK(cuMemHostAlloc(&host, 4096, CU_MEMHOSTALLOC_DEVICEMAP));
+  const std::string pinned =
+      pointer_attribute_widths(reinterpret_cast<CUdeviceptr>(host) + 64, {1, 2, 3, 4, 8, 9, 11, 12, 13});
+  CU_CHECK(cuMemFreeHost(host));
+  return "device=" + all + " pool=" + from_pool + " pinned=" + pinned;
+}
+
 std::string hex_bytes(const void* data, size_t count) {
   std::string out;
   char digits[3];
@@ -1719,6 +1763,7 @@ int main(int argc, char** argv) {
   run_case("potential_block_size", case_potential_block_size);
   run_case("created_memory_pool", case_created_memory_pool);
   run_case("module_global", case_module_global);
+  run_case("pointer_attribute_widths", case_pointer_attribute_widths);
 
   run_case("vector_add_n1_b64", [] { return case_vector_add(1, 64); });
   run_case("vector_add_n1000_b96", [] { return case_vector_add(1000, 96); });

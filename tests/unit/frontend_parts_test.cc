@@ -78,6 +78,28 @@ TEST(ArgumentPackingTest, ExtraBufferFormAndErrors) {
   EXPECT_TRUE(buffer.empty());
 }
 
+// A layout as the executor states it (a FunctionInfo), parsed as the shim parses every one it receives.
+bool ParseLayout(const std::vector<uint32_t>& offsets, const std::vector<uint32_t>& sizes, KernelParameters* out) {
+  flatbuffers::FlatBufferBuilder builder;
+  builder.Finish(wire::CreateFunctionInfo(builder, builder.CreateVector(offsets), builder.CreateVector(sizes)));
+  return ParseKernelParameters(flatbuffers::GetRoot<wire::FunctionInfo>(builder.GetBufferPointer()), out);
+}
+
+TEST(ArgumentPackingTest, LayoutsOfAnotherFormAreRefused) {
+  KernelParameters parsed;
+  ASSERT_TRUE(ParseLayout(kOffsets, kSizes, &parsed));
+  EXPECT_EQ(parsed.argument_bytes, 72u);
+  KernelParameters ignored;
+  EXPECT_TRUE(ParseLayout({}, {}, &ignored));
+  EXPECT_TRUE(ParseLayout({0, 32756}, {8, 8}, &ignored));  // exactly the driver's 32,764 bytes
+  EXPECT_FALSE(ParseLayout({0, 32760}, {8, 8}, &ignored));  // beyond them
+  EXPECT_FALSE(ParseLayout({0, 4}, {8, 8}, &ignored));      // overlapping the parameter before
+  EXPECT_FALSE(ParseLayout({8, 0}, {8, 8}, &ignored));      // out of order
+  EXPECT_FALSE(ParseLayout({0, 8}, {8, 0}, &ignored));      // a parameter of no bytes
+  EXPECT_FALSE(ParseLayout({0, 8}, {8}, &ignored));         // arrays of different lengths
+  EXPECT_FALSE(ParseLayout({0xfffffff8u}, {16}, &ignored)); // an end past 32 bits
+}
+
 TEST(ImageSizeTest, PtxIncludesItsTerminator) {
   const char ptx[] = ".version 8.0\n.target sm_90\n";
   EXPECT_EQ(ModuleImage(ptx, 1 << 20).size(), sizeof(ptx));
