@@ -262,7 +262,13 @@ Session::Outcome Session::PointerAttributes(const wire::PointerAttributes& call)
     data[i] = &slots[i];
   }
   Outcome outcome;
-  outcome.result = driver_.cuPointerGetAttributes(static_cast<unsigned>(count), attributes.data(), data.data(), ptr);
+  if (call.single()) {  // cuPointerGetAttribute: its own errors (an unknown address, a host pointer of device memory)
+    if (count != 1) return {CUDA_ERROR_INVALID_VALUE};
+    if (driver_.cuPointerGetAttribute == nullptr) return {CUDA_ERROR_NOT_SUPPORTED};
+    outcome.result = driver_.cuPointerGetAttribute(data[0], attributes[0], ptr);
+  } else {
+    outcome.result = driver_.cuPointerGetAttributes(static_cast<unsigned>(count), attributes.data(), data.data(), ptr);
+  }
   std::vector<wire::AttributeValue> values;
   for (size_t i = 0; i < count; ++i) {
     const uint32_t width = PointerAttributeWidth(attributes[i]);

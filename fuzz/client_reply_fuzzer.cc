@@ -183,8 +183,11 @@ const Action kActions[] = {
     [](Objects& o) {  // 19
       unsigned int type = 0;
       cuPointerGetAttribute(&type, CU_POINTER_ATTRIBUTE_MEMORY_TYPE, o.buffer);
-      bool managed = false;  // one byte, as the driver writes it
-      cuPointerGetAttribute(&managed, CU_POINTER_ATTRIBUTE_IS_MANAGED, o.buffer);
+      unsigned int managed = 0;  // a "boolean" the driver writes in 4 bytes
+      CUpointer_attribute asked[] = {CU_POINTER_ATTRIBUTE_IS_MANAGED, CU_POINTER_ATTRIBUTE_RANGE_SIZE};
+      size_t range = 0;
+      void* answers[] = {&managed, &range};
+      cuPointerGetAttributes(2, asked, answers, o.buffer);
       CUdeviceptr base = 0;
       size_t bytes = 0;
       cuMemGetAddressRange(&base, &bytes, o.buffer + 16);

@@ -13,7 +13,7 @@ namespace curelay::wire {
 // (mirrors) and host functions without shared memory; 5: direct copies of same-host page-locked memory; 6: graph
 // edge data, texture and surface objects; ...; 12: tcp lane records carry a placement key, and the event calls
 // name no context; 13: shareable handles (file descriptors) of allocations and pools
-inline constexpr uint32_t kProtocolVersion = 13;
+inline constexpr uint32_t kProtocolVersion = 14;
 
 // Size limits: a header frame is small; a payload is one copy chunk or one module image.
 inline constexpr size_t kMaxHeaderBytes = 64 * 1024;

@@ -54,32 +54,16 @@ CUresult DescribeHostAllocation(Client& client, unsigned int count, CUpointer_at
   return CUDA_SUCCESS;
 }
 
-}  // namespace
-
-extern "C" {
-
-CUresult cuPointerGetAttributes(unsigned int count, CUpointer_attribute* attributes, void** data, CUdeviceptr ptr) {
-  Client* client;
-  CURELAY_RETURN_IF_ERROR(RequireClient(&client));
-  if (count == 0 || attributes == nullptr || data == nullptr) return CUDA_ERROR_INVALID_VALUE;
-  for (unsigned int i = 0; i < count; ++i) {
-    if (data[i] == nullptr) return CUDA_ERROR_INVALID_VALUE;
-  }
-  const char* base = nullptr;
-  size_t bytes = 0;
-  const bool own = client->host_allocations.Find(reinterpret_cast<const void*>(ptr), &base, &bytes);
-  Log().debug("cuPointerGetAttributes({:#x}, {} attributes, first {}): {}", ptr, count, static_cast<int>(attributes[0]),
-              own ? "pinned host memory of this client" : "asking the executor");
-  if (own) {
-    return DescribeHostAllocation(*client, count, attributes, data, base, bytes, ptr);
-  }
+// Any other pointer is asked of the executor: `single` for cuPointerGetAttribute, whose errors differ.
+CUresult AskExecutor(Client& client, unsigned int count, const CUpointer_attribute* attributes, void** data,
+                     CUdeviceptr ptr, bool single) {
   // No current context is needed: the driver describes any address (PyTorch asks whether a tensor is pinned from
   // its pin-memory thread before that thread has a context).
   auto& builder = Builder();
   const auto requested = builder.CreateVector(reinterpret_cast<const int32_t*>(attributes), count);
-  const auto call = wire::CreatePointerAttributes(builder, ptr, requested).Union();
+  const auto call = wire::CreatePointerAttributes(builder, ptr, requested, single).Union();
   ReplyMessage reply;
-  CURELAY_RETURN_IF_ERROR(client->Call(builder, wire::Call::PointerAttributes, call, {}, &reply));
+  CURELAY_RETURN_IF_ERROR(client.Call(builder, wire::Call::PointerAttributes, call, {}, &reply));
   const auto* answer = reply.reply->body_as_AttributeValues();
   if (answer == nullptr || answer->values() == nullptr || answer->values()->size() != count) {
     return CUDA_ERROR_UNKNOWN;
@@ -97,7 +81,7 @@ CUresult cuPointerGetAttributes(unsigned int count, CUpointer_attribute* attribu
   for (unsigned int i = 0; i < count; ++i) {
     const wire::AttributeValue* value = answer->values()->Get(i);
     if (attributes[i] == CU_POINTER_ATTRIBUTE_CONTEXT) {
-      Store(data[i], attributes[i], reinterpret_cast<uint64_t>(client->contexts.FindById(value->context())));
+      Store(data[i], attributes[i], reinterpret_cast<uint64_t>(client.contexts.FindById(value->context())));
       continue;
     }
     Store(data[i], attributes[i], value->value());
@@ -105,14 +89,36 @@ CUresult cuPointerGetAttributes(unsigned int count, CUpointer_attribute* attribu
   return CUDA_SUCCESS;
 }
 
+}  // namespace
+
+extern "C" {
+
+CUresult cuPointerGetAttributes(unsigned int count, CUpointer_attribute* attributes, void** data, CUdeviceptr ptr) {
+  Client* client;
+  CURELAY_RETURN_IF_ERROR(RequireClient(&client));
+  if (count == 0 || attributes == nullptr || data == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  for (unsigned int i = 0; i < count; ++i) {
+    if (data[i] == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  }
+  const char* base = nullptr;
+  size_t bytes = 0;
+  const bool own = client->host_allocations.Find(reinterpret_cast<const void*>(ptr), &base, &bytes);
+  Log().debug("cuPointerGetAttributes({:#x}, {} attributes, first {}): {}", ptr, count, static_cast<int>(attributes[0]),
+              own ? "pinned host memory of this client" : "asking the executor");
+  if (own) return DescribeHostAllocation(*client, count, attributes, data, base, bytes, ptr);
+  return AskExecutor(*client, count, attributes, data, ptr, /*single=*/false);
+}
+
 CUresult cuPointerGetAttribute(void* data, CUpointer_attribute attribute, CUdeviceptr ptr) {
-  // Unlike the plural form, the driver reports a pointer it does not know as an error.
+  Client* client;
+  CURELAY_RETURN_IF_ERROR(RequireClient(&client));
   if (data == nullptr) return CUDA_ERROR_INVALID_VALUE;
-  unsigned int memory_type = 0;
-  CUpointer_attribute attributes[2] = {CU_POINTER_ATTRIBUTE_MEMORY_TYPE, attribute};
-  void* outputs[2] = {&memory_type, data};
-  CURELAY_RETURN_IF_ERROR(cuPointerGetAttributes(2, attributes, outputs, ptr));
-  return memory_type != 0 ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
+  const char* base = nullptr;
+  size_t bytes = 0;
+  if (client->host_allocations.Find(reinterpret_cast<const void*>(ptr), &base, &bytes)) {
+    return DescribeHostAllocation(*client, 1, &attribute, &data, base, bytes, ptr);
+  }
+  return AskExecutor(*client, 1, &attribute, &data, ptr, /*single=*/true);
 }
 
 }  // extern "C"

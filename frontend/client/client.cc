@@ -91,13 +91,7 @@ CUresult Client::Initialize() {
   pthread_mutex_lock(&init_mutex);
   if (!init_done) {
     auto* client = new Client();
-    init_result = client->Connect();
-    init_done = true;
-    if (init_result == CUDA_SUCCESS) {
-      the_client.store(client, std::memory_order_release);
-    } else {
-      delete client;
-    }
+    Install(client, client->Connect());
   }
   const CUresult result = init_result;
   pthread_mutex_unlock(&init_mutex);
@@ -300,14 +294,19 @@ CUresult Client::InitializeOver(std::unique_ptr<transport::Channel> channel, std
       (result = client->ReadAttachAnswer(message, sequence, &answer)) == CUDA_SUCCESS) {
     result = client->LearnDevices(answer.device_count);
   }
+  Install(client, result);
+  pthread_mutex_unlock(&init_mutex);
+  return result;
+}
+
+CUresult Client::Install(Client* client, CUresult result) {
   init_done = true;
   init_result = result;
   if (result == CUDA_SUCCESS) {
     the_client.store(client, std::memory_order_release);
   } else {
-    delete client;  // as Initialize: cuInit answers the result, and no entry point finds a client
+    delete client;
   }
-  pthread_mutex_unlock(&init_mutex);
   return result;
 }
 

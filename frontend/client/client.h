@@ -173,6 +173,9 @@ class Client {
   void ServeableAttributes(DeviceInfo& device) const;
   Client() = default;
   CUresult Connect();
+  // With init_mutex held: `result` becomes what cuInit answers from now on, and `client` the process's client if it
+  // is CUDA_SUCCESS (else it is freed, and no entry point finds a client).
+  static CUresult Install(Client* client, CUresult result);
   // What the executor's answer to Attach tells the session beyond the client's own fields.
   struct AttachAnswer {
     bool offer_accepted = false;

@@ -298,6 +298,17 @@ CUresult CUDAAPI cuPointerGetAttributes(unsigned int numAttributes, CUpointer_at
   });
 }
 
+// The singular form refuses what the plural one answers with a default: an address that is no allocation, and a
+// host pointer of device memory (as the driver does).
+CUresult CUDAAPI cuPointerGetAttribute(void* data, CUpointer_attribute attribute, CUdeviceptr ptr) {
+  return emu::Guard([&] {
+    if (CUresult r = emu::CheckInit(); r != CUDA_SUCCESS) return r;
+    if (data == nullptr || emu::Driver::Get().memory().Find(ptr, 0) == nullptr) return CUDA_ERROR_INVALID_VALUE;
+    if (attribute == CU_POINTER_ATTRIBUTE_HOST_POINTER) return CUDA_ERROR_INVALID_VALUE;
+    return cuPointerGetAttributes(1, &attribute, &data, ptr);
+  });
+}
+
 CUresult CUDAAPI cuMemHostRegister(void* p, size_t bytesize, unsigned int Flags) {
   return emu::Guard([&] {
     std::shared_ptr<emu::Context> ctx;

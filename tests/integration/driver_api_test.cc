@@ -928,6 +928,30 @@ TEST_F(DriverApiTest, LaunchKernelExAttributesOccupancyAndLimits) {
   ASSERT_CU(cuMemFreeHost(pinned));
 }
 
+// cuPointerGetAttribute refuses what cuPointerGetAttributes answers with a default (the driver's own difference),
+// and each value is written with the driver's width, no wider.
+TEST_F(DriverApiTest, SingularPointerAttributeKeepsTheDriversErrors) {
+  CUdeviceptr device = 0;
+  ASSERT_CU(cuMemAlloc(&device, 4096));
+  void* host = nullptr;
+  EXPECT_EQ(cuPointerGetAttribute(&host, CU_POINTER_ATTRIBUTE_HOST_POINTER, device), CUDA_ERROR_INVALID_VALUE);
+  int on_the_stack = 0;
+  const auto unknown = reinterpret_cast<CUdeviceptr>(&on_the_stack);
+  unsigned int type = 7;
+  EXPECT_EQ(cuPointerGetAttribute(&type, CU_POINTER_ATTRIBUTE_MEMORY_TYPE, unknown), CUDA_ERROR_INVALID_VALUE);
+  CUpointer_attribute asked = CU_POINTER_ATTRIBUTE_MEMORY_TYPE;
+  void* answer = &type;
+  EXPECT_EQ(cuPointerGetAttributes(1, &asked, &answer, unknown), CUDA_SUCCESS);  // the default: no memory type
+  EXPECT_EQ(type, 0u);
+  uint8_t slots[16];
+  std::memset(slots, 0xa5, sizeof slots);
+  ASSERT_CU(cuPointerGetAttribute(slots, CU_POINTER_ATTRIBUTE_IS_MANAGED, device + 8));
+  const uint8_t untouched[12] = {0xa5, 0xa5, 0xa5, 0xa5, 0xa5, 0xa5, 0xa5, 0xa5, 0xa5, 0xa5, 0xa5, 0xa5};
+  EXPECT_EQ(std::memcmp(slots + 4, untouched, sizeof untouched), 0);  // 4 bytes written, as the driver writes
+  EXPECT_EQ(slots[0], 0);
+  ASSERT_CU(cuMemFree(device));
+}
+
 // Registered application memory (same-host session): its contents survive the registration, a kernel writes it
 // through its device address and reads what the application wrote, and it stays the application's afterwards.
 TEST_F(DriverApiTest, RegisteredHostMemoryIsSharedWithKernels) {
