@@ -96,7 +96,11 @@ void DispatchGate::AwaitGrant(const Timing& timing) {
       // Completions need not reach the scheduler sooner than its 100 us pass, and a launch-bound tenant launches
       // every few microseconds: an event query (a driver call) and a clock read before each would be paid on every
       // launch. (Before the mark: a poll that empties the lane clears it, and this launch must go marked.)
-      if (first && ++launches_since_poll_ >= kPollEveryLaunches) Poll();
+      if (first && ++launches_since_poll_ >= kPollEveryLaunches) {
+        const bool depended_on = budget != std::numeric_limits<int64_t>::max() ||
+                                 grant.marks_work.load(std::memory_order_acquire) != 0;
+        if (depended_on || Clock::now() - last_poll_ >= kRelaxedPollInterval) Poll();
+      }
       FollowMarkRequest(*timing.lane, grant);
       return;
     }
@@ -219,6 +223,7 @@ void DispatchGate::Poll() {
   launches_since_poll_ = 0;
   if (lanes_.empty()) return;
   const Clock::time_point now = Clock::now();
+  last_poll_ = now;
   // The last stream found idle in this poll (one query per stream and poll, not per piece).
   bool found_idle = false;
   CUstream idle_stream = nullptr;
@@ -236,7 +241,9 @@ void DispatchGate::Poll() {
       if (front.start == nullptr) {
         bool done = front.modelled_end + lane.late <= now ||
                     (found_idle && idle_stream == front.stream && idle_context == front.context);
-        if (!done && StreamIdle(front)) {
+        // One driver query per lane and poll: with timed work in flight, its end marker's query below retires
+        // the untimed work before it too, so the stream is asked only when nothing is timed.
+        if (!done && lane.timed_inflight == 0 && StreamIdle(front)) {
           done = found_idle = true;
           idle_stream = front.stream;
           idle_context = front.context;

@@ -89,6 +89,19 @@ CUresult AskExecutor(Client& client, unsigned int count, const CUpointer_attribu
   return CUDA_SUCCESS;
 }
 
+// The client's own pinned memory is described here; anything else is the executor's to answer (`single`: as the
+// driver's cuPointerGetAttribute, whose errors differ from the plural form's).
+CUresult Describe(Client& client, unsigned int count, CUpointer_attribute* attributes, void** data, CUdeviceptr ptr,
+                  bool single) {
+  const char* base = nullptr;
+  size_t bytes = 0;
+  const bool own = client.host_allocations.Find(reinterpret_cast<const void*>(ptr), &base, &bytes);
+  Log().debug("cuPointerGet{}({:#x}, {} attributes, first {}): {}", single ? "Attribute" : "Attributes", ptr, count,
+              static_cast<int>(attributes[0]), own ? "pinned host memory of this client" : "asking the executor");
+  if (own) return DescribeHostAllocation(client, count, attributes, data, base, bytes, ptr);
+  return AskExecutor(client, count, attributes, data, ptr, single);
+}
+
 }  // namespace
 
 extern "C" {
@@ -100,25 +113,14 @@ CUresult cuPointerGetAttributes(unsigned int count, CUpointer_attribute* attribu
   for (unsigned int i = 0; i < count; ++i) {
     if (data[i] == nullptr) return CUDA_ERROR_INVALID_VALUE;
   }
-  const char* base = nullptr;
-  size_t bytes = 0;
-  const bool own = client->host_allocations.Find(reinterpret_cast<const void*>(ptr), &base, &bytes);
-  Log().debug("cuPointerGetAttributes({:#x}, {} attributes, first {}): {}", ptr, count, static_cast<int>(attributes[0]),
-              own ? "pinned host memory of this client" : "asking the executor");
-  if (own) return DescribeHostAllocation(*client, count, attributes, data, base, bytes, ptr);
-  return AskExecutor(*client, count, attributes, data, ptr, /*single=*/false);
+  return Describe(*client, count, attributes, data, ptr, /*single=*/false);
 }
 
 CUresult cuPointerGetAttribute(void* data, CUpointer_attribute attribute, CUdeviceptr ptr) {
   Client* client;
   CURELAY_RETURN_IF_ERROR(RequireClient(&client));
   if (data == nullptr) return CUDA_ERROR_INVALID_VALUE;
-  const char* base = nullptr;
-  size_t bytes = 0;
-  if (client->host_allocations.Find(reinterpret_cast<const void*>(ptr), &base, &bytes)) {
-    return DescribeHostAllocation(*client, 1, &attribute, &data, base, bytes, ptr);
-  }
-  return AskExecutor(*client, 1, &attribute, &data, ptr, /*single=*/true);
+  return Describe(*client, 1, &attribute, &data, ptr, /*single=*/true);
 }
 
 }  // extern "C"
