@@ -166,7 +166,8 @@ CUresult Client::Connect() {
                             ? transport::Endpoint::Parse(welcome->executor_ipc() ? welcome->executor_ipc()->str() : "")
                             : std::optional<transport::Endpoint>(
                                   backend->WithPort(std::to_string(welcome->executor_tcp_port())));
-  if (!executor) {
+  // A same-host backend names its executor's socket, never an address elsewhere (nor a transport to load).
+  if (!executor || executor->same_host() != backend->same_host()) {
     Log().error("malformed executor endpoint from {}", config.endpoint);
     return CUDA_ERROR_SYSTEM_DRIVER_MISMATCH;
   }

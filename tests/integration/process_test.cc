@@ -15,6 +15,7 @@
 #include "schema/wire.h"
 #include "tests/integration/backend_process.h"
 #include "transport/channel.h"
+#include "transport/listener.h"
 #include "transport/rdma/rdma_link.h"
 #include "transport/shm/shm_channel.h"
 
@@ -84,6 +85,34 @@ TEST(ProcessTest, UnreachableBackendFailsCuInitQuickly) {
   result = RunClient({"init"}, {{"CURELAY_ENDPOINT", "tcp://127.0.0.1:1"}, {"CURELAY_CONNECT_TIMEOUT_MS", "300"}}, 10s);
   EXPECT_EQ(result.exit_code, 0);
   EXPECT_NE(result.output.find("cuInit 100 "), std::string::npos) << result.output;
+}
+
+// A same-host backend whose answer names an executor that is not a socket on this host (tcp://) is refused at
+// once as a malformed answer, not connected to (a broken or hostile backend must not point the client elsewhere).
+TEST(ProcessTest, ASameHostBackendNamingARemoteExecutorIsRefused) {
+  char directory[] = "/tmp/curelay-welcome-XXXXXX";
+  ASSERT_NE(mkdtemp(directory), nullptr);
+  const std::string endpoint = std::string("ipc://") + directory + "/backend.sock";
+  std::string error;
+  const std::string endpoints[] = {endpoint};
+  std::unique_ptr<transport::Listener> listener = transport::Listen(endpoints, 1 << 20, &error);
+  ASSERT_NE(listener, nullptr) << error;
+  std::thread backend([&] {
+    transport::ListenerRequest request;
+    if (listener->Receive(request, 20000) != transport::ReceiveStatus::kMessage) return;
+    flatbuffers::FlatBufferBuilder welcome;
+    const std::vector<uint8_t> key(32, 7);
+    welcome.Finish(wire::CreateWelcome(welcome, /*result=*/0, 0, 1, welcome.CreateVector(key),
+                                       welcome.CreateString("tcp://127.0.0.1:1")));
+    listener->Reply(request, {welcome.GetBufferPointer(), welcome.GetSize()});
+  });
+  const auto result = RunClient({"init"}, {{"CURELAY_ENDPOINT", endpoint}, {"CURELAY_CONNECT_TIMEOUT_MS", "3000"}}, 20s);
+  backend.join();
+  EXPECT_EQ(result.exit_code, 0);
+  EXPECT_NE(result.output.find("cuInit 803 "), std::string::npos) << result.output;  // SYSTEM_DRIVER_MISMATCH
+  listener.reset();
+  unlink((std::string(directory) + "/backend.sock").c_str());
+  rmdir(directory);
 }
 
 TEST(ProcessTest, BasicClientOverEveryTransport) {
