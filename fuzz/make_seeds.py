@@ -364,6 +364,16 @@ def hello_seeds():
     }
 
 
+def welcome_seeds():
+    welcome = lambda fields: flatbuffer_root("curelay.fbs", "curelay.wire.Welcome", fields)
+    return {
+        "admitted": welcome({"session_id": 7, "session_key": list(range(32)),
+                             "executor_ipc": "ipc:///dev/shm/curelay/executor-7.sock"}),
+        "refused": welcome({"result": 201, "message": "unknown tenant token"}),
+        "admitted-tcp-port": welcome({"session_id": 8, "session_key": list(range(32)), "executor_tcp_port": 47001}),
+    }
+
+
 def write(harness, seeds):
     directory = os.path.join(CORPUS, harness)
     shutil.rmtree(directory, ignore_errors=True)
@@ -387,6 +397,7 @@ def main():
     write("ipc_registry_fuzzer", ipc_registry_seeds())
     write("hello_fuzzer", hello_seeds())
     write("zap_fuzzer", zap_seeds())
+    write("welcome_fuzzer", welcome_seeds())
 
 
 if __name__ == "__main__":
