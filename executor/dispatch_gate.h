@@ -8,8 +8,9 @@
 // GPU's queue, as the estimates model it, has run it, until its stream is idle, or until timed work launched after
 // it completes: the scheduler still sees the work queued (saturation, turns draining). Each sample that completes
 // later than the model expected moves the queue's modelled end by as much. Nothing here reads a clock per launch:
-// the lane's model is brought up to date when it is polled (every 8 launches, when a synchronize is answered, or
-// while the session waits). Sessions without a slot (anonymous) are not scheduled and pay nothing.
+// the lane's model is brought up to date when it is polled (every 8 launches, but at most every 100 us while nobody
+// depends on its completions; when a synchronize is answered; while the session waits). Sessions without a slot
+// (anonymous) are not scheduled and pay nothing.
 // The gate marks on the board, per GPU, whether the session has work in flight there (while its grant asks: a lower
 // class that would yield to it is open there); a session whose grant says
 // it yields to higher work also waits while a higher class's mark is set (it would otherwise learn of that work
