@@ -124,6 +124,18 @@ pid_t BackendProcess::LatestSessionExecutor(std::chrono::milliseconds timeout) c
   return found;
 }
 
+pid_t BackendProcess::SessionExecutor(uint64_t session_id, std::chrono::milliseconds timeout) const {
+  pid_t found = -1;
+  const std::regex pattern("session " + std::to_string(session_id) + R"( -> executor pid (\d+))");
+  WaitFor([&] {
+    const std::string log = Log();
+    std::smatch match;
+    if (std::regex_search(log, match, pattern)) found = std::stoi(match[1].str());
+    return found > 0;
+  }, timeout);
+  return found;
+}
+
 std::vector<pid_t> BackendProcess::Children() const {
   std::vector<pid_t> children;
   DIR* proc = opendir("/proc");

@@ -42,6 +42,9 @@ class BackendProcess {
   std::string Log() const;
   // The pid of the executor the backend gave to its most recent session, waiting up to `timeout`.
   pid_t LatestSessionExecutor(std::chrono::milliseconds timeout) const;
+  // The pid of the executor of session `session_id` (a Welcome's), waiting up to `timeout` for the backend to log it:
+  // its answer may reach the client before that line, and an earlier session's line is then the latest.
+  pid_t SessionExecutor(uint64_t session_id, std::chrono::milliseconds timeout) const;
   // The backend's live child processes (its executors, idle or serving).
   std::vector<pid_t> Children() const;
   bool Alive() const;

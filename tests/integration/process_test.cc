@@ -220,7 +220,7 @@ TEST(ProcessTest, GarbageOverSharedMemoryEndsOnlyThatSession) {
     std::string error;
     const RawAdmission admission = Admit(backend);
     ASSERT_NE(admission.welcome, nullptr);
-    const pid_t executor = backend.LatestSessionExecutor(5s);
+    const pid_t executor = backend.SessionExecutor(admission.welcome->session_id(), 5s);
     const std::string endpoint = admission.welcome->executor_ipc()->str();
     std::shared_ptr<transport::Channel> zmq = transport::ConnectChannel(endpoint, {}, &error);
     std::string path;
@@ -299,7 +299,7 @@ TEST(ProcessTest, GarbageIsRejectedWithoutHarmToOthers) {
   const RawAdmission admission = Admit(backend);
   ASSERT_NE(admission.welcome, nullptr);
   ASSERT_EQ(admission.welcome->result(), 0);
-  const pid_t evil_executor = backend.LatestSessionExecutor(5s);
+  const pid_t evil_executor = backend.SessionExecutor(admission.welcome->session_id(), 5s);
   auto channel = transport::ConnectChannel(admission.welcome->executor_ipc()->str(), {}, &error);
   ASSERT_NE(channel, nullptr);
   SendAttach(*channel, *admission.welcome, "");
@@ -562,7 +562,7 @@ TEST(ProcessTest, HostileRdmaWritesEndOnlyTheirOwnSession) {
     const RawAdmission admission = Admit(backend);
     ASSERT_NE(admission.welcome, nullptr);
     ASSERT_EQ(admission.welcome->result(), 0);
-    const pid_t executor = backend.LatestSessionExecutor(5s);
+    const pid_t executor = backend.SessionExecutor(admission.welcome->session_id(), 5s);
     std::string error;
     auto link = transport::RdmaLink::Connect("127.0.0.1", std::to_string(admission.welcome->executor_tcp_port()),
                                              transport::RdmaSettingsFromEnvironment({}), &error);
