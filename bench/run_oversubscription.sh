@@ -18,6 +18,7 @@
 # Usage: bench/run_oversubscription.sh [build-dir] [rounds|extras]
 #   OVERSUB_ROUNDS (3), OVERSUB_STEPS (200), OVERSUB_IDLE_MS ("0 25"), OVERSUB_ARMS ("native curelay"), OVERSUB_CYCLES (100),
 #   OVERSUB_ENDPOINT (default ipc://<runtime>/backend.sock; tcp://127.0.0.1:PORT runs the clients over tcp),
+#   OVERSUB_GPU_MIB (the GPU memory the jobs share, default the device's or what the host's memory can swap for),
 #   CURELAY_REAL_DRIVER (default /usr/local/nvidia/lib64/libcuda.so.1), OUT (where the log and summary go).
 set -uo pipefail
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
@@ -70,12 +71,31 @@ field() { sed -n "s/.*$2=\([^ ]*\).*/\1/p" "$1" | head -1; }
 calc() { awk "BEGIN {printf \"%.3f\", $*}"; }
 median() { sort -g | awk '{a[NR]=$1} END {if (NR == 0) print "n/a"; else if (NR % 2) print a[(NR+1)/2]; else print (a[NR/2]+a[NR/2+1])/2}'; }
 
+start_hog() {  # start_hog MIB: a native process holds MIB of the GPU until stop_hog
+  native python3 -c "import torch,time; x=torch.empty($1 * 2**20, dtype=torch.uint8, device='cuda'); print('HOG', flush=True); time.sleep(3600)" \
+    >"$out/hog.log" 2>&1 &
+  hog=$!
+  for _ in $(seq 600); do grep -q HOG "$out/hog.log" && break; sleep 0.1; done
+}
+stop_hog() { if [ -n "$hog" ]; then kill "$hog"; wait "$hog" 2>/dev/null; hog=; fi; }
+
 total_mib=$(gpu_mib)
-job_mib=$(( total_mib * 45 / 100 ))
+host_mib=$(awk '/^MemTotal:/ {print int($2 / 1024)}' /proc/meminfo)
+# The GPU the jobs share: the whole device, unless OVERSUB_GPU_MIB says less or the host's memory could not hold the
+# swap space for it (two jobs' worth; kept under 60% of the host's memory, beside the jobs' own). Then a native
+# process holds the rest of the device for the whole run (an H200's 141 GB against a 128 GiB host: an H100's 80 GB).
+gpu_mib=${OVERSUB_GPU_MIB:-$total_mib}
+fits_mib=$(( (host_mib * 6 / 10 - 4096) * 10 / 9 ))
+[ "$gpu_mib" -le "$fits_mib" ] || gpu_mib=$fits_mib
+[ "$gpu_mib" -le "$total_mib" ] || gpu_mib=$total_mib
+job_mib=$(( gpu_mib * 45 / 100 ))
+share=$(calc "0.45 * $gpu_mib / $total_mib")  # of the whole device, as training_job.py's --share counts it
 # The swap space holds the sessions swapped out at once and, while turns change, the one leaving.
 budget_mib=$(( 2 * job_mib + 4096 ))
-say "== oversubscription ($phase) on $(nvidia-smi --query-gpu=name --format=csv,noheader | head -1), $total_mib MiB;" \
-    "jobs of 45% ($job_mib MiB); swap space $budget_mib MiB; endpoint $endpoint"
+say "== oversubscription ($phase) on $(nvidia-smi --query-gpu=name --format=csv,noheader | head -1), $total_mib MiB" \
+    "(jobs share $gpu_mib MiB of it; host $host_mib MiB); jobs of 45% ($job_mib MiB); swap space $budget_mib MiB;" \
+    "endpoint $endpoint"
+[ "$gpu_mib" -lt "$total_mib" ] && start_hog $(( total_mib - gpu_mib ))
 
 if [ "$phase" = rounds ]; then
   # use_backend ARM: a backend in the arm's setting (restarted when it changes: the host cannot hold two swap spaces).
@@ -95,7 +115,7 @@ if [ "$phase" = rounds ]; then
     local start pids=() seed
     start=$(date +%s.%N)
     for seed in 1 2 3; do
-      through "job$seed" timeout 900 python3 "$job" --name "job$seed" --seed "$seed" --steps "$steps" \
+      through "job$seed" timeout 900 python3 "$job" --share "$share" --name "job$seed" --seed "$seed" --steps "$steps" \
         --idle-ms "$2" >"$out/$1-$2-$3-$seed.log" 2>&1 &
       pids+=($!)
     done
@@ -113,7 +133,7 @@ if [ "$phase" = rounds ]; then
           # Native: one after another (together they do not fit).
           start=$(date +%s.%N)
           for seed in 1 2 3; do
-            native timeout 900 python3 "$job" --name "job$seed" --seed "$seed" --steps "$steps" --idle-ms "$idle" \
+            native timeout 900 python3 "$job" --share "$share" --name "job$seed" --seed "$seed" --steps "$steps" --idle-ms "$idle" \
               >"$out/native-$idle-$round-$seed.log" 2>&1
             reference_loss[$seed]=$(field "$out/native-$idle-$round-$seed.log" loss)
           done
@@ -163,13 +183,13 @@ add_tenant normal2
 add_tenant urgent --priority high
 sleep 2
 # A high-priority tenant arriving while two others hold 45% each: its ballast's allocation, against alone.
-native python3 "$job" --name alone --steps 20 >"$out/urgent-native.log" 2>&1
-through normal1 python3 "$job" --name normal1 --seed 1 --steps 2000 >"$out/normal1.log" 2>&1 &
+native python3 "$job" --share "$share" --name alone --steps 20 >"$out/urgent-native.log" 2>&1
+through normal1 python3 "$job" --share "$share" --name normal1 --seed 1 --steps 2000 >"$out/normal1.log" 2>&1 &
 n1=$!
-through normal2 python3 "$job" --name normal2 --seed 2 --steps 2000 >"$out/normal2.log" 2>&1 &
+through normal2 python3 "$job" --share "$share" --name normal2 --seed 2 --steps 2000 >"$out/normal2.log" 2>&1 &
 n2=$!
 sleep 25
-through urgent python3 "$job" --name urgent --steps 20 >"$out/urgent-curelay.log" 2>&1
+through urgent python3 "$job" --share "$share" --name urgent --steps 20 >"$out/urgent-curelay.log" 2>&1
 sleep 8  # the tenant that left comes back
 ctl session list | tee -a "$summary"
 kill $n1 $n2 2>/dev/null
@@ -196,11 +216,8 @@ done
 
 # Swap cycles: a native process holds all but 10 GiB of the GPU, so two holders of 4.5 GiB cannot be resident
 # together; each check swaps one in and the other out.
-hog_mib=$(( total_mib - 10240 ))
-native python3 -c "import torch,time; x=torch.empty(${hog_mib} * 2**20, dtype=torch.uint8, device='cuda'); print('HOG', flush=True); time.sleep(3600)" \
-  >"$out/hog.log" 2>&1 &
-hog=$!
-for _ in $(seq 600); do grep -q HOG "$out/hog.log" && break; sleep 0.1; done
+stop_hog
+start_hog $(( total_mib - 10240 ))
 start_backend 12288 1024
 add_tenant holder1 --switch-time 1
 add_tenant holder2 --switch-time 1
