@@ -72,10 +72,14 @@ calc() { awk "BEGIN {printf \"%.3f\", $*}"; }
 median() { sort -g | awk '{a[NR]=$1} END {if (NR == 0) print "n/a"; else if (NR % 2) print a[(NR+1)/2]; else print (a[NR/2]+a[NR/2+1])/2}'; }
 
 start_hog() {  # start_hog MIB: a native process holds MIB of the GPU until stop_hog
-  native python3 -c "import torch,time; x=torch.empty($1 * 2**20, dtype=torch.uint8, device='cuda'); print('HOG', flush=True); time.sleep(3600)" \
+  # exec: $! is then the process holding the memory, which stop_hog ends (not a subshell around it).
+  (LD_LIBRARY_PATH="$(dirname "$real"):${LD_LIBRARY_PATH:-}" exec python3 -c \
+    "import torch,time; x=torch.empty($1 * 2**20, dtype=torch.uint8, device='cuda'); print('HOG', flush=True); time.sleep(3600)") \
     >"$out/hog.log" 2>&1 &
   hog=$!
-  for _ in $(seq 600); do grep -q HOG "$out/hog.log" && break; sleep 0.1; done
+  for _ in $(seq 600); do grep -q HOG "$out/hog.log" && return 0; sleep 0.1; done
+  say "FAIL a native process could not hold $1 MiB of the GPU: $(tail -1 "$out/hog.log")"
+  exit 1
 }
 stop_hog() { if [ -n "$hog" ]; then kill "$hog"; wait "$hog" 2>/dev/null; hog=; fi; }
 
