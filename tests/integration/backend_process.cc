@@ -112,25 +112,25 @@ std::string BackendProcess::Log() const {
 }
 
 pid_t BackendProcess::LatestSessionExecutor(std::chrono::milliseconds timeout) const {
-  pid_t found = -1;
-  WaitFor([&] {
-    static const std::regex pattern(R"(session \d+ -> executor pid (\d+))");
-    const std::string log = Log();
-    for (auto it = std::sregex_iterator(log.begin(), log.end(), pattern); it != std::sregex_iterator(); ++it) {
-      found = std::stoi((*it)[1].str());
-    }
-    return found > 0;
-  }, timeout);
-  return found;
+  return ExecutorFromLog(std::nullopt, timeout);
 }
 
 pid_t BackendProcess::SessionExecutor(uint64_t session_id, std::chrono::milliseconds timeout) const {
+  return ExecutorFromLog(session_id, timeout);
+}
+
+pid_t BackendProcess::ExecutorFromLog(std::optional<uint64_t> session_id, std::chrono::milliseconds timeout) const {
+  // The broker's line once it has answered a Hello (backend/broker.cc): "session N -> executor pid P (tenant ...)".
+  static const std::regex assignment(R"(session (\d+) -> executor pid (\d+))");
+  const std::string wanted_session = session_id ? std::to_string(*session_id) : std::string();
   pid_t found = -1;
-  const std::regex pattern("session " + std::to_string(session_id) + R"( -> executor pid (\d+))");
   WaitFor([&] {
     const std::string log = Log();
-    std::smatch match;
-    if (std::regex_search(log, match, pattern)) found = std::stoi(match[1].str());
+    for (auto it = std::sregex_iterator(log.begin(), log.end(), assignment); it != std::sregex_iterator(); ++it) {
+      if (session_id && (*it)[1].str() != wanted_session) continue;
+      found = std::stoi((*it)[2].str());
+      if (session_id) break;  // a session is assigned only once, so its first line is the one
+    }
     return found > 0;
   }, timeout);
   return found;

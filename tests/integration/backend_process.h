@@ -7,6 +7,7 @@
 #include <chrono>
 #include <cstdlib>
 #include <map>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -50,6 +51,10 @@ class BackendProcess {
   bool Alive() const;
 
  private:
+  // The executor pid of the latest "session N -> executor pid P" line in the log, or of session `session_id`'s when
+  // given, waiting up to `timeout` for one to appear; -1 if none did.
+  pid_t ExecutorFromLog(std::optional<uint64_t> session_id, std::chrono::milliseconds timeout) const;
+
   std::string name_;
   std::map<std::string, std::string> extra_env_;
   std::string directory_;

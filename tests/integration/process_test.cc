@@ -14,8 +14,8 @@
 
 #include "schema/wire.h"
 #include "tests/integration/backend_process.h"
+#include "tests/integration/fake_backend.h"
 #include "transport/channel.h"
-#include "transport/listener.h"
 #include "transport/rdma/rdma_link.h"
 #include "transport/shm/shm_channel.h"
 
@@ -93,24 +93,19 @@ TEST(ProcessTest, ASameHostBackendNamingARemoteExecutorIsRefused) {
   char directory[] = "/tmp/curelay-welcome-XXXXXX";
   ASSERT_NE(mkdtemp(directory), nullptr);
   const std::string endpoint = std::string("ipc://") + directory + "/backend.sock";
-  std::string error;
-  const std::string endpoints[] = {endpoint};
-  std::unique_ptr<transport::Listener> listener = transport::Listen(endpoints, 1 << 20, &error);
-  ASSERT_NE(listener, nullptr) << error;
-  std::thread backend([&] {
-    transport::ListenerRequest request;
-    if (listener->Receive(request, 20000) != transport::ReceiveStatus::kMessage) return;
+  {
+    FakeBackend backend(endpoint);
+    ASSERT_TRUE(backend.listening()) << backend.error();
     flatbuffers::FlatBufferBuilder welcome;
     const std::vector<uint8_t> key(32, 7);
     welcome.Finish(wire::CreateWelcome(welcome, /*result=*/0, 0, 1, welcome.CreateVector(key),
                                        welcome.CreateString("tcp://127.0.0.1:1")));
-    listener->Reply(request, {welcome.GetBufferPointer(), welcome.GetSize()});
-  });
-  const auto result = RunClient({"init"}, {{"CURELAY_ENDPOINT", endpoint}, {"CURELAY_CONNECT_TIMEOUT_MS", "3000"}}, 20s);
-  backend.join();
-  EXPECT_EQ(result.exit_code, 0);
-  EXPECT_NE(result.output.find("cuInit 803 "), std::string::npos) << result.output;  // SYSTEM_DRIVER_MISMATCH
-  listener.reset();
+    backend.SetWelcome({welcome.GetBufferPointer(), welcome.GetSize()});
+    const auto result =
+        RunClient({"init"}, {{"CURELAY_ENDPOINT", endpoint}, {"CURELAY_CONNECT_TIMEOUT_MS", "3000"}}, 20s);
+    EXPECT_EQ(result.exit_code, 0);
+    EXPECT_NE(result.output.find("cuInit 803 "), std::string::npos) << result.output;  // SYSTEM_DRIVER_MISMATCH
+  }  // the fake backend stops listening before its socket is removed
   unlink((std::string(directory) + "/backend.sock").c_str());
   rmdir(directory);
 }
