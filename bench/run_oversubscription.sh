@@ -229,9 +229,9 @@ add_tenant holder2 --switch-time 1
 sleep 2
 cycles_line=$(python3 "$here/oversubscription/swap_cycles.py" drive "$cycles" \
   -- env CURELAY_ENDPOINT="$endpoint" CURELAY_TOKEN="${token[holder1]}" LD_LIBRARY_PATH="$build/frontend" \
-     CURELAY_SHM=$([[ $endpoint == tcp://* ]] && echo 0 || echo 1) python3 "$here/oversubscription/swap_cycles.py" holder 4.5 1 \
+     CURELAY_SHM="$([[ $endpoint == tcp://* ]] && echo 0 || echo 1)" python3 "$here/oversubscription/swap_cycles.py" holder 4.5 1 \
   -- env CURELAY_ENDPOINT="$endpoint" CURELAY_TOKEN="${token[holder2]}" LD_LIBRARY_PATH="$build/frontend" \
-     CURELAY_SHM=$([[ $endpoint == tcp://* ]] && echo 0 || echo 1) python3 "$here/oversubscription/swap_cycles.py" holder 4.5 2 2>&1 | tail -3)
+     CURELAY_SHM="$([[ $endpoint == tcp://* ]] && echo 0 || echo 1)" python3 "$here/oversubscription/swap_cycles.py" holder 4.5 2 2>&1 | tail -3)
 say "swap cycles: $cycles_line"
 ctl session list | tee -a "$summary"
 tail -n "+$cycles_log_from" "$out/backend.log" | grep -h "swapped \(out\|in\) [0-9]" |
