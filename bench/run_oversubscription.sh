@@ -42,12 +42,14 @@ trap '[ -n "$backend" ] && kill $backend 2>/dev/null; [ -n "$hog" ] && kill $hog
 say() { echo "$*" | tee -a "$summary"; }
 ctl() { "$build/backendctl/backendctl" --endpoint "ipc://$runtime/private/admin.sock" "$@"; }
 native() { LD_LIBRARY_PATH="$(dirname "$real"):${LD_LIBRARY_PATH:-}" "$@"; }
+# Shared memory for the clients only where they share the host (an ipc:// endpoint).
+shm=$([[ $endpoint == tcp://* ]] && echo 0 || echo 1)
 declare -A token
 through() {  # through TENANT CMD...: CMD as TENANT's program, through the shim
   local tenant=$1
   shift
   CURELAY_ENDPOINT=$endpoint CURELAY_TOKEN=${token[$tenant]} CURELAY_CONNECT_TIMEOUT_MS=60000 \
-    CURELAY_SHM=$([[ $endpoint == tcp://* ]] && echo 0 || echo 1) LD_LIBRARY_PATH="$build/frontend" "$@"
+    CURELAY_SHM=$shm LD_LIBRARY_PATH="$build/frontend" "$@"
 }
 gpu_mib() { nvidia-smi --query-gpu=memory.total --format=csv,noheader,nounits | head -1; }
 start_backend() {  # start_backend BUDGET_MIB RESERVE_MIB [FLAGS...]
@@ -73,7 +75,7 @@ median() { sort -g | awk '{a[NR]=$1} END {if (NR == 0) print "n/a"; else if (NR 
 
 start_hog() {  # start_hog MIB: a native process holds MIB of the GPU until stop_hog
   # exec: $! is then the process holding the memory, which stop_hog ends (not a subshell around it).
-  (LD_LIBRARY_PATH="$(dirname "$real"):${LD_LIBRARY_PATH:-}" exec python3 -c \
+  (native exec python3 -c \
     "import torch,time; x=torch.empty($1 * 2**20, dtype=torch.uint8, device='cuda'); print('HOG', flush=True); time.sleep(3600)") \
     >"$out/hog.log" 2>&1 &
   hog=$!
@@ -229,9 +231,9 @@ add_tenant holder2 --switch-time 1
 sleep 2
 cycles_line=$(python3 "$here/oversubscription/swap_cycles.py" drive "$cycles" \
   -- env CURELAY_ENDPOINT="$endpoint" CURELAY_TOKEN="${token[holder1]}" LD_LIBRARY_PATH="$build/frontend" \
-     CURELAY_SHM="$([[ $endpoint == tcp://* ]] && echo 0 || echo 1)" python3 "$here/oversubscription/swap_cycles.py" holder 4.5 1 \
+     CURELAY_SHM="$shm" python3 "$here/oversubscription/swap_cycles.py" holder 4.5 1 \
   -- env CURELAY_ENDPOINT="$endpoint" CURELAY_TOKEN="${token[holder2]}" LD_LIBRARY_PATH="$build/frontend" \
-     CURELAY_SHM="$([[ $endpoint == tcp://* ]] && echo 0 || echo 1)" python3 "$here/oversubscription/swap_cycles.py" holder 4.5 2 2>&1 | tail -3)
+     CURELAY_SHM="$shm" python3 "$here/oversubscription/swap_cycles.py" holder 4.5 2 2>&1 | tail -3)
 say "swap cycles: $cycles_line"
 ctl session list | tee -a "$summary"
 tail -n "+$cycles_log_from" "$out/backend.log" | grep -h "swapped \(out\|in\) [0-9]" |
