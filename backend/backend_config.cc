@@ -91,18 +91,20 @@ bool LoadBackendConfig(const std::string& path, BackendConfig* config, std::stri
     }
   }
   if (const toml::table* scheduling = root["scheduler"].as_table()) {
-    if (!CheckKeys(*scheduling, {"slice_us", "low_priority_budget_us", "low_priority_share_percent", "saturation_us",
-                                 "saturation_busy_percent"},
+    if (!CheckKeys(*scheduling, {"slice_us", "low_priority_budget_us", "low_priority_share_percent",
+                                 "low_priority_wait_us", "saturation_us", "saturation_busy_percent"},
                    "[scheduler]", error) ||
         !Read(*scheduling, "slice_us", &config->slice_us, error) ||
         !Read(*scheduling, "low_priority_budget_us", &config->low_priority_budget_us, error) ||
         !Read(*scheduling, "low_priority_share_percent", &config->low_priority_share_percent, error) ||
+        !Read(*scheduling, "low_priority_wait_us", &config->low_priority_wait_us, error) ||
         !Read(*scheduling, "saturation_us", &config->saturation_us, error) ||
         !Read(*scheduling, "saturation_busy_percent", &config->saturation_busy_percent, error)) {
       return false;
     }
-    if (config->slice_us <= 0 || config->low_priority_budget_us <= 0 || config->saturation_us < 0) {
-      *error = "[scheduler] times are positive (saturation_us may be 0)";
+    if (config->slice_us <= 0 || config->low_priority_budget_us <= 0 || config->saturation_us < 0 ||
+        config->low_priority_wait_us < 0) {
+      *error = "[scheduler] times are positive (saturation_us and low_priority_wait_us may be 0)";
       return false;
     }
     if (config->saturation_busy_percent < 0 || config->saturation_busy_percent > 100) {

@@ -45,6 +45,9 @@ struct BackendConfig {
   // Share of wall time the next class down may run beside a higher class that has work in flight (none waiting);
   // 0: strict priority (scheduler::SchedulerConfig::lower_class_share).
   int64_t low_priority_share_percent = 0;
+  // Under strict priority, how long a higher class must have had nothing in flight on a GPU before lower classes
+  // start work there (scheduler::SchedulerConfig::higher_class_quiet). 0: no wait.
+  int64_t low_priority_wait_us = 500;
   // Estimated GPU time in flight on a GPU below which every tenant of the top class starts work at once (the GPU is
   // not saturated; turns and weights apply above it, until it falls under half of it). 0: turns always.
   int64_t saturation_us = 2000;

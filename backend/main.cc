@@ -218,6 +218,7 @@ int main(int argc, char** argv) {
   settings.scheduling.slice = std::chrono::microseconds(config.slice_us);
   settings.scheduling.low_priority_inflight_budget = std::chrono::microseconds(config.low_priority_budget_us);
   settings.scheduling.lower_class_share = static_cast<double>(config.low_priority_share_percent) / 100.0;
+  settings.scheduling.higher_class_quiet = std::chrono::microseconds(config.low_priority_wait_us);
   settings.scheduling.saturation_inflight = std::chrono::microseconds(config.saturation_us);
   settings.scheduling.desaturation_inflight = std::chrono::microseconds(config.saturation_us / 2);
   settings.scheduling.saturation_busy_fraction = static_cast<double>(config.saturation_busy_percent) / 100.0;

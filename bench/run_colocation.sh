@@ -22,7 +22,8 @@
 #             flight (the scheduler's view: lower classes start nothing then; read before the start signal and after
 #             the programs exit, divided by the round's seconds, so slightly high) against the GPU time it used; native
 #             pair for reference; once per [scheduler] low_priority_share_percent in CURELAY_COLOCATION_SHARES
-#             (default "0": strict priority)
+#             (default "0": strict priority) and, under strict priority, per low_priority_wait_us in
+#             CURELAY_COLOCATION_WAITS (default "default": the backend's own; e.g. "0 500" compares)
 # CURELAY_BENCH_ROUNDS (default 3) rounds, modes alternating within each; medians are printed. The backends' log
 # goes to $OUT/colocation-backend.log when OUT is set (CURELAY_GPU_LOG_LEVEL, default warn, sets its level).
 # Usage: bench/run_colocation.sh [build-dir]
@@ -63,6 +64,7 @@ saturation_us = $1
 slice_us = ${2:-10000}
 low_priority_share_percent = ${share_percent:-0}
 TOML
+  [ "${wait_us:-default}" = default ] || echo "low_priority_wait_us = $wait_us" >>"$runtime/backend.toml"
   "$build/backend/curelay-backend" --config "$runtime/backend.toml" 2>>"$work/backend.log" &
   backend=$!
   for _ in $(seq 100); do [ -S "$runtime/private/admin.sock" ] && break; sleep 0.1; done
@@ -168,6 +170,16 @@ print(f"{statistics.median(values):.3f}" if values else "nan")
 
 launch_modes=${CURELAY_COLOCATION_MODES:-native unscheduled tenants turns}
 shares=${CURELAY_COLOCATION_SHARES:-0}
+waits=${CURELAY_COLOCATION_WAITS:-default}
+# The priority settings measured: "SHARE" or, under strict priority (share 0), "0/WAIT" per wait.
+settings=()
+for share in $shares; do
+  if [ "$share" = 0 ]; then
+    for wait in $waits; do settings+=("0/$wait"); done
+  else
+    settings+=("$share/default")
+  fi
+done
 for ((round = 1; round <= rounds; round++)); do
   for group in $groups; do
     case $group in
@@ -198,9 +210,10 @@ for ((round = 1; round <= rounds; round++)); do
       priority)
         record priority/native-pair "$(programs native serve train)"
         start_backend 2000 && record priority/high-alone "$(programs tenant serve@high)"; stop_backend
-        for share in $shares; do
-          share_percent=$share start_backend 2000 &&
-            record priority/high-beside-low-$share "$(active_prefix=serve-high programs tenant serve@high train@low)"
+        for setting in "${settings[@]}"; do
+          share_percent=${setting%/*} wait_us=${setting#*/} start_backend 2000 &&
+            record "priority/high-beside-low-$setting" \
+              "$(active_prefix=serve-high programs tenant serve@high train@low)"
           stop_backend
         done
         ;;
@@ -252,14 +265,15 @@ v = [float(x) for x in sys.argv[1:]]
 print(f"native pair        inference {v[0]:7.3f} ms/step, p99 {v[1]:7.3f} ms; training {1000 / v[2]:6.1f} steps/s")
 print(f"high tenant alone  inference {v[3]:7.3f} ms/step, p99 {v[4]:7.3f} ms")
 PY
-      for share in $shares; do
-        key=priority/high-beside-low-$share
-        python3 - "$share" "$(median priority/high-alone 1)" "$(median $key 0)" "$(median $key 1)" "$(median $key 2)" \
-          "$(median $key 4)" "$(median $key 5)" "$seconds" <<'PY'
+      for setting in "${settings[@]}"; do
+        key=priority/high-beside-low-$setting
+        python3 - "$setting" "$(median priority/high-alone 1)" "$(median $key 0)" "$(median $key 1)" \
+          "$(median $key 2)" "$(median $key 4)" "$(median $key 5)" "$seconds" <<'PY'
 import sys
-share = sys.argv[1]
+share, wait = sys.argv[1].split("/")
 alone_p99, step, p99, low_step, active, gpu, seconds = (float(x) for x in sys.argv[2:])
-print(f"high beside low, low_priority_share_percent {share}: inference {step:7.3f} ms/step, p99 {p99:7.3f} ms "
+setting = f"low_priority_share_percent {share}" + (f", low_priority_wait_us {wait}" if share == "0" else "")
+print(f"high beside low, {setting}: inference {step:7.3f} ms/step, p99 {p99:7.3f} ms "
       f"({p99 / alone_p99:.2f}x of alone); low tenant training {1000 / low_step:6.1f} steps/s; high tenant active "
       f"{active:.3f} s of {seconds:.0f} s ({active / seconds:.0%}), its GPU time {gpu:.3f} s")
 PY

@@ -15,6 +15,12 @@ void Pause(long nanoseconds) {
   nanosleep(&pause, nullptr);
 }
 
+// The board's clock: steady_clock is CLOCK_MONOTONIC, the same in every process of the host.
+int64_t NowNs() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
+
 }  // namespace
 
 DispatchGate::~DispatchGate() {
@@ -88,9 +94,12 @@ void DispatchGate::AwaitGrant(const Timing& timing) {
     // A class changed since the lane was marked: the old mark goes first (a demoted session would otherwise yield to
     // its own work).
     if (lane.marked_class >= 0 && lane.marked_class != static_cast<int>(work_class)) Unmark(*timing.lane);
-    // Higher work the scheduler may not have heard of yet holds this session as its grant soon will.
+    // Higher work the scheduler may not have heard of yet holds this session as its grant soon will, and so does
+    // higher work that drained moments ago: its next request is likely on its way (the grant's quiet time).
     const bool yield = grant.yields_to_higher_work.load(std::memory_order_acquire) != 0 &&
-                       board_->HigherClassHasWork(timing.gpu, work_class);
+                       (board_->HigherClassHasWork(timing.gpu, work_class) ||
+                        board_->HigherClassDrainedWithin(timing.gpu, work_class, NowNs(),
+                                                         grant.higher_quiet_ns.load(std::memory_order_acquire)));
     // Work may always start when nothing of this session's is in flight there, however large (nothing starves).
     if (may_dispatch && !yield && (lane.inflight.empty() || lane.inflight_estimate_ns <= budget - timing.estimate_ns)) {
       // Completions need not reach the scheduler sooner than its 100 us pass, and a launch-bound tenant launches
@@ -183,6 +192,7 @@ void DispatchGate::Mark(GpuLane& lane, uint32_t work_class) {
 void DispatchGate::Unmark(GpuLane& lane) {
   if (lane.marked_class < 0) return;
   board_->MarkWork(slot_index_, lane.gpu, static_cast<uint32_t>(lane.marked_class), false);
+  board_->NoteDrained(lane.gpu, static_cast<uint32_t>(lane.marked_class), NowNs());
   lane.marked_class = -1;
 }
 

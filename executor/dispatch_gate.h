@@ -14,7 +14,9 @@
 // The gate marks on the board, per GPU, whether the session has work in flight there (while its grant asks: a lower
 // class that would yield to it is open there); a session whose grant says
 // it yields to higher work also waits while a higher class's mark is set (it would otherwise learn of that work
-// only from the backend's next grant, up to a pass of ~100 us later, and launch meanwhile).
+// only from the backend's next grant, up to a pass of ~100 us later, and launch meanwhile), and until the grant's
+// quiet time has passed since a higher class last cleared its mark (the one clock read per launch, paid only by
+// such a yielding session).
 #pragma once
 
 #include <cuda.h>

@@ -375,6 +375,8 @@ Grant GpuScheduler::RightsOf(const SessionState& session) const {
   // With a share beside the higher class, lower work may start while it has work in flight: the credit decides,
   // which only the scheduler knows.
   rights.yields_to_higher_work = Budgeted(tenant) && config_.lower_class_share <= 0;
+  rights.higher_quiet_ns =
+      rights.yields_to_higher_work ? std::max(config_.higher_class_quiet, Duration::zero()).count() : 0;
   // Marks cost an atomic operation on a line other executors write: only sessions someone yields to make them.
   rights.marks_work = bottom_open_ && Outranks(tenant.priority, *bottom_open_) && config_.lower_class_share <= 0;
   if (!top_active_ || Outranks(tenant.priority, *top_active_)) {

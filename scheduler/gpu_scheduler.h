@@ -1,6 +1,8 @@
 // One GPU's dispatch policy: who may start work on the GPU now.
 //
-//  * Priority: while a session of a higher class has work pending or in flight, lower classes start nothing.
+//  * Priority: while a session of a higher class has work pending or in flight, lower classes start nothing. The
+//    grants of sessions that yield to higher work carry `higher_class_quiet`: their executors also wait that long
+//    after the higher work drained (the executors see the drain first; this class applies no wait itself).
 //  * Budget: while a higher class has a session open on the GPU (busy or not), a lower-class session may keep at
 //    most `low_priority_inflight_budget` of estimated GPU time in flight, so work of the higher class that arrives
 //    waits behind at most that much (per lower-class session). A session with nothing in flight may always start

@@ -25,6 +25,9 @@ struct Grant {
   // only at its next pass, and a lower launch made meanwhile delays the higher work on a GPU that time-slices.
   PriorityClass priority = PriorityClass::kNormal;
   bool yields_to_higher_work = false;
+  // A session that yields also waits until the higher classes' work on the GPU has been drained this long
+  // (SchedulerConfig::higher_class_quiet); 0 otherwise.
+  int64_t higher_quiet_ns = 0;
   // Whether the executor marks this session's work in flight on the board: while a lower class that yields to it
   // has a session open on the GPU.
   bool marks_work = false;
@@ -35,7 +38,7 @@ struct Grant {
   bool SameRights(const Grant& other) const {
     return may_dispatch == other.may_dispatch && inflight_budget_ns == other.inflight_budget_ns &&
            priority == other.priority && yields_to_higher_work == other.yields_to_higher_work &&
-           marks_work == other.marks_work;
+           higher_quiet_ns == other.higher_quiet_ns && marks_work == other.marks_work;
   }
 };
 static_assert(std::is_trivially_copyable_v<Grant>, "grants are copied into shared memory");

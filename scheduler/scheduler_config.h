@@ -26,6 +26,12 @@ struct SchedulerConfig {
   // Context switches are not charged, so the higher class loses more than this share (docs/scheduling.md has the
   // measurements). 0: strict, lower classes start nothing while a higher class has work pending or in flight.
   double lower_class_share = 0;
+  // Under strict precedence (lower_class_share 0), how long every higher class must have had nothing in flight on
+  // the GPU before a lower class that yields to it starts work there (anticipation, as disk schedulers wait for a
+  // process's next request). A request-by-request service leaves gaps of tens of microseconds between requests:
+  // a lower kernel started in one runs into the next request, which on a GPU that time-slices processes waits for
+  // it and for the switch back. Gaps longer than this are the lower classes' to use. Zero: no wait.
+  Duration higher_class_quiet = std::chrono::microseconds(500);
   // Work conservation: while the estimated GPU time in flight on a GPU, over all its sessions, stays below this,
   // every session of the top active class may start work at once, turns or not (a launch-bound tenant leaves the
   // GPU mostly idle; making it wait for another's turn only loses throughput). Reaching it saturates the GPU:

@@ -7,7 +7,7 @@
 namespace curelay::backend {
 namespace {
 
-constexpr uint64_t kMagic = 0x3364707379616c65;  // "elaysdp3": work marks added
+constexpr uint64_t kMagic = 0x3464707379616c65;  // "elaysdp4": the classes' drain instants added
 
 }  // namespace
 
@@ -50,6 +50,7 @@ void DispatchBoard::Reset(int index) {
     grant.inflight_budget_ns.store(std::numeric_limits<int64_t>::max());
     grant.work_class.store(kDispatchClasses - 1);
     grant.yields_to_higher_work.store(0);
+    grant.higher_quiet_ns.store(0);
     grant.marks_work.store(0);
   }
   s.tail.store(s.head.load());
@@ -86,6 +87,24 @@ bool DispatchBoard::HigherClassHasWork(int gpu, uint32_t work_class) const {
     for (const auto& word : layout_->work_marks[gpu].words[higher]) {
       if (word.load(std::memory_order_acquire) != 0) return true;
     }
+  }
+  return false;
+}
+
+void DispatchBoard::NoteDrained(int gpu, uint32_t work_class, int64_t now_ns) {
+  if (gpu < 0 || gpu >= kMaxDispatchGpus || work_class >= kDispatchClasses) return;
+  std::atomic<int64_t>& drained = layout_->work_marks[gpu].drained_ns[work_class];
+  int64_t seen = drained.load(std::memory_order_relaxed);
+  // The latest instant wins (two sessions of a class draining at once).
+  while (seen < now_ns && !drained.compare_exchange_weak(seen, now_ns, std::memory_order_acq_rel)) {
+  }
+}
+
+bool DispatchBoard::HigherClassDrainedWithin(int gpu, uint32_t work_class, int64_t now_ns, int64_t quiet_ns) const {
+  if (gpu < 0 || gpu >= kMaxDispatchGpus || quiet_ns <= 0) return false;
+  for (uint32_t higher = 0; higher < work_class && higher < kDispatchClasses; ++higher) {
+    const int64_t drained = layout_->work_marks[gpu].drained_ns[higher].load(std::memory_order_acquire);
+    if (drained <= now_ns && drained > now_ns - quiet_ns) return true;  // no subtraction of a hostile value
   }
   return false;
 }

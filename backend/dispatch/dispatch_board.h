@@ -41,6 +41,8 @@ struct GpuGrant {
   // has work marked on this GPU (1) or only for the grant (0).
   std::atomic<uint32_t> work_class{kDispatchClasses - 1};
   std::atomic<uint32_t> yields_to_higher_work{0};
+  // A session that yields also waits until the higher classes' marks on this GPU have been clear this long.
+  std::atomic<int64_t> higher_quiet_ns{0};
   // Whether the executor marks its work (1 while a lower class that yields to it has a session open there).
   std::atomic<uint32_t> marks_work{0};
 };
@@ -50,6 +52,9 @@ struct GpuGrant {
 // its slot.
 struct GpuWorkMarks {
   std::atomic<uint64_t> words[kDispatchClasses][kWorkMarkWords];
+  // Per class, when a session of it last cleared its mark here (steady clock, ns; the host's CLOCK_MONOTONIC is
+  // every process's): the start of the class's quiet time.
+  std::atomic<int64_t> drained_ns[kDispatchClasses];
 };
 
 struct alignas(64) SessionDispatchSlot {
@@ -89,6 +94,11 @@ class DispatchBoard {
   bool WorkMarked(int index, int gpu, uint32_t work_class) const;
   // Whether any session of a class above `work_class` has work marked on `gpu`.
   bool HigherClassHasWork(int gpu, uint32_t work_class) const;
+  // Executor side: a session of `work_class` cleared its mark on `gpu` at `now_ns`.
+  void NoteDrained(int gpu, uint32_t work_class, int64_t now_ns);
+  // Whether a class above `work_class` cleared a mark on `gpu` less than `quiet_ns` before `now_ns`. An instant
+  // after `now_ns` (written by a broken executor) does not count: it cannot hold lower classes back.
+  bool HigherClassDrainedWithin(int gpu, uint32_t work_class, int64_t now_ns, int64_t quiet_ns) const;
 
   // Executor side: appends an event; false if the ring is full (the caller retries after the backend drains).
   static bool Push(SessionDispatchSlot& slot, const DispatchEvent& event);

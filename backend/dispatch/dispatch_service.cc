@@ -34,6 +34,7 @@ void Publish(const scheduler::Grant& grant, GpuGrant& target) {
   target.inflight_budget_ns.store(grant.inflight_budget_ns, std::memory_order_release);
   target.work_class.store(static_cast<uint32_t>(scheduler::ClassIndex(grant.priority)), std::memory_order_release);
   target.yields_to_higher_work.store(grant.yields_to_higher_work ? 1 : 0, std::memory_order_release);
+  target.higher_quiet_ns.store(grant.higher_quiet_ns, std::memory_order_release);
   target.marks_work.store(grant.marks_work ? 1 : 0, std::memory_order_release);
   target.may_dispatch.store(grant.may_dispatch ? 1 : 0, std::memory_order_release);
 }

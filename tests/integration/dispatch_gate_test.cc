@@ -118,6 +118,22 @@ TEST_F(DispatchGateTest, LowYieldsToHighWorkInFlightUntilItIsDone) {
   EXPECT_FALSE(board_->WorkMarked(kLowSlot, 0, kLowClass));  // nobody yields to it: it marks nothing
 }
 
+// With a quiet time in its grant, the low session also waits that long after the high work drained: a request-by-
+// request service's next request usually follows within it.
+TEST_F(DispatchGateTest, LowWaitsOutTheHighClassQuietTimeAfterItsWorkDrains) {
+  board_->slot(kLowSlot).grants[0].higher_quiet_ns.store(300'000'000);  // 300 ms
+  HighLaunch(50'000'000);
+  std::future<void> low = LowAsks();
+  Unhold unhold{low_};
+  ASSERT_EQ(driver_.cuStreamSynchronize(stream_), CUDA_SUCCESS);
+  high_.Poll();
+  const auto drained = std::chrono::steady_clock::now();
+  EXPECT_FALSE(board_->WorkMarked(kHighSlot, 0, kHighClass));
+  EXPECT_EQ(low.wait_for(150ms), std::future_status::timeout) << "the low session started inside the quiet time";
+  ASSERT_EQ(low.wait_for(3s), std::future_status::ready) << "the low session stayed held after the quiet time";
+  EXPECT_GE(std::chrono::steady_clock::now() - drained, 300ms);
+}
+
 TEST_F(DispatchGateTest, ASessionThatDoesNotYieldIsNotHeld) {
   board_->slot(kLowSlot).grants[0].yields_to_higher_work.store(0);  // lower work may run beside (a share)
   HighLaunch(300'000'000);

@@ -27,10 +27,11 @@ class BackendConfigTest : public ::testing::Test {
 TEST_F(BackendConfigTest, SchedulerKeysAreRead) {
   std::string error;
   ASSERT_TRUE(Load("[scheduler]\nslice_us = 5000\nsaturation_us = 3000\nsaturation_busy_percent = 75\n"
-                   "low_priority_share_percent = 10\n",
+                   "low_priority_share_percent = 10\nlow_priority_wait_us = 0\n",
                    &error))
       << error;
   EXPECT_EQ(config_.low_priority_share_percent, 10);
+  EXPECT_EQ(config_.low_priority_wait_us, 0);
   EXPECT_EQ(config_.slice_us, 5000);
   EXPECT_EQ(config_.saturation_us, 3000);
   EXPECT_EQ(config_.saturation_busy_percent, 75);
@@ -44,6 +45,7 @@ TEST_F(BackendConfigTest, DefaultsHoldWithoutTheSection) {
   EXPECT_EQ(config_.saturation_busy_percent, 90);
   EXPECT_EQ(config_.saturation_us, 2000);
   EXPECT_EQ(config_.low_priority_share_percent, 0);
+  EXPECT_EQ(config_.low_priority_wait_us, 500);
 }
 
 TEST_F(BackendConfigTest, BadSchedulerValuesAreRefused) {
@@ -55,6 +57,9 @@ TEST_F(BackendConfigTest, BadSchedulerValuesAreRefused) {
   EXPECT_NE(error.find("saturation_busy_percent"), std::string::npos) << error;
   error.clear();
   EXPECT_FALSE(Load("[scheduler]\nsaturation_busy_percent = -1\n", &error));
+  EXPECT_FALSE(error.empty());
+  error.clear();
+  EXPECT_FALSE(Load("[scheduler]\nlow_priority_wait_us = -1\n", &error));
   EXPECT_FALSE(error.empty());
   error.clear();
   EXPECT_FALSE(Load("[scheduler]\nslice_us = 0\n", &error));

@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <limits>
 #include <memory>
 #include <string>
 #include <thread>
@@ -54,6 +55,29 @@ TEST_F(DispatchBoardTest, OnlyHigherClassesWorkOnTheSameGpuHoldsAClass) {
   executor_->MarkWork(5, 3, kHigh, false);
   executor_->MarkWork(700, 3, kNormal, false);
   EXPECT_FALSE(backend_->HigherClassHasWork(3, kLow));
+}
+
+// A class's quiet time starts when one of its sessions clears its mark; only lower classes wait for it, and an
+// instant in the future (a broken executor's) or far in the past holds nobody.
+TEST_F(DispatchBoardTest, ADrainedHigherClassHoldsLowerClassesForTheQuietTime) {
+  constexpr int64_t kQuiet = 500'000;
+  const int64_t now = 10'000'000'000;
+  EXPECT_FALSE(backend_->HigherClassDrainedWithin(3, kLow, now, kQuiet));  // never drained
+  executor_->NoteDrained(3, kHigh, now - 100'000);
+  EXPECT_TRUE(backend_->HigherClassDrainedWithin(3, kLow, now, kQuiet));
+  EXPECT_TRUE(backend_->HigherClassDrainedWithin(3, kNormal, now, kQuiet));
+  EXPECT_FALSE(backend_->HigherClassDrainedWithin(3, kHigh, now, kQuiet));  // its own class
+  EXPECT_FALSE(backend_->HigherClassDrainedWithin(2, kLow, now, kQuiet));   // another GPU
+  EXPECT_FALSE(backend_->HigherClassDrainedWithin(3, kLow, now, 0));        // no quiet time asked
+  EXPECT_FALSE(backend_->HigherClassDrainedWithin(3, kLow, now + kQuiet, kQuiet));  // the quiet time has passed
+  executor_->NoteDrained(3, kHigh, now - 400'000);  // an earlier instant does not move it back
+  EXPECT_TRUE(backend_->HigherClassDrainedWithin(3, kLow, now + 300'000, kQuiet));
+  executor_->NoteDrained(3, kNormal, now + 1'000'000'000);  // "drained" a second from now
+  EXPECT_FALSE(backend_->HigherClassDrainedWithin(3, kLow, now + kQuiet, kQuiet));
+  executor_->NoteDrained(1, kHigh, std::numeric_limits<int64_t>::min());  // no overflow, holds nobody
+  EXPECT_FALSE(backend_->HigherClassDrainedWithin(1, kLow, now, kQuiet));
+  executor_->NoteDrained(kMaxDispatchGpus, kHigh, now);  // out of range: ignored
+  executor_->NoteDrained(3, kDispatchClasses, now);
 }
 
 TEST_F(DispatchBoardTest, MarksOfOneSlotLeaveTheOthersAlone) {

@@ -153,6 +153,17 @@ TEST_F(PriorityTest, BudgetedSessionsYieldToHigherWorkOnTheirOwn) {
   EXPECT_FALSE(scheduler_.GetGrant(kNormal)->yields_to_higher_work);
 }
 
+// Sessions that yield also wait out the higher classes' quiet time (the executor's gate applies it); others do not.
+TEST_F(PriorityTest, YieldingSessionsCarryTheQuietTime) {
+  Open(kHigh, kHighTenant);
+  Open(kLow, kLowTenant);
+  EXPECT_EQ(scheduler_.GetGrant(kLow)->higher_quiet_ns, Duration(SchedulerConfig{}.higher_class_quiet).count());
+  EXPECT_GT(scheduler_.GetGrant(kLow)->higher_quiet_ns, 0);
+  EXPECT_EQ(scheduler_.GetGrant(kHigh)->higher_quiet_ns, 0);
+  ASSERT_EQ(scheduler_.CloseSession(kHigh, At(1ms)), Status::kOk);
+  EXPECT_EQ(scheduler_.GetGrant(kLow)->higher_quiet_ns, 0);  // nobody to yield to
+}
+
 // Only sessions that a lower class yields to mark their work (the marks cost an atomic operation on shared lines).
 TEST_F(PriorityTest, OnlySessionsSomeoneYieldsToMarkTheirWork) {
   Open(kNormal, kNormalTenant);
