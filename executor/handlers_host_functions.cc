@@ -53,6 +53,8 @@ struct Session::RemoteHostFunction {
   std::shared_ptr<transport::SerializedChannel> channel;
   std::shared_ptr<HostMirrors> mirrors;
   std::shared_ptr<std::atomic<bool>> abandoned;
+  // The answers of device-to-host copies ordered before the function, not yet sent when it was launched.
+  std::vector<std::shared_ptr<CopyDelivery>> deliveries;
 };
 
 namespace {
@@ -62,6 +64,18 @@ namespace {
 // stream until the client has run the function.
 void HoldForRemote(Session::RemoteHostFunction& call) {
   call.state.store(transport::kGateReached);
+  // The stream has run those copies: their data goes first, so the function finds it in place (the session's
+  // thread may be asleep between polls or blocked in a driver call, and would send it only later).
+  for (const std::shared_ptr<CopyDelivery>& delivery : call.deliveries) {
+    if (!delivery->ClaimForCallback()) continue;
+    flatbuffers::FlatBufferBuilder answer(64);
+    answer.Finish(wire::CreateReply(answer, delivery->sequence, CUDA_SUCCESS));
+    const bool sent = call.mirrors->SendWithChanges(*call.channel, {answer.GetBufferPointer(), answer.GetSize()},
+                                                    {delivery->data, delivery->bytes});
+    delivery->Sent();
+    if (!sent) return;
+  }
+  call.deliveries.clear();
   flatbuffers::FlatBufferBuilder builder(64);
   flatbuffers::Offset<void> body;
   if (call.function != 0) body = wire::CreateIntegerValue(builder, static_cast<int64_t>(call.function)).Union();
@@ -100,6 +114,12 @@ Session::Outcome Session::LaunchRemoteHostFunction(const wire::LaunchHostFunctio
   function->channel = bound_channel_;
   function->mirrors = host_mirrors_;
   function->abandoned = host_functions_abandoned_;
+  if (const auto queued = stream_deliveries_.find(stream); queued != stream_deliveries_.end()) {
+    PruneDeliveries(queued->second);
+    for (const std::weak_ptr<CopyDelivery>& weak : queued->second) {
+      if (auto delivery = weak.lock()) function->deliveries.push_back(std::move(delivery));
+    }
+  }
   auto* data = new std::shared_ptr<RemoteHostFunction>(function);
   const CUresult result = driver_.cuLaunchHostFunc(stream, NotifyAndHold, data);
   if (result != CUDA_SUCCESS) {

@@ -175,7 +175,13 @@ Session::Outcome Session::CopyToHostDeferred(CUstream stream, uint64_t bytes,
     staging_.Give(staging);
     return {TakeDeferred(result)};
   }
-  return Defer(std::move(markers), 0, staging, bytes);
+  auto delivery = std::make_shared<CopyDelivery>();
+  delivery->data = staging;
+  delivery->bytes = bytes;
+  CopyDeliveries& queued = stream_deliveries_[stream];
+  PruneDeliveries(queued);
+  queued.push_back(delivery);
+  return Defer(std::move(markers), 0, staging, bytes, std::move(delivery));
 }
 
 Session::Outcome Session::MemcpyDtoD(const wire::MemcpyDtoD& call) {

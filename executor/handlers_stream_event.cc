@@ -27,6 +27,7 @@ Session::Outcome Session::StreamDestroy(const wire::StreamDestroy& call) {
   if (found == streams_.end()) return {CUDA_ERROR_INVALID_HANDLE};
   Outcome outcome;
   outcome.result = driver_.cuStreamDestroy(found->second);
+  stream_deliveries_.erase(found->second);  // a later stream may get the same handle
   streams_.erase(found);
   stream_contexts_.erase(call.stream());
   return outcome;
@@ -91,7 +92,14 @@ Session::Outcome Session::StreamWaitEvent(const wire::StreamWaitEvent& call) {
   if (result != CUDA_SUCCESS) return {result};
   auto event = events_.find(call.event());
   if (event == events_.end()) return {CUDA_ERROR_INVALID_HANDLE};
-  return {driver_.cuStreamWaitEvent(stream, event->second, call.flags())};
+  result = driver_.cuStreamWaitEvent(stream, event->second, call.flags());
+  if (const auto before = event_deliveries_.find(call.event()); result == CUDA_SUCCESS && before != event_deliveries_.end()) {
+    // The copies before the event are now ordered before this stream's later work too.
+    PruneDeliveries(before->second);
+    CopyDeliveries& queued = stream_deliveries_[stream];
+    queued.insert(queued.end(), before->second.begin(), before->second.end());
+  }
+  return {result};
 }
 
 Session::Outcome Session::EventCreate(const wire::EventCreate& call) {
@@ -109,9 +117,23 @@ Session::Outcome Session::EventRecord(const wire::EventRecord& call) {
   CUstream stream = nullptr;
   CUresult result = LookupStream(call.stream(), &stream);
   if (result != CUDA_SUCCESS) return {result};
-  if (call.flags() == 0) return {driver_.cuEventRecord(event->second, stream)};
-  if (driver_.cuEventRecordWithFlags == nullptr) return {CUDA_ERROR_NOT_SUPPORTED};
-  result = driver_.cuEventRecordWithFlags(event->second, stream, call.flags());
+  if (call.flags() == 0) {
+    result = driver_.cuEventRecord(event->second, stream);
+  } else if (driver_.cuEventRecordWithFlags == nullptr) {
+    return {CUDA_ERROR_NOT_SUPPORTED};
+  } else {
+    result = driver_.cuEventRecordWithFlags(event->second, stream, call.flags());
+  }
+  if (result == CUDA_SUCCESS) {
+    // What the event completes after, for streams that will wait on it (a record replaces the last one's).
+    CopyDeliveries& queued = stream_deliveries_[stream];
+    PruneDeliveries(queued);
+    if (queued.empty()) {
+      event_deliveries_.erase(call.event());
+    } else {
+      event_deliveries_[call.event()] = queued;
+    }
+  }
   return {result};
 }
 
@@ -147,6 +169,7 @@ Session::Outcome Session::EventDestroy(const wire::EventDestroy& call) {
   auto found = events_.find(call.event());
   if (found == events_.end()) return {CUDA_ERROR_INVALID_HANDLE};
   ipc_registry_.Withdraw(IpcRegistry::Kind::kEvent, call.event());
+  event_deliveries_.erase(call.event());
   const bool awaited = std::any_of(pending_waits_.begin(), pending_waits_.end(),
                                    [&](const PendingWait& wait) { return wait.client_event == call.event(); });
   if (awaited) {

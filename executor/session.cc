@@ -145,8 +145,8 @@ CUcontext Session::CurrentDriverContext() const {
 }
 
 Session::Outcome Session::Defer(std::vector<CUevent> markers, uint64_t client_event, uint8_t* staging,
-                                uint64_t staging_bytes) {
-  deferring_ = {0, std::move(markers), CurrentDriverContext(), client_event, staging, staging_bytes};
+                                uint64_t staging_bytes, std::shared_ptr<CopyDelivery> delivery) {
+  deferring_ = {0, std::move(markers), CurrentDriverContext(), client_event, staging, staging_bytes, std::move(delivery)};
   Outcome outcome;
   outcome.deferred = true;
   return outcome;
@@ -197,6 +197,12 @@ bool Session::PollPendingWaits() {
         driver_.cuEventDestroy(doomed_events_.at(client_event));
         doomed_events_.erase(client_event);
       }
+    }
+    if (wait.delivery != nullptr && !wait.delivery->ClaimForSession()) {
+      // A host function's callback later on the copy's stream has sent the answer: only the buffers come back.
+      staging_.Give(wait.staging);
+      for (CUevent marker : wait.markers) markers_.Give(wait.context, marker);
+      continue;
     }
     // Its own builder: this may run while a handler's answer is being built in builder_.
     wait_builder_.Clear();
@@ -320,6 +326,7 @@ bool Session::Handle(const wire::Request& request, std::span<const uint8_t> payl
   if (outcome.deferred) {
     deferring_.sequence = request.sequence();
     if (deferring_.sequence == 0) return false;  // a synchronize nobody waits for is not a valid request
+    if (deferring_.delivery != nullptr) deferring_.delivery->sequence = deferring_.sequence;
     pending_waits_.push_back(std::move(deferring_));
     deferring_ = {};
     return true;
@@ -431,8 +438,12 @@ void Session::ReleaseEverything() {
       driver_.cuEventSynchronize(marker);
       driver_.cuEventDestroy(marker);
     }
+    // A host function's callback may be sending its data from the staging buffer: claiming waits for that.
+    if (wait.delivery != nullptr) wait.delivery->ClaimForSession();
   }
   pending_waits_.clear();
+  stream_deliveries_.clear();
+  event_deliveries_.clear();
   markers_.Release();
   staging_.Release();
   for (auto& [id, event] : doomed_events_) driver_.cuEventDestroy(event);

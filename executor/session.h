@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "executor/dispatch_gate.h"
+#include "executor/copy_delivery.h"
 #include "executor/driver.h"
 #include "executor/event_pool.h"
 #include "executor/host_mirrors.h"
@@ -88,6 +89,7 @@ class Session {
     uint64_t client_event = 0;     // cuEventSynchronize: the client's event id
     uint8_t* staging = nullptr;    // device-to-host copy: the data to send with the answer (from staging_)
     uint64_t staging_bytes = 0;
+    std::shared_ptr<CopyDelivery> delivery;  // a device-to-host copy's answer, which a host function may send first
     // PollPendingWaits' sample: complete, and the first error its markers or event reported.
     bool complete = false;
     CUresult outcome = CUDA_SUCCESS;
@@ -104,7 +106,7 @@ class Session {
   void ReturnMarkers(std::vector<CUevent>& markers);
   CUcontext CurrentDriverContext() const;
   Outcome Defer(std::vector<CUevent> markers, uint64_t client_event, uint8_t* staging = nullptr,
-                uint64_t staging_bytes = 0);
+                uint64_t staging_bytes = 0, std::shared_ptr<CopyDelivery> delivery = nullptr);
   // A stream-ordered copy of `bytes` into a pinned staging chunk (`enqueue` issues it into the chunk it is given),
   // answered with the data when a marker behind it completes: the session's thread does not block meanwhile.
   // Runs `allocate` for `bytes` charged to the tenant's quota: CUDA_ERROR_OUT_OF_MEMORY without trying when the
@@ -396,6 +398,11 @@ class Session {
   std::shared_ptr<std::atomic<bool>> host_functions_abandoned_ = std::make_shared<std::atomic<bool>>(false);
   // A remote client's host functions waiting on their streams, by notice number (handlers_host_functions.cc).
   std::unordered_map<uint64_t, std::shared_ptr<RemoteHostFunction>> remote_host_functions_;
+  // Device-to-host answers not sent yet, by the stream their copy was queued on (or that waits on an event
+  // recorded after it) and by the client's event recorded after it: a remote host function launched on that
+  // stream sends them before its notice (copy_delivery.h).
+  std::unordered_map<CUstream, CopyDeliveries> stream_deliveries_;
+  std::unordered_map<uint64_t, CopyDeliveries> event_deliveries_;
   // Graph host nodes: each host function's record (by the client's id; never freed, see HostNodeParams), the
   // queue of launch tickets, and each executable graph's host node count.
   std::unordered_map<uint64_t, HostNodeFunction*> host_node_functions_;

@@ -6,6 +6,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <cstring>
 #include <mutex>
 #include <thread>
 #include <vector>
@@ -82,6 +83,54 @@ TEST_F(HostFunctionTest, BlockingCallsBehindAHostFunctionDoNotDeadlock) {
   ASSERT_CU(cuMemFree(buffer));
   ASSERT_CU(cuCtxSynchronize());
   EXPECT_TRUE(record.ran);
+  ASSERT_CU(cuStreamDestroy(blocking));
+}
+
+struct CopiedCheck {
+  const unsigned char* bytes = nullptr;
+  size_t size = 0;
+  std::atomic<bool> ran{false};
+  std::atomic<bool> found_the_data{false};
+};
+
+void CUDA_CB CheckCopied(void* data) {
+  auto* check = static_cast<CopiedCheck*>(data);
+  bool all = true;
+  for (size_t i = 0; i < check->size && all; ++i) all = check->bytes[i] == 0xab;
+  check->found_the_data = all;
+  check->ran = true;
+}
+
+// A host function after an asynchronous device-to-host copy into page-locked memory on its stream finds the copied
+// data (JAX signals a finished transfer to the host this way). Over tcp:// the data travels in the copy's answer,
+// which the function's notice must not overtake; here the executor's session thread is kept in a driver call that
+// waits for the stream (a synchronous pageable copy on the legacy stream) until the function has returned.
+TEST_F(HostFunctionTest, AFunctionAfterADeviceToHostCopyFindsItsData) {
+  CUstream blocking = nullptr;
+  ASSERT_CU(cuStreamCreate(&blocking, CU_STREAM_DEFAULT));
+  constexpr size_t kBytes = 4 << 20;
+  void* pinned = nullptr;
+  ASSERT_CU(cuMemHostAlloc(&pinned, kBytes, 0));
+  std::memset(pinned, 0, kBytes);
+  CUdeviceptr source = 0;
+  ASSERT_CU(cuMemAlloc(&source, kBytes));
+  ASSERT_CU(cuMemsetD8(source, 0xab, kBytes));
+  ASSERT_CU(Busy(blocking, std::chrono::milliseconds(50)));
+  ASSERT_CU(cuMemcpyDtoHAsync(pinned, source, kBytes, blocking));
+  CopiedCheck check;
+  check.bytes = static_cast<const unsigned char*>(pinned);
+  check.size = kBytes;
+  ASSERT_CU(cuLaunchHostFunc(blocking, CheckCopied, &check));
+  CUdeviceptr buffer = 0;
+  std::vector<unsigned char> bytes(8 << 20, 0x3c);
+  ASSERT_CU(cuMemAlloc(&buffer, bytes.size()));
+  ASSERT_CU(cuMemcpyHtoD(buffer, bytes.data(), bytes.size()));
+  ASSERT_CU(cuStreamSynchronize(blocking));
+  EXPECT_TRUE(check.ran);
+  EXPECT_TRUE(check.found_the_data) << "the host function ran before the copy's data had landed";
+  ASSERT_CU(cuMemFree(buffer));
+  ASSERT_CU(cuMemFree(source));
+  ASSERT_CU(cuMemFreeHost(pinned));
   ASSERT_CU(cuStreamDestroy(blocking));
 }
 

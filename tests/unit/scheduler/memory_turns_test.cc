@@ -2,7 +2,6 @@
 // switch-time modes and the swap space's budget, on an injected clock.
 #include <gtest/gtest.h>
 
-#include <algorithm>
 #include <vector>
 
 #include "scheduler/memory_turns.h"
@@ -30,8 +29,6 @@ MemorySessionFacts Waiting(SessionId id, uint64_t shortfall, TimePoint since = k
   facts.waiting_since = since;
   return facts;
 }
-
-bool Has(const std::vector<SessionId>& ids, SessionId id) { return std::find(ids.begin(), ids.end(), id) != ids.end(); }
 
 MemoryTurnsConfig Fixed(Duration switch_time) {
   MemoryTurnsConfig config;
