@@ -107,6 +107,10 @@ bool LoadBackendConfig(const std::string& path, BackendConfig* config, std::stri
       *error = "[scheduler] times are positive (saturation_us and low_priority_wait_us may be 0)";
       return false;
     }
+    if (config->low_priority_wait_us > 1'000'000) {
+      *error = "[scheduler] low_priority_wait_us is at most 1000000 (1 s)";
+      return false;
+    }
     if (config->saturation_busy_percent < 0 || config->saturation_busy_percent > 100) {
       *error = "[scheduler] saturation_busy_percent is 0 to 100";
       return false;

@@ -96,10 +96,10 @@ void DispatchGate::AwaitGrant(const Timing& timing) {
     if (lane.marked_class >= 0 && lane.marked_class != static_cast<int>(work_class)) Unmark(*timing.lane);
     // Higher work the scheduler may not have heard of yet holds this session as its grant soon will, and so does
     // higher work that drained moments ago: its next request is likely on its way (the grant's quiet time).
+    const int64_t quiet_ns = grant.higher_quiet_ns.load(std::memory_order_acquire);
     const bool yield = grant.yields_to_higher_work.load(std::memory_order_acquire) != 0 &&
                        (board_->HigherClassHasWork(timing.gpu, work_class) ||
-                        board_->HigherClassDrainedWithin(timing.gpu, work_class, NowNs(),
-                                                         grant.higher_quiet_ns.load(std::memory_order_acquire)));
+                        (quiet_ns > 0 && board_->HigherClassDrainedWithin(timing.gpu, work_class, NowNs(), quiet_ns)));
     // Work may always start when nothing of this session's is in flight there, however large (nothing starves).
     if (may_dispatch && !yield && (lane.inflight.empty() || lane.inflight_estimate_ns <= budget - timing.estimate_ns)) {
       // Completions need not reach the scheduler sooner than its 100 us pass, and a launch-bound tenant launches
@@ -189,15 +189,15 @@ void DispatchGate::Mark(GpuLane& lane, uint32_t work_class) {
   if (!board_->WorkMarked(slot_index_, lane.gpu, work_class)) board_->MarkWork(slot_index_, lane.gpu, work_class, true);
 }
 
-void DispatchGate::Unmark(GpuLane& lane) {
+void DispatchGate::Unmark(GpuLane& lane, bool drained) {
   if (lane.marked_class < 0) return;
   board_->MarkWork(slot_index_, lane.gpu, static_cast<uint32_t>(lane.marked_class), false);
-  board_->NoteDrained(lane.gpu, static_cast<uint32_t>(lane.marked_class), NowNs());
+  if (drained) board_->NoteDrained(lane.gpu, static_cast<uint32_t>(lane.marked_class), NowNs());
   lane.marked_class = -1;
 }
 
 void DispatchGate::UnmarkIfIdle(GpuLane& lane) {
-  if (lane.inflight.empty()) Unmark(lane);
+  if (lane.inflight.empty()) Unmark(lane, /*drained=*/true);
 }
 
 void DispatchGate::FollowMarkRequest(GpuLane& lane, const backend::GpuGrant& grant) {

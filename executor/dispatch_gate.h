@@ -129,7 +129,9 @@ class DispatchGate {
   // The lane's work mark on the board: set under `work_class` before work starts there (again if the backend
   // cleared it meanwhile, as it does when it adopts the session), cleared once nothing is in flight.
   void Mark(GpuLane& lane, uint32_t work_class);
-  void Unmark(GpuLane& lane);
+  // `drained`: the lane's work is done (the start of its class's quiet time); not when the mark only moves or
+  // stops being asked for.
+  void Unmark(GpuLane& lane, bool drained = false);
   void UnmarkIfIdle(GpuLane& lane);
   // Marks the lane's work or drops its mark, as `grant` asks (marks_work: a lower class would yield to it).
   void FollowMarkRequest(GpuLane& lane, const backend::GpuGrant& grant);

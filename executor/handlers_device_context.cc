@@ -56,6 +56,7 @@ Session::Outcome Session::ContextDestroy(const wire::ContextDestroy& call) {
   Outcome outcome;
   dispatch_gate_.ForgetContext(contexts_.at(call.context()));  // its timing markers go with it
   markers_.Forget(contexts_.at(call.context()));
+  copy_deliveries_.ContextGone(contexts_.at(call.context()));
   outcome.result = driver_.cuCtxDestroy(contexts_.at(call.context()));
   if (outcome.result == CUDA_SUCCESS) {
     contexts_.erase(call.context());
@@ -167,6 +168,7 @@ Session::Outcome Session::PrimaryContextReset(const wire::PrimaryContextReset& c
   if (driver_.cuDevicePrimaryCtxRetain(&primary, call.device()) == CUDA_SUCCESS) {
     dispatch_gate_.ForgetContext(primary);
     markers_.Forget(primary);
+    copy_deliveries_.ContextGone(primary);
     driver_.cuDevicePrimaryCtxRelease(call.device());
   }
   return {driver_.cuDevicePrimaryCtxReset(call.device())};

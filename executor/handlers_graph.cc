@@ -1118,6 +1118,7 @@ Session::Outcome Session::GraphLaunch(const wire::GraphLaunch& call) {
   const CUresult result = LookupStream(call.stream(), &stream);
   if (result != CUDA_SUCCESS) return {result};
   if (call.upload()) return {launch(found->second, stream)};  // moves the graph to the GPU; runs nothing
+  copy_deliveries_.ForgetEvents();  // its event-record nodes may record any event, in the graph's order
   // Host nodes: a ticket each, unless the launch goes into a capture (it becomes a node of the captured graph,
   // whose own launches bring them).
   const auto host_nodes = exec_host_nodes_.find(call.exec());

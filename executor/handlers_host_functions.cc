@@ -67,12 +67,13 @@ void HoldForRemote(Session::RemoteHostFunction& call) {
   // The stream has run those copies: their data goes first, so the function finds it in place (the session's
   // thread may be asleep between polls or blocked in a driver call, and would send it only later).
   for (const std::shared_ptr<CopyDelivery>& delivery : call.deliveries) {
-    if (!delivery->ClaimForCallback()) continue;
+    if (call.abandoned->load()) return;  // the session ends: its staging buffers go
+    if (!delivery->ClaimForCallback(*call.abandoned)) continue;
     flatbuffers::FlatBufferBuilder answer(64);
     answer.Finish(wire::CreateReply(answer, delivery->sequence, CUDA_SUCCESS));
     const bool sent = call.mirrors->SendWithChanges(*call.channel, {answer.GetBufferPointer(), answer.GetSize()},
                                                     {delivery->data, delivery->bytes});
-    delivery->Sent();
+    delivery->CallbackSent();
     if (!sent) return;
   }
   call.deliveries.clear();
@@ -114,12 +115,7 @@ Session::Outcome Session::LaunchRemoteHostFunction(const wire::LaunchHostFunctio
   function->channel = bound_channel_;
   function->mirrors = host_mirrors_;
   function->abandoned = host_functions_abandoned_;
-  if (const auto queued = stream_deliveries_.find(stream); queued != stream_deliveries_.end()) {
-    PruneDeliveries(queued->second);
-    for (const std::weak_ptr<CopyDelivery>& weak : queued->second) {
-      if (auto delivery = weak.lock()) function->deliveries.push_back(std::move(delivery));
-    }
-  }
+  function->deliveries = copy_deliveries_.Before(CurrentDriverContext(), stream);
   auto* data = new std::shared_ptr<RemoteHostFunction>(function);
   const CUresult result = driver_.cuLaunchHostFunc(stream, NotifyAndHold, data);
   if (result != CUDA_SUCCESS) {

@@ -178,9 +178,7 @@ Session::Outcome Session::CopyToHostDeferred(CUstream stream, uint64_t bytes,
   auto delivery = std::make_shared<CopyDelivery>();
   delivery->data = staging;
   delivery->bytes = bytes;
-  CopyDeliveries& queued = stream_deliveries_[stream];
-  PruneDeliveries(queued);
-  queued.push_back(delivery);
+  copy_deliveries_.Queued(CurrentDriverContext(), stream, delivery);
   return Defer(std::move(markers), 0, staging, bytes, std::move(delivery));
 }
 

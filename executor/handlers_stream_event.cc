@@ -27,7 +27,7 @@ Session::Outcome Session::StreamDestroy(const wire::StreamDestroy& call) {
   if (found == streams_.end()) return {CUDA_ERROR_INVALID_HANDLE};
   Outcome outcome;
   outcome.result = driver_.cuStreamDestroy(found->second);
-  stream_deliveries_.erase(found->second);  // a later stream may get the same handle
+  copy_deliveries_.StreamGone(found->second);  // a later stream may get the same handle
   streams_.erase(found);
   stream_contexts_.erase(call.stream());
   return outcome;
@@ -93,11 +93,10 @@ Session::Outcome Session::StreamWaitEvent(const wire::StreamWaitEvent& call) {
   auto event = events_.find(call.event());
   if (event == events_.end()) return {CUDA_ERROR_INVALID_HANDLE};
   result = driver_.cuStreamWaitEvent(stream, event->second, call.flags());
-  if (const auto before = event_deliveries_.find(call.event()); result == CUDA_SUCCESS && before != event_deliveries_.end()) {
-    // The copies before the event are now ordered before this stream's later work too.
-    PruneDeliveries(before->second);
-    CopyDeliveries& queued = stream_deliveries_[stream];
-    queued.insert(queued.end(), before->second.begin(), before->second.end());
+  // The copies before the event are now ordered before this stream's later work too (a captured wait orders only
+  // the graph's).
+  if (result == CUDA_SUCCESS && !StreamCapturing(stream)) {
+    copy_deliveries_.StreamWaited(CurrentDriverContext(), stream, call.event());
   }
   return {result};
 }
@@ -124,15 +123,10 @@ Session::Outcome Session::EventRecord(const wire::EventRecord& call) {
   } else {
     result = driver_.cuEventRecordWithFlags(event->second, stream, call.flags());
   }
-  if (result == CUDA_SUCCESS) {
-    // What the event completes after, for streams that will wait on it (a record replaces the last one's).
-    CopyDeliveries& queued = stream_deliveries_[stream];
-    PruneDeliveries(queued);
-    if (queued.empty()) {
-      event_deliveries_.erase(call.event());
-    } else {
-      event_deliveries_[call.event()] = queued;
-    }
+  if (result == CUDA_SUCCESS && !StreamCapturing(stream)) {
+    copy_deliveries_.EventRecorded(call.event(), CurrentDriverContext(), stream);  // what the event completes after
+  } else {
+    copy_deliveries_.EventForgotten(call.event());  // a captured record: the graph records it, in its own order
   }
   return {result};
 }
@@ -169,7 +163,7 @@ Session::Outcome Session::EventDestroy(const wire::EventDestroy& call) {
   auto found = events_.find(call.event());
   if (found == events_.end()) return {CUDA_ERROR_INVALID_HANDLE};
   ipc_registry_.Withdraw(IpcRegistry::Kind::kEvent, call.event());
-  event_deliveries_.erase(call.event());
+  copy_deliveries_.EventForgotten(call.event());
   const bool awaited = std::any_of(pending_waits_.begin(), pending_waits_.end(),
                                    [&](const PendingWait& wait) { return wait.client_event == call.event(); });
   if (awaited) {

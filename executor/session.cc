@@ -173,6 +173,13 @@ bool Session::PollPendingWaits() {
     };
     for (CUevent marker : wait.markers) check(marker);
     if (wait.client_event != 0) check(FindEvent(wait.client_event));
+    // A completed copy's answer is claimed here, before any answer goes, so that a host function's callback that
+    // would send it waits for it instead. One that a callback is sending holds every answer back to the next poll:
+    // none may overtake its data.
+    if (wait.complete && wait.delivery != nullptr && !wait.delivery->ClaimForSession() &&
+        wait.delivery->state.load() == CopyDelivery::kCallbackSending) {
+      return true;
+    }
   }
   std::vector<PendingWait>& completed = completed_waits_;
   completed.clear();
@@ -198,7 +205,7 @@ bool Session::PollPendingWaits() {
         doomed_events_.erase(client_event);
       }
     }
-    if (wait.delivery != nullptr && !wait.delivery->ClaimForSession()) {
+    if (wait.delivery != nullptr && wait.delivery->state.load() == CopyDelivery::kSentByCallback) {
       // A host function's callback later on the copy's stream has sent the answer: only the buffers come back.
       staging_.Give(wait.staging);
       for (CUevent marker : wait.markers) markers_.Give(wait.context, marker);
@@ -213,11 +220,15 @@ bool Session::PollPendingWaits() {
     const bool sent = outcome.payload.empty()
                           ? SendReply(wait.sequence, outcome, wait_builder_)
                           : SendReply(wait.sequence, outcome, wait_builder_, staging_.Lend(wait.staging));
+    if (wait.delivery != nullptr) wait.delivery->SessionSent();  // queued on the channel: a notice may follow
     if (outcome.payload.empty()) staging_.Give(wait.staging);
     // After the answer, so that returning them is not on its path.
     for (CUevent marker : wait.markers) markers_.Give(wait.context, marker);
     if (!sent) {
-      for (size_t j = i + 1; j < completed.size(); ++j) staging_.Give(completed[j].staging);
+      for (size_t j = i + 1; j < completed.size(); ++j) {
+        if (completed[j].delivery != nullptr) completed[j].delivery->Drop();  // no callback reads it after this
+        staging_.Give(completed[j].staging);
+      }
       return false;
     }
   }
@@ -438,12 +449,11 @@ void Session::ReleaseEverything() {
       driver_.cuEventSynchronize(marker);
       driver_.cuEventDestroy(marker);
     }
-    // A host function's callback may be sending its data from the staging buffer: claiming waits for that.
-    if (wait.delivery != nullptr) wait.delivery->ClaimForSession();
+    // A host function's callback may be sending its data from the staging buffer: dropping waits for that.
+    if (wait.delivery != nullptr) wait.delivery->Drop();
   }
   pending_waits_.clear();
-  stream_deliveries_.clear();
-  event_deliveries_.clear();
+  copy_deliveries_.Clear();
   markers_.Release();
   staging_.Release();
   for (auto& [id, event] : doomed_events_) driver_.cuEventDestroy(event);

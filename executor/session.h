@@ -398,11 +398,9 @@ class Session {
   std::shared_ptr<std::atomic<bool>> host_functions_abandoned_ = std::make_shared<std::atomic<bool>>(false);
   // A remote client's host functions waiting on their streams, by notice number (handlers_host_functions.cc).
   std::unordered_map<uint64_t, std::shared_ptr<RemoteHostFunction>> remote_host_functions_;
-  // Device-to-host answers not sent yet, by the stream their copy was queued on (or that waits on an event
-  // recorded after it) and by the client's event recorded after it: a remote host function launched on that
+  // Device-to-host answers not sent yet, by what they are ordered before: a remote host function launched on a
   // stream sends them before its notice (copy_delivery.h).
-  std::unordered_map<CUstream, CopyDeliveries> stream_deliveries_;
-  std::unordered_map<uint64_t, CopyDeliveries> event_deliveries_;
+  CopyDeliveryOrder copy_deliveries_;
   // Graph host nodes: each host function's record (by the client's id; never freed, see HostNodeParams), the
   // queue of launch tickets, and each executable graph's host node count.
   std::unordered_map<uint64_t, HostNodeFunction*> host_node_functions_;

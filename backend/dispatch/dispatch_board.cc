@@ -93,11 +93,9 @@ bool DispatchBoard::HigherClassHasWork(int gpu, uint32_t work_class) const {
 
 void DispatchBoard::NoteDrained(int gpu, uint32_t work_class, int64_t now_ns) {
   if (gpu < 0 || gpu >= kMaxDispatchGpus || work_class >= kDispatchClasses) return;
-  std::atomic<int64_t>& drained = layout_->work_marks[gpu].drained_ns[work_class];
-  int64_t seen = drained.load(std::memory_order_relaxed);
-  // The latest instant wins (two sessions of a class draining at once).
-  while (seen < now_ns && !drained.compare_exchange_weak(seen, now_ns, std::memory_order_acq_rel)) {
-  }
+  // The last writer wins: two sessions of a class draining at once differ by microseconds, and an instant a broken
+  // executor wrote (far in the future, say) lasts only until the next drain.
+  layout_->work_marks[gpu].drained_ns[work_class].store(now_ns, std::memory_order_release);
 }
 
 bool DispatchBoard::HigherClassDrainedWithin(int gpu, uint32_t work_class, int64_t now_ns, int64_t quiet_ns) const {

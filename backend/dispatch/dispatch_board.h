@@ -94,7 +94,7 @@ class DispatchBoard {
   bool WorkMarked(int index, int gpu, uint32_t work_class) const;
   // Whether any session of a class above `work_class` has work marked on `gpu`.
   bool HigherClassHasWork(int gpu, uint32_t work_class) const;
-  // Executor side: a session of `work_class` cleared its mark on `gpu` at `now_ns`.
+  // Executor side: a session of `work_class` drained its work on `gpu` (cleared its mark) at `now_ns`.
   void NoteDrained(int gpu, uint32_t work_class, int64_t now_ns);
   // Whether a class above `work_class` cleared a mark on `gpu` less than `quiet_ns` before `now_ns`. An instant
   // after `now_ns` (written by a broken executor) does not count: it cannot hold lower classes back.

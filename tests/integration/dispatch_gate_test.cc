@@ -126,8 +126,8 @@ TEST_F(DispatchGateTest, LowWaitsOutTheHighClassQuietTimeAfterItsWorkDrains) {
   std::future<void> low = LowAsks();
   Unhold unhold{low_};
   ASSERT_EQ(driver_.cuStreamSynchronize(stream_), CUDA_SUCCESS);
+  const auto drained = std::chrono::steady_clock::now();  // before the poll that notes the drain
   high_.Poll();
-  const auto drained = std::chrono::steady_clock::now();
   EXPECT_FALSE(board_->WorkMarked(kHighSlot, 0, kHighClass));
   EXPECT_EQ(low.wait_for(150ms), std::future_status::timeout) << "the low session started inside the quiet time";
   ASSERT_EQ(low.wait_for(3s), std::future_status::ready) << "the low session stayed held after the quiet time";

@@ -22,7 +22,10 @@ using Clock = std::chrono::steady_clock;
 const auto* const environment = AddSessionEnvironment(
     "host-functions", {{"CURELAY_EMU_DEVICE_MEMORY", std::to_string(1ull << 30)}});
 
-using HostFunctionTest = KernelTest;
+class HostFunctionTest : public KernelTest {
+ protected:
+  void ExpectFunctionFindsCopiedData(bool via_event);
+};
 
 struct Record {
   std::atomic<bool> ran{false};
@@ -101,13 +104,15 @@ void CUDA_CB CheckCopied(void* data) {
   check->ran = true;
 }
 
-// A host function after an asynchronous device-to-host copy into page-locked memory on its stream finds the copied
-// data (JAX signals a finished transfer to the host this way). Over tcp:// the data travels in the copy's answer,
-// which the function's notice must not overtake; here the executor's session thread is kept in a driver call that
-// waits for the stream (a synchronous pageable copy on the legacy stream) until the function has returned.
-TEST_F(HostFunctionTest, AFunctionAfterADeviceToHostCopyFindsItsData) {
-  CUstream blocking = nullptr;
-  ASSERT_CU(cuStreamCreate(&blocking, CU_STREAM_DEFAULT));
+// A host function after an asynchronous device-to-host copy into page-locked memory finds the copied data (JAX
+// signals a finished transfer to the host this way). Over tcp:// the data travels in the copy's answer, which the
+// function's notice must not overtake; here the executor's session thread is kept in a driver call that waits for
+// the streams (a synchronous pageable copy on the legacy stream) until the function has returned. With `via_event`,
+// the copy is on another stream, which the function's stream waits for through an event.
+void HostFunctionTest::ExpectFunctionFindsCopiedData(bool via_event) {
+  CUstream copying = nullptr, running = nullptr;
+  ASSERT_CU(cuStreamCreate(&copying, CU_STREAM_DEFAULT));
+  ASSERT_CU(cuStreamCreate(&running, CU_STREAM_DEFAULT));
   constexpr size_t kBytes = 4 << 20;
   void* pinned = nullptr;
   ASSERT_CU(cuMemHostAlloc(&pinned, kBytes, 0));
@@ -115,24 +120,36 @@ TEST_F(HostFunctionTest, AFunctionAfterADeviceToHostCopyFindsItsData) {
   CUdeviceptr source = 0;
   ASSERT_CU(cuMemAlloc(&source, kBytes));
   ASSERT_CU(cuMemsetD8(source, 0xab, kBytes));
-  ASSERT_CU(Busy(blocking, std::chrono::milliseconds(50)));
-  ASSERT_CU(cuMemcpyDtoHAsync(pinned, source, kBytes, blocking));
+  ASSERT_CU(Busy(copying, std::chrono::milliseconds(50)));
+  ASSERT_CU(cuMemcpyDtoHAsync(pinned, source, kBytes, copying));
+  CUevent copied = nullptr;
+  ASSERT_CU(cuEventCreate(&copied, CU_EVENT_DISABLE_TIMING));
+  if (via_event) {
+    ASSERT_CU(cuEventRecord(copied, copying));
+    ASSERT_CU(cuStreamWaitEvent(running, copied, 0));
+  }
   CopiedCheck check;
   check.bytes = static_cast<const unsigned char*>(pinned);
   check.size = kBytes;
-  ASSERT_CU(cuLaunchHostFunc(blocking, CheckCopied, &check));
+  ASSERT_CU(cuLaunchHostFunc(via_event ? running : copying, CheckCopied, &check));
   CUdeviceptr buffer = 0;
   std::vector<unsigned char> bytes(8 << 20, 0x3c);
   ASSERT_CU(cuMemAlloc(&buffer, bytes.size()));
   ASSERT_CU(cuMemcpyHtoD(buffer, bytes.data(), bytes.size()));
-  ASSERT_CU(cuStreamSynchronize(blocking));
+  ASSERT_CU(cuCtxSynchronize());
   EXPECT_TRUE(check.ran);
   EXPECT_TRUE(check.found_the_data) << "the host function ran before the copy's data had landed";
+  ASSERT_CU(cuEventDestroy(copied));
   ASSERT_CU(cuMemFree(buffer));
   ASSERT_CU(cuMemFree(source));
   ASSERT_CU(cuMemFreeHost(pinned));
-  ASSERT_CU(cuStreamDestroy(blocking));
+  ASSERT_CU(cuStreamDestroy(running));
+  ASSERT_CU(cuStreamDestroy(copying));
 }
+
+TEST_F(HostFunctionTest, AFunctionAfterADeviceToHostCopyFindsItsData) { ExpectFunctionFindsCopiedData(false); }
+
+TEST_F(HostFunctionTest, AFunctionWaitingOnACopysEventFindsItsData) { ExpectFunctionFindsCopiedData(true); }
 
 TEST_F(HostFunctionTest, FunctionsOfOneStreamRunInOrder) {
   std::mutex mutex;

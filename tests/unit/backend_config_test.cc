@@ -62,6 +62,9 @@ TEST_F(BackendConfigTest, BadSchedulerValuesAreRefused) {
   EXPECT_FALSE(Load("[scheduler]\nlow_priority_wait_us = -1\n", &error));
   EXPECT_FALSE(error.empty());
   error.clear();
+  EXPECT_FALSE(Load("[scheduler]\nlow_priority_wait_us = 1000001\n", &error));
+  EXPECT_NE(error.find("low_priority_wait_us"), std::string::npos) << error;
+  error.clear();
   EXPECT_FALSE(Load("[scheduler]\nslice_us = 0\n", &error));
   EXPECT_FALSE(error.empty());
   error.clear();

@@ -70,10 +70,10 @@ TEST_F(DispatchBoardTest, ADrainedHigherClassHoldsLowerClassesForTheQuietTime) {
   EXPECT_FALSE(backend_->HigherClassDrainedWithin(2, kLow, now, kQuiet));   // another GPU
   EXPECT_FALSE(backend_->HigherClassDrainedWithin(3, kLow, now, 0));        // no quiet time asked
   EXPECT_FALSE(backend_->HigherClassDrainedWithin(3, kLow, now + kQuiet, kQuiet));  // the quiet time has passed
-  executor_->NoteDrained(3, kHigh, now - 400'000);  // an earlier instant does not move it back
-  EXPECT_TRUE(backend_->HigherClassDrainedWithin(3, kLow, now + 300'000, kQuiet));
-  executor_->NoteDrained(3, kNormal, now + 1'000'000'000);  // "drained" a second from now
+  executor_->NoteDrained(3, kNormal, now + 1'000'000'000);  // "drained" a second from now: holds nobody
   EXPECT_FALSE(backend_->HigherClassDrainedWithin(3, kLow, now + kQuiet, kQuiet));
+  executor_->NoteDrained(3, kNormal, now + kQuiet);  // the next drain replaces it
+  EXPECT_TRUE(backend_->HigherClassDrainedWithin(3, kLow, now + kQuiet + 1, kQuiet));
   executor_->NoteDrained(1, kHigh, std::numeric_limits<int64_t>::min());  // no overflow, holds nobody
   EXPECT_FALSE(backend_->HigherClassDrainedWithin(1, kLow, now, kQuiet));
   executor_->NoteDrained(kMaxDispatchGpus, kHigh, now);  // out of range: ignored
