@@ -16,6 +16,7 @@
 #include <memory>
 #include <thread>
 #include <unordered_map>
+#include <unordered_set>
 #include <utility>
 #include <vector>
 
@@ -52,15 +53,20 @@ struct CopyDelivery {
   // The session ends or cannot send: nobody sends the answer, and once this returns no callback reads the staging
   // buffer (one sending it now is waited for).
   void Drop() {
-    int expected = kWaiting;
-    while (!state.compare_exchange_strong(expected, kDropped)) {
-      if (expected == kCallbackSending) {
+    for (;;) {
+      int now = state.load();
+      if (now == kCallbackSending) {  // its send reads the staging buffer: wait until it is out
         std::this_thread::yield();
-        expected = kCallbackSending;
         continue;
       }
-      if (expected != kSessionSends) return;  // sent, or dropped already
+      if (now != kWaiting && now != kSessionSends) return;  // sent, or dropped already
+      if (state.compare_exchange_weak(now, kDropped)) return;
     }
+  }
+  // The session's thread, for a copy it found complete that a callback is sending: returns once that send is over
+  // (a callback's send never waits for the session's thread), so no answer of the session's goes before it.
+  void AwaitCallbackSend() const {
+    while (state.load() == kCallbackSending) std::this_thread::yield();
   }
 };
 
@@ -91,6 +97,7 @@ class CopyDeliveryOrder {
   // `event` was recorded on the stream (a record replaces the event's last one).
   void EventRecorded(uint64_t event, CUcontext context, CUstream stream) {
     events_.erase(event);
+    if (shared_events_.count(event) != 0) return;
     const auto found = streams_.find({context, stream});
     if (found == streams_.end()) return;
     Prune(found->second);
@@ -104,7 +111,18 @@ class CopyDeliveryOrder {
     Deliveries& queued = streams_[{context, stream}];
     queued.insert(queued.end(), found->second.begin(), found->second.end());
   }
+  // Recorded where this order cannot follow it (a launch's completion or programmatic event, a graph): left out
+  // until its next plain record.
   void EventForgotten(uint64_t event) { events_.erase(event); }
+  // Shared with other processes through CUDA IPC, which record it too: never followed. Its id goes with it.
+  void EventShared(uint64_t event) {
+    events_.erase(event);
+    shared_events_.insert(event);
+  }
+  void EventDestroyed(uint64_t event) {
+    events_.erase(event);
+    shared_events_.erase(event);
+  }
   void ForgetEvents() { events_.clear(); }
   void StreamGone(CUstream stream) {
     std::erase_if(streams_, [stream](const auto& entry) { return entry.first.second == stream; });
@@ -115,6 +133,7 @@ class CopyDeliveryOrder {
   void Clear() {
     streams_.clear();
     events_.clear();
+    shared_events_.clear();
   }
 
  private:
@@ -130,6 +149,7 @@ class CopyDeliveryOrder {
   }
   std::map<std::pair<CUcontext, CUstream>, Deliveries> streams_;
   std::unordered_map<uint64_t, Deliveries> events_;
+  std::unordered_set<uint64_t> shared_events_;
 };
 
 }  // namespace curelay::executor

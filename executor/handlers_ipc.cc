@@ -117,6 +117,7 @@ Session::Outcome Session::IpcGetEventHandle(const wire::IpcGetEventHandle& call)
   CUipcEventHandle handle{};
   const CUresult result = driver_.cuIpcGetEventHandle(&handle, event->second);
   if (result != CUDA_SUCCESS) return {result};
+  copy_deliveries_.EventShared(call.event());  // other processes record it too
   return IpcHandleReply(IpcRegistry::Kind::kEvent, HandleBytes(handle.reserved), call.event());
 }
 
@@ -131,7 +132,10 @@ Session::Outcome Session::IpcOpenEventHandle(const wire::IpcOpenEventHandle& cal
   std::memcpy(handle.reserved, call.handle()->data(), CU_IPC_HANDLE_SIZE);
   CUevent event = nullptr;
   const CUresult result = driver_.cuIpcOpenEventHandle(&event, handle);
-  if (result == CUDA_SUCCESS) events_[call.event()] = event;  // destroyed with cuEventDestroy, as natively
+  if (result == CUDA_SUCCESS) {
+    events_[call.event()] = event;  // destroyed with cuEventDestroy, as natively
+    copy_deliveries_.EventShared(call.event());  // the exporting process records it
+  }
   return {result};
 }
 

@@ -233,6 +233,8 @@ bool Session::DecodeLaunchAttributes(
         attribute.id == CU_LAUNCH_ATTRIBUTE_LAUNCH_COMPLETION_EVENT) {
       auto event = events_.find(entry->event());
       if (event == events_.end()) return false;
+      // Recorded when the kernel completes or triggers: not an order the copy deliveries follow.
+      copy_deliveries_.EventForgotten(entry->event());
       if (attribute.id == CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_EVENT) {
         attribute.value.programmaticEvent.event = event->second;
       } else {

@@ -163,7 +163,7 @@ Session::Outcome Session::EventDestroy(const wire::EventDestroy& call) {
   auto found = events_.find(call.event());
   if (found == events_.end()) return {CUDA_ERROR_INVALID_HANDLE};
   ipc_registry_.Withdraw(IpcRegistry::Kind::kEvent, call.event());
-  copy_deliveries_.EventForgotten(call.event());
+  copy_deliveries_.EventDestroyed(call.event());
   const bool awaited = std::any_of(pending_waits_.begin(), pending_waits_.end(),
                                    [&](const PendingWait& wait) { return wait.client_event == call.event(); });
   if (awaited) {

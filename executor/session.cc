@@ -174,11 +174,10 @@ bool Session::PollPendingWaits() {
     for (CUevent marker : wait.markers) check(marker);
     if (wait.client_event != 0) check(FindEvent(wait.client_event));
     // A completed copy's answer is claimed here, before any answer goes, so that a host function's callback that
-    // would send it waits for it instead. One that a callback is sending holds every answer back to the next poll:
-    // none may overtake its data.
-    if (wait.complete && wait.delivery != nullptr && !wait.delivery->ClaimForSession() &&
-        wait.delivery->state.load() == CopyDelivery::kCallbackSending) {
-      return true;
+    // would send it waits for it instead. One that a callback is sending is waited for: no answer (of this poll or
+    // of the request being handled) may overtake its data, and no claim is left unsent across a return.
+    if (wait.complete && wait.delivery != nullptr && !wait.delivery->ClaimForSession()) {
+      wait.delivery->AwaitCallbackSend();
     }
   }
   std::vector<PendingWait>& completed = completed_waits_;
