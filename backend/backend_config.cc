@@ -121,7 +121,7 @@ bool LoadBackendConfig(const std::string& path, BackendConfig* config, std::stri
     }
   }
   if (const toml::table* backend = root["backend"].as_table()) {
-    if (!CheckKeys(*backend, {"listen", "driver", "executor", "runtime_dir", "state_dir", "log_level", "warm_pool",
+    if (!CheckKeys(*backend, {"listen", "driver", "nvml", "executor", "runtime_dir", "state_dir", "log_level", "warm_pool",
                               "allow_anonymous", "usage_interval_s", "executor_ports", "heartbeat_timeout_ms",
                               "orphan_grace_s", "live_restore"},
                    "[backend]", error)) {
@@ -139,7 +139,8 @@ bool LoadBackendConfig(const std::string& path, BackendConfig* config, std::stri
       }
     }
     int64_t warm_pool = static_cast<int64_t>(config->warm_pool);
-    if (!Read(*backend, "driver", &config->driver, error) || !Read(*backend, "executor", &config->executor, error) ||
+    if (!Read(*backend, "driver", &config->driver, error) || !Read(*backend, "nvml", &config->nvml, error) ||
+        !Read(*backend, "executor", &config->executor, error) ||
         !Read(*backend, "runtime_dir", &config->runtime_dir, error) ||
         !Read(*backend, "state_dir", &config->state_dir, error) ||
         !Read(*backend, "log_level", &config->log_level, error) || !Read(*backend, "warm_pool", &warm_pool, error) ||

@@ -10,6 +10,7 @@ namespace curelay::backend {
 struct BackendConfig {
   std::vector<std::string> listen;       // client endpoints, ipc:// or tcp://
   std::string driver;                    // the real libcuda.so.1
+  std::string nvml = "libnvidia-ml.so.1"; // the host's NVML, for the facts tenants' NVML shims read; empty: none
   std::string executor;                  // the curelay-executor binary
   std::string runtime_dir = "/dev/shm/curelay";
   std::string state_dir = "/var/lib/curelay";

@@ -98,6 +98,7 @@ bool ExecutorPool::Start(const ExecutorKind& kind) {
     args.insert(args.end(), {"--bind", "rdma://" + settings_.rdma_host + ":" + settings_.tcp_ports});
   }
   args.insert(args.end(), {"--heartbeat-timeout-ms", std::to_string(settings_.heartbeat_timeout_ms)});
+  if (!settings_.nvml_path.empty()) args.insert(args.end(), {"--nvml", settings_.nvml_path});
   if (!gpus.empty()) args.insert(args.end(), {"--host-gpus", FormatGpuList(gpus)});
   if (kind.spatial()) args.insert(args.end(), {"--mps-client", "1"});
   if (!settings_.curve_secret_file.empty() && !settings_.tcp_hosts.empty()) {

@@ -23,6 +23,7 @@ namespace curelay::backend {
 struct ExecutorSettings {
   std::string executor_path;           // the curelay-executor binary
   std::string driver_path;             // the real libcuda.so.1 the executors load
+  std::string nvml_path;               // the host's NVML they read facts from (on a client's question); empty: none
   std::string runtime_dir;             // where ipc session sockets live (containers of same-host clients mount it)
   // What clients must never reach, though they share the runtime directory: the admin socket, the scheduler's and
   // quotas' boards, the MPS pipes. A 0700 subdirectory, which a CDI spec also hides from containers (a container's

@@ -37,7 +37,7 @@ std::string SiblingExecutable(const char* name) {
 
 int Usage() {
   std::fprintf(stderr,
-               "usage: curelay-backend [--config FILE] [--listen ENDPOINT]... [--driver PATH] [--executor PATH]\n"
+               "usage: curelay-backend [--config FILE] [--listen ENDPOINT]... [--driver PATH] [--nvml PATH] [--executor PATH]\n"
                "                       [--runtime-dir DIR] [--state-dir DIR] [--warm-pool N] [--log-level LEVEL]\n"
                "                       [--admin-socket PATH] [--allow-anonymous] [--metrics HOST:PORT]\n"
                "  --config      TOML file with [backend] and [admin] settings (docs/configuration.md); flags win\n"
@@ -107,6 +107,7 @@ bool ReadSettings(int argc, char** argv, curelay::backend::BackendConfig* config
       listen_from_flags = true;
       config->listen.push_back(value);
     } else if (flag == "--driver") config->driver = value;
+    else if (flag == "--nvml") config->nvml = value;
     else if (flag == "--executor") config->executor = value;
     else if (flag == "--runtime-dir") config->runtime_dir = value;
     else if (flag == "--state-dir") config->state_dir = value;
@@ -163,6 +164,7 @@ int main(int argc, char** argv) {
   BrokerSettings settings;
   settings.listen_endpoints = config.listen;
   settings.executors.driver_path = config.driver;
+  settings.executors.nvml_path = config.nvml;
   settings.executors.executor_path = config.executor;
   settings.executors.runtime_dir = config.runtime_dir;
   settings.executors.warm_pool = config.warm_pool;

@@ -1,43 +1,16 @@
 #include "executor/driver.h"
 
 #include <dlfcn.h>
-#include <fcntl.h>
-#include <sys/mman.h>
-#include <sys/stat.h>
-#include <unistd.h>
-
-#include <cstring>
 
 #include "common/shim_identity.h"
-
-namespace curelay::executor {
-namespace {
 
 #define CURELAY_STRINGIFY_EXPANDED(name) #name
 #define CURELAY_ABI_NAME(name) CURELAY_STRINGIFY_EXPANDED(name)
 
-// The shim carries a marker string in its read-only data. Looking for it in the file (rather than loading the
-// library and asking it) keeps the shim's constructors from ever running inside an executor.
-bool FileIsShim(const std::string& path) {
-  const int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return false;
-  struct stat info {};
-  bool found = false;
-  if (fstat(fd, &info) == 0 && info.st_size > 0) {
-    void* bytes = mmap(nullptr, info.st_size, PROT_READ, MAP_PRIVATE, fd, 0);
-    if (bytes != MAP_FAILED) {
-      found = memmem(bytes, info.st_size, kShimIdentity, sizeof(kShimIdentity) - 1) != nullptr;
-      munmap(bytes, info.st_size);
-    }
-  }
-  close(fd);
-  return found;
-}
-
-}  // namespace
+namespace curelay::executor {
 
 bool Driver::Load(const std::string& path, std::string* error) {
-  if (FileIsShim(path)) {
+  if (FileCarriesMarker(path, kShimIdentity)) {
     *error = path + " is the curelay shim, not a CUDA driver; refusing to load it";
     return false;
   }

@@ -38,6 +38,7 @@ struct Options {
   std::string curve_secret_file;    // CURVE on its tcp endpoint: the backend's secret key (docs/security.md)
   std::string swap_space;           // the backend's swap space (memory turns, docs/scheduling.md), and its size
   uint64_t swap_space_bytes = 0;
+  std::string nvml_path;            // the host's NVML for DeviceFacts; empty: none
 };
 
 bool ParseOptions(int argc, char** argv, Options* options) {
@@ -52,6 +53,7 @@ bool ParseOptions(int argc, char** argv, Options* options) {
     else if (flag == "--mps-client" && (value == "0" || value == "1")) options->mps_client = value == "1";
     else if (flag == "--curve-secret-file") options->curve_secret_file = value;
     else if (flag == "--swap-space") options->swap_space = value;
+    else if (flag == "--nvml") options->nvml_path = value;
     else if (flag == "--swap-space-bytes") options->swap_space_bytes = std::strtoull(value.c_str(), nullptr, 10);
     else if (flag == "--host-gpus" && curelay::ParseGpuList(value)) options->host_gpus = *curelay::ParseGpuList(value);
     else return false;
@@ -85,7 +87,7 @@ int main(int argc, char** argv) {
   Options options;
   if (!ParseOptions(argc, argv, &options)) {
     std::fprintf(stderr,
-                 "usage: curelay-executor --driver PATH --bind ENDPOINT [--bind ENDPOINT] --control-fd FD "
+                 "usage: curelay-executor --driver PATH --bind ENDPOINT [--bind ENDPOINT] --control-fd FD [--nvml PATH] "
                  "[--log-level LEVEL] [--host-gpus I,J,...] [--mps-client 0|1] [--curve-secret-file PATH] "
                  "[--swap-space PATH --swap-space-bytes N]\n"
                  "(started by curelay-backend)\n");
@@ -197,6 +199,7 @@ int main(int argc, char** argv) {
     return 1;
   }
   session.ipc_registry().Configure(assignment.ipc_registry, assignment.ipc_scope);
+  session.host_nvml().Configure(options.nvml_path);
   session.shareable_handles().Configure(assignment.ipc_registry);
   session.SetHostGpus(options.host_gpus);
   // tcp lanes take a port of the range the session's tcp endpoint came from (a fixed port: any free one).

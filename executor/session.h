@@ -22,6 +22,7 @@
 #include "executor/driver.h"
 #include "executor/event_pool.h"
 #include "executor/host_mirrors.h"
+#include "executor/host_nvml.h"
 #include "executor/ipc_registry.h"
 #include "executor/shareable_handles.h"
 #include "executor/jit_option_set.h"
@@ -51,6 +52,8 @@ class Session {
   // and the host GPU index of each device ordinal (empty: the same numbers).
   SwapSpace& swap_space() { return swap_space_; }
   void SetHostGpus(std::vector<int> host_gpus) { host_gpus_ = std::move(host_gpus); }
+  // The GPU host's NVML that DeviceFacts reads (before Run; unconfigured: those facts are refused).
+  HostNvml& host_nvml() { return host_nvml_; }
   // What a client's offer is accepted with (before Run): the heartbeat timeout and the ports tcp lanes may take.
   void SetOfferOptions(const transport::ChannelOptions& options) { offer_options_ = options; }
   ~Session();
@@ -390,6 +393,8 @@ class Session {
   SwappableMemory swappable_{driver_};
   SwapSpace swap_space_{driver_};
   std::vector<int> host_gpus_;
+  HostNvml host_nvml_;
+  bool host_nvml_reported_ = false;  // why the facts are refused, logged once
   bool swap_refusal_logged_ = false;
   DispatchGate dispatch_gate_{driver_};
   // The client's board of host-function gates (mapped for the life of the process: driver callbacks may still

@@ -3,21 +3,28 @@
 // libcuda.so.1 (the curelay shim, in a container made with the CDI spec), loaded with dlopen on nvmlInit: the same
 // device order, names, UUIDs and PCI ids the CUDA shim reports, and memory as the tenant sees it (total = its quota
 // or the GPU, free = what it may still allocate). Entry points not implemented here are the generated stubs
-// (gen_nvml_stubs.py): NVML_ERROR_NOT_SUPPORTED, never a made-up success. See docs/nvml.md.
+// (gen_nvml_stubs.py): NVML_ERROR_NOT_SUPPORTED, never a made-up success. The GPU host's facts that tell a tenant
+// nothing about another (temperatures, clocks, power, PCIe link, versions) come from the host's NVML through the
+// CUDA shim's private table (common/gpu_facts.h), each with the host NVML's own result. See docs/nvml.md.
 #define NVML_NO_UNVERSIONED_FUNC_DEFS
 #include <cuda.h>
 #include <dlfcn.h>
 #include <nvml.h>
 #include <unistd.h>
 
+#include <array>
 #include <atomic>
 #include <cctype>
+#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <mutex>
 #include <string>
 #include <vector>
+
+#include "common/gpu_facts.h"
+#include "common/shim_identity.h"
 
 // nvml.h leaves the handle's structure to the library: here, the device's place in the list.
 struct nvmlDevice_st {
@@ -27,6 +34,9 @@ struct nvmlDevice_st {
 namespace curelay::nvml {
 
 extern const char* const kExportNames[];
+
+// An executor that finds this in the library its backend names as the host's NVML refuses to load it.
+extern "C" __attribute__((used)) const char* const curelay_nvml_shim_identity_marker = kNvmlShimIdentity;
 
 namespace {
 
@@ -44,6 +54,7 @@ struct DriverApi {
   CUresult (*CtxPushCurrent)(CUcontext);
   CUresult (*CtxPopCurrent)(CUcontext*);
   CUresult (*MemGetInfo)(size_t*, size_t*);
+  CUresult (*GetExportTable)(const void**, const CUuuid*);
 };
 
 struct Device {
@@ -52,6 +63,7 @@ struct Device {
   std::string name;
   std::string uuid;  // "GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx", as nvidia-smi and CUDA_VISIBLE_DEVICES write it
   unsigned int pci_domain = 0, pci_bus = 0, pci_device = 0;
+  unsigned int pci_device_id = 0, pci_subsystem_id = 0;  // 16-bit id over the 16-bit vendor id, as NVML has them
   int major = 0, minor = 0, compute_mode = 0;
 };
 
@@ -61,6 +73,15 @@ struct State {
   bool enumerated = false;  // once: handles stay valid across nvmlShutdown and a later nvmlInit
   DriverApi driver{};
   std::vector<Device> devices;
+  // The host facts (null: the process's libcuda.so.1 is not curelay's), and the last answer per device.
+  const HostFactsTable* host_facts = nullptr;
+  std::mutex facts_mutex;
+  struct FactsCache {
+    bool valid = false;
+    std::chrono::steady_clock::time_point read_at;
+    GpuFacts facts;
+  };
+  std::vector<FactsCache> facts;
 };
 
 State& Shared() {
@@ -87,7 +108,8 @@ bool LoadDriver(DriverApi* api) {
          Resolve(library, "cuDevicePrimaryCtxRelease_v2", &api->PrimaryCtxRelease) &&
          Resolve(library, "cuCtxPushCurrent_v2", &api->CtxPushCurrent) &&
          Resolve(library, "cuCtxPopCurrent_v2", &api->CtxPopCurrent) &&
-         Resolve(library, "cuMemGetInfo_v2", &api->MemGetInfo);
+         Resolve(library, "cuMemGetInfo_v2", &api->MemGetInfo) &&
+         Resolve(library, "cuGetExportTable", &api->GetExportTable);
 }
 
 std::string FormatUuid(const CUuuid& uuid) {
@@ -134,7 +156,24 @@ nvmlReturn_t Enumerate(State& state, bool allow_no_gpus) {
     device.pci_domain = static_cast<unsigned int>(domain);
     device.pci_bus = static_cast<unsigned int>(bus);
     device.pci_device = static_cast<unsigned int>(slot);
+    // Drivers before CUDA 13 lack these two attributes: the ids then read 0.
+    int pci_id = 0;
+    if (state.driver.DeviceGetAttribute(&pci_id, CU_DEVICE_ATTRIBUTE_GPU_PCI_DEVICE_ID, device.cu) == CUDA_SUCCESS) {
+      device.pci_device_id = static_cast<unsigned int>(pci_id);
+    }
+    pci_id = 0;
+    if (state.driver.DeviceGetAttribute(&pci_id, CU_DEVICE_ATTRIBUTE_GPU_PCI_SUBSYSTEM_ID, device.cu) == CUDA_SUCCESS) {
+      device.pci_subsystem_id = static_cast<unsigned int>(pci_id);
+    }
   }
+  const void* table = nullptr;
+  CUuuid table_id;
+  std::memcpy(table_id.bytes, kHostFactsTableId, sizeof table_id.bytes);
+  if (state.driver.GetExportTable(&table, &table_id) == CUDA_SUCCESS && table != nullptr &&
+      static_cast<const HostFactsTable*>(table)->size >= sizeof(HostFactsTable)) {
+    state.host_facts = static_cast<const HostFactsTable*>(table);
+  }
+  state.facts = std::vector<State::FactsCache>(devices.size());
   state.devices = std::move(devices);
   return NVML_SUCCESS;
 }
@@ -217,6 +256,76 @@ nvmlReturn_t Memory(const Device& device, unsigned long long* total, unsigned lo
   }
   driver.PrimaryCtxRelease(device.cu);
   return result;
+}
+
+// How long an answer of the host's NVML is reused: a monitoring agent's burst of questions about a device (a dozen
+// nvidia-smi-like fields) costs one round trip to the executor, and no value is older than this.
+constexpr auto kFactsFresh = std::chrono::milliseconds(100);
+
+// The host facts about `device`, at most kFactsFresh old.
+nvmlReturn_t Facts(const Device& device, GpuFacts* out) {
+  State& state = Shared();
+  if (state.host_facts == nullptr) return NVML_ERROR_NOT_SUPPORTED;
+  std::lock_guard lock(state.facts_mutex);
+  State::FactsCache& cache = state.facts[device.handle.index];
+  const auto now = std::chrono::steady_clock::now();
+  if (!cache.valid || now - cache.read_at > kFactsFresh) {
+    const CUresult result = state.host_facts->query_gpu_facts(device.cu, &cache.facts);
+    if (result != CUDA_SUCCESS) {
+      cache.valid = false;
+      return result == CUDA_ERROR_NOT_SUPPORTED ? NVML_ERROR_NOT_SUPPORTED : NVML_ERROR_UNKNOWN;
+    }
+    cache.valid = true;
+    cache.read_at = now;
+  }
+  *out = cache.facts;
+  return NVML_SUCCESS;
+}
+
+// One fact of the device behind `handle`: the host NVML's result, and its value on success. `given` is the
+// caller's output pointer, checked first as NVML does.
+template <typename Value>
+nvmlReturn_t Fact(nvmlDevice_t handle, wire::GpuFact fact, Value* given, int64_t* value) {
+  nvmlReturn_t error = NVML_SUCCESS;
+  const Device* device = Lookup(handle, &error);
+  if (device == nullptr) return error;
+  if (given == nullptr) return NVML_ERROR_INVALID_ARGUMENT;
+  GpuFacts facts;
+  if ((error = Facts(*device, &facts)) != NVML_SUCCESS) return error;
+  const auto index = static_cast<size_t>(fact);
+  *value = facts.values[index];
+  return static_cast<nvmlReturn_t>(facts.results[index]);
+}
+
+// A fact that fits the caller's unsigned int.
+nvmlReturn_t UnsignedFact(nvmlDevice_t handle, wire::GpuFact fact, unsigned int* out) {
+  int64_t value = 0;
+  const nvmlReturn_t result = Fact(handle, fact, out, &value);
+  if (result == NVML_SUCCESS) *out = static_cast<unsigned int>(value);
+  return result;
+}
+
+// A version string of the device behind `handle`, or (null handle: the system's) asked through the first device.
+nvmlReturn_t FactText(nvmlDevice_t handle, wire::GpuFact fact, char* out, unsigned int length) {
+  State& state = Shared();
+  if (handle == nullptr) {
+    std::lock_guard lock(state.mutex);
+    if (state.init_count == 0) return NVML_ERROR_UNINITIALIZED;
+    if (state.devices.empty()) return NVML_ERROR_NOT_SUPPORTED;  // no device to ask the host through
+    handle = &state.devices.front().handle;
+  }
+  nvmlReturn_t error = NVML_SUCCESS;
+  const Device* device = Lookup(handle, &error);
+  if (device == nullptr) return error;
+  if (out == nullptr) return NVML_ERROR_INVALID_ARGUMENT;
+  GpuFacts facts;
+  if ((error = Facts(*device, &facts)) != NVML_SUCCESS) return error;
+  const auto result = static_cast<nvmlReturn_t>(facts.results[static_cast<size_t>(fact)]);
+  if (result != NVML_SUCCESS) return result;
+  const char* text = fact == wire::GpuFact::DriverVersion ? facts.driver_version
+                     : fact == wire::GpuFact::NvmlVersion ? facts.nvml_version
+                                                          : facts.vbios_version;
+  return CopyString(text, out, length);
 }
 
 bool SameBusId(const std::string& given, const Device& device) {
@@ -338,7 +447,7 @@ nvmlReturn_t nvmlDeviceGetUUID(nvmlDevice_t handle, char* uuid, unsigned int len
   return device == nullptr ? error : curelay::nvml::CopyString(device->uuid, uuid, length);
 }
 
-// The PCI device and subsystem ids are not among what the driver API reports, so they read 0 (docs/nvml.md).
+// The ids come from the driver's CU_DEVICE_ATTRIBUTE_GPU_PCI_DEVICE_ID/_SUBSYSTEM_ID (0 before CUDA 13).
 nvmlReturn_t nvmlDeviceGetPciInfo_v3(nvmlDevice_t handle, nvmlPciInfo_t* pci) {
   nvmlReturn_t error = NVML_SUCCESS;
   const Device* device = curelay::nvml::Lookup(handle, &error);
@@ -348,6 +457,8 @@ nvmlReturn_t nvmlDeviceGetPciInfo_v3(nvmlDevice_t handle, nvmlPciInfo_t* pci) {
   pci->domain = device->pci_domain;
   pci->bus = device->pci_bus;
   pci->device = device->pci_device;
+  pci->pciDeviceId = device->pci_device_id;
+  pci->pciSubSystemId = device->pci_subsystem_id;
   std::snprintf(pci->busIdLegacy, sizeof pci->busIdLegacy, NVML_DEVICE_PCI_BUS_ID_LEGACY_FMT, device->pci_domain,
                 device->pci_bus, device->pci_device);
   std::snprintf(pci->busId, sizeof pci->busId, NVML_DEVICE_PCI_BUS_ID_FMT, device->pci_domain, device->pci_bus,
@@ -401,6 +512,132 @@ nvmlReturn_t nvmlDeviceGetComputeMode(nvmlDevice_t handle, nvmlComputeMode_t* mo
   if (mode == nullptr) return NVML_ERROR_INVALID_ARGUMENT;
   *mode = static_cast<nvmlComputeMode_t>(device->compute_mode);
   return NVML_SUCCESS;
+}
+
+// The GPU host's facts (docs/nvml.md): each answer is the host NVML's, result included, for the device the tenant's
+// session has; the argument checks NVML makes before it looks are made here first.
+using curelay::wire::GpuFact;
+
+nvmlReturn_t nvmlSystemGetDriverVersion(char* version, unsigned int length) {
+  return curelay::nvml::FactText(nullptr, GpuFact::DriverVersion, version, length);
+}
+nvmlReturn_t nvmlSystemGetNVMLVersion(char* version, unsigned int length) {
+  return curelay::nvml::FactText(nullptr, GpuFact::NvmlVersion, version, length);
+}
+nvmlReturn_t nvmlDeviceGetVbiosVersion(nvmlDevice_t device, char* version, unsigned int length) {
+  if (device == nullptr) return NVML_ERROR_INVALID_ARGUMENT;
+  return curelay::nvml::FactText(device, GpuFact::VbiosVersion, version, length);
+}
+
+nvmlReturn_t nvmlDeviceGetTemperature(nvmlDevice_t device, nvmlTemperatureSensors_t sensor, unsigned int* value) {
+  if (sensor != NVML_TEMPERATURE_GPU) return NVML_ERROR_INVALID_ARGUMENT;
+  return curelay::nvml::UnsignedFact(device, GpuFact::TemperatureGpu, value);
+}
+nvmlReturn_t nvmlDeviceGetTemperatureThreshold(nvmlDevice_t device, nvmlTemperatureThresholds_t type,
+                                               unsigned int* value) {
+  switch (type) {
+    case NVML_TEMPERATURE_THRESHOLD_SHUTDOWN:
+      return curelay::nvml::UnsignedFact(device, GpuFact::TemperatureShutdown, value);
+    case NVML_TEMPERATURE_THRESHOLD_SLOWDOWN:
+      return curelay::nvml::UnsignedFact(device, GpuFact::TemperatureSlowdown, value);
+    case NVML_TEMPERATURE_THRESHOLD_MEM_MAX:
+      return curelay::nvml::UnsignedFact(device, GpuFact::TemperatureMemoryMax, value);
+    case NVML_TEMPERATURE_THRESHOLD_GPU_MAX:
+      return curelay::nvml::UnsignedFact(device, GpuFact::TemperatureGpuMax, value);
+    default:  // the acoustic and custom thresholds are not forwarded
+      return type < NVML_TEMPERATURE_THRESHOLD_COUNT ? NVML_ERROR_NOT_SUPPORTED : NVML_ERROR_INVALID_ARGUMENT;
+  }
+}
+nvmlReturn_t nvmlDeviceGetFanSpeed(nvmlDevice_t device, unsigned int* speed) {
+  return curelay::nvml::UnsignedFact(device, GpuFact::FanSpeed, speed);
+}
+
+nvmlReturn_t nvmlDeviceGetPowerUsage(nvmlDevice_t device, unsigned int* milliwatts) {
+  return curelay::nvml::UnsignedFact(device, GpuFact::PowerUsage, milliwatts);
+}
+nvmlReturn_t nvmlDeviceGetEnforcedPowerLimit(nvmlDevice_t device, unsigned int* milliwatts) {
+  return curelay::nvml::UnsignedFact(device, GpuFact::PowerLimitEnforced, milliwatts);
+}
+nvmlReturn_t nvmlDeviceGetPowerManagementLimit(nvmlDevice_t device, unsigned int* milliwatts) {
+  return curelay::nvml::UnsignedFact(device, GpuFact::PowerLimit, milliwatts);
+}
+nvmlReturn_t nvmlDeviceGetPowerManagementDefaultLimit(nvmlDevice_t device, unsigned int* milliwatts) {
+  return curelay::nvml::UnsignedFact(device, GpuFact::PowerLimitDefault, milliwatts);
+}
+nvmlReturn_t nvmlDeviceGetPowerManagementLimitConstraints(nvmlDevice_t device, unsigned int* low, unsigned int* high) {
+  if (high == nullptr) return NVML_ERROR_INVALID_ARGUMENT;
+  unsigned int low_value = 0;
+  const nvmlReturn_t result = curelay::nvml::UnsignedFact(device, GpuFact::PowerLimitMin, low == nullptr ? nullptr : &low_value);
+  if (result != NVML_SUCCESS) return result;
+  const nvmlReturn_t second = curelay::nvml::UnsignedFact(device, GpuFact::PowerLimitMax, high);
+  if (second == NVML_SUCCESS) *low = low_value;
+  return second;
+}
+nvmlReturn_t nvmlDeviceGetTotalEnergyConsumption(nvmlDevice_t device, unsigned long long* millijoules) {
+  int64_t value = 0;
+  const nvmlReturn_t result = curelay::nvml::Fact(device, GpuFact::EnergyTotal, millijoules, &value);
+  if (result == NVML_SUCCESS) *millijoules = static_cast<unsigned long long>(value);
+  return result;
+}
+nvmlReturn_t nvmlDeviceGetPerformanceState(nvmlDevice_t device, nvmlPstates_t* state) {
+  int64_t value = 0;
+  const nvmlReturn_t result = curelay::nvml::Fact(device, GpuFact::PerformanceState, state, &value);
+  if (result == NVML_SUCCESS) *state = static_cast<nvmlPstates_t>(value);
+  return result;
+}
+// Deprecated in NVML for nvmlDeviceGetPerformanceState, which it answers.
+nvmlReturn_t nvmlDeviceGetPowerState(nvmlDevice_t device, nvmlPstates_t* state) {
+  return nvmlDeviceGetPerformanceState(device, state);
+}
+
+nvmlReturn_t nvmlDeviceGetClockInfo(nvmlDevice_t device, nvmlClockType_t type, unsigned int* mhz) {
+  switch (type) {
+    case NVML_CLOCK_GRAPHICS: return curelay::nvml::UnsignedFact(device, GpuFact::ClockGraphics, mhz);
+    case NVML_CLOCK_SM: return curelay::nvml::UnsignedFact(device, GpuFact::ClockSm, mhz);
+    case NVML_CLOCK_MEM: return curelay::nvml::UnsignedFact(device, GpuFact::ClockMemory, mhz);
+    case NVML_CLOCK_VIDEO: return curelay::nvml::UnsignedFact(device, GpuFact::ClockVideo, mhz);
+    default: return NVML_ERROR_INVALID_ARGUMENT;
+  }
+}
+nvmlReturn_t nvmlDeviceGetMaxClockInfo(nvmlDevice_t device, nvmlClockType_t type, unsigned int* mhz) {
+  switch (type) {
+    case NVML_CLOCK_GRAPHICS: return curelay::nvml::UnsignedFact(device, GpuFact::MaxClockGraphics, mhz);
+    case NVML_CLOCK_SM: return curelay::nvml::UnsignedFact(device, GpuFact::MaxClockSm, mhz);
+    case NVML_CLOCK_MEM: return curelay::nvml::UnsignedFact(device, GpuFact::MaxClockMemory, mhz);
+    case NVML_CLOCK_VIDEO: return curelay::nvml::UnsignedFact(device, GpuFact::MaxClockVideo, mhz);
+    default: return NVML_ERROR_INVALID_ARGUMENT;
+  }
+}
+
+nvmlReturn_t nvmlDeviceGetPersistenceMode(nvmlDevice_t device, nvmlEnableState_t* mode) {
+  int64_t value = 0;
+  const nvmlReturn_t result = curelay::nvml::Fact(device, GpuFact::PersistenceMode, mode, &value);
+  if (result == NVML_SUCCESS) *mode = static_cast<nvmlEnableState_t>(value);
+  return result;
+}
+nvmlReturn_t nvmlDeviceGetEccMode(nvmlDevice_t device, nvmlEnableState_t* current, nvmlEnableState_t* pending) {
+  if (pending == nullptr) return NVML_ERROR_INVALID_ARGUMENT;
+  int64_t now = 0, later = 0;
+  const nvmlReturn_t result = curelay::nvml::Fact(device, GpuFact::EccModeCurrent, current, &now);
+  if (result != NVML_SUCCESS) return result;
+  const nvmlReturn_t second = curelay::nvml::Fact(device, GpuFact::EccModePending, pending, &later);
+  if (second != NVML_SUCCESS) return second;
+  *current = static_cast<nvmlEnableState_t>(now);
+  *pending = static_cast<nvmlEnableState_t>(later);
+  return NVML_SUCCESS;
+}
+
+nvmlReturn_t nvmlDeviceGetCurrPcieLinkGeneration(nvmlDevice_t device, unsigned int* generation) {
+  return curelay::nvml::UnsignedFact(device, GpuFact::PcieLinkGeneration, generation);
+}
+nvmlReturn_t nvmlDeviceGetCurrPcieLinkWidth(nvmlDevice_t device, unsigned int* width) {
+  return curelay::nvml::UnsignedFact(device, GpuFact::PcieLinkWidth, width);
+}
+nvmlReturn_t nvmlDeviceGetMaxPcieLinkGeneration(nvmlDevice_t device, unsigned int* generation) {
+  return curelay::nvml::UnsignedFact(device, GpuFact::PcieMaxLinkGeneration, generation);
+}
+nvmlReturn_t nvmlDeviceGetMaxPcieLinkWidth(nvmlDevice_t device, unsigned int* width) {
+  return curelay::nvml::UnsignedFact(device, GpuFact::PcieMaxLinkWidth, width);
 }
 
 }  // extern "C"

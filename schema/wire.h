@@ -13,8 +13,9 @@ namespace curelay::wire {
 // (mirrors) and host functions without shared memory; 5: direct copies of same-host page-locked memory; 6: graph
 // edge data, texture and surface objects; ...; 12: tcp lane records carry a placement key, and the event calls
 // name no context; 13: shareable handles (file descriptors) of allocations and pools; 14: cuPointerGetAttribute
-// forwarded as itself (PointerAttributes.single), attribute widths from common/pointer_attribute_width.h
-inline constexpr uint32_t kProtocolVersion = 14;
+// forwarded as itself (PointerAttributes.single), attribute widths from common/pointer_attribute_width.h; 15: the
+// host NVML's facts about a device (DeviceFacts, GpuFactList)
+inline constexpr uint32_t kProtocolVersion = 15;
 
 // Size limits: a header frame is small; a payload is one copy chunk or one module image.
 inline constexpr size_t kMaxHeaderBytes = 64 * 1024;

@@ -3,6 +3,7 @@
 #include <cstring>
 #include <iterator>
 
+#include "common/gpu_facts.h"
 #include "frontend/client/log.h"
 #include "frontend/export_tables/integrity_check.h"
 #include "frontend/export_tables/table_support.h"
@@ -31,6 +32,8 @@ constexpr ServedTable kServed[] = {
     {ExportTableKind::kClusterPrototype, kClusterPrototypeTableId, "ClusterPrototype (1734dc26)",
      &ClusterPrototypeTable},
     {ExportTableKind::kToolsModule, kToolsModuleTableId, "ToolsModule (6e163fbe)", &ToolsModuleTable},
+    {ExportTableKind::kCurelayHostFacts, std::to_array(kHostFactsTableId), "curelay host facts (265cb8c3)",
+     &CurelayHostFactsTable},
 };
 
 struct RefusedTable {

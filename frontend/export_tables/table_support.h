@@ -28,6 +28,7 @@ enum class ExportTableKind : uint8_t {
   kToolsContext,
   kClusterPrototype,
   kToolsModule,
+  kCurelayHostFacts,
 };
 
 // "ToolsContext (21318c60…)", for log lines.
@@ -81,5 +82,6 @@ const void* IntegrityTable();            // integrity_table.cc
 const void* ToolsContextTable();         // tools_context.cc
 const void* ToolsModuleTable();          // tools_module.cc
 const void* ClusterPrototypeTable();     // cluster_prototype.cc
+const void* CurelayHostFactsTable();    // host_facts.cc (curelay's own, for its NVML shim)
 
 }  // namespace curelay::frontend

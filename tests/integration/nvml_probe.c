@@ -1,11 +1,84 @@
 /* What a monitoring tool or PyTorch asks NVML, checked against what CUDA answers in the same process: both shims
  * loaded, as a container made with the CDI spec has them. Prints one line per finding; "MISMATCH" lines are
- * failures. Usage: nvml_probe [hold-check MIB] */
+ * failures. Usage: nvml_probe [hold-check MIB | facts]
+ * "facts" prints the host facts of device 0 instead, one "fact NAME rc RESULT value VALUE" line each, so a run
+ * through curelay can be compared with one on the real NVML (tests/gpu/run_nvml_facts.sh). */
 #include <cuda.h>
 #include <nvml.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+
+static void PrintFact(const char* name, nvmlReturn_t rc, unsigned long long value) {
+  printf("fact %s rc %d value %llu\n", name, (int)rc, rc == NVML_SUCCESS ? value : 0ULL);
+}
+
+static void PrintText(const char* name, nvmlReturn_t rc, const char* text) {
+  printf("fact %s rc %d value '%s'\n", name, (int)rc, rc == NVML_SUCCESS ? text : "");
+}
+
+static int PrintFacts(void) {
+  nvmlDevice_t device;
+  char text[96];
+  unsigned int value = 0, second = 0;
+  unsigned long long energy = 0;
+  nvmlPstates_t state = NVML_PSTATE_UNKNOWN;
+  nvmlEnableState_t mode = NVML_FEATURE_DISABLED, pending = NVML_FEATURE_DISABLED;
+  nvmlPciInfo_t pci;
+  nvmlReturn_t rc;
+  if (nvmlDeviceGetHandleByIndex_v2(0, &device) != NVML_SUCCESS) return 1;
+  rc = nvmlSystemGetDriverVersion(text, sizeof text);
+  PrintText("driver_version", rc, text);
+  rc = nvmlSystemGetNVMLVersion(text, sizeof text);
+  PrintText("nvml_version", rc, text);
+  rc = nvmlDeviceGetVbiosVersion(device, text, sizeof text);
+  PrintText("vbios_version", rc, text);
+  printf("fact driver_version_into_4_bytes rc %d\n", (int)nvmlSystemGetDriverVersion(text, 4));
+  rc = nvmlDeviceGetTemperature(device, NVML_TEMPERATURE_GPU, &value);
+  PrintFact("temperature", rc, value);
+  rc = nvmlDeviceGetTemperatureThreshold(device, NVML_TEMPERATURE_THRESHOLD_SHUTDOWN, &value);
+  PrintFact("temperature_shutdown", rc, value);
+  rc = nvmlDeviceGetTemperatureThreshold(device, NVML_TEMPERATURE_THRESHOLD_SLOWDOWN, &value);
+  PrintFact("temperature_slowdown", rc, value);
+  rc = nvmlDeviceGetTemperatureThreshold(device, NVML_TEMPERATURE_THRESHOLD_GPU_MAX, &value);
+  PrintFact("temperature_gpu_max", rc, value);
+  rc = nvmlDeviceGetFanSpeed(device, &value);
+  PrintFact("fan", rc, value);
+  rc = nvmlDeviceGetPowerUsage(device, &value);
+  PrintFact("power_usage", rc, value);
+  rc = nvmlDeviceGetEnforcedPowerLimit(device, &value);
+  PrintFact("power_limit_enforced", rc, value);
+  rc = nvmlDeviceGetPowerManagementDefaultLimit(device, &value);
+  PrintFact("power_limit_default", rc, value);
+  rc = nvmlDeviceGetPowerManagementLimitConstraints(device, &value, &second);
+  PrintFact("power_limit_min", rc, value);
+  PrintFact("power_limit_max", rc, second);
+  rc = nvmlDeviceGetTotalEnergyConsumption(device, &energy);
+  PrintFact("energy_nonzero", rc, energy > 0);
+  rc = nvmlDeviceGetPerformanceState(device, &state);
+  PrintFact("performance_state", rc, (unsigned long long)state);
+  rc = nvmlDeviceGetClockInfo(device, NVML_CLOCK_SM, &value);
+  PrintFact("clock_sm", rc, value);
+  rc = nvmlDeviceGetMaxClockInfo(device, NVML_CLOCK_SM, &value);
+  PrintFact("max_clock_sm", rc, value);
+  rc = nvmlDeviceGetMaxClockInfo(device, NVML_CLOCK_MEM, &value);
+  PrintFact("max_clock_memory", rc, value);
+  rc = nvmlDeviceGetPersistenceMode(device, &mode);
+  PrintFact("persistence_mode", rc, (unsigned long long)mode);
+  rc = nvmlDeviceGetEccMode(device, &mode, &pending);
+  PrintFact("ecc_current", rc, (unsigned long long)mode);
+  PrintFact("ecc_pending", rc, (unsigned long long)pending);
+  rc = nvmlDeviceGetMaxPcieLinkGeneration(device, &value);
+  PrintFact("pcie_max_generation", rc, value);
+  rc = nvmlDeviceGetMaxPcieLinkWidth(device, &value);
+  PrintFact("pcie_max_width", rc, value);
+  rc = nvmlDeviceGetPciInfo_v3(device, &pci);
+  PrintFact("pci_device_id", rc, pci.pciDeviceId);
+  PrintFact("pci_subsystem_id", rc, pci.pciSubSystemId);
+  printf("fact clock_of_no_type rc %d\n", (int)nvmlDeviceGetClockInfo(device, NVML_CLOCK_COUNT, &value));
+  printf("fact temperature_null rc %d\n", (int)nvmlDeviceGetTemperature(device, NVML_TEMPERATURE_GPU, NULL));
+  return 0;
+}
 
 int main(int argc, char** argv) {
   unsigned int count = 0;
@@ -15,6 +88,11 @@ int main(int argc, char** argv) {
   rc = nvmlInit_v2();
   printf("init rc %d\n", (int)rc);
   if (rc != NVML_SUCCESS) return 1;
+  if (argc == 2 && strcmp(argv[1], "facts") == 0) {
+    rc = PrintFacts();
+    nvmlShutdown();
+    return rc;
+  }
   nvmlDeviceGetCount_v2(&count);
   cuDeviceGetCount(&cuda_count); /* cuInit already ran: NVML's own session setup */
   printf("count nvml %u cuda %d%s\n", count, cuda_count, (int)count == cuda_count ? "" : " MISMATCH");

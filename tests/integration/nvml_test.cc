@@ -17,6 +17,7 @@ using namespace std::chrono_literals;
 TEST(NvmlShimTest, DevicesAgreeWithCudaAndMemoryIsTheTenants) {
   BackendProcess backend("nvml");
   backend.RequireTokens();
+  backend.AddArguments({"--nvml", ""});  // no host NVML: its facts are refused (temperature below)
   ASSERT_TRUE(backend.Start()) << backend.Log();
   const std::string token = AddTenant(backend, "monitored", {"--memory-quota", "256M"});
   // Another session of the same tenant holds 64 MiB: NVML's "used" is the tenant's, across its sessions.
@@ -45,6 +46,48 @@ TEST(NvmlShimTest, DevicesAgreeWithCudaAndMemoryIsTheTenants) {
   EXPECT_NE(out.find("temperature: rc 3 (Not Supported)\n"), std::string::npos) << out;
   EXPECT_NE(out.find("foreign handle: rc 2\n"), std::string::npos) << out;         // INVALID_ARGUMENT
   EXPECT_NE(out.find("shutdown rc 0, again rc 1\n"), std::string::npos) << out;
+}
+
+// The host facts come from the NVML the backend names (here the emulated one, tests/emulated_nvml/), through the
+// executor, each with that NVML's own result: the fixture's board has no fan, so the fan is refused as it refuses it.
+TEST(NvmlShimTest, HostFactsComeFromTheHostsNvml) {
+  BackendProcess backend("nvml-facts");
+  backend.AddArguments({"--nvml", CURELAY_EMULATED_NVML_PATH});
+  ASSERT_TRUE(backend.Start()) << backend.Log();
+  const auto probe = RunProgram(CURELAY_NVML_PROBE_PATH, {"facts"}, {{"CURELAY_ENDPOINT", backend.endpoint()}}, 30s);
+  const std::string& out = probe.output;
+  EXPECT_EQ(probe.exit_code, 0) << out;
+  for (const char* line : {
+           "fact driver_version rc 0 value '580.95.05-emulated'\n", "fact nvml_version rc 0 value '13.580.95.05-emulated'\n",
+           "fact vbios_version rc 0 value '96.00.AF.00.01'\n", "fact driver_version_into_4_bytes rc 7\n",
+           "fact temperature rc 0 value 31\n", "fact temperature_shutdown rc 0 value 92\n",
+           "fact temperature_slowdown rc 0 value 89\n", "fact temperature_gpu_max rc 0 value 87\n",
+           "fact fan rc 3 value 0\n", "fact power_usage rc 0 value 75123\n",
+           "fact power_limit_enforced rc 0 value 700000\n", "fact power_limit_default rc 0 value 700000\n",
+           "fact power_limit_min rc 0 value 200000\n", "fact power_limit_max rc 0 value 700000\n",
+           "fact energy_nonzero rc 0 value 1\n", "fact performance_state rc 0 value 0\n",
+           "fact clock_sm rc 0 value 1980\n", "fact max_clock_sm rc 0 value 1980\n",
+           "fact max_clock_memory rc 0 value 3201\n", "fact persistence_mode rc 0 value 1\n",
+           "fact ecc_current rc 0 value 1\n", "fact ecc_pending rc 0 value 1\n",
+           "fact pcie_max_generation rc 0 value 5\n", "fact pcie_max_width rc 0 value 16\n",
+           // From the driver's attributes (the emulated H200's), not from NVML.
+           "fact pci_device_id rc 0 value 590680286\n", "fact pci_subsystem_id rc 0 value 415174878\n",
+           "fact clock_of_no_type rc 2\n", "fact temperature_null rc 2\n"}) {
+    EXPECT_NE(out.find(line), std::string::npos) << "missing: " << line << out;
+  }
+}
+
+// A backend pointed at curelay's own NVML shim as the host's NVML (the shims first on its library path) does not
+// load it: the shim would answer from a curelay session of its own. The facts are refused and the log says why.
+TEST(NvmlShimTest, TheExecutorRefusesTheShimAsTheHostsNvml) {
+  BackendProcess backend("nvml-shim-as-host");
+  backend.AddArguments({"--nvml", CURELAY_NVML_SHIM_PATH});
+  ASSERT_TRUE(backend.Start()) << backend.Log();
+  const auto probe = RunProgram(CURELAY_NVML_PROBE_PATH, {"facts"}, {{"CURELAY_ENDPOINT", backend.endpoint()}}, 30s);
+  EXPECT_EQ(probe.exit_code, 0) << probe.output;
+  EXPECT_NE(probe.output.find("fact temperature rc 3 value 0\n"), std::string::npos) << probe.output;
+  EXPECT_TRUE(WaitFor([&] { return backend.Log().find("is curelay's NVML shim") != std::string::npos; }, 5s))
+      << backend.Log();
 }
 
 TEST(NvmlShimTest, NoBackendMeansTheDriverIsNotLoaded) {

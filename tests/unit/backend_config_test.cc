@@ -48,6 +48,19 @@ TEST_F(BackendConfigTest, DefaultsHoldWithoutTheSection) {
   EXPECT_EQ(config_.low_priority_wait_us, 500);
 }
 
+TEST_F(BackendConfigTest, TheHostNvmlIsNamedOrTurnedOff) {
+  std::string error;
+  ASSERT_TRUE(Load("[backend]\nwarm_pool = 1\n", &error)) << error;
+  EXPECT_EQ(config_.nvml, "libnvidia-ml.so.1");  // absent: found by name, as the driver is
+  ASSERT_TRUE(Load("[backend]\nnvml = \"/opt/nvidia/libnvidia-ml.so.1\"\n", &error)) << error;
+  EXPECT_EQ(config_.nvml, "/opt/nvidia/libnvidia-ml.so.1");
+  config_ = BackendConfig{};
+  ASSERT_TRUE(Load("[backend]\nnvml = \"\"\n", &error)) << error;
+  EXPECT_EQ(config_.nvml, "");  // no host facts for tenants
+  EXPECT_FALSE(Load("[backend]\nnvml = 1\n", &error));
+  EXPECT_NE(error.find("nvml"), std::string::npos) << error;
+}
+
 TEST_F(BackendConfigTest, BadSchedulerValuesAreRefused) {
   std::string error;
   EXPECT_FALSE(Load("[scheduler]\nlow_priority_share_percent = 101\n", &error));

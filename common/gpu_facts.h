@@ -1,0 +1,35 @@
+// How curelay's NVML shim asks curelay's CUDA shim for the GPU host's facts about a device (docs/nvml.md): a private
+// table served by the CUDA shim's cuGetExportTable under kHostFactsTableId, since the shim exports only the driver
+// API. The CUDA shim forwards the question to the session's executor (schema/curelay.fbs, DeviceFacts). Where the
+// process's libcuda.so.1 is not curelay's, the table is absent and the NVML shim refuses these facts.
+#pragma once
+
+#include <cuda.h>
+
+#include <cstdint>
+
+#include "curelay_generated.h"
+
+namespace curelay {
+
+inline constexpr unsigned char kHostFactsTableId[16] = {0x26, 0x5c, 0xb8, 0xc3, 0x8d, 0xdc, 0x45, 0x0c,
+                                                        0x9a, 0x6d, 0x3e, 0x99, 0x78, 0x7a, 0x87, 0x63};
+inline constexpr int kGpuFactCount = static_cast<int>(wire::GpuFact::MAX) + 1;
+inline constexpr int32_t kNvmlNotSupported = 3;  // NVML_ERROR_NOT_SUPPORTED, without nvml.h here
+
+struct GpuFacts {
+  int32_t results[kGpuFactCount];  // the host NVML's nvmlReturn_t per wire::GpuFact
+  int64_t values[kGpuFactCount];   // meaningful where the result is 0 (NVML_SUCCESS)
+  char driver_version[96];
+  char nvml_version[96];
+  char vbios_version[96];
+};
+
+struct HostFactsTable {
+  uint64_t size;  // sizeof(HostFactsTable): later versions only append
+  // CUDA_SUCCESS with every fact's result filled, or the CUDA error that kept the question from the host
+  // (CUDA_ERROR_NOT_SUPPORTED: the host has no NVML to ask; CUDA_ERROR_INVALID_DEVICE).
+  CUresult (*query_gpu_facts)(CUdevice device, GpuFacts* facts);
+};
+
+}  // namespace curelay

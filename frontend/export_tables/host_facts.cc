@@ -1,0 +1,53 @@
+// curelay's own table (common/gpu_facts.h): the GPU host's NVML facts about a device, for curelay's NVML shim. One
+// round trip per question; the NVML shim keeps the answer briefly, so a monitoring agent's burst of NVML calls
+// costs one.
+#include <algorithm>
+#include <cstring>
+
+#include "common/gpu_facts.h"
+#include "frontend/api/api_support.h"
+#include "frontend/export_tables/table_support.h"
+
+namespace curelay::frontend {
+namespace {
+
+void CopyText(const flatbuffers::String* text, char* out, size_t capacity) {
+  const size_t length = text == nullptr ? 0 : std::min<size_t>(text->size(), capacity - 1);
+  if (length > 0) std::memcpy(out, text->data(), length);
+  out[length] = '\0';
+}
+
+CUresult QueryGpuFacts(CUdevice device, GpuFacts* facts) {
+  Client* client;
+  CURELAY_RETURN_IF_ERROR(RequireClient(&client));
+  if (facts == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  CURELAY_RETURN_IF_ERROR(RequireDevice(*client, device));
+  auto& builder = Builder();
+  const auto call = wire::CreateDeviceFacts(builder, device).Union();
+  ReplyMessage reply;
+  CURELAY_RETURN_IF_ERROR(client->Call(builder, wire::Call::DeviceFacts, call, {}, &reply));
+  const auto* answer = reply.reply->body_as_GpuFactList();
+  if (answer == nullptr || answer->results() == nullptr || answer->values() == nullptr ||
+      answer->results()->size() != answer->values()->size()) {
+    return CUDA_ERROR_UNKNOWN;
+  }
+  // An executor of another release may know fewer facts (or more): the rest are not answered.
+  const size_t known = std::min<size_t>(answer->results()->size(), kGpuFactCount);
+  for (size_t i = 0; i < static_cast<size_t>(kGpuFactCount); ++i) {
+    facts->results[i] = i < known ? answer->results()->Get(i) : kNvmlNotSupported;
+    facts->values[i] = i < known ? answer->values()->Get(i) : 0;
+  }
+  CopyText(answer->driver_version(), facts->driver_version, sizeof facts->driver_version);
+  CopyText(answer->nvml_version(), facts->nvml_version, sizeof facts->nvml_version);
+  CopyText(answer->vbios_version(), facts->vbios_version, sizeof facts->vbios_version);
+  return CUDA_SUCCESS;
+}
+
+}  // namespace
+
+const void* CurelayHostFactsTable() {
+  static const HostFactsTable table = {sizeof(HostFactsTable), &QueryGpuFacts};
+  return &table;
+}
+
+}  // namespace curelay::frontend

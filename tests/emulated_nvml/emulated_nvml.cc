@@ -1,0 +1,202 @@
+// Emulated host NVML: a test fixture standing in for the GPU host's libnvidia-ml.so.1, which the development and CI
+// machines lack, so the executor's host facts (executor/host_nvml.cc) run end to end against the emulated driver.
+// It knows the emulated driver's GPUs by their PCI bus ids (tests/emulated_driver/device_properties.cc: domain 0,
+// bus 0x18 + 0x10 * ordinal) and answers fixed values derived from the ordinal; like an H200 SXM board it has no
+// fan. Only the reading entry points the executor resolves exist.
+#define NVML_NO_UNVERSIONED_FUNC_DEFS
+#include <nvml.h>
+
+#include <cstdio>
+#include <cstring>
+
+struct nvmlDevice_st {
+  unsigned int ordinal;
+};
+
+namespace {
+
+constexpr unsigned int kMaxDevices = 16;
+nvmlDevice_st devices[kMaxDevices] = {{0}, {1}, {2}, {3}, {4}, {5}, {6}, {7}, {8}, {9}, {10}, {11}, {12}, {13}, {14}, {15}};
+bool initialized = false;
+
+const nvmlDevice_st* Known(nvmlDevice_t device) {
+  if (!initialized || device == nullptr || device < devices || device >= devices + kMaxDevices) return nullptr;
+  return device;
+}
+
+nvmlReturn_t Text(const char* value, char* out, unsigned int length) {
+  if (!initialized) return NVML_ERROR_UNINITIALIZED;
+  if (out == nullptr) return NVML_ERROR_INVALID_ARGUMENT;
+  if (std::strlen(value) + 1 > length) return NVML_ERROR_INSUFFICIENT_SIZE;
+  std::memcpy(out, value, std::strlen(value) + 1);
+  return NVML_SUCCESS;
+}
+
+}  // namespace
+
+#define DEVICE_OR_FAIL(out)                              \
+  const nvmlDevice_st* known = Known(device);            \
+  if (known == nullptr) return NVML_ERROR_INVALID_ARGUMENT; \
+  if ((out) == nullptr) return NVML_ERROR_INVALID_ARGUMENT;
+
+extern "C" {
+
+__attribute__((visibility("default"))) nvmlReturn_t nvmlInit_v2() {
+  initialized = true;
+  return NVML_SUCCESS;
+}
+
+__attribute__((visibility("default"))) nvmlReturn_t nvmlDeviceGetHandleByPciBusId_v2(const char* bus_id,
+                                                                                      nvmlDevice_t* device) {
+  if (!initialized) return NVML_ERROR_UNINITIALIZED;
+  if (bus_id == nullptr || device == nullptr) return NVML_ERROR_INVALID_ARGUMENT;
+  unsigned int domain = 0, bus = 0, slot = 0, function = 0;
+  if (std::sscanf(bus_id, "%x:%x:%x.%x", &domain, &bus, &slot, &function) != 4) return NVML_ERROR_INVALID_ARGUMENT;
+  if (domain != 0 || slot != 0 || function != 0 || bus < 0x18 || (bus - 0x18) % 0x10 != 0 ||
+      (bus - 0x18) / 0x10 >= kMaxDevices) {
+    return NVML_ERROR_NOT_FOUND;
+  }
+  *device = &devices[(bus - 0x18) / 0x10];
+  return NVML_SUCCESS;
+}
+
+__attribute__((visibility("default"))) nvmlReturn_t nvmlSystemGetDriverVersion(char* version, unsigned int length) {
+  return Text("580.95.05-emulated", version, length);
+}
+__attribute__((visibility("default"))) nvmlReturn_t nvmlSystemGetNVMLVersion(char* version, unsigned int length) {
+  return Text("13.580.95.05-emulated", version, length);
+}
+__attribute__((visibility("default"))) nvmlReturn_t nvmlDeviceGetVbiosVersion(nvmlDevice_t device, char* version,
+                                                                               unsigned int length) {
+  if (Known(device) == nullptr) return NVML_ERROR_INVALID_ARGUMENT;
+  return Text("96.00.AF.00.01", version, length);
+}
+
+__attribute__((visibility("default"))) nvmlReturn_t nvmlDeviceGetTemperature(nvmlDevice_t device,
+                                                                              nvmlTemperatureSensors_t sensor,
+                                                                              unsigned int* value) {
+  DEVICE_OR_FAIL(value);
+  if (sensor != NVML_TEMPERATURE_GPU) return NVML_ERROR_INVALID_ARGUMENT;
+  *value = 31 + known->ordinal;
+  return NVML_SUCCESS;
+}
+__attribute__((visibility("default"))) nvmlReturn_t nvmlDeviceGetTemperatureThreshold(
+    nvmlDevice_t device, nvmlTemperatureThresholds_t type, unsigned int* value) {
+  DEVICE_OR_FAIL(value);
+  switch (type) {
+    case NVML_TEMPERATURE_THRESHOLD_SHUTDOWN: *value = 92; return NVML_SUCCESS;
+    case NVML_TEMPERATURE_THRESHOLD_SLOWDOWN: *value = 89; return NVML_SUCCESS;
+    case NVML_TEMPERATURE_THRESHOLD_MEM_MAX: *value = 95; return NVML_SUCCESS;
+    case NVML_TEMPERATURE_THRESHOLD_GPU_MAX: *value = 87; return NVML_SUCCESS;
+    default: return NVML_ERROR_NOT_SUPPORTED;
+  }
+}
+__attribute__((visibility("default"))) nvmlReturn_t nvmlDeviceGetFanSpeed(nvmlDevice_t device, unsigned int* value) {
+  DEVICE_OR_FAIL(value);
+  return NVML_ERROR_NOT_SUPPORTED;  // passively cooled
+}
+__attribute__((visibility("default"))) nvmlReturn_t nvmlDeviceGetPowerUsage(nvmlDevice_t device, unsigned int* value) {
+  DEVICE_OR_FAIL(value);
+  *value = 75123 + 1000 * known->ordinal;
+  return NVML_SUCCESS;
+}
+__attribute__((visibility("default"))) nvmlReturn_t nvmlDeviceGetEnforcedPowerLimit(nvmlDevice_t device,
+                                                                                     unsigned int* value) {
+  DEVICE_OR_FAIL(value);
+  *value = 700000;
+  return NVML_SUCCESS;
+}
+__attribute__((visibility("default"))) nvmlReturn_t nvmlDeviceGetPowerManagementLimit(nvmlDevice_t device,
+                                                                                       unsigned int* value) {
+  DEVICE_OR_FAIL(value);
+  *value = 700000;
+  return NVML_SUCCESS;
+}
+__attribute__((visibility("default"))) nvmlReturn_t nvmlDeviceGetPowerManagementDefaultLimit(nvmlDevice_t device,
+                                                                                              unsigned int* value) {
+  DEVICE_OR_FAIL(value);
+  *value = 700000;
+  return NVML_SUCCESS;
+}
+__attribute__((visibility("default"))) nvmlReturn_t nvmlDeviceGetPowerManagementLimitConstraints(
+    nvmlDevice_t device, unsigned int* low, unsigned int* high) {
+  DEVICE_OR_FAIL(low);
+  if (high == nullptr) return NVML_ERROR_INVALID_ARGUMENT;
+  *low = 200000;
+  *high = 700000;
+  return NVML_SUCCESS;
+}
+__attribute__((visibility("default"))) nvmlReturn_t nvmlDeviceGetTotalEnergyConsumption(nvmlDevice_t device,
+                                                                                         unsigned long long* value) {
+  DEVICE_OR_FAIL(value);
+  *value = 123456789012ULL;  // beyond 32 bits: checks the 64-bit path
+  return NVML_SUCCESS;
+}
+__attribute__((visibility("default"))) nvmlReturn_t nvmlDeviceGetPerformanceState(nvmlDevice_t device,
+                                                                                   nvmlPstates_t* value) {
+  DEVICE_OR_FAIL(value);
+  *value = NVML_PSTATE_0;
+  return NVML_SUCCESS;
+}
+__attribute__((visibility("default"))) nvmlReturn_t nvmlDeviceGetClockInfo(nvmlDevice_t device, nvmlClockType_t type,
+                                                                            unsigned int* value) {
+  DEVICE_OR_FAIL(value);
+  switch (type) {
+    case NVML_CLOCK_GRAPHICS: case NVML_CLOCK_SM: *value = 1980; return NVML_SUCCESS;
+    case NVML_CLOCK_MEM: *value = 3201; return NVML_SUCCESS;
+    case NVML_CLOCK_VIDEO: *value = 1545; return NVML_SUCCESS;
+    default: return NVML_ERROR_INVALID_ARGUMENT;
+  }
+}
+__attribute__((visibility("default"))) nvmlReturn_t nvmlDeviceGetMaxClockInfo(nvmlDevice_t device,
+                                                                               nvmlClockType_t type,
+                                                                               unsigned int* value) {
+  DEVICE_OR_FAIL(value);
+  switch (type) {
+    case NVML_CLOCK_GRAPHICS: case NVML_CLOCK_SM: *value = 1980; return NVML_SUCCESS;
+    case NVML_CLOCK_MEM: *value = 3201; return NVML_SUCCESS;
+    case NVML_CLOCK_VIDEO: *value = 1965; return NVML_SUCCESS;
+    default: return NVML_ERROR_INVALID_ARGUMENT;
+  }
+}
+__attribute__((visibility("default"))) nvmlReturn_t nvmlDeviceGetPersistenceMode(nvmlDevice_t device,
+                                                                                  nvmlEnableState_t* value) {
+  DEVICE_OR_FAIL(value);
+  *value = NVML_FEATURE_ENABLED;
+  return NVML_SUCCESS;
+}
+__attribute__((visibility("default"))) nvmlReturn_t nvmlDeviceGetEccMode(nvmlDevice_t device,
+                                                                          nvmlEnableState_t* current,
+                                                                          nvmlEnableState_t* pending) {
+  DEVICE_OR_FAIL(current);
+  if (pending == nullptr) return NVML_ERROR_INVALID_ARGUMENT;
+  *current = NVML_FEATURE_ENABLED;
+  *pending = NVML_FEATURE_ENABLED;
+  return NVML_SUCCESS;
+}
+__attribute__((visibility("default"))) nvmlReturn_t nvmlDeviceGetCurrPcieLinkGeneration(nvmlDevice_t device,
+                                                                                         unsigned int* value) {
+  DEVICE_OR_FAIL(value);
+  *value = 5;
+  return NVML_SUCCESS;
+}
+__attribute__((visibility("default"))) nvmlReturn_t nvmlDeviceGetCurrPcieLinkWidth(nvmlDevice_t device,
+                                                                                    unsigned int* value) {
+  DEVICE_OR_FAIL(value);
+  *value = 16;
+  return NVML_SUCCESS;
+}
+__attribute__((visibility("default"))) nvmlReturn_t nvmlDeviceGetMaxPcieLinkGeneration(nvmlDevice_t device,
+                                                                                        unsigned int* value) {
+  DEVICE_OR_FAIL(value);
+  *value = 5;
+  return NVML_SUCCESS;
+}
+__attribute__((visibility("default"))) nvmlReturn_t nvmlDeviceGetMaxPcieLinkWidth(nvmlDevice_t device,
+                                                                                   unsigned int* value) {
+  DEVICE_OR_FAIL(value);
+  *value = 16;
+  return NVML_SUCCESS;
+}
+
+}  // extern "C"
