@@ -18,6 +18,8 @@
 #                         CUDA_VISIBLE_DEVICES set to the same list, so both sides see the same GPUs
 #   CURELAY_GPU_RTT_US    with a tcp:// endpoint: round-trip delay added between client and backend, through
 #                         curelay-relay (tools/relay) on 127.0.0.2 (default: none, the client connects directly)
+#   CURELAY_REAL_NVML     the host's NVML the backend's executors read facts from (--nvml; default
+#                         libnvidia-ml.so.1 beside the real driver, else found by name)
 #   CURELAY_GPU_LOG_LEVEL the backend's and executors' --log-level (default info; debug for diagnosis)
 #   CURELAY_GPU_CURVE     non-empty: the backend runs with --curve and remote clients get its public key in
 #                         CURELAY_SERVER_KEY (docs/security.md)
@@ -43,6 +45,8 @@
 #   curelay_backend_stop          SIGTERM to the backend, then waits for it (SIGKILL after 10 s)
 
 CURELAY_REAL_DRIVER=${CURELAY_REAL_DRIVER:-/usr/local/nvidia/lib64/libcuda.so.1}
+CURELAY_REAL_NVML=${CURELAY_REAL_NVML:-$(dirname "$CURELAY_REAL_DRIVER")/libnvidia-ml.so.1}
+[ -e "$CURELAY_REAL_NVML" ] || CURELAY_REAL_NVML=libnvidia-ml.so.1
 CURELAY_GPU_ENDPOINT=${CURELAY_GPU_ENDPOINT:-ipc:///tmp/curelay-gpu-test.sock}
 CURELAY_GPU_TIMEOUT=${CURELAY_GPU_TIMEOUT:-600}
 CURELAY_OUT=${OUT:-/tmp/curelay-gpu-out}
@@ -188,7 +192,7 @@ curelay_backend_start() {
   [ -z "${CURELAY_GPU_CURVE:-}" ] || curve=--curve
   LD_LIBRARY_PATH=$(curelay_library_path) \
     "$CURELAY_BUILD/backend/curelay-backend" --listen "$CURELAY_GPU_ENDPOINT" --driver "$CURELAY_REAL_DRIVER" \
-    --runtime-dir "$runtime" --state-dir "$state" --executor-ports "$CURELAY_GPU_EXECUTOR_PORTS" $anonymous $curve \
+    --nvml "$CURELAY_REAL_NVML" --runtime-dir "$runtime" --state-dir "$state" --executor-ports "$CURELAY_GPU_EXECUTOR_PORTS" $anonymous $curve \
     --log-level "${CURELAY_GPU_LOG_LEVEL:-info}" >>"$log" 2>&1 &
   CURELAY_BACKEND_PID=$!
   trap curelay_backend_stop EXIT
