@@ -141,6 +141,11 @@ int main(int argc, char** argv) {
   if (env_level != nullptr) config.log_level = env_level;
   int exit_code = 0;
   if (!ReadSettings(argc, argv, &config, &exit_code)) return exit_code;
+  // The host's NVML lives beside its driver, which is often a folder the loader does not search by name.
+  if (config.nvml == BackendConfig{}.nvml && config.driver.find('/') != std::string::npos) {
+    const std::string beside = config.driver.substr(0, config.driver.rfind('/') + 1) + "libnvidia-ml.so.1";
+    if (access(beside.c_str(), R_OK) == 0) config.nvml = beside;
+  }
   if (config.usage_interval_s < 1 || config.usage_interval_s > 86400) {
     std::fprintf(stderr, "curelay-backend: the usage interval is 1 to 86400 seconds\n");
     return 2;

@@ -15,6 +15,9 @@ namespace curelay {
 inline constexpr unsigned char kHostFactsTableId[16] = {0x26, 0x5c, 0xb8, 0xc3, 0x8d, 0xdc, 0x45, 0x0c,
                                                         0x9a, 0x6d, 0x3e, 0x99, 0x78, 0x7a, 0x87, 0x63};
 inline constexpr int kGpuFactCount = static_cast<int>(wire::GpuFact::MAX) + 1;
+// The two shims may come from different builds (the CDI spec names each): GpuFacts' layout is fixed for this table
+// id, and a new fact means a new id (an older NVML shim then finds no table and refuses the facts).
+static_assert(kGpuFactCount == 32, "GpuFact changed: give kHostFactsTableId a new value and update this count");
 inline constexpr int32_t kNvmlNotSupported = 3;  // NVML_ERROR_NOT_SUPPORTED, without nvml.h here
 
 struct GpuFacts {

@@ -55,6 +55,12 @@ bool HostNvml::Load(std::string* error) {
     *error = "no host NVML configured ([backend] nvml is empty)";
     return false;
   }
+  // curelay's own NVML shim (a backend started with the shims on its library path) would answer from a curelay
+  // session of its own: a path is checked before it is loaded, a name after (its file is only known then).
+  if (library_.find('/') != std::string::npos && FileCarriesMarker(library_, kNvmlShimIdentity)) {
+    *error = library_ + " is curelay's NVML shim, not the host's NVML";
+    return false;
+  }
   handle_ = dlopen(library_.c_str(), RTLD_NOW | RTLD_LOCAL);
   if (handle_ == nullptr) {
     *error = std::string("dlopen ") + library_ + ": " + dlerror();
@@ -85,19 +91,21 @@ bool HostNvml::Load(std::string* error) {
       Resolve(handle_, "nvmlDeviceGetCurrPcieLinkWidth", &api->link_width) &&
       Resolve(handle_, "nvmlDeviceGetMaxPcieLinkGeneration", &api->max_link_generation) &&
       Resolve(handle_, "nvmlDeviceGetMaxPcieLinkWidth", &api->max_link_width);
-  // The library found by name may be curelay's own NVML shim (a backend started with the shims on its library
-  // path): it would answer from a curelay session of its own, so it is refused before anything of it runs.
   Dl_info where{};
   const bool is_shim = resolved && dladdr(reinterpret_cast<void*>(api->init), &where) != 0 &&
                        where.dli_fname != nullptr && FileCarriesMarker(where.dli_fname, kNvmlShimIdentity);
   if (!resolved || is_shim) {
     *error = library_ + (is_shim ? " is curelay's NVML shim, not the host's NVML" : " lacks NVML's reading entry points");
     delete api;
+    if (!is_shim) dlclose(handle_);  // the shim stays: its constructors ran, its destructors are not trusted here
+    handle_ = nullptr;
     return false;
   }
   if (const nvmlReturn_t result = api->init(); result != NVML_SUCCESS) {
     *error = library_ + ": nvmlInit_v2 answered " + std::to_string(static_cast<int>(result));
     delete api;
+    dlclose(handle_);
+    handle_ = nullptr;
     return false;
   }
   api_ = api;
@@ -114,6 +122,17 @@ bool HostNvml::Read(const std::string& bus_id, GpuFactValues* facts, std::string
     *error = load_error_;
     return false;
   }
+  const auto now = std::chrono::steady_clock::now();
+  if (const auto found = answers_.find(bus_id); found != answers_.end() && now - found->second.read_at <= kFresh) {
+    *facts = found->second.facts;
+    return true;
+  }
+  if (!ReadNow(bus_id, facts, error)) return false;
+  answers_[bus_id] = Answer{now, *facts};
+  return true;
+}
+
+bool HostNvml::ReadNow(const std::string& bus_id, GpuFactValues* facts, std::string* error) {
   nvmlDevice_t device = nullptr;
   if (const nvmlReturn_t result = api_->by_bus_id(bus_id.c_str(), &device); result != NVML_SUCCESS) {
     *error = "the host's NVML does not know the GPU at " + bus_id + " (" + std::to_string(static_cast<int>(result)) + ")";

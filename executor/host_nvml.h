@@ -4,7 +4,9 @@
 // changes the GPU's state.
 #pragma once
 
+#include <chrono>
 #include <cstdint>
+#include <map>
 #include <mutex>
 #include <string>
 #include <vector>
@@ -15,7 +17,7 @@ namespace curelay::executor {
 
 // One device's facts: NVML's result and value per GpuFact, and the version strings.
 struct GpuFactValues {
-  std::vector<int32_t> results = std::vector<int32_t>(kGpuFactCount, 0);
+  std::vector<int32_t> results = std::vector<int32_t>(kGpuFactCount, kNvmlNotSupported);  // until read
   std::vector<int64_t> values = std::vector<int64_t>(kGpuFactCount, 0);
   std::string driver_version, nvml_version, vbios_version;
 };
@@ -27,11 +29,20 @@ class HostNvml {
   void Configure(std::string library) { library_ = std::move(library); }
   // Fills `facts` for the device at PCI bus id `bus_id` ("%08X:%02X:%02X.0"). False when there is no host NVML or
   // it does not know the device (`*error` says why, once per session in the log).
+  // A device's answer is reused for kFresh, so a client asking in a loop costs the host's NVML nothing more.
   bool Read(const std::string& bus_id, GpuFactValues* facts, std::string* error);
+  static constexpr std::chrono::milliseconds kFresh{100};
 
  private:
   struct Api;
   bool Load(std::string* error);
+  bool ReadNow(const std::string& bus_id, GpuFactValues* facts, std::string* error);
+
+  struct Answer {
+    std::chrono::steady_clock::time_point read_at;
+    GpuFactValues facts;
+  };
+  std::map<std::string, Answer> answers_;  // by bus id
 
   std::mutex mutex_;
   std::string library_;

@@ -78,6 +78,7 @@ struct State {
   std::mutex facts_mutex;
   struct FactsCache {
     bool valid = false;
+    nvmlReturn_t result = NVML_SUCCESS;  // a refusal is kept as long as an answer
     std::chrono::steady_clock::time_point read_at;
     GpuFacts facts;
   };
@@ -266,20 +267,27 @@ constexpr auto kFactsFresh = std::chrono::milliseconds(100);
 nvmlReturn_t Facts(const Device& device, GpuFacts* out) {
   State& state = Shared();
   if (state.host_facts == nullptr) return NVML_ERROR_NOT_SUPPORTED;
+  const auto now = std::chrono::steady_clock::now();
+  {
+    std::lock_guard lock(state.facts_mutex);
+    const State::FactsCache& cache = state.facts[device.handle.index];
+    if (cache.valid && now - cache.read_at <= kFactsFresh) {
+      if (cache.result == NVML_SUCCESS) *out = cache.facts;
+      return cache.result;
+    }
+  }
+  // Asked without the lock: a question about one GPU never waits for another's round trip.
+  const CUresult asked = state.host_facts->query_gpu_facts(device.cu, out);
+  const nvmlReturn_t result = asked == CUDA_SUCCESS             ? NVML_SUCCESS
+                              : asked == CUDA_ERROR_NOT_SUPPORTED ? NVML_ERROR_NOT_SUPPORTED
+                                                                  : NVML_ERROR_UNKNOWN;
   std::lock_guard lock(state.facts_mutex);
   State::FactsCache& cache = state.facts[device.handle.index];
-  const auto now = std::chrono::steady_clock::now();
-  if (!cache.valid || now - cache.read_at > kFactsFresh) {
-    const CUresult result = state.host_facts->query_gpu_facts(device.cu, &cache.facts);
-    if (result != CUDA_SUCCESS) {
-      cache.valid = false;
-      return result == CUDA_ERROR_NOT_SUPPORTED ? NVML_ERROR_NOT_SUPPORTED : NVML_ERROR_UNKNOWN;
-    }
-    cache.valid = true;
-    cache.read_at = now;
-  }
-  *out = cache.facts;
-  return NVML_SUCCESS;
+  cache.valid = result != NVML_ERROR_UNKNOWN;  // a broken session is asked again
+  cache.result = result;
+  cache.read_at = now;
+  if (result == NVML_SUCCESS) cache.facts = *out;
+  return result;
 }
 
 // One fact of the device behind `handle`: the host NVML's result, and its value on success. `given` is the
@@ -306,6 +314,14 @@ nvmlReturn_t UnsignedFact(nvmlDevice_t handle, wire::GpuFact fact, unsigned int*
 }
 
 // A version string of the device behind `handle`, or (null handle: the system's) asked through the first device.
+// NVML's checks before an answer that needs no host fact: initialized, our handle, an output pointer.
+template <typename Value>
+nvmlReturn_t CheckDevice(nvmlDevice_t handle, Value* given) {
+  nvmlReturn_t error = NVML_SUCCESS;
+  if (Lookup(handle, &error) == nullptr) return error;
+  return given == nullptr ? NVML_ERROR_INVALID_ARGUMENT : NVML_SUCCESS;
+}
+
 nvmlReturn_t FactText(nvmlDevice_t handle, wire::GpuFact fact, char* out, unsigned int length) {
   State& state = Shared();
   if (handle == nullptr) {
@@ -530,6 +546,7 @@ nvmlReturn_t nvmlDeviceGetVbiosVersion(nvmlDevice_t device, char* version, unsig
 }
 
 nvmlReturn_t nvmlDeviceGetTemperature(nvmlDevice_t device, nvmlTemperatureSensors_t sensor, unsigned int* value) {
+  if (const nvmlReturn_t checked = curelay::nvml::CheckDevice(device, value); checked != NVML_SUCCESS) return checked;
   if (sensor != NVML_TEMPERATURE_GPU) return NVML_ERROR_INVALID_ARGUMENT;
   return curelay::nvml::UnsignedFact(device, GpuFact::TemperatureGpu, value);
 }
@@ -544,8 +561,12 @@ nvmlReturn_t nvmlDeviceGetTemperatureThreshold(nvmlDevice_t device, nvmlTemperat
       return curelay::nvml::UnsignedFact(device, GpuFact::TemperatureMemoryMax, value);
     case NVML_TEMPERATURE_THRESHOLD_GPU_MAX:
       return curelay::nvml::UnsignedFact(device, GpuFact::TemperatureGpuMax, value);
-    default:  // the acoustic and custom thresholds are not forwarded
-      return type < NVML_TEMPERATURE_THRESHOLD_COUNT ? NVML_ERROR_NOT_SUPPORTED : NVML_ERROR_INVALID_ARGUMENT;
+    default: {  // the acoustic and custom thresholds are not forwarded
+      const nvmlReturn_t checked = curelay::nvml::CheckDevice(device, value);
+      if (checked != NVML_SUCCESS) return checked;
+      return type >= 0 && type < NVML_TEMPERATURE_THRESHOLD_COUNT ? NVML_ERROR_NOT_SUPPORTED
+                                                                 : NVML_ERROR_INVALID_ARGUMENT;
+    }
   }
 }
 nvmlReturn_t nvmlDeviceGetFanSpeed(nvmlDevice_t device, unsigned int* speed) {
@@ -596,7 +617,10 @@ nvmlReturn_t nvmlDeviceGetClockInfo(nvmlDevice_t device, nvmlClockType_t type, u
     case NVML_CLOCK_SM: return curelay::nvml::UnsignedFact(device, GpuFact::ClockSm, mhz);
     case NVML_CLOCK_MEM: return curelay::nvml::UnsignedFact(device, GpuFact::ClockMemory, mhz);
     case NVML_CLOCK_VIDEO: return curelay::nvml::UnsignedFact(device, GpuFact::ClockVideo, mhz);
-    default: return NVML_ERROR_INVALID_ARGUMENT;
+    default: {
+      const nvmlReturn_t checked = curelay::nvml::CheckDevice(device, mhz);
+      return checked != NVML_SUCCESS ? checked : NVML_ERROR_INVALID_ARGUMENT;
+    }
   }
 }
 nvmlReturn_t nvmlDeviceGetMaxClockInfo(nvmlDevice_t device, nvmlClockType_t type, unsigned int* mhz) {
@@ -605,7 +629,10 @@ nvmlReturn_t nvmlDeviceGetMaxClockInfo(nvmlDevice_t device, nvmlClockType_t type
     case NVML_CLOCK_SM: return curelay::nvml::UnsignedFact(device, GpuFact::MaxClockSm, mhz);
     case NVML_CLOCK_MEM: return curelay::nvml::UnsignedFact(device, GpuFact::MaxClockMemory, mhz);
     case NVML_CLOCK_VIDEO: return curelay::nvml::UnsignedFact(device, GpuFact::MaxClockVideo, mhz);
-    default: return NVML_ERROR_INVALID_ARGUMENT;
+    default: {
+      const nvmlReturn_t checked = curelay::nvml::CheckDevice(device, mhz);
+      return checked != NVML_SUCCESS ? checked : NVML_ERROR_INVALID_ARGUMENT;
+    }
   }
 }
 

@@ -31,7 +31,8 @@ CUresult QueryGpuFacts(CUdevice device, GpuFacts* facts) {
       answer->results()->size() != answer->values()->size()) {
     return CUDA_ERROR_UNKNOWN;
   }
-  // An executor of another release may know fewer facts (or more): the rest are not answered.
+  // Lists of another length than this release's (a malformed answer; Attach requires one protocol version) leave
+  // the facts they lack unanswered.
   const size_t known = std::min<size_t>(answer->results()->size(), kGpuFactCount);
   for (size_t i = 0; i < static_cast<size_t>(kGpuFactCount); ++i) {
     facts->results[i] = i < known ? answer->results()->Get(i) : kNvmlNotSupported;
