@@ -619,7 +619,7 @@ nvmlReturn_t nvmlDeviceGetClockInfo(nvmlDevice_t device, nvmlClockType_t type, u
     case NVML_CLOCK_VIDEO: return curelay::nvml::UnsignedFact(device, GpuFact::ClockVideo, mhz);
     default: {
       const nvmlReturn_t checked = curelay::nvml::CheckDevice(device, mhz);
-      return checked != NVML_SUCCESS ? checked : NVML_ERROR_INVALID_ARGUMENT;
+      return checked != NVML_SUCCESS ? checked : NVML_ERROR_NOT_SUPPORTED;  // as the 580 driver's NVML answers
     }
   }
 }
@@ -631,7 +631,7 @@ nvmlReturn_t nvmlDeviceGetMaxClockInfo(nvmlDevice_t device, nvmlClockType_t type
     case NVML_CLOCK_VIDEO: return curelay::nvml::UnsignedFact(device, GpuFact::MaxClockVideo, mhz);
     default: {
       const nvmlReturn_t checked = curelay::nvml::CheckDevice(device, mhz);
-      return checked != NVML_SUCCESS ? checked : NVML_ERROR_INVALID_ARGUMENT;
+      return checked != NVML_SUCCESS ? checked : NVML_ERROR_NOT_SUPPORTED;  // as the 580 driver's NVML answers
     }
   }
 }

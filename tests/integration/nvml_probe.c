@@ -30,7 +30,7 @@ static int PrintFacts(void) {
   char bus_id[32];
   /* CUDA's device 0, found in NVML by its bus id: NVML's own order is the PCI order, and it ignores
    * CUDA_VISIBLE_DEVICES. */
-  if (cuDeviceGet(&cu, 0) != CUDA_SUCCESS || cuDeviceGetPCIBusId(bus_id, sizeof bus_id, cu) != CUDA_SUCCESS) return 1;
+  if (cuInit(0) != CUDA_SUCCESS || cuDeviceGet(&cu, 0) != CUDA_SUCCESS || cuDeviceGetPCIBusId(bus_id, sizeof bus_id, cu) != CUDA_SUCCESS) return 1;
   if (nvmlDeviceGetHandleByPciBusId_v2(bus_id, &device) != NVML_SUCCESS) return 1;
   printf("fact device_bus_id rc 0 value '%s'\n", bus_id);
   rc = nvmlSystemGetDriverVersion(text, sizeof text);
