@@ -155,8 +155,10 @@ bool HostNvml::ReadNow(const std::string& bus_id, GpuFactValues* facts, std::str
       {wire::GpuFact::TemperatureSlowdown, NVML_TEMPERATURE_THRESHOLD_SLOWDOWN},
       {wire::GpuFact::TemperatureMemoryMax, NVML_TEMPERATURE_THRESHOLD_MEM_MAX},
       {wire::GpuFact::TemperatureGpuMax, NVML_TEMPERATURE_THRESHOLD_GPU_MAX}};
-  for (const auto& [fact, threshold] : thresholds) {
-    read(fact, [&](unsigned int* v) { return api_->temperature_threshold(device, threshold, v); });
+  // Lambdas capture the pair's members by name (C++17 compilers do not capture structured bindings).
+  for (const auto& entry : thresholds) {
+    const nvmlTemperatureThresholds_t threshold = entry.second;
+    read(entry.first, [&](unsigned int* v) { return api_->temperature_threshold(device, threshold, v); });
   }
   read(wire::GpuFact::FanSpeed, [&](unsigned int* v) { return api_->fan_speed(device, v); });
   read(wire::GpuFact::PowerUsage, [&](unsigned int* v) { return api_->power_usage(device, v); });
@@ -179,9 +181,13 @@ bool HostNvml::ReadNow(const std::string& bus_id, GpuFactValues* facts, std::str
   const std::pair<wire::GpuFact, nvmlClockType_t> max_clocks[] = {
       {wire::GpuFact::MaxClockGraphics, NVML_CLOCK_GRAPHICS}, {wire::GpuFact::MaxClockSm, NVML_CLOCK_SM},
       {wire::GpuFact::MaxClockMemory, NVML_CLOCK_MEM}, {wire::GpuFact::MaxClockVideo, NVML_CLOCK_VIDEO}};
-  for (const auto& [fact, type] : clocks) read(fact, [&](unsigned int* v) { return api_->clock(device, type, v); });
-  for (const auto& [fact, type] : max_clocks) {
-    read(fact, [&](unsigned int* v) { return api_->max_clock(device, type, v); });
+  for (const auto& entry : clocks) {
+    const nvmlClockType_t type = entry.second;
+    read(entry.first, [&](unsigned int* v) { return api_->clock(device, type, v); });
+  }
+  for (const auto& entry : max_clocks) {
+    const nvmlClockType_t type = entry.second;
+    read(entry.first, [&](unsigned int* v) { return api_->max_clock(device, type, v); });
   }
   nvmlEnableState_t mode = NVML_FEATURE_DISABLED, pending = NVML_FEATURE_DISABLED;
   const nvmlReturn_t persistence = api_->persistence_mode(device, &mode);
