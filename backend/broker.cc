@@ -709,7 +709,12 @@ void Broker::Admit(const PendingHello& hello, ExecutorProcess& executor) {
       return;
     }
     assignment.quota_board = quota_board_->path();
-    quota_board_->session(assignment.quota_session_slot).executor_pid.store(executor.pid);
+    SessionMemoryAccount& account = quota_board_->session(assignment.quota_session_slot);
+    account.client_pid.store(hello.session.client_pid);
+    const size_t program_bytes = std::min(hello.session.client_program.size(), kClientProgramBytes);
+    std::memcpy(account.client_program, hello.session.client_program.data(), program_bytes);
+    account.client_program[program_bytes] = '\0';
+    account.executor_pid.store(executor.pid);
     std::string error;
     // Scheduled on each GPU the executor shows its session.
     if (!hello.kind.spatial() && !dispatch_.OpenSession(assignment.session_id, hello.session.tenant, assignment.quota_session_slot,

@@ -6,6 +6,7 @@
 
 #include <cuda.h>
 
+#include <cstddef>
 #include <cstdint>
 
 #include "curelay_generated.h"
@@ -28,11 +29,32 @@ struct GpuFacts {
   char vbios_version[96];
 };
 
+// The tenant's own work on a device (schema/curelay.fbs, DeviceActivity): NVML's result for each part.
+struct GpuActivity {
+  int32_t utilization_result;  // nvmlReturn_t
+  uint32_t gpu_percent, memory_percent;
+  int32_t processes_result;    // nvmlReturn_t
+  uint32_t process_count;      // all of them, even where more than the caller's capacity
+  int32_t memory_result;       // nvmlReturn_t; the device's memory as the tenant sees it, read without a context
+  uint64_t memory_total, memory_free;
+};
+struct GpuProcessEntry {
+  uint32_t pid;                // as the client reported it: a pid of the client's own pid namespace
+  uint64_t used_bytes;         // ~0 (NVML_VALUE_NOT_AVAILABLE) where NVML does not know
+  char name[64];               // the client's program, truncated
+};
+
 struct HostFactsTable {
   uint64_t size;  // sizeof(HostFactsTable): later versions only append
   // CUDA_SUCCESS with every fact's result filled, or the CUDA error that kept the question from the host
   // (CUDA_ERROR_NOT_SUPPORTED: the host has no NVML to ask; CUDA_ERROR_INVALID_DEVICE).
   CUresult (*query_gpu_facts)(CUdevice device, GpuFacts* facts);
+  // Appended: the tenant's utilization and processes on `device`, up to `capacity` processes into `processes`
+  // (activity->process_count tells how many there are). The same errors as query_gpu_facts.
+  CUresult (*query_gpu_activity)(CUdevice device, GpuActivity* activity, GpuProcessEntry* processes,
+                                 uint32_t capacity);
 };
+inline constexpr uint64_t kHostFactsTableWithActivity =
+    offsetof(HostFactsTable, query_gpu_activity) + sizeof(HostFactsTable::query_gpu_activity);
 
 }  // namespace curelay

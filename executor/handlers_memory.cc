@@ -68,16 +68,21 @@ CUresult Session::AllocateCharged(uint64_t bytes, const std::function<CUresult()
   return result;
 }
 
+// A tenant with a quota sees a GPU of the quota's size, as a process on a GPU that size would.
+void Session::ApplyMemoryQuota(uint64_t* free, uint64_t* total) const {
+  if (const uint64_t quota = memory_quota_.quota(); quota != 0 && quota < *total) {
+    const uint64_t used = memory_quota_.tenant_used();
+    *total = quota;
+    *free = std::min<uint64_t>(*free, used < quota ? quota - used : 0);
+  }
+}
+
 Session::Outcome Session::MemGetInfo(const wire::MemGetInfo& /*call*/) {
   Outcome outcome;
-  size_t free = 0, total = 0;
-  outcome.result = driver_.cuMemGetInfo(&free, &total);
-  // A tenant with a quota sees a GPU of the quota's size, as a process on a GPU that size would.
-  if (const uint64_t quota = memory_quota_.quota(); quota != 0 && quota < total) {
-    const uint64_t used = memory_quota_.tenant_used();
-    total = quota;
-    free = std::min<uint64_t>(free, used < quota ? quota - used : 0);
-  }
+  size_t free_bytes = 0, total_bytes = 0;
+  outcome.result = driver_.cuMemGetInfo(&free_bytes, &total_bytes);
+  uint64_t free = free_bytes, total = total_bytes;
+  ApplyMemoryQuota(&free, &total);
   outcome.body = wire::CreateMemInfo(builder_, free, total).Union();
   outcome.body_type = wire::ReplyBody::MemInfo;
   return outcome;

@@ -2,6 +2,10 @@
 
 #include <dlfcn.h>
 #include <nvml.h>
+#include <sys/time.h>
+
+#include <algorithm>
+#include <array>
 
 #include "common/shim_identity.h"
 
@@ -32,6 +36,10 @@ struct HostNvml::Api {
   decltype(&nvmlDeviceGetCurrPcieLinkWidth) link_width;
   decltype(&nvmlDeviceGetMaxPcieLinkGeneration) max_link_generation;
   decltype(&nvmlDeviceGetMaxPcieLinkWidth) max_link_width;
+  // The tenant's activity (optional: without them, activity is refused and the facts still answer).
+  decltype(&nvmlDeviceGetComputeRunningProcesses_v3) running_processes;
+  decltype(&nvmlDeviceGetProcessUtilization) process_utilization;
+  decltype(&nvmlDeviceGetMemoryInfo) memory_info;
 };
 
 namespace {
@@ -91,6 +99,11 @@ bool HostNvml::Load(std::string* error) {
       Resolve(handle_, "nvmlDeviceGetCurrPcieLinkWidth", &api->link_width) &&
       Resolve(handle_, "nvmlDeviceGetMaxPcieLinkGeneration", &api->max_link_generation) &&
       Resolve(handle_, "nvmlDeviceGetMaxPcieLinkWidth", &api->max_link_width);
+  if (resolved) {
+    Resolve(handle_, "nvmlDeviceGetComputeRunningProcesses_v3", &api->running_processes);
+    Resolve(handle_, "nvmlDeviceGetProcessUtilization", &api->process_utilization);
+    Resolve(handle_, "nvmlDeviceGetMemoryInfo", &api->memory_info);
+  }
   Dl_info where{};
   const bool is_shim = resolved && dladdr(reinterpret_cast<void*>(api->init), &where) != 0 &&
                        where.dli_fname != nullptr && FileCarriesMarker(where.dli_fname, kNvmlShimIdentity);
@@ -210,6 +223,113 @@ bool HostNvml::ReadNow(const std::string& bus_id, GpuFactValues* facts, std::str
   put_text(wire::GpuFact::DriverVersion, api_->driver_version(text, sizeof text - 1), &facts->driver_version);
   put_text(wire::GpuFact::NvmlVersion, api_->nvml_version(text, sizeof text - 1), &facts->nvml_version);
   put_text(wire::GpuFact::VbiosVersion, api_->vbios_version(device, text, sizeof text - 1), &facts->vbios_version);
+  return true;
+}
+
+bool HostNvml::ReadProcessFigures(const std::string& bus_id, ProcessFigures* figures, std::string* error) {
+  nvmlDevice_t device = nullptr;
+  if (const nvmlReturn_t result = api_->by_bus_id(bus_id.c_str(), &device); result != NVML_SUCCESS) {
+    *error = "the host's NVML does not know the GPU at " + bus_id + " (" + std::to_string(static_cast<int>(result)) + ")";
+    return false;
+  }
+  if (api_->memory_info != nullptr) {
+    nvmlMemory_t memory{};
+    figures->memory_result = api_->memory_info(device, &memory);
+    figures->memory_total = memory.total;
+    figures->memory_free = std::min(memory.free, memory.total);
+  }
+  // Processes come and go between the size query and the read: a few tries with room to spare.
+  if (api_->running_processes != nullptr) {
+    std::vector<nvmlProcessInfo_t> infos(16);
+    nvmlReturn_t result = NVML_ERROR_INSUFFICIENT_SIZE;
+    unsigned int count = 0;
+    for (int attempt = 0; attempt < 4 && result == NVML_ERROR_INSUFFICIENT_SIZE; ++attempt) {
+      count = static_cast<unsigned int>(infos.size());
+      result = api_->running_processes(device, &count, infos.data());
+      if (result == NVML_ERROR_INSUFFICIENT_SIZE) infos.resize(std::max<size_t>(count, infos.size()) + 16);
+    }
+    // Still too small after the tries: an error of the host's, not a size the client could supply.
+    figures->processes_result = result == NVML_ERROR_INSUFFICIENT_SIZE ? NVML_ERROR_UNKNOWN : result;
+    if (result == NVML_SUCCESS) {
+      for (unsigned int i = 0; i < std::min<size_t>(count, infos.size()); ++i) {
+        figures->used_bytes.emplace_back(infos[i].pid, infos[i].usedGpuMemory);
+      }
+    }
+  }
+  if (api_->process_utilization != nullptr) {
+    // The samples of the last second: NVML stamps them with the CPU's wall clock in microseconds.
+    timeval now{};
+    gettimeofday(&now, nullptr);
+    const unsigned long long since =
+        static_cast<unsigned long long>(now.tv_sec) * 1000000ULL + static_cast<unsigned long long>(now.tv_usec) -
+        1000000ULL;
+    std::vector<nvmlProcessUtilizationSample_t> samples(16);
+    nvmlReturn_t result = NVML_ERROR_INSUFFICIENT_SIZE;
+    unsigned int count = 0;
+    for (int attempt = 0; attempt < 4 && result == NVML_ERROR_INSUFFICIENT_SIZE; ++attempt) {
+      count = static_cast<unsigned int>(samples.size());
+      result = api_->process_utilization(device, samples.data(), &count, since);
+      if (result == NVML_ERROR_INSUFFICIENT_SIZE) samples.resize(std::max<size_t>(count, samples.size()) + 16);
+    }
+    // NOT_FOUND: no process had a sample in that second, so none of the tenant's was busy.
+    figures->utilization_result = result == NVML_ERROR_NOT_FOUND           ? NVML_SUCCESS
+                                  : result == NVML_ERROR_INSUFFICIENT_SIZE ? NVML_ERROR_UNKNOWN
+                                                                           : result;
+    if (result == NVML_SUCCESS) {
+      // One sample per busy process is NVML's rule; several of one pid are averaged.
+      std::map<uint32_t, std::array<uint64_t, 3>> sums;  // SM, memory, samples
+      for (unsigned int i = 0; i < std::min<size_t>(count, samples.size()); ++i) {
+        auto& sum = sums[samples[i].pid];
+        sum[0] += samples[i].smUtil;
+        sum[1] += samples[i].memUtil;
+        sum[2] += 1;
+      }
+      for (const auto& [pid, sum] : sums) {
+        figures->utilization[pid] = {static_cast<uint32_t>(sum[0] / sum[2]), static_cast<uint32_t>(sum[1] / sum[2])};
+      }
+    }
+  }
+  return true;
+}
+
+bool HostNvml::ReadActivity(const std::string& bus_id, const std::map<uint32_t, ProcessOwner>& owners,
+                            GpuActivityValues* activity, std::string* error) {
+  std::lock_guard lock(mutex_);
+  if (!tried_) {
+    tried_ = true;
+    if (!Load(&load_error_)) api_ = nullptr;
+  }
+  if (api_ == nullptr) {
+    *error = load_error_;
+    return false;
+  }
+  const auto now = std::chrono::steady_clock::now();
+  auto found = process_figures_.find(bus_id);
+  if (found == process_figures_.end() || now - found->second.read_at > kFresh) {
+    ProcessFigures figures;
+    if (!ReadProcessFigures(bus_id, &figures, error)) return false;
+    figures.read_at = now;
+    found = process_figures_.insert_or_assign(bus_id, std::move(figures)).first;
+  }
+  const ProcessFigures& figures = found->second;
+  activity->processes_result = figures.processes_result;
+  activity->memory_result = figures.memory_result;
+  activity->memory_total = figures.memory_total;
+  activity->memory_free = figures.memory_free;
+  for (const auto& [pid, used] : figures.used_bytes) {
+    if (const auto owner = owners.find(pid); owner != owners.end()) {
+      activity->processes.push_back({owner->second.client_pid, used, owner->second.client_program});
+    }
+  }
+  activity->utilization_result = figures.utilization_result;
+  uint32_t gpu = 0, memory = 0;
+  for (const auto& [pid, percent] : figures.utilization) {
+    if (owners.count(pid) == 0) continue;
+    gpu += percent.first;
+    memory += percent.second;
+  }
+  activity->gpu_percent = std::min<uint32_t>(gpu, 100);
+  activity->memory_percent = std::min<uint32_t>(memory, 100);
   return true;
 }
 

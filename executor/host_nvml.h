@@ -9,6 +9,7 @@
 #include <map>
 #include <mutex>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "common/gpu_facts.h"
@@ -22,6 +23,27 @@ struct GpuFactValues {
   std::string driver_version, nvml_version, vbios_version;
 };
 
+// The tenant's own work on one device (schema/curelay.fbs, GpuActivity), each part with the host NVML's result.
+struct GpuActivityValues {
+  int32_t utilization_result = kNvmlNotSupported;
+  uint32_t gpu_percent = 0, memory_percent = 0;
+  int32_t processes_result = kNvmlNotSupported;
+  int32_t memory_result = kNvmlNotSupported;  // the whole device's, from the host's NVML
+  uint64_t memory_total = 0, memory_free = 0;
+  struct Process {
+    uint32_t pid;        // the client's
+    uint64_t used_bytes;
+    std::string name;
+  };
+  std::vector<Process> processes;
+};
+
+// Whose an executor process is: the client it serves, as that client reported itself.
+struct ProcessOwner {
+  uint32_t client_pid;
+  std::string client_program;
+};
+
 class HostNvml {
  public:
   ~HostNvml();
@@ -32,6 +54,10 @@ class HostNvml {
   // A device's answer is reused for kFresh, so a client asking in a loop costs the host's NVML nothing more.
   bool Read(const std::string& bus_id, GpuFactValues* facts, std::string* error);
   static constexpr std::chrono::milliseconds kFresh{100};
+  // The utilization and processes of the executors in `owners` (by executor pid) on the device at `bus_id`, named
+  // as their clients. Every other process on the GPU is left out. False as Read.
+  bool ReadActivity(const std::string& bus_id, const std::map<uint32_t, ProcessOwner>& owners,
+                    GpuActivityValues* activity, std::string* error);
 
  private:
   struct Api;
@@ -43,6 +69,19 @@ class HostNvml {
     GpuFactValues facts;
   };
   std::map<std::string, Answer> answers_;  // by bus id
+  // The whole GPU's per-process figures, as the host's NVML gave them; filtered per question (a tenant's sessions
+  // change), reused for kFresh like the facts.
+  struct ProcessFigures {
+    std::chrono::steady_clock::time_point read_at;
+    int32_t processes_result = kNvmlNotSupported;
+    std::vector<std::pair<uint32_t, uint64_t>> used_bytes;  // executor pid, NVML's used memory
+    int32_t utilization_result = kNvmlNotSupported;
+    std::map<uint32_t, std::pair<uint32_t, uint32_t>> utilization;  // executor pid -> SM, memory percent
+    int32_t memory_result = kNvmlNotSupported;
+    uint64_t memory_total = 0, memory_free = 0;
+  };
+  bool ReadProcessFigures(const std::string& bus_id, ProcessFigures* figures, std::string* error);
+  std::map<std::string, ProcessFigures> process_figures_;  // by bus id
 
   std::mutex mutex_;
   std::string library_;

@@ -52,8 +52,10 @@ class Session {
   // and the host GPU index of each device ordinal (empty: the same numbers).
   SwapSpace& swap_space() { return swap_space_; }
   void SetHostGpus(std::vector<int> host_gpus) { host_gpus_ = std::move(host_gpus); }
-  // The GPU host's NVML that DeviceFacts reads (before Run; unconfigured: those facts are refused).
+  // The GPU host's NVML that DeviceFacts and DeviceActivity read (before Run; unconfigured: those are refused).
   HostNvml& host_nvml() { return host_nvml_; }
+  // The client this session serves, as it reported itself (before Run): how DeviceActivity names this process.
+  void SetClient(uint32_t pid, std::string program) { client_ = {pid, std::move(program)}; }
   // What a client's offer is accepted with (before Run): the heartbeat timeout and the ports tcp lanes may take.
   void SetOfferOptions(const transport::ChannelOptions& options) { offer_options_ = options; }
   ~Session();
@@ -395,6 +397,11 @@ class Session {
   std::vector<int> host_gpus_;
   HostNvml host_nvml_;
   bool host_nvml_reported_ = false;  // why the facts are refused, logged once
+  ProcessOwner client_{0, {}};
+  // MemGetInfo's view of a device's memory: a tenant with a quota sees a GPU of the quota's size.
+  void ApplyMemoryQuota(uint64_t* free, uint64_t* total) const;
+  // The PCI bus id of `device` as the host's NVML writes it, or the driver's error.
+  CUresult HostBusId(CUdevice device, std::string* bus_id);
   bool swap_refusal_logged_ = false;
   DispatchGate dispatch_gate_{driver_};
   // The client's board of host-function gates (mapped for the life of the process: driver callbacks may still

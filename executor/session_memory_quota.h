@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "backend/quota/memory_quota_board.h"
 
@@ -34,6 +35,14 @@ class SessionMemoryQuota {
   uint64_t gpu_reserve_bytes() const { return board_ != nullptr ? board_->gpu_reserve_bytes().load() : 0; }
   // How many sessions wait for memory on host GPU `gpu` (the backend's count, as of its last look).
   uint32_t waiting_on_gpu(int gpu) const;
+  // The other live sessions of this session's tenant, as the board names them (none without a board): their
+  // executors' pids and their clients' pids and programs, for NVML's process lists (docs/nvml.md).
+  struct SiblingSession {
+    int32_t executor_pid;
+    uint32_t client_pid;
+    std::string client_program;
+  };
+  std::vector<SiblingSession> SiblingSessions() const;
 
  private:
   const backend::TenantMemoryAccount* tenant() const;

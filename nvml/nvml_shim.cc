@@ -12,6 +12,7 @@
 #include <nvml.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <array>
 #include <atomic>
 #include <cctype>
@@ -25,6 +26,7 @@
 
 #include "common/gpu_facts.h"
 #include "common/shim_identity.h"
+#include "nvml/tenant_activity.h"
 
 // nvml.h leaves the handle's structure to the library: here, the device's place in the list.
 struct nvmlDevice_st {
@@ -83,6 +85,16 @@ struct State {
     GpuFacts facts;
   };
   std::vector<FactsCache> facts;
+  // The tenant's activity per device (under facts_mutex), kept as briefly as the facts.
+  bool has_activity = false;
+  struct ActivityCache {
+    bool valid = false;
+    nvmlReturn_t result = NVML_SUCCESS;
+    std::chrono::steady_clock::time_point read_at;
+    GpuActivity activity{};
+    std::vector<GpuProcessEntry> processes;
+  };
+  std::vector<ActivityCache> activity;
 };
 
 State& Shared() {
@@ -170,11 +182,14 @@ nvmlReturn_t Enumerate(State& state, bool allow_no_gpus) {
   const void* table = nullptr;
   CUuuid table_id;
   std::memcpy(table_id.bytes, kHostFactsTableId, sizeof table_id.bytes);
+  // An older CUDA shim's table ends before query_gpu_activity: its facts still answer, activity is refused.
   if (state.driver.GetExportTable(&table, &table_id) == CUDA_SUCCESS && table != nullptr &&
-      static_cast<const HostFactsTable*>(table)->size >= sizeof(HostFactsTable)) {
+      static_cast<const HostFactsTable*>(table)->size >= offsetof(HostFactsTable, query_gpu_activity)) {
     state.host_facts = static_cast<const HostFactsTable*>(table);
+    state.has_activity = state.host_facts->size >= kHostFactsTableWithActivity;
   }
   state.facts = std::vector<State::FactsCache>(devices.size());
+  state.activity = std::vector<State::ActivityCache>(devices.size());
   state.devices = std::move(devices);
   return NVML_SUCCESS;
 }
@@ -238,25 +253,18 @@ nvmlReturn_t Find(nvmlDevice_t* out, Match match) {
   return NVML_ERROR_NOT_FOUND;
 }
 
-// The memory the tenant sees on `device`, as its CUDA session reports it (cuMemGetInfo in the device's primary
-// context: total is the tenant's quota when it has one, free what it may still allocate).
-nvmlReturn_t Memory(const Device& device, unsigned long long* total, unsigned long long* free_bytes) {
-  const DriverApi& driver = Shared().driver;
-  CUcontext context = nullptr;
-  if (driver.PrimaryCtxRetain(&context, device.cu) != CUDA_SUCCESS) return NVML_ERROR_UNKNOWN;
-  nvmlReturn_t result = NVML_ERROR_UNKNOWN;
-  if (driver.CtxPushCurrent(context) == CUDA_SUCCESS) {
-    size_t free_now = 0, total_now = 0;
-    if (driver.MemGetInfo(&free_now, &total_now) == CUDA_SUCCESS) {
-      *total = total_now;
-      *free_bytes = free_now;
-      result = NVML_SUCCESS;
-    }
-    CUcontext popped = nullptr;
-    driver.CtxPopCurrent(&popped);
-  }
-  driver.PrimaryCtxRelease(device.cu);
-  return result;
+// A result the host's NVML gave, as it came over the wire: one nvmlReturn_t knows, else UNKNOWN.
+nvmlReturn_t HostResult(int32_t result) {
+  return (result >= NVML_SUCCESS && result <= NVML_ERROR_ARGUMENT_VERSION_MISMATCH) || result == NVML_ERROR_UNKNOWN
+             ? static_cast<nvmlReturn_t>(result)
+             : NVML_ERROR_UNKNOWN;
+}
+
+// A CUDA shim's answer to a host question, as NVML results go: NOT_SUPPORTED where the host has no NVML.
+nvmlReturn_t FromCuda(CUresult asked) {
+  return asked == CUDA_SUCCESS               ? NVML_SUCCESS
+         : asked == CUDA_ERROR_NOT_SUPPORTED ? NVML_ERROR_NOT_SUPPORTED
+                                             : NVML_ERROR_UNKNOWN;
 }
 
 // How long an answer of the host's NVML is reused: a monitoring agent's burst of questions about a device (a dozen
@@ -277,10 +285,7 @@ nvmlReturn_t Facts(const Device& device, GpuFacts* out) {
     }
   }
   // Asked without the lock: a question about one GPU never waits for another's round trip.
-  const CUresult asked = state.host_facts->query_gpu_facts(device.cu, out);
-  const nvmlReturn_t result = asked == CUDA_SUCCESS             ? NVML_SUCCESS
-                              : asked == CUDA_ERROR_NOT_SUPPORTED ? NVML_ERROR_NOT_SUPPORTED
-                                                                  : NVML_ERROR_UNKNOWN;
+  const nvmlReturn_t result = FromCuda(state.host_facts->query_gpu_facts(device.cu, out));
   std::lock_guard lock(state.facts_mutex);
   State::FactsCache& cache = state.facts[device.handle.index];
   cache.valid = result != NVML_ERROR_UNKNOWN;  // a broken session is asked again
@@ -302,7 +307,7 @@ nvmlReturn_t Fact(nvmlDevice_t handle, wire::GpuFact fact, Value* given, int64_t
   if ((error = Facts(*device, &facts)) != NVML_SUCCESS) return error;
   const auto index = static_cast<size_t>(fact);
   *value = facts.values[index];
-  return static_cast<nvmlReturn_t>(facts.results[index]);
+  return HostResult(facts.results[index]);
 }
 
 // A fact that fits the caller's unsigned int.
@@ -336,12 +341,80 @@ nvmlReturn_t FactText(nvmlDevice_t handle, wire::GpuFact fact, char* out, unsign
   if (out == nullptr) return NVML_ERROR_INVALID_ARGUMENT;
   GpuFacts facts;
   if ((error = Facts(*device, &facts)) != NVML_SUCCESS) return error;
-  const auto result = static_cast<nvmlReturn_t>(facts.results[static_cast<size_t>(fact)]);
+  const auto result = HostResult(facts.results[static_cast<size_t>(fact)]);
   if (result != NVML_SUCCESS) return result;
   const char* text = fact == wire::GpuFact::DriverVersion ? facts.driver_version
                      : fact == wire::GpuFact::NvmlVersion ? facts.nvml_version
                                                           : facts.vbios_version;
   return CopyString(text, out, length);
+}
+
+// The tenant's activity on `device` (utilization, processes), at most kFactsFresh old.
+nvmlReturn_t Activity(const Device& device, GpuActivity* activity, std::vector<GpuProcessEntry>* processes) {
+  State& state = Shared();
+  if (state.host_facts == nullptr || !state.has_activity) return NVML_ERROR_NOT_SUPPORTED;
+  const auto now = std::chrono::steady_clock::now();
+  {
+    std::lock_guard lock(state.facts_mutex);
+    const State::ActivityCache& cache = state.activity[device.handle.index];
+    if (cache.valid && now - cache.read_at <= kFactsFresh) {
+      *activity = cache.activity;
+      *processes = cache.processes;
+      return cache.result;
+    }
+  }
+  // A tenant has few sessions on a GPU; a second ask with room for all of them covers the rest.
+  processes->resize(16);
+  CUresult asked = state.host_facts->query_gpu_activity(device.cu, activity, processes->data(),
+                                                          static_cast<uint32_t>(processes->size()));
+  if (asked == CUDA_SUCCESS && activity->process_count > processes->size()) {
+    processes->resize(activity->process_count);
+    asked = state.host_facts->query_gpu_activity(device.cu, activity, processes->data(),
+                                                 static_cast<uint32_t>(processes->size()));
+  }
+  processes->resize(asked == CUDA_SUCCESS ? std::min<size_t>(activity->process_count, processes->size()) : 0);
+  activity->utilization_result = HostResult(activity->utilization_result);
+  activity->processes_result = HostResult(activity->processes_result);
+  activity->memory_result = HostResult(activity->memory_result);
+  const nvmlReturn_t result = FromCuda(asked);
+  std::lock_guard lock(state.facts_mutex);
+  State::ActivityCache& cache = state.activity[device.handle.index];
+  cache.valid = result != NVML_ERROR_UNKNOWN;
+  cache.result = result;
+  cache.read_at = now;
+  cache.activity = *activity;
+  cache.processes = *processes;
+  return result;
+}
+
+// The memory the tenant sees on `device`: total is the tenant's quota when it has one, free what it may still
+// allocate. Asked without a context where the session's host has an NVML (DeviceActivity), so that a monitoring
+// tool costs the GPU no context (and does not show in the tenant's process list); otherwise as the CUDA session
+// reports it, cuMemGetInfo in the device's primary context.
+nvmlReturn_t Memory(const Device& device, unsigned long long* total, unsigned long long* free_bytes) {
+  GpuActivity activity{};
+  std::vector<GpuProcessEntry> processes;
+  if (Activity(device, &activity, &processes) == NVML_SUCCESS && activity.memory_result == NVML_SUCCESS) {
+    *total = activity.memory_total;
+    *free_bytes = activity.memory_free;
+    return NVML_SUCCESS;
+  }
+  const DriverApi& driver = Shared().driver;
+  CUcontext context = nullptr;
+  if (driver.PrimaryCtxRetain(&context, device.cu) != CUDA_SUCCESS) return NVML_ERROR_UNKNOWN;
+  nvmlReturn_t result = NVML_ERROR_UNKNOWN;
+  if (driver.CtxPushCurrent(context) == CUDA_SUCCESS) {
+    size_t free_now = 0, total_now = 0;
+    if (driver.MemGetInfo(&free_now, &total_now) == CUDA_SUCCESS) {
+      *total = total_now;
+      *free_bytes = free_now;
+      result = NVML_SUCCESS;
+    }
+    CUcontext popped = nullptr;
+    driver.CtxPopCurrent(&popped);
+  }
+  driver.PrimaryCtxRelease(device.cu);
+  return result;
 }
 
 bool SameBusId(const std::string& given, const Device& device) {
@@ -354,13 +427,52 @@ bool SameBusId(const std::string& given, const Device& device) {
   return domain == device.pci_domain && bus == device.pci_bus && slot == device.pci_device && function == 0;
 }
 
+}  // namespace
+
 bool Quiet() {
   const char* level = std::getenv("CURELAY_LOG_LEVEL");
   return level != nullptr && (std::strcmp(level, "error") == 0 || std::strcmp(level, "critical") == 0 ||
                               std::strcmp(level, "off") == 0);
 }
 
-}  // namespace
+nvmlReturn_t TenantActivity(nvmlDevice_t handle, GpuActivity* activity, std::vector<GpuProcessEntry>* processes) {
+  nvmlReturn_t error = NVML_SUCCESS;
+  const Device* device = Lookup(handle, &error);
+  if (device == nullptr) return error;
+  return Activity(*device, activity, processes);
+}
+
+// NVML's protocol for a process list: the count asked for the size, INSUFFICIENT_SIZE with the count needed.
+// Graphics lists are empty: a curelay session runs compute work only.
+template <typename Info>
+nvmlReturn_t RunningProcesses(nvmlDevice_t device, unsigned int* count, Info* infos, bool graphics) {
+  if (nvmlReturn_t checked = CheckDevice(device, count); checked != NVML_SUCCESS) return checked;
+  if (infos == nullptr && *count != 0) return NVML_ERROR_INVALID_ARGUMENT;
+  GpuActivity activity{};
+  std::vector<GpuProcessEntry> processes;
+  if (const nvmlReturn_t result = TenantActivity(device, &activity, &processes); result != NVML_SUCCESS) {
+    return result;
+  }
+  if (activity.processes_result != NVML_SUCCESS) return static_cast<nvmlReturn_t>(activity.processes_result);
+  if (graphics) processes.clear();
+  if (processes.size() > *count) {
+    *count = static_cast<unsigned int>(processes.size());
+    return NVML_ERROR_INSUFFICIENT_SIZE;
+  }
+  *count = static_cast<unsigned int>(processes.size());
+  for (size_t i = 0; i < processes.size(); ++i) {
+    Info info{};
+    info.pid = processes[i].pid;
+    info.usedGpuMemory = processes[i].used_bytes;
+    if constexpr (sizeof(Info) > sizeof(nvmlProcessInfo_v1_t)) {
+      info.gpuInstanceId = 0xFFFFFFFFu;  // not a MIG instance
+      info.computeInstanceId = 0xFFFFFFFFu;
+    }
+    infos[i] = info;
+  }
+  return NVML_SUCCESS;
+}
+
 
 // Called by the generated stubs: one line per entry point, the first time it is called.
 int ReportNotSupported(std::size_t index) noexcept {
@@ -425,8 +537,10 @@ nvmlReturn_t nvmlSystemGetCudaDriverVersion_v2(int* version) { return nvmlSystem
 nvmlReturn_t nvmlDeviceGetCount_v2(unsigned int* count) { return curelay::nvml::Count(count); }
 nvmlReturn_t nvmlDeviceGetCount(unsigned int* count) { return curelay::nvml::Count(count); }
 
+// An index past the last device is an invalid argument in NVML, not a device it could not find.
 nvmlReturn_t nvmlDeviceGetHandleByIndex_v2(unsigned int index, nvmlDevice_t* device) {
-  return curelay::nvml::Find(device, [&](const Device& d) { return d.handle.index == index; });
+  const nvmlReturn_t result = curelay::nvml::Find(device, [&](const Device& d) { return d.handle.index == index; });
+  return result == NVML_ERROR_NOT_FOUND ? NVML_ERROR_INVALID_ARGUMENT : result;
 }
 nvmlReturn_t nvmlDeviceGetHandleByIndex(unsigned int index, nvmlDevice_t* device) {
   return nvmlDeviceGetHandleByIndex_v2(index, device);
@@ -665,6 +779,46 @@ nvmlReturn_t nvmlDeviceGetMaxPcieLinkGeneration(nvmlDevice_t device, unsigned in
 }
 nvmlReturn_t nvmlDeviceGetMaxPcieLinkWidth(nvmlDevice_t device, unsigned int* width) {
   return curelay::nvml::UnsignedFact(device, GpuFact::PcieMaxLinkWidth, width);
+}
+
+
+// The tenant's own work (docs/nvml.md): utilization is the tenant's executors' share of the last second as the
+// host's NVML measured it per process; the processes are the tenant's sessions, by the pids their clients reported.
+nvmlReturn_t nvmlDeviceGetUtilizationRates(nvmlDevice_t device, nvmlUtilization_t* utilization) {
+  if (nvmlReturn_t checked = curelay::nvml::CheckDevice(device, utilization); checked != NVML_SUCCESS) return checked;
+  curelay::GpuActivity activity{};
+  std::vector<curelay::GpuProcessEntry> processes;
+  if (const nvmlReturn_t result = curelay::nvml::TenantActivity(device, &activity, &processes); result != NVML_SUCCESS) {
+    return result;
+  }
+  if (activity.utilization_result != NVML_SUCCESS) return static_cast<nvmlReturn_t>(activity.utilization_result);
+  utilization->gpu = activity.gpu_percent;
+  utilization->memory = activity.memory_percent;
+  return NVML_SUCCESS;
+}
+
+
+nvmlReturn_t nvmlDeviceGetComputeRunningProcesses_v3(nvmlDevice_t device, unsigned int* count, nvmlProcessInfo_t* infos) {
+  return curelay::nvml::RunningProcesses(device, count, infos, false);
+}
+nvmlReturn_t nvmlDeviceGetComputeRunningProcesses_v2(nvmlDevice_t device, unsigned int* count,
+                                                     nvmlProcessInfo_v2_t* infos) {
+  return curelay::nvml::RunningProcesses(device, count, infos, false);
+}
+nvmlReturn_t nvmlDeviceGetComputeRunningProcesses(nvmlDevice_t device, unsigned int* count, nvmlProcessInfo_v1_t* infos) {
+  return curelay::nvml::RunningProcesses(device, count, infos, false);
+}
+nvmlReturn_t nvmlDeviceGetGraphicsRunningProcesses_v3(nvmlDevice_t device, unsigned int* count,
+                                                      nvmlProcessInfo_t* infos) {
+  return curelay::nvml::RunningProcesses(device, count, infos, true);
+}
+nvmlReturn_t nvmlDeviceGetGraphicsRunningProcesses_v2(nvmlDevice_t device, unsigned int* count,
+                                                      nvmlProcessInfo_v2_t* infos) {
+  return curelay::nvml::RunningProcesses(device, count, infos, true);
+}
+nvmlReturn_t nvmlDeviceGetGraphicsRunningProcesses(nvmlDevice_t device, unsigned int* count,
+                                                   nvmlProcessInfo_v1_t* infos) {
+  return curelay::nvml::RunningProcesses(device, count, infos, true);
 }
 
 }  // extern "C"

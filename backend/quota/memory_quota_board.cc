@@ -10,7 +10,7 @@
 namespace curelay::backend {
 namespace {
 
-constexpr uint64_t kMagic = 0x35647271796c6572;  // "relyqrd5"
+constexpr uint64_t kMagic = 0x36647271796c6572;  // "relyqrd6"
 
 }  // namespace
 

@@ -81,10 +81,17 @@ struct SessionResidency {
   std::atomic<uint64_t> home_bytes{0};
 };
 
+inline constexpr size_t kClientProgramBytes = 63;
+
 struct alignas(64) SessionMemoryAccount {
   std::atomic<uint64_t> used{0};
   std::atomic<int32_t> tenant{-1};  // the tenant account this session charges; -1: slot free
   std::atomic<int32_t> executor_pid{0};  // the executor serving it: a restarted backend keeps the slot while it lives
+  // Who the session serves, as its client reported it (pid in the client's own pid namespace, program name,
+  // NUL-terminated): the tenant's executors name their siblings' processes with it in NVML's process lists
+  // (docs/nvml.md). Written by the backend before executor_pid; a reader tolerates a torn name.
+  std::atomic<uint32_t> client_pid{0};
+  char client_program[kClientProgramBytes + 1] = {};
   SessionResidency residency;
 };
 

@@ -44,10 +44,40 @@ CUresult QueryGpuFacts(CUdevice device, GpuFacts* facts) {
   return CUDA_SUCCESS;
 }
 
+CUresult QueryGpuActivity(CUdevice device, GpuActivity* activity, GpuProcessEntry* processes, uint32_t capacity) {
+  Client* client;
+  CURELAY_RETURN_IF_ERROR(RequireClient(&client));
+  if (activity == nullptr || (processes == nullptr && capacity != 0)) return CUDA_ERROR_INVALID_VALUE;
+  CURELAY_RETURN_IF_ERROR(RequireDevice(*client, device));
+  auto& builder = Builder();
+  const auto call = wire::CreateDeviceActivity(builder, device).Union();
+  ReplyMessage reply;
+  CURELAY_RETURN_IF_ERROR(client->Call(builder, wire::Call::DeviceActivity, call, {}, &reply));
+  const auto* answer = reply.reply->body_as_GpuActivity();
+  if (answer == nullptr) return CUDA_ERROR_UNKNOWN;
+  activity->utilization_result = answer->utilization_result();
+  activity->gpu_percent = std::min<uint32_t>(answer->gpu_percent(), 100);
+  activity->memory_percent = std::min<uint32_t>(answer->memory_percent(), 100);
+  activity->processes_result = answer->processes_result();
+  activity->memory_result = answer->memory_result();
+  activity->memory_total = answer->memory_total();
+  activity->memory_free = std::min(answer->memory_free(), answer->memory_total());
+  const auto* list = answer->processes();
+  activity->process_count = list == nullptr ? 0 : list->size();
+  for (uint32_t i = 0; i < activity->process_count && i < capacity; ++i) {
+    const wire::GpuProcess* process = list->Get(i);
+    if (process == nullptr) return CUDA_ERROR_UNKNOWN;
+    processes[i].pid = process->pid();
+    processes[i].used_bytes = process->used_bytes();
+    CopyText(process->name(), processes[i].name, sizeof processes[i].name);
+  }
+  return CUDA_SUCCESS;
+}
+
 }  // namespace
 
 const void* CurelayHostFactsTable() {
-  static const HostFactsTable table = {sizeof(HostFactsTable), &QueryGpuFacts};
+  static const HostFactsTable table = {sizeof(HostFactsTable), &QueryGpuFacts, &QueryGpuActivity};
   return &table;
 }
 

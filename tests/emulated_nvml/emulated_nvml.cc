@@ -2,12 +2,20 @@
 // machines lack, so the executor's host facts (executor/host_nvml.cc) run end to end against the emulated driver.
 // It knows the emulated driver's GPUs by their PCI bus ids (tests/emulated_driver/device_properties.cc: domain 0,
 // bus 0x18 + 0x10 * ordinal) and answers fixed values derived from the ordinal; like an H200 SXM board it has no
-// fan. Only the reading entry points the executor resolves exist.
+// fan. Only the reading entry points the executor resolves exist. Its processes are the machine's real executor
+// processes (every process named curelay-executor is on every GPU, using 8 MiB times the GPU's ordinal + 1, busy
+// 10% of SM time and 4% of memory time), so the executor's filtering to one tenant's sessions runs against real
+// pids.
 #define NVML_NO_UNVERSIONED_FUNC_DEFS
 #include <nvml.h>
 
+#include <dirent.h>
+#include <sys/time.h>
+
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
+#include <vector>
 
 struct nvmlDevice_st {
   unsigned int ordinal;
@@ -30,6 +38,27 @@ nvmlReturn_t Text(const char* value, char* out, unsigned int length) {
   if (std::strlen(value) + 1 > length) return NVML_ERROR_INSUFFICIENT_SIZE;
   std::memcpy(out, value, std::strlen(value) + 1);
   return NVML_SUCCESS;
+}
+
+// The pids of this machine's executor processes (their command name, truncated by the kernel to 15 characters).
+std::vector<unsigned int> ExecutorProcesses() {
+  std::vector<unsigned int> pids;
+  DIR* proc = opendir("/proc");
+  if (proc == nullptr) return pids;
+  while (const dirent* entry = readdir(proc)) {
+    char* end = nullptr;
+    const unsigned long pid = std::strtoul(entry->d_name, &end, 10);
+    if (end == entry->d_name || *end != '\0') continue;
+    char path[64], comm[32] = {};
+    std::snprintf(path, sizeof path, "/proc/%lu/comm", pid);
+    FILE* file = std::fopen(path, "r");
+    if (file == nullptr) continue;
+    const bool named = std::fgets(comm, sizeof comm, file) != nullptr && std::strncmp(comm, "curelay-executo", 15) == 0;
+    std::fclose(file);
+    if (named) pids.push_back(static_cast<unsigned int>(pid));
+  }
+  closedir(proc);
+  return pids;
 }
 
 }  // namespace
@@ -196,6 +225,50 @@ __attribute__((visibility("default"))) nvmlReturn_t nvmlDeviceGetMaxPcieLinkWidt
                                                                                    unsigned int* value) {
   DEVICE_OR_FAIL(value);
   *value = 16;
+  return NVML_SUCCESS;
+}
+
+__attribute__((visibility("default"))) nvmlReturn_t nvmlDeviceGetComputeRunningProcesses_v3(nvmlDevice_t device,
+                                                                                               unsigned int* count,
+                                                                                               nvmlProcessInfo_t* infos) {
+  DEVICE_OR_FAIL(count);
+  const std::vector<unsigned int> pids = ExecutorProcesses();
+  if (pids.size() > *count) {
+    *count = static_cast<unsigned int>(pids.size());
+    return NVML_ERROR_INSUFFICIENT_SIZE;
+  }
+  if (infos == nullptr && !pids.empty()) return NVML_ERROR_INVALID_ARGUMENT;
+  *count = static_cast<unsigned int>(pids.size());
+  for (size_t i = 0; i < pids.size(); ++i) {
+    infos[i] = nvmlProcessInfo_t{pids[i], (8ULL << 20) * (known->ordinal + 1), 0xFFFFFFFFu, 0xFFFFFFFFu};
+  }
+  return NVML_SUCCESS;
+}
+
+__attribute__((visibility("default"))) nvmlReturn_t nvmlDeviceGetMemoryInfo(nvmlDevice_t device, nvmlMemory_t* memory) {
+  DEVICE_OR_FAIL(memory);
+  memory->total = 141ULL << 30;
+  memory->used = 1ULL << 30;
+  memory->free = memory->total - memory->used;
+  return NVML_SUCCESS;
+}
+
+__attribute__((visibility("default"))) nvmlReturn_t nvmlDeviceGetProcessUtilization(
+    nvmlDevice_t device, nvmlProcessUtilizationSample_t* samples, unsigned int* count,
+    unsigned long long last_seen) {
+  DEVICE_OR_FAIL(count);
+  timeval now{};
+  gettimeofday(&now, nullptr);
+  const unsigned long long stamp = static_cast<unsigned long long>(now.tv_sec) * 1000000ULL + now.tv_usec;
+  const std::vector<unsigned int> pids = stamp > last_seen ? ExecutorProcesses() : std::vector<unsigned int>();
+  if (pids.empty()) return NVML_ERROR_NOT_FOUND;
+  if (pids.size() > *count) {
+    *count = static_cast<unsigned int>(pids.size());
+    return NVML_ERROR_INSUFFICIENT_SIZE;
+  }
+  if (samples == nullptr) return NVML_ERROR_INVALID_ARGUMENT;
+  *count = static_cast<unsigned int>(pids.size());
+  for (size_t i = 0; i < pids.size(); ++i) samples[i] = nvmlProcessUtilizationSample_t{pids[i], stamp, 10, 4, 0, 0};
   return NVML_SUCCESS;
 }
 

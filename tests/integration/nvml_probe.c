@@ -1,13 +1,22 @@
 /* What a monitoring tool or PyTorch asks NVML, checked against what CUDA answers in the same process: both shims
  * loaded, as a container made with the CDI spec has them. Prints one line per finding; "MISMATCH" lines are
- * failures. Usage: nvml_probe [hold-check MIB | facts]
+ * failures. Usage: nvml_probe [hold-check MIB | facts | activity]
  * "facts" prints the host facts of device 0 instead, one "fact NAME rc RESULT value VALUE" line each, so a run
- * through curelay can be compared with one on the real NVML (tests/gpu/run_nvml_facts.sh). */
+ * through curelay can be compared with one on the real NVML (tests/gpu/run_nvml_facts.sh). "activity" holds a
+ * context with 32 MiB on device 0 and prints its utilization and processes as the public entry points and
+ * nvidia-smi's internal table (nvmlInternalGetExportTable: slot 81 a handle by index, 213 the process list, 230 the
+ * host's PCIe generation) answer them; on the real NVML too, which checks the slots' layout. */
 #include <cuda.h>
+#define NVML_NO_UNVERSIONED_FUNC_DEFS /* every call below names its version; the v1 list is declared by nvml.h */
 #include <nvml.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
+
+/* Not in nvml.h: nvidia-smi's private table (nvml/internal_export_table.cc). */
+nvmlReturn_t nvmlInternalGetExportTable(const void** table, const unsigned char* table_id);
 
 static void PrintFact(const char* name, nvmlReturn_t rc, unsigned long long value) {
   printf("fact %s rc %d value %llu\n", name, (int)rc, rc == NVML_SUCCESS ? value : 0ULL);
@@ -86,6 +95,93 @@ static int PrintFacts(void) {
   return 0;
 }
 
+typedef nvmlReturn_t (*SmiSlot)(void*, void*, void*, void*);
+
+static int PrintActivity(void) {
+  static const unsigned char smi_id[16] = {0xc4, 0xfe, 0x3e, 0x6c, 0xc9, 0x8f, 0x6c, 0x4e,
+                                           0xa3, 0x27, 0xee, 0x69, 0x6e, 0x12, 0xf7, 0xc4};
+  static const unsigned char other_id[16] = {1, 2, 3};
+  static unsigned char entries[64][4128];
+  nvmlDevice_t device, by_slot = NULL;
+  nvmlUtilization_t utilization = {0, 0};
+  nvmlProcessInfo_t infos[64];
+  nvmlProcessInfo_v1_t infos_v1[64];
+  unsigned int count = 0, i, value = 0;
+  const void* table = NULL;
+  const void* const* words;
+  CUcontext context;
+  CUdeviceptr held;
+  nvmlReturn_t rc;
+  nvmlMemory_t memory;
+  int listed = 0;
+  if (cuInit(0) != CUDA_SUCCESS || nvmlDeviceGetHandleByIndex_v2(0, &device) != NVML_SUCCESS) return 1;
+  /* Asking NVML needs no context: the process is not on the GPU yet. */
+  rc = nvmlDeviceGetMemoryInfo(device, &memory);
+  printf("activity memory rc %d total_mib %llu\n", (int)rc, rc == NVML_SUCCESS ? memory.total >> 20 : 0ULL);
+  count = 64;
+  if (nvmlDeviceGetComputeRunningProcesses_v3(device, &count, infos) == NVML_SUCCESS) {
+    for (i = 0; i < count; ++i) listed |= infos[i].pid == (unsigned)getpid();
+  }
+  printf("activity before a context: self listed %d\n", listed);
+  /* A context holding memory on the device: the process shows in the lists. */
+  if (cuDevicePrimaryCtxRetain(&context, 0) != CUDA_SUCCESS || cuCtxSetCurrent(context) != CUDA_SUCCESS ||
+      cuMemAlloc(&held, 32 << 20) != CUDA_SUCCESS) {
+    printf("activity no context\n");
+    return 1;
+  }
+  sleep(1); /* NVML notices a new context's process after a moment */
+  printf("activity self pid %u\n", (unsigned)getpid());
+  rc = nvmlDeviceGetUtilizationRates(device, &utilization);
+  printf("activity utilization rc %d gpu %u memory %u\n", (int)rc, utilization.gpu, utilization.memory);
+  count = 0;
+  rc = nvmlDeviceGetComputeRunningProcesses_v3(device, &count, NULL);
+  printf("activity size query rc %d count %u\n", (int)rc, count);
+  count = 64;
+  rc = nvmlDeviceGetComputeRunningProcesses_v3(device, &count, infos);
+  printf("activity processes rc %d count %u\n", (int)rc, rc == NVML_SUCCESS ? count : 0);
+  for (i = 0; rc == NVML_SUCCESS && i < count; ++i) {
+    printf("activity process pid %u used_mib %llu gi %x\n", infos[i].pid, infos[i].usedGpuMemory >> 20,
+           infos[i].gpuInstanceId);
+  }
+  count = 64;
+  rc = nvmlDeviceGetComputeRunningProcesses(device, &count, infos_v1);
+  printf("activity v1 rc %d count %u\n", (int)rc, rc == NVML_SUCCESS ? count : 0);
+  count = 64;
+  rc = nvmlDeviceGetGraphicsRunningProcesses_v3(device, &count, infos);
+  printf("activity graphics rc %d count %u\n", (int)rc, rc == NVML_SUCCESS ? count : 0);
+  printf("internal other id rc %d\n", (int)nvmlInternalGetExportTable(&table, other_id));
+  rc = nvmlInternalGetExportTable(&table, smi_id);
+  words = (const void* const*)table;
+  printf("internal table rc %d size_ok %d\n", (int)rc, rc == NVML_SUCCESS && (uintptr_t)words[0] > 648);
+  fflush(stdout);
+  if (rc != NVML_SUCCESS) return 0;
+  rc = ((SmiSlot)words[81])((void*)(uintptr_t)0, &by_slot, (void*)(uintptr_t)0x22, NULL);
+  printf("internal handle by index rc %d same %d\n", (int)rc, by_slot == device);
+  fflush(stdout);
+  for (i = 214; i <= 215; ++i) { /* the graphics and MPS lists (nvidia-smi's Type column) */
+    unsigned int other = 64;
+    rc = ((SmiSlot)words[i])(device, &other, entries, NULL);
+    printf("internal list slot %u rc %d count %u\n", i, (int)rc, rc == NVML_SUCCESS ? other : 0);
+  }
+  count = 64;
+  rc = ((SmiSlot)words[213])(device, &count, entries, NULL);
+  printf("internal process list rc %d count %u\n", (int)rc, rc == NVML_SUCCESS ? count : 0);
+  for (i = 0; rc == NVML_SUCCESS && i < count && i < 64; ++i) {
+    unsigned int pid, gi;
+    unsigned long long used;
+    memcpy(&pid, entries[i], 4);
+    memcpy(&used, entries[i] + 8, 8);
+    memcpy(&gi, entries[i] + 16, 4);
+    entries[i][4127] = 0;
+    printf("internal process pid %u used_mib %llu gi %x name '%s'\n", pid, used >> 20, gi, (char*)entries[i] + 32);
+  }
+  fflush(stdout);
+  rc = ((SmiSlot)words[230])(device, &value, NULL, NULL);
+  printf("internal host pcie generation rc %d value %u\n", (int)rc, rc == NVML_SUCCESS ? value : 0);
+  cuMemFree(held);
+  return 0;
+}
+
 int main(int argc, char** argv) {
   unsigned int count = 0;
   int cuda_count = 0;
@@ -96,6 +192,11 @@ int main(int argc, char** argv) {
   if (rc != NVML_SUCCESS) return 1;
   if (argc == 2 && strcmp(argv[1], "facts") == 0) {
     rc = PrintFacts();
+    nvmlShutdown();
+    return rc;
+  }
+  if (argc == 2 && strcmp(argv[1], "activity") == 0) {
+    rc = PrintActivity();
     nvmlShutdown();
     return rc;
   }
@@ -154,6 +255,7 @@ int main(int argc, char** argv) {
     rc = nvmlDeviceGetTemperature(device, NVML_TEMPERATURE_GPU, &temperature);
     printf("temperature: rc %d (%s)\n", (int)rc, nvmlErrorString(rc));
     printf("foreign handle: rc %d\n", (int)nvmlDeviceGetName((nvmlDevice_t)&temperature, small, sizeof small));
+    printf("handle past the last device: rc %d\n", (int)nvmlDeviceGetHandleByIndex_v2(count, &device));
   }
   rc = nvmlShutdown();
   printf("shutdown rc %d, again rc %d\n", (int)rc, (int)nvmlShutdown());

@@ -45,6 +45,7 @@ TEST(NvmlShimTest, DevicesAgreeWithCudaAndMemoryIsTheTenants) {
   EXPECT_NE(out.find("name into 4 bytes: rc 7\n"), std::string::npos) << out;      // INSUFFICIENT_SIZE
   EXPECT_NE(out.find("temperature: rc 3 (Not Supported)\n"), std::string::npos) << out;
   EXPECT_NE(out.find("foreign handle: rc 2\n"), std::string::npos) << out;         // INVALID_ARGUMENT
+  EXPECT_NE(out.find("handle past the last device: rc 2\n"), std::string::npos) << out;  // as NVML, not NOT_FOUND
   EXPECT_NE(out.find("shutdown rc 0, again rc 1\n"), std::string::npos) << out;
 }
 
@@ -88,6 +89,55 @@ TEST(NvmlShimTest, TheExecutorRefusesTheShimAsTheHostsNvml) {
   EXPECT_NE(probe.output.find("fact temperature rc 3 value 0\n"), std::string::npos) << probe.output;
   EXPECT_TRUE(WaitFor([&] { return backend.Log().find("is curelay's NVML shim") != std::string::npos; }, 5s))
       << backend.Log();
+}
+
+// Utilization and processes are the tenant's own: the host NVML's figures (the fixture's: every executor process
+// on this machine, 8 MiB and 10% SM / 4% memory each) for the executors of the tenant's sessions only, named by
+// their clients' pids. Another tenant's session on the same GPU is left out of both. nvidia-smi's internal table
+// answers the same list.
+TEST(NvmlShimTest, UtilizationAndProcessesAreTheTenantsOwn) {
+  BackendProcess backend("nvml-activity");
+  backend.RequireTokens();
+  backend.AddArguments({"--nvml", CURELAY_EMULATED_NVML_PATH});
+  ASSERT_TRUE(backend.Start()) << backend.Log();
+  const std::string alpha = AddTenant(backend, "alpha", {"--memory-quota", "256M"});
+  const std::string beta = AddTenant(backend, "beta", {});
+  const std::string base = "/tmp/curelay-nvml-activity-" + std::to_string(getpid());
+  const pid_t alpha_holder = StartClient({"hold", std::to_string(1 << 20)}, ClientEnv(backend, alpha), base + "-a");
+  const pid_t beta_holder = StartClient({"hold", std::to_string(1 << 20)}, ClientEnv(backend, beta), base + "-b");
+  EXPECT_TRUE(WaitFor([&] {
+    return ReadFile(base + "-a").find("HOLDING") != std::string::npos &&
+           ReadFile(base + "-b").find("HOLDING") != std::string::npos;
+  }, 20s));
+  const auto probe = RunProgram(CURELAY_NVML_PROBE_PATH, {"activity"}, ClientEnv(backend, alpha), 30s);
+  for (const pid_t holder : {alpha_holder, beta_holder}) {
+    kill(holder, SIGKILL);
+    waitpid(holder, nullptr, 0);
+  }
+  unlink((base + "-a").c_str());
+  unlink((base + "-b").c_str());
+  const std::string& out = probe.output;
+  EXPECT_EQ(probe.exit_code, 0) << out;
+  const size_t self_at = out.find("activity self pid ");
+  ASSERT_NE(self_at, std::string::npos) << out;
+  const std::string self = out.substr(self_at + 18, out.find('\n', self_at) - self_at - 18);
+  for (const std::string& line : {
+           std::string("activity memory rc 0 total_mib 256\n"),         // the quota, read without a context
+           std::string("activity utilization rc 0 gpu 20 memory 8\n"),  // two executors of alpha, beta's left out
+           std::string("activity size query rc 7 count 2\n"),          // INSUFFICIENT_SIZE, the count needed
+           std::string("activity processes rc 0 count 2\n"),
+           "activity process pid " + self + " used_mib 8 gi ffffffff\n",
+           "activity process pid " + std::to_string(alpha_holder) + " used_mib 8 gi ffffffff\n",
+           std::string("activity v1 rc 0 count 2\n"), std::string("activity graphics rc 0 count 0\n"),
+           std::string("internal other id rc 3\n"), std::string("internal table rc 0 size_ok 1\n"),
+           std::string("internal handle by index rc 0 same 1\n"), std::string("internal process list rc 0 count 2\n"),
+           std::string("internal list slot 214 rc 3 count 0\n"), std::string("internal list slot 215 rc 3 count 0\n"),
+           "internal process pid " + self + " used_mib 8 gi ffffffff name 'curelay_nvml_p",
+           "internal process pid " + std::to_string(alpha_holder) + " used_mib 8 gi ffffffff name '",
+           std::string("internal host pcie generation rc 3 value 0\n")}) {
+    EXPECT_NE(out.find(line), std::string::npos) << "missing: " << line << out;
+  }
+  EXPECT_EQ(out.find("pid " + std::to_string(beta_holder) + " "), std::string::npos) << out;
 }
 
 TEST(NvmlShimTest, NoBackendMeansTheDriverIsNotLoaded) {

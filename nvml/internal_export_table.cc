@@ -1,0 +1,126 @@
+// nvmlInternalGetExportTable: the private table nvidia-smi asks NVML for before it prints anything (answered
+// not-supported, it exits with "Mismatch in versions between nvidia-smi and NVML"). NVIDIA documents neither the
+// table nor its slots; what is known of them comes from NVIDIA's own NVML mock for Kubernetes tests
+// (docs/nvml.md): one table id, a size word, then function slots, of which nvidia-smi's common views reach a device
+// handle by index, the process lists and the host's maximum PCIe generation. Here those slots answer from the
+// tenant's view (the same devices and processes as the public entry points); every other slot answers
+// NVML_ERROR_NOT_SUPPORTED and logs its number once, so the views that need one show it, and never a success that
+// nothing backs.
+#define NVML_NO_UNVERSIONED_FUNC_DEFS
+#include <nvml.h>
+#include <unistd.h>
+
+#include <array>
+#include <atomic>
+#include <cstdint>
+#include <cstdio>
+#include <cstring>
+#include <utility>
+
+#include "nvml/tenant_activity.h"
+
+namespace curelay::nvml {
+namespace {
+
+// The only table id nvidia-smi asks for (6c3efec4-8fc9-4e6c-a327-ee696e12f7c4, its first three fields little-endian).
+constexpr unsigned char kSmiTableId[16] = {0xc4, 0xfe, 0x3e, 0x6c, 0xc9, 0x8f, 0x6c, 0x4e,
+                                           0xa3, 0x27, 0xee, 0x69, 0x6e, 0x12, 0xf7, 0xc4};
+constexpr unsigned kSlots = 256;  // word 0 is the size; nvidia-smi requires more than 648 bytes
+
+// The slots whose meaning is known (their numbers are the table's ABI). Of the three process lists (compute,
+// graphics, MPS, as nvidia-smi's Type column tells them apart), the compute list is the first: the native NVML
+// answers a compute-only process there (tests/gpu/run_nvml_activity.sh prints all three).
+constexpr unsigned kSlotHandleByIndex = 81;
+constexpr unsigned kSlotComputeProcesses = 213;
+constexpr unsigned kSlotHostMaxPcieGeneration = 230;
+// What a handle-by-index call carries as its third argument (as observed in 580's nvidia-smi).
+constexpr uintptr_t kHandleByIndexTag = 0x22;
+
+// One process-list entry as nvidia-smi reads it: NVML's numeric process detail, then the name inline.
+struct SmiProcessEntry {
+  uint32_t pid;
+  uint32_t padding;
+  uint64_t used_gpu_memory;
+  uint32_t gpu_instance_id;
+  uint32_t compute_instance_id;
+  uint64_t used_protected_memory;
+  char name[4096];
+};
+static_assert(sizeof(SmiProcessEntry) == 4128 && offsetof(SmiProcessEntry, name) == 32);
+
+void ReportSlot(unsigned slot, const char* what) {
+  static std::atomic<bool> reported[kSlots];
+  if (slot >= kSlots || reported[slot].exchange(true) || Quiet()) return;
+  char line[160];
+  const int length = std::snprintf(line, sizeof line, "curelay NVML: nvidia-smi's internal slot %u %s\n", slot, what);
+  if (length > 0) (void)!write(STDERR_FILENO, line, static_cast<size_t>(length) < sizeof line ? length : sizeof line - 1);
+}
+
+nvmlReturn_t ProcessList(nvmlDevice_t device, void* count_argument, void* entries_argument) {
+  auto* count = static_cast<unsigned int*>(count_argument);
+  auto* entries = static_cast<SmiProcessEntry*>(entries_argument);
+  if (count == nullptr || (entries == nullptr && *count != 0)) return NVML_ERROR_INVALID_ARGUMENT;
+  GpuActivity activity{};
+  std::vector<GpuProcessEntry> processes;
+  if (const nvmlReturn_t result = TenantActivity(device, &activity, &processes); result != NVML_SUCCESS) return result;
+  if (activity.processes_result != NVML_SUCCESS) return static_cast<nvmlReturn_t>(activity.processes_result);
+  if (processes.size() > *count) {
+    *count = static_cast<unsigned int>(processes.size());
+    return NVML_ERROR_INSUFFICIENT_SIZE;
+  }
+  *count = static_cast<unsigned int>(processes.size());
+  for (size_t i = 0; i < processes.size(); ++i) {
+    SmiProcessEntry& entry = entries[i];
+    std::memset(&entry, 0, offsetof(SmiProcessEntry, name) + 1);
+    entry.pid = processes[i].pid;
+    entry.used_gpu_memory = processes[i].used_bytes;
+    entry.gpu_instance_id = 0xFFFFFFFFu;  // not a MIG instance
+    entry.compute_instance_id = 0xFFFFFFFFu;
+    std::snprintf(entry.name, sizeof entry.name, "%s", processes[i].name);
+  }
+  return NVML_SUCCESS;
+}
+
+nvmlReturn_t Slot(unsigned slot, void* first, void* second, void* third) {
+  if (slot == kSlotHandleByIndex && static_cast<uint32_t>(reinterpret_cast<uintptr_t>(third)) == kHandleByIndexTag) {
+    return nvmlDeviceGetHandleByIndex_v2(static_cast<unsigned int>(reinterpret_cast<uintptr_t>(first)),
+                                         static_cast<nvmlDevice_t*>(second));
+  }
+  if (slot == kSlotComputeProcesses) return ProcessList(static_cast<nvmlDevice_t>(first), second, third);
+  // The host side of the PCIe link is not among the host facts: refused, so nvidia-smi shows it as unknown.
+  ReportSlot(slot, slot == kSlotHostMaxPcieGeneration ? "(host max PCIe generation) is not supported"
+                                                       : "is not supported");
+  return NVML_ERROR_NOT_SUPPORTED;
+}
+
+// One entry point per slot, so a call tells which slot it came through; the arguments are the caller's (the SysV
+// ABI lets a callee read registers a caller left unset, and only known slots look at them).
+template <unsigned Index>
+nvmlReturn_t SlotEntry(void* first, void* second, void* third, void* /*fourth*/) {
+  return Slot(Index, first, second, third);
+}
+
+template <size_t... Index>
+std::array<const void*, kSlots> MakeTable(std::index_sequence<Index...>) {
+  return {reinterpret_cast<const void*>(Index == 0 ? nullptr : &SlotEntry<Index>)...};
+}
+
+struct SmiTable {
+  std::array<const void*, kSlots> words;
+  SmiTable() : words(MakeTable(std::make_index_sequence<kSlots>{})) {
+    words[0] = reinterpret_cast<const void*>(static_cast<uintptr_t>(sizeof words));
+  }
+};
+
+}  // namespace
+}  // namespace curelay::nvml
+
+extern "C" nvmlReturn_t nvmlInternalGetExportTable(const void** table, const unsigned char* table_id) {
+  if (table == nullptr || table_id == nullptr) return NVML_ERROR_INVALID_ARGUMENT;
+  if (std::memcmp(table_id, curelay::nvml::kSmiTableId, sizeof curelay::nvml::kSmiTableId) != 0) {
+    return NVML_ERROR_NOT_SUPPORTED;
+  }
+  static const curelay::nvml::SmiTable smi_table;
+  *table = smi_table.words.data();
+  return NVML_SUCCESS;
+}
