@@ -2,8 +2,10 @@
 # The CDI spec on the GPU host, which has no container runtime: the spec's mounts and environment applied in a
 # private mount namespace (tests/gpu/cdi_namespace.py), the host's driver directory hidden under an empty tmpfs as an
 # image without a driver would be, the tenant's token from a mounted file. Inside: the NVML probe (NVML agrees with
-# CUDA), the real nvidia-smi against the NVML shim, pynvml when installed, and PyTorch (device count through CUDA and
-# through NVML, memory as the tenant's quota, a few training steps). One PASS/FAIL line per check, the outputs after.
+# CUDA), the real nvidia-smi against the NVML shim (its table, -q, -L, CSV queries and topo -m while the tenant's
+# PyTorch loop keeps the GPU busy, and which entry points and internal slots its views found not supported), pynvml
+# when installed, and PyTorch (device count through CUDA and through NVML, memory as the tenant's quota, a few
+# training steps). One PASS/FAIL line per check, the outputs after.
 # Usage: tests/gpu/run_cdi.sh [build-dir]
 set -uo pipefail
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
@@ -32,15 +34,40 @@ check() { if grep -qE "$2" <<<"$3"; then echo "PASS $1"; else echo "FAIL $1 (wan
 
 probe=$(in_container timeout 60 "$build/tests/integration/curelay_nvml_probe" 2>&1)
 check "NVML probe agrees with CUDA" '^OK$' "$(grep -q MISMATCH <<<"$probe" || echo "$probe")"
-smi_table=$(in_container timeout 60 "$smi" 2>&1); smi_rc=$?
+# A tenant's program at work while nvidia-smi looks: its process and its share of the GPU show, nothing else.
+busy='import os, sys, time, torch
+x = torch.randn(8192, 8192, device="cuda")
+print("busy", os.getpid(), flush=True)
+end = time.time() + float(sys.argv[1])
+while time.time() < end:
+    y = x @ x
+    torch.cuda.synchronize()'
+in_container timeout 120 python3 -c "$busy" 45 >"$runtime/busy.txt" 2>&1 &
+busy_job=$!
+for _ in $(seq 300); do grep -q busy "$runtime/busy.txt" && break; sleep 0.1; done
+sleep 2
+busy_pid=$(sed -n 's/^busy \([0-9]*\).*/\1/p' "$runtime/busy.txt")
+# Each view once, its notes (entry points and internal slots answered not-supported) kept apart from its output.
+notes=$runtime/smi-notes.txt
+smi_view() {
+  python3 "$here/cdi_namespace.py" "$spec" local --hide "$driver_dir" -- \
+    env CURELAY_TOKEN_FILE=/tmp/curelay-cdi-token timeout 60 "$smi" "$@" 2>>"$notes"
+}
+smi_table=$(smi_view); smi_rc=$?
 check "nvidia-smi prints a table for the virtual GPU (exit $smi_rc)" "$(sed -n 's/^device 0 name .\(.*\). uuid.*/\1/p' <<<"$probe" | cut -c1-16)" "$smi_table"
-smi_query=$(in_container timeout 60 "$smi" -q 2>&1); smi_q_rc=$?
+check "nvidia-smi's table lists the tenant's busy process (pid ${busy_pid:-none})" " ${busy_pid:-none} .*python3" "$smi_table"
+smi_query=$(smi_view -q); smi_q_rc=$?
 check "nvidia-smi -q answers (exit $smi_q_rc)" "Product Name|Attached GPUs" "$smi_query"
-smi_list=$(in_container timeout 60 "$smi" -L 2>&1)
+smi_list=$(smi_view -L)
 check "nvidia-smi -L lists the GPU with a UUID" "GPU 0: .*UUID: GPU-" "$smi_list"
-# Which NVML entry points nvidia-smi asked for that the shim answers not-supported (its log, at the default level).
-unsupported=$(python3 "$here/cdi_namespace.py" "$spec" local --hide "$driver_dir" -- \
-  env CURELAY_TOKEN_FILE=/tmp/curelay-cdi-token timeout 60 "$smi" -q 2>&1 >/dev/null | grep -o 'nvml[A-Za-z0-9_]* is not supported' | sort -u)
+smi_csv=$(smi_view --query-gpu=name,uuid,memory.total,memory.used,utilization.gpu,temperature.gpu,power.draw,pcie.link.gen.max --format=csv)
+check "nvidia-smi --query-gpu answers the tenant's memory and utilization" "^NVIDIA.*, GPU-.*, 8192 MiB, [0-9]+ MiB, [0-9]+ %" "$smi_csv"
+smi_apps=$(smi_view --query-compute-apps=pid,process_name,used_memory --format=csv)
+check "nvidia-smi --query-compute-apps lists the busy process" "^${busy_pid:-none}, .*python3" "$smi_apps"
+smi_topo=$(smi_view topo -m); smi_topo_rc=$?
+smi_native=$(LD_LIBRARY_PATH="$driver_dir" timeout 60 "$smi" 2>&1)
+wait "$busy_job"
+unsupported=$(grep -oE "nvml[A-Za-z0-9_]* is not supported|internal slot [0-9]+" "$notes" | sort -u)
 pynvml_out=$(in_container timeout 60 python3 -c '
 try:
     import pynvml
@@ -82,10 +109,14 @@ print("loss50 %.4f" % loss.item())' 2>&1 | grep loss50)
 check "the same training natively ends with the same loss ($native_loss)" "$native_loss" "$torch_out"
 echo "--- NVML probe"; echo "$probe"
 echo "--- nvidia-smi (exit $smi_rc)"; echo "$smi_table"
-echo "--- nvidia-smi -q (exit $smi_q_rc, first 60 lines)"; head -60 <<<"$smi_query"
+echo "--- nvidia-smi -q (exit $smi_q_rc)"; echo "$smi_query"
 echo "--- nvidia-smi -L"; echo "$smi_list"
-echo "--- NVML entry points nvidia-smi -q used that answer not-supported: $(wc -l <<<"$unsupported")"
-echo "$unsupported" | cut -d' ' -f1 | tr '\n' ' '; echo
+echo "--- nvidia-smi --query-gpu"; echo "$smi_csv"
+echo "--- nvidia-smi --query-compute-apps"; echo "$smi_apps"
+echo "--- nvidia-smi topo -m (exit $smi_topo_rc)"; echo "$smi_topo"
+echo "--- nvidia-smi natively, at the same time (every process on the GPU)"; echo "$smi_native"
+echo "--- NVML entry points and internal slots nvidia-smi's views used that answer not-supported: $(wc -l <<<"$unsupported")"
+echo "$unsupported" | sed 's/ is not supported//' | tr '\n' ' '; echo
 echo "--- pynvml"; echo "$pynvml_out"
 echo "--- torch"; echo "$torch_out"; echo "$nvml_count"
 exit $status
