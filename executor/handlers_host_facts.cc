@@ -68,6 +68,13 @@ Session::Outcome Session::DeviceActivity(const wire::DeviceActivity& call) {
     return {CUDA_ERROR_NOT_SUPPORTED};
   }
   if (activity.memory_result == 0) ApplyMemoryQuota(&activity.memory_free, &activity.memory_total);
+  // An MPS client's work is the MPS server's in the host's per-process figures: this session's own processes and
+  // share cannot be told apart there, so they are refused rather than shown empty.
+  if (mps_client_) {
+    activity.processes.clear();
+    activity.processes_result = kNvmlNotSupported;
+    activity.utilization_result = kNvmlNotSupported;
+  }
   std::vector<flatbuffers::Offset<wire::GpuProcess>> processes;
   for (const auto& process : activity.processes) {
     processes.push_back(wire::CreateGpuProcessDirect(builder_, process.pid, process.used_bytes, process.name.c_str()));

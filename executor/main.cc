@@ -200,7 +200,8 @@ int main(int argc, char** argv) {
   }
   session.ipc_registry().Configure(assignment.ipc_registry, assignment.ipc_scope);
   session.host_nvml().Configure(options.nvml_path);
-  session.SetClient(assignment.record.client_pid, assignment.record.client_program);
+  session.SetClient(assignment.record.client_pid, assignment.record.client_program,
+                    assignment.record.mps_sm_percent != 0);
   session.shareable_handles().Configure(assignment.ipc_registry);
   session.SetHostGpus(options.host_gpus);
   // tcp lanes take a port of the range the session's tcp endpoint came from (a fixed port: any free one).

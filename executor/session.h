@@ -54,8 +54,12 @@ class Session {
   void SetHostGpus(std::vector<int> host_gpus) { host_gpus_ = std::move(host_gpus); }
   // The GPU host's NVML that DeviceFacts and DeviceActivity read (before Run; unconfigured: those are refused).
   HostNvml& host_nvml() { return host_nvml_; }
-  // The client this session serves, as it reported itself (before Run): how DeviceActivity names this process.
-  void SetClient(uint32_t pid, std::string program) { client_ = {pid, std::move(program)}; }
+  // The client this session serves, as it reported itself (before Run): how DeviceActivity names this process;
+  // `mps_client`: the executor runs as a client of the backend's MPS server.
+  void SetClient(uint32_t pid, std::string program, bool mps_client) {
+    client_ = {pid, std::move(program)};
+    mps_client_ = mps_client;
+  }
   // What a client's offer is accepted with (before Run): the heartbeat timeout and the ports tcp lanes may take.
   void SetOfferOptions(const transport::ChannelOptions& options) { offer_options_ = options; }
   ~Session();
@@ -398,6 +402,7 @@ class Session {
   HostNvml host_nvml_;
   bool host_nvml_reported_ = false;  // why the facts are refused, logged once
   ProcessOwner client_{0, {}};
+  bool mps_client_ = false;
   // MemGetInfo's view of a device's memory: a tenant with a quota sees a GPU of the quota's size.
   void ApplyMemoryQuota(uint64_t* free, uint64_t* total) const;
   // The PCI bus id of `device` as the host's NVML writes it, or the driver's error.

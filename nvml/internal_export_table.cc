@@ -8,6 +8,7 @@
 // nothing backs.
 #define NVML_NO_UNVERSIONED_FUNC_DEFS
 #include <nvml.h>
+#include <dlfcn.h>
 #include <unistd.h>
 
 #include <array>
@@ -17,7 +18,7 @@
 #include <cstring>
 #include <utility>
 
-#include "nvml/tenant_activity.h"
+#include "nvml/shim_shared.h"
 
 namespace curelay::nvml {
 namespace {
@@ -29,9 +30,12 @@ constexpr unsigned kSlots = 256;  // word 0 is the size; nvidia-smi requires mor
 
 // The slots whose meaning is known (their numbers are the table's ABI). Of the three process lists (compute,
 // graphics, MPS, as nvidia-smi's Type column tells them apart), the compute list is the first: the native NVML
-// answers a compute-only process there (tests/gpu/run_nvml_activity.sh prints all three).
+// answers a compute-only process there and empty lists in the other two (tests/gpu/run_nvml_activity.sh prints
+// all three), and nvidia-smi's process box gives up on an error from any of them.
 constexpr unsigned kSlotHandleByIndex = 81;
 constexpr unsigned kSlotComputeProcesses = 213;
+constexpr unsigned kSlotOtherProcessesFirst = 214;
+constexpr unsigned kSlotOtherProcessesLast = 215;
 constexpr unsigned kSlotHostMaxPcieGeneration = 230;
 // What a handle-by-index call carries as its third argument (as observed in 580's nvidia-smi).
 constexpr uintptr_t kHandleByIndexTag = 0x22;
@@ -48,12 +52,34 @@ struct SmiProcessEntry {
 };
 static_assert(sizeof(SmiProcessEntry) == 4128 && offsetof(SmiProcessEntry, name) == 32);
 
-void ReportSlot(unsigned slot, const char* what) {
+// What an argument is, for the trace: one of our devices, or the start of a string inside a loaded object (its
+// read-only data; dladdr finds only addresses of mapped objects), or just a value.
+void DescribeArgument(void* argument, char* out, size_t size) {
+  Dl_info where{};
+  if (CheckHandle(static_cast<nvmlDevice_t>(argument)) == NVML_SUCCESS) {
+    std::snprintf(out, size, "%p (a device)", argument);
+  } else if (Tracing() && argument != nullptr && dladdr(argument, &where) != 0 && where.dli_fname != nullptr) {
+    char text[33] = {};
+    const auto* bytes = static_cast<const unsigned char*>(argument);
+    for (size_t i = 0; i + 1 < sizeof text && bytes[i] >= 0x20 && bytes[i] < 0x7f; ++i) text[i] = static_cast<char>(bytes[i]);
+    std::snprintf(out, size, "%p (in %s: '%s')", argument, where.dli_fname, text);
+  } else {
+    std::snprintf(out, size, "%p", argument);
+  }
+}
+
+// Noted once per slot, or every time when tracing, with the arguments.
+void ReportSlot(unsigned slot, const char* what, void* first, void* second, void* third) {
   static std::atomic<bool> reported[kSlots];
-  if (slot >= kSlots || reported[slot].exchange(true) || Quiet()) return;
-  char line[160];
-  const int length = std::snprintf(line, sizeof line, "curelay NVML: nvidia-smi's internal slot %u %s\n", slot, what);
-  if (length > 0) (void)!write(STDERR_FILENO, line, static_cast<size_t>(length) < sizeof line ? length : sizeof line - 1);
+  if (slot >= kSlots || (reported[slot].exchange(true) && !Tracing())) return;
+  char arguments[3][200];
+  DescribeArgument(first, arguments[0], sizeof arguments[0]);
+  DescribeArgument(second, arguments[1], sizeof arguments[1]);
+  DescribeArgument(third, arguments[2], sizeof arguments[2]);
+  char line[768];
+  std::snprintf(line, sizeof line, "curelay NVML: nvidia-smi's internal slot %u %s (arguments %s, %s, %s)\n", slot, what,
+                arguments[0], arguments[1], arguments[2]);
+  Note(line);
 }
 
 nvmlReturn_t ProcessList(nvmlDevice_t device, void* count_argument, void* entries_argument) {
@@ -81,15 +107,32 @@ nvmlReturn_t ProcessList(nvmlDevice_t device, void* count_argument, void* entrie
   return NVML_SUCCESS;
 }
 
+// The graphics and MPS lists: a curelay session runs compute work only, and an MPS client's session refuses its
+// lists altogether (the executor answers NOT_SUPPORTED for it), so where the compute list is known these are empty.
+nvmlReturn_t OtherProcessList(nvmlDevice_t device, void* count_argument) {
+  auto* count = static_cast<unsigned int*>(count_argument);
+  if (count == nullptr) return NVML_ERROR_INVALID_ARGUMENT;
+  GpuActivity activity{};
+  std::vector<GpuProcessEntry> processes;
+  if (const nvmlReturn_t result = TenantActivity(device, &activity, &processes); result != NVML_SUCCESS) return result;
+  if (activity.processes_result != NVML_SUCCESS) return static_cast<nvmlReturn_t>(activity.processes_result);
+  *count = 0;
+  return NVML_SUCCESS;
+}
+
 nvmlReturn_t Slot(unsigned slot, void* first, void* second, void* third) {
   if (slot == kSlotHandleByIndex && static_cast<uint32_t>(reinterpret_cast<uintptr_t>(third)) == kHandleByIndexTag) {
     return nvmlDeviceGetHandleByIndex_v2(static_cast<unsigned int>(reinterpret_cast<uintptr_t>(first)),
                                          static_cast<nvmlDevice_t*>(second));
   }
   if (slot == kSlotComputeProcesses) return ProcessList(static_cast<nvmlDevice_t>(first), second, third);
+  if (slot >= kSlotOtherProcessesFirst && slot <= kSlotOtherProcessesLast) {
+    return OtherProcessList(static_cast<nvmlDevice_t>(first), second);
+  }
   // The host side of the PCIe link is not among the host facts: refused, so nvidia-smi shows it as unknown.
   ReportSlot(slot, slot == kSlotHostMaxPcieGeneration ? "(host max PCIe generation) is not supported"
-                                                       : "is not supported");
+                                                       : "is not supported",
+             first, second, third);
   return NVML_ERROR_NOT_SUPPORTED;
 }
 
@@ -116,9 +159,10 @@ struct SmiTable {
 }  // namespace curelay::nvml
 
 extern "C" nvmlReturn_t nvmlInternalGetExportTable(const void** table, const unsigned char* table_id) {
-  if (table == nullptr || table_id == nullptr) return NVML_ERROR_INVALID_ARGUMENT;
-  if (std::memcmp(table_id, curelay::nvml::kSmiTableId, sizeof curelay::nvml::kSmiTableId) != 0) {
-    return NVML_ERROR_NOT_SUPPORTED;
+  // Another id is an invalid argument, as the 580 driver's NVML answers it.
+  if (table == nullptr || table_id == nullptr ||
+      std::memcmp(table_id, curelay::nvml::kSmiTableId, sizeof curelay::nvml::kSmiTableId) != 0) {
+    return NVML_ERROR_INVALID_ARGUMENT;
   }
   static const curelay::nvml::SmiTable smi_table;
   *table = smi_table.words.data();

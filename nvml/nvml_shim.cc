@@ -26,7 +26,7 @@
 
 #include "common/gpu_facts.h"
 #include "common/shim_identity.h"
-#include "nvml/tenant_activity.h"
+#include "nvml/shim_shared.h"
 
 // nvml.h leaves the handle's structure to the library: here, the device's place in the list.
 struct nvmlDevice_st {
@@ -435,6 +435,24 @@ bool Quiet() {
                               std::strcmp(level, "off") == 0);
 }
 
+bool Tracing() {
+  static const bool tracing = [] {
+    const char* trace = std::getenv("CURELAY_NVML_TRACE");
+    return trace != nullptr && std::strcmp(trace, "1") == 0;
+  }();
+  return tracing;
+}
+
+void Note(const char* line) {
+  if (Quiet()) return;
+  (void)!write(STDERR_FILENO, line, std::strlen(line));
+}
+
+nvmlReturn_t CheckHandle(nvmlDevice_t handle) {
+  nvmlReturn_t error = NVML_SUCCESS;
+  return Lookup(handle, &error) == nullptr ? error : NVML_SUCCESS;
+}
+
 nvmlReturn_t TenantActivity(nvmlDevice_t handle, GpuActivity* activity, std::vector<GpuProcessEntry>* processes) {
   nvmlReturn_t error = NVML_SUCCESS;
   const Device* device = Lookup(handle, &error);
@@ -477,12 +495,34 @@ nvmlReturn_t RunningProcesses(nvmlDevice_t device, unsigned int* count, Info* in
 // Called by the generated stubs: one line per entry point, the first time it is called.
 int ReportNotSupported(std::size_t index) noexcept {
   static std::atomic<bool> reported[1024];
-  if (index < 1024 && !reported[index].exchange(true) && !Quiet()) {
+  if (index < 1024 && (!reported[index].exchange(true) || Tracing())) {
     char line[160];
-    const int length = std::snprintf(line, sizeof line, "curelay NVML: %s is not supported\n", kExportNames[index]);
-    if (length > 0) (void)!write(STDERR_FILENO, line, static_cast<size_t>(length) < sizeof line ? length : sizeof line - 1);
+    std::snprintf(line, sizeof line, "curelay NVML: %s is not supported\n", kExportNames[index]);
+    Note(line);
   }
   return NVML_ERROR_NOT_SUPPORTED;
+}
+
+// The name of one of the tenant's processes, as its client reported it: the process lists already asked hold it
+// (NVML names a pid of the GPU's processes; anything else is not found).
+nvmlReturn_t ProcessName(unsigned int pid, char* name, unsigned int length) {
+  State& state = Shared();
+  {
+    std::lock_guard lock(state.mutex);
+    if (state.init_count == 0) return NVML_ERROR_UNINITIALIZED;
+  }
+  if (name == nullptr || length == 0) return NVML_ERROR_INVALID_ARGUMENT;
+  std::lock_guard lock(state.facts_mutex);
+  for (const State::ActivityCache& cache : state.activity) {
+    for (const GpuProcessEntry& process : cache.processes) {
+      if (cache.valid && process.pid == pid) {
+        // NVML truncates a long name to the caller's buffer.
+        std::snprintf(name, length, "%s", process.name);
+        return NVML_SUCCESS;
+      }
+    }
+  }
+  return NVML_ERROR_NOT_FOUND;
 }
 
 }  // namespace curelay::nvml
@@ -634,6 +674,45 @@ nvmlReturn_t nvmlDeviceGetCudaComputeCapability(nvmlDevice_t handle, int* major,
   return NVML_SUCCESS;
 }
 
+// No display is attached to or initialized on a tenant's GPU: curelay carries compute only.
+nvmlReturn_t nvmlDeviceGetDisplayActive(nvmlDevice_t handle, nvmlEnableState_t* active) {
+  nvmlReturn_t error = NVML_SUCCESS;
+  if (curelay::nvml::Lookup(handle, &error) == nullptr) return error;
+  if (active == nullptr) return NVML_ERROR_INVALID_ARGUMENT;
+  *active = NVML_FEATURE_DISABLED;
+  return NVML_SUCCESS;
+}
+
+// A curelay device is a whole GPU as the tenant sees it, never a MIG device (nvidia-smi's process table asks).
+nvmlReturn_t nvmlDeviceIsMigDeviceHandle(nvmlDevice_t handle, unsigned int* is_mig_device) {
+  nvmlReturn_t error = NVML_SUCCESS;
+  if (curelay::nvml::Lookup(handle, &error) == nullptr) return error;
+  if (is_mig_device == nullptr) return NVML_ERROR_INVALID_ARGUMENT;
+  *is_mig_device = 0;
+  return NVML_SUCCESS;
+}
+
+// The architecture follows from the compute capability the driver reports (NVML's numbering; Blackwell, 10 in
+// the 580 driver's nvml.h, is newer than this header).
+nvmlReturn_t nvmlDeviceGetArchitecture(nvmlDevice_t handle, nvmlDeviceArchitecture_t* arch) {
+  nvmlReturn_t error = NVML_SUCCESS;
+  const Device* device = curelay::nvml::Lookup(handle, &error);
+  if (device == nullptr) return error;
+  if (arch == nullptr) return NVML_ERROR_INVALID_ARGUMENT;
+  const int cc = device->major * 10 + device->minor;
+  *arch = cc >= 100 ? 10u
+          : cc >= 90 ? NVML_DEVICE_ARCH_HOPPER
+          : cc == 89 ? NVML_DEVICE_ARCH_ADA
+          : cc >= 80 ? NVML_DEVICE_ARCH_AMPERE
+          : cc >= 75 ? NVML_DEVICE_ARCH_TURING
+          : cc >= 70 ? NVML_DEVICE_ARCH_VOLTA
+          : cc >= 60 ? NVML_DEVICE_ARCH_PASCAL
+          : cc >= 50 ? NVML_DEVICE_ARCH_MAXWELL
+          : cc >= 30 ? NVML_DEVICE_ARCH_KEPLER
+                     : NVML_DEVICE_ARCH_UNKNOWN;
+  return NVML_SUCCESS;
+}
+
 // CUDA's and NVML's compute modes share their numbering (default 0, prohibited 2, exclusive-process 3).
 nvmlReturn_t nvmlDeviceGetComputeMode(nvmlDevice_t handle, nvmlComputeMode_t* mode) {
   nvmlReturn_t error = NVML_SUCCESS;
@@ -663,6 +742,23 @@ nvmlReturn_t nvmlDeviceGetTemperature(nvmlDevice_t device, nvmlTemperatureSensor
   if (const nvmlReturn_t checked = curelay::nvml::CheckDevice(device, value); checked != NVML_SUCCESS) return checked;
   if (sensor != NVML_TEMPERATURE_GPU) return NVML_ERROR_INVALID_ARGUMENT;
   return curelay::nvml::UnsignedFact(device, GpuFact::TemperatureGpu, value);
+}
+// The versioned form nvidia-smi 580 asks (not in this nvml.h): {version, sensor, int temperature}, version 1 being
+// the struct's size with 1 in the top byte (NVML_STRUCT_VERSION).
+struct CurelayTemperatureV1 {
+  unsigned int version;
+  nvmlTemperatureSensors_t sensor;
+  int temperature;
+};
+nvmlReturn_t nvmlDeviceGetTemperatureV(nvmlDevice_t device, CurelayTemperatureV1* temperature) {
+  if (const nvmlReturn_t checked = curelay::nvml::CheckDevice(device, temperature); checked != NVML_SUCCESS) {
+    return checked;
+  }
+  if (temperature->version != (sizeof(CurelayTemperatureV1) | (1u << 24))) return NVML_ERROR_ARGUMENT_VERSION_MISMATCH;
+  unsigned int value = 0;
+  const nvmlReturn_t result = nvmlDeviceGetTemperature(device, temperature->sensor, &value);
+  if (result == NVML_SUCCESS) temperature->temperature = static_cast<int>(value);
+  return result;
 }
 nvmlReturn_t nvmlDeviceGetTemperatureThreshold(nvmlDevice_t device, nvmlTemperatureThresholds_t type,
                                                unsigned int* value) {
@@ -819,6 +915,10 @@ nvmlReturn_t nvmlDeviceGetGraphicsRunningProcesses_v2(nvmlDevice_t device, unsig
 nvmlReturn_t nvmlDeviceGetGraphicsRunningProcesses(nvmlDevice_t device, unsigned int* count,
                                                    nvmlProcessInfo_v1_t* infos) {
   return curelay::nvml::RunningProcesses(device, count, infos, true);
+}
+
+nvmlReturn_t nvmlSystemGetProcessName(unsigned int pid, char* name, unsigned int length) {
+  return curelay::nvml::ProcessName(pid, name, length);
 }
 
 }  // extern "C"

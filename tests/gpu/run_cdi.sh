@@ -47,27 +47,29 @@ busy_job=$!
 for _ in $(seq 300); do grep -q busy "$runtime/busy.txt" && break; sleep 0.1; done
 sleep 2
 busy_pid=$(sed -n 's/^busy \([0-9]*\).*/\1/p' "$runtime/busy.txt")
-# Each view once, its notes (entry points and internal slots answered not-supported) kept apart from its output.
-notes=$runtime/smi-notes.txt
+# Each view once, its notes (every entry point and internal slot answered not-supported, in order:
+# CURELAY_NVML_TRACE) kept apart from its output, in $runtime/notes-VIEW.
 smi_view() {
+  local view=$1
+  shift
   python3 "$here/cdi_namespace.py" "$spec" local --hide "$driver_dir" -- \
-    env CURELAY_TOKEN_FILE=/tmp/curelay-cdi-token timeout 60 "$smi" "$@" 2>>"$notes"
+    env CURELAY_TOKEN_FILE=/tmp/curelay-cdi-token CURELAY_NVML_TRACE=1 timeout 60 "$smi" "$@" 2>"$runtime/notes-$view"
 }
-smi_table=$(smi_view); smi_rc=$?
+smi_table=$(smi_view table); smi_rc=$?
 check "nvidia-smi prints a table for the virtual GPU (exit $smi_rc)" "$(sed -n 's/^device 0 name .\(.*\). uuid.*/\1/p' <<<"$probe" | cut -c1-16)" "$smi_table"
 check "nvidia-smi's table lists the tenant's busy process (pid ${busy_pid:-none})" " ${busy_pid:-none} .*python3" "$smi_table"
-smi_query=$(smi_view -q); smi_q_rc=$?
+smi_query=$(smi_view query -q); smi_q_rc=$?
 check "nvidia-smi -q answers (exit $smi_q_rc)" "Product Name|Attached GPUs" "$smi_query"
-smi_list=$(smi_view -L)
+smi_list=$(smi_view list -L)
 check "nvidia-smi -L lists the GPU with a UUID" "GPU 0: .*UUID: GPU-" "$smi_list"
-smi_csv=$(smi_view --query-gpu=name,uuid,memory.total,memory.used,utilization.gpu,temperature.gpu,power.draw,pcie.link.gen.max --format=csv)
+smi_csv=$(smi_view csv --query-gpu=name,uuid,memory.total,memory.used,utilization.gpu,temperature.gpu,power.draw,pcie.link.gen.max --format=csv)
 check "nvidia-smi --query-gpu answers the tenant's memory and utilization" "^NVIDIA.*, GPU-.*, 8192 MiB, [0-9]+ MiB, [0-9]+ %" "$smi_csv"
-smi_apps=$(smi_view --query-compute-apps=pid,process_name,used_memory --format=csv)
+smi_apps=$(smi_view apps --query-compute-apps=pid,process_name,used_memory --format=csv)
 check "nvidia-smi --query-compute-apps lists the busy process" "^${busy_pid:-none}, .*python3" "$smi_apps"
-smi_topo=$(smi_view topo -m); smi_topo_rc=$?
+smi_topo=$(smi_view topo topo -m); smi_topo_rc=$?
 smi_native=$(LD_LIBRARY_PATH="$driver_dir" timeout 60 "$smi" 2>&1)
 wait "$busy_job"
-unsupported=$(grep -oE "nvml[A-Za-z0-9_]* is not supported|internal slot [0-9]+" "$notes" | sort -u)
+unsupported=$(cat "$runtime"/notes-* | grep -oE "nvml[A-Za-z0-9_]* is not supported|internal slot [0-9]+" | sort -u)
 pynvml_out=$(in_container timeout 60 python3 -c '
 try:
     import pynvml
@@ -117,6 +119,10 @@ echo "--- nvidia-smi topo -m (exit $smi_topo_rc)"; echo "$smi_topo"
 echo "--- nvidia-smi natively, at the same time (every process on the GPU)"; echo "$smi_native"
 echo "--- NVML entry points and internal slots nvidia-smi's views used that answer not-supported: $(wc -l <<<"$unsupported")"
 echo "$unsupported" | sed 's/ is not supported//' | tr '\n' ' '; echo
+for view in table query topo; do
+  echo "--- the last not-supported answers of nvidia-smi's $view view, in order"
+  grep -v "^$" "$runtime/notes-$view" | tail -25
+done
 echo "--- pynvml"; echo "$pynvml_out"
 echo "--- torch"; echo "$torch_out"; echo "$nvml_count"
 exit $status

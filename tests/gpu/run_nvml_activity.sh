@@ -57,7 +57,10 @@ check "beta's client (pid ${beta_pid:-none}) is not in alpha's lists" "^OK-NOT-L
   "$([ -n "$beta_pid" ] && ! grep -q "pid $beta_pid " <<<"$idle" && echo OK-NOT-LISTED)"
 check "nvidia-smi's process list (internal slot 213) agrees" "^internal process pid $self used_mib [1-9][0-9]* gi ffffffff name 'curelay_nvml_p" "$idle"
 check "native: the host's NVML shows the GPU busy" "^activity utilization rc 0 gpu ([5-9][0-9]|100) " "$native"
-check "native: the internal table's handle by index is NVML's" "^internal handle by index rc 0 same 1$" "$native"
+# Natively slot 81 answers a handle of NVML's own that is not the public one (same 0); through curelay it is.
+check "native: the internal table's slot 81 answers device 0" "^internal handle by index rc 0 " "$native"
+check "native: another table id is an invalid argument, as through curelay" "^internal other id rc 2$" "$native"
+check "through curelay: another table id is an invalid argument" "^internal other id rc 2$" "$idle"
 check "native: the internal compute list (slot 213) has the probe (pid $(field "activity self pid" "$native"))" \
   "^internal process pid $(field "activity self pid" "$native") used_mib [1-9]" "$native"
 

@@ -256,6 +256,20 @@ int main(int argc, char** argv) {
     printf("temperature: rc %d (%s)\n", (int)rc, nvmlErrorString(rc));
     printf("foreign handle: rc %d\n", (int)nvmlDeviceGetName((nvmlDevice_t)&temperature, small, sizeof small));
     printf("handle past the last device: rc %d\n", (int)nvmlDeviceGetHandleByIndex_v2(count, &device));
+    {
+      nvmlDeviceArchitecture_t arch = 0;
+      nvmlDeviceGetHandleByIndex_v2(0, &device);
+      rc = nvmlDeviceGetArchitecture(device, &arch);
+      printf("architecture rc %d arch %u\n", (int)rc, (unsigned)arch);
+    }
+    {
+      nvmlEnableState_t active = NVML_FEATURE_ENABLED;
+      unsigned int is_mig = 7;
+      rc = nvmlDeviceGetDisplayActive(device, &active);
+      printf("display active rc %d value %d\n", (int)rc, (int)active);
+      rc = nvmlDeviceIsMigDeviceHandle(device, &is_mig);
+      printf("mig device handle rc %d value %u\n", (int)rc, is_mig);
+    }
   }
   rc = nvmlShutdown();
   printf("shutdown rc %d, again rc %d\n", (int)rc, (int)nvmlShutdown());

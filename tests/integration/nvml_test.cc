@@ -46,6 +46,9 @@ TEST(NvmlShimTest, DevicesAgreeWithCudaAndMemoryIsTheTenants) {
   EXPECT_NE(out.find("temperature: rc 3 (Not Supported)\n"), std::string::npos) << out;
   EXPECT_NE(out.find("foreign handle: rc 2\n"), std::string::npos) << out;         // INVALID_ARGUMENT
   EXPECT_NE(out.find("handle past the last device: rc 2\n"), std::string::npos) << out;  // as NVML, not NOT_FOUND
+  EXPECT_NE(out.find("architecture rc 0 arch 9\n"), std::string::npos) << out;  // Hopper, from compute capability 9.0
+  EXPECT_NE(out.find("display active rc 0 value 0\n"), std::string::npos) << out;  // no display on a tenant's GPU
+  EXPECT_NE(out.find("mig device handle rc 0 value 0\n"), std::string::npos) << out;
   EXPECT_NE(out.find("shutdown rc 0, again rc 1\n"), std::string::npos) << out;
 }
 
@@ -129,9 +132,9 @@ TEST(NvmlShimTest, UtilizationAndProcessesAreTheTenantsOwn) {
            "activity process pid " + self + " used_mib 8 gi ffffffff\n",
            "activity process pid " + std::to_string(alpha_holder) + " used_mib 8 gi ffffffff\n",
            std::string("activity v1 rc 0 count 2\n"), std::string("activity graphics rc 0 count 0\n"),
-           std::string("internal other id rc 3\n"), std::string("internal table rc 0 size_ok 1\n"),
+           std::string("internal other id rc 2\n"), std::string("internal table rc 0 size_ok 1\n"),
            std::string("internal handle by index rc 0 same 1\n"), std::string("internal process list rc 0 count 2\n"),
-           std::string("internal list slot 214 rc 3 count 0\n"), std::string("internal list slot 215 rc 3 count 0\n"),
+           std::string("internal list slot 214 rc 0 count 0\n"), std::string("internal list slot 215 rc 0 count 0\n"),
            "internal process pid " + self + " used_mib 8 gi ffffffff name 'curelay_nvml_p",
            "internal process pid " + std::to_string(alpha_holder) + " used_mib 8 gi ffffffff name '",
            std::string("internal host pcie generation rc 3 value 0\n")}) {
