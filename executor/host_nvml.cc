@@ -125,16 +125,18 @@ bool HostNvml::Load(std::string* error) {
   return true;
 }
 
-bool HostNvml::Read(const std::string& bus_id, GpuFactValues* facts, std::string* error) {
-  std::lock_guard lock(mutex_);
+bool HostNvml::Loaded(std::string* error) {
   if (!tried_) {
     tried_ = true;
     if (!Load(&load_error_)) api_ = nullptr;
   }
-  if (api_ == nullptr) {
-    *error = load_error_;
-    return false;
-  }
+  if (api_ == nullptr) *error = load_error_;
+  return api_ != nullptr;
+}
+
+bool HostNvml::Read(const std::string& bus_id, GpuFactValues* facts, std::string* error) {
+  std::lock_guard lock(mutex_);
+  if (!Loaded(error)) return false;
   const auto now = std::chrono::steady_clock::now();
   if (const auto found = answers_.find(bus_id); found != answers_.end() && now - found->second.read_at <= kFresh) {
     *facts = found->second.facts;
@@ -295,14 +297,7 @@ bool HostNvml::ReadProcessFigures(const std::string& bus_id, ProcessFigures* fig
 bool HostNvml::ReadActivity(const std::string& bus_id, const std::map<uint32_t, ProcessOwner>& owners,
                             GpuActivityValues* activity, std::string* error) {
   std::lock_guard lock(mutex_);
-  if (!tried_) {
-    tried_ = true;
-    if (!Load(&load_error_)) api_ = nullptr;
-  }
-  if (api_ == nullptr) {
-    *error = load_error_;
-    return false;
-  }
+  if (!Loaded(error)) return false;
   const auto now = std::chrono::steady_clock::now();
   auto found = process_figures_.find(bus_id);
   if (found == process_figures_.end() || now - found->second.read_at > kFresh) {

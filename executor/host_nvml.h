@@ -62,6 +62,8 @@ class HostNvml {
  private:
   struct Api;
   bool Load(std::string* error);
+  // Loads the library on the first call (under mutex_); false with the reason when there is none.
+  bool Loaded(std::string* error);
   bool ReadNow(const std::string& bus_id, GpuFactValues* facts, std::string* error);
 
   struct Answer {

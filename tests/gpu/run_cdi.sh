@@ -35,14 +35,8 @@ check() { if grep -qE "$2" <<<"$3"; then echo "PASS $1"; else echo "FAIL $1 (wan
 probe=$(in_container timeout 60 "$build/tests/integration/curelay_nvml_probe" 2>&1)
 check "NVML probe agrees with CUDA" '^OK$' "$(grep -q MISMATCH <<<"$probe" || echo "$probe")"
 # A tenant's program at work while nvidia-smi looks: its process and its share of the GPU show, nothing else.
-busy='import os, sys, time, torch
-x = torch.randn(8192, 8192, device="cuda")
-print("busy", os.getpid(), flush=True)
-end = time.time() + float(sys.argv[1])
-while time.time() < end:
-    y = x @ x
-    torch.cuda.synchronize()'
-in_container timeout 120 python3 -c "$busy" 45 >"$runtime/busy.txt" 2>&1 &
+busy=$here/frameworks/busy_loop.py
+in_container timeout 120 python3 "$busy" 45 >"$runtime/busy.txt" 2>&1 &
 busy_job=$!
 for _ in $(seq 300); do grep -q busy "$runtime/busy.txt" && break; sleep 0.1; done
 sleep 2

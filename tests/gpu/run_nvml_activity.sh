@@ -28,18 +28,12 @@ as_tenant() {
   shift
   LD_LIBRARY_PATH="$shims" CURELAY_ENDPOINT="$CURELAY_GPU_ENDPOINT" CURELAY_TOKEN="$token" timeout 120 "$@"
 }
-busy='import os, sys, time, torch
-x = torch.randn(8192, 8192, device="cuda")
-print("busy", os.getpid(), flush=True)
-end = time.time() + float(sys.argv[1])
-while time.time() < end:
-    y = x @ x
-    torch.cuda.synchronize()'
+busy=$here/frameworks/busy_loop.py
 status=0
 check() { if grep -qE "$2" <<<"$3"; then echo "PASS $1"; else echo "FAIL $1 (wanted /$2/)"; status=1; fi; }
 field() { sed -n "s/^$1 \([0-9]*\).*/\1/p" <<<"$2" | head -1; }
 
-as_tenant "$beta" python3 -c "$busy" 30 >"$CURELAY_OUT/busy-beta.txt" 2>&1 &
+as_tenant "$beta" python3 "$busy" 30 >"$CURELAY_OUT/busy-beta.txt" 2>&1 &
 beta_job=$!
 for _ in $(seq 300); do grep -q busy "$CURELAY_OUT/busy-beta.txt" && break; sleep 0.1; done
 beta_pid=$(field busy "$(cat "$CURELAY_OUT/busy-beta.txt")")
@@ -64,7 +58,7 @@ check "through curelay: another table id is an invalid argument" "^internal othe
 check "native: the internal compute list (slot 213) has the probe (pid $(field "activity self pid" "$native"))" \
   "^internal process pid $(field "activity self pid" "$native") used_mib [1-9]" "$native"
 
-as_tenant "$alpha" python3 -c "$busy" 20 >"$CURELAY_OUT/busy-alpha.txt" 2>&1 &
+as_tenant "$alpha" python3 "$busy" 20 >"$CURELAY_OUT/busy-alpha.txt" 2>&1 &
 alpha_job=$!
 for _ in $(seq 300); do grep -q busy "$CURELAY_OUT/busy-alpha.txt" && break; sleep 0.1; done
 alpha_pid=$(field busy "$(cat "$CURELAY_OUT/busy-alpha.txt")")
