@@ -82,19 +82,13 @@ void ReportSlot(unsigned slot, const char* what, void* first, void* second, void
   Note(line);
 }
 
-nvmlReturn_t ProcessList(nvmlDevice_t device, void* count_argument, void* entries_argument) {
-  auto* count = static_cast<unsigned int*>(count_argument);
+// The compute list holds the tenant's processes; the graphics and MPS lists are empty (TenantProcessList).
+nvmlReturn_t ProcessList(nvmlDevice_t device, void* count_argument, void* entries_argument, bool compute) {
   auto* entries = static_cast<SmiProcessEntry*>(entries_argument);
-  if (count == nullptr || (entries == nullptr && *count != 0)) return NVML_ERROR_INVALID_ARGUMENT;
-  GpuActivity activity{};
   std::vector<GpuProcessEntry> processes;
-  if (const nvmlReturn_t result = TenantActivity(device, &activity, &processes); result != NVML_SUCCESS) return result;
-  if (activity.processes_result != NVML_SUCCESS) return static_cast<nvmlReturn_t>(activity.processes_result);
-  if (processes.size() > *count) {
-    *count = static_cast<unsigned int>(processes.size());
-    return NVML_ERROR_INSUFFICIENT_SIZE;
-  }
-  *count = static_cast<unsigned int>(processes.size());
+  const nvmlReturn_t result =
+      TenantProcessList(device, static_cast<unsigned int*>(count_argument), entries != nullptr, compute, &processes);
+  if (result != NVML_SUCCESS) return result;
   for (size_t i = 0; i < processes.size(); ++i) {
     SmiProcessEntry& entry = entries[i];
     std::memset(&entry, 0, offsetof(SmiProcessEntry, name) + 1);
@@ -107,27 +101,14 @@ nvmlReturn_t ProcessList(nvmlDevice_t device, void* count_argument, void* entrie
   return NVML_SUCCESS;
 }
 
-// The graphics and MPS lists: a curelay session runs compute work only, and an MPS client's session refuses its
-// lists altogether (the executor answers NOT_SUPPORTED for it), so where the compute list is known these are empty.
-nvmlReturn_t OtherProcessList(nvmlDevice_t device, void* count_argument) {
-  auto* count = static_cast<unsigned int*>(count_argument);
-  if (count == nullptr) return NVML_ERROR_INVALID_ARGUMENT;
-  GpuActivity activity{};
-  std::vector<GpuProcessEntry> processes;
-  if (const nvmlReturn_t result = TenantActivity(device, &activity, &processes); result != NVML_SUCCESS) return result;
-  if (activity.processes_result != NVML_SUCCESS) return static_cast<nvmlReturn_t>(activity.processes_result);
-  *count = 0;
-  return NVML_SUCCESS;
-}
-
 nvmlReturn_t Slot(unsigned slot, void* first, void* second, void* third) {
   if (slot == kSlotHandleByIndex && static_cast<uint32_t>(reinterpret_cast<uintptr_t>(third)) == kHandleByIndexTag) {
     return nvmlDeviceGetHandleByIndex_v2(static_cast<unsigned int>(reinterpret_cast<uintptr_t>(first)),
                                          static_cast<nvmlDevice_t*>(second));
   }
-  if (slot == kSlotComputeProcesses) return ProcessList(static_cast<nvmlDevice_t>(first), second, third);
+  if (slot == kSlotComputeProcesses) return ProcessList(static_cast<nvmlDevice_t>(first), second, third, true);
   if (slot >= kSlotOtherProcessesFirst && slot <= kSlotOtherProcessesLast) {
-    return OtherProcessList(static_cast<nvmlDevice_t>(first), second);
+    return ProcessList(static_cast<nvmlDevice_t>(first), second, third, false);
   }
   // The host side of the PCIe link is not among the host facts: refused, so nvidia-smi shows it as unknown.
   ReportSlot(slot, slot == kSlotHostMaxPcieGeneration ? "(host max PCIe generation) is not supported"

@@ -460,24 +460,26 @@ nvmlReturn_t TenantActivity(nvmlDevice_t handle, GpuActivity* activity, std::vec
   return Activity(*device, activity, processes);
 }
 
+nvmlReturn_t TenantProcessList(nvmlDevice_t handle, unsigned int* count, bool has_array, bool compute,
+                               std::vector<GpuProcessEntry>* processes) {
+  if (const nvmlReturn_t checked = CheckDevice(handle, count); checked != NVML_SUCCESS) return checked;
+  if (!has_array && *count != 0) return NVML_ERROR_INVALID_ARGUMENT;
+  GpuActivity activity{};
+  if (const nvmlReturn_t result = TenantActivity(handle, &activity, processes); result != NVML_SUCCESS) return result;
+  if (activity.processes_result != NVML_SUCCESS) return static_cast<nvmlReturn_t>(activity.processes_result);
+  if (!compute) processes->clear();
+  const bool fits = processes->size() <= *count;
+  *count = static_cast<unsigned int>(processes->size());
+  return fits ? NVML_SUCCESS : NVML_ERROR_INSUFFICIENT_SIZE;
+}
+
 // NVML's protocol for a process list: the count asked for the size, INSUFFICIENT_SIZE with the count needed.
 // Graphics lists are empty: a curelay session runs compute work only.
 template <typename Info>
 nvmlReturn_t RunningProcesses(nvmlDevice_t device, unsigned int* count, Info* infos, bool graphics) {
-  if (nvmlReturn_t checked = CheckDevice(device, count); checked != NVML_SUCCESS) return checked;
-  if (infos == nullptr && *count != 0) return NVML_ERROR_INVALID_ARGUMENT;
-  GpuActivity activity{};
   std::vector<GpuProcessEntry> processes;
-  if (const nvmlReturn_t result = TenantActivity(device, &activity, &processes); result != NVML_SUCCESS) {
-    return result;
-  }
-  if (activity.processes_result != NVML_SUCCESS) return static_cast<nvmlReturn_t>(activity.processes_result);
-  if (graphics) processes.clear();
-  if (processes.size() > *count) {
-    *count = static_cast<unsigned int>(processes.size());
-    return NVML_ERROR_INSUFFICIENT_SIZE;
-  }
-  *count = static_cast<unsigned int>(processes.size());
+  const nvmlReturn_t result = TenantProcessList(device, count, infos != nullptr, !graphics, &processes);
+  if (result != NVML_SUCCESS) return result;
   for (size_t i = 0; i < processes.size(); ++i) {
     Info info{};
     info.pid = processes[i].pid;
@@ -676,18 +678,14 @@ nvmlReturn_t nvmlDeviceGetCudaComputeCapability(nvmlDevice_t handle, int* major,
 
 // No display is attached to or initialized on a tenant's GPU: curelay carries compute only.
 nvmlReturn_t nvmlDeviceGetDisplayActive(nvmlDevice_t handle, nvmlEnableState_t* active) {
-  nvmlReturn_t error = NVML_SUCCESS;
-  if (curelay::nvml::Lookup(handle, &error) == nullptr) return error;
-  if (active == nullptr) return NVML_ERROR_INVALID_ARGUMENT;
+  if (const nvmlReturn_t checked = curelay::nvml::CheckDevice(handle, active); checked != NVML_SUCCESS) return checked;
   *active = NVML_FEATURE_DISABLED;
   return NVML_SUCCESS;
 }
 
 // A curelay device is a whole GPU as the tenant sees it, never a MIG device (nvidia-smi's process table asks).
 nvmlReturn_t nvmlDeviceIsMigDeviceHandle(nvmlDevice_t handle, unsigned int* is_mig_device) {
-  nvmlReturn_t error = NVML_SUCCESS;
-  if (curelay::nvml::Lookup(handle, &error) == nullptr) return error;
-  if (is_mig_device == nullptr) return NVML_ERROR_INVALID_ARGUMENT;
+  if (const nvmlReturn_t checked = curelay::nvml::CheckDevice(handle, is_mig_device); checked != NVML_SUCCESS) return checked;
   *is_mig_device = 0;
   return NVML_SUCCESS;
 }

@@ -19,6 +19,13 @@ nvmlReturn_t TenantActivity(nvmlDevice_t handle, GpuActivity* activity, std::vec
 // INVALID_ARGUMENT).
 nvmlReturn_t CheckHandle(nvmlDevice_t handle);
 
+// NVML's protocol for a process list of the device behind `handle`: the checks, then `*count` set to the number of
+// processes; INSUFFICIENT_SIZE when that is more than the caller's `*count`, NVML_SUCCESS with `processes` to write
+// otherwise. `compute`: the tenant's processes; else the graphics or MPS list, empty (curelay sessions run compute
+// work only; an MPS client's session refuses its lists altogether). `has_array`: the caller gave an array.
+nvmlReturn_t TenantProcessList(nvmlDevice_t handle, unsigned int* count, bool has_array, bool compute,
+                               std::vector<GpuProcessEntry>* processes);
+
 // Whether CURELAY_LOG_LEVEL silences the shim's one-line notes (error and above).
 bool Quiet();
 // CURELAY_NVML_TRACE=1: every call the shim answers not-supported (entry point or nvidia-smi's internal slot) is
