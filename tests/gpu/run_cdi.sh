@@ -43,11 +43,26 @@ sleep 2
 busy_pid=$(sed -n 's/^busy \([0-9]*\).*/\1/p' "$runtime/busy.txt")
 # Each view once, its notes (every entry point and internal slot answered not-supported, in order:
 # CURELAY_NVML_TRACE) kept apart from its output, in $runtime/notes-VIEW.
+# With CURELAY_NVML_CALL_TRACE=DIR, each view also runs natively, both runs under the NVML call tracer
+# (probes/nvml_trace), and DIR gets both logs and their comparison (which calls fail on the shim only).
 smi_view() {
   local view=$1
   shift
+  local tracer=() trace_dir=${CURELAY_NVML_CALL_TRACE:-}
+  if [ -n "$trace_dir" ]; then
+    mkdir -p "$trace_dir"
+    tracer=("$here/probes/nvml_trace/run.sh" "$trace_dir/shim-$view.log" "$driver_dir/libnvidia-ml.so.1")
+    LD_LIBRARY_PATH=$driver_dir "$here/probes/nvml_trace/run.sh" "$trace_dir/native-$view.log" \
+      "$driver_dir/libnvidia-ml.so.1" timeout 60 "$smi" "$@" >"$trace_dir/native-$view.txt" 2>&1
+    echo "exit $?" >>"$trace_dir/native-$view.txt"
+  fi
   python3 "$here/cdi_namespace.py" "$spec" local --hide "$driver_dir" -- \
-    env CURELAY_TOKEN_FILE=/tmp/curelay-cdi-token CURELAY_NVML_TRACE=1 timeout 60 "$smi" "$@" 2>"$runtime/notes-$view"
+    env CURELAY_TOKEN_FILE=/tmp/curelay-cdi-token CURELAY_NVML_TRACE=1 "${tracer[@]}" timeout 60 "$smi" "$@" \
+    2>"$runtime/notes-$view"
+  local rc=$?
+  [ -n "$trace_dir" ] && python3 "$here/probes/nvml_trace/compare.py" "$trace_dir/native-$view.log" \
+    "$trace_dir/shim-$view.log" >"$trace_dir/compare-$view.txt" 2>&1
+  return $rc
 }
 smi_table=$(smi_view table); smi_rc=$?
 check "nvidia-smi prints a table for the virtual GPU (exit $smi_rc)" "$(sed -n 's/^device 0 name .\(.*\). uuid.*/\1/p' <<<"$probe" | cut -c1-16)" "$smi_table"
@@ -117,6 +132,11 @@ for view in table query topo; do
   echo "--- the last not-supported answers of nvidia-smi's $view view, in order"
   grep -v "^$" "$runtime/notes-$view" | tail -25
 done
+if [ -n "${CURELAY_NVML_CALL_TRACE:-}" ]; then
+  for compared in "$CURELAY_NVML_CALL_TRACE"/compare-*.txt; do
+    echo "--- NVML calls of nvidia-smi natively and on the shim: $(basename "$compared")"; cat "$compared"
+  done
+fi
 echo "--- pynvml"; echo "$pynvml_out"
 echo "--- torch"; echo "$torch_out"; echo "$nvml_count"
 exit $status
