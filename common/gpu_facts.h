@@ -13,13 +13,15 @@
 
 namespace curelay {
 
-inline constexpr unsigned char kHostFactsTableId[16] = {0x26, 0x5c, 0xb8, 0xc3, 0x8d, 0xdc, 0x45, 0x0c,
-                                                        0x9a, 0x6d, 0x3e, 0x99, 0x78, 0x7a, 0x87, 0x63};
+inline constexpr unsigned char kHostFactsTableId[16] = {0x7b, 0x1e, 0x52, 0x90, 0x4d, 0x3a, 0x4f, 0x61,
+                                                        0xb2, 0x08, 0xc5, 0x6e, 0x13, 0xd9, 0xa4, 0x27};
 inline constexpr int kGpuFactCount = static_cast<int>(wire::GpuFact::MAX) + 1;
 // The two shims may come from different builds (the CDI spec names each): GpuFacts' layout is fixed for this table
 // id, and a new fact means a new id (an older NVML shim then finds no table and refuses the facts).
-static_assert(kGpuFactCount == 32, "GpuFact changed: give kHostFactsTableId a new value and update this count");
+static_assert(kGpuFactCount == 46, "GpuFact changed: give kHostFactsTableId a new value and update this count");
 inline constexpr int32_t kNvmlNotSupported = 3;  // NVML_ERROR_NOT_SUPPORTED, without nvml.h here
+
+inline constexpr unsigned int kCpuAffinityWords = 16, kMemoryAffinityWords = 4;
 
 struct GpuFacts {
   int32_t results[kGpuFactCount];  // the host NVML's nvmlReturn_t per wire::GpuFact
@@ -27,6 +29,10 @@ struct GpuFacts {
   char driver_version[96];
   char nvml_version[96];
   char vbios_version[96];
+  // The CPUs and NUMA nodes near the GPU (CpuAffinity, MemoryAffinity): 1024 CPUs and 256 nodes, in
+  // nvmlDeviceGetCpuAffinity's layout.
+  uint64_t cpu_affinity[kCpuAffinityWords];
+  uint64_t memory_affinity[kMemoryAffinityWords];
 };
 
 // The tenant's own work on a device (schema/curelay.fbs, DeviceActivity): NVML's result for each part.

@@ -42,7 +42,8 @@ Session::Outcome Session::DeviceFacts(const wire::DeviceFacts& call) {
   }
   Outcome outcome;
   outcome.body = wire::CreateGpuFactListDirect(builder_, &facts.results, &facts.values, facts.driver_version.c_str(),
-                                               facts.nvml_version.c_str(), facts.vbios_version.c_str())
+                                               facts.nvml_version.c_str(), facts.vbios_version.c_str(),
+                                               &facts.cpu_affinity, &facts.memory_affinity)
                      .Union();
   outcome.body_type = wire::ReplyBody::GpuFactList;
   return outcome;

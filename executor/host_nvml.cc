@@ -6,7 +6,9 @@
 
 #include <algorithm>
 #include <array>
+#include <tuple>
 
+#include "common/nvml_abi.h"
 #include "common/shim_identity.h"
 
 namespace curelay::executor {
@@ -40,6 +42,16 @@ struct HostNvml::Api {
   decltype(&nvmlDeviceGetComputeRunningProcesses_v3) running_processes;
   decltype(&nvmlDeviceGetProcessUtilization) process_utilization;
   decltype(&nvmlDeviceGetMemoryInfo) memory_info;
+  // Protocol 17's facts (optional: an older NVML lacks some; each then answers not-supported).
+  decltype(&nvmlDeviceGetBrand) brand;
+  decltype(&nvmlDeviceGetVirtualizationMode) virtualization_mode;
+  decltype(&nvmlDeviceGetMigMode) mig_mode;
+  decltype(&nvmlDeviceGetMaxMigDeviceCount) max_mig_devices;
+  decltype(&nvmlDeviceGetTotalEccErrors) total_ecc_errors;
+  NvmlDeviceGetPciInfoExt pci_info_ext;
+  NvmlDeviceGetNumaNodeId numa_node;
+  decltype(&nvmlDeviceGetCpuAffinity) cpu_affinity;
+  decltype(&nvmlDeviceGetMemoryAffinity) memory_affinity;
 };
 
 namespace {
@@ -103,6 +115,15 @@ bool HostNvml::Load(std::string* error) {
     Resolve(handle_, "nvmlDeviceGetComputeRunningProcesses_v3", &api->running_processes);
     Resolve(handle_, "nvmlDeviceGetProcessUtilization", &api->process_utilization);
     Resolve(handle_, "nvmlDeviceGetMemoryInfo", &api->memory_info);
+    Resolve(handle_, "nvmlDeviceGetBrand", &api->brand);
+    Resolve(handle_, "nvmlDeviceGetVirtualizationMode", &api->virtualization_mode);
+    Resolve(handle_, "nvmlDeviceGetMigMode", &api->mig_mode);
+    Resolve(handle_, "nvmlDeviceGetMaxMigDeviceCount", &api->max_mig_devices);
+    Resolve(handle_, "nvmlDeviceGetTotalEccErrors", &api->total_ecc_errors);
+    Resolve(handle_, "nvmlDeviceGetPciInfoExt", &api->pci_info_ext);
+    Resolve(handle_, "nvmlDeviceGetNumaNodeId", &api->numa_node);
+    Resolve(handle_, "nvmlDeviceGetCpuAffinity", &api->cpu_affinity);
+    Resolve(handle_, "nvmlDeviceGetMemoryAffinity", &api->memory_affinity);
   }
   Dl_info where{};
   const bool is_shim = resolved && dladdr(reinterpret_cast<void*>(api->init), &where) != 0 &&
@@ -225,7 +246,75 @@ bool HostNvml::ReadNow(const std::string& bus_id, GpuFactValues* facts, std::str
   put_text(wire::GpuFact::DriverVersion, api_->driver_version(text, sizeof text - 1), &facts->driver_version);
   put_text(wire::GpuFact::NvmlVersion, api_->nvml_version(text, sizeof text - 1), &facts->nvml_version);
   put_text(wire::GpuFact::VbiosVersion, api_->vbios_version(device, text, sizeof text - 1), &facts->vbios_version);
+  ReadLaterFacts(device, facts);
   return true;
+}
+
+// Protocol 17's facts, each from an entry point the host's NVML may lack (then not-supported, as before).
+void HostNvml::ReadLaterFacts(nvmlDevice_t device, GpuFactValues* facts) {
+  auto put = [facts](wire::GpuFact fact, nvmlReturn_t result, int64_t value) {
+    facts->results[static_cast<size_t>(fact)] = static_cast<int32_t>(result);
+    facts->values[static_cast<size_t>(fact)] = result == NVML_SUCCESS ? value : 0;
+  };
+  if (api_->brand != nullptr) {
+    nvmlBrandType_t brand = NVML_BRAND_UNKNOWN;
+    const nvmlReturn_t result = api_->brand(device, &brand);
+    put(wire::GpuFact::Brand, result, brand);
+  }
+  if (api_->virtualization_mode != nullptr) {
+    nvmlGpuVirtualizationMode_t mode = NVML_GPU_VIRTUALIZATION_MODE_NONE;
+    const nvmlReturn_t result = api_->virtualization_mode(device, &mode);
+    put(wire::GpuFact::VirtualizationMode, result, mode);
+  }
+  if (api_->mig_mode != nullptr) {
+    unsigned int current = 0, pending = 0;
+    const nvmlReturn_t result = api_->mig_mode(device, &current, &pending);
+    put(wire::GpuFact::MigModeCurrent, result, current);
+    put(wire::GpuFact::MigModePending, result, pending);
+  }
+  if (api_->max_mig_devices != nullptr) {
+    unsigned int count = 0;
+    const nvmlReturn_t result = api_->max_mig_devices(device, &count);
+    put(wire::GpuFact::MaxMigDeviceCount, result, count);
+  }
+  if (api_->total_ecc_errors != nullptr) {
+    const std::tuple<wire::GpuFact, nvmlMemoryErrorType_t, nvmlEccCounterType_t> totals[] = {
+        {wire::GpuFact::EccCorrectedVolatile, NVML_MEMORY_ERROR_TYPE_CORRECTED, NVML_VOLATILE_ECC},
+        {wire::GpuFact::EccUncorrectedVolatile, NVML_MEMORY_ERROR_TYPE_UNCORRECTED, NVML_VOLATILE_ECC},
+        {wire::GpuFact::EccCorrectedAggregate, NVML_MEMORY_ERROR_TYPE_CORRECTED, NVML_AGGREGATE_ECC},
+        {wire::GpuFact::EccUncorrectedAggregate, NVML_MEMORY_ERROR_TYPE_UNCORRECTED, NVML_AGGREGATE_ECC}};
+    for (const auto& [fact, error_type, counter] : totals) {
+      unsigned long long count = 0;
+      const nvmlReturn_t result = api_->total_ecc_errors(device, error_type, counter, &count);
+      put(fact, result, static_cast<int64_t>(count));
+    }
+  }
+  if (api_->pci_info_ext != nullptr) {
+    NvmlPciInfoExtV1 pci{};
+    pci.version = kNvmlPciInfoExtV1;
+    const nvmlReturn_t result = api_->pci_info_ext(device, &pci);
+    put(wire::GpuFact::PciBaseClass, result, pci.baseClass);
+    put(wire::GpuFact::PciSubClass, result, pci.subClass);
+  }
+  if (api_->numa_node != nullptr) {
+    unsigned int node = 0;
+    const nvmlReturn_t result = api_->numa_node(device, &node);
+    put(wire::GpuFact::NumaNode, result, node);
+  }
+  // The masks are asked with the room the facts carry; a host with more CPUs than that answers the first 1024.
+  if (api_->cpu_affinity != nullptr) {
+    std::array<unsigned long, kCpuAffinityWords> mask{};
+    const nvmlReturn_t result = api_->cpu_affinity(device, static_cast<unsigned int>(mask.size()), mask.data());
+    put(wire::GpuFact::CpuAffinity, result, 0);
+    if (result == NVML_SUCCESS) facts->cpu_affinity.assign(mask.begin(), mask.end());
+  }
+  if (api_->memory_affinity != nullptr) {
+    std::array<unsigned long, kMemoryAffinityWords> mask{};
+    const nvmlReturn_t result = api_->memory_affinity(device, static_cast<unsigned int>(mask.size()), mask.data(),
+                                                      NVML_AFFINITY_SCOPE_NODE);
+    put(wire::GpuFact::MemoryAffinity, result, 0);
+    if (result == NVML_SUCCESS) facts->memory_affinity.assign(mask.begin(), mask.end());
+  }
 }
 
 bool HostNvml::ReadProcessFigures(const std::string& bus_id, ProcessFigures* figures, std::string* error) {

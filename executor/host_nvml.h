@@ -14,6 +14,8 @@
 
 #include "common/gpu_facts.h"
 
+struct nvmlDevice_st;  // nvml.h's handle type, kept out of this header
+
 namespace curelay::executor {
 
 // One device's facts: NVML's result and value per GpuFact, and the version strings.
@@ -21,6 +23,7 @@ struct GpuFactValues {
   std::vector<int32_t> results = std::vector<int32_t>(kGpuFactCount, kNvmlNotSupported);  // until read
   std::vector<int64_t> values = std::vector<int64_t>(kGpuFactCount, 0);
   std::string driver_version, nvml_version, vbios_version;
+  std::vector<uint64_t> cpu_affinity, memory_affinity;  // empty unless CpuAffinity/MemoryAffinity succeeded
 };
 
 // The tenant's own work on one device (schema/curelay.fbs, GpuActivity), each part with the host NVML's result.
@@ -65,6 +68,7 @@ class HostNvml {
   // Loads the library on the first call (under mutex_); false with the reason when there is none.
   bool Loaded(std::string* error);
   bool ReadNow(const std::string& bus_id, GpuFactValues* facts, std::string* error);
+  void ReadLaterFacts(nvmlDevice_st* device, GpuFactValues* facts);
 
   struct Answer {
     std::chrono::steady_clock::time_point read_at;

@@ -2,10 +2,10 @@
 // not-supported, it exits with "Mismatch in versions between nvidia-smi and NVML"). NVIDIA documents neither the
 // table nor its slots; what is known of them comes from NVIDIA's own NVML mock for Kubernetes tests
 // (docs/nvml.md): one table id, a size word, then function slots, of which nvidia-smi's common views reach a device
-// handle by index, the process lists and the host's maximum PCIe generation. Here those slots answer from the
-// tenant's view (the same devices and processes as the public entry points); every other slot answers
-// NVML_ERROR_NOT_SUPPORTED and logs its number once, so the views that need one show it, and never a success that
-// nothing backs.
+// handle by index, the process lists and the host's maximum PCIe generation; the log-line slot was found by tracing
+// nvidia-smi on the GPU host (tests/gpu/probes/nvml_trace). Here those slots answer from the tenant's view (the
+// same devices and processes as the public entry points); every other slot answers NVML_ERROR_NOT_SUPPORTED and
+// logs its number once, so the views that need one show it, and never a success that nothing backs.
 #define NVML_NO_UNVERSIONED_FUNC_DEFS
 #include <nvml.h>
 #include <dlfcn.h>
@@ -13,6 +13,7 @@
 
 #include <array>
 #include <atomic>
+#include <cstdarg>
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
@@ -37,6 +38,10 @@ constexpr unsigned kSlotComputeProcesses = 213;
 constexpr unsigned kSlotOtherProcessesFirst = 214;
 constexpr unsigned kSlotOtherProcessesLast = 215;
 constexpr unsigned kSlotHostMaxPcieGeneration = 230;
+// nvidia-smi's log line: (format "nvidia-smi %s: %s", a channel such as "stdout" or "ERROR quit", the text), given
+// every line it prints and every error it reports (traced on the H200: the 580 NVML answers success each time, and
+// writes them to its debug log only when that is enabled). Here the log is the trace (CURELAY_NVML_TRACE=1).
+constexpr unsigned kSlotSmiLog = 26;
 // What a handle-by-index call carries as its third argument (as observed in 580's nvidia-smi).
 constexpr uintptr_t kHandleByIndexTag = 0x22;
 
@@ -117,6 +122,21 @@ nvmlReturn_t Slot(unsigned slot, void* first, void* second, void* third) {
   return NVML_ERROR_NOT_SUPPORTED;
 }
 
+// The log line's slot (kSlotSmiLog): variadic, as its format string says; formatted only when tracing.
+nvmlReturn_t SmiLog(const char* format, ...) {
+  if (Tracing() && format != nullptr) {
+    char text[1024];
+    va_list arguments;
+    va_start(arguments, format);
+    std::vsnprintf(text, sizeof text, format, arguments);
+    va_end(arguments);
+    char line[1100];
+    std::snprintf(line, sizeof line, "curelay NVML: nvidia-smi logs: %s\n", text);
+    Note(line);
+  }
+  return NVML_SUCCESS;
+}
+
 // One entry point per slot, so a call tells which slot it came through; the arguments are the caller's (the SysV
 // ABI lets a callee read registers a caller left unset, and only known slots look at them).
 template <unsigned Index>
@@ -133,6 +153,7 @@ struct SmiTable {
   std::array<const void*, kSlots> words;
   SmiTable() : words(MakeTable(std::make_index_sequence<kSlots>{})) {
     words[0] = reinterpret_cast<const void*>(static_cast<uintptr_t>(sizeof words));
+    words[kSlotSmiLog] = reinterpret_cast<const void*>(&SmiLog);
   }
 };
 

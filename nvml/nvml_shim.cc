@@ -25,6 +25,7 @@
 #include <vector>
 
 #include "common/gpu_facts.h"
+#include "common/nvml_abi.h"
 #include "common/shim_identity.h"
 #include "nvml/shim_shared.h"
 
@@ -347,6 +348,22 @@ nvmlReturn_t FactText(nvmlDevice_t handle, wire::GpuFact fact, char* out, unsign
                      : fact == wire::GpuFact::NvmlVersion ? facts.nvml_version
                                                           : facts.vbios_version;
   return CopyString(text, out, length);
+}
+
+// A CPU or NUMA-node mask of the device behind `handle` (CpuAffinity, MemoryAffinity): `size` words into `out`, the
+// words past what the host told zeroed. NVML's checks first (initialized, our handle, a mask to write).
+nvmlReturn_t MaskFact(nvmlDevice_t handle, wire::GpuFact fact, unsigned int size, unsigned long* out) {
+  nvmlReturn_t error = NVML_SUCCESS;
+  const Device* device = Lookup(handle, &error);
+  if (device == nullptr) return error;
+  if (out == nullptr || size == 0) return NVML_ERROR_INVALID_ARGUMENT;
+  GpuFacts facts;
+  if ((error = Facts(*device, &facts)) != NVML_SUCCESS) return error;
+  if ((error = HostResult(facts.results[static_cast<size_t>(fact)])) != NVML_SUCCESS) return error;
+  const uint64_t* mask = fact == wire::GpuFact::CpuAffinity ? facts.cpu_affinity : facts.memory_affinity;
+  const unsigned int words = fact == wire::GpuFact::CpuAffinity ? kCpuAffinityWords : kMemoryAffinityWords;
+  for (unsigned int i = 0; i < size; ++i) out[i] = i < words ? mask[i] : 0;
+  return NVML_SUCCESS;
 }
 
 // The tenant's activity on `device` (utilization, processes), at most kFactsFresh old.
@@ -860,6 +877,96 @@ nvmlReturn_t nvmlDeviceGetEccMode(nvmlDevice_t device, nvmlEnableState_t* curren
   *current = static_cast<nvmlEnableState_t>(now);
   *pending = static_cast<nvmlEnableState_t>(later);
   return NVML_SUCCESS;
+}
+
+// Protocol 17's facts: what nvidia-smi's table (MIG and virtualization modes, the uncorrected ECC total), -q (brand,
+// PCI class) and topo -m (brand, CPU and NUMA affinity) read. MIG stays the host's setting: a tenant cannot change it
+// through curelay, and with MIG enabled the backend's GPUs would be MIG devices (not supported, docs/nvml.md).
+nvmlReturn_t nvmlDeviceGetBrand(nvmlDevice_t device, nvmlBrandType_t* brand) {
+  int64_t value = 0;
+  const nvmlReturn_t result = curelay::nvml::Fact(device, GpuFact::Brand, brand, &value);
+  if (result == NVML_SUCCESS) *brand = static_cast<nvmlBrandType_t>(value);
+  return result;
+}
+nvmlReturn_t nvmlDeviceGetVirtualizationMode(nvmlDevice_t device, nvmlGpuVirtualizationMode_t* mode) {
+  int64_t value = 0;
+  const nvmlReturn_t result = curelay::nvml::Fact(device, GpuFact::VirtualizationMode, mode, &value);
+  if (result == NVML_SUCCESS) *mode = static_cast<nvmlGpuVirtualizationMode_t>(value);
+  return result;
+}
+nvmlReturn_t nvmlDeviceGetMigMode(nvmlDevice_t device, unsigned int* current, unsigned int* pending) {
+  if (pending == nullptr) return NVML_ERROR_INVALID_ARGUMENT;
+  unsigned int now = 0;
+  const nvmlReturn_t result = curelay::nvml::UnsignedFact(device, GpuFact::MigModeCurrent, current == nullptr ? nullptr : &now);
+  if (result != NVML_SUCCESS) return result;
+  const nvmlReturn_t second = curelay::nvml::UnsignedFact(device, GpuFact::MigModePending, pending);
+  if (second == NVML_SUCCESS) *current = now;
+  return second;
+}
+nvmlReturn_t nvmlDeviceGetMaxMigDeviceCount(nvmlDevice_t device, unsigned int* count) {
+  return curelay::nvml::UnsignedFact(device, GpuFact::MaxMigDeviceCount, count);
+}
+nvmlReturn_t nvmlDeviceGetTotalEccErrors(nvmlDevice_t device, nvmlMemoryErrorType_t error_type,
+                                         nvmlEccCounterType_t counter, unsigned long long* count) {
+  const bool corrected = error_type == NVML_MEMORY_ERROR_TYPE_CORRECTED;
+  const bool known = (corrected || error_type == NVML_MEMORY_ERROR_TYPE_UNCORRECTED) &&
+                     (counter == NVML_VOLATILE_ECC || counter == NVML_AGGREGATE_ECC);
+  if (!known) {
+    const nvmlReturn_t checked = curelay::nvml::CheckDevice(device, count);
+    return checked != NVML_SUCCESS ? checked : NVML_ERROR_INVALID_ARGUMENT;
+  }
+  const GpuFact fact = counter == NVML_VOLATILE_ECC
+                           ? (corrected ? GpuFact::EccCorrectedVolatile : GpuFact::EccUncorrectedVolatile)
+                           : (corrected ? GpuFact::EccCorrectedAggregate : GpuFact::EccUncorrectedAggregate);
+  int64_t value = 0;
+  const nvmlReturn_t result = curelay::nvml::Fact(device, fact, count, &value);
+  if (result == NVML_SUCCESS) *count = static_cast<unsigned long long>(value);
+  return result;
+}
+// The location and ids as nvmlDeviceGetPciInfo_v3 gives them (the CUDA session's), the class codes from the host.
+nvmlReturn_t nvmlDeviceGetPciInfoExt(nvmlDevice_t handle, curelay::NvmlPciInfoExtV1* pci) {
+  if (const nvmlReturn_t checked = curelay::nvml::CheckDevice(handle, pci); checked != NVML_SUCCESS) return checked;
+  if (pci->version != curelay::kNvmlPciInfoExtV1) return NVML_ERROR_ARGUMENT_VERSION_MISMATCH;
+  unsigned int base_class = 0, sub_class = 0;
+  nvmlReturn_t result = curelay::nvml::UnsignedFact(handle, GpuFact::PciBaseClass, &base_class);
+  if (result == NVML_SUCCESS) result = curelay::nvml::UnsignedFact(handle, GpuFact::PciSubClass, &sub_class);
+  if (result != NVML_SUCCESS) return result;
+  nvmlPciInfo_t location{};
+  if ((result = nvmlDeviceGetPciInfo_v3(handle, &location)) != NVML_SUCCESS) return result;
+  pci->domain = location.domain;
+  pci->bus = location.bus;
+  pci->device = location.device;
+  pci->pciDeviceId = location.pciDeviceId;
+  pci->pciSubSystemId = location.pciSubSystemId;
+  pci->baseClass = base_class;
+  pci->subClass = sub_class;
+  std::snprintf(pci->busId, sizeof pci->busId, "%s", location.busId);
+  return NVML_SUCCESS;
+}
+nvmlReturn_t nvmlDeviceGetNumaNodeId(nvmlDevice_t device, unsigned int* node) {
+  return curelay::nvml::UnsignedFact(device, GpuFact::NumaNode, node);
+}
+// The GPU host's CPUs and NUMA nodes nearest the GPU, by the host's numbering: right for a same-host session (a
+// container sees the host's CPU numbers), only informative for a remote one (docs/nvml.md). Socket scope is not
+// among the facts.
+nvmlReturn_t nvmlDeviceGetCpuAffinity(nvmlDevice_t device, unsigned int size, unsigned long* cpus) {
+  return curelay::nvml::MaskFact(device, GpuFact::CpuAffinity, size, cpus);
+}
+nvmlReturn_t nvmlDeviceGetCpuAffinityWithinScope(nvmlDevice_t device, unsigned int size, unsigned long* cpus,
+                                                 nvmlAffinityScope_t scope) {
+  if (scope != NVML_AFFINITY_SCOPE_NODE) {
+    const nvmlReturn_t checked = curelay::nvml::CheckDevice(device, cpus);
+    return checked != NVML_SUCCESS ? checked : NVML_ERROR_NOT_SUPPORTED;
+  }
+  return curelay::nvml::MaskFact(device, GpuFact::CpuAffinity, size, cpus);
+}
+nvmlReturn_t nvmlDeviceGetMemoryAffinity(nvmlDevice_t device, unsigned int size, unsigned long* nodes,
+                                         nvmlAffinityScope_t scope) {
+  if (scope != NVML_AFFINITY_SCOPE_NODE) {
+    const nvmlReturn_t checked = curelay::nvml::CheckDevice(device, nodes);
+    return checked != NVML_SUCCESS ? checked : NVML_ERROR_NOT_SUPPORTED;
+  }
+  return curelay::nvml::MaskFact(device, GpuFact::MemoryAffinity, size, nodes);
 }
 
 nvmlReturn_t nvmlDeviceGetCurrPcieLinkGeneration(nvmlDevice_t device, unsigned int* generation) {

@@ -41,6 +41,12 @@ CUresult QueryGpuFacts(CUdevice device, GpuFacts* facts) {
   CopyText(answer->driver_version(), facts->driver_version, sizeof facts->driver_version);
   CopyText(answer->nvml_version(), facts->nvml_version, sizeof facts->nvml_version);
   CopyText(answer->vbios_version(), facts->vbios_version, sizeof facts->vbios_version);
+  // Masks longer than the facts carry are cut (CPUs past the 1024th are not told); shorter ones end in zeros.
+  auto copy_mask = [](const flatbuffers::Vector<uint64_t>* mask, uint64_t* out, size_t words) {
+    for (size_t i = 0; i < words; ++i) out[i] = mask != nullptr && i < mask->size() ? mask->Get(i) : 0;
+  };
+  copy_mask(answer->cpu_affinity(), facts->cpu_affinity, kCpuAffinityWords);
+  copy_mask(answer->memory_affinity(), facts->memory_affinity, kMemoryAffinityWords);
   return CUDA_SUCCESS;
 }
 

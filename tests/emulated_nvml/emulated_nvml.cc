@@ -203,6 +203,73 @@ __attribute__((visibility("default"))) nvmlReturn_t nvmlDeviceGetEccMode(nvmlDev
   *pending = NVML_FEATURE_ENABLED;
   return NVML_SUCCESS;
 }
+// Protocol 17's facts, as an H200 SXM board on a 16-CPU, one-node host answers them (measured natively there): the
+// NVIDIA brand, passthrough virtualization, MIG off with room for 7, no ECC errors since the driver loaded and 3
+// corrected over the board's life (to tell the counters apart), a 3D controller (class 0x03, subclass 0x02), no
+// NUMA node id (not supported), CPUs 0-15 and node 0.
+#define VISIBLE extern "C" __attribute__((visibility("default")))
+VISIBLE nvmlReturn_t nvmlDeviceGetBrand(nvmlDevice_t device, nvmlBrandType_t* value) {
+  DEVICE_OR_FAIL(value);
+  *value = NVML_BRAND_NVIDIA;
+  return NVML_SUCCESS;
+}
+VISIBLE nvmlReturn_t nvmlDeviceGetVirtualizationMode(nvmlDevice_t device, nvmlGpuVirtualizationMode_t* value) {
+  DEVICE_OR_FAIL(value);
+  *value = NVML_GPU_VIRTUALIZATION_MODE_PASSTHROUGH;
+  return NVML_SUCCESS;
+}
+VISIBLE nvmlReturn_t nvmlDeviceGetMigMode(nvmlDevice_t device, unsigned int* current, unsigned int* pending) {
+  DEVICE_OR_FAIL(current);
+  if (pending == nullptr) return NVML_ERROR_INVALID_ARGUMENT;
+  *current = *pending = NVML_DEVICE_MIG_DISABLE;
+  return NVML_SUCCESS;
+}
+VISIBLE nvmlReturn_t nvmlDeviceGetMaxMigDeviceCount(nvmlDevice_t device, unsigned int* value) {
+  DEVICE_OR_FAIL(value);
+  *value = 7;
+  return NVML_SUCCESS;
+}
+VISIBLE nvmlReturn_t nvmlDeviceGetTotalEccErrors(nvmlDevice_t device, nvmlMemoryErrorType_t type,
+                                                 nvmlEccCounterType_t counter, unsigned long long* value) {
+  DEVICE_OR_FAIL(value);
+  *value = counter == NVML_AGGREGATE_ECC && type == NVML_MEMORY_ERROR_TYPE_CORRECTED ? 3 : 0;
+  return NVML_SUCCESS;
+}
+struct PciInfoExtV1 {
+  unsigned int version, domain, bus, device, pciDeviceId, pciSubSystemId, baseClass, subClass;
+  char busId[32];
+};
+VISIBLE nvmlReturn_t nvmlDeviceGetPciInfoExt(nvmlDevice_t device, PciInfoExtV1* value) {
+  DEVICE_OR_FAIL(value);
+  if (value->version != (sizeof(PciInfoExtV1) | (1u << 24))) return NVML_ERROR_ARGUMENT_VERSION_MISMATCH;
+  const unsigned int version = value->version;
+  *value = PciInfoExtV1{};
+  value->version = version;
+  value->bus = 0x18 + 0x10 * device->ordinal;
+  value->baseClass = 0x03;
+  value->subClass = 0x02;
+  std::snprintf(value->busId, sizeof value->busId, "00000000:%02X:00.0", value->bus);
+  return NVML_SUCCESS;
+}
+VISIBLE nvmlReturn_t nvmlDeviceGetNumaNodeId(nvmlDevice_t device, unsigned int* value) {
+  DEVICE_OR_FAIL(value);
+  return NVML_ERROR_NOT_SUPPORTED;
+}
+VISIBLE nvmlReturn_t nvmlDeviceGetCpuAffinity(nvmlDevice_t device, unsigned int size, unsigned long* cpus) {
+  DEVICE_OR_FAIL(cpus);
+  if (size == 0) return NVML_ERROR_INVALID_ARGUMENT;
+  for (unsigned int i = 0; i < size; ++i) cpus[i] = i == 0 ? 0xFFFFul : 0;
+  return NVML_SUCCESS;
+}
+VISIBLE nvmlReturn_t nvmlDeviceGetMemoryAffinity(nvmlDevice_t device, unsigned int size, unsigned long* nodes,
+                                                 nvmlAffinityScope_t scope) {
+  DEVICE_OR_FAIL(nodes);
+  if (size == 0 || scope != NVML_AFFINITY_SCOPE_NODE) return NVML_ERROR_INVALID_ARGUMENT;
+  for (unsigned int i = 0; i < size; ++i) nodes[i] = i == 0 ? 1ul : 0;
+  return NVML_SUCCESS;
+}
+#undef VISIBLE
+
 __attribute__((visibility("default"))) nvmlReturn_t nvmlDeviceGetCurrPcieLinkGeneration(nvmlDevice_t device,
                                                                                          unsigned int* value) {
   DEVICE_OR_FAIL(value);

@@ -26,6 +26,14 @@ static void PrintText(const char* name, nvmlReturn_t rc, const char* text) {
   printf("fact %s rc %d value '%s'\n", name, (int)rc, rc == NVML_SUCCESS ? text : "");
 }
 
+/* Newer than this nvml.h (CUDA 11.8's): nvmlPciInfoExt_v1_t and the two entry points that take or give it. */
+typedef struct {
+  unsigned int version, domain, bus, device, pciDeviceId, pciSubSystemId, baseClass, subClass;
+  char busId[32];
+} PciInfoExtV1;
+nvmlReturn_t nvmlDeviceGetPciInfoExt(nvmlDevice_t device, PciInfoExtV1* pci);
+nvmlReturn_t nvmlDeviceGetNumaNodeId(nvmlDevice_t device, unsigned int* node);
+
 static int PrintFacts(void) {
   nvmlDevice_t device;
   char text[96];
@@ -37,6 +45,10 @@ static int PrintFacts(void) {
   nvmlReturn_t rc;
   CUdevice cu;
   char bus_id[32];
+  nvmlBrandType_t brand = NVML_BRAND_UNKNOWN;
+  nvmlGpuVirtualizationMode_t virtualization = NVML_GPU_VIRTUALIZATION_MODE_NONE;
+  PciInfoExtV1 pci_ext;
+  unsigned long mask[20];
   /* CUDA's device 0, found in NVML by its bus id: NVML's own order is the PCI order, and it ignores
    * CUDA_VISIBLE_DEVICES. */
   if (cuInit(0) != CUDA_SUCCESS || cuDeviceGet(&cu, 0) != CUDA_SUCCESS || cuDeviceGetPCIBusId(bus_id, sizeof bus_id, cu) != CUDA_SUCCESS) return 1;
@@ -90,6 +102,30 @@ static int PrintFacts(void) {
   rc = nvmlDeviceGetPciInfo_v3(device, &pci);
   PrintFact("pci_device_id", rc, pci.pciDeviceId);
   PrintFact("pci_subsystem_id", rc, pci.pciSubSystemId);
+  rc = nvmlDeviceGetBrand(device, &brand);
+  PrintFact("brand", rc, (unsigned long long)brand);
+  rc = nvmlDeviceGetVirtualizationMode(device, &virtualization);
+  PrintFact("virtualization_mode", rc, (unsigned long long)virtualization);
+  rc = nvmlDeviceGetMigMode(device, &value, &second);
+  PrintFact("mig_current", rc, value);
+  PrintFact("mig_pending", rc, second);
+  rc = nvmlDeviceGetMaxMigDeviceCount(device, &value);
+  PrintFact("max_mig_devices", rc, value);
+  rc = nvmlDeviceGetTotalEccErrors(device, NVML_MEMORY_ERROR_TYPE_UNCORRECTED, NVML_VOLATILE_ECC, &energy);
+  PrintFact("ecc_uncorrected_volatile", rc, energy);
+  rc = nvmlDeviceGetTotalEccErrors(device, NVML_MEMORY_ERROR_TYPE_CORRECTED, NVML_AGGREGATE_ECC, &energy);
+  PrintFact("ecc_corrected_aggregate", rc, energy);
+  memset(&pci_ext, 0, sizeof pci_ext);
+  pci_ext.version = sizeof pci_ext | (1u << 24);
+  rc = nvmlDeviceGetPciInfoExt(device, &pci_ext);
+  PrintFact("pci_class", rc, pci_ext.baseClass << 8 | pci_ext.subClass);
+  PrintFact("pci_ext_bus", rc, pci_ext.bus);
+  rc = nvmlDeviceGetNumaNodeId(device, &value);
+  PrintFact("numa_node", rc, value);
+  rc = nvmlDeviceGetCpuAffinity(device, 20, mask);
+  PrintFact("cpu_affinity_word0", rc, mask[0]);
+  rc = nvmlDeviceGetMemoryAffinity(device, 20, mask, NVML_AFFINITY_SCOPE_NODE);
+  PrintFact("memory_affinity_word0", rc, mask[0]);
   printf("fact clock_of_no_type rc %d\n", (int)nvmlDeviceGetClockInfo(device, NVML_CLOCK_COUNT, &value));
   printf("fact temperature_null rc %d\n", (int)nvmlDeviceGetTemperature(device, NVML_TEMPERATURE_GPU, NULL));
   return 0;
