@@ -46,14 +46,22 @@ CUresult HostMirrors::Create(uint64_t bytes, uint64_t client_address, CUdevicept
   return CUDA_SUCCESS;
 }
 
+// The driver is called without the lock: cuMemHostUnregister waits for the device's queued work (measured on the
+// H200), which may include a remote host function whose driver callback needs the lock to send its notice
+// (SendWithChanges). Held across the call, that was a deadlock: seen as a JAX run over tcp:// hanging with the
+// session thread spinning in cuMemHostUnregister.
 bool HostMirrors::Remove(CUdeviceptr device_ptr, CUresult* result) {
-  std::lock_guard<std::mutex> lock(mutex_);
-  const auto found = mirrors_.find(device_ptr);
-  if (found == mirrors_.end()) return false;
-  *result = driver_.cuMemHostUnregister(found->second.memory);
-  munmap(found->second.memory, found->second.bytes);
-  if (found->second.shadow != nullptr) --active_;
-  mirrors_.erase(found);
+  Mirror removed;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    const auto found = mirrors_.find(device_ptr);
+    if (found == mirrors_.end()) return false;
+    if (found->second.shadow != nullptr) --active_;
+    removed = std::move(found->second);
+    mirrors_.erase(found);
+  }
+  *result = driver_.cuMemHostUnregister(removed.memory);
+  munmap(removed.memory, removed.bytes);
   return true;
 }
 
@@ -102,13 +110,16 @@ bool HostMirrors::SendWithChanges(transport::Channel& channel, std::span<const u
 }
 
 void HostMirrors::ReleaseAll() {
-  std::lock_guard<std::mutex> lock(mutex_);
-  for (auto& [device_ptr, mirror] : mirrors_) {
+  std::map<CUdeviceptr, Mirror> released;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);  // as in Remove, the driver is called without it
+    released.swap(mirrors_);
+    active_ = 0;
+  }
+  for (auto& [device_ptr, mirror] : released) {
     driver_.cuMemHostUnregister(mirror.memory);
     munmap(mirror.memory, mirror.bytes);
   }
-  mirrors_.clear();
-  active_ = 0;
 }
 
 }  // namespace curelay::executor

@@ -332,6 +332,9 @@ CUresult CUDAAPI cuMemHostUnregister(void* p) {
     std::shared_ptr<emu::Context> ctx;
     if (CUresult r = emu::CurrentContext(&ctx); r != CUDA_SUCCESS) return r;
     if (p == nullptr) return CUDA_ERROR_INVALID_VALUE;
+    // The real driver waits for the device's queued work first, host functions included (measured on the H200:
+    // a session thread stayed in cuMemHostUnregister while a host function waited on its stream).
+    (void)emu::WaitAndCheck(ctx, ctx->last_seq.load());
     return emu::Driver::Get().host().Unregister(reinterpret_cast<uint64_t>(p));
   });
 }

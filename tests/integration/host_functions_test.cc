@@ -89,6 +89,23 @@ TEST_F(HostFunctionTest, BlockingCallsBehindAHostFunctionDoNotDeadlock) {
   ASSERT_CU(cuStreamDestroy(blocking));
 }
 
+// cuMemFreeHost of page-locked memory while host functions wait on a stream: the driver's cuMemHostUnregister waits
+// for them. Over tcp:// the memory is a mirror the executor unregisters, and the second function's notice must still
+// go out meanwhile (it once waited for a lock the unregistering thread held: a JAX run hung so on the H200).
+TEST_F(HostFunctionTest, FreeingPageLockedMemoryBehindHostFunctionsDoesNotDeadlock) {
+  void* pinned = nullptr;
+  ASSERT_CU(cuMemHostAlloc(&pinned, 1 << 20, 0));
+  std::memset(pinned, 1, 1 << 20);
+  Record first, second;
+  first.sleep = std::chrono::milliseconds(150);  // the free arrives while the first function runs
+  ASSERT_CU(cuLaunchHostFunc(stream_, RecordRun, &first));
+  ASSERT_CU(cuLaunchHostFunc(stream_, RecordRun, &second));
+  ASSERT_CU(cuMemFreeHost(pinned));
+  ASSERT_CU(cuStreamSynchronize(stream_));
+  EXPECT_TRUE(first.ran);
+  EXPECT_TRUE(second.ran);
+}
+
 struct CopiedCheck {
   const unsigned char* bytes = nullptr;
   size_t size = 0;
