@@ -351,12 +351,15 @@ nvmlReturn_t FactText(nvmlDevice_t handle, wire::GpuFact fact, char* out, unsign
 }
 
 // A CPU or NUMA-node mask of the device behind `handle` (CpuAffinity, MemoryAffinity): `size` words into `out`, the
-// words past what the host told zeroed. NVML's checks first (initialized, our handle, a mask to write).
-nvmlReturn_t MaskFact(nvmlDevice_t handle, wire::GpuFact fact, unsigned int size, unsigned long* out) {
+// words past what the host told zeroed. NVML's checks first (initialized, our handle, a mask to write); socket
+// scope is not among the facts.
+nvmlReturn_t MaskFact(nvmlDevice_t handle, wire::GpuFact fact, unsigned int size, unsigned long* out,
+                      nvmlAffinityScope_t scope = NVML_AFFINITY_SCOPE_NODE) {
   nvmlReturn_t error = NVML_SUCCESS;
   const Device* device = Lookup(handle, &error);
   if (device == nullptr) return error;
   if (out == nullptr || size == 0) return NVML_ERROR_INVALID_ARGUMENT;
+  if (scope != NVML_AFFINITY_SCOPE_NODE) return NVML_ERROR_NOT_SUPPORTED;
   GpuFacts facts;
   if ((error = Facts(*device, &facts)) != NVML_SUCCESS) return error;
   if ((error = HostResult(facts.results[static_cast<size_t>(fact)])) != NVML_SUCCESS) return error;
@@ -947,26 +950,17 @@ nvmlReturn_t nvmlDeviceGetNumaNodeId(nvmlDevice_t device, unsigned int* node) {
   return curelay::nvml::UnsignedFact(device, GpuFact::NumaNode, node);
 }
 // The GPU host's CPUs and NUMA nodes nearest the GPU, by the host's numbering: right for a same-host session (a
-// container sees the host's CPU numbers), only informative for a remote one (docs/nvml.md). Socket scope is not
-// among the facts.
+// container sees the host's CPU numbers), only informative for a remote one (docs/nvml.md).
 nvmlReturn_t nvmlDeviceGetCpuAffinity(nvmlDevice_t device, unsigned int size, unsigned long* cpus) {
   return curelay::nvml::MaskFact(device, GpuFact::CpuAffinity, size, cpus);
 }
 nvmlReturn_t nvmlDeviceGetCpuAffinityWithinScope(nvmlDevice_t device, unsigned int size, unsigned long* cpus,
                                                  nvmlAffinityScope_t scope) {
-  if (scope != NVML_AFFINITY_SCOPE_NODE) {
-    const nvmlReturn_t checked = curelay::nvml::CheckDevice(device, cpus);
-    return checked != NVML_SUCCESS ? checked : NVML_ERROR_NOT_SUPPORTED;
-  }
-  return curelay::nvml::MaskFact(device, GpuFact::CpuAffinity, size, cpus);
+  return curelay::nvml::MaskFact(device, GpuFact::CpuAffinity, size, cpus, scope);
 }
 nvmlReturn_t nvmlDeviceGetMemoryAffinity(nvmlDevice_t device, unsigned int size, unsigned long* nodes,
                                          nvmlAffinityScope_t scope) {
-  if (scope != NVML_AFFINITY_SCOPE_NODE) {
-    const nvmlReturn_t checked = curelay::nvml::CheckDevice(device, nodes);
-    return checked != NVML_SUCCESS ? checked : NVML_ERROR_NOT_SUPPORTED;
-  }
-  return curelay::nvml::MaskFact(device, GpuFact::MemoryAffinity, size, nodes);
+  return curelay::nvml::MaskFact(device, GpuFact::MemoryAffinity, size, nodes, scope);
 }
 
 nvmlReturn_t nvmlDeviceGetCurrPcieLinkGeneration(nvmlDevice_t device, unsigned int* generation) {
