@@ -3,8 +3,9 @@
 #  1. visibility: unmodified PyTorch as a tenant restricted to GPU 1 sees one GPU, the host's GPU 1 (its UUID as
 #     the native driver reports it), computes there, and nvidia-smi shows memory taken on that GPU only; a tenant
 #     of GPUs "1,0" sees both, in that order; a GPU the host lacks is refused. PyTorch runs with the host's NVML
-#     hidden (a mount namespace), as in a client container: NVML is not virtualized, and PyTorch counts GPUs with
-#     NVML when it can load it (docs/api-coverage.md); what it counts with NVML visible is printed too;
+#     hidden (a mount namespace), as in a client container without curelay's NVML shim (PyTorch counts GPUs with
+#     NVML when it can load it; what it counts with the host's NVML visible is printed too), and then with the NVML
+#     shim mounted over the host's NVML (PyTorch's NVML-based count, nvidia-smi -L: the tenant's GPU only);
 #  2. session start: cuInit through the shim for a tenant of every GPU (warm pool), and for a restricted tenant's
 #     first session (its executor starts on demand) and second (a spare was kept ready);
 #  3. scheduling per GPU: weights 1:3 for two tenants saturating 10 s on different GPUs (each has its own GPU),
@@ -86,6 +87,18 @@ check "only GPU 1's memory is taken (GPU 0 +<64 MiB, GPU 1 +>=256 MiB)" "$(awk -
 check "tenant of 1,0 sees both, in that order" \
   "$(remote "$swapped" "${without_nvml[@]}" python3 -c "$probe" | sed -n 's/^uuids //p')" "$uuid1,$uuid0"
 check "tenant of every GPU sees all" "$(remote "$every" "${without_nvml[@]}" python3 -c "$probe" | sed -n 's/^count //p')" "$gpus"
+# With curelay's NVML shim in place of the host's (as the CDI spec mounts it), NVML counts the tenant's GPUs too:
+# PyTorch's NVML-based count and nvidia-smi -L name only the host's GPU 1 for the GPU 1 tenant.
+if [ ${#without_nvml[@]} -gt 0 ]; then
+  export NVML_SHIM="$build/nvml/libnvidia-ml.so.1"
+  with_nvml_shim=(unshare -m sh -c 'for f in $NVML_FILES; do mount --bind "$NVML_SHIM" "$f" || exit 97; done; exec "$@"' sh)
+  check "with the NVML shim, PyTorch's NVML-based count of the GPU 1 tenant" "$(remote "$second" "${with_nvml_shim[@]}" \
+    env PYTORCH_NVML_BASED_CUDA_CHECK=1 python3 -c 'import torch; print(torch.cuda.device_count())' 2>&1 | tail -1)" "1"
+  smi_list=$(remote "$second" "${with_nvml_shim[@]}" nvidia-smi -L 2>&1)
+  echo "$smi_list" | sed 's/^/  /'
+  check "with the NVML shim, nvidia-smi -L of the GPU 1 tenant lists one GPU, the host's GPU 1" \
+    "$(echo "$smi_list" | grep -c '^GPU ') $(echo "$smi_list" | grep -c "${uuid1#GPU-}")" "1 1"
+fi
 far=$(ctl tenant add far --gpus "$gpus" 2>&1)
 check "backendctl refuses a GPU the host lacks" "$(echo "$far" | grep -c 'does not exist')" "1"
 
