@@ -49,20 +49,36 @@ CUresult HostMirrors::Create(uint64_t bytes, uint64_t client_address, CUdevicept
 // The driver is called without the lock: cuMemHostUnregister waits for the device's queued work (measured on the
 // H200), which may include a remote host function whose driver callback needs the lock to send its notice
 // (SendWithChanges). Held across the call, that was a deadlock: seen as a JAX run over tcp:// hanging with the
-// session thread spinning in cuMemHostUnregister.
+// session thread spinning in cuMemHostUnregister. Meanwhile the mirror stays in the map, so those notices carry what
+// the queued work writes into it, as the application's own memory would show it natively.
 bool HostMirrors::Remove(CUdeviceptr device_ptr, CUresult* result) {
-  Mirror removed;
+  uint8_t* memory = nullptr;
   {
     std::lock_guard<std::mutex> lock(mutex_);
     const auto found = mirrors_.find(device_ptr);
-    if (found == mirrors_.end()) return false;
-    if (found->second.shadow != nullptr) --active_;
-    removed = std::move(found->second);
-    mirrors_.erase(found);
+    if (found == mirrors_.end() || found->second.removing) return false;
+    found->second.removing = true;
+    memory = found->second.memory;
   }
-  *result = driver_.cuMemHostUnregister(removed.memory);
-  munmap(removed.memory, removed.bytes);
+  *result = driver_.cuMemHostUnregister(memory);
+  std::lock_guard<std::mutex> lock(mutex_);
+  const auto found = mirrors_.find(device_ptr);  // only unregistered mirrors are dropped elsewhere
+  if (found == mirrors_.end()) return true;
+  found->second.unregistered = true;
+  if (found->second.shadow == nullptr) DropUnregisteredLocked();  // no changes to send: it goes now
   return true;
+}
+
+void HostMirrors::DropUnregisteredLocked() {
+  for (auto it = mirrors_.begin(); it != mirrors_.end();) {
+    if (!it->second.unregistered) {
+      ++it;
+      continue;
+    }
+    munmap(it->second.memory, it->second.bytes);
+    if (it->second.shadow != nullptr) --active_;
+    it = mirrors_.erase(it);
+  }
 }
 
 bool HostMirrors::Apply(const wire::MirrorUpdate& update, std::span<const uint8_t> payload) {
@@ -89,12 +105,14 @@ bool HostMirrors::SendChangesLocked(transport::Channel& channel) {
       wire::CollectMirrorRuns(base, mirror.memory, mirror.shadow.get(), mirror.bytes, runs_, data_);
     }
   }
-  return wire::SendMirrorRunsInBatches(runs_, data_, [&](auto ranges, auto payload) {
+  const bool sent = wire::SendMirrorRunsInBatches(runs_, data_, [&](auto ranges, auto payload) {
     builder_.Clear();
     const auto update = wire::CreateMirrorUpdate(builder_, builder_.CreateVectorOfStructs(ranges.data(), ranges.size()));
     builder_.Finish(wire::CreateReply(builder_, 0, CUDA_SUCCESS, wire::ReplyBody::MirrorUpdate, update.Union()));
     return channel.Send({builder_.GetBufferPointer(), builder_.GetSize()}, payload);
   });
+  DropUnregisteredLocked();  // their last changes are out (or the channel is broken)
+  return sent;
 }
 
 bool HostMirrors::SendWithChanges(transport::Channel& channel, std::span<const uint8_t> header,
@@ -117,7 +135,7 @@ void HostMirrors::ReleaseAll() {
     active_ = 0;
   }
   for (auto& [device_ptr, mirror] : released) {
-    driver_.cuMemHostUnregister(mirror.memory);
+    if (!mirror.unregistered) driver_.cuMemHostUnregister(mirror.memory);
     munmap(mirror.memory, mirror.bytes);
   }
 }

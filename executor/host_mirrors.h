@@ -26,7 +26,9 @@ class HostMirrors {
   explicit HostMirrors(Driver& driver) : driver_(driver) {}
   // Maps and registers a mirror of `bytes` (page-aligned), at `client_address` if that range is free here.
   CUresult Create(uint64_t bytes, uint64_t client_address, CUdeviceptr* device_ptr);
-  // Unregisters and unmaps the mirror at `device_ptr`; false if there is none.
+  // Unregisters the mirror at `device_ptr` (false if there is none). Its memory stays mapped, and its changes are
+  // still sent, until the next send after that: the message answering the removal carries its last changes (what
+  // the device wrote while the driver waited for queued work), and the mirror goes then.
   bool Remove(CUdeviceptr device_ptr, CUresult* result);
   // Applies the client's changes; every mirror it names takes part in coherence from now on. False if malformed.
   bool Apply(const wire::MirrorUpdate& update, std::span<const uint8_t> payload);
@@ -43,8 +45,11 @@ class HostMirrors {
     uint8_t* memory = nullptr;
     uint64_t bytes = 0;
     std::unique_ptr<uint8_t[]> shadow;  // allocated when the client first names the mirror (it starts as zeros)
+    bool removing = false;      // Remove is unregistering it
+    bool unregistered = false;  // its last changes go with the next send, then it is unmapped
   };
   bool SendChangesLocked(transport::Channel& channel);
+  void DropUnregisteredLocked();
 
   Driver& driver_;
   std::mutex mutex_;

@@ -311,6 +311,25 @@ nvmlReturn_t Fact(nvmlDevice_t handle, wire::GpuFact fact, Value* given, int64_t
   return HostResult(facts.results[index]);
 }
 
+// Two facts of one answer (MIG mode's current and pending, the PCI class codes), so they never come from two reads
+// of the host. `second` is the caller's second output pointer, checked as NVML does.
+template <typename Value, typename Second>
+nvmlReturn_t FactPair(nvmlDevice_t handle, wire::GpuFact first_fact, wire::GpuFact second_fact, Value* given,
+                      Second* second, int64_t* first_value, int64_t* second_value) {
+  nvmlReturn_t error = NVML_SUCCESS;
+  const Device* device = Lookup(handle, &error);
+  if (device == nullptr) return error;
+  if (given == nullptr || second == nullptr) return NVML_ERROR_INVALID_ARGUMENT;
+  GpuFacts facts;
+  if ((error = Facts(*device, &facts)) != NVML_SUCCESS) return error;
+  for (const wire::GpuFact fact : {first_fact, second_fact}) {
+    if ((error = HostResult(facts.results[static_cast<size_t>(fact)])) != NVML_SUCCESS) return error;
+  }
+  *first_value = facts.values[static_cast<size_t>(first_fact)];
+  *second_value = facts.values[static_cast<size_t>(second_fact)];
+  return NVML_SUCCESS;
+}
+
 // A fact that fits the caller's unsigned int.
 nvmlReturn_t UnsignedFact(nvmlDevice_t handle, wire::GpuFact fact, unsigned int* out) {
   int64_t value = 0;
@@ -358,7 +377,7 @@ nvmlReturn_t MaskFact(nvmlDevice_t handle, wire::GpuFact fact, unsigned int size
   nvmlReturn_t error = NVML_SUCCESS;
   const Device* device = Lookup(handle, &error);
   if (device == nullptr) return error;
-  if (out == nullptr || size == 0) return NVML_ERROR_INVALID_ARGUMENT;
+  if (out == nullptr || size == 0 || scope > NVML_AFFINITY_SCOPE_SOCKET) return NVML_ERROR_INVALID_ARGUMENT;
   if (scope != NVML_AFFINITY_SCOPE_NODE) return NVML_ERROR_NOT_SUPPORTED;
   GpuFacts facts;
   if ((error = Facts(*device, &facts)) != NVML_SUCCESS) return error;
@@ -898,13 +917,13 @@ nvmlReturn_t nvmlDeviceGetVirtualizationMode(nvmlDevice_t device, nvmlGpuVirtual
   return result;
 }
 nvmlReturn_t nvmlDeviceGetMigMode(nvmlDevice_t device, unsigned int* current, unsigned int* pending) {
-  if (pending == nullptr) return NVML_ERROR_INVALID_ARGUMENT;
-  unsigned int now = 0;
-  const nvmlReturn_t result = curelay::nvml::UnsignedFact(device, GpuFact::MigModeCurrent, current == nullptr ? nullptr : &now);
+  int64_t now = 0, later = 0;
+  const nvmlReturn_t result = curelay::nvml::FactPair(device, GpuFact::MigModeCurrent, GpuFact::MigModePending, current,
+                                                      pending, &now, &later);
   if (result != NVML_SUCCESS) return result;
-  const nvmlReturn_t second = curelay::nvml::UnsignedFact(device, GpuFact::MigModePending, pending);
-  if (second == NVML_SUCCESS) *current = now;
-  return second;
+  *current = static_cast<unsigned int>(now);
+  *pending = static_cast<unsigned int>(later);
+  return NVML_SUCCESS;
 }
 nvmlReturn_t nvmlDeviceGetMaxMigDeviceCount(nvmlDevice_t device, unsigned int* count) {
   return curelay::nvml::UnsignedFact(device, GpuFact::MaxMigDeviceCount, count);
@@ -930,9 +949,9 @@ nvmlReturn_t nvmlDeviceGetTotalEccErrors(nvmlDevice_t device, nvmlMemoryErrorTyp
 nvmlReturn_t nvmlDeviceGetPciInfoExt(nvmlDevice_t handle, curelay::NvmlPciInfoExtV1* pci) {
   if (const nvmlReturn_t checked = curelay::nvml::CheckDevice(handle, pci); checked != NVML_SUCCESS) return checked;
   if (pci->version != curelay::kNvmlPciInfoExtV1) return NVML_ERROR_ARGUMENT_VERSION_MISMATCH;
-  unsigned int base_class = 0, sub_class = 0;
-  nvmlReturn_t result = curelay::nvml::UnsignedFact(handle, GpuFact::PciBaseClass, &base_class);
-  if (result == NVML_SUCCESS) result = curelay::nvml::UnsignedFact(handle, GpuFact::PciSubClass, &sub_class);
+  int64_t base_class = 0, sub_class = 0;
+  nvmlReturn_t result = curelay::nvml::FactPair(handle, GpuFact::PciBaseClass, GpuFact::PciSubClass, pci, pci,
+                                                &base_class, &sub_class);
   if (result != NVML_SUCCESS) return result;
   nvmlPciInfo_t location{};
   if ((result = nvmlDeviceGetPciInfo_v3(handle, &location)) != NVML_SUCCESS) return result;
@@ -941,8 +960,8 @@ nvmlReturn_t nvmlDeviceGetPciInfoExt(nvmlDevice_t handle, curelay::NvmlPciInfoEx
   pci->device = location.device;
   pci->pciDeviceId = location.pciDeviceId;
   pci->pciSubSystemId = location.pciSubSystemId;
-  pci->baseClass = base_class;
-  pci->subClass = sub_class;
+  pci->baseClass = static_cast<unsigned int>(base_class);
+  pci->subClass = static_cast<unsigned int>(sub_class);
   std::snprintf(pci->busId, sizeof pci->busId, "%s", location.busId);
   return NVML_SUCCESS;
 }

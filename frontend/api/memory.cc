@@ -521,9 +521,11 @@ CUresult cuMemFreeHost(void* ptr) {
   CURELAY_RETURN_IF_ERROR(client->AwaitDeliveries());
   CUdeviceptr device_ptr = 0;
   if (client->host_allocations.DevicePointer(ptr, &device_ptr) == CUDA_SUCCESS) {
+    // The executor lets go of its mapping first, so the device never reaches pages that are gone. The mirror stays
+    // until its answer: what the queued work wrote meanwhile still arrives (a host function may read it).
+    const CUresult unregistered = UnregisterFromExecutor(*client, device_ptr);
     client->host_mirrors.Remove(device_ptr);
-    // The executor lets go of its mapping first, so the device never reaches pages that are gone.
-    CURELAY_RETURN_IF_ERROR(UnregisterFromExecutor(*client, device_ptr));
+    CURELAY_RETURN_IF_ERROR(unregistered);
   }
   return client->host_allocations.Free(ptr);
 }
@@ -570,11 +572,13 @@ CUresult cuMemHostUnregister(void* ptr) {
   CUdeviceptr device_ptr = 0;
   CURELAY_RETURN_IF_ERROR(client->host_allocations.Unregister(ptr, &device_ptr));
   if (device_ptr == 0) return CUDA_SUCCESS;
-  client->host_mirrors.Remove(device_ptr);
-  // The executor lets go of its mapping; the application's pages stay where they are.
+  // The executor lets go of its mapping; the application's pages stay where they are, with what the device wrote
+  // into them until the driver let go (the mirror goes after the answer, which carries those changes).
   auto& builder = Builder();
   const auto call = wire::CreateHostUnregister(builder, device_ptr).Union();
-  return client->Call(builder, wire::Call::HostUnregister, call, {}, nullptr);
+  const CUresult result = client->Call(builder, wire::Call::HostUnregister, call, {}, nullptr);
+  client->host_mirrors.Remove(device_ptr);
+  return result;
 }
 
 CUresult cuMemHostGetDevicePointer(CUdeviceptr* device_ptr, void* ptr, unsigned int flags) {

@@ -47,6 +47,14 @@ CUresult QueryGpuFacts(CUdevice device, GpuFacts* facts) {
   };
   copy_mask(answer->cpu_affinity(), facts->cpu_affinity, kCpuAffinityWords);
   copy_mask(answer->memory_affinity(), facts->memory_affinity, kMemoryAffinityWords);
+  // Affinity names the GPU host's CPUs and NUMA nodes: on another machine no CPU of this one is nearer the GPU, and
+  // a program that pins its threads by the mask (sched_setaffinity) would pin them wrongly. Refused there.
+  if (client->remote()) {
+    for (const wire::GpuFact local : {wire::GpuFact::CpuAffinity, wire::GpuFact::MemoryAffinity, wire::GpuFact::NumaNode}) {
+      facts->results[static_cast<size_t>(local)] = kNvmlNotSupported;
+      facts->values[static_cast<size_t>(local)] = 0;
+    }
+  }
   return CUDA_SUCCESS;
 }
 

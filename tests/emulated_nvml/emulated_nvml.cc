@@ -204,7 +204,7 @@ __attribute__((visibility("default"))) nvmlReturn_t nvmlDeviceGetEccMode(nvmlDev
   return NVML_SUCCESS;
 }
 // Protocol 17's facts, as an H200 SXM board on a 16-CPU, one-node host answers them (measured natively there): the
-// NVIDIA brand, passthrough virtualization, MIG off with room for 7, no ECC errors since the driver loaded and 3
+// NVIDIA brand, passthrough virtualization, MIG off (enabling pending, unlike there) with room for 7, no ECC errors since the driver loaded and 3
 // corrected over the board's life (to tell the counters apart), a 3D controller (class 0x03, subclass 0x02), no
 // NUMA node id (not supported), CPUs 0-15 and node 0.
 #define VISIBLE extern "C" __attribute__((visibility("default")))
@@ -221,7 +221,8 @@ VISIBLE nvmlReturn_t nvmlDeviceGetVirtualizationMode(nvmlDevice_t device, nvmlGp
 VISIBLE nvmlReturn_t nvmlDeviceGetMigMode(nvmlDevice_t device, unsigned int* current, unsigned int* pending) {
   DEVICE_OR_FAIL(current);
   if (pending == nullptr) return NVML_ERROR_INVALID_ARGUMENT;
-  *current = *pending = NVML_DEVICE_MIG_DISABLE;
+  *current = NVML_DEVICE_MIG_DISABLE;
+  *pending = NVML_DEVICE_MIG_ENABLE;  // unlike the H200 measured: tells current and pending apart
   return NVML_SUCCESS;
 }
 VISIBLE nvmlReturn_t nvmlDeviceGetMaxMigDeviceCount(nvmlDevice_t device, unsigned int* value) {
@@ -245,7 +246,7 @@ VISIBLE nvmlReturn_t nvmlDeviceGetPciInfoExt(nvmlDevice_t device, PciInfoExtV1* 
   const unsigned int version = value->version;
   *value = PciInfoExtV1{};
   value->version = version;
-  value->bus = 0x18 + 0x10 * device->ordinal;
+  value->bus = 0x80 + device->ordinal;  // not the driver's bus: the shim must take the location from the session
   value->baseClass = 0x03;
   value->subClass = 0x02;
   std::snprintf(value->busId, sizeof value->busId, "00000000:%02X:00.0", value->bus);

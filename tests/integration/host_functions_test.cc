@@ -92,18 +92,43 @@ TEST_F(HostFunctionTest, BlockingCallsBehindAHostFunctionDoNotDeadlock) {
 // cuMemFreeHost of page-locked memory while host functions wait on a stream: the driver's cuMemHostUnregister waits
 // for them. Over tcp:// the memory is a mirror the executor unregisters, and the second function's notice must still
 // go out meanwhile (it once waited for a lock the unregistering thread held: a JAX run hung so on the H200).
+// The second function also finds what a kernel queued between the two wrote into the memory being freed (over
+// tcp:// that arrives with its notice while the executor waits in cuMemHostUnregister).
+struct FilledCheck {
+  const unsigned* words = nullptr;
+  size_t count = 0;
+  std::atomic<bool> ran{false};
+  std::atomic<bool> found_the_fill{false};
+};
+
+void CUDA_CB CheckFilled(void* data) {
+  auto* check = static_cast<FilledCheck*>(data);
+  bool all = true;
+  for (size_t i = 0; i < check->count && all; ++i) all = check->words[i] == 0xabcdef01u;
+  check->found_the_fill = all;
+  check->ran = true;
+}
+
 TEST_F(HostFunctionTest, FreeingPageLockedMemoryBehindHostFunctionsDoesNotDeadlock) {
+  constexpr size_t kWords = 1024;
   void* pinned = nullptr;
-  ASSERT_CU(cuMemHostAlloc(&pinned, 1 << 20, 0));
-  std::memset(pinned, 1, 1 << 20);
-  Record first, second;
+  ASSERT_CU(cuMemHostAlloc(&pinned, kWords * 4, CU_MEMHOSTALLOC_DEVICEMAP));
+  std::memset(pinned, 0, kWords * 4);
+  CUdeviceptr mapped = 0;
+  ASSERT_CU(cuMemHostGetDevicePointer(&mapped, pinned, 0));
+  Record first;
   first.sleep = std::chrono::milliseconds(150);  // the free arrives while the first function runs
+  FilledCheck second;
+  second.words = static_cast<const unsigned*>(pinned);
+  second.count = kWords;
   ASSERT_CU(cuLaunchHostFunc(stream_, RecordRun, &first));
-  ASSERT_CU(cuLaunchHostFunc(stream_, RecordRun, &second));
+  ASSERT_CU(Fill(stream_, mapped, 0xabcdef01u, kWords));
+  ASSERT_CU(cuLaunchHostFunc(stream_, CheckFilled, &second));
   ASSERT_CU(cuMemFreeHost(pinned));
   ASSERT_CU(cuStreamSynchronize(stream_));
   EXPECT_TRUE(first.ran);
   EXPECT_TRUE(second.ran);
+  EXPECT_TRUE(second.found_the_fill) << "the host function did not see the kernel's writes to the memory being freed";
 }
 
 struct CopiedCheck {

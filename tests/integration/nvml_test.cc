@@ -77,13 +77,29 @@ TEST(NvmlShimTest, HostFactsComeFromTheHostsNvml) {
            // From the driver's attributes (the emulated H200's), not from NVML.
            "fact pci_device_id rc 0 value 590680286\n", "fact pci_subsystem_id rc 0 value 415174878\n",
            "fact clock_of_no_type rc 3\n", "fact temperature_null rc 2\n",
-           // Protocol 17's (the fixture's H200 answers: NVIDIA brand 14, passthrough, MIG off of 7, a 3D
-           // controller 0x0302 on the session's bus 0x18, no NUMA node id, CPUs 0-15 and node 0).
+           // Protocol 17's (the fixture's H200 answers: NVIDIA brand 14, passthrough, MIG off with enabling
+           // pending, up to 7, a 3D controller 0x0302, the location the session's (bus 0x18; the fixture's
+           // NVML says another), no NUMA node id, CPUs 0-15 and node 0).
            "fact brand rc 0 value 14\n", "fact virtualization_mode rc 0 value 1\n", "fact mig_current rc 0 value 0\n",
-           "fact mig_pending rc 0 value 0\n", "fact max_mig_devices rc 0 value 7\n",
+           "fact mig_pending rc 0 value 1\n", "fact max_mig_devices rc 0 value 7\n",
            "fact ecc_uncorrected_volatile rc 0 value 0\n", "fact ecc_corrected_aggregate rc 0 value 3\n",
            "fact pci_class rc 0 value 770\n", "fact pci_ext_bus rc 0 value 24\n", "fact numa_node rc 3 value 0\n",
            "fact cpu_affinity_word0 rc 0 value 65535\n", "fact memory_affinity_word0 rc 0 value 1\n"}) {
+    EXPECT_NE(out.find(line), std::string::npos) << "missing: " << line << out;
+  }
+}
+
+// Over tcp:// (a client on another machine) the GPU host's CPU and NUMA-node affinity would name that host's CPUs:
+// refused, while the other facts still answer.
+TEST(NvmlShimTest, AffinityIsRefusedToARemoteClient) {
+  BackendProcess backend("nvml-facts-tcp", {}, BackendProcess::Transport::kTcp);
+  backend.AddArguments({"--nvml", CURELAY_EMULATED_NVML_PATH});
+  ASSERT_TRUE(backend.Start()) << backend.Log();
+  const auto probe = RunProgram(CURELAY_NVML_PROBE_PATH, {"facts"}, {{"CURELAY_ENDPOINT", backend.endpoint()}}, 30s);
+  const std::string& out = probe.output;
+  EXPECT_EQ(probe.exit_code, 0) << out;
+  for (const char* line : {"fact cpu_affinity_word0 rc 3 value 0\n", "fact memory_affinity_word0 rc 3 value 0\n",
+                           "fact numa_node rc 3 value 0\n", "fact brand rc 0 value 14\n", "fact temperature rc 0 value 31\n"}) {
     EXPECT_NE(out.find(line), std::string::npos) << "missing: " << line << out;
   }
 }

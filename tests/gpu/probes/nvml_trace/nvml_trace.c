@@ -61,11 +61,18 @@ __attribute__((visibility("default"))) int nvmlInternalGetExportTable(const void
   if (real == NULL) return 13;
   int result = real(table, id);
   Log("nvmlInternalGetExportTable", result, (long)table, id ? ((const long*)id)[0] : 0, id ? ((const long*)id)[1] : 0);
-  if (result != 0 || table == NULL || *table == NULL) return result;
+  // Only nvidia-smi's table (6c3efec4-...) is wrapped, once: its slots are the ones the wrappers forward to.
+  static const unsigned char kSmiTableId[16] = {0xc4, 0xfe, 0x3e, 0x6c, 0xc9, 0x8f, 0x6c, 0x4e,
+                                                0xa3, 0x27, 0xee, 0x69, 0x6e, 0x12, 0xf7, 0xc4};
+  if (result != 0 || table == NULL || *table == NULL || memcmp(id, kSmiTableId, 16) != 0) return result;
+  if (table_copy[0] != 0) {
+    *table = table_copy;
+    return result;
+  }
   const long* words = (const long*)*table;
   long count = words[0] / 8;
   if (count > kSlots) count = kSlots;
-  table_copy[0] = words[0];
+  table_copy[0] = count * 8;  // what the copy holds, never more
   for (long k = 1; k < count; ++k) {
     real_slot[k] = (Fn)words[k];
     table_copy[k] = words[k] ? (long)kSlotWrappers[k] : 0;
