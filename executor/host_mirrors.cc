@@ -64,6 +64,8 @@ bool HostMirrors::Remove(CUdeviceptr device_ptr, CUresult* result) {
   std::lock_guard<std::mutex> lock(mutex_);
   const auto found = mirrors_.find(device_ptr);  // only unregistered mirrors are dropped elsewhere
   if (found == mirrors_.end()) return true;
+  found->second.removing = false;
+  if (*result != CUDA_SUCCESS) return true;  // still registered: it stays, and the client keeps its side
   found->second.unregistered = true;
   if (found->second.shadow == nullptr) DropUnregisteredLocked();  // no changes to send: it goes now
   return true;

@@ -523,9 +523,13 @@ CUresult cuMemFreeHost(void* ptr) {
   if (client->host_allocations.DevicePointer(ptr, &device_ptr) == CUDA_SUCCESS) {
     // The executor lets go of its mapping first, so the device never reaches pages that are gone. The mirror stays
     // until its answer: what the queued work wrote meanwhile still arrives (a host function may read it).
+    client->host_mirrors.Leave(device_ptr);
     const CUresult unregistered = UnregisterFromExecutor(*client, device_ptr);
+    if (unregistered != CUDA_SUCCESS) {
+      client->host_mirrors.Stay(device_ptr);  // still registered there: the allocation stays, a retry may work
+      return unregistered;
+    }
     client->host_mirrors.Remove(device_ptr);
-    CURELAY_RETURN_IF_ERROR(unregistered);
   }
   return client->host_allocations.Free(ptr);
 }
@@ -576,8 +580,13 @@ CUresult cuMemHostUnregister(void* ptr) {
   // into them until the driver let go (the mirror goes after the answer, which carries those changes).
   auto& builder = Builder();
   const auto call = wire::CreateHostUnregister(builder, device_ptr).Union();
+  client->host_mirrors.Leave(device_ptr);
   const CUresult result = client->Call(builder, wire::Call::HostUnregister, call, {}, nullptr);
-  client->host_mirrors.Remove(device_ptr);
+  if (result == CUDA_SUCCESS) {
+    client->host_mirrors.Remove(device_ptr);
+  } else {
+    client->host_mirrors.Stay(device_ptr);
+  }
   return result;
 }
 

@@ -9,6 +9,8 @@ namespace curelay::frontend {
 void HostMirrors::Add(uint8_t* memory, uint64_t bytes, CUdeviceptr device_ptr, bool active) {
   std::lock_guard<std::mutex> lock(mutex_);
   Mirror& mirror = mirrors_[device_ptr];
+  if (mirror.shadow != nullptr) active_count_.fetch_sub(1);  // a leaving mirror's place, taken over: start afresh
+  mirror = Mirror{};
   mirror.memory = memory;
   mirror.bytes = bytes;
   if (device_ptr < low_.load()) low_.store(device_ptr);
@@ -25,10 +27,20 @@ bool HostMirrors::Overlaps(const void* start, size_t bytes) {
   return false;
 }
 
+void HostMirrors::Leave(CUdeviceptr device_ptr) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (const auto found = mirrors_.find(device_ptr); found != mirrors_.end()) found->second.leaving = true;
+}
+
+void HostMirrors::Stay(CUdeviceptr device_ptr) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (const auto found = mirrors_.find(device_ptr); found != mirrors_.end()) found->second.leaving = false;
+}
+
 void HostMirrors::Remove(CUdeviceptr device_ptr) {
   std::lock_guard<std::mutex> lock(mutex_);
   const auto found = mirrors_.find(device_ptr);
-  if (found == mirrors_.end()) return;
+  if (found == mirrors_.end() || !found->second.leaving) return;
   if (found->second.shadow != nullptr) active_count_.fetch_sub(1);
   mirrors_.erase(found);
 }
@@ -58,7 +70,8 @@ void HostMirrors::ActivateReferenced(std::span<const uint8_t> arguments) {
 void HostMirrors::Collect(std::vector<wire::MirrorRange>& runs, std::vector<uint8_t>& data) {
   std::lock_guard<std::mutex> lock(mutex_);
   for (auto& [base, mirror] : mirrors_) {
-    if (mirror.shadow == nullptr) continue;
+    // A leaving mirror's changes would reach the executor after it let go of its side (and end the session there).
+    if (mirror.shadow == nullptr || mirror.leaving) continue;
     if (!mirror.announced) {
       runs.emplace_back(base, 0, 0);
       mirror.announced = true;

@@ -23,7 +23,13 @@ class HostMirrors {
  public:
   // Records the mirror of the application's `memory` (`bytes`, page-aligned) at the executor's `device_ptr`.
   void Add(uint8_t* memory, uint64_t bytes, CUdeviceptr device_ptr, bool active);
+  // Freeing or unregistering a mirrored range, in three steps around the executor's answer: Leave before asking
+  // (its changes are no longer sent, while the executor's still land), then Remove once the executor has let go, or
+  // Stay if it could not. Remove erases only a mirror that is leaving: a new one the executor placed at the same
+  // address meanwhile (another thread's) is not touched.
+  void Leave(CUdeviceptr device_ptr);
   void Remove(CUdeviceptr device_ptr);
+  void Stay(CUdeviceptr device_ptr);
   // Activates every mirror that an 8-byte-aligned word of a kernel's packed `arguments` points into.
   void ActivateReferenced(std::span<const uint8_t> arguments);
   bool any_active() const { return active_count_.load(std::memory_order_acquire) != 0; }
@@ -40,6 +46,7 @@ class HostMirrors {
     uint64_t bytes = 0;
     std::unique_ptr<uint8_t[]> shadow;  // what both sides last agreed on; allocated when the mirror turns active
     bool announced = false;
+    bool leaving = false;
   };
   void ActivateLocked(Mirror& mirror);
 

@@ -5,6 +5,7 @@
 #include <cstring>
 
 #include "frontend/client/handle_registry.h"
+#include "frontend/client/host_mirrors.h"
 #include "frontend/launch/argument_packing.h"
 #include "frontend/module/image_size.h"
 
@@ -147,3 +148,43 @@ TEST(ImageSizeTest, ElfSizeCoversSectionsAndTables) {
 
 }  // namespace
 }  // namespace curelay::frontend
+
+// The client's mirrors around a free (frontend/client/host_mirrors.h): a leaving mirror's changes are no longer
+// collected (the executor may have let go of its side), Remove erases only a mirror that is leaving, and a new mirror
+// placed at the same device address before the old one's Remove starts afresh and survives that Remove.
+TEST(ClientHostMirrorsTest, LeavingMirrorsAreNotCollectedAndRemoveTakesOnlyThem) {
+  using curelay::frontend::HostMirrors;
+  std::vector<uint8_t> first(4096, 0), second(8192, 0);
+  HostMirrors mirrors;
+  constexpr CUdeviceptr kAddress = 0x7000000000;
+  mirrors.Add(first.data(), first.size(), kAddress, /*active=*/true);
+  first[10] = 1;
+  std::vector<curelay::wire::MirrorRange> runs;
+  std::vector<uint8_t> data;
+  mirrors.Collect(runs, data);
+  EXPECT_EQ(runs.size(), 2u);  // the announcement, then the changed byte
+  first[11] = 2;
+  mirrors.Leave(kAddress);
+  runs.clear();
+  data.clear();
+  mirrors.Collect(runs, data);
+  EXPECT_TRUE(runs.empty()) << "a leaving mirror's changes were collected";
+  mirrors.Stay(kAddress);  // the executor could not let go: it is a mirror like any other again
+  mirrors.Collect(runs, data);
+  EXPECT_EQ(runs.size(), 1u);
+  mirrors.Remove(kAddress);  // not leaving: kept
+  EXPECT_TRUE(mirrors.any_active());
+  mirrors.Leave(kAddress);
+  mirrors.Add(second.data(), second.size(), kAddress, /*active=*/true);  // another thread's new mirror, same address
+  mirrors.Remove(kAddress);  // the first one's Remove, late
+  EXPECT_TRUE(mirrors.any_active());
+  second[8000] = 3;
+  runs.clear();
+  data.clear();
+  mirrors.Collect(runs, data);
+  ASSERT_EQ(runs.size(), 2u);  // announced afresh, and its own byte
+  EXPECT_EQ(runs[1].offset(), 8000u);
+  mirrors.Leave(kAddress);
+  mirrors.Remove(kAddress);
+  EXPECT_FALSE(mirrors.any_active());
+}
