@@ -330,12 +330,16 @@ nvmlReturn_t FactPair(nvmlDevice_t handle, wire::GpuFact first_fact, wire::GpuFa
   return NVML_SUCCESS;
 }
 
-// A fact that fits the caller's unsigned int.
-nvmlReturn_t UnsignedFact(nvmlDevice_t handle, wire::GpuFact fact, unsigned int* out) {
+// A fact written into the caller's variable, of the type NVML gives it (a count, an enum), on success only.
+template <typename Out>
+nvmlReturn_t TypedFact(nvmlDevice_t handle, wire::GpuFact fact, Out* out) {
   int64_t value = 0;
   const nvmlReturn_t result = Fact(handle, fact, out, &value);
-  if (result == NVML_SUCCESS) *out = static_cast<unsigned int>(value);
+  if (result == NVML_SUCCESS) *out = static_cast<Out>(value);
   return result;
+}
+nvmlReturn_t UnsignedFact(nvmlDevice_t handle, wire::GpuFact fact, unsigned int* out) {
+  return TypedFact(handle, fact, out);
 }
 
 // A version string of the device behind `handle`, or (null handle: the system's) asked through the first device.
@@ -842,16 +846,10 @@ nvmlReturn_t nvmlDeviceGetPowerManagementLimitConstraints(nvmlDevice_t device, u
   return second;
 }
 nvmlReturn_t nvmlDeviceGetTotalEnergyConsumption(nvmlDevice_t device, unsigned long long* millijoules) {
-  int64_t value = 0;
-  const nvmlReturn_t result = curelay::nvml::Fact(device, GpuFact::EnergyTotal, millijoules, &value);
-  if (result == NVML_SUCCESS) *millijoules = static_cast<unsigned long long>(value);
-  return result;
+  return curelay::nvml::TypedFact(device, GpuFact::EnergyTotal, millijoules);
 }
 nvmlReturn_t nvmlDeviceGetPerformanceState(nvmlDevice_t device, nvmlPstates_t* state) {
-  int64_t value = 0;
-  const nvmlReturn_t result = curelay::nvml::Fact(device, GpuFact::PerformanceState, state, &value);
-  if (result == NVML_SUCCESS) *state = static_cast<nvmlPstates_t>(value);
-  return result;
+  return curelay::nvml::TypedFact(device, GpuFact::PerformanceState, state);
 }
 // Deprecated in NVML for nvmlDeviceGetPerformanceState, which it answers.
 nvmlReturn_t nvmlDeviceGetPowerState(nvmlDevice_t device, nvmlPstates_t* state) {
@@ -884,10 +882,7 @@ nvmlReturn_t nvmlDeviceGetMaxClockInfo(nvmlDevice_t device, nvmlClockType_t type
 }
 
 nvmlReturn_t nvmlDeviceGetPersistenceMode(nvmlDevice_t device, nvmlEnableState_t* mode) {
-  int64_t value = 0;
-  const nvmlReturn_t result = curelay::nvml::Fact(device, GpuFact::PersistenceMode, mode, &value);
-  if (result == NVML_SUCCESS) *mode = static_cast<nvmlEnableState_t>(value);
-  return result;
+  return curelay::nvml::TypedFact(device, GpuFact::PersistenceMode, mode);
 }
 nvmlReturn_t nvmlDeviceGetEccMode(nvmlDevice_t device, nvmlEnableState_t* current, nvmlEnableState_t* pending) {
   if (pending == nullptr) return NVML_ERROR_INVALID_ARGUMENT;
@@ -905,16 +900,10 @@ nvmlReturn_t nvmlDeviceGetEccMode(nvmlDevice_t device, nvmlEnableState_t* curren
 // PCI class) and topo -m (brand, CPU and NUMA affinity) read. MIG stays the host's setting: a tenant cannot change it
 // through curelay, and with MIG enabled the backend's GPUs would be MIG devices (not supported, docs/nvml.md).
 nvmlReturn_t nvmlDeviceGetBrand(nvmlDevice_t device, nvmlBrandType_t* brand) {
-  int64_t value = 0;
-  const nvmlReturn_t result = curelay::nvml::Fact(device, GpuFact::Brand, brand, &value);
-  if (result == NVML_SUCCESS) *brand = static_cast<nvmlBrandType_t>(value);
-  return result;
+  return curelay::nvml::TypedFact(device, GpuFact::Brand, brand);
 }
 nvmlReturn_t nvmlDeviceGetVirtualizationMode(nvmlDevice_t device, nvmlGpuVirtualizationMode_t* mode) {
-  int64_t value = 0;
-  const nvmlReturn_t result = curelay::nvml::Fact(device, GpuFact::VirtualizationMode, mode, &value);
-  if (result == NVML_SUCCESS) *mode = static_cast<nvmlGpuVirtualizationMode_t>(value);
-  return result;
+  return curelay::nvml::TypedFact(device, GpuFact::VirtualizationMode, mode);
 }
 nvmlReturn_t nvmlDeviceGetMigMode(nvmlDevice_t device, unsigned int* current, unsigned int* pending) {
   int64_t now = 0, later = 0;
@@ -940,10 +929,7 @@ nvmlReturn_t nvmlDeviceGetTotalEccErrors(nvmlDevice_t device, nvmlMemoryErrorTyp
   const GpuFact fact = counter == NVML_VOLATILE_ECC
                            ? (corrected ? GpuFact::EccCorrectedVolatile : GpuFact::EccUncorrectedVolatile)
                            : (corrected ? GpuFact::EccCorrectedAggregate : GpuFact::EccUncorrectedAggregate);
-  int64_t value = 0;
-  const nvmlReturn_t result = curelay::nvml::Fact(device, fact, count, &value);
-  if (result == NVML_SUCCESS) *count = static_cast<unsigned long long>(value);
-  return result;
+  return curelay::nvml::TypedFact(device, fact, count);
 }
 // The location and ids as nvmlDeviceGetPciInfo_v3 gives them (the CUDA session's), the class codes from the host.
 nvmlReturn_t nvmlDeviceGetPciInfoExt(nvmlDevice_t handle, curelay::NvmlPciInfoExtV1* pci) {
