@@ -4,6 +4,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <string>
 #include <thread>
 
@@ -76,6 +77,61 @@ TEST(TransportTest, KilledPeerIsReportedLost) {
   IncomingMessage message;
   EXPECT_EQ(client->Receive(message, 5000), ReceiveStatus::kPeerLost);
   EXPECT_TRUE(client->PeerLost());
+}
+
+// An executor whose client stops reading and is then killed: sends that wait for room in the queue end with the
+// peer's loss instead of blocking for ever (a PAIR socket with no peer would wait for a new one, which never comes,
+// and the session would never end or free its GPU memory).
+TEST(TransportTest, SendWaitingOnAPeerThatStopsReadingEndsWhenItIsKilled) {
+  const std::string endpoint = TempEndpoint("stalled");
+  std::string error;
+  std::vector<std::string> endpoints = {endpoint};
+  auto server = BindChannel(endpoints, {}, &error);
+  ASSERT_NE(server, nullptr) << error;
+  const pid_t child = fork();
+  if (child == 0) {
+    std::string child_error;
+    auto client = ConnectChannel(endpoint, {}, &child_error);
+    if (client == nullptr || !client->Send(Bytes("hello"), {})) _exit(1);
+    pause();  // never reads
+    _exit(0);
+  }
+  IncomingMessage message;
+  ASSERT_EQ(server->Receive(message, 5000), ReceiveStatus::kMessage);
+  std::atomic<uint64_t> sent{0};
+  std::atomic<int> outcome{-1};  // -1 sending, 0 a send failed, 1 every send went out
+  const std::string chunk(64 << 10, 'x');
+  Channel* sender = server.get();
+  std::thread sending([&, sender] {
+    for (int i = 0; i < 200000; ++i) {
+      if (!sender->Send(Bytes("h"), Bytes(chunk))) {
+        outcome = 0;
+        return;
+      }
+      ++sent;
+    }
+    outcome = 1;
+  });
+  // Wait until the sends stall (the peer's queue and socket buffers are full).
+  uint64_t last = ~uint64_t{0};
+  for (int i = 0; i < 200 && outcome == -1; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    if (sent.load() == last) break;
+    last = sent.load();
+  }
+  EXPECT_EQ(outcome.load(), -1) << "the sends never stalled (" << sent.load() << " went out)";
+  kill(child, SIGKILL);
+  waitpid(child, nullptr, 0);
+  for (int i = 0; i < 100 && outcome == -1; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  if (outcome == -1) {
+    ADD_FAILURE() << "a send still waits 10 s after its peer was killed (" << sent.load() << " went out)";
+    sending.detach();
+    server.release();  // in use by the stuck thread
+    return;
+  }
+  sending.join();
+  EXPECT_EQ(outcome.load(), 0);
+  EXPECT_TRUE(server->PeerLost());
 }
 
 TEST(TransportTest, ListenerAnswersEachRequester) {

@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cerrno>
 #include <chrono>
 #include <cstring>
 #include <string>
@@ -46,9 +47,7 @@ class ZmqChannel final : public Channel {
   bool Send(std::span<const uint8_t> header, std::span<const uint8_t> payload) override {
     if (peer_lost_) return false;
     const int more = payload.empty() ? 0 : ZMQ_SNDMORE;
-    if (zmq_send(socket_, header.data(), header.size(), more) < 0) return false;
-    if (!payload.empty() && zmq_send(socket_, payload.data(), payload.size(), 0) < 0) return false;
-    return true;
+    return SendFrame(header, more) && (payload.empty() || SendFrame(payload, 0));
   }
 
   ReceiveStatus Receive(IncomingMessage& message, int timeout_ms) override {
@@ -147,6 +146,19 @@ class ZmqChannel final : public Channel {
       if (message.header.empty()) return ReceiveStatus::kError;
     }
     return ReceiveStatus::kMessage;
+  }
+
+  // One frame. While the peer's queue is full the wait is in steps that look at the monitor: a PAIR socket whose
+  // peer is gone would wait for a new peer, which never comes, so a killed or cut-off peer must end the wait.
+  bool SendFrame(std::span<const uint8_t> bytes, int flags) {
+    for (;;) {
+      if (zmq_send(socket_, bytes.data(), bytes.size(), flags | ZMQ_DONTWAIT) >= 0) return true;
+      if (zmq_errno() != EAGAIN && zmq_errno() != EINTR) return false;
+      DrainMonitor();
+      if (peer_lost_) return false;
+      zmq_pollitem_t items[2] = {{socket_, 0, ZMQ_POLLOUT, 0}, {monitor_, 0, ZMQ_POLLIN, 0}};
+      if (zmq_poll(items, 2, 100) < 0 && zmq_errno() != EINTR) return false;
+    }
   }
 
   void DrainMonitor() {
