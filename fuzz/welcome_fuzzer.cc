@@ -5,9 +5,9 @@
 // to the executor the Welcome names, with a 20 ms deadline) runs too; nothing answers there, since the executor it
 // names does not exist.
 //
-// Invariants beyond the sanitizers: the client's request is a valid Hello, the connection always fails (no
-// executor answers), and the client is freed (Client::Forget), so one input leaves nothing behind for the next. A
-// hang shows as libFuzzer's timeout.
+// Invariants beyond the sanitizers: the client's request is a valid Hello, one per cuInit (counted by the token each
+// input's client presents), the connection always fails (no executor answers), and the client is freed
+// (Client::Forget), so one input leaves nothing behind for the next. A hang shows as libFuzzer's timeout.
 //
 // Shared memory is off (CURELAY_SHM=0): with it, the client would create its offer file in the directory of the
 // executor socket the input names (docs/protocol.md, "What the shim trusts"), anywhere on this machine.
@@ -47,7 +47,13 @@ extern "C" int LLVMFuzzerInitialize(int*, char***) {
 }
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
-  backend->SetWelcome({data, size});
+  // Each input's client presents its own token, so that a late Hello of the previous input (a loaded machine can
+  // deliver it after its client gave up) is not counted against this one. Nothing else reads the environment now:
+  // the previous client is gone (Client::Forget).
+  static uint64_t inputs = 0;
+  const std::string token = "welcome-fuzzer-" + std::to_string(++inputs);
+  setenv("CURELAY_TOKEN", token.c_str(), 1);
+  backend->SetWelcome({data, size}, token);
   const CUresult result = frontend::Client::Initialize();
   frontend::Client::Forget();
   if (backend->malformed_requests() > 0) {

@@ -37,13 +37,16 @@ class FakeBackend {
   bool listening() const { return listener_ != nullptr; }
   const std::string& error() const { return error_; }
 
-  // The answer to every Hello from now on; the count of Hellos starts again from zero.
-  void SetWelcome(std::span<const uint8_t> welcome) {
+  // The answer to every Hello from now on; the count of Hellos starts again from zero. With `tenant`, only Hellos
+  // that carry that token are counted: a caller that gives each attempt its own token (CURELAY_TOKEN) does not count
+  // a late Hello of an earlier attempt, which a loaded machine can deliver after this call.
+  void SetWelcome(std::span<const uint8_t> welcome, std::string tenant = {}) {
     std::lock_guard<std::mutex> lock(mutex_);
     welcome_.assign(welcome.begin(), welcome.end());
+    tenant_ = std::move(tenant);
     hellos_ = 0;
   }
-  // Valid Hellos answered since the last SetWelcome.
+  // Valid Hellos answered since the last SetWelcome (with its tenant, when it named one).
   int hellos() const {
     std::lock_guard<std::mutex> lock(mutex_);
     return hellos_;
@@ -62,13 +65,13 @@ class FakeBackend {
       // Short waits, so that the destructor is not kept long; a request still ends the wait at once.
       if (listener_->Receive(request, 100) != transport::ReceiveStatus::kMessage) continue;
       const std::span<const uint8_t> body(reinterpret_cast<const uint8_t*>(request.body.data()), request.body.size());
-      const bool hello = wire::ParseVerified<wire::Hello>(body) != nullptr;
+      const wire::Hello* hello = wire::ParseVerified<wire::Hello>(body);
       std::lock_guard<std::mutex> lock(mutex_);
-      if (!hello) {
+      if (hello == nullptr) {
         ++malformed_requests_;
         continue;
       }
-      ++hellos_;
+      if (tenant_.empty() || (hello->tenant() != nullptr && hello->tenant()->str() == tenant_)) ++hellos_;
       listener_->Reply(request, welcome_);
     }
   }
@@ -79,6 +82,7 @@ class FakeBackend {
   std::atomic<bool> stopping_ = false;
   mutable std::mutex mutex_;  // guards what follows
   std::vector<uint8_t> welcome_;
+  std::string tenant_;
   int hellos_ = 0;
   int malformed_requests_ = 0;
 };
