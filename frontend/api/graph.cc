@@ -166,10 +166,13 @@ CUresult Instantiate(CUgraphExec* result_exec, CUgraph graph, uint64_t flags, bo
   exec->host_nodes = info != nullptr ? info->host_nodes() : 0;
   {
     HostCopyList copies = CollectHostCopies(graph);
+    std::shared_ptr<const HostNodeDeliveryPlan> plan;
+    if (exec->host_nodes != 0 && !copies.empty()) plan = PlanHostNodeDeliveries(*client, graph, copies, exec->host_nodes);
     UserObjectRefs references = CollectUserObjects(graph);
     RetainUserObjects(references);
     std::lock_guard<std::mutex> lock(exec->mutex);
     exec->host_copies = std::move(copies);
+    exec->delivery_plan = std::move(plan);
     exec->user_objects = std::move(references);
   }
   *result_exec = exec;
@@ -213,11 +216,13 @@ CUresult LaunchOrUpload(CUgraphExec exec, CUstream stream, bool upload) {
   HostCopyList copies;
   std::set<uint64_t> disabled;
   UserObjectRefs references;
+  std::shared_ptr<const HostNodeDeliveryPlan> plan;
   if (!upload) {
     std::lock_guard<std::mutex> lock(exec->mutex);
     copies = exec->host_copies;
     disabled = exec->disabled_nodes;
     references = exec->user_objects;
+    plan = exec->delivery_plan;
   }
   CUgraph capturing = nullptr;
   if ((!copies.empty() || exec->host_nodes != 0 || !references.empty()) && !upload && CapturesActive()) {
@@ -225,14 +230,20 @@ CUresult LaunchOrUpload(CUgraphExec exec, CUstream stream, bool upload) {
   }
   // Host nodes (not when the launch becomes a node of a capture): a ticket each.
   HostNodeTickets tickets;
+  std::shared_ptr<HostNodeDeliveries> deliveries;
   const bool runs_host_nodes = exec->host_nodes != 0 && !upload && capturing == nullptr;
   if (runs_host_nodes) {
-    // Staged host memory moves around the whole graph (before and after it), so a host node would see it out of
-    // order: before a host function, the results of copies ahead of it; after it, what it wrote for later copies.
+    // Staged host memory moves around the graph: a host node must find the results of the staged copies it depends
+    // on (its tickets deliver them first), and no staged copy may wait for what a host function writes.
     if (!copies.empty()) {
-      Log().warn("cuGraphLaunch: a graph with host nodes and memcpy nodes on pageable host memory (over tcp://, any "
-                 "host memory) is not supported");
-      return CUDA_ERROR_NOT_SUPPORTED;
+      if (plan == nullptr) {
+        Log().warn("cuGraphLaunch: this graph's host nodes and memcpy nodes on pageable host memory (over tcp://, any "
+                   "host memory) are not supported together: a host node or copy inside a child graph, two host "
+                   "nodes of one function and data, a host-to-device copy after a host node, or a node changed in "
+                   "the executable graph since it was made");
+        return CUDA_ERROR_NOT_SUPPORTED;
+      }
+      deliveries = std::make_shared<HostNodeDeliveries>(plan, disabled);
     }
     CURELAY_RETURN_IF_ERROR(tickets.Prepare(*client, exec->host_nodes));
   }
@@ -255,7 +266,13 @@ CUresult LaunchOrUpload(CUgraphExec exec, CUstream stream, bool upload) {
   const bool waited = (exec->allocates || runs_host_nodes) && !upload;
   const CUresult result = waited ? client->Call(builder, wire::Call::GraphLaunch, call, {}, nullptr)
                                  : client->Post(builder, wire::Call::GraphLaunch, call, {});
-  if (result == CUDA_SUCCESS && runs_host_nodes) tickets.Start();
+  if (result == CUDA_SUCCESS && runs_host_nodes) {
+    if (deliveries != nullptr) {
+      tickets.Start([deliveries](uint64_t function) { deliveries->BeforeFunction(function); });
+    } else {
+      tickets.Start();
+    }
+  }
   // User objects: a launch holds references until its work is done; captured, the capture's graph holds them.
   if (result == CUDA_SUCCESS && !references.empty()) {
     if (capturing != nullptr) {
@@ -265,6 +282,9 @@ CUresult LaunchOrUpload(CUgraphExec exec, CUstream stream, bool upload) {
     }
   }
   if (result != CUDA_SUCCESS || copies.empty()) return result;
+  if (deliveries != nullptr) {
+    std::erase_if(copies, [&](const auto& copy) { return deliveries->DeliveredEarly(*copy); });
+  }
   return DeliverHostSides(*client, copies, disabled, stream);
 }
 

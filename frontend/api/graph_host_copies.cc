@@ -6,11 +6,18 @@
 //   when cuGraphLaunch is called, as a pageable cuMemcpyHtoDAsync reads its source);
 // - after it, each device-to-host record's staging buffer is copied back and delivered into the application's
 //   memory when its reply arrives, before the reply of any later synchronizing call is looked at, so a synchronize
-//   of the stream (or anything later) that returns sees the data, as natively.
+//   of the stream (or anything later) that returns sees the data, as natively;
+// - except that a record a graph host node depends on is delivered by that node's ticket, just before its function
+//   runs (HostNodeDeliveries). Device-to-host records therefore stage in page-locked memory of this process that
+//   the executor reaches (a shared file on the same host, an active mirror over tcp://): the node's copy lands where
+//   the ticket can read it while the launch holds the stream, with no request (the executor's thread may be waiting
+//   in the driver for that very launch).
 // Records are shared (staging and all) by a graph, the graphs it is copied into (child graph nodes, clones) and the
 // executable graphs made from them; a staging buffer is freed when its last record goes.
 #include <algorithm>
 #include <cstring>
+#include <functional>
+#include <map>
 
 #include "frontend/api/graph_support.h"
 #include "frontend/client/log.h"
@@ -21,9 +28,14 @@ using namespace curelay::frontend;
 namespace {
 
 // Staging buffers whose last record went, each with the session it belongs to (a forked child has another).
+struct RetiredBuffer {
+  Client* owner;
+  CUdeviceptr staging;
+  void* staging_host;  // page-locked staging (device-to-host records); null: device memory
+};
 struct RetiredStaging {
   std::mutex mutex;
-  std::vector<std::pair<Client*, CUdeviceptr>> buffers;
+  std::vector<RetiredBuffer> buffers;
 };
 
 RetiredStaging& Retired() {
@@ -52,10 +64,42 @@ class RelaxedWhileCapturing {
   bool changed_ = false;
 };
 
-CUresult AllocateStaging(size_t bytes, CUdeviceptr* staging) {
+// Host-to-device records stage in device memory; device-to-host ones in page-locked memory the executor reaches
+// (see the top of this file), or in device memory when there is none to be had (no host node can then depend on
+// them: PlanHostNodeDeliveries).
+CUresult AllocateStaging(Client& client, GraphHostCopy* record) {
   ReleaseRetiredStaging();
   RelaxedWhileCapturing relaxed;
-  return cuMemAlloc(staging, bytes);
+  const size_t bytes = record->span();
+  if (!record->to_device) {
+    void* host = nullptr;
+    CUdeviceptr device = 0;
+    if (cuMemHostAlloc(&host, bytes, CU_MEMHOSTALLOC_PORTABLE | CU_MEMHOSTALLOC_DEVICEMAP) == CUDA_SUCCESS) {
+      if (cuMemHostGetDevicePointer(&device, host, 0) == CUDA_SUCCESS) {
+        // Over tcp://: the mirror takes part in coherence, so what the node writes there reaches this process with
+        // the executor's next message (a host node's notice first of all).
+        const uint64_t word = device;
+        client.host_mirrors.ActivateReferenced({reinterpret_cast<const uint8_t*>(&word), sizeof word});
+        record->staging = device;
+        record->staging_host = static_cast<uint8_t*>(host);
+        return CUDA_SUCCESS;
+      }
+      cuMemFreeHost(host);
+    }
+  }
+  return cuMemAlloc(&record->staging, bytes);
+}
+
+// A record's rows (the bytes between them are the application's and stay as they are).
+template <typename RowCopy>
+CUresult ForEachRow(const GraphHostCopy& copy, const RowCopy& row_copy) {
+  if (copy.contiguous()) return row_copy(0, copy.span());
+  for (size_t slice = 0; slice < copy.depth; ++slice) {
+    for (size_t row = 0; row < copy.height; ++row) {
+      CURELAY_RETURN_IF_ERROR(row_copy(copy.RowOffset(row, slice), copy.width));
+    }
+  }
+  return CUDA_SUCCESS;
 }
 
 // The chain of graphs that hold `graph`'s records: itself and the graphs that own it.
@@ -106,11 +150,11 @@ GraphHostCopy::~GraphHostCopy() {
   if (staging == 0) return;
   RetiredStaging& retired = Retired();
   std::lock_guard<std::mutex> lock(retired.mutex);
-  retired.buffers.emplace_back(Client::Get(), staging);
+  retired.buffers.push_back({Client::Get(), staging, staging_host});
 }
 
 void ReleaseRetiredStaging() {
-  std::vector<std::pair<Client*, CUdeviceptr>> buffers;
+  std::vector<RetiredBuffer> buffers;
   {
     RetiredStaging& retired = Retired();
     std::lock_guard<std::mutex> lock(retired.mutex);
@@ -119,10 +163,14 @@ void ReleaseRetiredStaging() {
   Client* client = Client::Get();
   if (buffers.empty() || client == nullptr || client->broken_result() != CUDA_SUCCESS) return;
   RelaxedWhileCapturing relaxed;
-  for (const auto& [owner, staging] : buffers) {
-    if (owner != client) continue;  // a parent's buffer in a forked child: not this session's
+  for (const RetiredBuffer& buffer : buffers) {
+    if (buffer.owner != client) continue;  // a parent's buffer in a forked child: not this session's
+    if (buffer.staging_host != nullptr) {
+      (void)cuMemFreeHost(buffer.staging_host);
+      continue;
+    }
     auto& builder = Builder();
-    const auto call = wire::CreateMemFree(builder, staging).Union();
+    const auto call = wire::CreateMemFree(builder, buffer.staging).Union();
     // Waited for, so that a failure is not reported as some later call's.
     (void)client->Call(builder, wire::Call::MemFree, call, {}, nullptr);
   }
@@ -139,7 +187,7 @@ CUresult StageHostSides(Client& client, StridedCopy* copy, HostCopyList* staged)
     record->depth = copy->depth;
     record->pitch = side->pitch;
     record->slice_rows = side->slice_rows;
-    CURELAY_RETURN_IF_ERROR(AllocateStaging(record->span(), &record->staging));
+    CURELAY_RETURN_IF_ERROR(AllocateStaging(client, record.get()));
     side->host = false;
     side->host_ptr = nullptr;
     side->device_ptr = record->staging;
@@ -252,19 +300,112 @@ CUresult DeliverHostSides(Client& client, const HostCopyList& copies, const std:
   CURELAY_RETURN_IF_ERROR(WireStream(client, stream, &wire_stream));
   for (const auto& copy : copies) {
     if (copy->to_device || disabled.count(copy->node.load()) != 0) continue;
-    if (copy->contiguous()) {
-      CURELAY_RETURN_IF_ERROR(Deliver(client, copy->staging, copy->host, copy->span(), wire_stream));
-      continue;
-    }
-    // Row by row: the bytes between rows are the application's and stay as they are.
-    for (size_t slice = 0; slice < copy->depth; ++slice) {
-      for (size_t row = 0; row < copy->height; ++row) {
-        const size_t offset = copy->RowOffset(row, slice);
-        CURELAY_RETURN_IF_ERROR(Deliver(client, copy->staging + offset, copy->host + offset, copy->width, wire_stream));
-      }
-    }
+    CURELAY_RETURN_IF_ERROR(ForEachRow(*copy, [&](size_t offset, size_t bytes) {
+      return Deliver(client, copy->staging + offset, copy->host + offset, bytes, wire_stream);
+    }));
   }
   return CUDA_SUCCESS;
+}
+
+std::shared_ptr<const HostNodeDeliveryPlan> PlanHostNodeDeliveries(Client& client, CUgraph graph,
+                                                                   const HostCopyList& copies, uint32_t host_nodes) {
+  // The graph's own nodes and edges (host nodes or records inside child graphs are not covered).
+  size_t count = 0;
+  if (cuGraphGetNodes(graph, nullptr, &count) != CUDA_SUCCESS) return nullptr;
+  std::vector<CUgraphNode> nodes(count);
+  if (count != 0 && cuGraphGetNodes(graph, nodes.data(), &count) != CUDA_SUCCESS) return nullptr;
+  nodes.resize(count);
+  size_t edge_count = 0;
+  if (cuGraphGetEdges(graph, nullptr, nullptr, nullptr, &edge_count) != CUDA_SUCCESS) return nullptr;
+  std::vector<CUgraphNode> from(edge_count), to(edge_count);
+  std::vector<CUgraphEdgeData> edge_data(edge_count);
+  if (edge_count != 0 &&
+      cuGraphGetEdges(graph, from.data(), to.data(), edge_data.data(), &edge_count) != CUDA_SUCCESS) {
+    return nullptr;
+  }
+  std::map<CUgraphNode, std::vector<CUgraphNode>> dependencies;
+  for (size_t i = 0; i < edge_count; ++i) {
+    // Only full dependencies order a node after another (a programmatic edge lets them overlap).
+    if (edge_data[i].type != CU_GRAPH_DEPENDENCY_TYPE_DEFAULT) return nullptr;
+    dependencies[to[i]].push_back(from[i]);
+  }
+  // Every node's ancestors, each computed once.
+  std::map<CUgraphNode, std::set<CUgraphNode>> ancestors;
+  std::function<const std::set<CUgraphNode>&(CUgraphNode)> ancestors_of = [&](CUgraphNode node) -> const std::set<CUgraphNode>& {
+    const auto known = ancestors.find(node);
+    if (known != ancestors.end()) return known->second;
+    std::set<CUgraphNode> found;
+    for (CUgraphNode before : dependencies[node]) {
+      found.insert(before);
+      const std::set<CUgraphNode>& more = ancestors_of(before);
+      found.insert(more.begin(), more.end());
+    }
+    return ancestors[node] = std::move(found);
+  };
+  auto plan = std::make_shared<HostNodeDeliveryPlan>();
+  std::map<CUgraphNode, std::shared_ptr<GraphHostCopy>> records;
+  std::vector<CUgraphNode> hosts;
+  for (CUgraphNode node : nodes) {
+    if (node->type == CU_GRAPH_NODE_TYPE_MEMCPY) {
+      if (auto record = FindHostCopy(client, copies, node)) records[node] = std::move(record);
+    } else if (node->type == CU_GRAPH_NODE_TYPE_HOST) {
+      hosts.push_back(node);
+    }
+  }
+  if (hosts.size() != host_nodes || records.size() != copies.size()) return nullptr;  // some are in child graphs
+  for (CUgraphNode host : hosts) {
+    auto& builder = Builder();
+    const auto call = wire::CreateGraphNodeGetParams(builder, graph->id, host->id).Union();
+    ReplyMessage reply;
+    if (client.Call(builder, wire::Call::GraphNodeGetParams, call, {}, &reply) != CUDA_SUCCESS) return nullptr;
+    const auto* spec = reply.reply->body_as_GraphAddNode();
+    if (spec == nullptr) return nullptr;
+    // Launches name a host node by its function's id: two nodes with the same function and data are not told apart.
+    auto [entry, added] = plan->by_function.try_emplace(spec->host_function());
+    if (!added) return nullptr;
+    entry->second.node = host->id;
+    const std::set<CUgraphNode>& before = ancestors_of(host);
+    for (const auto& [node, record] : records) {
+      if (record->to_device || before.count(node) == 0) continue;
+      if (record->staging_host == nullptr) return nullptr;  // staged in device memory: not readable here
+      entry->second.before.push_back(record);
+    }
+  }
+  // A host-to-device record is read when the launch is posted: none may wait for a host node, whose function could
+  // write its source.
+  for (const auto& [node, record] : records) {
+    if (!record->to_device) continue;
+    const std::set<CUgraphNode>& before = ancestors_of(node);
+    for (CUgraphNode host : hosts) {
+      if (before.count(host) != 0) return nullptr;
+    }
+  }
+  return plan;
+}
+
+HostNodeDeliveries::HostNodeDeliveries(std::shared_ptr<const HostNodeDeliveryPlan> plan,
+                                       const std::set<uint64_t>& disabled)
+    : plan_(std::move(plan)), disabled_(disabled) {
+  for (const auto& [function, host] : plan_->by_function) {
+    if (disabled_.count(host.node) != 0) continue;  // a disabled host node delivers nothing
+    for (const auto& record : host.before) early_.insert(record.get());
+  }
+}
+
+bool HostNodeDeliveries::DeliveredEarly(const GraphHostCopy& copy) const { return early_.count(&copy) != 0; }
+
+void HostNodeDeliveries::BeforeFunction(uint64_t function) {
+  const auto found = plan_->by_function.find(function);
+  if (found == plan_->by_function.end()) return;
+  // The first host node to run delivers a record that several depend on; one that runs beside it waits for that.
+  std::lock_guard<std::mutex> lock(mutex_);
+  for (const auto& record : found->second.before) {
+    if (disabled_.count(record->node.load()) != 0 || !delivered_.insert(record.get()).second) continue;
+    (void)ForEachRow(*record, [&](size_t offset, size_t bytes) {
+      std::memcpy(record->host + offset, record->staging_host + offset, bytes);
+      return CUDA_SUCCESS;
+    });
+  }
 }
 
 }  // namespace curelay::frontend

@@ -77,7 +77,14 @@ CUresult SendNode(const NodeTarget& target, wire::GraphNodeKind kind, std::span<
   }
   if (!adding) {
     const auto call = wire::CreateGraphExecNodeUpdate(builder, target.exec->id, target.node->id, spec_offset).Union();
-    return client->Call(builder, wire::Call::GraphExecNodeUpdate, call, payload, nullptr);
+    const CUresult result = client->Call(builder, wire::Call::GraphExecNodeUpdate, call, payload, nullptr);
+    // A host node's function or a copy's staging changed: what the host nodes deliver first is no longer known, and
+    // launches that need it are refused (LaunchOrUpload).
+    if (result == CUDA_SUCCESS && (kind == wire::GraphNodeKind::Host || kind == wire::GraphNodeKind::Memcpy)) {
+      std::lock_guard<std::mutex> lock(target.exec->mutex);
+      target.exec->delivery_plan.reset();
+    }
+    return result;
   }
   ReplyMessage reply;
   CURELAY_RETURN_IF_ERROR(client->Call(builder, wire::Call::GraphAddNode, spec_offset.Union(), payload, &reply));
@@ -537,11 +544,14 @@ CUresult ExecUpdate(CUgraphExec exec, CUgraph graph, CUgraphExecUpdateResultInfo
   if (result == CUDA_SUCCESS && info->result == CU_GRAPH_EXEC_UPDATE_SUCCESS) {
     // The executable graph's nodes now have the graph's parameters, staging buffers included.
     HostCopyList copies = CollectHostCopies(graph);
+    std::shared_ptr<const HostNodeDeliveryPlan> plan;
+    if (exec->host_nodes != 0 && !copies.empty()) plan = PlanHostNodeDeliveries(*client, graph, copies, exec->host_nodes);
     UserObjectRefs references = CollectUserObjects(graph);
     RetainUserObjects(references);
     {
       std::lock_guard<std::mutex> lock(exec->mutex);
       exec->host_copies.swap(copies);
+      exec->delivery_plan = std::move(plan);
       exec->user_objects.swap(references);
     }
     copies.clear();

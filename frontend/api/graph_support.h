@@ -7,6 +7,7 @@
 
 #include <cstdint>
 #include <atomic>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <set>
@@ -66,6 +67,7 @@ struct GraphHostCopy {
   size_t width = 0, height = 1, depth = 1;
   size_t pitch = 0, slice_rows = 1;  // the application's layout, which the staging buffer repeats
   CUdeviceptr staging = 0;
+  uint8_t* staging_host = nullptr;  // a device-to-host record's page-locked staging here (null: device memory)
   std::atomic<uint64_t> node{0};  // the executor's id of the node, once known (not for a captured copy at first)
 
   size_t RowOffset(size_t row, size_t slice) const { return (slice * slice_rows + row) * pitch; }
@@ -101,6 +103,39 @@ CUresult DeliverHostSides(Client& client, const HostCopyList& copies, const std:
                           CUstream stream);
 // Frees staging buffers whose records are gone; called where no request is being built.
 void ReleaseRetiredStaging();
+
+// For the launches of a graph with host nodes and staged records: each host node's device-to-host records among the
+// nodes it depends on, delivered into the application's memory before the node's function runs (and not again after
+// the launch), straight from their page-locked staging (graph_host_copies.cc).
+struct HostNodeDeliveryPlan {
+  struct HostNode {
+    uint64_t node = 0;  // the executor's id of the node
+    HostCopyList before;
+  };
+  std::map<uint64_t, HostNode> by_function;  // by host function id, distinct in the graph
+};
+// Null when the graph is not covered: a host node or record inside a child graph, two host nodes of one function
+// and data, a non-default edge, a host-to-device record after a host node (read when the launch is posted, it would
+// miss what the function writes), or a record a host node depends on that could not get page-locked staging.
+// Launches of such graphs are refused.
+std::shared_ptr<const HostNodeDeliveryPlan> PlanHostNodeDeliveries(Client& client, CUgraph graph,
+                                                                   const HostCopyList& copies, uint32_t host_nodes);
+// One launch's deliveries, shared with its host-node tickets.
+class HostNodeDeliveries {
+ public:
+  HostNodeDeliveries(std::shared_ptr<const HostNodeDeliveryPlan> plan, const std::set<uint64_t>& disabled);
+  // Runs on a ticket's thread before host function `function` runs.
+  void BeforeFunction(uint64_t function);
+  // Whether a host node of this launch delivers `copy` (so the launch does not deliver it again afterwards).
+  bool DeliveredEarly(const GraphHostCopy& copy) const;
+
+ private:
+  std::shared_ptr<const HostNodeDeliveryPlan> plan_;
+  std::set<uint64_t> disabled_;
+  std::set<const GraphHostCopy*> early_;
+  std::mutex mutex_;
+  std::set<const GraphHostCopy*> delivered_;
+};
 
 // User objects (frontend/api/user_objects.cc). References are added to or dropped from each object's count; a count
 // reaching zero runs the destructor on a thread of its own.

@@ -218,14 +218,17 @@ CUresult HostNodeTickets::Prepare(Client& client, size_t count) {
   return CUDA_SUCCESS;
 }
 
-void HostNodeTickets::Start() {
+void HostNodeTickets::Start(std::function<void(uint64_t)> before) {
   started_ = true;
   Client* client = client_;
   for (auto& notice : notices_) {
-    std::thread([client, notice = std::move(notice)] {
+    std::thread([client, notice = std::move(notice), before] {
       if (notice->Await() != CUDA_SUCCESS) return;  // the session is gone: no node will take the ticket
       const auto* value = notice->reply().reply != nullptr ? notice->reply().reply->body_as_IntegerValue() : nullptr;
-      if (value != nullptr) RunHostFunction(static_cast<uint64_t>(value->value()));
+      if (value != nullptr) {
+        if (before) before(static_cast<uint64_t>(value->value()));
+        RunHostFunction(static_cast<uint64_t>(value->value()));
+      }
       auto& reply = Builder();
       const auto returned = wire::CreateHostFunctionReturned(reply, notice->sequence()).Union();
       client->Post(reply, wire::Call::HostFunctionReturned, returned, {});
@@ -235,14 +238,16 @@ void HostNodeTickets::Start() {
   GateWord* board = nullptr;
   if (Board(*client, &board) != CUDA_SUCCESS) return;
   for (uint32_t index : gates_) {
-    std::thread([client, board, index] {
+    std::thread([client, board, index, before] {
       GateWord* gate = &board[index];
       while (gate->load() == transport::kGateLaunched) {
         if (client->broken_result() != CUDA_SUCCESS) return;  // the session is gone: nothing will reach the gate
         transport::WaitGate(gate, transport::kGateLaunched, 100);
       }
       if (gate->load() != transport::kGateReached) return;
-      RunHostFunction(transport::GateFunctions(board)[index].load());
+      const uint64_t function = transport::GateFunctions(board)[index].load();
+      if (before) before(function);
+      RunHostFunction(function);
       gate->store(transport::kGateReturned);
       transport::WakeGate(gate);
     }).detach();

@@ -137,7 +137,8 @@ struct CUgraphNode_st {
 };
 
 namespace curelay::frontend {
-struct GraphHostCopy;  // frontend/api/graph_support.h
+struct GraphHostCopy;         // frontend/api/graph_support.h
+struct HostNodeDeliveryPlan;  // frontend/api/graph_support.h
 using HostCopyList = std::vector<std::shared_ptr<GraphHostCopy>>;
 // References to user objects, with their counts (frontend/api/user_objects.cc).
 using UserObjectRefs = std::map<CUuserObject, uint64_t>;
@@ -173,4 +174,6 @@ struct CUgraphExec_st {
   curelay::frontend::HostCopyList host_copies;
   std::set<uint64_t> disabled_nodes;
   curelay::frontend::UserObjectRefs user_objects;  // its graph's, taken at instantiation (or cuGraphExecUpdate)
+  // With host nodes and staged records: what the host nodes deliver first (null: launches are refused).
+  std::shared_ptr<const curelay::frontend::HostNodeDeliveryPlan> delivery_plan;
 };

@@ -1630,38 +1630,136 @@ TEST_F(GraphTest, CapturedHostFunctionsRunAtEveryLaunch) {
   ASSERT_CU(cuMemFree(values));
 }
 
-// Staged host memory moves around the whole launch, which a host node inside it would see out of order: such a
-// graph's launch is refused, and the graph stays usable once the copy node is gone.
-TEST_F(GraphTest, HostNodesWithPageableMemcpyNodesAreRefused) {
+// What a graph host node found in the application's pageable memory, which a memcpy node before it wrote; like
+// simpleCudaGraphs' callback, it then resets that memory.
+struct PageableResult {
+  int* values = nullptr;
+  int count = 0;
+  std::vector<int> seen;  // values[0] at each run
+  bool uniform = true;    // all `count` values were equal at every run
+};
+
+void CUDA_CB ReadAndResetResult(void* data) {
+  auto* result = static_cast<PageableResult*>(data);
+  const int first = result->values[0];
+  result->seen.push_back(first);
+  for (int i = 0; i < result->count; ++i) {
+    if (result->values[i] != first) result->uniform = false;
+    result->values[i] = 0;
+  }
+}
+
+CUDA_MEMCPY3D PageableCopy(CUdeviceptr device, void* host, size_t bytes, bool to_device) {
+  CUDA_MEMCPY3D copy{};
+  if (to_device) {
+    copy.srcMemoryType = CU_MEMORYTYPE_HOST;
+    copy.srcHost = host;
+    copy.dstMemoryType = CU_MEMORYTYPE_DEVICE;
+    copy.dstDevice = device;
+  } else {
+    copy.srcMemoryType = CU_MEMORYTYPE_DEVICE;
+    copy.srcDevice = device;
+    copy.dstMemoryType = CU_MEMORYTYPE_HOST;
+    copy.dstHost = host;
+  }
+  copy.WidthInBytes = bytes;
+  copy.Height = copy.Depth = 1;
+  return copy;
+}
+
+// A host node after a device-to-host memcpy node into pageable memory (simpleCudaGraphs' shape): the node's
+// function finds the copy's data, as natively, though the copy is staged (the memory is not the executor's to
+// reach); what it writes there stays (the launch does not deliver that copy again afterwards). A staged copy no host
+// node depends on is delivered after the launch, and a host-to-device one ahead of the host node is read at launch.
+TEST_F(GraphTest, HostNodesFindWhatPageableMemcpyNodesBeforeThemCopied) {
+  constexpr int n = 64;
+  constexpr size_t bytes = n * sizeof(int);
+  CUdeviceptr values = 0, uploaded = 0;
+  ASSERT_CU(cuMemAlloc(&values, bytes));
+  ASSERT_CU(cuMemAlloc(&uploaded, bytes));
+  std::vector<int> result(n, -1), independent(n, -1), input(n, 42);
+  PageableResult check{result.data(), n};
+  CUgraph graph = nullptr;
+  ASSERT_CU(cuGraphCreate(&graph, 0));
+  const CUDA_MEMCPY3D back = PageableCopy(values, result.data(), bytes, false);
+  const CUDA_MEMCPY3D aside = PageableCopy(values, independent.data(), bytes, false);
+  const CUDA_MEMCPY3D up = PageableCopy(uploaded, input.data(), bytes, true);
+  CUgraphNode back_node = nullptr, aside_node = nullptr, up_node = nullptr, host_node = nullptr;
+  ASSERT_CU(cuGraphAddMemcpyNode(&up_node, graph, nullptr, 0, &up, context_));
+  ASSERT_CU(cuGraphAddMemcpyNode(&back_node, graph, &up_node, 1, &back, context_));
+  ASSERT_CU(cuGraphAddMemcpyNode(&aside_node, graph, nullptr, 0, &aside, context_));
+  CUDA_HOST_NODE_PARAMS host{ReadAndResetResult, &check};
+  ASSERT_CU(cuGraphAddHostNode(&host_node, graph, &back_node, 1, &host));
+  CUgraphExec exec = nullptr;
+  ASSERT_CU(cuGraphInstantiate(&exec, graph, 0));
+  for (int launch = 1; launch <= 3; ++launch) {
+    ASSERT_CU(cuMemsetD32(values, static_cast<unsigned>(launch * 10), n));
+    input.assign(n, 100 + launch);
+    ASSERT_CU(cuGraphLaunch(exec, stream_));
+    ASSERT_CU(cuStreamSynchronize(stream_));
+    ASSERT_EQ(check.seen.size(), static_cast<size_t>(launch));
+    EXPECT_EQ(check.seen.back(), launch * 10);
+    EXPECT_EQ(result, std::vector<int>(n, 0)) << "launch " << launch;  // the host node's reset stays
+    EXPECT_EQ(independent, std::vector<int>(n, launch * 10)) << "launch " << launch;
+    EXPECT_EQ(Read<int>(uploaded, n), std::vector<int>(n, 100 + launch)) << "launch " << launch;
+  }
+  EXPECT_TRUE(check.uniform);
+  ASSERT_CU(cuGraphExecDestroy(exec));
+  ASSERT_CU(cuGraphDestroy(graph));
+  ASSERT_CU(cuMemFree(values));
+  ASSERT_CU(cuMemFree(uploaded));
+}
+
+// The same shape made by stream capture: a device-to-host copy into pageable memory, then cuLaunchHostFunc.
+TEST_F(GraphTest, CapturedHostFunctionFindsTheCapturedPageableCopy) {
   constexpr int n = 64;
   CUdeviceptr values = 0;
   ASSERT_CU(cuMemAlloc(&values, n * sizeof(int)));
-  ASSERT_CU(cuMemsetD32(values, 5, n));
-  std::vector<int> pageable(n, 0);
+  std::vector<int> result(n, -1);
+  PageableResult check{result.data(), n};
+  CUgraph graph = nullptr;
+  ASSERT_CU(cuStreamBeginCapture(stream_, CU_STREAM_CAPTURE_MODE_GLOBAL));
+  ASSERT_CU(cuMemcpyDtoHAsync(result.data(), values, n * sizeof(int), stream_));
+  ASSERT_CU(cuLaunchHostFunc(stream_, ReadAndResetResult, &check));
+  ASSERT_CU(cuStreamEndCapture(stream_, &graph));
+  CUgraphExec exec = nullptr;
+  ASSERT_CU(cuGraphInstantiate(&exec, graph, 0));
+  for (int launch = 1; launch <= 2; ++launch) {
+    ASSERT_CU(cuMemsetD32(values, static_cast<unsigned>(launch), n));
+    ASSERT_CU(cuGraphLaunch(exec, stream_));
+    ASSERT_CU(cuStreamSynchronize(stream_));
+  }
+  EXPECT_EQ(check.seen, (std::vector<int>{1, 2}));
+  EXPECT_TRUE(check.uniform);
+  EXPECT_EQ(result, std::vector<int>(n, 0));
+  ASSERT_CU(cuGraphExecDestroy(exec));
+  ASSERT_CU(cuGraphDestroy(graph));
+  ASSERT_CU(cuMemFree(values));
+}
+
+// A host-to-device copy from pageable memory after a host node would be read when the launch is posted, before
+// the host function could write its source: such a launch is refused, and the graph works once that node is gone.
+TEST_F(GraphTest, PageableUploadAfterAHostNodeIsRefused) {
+  constexpr int n = 64;
+  CUdeviceptr values = 0;
+  ASSERT_CU(cuMemAlloc(&values, n * sizeof(int)));
+  std::vector<int> pageable(n, 3);
   CUgraph graph = nullptr;
   ASSERT_CU(cuGraphCreate(&graph, 0));
-  CUDA_MEMCPY3D copy{};
-  copy.srcMemoryType = CU_MEMORYTYPE_DEVICE;
-  copy.srcDevice = values;
-  copy.dstMemoryType = CU_MEMORYTYPE_HOST;
-  copy.dstHost = pageable.data();
-  copy.WidthInBytes = n * sizeof(int);
-  copy.Height = copy.Depth = 1;
-  CUgraphNode back = nullptr;
-  ASSERT_CU(cuGraphAddMemcpyNode(&back, graph, nullptr, 0, &copy, context_));
   HostNodeLog log;
   HostNodeCall call{&log, 1};
   CUDA_HOST_NODE_PARAMS host{RecordHostNode, &call};
-  CUgraphNode host_node = nullptr;
-  ASSERT_CU(cuGraphAddHostNode(&host_node, graph, &back, 1, &host));
+  CUgraphNode host_node = nullptr, up_node = nullptr;
+  ASSERT_CU(cuGraphAddHostNode(&host_node, graph, nullptr, 0, &host));
+  const CUDA_MEMCPY3D up = PageableCopy(values, pageable.data(), n * sizeof(int), true);
+  ASSERT_CU(cuGraphAddMemcpyNode(&up_node, graph, &host_node, 1, &up, context_));
   CUgraphExec exec = nullptr;
   ASSERT_CU(cuGraphInstantiate(&exec, graph, 0));
   EXPECT_EQ(cuGraphLaunch(exec, stream_), CUDA_ERROR_NOT_SUPPORTED);
   ASSERT_CU(cuStreamSynchronize(stream_));
   EXPECT_EQ(log.calls.load(), 0);
-  EXPECT_EQ(pageable[0], 0);
   ASSERT_CU(cuGraphExecDestroy(exec));
-  ASSERT_CU(cuGraphDestroyNode(back));
+  ASSERT_CU(cuGraphDestroyNode(up_node));
   ASSERT_CU(cuGraphInstantiate(&exec, graph, 0));
   ASSERT_CU(cuGraphLaunch(exec, stream_));
   ASSERT_CU(cuStreamSynchronize(stream_));
