@@ -230,7 +230,7 @@ CUresult LaunchOrUpload(CUgraphExec exec, CUstream stream, bool upload) {
   }
   // Host nodes (not when the launch becomes a node of a capture): a ticket each.
   HostNodeTickets tickets;
-  std::shared_ptr<HostNodeDeliveries> deliveries;
+  std::shared_ptr<HostNodeDeliveryLaunch> deliveries;
   const bool runs_host_nodes = exec->host_nodes != 0 && !upload && capturing == nullptr;
   if (runs_host_nodes) {
     // Staged host memory moves around the graph: a host node must find the results of the staged copies it depends
@@ -243,9 +243,10 @@ CUresult LaunchOrUpload(CUgraphExec exec, CUstream stream, bool upload) {
                    "the executable graph since it was made");
         return CUDA_ERROR_NOT_SUPPORTED;
       }
-      deliveries = std::make_shared<HostNodeDeliveries>(plan, disabled);
+      if (plan->uploads) CURELAY_RETURN_IF_ERROR(AwaitEarlierHostNodes(*client, exec));
     }
     CURELAY_RETURN_IF_ERROR(tickets.Prepare(*client, exec->host_nodes));
+    if (plan != nullptr && !copies.empty()) deliveries = RegisterHostNodeDeliveries(exec, plan, disabled);
   }
   if (!copies.empty()) {
     if (capturing != nullptr) {
@@ -266,13 +267,9 @@ CUresult LaunchOrUpload(CUgraphExec exec, CUstream stream, bool upload) {
   const bool waited = (exec->allocates || runs_host_nodes) && !upload;
   const CUresult result = waited ? client->Call(builder, wire::Call::GraphLaunch, call, {}, nullptr)
                                  : client->Post(builder, wire::Call::GraphLaunch, call, {});
-  if (result == CUDA_SUCCESS && runs_host_nodes) {
-    if (deliveries != nullptr) {
-      tickets.Start([deliveries](uint64_t function) { deliveries->BeforeFunction(function); });
-    } else {
-      tickets.Start();
-    }
-  }
+  // Every graph launch's tickets look for deliveries: a host node takes whichever ticket is oldest.
+  if (result == CUDA_SUCCESS && runs_host_nodes) tickets.Start(BeforeGraphHostFunction, AfterGraphHostFunction);
+  if (result != CUDA_SUCCESS && deliveries != nullptr) WithdrawHostNodeDeliveries(deliveries);
   // User objects: a launch holds references until its work is done; captured, the capture's graph holds them.
   if (result == CUDA_SUCCESS && !references.empty()) {
     if (capturing != nullptr) {
@@ -283,7 +280,7 @@ CUresult LaunchOrUpload(CUgraphExec exec, CUstream stream, bool upload) {
   }
   if (result != CUDA_SUCCESS || copies.empty()) return result;
   if (deliveries != nullptr) {
-    std::erase_if(copies, [&](const auto& copy) { return deliveries->DeliveredEarly(*copy); });
+    std::erase_if(copies, [&](const auto& copy) { return DeliveredEarly(*deliveries, *copy); });
   }
   return DeliverHostSides(*client, copies, disabled, stream);
 }

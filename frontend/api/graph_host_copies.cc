@@ -15,7 +15,10 @@
 // Records are shared (staging and all) by a graph, the graphs it is copied into (child graph nodes, clones) and the
 // executable graphs made from them; a staging buffer is freed when its last record goes.
 #include <algorithm>
+#include <chrono>
+#include <condition_variable>
 #include <cstring>
+#include <list>
 #include <functional>
 #include <map>
 
@@ -68,18 +71,17 @@ class RelaxedWhileCapturing {
 // (see the top of this file), or in device memory when there is none to be had (no host node can then depend on
 // them: PlanHostNodeDeliveries).
 CUresult AllocateStaging(Client& client, GraphHostCopy* record) {
+  (void)client;
   ReleaseRetiredStaging();
   RelaxedWhileCapturing relaxed;
   const size_t bytes = record->span();
   if (!record->to_device) {
+    // Mapped for the executor when it can be (not asked for with DEVICEMAP: over tcp:// the mirror then stays out of
+    // coherence until a host node needs it, PlanHostNodeDeliveries).
     void* host = nullptr;
     CUdeviceptr device = 0;
-    if (cuMemHostAlloc(&host, bytes, CU_MEMHOSTALLOC_PORTABLE | CU_MEMHOSTALLOC_DEVICEMAP) == CUDA_SUCCESS) {
+    if (cuMemHostAlloc(&host, bytes, CU_MEMHOSTALLOC_PORTABLE) == CUDA_SUCCESS) {
       if (cuMemHostGetDevicePointer(&device, host, 0) == CUDA_SUCCESS) {
-        // Over tcp://: the mirror takes part in coherence, so what the node writes there reaches this process with
-        // the executor's next message (a host node's notice first of all).
-        const uint64_t word = device;
-        client.host_mirrors.ActivateReferenced({reinterpret_cast<const uint8_t*>(&word), sizeof word});
         record->staging = device;
         record->staging_host = static_cast<uint8_t*>(host);
         return CUDA_SUCCESS;
@@ -163,10 +165,17 @@ void ReleaseRetiredStaging() {
   Client* client = Client::Get();
   if (buffers.empty() || client == nullptr || client->broken_result() != CUDA_SUCCESS) return;
   RelaxedWhileCapturing relaxed;
+  std::vector<RetiredBuffer> kept;
   for (const RetiredBuffer& buffer : buffers) {
     if (buffer.owner != client) continue;  // a parent's buffer in a forked child: not this session's
     if (buffer.staging_host != nullptr) {
-      (void)cuMemFreeHost(buffer.staging_host);
+      // Unregistering page-locked memory synchronizes the executor's context, which would invalidate a capture:
+      // kept for a later release.
+      if (CapturesActive()) {
+        kept.push_back(buffer);
+      } else {
+        (void)cuMemFreeHost(buffer.staging_host);
+      }
       continue;
     }
     auto& builder = Builder();
@@ -174,6 +183,10 @@ void ReleaseRetiredStaging() {
     // Waited for, so that a failure is not reported as some later call's.
     (void)client->Call(builder, wire::Call::MemFree, call, {}, nullptr);
   }
+  if (kept.empty()) return;
+  RetiredStaging& retired = Retired();
+  std::lock_guard<std::mutex> lock(retired.mutex);
+  retired.buffers.insert(retired.buffers.end(), kept.begin(), kept.end());
 }
 
 CUresult StageHostSides(Client& client, StridedCopy* copy, HostCopyList* staged) {
@@ -323,24 +336,24 @@ std::shared_ptr<const HostNodeDeliveryPlan> PlanHostNodeDeliveries(Client& clien
       cuGraphGetEdges(graph, from.data(), to.data(), edge_data.data(), &edge_count) != CUDA_SUCCESS) {
     return nullptr;
   }
-  std::map<CUgraphNode, std::vector<CUgraphNode>> dependencies;
+  std::map<CUgraphNode, std::vector<CUgraphNode>> dependencies, dependents;
   for (size_t i = 0; i < edge_count; ++i) {
     // Only full dependencies order a node after another (a programmatic edge lets them overlap).
     if (edge_data[i].type != CU_GRAPH_DEPENDENCY_TYPE_DEFAULT) return nullptr;
     dependencies[to[i]].push_back(from[i]);
+    dependents[from[i]].push_back(to[i]);
   }
-  // Every node's ancestors, each computed once.
-  std::map<CUgraphNode, std::set<CUgraphNode>> ancestors;
-  std::function<const std::set<CUgraphNode>&(CUgraphNode)> ancestors_of = [&](CUgraphNode node) -> const std::set<CUgraphNode>& {
-    const auto known = ancestors.find(node);
-    if (known != ancestors.end()) return known->second;
-    std::set<CUgraphNode> found;
-    for (CUgraphNode before : dependencies[node]) {
-      found.insert(before);
-      const std::set<CUgraphNode>& more = ancestors_of(before);
-      found.insert(more.begin(), more.end());
+  // The nodes reachable from `start` along `edges` (a walk with a visited set: no recursion, linear per walk).
+  const auto reachable = [](CUgraphNode start, std::map<CUgraphNode, std::vector<CUgraphNode>>& edges) {
+    std::set<CUgraphNode> seen;
+    std::vector<CUgraphNode> pending = edges[start];
+    while (!pending.empty()) {
+      CUgraphNode node = pending.back();
+      pending.pop_back();
+      if (!seen.insert(node).second) continue;
+      for (CUgraphNode next : edges[node]) pending.push_back(next);
     }
-    return ancestors[node] = std::move(found);
+    return seen;
   };
   auto plan = std::make_shared<HostNodeDeliveryPlan>();
   std::map<CUgraphNode, std::shared_ptr<GraphHostCopy>> records;
@@ -353,6 +366,7 @@ std::shared_ptr<const HostNodeDeliveryPlan> PlanHostNodeDeliveries(Client& clien
     }
   }
   if (hosts.size() != host_nodes || records.size() != copies.size()) return nullptr;  // some are in child graphs
+  HostCopyList delivered_early;
   for (CUgraphNode host : hosts) {
     auto& builder = Builder();
     const auto call = wire::CreateGraphNodeGetParams(builder, graph->id, host->id).Union();
@@ -364,48 +378,129 @@ std::shared_ptr<const HostNodeDeliveryPlan> PlanHostNodeDeliveries(Client& clien
     auto [entry, added] = plan->by_function.try_emplace(spec->host_function());
     if (!added) return nullptr;
     entry->second.node = host->id;
-    const std::set<CUgraphNode>& before = ancestors_of(host);
+    const std::set<CUgraphNode> before = reachable(host, dependencies);
     for (const auto& [node, record] : records) {
       if (record->to_device || before.count(node) == 0) continue;
       if (record->staging_host == nullptr) return nullptr;  // staged in device memory: not readable here
-      entry->second.before.push_back(record);
+      entry->second.before.push_back({node->id, record});
+      delivered_early.push_back(record);
+    }
+    // A host-to-device record is read when the launch is posted: none may wait for a host node, whose function could
+    // write its source.
+    for (CUgraphNode after : reachable(host, dependents)) {
+      const auto found = records.find(after);
+      if (found != records.end() && found->second->to_device) return nullptr;
     }
   }
-  // A host-to-device record is read when the launch is posted: none may wait for a host node, whose function could
-  // write its source.
-  for (const auto& [node, record] : records) {
-    if (!record->to_device) continue;
-    const std::set<CUgraphNode>& before = ancestors_of(node);
-    for (CUgraphNode host : hosts) {
-      if (before.count(host) != 0) return nullptr;
-    }
+  for (const auto& [node, record] : records) plan->uploads = plan->uploads || record->to_device;
+  // Over tcp:// the staging a host node reads is a mirror: in coherence from now on, its changes reach this process
+  // with the executor's messages, the host node's notice first of all.
+  for (const auto& record : delivered_early) {
+    const uint64_t word = record->staging;
+    client.host_mirrors.ActivateReferenced({reinterpret_cast<const uint8_t*>(&word), sizeof word});
   }
   return plan;
 }
 
-HostNodeDeliveries::HostNodeDeliveries(std::shared_ptr<const HostNodeDeliveryPlan> plan,
-                                       const std::set<uint64_t>& disabled)
-    : plan_(std::move(plan)), disabled_(disabled) {
-  for (const auto& [function, host] : plan_->by_function) {
-    if (disabled_.count(host.node) != 0) continue;  // a disabled host node delivers nothing
-    for (const auto& record : host.before) early_.insert(record.get());
+struct HostNodeDeliveryLaunch {
+  CUgraphExec exec = nullptr;
+  std::shared_ptr<const HostNodeDeliveryPlan> plan;
+  std::set<uint64_t> disabled;
+  std::set<const GraphHostCopy*> early;  // delivered by its host nodes
+  std::set<const GraphHostCopy*> delivered;
+  std::set<uint64_t> started, returned;  // host functions that began, and that returned
+};
+
+namespace {
+
+// The session's launches whose host nodes deliver first, in launch order (per process: one session at a time).
+struct DeliveryLaunches {
+  std::mutex mutex;
+  std::condition_variable returned;
+  std::list<std::shared_ptr<HostNodeDeliveryLaunch>> launches;
+};
+
+DeliveryLaunches& Launches() {
+  static auto* launches = new DeliveryLaunches;  // never destroyed: tickets may run during exit
+  return *launches;
+}
+
+}  // namespace
+
+std::shared_ptr<HostNodeDeliveryLaunch> RegisterHostNodeDeliveries(CUgraphExec exec,
+                                                                   std::shared_ptr<const HostNodeDeliveryPlan> plan,
+                                                                   const std::set<uint64_t>& disabled) {
+  auto launch = std::make_shared<HostNodeDeliveryLaunch>();
+  launch->exec = exec;
+  launch->plan = std::move(plan);
+  launch->disabled = disabled;
+  for (const auto& [function, host] : launch->plan->by_function) {
+    for (const auto& record : host.before) {
+      if (disabled.count(record.node) == 0) launch->early.insert(record.copy.get());
+    }
+  }
+  DeliveryLaunches& launches = Launches();
+  std::lock_guard<std::mutex> lock(launches.mutex);
+  launches.launches.push_back(launch);
+  return launch;
+}
+
+void WithdrawHostNodeDeliveries(const std::shared_ptr<HostNodeDeliveryLaunch>& launch) {
+  DeliveryLaunches& launches = Launches();
+  {
+    std::lock_guard<std::mutex> lock(launches.mutex);
+    launches.launches.remove(launch);
+  }
+  launches.returned.notify_all();
+}
+
+bool DeliveredEarly(const HostNodeDeliveryLaunch& launch, const GraphHostCopy& copy) {
+  return launch.early.count(&copy) != 0;
+}
+
+CUresult AwaitEarlierHostNodes(Client& client, CUgraphExec exec) {
+  DeliveryLaunches& launches = Launches();
+  std::unique_lock<std::mutex> lock(launches.mutex);
+  for (;;) {
+    const bool earlier = std::any_of(launches.launches.begin(), launches.launches.end(),
+                                     [&](const auto& launch) { return launch->exec == exec; });
+    if (!earlier) return CUDA_SUCCESS;
+    if (client.broken_result() != CUDA_SUCCESS) return client.broken_result();
+    launches.returned.wait_for(lock, std::chrono::milliseconds(100));
   }
 }
 
-bool HostNodeDeliveries::DeliveredEarly(const GraphHostCopy& copy) const { return early_.count(&copy) != 0; }
-
-void HostNodeDeliveries::BeforeFunction(uint64_t function) {
-  const auto found = plan_->by_function.find(function);
-  if (found == plan_->by_function.end()) return;
-  // The first host node to run delivers a record that several depend on; one that runs beside it waits for that.
-  std::lock_guard<std::mutex> lock(mutex_);
-  for (const auto& record : found->second.before) {
-    if (disabled_.count(record->node.load()) != 0 || !delivered_.insert(record.get()).second) continue;
-    (void)ForEachRow(*record, [&](size_t offset, size_t bytes) {
-      std::memcpy(record->host + offset, record->staging_host + offset, bytes);
-      return CUDA_SUCCESS;
-    });
+void BeforeGraphHostFunction(uint64_t function) {
+  DeliveryLaunches& launches = Launches();
+  std::lock_guard<std::mutex> lock(launches.mutex);
+  for (const auto& launch : launches.launches) {
+    const auto host = launch->plan->by_function.find(function);
+    if (host == launch->plan->by_function.end() || !launch->started.insert(function).second) continue;
+    // The first host node to run delivers a record that several depend on; one that runs beside it waits for that.
+    for (const auto& record : host->second.before) {
+      if (launch->disabled.count(record.node) != 0 || !launch->delivered.insert(record.copy.get()).second) continue;
+      const GraphHostCopy& copy = *record.copy;
+      (void)ForEachRow(copy, [&](size_t offset, size_t bytes) {
+        std::memcpy(copy.host + offset, copy.staging_host + offset, bytes);
+        return CUDA_SUCCESS;
+      });
+    }
+    return;
   }
+}
+
+void AfterGraphHostFunction(uint64_t function) {
+  DeliveryLaunches& launches = Launches();
+  {
+    std::lock_guard<std::mutex> lock(launches.mutex);
+    for (auto it = launches.launches.begin(); it != launches.launches.end(); ++it) {
+      HostNodeDeliveryLaunch& launch = **it;
+      if (launch.started.count(function) == 0 || !launch.returned.insert(function).second) continue;
+      if (launch.returned.size() == launch.plan->by_function.size()) launches.launches.erase(it);
+      break;
+    }
+  }
+  launches.returned.notify_all();
 }
 
 }  // namespace curelay::frontend

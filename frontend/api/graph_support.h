@@ -108,11 +108,16 @@ void ReleaseRetiredStaging();
 // nodes it depends on, delivered into the application's memory before the node's function runs (and not again after
 // the launch), straight from their page-locked staging (graph_host_copies.cc).
 struct HostNodeDeliveryPlan {
+  struct Record {
+    uint64_t node = 0;  // this graph's id of the memcpy node (what cuGraphNodeSetEnabled names)
+    std::shared_ptr<GraphHostCopy> copy;
+  };
   struct HostNode {
-    uint64_t node = 0;  // the executor's id of the node
-    HostCopyList before;
+    uint64_t node = 0;
+    std::vector<Record> before;
   };
   std::map<uint64_t, HostNode> by_function;  // by host function id, distinct in the graph
+  bool uploads = false;                      // the graph has staged host-to-device records too
 };
 // Null when the graph is not covered: a host node or record inside a child graph, two host nodes of one function
 // and data, a non-default edge, a host-to-device record after a host node (read when the launch is posted, it would
@@ -120,22 +125,23 @@ struct HostNodeDeliveryPlan {
 // Launches of such graphs are refused.
 std::shared_ptr<const HostNodeDeliveryPlan> PlanHostNodeDeliveries(Client& client, CUgraph graph,
                                                                    const HostCopyList& copies, uint32_t host_nodes);
-// One launch's deliveries, shared with its host-node tickets.
-class HostNodeDeliveries {
- public:
-  HostNodeDeliveries(std::shared_ptr<const HostNodeDeliveryPlan> plan, const std::set<uint64_t>& disabled);
-  // Runs on a ticket's thread before host function `function` runs.
-  void BeforeFunction(uint64_t function);
-  // Whether a host node of this launch delivers `copy` (so the launch does not deliver it again afterwards).
-  bool DeliveredEarly(const GraphHostCopy& copy) const;
-
- private:
-  std::shared_ptr<const HostNodeDeliveryPlan> plan_;
-  std::set<uint64_t> disabled_;
-  std::set<const GraphHostCopy*> early_;
-  std::mutex mutex_;
-  std::set<const GraphHostCopy*> delivered_;
-};
+// A launch whose host nodes deliver first, registered with the session's list of such launches before it is posted
+// (withdrawn if it fails): a host node takes whichever ticket of the session is oldest, so a ticket finds the launch
+// it serves by the function id (the oldest registered launch still waiting for that function).
+struct HostNodeDeliveryLaunch;
+std::shared_ptr<HostNodeDeliveryLaunch> RegisterHostNodeDeliveries(CUgraphExec exec,
+                                                                   std::shared_ptr<const HostNodeDeliveryPlan> plan,
+                                                                   const std::set<uint64_t>& disabled);
+void WithdrawHostNodeDeliveries(const std::shared_ptr<HostNodeDeliveryLaunch>& launch);
+// Whether a host node of `launch` delivers `copy` (the launch then does not deliver it afterwards).
+bool DeliveredEarly(const HostNodeDeliveryLaunch& launch, const GraphHostCopy& copy);
+// Before staged uploads are read for a launch of `exec`: its earlier launches' host functions, which may write an
+// upload's source (natively the copy reads it when it runs, after them), have returned. Ends early, with the
+// session's error, if the session is lost.
+CUresult AwaitEarlierHostNodes(Client& client, CUgraphExec exec);
+// Run on every graph host node's ticket thread around the application's function.
+void BeforeGraphHostFunction(uint64_t function);
+void AfterGraphHostFunction(uint64_t function);
 
 // User objects (frontend/api/user_objects.cc). References are added to or dropped from each object's count; a count
 // reaching zero runs the destructor on a thread of its own.

@@ -218,16 +218,17 @@ CUresult HostNodeTickets::Prepare(Client& client, size_t count) {
   return CUDA_SUCCESS;
 }
 
-void HostNodeTickets::Start(std::function<void(uint64_t)> before) {
+void HostNodeTickets::Start(std::function<void(uint64_t)> before, std::function<void(uint64_t)> after) {
   started_ = true;
   Client* client = client_;
   for (auto& notice : notices_) {
-    std::thread([client, notice = std::move(notice), before] {
+    std::thread([client, notice = std::move(notice), before, after] {
       if (notice->Await() != CUDA_SUCCESS) return;  // the session is gone: no node will take the ticket
       const auto* value = notice->reply().reply != nullptr ? notice->reply().reply->body_as_IntegerValue() : nullptr;
       if (value != nullptr) {
         if (before) before(static_cast<uint64_t>(value->value()));
         RunHostFunction(static_cast<uint64_t>(value->value()));
+        if (after) after(static_cast<uint64_t>(value->value()));
       }
       auto& reply = Builder();
       const auto returned = wire::CreateHostFunctionReturned(reply, notice->sequence()).Union();
@@ -238,7 +239,7 @@ void HostNodeTickets::Start(std::function<void(uint64_t)> before) {
   GateWord* board = nullptr;
   if (Board(*client, &board) != CUDA_SUCCESS) return;
   for (uint32_t index : gates_) {
-    std::thread([client, board, index, before] {
+    std::thread([client, board, index, before, after] {
       GateWord* gate = &board[index];
       while (gate->load() == transport::kGateLaunched) {
         if (client->broken_result() != CUDA_SUCCESS) return;  // the session is gone: nothing will reach the gate
@@ -248,6 +249,7 @@ void HostNodeTickets::Start(std::function<void(uint64_t)> before) {
       const uint64_t function = transport::GateFunctions(board)[index].load();
       if (before) before(function);
       RunHostFunction(function);
+      if (after) after(function);
       gate->store(transport::kGateReturned);
       transport::WakeGate(gate);
     }).detach();

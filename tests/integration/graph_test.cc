@@ -1737,6 +1737,46 @@ TEST_F(GraphTest, CapturedHostFunctionFindsTheCapturedPageableCopy) {
   ASSERT_CU(cuMemFree(values));
 }
 
+// Launches back to back, with no synchronize between them: each launch's staged upload reads what the previous
+// launch's host function wrote there (natively the copy reads its source when it runs, after that function).
+struct ChainedInput {
+  PageableResult result;
+  int* input = nullptr;
+};
+
+void CUDA_CB ReadAndFeedNext(void* data) {
+  auto* chained = static_cast<ChainedInput*>(data);
+  ReadAndResetResult(&chained->result);
+  for (int i = 0; i < chained->result.count; ++i) chained->input[i] = chained->result.seen.back() + 1;
+}
+
+TEST_F(GraphTest, BackToBackLaunchesUploadWhatTheLastHostNodeWrote) {
+  constexpr int n = 64;
+  constexpr size_t bytes = n * sizeof(int);
+  CUdeviceptr values = 0;
+  ASSERT_CU(cuMemAlloc(&values, bytes));
+  std::vector<int> input(n, 1), result(n, -1);
+  ChainedInput chained{{result.data(), n}, input.data()};
+  CUgraph graph = nullptr;
+  ASSERT_CU(cuGraphCreate(&graph, 0));
+  const CUDA_MEMCPY3D up = PageableCopy(values, input.data(), bytes, true);
+  const CUDA_MEMCPY3D back = PageableCopy(values, result.data(), bytes, false);
+  CUgraphNode up_node = nullptr, back_node = nullptr, host_node = nullptr;
+  ASSERT_CU(cuGraphAddMemcpyNode(&up_node, graph, nullptr, 0, &up, context_));
+  ASSERT_CU(cuGraphAddMemcpyNode(&back_node, graph, &up_node, 1, &back, context_));
+  CUDA_HOST_NODE_PARAMS host{ReadAndFeedNext, &chained};
+  ASSERT_CU(cuGraphAddHostNode(&host_node, graph, &back_node, 1, &host));
+  CUgraphExec exec = nullptr;
+  ASSERT_CU(cuGraphInstantiate(&exec, graph, 0));
+  for (int launch = 0; launch < 4; ++launch) ASSERT_CU(cuGraphLaunch(exec, stream_));
+  ASSERT_CU(cuStreamSynchronize(stream_));
+  EXPECT_EQ(chained.result.seen, (std::vector<int>{1, 2, 3, 4}));
+  EXPECT_TRUE(chained.result.uniform);
+  ASSERT_CU(cuGraphExecDestroy(exec));
+  ASSERT_CU(cuGraphDestroy(graph));
+  ASSERT_CU(cuMemFree(values));
+}
+
 // A host-to-device copy from pageable memory after a host node would be read when the launch is posted, before
 // the host function could write its source: such a launch is refused, and the graph works once that node is gone.
 TEST_F(GraphTest, PageableUploadAfterAHostNodeIsRefused) {
