@@ -243,10 +243,9 @@ CUresult LaunchOrUpload(CUgraphExec exec, CUstream stream, bool upload) {
                    "the executable graph since it was made");
         return CUDA_ERROR_NOT_SUPPORTED;
       }
-      if (plan->uploads) CURELAY_RETURN_IF_ERROR(AwaitEarlierHostNodes(*client, exec));
+      AwaitEarlierHostNodes(*client, exec->id, *plan);
     }
     CURELAY_RETURN_IF_ERROR(tickets.Prepare(*client, exec->host_nodes));
-    if (plan != nullptr && !copies.empty()) deliveries = RegisterHostNodeDeliveries(exec, plan, disabled);
   }
   if (!copies.empty()) {
     if (capturing != nullptr) {
@@ -256,6 +255,10 @@ CUresult LaunchOrUpload(CUgraphExec exec, CUstream stream, bool upload) {
     } else {
       CURELAY_RETURN_IF_ERROR(CopyHostSidesIn(*client, copies, stream));
     }
+  }
+  // Registered last, so that no early return leaves it behind (withdrawn if the launch fails).
+  if (runs_host_nodes && plan != nullptr && !copies.empty()) {
+    deliveries = RegisterHostNodeDeliveries(*client, exec->id, plan, disabled);
   }
   auto& builder = Builder();
   const auto gates = tickets.gates().empty() ? flatbuffers::Offset<flatbuffers::Vector<uint32_t>>()

@@ -15,6 +15,7 @@
 // Records are shared (staging and all) by a graph, the graphs it is copied into (child graph nodes, clones) and the
 // executable graphs made from them; a staging buffer is freed when its last record goes.
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <condition_variable>
 #include <cstring>
@@ -403,7 +404,8 @@ std::shared_ptr<const HostNodeDeliveryPlan> PlanHostNodeDeliveries(Client& clien
 }
 
 struct HostNodeDeliveryLaunch {
-  CUgraphExec exec = nullptr;
+  Client* client = nullptr;  // the session (a forked child's tickets never serve its parent's launches)
+  uint64_t exec = 0;         // the executable graph's id
   std::shared_ptr<const HostNodeDeliveryPlan> plan;
   std::set<uint64_t> disabled;
   std::set<const GraphHostCopy*> early;  // delivered by its host nodes
@@ -427,10 +429,11 @@ DeliveryLaunches& Launches() {
 
 }  // namespace
 
-std::shared_ptr<HostNodeDeliveryLaunch> RegisterHostNodeDeliveries(CUgraphExec exec,
+std::shared_ptr<HostNodeDeliveryLaunch> RegisterHostNodeDeliveries(Client& client, uint64_t exec,
                                                                    std::shared_ptr<const HostNodeDeliveryPlan> plan,
                                                                    const std::set<uint64_t>& disabled) {
   auto launch = std::make_shared<HostNodeDeliveryLaunch>();
+  launch->client = &client;
   launch->exec = exec;
   launch->plan = std::move(plan);
   launch->disabled = disabled;
@@ -458,22 +461,37 @@ bool DeliveredEarly(const HostNodeDeliveryLaunch& launch, const GraphHostCopy& c
   return launch.early.count(&copy) != 0;
 }
 
-CUresult AwaitEarlierHostNodes(Client& client, CUgraphExec exec) {
+void AwaitEarlierHostNodes(Client& client, uint64_t exec, const HostNodeDeliveryPlan& plan) {
+  const auto in_the_way = [&](const HostNodeDeliveryLaunch& launch) {
+    if (launch.client != &client) return false;
+    if (launch.exec == exec) return plan.uploads;
+    return std::any_of(plan.by_function.begin(), plan.by_function.end(),
+                       [&](const auto& host) { return launch.plan->by_function.count(host.first) != 0; });
+  };
   DeliveryLaunches& launches = Launches();
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
   std::unique_lock<std::mutex> lock(launches.mutex);
-  for (;;) {
-    const bool earlier = std::any_of(launches.launches.begin(), launches.launches.end(),
-                                     [&](const auto& launch) { return launch->exec == exec; });
-    if (!earlier) return CUDA_SUCCESS;
-    if (client.broken_result() != CUDA_SUCCESS) return client.broken_result();
+  while (std::any_of(launches.launches.begin(), launches.launches.end(),
+                     [&](const auto& launch) { return in_the_way(*launch); })) {
+    if (client.broken_result() != CUDA_SUCCESS) return;
+    if (std::chrono::steady_clock::now() >= deadline) {
+      static std::atomic<bool> warned{false};
+      if (!warned.exchange(true)) {
+        Log().warn("cuGraphLaunch: an earlier launch's host nodes have not run after 10 s; launching without waiting "
+                   "for them (a staged upload may read its source before their functions write it)");
+      }
+      return;
+    }
     launches.returned.wait_for(lock, std::chrono::milliseconds(100));
   }
 }
 
 void BeforeGraphHostFunction(uint64_t function) {
+  Client* client = Client::Get();
   DeliveryLaunches& launches = Launches();
   std::lock_guard<std::mutex> lock(launches.mutex);
   for (const auto& launch : launches.launches) {
+    if (launch->client != client) continue;
     const auto host = launch->plan->by_function.find(function);
     if (host == launch->plan->by_function.end() || !launch->started.insert(function).second) continue;
     // The first host node to run delivers a record that several depend on; one that runs beside it waits for that.
@@ -490,12 +508,15 @@ void BeforeGraphHostFunction(uint64_t function) {
 }
 
 void AfterGraphHostFunction(uint64_t function) {
+  Client* client = Client::Get();
   DeliveryLaunches& launches = Launches();
   {
     std::lock_guard<std::mutex> lock(launches.mutex);
     for (auto it = launches.launches.begin(); it != launches.launches.end(); ++it) {
       HostNodeDeliveryLaunch& launch = **it;
-      if (launch.started.count(function) == 0 || !launch.returned.insert(function).second) continue;
+      if (launch.client != client || launch.started.count(function) == 0 || !launch.returned.insert(function).second) {
+        continue;
+      }
       if (launch.returned.size() == launch.plan->by_function.size()) launches.launches.erase(it);
       break;
     }

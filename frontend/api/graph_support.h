@@ -129,16 +129,19 @@ std::shared_ptr<const HostNodeDeliveryPlan> PlanHostNodeDeliveries(Client& clien
 // (withdrawn if it fails): a host node takes whichever ticket of the session is oldest, so a ticket finds the launch
 // it serves by the function id (the oldest registered launch still waiting for that function).
 struct HostNodeDeliveryLaunch;
-std::shared_ptr<HostNodeDeliveryLaunch> RegisterHostNodeDeliveries(CUgraphExec exec,
+std::shared_ptr<HostNodeDeliveryLaunch> RegisterHostNodeDeliveries(Client& client, uint64_t exec,
                                                                    std::shared_ptr<const HostNodeDeliveryPlan> plan,
                                                                    const std::set<uint64_t>& disabled);
 void WithdrawHostNodeDeliveries(const std::shared_ptr<HostNodeDeliveryLaunch>& launch);
 // Whether a host node of `launch` delivers `copy` (the launch then does not deliver it afterwards).
 bool DeliveredEarly(const HostNodeDeliveryLaunch& launch, const GraphHostCopy& copy);
-// Before staged uploads are read for a launch of `exec`: its earlier launches' host functions, which may write an
-// upload's source (natively the copy reads it when it runs, after them), have returned. Ends early, with the
-// session's error, if the session is lost.
-CUresult AwaitEarlierHostNodes(Client& client, CUgraphExec exec);
+// Before a launch of executable graph `exec` (its id) with `plan` reads its staged uploads and registers: waits until
+// no registered launch is one a ticket could mistake for it (another executable graph's with a host function of the
+// same id) and, when the plan has uploads, until its own earlier launches' host functions have returned (they may
+// write an upload's source, which natively the copy reads only when it runs). The wait ends when the session is lost,
+// and after 10 s in any case (a launch whose host nodes never run, after an asynchronous error, or one that waits for
+// something the application does later): the launch then goes on, with one warning.
+void AwaitEarlierHostNodes(Client& client, uint64_t exec, const HostNodeDeliveryPlan& plan);
 // Run on every graph host node's ticket thread around the application's function.
 void BeforeGraphHostFunction(uint64_t function);
 void AfterGraphHostFunction(uint64_t function);

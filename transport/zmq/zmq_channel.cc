@@ -47,7 +47,11 @@ class ZmqChannel final : public Channel {
   bool Send(std::span<const uint8_t> header, std::span<const uint8_t> payload) override {
     if (peer_lost_) return false;
     const int more = payload.empty() ? 0 : ZMQ_SNDMORE;
-    return SendFrame(header, more) && (payload.empty() || SendFrame(payload, 0));
+    if (!SendFrame(header, more)) return false;
+    if (payload.empty() || SendFrame(payload, 0)) return true;
+    // Half a message went out: whatever follows would be read out of step, so the channel is done.
+    peer_lost_ = true;
+    return false;
   }
 
   ReceiveStatus Receive(IncomingMessage& message, int timeout_ms) override {
