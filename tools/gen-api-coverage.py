@@ -231,9 +231,12 @@ def main() -> None:
         "| graph host nodes (`cuGraphAddHostNode`, `cuGraphAddNode`, `cuLaunchHostFunc` on a capturing stream; "
         "`cuGraphHostNodeGet/SetParams`, `cuGraphExecHostNodeSetParams`) | the function runs in the client, in graph "
         "order, once per launch, while the node holds its stream; a launch of a graph with host nodes is a round "
-        "trip carrying a ticket per node (docs/stream-capture.md, \"Host nodes\"). A launch of a graph with host "
-        "nodes and memcpy nodes on staged host memory (pageable; over tcp:// any host memory): "
-        "`CUDA_ERROR_NOT_SUPPORTED`; more than 512 host nodes in one graph on the same host: "
+        "trip carrying a ticket per node (docs/stream-capture.md, \"Host nodes\"). A host node after a memcpy node "
+        "on staged host memory (pageable; over tcp:// any host memory) finds its bytes, delivered by the node's "
+        "ticket before its function runs; the shapes that are not covered (host nodes or staged copies in child "
+        "graphs, two host nodes of one function and data, non-default edges, a staged upload after a host node, a "
+        "host or memcpy node changed in the executable graph) answer `CUDA_ERROR_NOT_SUPPORTED` at launch; more "
+        "than 512 host nodes in one graph on the same host: "
         "`CUDA_ERROR_NOT_SUPPORTED`; `cuStreamAddCallback` on a capturing stream: "
         "`CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED`, as the driver answers |",
         "| user objects (`cuUserObjectCreate`/`Retain`/`Release`, `cuGraphRetainUserObject`/`ReleaseUserObject`) | "
@@ -247,7 +250,8 @@ def main() -> None:
         "fails the next synchronizing call instead |",
         "| `cuLibraryLoadData` with `CU_LIBRARY_HOST_UNIVERSAL_FUNCTION_AND_DATA_TABLE` | `CUDA_ERROR_NOT_SUPPORTED` |",
         "| memcpy nodes (made by hand or by capture) on pageable host memory, and over tcp:// on any host memory | "
-        "the node copies from or into a staging buffer of device memory; each launch copies the application's bytes "
+        "the node copies from or into a staging buffer (device memory for uploads, page-locked host memory the "
+        "executor reaches for downloads); each launch copies the application's bytes "
         "in before the graph (read when `cuGraphLaunch` is called) and delivers them after it, by the time a later "
         "synchronize returns (docs/stream-capture.md, \"Host memory in graphs\"); a device-to-host one in a "
         "conditional node's body, and `cuGraphExecChildGraphNodeSetParams` on an executable graph that has staged "
@@ -331,13 +335,15 @@ def main() -> None:
         "ran the two shareable-handle samples after shareable handles landed: streamOrderedAllocationIPC passes over "
         "ipc:// and tcp://, so 132 of 136 passed (not a full run). The eighteenth session (2026-11-28, H200) ran "
         "memMapIPCDrv again once every virtual memory call needed no context: it passes over ipc:// and tcp://, so "
-        "**133 of 136** pass (not a full run). The 3 that fail:",
+        "133 of 136 passed (not a full run). The twenty-eighth session (2026-11-30, H200) ran simpleCudaGraphs once "
+        "graph host nodes found staged copies' bytes: it passes over ipc:// and tcp:// (its twelve host callbacks "
+        "print the same sums as natively), with conjugateGradientCudaGraphs, graphConditionalNodes, "
+        "graphMemoryFootprint, graphMemoryNodes, jacobiCudaGraphs and simpleCallback still passing (graphMemoryNodes "
+        "over tcp:// fails at `cudaMallocManaged`, as before), so **134 of 136** pass (not a full run). The 2 that "
+        "fail:",
         "",
         "| sample | through curelay | cause |",
         "|---|---|---|",
-        "| simpleCudaGraphs | `cudaGraphLaunch`: 801 | a graph with both a memcpy node on pageable host memory "
-        "(staged around the whole graph) and a host node is refused at launch: the host node would see the staged "
-        "bytes out of order |",
         "| systemWideAtomics | wrong atomics result (ipc://); \"Unified Memory not supported\" (tcp://, where curelay "
         "has no managed memory) | system-scope atomics racing between host and GPU on managed memory: curelay's "
         "managed memory is page-locked host memory the GPU reaches over PCIe, and this host has no host-native "
