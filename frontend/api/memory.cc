@@ -356,8 +356,14 @@ CUresult AllocateSharedHostMemory(Client& client, size_t bytes, unsigned int fla
     munmap(memory, rounded);
     return result;
   }
+  if (device_ptr != reinterpret_cast<CUdeviceptr>(memory) &&
+      transport::MoveMapping(memory, rounded, reinterpret_cast<void*>(device_ptr))) {
+    // The range was taken in the executor, which mapped the file elsewhere; that address was free here, so the host
+    // pointer is the device pointer again, as under unified addressing.
+    memory = reinterpret_cast<void*>(device_ptr);
+  }
   if (managed && device_ptr != reinterpret_cast<CUdeviceptr>(memory)) {
-    // Managed memory is one address for host and device; the executor could not map the pages where they are here.
+    // Managed memory is one address for host and device; neither process had the other's address free.
     UnregisterFromExecutor(client, device_ptr);
     munmap(memory, rounded);
     Log().warn("cuMemAllocManaged: the executor could not map the memory at the application's address");

@@ -78,6 +78,23 @@ void* OpenSharedFile(const std::string& path, const std::string& allowed_directo
   return mapping;
 }
 
+bool MoveMapping(void* mapping, size_t bytes, void* target) {
+  if (mapping == target) return true;
+  // Reserving the range first is what keeps mremap's MREMAP_FIXED from replacing a mapping already there.
+  void* reserved = mmap(target, bytes, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | MAP_FIXED_NOREPLACE,
+                        -1, 0);
+  if (reserved == MAP_FAILED) return false;
+  if (reserved != target) {  // an old kernel that took the address as a hint only
+    munmap(reserved, bytes);
+    return false;
+  }
+  if (mremap(mapping, bytes, bytes, MREMAP_MAYMOVE | MREMAP_FIXED, target) == MAP_FAILED) {
+    munmap(reserved, bytes);
+    return false;
+  }
+  return true;
+}
+
 void* CreateNamedSharedFile(const std::string& path, size_t bytes, std::string* error) {
   unlink(path.c_str());
   const int fd = open(path.c_str(), O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0600);

@@ -19,6 +19,10 @@ void* CreateSharedFile(const std::string& directory, const char* prefix, size_t 
 void* OpenSharedFile(const std::string& path, const std::string& allowed_directory, const char* prefix, size_t bytes,
                      std::string* error, void* address_hint = nullptr);
 
+// Moves the `bytes`-byte mapping at `mapping` (pages and sharing alike) to `target` when that range is free in this
+// process (never over another mapping); false, with the mapping where it was, otherwise. Both page-aligned.
+bool MoveMapping(void* mapping, size_t bytes, void* target);
+
 // A board every process of a backend keeps mapped (the memory quota and dispatch boards): created afresh at a
 // fixed `path` (a stale file there is replaced), mode 0600, `bytes` zero-filled bytes, mapped shared. Null with
 // *error set.
