@@ -94,6 +94,8 @@ class InteractiveClient {
       kill(pid_, SIGKILL);
       waitpid(pid_, nullptr, 0);
     }
+    unlink(output_.c_str());
+    rmdir(output_.substr(0, output_.rfind('/')).c_str());
   }
   bool ready() const { return ready_; }
   // Sends one command and returns its answer line ("alloc 0", ...), or "" if none came within `timeout`.
