@@ -166,8 +166,7 @@ CUresult Instantiate(CUgraphExec* result_exec, CUgraph graph, uint64_t flags, bo
   exec->host_nodes = info != nullptr ? info->host_nodes() : 0;
   {
     HostCopyList copies = CollectHostCopies(graph);
-    std::shared_ptr<const HostNodeDeliveryPlan> plan;
-    if (exec->host_nodes != 0 && !copies.empty()) plan = PlanHostNodeDeliveries(*client, graph, copies, exec->host_nodes);
+    auto plan = PlanHostNodeDeliveries(*client, graph, copies, exec->host_nodes);
     UserObjectRefs references = CollectUserObjects(graph);
     RetainUserObjects(references);
     std::lock_guard<std::mutex> lock(exec->mutex);
@@ -253,7 +252,7 @@ CUresult LaunchOrUpload(CUgraphExec exec, CUstream stream, bool upload) {
       AddHostCopies(capturing, copies);
       copies.clear();
     } else {
-      CURELAY_RETURN_IF_ERROR(CopyHostSidesIn(*client, copies, stream));
+      CURELAY_RETURN_IF_ERROR(CopyHostSidesIn(copies, stream));
     }
   }
   // Registered last, so that no early return leaves it behind (withdrawn if the launch fails).
@@ -271,7 +270,7 @@ CUresult LaunchOrUpload(CUgraphExec exec, CUstream stream, bool upload) {
   const CUresult result = waited ? client->Call(builder, wire::Call::GraphLaunch, call, {}, nullptr)
                                  : client->Post(builder, wire::Call::GraphLaunch, call, {});
   // Every graph launch's tickets look for deliveries: a host node takes whichever ticket is oldest.
-  if (result == CUDA_SUCCESS && runs_host_nodes) tickets.Start(BeforeGraphHostFunction, AfterGraphHostFunction);
+  if (result == CUDA_SUCCESS && runs_host_nodes) tickets.Start();
   if (result != CUDA_SUCCESS && deliveries != nullptr) WithdrawHostNodeDeliveries(deliveries);
   // User objects: a launch holds references until its work is done; captured, the capture's graph holds them.
   if (result == CUDA_SUCCESS && !references.empty()) {

@@ -71,8 +71,7 @@ class RelaxedWhileCapturing {
 // Host-to-device records stage in device memory; device-to-host ones in page-locked memory the executor reaches
 // (see the top of this file), or in device memory when there is none to be had (no host node can then depend on
 // them: PlanHostNodeDeliveries).
-CUresult AllocateStaging(Client& client, GraphHostCopy* record) {
-  (void)client;
+CUresult AllocateStaging(GraphHostCopy* record) {
   ReleaseRetiredStaging();
   RelaxedWhileCapturing relaxed;
   const size_t bytes = record->span();
@@ -201,7 +200,7 @@ CUresult StageHostSides(Client& client, StridedCopy* copy, HostCopyList* staged)
     record->depth = copy->depth;
     record->pitch = side->pitch;
     record->slice_rows = side->slice_rows;
-    CURELAY_RETURN_IF_ERROR(AllocateStaging(client, record.get()));
+    CURELAY_RETURN_IF_ERROR(AllocateStaging(record.get()));
     side->host = false;
     side->host_ptr = nullptr;
     side->device_ptr = record->staging;
@@ -300,8 +299,7 @@ CUresult CaptureHostCopy(Client& client, CUgraph graph, StridedCopy copy, CUstre
   return CUDA_SUCCESS;
 }
 
-CUresult CopyHostSidesIn(Client& client, const HostCopyList& copies, CUstream stream) {
-  (void)client;
+CUresult CopyHostSidesIn(const HostCopyList& copies, CUstream stream) {
   for (const auto& copy : copies) {
     if (copy->to_device) CURELAY_RETURN_IF_ERROR(CopyIn(*copy, stream));
   }
@@ -323,6 +321,7 @@ CUresult DeliverHostSides(Client& client, const HostCopyList& copies, const std:
 
 std::shared_ptr<const HostNodeDeliveryPlan> PlanHostNodeDeliveries(Client& client, CUgraph graph,
                                                                    const HostCopyList& copies, uint32_t host_nodes) {
+  if (host_nodes == 0 || copies.empty()) return nullptr;  // nothing to deliver
   // The graph's own nodes and edges (host nodes or records inside child graphs are not covered).
   size_t count = 0;
   if (cuGraphGetNodes(graph, nullptr, &count) != CUDA_SUCCESS) return nullptr;

@@ -544,8 +544,7 @@ CUresult ExecUpdate(CUgraphExec exec, CUgraph graph, CUgraphExecUpdateResultInfo
   if (result == CUDA_SUCCESS && info->result == CU_GRAPH_EXEC_UPDATE_SUCCESS) {
     // The executable graph's nodes now have the graph's parameters, staging buffers included.
     HostCopyList copies = CollectHostCopies(graph);
-    std::shared_ptr<const HostNodeDeliveryPlan> plan;
-    if (exec->host_nodes != 0 && !copies.empty()) plan = PlanHostNodeDeliveries(*client, graph, copies, exec->host_nodes);
+    auto plan = PlanHostNodeDeliveries(*client, graph, copies, exec->host_nodes);
     UserObjectRefs references = CollectUserObjects(graph);
     RetainUserObjects(references);
     {

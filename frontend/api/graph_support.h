@@ -98,7 +98,7 @@ void ForgetNodeHostCopies(Client& client, CUgraphNode node);
 CUresult CaptureHostCopy(Client& client, CUgraph graph, StridedCopy copy, CUstream stream);
 // Around a launch of an executable graph on `stream`: the application's bytes into the host-to-device staging
 // buffers before, and the device-to-host ones delivered into its memory after (when their replies arrive).
-CUresult CopyHostSidesIn(Client& client, const HostCopyList& copies, CUstream stream);
+CUresult CopyHostSidesIn(const HostCopyList& copies, CUstream stream);
 CUresult DeliverHostSides(Client& client, const HostCopyList& copies, const std::set<uint64_t>& disabled,
                           CUstream stream);
 // Frees staging buffers whose records are gone; called where no request is being built.
@@ -119,10 +119,11 @@ struct HostNodeDeliveryPlan {
   std::map<uint64_t, HostNode> by_function;  // by host function id, distinct in the graph
   bool uploads = false;                      // the graph has staged host-to-device records too
 };
-// Null when the graph is not covered: a host node or record inside a child graph, two host nodes of one function
-// and data, a non-default edge, a host-to-device record after a host node (read when the launch is posted, it would
-// miss what the function writes), or a record a host node depends on that could not get page-locked staging.
-// Launches of such graphs are refused.
+// Null when there is nothing to deliver (no host node or no staged record), and when the graph is not covered: a
+// host node or record inside a child graph, two host nodes of one function and data, a non-default edge, a
+// host-to-device record after a host node (read when the launch is posted, it would miss what the function writes),
+// or a record a host node depends on that could not get page-locked staging. Launches of the graphs not covered are
+// refused.
 std::shared_ptr<const HostNodeDeliveryPlan> PlanHostNodeDeliveries(Client& client, CUgraph graph,
                                                                    const HostCopyList& copies, uint32_t host_nodes);
 // A launch whose host nodes deliver first, registered with the session's list of such launches before it is posted

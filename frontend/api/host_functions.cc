@@ -218,18 +218,25 @@ CUresult HostNodeTickets::Prepare(Client& client, size_t count) {
   return CUDA_SUCCESS;
 }
 
-void HostNodeTickets::Start(std::function<void(uint64_t)> before, std::function<void(uint64_t)> after) {
+namespace {
+
+// A graph host node's function, with the staged copies it depends on delivered first (graph_host_copies.cc).
+void RunGraphHostFunction(uint64_t function) {
+  BeforeGraphHostFunction(function);
+  RunHostFunction(function);
+  AfterGraphHostFunction(function);
+}
+
+}  // namespace
+
+void HostNodeTickets::Start() {
   started_ = true;
   Client* client = client_;
   for (auto& notice : notices_) {
-    std::thread([client, notice = std::move(notice), before, after] {
+    std::thread([client, notice = std::move(notice)] {
       if (notice->Await() != CUDA_SUCCESS) return;  // the session is gone: no node will take the ticket
       const auto* value = notice->reply().reply != nullptr ? notice->reply().reply->body_as_IntegerValue() : nullptr;
-      if (value != nullptr) {
-        if (before) before(static_cast<uint64_t>(value->value()));
-        RunHostFunction(static_cast<uint64_t>(value->value()));
-        if (after) after(static_cast<uint64_t>(value->value()));
-      }
+      if (value != nullptr) RunGraphHostFunction(static_cast<uint64_t>(value->value()));
       auto& reply = Builder();
       const auto returned = wire::CreateHostFunctionReturned(reply, notice->sequence()).Union();
       client->Post(reply, wire::Call::HostFunctionReturned, returned, {});
@@ -239,17 +246,14 @@ void HostNodeTickets::Start(std::function<void(uint64_t)> before, std::function<
   GateWord* board = nullptr;
   if (Board(*client, &board) != CUDA_SUCCESS) return;
   for (uint32_t index : gates_) {
-    std::thread([client, board, index, before, after] {
+    std::thread([client, board, index] {
       GateWord* gate = &board[index];
       while (gate->load() == transport::kGateLaunched) {
         if (client->broken_result() != CUDA_SUCCESS) return;  // the session is gone: nothing will reach the gate
         transport::WaitGate(gate, transport::kGateLaunched, 100);
       }
       if (gate->load() != transport::kGateReached) return;
-      const uint64_t function = transport::GateFunctions(board)[index].load();
-      if (before) before(function);
-      RunHostFunction(function);
-      if (after) after(function);
+      RunGraphHostFunction(transport::GateFunctions(board)[index].load());
       gate->store(transport::kGateReturned);
       transport::WakeGate(gate);
     }).detach();

@@ -35,9 +35,9 @@ class HostNodeTickets {
   CUresult Prepare(Client& client, size_t count);
   const std::vector<uint32_t>& gates() const { return gates_; }
   const std::vector<uint64_t>& notices() const { return notice_numbers_; }
-  // After the executor took the launch: a thread per ticket. `before` and `after` (if any) run on the ticket's
-  // thread around the host function the node names, with its id.
-  void Start(std::function<void(uint64_t)> before = {}, std::function<void(uint64_t)> after = {});
+  // After the executor took the launch: a thread per ticket, which runs the host function the node names (with the
+  // deliveries of graph_support.h's BeforeGraphHostFunction/AfterGraphHostFunction around it).
+  void Start();
 
  private:
   Client* client_ = nullptr;
