@@ -57,6 +57,7 @@ Session::Outcome Session::ContextDestroy(const wire::ContextDestroy& call) {
   dispatch_gate_.ForgetContext(contexts_.at(call.context()));  // its timing markers go with it
   markers_.Forget(contexts_.at(call.context()));
   copy_deliveries_.ContextGone(contexts_.at(call.context()));
+  managed_globals_.ForgetContext(contexts_.at(call.context()));
   outcome.result = driver_.cuCtxDestroy(contexts_.at(call.context()));
   if (outcome.result == CUDA_SUCCESS) {
     contexts_.erase(call.context());
@@ -169,6 +170,7 @@ Session::Outcome Session::PrimaryContextReset(const wire::PrimaryContextReset& c
     dispatch_gate_.ForgetContext(primary);
     markers_.Forget(primary);
     copy_deliveries_.ContextGone(primary);
+    managed_globals_.ForgetContext(primary);
     driver_.cuDevicePrimaryCtxRelease(call.device());
   }
   return {driver_.cuDevicePrimaryCtxReset(call.device())};

@@ -9,6 +9,7 @@
 #include "executor/jit_option_set.h"
 #include "executor/session.h"
 #include "schema/wire_enum.h"
+#include "transport/session_link.h"
 
 namespace curelay::executor {
 namespace {
@@ -50,21 +51,26 @@ flatbuffers::Offset<void> ParameterLayout(flatbuffers::FlatBufferBuilder& builde
 }
 
 // The answer to a global's look-up (`found`), with the address and size cleared when it fails. A managed global
-// (`__managed__`) lives in the driver's managed memory of the executor's process: the application could not reach it
-// at that address (its host pointer names nothing there), so it is refused rather than handed out; curelay's own
-// managed memory (cuMemAllocManaged) is a different thing, shared by both processes.
-CUresult ServedGlobal(Driver& driver, CUresult found, CUdeviceptr* global, size_t* bytes, const char* name) {
+// (`__managed__`) lives in the driver's managed memory of this process, which the application cannot reach: a
+// same-host client shares it before handing it out (ManagedGlobalShare), a remote one cannot (no memory is shared
+// over the network), so it is refused there.
+CUresult ServedGlobal(Driver& driver, CUresult found, bool same_host, CUdeviceptr* global, size_t* bytes,
+                      bool* managed, const char* name) {
+  *managed = false;
   if (found == CUDA_SUCCESS && driver.cuPointerGetAttributes != nullptr) {
     CUpointer_attribute attribute = CU_POINTER_ATTRIBUTE_IS_MANAGED;
-    unsigned int managed = 0;
-    void* data[] = {&managed};
-    if (driver.cuPointerGetAttributes(1, &attribute, data, *global) == CUDA_SUCCESS && managed != 0) {
-      spdlog::warn("managed global '{}' refused: managed variables of modules are not supported "
-                   "(CUDA_ERROR_NOT_SUPPORTED)", name);
-      found = CUDA_ERROR_NOT_SUPPORTED;
+    unsigned int is_managed = 0;
+    void* data[] = {&is_managed};
+    if (driver.cuPointerGetAttributes(1, &attribute, data, *global) == CUDA_SUCCESS && is_managed != 0) {
+      *managed = true;
+      if (!same_host) {
+        spdlog::warn("managed global '{}' refused: managed memory needs the client on this host "
+                     "(CUDA_ERROR_NOT_SUPPORTED)", name);
+        found = CUDA_ERROR_NOT_SUPPORTED;
+      }
     }
   }
-  if (found != CUDA_SUCCESS) *global = 0, *bytes = 0;
+  if (found != CUDA_SUCCESS) *global = 0, *bytes = 0, *managed = false;
   return found;
 }
 
@@ -97,6 +103,7 @@ Session::Outcome Session::LoadWithJitOptions(
 
 // Drops the executor's records of a module: its functions, and the module itself.
 void Session::ForgetModule(uint64_t module_id) {
+  managed_globals_.Forget({module_id, 0});
   modules_.erase(module_id);
   library_modules_.erase(module_id);
   std::erase_if(function_modules_, [&](const auto& entry) {
@@ -167,8 +174,9 @@ Session::Outcome Session::ModuleGetGlobal(const wire::ModuleGetGlobal& call) {
   Outcome outcome;
   const char* name = call.name()->c_str();
   const CUresult looked_up = driver_.cuModuleGetGlobal(&ptr, &bytes, found->second, name);
-  outcome.result = ServedGlobal(driver_, looked_up, &ptr, &bytes, name);
-  outcome.body = wire::CreatePointer(builder_, ptr, bytes).Union();
+  bool managed = false;
+  outcome.result = ServedGlobal(driver_, looked_up, !transport::SameHostDirectory(*bound_channel_).empty(), &ptr, &bytes, &managed, name);
+  outcome.body = wire::CreatePointer(builder_, ptr, bytes, managed).Union();
   outcome.body_type = wire::ReplyBody::Pointer;
   return outcome;
 }
@@ -390,6 +398,7 @@ Session::Outcome Session::LibraryUnload(const wire::LibraryUnload& call) {
       if (library_id == call.library_id()) owned.push_back(module_id);
     }
     for (uint64_t module_id : owned) ForgetModule(module_id);
+    managed_globals_.Forget({0, call.library_id()});
     libraries_.erase(found);
   }
   return {result};
@@ -471,9 +480,12 @@ Session::Outcome Session::LibraryGetGlobal(const wire::LibraryGetGlobal& call) {
   size_t bytes = 0;
   Outcome outcome;
   const char* name = call.name()->c_str();
-  const CUresult looked_up = driver_.cuLibraryGetGlobal(&ptr, &bytes, found->second, name);
-  outcome.result = ServedGlobal(driver_, looked_up, &ptr, &bytes, name);
-  outcome.body = wire::CreatePointer(builder_, ptr, bytes).Union();
+  if (call.managed() && driver_.cuLibraryGetManaged == nullptr) return {CUDA_ERROR_NOT_SUPPORTED};
+  const CUresult looked_up = call.managed() ? driver_.cuLibraryGetManaged(&ptr, &bytes, found->second, name)
+                                            : driver_.cuLibraryGetGlobal(&ptr, &bytes, found->second, name);
+  bool managed = false;
+  outcome.result = ServedGlobal(driver_, looked_up, !transport::SameHostDirectory(*bound_channel_).empty(), &ptr, &bytes, &managed, name);
+  outcome.body = wire::CreatePointer(builder_, ptr, bytes, managed).Union();
   outcome.body_type = wire::ReplyBody::Pointer;
   return outcome;
 }
@@ -492,6 +504,17 @@ Session::Outcome Session::KernelGetFunction(const wire::KernelGetFunction& call)
   outcome.body = ParameterLayout(builder_, driver_.cuFuncGetParamInfo, function);
   outcome.body_type = wire::ReplyBody::FunctionInfo;
   return outcome;
+}
+
+Session::Outcome Session::ManagedGlobalShare(const wire::ManagedGlobalShare& call) {
+  const std::string directory = transport::SameHostDirectory(*bound_channel_);
+  if (directory.empty()) return {CUDA_ERROR_NOT_SUPPORTED};  // a tcp session shares no memory with its client
+  const bool module_owned = call.module_id() != 0 && modules_.count(call.module_id()) != 0;
+  const bool library_owned = call.library_id() != 0 && libraries_.count(call.library_id()) != 0;
+  if (module_owned == library_owned) return {CUDA_ERROR_INVALID_HANDLE};
+  return {managed_globals_.Share(CurrentDriverContext(), {call.module_id(), call.library_id()}, call.address(),
+                                 call.bytes(), call.path() != nullptr ? call.path()->str() : std::string(),
+                                 call.map_address(), call.map_bytes(), directory)};
 }
 
 }  // namespace curelay::executor

@@ -320,6 +320,8 @@ bool Session::Handle(const wire::Request& request, std::span<const uint8_t> payl
   // A swapped-out session comes back before it serves anything (memory turns; nothing when it never swapped).
   outcome.result = BeforeRequest();
   if (needs_context && outcome.result == CUDA_SUCCESS) outcome.result = MakeCurrent(request.context());
+  // What the application wrote into its managed globals reaches them before anything can read them.
+  if (!managed_globals_.empty() && captures_.empty()) managed_globals_.PushApplicationWrites();
   const bool during_capture = outcome.result == CUDA_SUCCESS && HandleDuringCapture(request, &outcome);
   if (outcome.result == CUDA_SUCCESS && !during_capture) {
     switch (request.call_type()) {
@@ -370,6 +372,8 @@ bool Session::SendReply(uint64_t sequence, const Outcome& outcome) { return Send
 
 bool Session::SendReply(uint64_t sequence, const Outcome& outcome, flatbuffers::FlatBufferBuilder& builder,
                         std::function<void()> returned) {
+  // What the GPU wrote into managed globals is in the application's pages when it reads the answer.
+  if (!managed_globals_.empty() && captures_.empty()) managed_globals_.PullDeviceWrites();
   const auto reply = wire::CreateReply(builder, sequence, outcome.result, outcome.body_type, outcome.body);
   builder.Finish(reply);
   // A remote client's mirrors are brought up to date before every answer (a synchronize's above all). A loaned

@@ -22,6 +22,7 @@
 #include "executor/driver.h"
 #include "executor/event_pool.h"
 #include "executor/host_mirrors.h"
+#include "executor/managed_global_mirrors.h"
 #include "executor/host_nvml.h"
 #include "executor/ipc_registry.h"
 #include "executor/shareable_handles.h"
@@ -425,6 +426,8 @@ class Session {
   std::unordered_map<uint64_t, uint32_t> exec_host_nodes_;
   // Mirrors of a remote client's page-locked memory; shared with driver callback threads that send notices.
   std::shared_ptr<HostMirrors> host_mirrors_ = std::make_shared<HostMirrors>(driver_);
+  // A same-host client's managed globals, kept in step with its pages (managed_global_mirrors.h).
+  ManagedGlobalMirrors managed_globals_{driver_};
 };
 
 }  // namespace curelay::executor

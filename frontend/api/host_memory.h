@@ -15,5 +15,12 @@ namespace curelay::frontend {
 CUresult AllocateSharedHostMemory(Client& client, size_t bytes, unsigned int flags, bool managed, void** ptr);
 // Has the executor unregister and unmap the host memory it knows at `device_ptr`.
 CUresult UnregisterFromExecutor(Client& client, CUdeviceptr device_ptr);
+// A managed global of module `module_id` or library `library_id` (one is 0) that the executor looked up at
+// [address, +bytes): this process's pages there become a file the executor keeps in step with the variable
+// (managed_memory.cc). NOT_SUPPORTED over a network, or when the address is taken here.
+CUresult ShareManagedGlobal(Client& client, uint64_t module_id, uint64_t library_id, CUdeviceptr address,
+                            size_t bytes);
+// Unmaps the pages of the managed globals of a module or library being unloaded.
+void ForgetManagedGlobals(Client& client, uint64_t module_id, uint64_t library_id);
 
 }  // namespace curelay::frontend

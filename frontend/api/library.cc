@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "frontend/api/api_support.h"
+#include "frontend/api/host_memory.h"
 #include "frontend/api/library_kernels.h"
 #include "frontend/client/log.h"
 #include "frontend/module/image_size.h"
@@ -138,11 +139,13 @@ CUresult cuLibraryUnload(CUlibrary library) {
       client->kernels.Destroy(kernel);
     }
     for (auto& [context, module] : library->modules) {
+      ForgetManagedGlobals(*client, module->id, 0);
       std::lock_guard<std::mutex> functions_lock(module->functions_mutex);
       for (auto& [name, function] : module->functions) client->functions.Destroy(function);
       client->modules.Destroy(module);
     }
   }
+  ForgetManagedGlobals(*client, 0, library->id);
   client->libraries.Destroy(library);
   return CUDA_SUCCESS;
 }
@@ -263,20 +266,40 @@ CUresult cuKernelGetParamInfo(CUkernel kernel, size_t index, size_t* offset, siz
   return CUDA_SUCCESS;
 }
 
-CUresult cuLibraryGetGlobal(CUdeviceptr* ptr, size_t* bytes, CUlibrary library, const char* name) {
+}  // extern "C"
+
+namespace {
+
+// cuLibraryGetGlobal, or cuLibraryGetManaged (`managed`); a managed global is shared before it is handed out.
+CUresult LibraryGlobal(CUdeviceptr* ptr, size_t* bytes, CUlibrary library, const char* name, bool managed) {
   Client* client;
   CURELAY_RETURN_IF_ERROR(RequireContext(&client));
   if (name == nullptr) return CUDA_ERROR_INVALID_VALUE;
   if (library == nullptr || !client->libraries.Contains(library)) return CUDA_ERROR_INVALID_HANDLE;
   auto& builder = Builder();
-  const auto call = wire::CreateLibraryGetGlobal(builder, library->id, builder.CreateString(name)).Union();
+  const auto call = wire::CreateLibraryGetGlobal(builder, library->id, builder.CreateString(name), managed).Union();
   ReplyMessage reply;
   CURELAY_RETURN_IF_ERROR(client->Call(builder, wire::Call::LibraryGetGlobal, call, {}, &reply));
   const auto* pointer = reply.reply->body_as_Pointer();
   if (pointer == nullptr) return CUDA_ERROR_UNKNOWN;
+  if (pointer->managed()) {
+    CURELAY_RETURN_IF_ERROR(ShareManagedGlobal(*client, 0, library->id, pointer->ptr(), pointer->bytes()));
+  }
   if (ptr != nullptr) *ptr = pointer->ptr();
   if (bytes != nullptr) *bytes = pointer->bytes();
   return CUDA_SUCCESS;
+}
+
+}  // namespace
+
+extern "C" {
+
+CUresult cuLibraryGetGlobal(CUdeviceptr* ptr, size_t* bytes, CUlibrary library, const char* name) {
+  return LibraryGlobal(ptr, bytes, library, name, false);
+}
+
+CUresult cuLibraryGetManaged(CUdeviceptr* ptr, size_t* bytes, CUlibrary library, const char* name) {
+  return LibraryGlobal(ptr, bytes, library, name, true);
 }
 
 }  // extern "C"

@@ -2,21 +2,62 @@
 // executor map at the same address, registered with the executor's driver, so one pointer works on the host and in
 // kernels. The GPU reads and writes it over the bus (as mapped pinned memory) instead of migrating pages:
 // prefetches and advice are accepted as the hints they are and change nothing. Over a network there is no memory
-// both sides reach: NOT_SUPPORTED, with one log line. Managed globals (__managed__, cuLibraryGetManaged) are not
-// supported (docs/api-coverage.md).
+// both sides reach: NOT_SUPPORTED, with one log line.
+//
+// Managed globals (__managed__ variables, cuLibraryGetManaged) live in the executor's managed memory, which this
+// process cannot map: their pages here, at the variables' own addresses, are a shared file that the executor keeps in
+// step with the variables around every request and answer (executor/managed_global_mirrors.h).
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <mutex>
+#include <string>
+#include <vector>
+
 #include "frontend/api/api_support.h"
 #include "frontend/api/host_memory.h"
 #include "frontend/client/log.h"
+#include "transport/shm/shared_file.h"
 
 using namespace curelay;
 using namespace curelay::frontend;
 
 namespace {
 
+// The pages this process shares with the executor for managed globals, and whose variables they hold.
+struct SharedManagedPages {
+  Client* client;
+  uint64_t address;
+  uint64_t bytes;
+  uint64_t module_id;
+  uint64_t library_id;
+};
+
+struct ManagedGlobalPages {
+  std::mutex mutex;
+  std::vector<SharedManagedPages> pages;
+};
+
+ManagedGlobalPages& SharedPages() {
+  static auto* pages = new ManagedGlobalPages;  // never destroyed: the application may exit from any thread
+  return *pages;
+}
+
+bool OnSharedPages(Client& client, uint64_t address, uint64_t bytes) {
+  ManagedGlobalPages& shared = SharedPages();
+  std::lock_guard<std::mutex> lock(shared.mutex);
+  return std::any_of(shared.pages.begin(), shared.pages.end(), [&](const SharedManagedPages& pages) {
+    return pages.client == &client && address >= pages.address && address - pages.address < pages.bytes &&
+           bytes <= pages.bytes - (address - pages.address);
+  });
+}
+
 // A range of managed memory of this client, as the hints that name one require.
 CUresult RequireManagedRange(Client& client, CUdeviceptr ptr, size_t bytes) {
   const char* base = nullptr;
   size_t allocation_bytes = 0;
+  if (bytes != 0 && OnSharedPages(client, ptr, bytes)) return CUDA_SUCCESS;  // a managed global
   if (bytes == 0 || !client.host_allocations.Managed(reinterpret_cast<const void*>(ptr), &base, &allocation_bytes)) {
     return CUDA_ERROR_INVALID_VALUE;
   }
@@ -25,6 +66,72 @@ CUresult RequireManagedRange(Client& client, CUdeviceptr ptr, size_t bytes) {
 }
 
 }  // namespace
+
+namespace curelay::frontend {
+
+CUresult ShareManagedGlobal(Client& client, uint64_t module_id, uint64_t library_id, CUdeviceptr address,
+                            size_t bytes) {
+  if (client.remote()) return CUDA_ERROR_NOT_SUPPORTED;  // the executor refuses them (and says so in its log)
+  if (bytes == 0) return CUDA_ERROR_INVALID_VALUE;
+  const uint64_t page = static_cast<uint64_t>(sysconf(_SC_PAGESIZE));
+  const uint64_t first = address / page * page;
+  const uint64_t end = (address + bytes + page - 1) / page * page;
+  ManagedGlobalPages& shared = SharedPages();
+  std::lock_guard<std::mutex> lock(shared.mutex);
+  const auto covered = [&](uint64_t at) {
+    return std::any_of(shared.pages.begin(), shared.pages.end(), [&](const SharedManagedPages& pages) {
+      return pages.client == &client && at >= pages.address && at - pages.address < pages.bytes;
+    });
+  };
+  // Pages shared already can only be the first and the last (those of the variables next to this one).
+  uint64_t run_start = first, run_end = end;
+  while (run_start < run_end && covered(run_start)) run_start += page;
+  while (run_end > run_start && covered(run_end - page)) run_end -= page;
+  std::string path, error;
+  if (run_start < run_end) {
+    void* local = transport::CreateSharedFile(client.same_host_directory(), "managed", run_end - run_start, &path,
+                                              &error);
+    if (local == nullptr) {
+      Log().warn("managed global: cannot create shared pages: {}", error);
+      return CUDA_ERROR_OUT_OF_MEMORY;
+    }
+    // The variable's own address, so that the pointer the application gets works here and in kernels alike.
+    if (!transport::MoveMapping(local, run_end - run_start, reinterpret_cast<void*>(run_start))) {
+      munmap(local, run_end - run_start);
+      unlink(path.c_str());
+      Log().warn("managed global at {:#x}: that address is taken in this process; answering CUDA_ERROR_NOT_SUPPORTED",
+                 address);
+      return CUDA_ERROR_NOT_SUPPORTED;
+    }
+  }
+  auto& builder = Builder();
+  const auto call = wire::CreateManagedGlobalShare(builder, module_id, library_id, address, bytes,
+                                                   path.empty() ? 0 : builder.CreateString(path), run_start,
+                                                   run_end - run_start)
+                        .Union();
+  const CUresult result = client.Call(builder, wire::Call::ManagedGlobalShare, call, {}, nullptr);
+  if (!path.empty()) unlink(path.c_str());  // normally the executor already did
+  if (run_start < run_end) {
+    if (result != CUDA_SUCCESS) {
+      munmap(reinterpret_cast<void*>(run_start), run_end - run_start);
+    } else {
+      shared.pages.push_back({&client, run_start, run_end - run_start, module_id, library_id});
+    }
+  }
+  return result;
+}
+
+void ForgetManagedGlobals(Client& client, uint64_t module_id, uint64_t library_id) {
+  ManagedGlobalPages& shared = SharedPages();
+  std::lock_guard<std::mutex> lock(shared.mutex);
+  std::erase_if(shared.pages, [&](const SharedManagedPages& pages) {
+    if (pages.client != &client || pages.module_id != module_id || pages.library_id != library_id) return false;
+    munmap(reinterpret_cast<void*>(pages.address), pages.bytes);
+    return true;
+  });
+}
+
+}  // namespace curelay::frontend
 
 extern "C" {
 

@@ -5,6 +5,7 @@
 #include <string>
 
 #include "frontend/api/api_support.h"
+#include "frontend/api/host_memory.h"
 #include "frontend/api/module_functions.h"
 #include "frontend/module/jit_options.h"
 #include "frontend/module/image_size.h"
@@ -99,6 +100,7 @@ CUresult cuModuleUnload(CUmodule module) {
   auto& builder = Builder();
   const auto call = wire::CreateModuleUnload(builder, module->id).Union();
   CURELAY_RETURN_IF_ERROR(client->Call(builder, wire::Call::ModuleUnload, call, {}, nullptr));
+  ForgetManagedGlobals(*client, module->id, 0);
   {
     std::lock_guard<std::mutex> lock(module->functions_mutex);
     for (auto& [name, function] : module->functions) client->functions.Destroy(function);
@@ -158,6 +160,9 @@ CUresult cuModuleGetGlobal(CUdeviceptr* ptr, size_t* bytes, CUmodule module, con
   CURELAY_RETURN_IF_ERROR(client->Call(builder, wire::Call::ModuleGetGlobal, call, {}, &reply));
   const auto* pointer = reply.reply->body_as_Pointer();
   if (pointer == nullptr) return CUDA_ERROR_UNKNOWN;
+  if (pointer->managed()) {
+    CURELAY_RETURN_IF_ERROR(ShareManagedGlobal(*client, module->id, 0, pointer->ptr(), pointer->bytes()));
+  }
   if (ptr != nullptr) *ptr = pointer->ptr();
   if (bytes != nullptr) *bytes = pointer->bytes();
   return CUDA_SUCCESS;

@@ -766,6 +766,69 @@ std::string case_module_global() {
   return out.str();
 }
 
+// Managed globals (__managed__): read and written by the host at the address the look-up answers, and by kernels.
+constexpr const char* kManagedGlobalsPtx = R"(.version 8.0
+.target sm_90
+.address_size 64
+.visible .global .attribute(.managed) .align 4 .u32 managed_counter = 10;
+.visible .global .attribute(.managed) .align 4 .u32 managed_twice;
+.visible .entry add_to_managed(.param .u32 add_to_managed_param_0) {
+  .reg .b32 %r<3>;
+  .reg .b64 %rd<2>;
+  ld.param.u32 %r1, [add_to_managed_param_0];
+  mov.u64 %rd1, managed_counter;
+  atom.global.add.u32 %r2, [%rd1], %r1;
+  ret;
+}
+.visible .entry double_managed() {
+  .reg .b32 %r<3>;
+  .reg .b64 %rd<3>;
+  mov.u64 %rd1, managed_counter;
+  ld.global.u32 %r1, [%rd1];
+  shl.b32 %r2, %r1, 1;
+  mov.u64 %rd2, managed_twice;
+  st.global.u32 [%rd2], %r2;
+  ret;
+}
+)";
+
+std::string case_managed_globals() {
+  Module module;
+  CU_CHECK(cuModuleLoadData(module.out(), kManagedGlobalsPtx));
+  CUfunction add = nullptr, twice = nullptr;
+  CU_CHECK(cuModuleGetFunction(&add, module.get(), "add_to_managed"));
+  CU_CHECK(cuModuleGetFunction(&twice, module.get(), "double_managed"));
+  CUdeviceptr counter = 0, doubled = 0;
+  size_t bytes = 0;
+  CU_CHECK(cuModuleGetGlobal(&counter, &bytes, module.get(), "managed_counter"));
+  CU_CHECK(cuModuleGetGlobal(&doubled, &bytes, module.get(), "managed_twice"));
+  auto* value = reinterpret_cast<volatile unsigned*>(counter);
+  std::ostringstream out;
+  out << "bytes=" << bytes << " initial=" << *value;
+  *value = 100;
+  unsigned five = 5;
+  void* args[] = {&five};
+  CU_CHECK(cuLaunchKernel(add, 2, 1, 1, 3, 1, 1, 0, nullptr, args, nullptr));  // 6 threads add 5 each
+  CU_CHECK(cuCtxSynchronize());
+  out << " after_add=" << *value;
+  CU_CHECK(cuLaunchKernel(twice, 1, 1, 1, 1, 1, 1, 0, nullptr, nullptr, nullptr));
+  CU_CHECK(cuCtxSynchronize());
+  unsigned copied = 0;
+  CU_CHECK(cuMemcpyDtoH(&copied, doubled, sizeof copied));
+  out << " twice=" << *reinterpret_cast<volatile unsigned*>(doubled) << " copied=" << copied;
+  unsigned is_managed = 0;
+  CU_CHECK(cuPointerGetAttribute(&is_managed, CU_POINTER_ATTRIBUTE_IS_MANAGED, counter));
+  out << " is_managed=" << is_managed;
+  CUlibrary library = nullptr;
+  CU_CHECK(cuLibraryLoadData(&library, kManagedGlobalsPtx, nullptr, nullptr, 0, nullptr, nullptr, 0));
+  CUdeviceptr of_library = 0;
+  CU_CHECK(cuLibraryGetManaged(&of_library, &bytes, library, "managed_counter"));
+  out << " library_initial=" << *reinterpret_cast<volatile unsigned*>(of_library);
+  out << " not_managed=" << cuLibraryGetManaged(&of_library, &bytes, library, "no_such_variable");
+  CU_CHECK(cuLibraryUnload(library));
+  return out.str();
+}
+
 std::string case_vector_add(int n, unsigned block) { return run_vector_add(g.function("vector_add"), n, block); }
 
 // param_probe: thread 0 writes 11 u64 words (u8, u16, u32, u64, f32 bits, f64 bits, s.c, s.d bits,
@@ -1763,6 +1826,7 @@ int main(int argc, char** argv) {
   run_case("potential_block_size", case_potential_block_size);
   run_case("created_memory_pool", case_created_memory_pool);
   run_case("module_global", case_module_global);
+  run_case("managed_globals", case_managed_globals);
   run_case("pointer_attribute_widths", case_pointer_attribute_widths);
 
   run_case("vector_add_n1_b64", [] { return case_vector_add(1, 64); });

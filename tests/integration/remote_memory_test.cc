@@ -4,6 +4,7 @@
 // page-locked memory is asynchronous and ordered on its stream.
 #include <cuda.h>
 #include <gtest/gtest.h>
+#include <sys/mman.h>
 
 #include <chrono>
 #include <cstdlib>
@@ -330,6 +331,89 @@ TEST_F(RemoteMemoryTest, ManagedMemoryIsOneAddressForHostAndKernels) {
   EXPECT_EQ(cuMemFree(managed + 64), CUDA_ERROR_INVALID_VALUE);
   ASSERT_CU(cuMemFree(managed));
   ASSERT_CU(cuMemFree(plain));
+}
+
+// Managed globals (__managed__) live in the executor's managed memory: the application's pages at their addresses
+// are kept in step with them around every request and answer. Over a network they are refused.
+TEST_F(RemoteMemoryTest, ManagedGlobalsAreOneAddressForHostAndKernels) {
+  const char* ptx =
+      ".version 8.0\n.target sm_90\n.address_size 64\n"
+      ".visible .global .attribute(.managed) .align 4 .u32 managed_counter = 10;\n"
+      ".visible .global .attribute(.managed) .align 4 .b8 managed_table[12288];\n"
+      ".visible .global .align 4 .u32 plain_counter = 7;\n";
+  CUmodule module = nullptr;
+  ASSERT_CU(cuModuleLoadData(&module, ptx));
+  CUdeviceptr counter = 0, table = 0, plain = 0;
+  size_t bytes = 0;
+  ASSERT_CU(cuModuleGetGlobal(&plain, &bytes, module, "plain_counter"));
+  if (RemoteSession()) {
+    EXPECT_EQ(cuModuleGetGlobal(&counter, &bytes, module, "managed_counter"), CUDA_ERROR_NOT_SUPPORTED);
+    ASSERT_CU(cuModuleUnload(module));
+    return;
+  }
+  ASSERT_CU(cuModuleGetGlobal(&counter, &bytes, module, "managed_counter"));
+  EXPECT_EQ(bytes, 4u);
+  auto* value = reinterpret_cast<volatile uint32_t*>(counter);
+  EXPECT_EQ(*value, 10u);  // its initializer, at the variable's own address
+  *value = 41;             // written here, read by the device's next work
+  uint32_t read = 0;
+  ASSERT_CU(cuMemcpyDtoH(&read, counter, sizeof(read)));
+  EXPECT_EQ(read, 41u);
+  ASSERT_CU(Increment(stream_, counter, 1));
+  ASSERT_CU(cuStreamSynchronize(stream_));
+  EXPECT_EQ(*value, 42u);
+  ASSERT_CU(cuMemsetD32(counter, 5, 1));
+  ASSERT_CU(cuCtxSynchronize());
+  EXPECT_EQ(*value, 5u);
+  unsigned int is_managed = 0;
+  ASSERT_CU(cuPointerGetAttribute(&is_managed, CU_POINTER_ATTRIBUTE_IS_MANAGED, counter));
+  EXPECT_EQ(is_managed, 1u);
+  CUmemLocation device{};
+  device.type = CU_MEM_LOCATION_TYPE_DEVICE;
+  ASSERT_CU(cuMemPrefetchAsync(counter, sizeof(uint32_t), device, 0, stream_));
+  EXPECT_EQ(cuMemPrefetchAsync(plain, sizeof(uint32_t), device, 0, stream_), CUDA_ERROR_INVALID_VALUE);
+
+  // A variable over several pages, one of them shared with the counter's.
+  ASSERT_CU(cuModuleGetGlobal(&table, &bytes, module, "managed_table"));
+  ASSERT_EQ(bytes, 12288u);
+  auto* entries = reinterpret_cast<volatile int32_t*>(table);
+  constexpr int kEntries = 12288 / 4;
+  for (int i = 0; i < kEntries; ++i) entries[i] = i;
+  ASSERT_CU(Increment(stream_, table, kEntries));
+  ASSERT_CU(cuStreamSynchronize(stream_));
+  for (int i = 0; i < kEntries; i += 101) ASSERT_EQ(entries[i], i + 1) << i;
+  EXPECT_EQ(entries[kEntries - 1], kEntries);
+  // Bytes changed here and bytes changed by the device between two synchronizations both stay.
+  ASSERT_CU(Increment(stream_, table + 8, 1));
+  entries[1] = 500;
+  ASSERT_CU(cuStreamSynchronize(stream_));
+  EXPECT_EQ(entries[1], 500);
+  EXPECT_EQ(entries[2], 4);
+  int32_t device_view[3] = {};
+  ASSERT_CU(cuMemcpyDtoH(device_view, table, sizeof(device_view)));
+  EXPECT_EQ(device_view[0], 1);
+  EXPECT_EQ(device_view[1], 500);
+  EXPECT_EQ(device_view[2], 4);
+  EXPECT_EQ(*value, 5u);
+  ASSERT_CU(cuMemcpyDtoH(&read, plain, sizeof(read)));
+  EXPECT_EQ(read, 7u);
+
+  // A second look-up hands out the same variable; unloading the module unmaps its pages here.
+  CUdeviceptr again = 0;
+  ASSERT_CU(cuModuleGetGlobal(&again, &bytes, module, "managed_counter"));
+  EXPECT_EQ(again, counter);
+  ASSERT_CU(cuModuleUnload(module));
+  EXPECT_NE(msync(reinterpret_cast<void*>(counter / 4096 * 4096), 4096, MS_ASYNC), 0);
+
+  // A library's managed global, in the current context.
+  CUlibrary library = nullptr;
+  ASSERT_CU(cuLibraryLoadData(&library, ptx, nullptr, nullptr, 0, nullptr, nullptr, 0));
+  ASSERT_CU(cuLibraryGetGlobal(&counter, &bytes, library, "managed_counter"));
+  EXPECT_EQ(*reinterpret_cast<volatile uint32_t*>(counter), 10u);
+  ASSERT_CU(Increment(stream_, counter, 1));
+  ASSERT_CU(cuStreamSynchronize(stream_));
+  EXPECT_EQ(*reinterpret_cast<volatile uint32_t*>(counter), 11u);
+  ASSERT_CU(cuLibraryUnload(library));
 }
 
 // Page-locked memory is freed by whichever thread lets go of it last, context or not (allocators free from their
