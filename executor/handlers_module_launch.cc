@@ -480,9 +480,7 @@ Session::Outcome Session::LibraryGetGlobal(const wire::LibraryGetGlobal& call) {
   size_t bytes = 0;
   Outcome outcome;
   const char* name = call.name()->c_str();
-  if (call.managed() && driver_.cuLibraryGetManaged == nullptr) return {CUDA_ERROR_NOT_SUPPORTED};
-  const CUresult looked_up = call.managed() ? driver_.cuLibraryGetManaged(&ptr, &bytes, found->second, name)
-                                            : driver_.cuLibraryGetGlobal(&ptr, &bytes, found->second, name);
+  const CUresult looked_up = driver_.cuLibraryGetGlobal(&ptr, &bytes, found->second, name);
   bool managed = false;
   outcome.result = ServedGlobal(driver_, looked_up, !transport::SameHostDirectory(*bound_channel_).empty(), &ptr, &bytes, &managed, name);
   outcome.body = wire::CreatePointer(builder_, ptr, bytes, managed).Union();
@@ -506,15 +504,51 @@ Session::Outcome Session::KernelGetFunction(const wire::KernelGetFunction& call)
   return outcome;
 }
 
+Session::Outcome Session::LibraryGetManaged(const wire::LibraryGetManaged& call) {
+  if (driver_.cuLibraryGetManaged == nullptr) return {CUDA_ERROR_NOT_SUPPORTED};
+  auto found = libraries_.find(call.library_id());
+  if (found == libraries_.end()) return {CUDA_ERROR_INVALID_HANDLE};
+  if (call.name() == nullptr) return {CUDA_ERROR_INVALID_VALUE};
+  CUdeviceptr ptr = 0;
+  size_t bytes = 0;
+  Outcome outcome;
+  const char* name = call.name()->c_str();
+  const CUresult looked_up = driver_.cuLibraryGetManaged(&ptr, &bytes, found->second, name);
+  bool managed = false;
+  outcome.result = ServedGlobal(driver_, looked_up, !transport::SameHostDirectory(*bound_channel_).empty(), &ptr,
+                                &bytes, &managed, name);
+  outcome.body = wire::CreatePointer(builder_, ptr, bytes, managed).Union();
+  outcome.body_type = wire::ReplyBody::Pointer;
+  return outcome;
+}
+
 Session::Outcome Session::ManagedGlobalShare(const wire::ManagedGlobalShare& call) {
   const std::string directory = transport::SameHostDirectory(*bound_channel_);
   if (directory.empty()) return {CUDA_ERROR_NOT_SUPPORTED};  // a tcp session shares no memory with its client
   const bool module_owned = call.module_id() != 0 && modules_.count(call.module_id()) != 0;
   const bool library_owned = call.library_id() != 0 && libraries_.count(call.library_id()) != 0;
   if (module_owned == library_owned) return {CUDA_ERROR_INVALID_HANDLE};
-  return {managed_globals_.Share(CurrentDriverContext(), {call.module_id(), call.library_id()}, call.address(),
-                                 call.bytes(), call.path() != nullptr ? call.path()->str() : std::string(),
-                                 call.map_address(), call.map_bytes(), directory)};
+  CUcontext context = nullptr;
+  if (call.context() != 0) {
+    const auto found = contexts_.find(call.context());
+    if (found == contexts_.end()) return {CUDA_ERROR_INVALID_CONTEXT};
+    context = found->second;
+  } else {
+    // Managed memory is reached from any context: the first device's primary one, kept until the session ends.
+    if (pinned_primary_devices_.count(0) == 0) {
+      if (const CUresult result = driver_.cuDevicePrimaryCtxRetain(&context, 0); result != CUDA_SUCCESS) {
+        return {result};
+      }
+      pinned_primary_devices_.insert(0);
+    } else if (const CUresult result = driver_.cuDevicePrimaryCtxRetain(&context, 0); result == CUDA_SUCCESS) {
+      driver_.cuDevicePrimaryCtxRelease(0);  // only its handle was wanted
+    } else {
+      return {result};
+    }
+  }
+  return {managed_globals_.Share(context, {call.module_id(), call.library_id()}, call.address(), call.bytes(),
+                                 call.path() != nullptr ? call.path()->str() : std::string(), call.map_address(),
+                                 call.map_bytes(), directory)};
 }
 
 }  // namespace curelay::executor

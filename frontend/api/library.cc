@@ -270,16 +270,22 @@ CUresult cuKernelGetParamInfo(CUkernel kernel, size_t index, size_t* offset, siz
 
 namespace {
 
-// cuLibraryGetGlobal, or cuLibraryGetManaged (`managed`); a managed global is shared before it is handed out.
+// cuLibraryGetGlobal (in the current context), or cuLibraryGetManaged (`managed`: no context needed); a managed
+// global is shared before it is handed out.
 CUresult LibraryGlobal(CUdeviceptr* ptr, size_t* bytes, CUlibrary library, const char* name, bool managed) {
   Client* client;
-  CURELAY_RETURN_IF_ERROR(RequireContext(&client));
+  CURELAY_RETURN_IF_ERROR(managed ? RequireClient(&client) : RequireContext(&client));
   if (name == nullptr) return CUDA_ERROR_INVALID_VALUE;
   if (library == nullptr || !client->libraries.Contains(library)) return CUDA_ERROR_INVALID_HANDLE;
   auto& builder = Builder();
-  const auto call = wire::CreateLibraryGetGlobal(builder, library->id, builder.CreateString(name), managed).Union();
   ReplyMessage reply;
-  CURELAY_RETURN_IF_ERROR(client->Call(builder, wire::Call::LibraryGetGlobal, call, {}, &reply));
+  if (managed) {
+    const auto call = wire::CreateLibraryGetManaged(builder, library->id, builder.CreateString(name)).Union();
+    CURELAY_RETURN_IF_ERROR(client->Call(builder, wire::Call::LibraryGetManaged, call, {}, &reply));
+  } else {
+    const auto call = wire::CreateLibraryGetGlobal(builder, library->id, builder.CreateString(name)).Union();
+    CURELAY_RETURN_IF_ERROR(client->Call(builder, wire::Call::LibraryGetGlobal, call, {}, &reply));
+  }
   const auto* pointer = reply.reply->body_as_Pointer();
   if (pointer == nullptr) return CUDA_ERROR_UNKNOWN;
   if (pointer->managed()) {

@@ -107,7 +107,7 @@ CUresult ShareManagedGlobal(Client& client, uint64_t module_id, uint64_t library
   auto& builder = Builder();
   const auto call = wire::CreateManagedGlobalShare(builder, module_id, library_id, address, bytes,
                                                    path.empty() ? 0 : builder.CreateString(path), run_start,
-                                                   run_end - run_start)
+                                                   run_end - run_start, CurrentContextId())
                         .Union();
   const CUresult result = client.Call(builder, wire::Call::ManagedGlobalShare, call, {}, nullptr);
   if (!path.empty()) unlink(path.c_str());  // normally the executor already did
