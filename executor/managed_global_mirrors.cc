@@ -131,6 +131,12 @@ CUresult ManagedGlobalMirrors::Share(CUcontext context, Owner owner, uint64_t ad
   return CUDA_SUCCESS;
 }
 
+bool ManagedGlobalMirrors::Overlaps(uint64_t address, uint64_t bytes) const {
+  return std::any_of(globals_.begin(), globals_.end(), [&](const Global& global) {
+    return address < global.variable + global.shadow.size() && global.variable < address + std::min(bytes, UINT64_MAX - address);
+  });
+}
+
 void ManagedGlobalMirrors::Forget(Owner owner) {
   std::erase_if(globals_, [&](const Global& global) { return global.owner == owner; });
   std::erase_if(pages_, [&](const Pages& pages) {

@@ -39,6 +39,8 @@ class ManagedGlobalMirrors {
   // Before `context` is destroyed or reset: its variables are gone.
   void ForgetContext(CUcontext context);
   bool empty() const { return globals_.empty(); }
+  // Whether [address, +bytes) overlaps a shared variable.
+  bool Overlaps(uint64_t address, uint64_t bytes) const;
 
   // The application's writes since the last look, into the variables (before a request is served).
   void PushApplicationWrites();

@@ -354,12 +354,39 @@ bool Session::Handle(const wire::Request& request, std::span<const uint8_t> payl
     }
     return true;
   }
+  if (!managed_globals_.empty()) SettleManagedGlobalWrite(request, payload.size());
   // Waits that completed go out before this answer: a synchronize found its stream idle above, so an asynchronous
   // copy earlier on that stream is complete too, and its data must reach the client first.
   if (!pending_waits_.empty() && !PollPendingWaits()) return false;
   if (!SendReply(request.sequence(), outcome)) return false;
   if (outcome.synchronized) SynchronizeAnswered();
   return true;
+}
+
+void Session::SettleManagedGlobalWrite(const wire::Request& request, size_t payload_bytes) {
+  uint64_t dst = 0, bytes = 0, wire_stream = 0;
+  switch (request.call_type()) {
+    case wire::Call::MemcpyHtoD:
+      dst = request.call_as_MemcpyHtoD()->dst(), bytes = payload_bytes;
+      wire_stream = request.call_as_MemcpyHtoD()->stream();
+      break;
+    case wire::Call::MemcpyDtoD:
+      dst = request.call_as_MemcpyDtoD()->dst(), bytes = request.call_as_MemcpyDtoD()->bytes();
+      wire_stream = request.call_as_MemcpyDtoD()->stream();
+      break;
+    case wire::Call::Memset: {
+      const auto* call = request.call_as_Memset();
+      dst = call->dst(), wire_stream = call->stream();
+      bytes = call->count() <= UINT64_MAX / 4 ? call->count() * call->element_bytes() : UINT64_MAX;
+      break;
+    }
+    default:
+      return;
+  }
+  CUstream stream = nullptr;
+  if (managed_globals_.Overlaps(dst, bytes) && LookupStream(wire_stream, &stream) == CUDA_SUCCESS) {
+    driver_.cuStreamSynchronize(stream);  // the answer's look at the variables must find these bytes
+  }
 }
 
 void Session::SynchronizeAnswered() {

@@ -20,7 +20,14 @@ CUresult UnregisterFromExecutor(Client& client, CUdeviceptr device_ptr);
 // (managed_memory.cc). NOT_SUPPORTED over a network, or when the address is taken here.
 CUresult ShareManagedGlobal(Client& client, uint64_t module_id, uint64_t library_id, CUdeviceptr address,
                             size_t bytes);
+// `result` of a global's look-up; over a network a NOT_SUPPORTED one is a managed global the executor refused, said
+// once here too (the application may crash on the null pointer the CUDA runtime is then left with).
+CUresult NoteRefusedManagedGlobal(Client& client, const char* name, CUresult result);
 // Unmaps the pages of the managed globals of a module or library being unloaded.
 void ForgetManagedGlobals(Client& client, uint64_t module_id, uint64_t library_id);
+// Whether [address, +bytes) overlaps shared managed-global pages: a copy or memset there is waited for, so that
+// its answer brings the variable's new bytes into this process's pages before the application reads them (as
+// cudaMemcpyToSymbol followed by a host read does).
+bool TouchesManagedGlobals(Client& client, CUdeviceptr address, size_t bytes);
 
 }  // namespace curelay::frontend

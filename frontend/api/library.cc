@@ -281,10 +281,12 @@ CUresult LibraryGlobal(CUdeviceptr* ptr, size_t* bytes, CUlibrary library, const
   ReplyMessage reply;
   if (managed) {
     const auto call = wire::CreateLibraryGetManaged(builder, library->id, builder.CreateString(name)).Union();
-    CURELAY_RETURN_IF_ERROR(client->Call(builder, wire::Call::LibraryGetManaged, call, {}, &reply));
+    CURELAY_RETURN_IF_ERROR(NoteRefusedManagedGlobal(
+        *client, name, client->Call(builder, wire::Call::LibraryGetManaged, call, {}, &reply)));
   } else {
     const auto call = wire::CreateLibraryGetGlobal(builder, library->id, builder.CreateString(name)).Union();
-    CURELAY_RETURN_IF_ERROR(client->Call(builder, wire::Call::LibraryGetGlobal, call, {}, &reply));
+    CURELAY_RETURN_IF_ERROR(NoteRefusedManagedGlobal(
+        *client, name, client->Call(builder, wire::Call::LibraryGetGlobal, call, {}, &reply)));
   }
   const auto* pointer = reply.reply->body_as_Pointer();
   if (pointer == nullptr) return CUDA_ERROR_UNKNOWN;

@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <mutex>
 #include <string>
 #include <vector>
@@ -37,6 +38,7 @@ struct SharedManagedPages {
 struct ManagedGlobalPages {
   std::mutex mutex;
   std::vector<SharedManagedPages> pages;
+  std::atomic<size_t> count{0};  // pages.size(), read without the lock on every copy
 };
 
 ManagedGlobalPages& SharedPages() {
@@ -116,6 +118,7 @@ CUresult ShareManagedGlobal(Client& client, uint64_t module_id, uint64_t library
       munmap(reinterpret_cast<void*>(run_start), run_end - run_start);
     } else {
       shared.pages.push_back({&client, run_start, run_end - run_start, module_id, library_id});
+      shared.count = shared.pages.size();
     }
   }
   return result;
@@ -128,6 +131,25 @@ void ForgetManagedGlobals(Client& client, uint64_t module_id, uint64_t library_i
     if (pages.client != &client || pages.module_id != module_id || pages.library_id != library_id) return false;
     munmap(reinterpret_cast<void*>(pages.address), pages.bytes);
     return true;
+  });
+  shared.count = shared.pages.size();
+}
+
+CUresult NoteRefusedManagedGlobal(Client& client, const char* name, CUresult result) {
+  static std::atomic<bool> said{false};
+  if (result == CUDA_ERROR_NOT_SUPPORTED && client.remote() && !said.exchange(true)) {
+    Log().warn("managed global '{}': managed memory needs the backend on this host (no memory is shared over the "
+               "network); answering CUDA_ERROR_NOT_SUPPORTED", name);
+  }
+  return result;
+}
+
+bool TouchesManagedGlobals(Client& client, CUdeviceptr address, size_t bytes) {
+  ManagedGlobalPages& shared = SharedPages();
+  if (shared.count.load(std::memory_order_relaxed) == 0 || bytes == 0) return false;
+  std::lock_guard<std::mutex> lock(shared.mutex);
+  return std::any_of(shared.pages.begin(), shared.pages.end(), [&](const SharedManagedPages& pages) {
+    return pages.client == &client && address < pages.address + pages.bytes && pages.address < address + bytes;
   });
 }
 

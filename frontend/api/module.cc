@@ -157,7 +157,8 @@ CUresult cuModuleGetGlobal(CUdeviceptr* ptr, size_t* bytes, CUmodule module, con
   auto& builder = Builder();
   const auto call = wire::CreateModuleGetGlobal(builder, module->id, builder.CreateString(name)).Union();
   ReplyMessage reply;
-  CURELAY_RETURN_IF_ERROR(client->Call(builder, wire::Call::ModuleGetGlobal, call, {}, &reply));
+  CURELAY_RETURN_IF_ERROR(NoteRefusedManagedGlobal(
+      *client, name, client->Call(builder, wire::Call::ModuleGetGlobal, call, {}, &reply)));
   const auto* pointer = reply.reply->body_as_Pointer();
   if (pointer == nullptr) return CUDA_ERROR_UNKNOWN;
   if (pointer->managed()) {

@@ -22,6 +22,7 @@
 #include <chrono>
 #include <cstdint>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <exception>
 #include <fstream>
@@ -793,6 +794,11 @@ constexpr const char* kManagedGlobalsPtx = R"(.version 8.0
 )";
 
 std::string case_managed_globals() {
+  // Both runs of a remote suite say the same: there curelay refuses managed globals (no memory is shared over the
+  // network; tested on the emulated driver, tcp.RemoteMemoryTest.ManagedGlobalsAreOneAddressForHostAndKernels).
+  if (const char* suite = std::getenv("CURELAY_GPU_ENDPOINT"); suite != nullptr && std::strncmp(suite, "ipc://", 6) != 0) {
+    return "not run: the suite's endpoint is remote";
+  }
   Module module;
   CU_CHECK(cuModuleLoadData(module.out(), kManagedGlobalsPtx));
   CUfunction add = nullptr, twice = nullptr;

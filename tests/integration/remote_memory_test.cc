@@ -362,6 +362,11 @@ TEST_F(RemoteMemoryTest, ManagedGlobalsAreOneAddressForHostAndKernels) {
   ASSERT_CU(Increment(stream_, counter, 1));
   ASSERT_CU(cuStreamSynchronize(stream_));
   EXPECT_EQ(*value, 42u);
+  // A copy into the variable (cudaMemcpyToSymbol) is there when the call returns, over what the host wrote before.
+  *value = 7;
+  const uint32_t nine = 9;
+  ASSERT_CU(cuMemcpyHtoD(counter, &nine, sizeof(nine)));
+  EXPECT_EQ(*value, 9u);
   ASSERT_CU(cuMemsetD32(counter, 5, 1));
   ASSERT_CU(cuCtxSynchronize());
   EXPECT_EQ(*value, 5u);
