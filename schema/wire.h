@@ -17,7 +17,7 @@ namespace curelay::wire {
 // host NVML's facts about a device (DeviceFacts, GpuFactList); 16: the tenant's own processes and utilization on a
 // device (DeviceActivity, GpuActivity); 17: more host facts (brand, virtualization and MIG modes, ECC totals, PCI
 // class, NUMA node, CPU and memory affinity)
-inline constexpr uint32_t kProtocolVersion = 17;
+inline constexpr uint32_t kProtocolVersion = 18;
 
 // Size limits: a header frame is small; a payload is one copy chunk or one module image.
 inline constexpr size_t kMaxHeaderBytes = 64 * 1024;
