@@ -528,6 +528,8 @@ Session::Outcome Session::ManagedGlobalShare(const wire::ManagedGlobalShare& cal
   const bool module_owned = call.module_id() != 0 && modules_.count(call.module_id()) != 0;
   const bool library_owned = call.library_id() != 0 && libraries_.count(call.library_id()) != 0;
   if (module_owned == library_owned) return {CUDA_ERROR_INVALID_HANDLE};
+  // Its copies would end the capture (a look-up during a capture is rare: the variable is then refused).
+  if (!captures_.empty()) return {CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED};
   CUcontext context = nullptr;
   if (call.context() != 0) {
     const auto found = contexts_.find(call.context());

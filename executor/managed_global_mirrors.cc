@@ -75,10 +75,12 @@ CUresult ManagedGlobalMirrors::Share(CUcontext context, Owner owner, uint64_t ad
   const auto overlaps = [](uint64_t a, uint64_t a_bytes, uint64_t b, uint64_t b_bytes) {
     return a < b + b_bytes && b < a + a_bytes;
   };
-  if (std::any_of(globals_.begin(), globals_.end(), [&](const Global& global) {
-        return overlaps(global.variable, global.shadow.size(), address, bytes);
-      })) {
-    return CUDA_SUCCESS;  // shared already (looked up again)
+  const auto shared = std::find_if(globals_.begin(), globals_.end(), [&](const Global& global) {
+    return overlaps(global.variable, global.shadow.size(), address, bytes);
+  });
+  if (shared != globals_.end()) {
+    // Looked up again: the same owner's; another owner's variable never overlaps (the driver says otherwise).
+    return shared->owner == owner ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
   }
   size_t added = pages_.size();
   if (!path.empty()) {
@@ -97,13 +99,14 @@ CUresult ManagedGlobalMirrors::Share(CUcontext context, Owner owner, uint64_t ad
     }
     pages_.push_back({map_address, map_bytes, static_cast<uint8_t*>(mapping), owner, context});
   }
-  // The global's parts, one per file it lies on; every byte must be on the client's shared pages.
+  // The global's parts, one per file it lies on; every byte must be on the client's pages shared for this owner (so
+  // that unloading another owner never unmaps a page one of these reads).
   std::vector<Global> parts;
   for (uint64_t at = address; at < address + bytes;) {
     const auto on = std::find_if(pages_.begin(), pages_.end(), [&](const Pages& pages) {
       return at >= pages.client_address && at - pages.client_address < pages.bytes;
     });
-    if (on == pages_.end()) {
+    if (on == pages_.end() || !(on->owner == owner) || on->context != context) {
       parts.clear();
       break;
     }
@@ -132,8 +135,9 @@ CUresult ManagedGlobalMirrors::Share(CUcontext context, Owner owner, uint64_t ad
 }
 
 bool ManagedGlobalMirrors::Overlaps(uint64_t address, uint64_t bytes) const {
+  const uint64_t end = address + std::min(bytes, UINT64_MAX - address);
   return std::any_of(globals_.begin(), globals_.end(), [&](const Global& global) {
-    return address < global.variable + global.shadow.size() && global.variable < address + std::min(bytes, UINT64_MAX - address);
+    return address < global.variable + global.shadow.size() && global.variable < end;
   });
 }
 
@@ -147,9 +151,11 @@ void ManagedGlobalMirrors::Forget(Owner owner) {
 }
 
 void ManagedGlobalMirrors::ForgetContext(CUcontext context) {
-  std::erase_if(globals_, [&](const Global& global) { return global.context == context; });
+  // A module's variables go with its context; a library's belong to none (they are copied in a primary context,
+  // whose stream here is gone with it and made again when next needed).
+  std::erase_if(globals_, [&](const Global& global) { return global.context == context && global.owner.module_id != 0; });
   std::erase_if(pages_, [&](const Pages& pages) {
-    if (pages.context != context) return false;
+    if (pages.context != context || pages.owner.module_id == 0) return false;
     Unmap(pages);
     return true;
   });
@@ -165,16 +171,24 @@ void ManagedGlobalMirrors::PushApplicationWrites() {
     const uint64_t bytes = global.shadow.size();
     if (std::memcmp(global.application, global.shadow.data(), bytes) == 0) continue;
     InContext(global.context, [&](CUstream stream) {
-      // From the shadow (this process's memory), not from the pages the application may be writing meanwhile.
+      // From a snapshot (this process's memory), not from the pages the application may be writing meanwhile; the
+      // shadow takes the written bytes only once they are in the variable (else the next pull would undo them).
+      scratch_.assign(global.application, global.application + bytes);
       CUresult result = CUDA_SUCCESS;
-      ForEachDifference(global.application, global.shadow.data(), bytes, [&](uint64_t start, uint64_t end) {
-        std::memcpy(global.shadow.data() + start, global.application + start, end - start);
+      std::vector<std::pair<uint64_t, uint64_t>>& runs = runs_;
+      runs.clear();
+      ForEachDifference(scratch_.data(), global.shadow.data(), bytes, [&](uint64_t start, uint64_t end) {
+        runs.emplace_back(start, end);
         if (result == CUDA_SUCCESS) {
-          result = driver_.cuMemcpyHtoDAsync(global.variable + start, global.shadow.data() + start, end - start, stream);
+          result = driver_.cuMemcpyHtoDAsync(global.variable + start, scratch_.data() + start, end - start, stream);
         }
       });
       if (result == CUDA_SUCCESS) result = driver_.cuStreamSynchronize(stream);
-      if (result != CUDA_SUCCESS) spdlog::warn("managed global: writing the application's bytes failed: {}", static_cast<int>(result));
+      if (result != CUDA_SUCCESS) {
+        spdlog::warn("managed global: writing the application's bytes failed: {}", static_cast<int>(result));
+        return;
+      }
+      for (const auto& [start, end] : runs) std::memcpy(global.shadow.data() + start, scratch_.data() + start, end - start);
     });
   }
 }

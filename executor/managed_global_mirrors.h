@@ -12,6 +12,7 @@
 #include <cstdint>
 #include <map>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "executor/driver.h"
@@ -75,6 +76,7 @@ class ManagedGlobalMirrors {
   std::vector<Global> globals_;
   std::map<CUcontext, CUstream> streams_;
   std::vector<uint8_t> scratch_;
+  std::vector<std::pair<uint64_t, uint64_t>> runs_;
 };
 
 }  // namespace curelay::executor

@@ -364,24 +364,16 @@ bool Session::Handle(const wire::Request& request, std::span<const uint8_t> payl
 }
 
 void Session::SettleManagedGlobalWrite(const wire::Request& request, size_t payload_bytes) {
+  // Only plain (synchronous) copies: they wait for their stream natively too. Asynchronous copies and memsets
+  // reach the application's pages at the next answer after they ran, as the GPU's other writes do.
+  if (!captures_.empty()) return;
   uint64_t dst = 0, bytes = 0, wire_stream = 0;
-  switch (request.call_type()) {
-    case wire::Call::MemcpyHtoD:
-      dst = request.call_as_MemcpyHtoD()->dst(), bytes = payload_bytes;
-      wire_stream = request.call_as_MemcpyHtoD()->stream();
-      break;
-    case wire::Call::MemcpyDtoD:
-      dst = request.call_as_MemcpyDtoD()->dst(), bytes = request.call_as_MemcpyDtoD()->bytes();
-      wire_stream = request.call_as_MemcpyDtoD()->stream();
-      break;
-    case wire::Call::Memset: {
-      const auto* call = request.call_as_Memset();
-      dst = call->dst(), wire_stream = call->stream();
-      bytes = call->count() <= UINT64_MAX / 4 ? call->count() * call->element_bytes() : UINT64_MAX;
-      break;
-    }
-    default:
-      return;
+  if (const auto* call = request.call_as_MemcpyHtoD(); call != nullptr && !call->async()) {
+    dst = call->dst(), bytes = payload_bytes, wire_stream = call->stream();
+  } else if (const auto* copy = request.call_as_MemcpyDtoD(); copy != nullptr && !copy->async()) {
+    dst = copy->dst(), bytes = copy->bytes(), wire_stream = copy->stream();
+  } else {
+    return;
   }
   CUstream stream = nullptr;
   if (managed_globals_.Overlaps(dst, bytes) && LookupStream(wire_stream, &stream) == CUDA_SUCCESS) {

@@ -149,7 +149,7 @@ class Session {
 
   CUresult MakeCurrent(uint64_t context);
   CUresult LookupStream(uint64_t wire_stream, CUstream* stream);
-  // A waited copy or memset into a managed global finishes before its answer (ManagedGlobalMirrors pulls then).
+  // A waited plain copy into a managed global finishes before its answer (ManagedGlobalMirrors pulls then).
   void SettleManagedGlobalWrite(const wire::Request& request, size_t payload_bytes);
   CUresult TakeDeferred(CUresult own);
 

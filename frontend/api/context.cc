@@ -1,6 +1,7 @@
 // Contexts. The per-thread context stack lives in the client (cuCtxGetCurrent never crosses the wire); every
 // request carries its thread's current context, and the executor makes that one current before the call.
 #include "frontend/api/api_support.h"
+#include "frontend/api/host_memory.h"
 #include "frontend/export_tables/context_local_storage.h"
 
 using namespace curelay;
@@ -52,6 +53,7 @@ CUresult cuCtxDestroy(CUcontext context) {
   const auto call = wire::CreateContextDestroy(builder, context->id).Union();
   const CUresult result = client->Call(builder, wire::Call::ContextDestroy, call, {}, nullptr);
   if (result != CUDA_SUCCESS) return result;
+  ForgetManagedGlobals(*client, 0, 0, context->id);  // the executor dropped them with the context
   auto& stack = ContextStack();
   std::erase(stack, context);
   // Context-local storage goes with the context; its destructors run on return, after the handle is gone.

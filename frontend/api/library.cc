@@ -291,7 +291,7 @@ CUresult LibraryGlobal(CUdeviceptr* ptr, size_t* bytes, CUlibrary library, const
   const auto* pointer = reply.reply->body_as_Pointer();
   if (pointer == nullptr) return CUDA_ERROR_UNKNOWN;
   if (pointer->managed()) {
-    CURELAY_RETURN_IF_ERROR(ShareManagedGlobal(*client, 0, library->id, pointer->ptr(), pointer->bytes()));
+    CURELAY_RETURN_IF_ERROR(ShareManagedGlobal(*client, 0, library->id, 0, pointer->ptr(), pointer->bytes()));
   }
   if (ptr != nullptr) *ptr = pointer->ptr();
   if (bytes != nullptr) *bytes = pointer->bytes();

@@ -7,6 +7,7 @@
 // Managed globals (__managed__ variables, cuLibraryGetManaged) live in the executor's managed memory, which this
 // process cannot map: their pages here, at the variables' own addresses, are a shared file that the executor keeps in
 // step with the variables around every request and answer (executor/managed_global_mirrors.h).
+#include <pthread.h>
 #include <sys/mman.h>
 #include <unistd.h>
 
@@ -33,6 +34,8 @@ struct SharedManagedPages {
   uint64_t bytes;
   uint64_t module_id;
   uint64_t library_id;
+  uint64_t context;  // the client's id of the context the executor copies in (0: a library's, no context)
+  bool ready;        // false while the executor is being asked
 };
 
 struct ManagedGlobalPages {
@@ -41,16 +44,27 @@ struct ManagedGlobalPages {
   std::atomic<size_t> count{0};  // pages.size(), read without the lock on every copy
 };
 
+ManagedGlobalPages* shared_pages = nullptr;
+
+// A forked child has no session of its parent's (and, with MADV_DONTFORK, none of these pages): a fresh registry, the
+// old one left as it is (its lock may have been held by a thread that does not exist in the child).
+void ForgetParentManagedGlobals() { shared_pages = new ManagedGlobalPages; }
+
 ManagedGlobalPages& SharedPages() {
-  static auto* pages = new ManagedGlobalPages;  // never destroyed: the application may exit from any thread
-  return *pages;
+  static const bool installed = [] {
+    shared_pages = new ManagedGlobalPages;  // never destroyed: the application may exit from any thread
+    pthread_atfork(nullptr, nullptr, ForgetParentManagedGlobals);
+    return true;
+  }();
+  (void)installed;
+  return *shared_pages;
 }
 
 bool OnSharedPages(Client& client, uint64_t address, uint64_t bytes) {
   ManagedGlobalPages& shared = SharedPages();
   std::lock_guard<std::mutex> lock(shared.mutex);
   return std::any_of(shared.pages.begin(), shared.pages.end(), [&](const SharedManagedPages& pages) {
-    return pages.client == &client && address >= pages.address && address - pages.address < pages.bytes &&
+    return pages.client == &client && pages.ready && address >= pages.address && address - pages.address < pages.bytes &&
            bytes <= pages.bytes - (address - pages.address);
   });
 }
@@ -71,64 +85,82 @@ CUresult RequireManagedRange(Client& client, CUdeviceptr ptr, size_t bytes) {
 
 namespace curelay::frontend {
 
-CUresult ShareManagedGlobal(Client& client, uint64_t module_id, uint64_t library_id, CUdeviceptr address,
-                            size_t bytes) {
+CUresult ShareManagedGlobal(Client& client, uint64_t module_id, uint64_t library_id, uint64_t context,
+                            CUdeviceptr address, size_t bytes) {
   if (client.remote()) return CUDA_ERROR_NOT_SUPPORTED;  // the executor refuses them (and says so in its log)
-  if (bytes == 0) return CUDA_ERROR_INVALID_VALUE;
+  if (bytes == 0 || address > UINT64_MAX - bytes - 4096) return CUDA_ERROR_INVALID_VALUE;
   const uint64_t page = static_cast<uint64_t>(sysconf(_SC_PAGESIZE));
   const uint64_t first = address / page * page;
   const uint64_t end = (address + bytes + page - 1) / page * page;
   ManagedGlobalPages& shared = SharedPages();
-  std::lock_guard<std::mutex> lock(shared.mutex);
-  const auto covered = [&](uint64_t at) {
-    return std::any_of(shared.pages.begin(), shared.pages.end(), [&](const SharedManagedPages& pages) {
-      return pages.client == &client && at >= pages.address && at - pages.address < pages.bytes;
-    });
-  };
-  // Pages shared already can only be the first and the last (those of the variables next to this one).
   uint64_t run_start = first, run_end = end;
-  while (run_start < run_end && covered(run_start)) run_start += page;
-  while (run_end > run_start && covered(run_end - page)) run_end -= page;
   std::string path, error;
-  if (run_start < run_end) {
-    void* local = transport::CreateSharedFile(client.same_host_directory(), "managed", run_end - run_start, &path,
-                                              &error);
-    if (local == nullptr) {
-      Log().warn("managed global: cannot create shared pages: {}", error);
-      return CUDA_ERROR_OUT_OF_MEMORY;
-    }
-    // The variable's own address, so that the pointer the application gets works here and in kernels alike.
-    if (!transport::MoveMapping(local, run_end - run_start, reinterpret_cast<void*>(run_start))) {
-      munmap(local, run_end - run_start);
-      unlink(path.c_str());
-      Log().warn("managed global at {:#x}: that address is taken in this process; answering CUDA_ERROR_NOT_SUPPORTED",
-                 address);
-      return CUDA_ERROR_NOT_SUPPORTED;
+  {
+    std::lock_guard<std::mutex> lock(shared.mutex);
+    // Pages of the same variables' owner shared already: only the first and the last can be (those of the variables
+    // next to this one). A page another owner shares stays in the run, and moving the new file there fails below.
+    const auto covered = [&](uint64_t at) {
+      return std::any_of(shared.pages.begin(), shared.pages.end(), [&](const SharedManagedPages& pages) {
+        return pages.client == &client && pages.module_id == module_id && pages.library_id == library_id &&
+               pages.context == context && at >= pages.address && at - pages.address < pages.bytes;
+      });
+    };
+    while (run_start < run_end && covered(run_start)) run_start += page;
+    while (run_end > run_start && covered(run_end - page)) run_end -= page;
+    if (run_start < run_end) {
+      void* local = transport::CreateSharedFile(client.same_host_directory(), "managed", run_end - run_start, &path,
+                                                &error);
+      if (local == nullptr) {
+        Log().warn("managed global: cannot create shared pages: {}", error);
+        return CUDA_ERROR_OUT_OF_MEMORY;
+      }
+      // The variable's own address, so that the pointer the application gets works here and in kernels alike.
+      if (!transport::MoveMapping(local, run_end - run_start, reinterpret_cast<void*>(run_start))) {
+        munmap(local, run_end - run_start);
+        unlink(path.c_str());
+        Log().warn("managed global at {:#x}: that address is taken in this process; answering "
+                   "CUDA_ERROR_NOT_SUPPORTED", address);
+        return CUDA_ERROR_NOT_SUPPORTED;
+      }
+      // Not inherited by a forked child: its writes would reach this session's variables.
+      madvise(reinterpret_cast<void*>(run_start), run_end - run_start, MADV_DONTFORK);
+      // Held for this call while the executor is asked (without the lock: a fork meanwhile must not inherit it).
+      shared.pages.push_back({&client, run_start, run_end - run_start, module_id, library_id, context, false});
+      shared.count = shared.pages.size();
     }
   }
   auto& builder = Builder();
   const auto call = wire::CreateManagedGlobalShare(builder, module_id, library_id, address, bytes,
                                                    path.empty() ? 0 : builder.CreateString(path), run_start,
-                                                   run_end - run_start, CurrentContextId())
+                                                   run_end - run_start, context)
                         .Union();
   const CUresult result = client.Call(builder, wire::Call::ManagedGlobalShare, call, {}, nullptr);
   if (!path.empty()) unlink(path.c_str());  // normally the executor already did
   if (run_start < run_end) {
-    if (result != CUDA_SUCCESS) {
-      munmap(reinterpret_cast<void*>(run_start), run_end - run_start);
-    } else {
-      shared.pages.push_back({&client, run_start, run_end - run_start, module_id, library_id});
-      shared.count = shared.pages.size();
-    }
+    std::lock_guard<std::mutex> lock(shared.mutex);
+    std::erase_if(shared.pages, [&](SharedManagedPages& pages) {
+      if (pages.client != &client || pages.address != run_start || pages.ready) return false;
+      if (result == CUDA_SUCCESS) {
+        pages.ready = true;
+        return false;
+      }
+      munmap(reinterpret_cast<void*>(pages.address), pages.bytes);
+      return true;
+    });
+    shared.count = shared.pages.size();
   }
   return result;
 }
 
-void ForgetManagedGlobals(Client& client, uint64_t module_id, uint64_t library_id) {
+void ForgetManagedGlobals(Client& client, uint64_t module_id, uint64_t library_id, uint64_t context) {
   ManagedGlobalPages& shared = SharedPages();
   std::lock_guard<std::mutex> lock(shared.mutex);
   std::erase_if(shared.pages, [&](const SharedManagedPages& pages) {
-    if (pages.client != &client || pages.module_id != module_id || pages.library_id != library_id) return false;
+    if (pages.client != &client || !pages.ready) return false;
+    const bool owned = module_id != 0 ? pages.module_id == module_id
+                       : library_id != 0 ? pages.library_id == library_id
+                                         : pages.context == context;
+    if (!owned) return false;
     munmap(reinterpret_cast<void*>(pages.address), pages.bytes);
     return true;
   });
@@ -147,9 +179,10 @@ CUresult NoteRefusedManagedGlobal(Client& client, const char* name, CUresult res
 bool TouchesManagedGlobals(Client& client, CUdeviceptr address, size_t bytes) {
   ManagedGlobalPages& shared = SharedPages();
   if (shared.count.load(std::memory_order_relaxed) == 0 || bytes == 0) return false;
+  const uint64_t end = address + std::min<uint64_t>(bytes, UINT64_MAX - address);
   std::lock_guard<std::mutex> lock(shared.mutex);
   return std::any_of(shared.pages.begin(), shared.pages.end(), [&](const SharedManagedPages& pages) {
-    return pages.client == &client && address < pages.address + pages.bytes && pages.address < address + bytes;
+    return pages.client == &client && address < pages.address + pages.bytes && pages.address < end;
   });
 }
 

@@ -163,7 +163,7 @@ CUresult CopyHostToDevice(CUdeviceptr dst, const void* src, size_t bytes, CUstre
     // with a pageable copy to the real driver; any error surfaces at the next synchronizing call.
     auto& builder = Builder();
     const auto call = wire::CreateMemcpyHtoD(builder, dst, wire_stream, async).Union();
-    if (TouchesManagedGlobals(*client, dst, bytes)) {
+    if (!async && TouchesManagedGlobals(*client, dst, bytes)) {
       return client->Call(builder, wire::Call::MemcpyHtoD, call, {bytes_in, bytes}, nullptr);
     }
     return client->Post(builder, wire::Call::MemcpyHtoD, call, {bytes_in, bytes});
@@ -261,7 +261,9 @@ CUresult CopyDeviceToDevice(CUdeviceptr dst, CUdeviceptr src, size_t bytes, CUst
   CURELAY_RETURN_IF_ERROR(CopyStream(*client, stream, &async, &wire_stream));
   auto& builder = Builder();
   const auto call = wire::CreateMemcpyDtoD(builder, dst, src, bytes, wire_stream, async).Union();
-  if (TouchesManagedGlobals(*client, dst, bytes)) return client->Call(builder, wire::Call::MemcpyDtoD, call, {}, nullptr);
+  if (!async && TouchesManagedGlobals(*client, dst, bytes)) {
+    return client->Call(builder, wire::Call::MemcpyDtoD, call, {}, nullptr);
+  }
   return client->Post(builder, wire::Call::MemcpyDtoD, call, {});
 }
 
@@ -274,9 +276,6 @@ CUresult SetMemory(CUdeviceptr dst, uint32_t value, uint8_t element_bytes, size_
   CURELAY_RETURN_IF_ERROR(WireStream(*client, stream, &wire_stream));
   auto& builder = Builder();
   const auto call = wire::CreateMemset(builder, dst, value, element_bytes, count, wire_stream, true).Union();
-  if (TouchesManagedGlobals(*client, dst, count * element_bytes)) {
-    return client->Call(builder, wire::Call::Memset, call, {}, nullptr);
-  }
   return client->Post(builder, wire::Call::Memset, call, {});
 }
 

@@ -162,7 +162,8 @@ CUresult cuModuleGetGlobal(CUdeviceptr* ptr, size_t* bytes, CUmodule module, con
   const auto* pointer = reply.reply->body_as_Pointer();
   if (pointer == nullptr) return CUDA_ERROR_UNKNOWN;
   if (pointer->managed()) {
-    CURELAY_RETURN_IF_ERROR(ShareManagedGlobal(*client, module->id, 0, pointer->ptr(), pointer->bytes()));
+    CURELAY_RETURN_IF_ERROR(
+        ShareManagedGlobal(*client, module->id, 0, module->context->id, pointer->ptr(), pointer->bytes()));
   }
   if (ptr != nullptr) *ptr = pointer->ptr();
   if (bytes != nullptr) *bytes = pointer->bytes();

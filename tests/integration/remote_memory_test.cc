@@ -419,6 +419,17 @@ TEST_F(RemoteMemoryTest, ManagedGlobalsAreOneAddressForHostAndKernels) {
   ASSERT_CU(cuStreamSynchronize(stream_));
   EXPECT_EQ(*reinterpret_cast<volatile uint32_t*>(counter), 11u);
   ASSERT_CU(cuLibraryUnload(library));
+
+  // A module's variables go with the context it was loaded in: its pages here are unmapped when it is destroyed.
+  CUcontext previous = nullptr, created = nullptr;
+  ASSERT_CU(cuCtxGetCurrent(&previous));
+  ASSERT_CU(cuCtxCreate(&created, nullptr, 0, 0));
+  ASSERT_CU(cuModuleLoadData(&module, ptx));
+  ASSERT_CU(cuModuleGetGlobal(&counter, &bytes, module, "managed_counter"));
+  EXPECT_EQ(*reinterpret_cast<volatile uint32_t*>(counter), 10u);
+  ASSERT_CU(cuCtxDestroy(created));
+  EXPECT_NE(msync(reinterpret_cast<void*>(counter / 4096 * 4096), 4096, MS_ASYNC), 0);
+  ASSERT_CU(cuCtxSetCurrent(previous));
 }
 
 // Page-locked memory is freed by whichever thread lets go of it last, context or not (allocators free from their
