@@ -79,7 +79,7 @@ CUresult ManagedGlobalMirrors::Share(CUcontext context, Owner owner, uint64_t ad
     return overlaps(global.variable, global.shadow.size(), address, bytes);
   });
   if (shared != globals_.end()) {
-    // Looked up again: the same owner's; another owner's variable never overlaps (the driver says otherwise).
+    // Looked up again (a library's variable under another context too): already in step.
     return shared->owner == owner ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
   }
   size_t added = pages_.size();
@@ -97,16 +97,17 @@ CUresult ManagedGlobalMirrors::Share(CUcontext context, Owner owner, uint64_t ad
       spdlog::warn("managed global: the client's pages could not be mapped: {}", error);
       return CUDA_ERROR_INVALID_VALUE;
     }
-    pages_.push_back({map_address, map_bytes, static_cast<uint8_t*>(mapping), owner, context});
+    pages_.push_back({map_address, map_bytes, static_cast<uint8_t*>(mapping)});
   }
-  // The global's parts, one per file it lies on; every byte must be on the client's pages shared for this owner (so
-  // that unloading another owner never unmaps a page one of these reads).
+  // The global's parts, one per file it lies on; every byte must be on the client's shared pages. The driver packs
+  // the variables of different modules and libraries into one page (seen on the H200), so pages are shared between
+  // owners and go only when no variable lies on them (DropUnusedPages).
   std::vector<Global> parts;
   for (uint64_t at = address; at < address + bytes;) {
     const auto on = std::find_if(pages_.begin(), pages_.end(), [&](const Pages& pages) {
       return at >= pages.client_address && at - pages.client_address < pages.bytes;
     });
-    if (on == pages_.end() || !(on->owner == owner) || on->context != context) {
+    if (on == pages_.end()) {
       parts.clear();
       break;
     }
@@ -141,24 +142,27 @@ bool ManagedGlobalMirrors::Overlaps(uint64_t address, uint64_t bytes) const {
   });
 }
 
-void ManagedGlobalMirrors::Forget(Owner owner) {
-  std::erase_if(globals_, [&](const Global& global) { return global.owner == owner; });
+void ManagedGlobalMirrors::DropUnusedPages() {
   std::erase_if(pages_, [&](const Pages& pages) {
-    if (!(pages.owner == owner)) return false;
+    const bool used = std::any_of(globals_.begin(), globals_.end(), [&](const Global& global) {
+      return global.application >= pages.mapping && global.application < pages.mapping + pages.bytes;
+    });
+    if (used) return false;
     Unmap(pages);
     return true;
   });
+}
+
+void ManagedGlobalMirrors::Forget(Owner owner) {
+  std::erase_if(globals_, [&](const Global& global) { return global.owner == owner; });
+  DropUnusedPages();
 }
 
 void ManagedGlobalMirrors::ForgetContext(CUcontext context) {
   // A module's variables go with its context; a library's belong to none (they are copied in a primary context,
   // whose stream here is gone with it and made again when next needed).
   std::erase_if(globals_, [&](const Global& global) { return global.context == context && global.owner.module_id != 0; });
-  std::erase_if(pages_, [&](const Pages& pages) {
-    if (pages.context != context || pages.owner.module_id == 0) return false;
-    Unmap(pages);
-    return true;
-  });
+  DropUnusedPages();
   const auto found = streams_.find(context);
   if (found != streams_.end()) {
     driver_.cuStreamDestroy(found->second);

@@ -49,12 +49,11 @@ class ManagedGlobalMirrors {
   void PullDeviceWrites();
 
  private:
+  // A shared file: pages of the application's, which variables of any owner may lie on.
   struct Pages {
     uint64_t client_address = 0;  // where the application maps them (page-aligned)
     uint64_t bytes = 0;
     uint8_t* mapping = nullptr;  // the same file here
-    Owner owner;
-    CUcontext context = nullptr;
   };
   // A global, or the part of it on one file's pages.
   struct Global {
@@ -70,6 +69,8 @@ class ManagedGlobalMirrors {
   bool InContext(CUcontext context, Body body);
   CUresult CopyFromDevice(CUstream stream, uint8_t* to, CUdeviceptr from, uint64_t bytes);
   void Unmap(const Pages& pages);
+  // Unmaps the files no variable lies on any more.
+  void DropUnusedPages();
 
   Driver& driver_;
   std::vector<Pages> pages_;

@@ -274,8 +274,7 @@ def main() -> None:
         "the host sees the GPU's writes at the next call that answers (a synchronize, a query, a copy), not while "
         "kernels run, and a byte both sides changed between two calls takes the application's value; a session with "
         "managed globals pays a device-to-host copy per variable on every answer. Not kept in step during a stream "
-        "capture, and a look-up during one answers `CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED`; two owners' variables on "
-        "one page (never seen) answer `CUDA_ERROR_NOT_SUPPORTED`. Over tcp://: `CUDA_ERROR_NOT_SUPPORTED` at the "
+        "capture, and a look-up during one answers `CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED`. Over tcp://: `CUDA_ERROR_NOT_SUPPORTED` at the "
         "look-up, one log line in the application (the CUDA runtime then leaves the variable's pointer null) |",
         "| device attributes | the executor driver's, answered in the client, except what a forwarded session cannot "
         "give: `CU_DEVICE_ATTRIBUTE_PAGEABLE_MEMORY_ACCESS` and `..._USES_HOST_PAGE_TABLES` are 0 (a driver with HMM "

@@ -27,20 +27,28 @@ using namespace curelay::frontend;
 
 namespace {
 
-// The pages this process shares with the executor for managed globals, and whose variables they hold.
+// The pages this process shares with the executor for managed globals (the driver packs variables of different
+// modules and libraries into one page, so a page goes only when no shared variable lies on it), and the variables.
 struct SharedManagedPages {
+  Client* client;
+  uint64_t address;
+  uint64_t bytes;
+  bool ready;  // false while the executor is being asked
+};
+
+struct SharedManagedGlobal {
   Client* client;
   uint64_t address;
   uint64_t bytes;
   uint64_t module_id;
   uint64_t library_id;
   uint64_t context;  // the client's id of the context the executor copies in (0: a library's, no context)
-  bool ready;        // false while the executor is being asked
 };
 
 struct ManagedGlobalPages {
   std::mutex mutex;
   std::vector<SharedManagedPages> pages;
+  std::vector<SharedManagedGlobal> globals;
   std::atomic<size_t> count{0};  // pages.size(), read without the lock on every copy
 };
 
@@ -97,12 +105,10 @@ CUresult ShareManagedGlobal(Client& client, uint64_t module_id, uint64_t library
   std::string path, error;
   {
     std::lock_guard<std::mutex> lock(shared.mutex);
-    // Pages of the same variables' owner shared already: only the first and the last can be (those of the variables
-    // next to this one). A page another owner shares stays in the run, and moving the new file there fails below.
+    // Pages shared already: only the first and the last can be (those of the variables next to this one).
     const auto covered = [&](uint64_t at) {
       return std::any_of(shared.pages.begin(), shared.pages.end(), [&](const SharedManagedPages& pages) {
-        return pages.client == &client && pages.module_id == module_id && pages.library_id == library_id &&
-               pages.context == context && at >= pages.address && at - pages.address < pages.bytes;
+        return pages.client == &client && at >= pages.address && at - pages.address < pages.bytes;
       });
     };
     while (run_start < run_end && covered(run_start)) run_start += page;
@@ -125,7 +131,7 @@ CUresult ShareManagedGlobal(Client& client, uint64_t module_id, uint64_t library
       // Not inherited by a forked child: its writes would reach this session's variables.
       madvise(reinterpret_cast<void*>(run_start), run_end - run_start, MADV_DONTFORK);
       // Held for this call while the executor is asked (without the lock: a fork meanwhile must not inherit it).
-      shared.pages.push_back({&client, run_start, run_end - run_start, module_id, library_id, context, false});
+      shared.pages.push_back({&client, run_start, run_end - run_start, false});
       shared.count = shared.pages.size();
     }
   }
@@ -136,8 +142,15 @@ CUresult ShareManagedGlobal(Client& client, uint64_t module_id, uint64_t library
                         .Union();
   const CUresult result = client.Call(builder, wire::Call::ManagedGlobalShare, call, {}, nullptr);
   if (!path.empty()) unlink(path.c_str());  // normally the executor already did
+  std::lock_guard<std::mutex> lock(shared.mutex);
+  if (result == CUDA_SUCCESS &&
+      std::none_of(shared.globals.begin(), shared.globals.end(), [&](const SharedManagedGlobal& global) {
+        return global.client == &client && global.address == address && global.module_id == module_id &&
+               global.library_id == library_id;
+      })) {
+    shared.globals.push_back({&client, address, bytes, module_id, library_id, context});
+  }
   if (run_start < run_end) {
-    std::lock_guard<std::mutex> lock(shared.mutex);
     std::erase_if(shared.pages, [&](SharedManagedPages& pages) {
       if (pages.client != &client || pages.address != run_start || pages.ready) return false;
       if (result == CUDA_SUCCESS) {
@@ -155,12 +168,20 @@ CUresult ShareManagedGlobal(Client& client, uint64_t module_id, uint64_t library
 void ForgetManagedGlobals(Client& client, uint64_t module_id, uint64_t library_id, uint64_t context) {
   ManagedGlobalPages& shared = SharedPages();
   std::lock_guard<std::mutex> lock(shared.mutex);
+  std::erase_if(shared.globals, [&](const SharedManagedGlobal& global) {
+    if (global.client != &client) return false;
+    return module_id != 0    ? global.module_id == module_id
+           : library_id != 0 ? global.library_id == library_id
+                             : global.context == context && global.module_id != 0;
+  });
+  // The executor drops the same pages: those no variable it keeps in step lies on.
   std::erase_if(shared.pages, [&](const SharedManagedPages& pages) {
     if (pages.client != &client || !pages.ready) return false;
-    const bool owned = module_id != 0 ? pages.module_id == module_id
-                       : library_id != 0 ? pages.library_id == library_id
-                                         : pages.context == context;
-    if (!owned) return false;
+    const bool used = std::any_of(shared.globals.begin(), shared.globals.end(), [&](const SharedManagedGlobal& global) {
+      return global.client == &client && global.address < pages.address + pages.bytes &&
+             pages.address < global.address + global.bytes;
+    });
+    if (used) return false;
     munmap(reinterpret_cast<void*>(pages.address), pages.bytes);
     return true;
   });
