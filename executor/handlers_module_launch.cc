@@ -165,20 +165,27 @@ Session::Outcome Session::ModuleEnumerateFunctions(const wire::ModuleEnumerateFu
   return outcome;
 }
 
-Session::Outcome Session::ModuleGetGlobal(const wire::ModuleGetGlobal& call) {
-  auto found = modules_.find(call.module_id());
-  if (found == modules_.end()) return {CUDA_ERROR_INVALID_HANDLE};
-  if (call.name() == nullptr) return {CUDA_ERROR_INVALID_VALUE};
+Session::Outcome Session::AnswerGlobal(const flatbuffers::String* name,
+                                       const std::function<CUresult(CUdeviceptr*, size_t*, const char*)>& look_up) {
+  if (name == nullptr) return {CUDA_ERROR_INVALID_VALUE};
   CUdeviceptr ptr = 0;
   size_t bytes = 0;
-  Outcome outcome;
-  const char* name = call.name()->c_str();
-  const CUresult looked_up = driver_.cuModuleGetGlobal(&ptr, &bytes, found->second, name);
   bool managed = false;
-  outcome.result = ServedGlobal(driver_, looked_up, !transport::SameHostDirectory(*bound_channel_).empty(), &ptr, &bytes, &managed, name);
+  Outcome outcome;
+  outcome.result = ServedGlobal(driver_, look_up(&ptr, &bytes, name->c_str()),
+                                !transport::SameHostDirectory(*bound_channel_).empty(), &ptr, &bytes, &managed,
+                                name->c_str());
   outcome.body = wire::CreatePointer(builder_, ptr, bytes, managed).Union();
   outcome.body_type = wire::ReplyBody::Pointer;
   return outcome;
+}
+
+Session::Outcome Session::ModuleGetGlobal(const wire::ModuleGetGlobal& call) {
+  auto found = modules_.find(call.module_id());
+  if (found == modules_.end()) return {CUDA_ERROR_INVALID_HANDLE};
+  return AnswerGlobal(call.name(), [&](CUdeviceptr* ptr, size_t* bytes, const char* name) {
+    return driver_.cuModuleGetGlobal(ptr, bytes, found->second, name);
+  });
 }
 
 Session::Outcome Session::LaunchKernel(const wire::LaunchKernel& call, std::span<const uint8_t> payload) {
@@ -475,17 +482,9 @@ Session::Outcome Session::FunctionLoading(const wire::FunctionLoading& call) {
 Session::Outcome Session::LibraryGetGlobal(const wire::LibraryGetGlobal& call) {
   auto found = libraries_.find(call.library_id());
   if (found == libraries_.end()) return {CUDA_ERROR_INVALID_HANDLE};
-  if (call.name() == nullptr) return {CUDA_ERROR_INVALID_VALUE};
-  CUdeviceptr ptr = 0;
-  size_t bytes = 0;
-  Outcome outcome;
-  const char* name = call.name()->c_str();
-  const CUresult looked_up = driver_.cuLibraryGetGlobal(&ptr, &bytes, found->second, name);
-  bool managed = false;
-  outcome.result = ServedGlobal(driver_, looked_up, !transport::SameHostDirectory(*bound_channel_).empty(), &ptr, &bytes, &managed, name);
-  outcome.body = wire::CreatePointer(builder_, ptr, bytes, managed).Union();
-  outcome.body_type = wire::ReplyBody::Pointer;
-  return outcome;
+  return AnswerGlobal(call.name(), [&](CUdeviceptr* ptr, size_t* bytes, const char* name) {
+    return driver_.cuLibraryGetGlobal(ptr, bytes, found->second, name);
+  });
 }
 
 Session::Outcome Session::KernelGetFunction(const wire::KernelGetFunction& call) {
@@ -508,18 +507,9 @@ Session::Outcome Session::LibraryGetManaged(const wire::LibraryGetManaged& call)
   if (driver_.cuLibraryGetManaged == nullptr) return {CUDA_ERROR_NOT_SUPPORTED};
   auto found = libraries_.find(call.library_id());
   if (found == libraries_.end()) return {CUDA_ERROR_INVALID_HANDLE};
-  if (call.name() == nullptr) return {CUDA_ERROR_INVALID_VALUE};
-  CUdeviceptr ptr = 0;
-  size_t bytes = 0;
-  Outcome outcome;
-  const char* name = call.name()->c_str();
-  const CUresult looked_up = driver_.cuLibraryGetManaged(&ptr, &bytes, found->second, name);
-  bool managed = false;
-  outcome.result = ServedGlobal(driver_, looked_up, !transport::SameHostDirectory(*bound_channel_).empty(), &ptr,
-                                &bytes, &managed, name);
-  outcome.body = wire::CreatePointer(builder_, ptr, bytes, managed).Union();
-  outcome.body_type = wire::ReplyBody::Pointer;
-  return outcome;
+  return AnswerGlobal(call.name(), [&](CUdeviceptr* ptr, size_t* bytes, const char* name) {
+    return driver_.cuLibraryGetManaged(ptr, bytes, found->second, name);
+  });
 }
 
 Session::Outcome Session::ManagedGlobalShare(const wire::ManagedGlobalShare& call) {

@@ -120,7 +120,9 @@ CUresult ManagedGlobalMirrors::Share(CUcontext context, Owner owner, uint64_t ad
   if (result == CUDA_SUCCESS) {
     const bool ran = InContext(context, [&](CUstream stream) {
       for (Global& part : parts) {
-        if (result == CUDA_SUCCESS) result = CopyFromDevice(stream, part.shadow.data(), part.variable, part.shadow.size());
+        if (result == CUDA_SUCCESS) {
+          result = CopyFromDevice(stream, part.shadow.data(), part.variable, part.shadow.size());
+        }
         if (result == CUDA_SUCCESS) std::memcpy(part.application, part.shadow.data(), part.shadow.size());
       }
     });
@@ -161,7 +163,8 @@ void ManagedGlobalMirrors::Forget(Owner owner) {
 void ManagedGlobalMirrors::ForgetContext(CUcontext context) {
   // A module's variables go with its context; a library's belong to none (they are copied in a primary context,
   // whose stream here is gone with it and made again when next needed).
-  std::erase_if(globals_, [&](const Global& global) { return global.context == context && global.owner.module_id != 0; });
+  std::erase_if(globals_,
+                [&](const Global& global) { return global.context == context && global.owner.module_id != 0; });
   DropUnusedPages();
   const auto found = streams_.find(context);
   if (found != streams_.end()) {
@@ -192,7 +195,9 @@ void ManagedGlobalMirrors::PushApplicationWrites() {
         spdlog::warn("managed global: writing the application's bytes failed: {}", static_cast<int>(result));
         return;
       }
-      for (const auto& [start, end] : runs) std::memcpy(global.shadow.data() + start, scratch_.data() + start, end - start);
+      for (const auto& [start, end] : runs) {
+        std::memcpy(global.shadow.data() + start, scratch_.data() + start, end - start);
+      }
     });
   }
 }
@@ -202,7 +207,8 @@ void ManagedGlobalMirrors::PullDeviceWrites() {
     const uint64_t bytes = global.shadow.size();
     scratch_.resize(bytes);
     CUresult result = CUDA_ERROR_INVALID_CONTEXT;
-    InContext(global.context, [&](CUstream stream) { result = CopyFromDevice(stream, scratch_.data(), global.variable, bytes); });
+    InContext(global.context,
+              [&](CUstream stream) { result = CopyFromDevice(stream, scratch_.data(), global.variable, bytes); });
     if (result != CUDA_SUCCESS) continue;  // a faulted context: its answer says so
     ForEachDifference(scratch_.data(), global.shadow.data(), bytes, [&](uint64_t start, uint64_t end) {
       for (uint64_t i = start; i < end; ++i) {

@@ -149,6 +149,10 @@ class Session {
 
   CUresult MakeCurrent(uint64_t context);
   CUresult LookupStream(uint64_t wire_stream, CUstream* stream);
+  // A global's look-up answered as Pointer (handlers_module_launch.cc): `look_up` asks the driver by name; a managed
+  // global is marked, and refused over a network.
+  Outcome AnswerGlobal(const flatbuffers::String* name,
+                       const std::function<CUresult(CUdeviceptr*, size_t*, const char*)>& look_up);
   // A waited plain copy into a managed global finishes before its answer (ManagedGlobalMirrors pulls then).
   void SettleManagedGlobalWrite(const wire::Request& request, size_t payload_bytes);
   CUresult TakeDeferred(CUresult own);

@@ -72,7 +72,8 @@ bool OnSharedPages(Client& client, uint64_t address, uint64_t bytes) {
   ManagedGlobalPages& shared = SharedPages();
   std::lock_guard<std::mutex> lock(shared.mutex);
   return std::any_of(shared.pages.begin(), shared.pages.end(), [&](const SharedManagedPages& pages) {
-    return pages.client == &client && pages.ready && address >= pages.address && address - pages.address < pages.bytes &&
+    return pages.client == &client && pages.ready && address >= pages.address &&
+           address - pages.address < pages.bytes &&
            bytes <= pages.bytes - (address - pages.address);
   });
 }
