@@ -68,13 +68,14 @@ ManagedGlobalPages& SharedPages() {
   return *shared_pages;
 }
 
-bool OnSharedPages(Client& client, uint64_t address, uint64_t bytes) {
+// Whether [address, +bytes) lies in one shared managed global (the range prefetches and advice may name; a
+// variable may span two shared files, so the variables are asked, not the pages).
+bool InSharedGlobal(Client& client, uint64_t address, uint64_t bytes) {
   ManagedGlobalPages& shared = SharedPages();
   std::lock_guard<std::mutex> lock(shared.mutex);
-  return std::any_of(shared.pages.begin(), shared.pages.end(), [&](const SharedManagedPages& pages) {
-    return pages.client == &client && pages.ready && address >= pages.address &&
-           address - pages.address < pages.bytes &&
-           bytes <= pages.bytes - (address - pages.address);
+  return std::any_of(shared.globals.begin(), shared.globals.end(), [&](const SharedManagedGlobal& global) {
+    return global.client == &client && address >= global.address && address - global.address < global.bytes &&
+           bytes <= global.bytes - (address - global.address);
   });
 }
 
@@ -82,7 +83,7 @@ bool OnSharedPages(Client& client, uint64_t address, uint64_t bytes) {
 CUresult RequireManagedRange(Client& client, CUdeviceptr ptr, size_t bytes) {
   const char* base = nullptr;
   size_t allocation_bytes = 0;
-  if (bytes != 0 && OnSharedPages(client, ptr, bytes)) return CUDA_SUCCESS;  // a managed global
+  if (bytes != 0 && InSharedGlobal(client, ptr, bytes)) return CUDA_SUCCESS;  // a managed global
   if (bytes == 0 || !client.host_allocations.Managed(reinterpret_cast<const void*>(ptr), &base, &allocation_bytes)) {
     return CUDA_ERROR_INVALID_VALUE;
   }
