@@ -40,6 +40,7 @@ for f in "$bench" "$ptx"; do
 done
 
 zmq_pingpong=$(curelay_build_path "$(sed -n 's/^CURELAY_ZMQ_PINGPONG=//p' "$paths")")
+shm_pingpong=$(curelay_build_path "$(sed -n 's/^CURELAY_SHM_PINGPONG=//p' "$paths")")
 rounds=${CURELAY_BENCH_ROUNDS:-3}
 status=0
 native_logs=() curelay_logs=() ring_logs=()
@@ -63,9 +64,11 @@ for ((round = 1; round <= rounds; round++)); do
     }
     ring_logs+=("$ring_log")
   fi
-  # ZeroMQ's own tcp round trip, the floor under the tcp path, measured in the same rounds.
+  # The transport's own round trip, the floor under curelay's path, measured in the same rounds: ZeroMQ's over
+  # tcp, the shared-memory channel's on the same host.
   case $CURELAY_GPU_ENDPOINT in
-    tcp://*) [ -x "$zmq_pingpong" ] && "$zmq_pingpong" >>"$curelay_log" 2>&1 ;;
+    tcp://*) [ -f "$zmq_pingpong" ] && [ -x "$zmq_pingpong" ] && "$zmq_pingpong" >>"$curelay_log" 2>&1 ;;
+    ipc://*) [ -f "$shm_pingpong" ] && [ -x "$shm_pingpong" ] && "$shm_pingpong" >>"$curelay_log" 2>&1 ;;
   esac
   native_logs+=("$native_log")
   curelay_logs+=("$curelay_log")

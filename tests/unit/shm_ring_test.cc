@@ -65,6 +65,9 @@ TEST(ShmRingTest, HostileIndicesAreReportedNotFollowed) {
   EXPECT_EQ(shared.ring.Read(&byte, 1, 0, 100, alive), RingStatus::kBroken);
   control->head.store(0);
   control->tail.store(12345);  // a consumer claiming to have read bytes never written
+  // The producer reads the tail when the room it knew of runs out: the ring is full after kCapacity bytes.
+  std::vector<uint8_t> fill(kCapacity);
+  EXPECT_EQ(shared.ring.Write(fill.data(), fill.size(), 0, alive), RingStatus::kOk);
   EXPECT_EQ(shared.ring.Write(&byte, 1, 0, alive), RingStatus::kBroken);
   munmap(shared.memory, 1 << 20);
 }

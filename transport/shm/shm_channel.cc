@@ -91,11 +91,8 @@ class ShmChannel final : public Channel {
   bool Send(std::span<const uint8_t> header, std::span<const uint8_t> payload) override {
     if (broken_) return false;
     const FrameHeader frame{static_cast<uint32_t>(header.size()), 0, payload.size()};
-    const bool sent = Ok(send_->Write(&frame, sizeof(frame), options_.spin_microseconds, alive_)) &&
-                      Ok(send_->Write(header.data(), header.size(), options_.spin_microseconds, alive_)) &&
-                      (payload.empty() ||
-                       Ok(send_->Write(payload.data(), payload.size(), options_.spin_microseconds, alive_)));
-    return sent;
+    const std::span<const uint8_t> pieces[] = {{reinterpret_cast<const uint8_t*>(&frame), sizeof(frame)}, header, payload};
+    return Ok(send_->WriteAll(pieces, options_.spin_microseconds, alive_));
   }
 
   ReceiveStatus Receive(IncomingMessage& message, int timeout_ms) override {

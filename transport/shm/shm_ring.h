@@ -9,6 +9,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <functional>
+#include <span>
 
 namespace curelay::transport {
 
@@ -30,13 +31,26 @@ class ShmRing {
 
   // Blocks until all bytes are written. `alive` is polled while waiting; false aborts with kPeerLost.
   RingStatus Write(const void* bytes, size_t size, int spin_us, const std::function<bool()>& alive);
+  // Writes the pieces back to back, published to the consumer at once when they fit in the ring together (one
+  // message's frame, header and payload: the consumer sees one update of `head`, not one per piece).
+  RingStatus WriteAll(std::span<const std::span<const uint8_t>> pieces, int spin_us, const std::function<bool()>& alive);
   // Blocks until `size` bytes are read, or `timeout_ms` passes before the first byte (< 0: no limit).
   RingStatus Read(void* bytes, size_t size, int spin_us, int timeout_ms, const std::function<bool()>& alive);
 
  private:
+  // Waits until `bytes` (at most the capacity) are free to write; `free_bytes` gets what is free.
+  RingStatus AwaitSpace(uint64_t written, uint64_t bytes, uint64_t& free_bytes, int spin_us,
+                        const std::function<bool()>& alive);
+  void CopyIn(uint64_t position, const uint8_t* bytes, uint64_t size);
+
   ShmRingControl* control_;
   uint8_t* data_;
   uint64_t capacity_;
+  // The other side's index as last read: re-read only when it cannot satisfy the call, so that a producer and a
+  // consumer spinning on one another move as few shared cache lines as they can (each read of the peer's index
+  // pulls its line across cores). Each ShmRing object is used by one side of the ring only.
+  uint64_t known_tail_ = 0;  // producer
+  uint64_t known_head_ = 0;  // consumer
 };
 
 }  // namespace curelay::transport
