@@ -91,6 +91,7 @@ RingStatus ShmRing::AwaitSpace(uint64_t written, uint64_t bytes, uint64_t& free_
 }
 
 void ShmRing::CopyIn(uint64_t position, const uint8_t* bytes, uint64_t size) {
+  if (size == 0) return;  // an empty piece (no payload) may have no address: memcpy must not see it
   const uint64_t offset = position % capacity_;
   const uint64_t first = std::min(size, capacity_ - offset);
   std::memcpy(data_ + offset, bytes, first);
