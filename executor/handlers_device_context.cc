@@ -56,6 +56,7 @@ Session::Outcome Session::ContextDestroy(const wire::ContextDestroy& call) {
   Outcome outcome;
   dispatch_gate_.ForgetContext(contexts_.at(call.context()));  // its timing markers go with it
   markers_.Forget(contexts_.at(call.context()));
+  completion_words_.Forget(contexts_.at(call.context()));
   copy_deliveries_.ContextGone(contexts_.at(call.context()));
   managed_globals_.ForgetContext(contexts_.at(call.context()));
   outcome.result = driver_.cuCtxDestroy(contexts_.at(call.context()));
@@ -122,7 +123,8 @@ Session::Outcome Session::ContextSynchronize(const wire::ContextSynchronize& /*c
   CUresult result = CUDA_SUCCESS;
   for (CUstream stream : streams) {
     if (result != CUDA_SUCCESS) break;
-    result = RecordMarker(stream, markers);
+    // Unwatched: a stream memory operation per stream of the context would cost more than it saves.
+    result = RecordMarker(stream, markers, /*watched=*/false);
   }
   if (result != CUDA_SUCCESS) {
     ReturnMarkers(markers);
@@ -169,6 +171,7 @@ Session::Outcome Session::PrimaryContextReset(const wire::PrimaryContextReset& c
   if (driver_.cuDevicePrimaryCtxRetain(&primary, call.device()) == CUDA_SUCCESS) {
     dispatch_gate_.ForgetContext(primary);
     markers_.Forget(primary);
+    completion_words_.Forget(primary);
     copy_deliveries_.ContextGone(primary);
     managed_globals_.ForgetContext(primary);
     driver_.cuDevicePrimaryCtxRelease(call.device());

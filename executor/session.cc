@@ -124,18 +124,26 @@ CUevent Session::FindEvent(uint64_t id) const {
   return nullptr;
 }
 
-CUresult Session::RecordMarker(CUstream stream, std::vector<CUevent>& markers) {
+CUresult Session::RecordMarker(CUstream stream, std::vector<CUevent>& markers, bool watched) {
   // On a capturing stream the record would be captured into the graph instead, and querying it would fail.
   if (const CUresult refused = RefuseCapturingStream(stream); refused != CUDA_SUCCESS) return refused;
-  const CUevent marker = markers_.Take(CurrentDriverContext());
+  const CUcontext context = CurrentDriverContext();
+  const CUevent marker = markers_.Take(context);
   if (marker == nullptr) return CUDA_ERROR_OUT_OF_MEMORY;
   markers.push_back(marker);
-  return driver_.cuEventRecord(marker, stream);
+  const CUresult recorded = driver_.cuEventRecord(marker, stream);
+  // Not during a capture: a stream memory operation issued while another stream captures in global mode is a call
+  // the capture may forbid (and would end it).
+  if (recorded == CUDA_SUCCESS && watched && captures_.empty()) completion_words_.Watch(context, stream, marker);
+  return recorded;
 }
 
 void Session::ReturnMarkers(std::vector<CUevent>& markers) {
   const CUcontext context = CurrentDriverContext();
-  for (CUevent marker : markers) markers_.Give(context, marker);
+  for (CUevent marker : markers) {
+    completion_words_.Unwatch(marker);
+    markers_.Give(context, marker);
+  }
   markers.clear();
 }
 
@@ -158,12 +166,25 @@ bool Session::PollPendingWaits() {
   // is found complete, every earlier wait it implies (an asynchronous copy earlier on its stream) is found complete
   // too, and its answer (the copy's data) reaches the client before the synchronize that follows it.
   // Sampled without allocating: this runs in the executor's wait loop, over and over while the GPU works.
+  // A watched marker is done when its stream wrote its word; it is asked about only every kQueryInterval (a failed
+  // stream writes no word), and always once a later wait was found complete in this pass: the GPU moved past it
+  // then, and its answer must not fall behind that wait's for want of a word (its slot may have been reused).
   const size_t count = pending_waits_.size();
+  const auto now = std::chrono::steady_clock::now();
+  bool later_complete = false;
   for (size_t i = count; i-- > 0;) {
     PendingWait& wait = pending_waits_[i];
     wait.complete = true;
     wait.outcome = CUDA_SUCCESS;
+    const bool ask_anyway = later_complete || now - wait.queried >= CompletionWords::kQueryInterval;
+    bool asked = false;
     const auto check = [&](CUevent event) {
+      if (completion_words_.Reached(event)) return;
+      if (!ask_anyway && completion_words_.Watched(event)) {
+        wait.complete = false;
+        return;
+      }
+      asked = true;
       const CUresult state = driver_.cuEventQuery(event);
       if (state == CUDA_ERROR_NOT_READY) {
         wait.complete = false;
@@ -173,6 +194,8 @@ bool Session::PollPendingWaits() {
     };
     for (CUevent marker : wait.markers) check(marker);
     if (wait.client_event != 0) check(FindEvent(wait.client_event));
+    if (asked) wait.queried = now;
+    if (wait.complete) later_complete = true;
     // A completed copy's answer is claimed here, before any answer goes, so that a host function's callback that
     // would send it waits for it instead. One that a callback is sending is waited for: no answer (of this poll or
     // of the request being handled) may overtake its data, and no claim is left unsent across a return.
@@ -207,7 +230,10 @@ bool Session::PollPendingWaits() {
     if (wait.delivery != nullptr && wait.delivery->state.load() == CopyDelivery::kSentByCallback) {
       // A host function's callback later on the copy's stream has sent the answer: only the buffers come back.
       staging_.Give(wait.staging);
-      for (CUevent marker : wait.markers) markers_.Give(wait.context, marker);
+      for (CUevent marker : wait.markers) {
+        completion_words_.Unwatch(marker);
+        markers_.Give(wait.context, marker);
+      }
       continue;
     }
     // Its own builder: this may run while a handler's answer is being built in builder_.
@@ -222,7 +248,10 @@ bool Session::PollPendingWaits() {
     if (wait.delivery != nullptr) wait.delivery->SessionSent();  // queued on the channel: a notice may follow
     if (outcome.payload.empty()) staging_.Give(wait.staging);
     // After the answer, so that returning them is not on its path.
-    for (CUevent marker : wait.markers) markers_.Give(wait.context, marker);
+    for (CUevent marker : wait.markers) {
+      completion_words_.Unwatch(marker);
+      markers_.Give(wait.context, marker);
+    }
     if (!sent) {
       for (size_t j = i + 1; j < completed.size(); ++j) {
         if (completed[j].delivery != nullptr) completed[j].delivery->Drop();  // no callback reads it after this
@@ -476,6 +505,7 @@ void Session::ReleaseEverything() {
   }
   pending_waits_.clear();
   copy_deliveries_.Clear();
+  completion_words_.Release();
   markers_.Release();
   staging_.Release();
   for (auto& [id, event] : doomed_events_) driver_.cuEventDestroy(event);

@@ -20,6 +20,7 @@
 #include "executor/dispatch_gate.h"
 #include "executor/copy_delivery.h"
 #include "executor/driver.h"
+#include "executor/completion_words.h"
 #include "executor/event_pool.h"
 #include "executor/host_mirrors.h"
 #include "executor/managed_global_mirrors.h"
@@ -103,6 +104,8 @@ class Session {
     // PollPendingWaits' sample: complete, and the first error its markers or event reported.
     bool complete = false;
     CUresult outcome = CUDA_SUCCESS;
+    // When its markers were last asked about (watched markers are asked every CompletionWords::kQueryInterval).
+    std::chrono::steady_clock::time_point queried{};
   };
 
   bool Attach();
@@ -110,8 +113,9 @@ class Session {
   bool PollPendingWaits();
   // After the answer to a synchronize (or a wait) whose GPU work is done: the dispatch gate reports it.
   void SynchronizeAnswered();
-  // Records a completion marker on `stream` (of the current context) for a wait being built.
-  CUresult RecordMarker(CUstream stream, std::vector<CUevent>& markers);
+  // Records a completion marker on `stream` (of the current context) for a wait being built; `watched`: the stream
+  // also writes the marker's completion word (CompletionWords), which the wait loop reads instead of asking.
+  CUresult RecordMarker(CUstream stream, std::vector<CUevent>& markers, bool watched = true);
   // Markers of a wait that will not be waited for (the handler failed after recording some).
   void ReturnMarkers(std::vector<CUevent>& markers);
   CUcontext CurrentDriverContext() const;
@@ -295,6 +299,7 @@ class Session {
   flatbuffers::FlatBufferBuilder builder_;
   flatbuffers::FlatBufferBuilder wait_builder_;  // answers to pending waits (PollPendingWaits)
   EventPool markers_{driver_, CU_EVENT_DISABLE_TIMING};  // completion markers of pending waits
+  CompletionWords completion_words_{driver_};            // and the words their streams write after them
   // Device-to-host chunks in flight: at most 32 x 4 MiB page-locked per session.
   StagingPool staging_{driver_, wire::kCopyChunkBytes, 32};
   std::vector<uint64_t> aligned_buffer_;    // 8-byte aligned copy of module images and kernel arguments
