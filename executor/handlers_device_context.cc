@@ -123,8 +123,7 @@ Session::Outcome Session::ContextSynchronize(const wire::ContextSynchronize& /*c
   CUresult result = CUDA_SUCCESS;
   for (CUstream stream : streams) {
     if (result != CUDA_SUCCESS) break;
-    // Unwatched: a stream memory operation per stream of the context would cost more than it saves.
-    result = RecordMarker(stream, markers, /*watched=*/false);
+    result = RecordMarker(stream, markers);
   }
   if (result != CUDA_SUCCESS) {
     ReturnMarkers(markers);

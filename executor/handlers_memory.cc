@@ -151,7 +151,8 @@ Session::Outcome Session::MemcpyRegisteredHost(const wire::MemcpyRegisteredHost&
   if (call.async() || result != CUDA_SUCCESS) return {result};
   // The plain form returns once the data has arrived, as natively; the session thread serves others meanwhile.
   std::vector<CUevent> markers;
-  if (const CUresult recorded = RecordMarker(stream, markers); recorded != CUDA_SUCCESS) {
+  if (const CUresult recorded = RecordMarker(stream, markers, call.bytes() >= kWatchedCopyBytes);
+      recorded != CUDA_SUCCESS) {
     ReturnMarkers(markers);
     return {TakeDeferred(recorded)};
   }
@@ -174,7 +175,7 @@ Session::Outcome Session::CopyToHostDeferred(CUstream stream, uint64_t bytes,
   if (staging == nullptr) return {CUDA_ERROR_OUT_OF_MEMORY};
   std::vector<CUevent> markers;
   CUresult result = enqueue(staging);
-  if (result == CUDA_SUCCESS) result = RecordMarker(stream, markers);
+  if (result == CUDA_SUCCESS) result = RecordMarker(stream, markers, bytes >= kWatchedCopyBytes);
   if (result != CUDA_SUCCESS) {
     ReturnMarkers(markers);
     staging_.Give(staging);
