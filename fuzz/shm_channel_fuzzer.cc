@@ -5,12 +5,10 @@
 // offer), and runs the input's operations on the mapping and the executor's channel. Each record of the input
 // (fuzz_input.h) is one operation, its first byte choosing which:
 //   0 append raw bytes to the client->executor ring (as a producer would, head advanced)
-//   1 append one message as the client transport writes it: a stamped ring record (length, stamp = its position
-//     + 1, then the bytes, padded to 8) holding a frame header and the bytes (header frame only)
+//   1 append one frame as the client transport writes it: a frame header, then the bytes (header frame only)
 //   2 set that ring's head (u64)          3 set its tail, the executor's own index (u64)
 //   4 the executor receives (no waiting)  5 the executor sends the record's bytes (executor->client ring)
 //   6 set the executor->client ring's tail (u64), the client's index the executor's writes depend on
-//   7 append a stamped record whose length field is the operand's first 8 bytes (any claim), then the rest
 // The peer is reported gone, so any wait the hostile indices cause ends at once (a helper thread wakes sleepers)
 // with the channel broken: what must never happen is a read or write outside the mapping or a received frame
 // larger than the limits.
@@ -28,7 +26,6 @@
 #include <mutex>
 #include <string>
 #include <thread>
-#include <vector>
 
 #include "fuzz/fuzz_input.h"
 #include "fuzz/scratch_directory.h"
@@ -111,17 +108,6 @@ void Append(SharedHeader* header, uint8_t* data, std::span<const uint8_t> bytes)
   ring.head.store(head);
 }
 
-// Appends a ring record as the client's ring writes one (transport/shm/shm_ring.cc): [length][stamp][bytes][pad].
-void AppendRecord(SharedHeader* header, uint8_t* data, uint64_t length, std::span<const uint8_t> bytes) {
-  const uint64_t start = header->rings[0].head.load();
-  const uint64_t stamp = start + 1;
-  Append(header, data, {reinterpret_cast<const uint8_t*>(&length), sizeof(length)});
-  Append(header, data, {reinterpret_cast<const uint8_t*>(&stamp), sizeof(stamp)});
-  Append(header, data, bytes);
-  static constexpr uint8_t kZeros[8] = {};
-  Append(header, data, {kZeros, (8 - bytes.size() % 8) % 8});
-}
-
 }  // namespace
 
 extern "C" int LLVMFuzzerInitialize(int*, char***) {
@@ -168,21 +154,16 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* input_data, size_t size) {
     const auto record = input.Next();
     if (record.empty()) continue;
     const auto operand = record.subspan(1);
-    switch (record[0] % 8) {
+    switch (record[0] % 7) {
       case 0:
         Append(header, to_executor, operand);
         break;
       case 1: {
         const FrameHeader frame{static_cast<uint32_t>(operand.size()), 0, 0};
-        std::vector<uint8_t> message(reinterpret_cast<const uint8_t*>(&frame),
-                                     reinterpret_cast<const uint8_t*>(&frame) + sizeof(frame));
-        message.insert(message.end(), operand.begin(), operand.end());
-        AppendRecord(header, to_executor, message.size(), message);
+        Append(header, to_executor, {reinterpret_cast<const uint8_t*>(&frame), sizeof(frame)});
+        Append(header, to_executor, operand);
         break;
       }
-      case 7:
-        AppendRecord(header, to_executor, ReadU64(operand), operand.subspan(std::min<size_t>(operand.size(), 8)));
-        break;
       case 2:
         header->rings[0].head.store(ReadU64(operand));
         break;

@@ -4,9 +4,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include <cstring>
 #include <new>
-#include <span>
 #include <random>
 #include <vector>
 
@@ -80,68 +78,6 @@ TEST(ShmRingTest, ReadTimesOutAndNoticesALostPeer) {
   EXPECT_EQ(shared.ring.Read(&byte, 1, 0, 50, [] { return true; }), RingStatus::kTimeout);
   EXPECT_EQ(shared.ring.Read(&byte, 1, 0, -1, [] { return false; }), RingStatus::kPeerLost);
   munmap(shared.memory, 1 << 20);
-}
-
-// Records (the channel's messages): sizes from empty to larger than the ring, split into pieces, across processes.
-TEST(ShmRingTest, RecordsArriveWholeAndInOrderAcrossProcesses) {
-  constexpr uint64_t kRecordCapacity = 4096;  // records need a multiple of 8
-  void* memory = mmap(nullptr, 1 << 20, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
-  auto* control = new (memory) ShmRingControl{};
-  ShmRing ring(control, static_cast<uint8_t*>(memory) + sizeof(ShmRingControl), kRecordCapacity);
-  const auto alive = [] { return true; };
-  constexpr int kRecords = 3000;
-  const auto content = [](int record, size_t i) { return static_cast<uint8_t>(record * 31 + i * 7); };
-  const auto size_of = [](int record) { return static_cast<size_t>(record % 97 == 0 ? 9000 : (record * 37) % 300); };
-  const pid_t writer = fork();
-  if (writer == 0) {
-    for (int record = 0; record < kRecords; ++record) {
-      std::vector<uint8_t> bytes(size_of(record));
-      for (size_t i = 0; i < bytes.size(); ++i) bytes[i] = content(record, i);
-      const size_t cut = bytes.size() / 3;
-      const std::span<const uint8_t> pieces[] = {{bytes.data(), cut}, {}, {bytes.data() + cut, bytes.size() - cut}};
-      if (ring.WriteRecord(pieces, 10, alive) != RingStatus::kOk) _exit(1);
-    }
-    _exit(0);
-  }
-  for (int record = 0; record < kRecords; ++record) {
-    uint64_t length = 0;
-    ASSERT_EQ(ring.BeginRecord(&length, 10, 5000, alive), RingStatus::kOk) << record;
-    ASSERT_EQ(length, size_of(record)) << record;
-    std::vector<uint8_t> bytes(length);
-    ASSERT_EQ(ring.Read(bytes.data(), bytes.size(), 10, -1, alive), RingStatus::kOk);
-    ASSERT_EQ(ring.EndRecord(length, 10, alive), RingStatus::kOk);
-    for (size_t i = 0; i < bytes.size(); ++i) ASSERT_EQ(bytes[i], content(record, i)) << record << " " << i;
-  }
-  int status = 0;
-  waitpid(writer, &status, 0);
-  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0);
-  munmap(memory, 1 << 20);
-}
-
-// A stamped record is taken on its stamp alone (the consumer does not wait for `head`), and a stamp that vouches
-// for more than the ring holds breaks the ring.
-TEST(ShmRingTest, AStampedRecordNeedsNoHeadAndCannotClaimMoreThanTheRing) {
-  constexpr uint64_t kRecordCapacity = 4096;
-  void* memory = mmap(nullptr, 1 << 20, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
-  auto* control = new (memory) ShmRingControl{};
-  auto* data = static_cast<uint8_t*>(memory) + sizeof(ShmRingControl);
-  ShmRing ring(control, data, kRecordCapacity);
-  const auto alive = [] { return true; };
-  const uint64_t record[] = {8, 1, 0x1122334455667788};  // length 8, stamp = position 0 + 1, the bytes
-  std::memcpy(data, record, sizeof(record));             // head stays 0
-  uint64_t length = 0;
-  ASSERT_EQ(ring.BeginRecord(&length, 0, 100, alive), RingStatus::kOk);
-  ASSERT_EQ(length, 8u);
-  uint64_t value = 0;
-  ASSERT_EQ(ring.Read(&value, sizeof(value), 0, 100, alive), RingStatus::kOk);
-  EXPECT_EQ(value, 0x1122334455667788u);
-  ASSERT_EQ(ring.EndRecord(length, 0, alive), RingStatus::kOk);
-  // The producer has not stored `head` past that record yet (it stamps first): nothing more, and nothing broken.
-  EXPECT_EQ(ring.BeginRecord(&length, 0, 10, alive), RingStatus::kTimeout);
-  const uint64_t greedy[] = {kRecordCapacity, 24 + 1};  // at position 24: claims the whole ring
-  std::memcpy(data + 24, greedy, sizeof(greedy));
-  EXPECT_EQ(ring.BeginRecord(&length, 0, 100, alive), RingStatus::kBroken);
-  munmap(memory, 1 << 20);
 }
 
 }  // namespace

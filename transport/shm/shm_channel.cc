@@ -92,13 +92,13 @@ class ShmChannel final : public Channel {
     if (broken_) return false;
     const FrameHeader frame{static_cast<uint32_t>(header.size()), 0, payload.size()};
     const std::span<const uint8_t> pieces[] = {{reinterpret_cast<const uint8_t*>(&frame), sizeof(frame)}, header, payload};
-    return Ok(send_->WriteRecord(pieces, options_.spin_microseconds, alive_));
+    return Ok(send_->WriteAll(pieces, options_.spin_microseconds, alive_));
   }
 
   ReceiveStatus Receive(IncomingMessage& message, int timeout_ms) override {
     if (broken_) return ReceiveStatus::kError;
-    uint64_t record_bytes = 0;
-    const RingStatus status = receive_->BeginRecord(&record_bytes, options_.spin_microseconds, timeout_ms, alive_);
+    FrameHeader frame{};
+    const RingStatus status = receive_->Read(&frame, sizeof(frame), options_.spin_microseconds, timeout_ms, alive_);
     if (status == RingStatus::kTimeout) {
       // A poll (timeout 0) never sleeps, so the ring never asks whether the peer lives: a caller polling for as long
       // as its peer owes it something (an executor waiting for a host function the client runs) would never learn
@@ -114,25 +114,15 @@ class ShmChannel final : public Channel {
       return ReceiveStatus::kTimeout;
     }
     if (!Ok(status)) return peer_lost_ ? ReceiveStatus::kPeerLost : ReceiveStatus::kError;
-    FrameHeader frame{};
-    if (record_bytes < sizeof(frame) ||
-        !Ok(receive_->Read(&frame, sizeof(frame), options_.spin_microseconds, -1, alive_))) {
-      broken_ = true;
-      return peer_lost_ ? ReceiveStatus::kPeerLost : ReceiveStatus::kError;
-    }
     const uint64_t payload_limit =
         options_.max_message_bytes > 0 ? static_cast<uint64_t>(options_.max_message_bytes) : uint64_t{1} << 31;
-    if (frame.header_bytes == 0 || frame.header_bytes > kMaxHeaderFrame || frame.payload_bytes > payload_limit ||
-        sizeof(frame) + frame.header_bytes + frame.payload_bytes != record_bytes) {
+    if (frame.header_bytes == 0 || frame.header_bytes > kMaxHeaderFrame || frame.payload_bytes > payload_limit) {
       broken_ = true;  // the stream can no longer be trusted to be aligned
       return ReceiveStatus::kError;
     }
     message.header = ReadFrame(frame.header_bytes);
     message.payload = frame.payload_bytes > 0 ? ReadFrame(frame.payload_bytes) : Frame();
-    if (broken_ || message.header.empty() ||
-        !Ok(receive_->EndRecord(record_bytes, options_.spin_microseconds, alive_))) {
-      return peer_lost_ ? ReceiveStatus::kPeerLost : ReceiveStatus::kError;
-    }
+    if (broken_ || message.header.empty()) return peer_lost_ ? ReceiveStatus::kPeerLost : ReceiveStatus::kError;
     return ReceiveStatus::kMessage;
   }
 

@@ -7,7 +7,6 @@
 #include <algorithm>
 #include <chrono>
 #include <cstring>
-#include <vector>
 
 namespace curelay::transport {
 namespace {
@@ -123,14 +122,8 @@ RingStatus ShmRing::WriteAll(std::span<const std::span<const uint8_t>> pieces, i
     Signal(&control_->data_seq, &control_->consumer_sleeping);
     return RingStatus::kOk;
   }
-  return WriteChunked(head, pieces, spin_us, alive);
-}
-
-RingStatus ShmRing::WriteChunked(uint64_t head, std::span<const std::span<const uint8_t>> pieces, int spin_us,
-                                 const std::function<bool()>& alive) {
-  // In chunks, as the consumer makes room (its tail read afresh each time, so that each chunk takes all the room
-  // there is).
-  uint64_t free_bytes = 0;
+  // Larger than the ring: in chunks, as the consumer makes room (its tail read afresh each time, so that each
+  // chunk takes all the room there is).
   for (const auto& piece : pieces) {
     for (uint64_t written = 0; written < piece.size();) {
       known_tail_ = control_->tail.load(std::memory_order_acquire);
@@ -148,13 +141,6 @@ RingStatus ShmRing::WriteChunked(uint64_t head, std::span<const std::span<const 
   return RingStatus::kOk;
 }
 
-void ShmRing::RefreshHead() {
-  // Never backwards: a stamped record is taken before its producer stores `head` past it, so the head read next may
-  // still be behind the tail for a moment; what was known stays known (a hostile producer's lower head changes
-  // nothing either).
-  known_head_ = std::max(known_head_, control_->head.load(std::memory_order_acquire));
-}
-
 RingStatus ShmRing::Read(void* bytes, size_t size, int spin_us, int timeout_ms,
                          const std::function<bool()>& alive) {
   auto* out = static_cast<uint8_t*>(bytes);
@@ -167,7 +153,7 @@ RingStatus ShmRing::Read(void* bytes, size_t size, int spin_us, int timeout_ms,
       available = known_head_ - (tail + taken);
       if (available > capacity_) return broken = true;
       if (available >= size - taken) return true;
-      RefreshHead();
+      known_head_ = control_->head.load(std::memory_order_acquire);
       available = known_head_ - (tail + taken);
       if (available > capacity_) return broken = true;  // the producer claims more than the ring holds
       return available > 0;
@@ -186,84 +172,6 @@ RingStatus ShmRing::Read(void* bytes, size_t size, int spin_us, int timeout_ms,
     Signal(&control_->space_seq, &control_->producer_sleeping);
   }
   return RingStatus::kOk;
-}
-
-namespace {
-constexpr uint64_t kRecordPrefix = 16;  // length, stamp
-uint64_t PaddedRecord(uint64_t length) { return (kRecordPrefix + length + 7) & ~uint64_t{7}; }
-}  // namespace
-
-RingStatus ShmRing::WriteRecord(std::span<const std::span<const uint8_t>> pieces, int spin_us,
-                                const std::function<bool()>& alive) {
-  uint64_t head = control_->head.load(std::memory_order_relaxed);
-  if (capacity_ % 8 != 0 || head % 8 != 0) return RingStatus::kBroken;  // records keep head 8-aligned
-  uint64_t length = 0;
-  for (const auto& piece : pieces) length += piece.size();
-  if (length > capacity_ * 64) return RingStatus::kBroken;  // keeps the padded size far from overflowing
-  const uint64_t padded = PaddedRecord(length);
-  if (padded > capacity_) {
-    const uint64_t prefix[2] = {length, 0};  // stamp 0: never a position + 1 the consumer looks for
-    static constexpr uint8_t kZeros[8] = {};
-    std::vector<std::span<const uint8_t>> chunked;
-    chunked.push_back({reinterpret_cast<const uint8_t*>(prefix), sizeof(prefix)});
-    chunked.insert(chunked.end(), pieces.begin(), pieces.end());
-    chunked.push_back({kZeros, padded - kRecordPrefix - length});
-    return WriteChunked(head, chunked, spin_us, alive);
-  }
-  uint64_t free_bytes = 0;
-  if (const RingStatus status = AwaitSpace(head, padded, free_bytes, spin_us, alive); status != RingStatus::kOk) {
-    return status;
-  }
-  std::memcpy(data_ + head % capacity_, &length, sizeof(length));  // 8-aligned in a ring of 8-byte multiples
-  uint64_t position = head + kRecordPrefix;
-  for (const auto& piece : pieces) {
-    CopyIn(position, piece.data(), piece.size());
-    position += piece.size();
-  }
-  // The stamp last: whoever sees it sees the bytes before it.
-  __atomic_store_n(reinterpret_cast<uint64_t*>(data_ + (head + 8) % capacity_), head + 1, __ATOMIC_RELEASE);
-  head += padded;
-  control_->head.store(head, std::memory_order_release);
-  Signal(&control_->data_seq, &control_->consumer_sleeping);
-  return RingStatus::kOk;
-}
-
-RingStatus ShmRing::BeginRecord(uint64_t* length, int spin_us, int timeout_ms, const std::function<bool()>& alive) {
-  const uint64_t tail = control_->tail.load(std::memory_order_relaxed);
-  if (capacity_ % 8 != 0 || tail % 8 != 0) return RingStatus::kBroken;
-  const auto* stamp = reinterpret_cast<const uint64_t*>(data_ + (tail + 8) % capacity_);
-  bool stamped = false, broken = false;
-  const auto has_record = [&] {
-    if (__atomic_load_n(stamp, __ATOMIC_ACQUIRE) == tail + 1) return stamped = true;
-    // A record in chunks: its prefix is there when `head` says so.
-    uint64_t available = known_head_ - tail;
-    if (available >= kRecordPrefix && available <= capacity_) return true;
-    RefreshHead();
-    available = known_head_ - tail;
-    if (available > capacity_) return broken = true;  // the producer claims more than the ring holds
-    return available >= kRecordPrefix;
-  };
-  const RingStatus status = WaitUntil(has_record, &control_->data_seq, &control_->consumer_sleeping, spin_us,
-                                      timeout_ms, alive);
-  if (broken) return RingStatus::kBroken;
-  if (status != RingStatus::kOk) return status;
-  std::memcpy(length, data_ + tail % capacity_, sizeof(*length));
-  if (*length > capacity_ * 64) return RingStatus::kBroken;
-  if (stamped) {
-    // The producer vouches for the whole record: its bytes are read without asking `head`.
-    const uint64_t end = tail + PaddedRecord(*length);
-    if (end - tail > capacity_) return RingStatus::kBroken;  // a stamped record is never larger than the ring
-    known_head_ = std::max(known_head_, end);
-  }
-  control_->tail.store(tail + kRecordPrefix, std::memory_order_release);
-  Signal(&control_->space_seq, &control_->producer_sleeping);
-  return RingStatus::kOk;
-}
-
-RingStatus ShmRing::EndRecord(uint64_t length, int spin_us, const std::function<bool()>& alive) {
-  uint8_t padding[8];
-  const uint64_t bytes = PaddedRecord(length) - kRecordPrefix - length;
-  return bytes == 0 ? RingStatus::kOk : Read(padding, bytes, spin_us, -1, alive);
 }
 
 }  // namespace curelay::transport

@@ -37,26 +37,11 @@ class ShmRing {
   // Blocks until `size` bytes are read, or `timeout_ms` passes before the first byte (< 0: no limit).
   RingStatus Read(void* bytes, size_t size, int spin_us, int timeout_ms, const std::function<bool()>& alive);
 
-  // Records: one message each, [length u64][stamp u64][length bytes][padding to 8 bytes] (capacity a multiple of 8).
-  // The producer writes the stamp, the record's position + 1, after the bytes: a consumer that polls the stamp at
-  // its tail sees a whole record arrive in the cache lines it reads anyway, without the line of `head` (on the GPU
-  // host every line that moves between the client's and the executor's cores costs a transfer). A record larger
-  // than the ring goes in chunks behind `head`, its stamp 0, and is read as `head` says.
-  RingStatus WriteRecord(std::span<const std::span<const uint8_t>> pieces, int spin_us, const std::function<bool()>& alive);
-  // Waits for the next record (or `timeout_ms`, as Read) and takes its length; its bytes are then read with Read,
-  // all of them, and EndRecord skips its padding.
-  RingStatus BeginRecord(uint64_t* length, int spin_us, int timeout_ms, const std::function<bool()>& alive);
-  RingStatus EndRecord(uint64_t length, int spin_us, const std::function<bool()>& alive);
-
  private:
   // Waits until `bytes` (at most the capacity) are free to write; `free_bytes` gets what is free.
   RingStatus AwaitSpace(uint64_t written, uint64_t bytes, uint64_t& free_bytes, int spin_us,
                         const std::function<bool()>& alive);
-  // Writes the pieces in chunks as the consumer makes room, publishing each.
-  RingStatus WriteChunked(uint64_t head, std::span<const std::span<const uint8_t>> pieces, int spin_us,
-                          const std::function<bool()>& alive);
   void CopyIn(uint64_t position, const uint8_t* bytes, uint64_t size);
-  void RefreshHead();  // consumer: reads `head` into known_head_
 
   ShmRingControl* control_;
   uint8_t* data_;
