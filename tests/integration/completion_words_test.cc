@@ -10,6 +10,7 @@
 #include <thread>
 
 #include "executor/driver.h"
+#include "tests/integration/emulated_driver_in_process.h"
 
 namespace curelay::executor {
 namespace {
@@ -20,12 +21,7 @@ class CompletionWordsTest : public ::testing::Test {
  protected:
   void SetUp() override {
     std::string error;
-    ASSERT_TRUE(driver_.Load(CURELAY_EMULATED_DRIVER_PATH, &error)) << error;
-    ASSERT_EQ(driver_.cuInit(0), CUDA_SUCCESS);
-    CUdevice device = 0;
-    ASSERT_EQ(driver_.cuDeviceGet(&device, 0), CUDA_SUCCESS);
-    ASSERT_EQ(driver_.cuDevicePrimaryCtxRetain(&context_, device), CUDA_SUCCESS);
-    ASSERT_EQ(driver_.cuCtxSetCurrent(context_), CUDA_SUCCESS);
+    ASSERT_TRUE(OpenEmulatedPrimaryContext(driver_, &context_, &error)) << error;
     ASSERT_EQ(driver_.cuStreamCreateWithPriority(&stream_, CU_STREAM_NON_BLOCKING, 0), CUDA_SUCCESS);
     // A gate the stream waits on, in mapped host memory: the work "before the marker" ends when the test opens it.
     gate_ = static_cast<uint32_t*>(mmap(nullptr, 4096, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0));

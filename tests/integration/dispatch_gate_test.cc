@@ -19,6 +19,7 @@
 
 #include "backend/dispatch/dispatch_board.h"
 #include "executor/driver.h"
+#include "tests/integration/emulated_driver_in_process.h"
 
 namespace curelay::executor {
 namespace {
@@ -32,12 +33,7 @@ class DispatchGateTest : public ::testing::Test {
  protected:
   void SetUp() override {
     std::string error;
-    ASSERT_TRUE(driver_.Load(CURELAY_EMULATED_DRIVER_PATH, &error)) << error;
-    ASSERT_EQ(driver_.cuInit(0), CUDA_SUCCESS);
-    CUdevice device = 0;
-    ASSERT_EQ(driver_.cuDeviceGet(&device, 0), CUDA_SUCCESS);
-    ASSERT_EQ(driver_.cuDevicePrimaryCtxRetain(&context_, device), CUDA_SUCCESS);
-    ASSERT_EQ(driver_.cuCtxSetCurrent(context_), CUDA_SUCCESS);
+    ASSERT_TRUE(OpenEmulatedPrimaryContext(driver_, &context_, &error)) << error;
     std::ifstream in(CURELAY_TEST_PTX_PATH);
     std::stringstream ptx;
     ptx << in.rdbuf();
