@@ -38,8 +38,9 @@ void CompletionWords::Watch(CUcontext context, CUstream stream, CUevent marker) 
   if (++page->next_ticket == 0) ++page->next_ticket;  // 0 is what an unwritten word holds
   const uint32_t ticket = page->next_ticket;
   const uint32_t slot = ticket % kWords;
-  // A slot is reused after kWords tickets; a wait whose slot a later ticket took never sees its own value and is
-  // answered by its marker's query instead.
+  // A slot is reused after kWords tickets; a wait whose slot another ticket took (a later one, or an older one
+  // written late) never sees its own value and is found by its marker's query instead: every marker is asked about
+  // before any other answer goes out (Session::PollPendingWaits), so a missing word only delays its own answer.
   CUstreamBatchMemOpParams write{};
   write.writeValue.operation = CU_STREAM_MEM_OP_WRITE_VALUE_32;
   write.writeValue.address = page->device + slot * sizeof(uint32_t);

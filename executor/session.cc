@@ -160,7 +160,7 @@ Session::Outcome Session::Defer(std::vector<CUevent> markers, uint64_t client_ev
   return outcome;
 }
 
-bool Session::PollPendingWaits() {
+bool Session::PollPendingWaits(bool before_answer) {
   const RelaxedCapture relaxed(*this);  // these queries are the executor's own, not the client's
   // Completion is sampled newest first and answers go out oldest first. The GPU only moves forward, so when a wait
   // is found complete, every earlier wait it implies (an asynchronous copy earlier on its stream) is found complete
@@ -176,7 +176,8 @@ bool Session::PollPendingWaits() {
     PendingWait& wait = pending_waits_[i];
     wait.complete = true;
     wait.outcome = CUDA_SUCCESS;
-    const bool ask_anyway = later_complete || now - wait.queried >= CompletionWords::kQueryInterval;
+    const bool ask_anyway =
+        before_answer || later_complete || now - wait.queried >= CompletionWords::kQueryInterval;
     bool asked = false;
     const auto check = [&](CUevent event) {
       if (completion_words_.Reached(event)) return;
@@ -386,7 +387,7 @@ bool Session::Handle(const wire::Request& request, std::span<const uint8_t> payl
   if (!managed_globals_.empty()) SettleManagedGlobalWrite(request, payload.size());
   // Waits that completed go out before this answer: a synchronize found its stream idle above, so an asynchronous
   // copy earlier on that stream is complete too, and its data must reach the client first.
-  if (!pending_waits_.empty() && !PollPendingWaits()) return false;
+  if (!pending_waits_.empty() && !PollPendingWaits(/*before_answer=*/true)) return false;
   if (!SendReply(request.sequence(), outcome)) return false;
   if (outcome.synchronized) SynchronizeAnswered();
   return true;

@@ -110,7 +110,10 @@ class Session {
 
   bool Attach();
   // Answers the pending waits whose work has completed. Returns false if a reply could not be sent.
-  bool PollPendingWaits();
+  // `before_answer`: another answer goes out next, which must not overtake a wait whose work is done: every marker
+  // is asked about, watched or not (a watched marker's word can be missing although its work is done: its stream
+  // failed, or an older ticket's late write took its slot).
+  bool PollPendingWaits(bool before_answer = false);
   // After the answer to a synchronize (or a wait) whose GPU work is done: the dispatch gate reports it.
   void SynchronizeAnswered();
   // Records a completion marker on `stream` (of the current context) for a wait being built; `watched`: the stream
