@@ -8,7 +8,9 @@
 # bench_table.txt. Environment: CURELAY_REAL_DRIVER, CURELAY_GPU_ENDPOINT (tcp://127.0.0.1:PORT: the remote mode,
 # with ZeroMQ's own round trip measured too), CURELAY_GPU_RTT_US (added round-trip delay), CURELAY_GPU_TIMEOUT
 # (see tests/gpu/backend_env.sh), CURELAY_BENCH_RING=1 (each round also runs curelay with CURELAY_DIRECT_COPIES=0,
-# the ring copy paths, and a second table compares those with native). bench/README.md explains the metrics.
+# the ring copy paths, and a second table compares those with native), CURELAY_BENCH_CURVE=1 (tcp:// only: each
+# round also runs curelay through a backend restarted with --curve, and two more tables compare that with native
+# and with plaintext). bench/README.md explains the metrics.
 set -uo pipefail
 
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
@@ -43,7 +45,11 @@ zmq_pingpong=$(curelay_build_path "$(sed -n 's/^CURELAY_ZMQ_PINGPONG=//p' "$path
 shm_pingpong=$(curelay_build_path "$(sed -n 's/^CURELAY_SHM_PINGPONG=//p' "$paths")")
 rounds=${CURELAY_BENCH_ROUNDS:-3}
 status=0
-native_logs=() curelay_logs=() ring_logs=()
+native_logs=() curelay_logs=() ring_logs=() curve_logs=()
+if [ -n "${CURELAY_BENCH_CURVE:-}" ] && [ "${CURELAY_GPU_ENDPOINT#tcp://}" = "$CURELAY_GPU_ENDPOINT" ]; then
+  echo "error: CURELAY_BENCH_CURVE=1 needs a tcp:// CURELAY_GPU_ENDPOINT (CURVE applies to tcp only)" >&2
+  exit 2
+fi
 echo "== bench: $rounds alternating rounds, native (driver $CURELAY_REAL_DRIVER) and curelay (endpoint $CURELAY_GPU_ENDPOINT${CURELAY_GPU_RTT_US:+, RTT +$CURELAY_GPU_RTT_US us})"
 curelay_backend_start || exit 1
 for ((round = 1; round <= rounds; round++)); do
@@ -64,6 +70,20 @@ for ((round = 1; round <= rounds; round++)); do
     }
     ring_logs+=("$ring_log")
   fi
+  if [ -n "${CURELAY_BENCH_CURVE:-}" ]; then
+    # The same program through the same backend restarted with --curve (its key pair stays in the state directory).
+    curve_log="$CURELAY_OUT/bench_curve_$round.log"
+    curelay_backend_stop
+    CURELAY_GPU_CURVE=1 curelay_backend_start || exit 1
+    curelay_remote "$bench" "$ptx" >"$curve_log" 2>&1 || {
+      echo "curelay benchmark with CURVE failed (status $?); see $curve_log" >&2
+      status=1
+    }
+    curve_logs+=("$curve_log")
+    curelay_backend_stop
+    unset CURELAY_SERVER_KEY
+    curelay_backend_start || exit 1
+  fi
   # The transport's own round trip, the floor under curelay's path, measured in the same rounds: ZeroMQ's over
   # tcp, the shared-memory channel's on the same host.
   case $CURELAY_GPU_ENDPOINT in
@@ -82,5 +102,13 @@ if [ ${#ring_logs[@]} -gt 0 ]; then
   echo "== the same rounds with CURELAY_DIRECT_COPIES=0 (copies through the ring) against native"
   python3 "$here/bench_table.py" --native "${native_logs[@]}" --curelay "${ring_logs[@]}" |
     tee "$CURELAY_OUT/bench_table_ring.txt"
+fi
+if [ ${#curve_logs[@]} -gt 0 ]; then
+  echo "== the same rounds with CURVE (backend --curve) against native"
+  python3 "$here/bench_table.py" --native "${native_logs[@]}" --curelay "${curve_logs[@]}" |
+    tee "$CURELAY_OUT/bench_table_curve.txt"
+  echo "== CURVE against plaintext tcp:// (column 'native' = curelay over plaintext tcp, 'curelay' = with CURVE)"
+  python3 "$here/bench_table.py" --native "${curelay_logs[@]}" --curelay "${curve_logs[@]}" |
+    tee "$CURELAY_OUT/bench_table_curve_vs_plain.txt"
 fi
 exit "$status"

@@ -333,8 +333,7 @@ bool Session::Attach() {
     }
   }
   if (attached) {
-    spdlog::info("client attached over {}", shm_channel_ != nullptr                          ? "shared memory"
-                                            : accepted.layer != nullptr                      ? "ZeroMQ with tcp lanes"
+    spdlog::info("client attached over {}", offer_accepted                                   ? accepted.description
                                             : !bound_channel_->BoundEndpoint("rdma").empty() ? "RDMA"
                                                                                             : "ZeroMQ");
   }

@@ -47,13 +47,13 @@ std::unique_ptr<ClientLink> ClientLink::Connect(const Endpoint& executor, const 
       *error = "shared memory unavailable (" + why + ")";
     }
   }
-  // Lanes carry payloads in the clear, so a CURVE session keeps them in its encrypted ZeroMQ messages.
-  const std::string text = executor.ToString();
-  if (executor.kind == Endpoint::Kind::kTcp && options.tcp_lanes > 0 &&
-      !(options.curve.enabled() && CurveApplies(text))) {
-    link->lanes_offered_ = std::min(options.tcp_lanes, kMaxTcpLanes);
+  // A CURVE session's lanes are sealed: the lane secret comes back inside CURVE, and keys the lanes' cipher.
+  if (executor.kind == Endpoint::Kind::kTcp && options.tcp_lanes > 0) {
+    LanesTerms terms;
+    terms.lanes = std::min(options.tcp_lanes, kMaxTcpLanes);
+    if (options.curve.enabled() && CurveApplies(executor.ToString())) terms.sealed = PreferredLaneCipher();
     link->lanes_host_ = executor.host;
-    link->offer_ = LanesOffer(link->lanes_offered_);
+    link->lanes_offer_ = link->offer_ = LanesOffer(terms);
   }
   link->options_ = options;
   return link;
@@ -69,9 +69,9 @@ std::unique_ptr<Channel> ClientLink::Finish(bool accepted, const std::string& an
   offer_.clear();
   if (accepted && offered_ != nullptr) return std::move(offered_);
   offered_.reset();
-  if (accepted && lanes_offered_ > 0) {
-    return ConnectLanes(std::make_shared<SharedChannel>(bootstrap_), lanes_host_, lanes_offered_, answer, options_,
-                        timeout_ms, error);
+  if (accepted && !lanes_offer_.empty()) {
+    return ConnectLanes(std::make_shared<SharedChannel>(bootstrap_), lanes_host_, *ParseLanesOffer(lanes_offer_),
+                        answer, options_, timeout_ms, error);
   }
   return std::make_unique<SharedChannel>(bootstrap_);
 }
@@ -98,8 +98,11 @@ AcceptedOffer AcceptOffer(std::shared_ptr<Channel> bootstrap, const std::string&
   AcceptedOffer accepted;
   if (offer.empty()) return accepted;
   if (const auto lanes = ParseLanesOffer(offer)) {
-    if (options.curve.enabled()) {
-      *error = "lanes would carry a CURVE session's data in the clear";
+    // Plain lanes would carry a CURVE session's data in the clear; sealed ones without CURVE would send their key
+    // in the clear, in the attach answer.
+    if (options.curve.enabled() != lanes->sealed.has_value()) {
+      *error = options.curve.enabled() ? "plain lanes would carry a CURVE session's data in the clear"
+                                       : "sealed lanes need CURVE to carry their key";
       return accepted;
     }
     const auto bound = Endpoint::Parse(bootstrap->BoundEndpoint("tcp"));
@@ -110,6 +113,9 @@ AcceptedOffer AcceptOffer(std::shared_ptr<Channel> bootstrap, const std::string&
     auto listener = LanesListener::Open(bound->host, *lanes, options, error);
     if (listener == nullptr) return accepted;
     accepted.answer = listener->answer();
+    const LanesTerms& terms = listener->terms();
+    accepted.description = "ZeroMQ with " + std::to_string(terms.lanes) + " tcp lanes" +
+                           (terms.sealed ? " sealed with " + std::string(LaneCipherName(*terms.sealed)) : "");
     // The client connects its lanes as soon as it reads the answer; its own wait is the connect timeout.
     accepted.layer = std::make_unique<LanesLayer>(std::move(listener), options.heartbeat_timeout_ms > 0
                                                                            ? options.heartbeat_timeout_ms * 2
@@ -122,6 +128,7 @@ AcceptedOffer AcceptOffer(std::shared_ptr<Channel> bootstrap, const std::string&
     return accepted;
   }
   accepted.channel = OpenShmChannel(std::move(bootstrap), offer, directory, options, error);
+  if (accepted.channel != nullptr) accepted.description = "shared memory";
   return accepted;
 }
 

@@ -35,7 +35,7 @@ class ClientLink {
   ClientLink() = default;
   std::shared_ptr<Channel> bootstrap_;
   std::unique_ptr<Channel> offered_;  // shared memory
-  int lanes_offered_ = 0;             // tcp lanes
+  std::string lanes_offer_;           // the tcp lanes offered, if any (lanes_channel.h)
   std::string lanes_host_;
   ChannelOptions options_;
   std::string offer_;
@@ -56,6 +56,7 @@ struct AcceptedOffer {
   std::unique_ptr<Channel> channel;     // a channel of its own (shared memory)
   std::unique_ptr<PendingLayer> layer;  // or a layer over the bound channel (tcp lanes)
   std::string answer;                   // what the attach answer carries back to the client
+  std::string description;              // the channel in words, for the executor's log
   bool accepted() const { return channel != nullptr || layer != nullptr; }
 };
 

@@ -1,5 +1,6 @@
 // tcp lanes (transport/lanes/): the offer, the handshake over real loopback sockets, payloads large and small in
-// order both ways, a connection without the secret, a peer that goes away, and payloads received in place.
+// order both ways, a connection without the secret, a peer that goes away, and payloads received in place; plain,
+// and sealed under CURVE (lane_seal.h), where a lane's bytes altered, replayed or moved break the session.
 #include <arpa/inet.h>
 #include <gtest/gtest.h>
 #include <netinet/in.h>
@@ -10,7 +11,10 @@
 #include <atomic>
 #include <chrono>
 #include <cstring>
+#include <condition_variable>
+#include <deque>
 #include <future>
+#include <mutex>
 #include <thread>
 #include <string>
 #include <vector>
@@ -19,6 +23,7 @@
 #include "transport/endpoint.h"
 #include "transport/lanes/lanes_channel.h"
 #include "transport/session_link.h"
+#include "transport/zmq/zmq_curve.h"
 
 namespace curelay::transport {
 namespace {
@@ -46,26 +51,42 @@ struct Session {
   std::unique_ptr<Channel> client;
 };
 
-// Binds an executor channel on loopback tcp, connects a client offering `lanes` lanes, and runs both halves of the
-// handshake; `answer_edit` may spoil the executor's answer before the client reads it.
+// Binds an executor channel on loopback tcp, connects a client offering `lanes` lanes (sealed with `sealed` under
+// CURVE, when given), and runs both halves of the handshake; `answer_edit` may spoil the executor's answer before
+// the client reads it.
 Session Connect(int lanes, std::string* executor_error, std::string* client_error,
-                const std::function<void(std::string&)>& answer_edit = {}) {
+                const std::function<void(std::string&)>& answer_edit = {},
+                std::optional<LaneCipher> sealed = std::nullopt) {
   std::string error;
   ChannelOptions options;
   options.tcp_lanes = lanes;
   options.heartbeat_timeout_ms = 1000;
+  ChannelOptions client_options = options;
+  if (sealed) {
+    std::string client_public, client_secret;
+    EXPECT_TRUE(NewCurveKeyPair(&options.curve.server_public, &options.curve.server_secret));
+    EXPECT_TRUE(NewCurveKeyPair(&client_public, &client_secret));
+    client_options.curve = {options.curve.server_public, "", client_public, client_secret};
+  }
   std::vector<std::string> endpoints = {"tcp://127.0.0.1:*"};
   std::shared_ptr<Channel> bound = BindChannel(endpoints, options, &error);
   EXPECT_NE(bound, nullptr) << error;
   if (bound == nullptr) return {};
   const auto executor_endpoint = Endpoint::Parse(bound->BoundEndpoint("tcp"));
   EXPECT_TRUE(executor_endpoint.has_value());
-  auto link = ClientLink::Connect(*executor_endpoint, options, false, &error);
+  auto link = ClientLink::Connect(*executor_endpoint, client_options, false, &error);
   EXPECT_NE(link, nullptr) << error;
-  EXPECT_EQ(link->offer(), LanesOffer(lanes));
-  AcceptedOffer accepted = AcceptOffer(bound, link->offer(), options, executor_error);
+  EXPECT_EQ(link->offer(), LanesOffer({lanes, sealed ? std::optional(PreferredLaneCipher()) : std::nullopt}));
+  // A sealed offer names the cipher under test (the client's own choice is this machine's preferred one); the
+  // executor takes it where this machine runs it, and the client takes any answer it can run.
+  const std::string offer = sealed ? LanesOffer({lanes, sealed}) : link->offer();
+  AcceptedOffer accepted = AcceptOffer(bound, offer, options, executor_error);
   EXPECT_NE(accepted.layer, nullptr) << *executor_error;
   if (accepted.layer == nullptr) return {};
+  if (sealed) {
+    EXPECT_NE(accepted.description.find("sealed with " + std::string(LaneCipherName(*sealed))), std::string::npos)
+        << accepted.description;
+  }
   std::string answer = accepted.answer;
   if (answer_edit) answer_edit(answer);
   auto client = std::async(std::launch::async, [&] { return link->Finish(true, answer, 3000, client_error); });
@@ -76,19 +97,85 @@ Session Connect(int lanes, std::string* executor_error, std::string* client_erro
 }
 
 TEST(LanesChannelTest, OffersAreParsedStrictly) {
-  EXPECT_EQ(ParseLanesOffer(LanesOffer(4)), 4);
-  EXPECT_EQ(ParseLanesOffer("lanes 16"), 16);
+  EXPECT_EQ(ParseLanesOffer(LanesOffer({4, std::nullopt})), (LanesTerms{4, std::nullopt}));
+  EXPECT_EQ(ParseLanesOffer("lanes 16"), (LanesTerms{16, std::nullopt}));
+  EXPECT_EQ(ParseLanesOffer("lanes 8 sealed aes256gcm"), (LanesTerms{8, LaneCipher::kAes256Gcm}));
+  EXPECT_EQ(ParseLanesOffer(LanesOffer({2, LaneCipher::kChaCha20Poly1305})),
+            (LanesTerms{2, LaneCipher::kChaCha20Poly1305}));
   for (const char* bad : {"", "lanes ", "lanes 0", "lanes 17", "lanes -1", "lanes 4x", "lanes 123", "lane 4",
-                          "/dev/shm/curelay/x"}) {
+                          "/dev/shm/curelay/x", "lanes 4 sealed", "lanes 4 sealed ", "lanes 4 sealed des",
+                          "lanes 4 aes256gcm", "lanes 4  sealed aes256gcm", "lanes 4 sealed aes256gcm ",
+                          "lanes  sealed aes256gcm", "lanes 4 sealedaes256gcm"}) {
     EXPECT_FALSE(ParseLanesOffer(bad).has_value()) << bad;
   }
 }
+
+// Every cipher this machine runs (ChaCha20-Poly1305 everywhere; AES-256-GCM with AES-NI).
+std::vector<LaneCipher> Ciphers() {
+  std::vector<LaneCipher> ciphers = {LaneCipher::kChaCha20Poly1305};
+  if (LaneCipherAvailable(LaneCipher::kAes256Gcm)) ciphers.push_back(LaneCipher::kAes256Gcm);
+  return ciphers;
+}
+
+void ExchangeEverySize(Session& session);
 
 TEST(LanesChannelTest, PayloadsOfEverySizeArriveInOrderBothWays) {
   std::string executor_error, client_error;
   Session session = Connect(4, &executor_error, &client_error);
   ASSERT_NE(session.executor, nullptr) << executor_error;
   ASSERT_NE(session.client, nullptr) << client_error;
+  ExchangeEverySize(session);
+}
+
+TEST(LanesChannelTest, SealedLanesCarryPayloadsOfEverySizeBothWays) {
+  for (const LaneCipher cipher : Ciphers()) {
+    SCOPED_TRACE(std::string(LaneCipherName(cipher)));
+    std::string executor_error, client_error;
+    Session session = Connect(4, &executor_error, &client_error, {}, cipher);
+    ASSERT_NE(session.executor, nullptr) << executor_error;
+    ASSERT_NE(session.client, nullptr) << client_error;
+    ExchangeEverySize(session);
+    // And in place, as a device-to-host copy receives its chunks.
+    const std::string big = Payload(9, (1 << 20) + 5);
+    std::vector<uint8_t> destination(big.size(), 0);
+    session.client->ExpectPayload(21, destination.data(), destination.size());
+    ASSERT_TRUE(session.executor->SendLoaned(Bytes("placed"), Bytes(big), [] {}, 21));
+    IncomingMessage message;
+    ASSERT_EQ(session.client->Receive(message, 5000), ReceiveStatus::kMessage);
+    EXPECT_EQ(message.payload.data(), destination.data());
+    EXPECT_EQ(std::memcmp(destination.data(), big.data(), big.size()), 0);
+  }
+}
+
+// Plain lanes offered to a CURVE executor, or sealed ones to a plaintext executor, are refused: the first would
+// carry the data in the clear, the second its key.
+TEST(LanesChannelTest, SealingMustMatchCurve) {
+  ChannelOptions curve_options;
+  ASSERT_TRUE(NewCurveKeyPair(&curve_options.curve.server_public, &curve_options.curve.server_secret));
+  std::string error;
+  std::vector<std::string> endpoints = {"tcp://127.0.0.1:*"};
+  std::shared_ptr<Channel> bound = BindChannel(endpoints, curve_options, &error);
+  ASSERT_NE(bound, nullptr) << error;
+  EXPECT_FALSE(AcceptOffer(bound, LanesOffer({2, std::nullopt}), curve_options, &error).accepted());
+  EXPECT_NE(error.find("in the clear"), std::string::npos) << error;
+  std::shared_ptr<Channel> plain = BindChannel(endpoints, ChannelOptions{}, &error);
+  ASSERT_NE(plain, nullptr) << error;
+  error.clear();
+  EXPECT_FALSE(AcceptOffer(plain, LanesOffer({2, LaneCipher::kChaCha20Poly1305}), ChannelOptions{}, &error).accepted());
+  EXPECT_NE(error.find("need CURVE"), std::string::npos) << error;
+}
+
+// A client that offered sealed lanes takes no plain answer (and the reverse).
+TEST(LanesChannelTest, AnAnswerThatDropsTheSealIsRefused) {
+  std::string executor_error, client_error;
+  Session session = Connect(2, &executor_error, &client_error, [](std::string& answer) {
+    answer = answer.substr(0, answer.rfind(' '));
+  }, LaneCipher::kChaCha20Poly1305);
+  EXPECT_EQ(session.client, nullptr);
+  EXPECT_NE(client_error.find("not what was offered"), std::string::npos) << client_error;
+}
+
+void ExchangeEverySize(Session& session) {
   constexpr int kMessages = 70;
   for (int i = 0; i < kMessages; ++i) {
     ASSERT_TRUE(session.client->Send(Bytes("request " + std::to_string(i)), Bytes(Payload(i, SizeOf(i)))));
@@ -347,6 +434,157 @@ TEST(LanesChannelTest, ForgettingEveryPlacementStopsWritesAndRefusesNewOnes) {
   EXPECT_NE(first.payload.data(), destination.data());
   EXPECT_NE(second.payload.data(), destination.data());
   EXPECT_TRUE(std::all_of(destination.begin(), destination.end(), [](uint8_t b) { return b == 0xEE; }));
+}
+
+// Two ends of a control channel in memory, for sessions whose lanes run through a relay in the test.
+class MemoryControl final : public Channel {
+ public:
+  struct Queue {
+    std::mutex mutex;
+    std::condition_variable ready;
+    std::deque<std::pair<std::vector<uint8_t>, std::vector<uint8_t>>> messages;
+  };
+  MemoryControl(std::shared_ptr<Queue> out, std::shared_ptr<Queue> in) : out_(std::move(out)), in_(std::move(in)) {}
+  bool Send(std::span<const uint8_t> header, std::span<const uint8_t> payload) override {
+    {
+      std::lock_guard<std::mutex> lock(out_->mutex);
+      out_->messages.emplace_back(std::vector<uint8_t>(header.begin(), header.end()),
+                                  std::vector<uint8_t>(payload.begin(), payload.end()));
+    }
+    out_->ready.notify_all();
+    return true;
+  }
+  ReceiveStatus Receive(IncomingMessage& message, int timeout_ms) override {
+    std::unique_lock<std::mutex> lock(in_->mutex);
+    if (!in_->ready.wait_for(lock, std::chrono::milliseconds(std::max(timeout_ms, 0)),
+                             [&] { return !in_->messages.empty(); })) {
+      return ReceiveStatus::kTimeout;
+    }
+    auto [header, payload] = std::move(in_->messages.front());
+    in_->messages.pop_front();
+    message.header = Owned(std::move(header));
+    if (!payload.empty()) message.payload = Owned(std::move(payload));
+    return ReceiveStatus::kMessage;
+  }
+  bool PeerLost() override { return false; }
+  bool PeerSeen() override { return true; }
+  void AwaitActivity(int timeout_ms) override {
+    std::unique_lock<std::mutex> lock(in_->mutex);
+    in_->ready.wait_for(lock, std::chrono::milliseconds(timeout_ms), [&] { return !in_->messages.empty(); });
+  }
+  std::string BoundEndpoint(std::string_view) const override { return {}; }
+
+ private:
+  static Frame Owned(std::vector<uint8_t> bytes) {
+    auto* owned = new std::vector<uint8_t>(std::move(bytes));
+    return Frame(*owned, owned, [](void* owner) { delete static_cast<std::vector<uint8_t>*>(owner); });
+  }
+  std::shared_ptr<Queue> out_, in_;
+};
+
+// What the relay between a client's lanes and an executor's does to the client's bytes.
+struct Tampering {
+  enum class Kind { kNone, kFlipByte, kReplayFirstRecord, kSwapLanes } kind = Kind::kNone;
+  size_t offset = 0;  // the byte flipped (on lane 0), or the first record's length
+};
+
+// A sealed session of two lanes whose client-to-executor bytes pass through a relay that tampers with them as told.
+// The client sends two 256 KiB payloads (one per lane); returns what the executor's two receives say, then what a
+// third says once nothing more is coming (a timeout while the lanes are sound).
+std::vector<ReceiveStatus> SendThroughTamperingRelay(LaneCipher cipher, Tampering tampering) {
+  constexpr int kLanes = 2;
+  int client_side[kLanes][2], executor_side[kLanes][2];
+  for (int lane = 0; lane < kLanes; ++lane) {
+    EXPECT_EQ(socketpair(AF_UNIX, SOCK_STREAM, 0, client_side[lane]), 0);
+    EXPECT_EQ(socketpair(AF_UNIX, SOCK_STREAM, 0, executor_side[lane]), 0);
+  }
+  std::vector<std::thread> relays;
+  for (int lane = 0; lane < kLanes; ++lane) {
+    const int to = tampering.kind == Tampering::Kind::kSwapLanes ? kLanes - 1 - lane : lane;
+    relays.emplace_back([from = client_side[lane][1], into = executor_side[to][1], lane, tampering] {
+      std::vector<uint8_t> buffer(1 << 16), first_record;
+      size_t offset = 0;
+      bool replayed = false;
+      for (;;) {
+        const ssize_t got = recv(from, buffer.data(), buffer.size(), 0);
+        if (got <= 0) break;
+        for (ssize_t i = 0; i < got; ++i, ++offset) {
+          if (lane != 0) continue;
+          if (tampering.kind == Tampering::Kind::kFlipByte && offset == tampering.offset) buffer[i] ^= 1;
+          if (tampering.kind == Tampering::Kind::kReplayFirstRecord && offset < tampering.offset) {
+            first_record.push_back(buffer[i]);
+          }
+        }
+        if (send(into, buffer.data(), static_cast<size_t>(got), MSG_NOSIGNAL) != got) break;
+        if (tampering.kind == Tampering::Kind::kReplayFirstRecord && !replayed &&
+            first_record.size() == tampering.offset) {
+          replayed = true;
+          if (send(into, first_record.data(), first_record.size(), MSG_NOSIGNAL) < 0) break;
+        }
+      }
+    });
+  }
+  auto to_executor = std::make_shared<MemoryControl::Queue>();
+  auto to_client = std::make_shared<MemoryControl::Queue>();
+  LaneSecret secret;
+  for (size_t i = 0; i < secret.size(); ++i) secret[i] = static_cast<uint8_t>(i * 37 + 1);
+  ChannelOptions options;
+  auto client = MakeLanesChannel(std::make_shared<MemoryControl>(to_executor, to_client),
+                                 {client_side[0][0], client_side[1][0]}, options,
+                                 LanesSealing{cipher, secret, /*client=*/true});
+  auto executor = MakeLanesChannel(std::make_shared<MemoryControl>(to_client, to_executor),
+                                   {executor_side[0][0], executor_side[1][0]}, options,
+                                   LanesSealing{cipher, secret, /*client=*/false});
+  std::vector<ReceiveStatus> received;
+  for (int i = 0; i < 2; ++i) {
+    const std::string payload = Payload(i, 256 << 10);
+    EXPECT_TRUE(client->Send(Bytes("m" + std::to_string(i)), Bytes(payload)));
+  }
+  for (int i = 0; i < 2; ++i) {
+    IncomingMessage message;
+    received.push_back(executor->Receive(message, 5000));
+    if (received.back() == ReceiveStatus::kMessage) {
+      EXPECT_EQ(Text(message.header.bytes()), "m" + std::to_string(i));
+      EXPECT_TRUE(Text(message.payload.bytes()) == Payload(i, 256 << 10));
+    }
+  }
+  IncomingMessage none;
+  received.push_back(executor->Receive(none, 500));
+  client.reset();
+  executor.reset();
+  for (int lane = 0; lane < kLanes; ++lane) {
+    shutdown(client_side[lane][1], SHUT_RDWR);
+    shutdown(executor_side[lane][1], SHUT_RDWR);
+  }
+  for (auto& relay : relays) relay.join();
+  for (int lane = 0; lane < kLanes; ++lane) {
+    close(client_side[lane][1]);
+    close(executor_side[lane][1]);
+  }
+  return received;
+}
+
+TEST(LanesChannelTest, SealedLanesBreakOnAnyAlteredReplayedOrMovedByte) {
+  using Kind = Tampering::Kind;
+  constexpr size_t kHead = 32, kPiece = size_t{64} << 10, kTag = 16;
+  constexpr size_t kRecord = kHead + 4 * (kPiece + kTag);  // a 256 KiB payload in four sealed pieces
+  const auto ok = ReceiveStatus::kMessage, lost = ReceiveStatus::kPeerLost, idle = ReceiveStatus::kTimeout;
+  const std::vector<ReceiveStatus> broken = {lost, lost, lost};
+  for (const LaneCipher cipher : Ciphers()) {
+    SCOPED_TRACE(std::string(LaneCipherName(cipher)));
+    // The relay itself delivers (so the cases below can fail only for what they change).
+    EXPECT_EQ(SendThroughTamperingRelay(cipher, {Kind::kNone, 0}), (std::vector{ok, ok, idle}));
+    EXPECT_EQ(SendThroughTamperingRelay(cipher, {Kind::kFlipByte, 5}), broken);             // the head
+    EXPECT_EQ(SendThroughTamperingRelay(cipher, {Kind::kFlipByte, kHead + 100}), broken);   // a piece
+    EXPECT_EQ(SendThroughTamperingRelay(cipher, {Kind::kFlipByte, kRecord - 1}), broken);   // the last tag
+    EXPECT_EQ(SendThroughTamperingRelay(cipher, {Kind::kSwapLanes, 0}), broken);
+    // The first record arrives; its copy, read as lane 0's next record, breaks the session (the second message, on
+    // lane 1, may or may not be in before it does).
+    const auto replayed = SendThroughTamperingRelay(cipher, {Kind::kReplayFirstRecord, kRecord});
+    ASSERT_EQ(replayed.size(), 3u);
+    EXPECT_EQ(replayed[0], ok);
+    EXPECT_EQ(replayed[2], lost);
+  }
 }
 
 }  // namespace

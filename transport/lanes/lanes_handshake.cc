@@ -1,6 +1,6 @@
-// The lanes handshake (lanes_channel.h): the executor listens and answers "PORT SECRET"; each client lane sends
-// kHello, the secret and its index; the executor drops any connection that does not, and once every lane has come
-// writes one acknowledgement byte on each.
+// The lanes handshake (lanes_channel.h): the executor listens and answers "PORT SECRET" (" CIPHER" when sealed);
+// each client lane sends kHello, the secret (sealed: its hello token) and its index; the executor drops any
+// connection that does not, and once every lane has come writes one acknowledgement byte on each.
 #include <fcntl.h>
 #include <netdb.h>
 #include <netinet/in.h>
@@ -24,8 +24,9 @@ namespace {
 using Clock = std::chrono::steady_clock;
 
 constexpr char kOfferPrefix[] = "lanes ";
+constexpr char kSealedWord[] = " sealed ";
 constexpr unsigned char kHello[8] = {'c', 'u', 'r', 'e', 'l', 'a', 'n', 'e'};
-constexpr size_t kSecretBytes = 32;
+constexpr size_t kSecretBytes = kLaneSecretBytes;
 constexpr size_t kHelloBytes = sizeof(kHello) + kSecretBytes + 1;  // + the lane's index
 constexpr unsigned char kAcknowledged = 'A';
 
@@ -82,7 +83,7 @@ void TuneLane(int fd, const ChannelOptions& options) {
   SetBlocking(fd, true);
 }
 
-std::string Hex(const std::vector<unsigned char>& bytes) {
+std::string Hex(const LaneSecret& bytes) {
   static constexpr char kDigits[] = "0123456789abcdef";
   std::string text;
   for (const unsigned char byte : bytes) {
@@ -92,15 +93,26 @@ std::string Hex(const std::vector<unsigned char>& bytes) {
   return text;
 }
 
-bool ParseAnswer(const std::string& answer, std::string* port, std::vector<unsigned char>* secret) {
+// "PORT SECRET", then " CIPHER" when `sealed` is set to receive it.
+bool ParseAnswer(const std::string& answer, std::string* port, LaneSecret* secret,
+                 std::optional<LaneCipher>* sealed) {
   const size_t space = answer.find(' ');
-  if (space == std::string::npos || answer.size() != space + 1 + 2 * kSecretBytes) return false;
+  if (space == std::string::npos) return false;
+  const size_t secret_end = space + 1 + 2 * kSecretBytes;
+  if (answer.size() < secret_end) return false;
+  if (answer.size() == secret_end) {
+    sealed->reset();
+  } else {
+    if (answer[secret_end] != ' ') return false;
+    *sealed = ParseLaneCipher(std::string_view(answer).substr(secret_end + 1));
+    if (!sealed->has_value()) return false;
+  }
   *port = answer.substr(0, space);
   char* end = nullptr;
   const long number = std::strtol(port->c_str(), &end, 10);
   if (port->empty() || *end != '\0' || number < 1 || number > 65535) return false;
-  secret->clear();
-  for (size_t at = space + 1; at < answer.size(); at += 2) {
+  size_t filled = 0;
+  for (size_t at = space + 1; at < secret_end; at += 2) {
     unsigned value = 0;
     for (size_t digit = 0; digit < 2; ++digit) {
       const char c = answer[at + digit];
@@ -108,9 +120,15 @@ bool ParseAnswer(const std::string& answer, std::string* port, std::vector<unsig
       if (nibble < 0) return false;
       value = value * 16 + static_cast<unsigned>(nibble);
     }
-    secret->push_back(static_cast<unsigned char>(value));
+    (*secret)[filled++] = static_cast<unsigned char>(value);
   }
   return true;
+}
+
+// What a lane presents after kHello: the secret itself on plain lanes; on sealed ones a token derived from it for
+// that lane, since the lanes' bytes are not inside CURVE.
+LaneSecret LaneCredential(const LaneSecret& secret, bool sealed, int lane) {
+  return sealed ? LaneHelloToken(secret, lane) : secret;
 }
 
 // Compares without an early exit, so timing tells nothing of the secret.
@@ -129,28 +147,41 @@ void CloseAll(std::vector<int>& fds) {
 
 }  // namespace
 
-std::string LanesOffer(int lanes) { return kOfferPrefix + std::to_string(lanes); }
-
-std::optional<int> ParseLanesOffer(const std::string& offer) {
-  const size_t prefix = sizeof(kOfferPrefix) - 1;
-  if (offer.compare(0, prefix, kOfferPrefix) != 0 || offer.size() == prefix || offer.size() > prefix + 2) {
-    return std::nullopt;
-  }
-  int lanes = 0;
-  for (size_t at = prefix; at < offer.size(); ++at) {
-    if (offer[at] < '0' || offer[at] > '9') return std::nullopt;
-    lanes = lanes * 10 + (offer[at] - '0');
-  }
-  if (lanes < 1 || lanes > kMaxTcpLanes) return std::nullopt;
-  return lanes;
+std::string LanesOffer(const LanesTerms& terms) {
+  std::string offer = kOfferPrefix + std::to_string(terms.lanes);
+  if (terms.sealed) offer += kSealedWord + std::string(LaneCipherName(*terms.sealed));
+  return offer;
 }
 
-std::unique_ptr<LanesListener> LanesListener::Open(const std::string& host, int lanes, const ChannelOptions& options,
-                                                   std::string* error) {
+std::optional<LanesTerms> ParseLanesOffer(const std::string& offer) {
+  const size_t prefix = sizeof(kOfferPrefix) - 1;
+  if (offer.compare(0, prefix, kOfferPrefix) != 0) return std::nullopt;
+  const std::string_view rest = std::string_view(offer).substr(prefix);
+  const size_t number_end = std::min(rest.find(' '), rest.size());
+  if (number_end == 0 || number_end > 2) return std::nullopt;
+  LanesTerms terms;
+  for (size_t at = 0; at < number_end; ++at) {
+    if (rest[at] < '0' || rest[at] > '9') return std::nullopt;
+    terms.lanes = terms.lanes * 10 + (rest[at] - '0');
+  }
+  if (terms.lanes < 1 || terms.lanes > kMaxTcpLanes) return std::nullopt;
+  if (number_end < rest.size()) {
+    const std::string_view sealed = rest.substr(number_end);
+    const size_t word = sizeof(kSealedWord) - 1;
+    if (sealed.substr(0, word) != kSealedWord) return std::nullopt;
+    terms.sealed = ParseLaneCipher(sealed.substr(word));
+    if (!terms.sealed) return std::nullopt;
+  }
+  return terms;
+}
+
+std::unique_ptr<LanesListener> LanesListener::Open(const std::string& host, const LanesTerms& terms,
+                                                   const ChannelOptions& options, std::string* error) {
   std::unique_ptr<LanesListener> listener(new LanesListener());
-  listener->lanes_ = lanes;
+  const int lanes = terms.lanes;
+  listener->terms_ = terms;
+  if (terms.sealed && !LaneCipherAvailable(*terms.sealed)) listener->terms_.sealed = LaneCipher::kChaCha20Poly1305;
   listener->options_ = options;
-  listener->secret_.resize(kSecretBytes);
   if (getrandom(listener->secret_.data(), kSecretBytes, 0) != static_cast<ssize_t>(kSecretBytes)) {
     *error = std::string("getrandom: ") + std::strerror(errno);
     return nullptr;
@@ -192,6 +223,7 @@ std::unique_ptr<LanesListener> LanesListener::Open(const std::string& host, int 
   const int port = ntohs(address.ss_family == AF_INET6 ? reinterpret_cast<sockaddr_in6*>(&address)->sin6_port
                                                        : reinterpret_cast<sockaddr_in*>(&address)->sin_port);
   listener->answer_ = std::to_string(port) + " " + Hex(listener->secret_);
+  if (listener->terms_.sealed) listener->answer_.append(" ").append(LaneCipherName(*listener->terms_.sealed));
   return listener;
 }
 
@@ -201,9 +233,10 @@ LanesListener::~LanesListener() {
 
 std::unique_ptr<Channel> LanesListener::Accept(std::shared_ptr<Channel> control, int timeout_ms, std::string* error) {
   const auto deadline = Clock::now() + std::chrono::milliseconds(timeout_ms);
-  std::vector<int> fds(static_cast<size_t>(lanes_), -1);
+  const int lanes = terms_.lanes;
+  std::vector<int> fds(static_cast<size_t>(lanes), -1);
   int connected = 0, refused = 0;
-  while (connected < lanes_) {
+  while (connected < lanes) {
     pollfd item = {fd_, POLLIN, 0};
     if (poll(&item, 1, RemainingMs(deadline)) <= 0) break;
     const int fd = accept4(fd_, nullptr, nullptr, SOCK_CLOEXEC | SOCK_NONBLOCK);
@@ -212,9 +245,10 @@ std::unique_ptr<Channel> LanesListener::Accept(std::shared_ptr<Channel> control,
     unsigned char hello[kHelloBytes];
     const auto hello_deadline = std::min(deadline, Clock::now() + std::chrono::seconds(1));
     const bool valid = ReadBefore(fd, hello, sizeof(hello), hello_deadline) &&
-                       std::memcmp(hello, kHello, sizeof(kHello)) == 0 &&
-                       SameSecret(hello + sizeof(kHello), secret_.data()) && hello[kHelloBytes - 1] < lanes_ &&
-                       fds[hello[kHelloBytes - 1]] < 0;
+                       std::memcmp(hello, kHello, sizeof(kHello)) == 0 && hello[kHelloBytes - 1] < lanes &&
+                       fds[hello[kHelloBytes - 1]] < 0 &&
+                       SameSecret(hello + sizeof(kHello),
+                                  LaneCredential(secret_, terms_.sealed.has_value(), hello[kHelloBytes - 1]).data());
     if (!valid) {
       close(fd);
       ++refused;
@@ -225,8 +259,8 @@ std::unique_ptr<Channel> LanesListener::Accept(std::shared_ptr<Channel> control,
   }
   close(fd_);
   fd_ = -1;
-  if (connected < lanes_) {
-    *error = "lanes: " + std::to_string(connected) + " of " + std::to_string(lanes_) + " connected within " +
+  if (connected < lanes) {
+    *error = "lanes: " + std::to_string(connected) + " of " + std::to_string(lanes) + " connected within " +
              std::to_string(timeout_ms) + " ms (" + std::to_string(refused) + " refused without the secret)";
     CloseAll(fds);
     return nullptr;
@@ -239,16 +273,27 @@ std::unique_ptr<Channel> LanesListener::Accept(std::shared_ptr<Channel> control,
     }
   }
   for (const int fd : fds) TuneLane(fd, options_);
-  return MakeLanesChannel(std::move(control), std::move(fds), options_);
+  std::optional<LanesSealing> sealing;
+  if (terms_.sealed) sealing = LanesSealing{*terms_.sealed, secret_, /*client=*/false};
+  return MakeLanesChannel(std::move(control), std::move(fds), options_, sealing);
 }
 
-std::unique_ptr<Channel> ConnectLanes(std::shared_ptr<Channel> control, const std::string& host, int lanes,
-                                      const std::string& answer, const ChannelOptions& options, int timeout_ms,
-                                      std::string* error) {
+std::unique_ptr<Channel> ConnectLanes(std::shared_ptr<Channel> control, const std::string& host,
+                                      const LanesTerms& offered, const std::string& answer,
+                                      const ChannelOptions& options, int timeout_ms, std::string* error) {
+  const int lanes = offered.lanes;
   std::string port;
-  std::vector<unsigned char> secret;
-  if (lanes < 1 || lanes > kMaxTcpLanes || !ParseAnswer(answer, &port, &secret)) {
+  LaneSecret secret{};
+  std::optional<LaneCipher> sealed;
+  if (lanes < 1 || lanes > kMaxTcpLanes || !ParseAnswer(answer, &port, &secret, &sealed)) {
     *error = "lanes: malformed answer from the executor";
+    return nullptr;
+  }
+  // Sealed lanes answered plain (or the reverse) would change what protects the data: never taken.
+  if (sealed.has_value() != offered.sealed.has_value() || (sealed && !LaneCipherAvailable(*sealed))) {
+    *error = "lanes: the executor answered " + (sealed ? "lanes sealed with " + std::string(LaneCipherName(*sealed))
+                                                       : std::string("plain lanes")) +
+             ", not what was offered";
     return nullptr;
   }
   std::string connect_host = host;
@@ -282,7 +327,7 @@ std::unique_ptr<Channel> ConnectLanes(std::shared_ptr<Channel> control, const st
     }
     unsigned char hello[kHelloBytes];
     std::memcpy(hello, kHello, sizeof(kHello));
-    std::memcpy(hello + sizeof(kHello), secret.data(), kSecretBytes);
+    std::memcpy(hello + sizeof(kHello), LaneCredential(secret, sealed.has_value(), index).data(), kSecretBytes);
     hello[kHelloBytes - 1] = static_cast<unsigned char>(index);
     ok = ok && WriteBefore(fd, hello, sizeof(hello), deadline);
     if (!ok) *error = "lanes: cannot connect to " + host + ":" + port + ": " + std::strerror(errno ? errno : ETIMEDOUT);
@@ -299,7 +344,9 @@ std::unique_ptr<Channel> ConnectLanes(std::shared_ptr<Channel> control, const st
     return nullptr;
   }
   for (const int fd : fds) TuneLane(fd, options);
-  return MakeLanesChannel(std::move(control), std::move(fds), options);
+  std::optional<LanesSealing> sealing;
+  if (sealed) sealing = LanesSealing{*sealed, secret, /*client=*/true};
+  return MakeLanesChannel(std::move(control), std::move(fds), options, sealing);
 }
 
 }  // namespace curelay::transport

@@ -1,0 +1,104 @@
+// LaneSeal over libsodium (linked statically, as for ZeroMQ's CURVE): AES-256-GCM or ChaCha20-Poly1305, keys from
+// crypto_kdf (BLAKE2b) over the session's lane secret.
+#include "transport/lanes/lane_seal.h"
+
+#include <sodium.h>
+
+#include <cstdlib>
+#include <cstring>
+
+namespace curelay::transport {
+namespace {
+
+constexpr char kKdfContext[crypto_kdf_CONTEXTBYTES + 1] = "curelane";
+// Subkey numbers: a payload key per lane and direction; the hello tokens from kHelloTokenBase on.
+constexpr uint64_t kHelloTokenBase = 1u << 16;
+
+static_assert(sizeof(crypto_aead_aes256gcm_state) <= 512, "LaneSeal::state_ holds the expanded AES key");
+static_assert(crypto_aead_aes256gcm_NPUBBYTES == 12 && crypto_aead_chacha20poly1305_ietf_NPUBBYTES == 12);
+static_assert(crypto_aead_aes256gcm_ABYTES == LaneSeal::kTagBytes &&
+              crypto_aead_chacha20poly1305_ietf_ABYTES == LaneSeal::kTagBytes);
+static_assert(crypto_kdf_KEYBYTES == kLaneSecretBytes);
+
+void InitSodium() {
+  // Thread-safe and idempotent; fails only when the system has no randomness source, which getrandom gave us.
+  if (sodium_init() < 0) std::abort();
+}
+
+void Derive(const LaneSecret& secret, uint64_t id, unsigned char* key, size_t size) {
+  InitSodium();
+  crypto_kdf_derive_from_key(key, size, id, kKdfContext, secret.data());
+}
+
+}  // namespace
+
+std::string_view LaneCipherName(LaneCipher cipher) {
+  return cipher == LaneCipher::kAes256Gcm ? "aes256gcm" : "chacha20poly1305";
+}
+
+std::optional<LaneCipher> ParseLaneCipher(std::string_view name) {
+  if (name == "aes256gcm") return LaneCipher::kAes256Gcm;
+  if (name == "chacha20poly1305") return LaneCipher::kChaCha20Poly1305;
+  return std::nullopt;
+}
+
+bool LaneCipherAvailable(LaneCipher cipher) {
+  InitSodium();
+  return cipher == LaneCipher::kChaCha20Poly1305 || crypto_aead_aes256gcm_is_available() == 1;
+}
+
+LaneCipher PreferredLaneCipher() {
+  return LaneCipherAvailable(LaneCipher::kAes256Gcm) ? LaneCipher::kAes256Gcm : LaneCipher::kChaCha20Poly1305;
+}
+
+LaneSecret LaneHelloToken(const LaneSecret& secret, int lane) {
+  LaneSecret token;
+  Derive(secret, kHelloTokenBase + static_cast<uint64_t>(lane), token.data(), token.size());
+  return token;
+}
+
+LaneSeal::LaneSeal(LaneCipher cipher, const LaneSecret& secret, int lane, bool client_to_executor) : cipher_(cipher) {
+  unsigned char key[32];
+  Derive(secret, 2 * static_cast<uint64_t>(lane) + (client_to_executor ? 0 : 1), key, sizeof(key));
+  if (cipher_ == LaneCipher::kAes256Gcm) {
+    crypto_aead_aes256gcm_beforenm(reinterpret_cast<crypto_aead_aes256gcm_state*>(state_), key);
+  } else {
+    std::memcpy(state_, key, sizeof(key));
+  }
+  sodium_memzero(key, sizeof(key));
+}
+
+LaneSeal::~LaneSeal() { sodium_memzero(state_, sizeof(state_)); }
+
+void LaneSeal::NextNonce(uint8_t* nonce) {
+  std::memset(nonce, 0, 12);
+  const uint64_t counter = counter_++;
+  for (int byte = 0; byte < 8; ++byte) nonce[byte] = static_cast<uint8_t>(counter >> (8 * byte));
+}
+
+void LaneSeal::Seal(const uint8_t* in, uint8_t* out, size_t size, uint8_t* tag) {
+  uint8_t nonce[12];
+  NextNonce(nonce);
+  unsigned long long tag_size = 0;
+  if (cipher_ == LaneCipher::kAes256Gcm) {
+    crypto_aead_aes256gcm_encrypt_detached_afternm(out, tag, &tag_size, in, size, nullptr, 0, nullptr, nonce,
+                                                   reinterpret_cast<const crypto_aead_aes256gcm_state*>(state_));
+  } else {
+    crypto_aead_chacha20poly1305_ietf_encrypt_detached(out, tag, &tag_size, in, size, nullptr, 0, nullptr, nonce,
+                                                       state_);
+  }
+}
+
+bool LaneSeal::Open(uint8_t* data, size_t size, const uint8_t* tag) {
+  uint8_t nonce[12];
+  NextNonce(nonce);
+  if (cipher_ == LaneCipher::kAes256Gcm) {
+    return crypto_aead_aes256gcm_decrypt_detached_afternm(
+               data, nullptr, data, size, tag, nullptr, 0, nonce,
+               reinterpret_cast<const crypto_aead_aes256gcm_state*>(state_)) == 0;
+  }
+  return crypto_aead_chacha20poly1305_ietf_decrypt_detached(data, nullptr, data, size, tag, nullptr, 0, nonce,
+                                                            state_) == 0;
+}
+
+}  // namespace curelay::transport
