@@ -43,6 +43,7 @@ done
 
 zmq_pingpong=$(curelay_build_path "$(sed -n 's/^CURELAY_ZMQ_PINGPONG=//p' "$paths")")
 shm_pingpong=$(curelay_build_path "$(sed -n 's/^CURELAY_SHM_PINGPONG=//p' "$paths")")
+lane_cipher_bench=$(curelay_build_path "$(sed -n 's/^CURELAY_LANE_CIPHER_BENCH=//p' "$paths")")
 rounds=${CURELAY_BENCH_ROUNDS:-3}
 status=0
 native_logs=() curelay_logs=() ring_logs=() curve_logs=()
@@ -79,6 +80,8 @@ for ((round = 1; round <= rounds; round++)); do
       echo "curelay benchmark with CURVE failed (status $?); see $curve_log" >&2
       status=1
     }
+    # One core's cipher rate, the ceiling of one sealed lane, in the same rounds.
+    [ -f "$lane_cipher_bench" ] && [ -x "$lane_cipher_bench" ] && "$lane_cipher_bench" >>"$curve_log" 2>&1
     curve_logs+=("$curve_log")
     curelay_backend_stop
     unset CURELAY_SERVER_KEY

@@ -114,8 +114,12 @@ AcceptedOffer AcceptOffer(std::shared_ptr<Channel> bootstrap, const std::string&
     if (listener == nullptr) return accepted;
     accepted.answer = listener->answer();
     const LanesTerms& terms = listener->terms();
-    accepted.description = "ZeroMQ with " + std::to_string(terms.lanes) + " tcp lanes" +
-                           (terms.sealed ? " sealed with " + std::string(LaneCipherName(*terms.sealed)) : "");
+    accepted.description = "ZeroMQ with " + std::to_string(terms.lanes) + " tcp lanes";
+    if (terms.sealed) {
+      const bool libcrypto = LaneCipherAvailable(*terms.sealed, LaneCryptoLibrary::kLibcrypto);
+      accepted.description.append(" sealed with ").append(LaneCipherName(*terms.sealed));
+      accepted.description.append(libcrypto ? " (libcrypto)" : " (libsodium)");
+    }
     // The client connects its lanes as soon as it reads the answer; its own wait is the connect timeout.
     accepted.layer = std::make_unique<LanesLayer>(std::move(listener), options.heartbeat_timeout_ms > 0
                                                                            ? options.heartbeat_timeout_ms * 2

@@ -1,11 +1,14 @@
-// LaneSeal over libsodium (linked statically, as for ZeroMQ's CURVE): AES-256-GCM or ChaCha20-Poly1305, keys from
-// crypto_kdf (BLAKE2b) over the session's lane secret.
+// LaneSeal over libcrypto (loaded at run time, libcrypto_api.h) or libsodium (linked statically, as for ZeroMQ's
+// CURVE): AES-256-GCM or ChaCha20-Poly1305, keys from crypto_kdf (BLAKE2b) over the session's lane secret.
 #include "transport/lanes/lane_seal.h"
 
 #include <sodium.h>
 
+#include <climits>
 #include <cstdlib>
 #include <cstring>
+
+#include "transport/lanes/libcrypto_api.h"
 
 namespace curelay::transport {
 namespace {
@@ -30,6 +33,26 @@ void Derive(const LaneSecret& secret, uint64_t id, unsigned char* key, size_t si
   crypto_kdf_derive_from_key(key, size, id, kKdfContext, secret.data());
 }
 
+bool SodiumRuns(LaneCipher cipher) {
+  InitSodium();
+  return cipher == LaneCipher::kChaCha20Poly1305 || crypto_aead_aes256gcm_is_available() == 1;
+}
+
+// A libcrypto context keyed for `cipher`, or null (no libcrypto, or it refuses the cipher: a FIPS-only provider
+// refuses ChaCha20-Poly1305, say).
+EVP_CIPHER_CTX* LibcryptoContext(LaneCipher cipher, const unsigned char* key) {
+  const LibcryptoApi* api = LoadLibcryptoApi();
+  if (api == nullptr) return nullptr;
+  const EVP_CIPHER* kind = cipher == LaneCipher::kAes256Gcm ? api->aes_256_gcm() : api->chacha20_poly1305();
+  EVP_CIPHER_CTX* context = kind != nullptr ? api->cipher_ctx_new() : nullptr;
+  if (context == nullptr) return nullptr;
+  if (api->cipher_init_ex(context, kind, nullptr, key, nullptr, 1) != 1) {
+    api->cipher_ctx_free(context);
+    return nullptr;
+  }
+  return context;
+}
+
 }  // namespace
 
 std::string_view LaneCipherName(LaneCipher cipher) {
@@ -42,13 +65,26 @@ std::optional<LaneCipher> ParseLaneCipher(std::string_view name) {
   return std::nullopt;
 }
 
-bool LaneCipherAvailable(LaneCipher cipher) {
-  InitSodium();
-  return cipher == LaneCipher::kChaCha20Poly1305 || crypto_aead_aes256gcm_is_available() == 1;
+std::string_view LaneCryptoLibraryName(LaneCryptoLibrary library) {
+  return library == LaneCryptoLibrary::kLibcrypto ? "libcrypto" : "libsodium";
+}
+
+bool LaneCipherAvailable(LaneCipher cipher, std::optional<LaneCryptoLibrary> library) {
+  const auto libcrypto_runs = [cipher] {
+    const unsigned char probe_key[32] = {};
+    EVP_CIPHER_CTX* context = LibcryptoContext(cipher, probe_key);
+    if (context != nullptr) LoadLibcryptoApi()->cipher_ctx_free(context);
+    return context != nullptr;
+  };
+  if (library == LaneCryptoLibrary::kLibsodium) return SodiumRuns(cipher);
+  if (library == LaneCryptoLibrary::kLibcrypto) return libcrypto_runs();
+  return SodiumRuns(cipher) || libcrypto_runs();
 }
 
 LaneCipher PreferredLaneCipher() {
-  return LaneCipherAvailable(LaneCipher::kAes256Gcm) ? LaneCipher::kAes256Gcm : LaneCipher::kChaCha20Poly1305;
+  // libsodium's check is the CPU's: AES-NI and carry-less multiply. Without them libcrypto would run AES-GCM too,
+  // but slower than ChaCha20-Poly1305.
+  return SodiumRuns(LaneCipher::kAes256Gcm) ? LaneCipher::kAes256Gcm : LaneCipher::kChaCha20Poly1305;
 }
 
 LaneSecret LaneHelloToken(const LaneSecret& secret, int lane) {
@@ -57,18 +93,26 @@ LaneSecret LaneHelloToken(const LaneSecret& secret, int lane) {
   return token;
 }
 
-LaneSeal::LaneSeal(LaneCipher cipher, const LaneSecret& secret, int lane, bool client_to_executor) : cipher_(cipher) {
+LaneSeal::LaneSeal(LaneCipher cipher, const LaneSecret& secret, int lane, bool client_to_executor,
+                   std::optional<LaneCryptoLibrary> library)
+    : cipher_(cipher) {
   unsigned char key[32];
   Derive(secret, 2 * static_cast<uint64_t>(lane) + (client_to_executor ? 0 : 1), key, sizeof(key));
-  if (cipher_ == LaneCipher::kAes256Gcm) {
-    crypto_aead_aes256gcm_beforenm(reinterpret_cast<crypto_aead_aes256gcm_state*>(state_), key);
-  } else {
-    std::memcpy(state_, key, sizeof(key));
+  if (library != LaneCryptoLibrary::kLibsodium) evp_ = LibcryptoContext(cipher_, key);
+  if (evp_ == nullptr) {
+    if (cipher_ == LaneCipher::kAes256Gcm && SodiumRuns(cipher_)) {
+      crypto_aead_aes256gcm_beforenm(reinterpret_cast<crypto_aead_aes256gcm_state*>(state_), key);
+    } else {
+      std::memcpy(state_, key, sizeof(key));
+    }
   }
   sodium_memzero(key, sizeof(key));
 }
 
-LaneSeal::~LaneSeal() { sodium_memzero(state_, sizeof(state_)); }
+LaneSeal::~LaneSeal() {
+  if (evp_ != nullptr) LoadLibcryptoApi()->cipher_ctx_free(static_cast<EVP_CIPHER_CTX*>(evp_));  // wipes the key
+  sodium_memzero(state_, sizeof(state_));
+}
 
 void LaneSeal::NextNonce(uint8_t* nonce) {
   std::memset(nonce, 0, 12);
@@ -76,9 +120,18 @@ void LaneSeal::NextNonce(uint8_t* nonce) {
   for (int byte = 0; byte < 8; ++byte) nonce[byte] = static_cast<uint8_t>(counter >> (8 * byte));
 }
 
-void LaneSeal::Seal(const uint8_t* in, uint8_t* out, size_t size, uint8_t* tag) {
+bool LaneSeal::Seal(const uint8_t* in, uint8_t* out, size_t size, uint8_t* tag) {
   uint8_t nonce[12];
   NextNonce(nonce);
+  if (evp_ != nullptr) {
+    const LibcryptoApi& api = *LoadLibcryptoApi();
+    auto* context = static_cast<EVP_CIPHER_CTX*>(evp_);
+    int written = 0, finished = 0;
+    return size <= INT_MAX && api.cipher_init_ex(context, nullptr, nullptr, nullptr, nonce, 1) == 1 &&
+           api.cipher_update(context, out, &written, in, static_cast<int>(size)) == 1 &&
+           api.cipher_final_ex(context, out + written, &finished) == 1 &&
+           api.cipher_ctx_ctrl(context, EVP_CTRL_AEAD_GET_TAG, kTagBytes, tag) == 1;
+  }
   unsigned long long tag_size = 0;
   if (cipher_ == LaneCipher::kAes256Gcm) {
     crypto_aead_aes256gcm_encrypt_detached_afternm(out, tag, &tag_size, in, size, nullptr, 0, nullptr, nonce,
@@ -87,11 +140,21 @@ void LaneSeal::Seal(const uint8_t* in, uint8_t* out, size_t size, uint8_t* tag) 
     crypto_aead_chacha20poly1305_ietf_encrypt_detached(out, tag, &tag_size, in, size, nullptr, 0, nullptr, nonce,
                                                        state_);
   }
+  return true;
 }
 
 bool LaneSeal::Open(uint8_t* data, size_t size, const uint8_t* tag) {
   uint8_t nonce[12];
   NextNonce(nonce);
+  if (evp_ != nullptr) {
+    const LibcryptoApi& api = *LoadLibcryptoApi();
+    auto* context = static_cast<EVP_CIPHER_CTX*>(evp_);
+    int written = 0, finished = 0;
+    return size <= INT_MAX && api.cipher_init_ex(context, nullptr, nullptr, nullptr, nonce, 0) == 1 &&
+           api.cipher_ctx_ctrl(context, EVP_CTRL_AEAD_SET_TAG, kTagBytes, const_cast<uint8_t*>(tag)) == 1 &&
+           api.cipher_update(context, data, &written, data, static_cast<int>(size)) == 1 &&
+           api.cipher_final_ex(context, data + written, &finished) == 1;  // 1 only when the tag matches
+  }
   if (cipher_ == LaneCipher::kAes256Gcm) {
     return crypto_aead_aes256gcm_decrypt_detached_afternm(
                data, nullptr, data, size, tag, nullptr, 0, nonce,

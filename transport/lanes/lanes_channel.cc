@@ -511,12 +511,14 @@ class LanesChannel final : public Channel {
   // The head sealed, then each piece sealed into the lane's buffer and sent; the head goes with the first piece.
   static bool SendSealed(Lane& lane, const RecordHead& head, const uint8_t* data) {
     uint8_t* buffer = lane.sealed_piece.get();
-    lane.sealing_out->Seal(reinterpret_cast<const uint8_t*>(&head), buffer, sizeof(head), buffer + sizeof(head));
+    if (!lane.sealing_out->Seal(reinterpret_cast<const uint8_t*>(&head), buffer, sizeof(head), buffer + sizeof(head))) {
+      return false;
+    }
     size_t prefix = kSealedHeadBytes;
     for (uint64_t done = 0; done < head.size;) {
       const size_t piece = static_cast<size_t>(std::min<uint64_t>(kSealedPieceBytes, head.size - done));
       uint8_t* sealed = buffer + prefix;
-      lane.sealing_out->Seal(data + done, sealed, piece, sealed + piece);
+      if (!lane.sealing_out->Seal(data + done, sealed, piece, sealed + piece)) return false;
       if (!WriteFully(lane.fd, buffer, prefix + piece + LaneSeal::kTagBytes, nullptr, 0)) return false;
       done += piece;
       prefix = 0;
