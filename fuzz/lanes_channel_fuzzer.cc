@@ -14,6 +14,12 @@
 //   9 write filler bytes on lane (second byte) 0 or 1, as many as the next four bytes say modulo 1 MiB: enough for a
 //     payload that lands in place, which libFuzzer's short inputs could not carry themselves
 // Every payload received is read whole, so one pointing into a destination already freed shows under ASan.
+//
+// Built with CURELAY_FUZZ_SEALED_LANES (sealed_lanes_fuzzer), the lanes are sealed (lane_seal.h) and the harness is
+// a hostile peer that holds the keys (a broken executor of a CURVE session): operations 2 and 3 seal the record's
+// bytes as the lane's next piece before writing them (16 bytes make a record head: its length and key), and 9
+// writes a record body of that many bytes sealed in 64 KiB pieces, as a sender does. Bytes the harness drops (a full
+// socket buffer) put the two ends' nonces out of step, which the channel must take as a broken lane.
 // Then the receiver forgets every placement, the far ends close (the peer is gone) and the channel is destroyed.
 // What must never happen: a read or write outside a buffer (a destination written after it was forgotten and
 // freed shows as a use after free), a received payload over the limit or of another size than announced, a
@@ -35,6 +41,7 @@
 
 #include "fuzz/fuzz_input.h"
 #include "transport/channel.h"
+#include "transport/lanes/lane_seal.h"
 #include "transport/lanes/lanes_channel.h"
 
 namespace {
@@ -98,6 +105,24 @@ void WriteFiller(int fd, std::span<const uint8_t> bytes) {
 
 volatile uint8_t payload_sink;  // keeps the read of every received payload
 
+#ifdef CURELAY_FUZZ_SEALED_LANES
+constexpr bool kSealed = true;
+#else
+constexpr bool kSealed = false;
+#endif
+constexpr size_t kSealedPieceBytes = size_t{64} << 10;  // as lanes_channel.cc seals a record's body
+
+// Seals `bytes` as the lane's next piece and writes ciphertext and tag (all of it, or what fits now).
+void WriteSealed(int fd, LaneSeal& seal, std::span<const uint8_t> bytes, bool whole) {
+  std::vector<uint8_t> piece(bytes.size() + LaneSeal::kTagBytes);
+  if (!seal.Seal(bytes.data(), piece.data(), bytes.size(), piece.data() + bytes.size())) return;
+  if (whole) {
+    WriteFiller(fd, piece);
+  } else {
+    WriteSome(fd, piece);
+  }
+}
+
 // Reads what the channel sent to the far ends, so its senders are never stuck behind full socket buffers.
 void Drain(int fd) {
   static uint8_t sink[1 << 16];
@@ -119,7 +144,17 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   ChannelOptions options;
   options.spin_microseconds = 0;
   options.max_message_bytes = kMaxMessageBytes;
-  std::unique_ptr<Channel> channel = MakeLanesChannel(control, {lane0[0], lane1[0]}, options);
+  // Sealed: the channel is the client, the harness the executor, both with the same secret.
+  const LaneSecret secret{1, 2, 3};
+  std::optional<LanesSealing> sealing;
+  std::unique_ptr<LaneSeal> peer_seals[2];
+  if (kSealed) {
+    sealing = LanesSealing{LaneCipher::kChaCha20Poly1305, secret, /*client=*/true};
+    for (int lane = 0; lane < 2; ++lane) {
+      peer_seals[lane] = std::make_unique<LaneSeal>(LaneCipher::kChaCha20Poly1305, secret, lane, false);
+    }
+  }
+  std::unique_ptr<Channel> channel = MakeLanesChannel(control, {lane0[0], lane1[0]}, options, sealing);
   const int far[2] = {lane0[1], lane1[1]};
   // Atomic: lane threads give loans back.
   std::atomic<int> lent{0}, returned{0};
@@ -140,7 +175,11 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       }
       case 2:
       case 3:
-        WriteSome(far[record[0] % 10 - 2], operand);
+        if (kSealed) {
+          WriteSealed(far[record[0] % 10 - 2], *peer_seals[record[0] % 10 - 2], operand, false);
+        } else {
+          WriteSome(far[record[0] % 10 - 2], operand);
+        }
         break;
       case 4: {
         IncomingMessage message;
@@ -199,7 +238,15 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
         uint32_t length = 0;
         std::memcpy(&length, operand.data() + 1, std::min(operand.size() - 1, sizeof(length)));
         static const std::vector<uint8_t> kFiller(1 << 20, 0x71);
-        WriteFiller(far[operand[0] % 2], {kFiller.data(), length % kFiller.size()});
+        const std::span<const uint8_t> filler(kFiller.data(), length % kFiller.size());
+        if (kSealed) {
+          for (size_t done = 0; done < filler.size(); done += kSealedPieceBytes) {
+            WriteSealed(far[operand[0] % 2], *peer_seals[operand[0] % 2],
+                        filler.subspan(done, std::min(kSealedPieceBytes, filler.size() - done)), true);
+          }
+        } else {
+          WriteFiller(far[operand[0] % 2], filler);
+        }
         break;
       }
     }
@@ -213,7 +260,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   close(far[1]);
   channel.reset();
   if (returned.load() != lent.load()) {
-    std::fprintf(stderr, "lanes_channel_fuzzer: %d of %d loans never came back\n", lent.load() - returned.load(),
+    std::fprintf(stderr, "lanes fuzzer: %d of %d loans never came back\n", lent.load() - returned.load(),
                  lent.load());
     std::abort();
   }

@@ -297,6 +297,34 @@ def lanes_channel_seeds():
     }
 
 
+def sealed_lanes_seeds():
+    # The same operations as lanes_channel_fuzzer, but the harness seals what it writes on a lane: operations 2 and 3
+    # with 16 bytes write a record head (its length and key), 9 writes a record body in 64 KiB pieces.
+    def op(code, operand=b""):
+        return bytes([code]) + operand
+
+    def on_lane(lane, size, key=0):
+        return bytes([lane + 1]) + struct.pack("<QQ", size, key) + b"header"
+
+    def head(size, key=0):
+        return struct.pack("<QQ", size, key)
+
+    def body(lane, size):
+        return bytes([lane]) + struct.pack("<I", size)
+
+    return {
+        "inline": records(op(0, b"\x00header"), op(1, bytes([7]) + b"\x00header" + b"payload"), op(4), op(4)),
+        "lane": records(op(0, on_lane(0, 300)), op(2, head(300)), op(9, body(0, 300)), op(4),
+                        op(0, on_lane(1, 200000)), op(3, head(200000)), op(9, body(1, 200000)), op(4)),
+        "placed_whole": records(op(7, bytes([5]) + struct.pack("<I", 140000)), op(0, on_lane(1, 140000, 5)),
+                                op(3, head(140000, 5)), op(9, body(1, 140000)), op(4), op(4)),
+        # A key-holding peer's lies: a head longer than any limit, a body shorter than its head, a piece cut short.
+        "hostile": records(op(0, on_lane(0, 5)), op(2, head(1 << 40, 9)), op(4), op(0, on_lane(1, 131072)),
+                           op(3, head(131072)), op(9, body(1, 1000)), op(4), op(2, b"short")),
+        "sends": records(op(5, struct.pack("<I", 200000)), op(6, struct.pack("<I", 300000)), op(4)),
+    }
+
+
 def dispatch_board_seeds():
     def op(code, operand=b""):
         return bytes([code]) + operand
@@ -392,6 +420,7 @@ def main():
     write("admin_fuzzer", admin_seeds())
     write("shm_channel_fuzzer", shm_channel_seeds())
     write("lanes_channel_fuzzer", lanes_channel_seeds())
+    write("sealed_lanes_fuzzer", sealed_lanes_seeds())
     write("dispatch_board_fuzzer", dispatch_board_seeds())
     write("quota_board_fuzzer", quota_board_seeds())
     write("ipc_registry_fuzzer", ipc_registry_seeds())
