@@ -81,7 +81,12 @@ for ((round = 1; round <= rounds; round++)); do
       status=1
     }
     # One core's cipher rate, the ceiling of one sealed lane, in the same rounds.
-    [ -f "$lane_cipher_bench" ] && [ -x "$lane_cipher_bench" ] && "$lane_cipher_bench" >>"$curve_log" 2>&1
+    if [ -f "$lane_cipher_bench" ] && [ -x "$lane_cipher_bench" ]; then
+      "$lane_cipher_bench" >>"$curve_log" 2>&1 || {
+        echo "curelay_lane_cipher_bench failed (status $?); see $curve_log" >&2
+        status=1
+      }
+    fi
     curve_logs+=("$curve_log")
     curelay_backend_stop
     unset CURELAY_SERVER_KEY

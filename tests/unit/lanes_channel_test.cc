@@ -165,7 +165,7 @@ TEST(LanesChannelTest, SealingMustMatchCurve) {
   EXPECT_NE(error.find("need CURVE"), std::string::npos) << error;
 }
 
-// A client that offered sealed lanes takes no plain answer (and the reverse).
+// A client that offered sealed lanes takes no plain answer.
 TEST(LanesChannelTest, AnAnswerThatDropsTheSealIsRefused) {
   std::string executor_error, client_error;
   Session session = Connect(2, &executor_error, &client_error, [](std::string& answer) {
@@ -488,10 +488,40 @@ struct Tampering {
   size_t offset = 0;  // the byte flipped (on lane 0), or the first record's length
 };
 
-// A sealed session of two lanes whose client-to-executor bytes pass through a relay that tampers with them as told.
-// The client sends two 256 KiB payloads (one per lane); returns what the executor's two receives say, then what a
+// Forwards one direction of one lane, tampering with it as told when `tamper` (only lane 0's bytes are altered or
+// replayed; a swap is in the choice of `into`).
+void Forward(int from, int into, bool tamper, Tampering tampering) {
+  std::vector<uint8_t> buffer(1 << 16), first_record;
+  size_t offset = 0;
+  bool replayed = false;
+  for (;;) {
+    const ssize_t got = recv(from, buffer.data(), buffer.size(), 0);
+    if (got <= 0) break;
+    for (ssize_t i = 0; i < got && tamper; ++i, ++offset) {
+      if (tampering.kind == Tampering::Kind::kFlipByte && offset == tampering.offset) buffer[i] ^= 1;
+      if (tampering.kind == Tampering::Kind::kReplayFirstRecord && offset < tampering.offset) {
+        first_record.push_back(buffer[i]);
+      }
+    }
+    if (send(into, buffer.data(), static_cast<size_t>(got), MSG_NOSIGNAL) != got) break;
+    if (tamper && tampering.kind == Tampering::Kind::kReplayFirstRecord && !replayed &&
+        first_record.size() == tampering.offset) {
+      replayed = true;
+      if (send(into, first_record.data(), first_record.size(), MSG_NOSIGNAL) < 0) break;
+    }
+  }
+}
+
+struct RelayedSession {
+  LaneCipher cipher;
+  LaneCryptoLibrary library;
+  bool executor_sends;  // else the client sends
+};
+
+// A sealed session of two lanes whose lanes pass through a relay that tampers with the sending side's bytes as told.
+// The sender sends two 256 KiB payloads (one per lane); returns what the receiver's two receives say, then what a
 // third says once nothing more is coming (a timeout while the lanes are sound).
-std::vector<ReceiveStatus> SendThroughTamperingRelay(LaneCipher cipher, Tampering tampering) {
+std::vector<ReceiveStatus> SendThroughTamperingRelay(RelayedSession session, Tampering tampering) {
   constexpr int kLanes = 2;
   int client_side[kLanes][2], executor_side[kLanes][2];
   for (int lane = 0; lane < kLanes; ++lane) {
@@ -501,55 +531,38 @@ std::vector<ReceiveStatus> SendThroughTamperingRelay(LaneCipher cipher, Tamperin
   std::vector<std::thread> relays;
   for (int lane = 0; lane < kLanes; ++lane) {
     const int to = tampering.kind == Tampering::Kind::kSwapLanes ? kLanes - 1 - lane : lane;
-    relays.emplace_back([from = client_side[lane][1], into = executor_side[to][1], lane, tampering] {
-      std::vector<uint8_t> buffer(1 << 16), first_record;
-      size_t offset = 0;
-      bool replayed = false;
-      for (;;) {
-        const ssize_t got = recv(from, buffer.data(), buffer.size(), 0);
-        if (got <= 0) break;
-        for (ssize_t i = 0; i < got; ++i, ++offset) {
-          if (lane != 0) continue;
-          if (tampering.kind == Tampering::Kind::kFlipByte && offset == tampering.offset) buffer[i] ^= 1;
-          if (tampering.kind == Tampering::Kind::kReplayFirstRecord && offset < tampering.offset) {
-            first_record.push_back(buffer[i]);
-          }
-        }
-        if (send(into, buffer.data(), static_cast<size_t>(got), MSG_NOSIGNAL) != got) break;
-        if (tampering.kind == Tampering::Kind::kReplayFirstRecord && !replayed &&
-            first_record.size() == tampering.offset) {
-          replayed = true;
-          if (send(into, first_record.data(), first_record.size(), MSG_NOSIGNAL) < 0) break;
-        }
-      }
-    });
+    const bool tamper_up = lane == 0 && !session.executor_sends, tamper_down = lane == 0 && session.executor_sends;
+    relays.emplace_back(Forward, client_side[lane][1], executor_side[to][1], tamper_up, tampering);
+    relays.emplace_back(Forward, executor_side[lane][1], client_side[to][1], tamper_down, tampering);
   }
   auto to_executor = std::make_shared<MemoryControl::Queue>();
   auto to_client = std::make_shared<MemoryControl::Queue>();
   LaneSecret secret;
   for (size_t i = 0; i < secret.size(); ++i) secret[i] = static_cast<uint8_t>(i * 37 + 1);
   ChannelOptions options;
-  auto client = MakeLanesChannel(std::make_shared<MemoryControl>(to_executor, to_client),
-                                 {client_side[0][0], client_side[1][0]}, options,
-                                 LanesSealing{cipher, secret, /*client=*/true});
-  auto executor = MakeLanesChannel(std::make_shared<MemoryControl>(to_client, to_executor),
-                                   {executor_side[0][0], executor_side[1][0]}, options,
-                                   LanesSealing{cipher, secret, /*client=*/false});
+  std::unique_ptr<Channel> client = MakeLanesChannel(std::make_shared<MemoryControl>(to_executor, to_client),
+                                                     {client_side[0][0], client_side[1][0]}, options,
+                                                     LanesSealing{session.cipher, secret, true, session.library});
+  std::unique_ptr<Channel> executor = MakeLanesChannel(std::make_shared<MemoryControl>(to_client, to_executor),
+                                                       {executor_side[0][0], executor_side[1][0]}, options,
+                                                       LanesSealing{session.cipher, secret, false, session.library});
+  Channel& sender = session.executor_sends ? *executor : *client;
+  Channel& receiver = session.executor_sends ? *client : *executor;
   std::vector<ReceiveStatus> received;
   for (int i = 0; i < 2; ++i) {
     const std::string payload = Payload(i, 256 << 10);
-    EXPECT_TRUE(client->Send(Bytes("m" + std::to_string(i)), Bytes(payload)));
+    EXPECT_TRUE(sender.Send(Bytes("m" + std::to_string(i)), Bytes(payload)));
   }
   for (int i = 0; i < 2; ++i) {
     IncomingMessage message;
-    received.push_back(executor->Receive(message, 5000));
+    received.push_back(receiver.Receive(message, 5000));
     if (received.back() == ReceiveStatus::kMessage) {
       EXPECT_EQ(Text(message.header.bytes()), "m" + std::to_string(i));
       EXPECT_TRUE(Text(message.payload.bytes()) == Payload(i, 256 << 10));
     }
   }
   IncomingMessage none;
-  received.push_back(executor->Receive(none, 500));
+  received.push_back(receiver.Receive(none, 500));
   client.reset();
   executor.reset();
   for (int lane = 0; lane < kLanes; ++lane) {
@@ -564,26 +577,57 @@ std::vector<ReceiveStatus> SendThroughTamperingRelay(LaneCipher cipher, Tamperin
   return received;
 }
 
+// Each cipher on each library, in each direction.
 TEST(LanesChannelTest, SealedLanesBreakOnAnyAlteredReplayedOrMovedByte) {
   using Kind = Tampering::Kind;
   constexpr size_t kHead = 32, kPiece = size_t{64} << 10, kTag = 16;
   constexpr size_t kRecord = kHead + 4 * (kPiece + kTag);  // a 256 KiB payload in four sealed pieces
   const auto ok = ReceiveStatus::kMessage, lost = ReceiveStatus::kPeerLost, idle = ReceiveStatus::kTimeout;
   const std::vector<ReceiveStatus> broken = {lost, lost, lost};
+  int sessions = 0;
   for (const LaneCipher cipher : Ciphers()) {
-    SCOPED_TRACE(std::string(LaneCipherName(cipher)));
-    // The relay itself delivers (so the cases below can fail only for what they change).
-    EXPECT_EQ(SendThroughTamperingRelay(cipher, {Kind::kNone, 0}), (std::vector{ok, ok, idle}));
-    EXPECT_EQ(SendThroughTamperingRelay(cipher, {Kind::kFlipByte, 5}), broken);             // the head
-    EXPECT_EQ(SendThroughTamperingRelay(cipher, {Kind::kFlipByte, kHead + 100}), broken);   // a piece
-    EXPECT_EQ(SendThroughTamperingRelay(cipher, {Kind::kFlipByte, kRecord - 1}), broken);   // the last tag
-    EXPECT_EQ(SendThroughTamperingRelay(cipher, {Kind::kSwapLanes, 0}), broken);
-    // The first record arrives; its copy, read as lane 0's next record, breaks the session (the second message, on
-    // lane 1, may or may not be in before it does).
-    const auto replayed = SendThroughTamperingRelay(cipher, {Kind::kReplayFirstRecord, kRecord});
-    ASSERT_EQ(replayed.size(), 3u);
-    EXPECT_EQ(replayed[0], ok);
-    EXPECT_EQ(replayed[2], lost);
+    for (const LaneCryptoLibrary library : {LaneCryptoLibrary::kLibcrypto, LaneCryptoLibrary::kLibsodium}) {
+      if (!LaneCipherAvailable(cipher, library)) continue;
+      for (const bool executor_sends : {false, true}) {
+        SCOPED_TRACE(std::string(LaneCipherName(cipher)) + " on " + std::string(LaneCryptoLibraryName(library)) +
+                     (executor_sends ? ", executor to client" : ", client to executor"));
+        const RelayedSession session{cipher, library, executor_sends};
+        ++sessions;
+        // The relay itself delivers (so the cases below can fail only for what they change).
+        EXPECT_EQ(SendThroughTamperingRelay(session, {Kind::kNone, 0}), (std::vector{ok, ok, idle}));
+        EXPECT_EQ(SendThroughTamperingRelay(session, {Kind::kFlipByte, 5}), broken);            // the head
+        EXPECT_EQ(SendThroughTamperingRelay(session, {Kind::kFlipByte, kHead + 100}), broken);  // a piece
+        EXPECT_EQ(SendThroughTamperingRelay(session, {Kind::kFlipByte, kRecord - 1}), broken);  // the last tag
+        EXPECT_EQ(SendThroughTamperingRelay(session, {Kind::kSwapLanes, 0}), broken);
+        // The first record arrives; its copy, read as lane 0's next record, breaks the session (the second
+        // message, on lane 1, may or may not be in before it does).
+        const auto replayed = SendThroughTamperingRelay(session, {Kind::kReplayFirstRecord, kRecord});
+        ASSERT_EQ(replayed.size(), 3u);
+        EXPECT_EQ(replayed[0], ok);
+        EXPECT_EQ(replayed[2], lost);
+      }
+    }
+  }
+  // ChaCha20-Poly1305 on both libraries at least (libcrypto.so.3 comes with libssl3, which tools/install-deps.sh
+  // installs), both ways.
+  EXPECT_GE(sessions, 4);
+}
+
+// A placed payload whose piece fails to open leaves zeros where it was to land, not the forged piece's plaintext
+// (libcrypto decrypts before it checks).
+TEST(LanesChannelTest, AForgedPlacedPayloadLeavesNothingOfItsPlaintext) {
+  for (const LaneCryptoLibrary library : {LaneCryptoLibrary::kLibcrypto, LaneCryptoLibrary::kLibsodium}) {
+    if (!LaneCipherAvailable(LaneCipher::kChaCha20Poly1305, library)) continue;
+    SCOPED_TRACE(std::string(LaneCryptoLibraryName(library)));
+    LaneSecret secret{7};
+    LaneSeal sender(LaneCipher::kChaCha20Poly1305, secret, 0, false, library);
+    LaneSeal receiver(LaneCipher::kChaCha20Poly1305, secret, 0, false, library);
+    std::vector<uint8_t> piece(4096, 0xAB);
+    uint8_t tag[LaneSeal::kTagBytes];
+    ASSERT_TRUE(sender.Seal(piece.data(), piece.data(), piece.size(), tag));
+    piece[10] ^= 0x01;  // a forged bit: a stream cipher would carry it into the plaintext
+    EXPECT_FALSE(receiver.Open(piece.data(), piece.size(), tag));
+    EXPECT_TRUE(std::all_of(piece.begin(), piece.end(), [](uint8_t b) { return b == 0; }));
   }
 }
 

@@ -70,21 +70,18 @@ std::string_view LaneCryptoLibraryName(LaneCryptoLibrary library) {
 }
 
 bool LaneCipherAvailable(LaneCipher cipher, std::optional<LaneCryptoLibrary> library) {
+  if (!SodiumRuns(cipher)) return false;  // AES without AES-NI: not with libcrypto either (lane_seal.h)
   const auto libcrypto_runs = [cipher] {
     const unsigned char probe_key[32] = {};
     EVP_CIPHER_CTX* context = LibcryptoContext(cipher, probe_key);
     if (context != nullptr) LoadLibcryptoApi()->cipher_ctx_free(context);
     return context != nullptr;
   };
-  if (library == LaneCryptoLibrary::kLibsodium) return SodiumRuns(cipher);
-  if (library == LaneCryptoLibrary::kLibcrypto) return libcrypto_runs();
-  return SodiumRuns(cipher) || libcrypto_runs();
+  return library != LaneCryptoLibrary::kLibcrypto || libcrypto_runs();
 }
 
 LaneCipher PreferredLaneCipher() {
-  // libsodium's check is the CPU's: AES-NI and carry-less multiply. Without them libcrypto would run AES-GCM too,
-  // but slower than ChaCha20-Poly1305.
-  return SodiumRuns(LaneCipher::kAes256Gcm) ? LaneCipher::kAes256Gcm : LaneCipher::kChaCha20Poly1305;
+  return LaneCipherAvailable(LaneCipher::kAes256Gcm) ? LaneCipher::kAes256Gcm : LaneCipher::kChaCha20Poly1305;
 }
 
 LaneSecret LaneHelloToken(const LaneSecret& secret, int lane) {
@@ -99,8 +96,8 @@ LaneSeal::LaneSeal(LaneCipher cipher, const LaneSecret& secret, int lane, bool c
   unsigned char key[32];
   Derive(secret, 2 * static_cast<uint64_t>(lane) + (client_to_executor ? 0 : 1), key, sizeof(key));
   if (library != LaneCryptoLibrary::kLibsodium) evp_ = LibcryptoContext(cipher_, key);
-  if (evp_ == nullptr) {
-    if (cipher_ == LaneCipher::kAes256Gcm && SodiumRuns(cipher_)) {
+  if (evp_ == nullptr) {  // libsodium runs every available cipher (LaneCipherAvailable)
+    if (cipher_ == LaneCipher::kAes256Gcm) {
       crypto_aead_aes256gcm_beforenm(reinterpret_cast<crypto_aead_aes256gcm_state*>(state_), key);
     } else {
       std::memcpy(state_, key, sizeof(key));
@@ -120,18 +117,24 @@ void LaneSeal::NextNonce(uint8_t* nonce) {
   for (int byte = 0; byte < 8; ++byte) nonce[byte] = static_cast<uint8_t>(counter >> (8 * byte));
 }
 
+bool LaneSeal::LibcryptoPass(bool encrypt, const uint8_t* nonce, const uint8_t* in, uint8_t* out, size_t size,
+                             uint8_t* tag) {
+  const LibcryptoApi& api = *LoadLibcryptoApi();
+  auto* context = static_cast<EVP_CIPHER_CTX*>(evp_);
+  int written = 0, finished = 0;
+  // The key stays; the nonce and the direction are set anew. Decrypting, the tag goes in first and Final checks it;
+  // encrypting, it comes out after Final.
+  return size <= INT_MAX && api.cipher_init_ex(context, nullptr, nullptr, nullptr, nonce, encrypt ? 1 : 0) == 1 &&
+         (encrypt || api.cipher_ctx_ctrl(context, EVP_CTRL_AEAD_SET_TAG, kTagBytes, tag) == 1) &&
+         api.cipher_update(context, out, &written, in, static_cast<int>(size)) == 1 &&
+         api.cipher_final_ex(context, out + written, &finished) == 1 &&
+         (!encrypt || api.cipher_ctx_ctrl(context, EVP_CTRL_AEAD_GET_TAG, kTagBytes, tag) == 1);
+}
+
 bool LaneSeal::Seal(const uint8_t* in, uint8_t* out, size_t size, uint8_t* tag) {
   uint8_t nonce[12];
   NextNonce(nonce);
-  if (evp_ != nullptr) {
-    const LibcryptoApi& api = *LoadLibcryptoApi();
-    auto* context = static_cast<EVP_CIPHER_CTX*>(evp_);
-    int written = 0, finished = 0;
-    return size <= INT_MAX && api.cipher_init_ex(context, nullptr, nullptr, nullptr, nonce, 1) == 1 &&
-           api.cipher_update(context, out, &written, in, static_cast<int>(size)) == 1 &&
-           api.cipher_final_ex(context, out + written, &finished) == 1 &&
-           api.cipher_ctx_ctrl(context, EVP_CTRL_AEAD_GET_TAG, kTagBytes, tag) == 1;
-  }
+  if (evp_ != nullptr) return LibcryptoPass(true, nonce, in, out, size, tag);
   unsigned long long tag_size = 0;
   if (cipher_ == LaneCipher::kAes256Gcm) {
     crypto_aead_aes256gcm_encrypt_detached_afternm(out, tag, &tag_size, in, size, nullptr, 0, nullptr, nonce,
@@ -146,22 +149,19 @@ bool LaneSeal::Seal(const uint8_t* in, uint8_t* out, size_t size, uint8_t* tag) 
 bool LaneSeal::Open(uint8_t* data, size_t size, const uint8_t* tag) {
   uint8_t nonce[12];
   NextNonce(nonce);
+  bool opened;
   if (evp_ != nullptr) {
-    const LibcryptoApi& api = *LoadLibcryptoApi();
-    auto* context = static_cast<EVP_CIPHER_CTX*>(evp_);
-    int written = 0, finished = 0;
-    return size <= INT_MAX && api.cipher_init_ex(context, nullptr, nullptr, nullptr, nonce, 0) == 1 &&
-           api.cipher_ctx_ctrl(context, EVP_CTRL_AEAD_SET_TAG, kTagBytes, const_cast<uint8_t*>(tag)) == 1 &&
-           api.cipher_update(context, data, &written, data, static_cast<int>(size)) == 1 &&
-           api.cipher_final_ex(context, data + written, &finished) == 1;  // 1 only when the tag matches
+    opened = LibcryptoPass(false, nonce, data, data, size, const_cast<uint8_t*>(tag));  // Final: 1 only if it matches
+  } else if (cipher_ == LaneCipher::kAes256Gcm) {
+    opened = crypto_aead_aes256gcm_decrypt_detached_afternm(
+                 data, nullptr, data, size, tag, nullptr, 0, nonce,
+                 reinterpret_cast<const crypto_aead_aes256gcm_state*>(state_)) == 0;
+  } else {
+    opened = crypto_aead_chacha20poly1305_ietf_decrypt_detached(data, nullptr, data, size, tag, nullptr, 0, nonce,
+                                                                state_) == 0;
   }
-  if (cipher_ == LaneCipher::kAes256Gcm) {
-    return crypto_aead_aes256gcm_decrypt_detached_afternm(
-               data, nullptr, data, size, tag, nullptr, 0, nonce,
-               reinterpret_cast<const crypto_aead_aes256gcm_state*>(state_)) == 0;
-  }
-  return crypto_aead_chacha20poly1305_ietf_decrypt_detached(data, nullptr, data, size, tag, nullptr, 0, nonce,
-                                                            state_) == 0;
+  if (!opened) sodium_memzero(data, size);
+  return opened;
 }
 
 }  // namespace curelay::transport

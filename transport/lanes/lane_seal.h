@@ -34,9 +34,11 @@ enum class LaneCryptoLibrary : uint8_t {
 std::string_view LaneCipherName(LaneCipher cipher);
 std::optional<LaneCipher> ParseLaneCipher(std::string_view name);
 std::string_view LaneCryptoLibraryName(LaneCryptoLibrary library);
-// Whether this process can run `cipher` with some library (with `library`, when given).
+// Whether this process can run `cipher` with some library (with `library`, when given). AES-256-GCM only where
+// the CPU accelerates it (AES-NI and carry-less multiply, as libsodium judges it), whichever library: elsewhere
+// ChaCha20-Poly1305 is faster, and software AES is open to timing attacks.
 bool LaneCipherAvailable(LaneCipher cipher, std::optional<LaneCryptoLibrary> library = std::nullopt);
-// AES-256-GCM where the CPU accelerates AES (as libsodium judges it), else ChaCha20-Poly1305.
+// AES-256-GCM where it is available, else ChaCha20-Poly1305.
 LaneCipher PreferredLaneCipher();
 
 // What a lane presents in its hello in place of the secret itself, which must not cross the wire in the clear:
@@ -59,12 +61,14 @@ class LaneSeal {
   // Encrypts `size` bytes of `in` into `out` (they may be the same) and writes the tag; uses the next nonce. False
   // only if the library fails (the lane then breaks).
   bool Seal(const uint8_t* in, uint8_t* out, size_t size, uint8_t* tag);
-  // Decrypts `data` in place if `tag` proves it is the next piece this direction sealed; false otherwise (the data
-  // is then not to be used). Either way the nonce moves on: a lane that failed once is broken.
+  // Decrypts `data` in place if `tag` proves it is the next piece this direction sealed; false otherwise, with the
+  // data zeroed (libcrypto decrypts before it checks: nothing of a forged piece's plaintext is left behind). Either
+  // way the nonce moves on: a lane that failed once is broken.
   bool Open(uint8_t* data, size_t size, const uint8_t* tag);
 
  private:
   void NextNonce(uint8_t* nonce);
+  bool LibcryptoPass(bool encrypt, const uint8_t* nonce, const uint8_t* in, uint8_t* out, size_t size, uint8_t* tag);
   LaneCipher cipher_;
   uint64_t counter_ = 0;
   void* evp_ = nullptr;  // libcrypto's EVP_CIPHER_CTX, keyed; null: libsodium

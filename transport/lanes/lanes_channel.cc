@@ -188,8 +188,10 @@ class LanesChannel final : public Channel {
       for (size_t index = 0; index < lanes_.size(); ++index) {
         Lane& lane = *lanes_[index];
         const int number = static_cast<int>(index);
-        lane.sealing_out = std::make_unique<LaneSeal>(sealing->cipher, sealing->secret, number, sealing->client);
-        lane.opening_in = std::make_unique<LaneSeal>(sealing->cipher, sealing->secret, number, !sealing->client);
+        lane.sealing_out =
+            std::make_unique<LaneSeal>(sealing->cipher, sealing->secret, number, sealing->client, sealing->library);
+        lane.opening_in =
+            std::make_unique<LaneSeal>(sealing->cipher, sealing->secret, number, !sealing->client, sealing->library);
         lane.sealed_piece.reset(new uint8_t[kSealedHeadBytes + kSealedPieceBytes + LaneSeal::kTagBytes]);
       }
     }

@@ -46,6 +46,7 @@ struct LanesSealing {
   LaneCipher cipher = LaneCipher::kChaCha20Poly1305;
   LaneSecret secret{};
   bool client = false;
+  std::optional<LaneCryptoLibrary> library;  // unset: LaneSeal's own choice (tests set it to cover both)
 };
 
 // The executor's half of the handshake.

@@ -229,6 +229,7 @@ std::unique_ptr<LanesListener> LanesListener::Open(const std::string& host, cons
 
 LanesListener::~LanesListener() {
   if (fd_ >= 0) close(fd_);
+  explicit_bzero(secret_.data(), secret_.size());  // the channel's ciphers hold their own keys
 }
 
 std::unique_ptr<Channel> LanesListener::Accept(std::shared_ptr<Channel> control, int timeout_ms, std::string* error) {
