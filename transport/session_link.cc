@@ -48,10 +48,11 @@ std::unique_ptr<ClientLink> ClientLink::Connect(const Endpoint& executor, const 
     }
   }
   // A CURVE session's lanes are sealed: the lane secret comes back inside CURVE, and keys the lanes' cipher.
-  if (executor.kind == Endpoint::Kind::kTcp && options.tcp_lanes > 0) {
+  if (executor.kind == Endpoint::Kind::kTcp && options.tcp_lanes != 0) {
     LanesTerms terms;
-    terms.lanes = std::min(options.tcp_lanes, kMaxTcpLanes);
     if (options.curve.enabled() && CurveApplies(executor.ToString())) terms.sealed = PreferredLaneCipher();
+    terms.lanes = options.tcp_lanes > 0 ? std::min(options.tcp_lanes, kMaxTcpLanes)
+                                        : (terms.sealed ? kDefaultSealedTcpLanes : kDefaultTcpLanes);
     link->lanes_host_ = executor.host;
     link->lanes_offer_ = link->offer_ = LanesOffer(terms);
   }

@@ -56,11 +56,11 @@ TEST_F(CurveTest, ClientsWithTheServersKeyRunTheirPrograms) {
   const auto basic = RunClient({"basic", CURELAY_TEST_PTX_PATH}, Env(server_key_), 30s);
   EXPECT_EQ(basic.output, "OK\n");
   // Copies of 1 KiB, 300 KiB and 9 MiB each way, every byte checked: the large ones go on sealed lanes
-  // (docs/security.md).
+  // (docs/security.md), 8 of them by default.
   const std::string go = backend_.runtime_dir() + "/go";
   std::ofstream(go).put('\n');
   EXPECT_EQ(RunClient({"work", CURELAY_TEST_PTX_PATH, go}, Env(server_key_), 60s).output, "READY\nOK\n");
-  EXPECT_EQ(Count(backend_.Log(), "client attached over ZeroMQ with 4 tcp lanes sealed with "), 2u) << backend_.Log();
+  EXPECT_EQ(Count(backend_.Log(), "client attached over ZeroMQ with 8 tcp lanes sealed with "), 2u) << backend_.Log();
   // The same key from a file (a mounted Secret); the key pair stays where it was made, owner-only.
   const std::string key_file = backend_.runtime_dir() + "/state/curve/server.public";
   auto env = Env("");

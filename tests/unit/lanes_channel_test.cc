@@ -76,10 +76,12 @@ Session Connect(int lanes, std::string* executor_error, std::string* client_erro
   EXPECT_TRUE(executor_endpoint.has_value());
   auto link = ClientLink::Connect(*executor_endpoint, client_options, false, &error);
   EXPECT_NE(link, nullptr) << error;
-  EXPECT_EQ(link->offer(), LanesOffer({lanes, sealed ? std::optional(PreferredLaneCipher()) : std::nullopt}));
+  // A negative count is the default, which depends on the sealing.
+  const int offered = lanes > 0 ? lanes : (sealed ? kDefaultSealedTcpLanes : kDefaultTcpLanes);
+  EXPECT_EQ(link->offer(), LanesOffer({offered, sealed ? std::optional(PreferredLaneCipher()) : std::nullopt}));
   // A sealed offer names the cipher under test (the client's own choice is this machine's preferred one); the
   // executor takes it where this machine runs it, and the client takes any answer it can run.
-  const std::string offer = sealed ? LanesOffer({lanes, sealed}) : link->offer();
+  const std::string offer = sealed ? LanesOffer({offered, sealed}) : link->offer();
   AcceptedOffer accepted = AcceptOffer(bound, offer, options, executor_error);
   EXPECT_NE(accepted.layer, nullptr) << *executor_error;
   if (accepted.layer == nullptr) return {};
@@ -144,6 +146,19 @@ TEST(LanesChannelTest, SealedLanesCarryPayloadsOfEverySizeBothWays) {
     ASSERT_EQ(session.client->Receive(message, 5000), ReceiveStatus::kMessage);
     EXPECT_EQ(message.payload.data(), destination.data());
     EXPECT_EQ(std::memcmp(destination.data(), big.data(), big.size()), 0);
+  }
+}
+
+// Without a count from the client's configuration, plain sessions offer kDefaultTcpLanes and sealed ones
+// kDefaultSealedTcpLanes (Connect checks the offer), and both carry every size.
+TEST(LanesChannelTest, TheDefaultCountDependsOnTheSealing) {
+  for (const std::optional<LaneCipher> sealed : {std::optional<LaneCipher>(), std::optional(PreferredLaneCipher())}) {
+    SCOPED_TRACE(sealed ? "sealed" : "plain");
+    std::string executor_error, client_error;
+    Session session = Connect(-1, &executor_error, &client_error, {}, sealed);
+    ASSERT_NE(session.executor, nullptr) << executor_error;
+    ASSERT_NE(session.client, nullptr) << client_error;
+    ExchangeEverySize(session);
   }
 }
 

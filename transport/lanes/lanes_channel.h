@@ -24,6 +24,9 @@
 namespace curelay::transport {
 
 inline constexpr int kDefaultTcpLanes = 4;
+// Sealed lanes' default: each lane's thread seals (or opens) what it sends (or receives), so a sealed lane moves less
+// than a plain one, and more of them spread the cipher over more cores.
+inline constexpr int kDefaultSealedTcpLanes = 8;
 inline constexpr int kMaxTcpLanes = 16;
 // Payloads from this size on take a lane; smaller ones stay in their ZeroMQ message (one hop fewer to arrange).
 inline constexpr size_t kLanePayloadBytes = size_t{128} << 10;
