@@ -14,7 +14,7 @@ struct Config {
   int spin_microseconds = 0;   // CURELAY_SPIN_US: busy-poll for replies this long before sleeping
   bool disable_shared_memory = false;  // CURELAY_SHM=0: stay on ZeroMQ even when client and backend share a host
   // CURELAY_TCP_LANES: TCP connections for bulk payloads of a tcp:// session (0: none; -1, unset: 4, or 8 sealed)
-  int tcp_lanes = 0;
+  int tcp_lanes = -1;
   // CURELAY_DIRECT_COPIES=0: same-host copies of page-locked memory cross the ring and pageable copies are not
   // staged through registered slots (the paths before they were direct; for comparison and as a fallback)
   bool disable_direct_copies = false;
