@@ -11,7 +11,7 @@ mkdir -p "$carry"
 cd "$build"
 files=(frontend/libcuda.so.1 backend/curelay-backend backend/curelay-executor backendctl/backendctl
        tests/gpu/curelay_gpu_acceptance tests/gpu/gpu_test_paths.env bench/curelay_driver_bench bench/bench_paths.env
-       samples/curelay_sample_vector_add bench/curelay_tenant_load bench/curelay_zmq_pingpong bench/curelay_shm_pingpong bench/curelay_lane_cipher_bench bench/curelay_soak_client
+       samples/curelay_sample_vector_add bench/curelay_tenant_load bench/curelay_zmq_pingpong bench/curelay_shm_pingpong bench/curelay_lane_cipher_bench bench/curelay_lanes_bench bench/curelay_soak_client
        tools/relay/curelay-relay
        nvml/libnvidia-ml.so.1 tests/integration/curelay_nvml_probe tests/containers/curelay_container_probe
        tests/emulated_verbs/libibverbs.so.1)  # the emulated verbs fixture: CURELAY_GPU_ENDPOINT=rdma:// on a host without NICs
