@@ -11,6 +11,7 @@
 //
 // Usage: curelay_lanes_bench [rounds] [CONFIG...]   CONFIG: plain:N or sealed:N (N lanes, 0: the ZeroMQ channel
 //                                                    alone); default: plain:4 sealed:4 sealed:8, 3 rounds
+#include <sys/mman.h>
 #include <sys/resource.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -120,7 +121,7 @@ struct Rates {
 };
 
 // One round of one configuration: a fresh executor process, a fresh session, 1 GiB each way.
-bool RunRound(const Config& config, const CurveKeys& server_keys, std::vector<uint8_t>& host, Rates* rates) {
+bool RunRound(const Config& config, const CurveKeys& server_keys, uint8_t* host, Rates* rates) {
   ChannelOptions executor_options, client_options;
   executor_options.tcp_lanes = client_options.tcp_lanes = config.lanes;
   if (config.sealed) {
@@ -172,7 +173,7 @@ bool RunRound(const Config& config, const CurveKeys& server_keys, std::vector<ui
     size_t sent = 0, acknowledged = 0;
     while (ok && acknowledged < kChunks) {
       while (ok && sent < kChunks && sent - acknowledged < kInFlight) {
-        ok = channel->Send(Bytes(header), {host.data() + sent * kChunkBytes, kChunkBytes});
+        ok = channel->Send(Bytes(header), {host + sent * kChunkBytes, kChunkBytes});
         ++sent;
       }
       ok = ok && ReceiveOne(*channel, reply) && reply.header.bytes()[0] == kAck;
@@ -190,14 +191,14 @@ bool RunRound(const Config& config, const CurveKeys& server_keys, std::vector<ui
     while (ok && received < kChunks) {
       while (ok && asked < kChunks && asked - received < kInFlight) {
         const uint64_t key = asked + 1;
-        channel->ExpectPayload(key, host.data() + asked * kChunkBytes, kChunkBytes);
+        channel->ExpectPayload(key, host + asked * kChunkBytes, kChunkBytes);
         std::memcpy(header.data() + 1, &key, sizeof(key));
         ok = channel->Send(Bytes(header), {});
         ++asked;
       }
       ok = ok && ReceiveOne(*channel, reply) && reply.header.bytes()[0] == kChunk &&
            reply.payload.size() == kChunkBytes;
-      if (ok && reply.payload.data() == host.data() + received * kChunkBytes) ++rates->placed;
+      if (ok && reply.payload.data() == host + received * kChunkBytes) ++rates->placed;
       ++received;
     }
     const double seconds = std::chrono::duration<double>(Clock::now() - start).count();
@@ -248,7 +249,12 @@ int main(int argc, char** argv) {
   if (rounds < 1) return 2;
   CurveKeys server_keys;
   if (!NewCurveKeyPair(&server_keys.server_public, &server_keys.server_secret)) return 2;
-  std::vector<uint8_t> host(kTotalBytes, 0);  // touched once here, so no round pays its page faults
+  // Touched once here, so no round pays its page faults; and not inherited by the forked executors, or every write
+  // of a device-to-host chunk would copy a page the child shares (and shoot down TLBs).
+  void* mapped = mmap(nullptr, kTotalBytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (mapped == MAP_FAILED || madvise(mapped, kTotalBytes, MADV_DONTFORK) != 0) return 2;
+  auto* host = static_cast<uint8_t*>(mapped);
+  std::memset(host, 0, kTotalBytes);
   std::map<std::string, std::vector<Rates>> results;
   for (int round = 0; round < rounds; ++round) {
     for (const Config& config : configs) {
