@@ -535,8 +535,10 @@ struct RelayedSession {
 
 // A sealed session of two lanes whose lanes pass through a relay that tampers with the sending side's bytes as told.
 // The sender sends two 256 KiB payloads (one per lane); returns what the receiver's two receives say, then what a
-// third says once nothing more is coming (a timeout while the lanes are sound).
-std::vector<ReceiveStatus> SendThroughTamperingRelay(RelayedSession session, Tampering tampering) {
+// third says once nothing more is coming (a timeout while the lanes are sound). With `placed` (executor to client
+// only), the first payload is lent and expected in place there, as a device-to-host chunk is.
+std::vector<ReceiveStatus> SendThroughTamperingRelay(RelayedSession session, Tampering tampering,
+                                                     uint8_t* placed = nullptr) {
   constexpr int kLanes = 2;
   int client_side[kLanes][2], executor_side[kLanes][2];
   for (int lane = 0; lane < kLanes; ++lane) {
@@ -564,10 +566,15 @@ std::vector<ReceiveStatus> SendThroughTamperingRelay(RelayedSession session, Tam
   Channel& sender = session.executor_sends ? *executor : *client;
   Channel& receiver = session.executor_sends ? *client : *executor;
   std::vector<ReceiveStatus> received;
-  for (int i = 0; i < 2; ++i) {
-    const std::string payload = Payload(i, 256 << 10);
-    EXPECT_TRUE(sender.Send(Bytes("m" + std::to_string(i)), Bytes(payload)));
+  const std::string first = Payload(0, 256 << 10);
+  if (placed != nullptr) {
+    EXPECT_TRUE(session.executor_sends);
+    client->ExpectPayload(1, placed, first.size());
+    EXPECT_TRUE(sender.SendLoaned(Bytes("m0"), Bytes(first), [] {}, 1));
+  } else {
+    EXPECT_TRUE(sender.Send(Bytes("m0"), Bytes(first)));
   }
+  EXPECT_TRUE(sender.Send(Bytes("m1"), Bytes(Payload(1, 256 << 10))));
   for (int i = 0; i < 2; ++i) {
     IncomingMessage message;
     received.push_back(receiver.Receive(message, 5000));
@@ -626,6 +633,21 @@ TEST(LanesChannelTest, SealedLanesBreakOnAnyAlteredReplayedOrMovedByte) {
   // ChaCha20-Poly1305 on both libraries at least (libcrypto.so.3 comes with libssl3, which tools/install-deps.sh
   // installs), both ways.
   EXPECT_GE(sessions, 4);
+}
+
+// A lane reads four sealed pieces per call: when the second fails to open, the first (authentic) stays, and the
+// second to fourth are zeros in the application's buffer, none of them the peer's bytes.
+TEST(LanesChannelTest, APieceThatFailsToOpenZeroesTheRestOfItsCall) {
+  constexpr size_t kHead = 32, kPiece = size_t{64} << 10, kTag = 16;
+  const RelayedSession session{LaneCipher::kChaCha20Poly1305, LaneCryptoLibrary::kLibsodium, true};
+  std::vector<uint8_t> destination(256 << 10, 0xEE);
+  const auto received =
+      SendThroughTamperingRelay(session, {Tampering::Kind::kFlipByte, kHead + kPiece + kTag + 100}, destination.data());
+  ASSERT_EQ(received.size(), 3u);
+  EXPECT_EQ(received[0], ReceiveStatus::kPeerLost);
+  const std::string first = Payload(0, 256 << 10);
+  EXPECT_EQ(std::memcmp(destination.data(), first.data(), kPiece), 0);
+  EXPECT_TRUE(std::all_of(destination.begin() + kPiece, destination.end(), [](uint8_t b) { return b == 0; }));
 }
 
 // A placed payload whose piece fails to open leaves zeros where it was to land, not the forged piece's plaintext
