@@ -50,8 +50,6 @@ struct Config {
   std::string Name() const { return std::string(sealed ? "sealed" : "plain") + "_" + std::to_string(lanes) + "lanes"; }
 };
 
-std::span<const uint8_t> Bytes(const std::vector<uint8_t>& bytes) { return {bytes.data(), bytes.size()}; }
-
 bool ReceiveOne(Channel& channel, IncomingMessage& message) {
   return channel.Receive(message, kTimeoutMs) == ReceiveStatus::kMessage && message.header.size() >= 1;
 }
@@ -80,7 +78,7 @@ int Serve(const ChannelOptions& options, int report) {
   }
   std::vector<uint8_t> answer = {'='};
   answer.insert(answer.end(), accepted.answer.begin(), accepted.answer.end());
-  if (!bound->Send(Bytes(answer), {})) return 4;
+  if (!bound->Send(answer, {})) return 4;
   std::shared_ptr<Channel> channel = bound;
   if (accepted.layer != nullptr) {
     channel = accepted.layer->Complete(bound, &error);
@@ -96,12 +94,12 @@ int Serve(const ChannelOptions& options, int report) {
     const auto header = request.header.bytes();
     if (header[0] == kQuit) return 0;
     if (header[0] == kHtoD) {
-      if (request.payload.size() != kChunkBytes || !channel->Send(Bytes(ack), {})) return 7;
+      if (request.payload.size() != kChunkBytes || !channel->Send(ack, {})) return 7;
     } else if (header[0] == kDtoH && header.size() == 9) {
       uint64_t key = 0;
       std::memcpy(&key, header.data() + 1, sizeof(key));
       const std::vector<uint8_t> reply = {kChunk};
-      if (!channel->SendLoaned(Bytes(reply), Bytes(staging), [] {}, key)) return 7;
+      if (!channel->SendLoaned(reply, staging, [] {}, key)) return 7;
     } else {
       return 8;
     }
@@ -156,7 +154,7 @@ bool RunRound(const Config& config, const CurveKeys& server_keys, uint8_t* host,
     const std::string offer_text = link != nullptr ? link->offer() : std::string();
     std::vector<uint8_t> offer = {'='};
     offer.insert(offer.end(), offer_text.begin(), offer_text.end());
-    ok = ok && link->bootstrap().Send(Bytes(offer), {}) && ReceiveOne(link->bootstrap(), answer);
+    ok = ok && link->bootstrap().Send(offer, {}) && ReceiveOne(link->bootstrap(), answer);
     if (ok) {
       const std::string answered(reinterpret_cast<const char*>(answer.header.bytes().data()) + 1,
                                  answer.header.size() - 1);
@@ -173,7 +171,7 @@ bool RunRound(const Config& config, const CurveKeys& server_keys, uint8_t* host,
     size_t sent = 0, acknowledged = 0;
     while (ok && acknowledged < kChunks) {
       while (ok && sent < kChunks && sent - acknowledged < kInFlight) {
-        ok = channel->Send(Bytes(header), {host + sent * kChunkBytes, kChunkBytes});
+        ok = channel->Send(header, {host + sent * kChunkBytes, kChunkBytes});
         ++sent;
       }
       ok = ok && ReceiveOne(*channel, reply) && reply.header.bytes()[0] == kAck;
@@ -193,7 +191,7 @@ bool RunRound(const Config& config, const CurveKeys& server_keys, uint8_t* host,
         const uint64_t key = asked + 1;
         channel->ExpectPayload(key, host + asked * kChunkBytes, kChunkBytes);
         std::memcpy(header.data() + 1, &key, sizeof(key));
-        ok = channel->Send(Bytes(header), {});
+        ok = channel->Send(header, {});
         ++asked;
       }
       ok = ok && ReceiveOne(*channel, reply) && reply.header.bytes()[0] == kChunk &&

@@ -91,7 +91,7 @@ struct ChannelOptions {
   int rdma_timeout_exponent = 20;
   int rdma_retry_count = 7;
   CurveKeys curve;  // applied to tcp:// endpoints only
-  // tcp:// without CURVE: plain TCP connections ("lanes") that carry a session's large payloads beside its ZeroMQ
+  // tcp://: TCP connections ("lanes", sealed under CURVE) that carry a session's large payloads beside its ZeroMQ
   // channel (transport/lanes/lanes_channel.h). Clients: how many to offer (0: none; negative: the default, 4 plain
   // or 8 sealed). Executors: the ports their listener may take ("LOW-HIGH": the first free one; empty or "*": any).
   int tcp_lanes = 0;

@@ -63,8 +63,8 @@ Config ReadConfig() {
   config.connect_timeout_ms = EnvInt("CURELAY_CONNECT_TIMEOUT_MS", 5000);
   config.spin_microseconds = EnvInt("CURELAY_SPIN_US", 200);
   config.disable_shared_memory = Env("CURELAY_SHM", "1") == "0";
-  const int tcp_lanes = EnvInt("CURELAY_TCP_LANES", -1);  // unset: the transport's default for the session
-  config.tcp_lanes = tcp_lanes < 0 ? -1 : std::min(tcp_lanes, transport::kMaxTcpLanes);
+  // Unset (or not a count): -1, the transport's default for the session.
+  config.tcp_lanes = std::min(EnvInt("CURELAY_TCP_LANES", -1), transport::kMaxTcpLanes);
   config.disable_direct_copies = Env("CURELAY_DIRECT_COPIES", "1") == "0";
   config.heartbeat_timeout_ms = EnvInt("CURELAY_HEARTBEAT_TIMEOUT_MS", 5000);
   return config;

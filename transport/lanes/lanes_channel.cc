@@ -49,8 +49,8 @@ constexpr size_t kReusedBufferBytes = size_t{4} << 20;
 constexpr size_t kKeptBuffers = 16;
 // A lane record longer than this is a broken peer whatever the channel's own limit.
 constexpr uint64_t kLargestRecord = uint64_t{1} << 32;
-// Sealed records go in pieces of this size: the cipher of one piece overlaps the kernel's sending of the one before,
-// and a tag per 64 KiB costs 0.02%.
+// Sealed records go in pieces of this size: each is opened while it is still in the receiving core's cache, and a
+// tag per 64 KiB costs 0.02%.
 constexpr size_t kSealedPieceBytes = size_t{64} << 10;
 // Up to this many sealed pieces go to the socket in one call, and come from it in one: a call per 64 KiB piece cost
 // each lane a system call per 16 us of its time on the GPU host's loopback.
