@@ -91,8 +91,12 @@ Session::Outcome Session::MemGetInfo(const wire::MemGetInfo& /*call*/) {
 Session::Outcome Session::MemcpyHtoD(const wire::MemcpyHtoD& call, std::span<const uint8_t> payload) {
   if (payload.empty()) return {CUDA_ERROR_INVALID_VALUE};
   if (!call.async()) {
+    // From the payload's page-locked view where it has one (tcp lanes): one DMA, over when the call returns (a plain
+    // copy from page-locked memory is synchronous), instead of a pass through the driver's staging first.
+    const uint8_t* locked = captures_.empty() ? receive_buffers_->LockedView(payload.data(), payload.size()) : nullptr;
+    const uint8_t* source = locked != nullptr ? locked : payload.data();
     return {LaunchScheduled(kCopyToDeviceWork, nullptr, [&] {
-      return driver_.cuMemcpyHtoD(call.dst(), payload.data(), payload.size());
+      return driver_.cuMemcpyHtoD(call.dst(), source, payload.size());
     })};
   }
   CUstream stream = nullptr;
@@ -106,11 +110,49 @@ Session::Outcome Session::MemcpyHtoD(const wire::MemcpyHtoD& call, std::span<con
   const uint8_t* source = payload.data();
   if (!captures_.empty() && StreamCapturing(stream)) {
     source = captured_host_sources_.emplace_back(payload.begin(), payload.end()).data();
+  } else if (const uint8_t* locked = LockedPayloadView(payload); locked != nullptr) {
+    // One DMA from the payload's page-locked view (tcp lanes), truly asynchronous: the payload stays with the
+    // session until the copy is done.
+    outcome.result = LaunchScheduled(kCopyToDeviceWork, stream, [&] {
+      return driver_.cuMemcpyHtoDAsync(call.dst(), locked, payload.size(), stream);
+    });
+    if (outcome.result == CUDA_SUCCESS) RetainPayload(stream);
+    return outcome;
   }
   outcome.result = LaunchScheduled(kCopyToDeviceWork, stream, [&] {
     return driver_.cuMemcpyHtoDAsync(call.dst(), source, payload.size(), stream);
   });
   return outcome;
+}
+
+const uint8_t* Session::LockedPayloadView(std::span<const uint8_t> payload) {
+  // Not while anything captures: the marker behind the copy would be a call a global capture may forbid.
+  if (handled_payload_ == nullptr || handled_payload_->data() != payload.data() || !captures_.empty() ||
+      retained_payloads_.size() >= kRetainedPayloads) {
+    return nullptr;
+  }
+  return receive_buffers_->LockedView(payload.data(), payload.size());
+}
+
+void Session::RetainPayload(CUstream stream) {
+  std::vector<CUevent> markers;
+  if (RecordMarker(stream, markers) == CUDA_SUCCESS) {
+    retained_payloads_.push_back({std::move(*handled_payload_), markers.front(), CurrentDriverContext()});
+    return;
+  }
+  ReturnMarkers(markers);
+  driver_.cuStreamSynchronize(stream);  // no marker (out of events): the payload goes when this handler returns
+}
+
+void Session::ReleaseRetainedPayloads(bool all) {
+  const RelaxedCapture relaxed(*this);  // the executor's own queries, not the client's
+  while (!retained_payloads_.empty()) {
+    RetainedPayload& oldest = retained_payloads_.front();
+    const CUresult state = all ? driver_.cuEventSynchronize(oldest.marker) : driver_.cuEventQuery(oldest.marker);
+    if (state == CUDA_ERROR_NOT_READY) return;  // a failed copy is over too: its error reaches the client as usual
+    markers_.Give(oldest.context, oldest.marker);
+    retained_payloads_.pop_front();
+  }
 }
 
 Session::Outcome Session::MemcpyDtoH(const wire::MemcpyDtoH& call) {

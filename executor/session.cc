@@ -72,7 +72,9 @@ int Session::Run() {
     // to the scheduler, which may lag a little: wait for the next request meanwhile (it wakes this at once), not
     // in a sleep that would delay it (measured: a launch-bound tenant lost 15% to such sleeps).
     const bool client_waits = !pending_waits_.empty();
-    const bool waiting = client_waits || (dispatch_gate_.HasInflight() && captures_.empty());
+    // Retained payloads (RetainPayload) go back to the lanes as their copies complete.
+    const bool waiting = client_waits || (dispatch_gate_.HasInflight() && captures_.empty()) ||
+                         !retained_payloads_.empty();
     // A session with movable memory looks at the backend's swap-out requests at least every kResidencyPollMs.
     const bool movable = !swappable_.empty();
     const int timeout_ms = client_waits ? 0 : waiting ? kScheduledPollMs : movable ? kResidencyPollMs : -1;
@@ -84,6 +86,7 @@ int Session::Run() {
       const size_t before = pending_waits_.size();
       if (!PollPendingWaits()) return 1;
       if (captures_.empty()) dispatch_gate_.Poll();
+      if (!retained_payloads_.empty()) ReleaseRetainedPayloads();
       const auto now = std::chrono::steady_clock::now();
       if (pending_waits_.size() != before) {
         last_progress = now;
@@ -109,12 +112,16 @@ int Session::Run() {
       spdlog::error("malformed request ({} bytes) rejected; ending the session", message.header.size());
       return 1;
     }
-    if (!Handle(*request, message.payload.bytes())) {
+    handled_payload_ = &message.payload;
+    const bool handled = Handle(*request, message.payload.bytes());
+    handled_payload_ = nullptr;
+    if (!handled) {
       spdlog::error("request {} breaks the protocol; ending the session",
                     wire::EnumNameCall(request->call_type()));
       return 1;
     }
     if (!pending_waits_.empty() && !PollPendingWaits()) return 1;
+    if (!retained_payloads_.empty()) ReleaseRetainedPayloads();
   }
 }
 
@@ -330,6 +337,8 @@ bool Session::Attach() {
     if (!bound_channel_->Layer(*accepted.layer, &error)) {
       spdlog::error("the client did not complete its offer: {}; ending the session", error);
       attached = false;
+    } else {
+      bound_channel_->UseReceiveMemory(receive_buffers_);  // lanes: payloads land where a copy can DMA from
     }
   }
   if (attached) {
@@ -505,9 +514,11 @@ void Session::ReleaseEverything() {
   }
   pending_waits_.clear();
   copy_deliveries_.Clear();
+  ReleaseRetainedPayloads(/*all=*/true);  // their copies read the receive buffers' views, unlocked below
   completion_words_.Release();
   markers_.Release();
   staging_.Release();
+  receive_buffers_->Release();
   for (auto& [id, event] : doomed_events_) driver_.cuEventDestroy(event);
   doomed_events_.clear();
   for (auto& [id, event] : events_) driver_.cuEventDestroy(event);

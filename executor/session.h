@@ -24,6 +24,7 @@
 #include "executor/event_pool.h"
 #include "executor/host_mirrors.h"
 #include "executor/managed_global_mirrors.h"
+#include "executor/receive_buffers.h"
 #include "executor/host_nvml.h"
 #include "executor/ipc_registry.h"
 #include "executor/shareable_handles.h"
@@ -125,6 +126,14 @@ class Session {
   static constexpr uint64_t kWatchedCopyBytes = 256 << 10;
   // Markers of a wait that will not be waited for (the handler failed after recording some).
   void ReturnMarkers(std::vector<CUevent>& markers);
+  // The page-locked view of the payload being handled, when the session can keep that payload until an
+  // asynchronous copy from the view completes (RetainPayload); nullptr: use the payload as it is.
+  const uint8_t* LockedPayloadView(std::span<const uint8_t> payload);
+  // Keeps the payload being handled until the work just issued on `stream` (of the current context) completes.
+  // Where no marker can be recorded, waits for the stream instead.
+  void RetainPayload(CUstream stream);
+  // Lets the retained payloads whose copies are done go, oldest first; all of them, waiting, when `all`.
+  void ReleaseRetainedPayloads(bool all = false);
   CUcontext CurrentDriverContext() const;
   Outcome Defer(std::vector<CUevent> markers, uint64_t client_event, uint8_t* staging = nullptr,
                 uint64_t staging_bytes = 0, std::shared_ptr<CopyDelivery> delivery = nullptr);
@@ -309,6 +318,21 @@ class Session {
   CompletionWords completion_words_{driver_};            // and the words their streams write after them
   // Device-to-host chunks in flight: at most 32 x 4 MiB page-locked per session.
   StagingPool staging_{driver_, wire::kCopyChunkBytes, 32};
+  // What tcp lanes receive payloads into (executor/receive_buffers.h); the channel holds them too.
+  std::shared_ptr<ReceiveBuffers> receive_buffers_ = std::make_shared<ReceiveBuffers>(driver_);
+  // The payload of the request being handled, which a handler may keep past its return (RetainPayload).
+  transport::Frame* handled_payload_ = nullptr;
+  // Payloads that asynchronous host-to-device copies read from their page-locked views, each kept until the marker
+  // recorded behind its copy completes; oldest first. At most kRetainedPayloads (64 MiB of 4 MiB chunks): beyond
+  // that a copy takes the driver's staging as before, which never waits for the GPU (a stream may be held by a host
+  // function whose return this thread must receive).
+  struct RetainedPayload {
+    transport::Frame payload;
+    CUevent marker = nullptr;
+    CUcontext context = nullptr;
+  };
+  std::deque<RetainedPayload> retained_payloads_;
+  static constexpr size_t kRetainedPayloads = 16;
   std::vector<uint64_t> aligned_buffer_;    // 8-byte aligned copy of module images and kernel arguments
   std::unordered_map<uint64_t, uint64_t> function_modules_;  // function id -> module id, to drop on unload
 

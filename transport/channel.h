@@ -20,6 +20,18 @@ struct IncomingMessage {
   Frame payload;
 };
 
+// Memory a receiver lends a channel for the payloads it receives, where the receiver has a use for owning it: the
+// executor maps each buffer a second time and page-locks that view, so a host-to-device copy is one DMA from where
+// the payload landed (executor/receive_buffers.h). Called from the channel's threads.
+class ReceiveMemory {
+ public:
+  virtual ~ReceiveMemory() = default;
+  // `bytes` of writable memory, or nullptr (the channel then uses its own).
+  virtual uint8_t* Allocate(size_t bytes) = 0;
+  // Memory from Allocate that the channel no longer uses.
+  virtual void Free(uint8_t* memory, size_t bytes) = 0;
+};
+
 // A connected, ordered, reliable message channel to exactly one peer. Not thread-safe: callers serialize.
 class Channel {
  public:
@@ -50,6 +62,9 @@ class Channel {
   virtual void ForgetPayload(uint64_t key) { (void)key; }
   // Withdraws every ExpectPayload (the session broke: the application may free those buffers next).
   virtual void ForgetAllPayloads() {}
+  // Payloads received from now on may land in memory from `memory`: a channel that keeps buffers of its own for
+  // received payloads (tcp lanes) takes them from it; others ignore it. The channel keeps `memory` alive.
+  virtual void UseReceiveMemory(std::shared_ptr<ReceiveMemory> memory) { (void)memory; }
   // timeout_ms < 0 waits until a message arrives or the peer is lost.
   virtual ReceiveStatus Receive(IncomingMessage& message, int timeout_ms) = 0;
   // True once the peer has gone (process exit, closed connection). Final.

@@ -15,6 +15,11 @@ bool SerializedChannel::SendLoaned(std::span<const uint8_t> header, std::span<co
   return inner_->SendLoaned(header, payload, std::move(returned), placement_key);
 }
 
+void SerializedChannel::UseReceiveMemory(std::shared_ptr<ReceiveMemory> memory) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  inner_->UseReceiveMemory(std::move(memory));
+}
+
 ReceiveStatus SerializedChannel::Receive(IncomingMessage& message, int timeout_ms) {
   using Clock = std::chrono::steady_clock;
   const auto start = Clock::now();

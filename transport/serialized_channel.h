@@ -23,6 +23,7 @@ class SerializedChannel final : public Channel {
   bool Send(std::span<const uint8_t> header, std::span<const uint8_t> payload) override;
   bool SendLoaned(std::span<const uint8_t> header, std::span<const uint8_t> payload,
                   std::function<void()> returned, uint64_t placement_key) override;
+  void UseReceiveMemory(std::shared_ptr<ReceiveMemory> memory) override;
   ReceiveStatus Receive(IncomingMessage& message, int timeout_ms) override;
   // Reads until a message that `wanted` accepts arrives (true: it is consumed) or `timeout_ms` passes; every other
   // message read meanwhile goes to the ordinary receiver later, in order.

@@ -179,7 +179,9 @@ CUresult CopyHostToDevice(CUdeviceptr dst, const void* src, size_t bytes, CUstre
     const size_t chunk = std::min(wire::kCopyChunkBytes, bytes - offset);
     auto& builder = Builder();
     const auto call = wire::CreateMemcpyHtoD(builder, dst + offset, wire_stream, async).Union();
-    if (!pipeline.Send(builder, wire::Call::MemcpyHtoD, call, {bytes_in + offset, chunk})) break;
+    // Lent: a tcp lane sends the chunk from the caller's memory, which stays untouched until this returns (the
+    // pipeline waits for the channel to be done with it); other channels copy it as before.
+    if (!pipeline.SendLent(builder, wire::Call::MemcpyHtoD, call, {bytes_in + offset, chunk})) break;
   }
   while (pipeline.outstanding() > 0) {
     const CUresult result = pipeline.Receive(&reply);

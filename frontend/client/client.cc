@@ -8,6 +8,7 @@
 #include <atomic>
 #include <chrono>
 #include <cstring>
+#include <utility>
 
 #include "frontend/client/config.h"
 #include "frontend/client/log.h"
@@ -408,10 +409,18 @@ bool Client::SendMirrorChanges() {
 
 CUresult Client::Send(flatbuffers::FlatBufferBuilder& builder, wire::Call type, flatbuffers::Offset<void> call,
                       std::span<const uint8_t> payload, Waiter* waiter, uint64_t* sequence, uint8_t* place_at,
-                      size_t place_bytes) {
+                      size_t place_bytes, std::function<void()> returned) {
+  // A lent payload goes back exactly once: here when it never reaches the channel.
+  const auto give_back = [&] {
+    if (returned) std::exchange(returned, nullptr)();
+  };
   std::lock_guard<std::mutex> send_lock(send_mutex_);
-  if (const CUresult broken = broken_.load(); broken != CUDA_SUCCESS) return broken;
+  if (const CUresult broken = broken_.load(); broken != CUDA_SUCCESS) {
+    give_back();
+    return broken;
+  }
   if (host_mirrors.any_active() && CallReachesMappedMemory(type) && !SendMirrorChanges()) {
+    give_back();
     return Break("cannot send to the executor");
   }
   *sequence = FinishRequest(builder, type, call, waiter != nullptr);
@@ -426,12 +435,17 @@ CUresult Client::Send(flatbuffers::FlatBufferBuilder& builder, wire::Call type, 
     if (waiter->destination != nullptr) ++outstanding_deliveries_;
   }
   if (place_at != nullptr) channel_->ExpectPayload(*sequence, place_at, place_bytes);
+  const std::span<const uint8_t> header{builder.GetBufferPointer(), builder.GetSize()};
+  const auto send = [&] {
+    return returned ? channel_->SendLoaned(header, payload, std::exchange(returned, nullptr), 0)
+                    : channel_->Send(header, payload);
+  };
   bool sent;
   if (channel_->FullDuplex()) {
-    sent = channel_->Send({builder.GetBufferPointer(), builder.GetSize()}, payload);
+    sent = send();
   } else {
     std::lock_guard<std::mutex> io_lock(io_mutex_);
-    sent = channel_->Send({builder.GetBufferPointer(), builder.GetSize()}, payload);
+    sent = send();
   }
   return sent ? CUDA_SUCCESS : Break("cannot send to the executor");
 }
@@ -638,16 +652,44 @@ Client::Pipeline::~Pipeline() {
   // Replies nobody read must still be collected: their waiters live in this pipeline.
   ReplyMessage discard;
   while (next_ < pending_.size()) Receive(&discard);
+  // Lent payloads are the caller's memory: the channel is done with them before the copy returns. It always gives
+  // them back (sent, or the session broke), so this ends.
+  if (loans_ != nullptr) {
+    std::unique_lock<std::mutex> lock(loans_->mutex);
+    loans_->returned.wait(lock, [&] { return loans_->out == 0; });
+  }
 }
 
 bool Client::Pipeline::Send(flatbuffers::FlatBufferBuilder& builder, wire::Call type,
                             flatbuffers::Offset<void> call, std::span<const uint8_t> payload, uint8_t* place_at,
                             size_t place_bytes) {
+  return SendSlot(builder, type, call, payload, place_at, place_bytes, nullptr);
+}
+
+bool Client::Pipeline::SendLent(flatbuffers::FlatBufferBuilder& builder, wire::Call type,
+                                flatbuffers::Offset<void> call, std::span<const uint8_t> payload) {
+  if (loans_ == nullptr) loans_ = std::make_shared<Loans>();
+  {
+    std::lock_guard<std::mutex> lock(loans_->mutex);
+    ++loans_->out;
+  }
+  return SendSlot(builder, type, call, payload, nullptr, 0, [loans = loans_] {
+    {
+      std::lock_guard<std::mutex> lock(loans->mutex);
+      --loans->out;
+    }
+    loans->returned.notify_all();
+  });
+}
+
+bool Client::Pipeline::SendSlot(flatbuffers::FlatBufferBuilder& builder, wire::Call type,
+                                flatbuffers::Offset<void> call, std::span<const uint8_t> payload, uint8_t* place_at,
+                                size_t place_bytes, std::function<void()> returned) {
   auto slot = std::make_unique<Slot>();
   slot->waiter.reply = &slot->reply;
   slot->place_at = place_at;
-  if (client_.Send(builder, type, call, payload, &slot->waiter, &slot->sequence, place_at, place_bytes) !=
-      CUDA_SUCCESS) {
+  if (client_.Send(builder, type, call, payload, &slot->waiter, &slot->sequence, place_at, place_bytes,
+                   std::move(returned)) != CUDA_SUCCESS) {
     if (place_at != nullptr && slot->sequence != 0) client_.channel_->ForgetPayload(slot->sequence);
     std::lock_guard<std::mutex> lock(client_.reply_mutex_);
     client_.waiters_.erase(slot->sequence);

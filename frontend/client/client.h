@@ -8,6 +8,7 @@
 #include <atomic>
 #include <condition_variable>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <span>
@@ -116,20 +117,34 @@ class Client {
     // points at `place_at` and there is nothing to copy.
     bool Send(flatbuffers::FlatBufferBuilder& builder, wire::Call type, flatbuffers::Offset<void> call,
               std::span<const uint8_t> payload, uint8_t* place_at = nullptr, size_t place_bytes = 0);
+    // Like Send, but the channel may send `payload` straight from the caller's memory (a tcp lane does: no copy on
+    // the application's thread); the pipeline does not end (its destructor waits) before the channel is done with
+    // every payload lent, so the caller's buffer is its own again when the copy returns.
+    bool SendLent(flatbuffers::FlatBufferBuilder& builder, wire::Call type, flatbuffers::Offset<void> call,
+                  std::span<const uint8_t> payload);
     // Receives the oldest outstanding reply.
     CUresult Receive(ReplyMessage* reply);
     size_t outstanding() const { return pending_.size() - next_; }
 
    private:
+    struct Loans {
+      std::mutex mutex;
+      std::condition_variable returned;
+      size_t out = 0;
+    };
     struct Slot {
       Waiter waiter;
       ReplyMessage reply;
       uint64_t sequence = 0;
       uint8_t* place_at = nullptr;
     };
+    bool SendSlot(flatbuffers::FlatBufferBuilder& builder, wire::Call type, flatbuffers::Offset<void> call,
+                  std::span<const uint8_t> payload, uint8_t* place_at, size_t place_bytes,
+                  std::function<void()> returned);
     Client& client_;
     std::vector<std::unique_ptr<Slot>> pending_;
     size_t next_ = 0;
+    std::shared_ptr<Loans> loans_;  // made by the first SendLent; the channel's return calls may outlive nothing
   };
 
   const std::vector<DeviceInfo>& devices() const { return devices_; }
@@ -190,10 +205,12 @@ class Client {
   uint64_t FinishRequest(flatbuffers::FlatBufferBuilder& builder, wire::Call type,
                          flatbuffers::Offset<void> call, bool wants_reply);
   // Sends one request; when `waiter` is given, it is registered for the reply before the request leaves. With
-  // `place_at`, the channel is asked to receive the reply's payload there (Channel::ExpectPayload).
+  // `place_at`, the channel is asked to receive the reply's payload there (Channel::ExpectPayload). With
+  // `returned`, the payload is lent to the channel (Channel::SendLoaned), which calls it exactly once, whatever
+  // happens, when it no longer reads the payload.
   CUresult Send(flatbuffers::FlatBufferBuilder& builder, wire::Call type, flatbuffers::Offset<void> call,
                 std::span<const uint8_t> payload, Waiter* waiter, uint64_t* sequence, uint8_t* place_at = nullptr,
-                size_t place_bytes = 0);
+                size_t place_bytes = 0, std::function<void()> returned = nullptr);
   // After a reply whose payload was to be placed at `place_at`: true if it was (nothing to copy); otherwise the
   // channel forgets the placement, so nothing writes there any more.
   bool TakePlacement(uint64_t sequence, const transport::Frame& payload, const uint8_t* place_at);

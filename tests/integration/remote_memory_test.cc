@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 #include <sys/mman.h>
 
+#include <atomic>
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
@@ -497,6 +498,57 @@ TEST_F(RemoteMemoryTest, StreamsWaitOnAndWriteValues) {
   if (misaligned == CUDA_SUCCESS) EXPECT_NE(cuStreamSynchronize(stream_), CUDA_SUCCESS);
   ASSERT_CU(cuMemFree(words));
   ASSERT_CU(cuMemFree(device));
+}
+
+// Asynchronous copies to the device held on their stream (behind a host function) keep the data they were given
+// while other copies' data arrives. Over tcp:// the executor copies from the buffers its lanes received into
+// (page-locked), so each must stay with its copy until the copy has run; and the application may rewrite its
+// pageable buffer as soon as a copy returns, although the lanes send from it.
+TEST_F(RemoteMemoryTest, HeldCopiesToTheDeviceKeepTheirDataWhileOthersArrive) {
+  if (!RemoteSession()) {
+    // A same-host session stages pageable copies through a bounded shared ring, whose slots a held copy keeps, as
+    // the driver's own staging does: there a copy behind the held ones waits for them (the emulated GPU runs one
+    // queue, so all of them are held), as it may natively.
+    GTEST_SKIP() << "remote sessions only";
+  }
+  constexpr size_t kBytes = size_t{12} << 20;  // three copy chunks
+  constexpr int kHeld = 3;
+  constexpr int kOthers = 8;  // 24 more chunks: more than the lanes keep buffers for
+  const auto pattern = [](int copy, size_t index) { return static_cast<uint8_t>((index * 131 + copy * 17) >> 3); };
+  CUdeviceptr scratch = 0, held[kHeld] = {};
+  ASSERT_CU(cuMemAlloc(&scratch, kBytes));
+  CUstream other = nullptr;
+  ASSERT_CU(cuStreamCreate(&other, CU_STREAM_NON_BLOCKING));
+  std::atomic<bool> open{false};
+  ASSERT_CU(cuLaunchHostFunc(
+      stream_,
+      [](void* gate) {
+        while (!static_cast<std::atomic<bool>*>(gate)->load()) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+      },
+      &open));
+  std::vector<uint8_t> host(kBytes);
+  for (int copy = 0; copy < kHeld; ++copy) {
+    ASSERT_CU(cuMemAlloc(&held[copy], kBytes));
+    for (size_t i = 0; i < kBytes; ++i) host[i] = pattern(copy, i);
+    ASSERT_CU(cuMemcpyHtoDAsync(held[copy], host.data(), kBytes, stream_));
+  }
+  for (int round = 0; round < kOthers; ++round) {
+    std::memset(host.data(), 0xe0 + round, kBytes);
+    ASSERT_CU(cuMemcpyHtoDAsync(scratch, host.data(), kBytes, other));
+  }
+  EXPECT_EQ(cuStreamQuery(stream_), CUDA_ERROR_NOT_READY);  // still held: none of its copies has run
+  open = true;
+  ASSERT_CU(cuStreamSynchronize(stream_));
+  ASSERT_CU(cuStreamSynchronize(other));
+  for (int copy = 0; copy < kHeld; ++copy) {
+    ASSERT_CU(cuMemcpyDtoH(host.data(), held[copy], kBytes));
+    size_t wrong = 0;
+    for (size_t i = 0; i < kBytes; ++i) wrong += host[i] != pattern(copy, i);
+    EXPECT_EQ(wrong, 0u) << "copy " << copy;
+    ASSERT_CU(cuMemFree(held[copy]));
+  }
+  ASSERT_CU(cuStreamDestroy(other));
+  ASSERT_CU(cuMemFree(scratch));
 }
 
 TEST_F(RemoteMemoryTest, AnAsynchronousCopysErrorReachesTheNextSynchronizingCall) {

@@ -59,8 +59,16 @@ constexpr size_t kSealedPiecesPerCall = 4;
 struct BufferPool;
 
 struct LaneBuffer {
+  ~LaneBuffer() {
+    if (lent_by != nullptr) {
+      lent_by->Free(bytes, capacity);
+    } else {
+      delete[] bytes;
+    }
+  }
   std::shared_ptr<BufferPool> pool;  // set while the buffer is out of the pool
-  std::unique_ptr<uint8_t[]> bytes;
+  uint8_t* bytes = nullptr;
+  std::shared_ptr<ReceiveMemory> lent_by;  // the receiver's memory (UseReceiveMemory), else the heap's
   size_t capacity = 0;
   size_t size = 0;
 };
@@ -71,17 +79,24 @@ struct BufferPool : std::enable_shared_from_this<BufferPool> {
   }
   LaneBuffer* Take(size_t size) {
     LaneBuffer* buffer = nullptr;
+    std::shared_ptr<ReceiveMemory> lender;
     if (size <= kReusedBufferBytes) {
       std::lock_guard<std::mutex> lock(mutex);
       if (!free.empty()) {
         buffer = free.back();
         free.pop_back();
       }
+      lender = receive_memory;
     }
     if (buffer == nullptr) {
       buffer = new LaneBuffer;
       buffer->capacity = std::max(size, kReusedBufferBytes);
-      buffer->bytes.reset(new uint8_t[buffer->capacity]);  // uninitialized: every byte is written before it is read
+      if (lender != nullptr && buffer->capacity == kReusedBufferBytes) {
+        buffer->bytes = lender->Allocate(buffer->capacity);
+        if (buffer->bytes != nullptr) buffer->lent_by = std::move(lender);
+      }
+      // Uninitialized: every byte is written before it is read.
+      if (buffer->bytes == nullptr) buffer->bytes = new uint8_t[buffer->capacity];
     }
     buffer->pool = shared_from_this();
     buffer->size = size;
@@ -90,14 +105,30 @@ struct BufferPool : std::enable_shared_from_this<BufferPool> {
   void Give(LaneBuffer* buffer) {
     const std::shared_ptr<BufferPool> keep = std::move(buffer->pool);  // the pool may otherwise die here
     std::lock_guard<std::mutex> lock(mutex);
-    if (buffer->capacity == kReusedBufferBytes && free.size() < kKeptBuffers) {
+    // The heap's buffers leave the pool once the receiver lends memory: later arrivals land in the receiver's.
+    const bool wanted = receive_memory == nullptr || buffer->lent_by != nullptr;
+    if (buffer->capacity == kReusedBufferBytes && wanted && free.size() < kKeptBuffers) {
       free.push_back(buffer);
     } else {
       delete buffer;
     }
   }
+  void UseReceiveMemory(std::shared_ptr<ReceiveMemory> memory) {
+    std::vector<LaneBuffer*> heap;
+    {
+      std::lock_guard<std::mutex> lock(mutex);
+      receive_memory = std::move(memory);
+      std::erase_if(free, [&](LaneBuffer* buffer) {
+        if (buffer->lent_by != nullptr) return false;
+        heap.push_back(buffer);
+        return true;
+      });
+    }
+    for (LaneBuffer* buffer : heap) delete buffer;
+  }
   std::mutex mutex;
   std::vector<LaneBuffer*> free;
+  std::shared_ptr<ReceiveMemory> receive_memory;
 };
 
 // What a lane's receiving thread delivered: a pool buffer, or a payload already at the receiver's destination
@@ -326,10 +357,12 @@ class LanesChannel final : public Channel {
     if (arrival.placed != nullptr) {
       message.payload = Frame({arrival.placed, arrival.size}, nullptr, nullptr);  // the receiver's own memory
     } else {
-      message.payload = Frame({arrival.buffer->bytes.get(), arrival.size}, arrival.buffer, ReleaseLaneBuffer);
+      message.payload = Frame({arrival.buffer->bytes, arrival.size}, arrival.buffer, ReleaseLaneBuffer);
     }
     return ReceiveStatus::kMessage;
   }
+
+  void UseReceiveMemory(std::shared_ptr<ReceiveMemory> memory) override { pool_->UseReceiveMemory(std::move(memory)); }
 
   bool PeerLost() override { return broken_.load() || control_->PeerLost(); }
   bool PeerSeen() override { return control_->PeerSeen(); }
@@ -442,8 +475,8 @@ class LanesChannel final : public Channel {
       item.returned = std::move(returned);
     } else {
       item.buffer = pool_->Take(payload.size());
-      std::memcpy(item.buffer->bytes.get(), payload.data(), payload.size());
-      item.data = item.buffer->bytes.get();
+      std::memcpy(item.buffer->bytes, payload.data(), payload.size());
+      item.data = item.buffer->bytes;
     }
     Lane& lane = *lanes_[index];
     {
@@ -582,7 +615,7 @@ class LanesChannel final : public Channel {
         received = ReceiveBody(lane, arrival.placed, head.size);
       } else {
         arrival.buffer = pool_->Take(head.size);
-        received = ReceiveBody(lane, arrival.buffer->bytes.get(), head.size);
+        received = ReceiveBody(lane, arrival.buffer->bytes, head.size);
         if (!received) pool_->Give(arrival.buffer);
       }
       if (received) {
