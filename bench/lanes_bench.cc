@@ -1,8 +1,9 @@
 // The tcp lanes' own rate, without a GPU: two processes, as a client and its executor are, set up a session's
 // channel through the product's handshake (ClientLink, AcceptOffer) over loopback tcp, plain or sealed under CURVE,
 // with some number of lanes, and move 1 GiB each way in 4 MiB chunks (a copy's chunk), 8 in flight:
-//   htod: the client sends each chunk as a payload (copied into a lane buffer, as the shim's Send does); the
-//         executor answers each with a small acknowledgement;
+//   htod: the client lends each chunk to the channel (SendLoaned, as the shim's pipelined copy does: the lanes send
+//         from the application's memory), waiting for every loan back at the end; the executor answers each chunk
+//         with a small acknowledgement;
 //   dtoh: the client asks for each chunk, expecting it in place in its destination (ExpectPayload); the executor
 //         lends it from one buffer (SendLoaned, as from its pinned staging).
 // Rounds alternate over the configurations; medians are printed as METRIC lines, with the client's CPU seconds per
@@ -17,12 +18,14 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <map>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "transport/channel.h"
@@ -169,14 +172,16 @@ bool RunRound(const Config& config, const CurveKeys& server_keys, uint8_t* host,
     const double cpu = CpuSeconds();
     const auto start = Clock::now();
     size_t sent = 0, acknowledged = 0;
+    std::atomic<size_t> returned{0};
     while (ok && acknowledged < kChunks) {
       while (ok && sent < kChunks && sent - acknowledged < kInFlight) {
-        ok = channel->Send(header, {host + sent * kChunkBytes, kChunkBytes});
+        ok = channel->SendLoaned(header, {host + sent * kChunkBytes, kChunkBytes}, [&returned] { ++returned; }, 0);
         ++sent;
       }
       ok = ok && ReceiveOne(*channel, reply) && reply.header.bytes()[0] == kAck;
       ++acknowledged;
     }
+    while (returned.load() < sent) std::this_thread::yield();  // every loan comes back, sent or not
     const double seconds = std::chrono::duration<double>(Clock::now() - start).count();
     rates->htod_gbps = static_cast<double>(kTotalBytes) / seconds / 1e9;
     rates->htod_cpu = CpuSeconds() - cpu;
