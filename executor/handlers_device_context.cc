@@ -59,7 +59,9 @@ Session::Outcome Session::ContextDestroy(const wire::ContextDestroy& call) {
   completion_words_.Forget(contexts_.at(call.context()));
   copy_deliveries_.ContextGone(contexts_.at(call.context()));
   managed_globals_.ForgetContext(contexts_.at(call.context()));
+  std::vector<RetainedPayload> retained = TakeRetainedPayloads(contexts_.at(call.context()));
   outcome.result = driver_.cuCtxDestroy(contexts_.at(call.context()));
+  SettleRetainedPayloads(contexts_.at(call.context()), retained, outcome.result == CUDA_SUCCESS);
   if (outcome.result == CUDA_SUCCESS) {
     contexts_.erase(call.context());
     created_contexts_.erase(call.context());
@@ -167,15 +169,19 @@ Session::Outcome Session::PrimaryContextSetFlags(const wire::PrimaryContextSetFl
 Session::Outcome Session::PrimaryContextReset(const wire::PrimaryContextReset& call) {
   // The reset destroys the primary context's resources, the scheduler's timing markers among them.
   CUcontext primary = nullptr;
+  std::vector<RetainedPayload> retained;
   if (driver_.cuDevicePrimaryCtxRetain(&primary, call.device()) == CUDA_SUCCESS) {
     dispatch_gate_.ForgetContext(primary);
     markers_.Forget(primary);
     completion_words_.Forget(primary);
     copy_deliveries_.ContextGone(primary);
     managed_globals_.ForgetContext(primary);
+    retained = TakeRetainedPayloads(primary);
     driver_.cuDevicePrimaryCtxRelease(call.device());
   }
-  return {driver_.cuDevicePrimaryCtxReset(call.device())};
+  const CUresult result = driver_.cuDevicePrimaryCtxReset(call.device());
+  if (primary != nullptr) SettleRetainedPayloads(primary, retained, result == CUDA_SUCCESS);
+  return {result};
 }
 
 Session::Outcome Session::ContextLimit(const wire::ContextLimit& call) {

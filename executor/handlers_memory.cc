@@ -93,7 +93,8 @@ Session::Outcome Session::MemcpyHtoD(const wire::MemcpyHtoD& call, std::span<con
   if (!call.async()) {
     // From the payload's page-locked view where it has one (tcp lanes): one DMA, over when the call returns (a plain
     // copy from page-locked memory is synchronous), instead of a pass through the driver's staging first.
-    const uint8_t* locked = captures_.empty() ? receive_buffers_->LockedView(payload.data(), payload.size()) : nullptr;
+    const uint8_t* locked =
+        captures_.empty() ? receive_buffers_->LockedView(payload.data(), payload.size(), CurrentDriverContext()) : nullptr;
     const uint8_t* source = locked != nullptr ? locked : payload.data();
     return {LaunchScheduled(kCopyToDeviceWork, nullptr, [&] {
       return driver_.cuMemcpyHtoD(call.dst(), source, payload.size());
@@ -112,12 +113,20 @@ Session::Outcome Session::MemcpyHtoD(const wire::MemcpyHtoD& call, std::span<con
     source = captured_host_sources_.emplace_back(payload.begin(), payload.end()).data();
   } else if (const uint8_t* locked = LockedPayloadView(payload); locked != nullptr) {
     // One DMA from the payload's page-locked view (tcp lanes), truly asynchronous: the payload stays with the
-    // session until the copy is done.
-    outcome.result = LaunchScheduled(kCopyToDeviceWork, stream, [&] {
-      return driver_.cuMemcpyHtoDAsync(call.dst(), locked, payload.size(), stream);
-    });
-    if (outcome.result == CUDA_SUCCESS) RetainPayload(stream);
-    return outcome;
+    // session until a marker behind the copy completes. The marker is taken first: without one, the copy takes the
+    // driver's staging below rather than wait for the GPU.
+    const CUcontext context = CurrentDriverContext();
+    if (const CUevent marker = markers_.Take(context); marker != nullptr) {
+      outcome.result = LaunchScheduled(kCopyToDeviceWork, stream, [&] {
+        return driver_.cuMemcpyHtoDAsync(call.dst(), locked, payload.size(), stream);
+      });
+      if (outcome.result == CUDA_SUCCESS) {
+        RetainPayload(stream, context, marker);
+      } else {
+        markers_.Give(context, marker);
+      }
+      return outcome;
+    }
   }
   outcome.result = LaunchScheduled(kCopyToDeviceWork, stream, [&] {
     return driver_.cuMemcpyHtoDAsync(call.dst(), source, payload.size(), stream);
@@ -131,27 +140,63 @@ const uint8_t* Session::LockedPayloadView(std::span<const uint8_t> payload) {
       retained_payloads_.size() >= kRetainedPayloads) {
     return nullptr;
   }
-  return receive_buffers_->LockedView(payload.data(), payload.size());
+  return receive_buffers_->LockedView(payload.data(), payload.size(), CurrentDriverContext());
 }
 
-void Session::RetainPayload(CUstream stream) {
-  std::vector<CUevent> markers;
-  if (RecordMarker(stream, markers) == CUDA_SUCCESS) {
-    retained_payloads_.push_back({std::move(*handled_payload_), markers.front(), CurrentDriverContext()});
-    return;
+void Session::RetainPayload(CUstream stream, CUcontext context, CUevent marker) {
+  if (driver_.cuEventRecord(marker, stream) != CUDA_SUCCESS) {
+    // The copy was issued, so its stream lives; without a marker the payload is kept until its context goes or the
+    // session ends (it still counts against kRetainedPayloads).
+    markers_.Give(context, marker);
+    marker = nullptr;
   }
-  ReturnMarkers(markers);
-  driver_.cuStreamSynchronize(stream);  // no marker (out of events): the payload goes when this handler returns
+  retained_payloads_.push_back({std::move(*handled_payload_), marker, context});
 }
 
 void Session::ReleaseRetainedPayloads(bool all) {
   const RelaxedCapture relaxed(*this);  // the executor's own queries, not the client's
-  while (!retained_payloads_.empty()) {
-    RetainedPayload& oldest = retained_payloads_.front();
-    const CUresult state = all ? driver_.cuEventSynchronize(oldest.marker) : driver_.cuEventQuery(oldest.marker);
-    if (state == CUDA_ERROR_NOT_READY) return;  // a failed copy is over too: its error reaches the client as usual
-    markers_.Give(oldest.context, oldest.marker);
-    retained_payloads_.pop_front();
+  // Every one is asked, not only the oldest: a stream held (by a host function, say) keeps its own copies' payloads
+  // and no other stream's.
+  for (size_t i = 0; i < retained_payloads_.size();) {
+    RetainedPayload& retained = retained_payloads_[i];
+    if (retained.marker != nullptr) {
+      const CUresult state = all ? driver_.cuEventSynchronize(retained.marker) : driver_.cuEventQuery(retained.marker);
+      // A failed copy is over too: its error reaches the client as usual.
+      if (state != CUDA_ERROR_NOT_READY) {
+        markers_.Give(retained.context, retained.marker);
+        retained_payloads_.erase(retained_payloads_.begin() + static_cast<std::ptrdiff_t>(i));
+        continue;
+      }
+    } else if (all) {
+      // No marker: the contexts' teardown after this waits for the copy, before the buffers are unmapped (when the
+      // channel lets go of them).
+      retained_payloads_.erase(retained_payloads_.begin() + static_cast<std::ptrdiff_t>(i));
+      continue;
+    }
+    ++i;
+  }
+}
+
+std::vector<Session::RetainedPayload> Session::TakeRetainedPayloads(CUcontext context) {
+  std::vector<RetainedPayload> taken;
+  for (size_t i = 0; i < retained_payloads_.size();) {
+    if (retained_payloads_[i].context == context) {
+      taken.push_back(std::move(retained_payloads_[i]));
+      retained_payloads_.erase(retained_payloads_.begin() + static_cast<std::ptrdiff_t>(i));
+    } else {
+      ++i;
+    }
+  }
+  return taken;
+}
+
+void Session::SettleRetainedPayloads(CUcontext context, std::vector<RetainedPayload>& taken, bool context_gone) {
+  if (context_gone) {
+    // The destroy or reset waited for the context's work and took its events, the markers among them.
+    taken.clear();
+    receive_buffers_->ContextGone(context);
+  } else {
+    for (RetainedPayload& kept : taken) retained_payloads_.push_back(std::move(kept));  // still polled
   }
 }
 

@@ -60,7 +60,7 @@ void ReceiveBuffers::Free(uint8_t* memory, size_t /*bytes*/) {
   buffers_.erase(found);
 }
 
-const uint8_t* ReceiveBuffers::LockedView(const uint8_t* data, size_t bytes) {
+const uint8_t* ReceiveBuffers::LockedView(const uint8_t* data, size_t bytes, CUcontext context) {
   Collect();
   Buffer* buffer = nullptr;
   {
@@ -86,24 +86,37 @@ const uint8_t* ReceiveBuffers::LockedView(const uint8_t* data, size_t bytes) {
     }
     std::lock_guard<std::mutex> lock(mutex_);
     buffer->lock = locked ? Lock::kLocked : Lock::kNever;
+    buffer->locked_in = context;
   }
   if (buffer->lock != Lock::kLocked) return nullptr;
   return buffer->locked + (data - buffer->received);
 }
 
-void ReceiveBuffers::Release() {
-  Collect();
+void ReceiveBuffers::ContextGone(CUcontext context) {
   std::lock_guard<std::mutex> lock(mutex_);
-  released_ = true;
   for (auto& [received, buffer] : buffers_) {
-    if (buffer.lock == Lock::kLocked) driver_.cuMemHostUnregister(buffer.locked);
-    buffer.lock = Lock::kNever;
+    if (buffer.lock == Lock::kLocked && buffer.locked_in == context) buffer.lock = Lock::kNotYet;
   }
-  for (uint8_t* memory : kept_) {
-    Unmap(buffers_.at(memory));
-    buffers_.erase(memory);
+}
+
+void ReceiveBuffers::Release() {
+  std::vector<Buffer> unmapped;
+  {
+    // One section: a buffer the channel frees from now on goes to doomed_ unlocked (none is locked after this).
+    std::lock_guard<std::mutex> lock(mutex_);
+    released_ = true;
+    unmapped.swap(doomed_);
+    for (auto& [received, buffer] : buffers_) {
+      if (buffer.lock == Lock::kLocked) driver_.cuMemHostUnregister(buffer.locked);
+      buffer.lock = Lock::kNever;
+    }
+    for (uint8_t* memory : kept_) {
+      unmapped.push_back(buffers_.at(memory));
+      buffers_.erase(memory);
+    }
+    kept_.clear();
   }
-  kept_.clear();
+  for (Buffer& buffer : unmapped) Unmap(buffer);
 }
 
 void ReceiveBuffers::Collect() {

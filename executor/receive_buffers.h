@@ -29,11 +29,15 @@ class ReceiveBuffers final : public transport::ReceiveMemory {
   uint8_t* Allocate(size_t bytes) override;
   void Free(uint8_t* memory, size_t bytes) override;
 
-  // The session's thread, with a context current: the page-locked view of [data, data + bytes) when that range
+  // The session's thread, with `context` current: the page-locked view of [data, data + bytes) when that range
   // lies in one of these buffers and its view is (or now becomes) page-locked; nullptr otherwise.
-  const uint8_t* LockedView(const uint8_t* data, size_t bytes);
+  const uint8_t* LockedView(const uint8_t* data, size_t bytes, CUcontext context);
+  // The session's thread, after `context` was destroyed or reset: a view page-locked in it is pageable again (the
+  // locking went with the context; measured on the H200), so it is locked anew when next used.
+  void ContextGone(CUcontext context);
   // The session's thread, before its contexts go: unlocks every view (none is locked again) and unmaps the buffers
-  // the channel gave back. Buffers still lent to the channel are unmapped when it gives them back, or at the end.
+  // the channel gave back. Buffers still lent to the channel are unmapped when this object dies (the channel holds
+  // it, so after the channel).
   void Release();
 
  private:
@@ -43,9 +47,11 @@ class ReceiveBuffers final : public transport::ReceiveMemory {
     uint8_t* locked = nullptr;    // the view a host-to-device copy reads
     size_t bytes = 0;
     Lock lock = Lock::kNotYet;
+    CUcontext locked_in = nullptr;  // the context current when it was locked
   };
-  // Buffers kept for the channel's next Allocate beyond those its own pool keeps (page-locking one costs ~1 ms).
-  static constexpr size_t kKeptBuffers = 4;
+  // Buffers kept for the channel's next Allocate beyond the 16 its own pool keeps (page-locking one costs ~1 ms): a
+  // copy's 8 chunks in flight beside 16 retained ones (Session::kRetainedPayloads) fit without a new buffer.
+  static constexpr size_t kKeptBuffers = 8;
   void Unmap(Buffer& buffer);
   // Unlocks and unmaps the buffers freed beyond those kept (the session's thread: unlocking needs a context).
   void Collect();

@@ -129,11 +129,16 @@ class Session {
   // The page-locked view of the payload being handled, when the session can keep that payload until an
   // asynchronous copy from the view completes (RetainPayload); nullptr: use the payload as it is.
   const uint8_t* LockedPayloadView(std::span<const uint8_t> payload);
-  // Keeps the payload being handled until the work just issued on `stream` (of the current context) completes.
-  // Where no marker can be recorded, waits for the stream instead.
-  void RetainPayload(CUstream stream);
-  // Lets the retained payloads whose copies are done go, oldest first; all of them, waiting, when `all`.
+  // Keeps the payload being handled until `marker` (of `context`), recorded now on `stream` behind the copy just
+  // issued there, completes.
+  void RetainPayload(CUstream stream, CUcontext context, CUevent marker);
+  // Lets the retained payloads whose copies are done go; all of them, waiting, when `all`.
   void ReleaseRetainedPayloads(bool all = false);
+  // Around the destroy or reset of `context`: its retained payloads are taken out before it (their markers die
+  // with it), and after it either dropped (`gone`: the context waited for their copies) or kept as before.
+  struct RetainedPayload;
+  std::vector<RetainedPayload> TakeRetainedPayloads(CUcontext context);
+  void SettleRetainedPayloads(CUcontext context, std::vector<RetainedPayload>& taken, bool context_gone);
   CUcontext CurrentDriverContext() const;
   Outcome Defer(std::vector<CUevent> markers, uint64_t client_event, uint8_t* staging = nullptr,
                 uint64_t staging_bytes = 0, std::shared_ptr<CopyDelivery> delivery = nullptr);

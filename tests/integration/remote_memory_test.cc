@@ -551,6 +551,42 @@ TEST_F(RemoteMemoryTest, HeldCopiesToTheDeviceKeepTheirDataWhileOthersArrive) {
   ASSERT_CU(cuMemFree(scratch));
 }
 
+// A context destroyed right behind asynchronous copies still in flight (a kernel ahead of them on their stream) takes
+// them with it, and the session goes on: over tcp:// the executor kept those copies' payloads, with markers of that
+// context, which die with it.
+TEST_F(RemoteMemoryTest, AContextDestroyedBehindItsCopiesLeavesTheSessionWhole) {
+  constexpr size_t kBytes = size_t{12} << 20;
+  std::vector<uint8_t> host(kBytes);
+  for (int round = 0; round < 3; ++round) {
+    CUcontext created = nullptr;
+    ASSERT_CU(cuCtxCreate(&created, nullptr, 0, 0));
+    CUmodule module = nullptr;
+    CUfunction busy = nullptr;
+    ASSERT_CU(cuModuleLoadData(&module, Ptx().c_str()));
+    ASSERT_CU(cuModuleGetFunction(&busy, module, "busy_wait_ns"));
+    CUstream stream = nullptr;
+    ASSERT_CU(cuStreamCreate(&stream, CU_STREAM_NON_BLOCKING));
+    CUdeviceptr target = 0;
+    ASSERT_CU(cuMemAlloc(&target, kBytes));
+    unsigned long long nanoseconds = 50'000'000;
+    void* params[] = {&nanoseconds};
+    ASSERT_CU(cuLaunchKernel(busy, 1, 1, 1, 1, 1, 1, 0, stream, params, nullptr));
+    std::memset(host.data(), round + 1, kBytes);
+    ASSERT_CU(cuMemcpyHtoDAsync(target, host.data(), kBytes, stream));
+    ASSERT_CU(cuCtxDestroy(created));  // no synchronize first
+  }
+  ASSERT_CU(cuCtxSetCurrent(context_));
+  CUdeviceptr device = 0;
+  ASSERT_CU(cuMemAlloc(&device, kBytes));
+  for (size_t i = 0; i < kBytes; ++i) host[i] = static_cast<uint8_t>(i * 7 + (i >> 12));
+  ASSERT_CU(cuMemcpyHtoDAsync(device, host.data(), kBytes, stream_));
+  ASSERT_CU(cuStreamSynchronize(stream_));
+  std::vector<uint8_t> back(kBytes);
+  ASSERT_CU(cuMemcpyDtoH(back.data(), device, kBytes));
+  EXPECT_TRUE(back == host);
+  ASSERT_CU(cuMemFree(device));
+}
+
 TEST_F(RemoteMemoryTest, AnAsynchronousCopysErrorReachesTheNextSynchronizingCall) {
   uint32_t* pinned = nullptr;
   ASSERT_CU(cuMemAllocHost(reinterpret_cast<void**>(&pinned), 4096));
