@@ -45,6 +45,7 @@ uint8_t* ReceiveBuffers::Allocate(size_t bytes) {
   std::lock_guard<std::mutex> lock(mutex_);
   if (released_) buffer.lock = Lock::kNever;
   buffers_.emplace(buffer.received, buffer);
+  lent_any_.store(true, std::memory_order_release);
   return buffer.received;
 }
 
@@ -61,6 +62,8 @@ void ReceiveBuffers::Free(uint8_t* memory, size_t /*bytes*/) {
 }
 
 const uint8_t* ReceiveBuffers::LockedView(const uint8_t* data, size_t bytes, CUcontext context) {
+  // Every host-to-device copy asks, on every channel; only a lanes channel ever takes a buffer.
+  if (!lent_any_.load(std::memory_order_acquire)) return nullptr;
   Collect();
   Buffer* buffer = nullptr;
   {

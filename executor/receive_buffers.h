@@ -7,6 +7,7 @@
 // asynchronous, so its payload must outlive it (Session::RetainPayload).
 #pragma once
 
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
 #include <map>
@@ -62,6 +63,7 @@ class ReceiveBuffers final : public transport::ReceiveMemory {
   std::vector<uint8_t*> kept_;                // freed by the channel, lent again by Allocate
   std::vector<Buffer> doomed_;                // freed beyond kKeptBuffers, for Collect
   bool released_ = false;                     // Release ran: nothing is locked any more
+  std::atomic<bool> lent_any_{false};         // Allocate has mapped a buffer
 };
 
 }  // namespace curelay::executor

@@ -68,10 +68,15 @@ struct MirrorTarget {
   uint64_t bytes = 0;
 };
 
+// How a run's bytes reach a mirror's memory (the shadow always takes them as they are).
+using MirrorMemoryWriter = std::function<void(uint8_t* memory, const uint8_t* bytes, uint64_t count)>;
+
 // Checks every run of `update` against the mirrors `find` knows and against the payload's size, then writes them
-// into each mirror's memory and shadow. Nothing is written unless the whole update is valid.
+// into each mirror's memory (with `write_memory` if given, else as they are) and shadow. Nothing is written unless
+// the whole update is valid.
 inline bool ApplyMirrorRuns(const MirrorUpdate& update, std::span<const uint8_t> payload,
-                            const std::function<MirrorTarget(uint64_t mirror)>& find) {
+                            const std::function<MirrorTarget(uint64_t mirror)>& find,
+                            const MirrorMemoryWriter& write_memory = {}) {
   if (update.ranges() == nullptr || update.ranges()->size() > kMaxMirrorRanges) return false;
   uint64_t total = 0;
   for (const MirrorRange* run : *update.ranges()) {
@@ -86,7 +91,11 @@ inline bool ApplyMirrorRuns(const MirrorUpdate& update, std::span<const uint8_t>
   uint64_t at = 0;
   for (const MirrorRange* run : *update.ranges()) {
     const MirrorTarget target = find(run->mirror());
-    std::memcpy(target.memory + run->offset(), payload.data() + at, run->bytes());
+    if (write_memory) {
+      write_memory(target.memory + run->offset(), payload.data() + at, run->bytes());
+    } else {
+      std::memcpy(target.memory + run->offset(), payload.data() + at, run->bytes());
+    }
     std::memcpy(target.shadow + run->offset(), payload.data() + at, run->bytes());
     at += run->bytes();
   }

@@ -227,9 +227,9 @@ CUresult CopyDeviceToHost(void* dst, CUdeviceptr src, size_t bytes, CUstream str
   Client::Pipeline pipeline(*client);
   CUresult first_error = CUDA_SUCCESS;
   size_t received = 0;
-  // Chunks may be received in place (tcp lanes), by lane threads, out of the reply order; not into mirrored
-  // (page-locked) memory: a mirror update sent before a chunk's reply must land before the chunk.
-  const bool in_place = !client->host_mirrors.Overlaps(dst, bytes);
+  // Chunks may be received in place (tcp lanes), by lane threads, out of the reply order; into mirrored
+  // (page-locked) memory too: mirror updates read before a chunk's reply leave its bytes alone
+  // (HostMirrors::BeginLanding).
   ReplyMessage reply;
   const auto receive_one = [&] {
     const CUresult result = pipeline.Receive(&reply);
@@ -249,7 +249,7 @@ CUresult CopyDeviceToHost(void* dst, CUdeviceptr src, size_t bytes, CUstream str
     const size_t chunk = std::min(wire::kCopyChunkBytes, bytes - offset);
     auto& builder = Builder();
     const auto call = wire::CreateMemcpyDtoH(builder, src + offset, chunk, wire_stream, async).Union();
-    if (!pipeline.Send(builder, wire::Call::MemcpyDtoH, call, {}, in_place ? bytes_out + offset : nullptr, chunk)) break;
+    if (!pipeline.Send(builder, wire::Call::MemcpyDtoH, call, {}, bytes_out + offset, chunk)) break;
   }
   while (pipeline.outstanding() > 0 && client->broken_result() == CUDA_SUCCESS) receive_one();
   return first_error != CUDA_SUCCESS ? first_error : client->broken_result();

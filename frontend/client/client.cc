@@ -434,7 +434,10 @@ CUresult Client::Send(flatbuffers::FlatBufferBuilder& builder, wire::Call type, 
     waiters_[*sequence] = waiter;
     if (waiter->destination != nullptr) ++outstanding_deliveries_;
   }
-  if (place_at != nullptr) channel_->ExpectPayload(*sequence, place_at, place_bytes);
+  if (place_at != nullptr) {
+    host_mirrors.BeginLanding(*sequence, place_at, place_bytes);
+    channel_->ExpectPayload(*sequence, place_at, place_bytes);
+  }
   const std::span<const uint8_t> header{builder.GetBufferPointer(), builder.GetSize()};
   const auto send = [&] {
     return returned ? channel_->SendLoaned(header, payload, std::exchange(returned, nullptr), 0)
@@ -465,16 +468,29 @@ bool Client::Dispatch(transport::IncomingMessage& message, const wire::Reply& re
   if (found == waiters_.end()) return false;
   Waiter* owner = found->second;
   waiters_.erase(found);
+  // Its payload, if it landed in place, did so before this reply: mirror updates read from now on are newer.
+  if (host_mirrors.any_landing()) host_mirrors.EndLanding(reply.sequence());
   if (owner->destination != nullptr) {
     CUresult result = ResultOf(reply.result());
     if (result == CUDA_SUCCESS && message.payload.size() != owner->bytes) result = CUDA_ERROR_UNKNOWN;
-    if (result == CUDA_SUCCESS) {
+    const bool placed = !message.payload.empty() && message.payload.data() == owner->destination;
+    if (result == CUDA_SUCCESS && placed) {
+      // Landed in place (tcp lanes): nothing to copy.
+    } else if (result == CUDA_SUCCESS) {
       ++copying_deliveries_;
       lock.unlock();
+      channel_->ForgetPayload(reply.sequence());
       CopyToApplication(owner->destination, message.payload.data(), owner->bytes);
       lock.lock();
       --copying_deliveries_;
     } else {
+      if (!placed) {
+        ++copying_deliveries_;  // counted as in progress: nothing may free the memory before the lanes let go
+        lock.unlock();
+        channel_->ForgetPayload(reply.sequence());
+        lock.lock();
+        --copying_deliveries_;
+      }
       CUresult expected = CUDA_SUCCESS;
       async_error_.compare_exchange_strong(expected, result);
     }
@@ -552,10 +568,14 @@ CUresult Client::PostDelivery(flatbuffers::FlatBufferBuilder& builder, wire::Cal
   waiter->destination = destination;
   waiter->bytes = bytes;
   uint64_t sequence = 0;
-  // Not received in place: a delivery lands in page-locked memory, which is mirrored over tcp://, and the mirror's
-  // updates sent before this reply must land before the data, as they do when the reader copies it in order.
-  const CUresult result = Send(builder, type, call, {}, waiter, &sequence);
+  // Received in place where the channel can (tcp lanes); the memory is page-locked, so mirrored over tcp://, and
+  // mirror updates read before this reply leave the landing's bytes alone (HostMirrors::BeginLanding).
+  const CUresult result = Send(builder, type, call, {}, waiter, &sequence, destination, bytes);
   if (result != CUDA_SUCCESS) {
+    if (sequence != 0) {
+      channel_->ForgetPayload(sequence);
+      host_mirrors.EndLanding(sequence);
+    }
     std::lock_guard<std::mutex> lock(reply_mutex_);
     if (waiters_.erase(sequence) != 0) {  // not already released by Break
       --outstanding_deliveries_;
@@ -630,6 +650,7 @@ CUresult Client::Break(const char* why) {
   // The callers are released below and may free the buffers their payloads were to land in: nothing may write
   // there any more.
   if (channel_ != nullptr) channel_->ForgetAllPayloads();
+  host_mirrors.EndAllLandings();
   // Nobody will answer the callers still waiting: release them all with the session's error.
   std::lock_guard<std::mutex> lock(reply_mutex_);
   for (auto& [sequence, waiter] : waiters_) {
@@ -690,7 +711,10 @@ bool Client::Pipeline::SendSlot(flatbuffers::FlatBufferBuilder& builder, wire::C
   slot->place_at = place_at;
   if (client_.Send(builder, type, call, payload, &slot->waiter, &slot->sequence, place_at, place_bytes,
                    std::move(returned)) != CUDA_SUCCESS) {
-    if (place_at != nullptr && slot->sequence != 0) client_.channel_->ForgetPayload(slot->sequence);
+    if (place_at != nullptr && slot->sequence != 0) {
+      client_.channel_->ForgetPayload(slot->sequence);
+      client_.host_mirrors.EndLanding(slot->sequence);
+    }
     std::lock_guard<std::mutex> lock(client_.reply_mutex_);
     client_.waiters_.erase(slot->sequence);
     return false;

@@ -1,6 +1,8 @@
 #include "frontend/client/host_mirrors.h"
 
+#include <algorithm>
 #include <cstring>
+#include <utility>
 
 #include "schema/mirror_runs.h"
 
@@ -18,13 +20,46 @@ void HostMirrors::Add(uint8_t* memory, uint64_t bytes, CUdeviceptr device_ptr, b
   if (active) ActivateLocked(mirror);
 }
 
-bool HostMirrors::Overlaps(const void* start, size_t bytes) {
-  const auto* begin = static_cast<const uint8_t*>(start);
-  std::lock_guard<std::mutex> lock(mutex_);
+bool HostMirrors::OverlapsLocked(const uint8_t* begin, size_t bytes) const {
   for (const auto& [device_ptr, mirror] : mirrors_) {
     if (begin < mirror.memory + mirror.bytes && mirror.memory < begin + bytes) return true;
   }
   return false;
+}
+
+void HostMirrors::BeginLanding(uint64_t sequence, const uint8_t* start, size_t bytes) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (bytes == 0 || !OverlapsLocked(start, bytes)) return;
+  landings_[sequence] = Landing{start, start + bytes};
+  landing_count_.store(landings_.size(), std::memory_order_release);
+}
+
+void HostMirrors::EndLanding(uint64_t sequence) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (landings_.erase(sequence) != 0) landing_count_.store(landings_.size(), std::memory_order_release);
+}
+
+void HostMirrors::EndAllLandings() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  landings_.clear();
+  landing_count_.store(0, std::memory_order_release);
+}
+
+void HostMirrors::WriteAroundLandings(uint8_t* memory, const uint8_t* bytes, uint64_t count) const {
+  // The landings this run overlaps, clipped to it and in address order; the bytes between them are written.
+  std::vector<std::pair<uint64_t, uint64_t>> skipped;
+  for (const auto& [sequence, landing] : landings_) {
+    if (landing.start >= memory + count || landing.end <= memory) continue;
+    skipped.emplace_back(landing.start > memory ? landing.start - memory : 0,
+                         std::min<uint64_t>(count, landing.end - memory));
+  }
+  std::sort(skipped.begin(), skipped.end());
+  uint64_t at = 0;
+  for (const auto& [from, to] : skipped) {
+    if (from > at) std::memcpy(memory + at, bytes + at, from - at);
+    at = std::max(at, to);
+  }
+  if (at < count) std::memcpy(memory + at, bytes + at, count - at);
 }
 
 void HostMirrors::Leave(CUdeviceptr device_ptr) {
@@ -86,6 +121,8 @@ bool HostMirrors::Apply(const wire::MirrorUpdate& update, std::span<const uint8_
     const auto found = mirrors_.find(device_ptr);
     if (found == mirrors_.end() || found->second.shadow == nullptr) return wire::MirrorTarget{};
     return wire::MirrorTarget{found->second.memory, found->second.shadow.get(), found->second.bytes};
+  }, landings_.empty() ? wire::MirrorMemoryWriter{} : [this](uint8_t* memory, const uint8_t* bytes, uint64_t count) {
+    WriteAroundLandings(memory, bytes, count);
   });
 }
 

@@ -9,6 +9,7 @@
 
 #include <atomic>
 #include <cstdint>
+#include <cstddef>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -33,8 +34,14 @@ class HostMirrors {
   // Activates every mirror that an 8-byte-aligned word of a kernel's packed `arguments` points into.
   void ActivateReferenced(std::span<const uint8_t> arguments);
   bool any_active() const { return active_count_.load(std::memory_order_acquire) != 0; }
-  // Whether any mirror's application memory overlaps [start, start + bytes).
-  bool Overlaps(const void* start, size_t bytes);
+  // A reply's payload that a channel may write in place (a lane thread, before its reply is read) into
+  // [start, start + bytes), under request `sequence`. An update read before that reply is older than the payload:
+  // where a landing overlaps it, it refreshes the shadow but leaves the bytes (which then go back to the executor
+  // as this side's change). Recorded only if a mirror overlaps; EndLanding once the reply has been read.
+  void BeginLanding(uint64_t sequence, const uint8_t* start, size_t bytes);
+  void EndLanding(uint64_t sequence);
+  void EndAllLandings();
+  bool any_landing() const { return landing_count_.load(std::memory_order_acquire) != 0; }
   // What changed in the active mirrors since the last exchange (a newly active mirror is announced by an empty run).
   void Collect(std::vector<wire::MirrorRange>& runs, std::vector<uint8_t>& data);
   // Writes what the executor sent; false (and nothing written) if any run is outside a known mirror.
@@ -48,12 +55,22 @@ class HostMirrors {
     bool announced = false;
     bool leaving = false;
   };
+  struct Landing {
+    const uint8_t* start = nullptr;
+    const uint8_t* end = nullptr;
+  };
   void ActivateLocked(Mirror& mirror);
+  // Whether any mirror's application memory overlaps [begin, begin + bytes).
+  bool OverlapsLocked(const uint8_t* begin, size_t bytes) const;
+  // Writes `count` bytes at `memory` except where a landing is.
+  void WriteAroundLandings(uint8_t* memory, const uint8_t* bytes, uint64_t count) const;
 
   std::mutex mutex_;
   std::map<CUdeviceptr, Mirror> mirrors_;  // by device address
   std::atomic<uint64_t> low_{~uint64_t{0}}, high_{0};  // device addresses spanned, to skip scans cheaply
   std::atomic<size_t> active_count_{0};
+  std::map<uint64_t, Landing> landings_;  // by request sequence
+  std::atomic<size_t> landing_count_{0};
 };
 
 }  // namespace curelay::frontend

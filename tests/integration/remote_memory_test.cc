@@ -162,6 +162,44 @@ TEST_F(RemoteMemoryTest, PinnedCopiesAtOffsetsAndAfterReuse) {
   ASSERT_CU(cuMemFree(device));
 }
 
+// Copies from the device into page-locked memory that a kernel has just written through its mapping. Over tcp://
+// the memory is a mirror: the executor sends what the kernel wrote before the copy's answers, while the lanes may
+// land the copied chunks in place before that update is read; the copy's bytes must win, and must then be what the
+// next kernel reads there.
+TEST_F(RemoteMemoryTest, CopiesIntoMemoryAKernelWroteKeepTheCopiedBytes) {
+  constexpr size_t n = (12u << 20) / sizeof(int);  // three copy chunks
+  CUdeviceptr device = 0;
+  ASSERT_CU(cuMemAlloc(&device, n * sizeof(int)));
+  int* pinned = nullptr;
+  ASSERT_CU(cuMemHostAlloc(reinterpret_cast<void**>(&pinned), n * sizeof(int), CU_MEMHOSTALLOC_DEVICEMAP));
+  CUdeviceptr mapped = 0;
+  ASSERT_CU(cuMemHostGetDevicePointer(&mapped, pinned, 0));
+  for (int round = 0; round < 4; ++round) {
+    const bool async = round % 2 == 1;
+    for (size_t i = 0; i < n; ++i) pinned[i] = static_cast<int>(i);
+    const int copied = 0x100000 * (round + 1);
+    // Plain copies go on the default stream, behind the kernel there; nothing synchronizes in between.
+    CUstream stream = async ? stream_ : nullptr;
+    ASSERT_CU(Fill(stream, device, static_cast<unsigned>(copied), n));
+    ASSERT_CU(Increment(stream, mapped, static_cast<int>(n)));  // every byte of the mirror changes on its side
+    if (async) {
+      ASSERT_CU(cuMemcpyDtoHAsync(pinned, device, n * sizeof(int), stream));
+      ASSERT_CU(cuStreamSynchronize(stream));
+    } else {
+      ASSERT_CU(cuMemcpyDtoH(pinned, device, n * sizeof(int)));
+    }
+    for (size_t i = 0; i < n; i += 4093) ASSERT_EQ(pinned[i], copied) << "round " << round << " i " << i;
+    ASSERT_EQ(pinned[n - 1], copied) << "round " << round;
+    // The copied bytes are what a kernel reads through the mapping next.
+    ASSERT_CU(Increment(stream_, mapped, static_cast<int>(n)));
+    ASSERT_CU(cuStreamSynchronize(stream_));
+    for (size_t i = 0; i < n; i += 4093) ASSERT_EQ(pinned[i], copied + 1) << "round " << round << " i " << i;
+    ASSERT_EQ(pinned[n - 1], copied + 1) << "round " << round;
+  }
+  ASSERT_CU(cuMemFreeHost(pinned));
+  ASSERT_CU(cuMemFree(device));
+}
+
 // 2D copies and array copies whose host side is page-locked memory (one real cuMemcpy2D/3D in the executor on a
 // same-host session), plain and asynchronous, with rows and offsets inside the allocation.
 TEST_F(RemoteMemoryTest, PinnedTwoDimensionalAndArrayCopies) {

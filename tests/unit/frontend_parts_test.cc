@@ -188,3 +188,53 @@ TEST(ClientHostMirrorsTest, LeavingMirrorsAreNotCollectedAndRemoveTakesOnlyThem)
   mirrors.Remove(kAddress);
   EXPECT_FALSE(mirrors.any_active());
 }
+
+// A reply's payload landing in place in mirrored memory: an executor update read before that reply refreshes the
+// shadow there but leaves the landed bytes, which then go back to the executor as this side's change.
+TEST(ClientHostMirrorsTest, UpdatesLeaveLandingBytesAndRefreshTheirShadow) {
+  using curelay::frontend::HostMirrors;
+  std::vector<uint8_t> memory(4096, 0);
+  HostMirrors mirrors;
+  constexpr CUdeviceptr kAddress = 0x7100000000;
+  mirrors.BeginLanding(1, memory.data(), 64);
+  EXPECT_FALSE(mirrors.any_landing()) << "a landing outside every mirror was recorded";
+  mirrors.Add(memory.data(), memory.size(), kAddress, /*active=*/true);
+  std::vector<curelay::wire::MirrorRange> runs;
+  std::vector<uint8_t> data;
+  mirrors.Collect(runs, data);  // the announcement only
+  // Two landings inside one run of the update, one of them reaching past its end.
+  mirrors.BeginLanding(7, memory.data() + 100, 50);
+  mirrors.BeginLanding(8, memory.data() + 180, 200);
+  ASSERT_TRUE(mirrors.any_landing());
+  for (size_t i = 100; i < 150; ++i) memory[i] = 0xAA;  // what the lanes wrote
+  for (size_t i = 180; i < 380; ++i) memory[i] = 0xBB;
+  const auto apply = [&](uint64_t offset, uint64_t bytes, uint8_t value) {
+    flatbuffers::FlatBufferBuilder builder;
+    const curelay::wire::MirrorRange run(kAddress, offset, bytes);
+    builder.Finish(curelay::wire::CreateMirrorUpdate(builder, builder.CreateVectorOfStructs(&run, 1)));
+    const std::vector<uint8_t> payload(bytes, value);
+    return mirrors.Apply(*flatbuffers::GetRoot<curelay::wire::MirrorUpdate>(builder.GetBufferPointer()), payload);
+  };
+  ASSERT_TRUE(apply(50, 250, 0x11));  // [50, 300)
+  for (size_t i = 50; i < 100; ++i) ASSERT_EQ(memory[i], 0x11) << i;
+  for (size_t i = 100; i < 150; ++i) ASSERT_EQ(memory[i], 0xAA) << i;
+  for (size_t i = 150; i < 180; ++i) ASSERT_EQ(memory[i], 0x11) << i;
+  for (size_t i = 180; i < 380; ++i) ASSERT_EQ(memory[i], 0xBB) << i;
+  EXPECT_EQ(memory[49], 0);
+  // The landed bytes differ from the refreshed shadow wherever the update wrote around them: they go back.
+  runs.clear();
+  data.clear();
+  mirrors.Collect(runs, data);
+  ASSERT_EQ(runs.size(), 2u);
+  EXPECT_EQ(runs[0].offset(), 100u);
+  EXPECT_EQ(runs[0].bytes(), 50u);
+  EXPECT_EQ(runs[1].offset(), 180u);
+  EXPECT_EQ(runs[1].bytes(), 200u);  // beyond the update too: the shadow there was still zero
+  // Once their replies are read, updates write everywhere again.
+  mirrors.EndLanding(7);
+  ASSERT_TRUE(mirrors.any_landing());
+  mirrors.EndAllLandings();
+  EXPECT_FALSE(mirrors.any_landing());
+  ASSERT_TRUE(apply(0, 400, 0x22));
+  for (size_t i = 0; i < 400; ++i) ASSERT_EQ(memory[i], 0x22) << i;
+}
