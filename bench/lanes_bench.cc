@@ -5,7 +5,9 @@
 //         from the application's memory), waiting for every loan back at the end; the executor answers each chunk
 //         with a small acknowledgement;
 //   dtoh: the client asks for each chunk, expecting it in place in its destination (ExpectPayload); the executor
-//         lends it from one buffer (SendLoaned, as from its pinned staging).
+//         lends it from one buffer (SendLoaned, as from its pinned staging);
+//   then single 1 MiB device-to-host copies, one at a time (a plain copy's wait), as one payload and as four of
+//         256 KiB at once: what a copy too small to be chunked pays for its one lane.
 // Rounds alternate over the configurations; medians are printed as METRIC lines, with the client's CPU seconds per
 // GiB. What it shows: the transport's ceiling under a tcp:// session's copies, and how sealing and the lane count
 // move it, on any host (docs/performance.md, bench/README.md).
@@ -98,11 +100,13 @@ int Serve(const ChannelOptions& options, int report) {
     if (header[0] == kQuit) return 0;
     if (header[0] == kHtoD) {
       if (request.payload.size() != kChunkBytes || !channel->Send(ack, {})) return 7;
-    } else if (header[0] == kDtoH && header.size() == 9) {
-      uint64_t key = 0;
+    } else if (header[0] == kDtoH && (header.size() == 9 || header.size() == 17)) {
+      uint64_t key = 0, bytes = kChunkBytes;
       std::memcpy(&key, header.data() + 1, sizeof(key));
+      if (header.size() == 17) std::memcpy(&bytes, header.data() + 9, sizeof(bytes));
+      if (bytes > kChunkBytes) return 8;
       const std::vector<uint8_t> reply = {kChunk};
-      if (!channel->SendLoaned(reply, staging, [] {}, key)) return 7;
+      if (!channel->SendLoaned(reply, {staging.data(), bytes}, [] {}, key)) return 7;
     } else {
       return 8;
     }
@@ -119,7 +123,44 @@ double CpuSeconds() {
 struct Rates {
   double htod_gbps = 0, dtoh_gbps = 0, htod_cpu = 0, dtoh_cpu = 0;
   size_t placed = 0;
+  // One device-to-host copy of 1 MiB at a time (a plain copy's wait): as one payload, and as four of 256 KiB in
+  // flight at once (one per lane with four lanes); medians of kSingleCopies, microseconds.
+  double dtoh_1mib_whole_us = 0, dtoh_1mib_quarters_us = 0;
 };
+
+constexpr int kSingleCopies = 300;
+
+// Asks for `bytes` at `destination` in `pieces` payloads at once and waits for all; false on any failure.
+bool CopyOnce(Channel& channel, uint8_t* destination, size_t bytes, size_t pieces, uint64_t* next_key) {
+  std::vector<uint8_t> header(17, kDtoH);
+  const size_t piece = bytes / pieces;
+  for (size_t i = 0; i < pieces; ++i) {
+    const uint64_t key = (*next_key)++;
+    channel.ExpectPayload(key, destination + i * piece, piece);
+    std::memcpy(header.data() + 1, &key, sizeof(key));
+    const uint64_t size = piece;
+    std::memcpy(header.data() + 9, &size, sizeof(size));
+    if (!channel.Send(header, {})) return false;
+  }
+  IncomingMessage reply;
+  for (size_t i = 0; i < pieces; ++i) {
+    if (!ReceiveOne(channel, reply) || reply.header.bytes()[0] != kChunk || reply.payload.size() != piece) return false;
+  }
+  return true;
+}
+
+// Median microseconds of kSingleCopies copies of 1 MiB in `pieces` payloads each (after a few to warm up).
+double SingleCopyMicros(Channel& channel, uint8_t* destination, size_t pieces, uint64_t* next_key, bool* ok) {
+  std::vector<double> samples;
+  for (int i = 0; *ok && i < kSingleCopies + 20; ++i) {
+    const auto start = Clock::now();
+    *ok = CopyOnce(channel, destination, size_t{1} << 20, pieces, next_key);
+    if (i >= 20) samples.push_back(std::chrono::duration<double, std::micro>(Clock::now() - start).count());
+  }
+  if (samples.empty()) return 0;
+  std::sort(samples.begin(), samples.end());
+  return samples[samples.size() / 2];
+}
 
 // One round of one configuration: a fresh executor process, a fresh session, 1 GiB each way.
 bool RunRound(const Config& config, const CurveKeys& server_keys, uint8_t* host, Rates* rates) {
@@ -209,6 +250,11 @@ bool RunRound(const Config& config, const CurveKeys& server_keys, uint8_t* host,
     rates->dtoh_cpu = CpuSeconds() - cpu;
     ok = ok && host[kTotalBytes - 1] == 0x5a;
   }
+  if (ok) {  // single 1 MiB copies, alternating whole and in quarters
+    uint64_t next_key = kChunks + 1;
+    rates->dtoh_1mib_whole_us = SingleCopyMicros(*channel, host, 1, &next_key, &ok);
+    rates->dtoh_1mib_quarters_us = SingleCopyMicros(*channel, host, 4, &next_key, &ok);
+  }
   if (channel != nullptr) channel->Send(std::vector<uint8_t>{kQuit}, {});
   channel.reset();
   link.reset();
@@ -266,8 +312,11 @@ int main(int argc, char** argv) {
         std::fprintf(stderr, "%s: round %d failed\n", config.Name().c_str(), round + 1);
         return 1;
       }
-      std::fprintf(stderr, "round %d %s: htod %.2f GB/s, dtoh %.2f GB/s (%zu of %zu chunks placed)\n", round + 1,
-                   config.Name().c_str(), rates.htod_gbps, rates.dtoh_gbps, rates.placed, kChunks);
+      std::fprintf(stderr,
+                   "round %d %s: htod %.2f GB/s, dtoh %.2f GB/s (%zu of %zu chunks placed); one 1 MiB dtoh %.1f us, "
+                   "in quarters %.1f us\n",
+                   round + 1, config.Name().c_str(), rates.htod_gbps, rates.dtoh_gbps, rates.placed, kChunks,
+                   rates.dtoh_1mib_whole_us, rates.dtoh_1mib_quarters_us);
       results[config.Name()].push_back(rates);
     }
   }
@@ -283,6 +332,8 @@ int main(int argc, char** argv) {
     std::printf("METRIC %s_dtoh_1GiB %.3f GB/s\n", name.c_str(), median(&Rates::dtoh_gbps));
     std::printf("METRIC %s_cpu_per_GiB_htod %.3f s\n", name.c_str(), median(&Rates::htod_cpu));
     std::printf("METRIC %s_cpu_per_GiB_dtoh %.3f s\n", name.c_str(), median(&Rates::dtoh_cpu));
+    std::printf("METRIC %s_dtoh_1MiB_whole %.1f us\n", name.c_str(), median(&Rates::dtoh_1mib_whole_us));
+    std::printf("METRIC %s_dtoh_1MiB_quarters %.1f us\n", name.c_str(), median(&Rates::dtoh_1mib_quarters_us));
   }
   return 0;
 }
