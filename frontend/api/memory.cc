@@ -191,6 +191,18 @@ CUresult CopyHostToDevice(CUdeviceptr dst, const void* src, size_t bytes, CUstre
   return first_error != CUDA_SUCCESS ? first_error : client->broken_result();
 }
 
+// The size of the pieces a device-to-host copy asks for: whole chunks, except that a copy of fewer chunks than the
+// channel has lanes is spread over them in pieces of at least kLeastSpreadPiece (a payload alone on one TCP
+// connection moves at a fraction of the lanes' joint rate: Channel::ParallelPayloads). The executor copies each
+// piece from the GPU on its own, so a piece much smaller would cost more in copies than the lanes give back.
+size_t DeviceToHostPieceBytes(const Client& client, size_t bytes) {
+  constexpr size_t kLeastSpreadPiece = size_t{256} << 10, kPieceAlignment = size_t{64} << 10;
+  const size_t lanes = client.parallel_payloads();
+  if (lanes <= 1) return wire::kCopyChunkBytes;
+  const size_t spread = (bytes / lanes + kPieceAlignment - 1) / kPieceAlignment * kPieceAlignment;
+  return std::clamp(spread, kLeastSpreadPiece, wire::kCopyChunkBytes);
+}
+
 CUresult CopyDeviceToHost(void* dst, CUdeviceptr src, size_t bytes, CUstream stream, bool async) {
   Client* client;
   CURELAY_RETURN_IF_ERROR(RequireContext(&client));
@@ -213,8 +225,9 @@ CUresult CopyDeviceToHost(void* dst, CUdeviceptr src, size_t bytes, CUstream str
       bytes <= pinned_bytes - static_cast<size_t>(static_cast<const char*>(dst) - pinned_base)) {
     // Into page-locked memory the copy is asynchronous, as natively: each chunk lands when its reply arrives,
     // before the reply of any later synchronizing call is looked at.
-    for (size_t offset = 0; offset < bytes; offset += wire::kCopyChunkBytes) {
-      const size_t chunk = std::min(wire::kCopyChunkBytes, bytes - offset);
+    const size_t piece = DeviceToHostPieceBytes(*client, bytes);
+    for (size_t offset = 0; offset < bytes; offset += piece) {
+      const size_t chunk = std::min(piece, bytes - offset);
       auto& builder = Builder();
       const auto call = wire::CreateMemcpyDtoH(builder, src + offset, chunk, wire_stream, true).Union();
       CURELAY_RETURN_IF_ERROR(client->PostDelivery(builder, wire::Call::MemcpyDtoH, call, bytes_out + offset, chunk));
@@ -227,13 +240,14 @@ CUresult CopyDeviceToHost(void* dst, CUdeviceptr src, size_t bytes, CUstream str
   Client::Pipeline pipeline(*client);
   CUresult first_error = CUDA_SUCCESS;
   size_t received = 0;
+  const size_t piece = DeviceToHostPieceBytes(*client, bytes);
   // Chunks may be received in place (tcp lanes), by lane threads, out of the reply order; into mirrored
   // (page-locked) memory too: mirror updates read before a chunk's reply leave its bytes alone
   // (HostMirrors::BeginLanding).
   ReplyMessage reply;
   const auto receive_one = [&] {
     const CUresult result = pipeline.Receive(&reply);
-    const size_t expected = std::min(wire::kCopyChunkBytes, bytes - received);
+    const size_t expected = std::min(piece, bytes - received);
     if (result == CUDA_SUCCESS && reply.message.payload.size() == expected) {
       // Over tcp lanes the payload may have landed in place already (the frame then points at it).
       if (reply.message.payload.data() != bytes_out + received) {
@@ -244,9 +258,9 @@ CUresult CopyDeviceToHost(void* dst, CUdeviceptr src, size_t bytes, CUstream str
     }
     received += expected;
   };
-  for (size_t offset = 0; offset < bytes; offset += wire::kCopyChunkBytes) {
+  for (size_t offset = 0; offset < bytes; offset += piece) {
     if (pipeline.outstanding() >= wire::kCopyWindowChunks) receive_one();
-    const size_t chunk = std::min(wire::kCopyChunkBytes, bytes - offset);
+    const size_t chunk = std::min(piece, bytes - offset);
     auto& builder = Builder();
     const auto call = wire::CreateMemcpyDtoH(builder, src + offset, chunk, wire_stream, async).Union();
     if (!pipeline.Send(builder, wire::Call::MemcpyDtoH, call, {}, bytes_out + offset, chunk)) break;

@@ -159,6 +159,8 @@ class Client {
   // The real driver's name and description of `code`, as learned at attach; false if it sent none.
   bool ErrorText(CUresult code, const char** name, const char** text) const;
   CUresult broken_result() const { return broken_.load(); }
+  // How many payloads the session's channel moves at once (Channel::ParallelPayloads).
+  size_t parallel_payloads() const { return channel_ != nullptr ? channel_->ParallelPayloads() : 1; }
   // Advanced by every change that can move an occupancy answer (function attributes, context cache and limit
   // settings): answers kept from an earlier epoch are asked again.
   uint64_t configuration_epoch() const { return configuration_epoch_.load(std::memory_order_acquire); }

@@ -200,6 +200,39 @@ TEST_F(RemoteMemoryTest, CopiesIntoMemoryAKernelWroteKeepTheCopiedBytes) {
   ASSERT_CU(cuMemFree(device));
 }
 
+// Device-to-host copies of sizes that do not divide into whole pieces (over tcp:// a copy smaller than one chunk per
+// lane is spread over the lanes), into pageable and page-locked memory, plain and asynchronous.
+TEST_F(RemoteMemoryTest, DeviceToHostCopiesOfAnySizeArriveWhole) {
+  const size_t sizes[] = {(size_t{128} << 10) + 1, size_t{1} << 20, (size_t{1} << 20) + 4097, (size_t{3} << 20) + 5,
+                          (size_t{9} << 20) + 3};
+  constexpr size_t kMost = (size_t{9} << 20) + 3;
+  std::vector<uint8_t> pattern(kMost);
+  for (size_t i = 0; i < kMost; ++i) pattern[i] = static_cast<uint8_t>(i * 131 + (i >> 12));
+  CUdeviceptr device = 0;
+  ASSERT_CU(cuMemAlloc(&device, kMost));
+  ASSERT_CU(cuMemcpyHtoD(device, pattern.data(), kMost));
+  std::vector<uint8_t> pageable(kMost + 2);
+  uint8_t* pinned = nullptr;
+  ASSERT_CU(cuMemHostAlloc(reinterpret_cast<void**>(&pinned), kMost + 2, 0));
+  for (const size_t bytes : sizes) {
+    for (int form = 0; form < 3; ++form) {
+      uint8_t* into = form == 0 ? pageable.data() + 1 : pinned + 1;  // unaligned on purpose
+      std::memset(into - 1, 0xEE, bytes + 2);
+      if (form == 2) {
+        ASSERT_CU(cuMemcpyDtoHAsync(into, device, bytes, stream_));
+        ASSERT_CU(cuStreamSynchronize(stream_));
+      } else {
+        ASSERT_CU(cuMemcpyDtoH(into, device, bytes));
+      }
+      ASSERT_EQ(std::memcmp(into, pattern.data(), bytes), 0) << bytes << " bytes, form " << form;
+      EXPECT_EQ(into[-1], 0xEE) << bytes << " bytes, form " << form;
+      EXPECT_EQ(into[bytes], 0xEE) << bytes << " bytes, form " << form;
+    }
+  }
+  ASSERT_CU(cuMemFreeHost(pinned));
+  ASSERT_CU(cuMemFree(device));
+}
+
 // 2D copies and array copies whose host side is page-locked memory (one real cuMemcpy2D/3D in the executor on a
 // same-host session), plain and asynchronous, with rows and offsets inside the allocation.
 TEST_F(RemoteMemoryTest, PinnedTwoDimensionalAndArrayCopies) {

@@ -363,6 +363,7 @@ class LanesChannel final : public Channel {
   }
 
   void UseReceiveMemory(std::shared_ptr<ReceiveMemory> memory) override { pool_->UseReceiveMemory(std::move(memory)); }
+  size_t ParallelPayloads() const override { return lanes_.size(); }
 
   bool PeerLost() override { return broken_.load() || control_->PeerLost(); }
   bool PeerSeen() override { return control_->PeerSeen(); }
