@@ -224,8 +224,11 @@ CUresult CopyDeviceToHost(void* dst, CUdeviceptr src, size_t bytes, CUstream str
   if (async && client->host_allocations.Find(dst, &pinned_base, &pinned_bytes) &&
       bytes <= pinned_bytes - static_cast<size_t>(static_cast<const char*>(dst) - pinned_base)) {
     // Into page-locked memory the copy is asynchronous, as natively: each chunk lands when its reply arrives,
-    // before the reply of any later synchronizing call is looked at.
-    const size_t piece = DeviceToHostPieceBytes(*client, bytes);
+    // before the reply of any later synchronizing call is looked at. Spread over the lanes only when it is alone:
+    // copies behind others already keep every lane busy, and pieces would only add copies (1 MiB copies in a row
+    // moved 7.8 GB/s whole, 4.8 spread, on the H200).
+    const size_t piece =
+        client->DeliveriesOutstanding() ? wire::kCopyChunkBytes : DeviceToHostPieceBytes(*client, bytes);
     for (size_t offset = 0; offset < bytes; offset += piece) {
       const size_t chunk = std::min(piece, bytes - offset);
       auto& builder = Builder();

@@ -587,6 +587,11 @@ CUresult Client::PostDelivery(flatbuffers::FlatBufferBuilder& builder, wire::Cal
   return result;
 }
 
+bool Client::DeliveriesOutstanding() {
+  std::lock_guard<std::mutex> lock(reply_mutex_);
+  return outstanding_deliveries_ != 0;
+}
+
 CUresult Client::AwaitDeliveries() {
   std::unique_lock<std::mutex> lock(reply_mutex_);
   ReadUntil(lock, [&] { return outstanding_deliveries_ == 0; });

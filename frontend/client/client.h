@@ -84,6 +84,8 @@ class Client {
                         uint8_t* destination, uint64_t bytes);
   // Waits until every delivery posted so far has landed (memory is about to be freed, or a copy must be complete).
   CUresult AwaitDeliveries();
+  // Whether any delivery (PostDelivery) is still on its way.
+  bool DeliveriesOutstanding();
   // The first failure of a delivery since the last call, once.
   CUresult TakeAsyncError() { return async_error_.exchange(CUDA_SUCCESS); }
 
