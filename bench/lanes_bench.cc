@@ -149,17 +149,24 @@ bool CopyOnce(Channel& channel, uint8_t* destination, size_t bytes, size_t piece
   return true;
 }
 
-// Median microseconds of kSingleCopies copies of 1 MiB in `pieces` payloads each (after a few to warm up).
-double SingleCopyMicros(Channel& channel, uint8_t* destination, size_t pieces, uint64_t* next_key, bool* ok) {
-  std::vector<double> samples;
-  for (int i = 0; *ok && i < kSingleCopies + 20; ++i) {
-    const auto start = Clock::now();
-    *ok = CopyOnce(channel, destination, size_t{1} << 20, pieces, next_key);
-    if (i >= 20) samples.push_back(std::chrono::duration<double, std::micro>(Clock::now() - start).count());
+// Median microseconds of kSingleCopies copies of 1 MiB as one payload and as four, alternating copy by copy (after a
+// few of each to warm up), so that the host's drift weighs on both alike.
+bool SingleCopyMicros(Channel& channel, uint8_t* destination, uint64_t* next_key, double* whole_us,
+                      double* quarters_us) {
+  std::vector<double> whole, quarters;
+  for (int i = 0; i < kSingleCopies + 20; ++i) {
+    for (const size_t pieces : {size_t{1}, size_t{4}}) {
+      const auto start = Clock::now();
+      if (!CopyOnce(channel, destination, size_t{1} << 20, pieces, next_key)) return false;
+      const double micros = std::chrono::duration<double, std::micro>(Clock::now() - start).count();
+      if (i >= 20) (pieces == 1 ? whole : quarters).push_back(micros);
+    }
   }
-  if (samples.empty()) return 0;
-  std::sort(samples.begin(), samples.end());
-  return samples[samples.size() / 2];
+  std::sort(whole.begin(), whole.end());
+  std::sort(quarters.begin(), quarters.end());
+  *whole_us = whole[whole.size() / 2];
+  *quarters_us = quarters[quarters.size() / 2];
+  return true;
 }
 
 // One round of one configuration: a fresh executor process, a fresh session, 1 GiB each way.
@@ -252,8 +259,7 @@ bool RunRound(const Config& config, const CurveKeys& server_keys, uint8_t* host,
   }
   if (ok) {  // single 1 MiB copies, alternating whole and in quarters
     uint64_t next_key = kChunks + 1;
-    rates->dtoh_1mib_whole_us = SingleCopyMicros(*channel, host, 1, &next_key, &ok);
-    rates->dtoh_1mib_quarters_us = SingleCopyMicros(*channel, host, 4, &next_key, &ok);
+    ok = SingleCopyMicros(*channel, host, &next_key, &rates->dtoh_1mib_whole_us, &rates->dtoh_1mib_quarters_us);
   }
   if (channel != nullptr) channel->Send(std::vector<uint8_t>{kQuit}, {});
   channel.reset();

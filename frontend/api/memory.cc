@@ -197,9 +197,11 @@ CUresult CopyHostToDevice(CUdeviceptr dst, const void* src, size_t bytes, CUstre
 // piece from the GPU on its own, so a piece much smaller would cost more in copies than the lanes give back.
 size_t DeviceToHostPieceBytes(const Client& client, size_t bytes) {
   constexpr size_t kLeastSpreadPiece = size_t{256} << 10, kPieceAlignment = size_t{64} << 10;
-  const size_t lanes = client.parallel_payloads();
+  // No more pieces than travel at once (the copy's window).
+  const size_t lanes = std::min(client.parallel_payloads(), wire::kCopyWindowChunks);
   if (lanes <= 1) return wire::kCopyChunkBytes;
-  const size_t spread = (bytes / lanes + kPieceAlignment - 1) / kPieceAlignment * kPieceAlignment;
+  const size_t share = (bytes + lanes - 1) / lanes;
+  const size_t spread = (share + kPieceAlignment - 1) / kPieceAlignment * kPieceAlignment;
   return std::clamp(spread, kLeastSpreadPiece, wire::kCopyChunkBytes);
 }
 
@@ -246,7 +248,9 @@ CUresult CopyDeviceToHost(void* dst, CUdeviceptr src, size_t bytes, CUstream str
   const size_t piece = DeviceToHostPieceBytes(*client, bytes);
   // Chunks may be received in place (tcp lanes), by lane threads, out of the reply order; into mirrored
   // (page-locked) memory too: mirror updates read before a chunk's reply leave its bytes alone
-  // (HostMirrors::BeginLanding).
+  // (HostMirrors::BeginLanding). Not over an asynchronous copy still on its way into the same memory, which a lane
+  // could land after this one: copied at their replies, this one lands last.
+  const bool in_place = !client->DeliveryOverlaps(bytes_out, bytes);
   ReplyMessage reply;
   const auto receive_one = [&] {
     const CUresult result = pipeline.Receive(&reply);
@@ -266,7 +270,7 @@ CUresult CopyDeviceToHost(void* dst, CUdeviceptr src, size_t bytes, CUstream str
     const size_t chunk = std::min(piece, bytes - offset);
     auto& builder = Builder();
     const auto call = wire::CreateMemcpyDtoH(builder, src + offset, chunk, wire_stream, async).Union();
-    if (!pipeline.Send(builder, wire::Call::MemcpyDtoH, call, {}, bytes_out + offset, chunk)) break;
+    if (!pipeline.Send(builder, wire::Call::MemcpyDtoH, call, {}, in_place ? bytes_out + offset : nullptr, chunk)) break;
   }
   while (pipeline.outstanding() > 0 && client->broken_result() == CUDA_SUCCESS) receive_one();
   return first_error != CUDA_SUCCESS ? first_error : client->broken_result();

@@ -437,6 +437,11 @@ CUresult Client::Send(flatbuffers::FlatBufferBuilder& builder, wire::Call type, 
   if (place_at != nullptr) {
     host_mirrors.BeginLanding(*sequence, place_at, place_bytes);
     channel_->ExpectPayload(*sequence, place_at, place_bytes);
+    if (broken_.load() != CUDA_SUCCESS) {
+      // Broke since the check above, perhaps after Break withdrew every placement and landing: these two as well.
+      channel_->ForgetPayload(*sequence);
+      host_mirrors.EndLanding(*sequence, nullptr);
+    }
   }
   const std::span<const uint8_t> header{builder.GetBufferPointer(), builder.GetSize()};
   const auto send = [&] {
@@ -469,7 +474,9 @@ bool Client::Dispatch(transport::IncomingMessage& message, const wire::Reply& re
   Waiter* owner = found->second;
   waiters_.erase(found);
   // Its payload, if it landed in place, did so before this reply: mirror updates read from now on are newer.
-  if (host_mirrors.any_landing()) host_mirrors.EndLanding(reply.sequence());
+  if (host_mirrors.any_landing()) {
+    host_mirrors.EndLanding(reply.sequence(), message.payload.empty() ? nullptr : message.payload.data());
+  }
   if (owner->destination != nullptr) {
     CUresult result = ResultOf(reply.result());
     if (result == CUDA_SUCCESS && message.payload.size() != owner->bytes) result = CUDA_ERROR_UNKNOWN;
@@ -568,13 +575,18 @@ CUresult Client::PostDelivery(flatbuffers::FlatBufferBuilder& builder, wire::Cal
   waiter->destination = destination;
   waiter->bytes = bytes;
   uint64_t sequence = 0;
-  // Received in place where the channel can (tcp lanes); the memory is page-locked, so mirrored over tcp://, and
-  // mirror updates read before this reply leave the landing's bytes alone (HostMirrors::BeginLanding).
-  const CUresult result = Send(builder, type, call, {}, waiter, &sequence, destination, bytes);
+  // Received in place where the channel can (tcp lanes), unless an earlier delivery into that memory is still on
+  // its way (lanes land payloads in any order; copied at their replies, the later one lands last) or the memory is
+  // an active mirror (whose updates from the GPU a landing would hold back until its reply). A mirror that turns
+  // active meanwhile: updates read before this reply leave the landing's bytes alone (HostMirrors::BeginLanding).
+  uint8_t* place_at = DeliveryOverlaps(destination, bytes) || host_mirrors.OverlapsActive(destination, bytes)
+                          ? nullptr
+                          : destination;
+  const CUresult result = Send(builder, type, call, {}, waiter, &sequence, place_at, bytes);
   if (result != CUDA_SUCCESS) {
-    if (sequence != 0) {
+    if (sequence != 0 && place_at != nullptr) {
       channel_->ForgetPayload(sequence);
-      host_mirrors.EndLanding(sequence);
+      host_mirrors.EndLanding(sequence, nullptr);
     }
     std::lock_guard<std::mutex> lock(reply_mutex_);
     if (waiters_.erase(sequence) != 0) {  // not already released by Break
@@ -590,6 +602,16 @@ CUresult Client::PostDelivery(flatbuffers::FlatBufferBuilder& builder, wire::Cal
 bool Client::DeliveriesOutstanding() {
   std::lock_guard<std::mutex> lock(reply_mutex_);
   return outstanding_deliveries_ != 0;
+}
+
+bool Client::DeliveryOverlaps(const uint8_t* start, size_t bytes) {
+  std::lock_guard<std::mutex> lock(reply_mutex_);
+  if (outstanding_deliveries_ == 0) return false;
+  for (const auto& [sequence, waiter] : waiters_) {
+    const uint8_t* destination = waiter->destination;
+    if (destination != nullptr && destination < start + bytes && start < destination + waiter->bytes) return true;
+  }
+  return false;
 }
 
 CUresult Client::AwaitDeliveries() {
@@ -718,7 +740,7 @@ bool Client::Pipeline::SendSlot(flatbuffers::FlatBufferBuilder& builder, wire::C
                    std::move(returned)) != CUDA_SUCCESS) {
     if (place_at != nullptr && slot->sequence != 0) {
       client_.channel_->ForgetPayload(slot->sequence);
-      client_.host_mirrors.EndLanding(slot->sequence);
+      client_.host_mirrors.EndLanding(slot->sequence, nullptr);
     }
     std::lock_guard<std::mutex> lock(client_.reply_mutex_);
     client_.waiters_.erase(slot->sequence);

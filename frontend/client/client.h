@@ -84,8 +84,9 @@ class Client {
                         uint8_t* destination, uint64_t bytes);
   // Waits until every delivery posted so far has landed (memory is about to be freed, or a copy must be complete).
   CUresult AwaitDeliveries();
-  // Whether any delivery (PostDelivery) is still on its way.
+  // Whether any delivery (PostDelivery) is still on its way; whether one into [start, start + bytes) is.
   bool DeliveriesOutstanding();
+  bool DeliveryOverlaps(const uint8_t* start, size_t bytes);
   // The first failure of a delivery since the last call, once.
   CUresult TakeAsyncError() { return async_error_.exchange(CUDA_SUCCESS); }
 

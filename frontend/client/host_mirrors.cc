@@ -20,38 +20,61 @@ void HostMirrors::Add(uint8_t* memory, uint64_t bytes, CUdeviceptr device_ptr, b
   if (active) ActivateLocked(mirror);
 }
 
-bool HostMirrors::OverlapsLocked(const uint8_t* begin, size_t bytes) const {
+bool HostMirrors::OverlapsLocked(const uint8_t* begin, size_t bytes, bool active_only) const {
   for (const auto& [device_ptr, mirror] : mirrors_) {
+    if (active_only && mirror.shadow == nullptr) continue;
     if (begin < mirror.memory + mirror.bytes && mirror.memory < begin + bytes) return true;
   }
   return false;
 }
 
-void HostMirrors::BeginLanding(uint64_t sequence, const uint8_t* start, size_t bytes) {
+bool HostMirrors::OverlapsActive(const void* start, size_t bytes) {
+  if (!any_active()) return false;
   std::lock_guard<std::mutex> lock(mutex_);
-  if (bytes == 0 || !OverlapsLocked(start, bytes)) return;
-  landings_[sequence] = Landing{start, start + bytes};
+  return OverlapsLocked(static_cast<const uint8_t*>(start), bytes, /*active_only=*/true);
+}
+
+void HostMirrors::BeginLanding(uint64_t sequence, uint8_t* start, size_t bytes) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (bytes == 0 || !OverlapsLocked(start, bytes, /*active_only=*/false)) return;
+  landings_[sequence] = Landing{start, start + bytes, {}};
   landing_count_.store(landings_.size(), std::memory_order_release);
 }
 
-void HostMirrors::EndLanding(uint64_t sequence) {
+void HostMirrors::EndLanding(uint64_t sequence, const uint8_t* landed_at) {
   std::lock_guard<std::mutex> lock(mutex_);
-  if (landings_.erase(sequence) != 0) landing_count_.store(landings_.size(), std::memory_order_release);
+  const auto found = landings_.find(sequence);
+  if (found == landings_.end()) return;
+  Landing landing = std::move(found->second);
+  landings_.erase(found);
+  landing_count_.store(landings_.size(), std::memory_order_release);
+  if (landed_at == landing.start) return;
+  // Its payload did not land there (an error, a payload that travelled inline, a session that broke): what the
+  // updates read meanwhile wrote is the memory's newest content after all, in their order (around any landing
+  // still open).
+  for (const SkippedRun& run : landing.skipped) WriteAroundLandings(run.at, run.bytes.data(), run.bytes.size());
 }
 
 void HostMirrors::EndAllLandings() {
   std::lock_guard<std::mutex> lock(mutex_);
-  landings_.clear();
+  std::map<uint64_t, Landing> ended;
+  ended.swap(landings_);
   landing_count_.store(0, std::memory_order_release);
+  for (auto& [sequence, landing] : ended) {
+    for (const SkippedRun& run : landing.skipped) WriteAroundLandings(run.at, run.bytes.data(), run.bytes.size());
+  }
 }
 
-void HostMirrors::WriteAroundLandings(uint8_t* memory, const uint8_t* bytes, uint64_t count) const {
-  // The landings this run overlaps, clipped to it and in address order; the bytes between them are written.
+void HostMirrors::WriteAroundLandings(uint8_t* memory, const uint8_t* bytes, uint64_t count) {
+  // The landings this run overlaps, clipped to it and in address order; the bytes between them are written, and
+  // each landing keeps what it kept from being written (for EndLanding, should its payload not land).
   std::vector<std::pair<uint64_t, uint64_t>> skipped;
-  for (const auto& [sequence, landing] : landings_) {
+  for (auto& [sequence, landing] : landings_) {
     if (landing.start >= memory + count || landing.end <= memory) continue;
-    skipped.emplace_back(landing.start > memory ? landing.start - memory : 0,
-                         std::min<uint64_t>(count, landing.end - memory));
+    const uint64_t from = landing.start > memory ? static_cast<uint64_t>(landing.start - memory) : 0;
+    const uint64_t to = std::min<uint64_t>(count, static_cast<uint64_t>(landing.end - memory));
+    skipped.emplace_back(from, to);
+    landing.skipped.push_back(SkippedRun{memory + from, std::vector<uint8_t>(bytes + from, bytes + to)});
   }
   std::sort(skipped.begin(), skipped.end());
   uint64_t at = 0;

@@ -34,12 +34,16 @@ class HostMirrors {
   // Activates every mirror that an 8-byte-aligned word of a kernel's packed `arguments` points into.
   void ActivateReferenced(std::span<const uint8_t> arguments);
   bool any_active() const { return active_count_.load(std::memory_order_acquire) != 0; }
+  // Whether any active mirror's application memory overlaps [start, start + bytes).
+  bool OverlapsActive(const void* start, size_t bytes);
   // A reply's payload that a channel may write in place (a lane thread, before its reply is read) into
   // [start, start + bytes), under request `sequence`. An update read before that reply is older than the payload:
   // where a landing overlaps it, it refreshes the shadow but leaves the bytes (which then go back to the executor
-  // as this side's change). Recorded only if a mirror overlaps; EndLanding once the reply has been read.
-  void BeginLanding(uint64_t sequence, const uint8_t* start, size_t bytes);
-  void EndLanding(uint64_t sequence);
+  // as this side's change). Recorded only if a mirror overlaps. EndLanding once the reply has been read, with where
+  // its payload is (`landed_at`): if not at `start`, the bytes the updates left are written after all.
+  void BeginLanding(uint64_t sequence, uint8_t* start, size_t bytes);
+  void EndLanding(uint64_t sequence, const uint8_t* landed_at);
+  // Every landing ends unplaced (the session broke).
   void EndAllLandings();
   bool any_landing() const { return landing_count_.load(std::memory_order_acquire) != 0; }
   // What changed in the active mirrors since the last exchange (a newly active mirror is announced by an empty run).
@@ -55,15 +59,20 @@ class HostMirrors {
     bool announced = false;
     bool leaving = false;
   };
+  struct SkippedRun {
+    uint8_t* at = nullptr;
+    std::vector<uint8_t> bytes;
+  };
   struct Landing {
-    const uint8_t* start = nullptr;
-    const uint8_t* end = nullptr;
+    uint8_t* start = nullptr;
+    uint8_t* end = nullptr;
+    std::vector<SkippedRun> skipped;  // what updates would have written there, in their order
   };
   void ActivateLocked(Mirror& mirror);
-  // Whether any mirror's application memory overlaps [begin, begin + bytes).
-  bool OverlapsLocked(const uint8_t* begin, size_t bytes) const;
-  // Writes `count` bytes at `memory` except where a landing is.
-  void WriteAroundLandings(uint8_t* memory, const uint8_t* bytes, uint64_t count) const;
+  // Whether any (active) mirror's application memory overlaps [begin, begin + bytes).
+  bool OverlapsLocked(const uint8_t* begin, size_t bytes, bool active_only) const;
+  // Writes `count` bytes at `memory` except where a landing is, and gives each landing what it kept out.
+  void WriteAroundLandings(uint8_t* memory, const uint8_t* bytes, uint64_t count);
 
   std::mutex mutex_;
   std::map<CUdeviceptr, Mirror> mirrors_;  // by device address

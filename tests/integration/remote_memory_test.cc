@@ -233,6 +233,33 @@ TEST_F(RemoteMemoryTest, DeviceToHostCopiesOfAnySizeArriveWhole) {
   ASSERT_CU(cuMemFree(device));
 }
 
+// Asynchronous copies into the same page-locked memory, in a row on one stream: the last one's bytes are what the
+// host reads after the synchronize (over tcp:// the lanes land payloads in any order, so a copy into memory that an
+// earlier one has yet to reach is not placed but copied at its reply).
+TEST_F(RemoteMemoryTest, AsynchronousCopiesIntoTheSameMemoryEndWithTheLast) {
+  constexpr size_t n = (8u << 20) / sizeof(uint32_t);
+  constexpr int kSources = 3;
+  CUdeviceptr sources[kSources] = {};
+  for (int i = 0; i < kSources; ++i) {
+    ASSERT_CU(cuMemAlloc(&sources[i], n * sizeof(uint32_t)));
+    ASSERT_CU(Fill(stream_, sources[i], 0x1000u + static_cast<unsigned>(i), n));
+  }
+  uint32_t* pinned = nullptr;
+  ASSERT_CU(cuMemAllocHost(reinterpret_cast<void**>(&pinned), n * sizeof(uint32_t)));
+  for (int round = 0; round < 12; ++round) {
+    int last = 0;
+    for (int i = 0; i < kSources; ++i) {
+      last = (round + i) % kSources;
+      ASSERT_CU(cuMemcpyDtoHAsync(pinned, sources[last], n * sizeof(uint32_t), stream_));
+    }
+    ASSERT_CU(cuStreamSynchronize(stream_));
+    for (size_t i = 0; i < n; i += 1021) ASSERT_EQ(pinned[i], 0x1000u + last) << "round " << round << " i " << i;
+    ASSERT_EQ(pinned[n - 1], 0x1000u + last) << "round " << round;
+  }
+  ASSERT_CU(cuMemFreeHost(pinned));
+  for (CUdeviceptr source : sources) ASSERT_CU(cuMemFree(source));
+}
+
 // 2D copies and array copies whose host side is page-locked memory (one real cuMemcpy2D/3D in the executor on a
 // same-host session), plain and asynchronous, with rows and offsets inside the allocation.
 TEST_F(RemoteMemoryTest, PinnedTwoDimensionalAndArrayCopies) {

@@ -230,11 +230,29 @@ TEST(ClientHostMirrorsTest, UpdatesLeaveLandingBytesAndRefreshTheirShadow) {
   EXPECT_EQ(runs[0].bytes(), 50u);
   EXPECT_EQ(runs[1].offset(), 180u);
   EXPECT_EQ(runs[1].bytes(), 200u);  // beyond the update too: the shadow there was still zero
-  // Once their replies are read, updates write everywhere again.
-  mirrors.EndLanding(7);
+  // The first landing's payload did land in place: its bytes stay. The second's never does (say the session broke):
+  // what the update would have written there is written after all, and beyond the update the bytes stay as they are.
+  mirrors.EndLanding(7, memory.data() + 100);
   ASSERT_TRUE(mirrors.any_landing());
+  for (size_t i = 100; i < 150; ++i) ASSERT_EQ(memory[i], 0xAA) << i;
   mirrors.EndAllLandings();
   EXPECT_FALSE(mirrors.any_landing());
+  for (size_t i = 180; i < 300; ++i) ASSERT_EQ(memory[i], 0x11) << i;
+  for (size_t i = 300; i < 380; ++i) ASSERT_EQ(memory[i], 0xBB) << i;
+  // An unplaced landing's reply (an error, an inline payload) writes the updates it held back, in their order,
+  // around a landing still open.
+  mirrors.BeginLanding(9, memory.data() + 500, 100);
+  mirrors.BeginLanding(10, memory.data() + 550, 100);
+  ASSERT_TRUE(apply(500, 20, 0x33));
+  ASSERT_TRUE(apply(510, 80, 0x44));
+  mirrors.EndLanding(9, nullptr);
+  for (size_t i = 500; i < 510; ++i) ASSERT_EQ(memory[i], 0x33) << i;
+  for (size_t i = 510; i < 550; ++i) ASSERT_EQ(memory[i], 0x44) << i;
+  for (size_t i = 550; i < 590; ++i) ASSERT_EQ(memory[i], 0) << i << ": landing 10 is still open";
+  mirrors.EndLanding(10, memory.data() + 500);  // not where it was to land: unplaced too
+  for (size_t i = 550; i < 590; ++i) ASSERT_EQ(memory[i], 0x44) << i;
+  EXPECT_FALSE(mirrors.any_landing());
+  // Once their replies are read, updates write everywhere again.
   ASSERT_TRUE(apply(0, 400, 0x22));
   for (size_t i = 0; i < 400; ++i) ASSERT_EQ(memory[i], 0x22) << i;
 }
