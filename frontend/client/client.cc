@@ -480,24 +480,17 @@ bool Client::Dispatch(transport::IncomingMessage& message, const wire::Reply& re
   if (owner->destination != nullptr) {
     CUresult result = ResultOf(reply.result());
     if (result == CUDA_SUCCESS && message.payload.size() != owner->bytes) result = CUDA_ERROR_UNKNOWN;
-    const bool placed = !message.payload.empty() && message.payload.data() == owner->destination;
-    if (result == CUDA_SUCCESS && placed) {
-      // Landed in place (tcp lanes): nothing to copy.
-    } else if (result == CUDA_SUCCESS) {
+    // Landed in place (tcp lanes): nothing to do. Otherwise the placement is withdrawn and the bytes copied; both
+    // count as in progress, so nothing frees the memory before the lanes and this copy let go of it.
+    if (message.payload.empty() || message.payload.data() != owner->destination) {
       ++copying_deliveries_;
       lock.unlock();
       channel_->ForgetPayload(reply.sequence());
-      CopyToApplication(owner->destination, message.payload.data(), owner->bytes);
+      if (result == CUDA_SUCCESS) CopyToApplication(owner->destination, message.payload.data(), owner->bytes);
       lock.lock();
       --copying_deliveries_;
-    } else {
-      if (!placed) {
-        ++copying_deliveries_;  // counted as in progress: nothing may free the memory before the lanes let go
-        lock.unlock();
-        channel_->ForgetPayload(reply.sequence());
-        lock.lock();
-        --copying_deliveries_;
-      }
+    }
+    if (result != CUDA_SUCCESS) {
       CUresult expected = CUDA_SUCCESS;
       async_error_.compare_exchange_strong(expected, result);
     }
@@ -584,10 +577,6 @@ CUresult Client::PostDelivery(flatbuffers::FlatBufferBuilder& builder, wire::Cal
                           : destination;
   const CUresult result = Send(builder, type, call, {}, waiter, &sequence, place_at, bytes);
   if (result != CUDA_SUCCESS) {
-    if (sequence != 0 && place_at != nullptr) {
-      channel_->ForgetPayload(sequence);
-      host_mirrors.EndLanding(sequence, nullptr);
-    }
     std::lock_guard<std::mutex> lock(reply_mutex_);
     if (waiters_.erase(sequence) != 0) {  // not already released by Break
       --outstanding_deliveries_;
@@ -738,10 +727,6 @@ bool Client::Pipeline::SendSlot(flatbuffers::FlatBufferBuilder& builder, wire::C
   slot->place_at = place_at;
   if (client_.Send(builder, type, call, payload, &slot->waiter, &slot->sequence, place_at, place_bytes,
                    std::move(returned)) != CUDA_SUCCESS) {
-    if (place_at != nullptr && slot->sequence != 0) {
-      client_.channel_->ForgetPayload(slot->sequence);
-      client_.host_mirrors.EndLanding(slot->sequence, nullptr);
-    }
     std::lock_guard<std::mutex> lock(client_.reply_mutex_);
     client_.waiters_.erase(slot->sequence);
     return false;

@@ -210,7 +210,8 @@ class Client {
   uint64_t FinishRequest(flatbuffers::FlatBufferBuilder& builder, wire::Call type,
                          flatbuffers::Offset<void> call, bool wants_reply);
   // Sends one request; when `waiter` is given, it is registered for the reply before the request leaves. With
-  // `place_at`, the channel is asked to receive the reply's payload there (Channel::ExpectPayload). With
+  // `place_at`, the channel is asked to receive the reply's payload there (Channel::ExpectPayload); a failed Send
+  // leaves no placement or landing behind (every failure breaks the session, and Break withdraws them all). With
   // `returned`, the payload is lent to the channel (Channel::SendLoaned), which calls it exactly once, whatever
   // happens, when it no longer reads the payload.
   CUresult Send(flatbuffers::FlatBufferBuilder& builder, wire::Call type, flatbuffers::Offset<void> call,
