@@ -7,7 +7,10 @@
 //   dtoh: the client asks for each chunk, expecting it in place in its destination (ExpectPayload); the executor
 //         lends it from one buffer (SendLoaned, as from its pinned staging);
 //   then single 1 MiB device-to-host copies, one at a time (a plain copy's wait), as one payload and as four of
-//         256 KiB at once: what a copy too small to be chunked pays for its one lane.
+//         256 KiB at once: what a copy too small to be chunked pays for its one lane;
+//   then 1 MiB host-to-device posts in a row (as the shim posts plain copies of up to a chunk: the channel copies
+//         each payload, nobody answers), 256 at a time and then one acknowledged message: the lanes' share of a
+//         run of small uploads, without the executor's copies to the GPU.
 // Rounds alternate over the configurations; medians are printed as METRIC lines, with the client's CPU seconds per
 // GiB. What it shows: the transport's ceiling under a tcp:// session's copies, and how sealing and the lane count
 // move it, on any host (docs/performance.md, bench/README.md).
@@ -47,7 +50,11 @@ constexpr size_t kChunks = kTotalBytes / kChunkBytes;
 constexpr size_t kInFlight = 8;
 constexpr int kTimeoutMs = 20'000;
 
-enum : uint8_t { kHtoD = 'H', kAck = 'A', kDtoH = 'D', kChunk = 'd', kQuit = 'Q' };
+enum : uint8_t { kHtoD = 'H', kAck = 'A', kDtoH = 'D', kChunk = 'd', kPost = 'P', kSync = 'S', kQuit = 'Q' };
+
+constexpr size_t kPostBytes = size_t{1} << 20;
+constexpr size_t kPostsInARow = 256;
+constexpr int kPostRuns = 4;
 
 struct Config {
   bool sealed = false;
@@ -100,6 +107,10 @@ int Serve(const ChannelOptions& options, int report) {
     if (header[0] == kQuit) return 0;
     if (header[0] == kHtoD) {
       if (request.payload.size() != kChunkBytes || !channel->Send(ack, {})) return 7;
+    } else if (header[0] == kPost) {
+      if (request.payload.size() != kPostBytes) return 7;
+    } else if (header[0] == kSync) {
+      if (!channel->Send(ack, {})) return 7;
     } else if (header[0] == kDtoH && (header.size() == 9 || header.size() == 17)) {
       uint64_t key = 0, bytes = kChunkBytes;
       std::memcpy(&key, header.data() + 1, sizeof(key));
@@ -126,6 +137,8 @@ struct Rates {
   // One device-to-host copy of 1 MiB at a time (a plain copy's wait): as one payload, and as four of 256 KiB in
   // flight at once (one per lane with four lanes); medians of kSingleCopies, microseconds.
   double dtoh_1mib_whole_us = 0, dtoh_1mib_quarters_us = 0;
+  // kPostsInARow host-to-device posts of 1 MiB, then one acknowledged message; GB/s over kPostRuns such runs.
+  double htod_1mib_posts_gbps = 0;
 };
 
 constexpr int kSingleCopies = 300;
@@ -166,6 +179,23 @@ bool SingleCopyMicros(Channel& channel, uint8_t* destination, uint64_t* next_key
   std::sort(quarters.begin(), quarters.end());
   *whole_us = whole[whole.size() / 2];
   *quarters_us = quarters[quarters.size() / 2];
+  return true;
+}
+
+// 1 MiB host-to-device posts in a row from `host` (each copied by the channel, as Client::Post's are), then a
+// message the executor acknowledges once it has taken every post before it; GB/s over kPostRuns runs.
+bool PostsInARow(Channel& channel, const uint8_t* host, double* gbps) {
+  const std::vector<uint8_t> post = {kPost}, sync = {kSync};
+  IncomingMessage reply;
+  const auto start = Clock::now();
+  for (int run = 0; run < kPostRuns; ++run) {
+    for (size_t i = 0; i < kPostsInARow; ++i) {
+      if (!channel.Send(post, {host + i * kPostBytes, kPostBytes})) return false;
+    }
+    if (!channel.Send(sync, {}) || !ReceiveOne(channel, reply) || reply.header.bytes()[0] != kAck) return false;
+  }
+  const double seconds = std::chrono::duration<double>(Clock::now() - start).count();
+  *gbps = static_cast<double>(kPostRuns * kPostsInARow * kPostBytes) / seconds / 1e9;
   return true;
 }
 
@@ -261,6 +291,7 @@ bool RunRound(const Config& config, const CurveKeys& server_keys, uint8_t* host,
     uint64_t next_key = kChunks + 1;
     ok = SingleCopyMicros(*channel, host, &next_key, &rates->dtoh_1mib_whole_us, &rates->dtoh_1mib_quarters_us);
   }
+  if (ok) ok = PostsInARow(*channel, host, &rates->htod_1mib_posts_gbps);
   if (channel != nullptr) channel->Send(std::vector<uint8_t>{kQuit}, {});
   channel.reset();
   link.reset();
@@ -320,9 +351,9 @@ int main(int argc, char** argv) {
       }
       std::fprintf(stderr,
                    "round %d %s: htod %.2f GB/s, dtoh %.2f GB/s (%zu of %zu chunks placed); one 1 MiB dtoh %.1f us, "
-                   "in quarters %.1f us\n",
+                   "in quarters %.1f us; 1 MiB htod posts in a row %.2f GB/s\n",
                    round + 1, config.Name().c_str(), rates.htod_gbps, rates.dtoh_gbps, rates.placed, kChunks,
-                   rates.dtoh_1mib_whole_us, rates.dtoh_1mib_quarters_us);
+                   rates.dtoh_1mib_whole_us, rates.dtoh_1mib_quarters_us, rates.htod_1mib_posts_gbps);
       results[config.Name()].push_back(rates);
     }
   }
@@ -340,6 +371,7 @@ int main(int argc, char** argv) {
     std::printf("METRIC %s_cpu_per_GiB_dtoh %.3f s\n", name.c_str(), median(&Rates::dtoh_cpu));
     std::printf("METRIC %s_dtoh_1MiB_whole %.1f us\n", name.c_str(), median(&Rates::dtoh_1mib_whole_us));
     std::printf("METRIC %s_dtoh_1MiB_quarters %.1f us\n", name.c_str(), median(&Rates::dtoh_1mib_quarters_us));
+    std::printf("METRIC %s_htod_1MiB_posts %.3f GB/s\n", name.c_str(), median(&Rates::htod_1mib_posts_gbps));
   }
   return 0;
 }
