@@ -341,6 +341,92 @@ TEST(LanesChannelTest, LoansComeBackWhenThePeerIsGone) {
   EXPECT_EQ(returned.load(), offered);
 }
 
+// Receive memory that counts the buffers lent at once (the executor's page-locked receive buffers).
+class CountedReceiveMemory final : public ReceiveMemory {
+ public:
+  uint8_t* Allocate(size_t bytes) override {
+    const int now = ++lent_;
+    for (int peak = peak_.load(); now > peak && !peak_.compare_exchange_weak(peak, now);) {
+    }
+    return new uint8_t[bytes];
+  }
+  void Free(uint8_t* memory, size_t) override {
+    --lent_;
+    delete[] memory;
+  }
+  int peak() const { return peak_.load(); }
+
+ private:
+  std::atomic<int> lent_{0}, peak_{0};
+};
+
+// A run of 1 MiB payloads (each copied by the channel, as the shim posts small uploads) to an executor that lends
+// its memory and stops reading for a while: its lanes read one record ahead each and no further (the rest waits in
+// the sockets), and the client's sender, once as many copies as the channel keeps are on their way and the sockets
+// are full, waits for room instead of copying more; then every payload arrives whole and in order.
+TEST(LanesChannelTest, ARunOfCopiedPayloadsIsHeldBackByAReceiverThatLendsItsMemory) {
+  constexpr int kLanes = 4, kPayloads = 200;
+  constexpr size_t kBytes = size_t{1} << 20;
+  std::string executor_error, client_error;
+  Session session = Connect(kLanes, &executor_error, &client_error);
+  ASSERT_NE(session.executor, nullptr) << executor_error;
+  ASSERT_NE(session.client, nullptr) << client_error;
+  auto memory = std::make_shared<CountedReceiveMemory>();
+  session.executor->UseReceiveMemory(memory);
+  std::atomic<int> sent{0};
+  std::thread sender([&] {
+    std::string payload = Payload(3, kBytes);
+    for (int i = 0; i < kPayloads; ++i) {
+      std::memcpy(payload.data(), &i, sizeof(i));  // copied at Send: the same buffer serves every message
+      if (!session.client->Send(Bytes("post " + std::to_string(i)), Bytes(payload))) return;
+      sent.fetch_add(1);
+    }
+  });
+  std::this_thread::sleep_for(std::chrono::milliseconds(700));
+  // Each lane has read one record into lent memory; the sender waits: what the sockets hold and the copies in
+  // flight fall far short of the run (loopback's socket buffers hold a few MiB per lane).
+  EXPECT_LE(memory->peak(), kLanes);
+  EXPECT_LT(sent.load(), kPayloads / 2);
+  const std::string expected = Payload(3, kBytes);
+  for (int i = 0; i < kPayloads; ++i) {
+    IncomingMessage message;
+    ASSERT_EQ(session.executor->Receive(message, 5000), ReceiveStatus::kMessage) << i;
+    ASSERT_EQ(Text(message.header.bytes()), "post " + std::to_string(i));
+    ASSERT_EQ(message.payload.size(), kBytes) << i;
+    int stamp = -1;
+    std::memcpy(&stamp, message.payload.data(), sizeof(stamp));
+    EXPECT_EQ(stamp, i);
+    EXPECT_EQ(std::memcmp(message.payload.data() + sizeof(stamp), expected.data() + sizeof(stamp),
+                          kBytes - sizeof(stamp)), 0) << i;
+  }
+  sender.join();
+  EXPECT_EQ(sent.load(), kPayloads);
+  // The lanes' records ahead, and the one message held here at a time.
+  EXPECT_LE(memory->peak(), kLanes + 1);
+}
+
+// A sender waiting for room in a run of copied payloads is released, with a failure, when its peer goes away.
+TEST(LanesChannelTest, ASenderWaitingForRoomFailsWhenThePeerIsGone) {
+  std::string executor_error, client_error;
+  Session session = Connect(2, &executor_error, &client_error);
+  ASSERT_NE(session.executor, nullptr) << executor_error;
+  ASSERT_NE(session.client, nullptr) << client_error;
+  session.executor->UseReceiveMemory(std::make_shared<CountedReceiveMemory>());
+  std::promise<int> done;
+  std::thread sender([&] {
+    const std::string payload = Payload(4, size_t{1} << 20);
+    int i = 0;
+    while (i < 1000 && session.client->Send(Bytes("post"), Bytes(payload))) ++i;
+    done.set_value(i);
+  });
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  session.executor.reset();
+  auto result = done.get_future();
+  ASSERT_EQ(result.wait_for(std::chrono::seconds(10)), std::future_status::ready);
+  EXPECT_LT(result.get(), 1000);
+  sender.join();
+}
+
 // Sends `payload` from the executor as a loan under `key` and returns the message the client receives.
 IncomingMessage SendKeyed(Session& session, const std::string& header, const std::string& payload, uint64_t key) {
   EXPECT_TRUE(session.executor->SendLoaned(Bytes(header), Bytes(payload), [] {}, key));
