@@ -135,6 +135,20 @@ StridedCopy LinearCopy(const void* host_src, CUdeviceptr device_src, void* host_
   return copy;
 }
 
+// The size of the pieces a copy between host and device moves in: whole chunks, except that a copy of fewer chunks
+// than the channel has lanes is spread over them in pieces of at least kLeastSpreadPiece (a payload alone on one TCP
+// connection moves at a fraction of the lanes' joint rate: Channel::ParallelPayloads). The executor copies each
+// piece to or from the GPU on its own, so a piece much smaller would cost more in copies than the lanes give back.
+size_t SpreadPieceBytes(const Client& client, size_t bytes) {
+  constexpr size_t kLeastSpreadPiece = size_t{256} << 10, kPieceAlignment = size_t{64} << 10;
+  // No more pieces than travel at once (the copy's window).
+  const size_t lanes = std::min(client.parallel_payloads(), wire::kCopyWindowChunks);
+  if (lanes <= 1) return wire::kCopyChunkBytes;
+  const size_t share = (bytes + lanes - 1) / lanes;
+  const size_t spread = (share + kPieceAlignment - 1) / kPieceAlignment * kPieceAlignment;
+  return std::clamp(spread, kLeastSpreadPiece, wire::kCopyChunkBytes);
+}
+
 CUresult CopyHostToDevice(CUdeviceptr dst, const void* src, size_t bytes, CUstream stream, bool async) {
   Client* client;
   CURELAY_RETURN_IF_ERROR(RequireContext(&client));
@@ -158,14 +172,28 @@ CUresult CopyHostToDevice(CUdeviceptr dst, const void* src, size_t bytes, CUstre
     return StagedCopy(*client, static_cast<uint8_t*>(const_cast<void*>(src)), dst, bytes, true, wire_stream);
   }
   const auto* bytes_in = static_cast<const uint8_t*>(src);
+  const bool answered = !async && TouchesManagedGlobals(*client, dst, bytes);
+  if (const size_t piece = SpreadPieceBytes(*client, bytes); bytes <= wire::kCopyChunkBytes && piece < bytes && !answered) {
+    // Fewer chunks than lanes: posted in pieces spread over them, each lent (a lane sends it from the caller's
+    // memory, so no copy on this thread); the call returns once every piece is out of the caller's memory, as a
+    // pageable copy returns natively once the driver has staged it. Errors surface at the next synchronizing call.
+    {
+      Client::Pipeline pipeline(*client);  // its end waits for the loans
+      for (size_t offset = 0; offset < bytes; offset += piece) {
+        const size_t chunk = std::min(piece, bytes - offset);
+        auto& builder = Builder();
+        const auto call = wire::CreateMemcpyHtoD(builder, dst + offset, wire_stream, async).Union();
+        if (!pipeline.PostLent(builder, wire::Call::MemcpyHtoD, call, {bytes_in + offset, chunk})) break;
+      }
+    }
+    return client->broken_result();
+  }
   if (bytes <= wire::kCopyChunkBytes) {
     // The data is captured in the message before this returns, so the caller may reuse its buffer at once, as
     // with a pageable copy to the real driver; any error surfaces at the next synchronizing call.
     auto& builder = Builder();
     const auto call = wire::CreateMemcpyHtoD(builder, dst, wire_stream, async).Union();
-    if (!async && TouchesManagedGlobals(*client, dst, bytes)) {
-      return client->Call(builder, wire::Call::MemcpyHtoD, call, {bytes_in, bytes}, nullptr);
-    }
+    if (answered) return client->Call(builder, wire::Call::MemcpyHtoD, call, {bytes_in, bytes}, nullptr);
     return client->Post(builder, wire::Call::MemcpyHtoD, call, {bytes_in, bytes});
   }
   Client::Pipeline pipeline(*client);
@@ -189,20 +217,6 @@ CUresult CopyHostToDevice(CUdeviceptr dst, const void* src, size_t bytes, CUstre
     if (result == client->broken_result() && result != CUDA_SUCCESS) break;
   }
   return first_error != CUDA_SUCCESS ? first_error : client->broken_result();
-}
-
-// The size of the pieces a device-to-host copy asks for: whole chunks, except that a copy of fewer chunks than the
-// channel has lanes is spread over them in pieces of at least kLeastSpreadPiece (a payload alone on one TCP
-// connection moves at a fraction of the lanes' joint rate: Channel::ParallelPayloads). The executor copies each
-// piece from the GPU on its own, so a piece much smaller would cost more in copies than the lanes give back.
-size_t DeviceToHostPieceBytes(const Client& client, size_t bytes) {
-  constexpr size_t kLeastSpreadPiece = size_t{256} << 10, kPieceAlignment = size_t{64} << 10;
-  // No more pieces than travel at once (the copy's window).
-  const size_t lanes = std::min(client.parallel_payloads(), wire::kCopyWindowChunks);
-  if (lanes <= 1) return wire::kCopyChunkBytes;
-  const size_t share = (bytes + lanes - 1) / lanes;
-  const size_t spread = (share + kPieceAlignment - 1) / kPieceAlignment * kPieceAlignment;
-  return std::clamp(spread, kLeastSpreadPiece, wire::kCopyChunkBytes);
 }
 
 CUresult CopyDeviceToHost(void* dst, CUdeviceptr src, size_t bytes, CUstream stream, bool async) {
@@ -230,7 +244,7 @@ CUresult CopyDeviceToHost(void* dst, CUdeviceptr src, size_t bytes, CUstream str
     // copies behind others already keep every lane busy, and pieces would only add copies (1 MiB copies in a row
     // moved 7.8 GB/s whole, 4.8 spread, on the H200).
     const size_t piece =
-        client->DeliveriesOutstanding() ? wire::kCopyChunkBytes : DeviceToHostPieceBytes(*client, bytes);
+        client->DeliveriesOutstanding() ? wire::kCopyChunkBytes : SpreadPieceBytes(*client, bytes);
     for (size_t offset = 0; offset < bytes; offset += piece) {
       const size_t chunk = std::min(piece, bytes - offset);
       auto& builder = Builder();
@@ -245,7 +259,7 @@ CUresult CopyDeviceToHost(void* dst, CUdeviceptr src, size_t bytes, CUstream str
   Client::Pipeline pipeline(*client);
   CUresult first_error = CUDA_SUCCESS;
   size_t received = 0;
-  const size_t piece = DeviceToHostPieceBytes(*client, bytes);
+  const size_t piece = SpreadPieceBytes(*client, bytes);
   // Chunks may be received in place (tcp lanes), by lane threads, out of the reply order; into mirrored
   // (page-locked) memory too: mirror updates read before a chunk's reply leave its bytes alone
   // (HostMirrors::BeginLanding). Not over an asynchronous copy still on its way into the same memory, which a lane

@@ -703,20 +703,30 @@ bool Client::Pipeline::Send(flatbuffers::FlatBufferBuilder& builder, wire::Call 
   return SendSlot(builder, type, call, payload, place_at, place_bytes, nullptr);
 }
 
-bool Client::Pipeline::SendLent(flatbuffers::FlatBufferBuilder& builder, wire::Call type,
-                                flatbuffers::Offset<void> call, std::span<const uint8_t> payload) {
+std::function<void()> Client::Pipeline::Lend() {
   if (loans_ == nullptr) loans_ = std::make_shared<Loans>();
   {
     std::lock_guard<std::mutex> lock(loans_->mutex);
     ++loans_->out;
   }
-  return SendSlot(builder, type, call, payload, nullptr, 0, [loans = loans_] {
+  return [loans = loans_] {
     {
       std::lock_guard<std::mutex> lock(loans->mutex);
       --loans->out;
     }
     loans->returned.notify_all();
-  });
+  };
+}
+
+bool Client::Pipeline::SendLent(flatbuffers::FlatBufferBuilder& builder, wire::Call type,
+                                flatbuffers::Offset<void> call, std::span<const uint8_t> payload) {
+  return SendSlot(builder, type, call, payload, nullptr, 0, Lend());
+}
+
+bool Client::Pipeline::PostLent(flatbuffers::FlatBufferBuilder& builder, wire::Call type,
+                                flatbuffers::Offset<void> call, std::span<const uint8_t> payload) {
+  uint64_t sequence = 0;
+  return client_.Send(builder, type, call, payload, nullptr, &sequence, nullptr, 0, Lend()) == CUDA_SUCCESS;
 }
 
 bool Client::Pipeline::SendSlot(flatbuffers::FlatBufferBuilder& builder, wire::Call type,

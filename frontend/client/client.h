@@ -125,6 +125,9 @@ class Client {
     // every payload lent, so the caller's buffer is its own again when the copy returns.
     bool SendLent(flatbuffers::FlatBufferBuilder& builder, wire::Call type, flatbuffers::Offset<void> call,
                   std::span<const uint8_t> payload);
+    // Like SendLent for a request that wants no reply (Client::Post): only the loan is waited for.
+    bool PostLent(flatbuffers::FlatBufferBuilder& builder, wire::Call type, flatbuffers::Offset<void> call,
+                  std::span<const uint8_t> payload);
     // Receives the oldest outstanding reply.
     CUresult Receive(ReplyMessage* reply);
     size_t outstanding() const { return pending_.size() - next_; }
@@ -144,6 +147,8 @@ class Client {
     bool SendSlot(flatbuffers::FlatBufferBuilder& builder, wire::Call type, flatbuffers::Offset<void> call,
                   std::span<const uint8_t> payload, uint8_t* place_at, size_t place_bytes,
                   std::function<void()> returned);
+    // Counts a loan out; the function the channel calls when it gives the loan back.
+    std::function<void()> Lend();
     Client& client_;
     std::vector<std::unique_ptr<Slot>> pending_;
     size_t next_ = 0;

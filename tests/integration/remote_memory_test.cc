@@ -233,6 +233,49 @@ TEST_F(RemoteMemoryTest, DeviceToHostCopiesOfAnySizeArriveWhole) {
   ASSERT_CU(cuMemFree(device));
 }
 
+// Host-to-device copies of sizes that do not divide into whole pieces (over tcp:// a copy smaller than one chunk per
+// lane is posted in pieces spread over the lanes, each sent from the caller's memory), from pageable and page-locked
+// memory, plain and asynchronous: each arrives whole, nothing lands beyond it, and a plain or pageable copy's source
+// may be written again as soon as the call returns (the next copy sends the new bytes, the first keeps the old).
+TEST_F(RemoteMemoryTest, HostToDeviceCopiesOfAnySizeArriveWholeAndLeaveTheirSourceAtOnce) {
+  const size_t sizes[] = {(size_t{128} << 10) + 1, (size_t{512} << 10) + 7, size_t{1} << 20,
+                          (size_t{1} << 20) + 4097, (size_t{3} << 20) + 5, (size_t{4} << 20)};
+  constexpr size_t kMost = size_t{4} << 20;
+  const auto pattern = [](size_t i, int seed) { return static_cast<uint8_t>(i * 131 + (i >> 12) + seed * 17); };
+  CUdeviceptr device = 0;
+  ASSERT_CU(cuMemAlloc(&device, 2 * (kMost + 1)));
+  std::vector<uint8_t> pageable(kMost + 1), check(2 * (kMost + 1));
+  uint8_t* pinned = nullptr;
+  ASSERT_CU(cuMemHostAlloc(reinterpret_cast<void**>(&pinned), kMost + 1, 0));
+  for (const size_t bytes : sizes) {
+    for (int form = 0; form < 4; ++form) {  // pageable plain, pinned plain, pageable async, pinned async
+      const bool async = form >= 2;
+      uint8_t* from = (form % 2 == 0 ? pageable.data() : pinned) + 1;  // unaligned on purpose
+      const CUdeviceptr first = device, second = device + kMost + 1;
+      ASSERT_CU(cuMemsetD8(device, 0xEE, 2 * (kMost + 1)));
+      ASSERT_CU(cuCtxSynchronize());
+      for (int copy = 0; copy < 2; ++copy) {
+        for (size_t i = 0; i < bytes; ++i) from[i] = pattern(i, copy);
+        const CUdeviceptr to = copy == 0 ? first : second;
+        ASSERT_CU(async ? cuMemcpyHtoDAsync(to, from, bytes, stream_) : cuMemcpyHtoD(to, from, bytes));
+        // Page-locked memory given to an asynchronous copy is the driver's until the stream is done with it.
+        if (form == 3) ASSERT_CU(cuStreamSynchronize(stream_));
+      }
+      ASSERT_CU(cuStreamSynchronize(stream_));
+      ASSERT_CU(cuMemcpyDtoH(check.data(), device, check.size()));
+      for (int copy = 0; copy < 2; ++copy) {
+        const uint8_t* landed = check.data() + (copy == 0 ? 0 : kMost + 1);
+        for (size_t i = 0; i < bytes; ++i) {
+          ASSERT_EQ(landed[i], pattern(i, copy)) << bytes << " bytes, form " << form << ", copy " << copy << ", i " << i;
+        }
+        EXPECT_EQ(landed[bytes], 0xEE) << bytes << " bytes, form " << form << ", copy " << copy;
+      }
+    }
+  }
+  ASSERT_CU(cuMemFreeHost(pinned));
+  ASSERT_CU(cuMemFree(device));
+}
+
 // Asynchronous copies into the same page-locked memory, in a row on one stream: the last one's bytes are what the
 // host reads after the synchronize (over tcp:// the lanes land payloads in any order, so a copy into memory that an
 // earlier one has yet to reach is not placed but copied at its reply).
