@@ -10,6 +10,7 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <cstdio>
 #include <cstring>
 #include <condition_variable>
 #include <deque>
@@ -56,11 +57,11 @@ struct Session {
 // the client reads it.
 Session Connect(int lanes, std::string* executor_error, std::string* client_error,
                 const std::function<void(std::string&)>& answer_edit = {},
-                std::optional<LaneCipher> sealed = std::nullopt) {
+                std::optional<LaneCipher> sealed = std::nullopt, int heartbeat_timeout_ms = 1000) {
   std::string error;
   ChannelOptions options;
   options.tcp_lanes = lanes;
-  options.heartbeat_timeout_ms = 1000;
+  options.heartbeat_timeout_ms = heartbeat_timeout_ms;
   ChannelOptions client_options = options;
   if (sealed) {
     std::string client_public, client_secret;
@@ -360,15 +361,48 @@ class CountedReceiveMemory final : public ReceiveMemory {
   std::atomic<int> lent_{0}, peak_{0};
 };
 
+// What this host's loopback sockets may hold of a lane's bytes in MiB, at most: the sender's and the receiver's
+// buffers at their autotuning limits (the third field of tcp_wmem and tcp_rmem).
+size_t SocketMiBPerLane() {
+  size_t total = 0;
+  for (const char* path : {"/proc/sys/net/ipv4/tcp_wmem", "/proc/sys/net/ipv4/tcp_rmem"}) {
+    FILE* file = std::fopen(path, "r");
+    unsigned long least = 0, normal = 0, most = 8ul << 20;
+    if (file != nullptr) {
+      if (std::fscanf(file, "%lu %lu %lu", &least, &normal, &most) != 3) most = 8ul << 20;
+      std::fclose(file);
+    }
+    total += most;
+  }
+  return (total >> 20) + 1;
+}
+
+// Stops a sender thread whatever happened (a failed assertion returns early): the executor goes, so a sender
+// waiting on it fails, and the thread is joined.
+struct StopSender {
+  Session& session;
+  std::thread& sender;
+  ~StopSender() {
+    if (!sender.joinable()) return;
+    session.executor.reset();
+    sender.join();
+  }
+};
+
 // A run of 1 MiB payloads (each copied by the channel, as the shim posts small uploads) to an executor that lends
 // its memory and stops reading for a while: its lanes read one record ahead each and no further (the rest waits in
 // the sockets), and the client's sender, once as many copies as the channel keeps are on their way and the sockets
-// are full, waits for room instead of copying more; then every payload arrives whole and in order.
+// are full, waits for room (at most 100 ms per payload) instead of copying more; then every payload arrives whole
+// and in order. A long heartbeat timeout: a lane reads past its bound after a quarter of it.
 TEST(LanesChannelTest, ARunOfCopiedPayloadsIsHeldBackByAReceiverThatLendsItsMemory) {
-  constexpr int kLanes = 4, kPayloads = 200;
+  constexpr int kLanes = 4, kPauseMs = 700;
   constexpr size_t kBytes = size_t{1} << 20;
+  // Sent during the pause at most: the copies on their way out, what the sockets hold, one record per lane, and one
+  // payload per 100 ms waited for room.
+  const int most_sent = 16 + kLanes * (static_cast<int>(SocketMiBPerLane()) + 1) + kPauseMs / 100 + 4;
+  const int payloads = most_sent + 60;
   std::string executor_error, client_error;
-  Session session = Connect(kLanes, &executor_error, &client_error);
+  Session session = Connect(kLanes, &executor_error, &client_error, {}, std::nullopt, 20000);
   ASSERT_NE(session.executor, nullptr) << executor_error;
   ASSERT_NE(session.client, nullptr) << client_error;
   auto memory = std::make_shared<CountedReceiveMemory>();
@@ -376,19 +410,18 @@ TEST(LanesChannelTest, ARunOfCopiedPayloadsIsHeldBackByAReceiverThatLendsItsMemo
   std::atomic<int> sent{0};
   std::thread sender([&] {
     std::string payload = Payload(3, kBytes);
-    for (int i = 0; i < kPayloads; ++i) {
+    for (int i = 0; i < payloads; ++i) {
       std::memcpy(payload.data(), &i, sizeof(i));  // copied at Send: the same buffer serves every message
       if (!session.client->Send(Bytes("post " + std::to_string(i)), Bytes(payload))) return;
       sent.fetch_add(1);
     }
   });
-  std::this_thread::sleep_for(std::chrono::milliseconds(700));
-  // Each lane has read one record into lent memory; the sender waits: what the sockets hold and the copies in
-  // flight fall far short of the run (loopback's socket buffers hold a few MiB per lane).
-  EXPECT_LE(memory->peak(), kLanes);
-  EXPECT_LT(sent.load(), kPayloads / 2);
+  StopSender stop{session, sender};
+  std::this_thread::sleep_for(std::chrono::milliseconds(kPauseMs));
+  EXPECT_LE(memory->peak(), kLanes);  // each lane has read one record into lent memory
+  EXPECT_LE(sent.load(), most_sent);
   const std::string expected = Payload(3, kBytes);
-  for (int i = 0; i < kPayloads; ++i) {
+  for (int i = 0; i < payloads; ++i) {
     IncomingMessage message;
     ASSERT_EQ(session.executor->Receive(message, 5000), ReceiveStatus::kMessage) << i;
     ASSERT_EQ(Text(message.header.bytes()), "post " + std::to_string(i));
@@ -400,30 +433,63 @@ TEST(LanesChannelTest, ARunOfCopiedPayloadsIsHeldBackByAReceiverThatLendsItsMemo
                           kBytes - sizeof(stamp)), 0) << i;
   }
   sender.join();
-  EXPECT_EQ(sent.load(), kPayloads);
+  EXPECT_EQ(sent.load(), payloads);
   // The lanes' records ahead, and the one message held here at a time.
   EXPECT_LE(memory->peak(), kLanes + 1);
 }
 
-// A sender waiting for room in a run of copied payloads is released, with a failure, when its peer goes away.
-TEST(LanesChannelTest, ASenderWaitingForRoomFailsWhenThePeerIsGone) {
+// A lane whose receiver waits behind its arrivals longer than a quarter of the heartbeat timeout reads one more
+// record: the kernel would abort a connection whose window stayed closed for the timeout (TCP_USER_TIMEOUT).
+TEST(LanesChannelTest, ALaneHeldBackLongerThanAQuarterOfTheHeartbeatReadsOnAndStaysUp) {
+  constexpr int kLanes = 2, kPayloads = 120;
   std::string executor_error, client_error;
-  Session session = Connect(2, &executor_error, &client_error);
+  Session session = Connect(kLanes, &executor_error, &client_error);  // heartbeat timeout 1 s
+  ASSERT_NE(session.executor, nullptr) << executor_error;
+  ASSERT_NE(session.client, nullptr) << client_error;
+  auto memory = std::make_shared<CountedReceiveMemory>();
+  session.executor->UseReceiveMemory(memory);
+  std::atomic<int> sent{0};
+  std::thread sender([&] {
+    const std::string payload = Payload(5, size_t{1} << 20);
+    for (int i = 0; i < kPayloads && session.client->Send(Bytes("post"), Bytes(payload)); ++i) sent.fetch_add(1);
+  });
+  StopSender stop{session, sender};
+  // Three heartbeat timeouts without taking anything: the lanes stay up, reading on a record at a time.
+  std::this_thread::sleep_for(std::chrono::milliseconds(3000));
+  EXPECT_GT(memory->peak(), kLanes);
+  for (int i = 0; i < kPayloads; ++i) {
+    IncomingMessage message;
+    ASSERT_EQ(session.executor->Receive(message, 5000), ReceiveStatus::kMessage) << i;
+  }
+  sender.join();
+  EXPECT_EQ(sent.load(), kPayloads);
+}
+
+// A sender held back in a run of copied payloads is released, with a failure, when its peer goes away.
+TEST(LanesChannelTest, ASenderHeldBackFailsWhenThePeerIsGone) {
+  constexpr int kPayloads = 300;
+  std::string executor_error, client_error;
+  Session session = Connect(2, &executor_error, &client_error, {}, std::nullopt, 20000);
   ASSERT_NE(session.executor, nullptr) << executor_error;
   ASSERT_NE(session.client, nullptr) << client_error;
   session.executor->UseReceiveMemory(std::make_shared<CountedReceiveMemory>());
-  std::promise<int> done;
+  std::atomic<int> sent{0};
+  std::atomic<bool> done{false};
   std::thread sender([&] {
     const std::string payload = Payload(4, size_t{1} << 20);
-    int i = 0;
-    while (i < 1000 && session.client->Send(Bytes("post"), Bytes(payload))) ++i;
-    done.set_value(i);
+    for (int i = 0; i < kPayloads && session.client->Send(Bytes("post"), Bytes(payload)); ++i) sent.fetch_add(1);
+    done.store(true);
   });
   std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  EXPECT_FALSE(done.load());  // held back: nobody reads, and the sockets and the copies in flight are full
   session.executor.reset();
-  auto result = done.get_future();
-  ASSERT_EQ(result.wait_for(std::chrono::seconds(10)), std::future_status::ready);
-  EXPECT_LT(result.get(), 1000);
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  while (!done.load() && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  EXPECT_TRUE(done.load());
+  EXPECT_LT(sent.load(), kPayloads);
+  if (!done.load()) session.client.reset();  // releases a sender that is still waiting, so the join ends
   sender.join();
 }
 

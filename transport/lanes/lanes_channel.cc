@@ -50,12 +50,17 @@ constexpr size_t kKeptBuffers = 16;
 // Copied payloads on their way out at once: a sender further ahead waits for a lane to finish one (as the native
 // driver's pageable copies wait for its staging), so a run of posts reuses the pool's warm buffers instead of
 // faulting in a fresh one each (1 MiB posts in a row: 6.1 GB/s on the H200 with a fresh buffer per post) and the
-// memory a run of posts holds stays bounded.
+// memory a run of posts holds stays bounded. The wait is bounded too (kCopyRoomWait, then the payload goes anyway):
+// a sender waits while holding its caller's locks, which a peer stuck on its own sends might need released.
 constexpr size_t kCopiedPayloadsInFlight = kKeptBuffers;
+constexpr auto kCopyRoomWait = std::chrono::milliseconds(100);
 // A receiver that lends its memory (the executor's page-locked receive buffers, each a millisecond to lock) reads a
 // lane's next record only while fewer than this many of the lane's arrivals wait to be taken: a run of posts then
 // waits in the sockets, not in fresh receive buffers. Per lane, so it cannot deadlock: a lane waits only behind
-// arrivals of its own, and the oldest of those is the next one its receiver takes from it.
+// arrivals of its own, and the oldest of those is the next one its receiver takes from it. Not for longer than a
+// quarter of the heartbeat timeout, though: the kernel aborts a connection whose window stays closed for its
+// TCP_USER_TIMEOUT (the heartbeat timeout, TuneLane) even when the peer is alive, so a session stalled that long
+// (memory turns, a quota wait, a copy behind a long kernel) reads one more record per lane each quarter.
 constexpr size_t kArrivalsAheadPerLane = 1;
 // A lane record longer than this is a broken peer whatever the channel's own limit.
 constexpr uint64_t kLargestRecord = uint64_t{1} << 32;
@@ -200,6 +205,8 @@ class LanesChannel final : public Channel {
         largest_record_(options.max_message_bytes > 0 ? static_cast<uint64_t>(options.max_message_bytes)
                                                       : kLargestRecord),
         spin_(std::chrono::microseconds(std::max(0, options.spin_microseconds))),
+        arrivals_wait_(std::chrono::milliseconds(
+            std::max(20, (options.heartbeat_timeout_ms > 0 ? options.heartbeat_timeout_ms : 5000) / 4))),
         incoming_(fds.size()),
         queued_(new std::atomic<size_t>[fds.size()]()),
         writing_(fds.size(), 0) {
@@ -520,11 +527,12 @@ class LanesChannel final : public Channel {
     return control_->Send(prefixed_, {});
   }
 
-  // Counts a copied payload in before it is taken (kCopiedPayloadsInFlight); false when the channel broke meanwhile.
-  // The wait looks for a lost peer every few milliseconds, as Receive does: a sender never waits on a dead session.
+  // Counts a copied payload in before it is taken (kCopiedPayloadsInFlight, waiting at most kCopyRoomWait); false
+  // when the channel broke meanwhile. The wait looks for a lost peer every few milliseconds, as Receive does.
   bool WaitForCopyRoom() {
     std::unique_lock<std::mutex> lock(copied_mutex_);
-    while (copied_in_flight_ >= kCopiedPayloadsInFlight && !broken_.load()) {
+    const auto give_up = Clock::now() + kCopyRoomWait;
+    while (copied_in_flight_ >= kCopiedPayloadsInFlight && !broken_.load() && Clock::now() < give_up) {
       copied_room_.wait_for(lock, std::chrono::milliseconds(20));
       if (copied_in_flight_ >= kCopiedPayloadsInFlight && control_->PeerLost()) {
         lock.unlock();
@@ -642,7 +650,9 @@ class LanesChannel final : public Channel {
     for (;;) {
       if (bounded_arrivals_.load(std::memory_order_relaxed)) {
         std::unique_lock<std::mutex> lock(incoming_mutex_);
-        taken_.wait(lock, [&] { return incoming_[index].size() < kArrivalsAheadPerLane || broken_.load() || stopping_; });
+        taken_.wait_for(lock, arrivals_wait_, [&] {
+          return incoming_[index].size() < kArrivalsAheadPerLane || broken_.load() || stopping_;
+        });
         if (stopping_) break;
       }
       RecordHead head;
@@ -696,6 +706,7 @@ class LanesChannel final : public Channel {
   std::shared_ptr<Channel> control_;
   const uint64_t largest_record_;
   const std::chrono::microseconds spin_;
+  const std::chrono::milliseconds arrivals_wait_;  // the longest a lane's receiver waits behind its arrivals
   std::shared_ptr<BufferPool> pool_ = std::make_shared<BufferPool>();
   std::vector<std::unique_ptr<Lane>> lanes_;
   size_t next_lane_ = 0;
