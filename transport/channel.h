@@ -52,10 +52,13 @@ class Channel {
   // `bytes` long). A channel that can receive it there does, and the message's payload frame then points at
   // `destination` itself, so the caller has nothing to copy; others ignore this. Called before the request that
   // causes the payload goes out. Unlike the calls above, these three may be called from any thread at any time.
-  virtual void ExpectPayload(uint64_t key, uint8_t* destination, size_t bytes) {
+  // Returns whether the payload will be at `destination` when its message is taken (false: the caller copies it).
+  // Expected payloads whose destinations overlap keep the order of their keys (a later key is there last).
+  virtual bool ExpectPayload(uint64_t key, uint8_t* destination, size_t bytes) {
     (void)key;
     (void)destination;
     (void)bytes;
+    return false;
   }
   // Withdraws an ExpectPayload whose payload did not come in place (an error reply, a payload small enough to
   // travel inline). On return nothing writes to its destination any more.

@@ -262,9 +262,9 @@ CUresult CopyDeviceToHost(void* dst, CUdeviceptr src, size_t bytes, CUstream str
   const size_t piece = SpreadPieceBytes(*client, bytes);
   // Chunks may be received in place (tcp lanes), by lane threads, out of the reply order; into mirrored
   // (page-locked) memory too: mirror updates read before a chunk's reply leave its bytes alone
-  // (HostMirrors::BeginLanding). Not over an asynchronous copy still on its way into the same memory, which a lane
-  // could land after this one: copied at their replies, this one lands last.
-  const bool in_place = !client->DeliveryOverlaps(bytes_out, bytes);
+  // (HostMirrors::BeginLanding). Over an asynchronous copy still on its way into the same memory the lanes keep the
+  // order, unless that one is copied at its reply: then these are too, and land last.
+  const bool in_place = !client->UnplacedDeliveryOverlaps(bytes_out, bytes);
   ReplyMessage reply;
   const auto receive_one = [&] {
     const CUresult result = pipeline.Receive(&reply);

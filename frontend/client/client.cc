@@ -429,19 +429,22 @@ CUresult Client::Send(flatbuffers::FlatBufferBuilder& builder, wire::Call type, 
   if (Log().should_log(spdlog::level::trace)) {
     Log().trace("request {} {} context {}", *sequence, wire::EnumNameCall(type), CurrentContextId());
   }
-  if (waiter != nullptr) {
-    std::lock_guard<std::mutex> lock(reply_mutex_);
-    waiters_[*sequence] = waiter;
-    if (waiter->destination != nullptr) ++outstanding_deliveries_;
-  }
+  bool placed = false;
   if (place_at != nullptr) {
     host_mirrors.BeginLanding(*sequence, place_at, place_bytes);
-    channel_->ExpectPayload(*sequence, place_at, place_bytes);
+    placed = channel_->ExpectPayload(*sequence, place_at, place_bytes);
     if (broken_.load() != CUDA_SUCCESS) {
       // Broke since the check above, perhaps after Break withdrew every placement and landing: these two as well.
       channel_->ForgetPayload(*sequence);
       host_mirrors.EndLanding(*sequence, nullptr);
+      placed = false;
     }
+  }
+  if (waiter != nullptr) {
+    std::lock_guard<std::mutex> lock(reply_mutex_);
+    waiter->placed = placed;
+    waiters_[*sequence] = waiter;
+    if (waiter->destination != nullptr) ++outstanding_deliveries_;
   }
   const std::span<const uint8_t> header{builder.GetBufferPointer(), builder.GetSize()};
   const auto send = [&] {
@@ -568,13 +571,15 @@ CUresult Client::PostDelivery(flatbuffers::FlatBufferBuilder& builder, wire::Cal
   waiter->destination = destination;
   waiter->bytes = bytes;
   uint64_t sequence = 0;
-  // Received in place where the channel can (tcp lanes), unless an earlier delivery into that memory is still on
-  // its way (lanes land payloads in any order; copied at their replies, the later one lands last) or the memory is
-  // an active mirror (whose updates from the GPU a landing would hold back until its reply). A mirror that turns
-  // active meanwhile: updates read before this reply leave the landing's bytes alone (HostMirrors::BeginLanding).
-  uint8_t* place_at = DeliveryOverlaps(destination, bytes) || host_mirrors.OverlapsActive(destination, bytes)
-                          ? nullptr
-                          : destination;
+  // Received in place where the channel can (tcp lanes; placements that overlap keep their order there), unless an
+  // earlier delivery into that memory is on its way to be copied at its reply (a landing could come before that
+  // copy and be overwritten), or the memory is an active mirror (whose updates from the GPU a landing would hold
+  // back until its reply). A mirror that turns active meanwhile: updates read before this reply leave the landing's
+  // bytes alone (HostMirrors::BeginLanding).
+  uint8_t* place_at =
+      UnplacedDeliveryOverlaps(destination, bytes) || host_mirrors.OverlapsActive(destination, bytes)
+          ? nullptr
+          : destination;
   const CUresult result = Send(builder, type, call, {}, waiter, &sequence, place_at, bytes);
   if (result != CUDA_SUCCESS) {
     std::lock_guard<std::mutex> lock(reply_mutex_);
@@ -593,12 +598,14 @@ bool Client::DeliveriesOutstanding() {
   return outstanding_deliveries_ != 0;
 }
 
-bool Client::DeliveryOverlaps(const uint8_t* start, size_t bytes) {
+bool Client::UnplacedDeliveryOverlaps(const uint8_t* start, size_t bytes) {
   std::lock_guard<std::mutex> lock(reply_mutex_);
   if (outstanding_deliveries_ == 0) return false;
   for (const auto& [sequence, waiter] : waiters_) {
     const uint8_t* destination = waiter->destination;
-    if (destination != nullptr && destination < start + bytes && start < destination + waiter->bytes) return true;
+    if (destination != nullptr && !waiter->placed && destination < start + bytes && start < destination + waiter->bytes) {
+      return true;
+    }
   }
   return false;
 }

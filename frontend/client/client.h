@@ -55,6 +55,7 @@ class Client {
     // A delivery (see PostDelivery): the reply's payload lands at `destination`, by whichever thread reads it.
     uint8_t* destination = nullptr;
     uint64_t bytes = 0;
+    bool placed = false;  // the channel will have its payload at `destination` when its reply is taken
   };
 
  public:
@@ -84,9 +85,10 @@ class Client {
                         uint8_t* destination, uint64_t bytes);
   // Waits until every delivery posted so far has landed (memory is about to be freed, or a copy must be complete).
   CUresult AwaitDeliveries();
-  // Whether any delivery (PostDelivery) is still on its way; whether one into [start, start + bytes) is.
+  // Whether any delivery (PostDelivery) is still on its way; whether one into [start, start + bytes) is, to be
+  // copied at its reply rather than received in place (a payload placed there meanwhile would be overwritten).
   bool DeliveriesOutstanding();
-  bool DeliveryOverlaps(const uint8_t* start, size_t bytes);
+  bool UnplacedDeliveryOverlaps(const uint8_t* start, size_t bytes);
   // The first failure of a delivery since the last call, once.
   CUresult TakeAsyncError() { return async_error_.exchange(CUDA_SUCCESS); }
 

@@ -531,6 +531,56 @@ TEST(LanesChannelTest, AnExpectedPayloadLandsInPlace) {
   }
 }
 
+// Expected payloads whose destinations overlap keep their order although they travel on different lanes: a small
+// one sent after a large one, aimed at the large one's last bytes, arrives first; the large one must not land over
+// it (asynchronous device-to-host copies into one page-locked buffer, one after another).
+TEST(LanesChannelTest, OverlappingPlacementsLandInTheOrderOfTheirKeys) {
+  std::string executor_error, client_error;
+  Session session = Connect(2, &executor_error, &client_error);
+  ASSERT_NE(session.client, nullptr) << client_error;
+  const std::string large = Payload(1, size_t{32} << 20), small = Payload(2, kLanePayloadBytes);
+  std::vector<uint8_t> destination(large.size(), 0);
+  uint8_t* tail = destination.data() + large.size() - small.size();
+  for (int round = 0; round < 3; ++round) {
+    const uint64_t first = 10 + 2 * round, second = first + 1;
+    ASSERT_TRUE(session.client->ExpectPayload(first, destination.data(), large.size()));
+    ASSERT_TRUE(session.client->ExpectPayload(second, tail, small.size()));
+    ASSERT_TRUE(session.executor->SendLoaned(Bytes("large"), Bytes(large), [] {}, first));
+    ASSERT_TRUE(session.executor->SendLoaned(Bytes("small"), Bytes(small), [] {}, second));
+    IncomingMessage message;
+    ASSERT_EQ(session.client->Receive(message, 5000), ReceiveStatus::kMessage);
+    EXPECT_EQ(message.payload.data(), destination.data());
+    ASSERT_EQ(session.client->Receive(message, 5000), ReceiveStatus::kMessage);
+    EXPECT_EQ(message.payload.data(), tail);  // at its destination when taken, here too
+    EXPECT_EQ(std::memcmp(tail, small.data(), small.size()), 0) << "round " << round;
+    EXPECT_EQ(std::memcmp(destination.data(), large.data(), large.size() - small.size()), 0) << "round " << round;
+  }
+  // Copies in a row into one buffer, each in four pieces over four lanes: the last one's bytes are what remain.
+  Session four = Connect(4, &executor_error, &client_error);
+  ASSERT_NE(four.client, nullptr) << client_error;
+  constexpr size_t kPiece = size_t{1} << 20;
+  std::vector<uint8_t> buffer(4 * kPiece, 0);
+  std::vector<std::string> copies;
+  for (int copy = 0; copy < 12; ++copy) copies.push_back(Payload(100 + copy, buffer.size()));
+  uint64_t key = 1;
+  for (const std::string& copy : copies) {
+    for (size_t piece = 0; piece < 4; ++piece) {
+      ASSERT_TRUE(four.client->ExpectPayload(key + piece, buffer.data() + piece * kPiece, kPiece));
+    }
+    for (size_t piece = 0; piece < 4; ++piece) {
+      const std::span<const uint8_t> bytes = Bytes(copy).subspan(piece * kPiece, kPiece);
+      ASSERT_TRUE(four.executor->SendLoaned(Bytes("piece"), bytes, [] {}, key + piece));
+    }
+    key += 4;
+  }
+  for (size_t taken = 0; taken < copies.size() * 4; ++taken) {
+    IncomingMessage message;
+    ASSERT_EQ(four.client->Receive(message, 5000), ReceiveStatus::kMessage);
+    EXPECT_EQ(message.payload.data(), buffer.data() + (taken % 4) * kPiece);
+  }
+  EXPECT_EQ(std::memcmp(buffer.data(), copies.back().data(), buffer.size()), 0);
+}
+
 TEST(LanesChannelTest, AnUnexpectedOrMisfitPayloadComesInAFrameOfItsOwn) {
   std::string executor_error, client_error;
   Session session = Connect(2, &executor_error, &client_error);

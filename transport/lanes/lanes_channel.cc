@@ -4,7 +4,9 @@
 // and the caller's thread only copies the payload once (as zmq_send does), or not at all (a loan). A receiving
 // thread puts a record whose key the receiver expects (ExpectPayload) straight at its destination, so a
 // device-to-host chunk crosses no buffer on the client. Lanes are FIFO and the control channel is ordered, so the
-// receiver takes lane payloads in the order the control messages name their lanes.
+// receiver takes lane payloads in the order the control messages name their lanes. Placements keep their order where
+// they overlap: a record whose destination an earlier-keyed placement has yet to reach (on another lane) waits in a
+// buffer and is copied there when its message is taken, after the earlier one's.
 //
 // Sealed lanes (lane_seal.h) carry the same records as sealed pieces: the record's head (32 bytes with its tag),
 // then its bytes in pieces of kSealedPieceBytes, each followed by its tag. The sending thread seals a few pieces at a
@@ -152,6 +154,7 @@ struct BufferPool : std::enable_shared_from_this<BufferPool> {
 struct Arrival {
   LaneBuffer* buffer = nullptr;
   uint8_t* placed = nullptr;
+  uint8_t* deliver_to = nullptr;  // in `buffer`, for this destination once its message is taken (a deferred placement)
   uint64_t size = 0;
   uint64_t key = 0;
   bool void_ = false;
@@ -209,7 +212,7 @@ class LanesChannel final : public Channel {
             std::max(20, (options.heartbeat_timeout_ms > 0 ? options.heartbeat_timeout_ms : 5000) / 4))),
         incoming_(fds.size()),
         queued_(new std::atomic<size_t>[fds.size()]()),
-        writing_(fds.size(), 0) {
+        writing_(fds.size()) {
     lanes_.reserve(fds.size());
     for (const int fd : fds) lanes_.push_back(std::make_unique<Lane>(fd));
     if (sealing) {
@@ -276,16 +279,19 @@ class LanesChannel final : public Channel {
     return SendVia(header, payload, std::move(returned), placement_key);
   }
 
-  void ExpectPayload(uint64_t key, uint8_t* destination, size_t bytes) override {
-    if (key == 0 || destination == nullptr || bytes < kLanePayloadBytes) return;  // inline payloads are copied
+  bool ExpectPayload(uint64_t key, uint8_t* destination, size_t bytes) override {
+    if (key == 0 || destination == nullptr || bytes < kLanePayloadBytes) return false;  // inline payloads are copied
     std::lock_guard<std::mutex> lock(placement_mutex_);
-    if (!placements_closed_) placements_[key] = {destination, bytes};
+    if (placements_closed_) return false;
+    placements_[key] = {destination, bytes};
+    return true;
   }
 
   void ForgetPayload(uint64_t key) override {
     {
       std::unique_lock<std::mutex> lock(placement_mutex_);
       if (placements_.erase(key) != 0) return;  // not taken by any lane: nothing was or will be written
+      deferred_.erase(key);  // its arrival is voided below
       if (Writing(key)) {
         // A lane is writing (or has just written) a payload under this key although its message has been answered:
         // only a broken peer sends that. The lanes close, so the write stops.
@@ -303,6 +309,7 @@ class LanesChannel final : public Channel {
       std::unique_lock<std::mutex> lock(placement_mutex_);
       placements_closed_ = true;
       placements_.clear();
+      deferred_.clear();
       if (Writing(0, /*any=*/true)) {
         lock.unlock();
         Break();
@@ -377,7 +384,9 @@ class LanesChannel final : public Channel {
       return ReceiveStatus::kError;
     }
     message.header = std::move(pending.header);
-    if (arrival.placed != nullptr) {
+    if (arrival.deliver_to != nullptr && Deliver(arrival)) {
+      message.payload = Frame({arrival.deliver_to, arrival.size}, nullptr, nullptr);
+    } else if (arrival.placed != nullptr) {
       message.payload = Frame({arrival.placed, arrival.size}, nullptr, nullptr);  // the receiver's own memory
     } else {
       message.payload = Frame({arrival.buffer->bytes, arrival.size}, arrival.buffer, ReleaseLaneBuffer);
@@ -460,27 +469,73 @@ class LanesChannel final : public Channel {
     size_t bytes = 0;
   };
 
-  // Placed arrivals under `key` (or any) that no message has claimed yet: a peer that wrote a payload in place and
-  // then answered its request without it. The destination is the caller's to free now, so nothing may point there.
+  // A payload being written at its destination under `key`: by a lane (in place), or by Receive (deferred).
+  struct InPlace {
+    uint64_t key = 0;
+    Placement at;
+  };
+
+  // Placed (or deferred) arrivals under `key` (or any) that no message has claimed yet: a peer that wrote a payload
+  // in place and then answered its request without it. The destination is the caller's to free now, so nothing may
+  // point there.
   void VoidPlacedArrivals(uint64_t key, bool any) {
     std::lock_guard<std::mutex> lock(incoming_mutex_);
     for (auto& queue : incoming_) {
       for (Arrival& arrival : queue) {
-        if (arrival.placed != nullptr && (any || arrival.key == key)) {
+        if ((arrival.placed != nullptr || arrival.deliver_to != nullptr) && (any || arrival.key == key)) {
           arrival.placed = nullptr;
+          arrival.deliver_to = nullptr;
           arrival.void_ = true;
         }
       }
     }
   }
 
-  // Whether a lane is writing under `key` (or under any key), or has written and not yet queued the arrival; with
-  // placement_mutex_ held.
+  // Whether a lane (or Receive) is writing under `key` (or under any key), or a lane has written and not yet queued
+  // the arrival; with placement_mutex_ held.
   bool Writing(uint64_t key, bool any = false) const {
-    for (const uint64_t writing : writing_) {
-      if (writing != 0 && (any || writing == key)) return true;
+    for (const InPlace& writing : writing_) {
+      if (writing.key != 0 && (any || writing.key == key)) return true;
     }
-    return false;
+    return delivering_.key != 0 && (any || delivering_.key == key);
+  }
+
+  // Whether a placement expected before `key` (a smaller key: asked for earlier) has yet to reach [start, start +
+  // bytes): not arrived, being written, or deferred and not yet delivered. Lanes run side by side, so a later payload
+  // could otherwise land first and be overwritten by the earlier one. With placement_mutex_ held.
+  bool FollowsUnlanded(uint64_t key, const Placement& placement) const {
+    const auto overlaps = [&](uint64_t other_key, const Placement& other) {
+      return other_key != 0 && other_key < key && other.destination < placement.destination + placement.bytes &&
+             placement.destination < other.destination + other.bytes;
+    };
+    for (const auto& [other_key, other] : placements_) {
+      if (overlaps(other_key, other)) return true;
+    }
+    for (const auto& [other_key, other] : deferred_) {
+      if (overlaps(other_key, other)) return true;
+    }
+    for (const InPlace& writing : writing_) {
+      if (overlaps(writing.key, writing.at)) return true;
+    }
+    return overlaps(delivering_.key, delivering_.at);
+  }
+
+  // Copies a deferred arrival to its destination (its message is being taken, after every earlier one's); false if
+  // its placement was withdrawn meanwhile (the payload is then handed over in its buffer, as any other).
+  bool Deliver(const Arrival& arrival) {
+    std::unique_lock<std::mutex> lock(placement_mutex_);
+    const auto found = deferred_.find(arrival.key);
+    if (found == deferred_.end()) return false;
+    delivering_ = {arrival.key, found->second};
+    deferred_.erase(found);
+    lock.unlock();
+    std::memcpy(arrival.deliver_to, arrival.buffer->bytes, arrival.size);
+    pool_->Give(arrival.buffer);
+    lock.lock();
+    delivering_ = {};
+    lock.unlock();
+    placed_.notify_all();
+    return true;
   }
 
   bool SendVia(std::span<const uint8_t> header, std::span<const uint8_t> payload, std::function<void()> returned,
@@ -668,11 +723,15 @@ class LanesChannel final : public Channel {
         std::lock_guard<std::mutex> lock(placement_mutex_);
         const auto found = placements_.find(head.placement_key);
         if (found != placements_.end()) {
-          if (found->second.bytes == head.size) {
-            arrival.placed = found->second.destination;
-            writing_[index] = head.placement_key;
-          }
+          const Placement placement = found->second;
           placements_.erase(found);
+          if (placement.bytes == head.size && FollowsUnlanded(head.placement_key, placement)) {
+            arrival.deliver_to = placement.destination;
+            deferred_[head.placement_key] = placement;
+          } else if (placement.bytes == head.size) {
+            arrival.placed = placement.destination;
+            writing_[index] = {head.placement_key, placement};
+          }
         }
       }
       bool received;
@@ -693,7 +752,7 @@ class LanesChannel final : public Channel {
         // payload is neither being written nor findable.
         {
           std::lock_guard<std::mutex> lock(placement_mutex_);
-          writing_[index] = 0;
+          writing_[index] = {};
         }
         placed_.notify_all();
       }
@@ -730,7 +789,9 @@ class LanesChannel final : public Channel {
   std::mutex placement_mutex_;
   std::condition_variable placed_;                        // a lane finished writing in place
   std::unordered_map<uint64_t, Placement> placements_;    // expected payloads by key
-  std::vector<uint64_t> writing_;                         // per lane: the key it is writing in place, or 0
+  std::unordered_map<uint64_t, Placement> deferred_;      // arrived in a buffer, to be delivered by Receive
+  std::vector<InPlace> writing_;                          // per lane: what it is writing in place (key 0: nothing)
+  InPlace delivering_;                                    // what Receive is copying to its destination
   bool placements_closed_ = false;                        // ForgetAllPayloads: none are taken any more
 };
 
