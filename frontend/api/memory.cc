@@ -172,23 +172,24 @@ CUresult CopyHostToDevice(CUdeviceptr dst, const void* src, size_t bytes, CUstre
     return StagedCopy(*client, static_cast<uint8_t*>(const_cast<void*>(src)), dst, bytes, true, wire_stream);
   }
   const auto* bytes_in = static_cast<const uint8_t*>(src);
-  const bool answered = !async && TouchesManagedGlobals(*client, dst, bytes);
-  if (const size_t piece = SpreadPieceBytes(*client, bytes); bytes <= wire::kCopyChunkBytes && piece < bytes && !answered) {
-    // Fewer chunks than lanes: posted in pieces spread over them, each lent (a lane sends it from the caller's
-    // memory, so no copy on this thread); the call returns once every piece is out of the caller's memory, as a
-    // pageable copy returns natively once the driver has staged it. Errors surface at the next synchronizing call.
-    {
-      Client::Pipeline pipeline(*client);  // its end waits for the loans
-      for (size_t offset = 0; offset < bytes; offset += piece) {
-        const size_t chunk = std::min(piece, bytes - offset);
-        auto& builder = Builder();
-        const auto call = wire::CreateMemcpyHtoD(builder, dst + offset, wire_stream, async).Union();
-        if (!pipeline.PostLent(builder, wire::Call::MemcpyHtoD, call, {bytes_in + offset, chunk})) break;
-      }
-    }
-    return client->broken_result();
-  }
   if (bytes <= wire::kCopyChunkBytes) {
+    const bool answered = !async && TouchesManagedGlobals(*client, dst, bytes);
+    if (const size_t piece = SpreadPieceBytes(*client, bytes); piece < bytes && !answered) {
+      // Fewer chunks than lanes: posted in pieces spread over them, each lent (a lane sends it from the caller's
+      // memory, so no copy on this thread); the call returns once every piece is out of the caller's memory, as a
+      // pageable copy returns natively once the driver has staged it. Errors surface at the next synchronizing
+      // call.
+      {
+        Client::Pipeline pipeline(*client);  // its end waits for the loans
+        for (size_t offset = 0; offset < bytes; offset += piece) {
+          const size_t chunk = std::min(piece, bytes - offset);
+          auto& builder = Builder();
+          const auto call = wire::CreateMemcpyHtoD(builder, dst + offset, wire_stream, async).Union();
+          if (!pipeline.PostLent(builder, wire::Call::MemcpyHtoD, call, {bytes_in + offset, chunk})) break;
+        }
+      }
+      return client->broken_result();
+    }
     // The data is captured in the message before this returns, so the caller may reuse its buffer at once, as
     // with a pageable copy to the real driver; any error surfaces at the next synchronizing call.
     auto& builder = Builder();

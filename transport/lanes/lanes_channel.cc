@@ -237,7 +237,7 @@ class LanesChannel final : public Channel {
       std::lock_guard<std::mutex> lock(incoming_mutex_);
       stopping_ = true;
     }
-    taken_.notify_all();
+    for (auto& lane : lanes_) lane->taken.notify_all();
     for (auto& lane : lanes_) {
       {
         std::lock_guard<std::mutex> lock(lane->mutex);
@@ -375,7 +375,7 @@ class LanesChannel final : public Channel {
       queue.pop_front();
       queued_[pending_->lane].fetch_sub(1, std::memory_order_relaxed);
     }
-    if (bounded_arrivals_.load(std::memory_order_relaxed)) taken_.notify_all();
+    if (bounded_arrivals_.load(std::memory_order_relaxed)) lanes_[pending_->lane]->taken.notify_one();
     awaited_lane_.store(-1);
     Pending pending = std::move(*pending_);
     pending_.reset();
@@ -434,6 +434,8 @@ class LanesChannel final : public Channel {
     std::condition_variable wake;
     std::deque<Outgoing> outgoing;
     bool stopping = false;
+    // With incoming_mutex_: one of this lane's arrivals was taken, the lanes broke, or the channel is going.
+    std::condition_variable taken;
     std::thread sender;
     std::thread receiver;
     // Sealed lanes only: the sending thread's and the receiving thread's ciphers, and the sending thread's buffer
@@ -455,7 +457,7 @@ class LanesChannel final : public Channel {
       broken_.store(true);
     }
     arrived_.notify_all();
-    taken_.notify_all();
+    for (auto& lane : lanes_) lane->taken.notify_all();
     {
       std::lock_guard<std::mutex> lock(copied_mutex_);  // a sender waiting for room sees broken_ now
     }
@@ -705,7 +707,7 @@ class LanesChannel final : public Channel {
     for (;;) {
       if (bounded_arrivals_.load(std::memory_order_relaxed)) {
         std::unique_lock<std::mutex> lock(incoming_mutex_);
-        taken_.wait_for(lock, arrivals_wait_, [&] {
+        lane.taken.wait_for(lock, arrivals_wait_, [&] {
           return incoming_[index].size() < kArrivalsAheadPerLane || broken_.load() || stopping_;
         });
         if (stopping_) break;
@@ -778,7 +780,6 @@ class LanesChannel final : public Channel {
   std::atomic<bool> broken_{false};
   std::optional<Pending> pending_;      // a control message whose lane payload has not fully arrived
   std::atomic<int> awaited_lane_{-1};
-  std::condition_variable taken_;  // an arrival was taken, the lanes broke, or the channel is going
   bool stopping_ = false;          // the destructor runs (with incoming_mutex_)
   std::atomic<bool> bounded_arrivals_{false};  // kArrivalsAheadPerLane applies (the receiver lends its memory)
 
