@@ -429,22 +429,27 @@ CUresult Client::Send(flatbuffers::FlatBufferBuilder& builder, wire::Call type, 
   if (Log().should_log(spdlog::level::trace)) {
     Log().trace("request {} {} context {}", *sequence, wire::EnumNameCall(type), CurrentContextId());
   }
-  bool placed = false;
+  if (waiter != nullptr) {
+    std::lock_guard<std::mutex> lock(reply_mutex_);
+    waiters_[*sequence] = waiter;
+    if (waiter->destination != nullptr) ++outstanding_deliveries_;
+  }
   if (place_at != nullptr) {
     host_mirrors.BeginLanding(*sequence, place_at, place_bytes);
-    placed = channel_->ExpectPayload(*sequence, place_at, place_bytes);
+    bool placed = channel_->ExpectPayload(*sequence, place_at, place_bytes);
     if (broken_.load() != CUDA_SUCCESS) {
       // Broke since the check above, perhaps after Break withdrew every placement and landing: these two as well.
       channel_->ForgetPayload(*sequence);
       host_mirrors.EndLanding(*sequence, nullptr);
       placed = false;
     }
-  }
-  if (waiter != nullptr) {
-    std::lock_guard<std::mutex> lock(reply_mutex_);
-    waiter->placed = placed;
-    waiters_[*sequence] = waiter;
-    if (waiter->destination != nullptr) ++outstanding_deliveries_;
+    if (placed && waiter != nullptr) {
+      // Until now it counted as copied at its reply, which only kept overlapping copies from being placed.
+      std::lock_guard<std::mutex> lock(reply_mutex_);
+      if (const auto found = waiters_.find(*sequence); found != waiters_.end() && found->second == waiter) {
+        waiter->placed = true;
+      }
+    }
   }
   const std::span<const uint8_t> header{builder.GetBufferPointer(), builder.GetSize()};
   const auto send = [&] {
@@ -483,13 +488,14 @@ bool Client::Dispatch(transport::IncomingMessage& message, const wire::Reply& re
   if (owner->destination != nullptr) {
     CUresult result = ResultOf(reply.result());
     if (result == CUDA_SUCCESS && message.payload.size() != owner->bytes) result = CUDA_ERROR_UNKNOWN;
-    // Landed in place (tcp lanes): nothing to do. Otherwise the placement is withdrawn and the bytes copied; both
+    // Landed in place (tcp lanes): nothing to do. Otherwise the bytes are copied and then the placement withdrawn
+    // (while it stands, the lanes hold back later placements into that memory: none lands under this copy); both
     // count as in progress, so nothing frees the memory before the lanes and this copy let go of it.
     if (message.payload.empty() || message.payload.data() != owner->destination) {
       ++copying_deliveries_;
       lock.unlock();
-      channel_->ForgetPayload(reply.sequence());
       if (result == CUDA_SUCCESS) CopyToApplication(owner->destination, message.payload.data(), owner->bytes);
+      channel_->ForgetPayload(reply.sequence());
       lock.lock();
       --copying_deliveries_;
     }

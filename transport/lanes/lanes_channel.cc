@@ -381,6 +381,7 @@ class LanesChannel final : public Channel {
     pending_.reset();
     if (arrival.void_ || arrival.size != pending.size || arrival.key != pending.key) {
       if (arrival.buffer != nullptr) pool_->Give(arrival.buffer);
+      if (arrival.deliver_to != nullptr) Undefer(arrival.key);
       return ReceiveStatus::kError;
     }
     message.header = std::move(pending.header);
@@ -520,6 +521,12 @@ class LanesChannel final : public Channel {
       if (overlaps(writing.key, writing.at)) return true;
     }
     return overlaps(delivering_.key, delivering_.at);
+  }
+
+  // A deferred arrival that will not be delivered (the session is ending): later placements need not wait for it.
+  void Undefer(uint64_t key) {
+    std::lock_guard<std::mutex> lock(placement_mutex_);
+    deferred_.erase(key);
   }
 
   // Copies a deferred arrival to its destination (its message is being taken, after every earlier one's); false if
@@ -743,6 +750,7 @@ class LanesChannel final : public Channel {
         arrival.buffer = pool_->Take(head.size);
         received = ReceiveBody(lane, arrival.buffer->bytes, head.size);
         if (!received) pool_->Give(arrival.buffer);
+        if (!received && arrival.deliver_to != nullptr) Undefer(arrival.key);
       }
       if (received) {
         std::lock_guard<std::mutex> lock(incoming_mutex_);
