@@ -40,7 +40,10 @@ CUresult ResolveStream(CUstream handle, std::shared_ptr<Context>* ctx,
   {
     std::lock_guard lock(driver.mu);
     auto it = driver.streams.find(HandleValue(handle));
-    if (it == driver.streams.end()) return CUDA_ERROR_INVALID_HANDLE;
+    if (it == driver.streams.end()) {
+      return driver.orphaned_streams.count(HandleValue(handle)) != 0 ? CUDA_ERROR_CONTEXT_IS_DESTROYED
+                                                                      : CUDA_ERROR_INVALID_HANDLE;
+    }
     *stream = it->second;
   }
   *ctx = (*stream)->ctx;

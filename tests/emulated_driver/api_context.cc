@@ -150,8 +150,11 @@ CUresult CUDAAPI cuCtxDestroy(CUcontext ctx) {
     {
       std::lock_guard lock(driver.mu);
       auto it = driver.contexts.find(emu::HandleValue(ctx));
-      // Primary contexts are released, never destroyed.
-      if (it == driver.contexts.end() || it->second->primary) return CUDA_ERROR_INVALID_CONTEXT;
+      // Primary contexts are released, never destroyed; a green context's context goes only with
+      // cuGreenCtxDestroy.
+      if (it == driver.contexts.end() || it->second->primary || it->second->green != 0) {
+        return CUDA_ERROR_INVALID_CONTEXT;
+      }
       context = it->second;
       context->alive = false;
       driver.contexts.erase(it);

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "api_common.h"
+#include "context_api.h"
 #include "graph.h"
 
 namespace emu = curelay::emulated;
@@ -43,6 +44,50 @@ CUresult RefuseWhileContextCaptures(const std::shared_ptr<Context>& ctx) {
 }
 
 }  // namespace
+
+CUresult RecordContextEvent(const std::shared_ptr<Context>& ctx, const std::shared_ptr<Event>& event) {
+  if (CUresult r = ctx->sticky(); r != CUDA_SUCCESS) return r;
+  if (CUresult r = RefuseWhileContextCaptures(ctx); r != CUDA_SUCCESS) return r;
+  bool captured = false;  // an event last recorded in a capture becomes an ordinary event again
+  if (CUresult r = CaptureEventRecord(ctx, nullptr, event->handle, &captured); r != CUDA_SUCCESS) return r;
+  std::lock_guard lock(event->mu);
+  const uint64_t generation = ++event->generation;
+  event->recorded = true;
+  event->worker = ctx->worker;
+  // Behind everything queued on the device so far, which includes all of the context's work.
+  event->seq = ctx->worker->Submit(
+      [event, generation] {
+        const auto now = std::chrono::steady_clock::now();
+        std::lock_guard record_lock(event->mu);
+        if (event->generation != generation) return;
+        event->time = now;
+        event->completed_generation = generation;
+      },
+      {&ctx->last_seq});
+  return CUDA_SUCCESS;
+}
+
+CUresult WaitContextEvent(const std::shared_ptr<Context>& ctx, const std::shared_ptr<Event>& event) {
+  if (CUresult r = ctx->sticky(); r != CUDA_SUCCESS) return r;
+  if (CUresult r = RefuseWhileContextCaptures(ctx); r != CUDA_SUCCESS) return r;
+  DeviceWorker* event_worker;
+  uint64_t event_seq;
+  {
+    std::lock_guard lock(event->mu);
+    if (!event->recorded) return CUDA_SUCCESS;  // nothing to wait for
+    event_worker = event->worker;
+    event_seq = event->seq;
+  }
+  if (event_worker == ctx->worker) {
+    // Same device: later work runs after the event's anyway; the context's queries inherit the dependency.
+    AtomicMax(ctx->last_seq, event_seq);
+    return CUDA_SUCCESS;
+  }
+  // Another device: this device's queue holds until that work is done (even after a fault, so nothing hangs).
+  ctx->worker->Submit([event_worker, event_seq] { event_worker->Wait(event_seq); }, {&ctx->last_seq});
+  return CUDA_SUCCESS;
+}
+
 }  // namespace curelay::emulated
 
 extern "C" {
@@ -54,25 +99,7 @@ CUresult CUDAAPI cuCtxRecordEvent(CUcontext hCtx, CUevent hEvent) {
     std::shared_ptr<emu::Event> event;
     if (CUresult r = emu::LookupEvent(hEvent, &event); r != CUDA_SUCCESS) return r;
     if (event->ctx != ctx) return CUDA_ERROR_INVALID_HANDLE;  // cuda.h: event and context must match
-    if (CUresult r = ctx->sticky(); r != CUDA_SUCCESS) return r;
-    if (CUresult r = emu::RefuseWhileContextCaptures(ctx); r != CUDA_SUCCESS) return r;
-    bool captured = false;  // an event last recorded in a capture becomes an ordinary event again
-    if (CUresult r = emu::CaptureEventRecord(ctx, nullptr, event->handle, &captured); r != CUDA_SUCCESS) return r;
-    std::lock_guard lock(event->mu);
-    const uint64_t generation = ++event->generation;
-    event->recorded = true;
-    event->worker = ctx->worker;
-    // Behind everything queued on the device so far, which includes all of the context's work.
-    event->seq = ctx->worker->Submit(
-        [event, generation] {
-          const auto now = std::chrono::steady_clock::now();
-          std::lock_guard record_lock(event->mu);
-          if (event->generation != generation) return;
-          event->time = now;
-          event->completed_generation = generation;
-        },
-        {&ctx->last_seq});
-    return CUDA_SUCCESS;
+    return emu::RecordContextEvent(ctx, event);
   });
 }
 
@@ -83,24 +110,7 @@ CUresult CUDAAPI cuCtxWaitEvent(CUcontext hCtx, CUevent hEvent) {
     if (CUresult r = emu::NamedContext(hCtx, &ctx); r != CUDA_SUCCESS) return r;
     std::shared_ptr<emu::Event> event;
     if (CUresult r = emu::LookupEvent(hEvent, &event); r != CUDA_SUCCESS) return r;
-    if (CUresult r = ctx->sticky(); r != CUDA_SUCCESS) return r;
-    if (CUresult r = emu::RefuseWhileContextCaptures(ctx); r != CUDA_SUCCESS) return r;
-    emu::DeviceWorker* event_worker;
-    uint64_t event_seq;
-    {
-      std::lock_guard lock(event->mu);
-      if (!event->recorded) return CUDA_SUCCESS;  // nothing to wait for
-      event_worker = event->worker;
-      event_seq = event->seq;
-    }
-    if (event_worker == ctx->worker) {
-      // Same device: later work runs after the event's anyway; the context's queries inherit the dependency.
-      emu::AtomicMax(ctx->last_seq, event_seq);
-      return CUDA_SUCCESS;
-    }
-    // Another device: this device's queue holds until that work is done (even after a fault, so nothing hangs).
-    ctx->worker->Submit([event_worker, event_seq] { event_worker->Wait(event_seq); }, {&ctx->last_seq});
-    return CUDA_SUCCESS;
+    return emu::WaitContextEvent(ctx, event);
   });
 }
 

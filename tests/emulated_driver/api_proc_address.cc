@@ -111,6 +111,20 @@ const ProcEntry kProcs[] = {
     {"cuEventElapsedTime", 2000, Fn(&cuEventElapsedTime_v1), nullptr},
     {"cuEventElapsedTime", 12080, Fn(&cuEventElapsedTime_v2), nullptr},
     {"cuEventDestroy", 4000, Fn(&cuEventDestroy_v2), nullptr},
+    // Green contexts: the versions of cudaTypedefs.h's PFN_* typedefs.
+    {"cuDeviceGetDevResource", 12040, Fn(&cuDeviceGetDevResource), nullptr},
+    {"cuCtxGetDevResource", 12040, Fn(&cuCtxGetDevResource), nullptr},
+    {"cuGreenCtxGetDevResource", 12040, Fn(&cuGreenCtxGetDevResource), nullptr},
+    {"cuDevSmResourceSplitByCount", 12040, Fn(&cuDevSmResourceSplitByCount), nullptr},
+    {"cuDevResourceGenerateDesc", 12040, Fn(&cuDevResourceGenerateDesc), nullptr},
+    {"cuGreenCtxCreate", 12040, Fn(&cuGreenCtxCreate), nullptr},
+    {"cuGreenCtxDestroy", 12040, Fn(&cuGreenCtxDestroy), nullptr},
+    {"cuCtxFromGreenCtx", 12040, Fn(&cuCtxFromGreenCtx), nullptr},
+    {"cuGreenCtxRecordEvent", 12040, Fn(&cuGreenCtxRecordEvent), nullptr},
+    {"cuGreenCtxWaitEvent", 12040, Fn(&cuGreenCtxWaitEvent), nullptr},
+    {"cuStreamGetGreenCtx", 12040, Fn(&cuStreamGetGreenCtx), nullptr},
+    {"cuGreenCtxStreamCreate", 12050, Fn(&cuGreenCtxStreamCreate), nullptr},
+    {"cuGreenCtxGetId", 12090, Fn(&cuGreenCtxGetId), nullptr},
 };
 
 CUresult Lookup(const char* symbol, void** pfn, int cuda_version, cuuint64_t flags,

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "api_common.h"
+#include "context_api.h"
 #include "device_properties.h"
 #include "graph.h"
 
@@ -22,6 +23,18 @@ CUresult CreateStream(CUstream* ph, unsigned int flags, int priority) {
   if (ph == nullptr || (flags & ~static_cast<unsigned int>(CU_STREAM_NON_BLOCKING)) != 0) {
     return CUDA_ERROR_INVALID_VALUE;
   }
+  return CreateStreamIn(ctx, ph, flags, priority);
+}
+
+// Newest device work that `stream` (null: the context's default stream,
+// which synchronizes with all the context's work) depends on.
+uint64_t StreamTail(const Context& ctx, const Stream* stream) {
+  return stream != nullptr ? stream->last_seq.load() : ctx.last_seq.load();
+}
+
+}  // namespace
+
+CUresult CreateStreamIn(const std::shared_ptr<Context>& ctx, CUstream* ph, unsigned int flags, int priority) {
   Driver& driver = Driver::Get();
   auto stream = std::make_shared<Stream>();
   stream->handle = driver.NewHandle();
@@ -37,13 +50,6 @@ CUresult CreateStream(CUstream* ph, unsigned int flags, int priority) {
   return CUDA_SUCCESS;
 }
 
-// Newest device work that `stream` (null: the context's default stream,
-// which synchronizes with all the context's work) depends on.
-uint64_t StreamTail(const Context& ctx, const Stream* stream) {
-  return stream != nullptr ? stream->last_seq.load() : ctx.last_seq.load();
-}
-
-}  // namespace
 }  // namespace curelay::emulated
 
 extern "C" {
@@ -135,7 +141,11 @@ CUresult CUDAAPI cuStreamDestroy(CUstream hStream) {
     {
       std::lock_guard lock(driver.mu);
       auto it = driver.streams.find(emu::HandleValue(hStream));
-      if (it == driver.streams.end()) return CUDA_ERROR_INVALID_HANDLE;
+      if (it == driver.streams.end()) {
+        // A stream of a destroyed green context stays unusable (cuda.h: "including cuStreamDestroy").
+        return driver.orphaned_streams.count(emu::HandleValue(hStream)) != 0 ? CUDA_ERROR_CONTEXT_IS_DESTROYED
+                                                                              : CUDA_ERROR_INVALID_HANDLE;
+      }
       stream = std::move(it->second);
       driver.streams.erase(it);
     }

@@ -146,7 +146,11 @@ void Driver::DestroyContextResources(const std::shared_ptr<Context>& ctx) {
   std::vector<std::shared_ptr<Module>> dropped_modules;
   {
     std::lock_guard lock(mu);
-    std::erase_if(streams, [&](const auto& e) { return e.second->ctx == ctx; });
+    std::erase_if(streams, [&](const auto& e) {
+      if (e.second->ctx != ctx) return false;
+      if (ctx->green != 0) orphaned_streams.insert(e.first);  // see orphaned_streams
+      return true;
+    });
     std::erase_if(events, [&](const auto& e) { return e.second->ctx == ctx; });
     std::erase_if(functions, [&](const auto& e) { return e.second->module->ctx == ctx; });
     for (auto it = modules.begin(); it != modules.end();) {

@@ -10,6 +10,7 @@
 #include <memory>
 #include <mutex>
 #include <unordered_map>
+#include <unordered_set>
 #include <vector>
 
 #include "cuda_api.h"
@@ -73,6 +74,11 @@ class Driver {
   std::unordered_map<uint64_t, std::shared_ptr<Event>> events;
   std::unordered_map<uint64_t, std::shared_ptr<Module>> modules;
   std::unordered_map<uint64_t, std::shared_ptr<Function>> functions;
+  std::unordered_map<uint64_t, std::shared_ptr<GreenContext>> green_contexts;
+  std::unordered_map<uint64_t, ResourceDesc> resource_descs;
+  // Streams left behind by cuGreenCtxDestroy: every later call naming one (cuStreamDestroy included) answers
+  // CUDA_ERROR_CONTEXT_IS_DESTROYED, as cuda.h documents.
+  std::unordered_set<uint64_t> orphaned_streams;
 
  private:
   Driver() = default;

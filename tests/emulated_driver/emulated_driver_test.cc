@@ -47,7 +47,11 @@ namespace {
   X(cuStreamGetPriority) X(cuStreamGetFlags) X(cuStreamDestroy) X(cuStreamSynchronize)        \
   X(cuStreamQuery) X(cuStreamWaitEvent) X(cuEventCreate) X(cuEventRecord)                     \
   X(cuEventSynchronize) X(cuEventQuery) X(cuEventElapsedTime) X(cuEventDestroy)               \
-  X(cuGetErrorName) X(cuGetErrorString) X(cuGetProcAddress)
+  X(cuGetErrorName) X(cuGetErrorString) X(cuGetProcAddress) X(cuStreamGetCtx)                \
+  X(cuDeviceGetDevResource) X(cuCtxGetDevResource) X(cuGreenCtxGetDevResource)                \
+  X(cuDevSmResourceSplitByCount) X(cuDevResourceGenerateDesc) X(cuGreenCtxCreate)             \
+  X(cuGreenCtxDestroy) X(cuCtxFromGreenCtx) X(cuGreenCtxGetId) X(cuGreenCtxRecordEvent)       \
+  X(cuGreenCtxWaitEvent) X(cuGreenCtxStreamCreate) X(cuStreamGetGreenCtx)
 
 struct Api {
 #define CURELAY_MEMBER(name) decltype(&::name) name = nullptr;
@@ -59,6 +63,9 @@ struct Api {
   CUresult count_before_init = CUDA_SUCCESS;
   CUresult alloc_before_init = CUDA_SUCCESS;
   int version_before_init = 0;
+  // Green context calls before cuInit: cuDeviceGetDevResource, cuDevSmResourceSplitByCount (a query),
+  // cuGreenCtxCreate.
+  CUresult green_before_init[3] = {CUDA_SUCCESS, CUDA_SUCCESS, CUDA_SUCCESS};
   std::vector<std::string> missing;
 };
 
@@ -83,6 +90,12 @@ const Api& api() {
     a->count_before_init = a->cuDeviceGetCount(nullptr);
     a->alloc_before_init = a->cuMemAlloc(&p, 16);
     a->cuDriverGetVersion(&a->version_before_init);
+    CUdevResource resource{};
+    unsigned groups = 0;
+    CUgreenCtx green = nullptr;
+    a->green_before_init[0] = a->cuDeviceGetDevResource(0, &resource, CU_DEV_RESOURCE_TYPE_SM);
+    a->green_before_init[1] = a->cuDevSmResourceSplitByCount(nullptr, &groups, &resource, nullptr, 0, 8);
+    a->green_before_init[2] = a->cuGreenCtxCreate(&green, nullptr, 0, CU_GREEN_CTX_DEFAULT_STREAM);
     a->cuInit(0);
     return a;
   }();
@@ -1259,6 +1272,596 @@ TEST_F(EmulatedDriverTest, ConcurrentLaunchesFromManyThreads) {
   int value = 0;
   ASSERT_EQ(api().cuMemcpyDtoH(&value, p, 4), CUDA_SUCCESS);
   EXPECT_EQ(value, kThreads * kIters);  // one kernel at a time: no lost updates
+}
+
+// --- Green contexts -------------------------------------------------------------
+
+CUdevResource DeviceSmResource(CUdevice dev) {
+  CUdevResource resource{};
+  EXPECT_EQ(api().cuDeviceGetDevResource(dev, &resource, CU_DEV_RESOURCE_TYPE_SM), CUDA_SUCCESS);
+  return resource;
+}
+
+// A green context on `dev` with one group of `min_count` SMs (0: the whole device).
+CUgreenCtx MakeGreen(CUdevice dev, unsigned min_count = 0) {
+  CUdevResource whole = DeviceSmResource(dev);
+  CUdevResource group = whole;
+  if (min_count != 0) {
+    unsigned n = 1;
+    EXPECT_EQ(api().cuDevSmResourceSplitByCount(&group, &n, &whole, nullptr, 0, min_count), CUDA_SUCCESS);
+    EXPECT_EQ(n, 1u);
+  }
+  CUdevResourceDesc desc = nullptr;
+  EXPECT_EQ(api().cuDevResourceGenerateDesc(&desc, &group, 1), CUDA_SUCCESS);
+  CUgreenCtx green = nullptr;
+  EXPECT_EQ(api().cuGreenCtxCreate(&green, desc, dev, CU_GREEN_CTX_DEFAULT_STREAM), CUDA_SUCCESS);
+  return green;
+}
+
+CUcontext GreenContext(CUgreenCtx green) {
+  CUcontext ctx = nullptr;
+  EXPECT_EQ(api().cuCtxFromGreenCtx(&ctx, green), CUDA_SUCCESS);
+  return ctx;
+}
+
+unsigned SmCount(CUcontext ctx) {
+  CUdevResource resource{};
+  EXPECT_EQ(api().cuCtxGetDevResource(ctx, &resource, CU_DEV_RESOURCE_TYPE_SM), CUDA_SUCCESS);
+  return resource.sm.smCount;
+}
+
+TEST(EmulatedDriverGreen, CallsBeforeCuInitFail) {
+  ASSERT_TRUE(api().missing.empty()) << "missing: " << api().missing.front();
+  for (CUresult r : api().green_before_init) EXPECT_EQ(r, CUDA_ERROR_NOT_INITIALIZED);
+}
+
+TEST(EmulatedDriverGreen, ProcAddressVersions) {
+  ASSERT_TRUE(api().missing.empty());
+  void* fn = nullptr;
+  CUdriverProcAddressQueryResult status;
+  const struct {
+    const char* name;
+    int version;  // the version that introduced it (cudaTypedefs.h)
+  } kEntries[] = {{"cuDeviceGetDevResource", 12040}, {"cuCtxGetDevResource", 12040},
+                  {"cuGreenCtxGetDevResource", 12040}, {"cuDevSmResourceSplitByCount", 12040},
+                  {"cuDevResourceGenerateDesc", 12040}, {"cuGreenCtxCreate", 12040},
+                  {"cuGreenCtxDestroy", 12040}, {"cuCtxFromGreenCtx", 12040},
+                  {"cuGreenCtxRecordEvent", 12040}, {"cuGreenCtxWaitEvent", 12040},
+                  {"cuStreamGetGreenCtx", 12040}, {"cuGreenCtxStreamCreate", 12050},
+                  {"cuGreenCtxGetId", 12090}};
+  for (const auto& e : kEntries) {
+    ASSERT_EQ(api().cuGetProcAddress(e.name, &fn, e.version, 0, &status), CUDA_SUCCESS) << e.name;
+    EXPECT_EQ(status, CU_GET_PROC_ADDRESS_SUCCESS) << e.name;
+    EXPECT_EQ(fn, dlsym(api().lib, e.name)) << e.name;
+    EXPECT_NE(fn, nullptr) << e.name;
+    ASSERT_EQ(api().cuGetProcAddress(e.name, &fn, e.version - 10, 0, &status), CUDA_SUCCESS) << e.name;
+    EXPECT_EQ(status, CU_GET_PROC_ADDRESS_VERSION_NOT_SUFFICIENT) << e.name;
+    EXPECT_EQ(fn, nullptr) << e.name;
+  }
+}
+
+TEST(EmulatedDriverGreen, DeviceResourceAndSplitArithmetic) {
+  ASSERT_TRUE(api().missing.empty());
+  CUdevResource whole{};
+  ASSERT_EQ(api().cuDeviceGetDevResource(0, &whole, CU_DEV_RESOURCE_TYPE_SM), CUDA_SUCCESS);
+  EXPECT_EQ(whole.type, CU_DEV_RESOURCE_TYPE_SM);
+  EXPECT_EQ(whole.sm.smCount, 132u);
+  EXPECT_EQ(whole.sm.minSmPartitionSize, 8u);
+  EXPECT_EQ(whole.sm.smCoscheduledAlignment, 8u);
+  CUdevResource other{};
+  EXPECT_EQ(api().cuDeviceGetDevResource(0, &other, CU_DEV_RESOURCE_TYPE_INVALID), CUDA_ERROR_INVALID_RESOURCE_TYPE);
+  EXPECT_EQ(api().cuDeviceGetDevResource(0, &other, static_cast<CUdevResourceType>(7)),
+            CUDA_ERROR_INVALID_RESOURCE_TYPE);
+  EXPECT_EQ(api().cuDeviceGetDevResource(9, &other, CU_DEV_RESOURCE_TYPE_SM), CUDA_ERROR_INVALID_DEVICE);
+  EXPECT_EQ(api().cuDeviceGetDevResource(0, nullptr, CU_DEV_RESOURCE_TYPE_SM), CUDA_ERROR_INVALID_VALUE);
+
+  // Queries: minCount rounded up to the alignment of 8, at least 8.
+  const struct {
+    unsigned flags, min_count, groups;
+  } kQueries[] = {{0, 16, 8},  {0, 0, 16}, {0, 1, 16}, {0, 9, 8}, {0, 24, 5}, {0, 66, 1},
+                  {0, 132, 0}, {CU_DEV_SM_RESOURCE_SPLIT_IGNORE_SM_COSCHEDULING, 3, 33},
+                  {CU_DEV_SM_RESOURCE_SPLIT_MAX_POTENTIAL_CLUSTER_SIZE, 16, 8}};
+  for (const auto& q : kQueries) {
+    unsigned n = 12345;
+    CUdevResource untouched{};
+    untouched.sm.smCount = 777;
+    ASSERT_EQ(api().cuDevSmResourceSplitByCount(nullptr, &n, &whole, &untouched, q.flags, q.min_count), CUDA_SUCCESS)
+        << q.min_count;
+    EXPECT_EQ(n, q.groups) << "flags " << q.flags << " minCount " << q.min_count;
+    EXPECT_EQ(untouched.sm.smCount, 777u);  // a query leaves the remainder alone
+  }
+
+  // 132 SMs, minCount 16, room for 10: 8 groups of 16 and 4 left.
+  CUdevResource groups[10];
+  CUdevResource remaining{};
+  unsigned n = 10;
+  ASSERT_EQ(api().cuDevSmResourceSplitByCount(groups, &n, &whole, &remaining, 0, 16), CUDA_SUCCESS);
+  ASSERT_EQ(n, 8u);
+  for (unsigned i = 0; i < n; ++i) {
+    EXPECT_EQ(groups[i].type, CU_DEV_RESOURCE_TYPE_SM);
+    EXPECT_EQ(groups[i].sm.smCount, 16u) << i;
+    EXPECT_EQ(groups[i].sm.smCoscheduledAlignment, 8u);
+  }
+  EXPECT_EQ(remaining.type, CU_DEV_RESOURCE_TYPE_SM);
+  EXPECT_EQ(remaining.sm.smCount, 4u);
+  // Fewer groups than possible: the rest is the remainder.
+  n = 3;
+  ASSERT_EQ(api().cuDevSmResourceSplitByCount(groups, &n, &whole, &remaining, 0, 20), CUDA_SUCCESS);
+  EXPECT_EQ(n, 3u);
+  EXPECT_EQ(groups[0].sm.smCount, 24u);
+  EXPECT_EQ(remaining.sm.smCount, 132u - 72u);
+  n = 2;
+  ASSERT_EQ(api().cuDevSmResourceSplitByCount(groups, &n, &whole, nullptr,
+                                              CU_DEV_SM_RESOURCE_SPLIT_IGNORE_SM_COSCHEDULING, 5),
+            CUDA_SUCCESS);
+  EXPECT_EQ(n, 2u);
+  EXPECT_EQ(groups[0].sm.smCoscheduledAlignment, 2u);
+  EXPECT_EQ(groups[1].sm.smCount, 6u);
+
+  // Invalid inputs.
+  n = 4;
+  EXPECT_EQ(api().cuDevSmResourceSplitByCount(groups, nullptr, &whole, nullptr, 0, 16), CUDA_ERROR_INVALID_VALUE);
+  EXPECT_EQ(api().cuDevSmResourceSplitByCount(groups, &n, nullptr, nullptr, 0, 16), CUDA_ERROR_INVALID_VALUE);
+  EXPECT_EQ(api().cuDevSmResourceSplitByCount(groups, &n, &whole, nullptr, 0, 133), CUDA_ERROR_INVALID_VALUE);
+  EXPECT_EQ(api().cuDevSmResourceSplitByCount(nullptr, &n, &whole, nullptr, 0, 133), CUDA_ERROR_INVALID_VALUE);
+  EXPECT_EQ(api().cuDevSmResourceSplitByCount(groups, &n, &whole, nullptr, 0x4, 16), CUDA_ERROR_INVALID_VALUE);
+  n = 0;
+  EXPECT_EQ(api().cuDevSmResourceSplitByCount(groups, &n, &whole, nullptr, 0, 16), CUDA_ERROR_INVALID_VALUE);
+  n = 4;  // minCount 130 rounds up to 136: no group fits
+  EXPECT_EQ(api().cuDevSmResourceSplitByCount(groups, &n, &whole, nullptr, 0, 130),
+            CUDA_ERROR_INVALID_RESOURCE_CONFIGURATION);
+  CUdevResource wrong_type = whole;
+  wrong_type.type = CU_DEV_RESOURCE_TYPE_INVALID;
+  EXPECT_EQ(api().cuDevSmResourceSplitByCount(groups, &n, &wrong_type, nullptr, 0, 16),
+            CUDA_ERROR_INVALID_RESOURCE_TYPE);
+  CUdevResource forged{};  // an SM resource the driver never made
+  forged.type = CU_DEV_RESOURCE_TYPE_SM;
+  forged.sm = whole.sm;
+  EXPECT_EQ(api().cuDevSmResourceSplitByCount(groups, &n, &forged, nullptr, 0, 16), CUDA_ERROR_INVALID_VALUE);
+  CUdevResource edited = whole;
+  edited.sm.smCount = 264;
+  EXPECT_EQ(api().cuDevSmResourceSplitByCount(nullptr, &n, &edited, nullptr, 0, 16), CUDA_ERROR_INVALID_VALUE);
+  // A split's outputs are not split again.
+  n = 2;
+  ASSERT_EQ(api().cuDevSmResourceSplitByCount(groups, &n, &whole, &remaining, 0, 32), CUDA_SUCCESS);
+  CUdevResource again[4];
+  unsigned m = 4;
+  EXPECT_EQ(api().cuDevSmResourceSplitByCount(again, &m, &groups[0], nullptr, 0, 8),
+            CUDA_ERROR_INVALID_RESOURCE_CONFIGURATION);
+  EXPECT_EQ(api().cuDevSmResourceSplitByCount(again, &m, &remaining, nullptr, 0, 8),
+            CUDA_ERROR_INVALID_RESOURCE_CONFIGURATION);
+}
+
+TEST(EmulatedDriverGreen, DescCreateAndContextResources) {
+  ASSERT_TRUE(api().missing.empty());
+  int active_before = -1;
+  unsigned primary_flags = 0;
+  ASSERT_EQ(api().cuDevicePrimaryCtxGetState(0, &primary_flags, &active_before), CUDA_SUCCESS);
+
+  CUdevResource whole = DeviceSmResource(0);
+  CUdevResource groups[3], remaining{};
+  unsigned n = 3;
+  ASSERT_EQ(api().cuDevSmResourceSplitByCount(groups, &n, &whole, &remaining, 0, 16), CUDA_SUCCESS);
+  ASSERT_EQ(n, 3u);
+  CUdevResourceDesc desc = nullptr;
+  // Two groups of one split: 32 SMs.
+  ASSERT_EQ(api().cuDevResourceGenerateDesc(&desc, groups, 2), CUDA_SUCCESS);
+  ASSERT_NE(desc, nullptr);
+
+  // Descriptor errors.
+  CUdevResourceDesc bad = nullptr;
+  EXPECT_EQ(api().cuDevResourceGenerateDesc(&bad, groups, 0), CUDA_ERROR_INVALID_VALUE);
+  EXPECT_EQ(api().cuDevResourceGenerateDesc(&bad, nullptr, 1), CUDA_ERROR_INVALID_VALUE);
+  EXPECT_EQ(api().cuDevResourceGenerateDesc(nullptr, groups, 1), CUDA_ERROR_INVALID_VALUE);
+  CUdevResource twice[2] = {groups[0], groups[0]};
+  EXPECT_EQ(api().cuDevResourceGenerateDesc(&bad, twice, 2), CUDA_ERROR_INVALID_RESOURCE_CONFIGURATION);
+  CUdevResource mixed[2] = {whole, groups[0]};
+  EXPECT_EQ(api().cuDevResourceGenerateDesc(&bad, mixed, 2), CUDA_ERROR_INVALID_RESOURCE_CONFIGURATION);
+  CUdevResource other_split[2];
+  unsigned m = 2;
+  ASSERT_EQ(api().cuDevSmResourceSplitByCount(other_split, &m, &whole, nullptr, 0, 16), CUDA_SUCCESS);
+  CUdevResource two_splits[2] = {groups[0], other_split[1]};
+  EXPECT_EQ(api().cuDevResourceGenerateDesc(&bad, two_splits, 2), CUDA_ERROR_INVALID_RESOURCE_CONFIGURATION);
+  CUdevResource whole1 = DeviceSmResource(1);
+  CUdevResource two_devices[2] = {whole, whole1};
+  EXPECT_EQ(api().cuDevResourceGenerateDesc(&bad, two_devices, 2), CUDA_ERROR_INVALID_RESOURCE_CONFIGURATION);
+  CUdevResource not_sm = groups[0];
+  not_sm.type = CU_DEV_RESOURCE_TYPE_INVALID;
+  EXPECT_EQ(api().cuDevResourceGenerateDesc(&bad, &not_sm, 1), CUDA_ERROR_INVALID_RESOURCE_TYPE);
+  CUdevResource with_remainder[3] = {groups[0], groups[2], remaining};
+  CUdevResourceDesc desc_all = nullptr;
+  EXPECT_EQ(api().cuDevResourceGenerateDesc(&desc_all, with_remainder, 3), CUDA_SUCCESS);
+
+  // Creation errors.
+  CUgreenCtx green = nullptr;
+  EXPECT_EQ(api().cuGreenCtxCreate(&green, desc, 0, 0), CUDA_ERROR_INVALID_VALUE);
+  EXPECT_EQ(api().cuGreenCtxCreate(&green, desc, 0, CU_GREEN_CTX_DEFAULT_STREAM | 0x2), CUDA_ERROR_INVALID_VALUE);
+  EXPECT_EQ(api().cuGreenCtxCreate(&green, desc, 1, CU_GREEN_CTX_DEFAULT_STREAM), CUDA_ERROR_INVALID_VALUE);
+  EXPECT_EQ(api().cuGreenCtxCreate(&green, desc, 9, CU_GREEN_CTX_DEFAULT_STREAM), CUDA_ERROR_INVALID_DEVICE);
+  EXPECT_EQ(api().cuGreenCtxCreate(&green, nullptr, 0, CU_GREEN_CTX_DEFAULT_STREAM), CUDA_ERROR_INVALID_VALUE);
+  EXPECT_EQ(api().cuGreenCtxCreate(nullptr, desc, 0, CU_GREEN_CTX_DEFAULT_STREAM), CUDA_ERROR_INVALID_VALUE);
+  EXPECT_EQ(green, nullptr);
+
+  ASSERT_EQ(api().cuGreenCtxCreate(&green, desc, 0, CU_GREEN_CTX_DEFAULT_STREAM), CUDA_SUCCESS);
+  ASSERT_NE(green, nullptr);
+  CUcontext current = reinterpret_cast<CUcontext>(1);
+  ASSERT_EQ(api().cuCtxGetCurrent(&current), CUDA_SUCCESS);
+  EXPECT_EQ(current, nullptr);  // not made current
+  // The primary context is retained while the green context lives.
+  int active = -1;
+  ASSERT_EQ(api().cuDevicePrimaryCtxGetState(0, &primary_flags, &active), CUDA_SUCCESS);
+  EXPECT_EQ(active, 1);
+
+  CUcontext ctx = nullptr, ctx_again = nullptr;
+  ASSERT_EQ(api().cuCtxFromGreenCtx(&ctx, green), CUDA_SUCCESS);
+  ASSERT_EQ(api().cuCtxFromGreenCtx(&ctx_again, green), CUDA_SUCCESS);
+  EXPECT_NE(ctx, nullptr);
+  EXPECT_EQ(ctx, ctx_again);
+  EXPECT_NE(reinterpret_cast<void*>(ctx), reinterpret_cast<void*>(green));
+  EXPECT_EQ(api().cuCtxFromGreenCtx(nullptr, green), CUDA_ERROR_INVALID_VALUE);
+  EXPECT_EQ(api().cuCtxFromGreenCtx(&ctx_again, nullptr), CUDA_ERROR_INVALID_CONTEXT);
+  // A green context handle is no CUcontext.
+  EXPECT_EQ(api().cuCtxPushCurrent(reinterpret_cast<CUcontext>(green)), CUDA_ERROR_INVALID_CONTEXT);
+
+  // Resources: the green context's SMs; the device's for other contexts.
+  EXPECT_EQ(SmCount(ctx), 32u);
+  CUdevResource resource{};
+  ASSERT_EQ(api().cuGreenCtxGetDevResource(green, &resource, CU_DEV_RESOURCE_TYPE_SM), CUDA_SUCCESS);
+  EXPECT_EQ(resource.sm.smCount, 32u);
+  EXPECT_EQ(resource.sm.minSmPartitionSize, 8u);
+  EXPECT_EQ(api().cuGreenCtxGetDevResource(green, &resource, CU_DEV_RESOURCE_TYPE_INVALID),
+            CUDA_ERROR_INVALID_RESOURCE_TYPE);
+  EXPECT_EQ(api().cuGreenCtxGetDevResource(green, nullptr, CU_DEV_RESOURCE_TYPE_SM), CUDA_ERROR_INVALID_VALUE);
+  EXPECT_EQ(api().cuGreenCtxGetDevResource(nullptr, &resource, CU_DEV_RESOURCE_TYPE_SM), CUDA_ERROR_INVALID_CONTEXT);
+  EXPECT_EQ(api().cuCtxGetDevResource(ctx, &resource, CU_DEV_RESOURCE_TYPE_INVALID),
+            CUDA_ERROR_INVALID_RESOURCE_TYPE);
+  EXPECT_EQ(api().cuCtxGetDevResource(ctx, nullptr, CU_DEV_RESOURCE_TYPE_SM), CUDA_ERROR_INVALID_VALUE);
+  // A green context's resource may be split again (it comes from cuGreenCtxGetDevResource): 32 SMs in two 16s.
+  CUdevResource halves[4];
+  unsigned h = 4;
+  ASSERT_EQ(api().cuDevSmResourceSplitByCount(halves, &h, &resource, nullptr, 0, 16), CUDA_SUCCESS);
+  EXPECT_EQ(h, 2u);
+  CUcontext plain = nullptr, primary = nullptr;
+  ASSERT_EQ(api().cuCtxCreate(&plain, nullptr, 0, 0), CUDA_SUCCESS);
+  EXPECT_EQ(SmCount(plain), 132u);
+  EXPECT_EQ(SmCount(nullptr), 132u);  // null: the current context
+  ASSERT_EQ(api().cuCtxPushCurrent(ctx), CUDA_SUCCESS);
+  EXPECT_EQ(SmCount(nullptr), 32u);
+  ASSERT_EQ(api().cuCtxPopCurrent(nullptr), CUDA_SUCCESS);
+  ASSERT_EQ(api().cuDevicePrimaryCtxRetain(&primary, 0), CUDA_SUCCESS);
+  EXPECT_EQ(SmCount(primary), 132u);
+  EXPECT_NE(primary, ctx);  // the green context's CUcontext is its own
+  ASSERT_EQ(api().cuDevicePrimaryCtxRelease(0), CUDA_SUCCESS);
+
+  // Ids: unique, nonzero, increasing; NULL means the current context's green context.
+  CUgreenCtx green2 = nullptr;
+  ASSERT_EQ(api().cuGreenCtxCreate(&green2, desc_all, 0, CU_GREEN_CTX_DEFAULT_STREAM), CUDA_SUCCESS);
+  EXPECT_EQ(SmCount(GreenContext(green2)), 16u + 16u + 84u);  // two groups and the remainder
+  unsigned long long id1 = 0, id2 = 0, id_current = 0;
+  ASSERT_EQ(api().cuGreenCtxGetId(green, &id1), CUDA_SUCCESS);
+  ASSERT_EQ(api().cuGreenCtxGetId(green2, &id2), CUDA_SUCCESS);
+  EXPECT_NE(id1, 0u);
+  EXPECT_GT(id2, id1);
+  EXPECT_EQ(api().cuGreenCtxGetId(green, nullptr), CUDA_ERROR_INVALID_VALUE);
+  EXPECT_EQ(api().cuGreenCtxGetId(nullptr, &id_current), CUDA_ERROR_INVALID_CONTEXT);  // `plain` is current
+  ASSERT_EQ(api().cuCtxPushCurrent(GreenContext(green2)), CUDA_SUCCESS);
+  ASSERT_EQ(api().cuGreenCtxGetId(nullptr, &id_current), CUDA_SUCCESS);
+  EXPECT_EQ(id_current, id2);
+  ASSERT_EQ(api().cuCtxPopCurrent(nullptr), CUDA_SUCCESS);
+
+  // The derived context works as a context: current, memory, synchronize; only cuGreenCtxDestroy destroys it.
+  ASSERT_EQ(api().cuCtxSetCurrent(ctx), CUDA_SUCCESS);
+  CUdevice dev = -1;
+  ASSERT_EQ(api().cuCtxGetDevice(&dev), CUDA_SUCCESS);
+  EXPECT_EQ(dev, 0);
+  CUdeviceptr p = 0;
+  ASSERT_EQ(api().cuMemAlloc(&p, 1024), CUDA_SUCCESS);
+  ASSERT_EQ(api().cuMemsetD8(p, 0x5a, 1024), CUDA_SUCCESS);
+  unsigned char byte = 0;
+  ASSERT_EQ(api().cuMemcpyDtoH(&byte, p + 1000, 1), CUDA_SUCCESS);
+  EXPECT_EQ(byte, 0x5a);
+  ASSERT_EQ(api().cuCtxSynchronize(), CUDA_SUCCESS);
+  EXPECT_EQ(api().cuCtxDestroy(ctx), CUDA_ERROR_INVALID_CONTEXT);
+  ASSERT_EQ(api().cuCtxGetCurrent(&current), CUDA_SUCCESS);
+  EXPECT_EQ(current, ctx);  // still there and current
+  ASSERT_EQ(api().cuMemFree(p), CUDA_SUCCESS);
+  ASSERT_EQ(api().cuCtxPopCurrent(nullptr), CUDA_SUCCESS);
+
+  ASSERT_EQ(api().cuGreenCtxDestroy(green2), CUDA_SUCCESS);
+  ASSERT_EQ(api().cuGreenCtxDestroy(green), CUDA_SUCCESS);
+  ASSERT_EQ(api().cuDevicePrimaryCtxGetState(0, &primary_flags, &active), CUDA_SUCCESS);
+  EXPECT_EQ(active, active_before);  // the green contexts' retains are released
+  ASSERT_EQ(api().cuCtxDestroy(plain), CUDA_SUCCESS);
+}
+
+TEST_F(EmulatedDriverTest, GreenStreamKernelMemsetAndCopy) {
+  const std::string ptx = ReadFile(CURELAY_TEST_PTX_PATH);
+  if (ptx.empty()) GTEST_SKIP() << "no PTX at " << CURELAY_TEST_PTX_PATH;
+  CUgreenCtx green = MakeGreen(0, 16);
+  ASSERT_NE(green, nullptr);
+  CUcontext gctx = GreenContext(green);
+
+  // The stream belongs to the green context whatever is current (here: the fixture's context).
+  CUstream s = nullptr;
+  EXPECT_EQ(api().cuGreenCtxStreamCreate(&s, green, 0, 0), CUDA_ERROR_INVALID_VALUE);
+  EXPECT_EQ(api().cuGreenCtxStreamCreate(&s, green, CU_STREAM_NON_BLOCKING | 0x4, 0), CUDA_ERROR_INVALID_VALUE);
+  EXPECT_EQ(api().cuGreenCtxStreamCreate(nullptr, green, CU_STREAM_NON_BLOCKING, 0), CUDA_ERROR_INVALID_VALUE);
+  EXPECT_EQ(api().cuGreenCtxStreamCreate(&s, nullptr, CU_STREAM_NON_BLOCKING, 0), CUDA_ERROR_INVALID_CONTEXT);
+  ASSERT_EQ(api().cuGreenCtxStreamCreate(&s, green, CU_STREAM_NON_BLOCKING, -100), CUDA_SUCCESS);
+  CUcontext owner = nullptr;
+  ASSERT_EQ(api().cuStreamGetCtx(s, &owner), CUDA_SUCCESS);
+  EXPECT_EQ(owner, gctx);
+  int priority = 0;
+  unsigned flags = 0;
+  ASSERT_EQ(api().cuStreamGetPriority(s, &priority), CUDA_SUCCESS);
+  EXPECT_EQ(priority, -5);
+  ASSERT_EQ(api().cuStreamGetFlags(s, &flags), CUDA_SUCCESS);
+  EXPECT_EQ(flags, static_cast<unsigned>(CU_STREAM_NON_BLOCKING));
+  // Also from a thread without any current context.
+  std::thread([&] {
+    CUstream t = nullptr;
+    ASSERT_EQ(api().cuGreenCtxStreamCreate(&t, green, CU_STREAM_NON_BLOCKING, 0), CUDA_SUCCESS);
+    CUcontext c = nullptr;
+    EXPECT_EQ(api().cuStreamGetCtx(t, &c), CUDA_SUCCESS);
+    EXPECT_EQ(c, gctx);
+    EXPECT_EQ(api().cuStreamDestroy(t), CUDA_SUCCESS);
+  }).join();
+
+  // A module and memory of the green context; a kernel, a memset and a copy on the green stream.
+  ASSERT_EQ(api().cuCtxPushCurrent(gctx), CUDA_SUCCESS);
+  CUmodule mod = nullptr;
+  ASSERT_EQ(api().cuModuleLoadData(&mod, ptx.c_str()), CUDA_SUCCESS);
+  CUfunction fill = nullptr;
+  ASSERT_EQ(api().cuModuleGetFunction(&fill, mod, "fill_u32"), CUDA_SUCCESS);
+  constexpr unsigned long long kN = 5000;
+  CUdeviceptr a = 0, b = 0;
+  ASSERT_EQ(api().cuMemAlloc(&a, kN * 4), CUDA_SUCCESS);
+  ASSERT_EQ(api().cuMemAlloc(&b, kN * 4), CUDA_SUCCESS);
+  unsigned value = 0xC0FFEEu;
+  unsigned long long n = kN;
+  void* params[] = {&a, &value, &n};
+  ASSERT_EQ(api().cuLaunchKernel(fill, (kN + 255) / 256, 1, 1, 256, 1, 1, 0, s, params, nullptr), CUDA_SUCCESS);
+  ASSERT_EQ(api().cuMemsetD32Async(b, 0x1234u, kN, s), CUDA_SUCCESS);
+  ASSERT_EQ(api().cuMemcpyDtoDAsync(b + 4 * 100, a, 4 * 10, s), CUDA_SUCCESS);
+  std::vector<unsigned> host_a(kN, 0), host_b(kN, 0);
+  ASSERT_EQ(api().cuMemcpyDtoHAsync(host_a.data(), a, kN * 4, s), CUDA_SUCCESS);
+  ASSERT_EQ(api().cuMemcpyDtoHAsync(host_b.data(), b, kN * 4, s), CUDA_SUCCESS);
+  ASSERT_EQ(api().cuStreamSynchronize(s), CUDA_SUCCESS);
+  for (unsigned long long i = 0; i < kN; ++i) {
+    ASSERT_EQ(host_a[i], 0xC0FFEEu) << i;
+    ASSERT_EQ(host_b[i], i >= 100 && i < 110 ? 0xC0FFEEu : 0x1234u) << i;
+  }
+  // A host-to-device copy and the legacy stream of the green context.
+  std::vector<unsigned> src(kN);
+  for (unsigned long long i = 0; i < kN; ++i) src[i] = static_cast<unsigned>(i * 7);
+  ASSERT_EQ(api().cuMemcpyHtoDAsync(a, src.data(), kN * 4, s), CUDA_SUCCESS);
+  ASSERT_EQ(api().cuStreamSynchronize(s), CUDA_SUCCESS);
+  ASSERT_EQ(api().cuMemcpyDtoH(host_a.data(), a, kN * 4), CUDA_SUCCESS);
+  EXPECT_EQ(host_a, src);
+
+  ASSERT_EQ(api().cuStreamDestroy(s), CUDA_SUCCESS);
+  ASSERT_EQ(api().cuCtxPopCurrent(nullptr), CUDA_SUCCESS);
+  ASSERT_EQ(api().cuGreenCtxDestroy(green), CUDA_SUCCESS);
+}
+
+TEST_F(EmulatedDriverTest, GreenRecordAndWaitEvents) {
+  const std::string ptx = ReadFile(CURELAY_TEST_PTX_PATH);
+  if (ptx.empty()) GTEST_SKIP() << "no PTX at " << CURELAY_TEST_PTX_PATH;
+  constexpr size_t kN = 1024;
+  std::vector<unsigned> host(kN, 0);
+  ASSERT_EQ(api().cuMemHostRegister(host.data(), kN * 4, 0), CUDA_SUCCESS);  // the fixture's context
+  const CUdeviceptr host_ptr = reinterpret_cast<CUdeviceptr>(host.data());
+  const auto all_equal = [&](unsigned v) {
+    for (unsigned x : host) {
+      if (x != v) return false;
+    }
+    return true;
+  };
+
+  CUgreenCtx green = MakeGreen(0, 64);
+  CUcontext gctx = GreenContext(green);
+  CUstream s = nullptr;
+  ASSERT_EQ(api().cuGreenCtxStreamCreate(&s, green, CU_STREAM_NON_BLOCKING, 0), CUDA_SUCCESS);
+  ASSERT_EQ(api().cuCtxPushCurrent(gctx), CUDA_SUCCESS);
+  CUmodule mod = nullptr;
+  ASSERT_EQ(api().cuModuleLoadData(&mod, ptx.c_str()), CUDA_SUCCESS);
+  CUfunction busy = nullptr;
+  ASSERT_EQ(api().cuModuleGetFunction(&busy, mod, "busy_wait_ns"), CUDA_SUCCESS);
+  unsigned long long ns = 150'000'000;
+  void* busy_params[] = {&ns};
+  CUevent e = nullptr;
+  ASSERT_EQ(api().cuEventCreate(&e, 0), CUDA_SUCCESS);
+
+  // Record: the event captures the work of the green stream...
+  ASSERT_EQ(api().cuLaunchKernel(busy, 1, 1, 1, 1, 1, 1, 0, s, busy_params, nullptr), CUDA_SUCCESS);
+  ASSERT_EQ(api().cuMemsetD32Async(host_ptr, 7, kN, s), CUDA_SUCCESS);
+  ASSERT_EQ(api().cuGreenCtxRecordEvent(green, e), CUDA_SUCCESS);
+  EXPECT_EQ(api().cuEventQuery(e), CUDA_ERROR_NOT_READY);
+  ASSERT_EQ(api().cuEventSynchronize(e), CUDA_SUCCESS);
+  EXPECT_TRUE(all_equal(7));
+  // ... and of the green context's default (legacy) stream.
+  ASSERT_EQ(api().cuLaunchKernel(busy, 1, 1, 1, 1, 1, 1, 0, nullptr, busy_params, nullptr), CUDA_SUCCESS);
+  ASSERT_EQ(api().cuMemsetD32Async(host_ptr, 9, kN, nullptr), CUDA_SUCCESS);
+  ASSERT_EQ(api().cuGreenCtxRecordEvent(green, e), CUDA_SUCCESS);
+  EXPECT_EQ(api().cuEventQuery(e), CUDA_ERROR_NOT_READY);
+  ASSERT_EQ(api().cuEventSynchronize(e), CUDA_SUCCESS);
+  EXPECT_TRUE(all_equal(9));
+
+  // Events of another context are refused; one of the device's primary context is accepted.
+  CUevent foreign = nullptr;
+  ASSERT_EQ(api().cuCtxPushCurrent(ctx_), CUDA_SUCCESS);
+  ASSERT_EQ(api().cuEventCreate(&foreign, 0), CUDA_SUCCESS);
+  ASSERT_EQ(api().cuCtxPopCurrent(nullptr), CUDA_SUCCESS);
+  EXPECT_EQ(api().cuGreenCtxRecordEvent(green, foreign), CUDA_ERROR_INVALID_HANDLE);
+  EXPECT_EQ(api().cuGreenCtxRecordEvent(green, nullptr), CUDA_ERROR_INVALID_HANDLE);
+  EXPECT_EQ(api().cuGreenCtxRecordEvent(nullptr, e), CUDA_ERROR_INVALID_CONTEXT);
+  CUcontext primary = nullptr;
+  ASSERT_EQ(api().cuDevicePrimaryCtxRetain(&primary, 0), CUDA_SUCCESS);
+  ASSERT_EQ(api().cuCtxPushCurrent(primary), CUDA_SUCCESS);
+  CUevent primary_event = nullptr;
+  ASSERT_EQ(api().cuEventCreate(&primary_event, 0), CUDA_SUCCESS);
+  ASSERT_EQ(api().cuCtxPopCurrent(nullptr), CUDA_SUCCESS);
+  EXPECT_EQ(api().cuGreenCtxRecordEvent(green, primary_event), CUDA_SUCCESS);
+  EXPECT_EQ(api().cuEventSynchronize(primary_event), CUDA_SUCCESS);
+  EXPECT_EQ(api().cuEventDestroy(primary_event), CUDA_SUCCESS);
+  ASSERT_EQ(api().cuDevicePrimaryCtxRelease(0), CUDA_SUCCESS);
+
+  // Wait: an event of device 1 holds all later work of the green context (device 0) until it completes.
+  CUcontext dev1 = nullptr;
+  ASSERT_EQ(api().cuCtxCreate(&dev1, nullptr, 0, 1), CUDA_SUCCESS);
+  CUmodule mod1 = nullptr;
+  ASSERT_EQ(api().cuModuleLoadData(&mod1, ptx.c_str()), CUDA_SUCCESS);
+  CUfunction busy1 = nullptr;
+  ASSERT_EQ(api().cuModuleGetFunction(&busy1, mod1, "busy_wait_ns"), CUDA_SUCCESS);
+  CUstream s1 = nullptr;
+  ASSERT_EQ(api().cuStreamCreate(&s1, 0), CUDA_SUCCESS);
+  CUevent e1 = nullptr;
+  ASSERT_EQ(api().cuEventCreate(&e1, 0), CUDA_SUCCESS);
+  const auto t0 = Clock::now();
+  ASSERT_EQ(api().cuLaunchKernel(busy1, 1, 1, 1, 1, 1, 1, 0, s1, busy_params, nullptr), CUDA_SUCCESS);
+  ASSERT_EQ(api().cuEventRecord(e1, s1), CUDA_SUCCESS);
+  ASSERT_EQ(api().cuCtxPopCurrent(nullptr), CUDA_SUCCESS);  // the green context is current again
+  ASSERT_EQ(api().cuGreenCtxWaitEvent(green, e1), CUDA_SUCCESS);
+  ASSERT_EQ(api().cuMemsetD32Async(host_ptr, 11, kN, s), CUDA_SUCCESS);
+  ASSERT_EQ(api().cuStreamSynchronize(s), CUDA_SUCCESS);
+  EXPECT_EQ(api().cuEventQuery(e1), CUDA_SUCCESS);  // the green stream's memset ran after e1
+  EXPECT_GE(MsSince(t0), 75.0);
+  EXPECT_TRUE(all_equal(11));
+  EXPECT_EQ(api().cuGreenCtxWaitEvent(green, nullptr), CUDA_ERROR_INVALID_HANDLE);
+  EXPECT_EQ(api().cuGreenCtxWaitEvent(nullptr, e1), CUDA_ERROR_INVALID_CONTEXT);
+
+  ASSERT_EQ(api().cuStreamDestroy(s), CUDA_SUCCESS);
+  ASSERT_EQ(api().cuCtxPopCurrent(nullptr), CUDA_SUCCESS);
+  ASSERT_EQ(api().cuGreenCtxDestroy(green), CUDA_SUCCESS);
+  ASSERT_EQ(api().cuCtxDestroy(dev1), CUDA_SUCCESS);
+  EXPECT_EQ(api().cuEventDestroy(foreign), CUDA_SUCCESS);
+  EXPECT_EQ(api().cuMemHostUnregister(host.data()), CUDA_SUCCESS);
+}
+
+TEST_F(EmulatedDriverTest, GreenStreamGetGreenCtx) {
+  CUgreenCtx green = MakeGreen(0, 8);
+  CUcontext gctx = GreenContext(green);
+  CUstream green_stream = nullptr, plain_stream = nullptr, created_in_green = nullptr;
+  ASSERT_EQ(api().cuGreenCtxStreamCreate(&green_stream, green, CU_STREAM_NON_BLOCKING, 0), CUDA_SUCCESS);
+  ASSERT_EQ(api().cuStreamCreate(&plain_stream, 0), CUDA_SUCCESS);  // the fixture's context
+
+  CUgreenCtx found = nullptr;
+  ASSERT_EQ(api().cuStreamGetGreenCtx(green_stream, &found), CUDA_SUCCESS);
+  EXPECT_EQ(found, green);
+  found = reinterpret_cast<CUgreenCtx>(1);
+  ASSERT_EQ(api().cuStreamGetGreenCtx(plain_stream, &found), CUDA_SUCCESS);
+  EXPECT_EQ(found, nullptr);
+  for (CUstream special : {CUstream{nullptr}, CU_STREAM_LEGACY, CU_STREAM_PER_THREAD}) {
+    found = reinterpret_cast<CUgreenCtx>(1);
+    ASSERT_EQ(api().cuStreamGetGreenCtx(special, &found), CUDA_SUCCESS);
+    EXPECT_EQ(found, nullptr);  // the current context is an ordinary one
+  }
+  EXPECT_EQ(api().cuStreamGetGreenCtx(green_stream, nullptr), CUDA_ERROR_INVALID_VALUE);
+  EXPECT_EQ(api().cuStreamGetGreenCtx(reinterpret_cast<CUstream>(0x1234560), &found), CUDA_ERROR_INVALID_HANDLE);
+
+  ASSERT_EQ(api().cuCtxPushCurrent(gctx), CUDA_SUCCESS);
+  for (CUstream special : {CUstream{nullptr}, CU_STREAM_LEGACY, CU_STREAM_PER_THREAD}) {
+    found = nullptr;
+    ASSERT_EQ(api().cuStreamGetGreenCtx(special, &found), CUDA_SUCCESS);
+    EXPECT_EQ(found, green);
+  }
+  // A stream made by cuStreamCreate while the green context's CUcontext is current is the green context's.
+  ASSERT_EQ(api().cuStreamCreate(&created_in_green, CU_STREAM_NON_BLOCKING), CUDA_SUCCESS);
+  found = nullptr;
+  ASSERT_EQ(api().cuStreamGetGreenCtx(created_in_green, &found), CUDA_SUCCESS);
+  EXPECT_EQ(found, green);
+  found = reinterpret_cast<CUgreenCtx>(1);
+  ASSERT_EQ(api().cuStreamGetGreenCtx(plain_stream, &found), CUDA_SUCCESS);
+  EXPECT_EQ(found, nullptr);  // a created stream answers for its own context
+  ASSERT_EQ(api().cuCtxPopCurrent(nullptr), CUDA_SUCCESS);
+
+  EXPECT_EQ(api().cuStreamDestroy(created_in_green), CUDA_SUCCESS);
+  EXPECT_EQ(api().cuStreamDestroy(green_stream), CUDA_SUCCESS);
+  EXPECT_EQ(api().cuStreamDestroy(plain_stream), CUDA_SUCCESS);
+  ASSERT_EQ(api().cuGreenCtxDestroy(green), CUDA_SUCCESS);
+}
+
+TEST(EmulatedDriverGreen, DestroyAndUseAfterDestroy) {
+  ASSERT_TRUE(api().missing.empty());
+  size_t free_before = 0, free_after = 0, total = 0;
+  CUcontext plain = nullptr;
+  ASSERT_EQ(api().cuCtxCreate(&plain, nullptr, 0, 1), CUDA_SUCCESS);
+  ASSERT_EQ(api().cuMemGetInfo(&free_before, &total), CUDA_SUCCESS);
+
+  CUgreenCtx green = MakeGreen(1, 40);
+  ASSERT_NE(green, nullptr);
+  CUcontext gctx = GreenContext(green);
+  EXPECT_EQ(SmCount(gctx), 40u);
+  CUstream s = nullptr;
+  ASSERT_EQ(api().cuGreenCtxStreamCreate(&s, green, CU_STREAM_NON_BLOCKING, 0), CUDA_SUCCESS);
+  CUevent e = nullptr;
+  ASSERT_EQ(api().cuCtxPushCurrent(gctx), CUDA_SUCCESS);
+  CUdeviceptr p = 0;
+  ASSERT_EQ(api().cuMemAlloc(&p, 4 << 20), CUDA_SUCCESS);
+  ASSERT_EQ(api().cuEventCreate(&e, 0), CUDA_SUCCESS);
+  ASSERT_EQ(api().cuMemsetD32Async(p, 1, 1 << 20, s), CUDA_SUCCESS);
+  EXPECT_EQ(api().cuCtxDestroy(gctx), CUDA_ERROR_INVALID_CONTEXT);  // only cuGreenCtxDestroy destroys it
+
+  // Another thread keeps the context current across the destruction.
+  std::atomic<int> stage{0};
+  CUresult other_thread_after = CUDA_SUCCESS;
+  std::thread t([&] {
+    api().cuCtxSetCurrent(gctx);
+    stage = 1;
+    while (stage != 2) std::this_thread::yield();
+    CUdeviceptr q;
+    other_thread_after = api().cuMemAlloc(&q, 16);
+    api().cuCtxSetCurrent(nullptr);
+  });
+  while (stage != 1) std::this_thread::yield();
+
+  ASSERT_EQ(api().cuGreenCtxDestroy(green), CUDA_SUCCESS);
+  stage = 2;
+  t.join();
+  EXPECT_EQ(other_thread_after, CUDA_ERROR_CONTEXT_IS_DESTROYED);
+  CUcontext current = nullptr;
+  ASSERT_EQ(api().cuCtxGetCurrent(&current), CUDA_SUCCESS);
+  EXPECT_EQ(current, plain);  // the green context's CUcontext was popped
+  ASSERT_EQ(api().cuMemGetInfo(&free_after, &total), CUDA_SUCCESS);
+  EXPECT_EQ(free_after, free_before);  // its memory went with it
+
+  // Everything about the destroyed green context is refused.
+  CUcontext c = nullptr;
+  unsigned long long id = 0;
+  CUdevResource resource{};
+  CUstream s2 = nullptr;
+  CUgreenCtx found = nullptr;
+  EXPECT_EQ(api().cuGreenCtxDestroy(green), CUDA_ERROR_INVALID_CONTEXT);
+  EXPECT_EQ(api().cuCtxFromGreenCtx(&c, green), CUDA_ERROR_INVALID_CONTEXT);
+  EXPECT_EQ(api().cuGreenCtxGetId(green, &id), CUDA_ERROR_INVALID_CONTEXT);
+  EXPECT_EQ(api().cuGreenCtxGetDevResource(green, &resource, CU_DEV_RESOURCE_TYPE_SM), CUDA_ERROR_INVALID_CONTEXT);
+  EXPECT_EQ(api().cuGreenCtxStreamCreate(&s2, green, CU_STREAM_NON_BLOCKING, 0), CUDA_ERROR_INVALID_CONTEXT);
+  EXPECT_EQ(api().cuGreenCtxRecordEvent(green, e), CUDA_ERROR_INVALID_CONTEXT);
+  EXPECT_EQ(api().cuGreenCtxWaitEvent(green, e), CUDA_ERROR_INVALID_CONTEXT);
+  EXPECT_EQ(api().cuCtxPushCurrent(gctx), CUDA_ERROR_INVALID_CONTEXT);
+  EXPECT_EQ(api().cuCtxGetDevResource(gctx, &resource, CU_DEV_RESOURCE_TYPE_SM), CUDA_ERROR_INVALID_CONTEXT);
+  EXPECT_EQ(api().cuCtxDestroy(gctx), CUDA_ERROR_INVALID_CONTEXT);
+  EXPECT_EQ(api().cuEventQuery(e), CUDA_ERROR_INVALID_HANDLE);  // its events went with it
+  // Its streams stay behind, unusable (cuda.h: CUDA_ERROR_CONTEXT_IS_DESTROYED, cuStreamDestroy included).
+  EXPECT_EQ(api().cuStreamSynchronize(s), CUDA_ERROR_CONTEXT_IS_DESTROYED);
+  EXPECT_EQ(api().cuStreamGetGreenCtx(s, &found), CUDA_ERROR_CONTEXT_IS_DESTROYED);
+  EXPECT_EQ(api().cuStreamDestroy(s), CUDA_ERROR_CONTEXT_IS_DESTROYED);
+  // Unknown handles.
+  EXPECT_EQ(api().cuGreenCtxDestroy(nullptr), CUDA_ERROR_INVALID_CONTEXT);
+  EXPECT_EQ(api().cuGreenCtxDestroy(reinterpret_cast<CUgreenCtx>(plain)), CUDA_ERROR_INVALID_CONTEXT);
+
+  // The green context's CUcontext deeper in the stack reads as destroyed once it is on top.
+  CUgreenCtx green2 = MakeGreen(1);
+  ASSERT_EQ(api().cuCtxPushCurrent(GreenContext(green2)), CUDA_SUCCESS);
+  ASSERT_EQ(api().cuCtxPushCurrent(plain), CUDA_SUCCESS);
+  ASSERT_EQ(api().cuGreenCtxDestroy(green2), CUDA_SUCCESS);
+  ASSERT_EQ(api().cuCtxPopCurrent(nullptr), CUDA_SUCCESS);
+  CUdevice dev = -1;
+  EXPECT_EQ(api().cuCtxGetDevice(&dev), CUDA_ERROR_CONTEXT_IS_DESTROYED);
+  ASSERT_EQ(api().cuCtxPopCurrent(nullptr), CUDA_SUCCESS);
+  ASSERT_EQ(api().cuCtxDestroy(plain), CUDA_SUCCESS);
+  ASSERT_EQ(api().cuCtxGetCurrent(&current), CUDA_SUCCESS);
+  EXPECT_EQ(current, nullptr);
 }
 
 }  // namespace

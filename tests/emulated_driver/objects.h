@@ -50,6 +50,11 @@ struct Context {
   // Newest device work submitted on behalf of this context.
   std::atomic<uint64_t> last_seq{0};
 
+  // The context of a green context (cuCtxFromGreenCtx): that green context's handle and SM count. 0 for every
+  // other context. Set before the context is published, constant after.
+  uint64_t green = 0;
+  unsigned int green_sm_count = 0;
+
   // Guarded by Driver::mu.
   // Regular contexts: false once destroyed. Primary contexts: whether the
   // context is active (retained at least once since the last full release).
@@ -107,6 +112,23 @@ struct Function {
   std::atomic<int> carveout{-1};
   // cuFuncIsLoaded's answer: set at load under eager module loading, else by cuFuncLoad or the first launch.
   std::atomic<bool> loaded{true};
+};
+
+// A green context (api_green_contexts.cc). Its CUcontext (`ctx`, green != 0) is made with it and goes with it.
+struct GreenContext {
+  uint64_t handle = 0;
+  uint64_t id = 0;  // cuGreenCtxGetId: unique, nonzero, increasing
+  int device = 0;
+  unsigned int sm_count = 0;
+  std::shared_ptr<Context> ctx;
+};
+
+// A resource descriptor of cuDevResourceGenerateDesc: owned by the driver and never freed (cuda.h has no call
+// to free one).
+struct ResourceDesc {
+  uint64_t handle = 0;
+  int device = 0;
+  unsigned int sm_count = 0;
 };
 
 }  // namespace curelay::emulated
