@@ -111,6 +111,27 @@ class CopyDeliveryOrder {
     Deliveries& queued = streams_[{context, stream}];
     queued.insert(queued.end(), found->second.begin(), found->second.end());
   }
+  // `event` was recorded for every stream of `context` (cuGreenCtxRecordEvent): it completes after all of them.
+  void ContextEventRecorded(uint64_t event, CUcontext context) {
+    events_.erase(event);
+    if (shared_events_.count(event) != 0) return;
+    Deliveries before;
+    for (auto& [key, queued] : streams_) {
+      if (key.first != context) continue;
+      Prune(queued);
+      before.insert(before.end(), queued.begin(), queued.end());
+    }
+    if (!before.empty()) events_[event] = std::move(before);
+  }
+  // Every stream of `context` waits for `event` (cuGreenCtxWaitEvent): those this order knows, and the legacy
+  // stream; a stream it meets later is left out.
+  void ContextWaited(CUcontext context, uint64_t event) {
+    if (events_.count(event) == 0) return;
+    StreamWaited(context, nullptr, event);
+    for (auto& [key, queued] : streams_) {
+      if (key.first == context && key.second != nullptr) StreamWaited(context, key.second, event);
+    }
+  }
   // Recorded where this order cannot follow it (a launch's completion or programmatic event, a graph): left out
   // until its next plain record.
   void EventForgotten(uint64_t event) { events_.erase(event); }

@@ -53,22 +53,27 @@ Session::Outcome Session::ContextCreate(const wire::ContextCreate& call) {
 
 Session::Outcome Session::ContextDestroy(const wire::ContextDestroy& call) {
   if (created_contexts_.count(call.context()) == 0) return {CUDA_ERROR_INVALID_CONTEXT};
-  Outcome outcome;
-  dispatch_gate_.ForgetContext(contexts_.at(call.context()));  // its timing markers go with it
-  markers_.Forget(contexts_.at(call.context()));
-  completion_words_.Forget(contexts_.at(call.context()));
-  copy_deliveries_.ContextGone(contexts_.at(call.context()));
-  managed_globals_.ForgetContext(contexts_.at(call.context()));
-  std::vector<RetainedPayload> retained = TakeRetainedPayloads(contexts_.at(call.context()));
-  outcome.result = driver_.cuCtxDestroy(contexts_.at(call.context()));
-  SettleRetainedPayloads(contexts_.at(call.context()), retained, outcome.result == CUDA_SUCCESS);
-  if (outcome.result == CUDA_SUCCESS) {
-    contexts_.erase(call.context());
-    created_contexts_.erase(call.context());
-    per_thread_streams_.erase(call.context());
+  const CUresult result = DestroyContext(call.context(), [&](CUcontext context) { return driver_.cuCtxDestroy(context); });
+  if (result == CUDA_SUCCESS) created_contexts_.erase(call.context());
+  return {result};
+}
+
+CUresult Session::DestroyContext(uint64_t id, const std::function<CUresult(CUcontext)>& destroy) {
+  const CUcontext context = contexts_.at(id);
+  dispatch_gate_.ForgetContext(context);  // its timing markers go with it
+  markers_.Forget(context);
+  completion_words_.Forget(context);
+  copy_deliveries_.ContextGone(context);
+  managed_globals_.ForgetContext(context);
+  std::vector<RetainedPayload> retained = TakeRetainedPayloads(context);
+  const CUresult result = destroy(context);
+  SettleRetainedPayloads(context, retained, result == CUDA_SUCCESS);
+  if (result == CUDA_SUCCESS) {
+    contexts_.erase(id);
+    per_thread_streams_.erase(id);
     current_context_ = kUnknownContext;  // the driver popped it if it was current; re-set on next use
   }
-  return outcome;
+  return result;
 }
 
 Session::Outcome Session::ContextQuery(const wire::ContextQuery& call) {

@@ -544,6 +544,7 @@ void Session::ReleaseEverything() {
   }
   for (auto& [id, library] : libraries_) driver_.cuLibraryUnload(library);
   for (uint64_t id : created_contexts_) driver_.cuCtxDestroy(contexts_.at(id));
+  for (auto& [id, green] : green_contexts_) driver_.cuGreenCtxDestroy(green.handle);
   for (auto& [device, count] : primary_retains_) {
     while (count-- > 0) driver_.cuDevicePrimaryCtxRelease(device);
   }
@@ -557,6 +558,8 @@ void Session::ReleaseEverything() {
   libraries_.clear();
   kernels_.clear();
   created_contexts_.clear();
+  green_contexts_.clear();
+  resource_descs_.clear();  // the driver keeps them until the process ends
   contexts_.clear();
 }
 

@@ -140,6 +140,8 @@ class Session {
   std::vector<RetainedPayload> TakeRetainedPayloads(CUcontext context);
   void SettleRetainedPayloads(CUcontext context, std::vector<RetainedPayload>& taken, bool context_gone);
   CUcontext CurrentDriverContext() const;
+  // Ends context `id` with `destroy` (cuCtxDestroy, cuGreenCtxDestroy) and what this session keeps for it.
+  CUresult DestroyContext(uint64_t id, const std::function<CUresult(CUcontext)>& destroy);
   Outcome Defer(std::vector<CUevent> markers, uint64_t client_event, uint8_t* staging = nullptr,
                 uint64_t staging_bytes = 0, std::shared_ptr<CopyDelivery> delivery = nullptr);
   // A stream-ordered copy of `bytes` into a pinned staging chunk (`enqueue` issues it into the chunk it is given),
@@ -358,6 +360,14 @@ class Session {
   uint64_t current_context_ = kUnknownContext;  // the client context id this thread has current in the driver
   std::unordered_map<uint64_t, CUcontext> contexts_;
   std::unordered_set<uint64_t> created_contexts_;  // by cuCtxCreate, as opposed to primary contexts
+  // Green contexts (handlers_green_contexts.cc), each with the id its CUcontext has in contexts_, and resource
+  // descriptors (the driver never frees those).
+  struct GreenContext {
+    CUgreenCtx handle = nullptr;
+    uint64_t context = 0;
+  };
+  std::unordered_map<uint64_t, GreenContext> green_contexts_;
+  std::unordered_map<uint64_t, CUdevResourceDesc> resource_descs_;
   std::unordered_map<uint64_t, CUmodule> modules_;
   std::unordered_map<uint64_t, uint64_t> library_modules_;
   struct Link {

@@ -16,8 +16,9 @@ namespace curelay::wire {
 // forwarded as itself (PointerAttributes.single), attribute widths from common/pointer_attribute_width.h; 15: the
 // host NVML's facts about a device (DeviceFacts, GpuFactList); 16: the tenant's own processes and utilization on a
 // device (DeviceActivity, GpuActivity); 17: more host facts (brand, virtualization and MIG modes, ECC totals, PCI
-// class, NUMA node, CPU and memory affinity)
-inline constexpr uint32_t kProtocolVersion = 18;
+// class, NUMA node, CPU and memory affinity); 18: managed globals; 19: green contexts (DevResourceQuery,
+// DevSmResourceSplit, DevResourceGenerateDesc, GreenContext*)
+inline constexpr uint32_t kProtocolVersion = 19;
 
 // Size limits: a header frame is small; a payload is one copy chunk or one module image.
 inline constexpr size_t kMaxHeaderBytes = 64 * 1024;

@@ -35,6 +35,8 @@ LOCAL = {
     "cuKernelGetParamInfo": "layout learned at cuLibraryGetKernel",
     "cuStreamGetFlags": "client stream object", "cuStreamGetPriority": "client stream object",
     "cuStreamGetCtx": "client stream object", "cuStreamGetCtx_v2": "client stream object",
+    "cuCtxFromGreenCtx": "client green context object", "cuStreamGetGreenCtx": "client stream object",
+    "cuGreenCtxGetId": "the driver's id, learned when the green context was made",
     "cuStreamGetDevice": "client stream object",
     "cuMemAllocHost_v2": "client host memory", "cuMemHostAlloc": "client host memory",
     "cuMemFreeHost": "client host memory", "cuMemHostGetFlags": "client host memory",
@@ -116,8 +118,6 @@ UNSUPPORTED_REASONS = [
      "implemented (texture and surface objects are)"),
     (r"^cuMipmappedArray|^cuArrayGet(MemoryRequirements|Plane|SparseProperties)|^cuMemMapArrayAsync",
      "mipmapped, planar and sparse arrays: not implemented yet"),
-    (r"^(cuGreenCtx|cuCtxFromGreenCtx|cuCtxGetDevResource|cuDevResource|cuDevSmResource|cuDeviceGetDevResource|"
-     r"cuStreamGetGreenCtx)", "green contexts: not implemented yet"),
     (r"ExternalSemaphore|ExternalMemory|^cuImportExternal|^cuDestroyExternal",
      "external memory and semaphores (Vulkan, D3D, NvSci): handles and file descriptors of the application's "
      "process; not implemented"),
@@ -224,8 +224,14 @@ def main() -> None:
         "in the client, launched as `cuLaunchKernel`; a `cuLaunchKernel` leaves that state as it was (the driver "
         "calls it undefined); `cuParamSetTexRef`: `CUDA_ERROR_NOT_SUPPORTED` (no texture references) |",
         "| green contexts (`cuGreenCtx*`, `cuDevResource*`, `cuDeviceGetDevResource`, `cuCtxFromGreenCtx`, "
-        "`cuCtxGetDevResource`, `cuStreamGetGreenCtx`) | `CUDA_ERROR_NOT_SUPPORTED`: not implemented yet (a green "
-        "context would have to be a client context everywhere a context is accepted) |",
+        "`cuCtxGetDevResource`, `cuStreamGetGreenCtx`) | the executor's driver makes them; a resource is the "
+        "driver's `CUdevResource` bytes, kept by the client as they came. A green context's `CUcontext` is a client "
+        "context of its own (the driver's, from `cuCtxFromGreenCtx`), so per-context state in the client (functions "
+        "of library kernels, context-local storage) is kept apart from the primary context's, where the driver may "
+        "share it; the runtime's private context check answers it as an ordinary context. `cuStreamGetCtx_v2` "
+        "answers a green stream's primary context only while this process holds that one (otherwise the green "
+        "context's). The executor follows asynchronous device-to-host copies through `cuGreenCtxRecordEvent`/"
+        "`WaitEvent` for the streams it has seen in the green context |",
         "| host functions (`cuLaunchHostFunc`, `cuStreamAddCallback`) over tcp:// | run in the client in stream order "
         "through executor notices; each costs a network round trip while its stream waits |",
         "| graph host nodes (`cuGraphAddHostNode`, `cuGraphAddNode`, `cuLaunchHostFunc` on a capturing stream; "

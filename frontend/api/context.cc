@@ -46,7 +46,8 @@ CUresult cuCtxCreate_v2_legacy(CUcontext* context, unsigned int flags, CUdevice 
 CUresult cuCtxDestroy(CUcontext context) {
   Client* client;
   CURELAY_RETURN_IF_ERROR(RequireClient(&client));
-  if (context == nullptr || !client->contexts.Contains(context) || context->primary) {
+  // A primary context is released, a green context's destroyed with it (cuGreenCtxDestroy).
+  if (context == nullptr || !client->contexts.Contains(context) || context->primary || context->green != nullptr) {
     return CUDA_ERROR_INVALID_CONTEXT;
   }
   auto& builder = Builder();

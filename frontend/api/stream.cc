@@ -193,11 +193,19 @@ CUresult cuStreamGetCtx(CUstream stream, CUcontext* context) {
   return *context != nullptr ? CUDA_SUCCESS : CUDA_ERROR_INVALID_CONTEXT;
 }
 
-// curelay has no green contexts: a stream's green context is always null.
+// A green context's stream answers the green context and, as the driver does, the device's primary context where
+// this process holds it (otherwise the green context's own).
 CUresult cuStreamGetCtx_v2(CUstream stream, CUcontext* context, CUgreenCtx* green_context) {
   if (context == nullptr || green_context == nullptr) return CUDA_ERROR_INVALID_VALUE;
-  *green_context = nullptr;
-  return cuStreamGetCtx(stream, context);
+  CURELAY_RETURN_IF_ERROR(cuStreamGetCtx(stream, context));
+  *green_context = (*context)->green;
+  if (*green_context == nullptr) return CUDA_SUCCESS;
+  if (stream == CU_STREAM_PER_THREAD) return CUDA_ERROR_INVALID_HANDLE;  // with a green context current, as natively
+  Client* client = Client::Get();
+  std::lock_guard<std::mutex> lock(client->primary_mutex());
+  const PrimaryContext& primary = client->primary_contexts()[(*context)->device];
+  if (primary.context != nullptr && primary.retains > 0) *context = primary.context;
+  return CUDA_SUCCESS;
 }
 
 CUresult cuStreamGetDevice(CUstream stream, CUdevice* device) {

@@ -182,6 +182,8 @@ class Client {
   std::mutex& primary_mutex() { return primary_mutex_; }
 
   HandleRegistry<CUctx_st> contexts;
+  HandleRegistry<CUgreenCtx_st> green_contexts;
+  HandleRegistry<CUdevResourceDesc_st> resource_descs;
   HandleRegistry<CUmod_st> modules;
   HandleRegistry<CUfunc_st> functions;
   HandleRegistry<CUstream_st> streams;

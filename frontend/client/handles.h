@@ -28,15 +28,32 @@ inline uint64_t NextContextUniqueId() {
 }
 }  // namespace curelay::frontend
 
+struct CUgreenCtx_st;
+
 struct CUctx_st {
   uint64_t id;
   CUdevice device;
   bool primary;
   uint64_t unique_id = curelay::frontend::NextContextUniqueId();  // what cuCtxGetId answers
+  CUgreenCtx_st* green = nullptr;  // the green context this context is (cuCtxFromGreenCtx), if it is one
   // cuCtxGetLimit answers by limit, for the client's configuration epoch they were read in. The stack size is never
   // kept: the driver grows it by itself when a launch needs more.
   std::mutex limits_mutex;
   std::map<int, std::pair<uint64_t, uint64_t>> limits;
+};
+
+// A green context, made together with the context it is; the driver's id for it (cuGreenCtxGetId) is learned then.
+struct CUgreenCtx_st {
+  uint64_t id;
+  CUctx_st* context;
+  CUresult id_result = CUDA_SUCCESS;
+  unsigned long long driver_id = 0;
+};
+
+// A resource descriptor (cuDevResourceGenerateDesc): the driver's lives in the executor, which never frees it (nor
+// does the driver before the process ends).
+struct CUdevResourceDesc_st {
+  uint64_t id;
 };
 
 struct CUfunc_st {

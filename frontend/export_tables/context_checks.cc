@@ -1,6 +1,6 @@
 // Context checks / green contexts (263e8860…): 15 words on driver 580 (size word 0x78). The runtime asks what kind
-// of context it was given and whether green-context support is on. curelay has no green contexts, so every context
-// is an ordinary one.
+// of context it was given and whether green-context support is on. Every context answers as an ordinary one, a green
+// context's too (what the driver answers for one is not known here; its CUcontext works as a context of its own).
 #include "frontend/export_tables/table_support.h"
 
 namespace curelay::frontend {
