@@ -185,6 +185,26 @@ def session_seeds():
                                         "element_strides": [1]}, context=0), b""),
         (request(8, "ContextDestroy", {"context": 2}, context=0), b""),
     ]
+    # Green contexts: the resource bytes the executor answers cannot be known here, so the split, the descriptor and
+    # the green context meet the driver's checks of made-up resources (and the handlers' of their sizes and ids).
+    resource = list(struct.pack("<i", 1)) + [0] * 92 + list(struct.pack("<III", 132, 8, 8)) + [0] * 36
+    seeds["green_contexts"] = [
+        retain,
+        (request(2, "DevResourceQuery", {"owner": "Device", "device": 0, "type": 1}, context=0), b""),
+        (request(3, "DevResourceQuery", {"owner": "Context", "handle": 1, "type": 1}, context=0), b""),
+        (request(4, "DevSmResourceSplit", {"input": resource, "groups": 2, "want_remaining": True, "min_count": 16},
+                 context=0), b""),
+        (request(5, "DevSmResourceSplit", {"input": resource, "count_only": True, "min_count": 8}, context=0), b""),
+        (request(6, "DevResourceGenerateDesc", {"desc": 40, "resources": resource, "count": 1}, context=0), b""),
+        (request(7, "GreenContextCreate", {"green": 41, "context": 42, "desc": 40, "device": 0, "flags": 1},
+                 context=0), b""),
+        (request(8, "GreenContextStreamCreate", {"stream": 43, "green": 41, "flags": 1}, context=0), b""),
+        (request(9, "EventCreate", {"event": 44, "flags": 2}, context=42), b""),
+        (request(10, "GreenContextEvent", {"green": 41, "event": 44}, context=0), b""),
+        (request(11, "GreenContextEvent", {"green": 41, "event": 44, "wait": True}, context=0), b""),
+        (request(12, "DevResourceQuery", {"owner": "GreenContext", "handle": 41, "type": 1}, context=0), b""),
+        (request(13, "GreenContextDestroy", {"green": 41}, context=0), b""),
+    ]
     return {name: records(*[part for pair in messages for part in pair]) for name, messages in seeds.items()}
 
 
