@@ -263,11 +263,31 @@ def case_multiprocessing_expandable_segments():
     return f"exit={run.returncode} {last}"
 
 
+def case_green_context_matmul():
+    """torch.cuda.green_contexts (PyTorch 2.9+): a green context of 16 SMs made current, work in it, popped."""
+    green_contexts = getattr(torch.cuda, "green_contexts", None)
+    if green_contexts is None:
+        return "no torch.cuda.green_contexts"
+    seeded()
+    a = torch.randn(256, 256, device=DEV)
+    b = torch.randn(256, 256, device=DEV)
+    green = green_contexts.GreenContext.create(16, 0)
+    green.set_context()
+    try:
+        c = torch.relu(a @ b) @ b
+        torch.cuda.synchronize()
+        result = digest(c)
+    finally:
+        green.pop_context()
+    after = digest(a @ b)  # back in the primary context
+    return f"in_green={result} after={after}"
+
+
 CASES = [case_device, case_transformer_train_bf16_adamw, case_convnet_batchnorm_train,
          case_scaled_dot_product_attention, case_synchronize_and_pinned_copies, case_cuda_graph_capture_replay,
          case_inference_loop, case_memory_stats, case_dataloader_pinned_workers,
          case_pinned_block_reused_by_a_helper_thread, case_multiprocessing_shared_tensor,
-         case_multiprocessing_expandable_segments]
+         case_multiprocessing_expandable_segments, case_green_context_matmul]
 
 
 def main():
