@@ -10,6 +10,7 @@
 
 #include <cuda.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cstdint>
 #include <map>
@@ -111,25 +112,31 @@ class CopyDeliveryOrder {
     Deliveries& queued = streams_[{context, stream}];
     queued.insert(queued.end(), found->second.begin(), found->second.end());
   }
-  // `event` was recorded for every stream of `context` (cuGreenCtxRecordEvent): it completes after all of them.
-  void ContextEventRecorded(uint64_t event, CUcontext context) {
+  // `event` was recorded for a whole (green) context: it completes after the work of `streams` (its own; deliveries
+  // are kept under the context current when they were asked for, which may be another) and of its legacy stream.
+  void ContextEventRecorded(uint64_t event, CUcontext context, const std::vector<CUstream>& streams) {
     events_.erase(event);
     if (shared_events_.count(event) != 0) return;
     Deliveries before;
     for (auto& [key, queued] : streams_) {
-      if (key.first != context) continue;
+      const bool legacy = key.first == context && key.second == nullptr;
+      if (!legacy && (key.second == nullptr || std::find(streams.begin(), streams.end(), key.second) == streams.end())) {
+        continue;
+      }
       Prune(queued);
       before.insert(before.end(), queued.begin(), queued.end());
     }
     if (!before.empty()) events_[event] = std::move(before);
   }
-  // Every stream of `context` waits for `event` (cuGreenCtxWaitEvent): those this order knows, and the legacy
-  // stream; a stream it meets later is left out.
-  void ContextWaited(CUcontext context, uint64_t event) {
+  // A whole (green) context's later work waits for `event`: `streams` (its own) and its legacy stream. A stream it
+  // makes later is left out (only slower: its answers wait for the session's thread).
+  void ContextWaited(uint64_t event, CUcontext context, const std::vector<CUstream>& streams) {
     if (events_.count(event) == 0) return;
     StreamWaited(context, nullptr, event);
     for (auto& [key, queued] : streams_) {
-      if (key.first == context && key.second != nullptr) StreamWaited(context, key.second, event);
+      if (key.second != nullptr && std::find(streams.begin(), streams.end(), key.second) != streams.end()) {
+        StreamWaited(key.first, key.second, event);
+      }
     }
   }
   // Recorded where this order cannot follow it (a launch's completion or programmatic event, a graph): left out

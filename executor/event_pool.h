@@ -36,6 +36,14 @@ class EventPool {
   void Forget(CUcontext context) {
     std::erase_if(spares_, [context](const Spare& spare) { return spare.context == context; });
   }
+  // As Forget, destroying them (their context's end does not: a green context's).
+  void Release(CUcontext context) {
+    std::erase_if(spares_, [&](const Spare& spare) {
+      if (spare.context != context) return false;
+      driver_.cuEventDestroy(spare.event);
+      return true;
+    });
+  }
   void Release() {
     for (const Spare& spare : spares_) driver_.cuEventDestroy(spare.event);
     spares_.clear();

@@ -53,13 +53,39 @@ Session::Outcome Session::ContextCreate(const wire::ContextCreate& call) {
 
 Session::Outcome Session::ContextDestroy(const wire::ContextDestroy& call) {
   if (created_contexts_.count(call.context()) == 0) return {CUDA_ERROR_INVALID_CONTEXT};
-  const CUresult result = DestroyContext(call.context(), [&](CUcontext context) { return driver_.cuCtxDestroy(context); });
+  const CUresult result =
+      DestroyContext(call.context(), [&](CUcontext context) { return driver_.cuCtxDestroy(context); }, true);
   if (result == CUDA_SUCCESS) created_contexts_.erase(call.context());
   return {result};
 }
 
-CUresult Session::DestroyContext(uint64_t id, const std::function<CUresult(CUcontext)>& destroy) {
+std::vector<CUstream> Session::ContextStreams(uint64_t context) const {
+  std::vector<CUstream> streams;
+  for (const auto& [id, stream] : streams_) {
+    const auto owner = stream_contexts_.find(id);
+    if (owner != stream_contexts_.end() && owner->second == context) streams.push_back(stream);
+  }
+  if (const auto per_thread = per_thread_streams_.find(context); per_thread != per_thread_streams_.end()) {
+    for (const auto& [thread, stream] : per_thread->second) streams.push_back(stream);
+  }
+  return streams;
+}
+
+CUresult Session::DestroyContext(uint64_t id, const std::function<CUresult(CUcontext)>& destroy,
+                                 bool waits_and_frees) {
   const CUcontext context = contexts_.at(id);
+  if (!waits_and_frees) {
+    // Nothing below may be let go while the context's work could still read it (retained payloads, receive
+    // buffers), so wait for it here; and its streams and markers are destroyed, as the context's end would.
+    current_context_ = kUnknownContext;  // made current here; re-set on next use
+    if (driver_.cuCtxSetCurrent(context) == CUDA_SUCCESS) driver_.cuCtxSynchronize();  // a fault ends it too
+    for (const auto& [thread, stream] : per_thread_streams_[id]) {
+      driver_.cuStreamDestroy(stream);
+      copy_deliveries_.StreamGone(stream);  // a later stream may get the same handle
+    }
+    per_thread_streams_.erase(id);
+    markers_.Release(context);
+  }
   dispatch_gate_.ForgetContext(context);  // its timing markers go with it
   markers_.Forget(context);
   completion_words_.Forget(context);
@@ -106,11 +132,8 @@ Session::Outcome Session::ContextResetPersistingL2Cache(const wire::ContextReset
 Session::Outcome Session::ContextSynchronize(const wire::ContextSynchronize& /*call*/) {
   // The context's streams: the legacy stream, its created streams and its per-thread streams. Together they hold
   // all of the context's work, which is what cuCtxSynchronize waits for.
-  std::vector<CUstream> streams = {nullptr};
-  for (const auto& [id, stream] : streams_) {
-    if (stream_contexts_[id] == current_context_) streams.push_back(stream);
-  }
-  for (const auto& [thread, stream] : per_thread_streams_[current_context_]) streams.push_back(stream);
+  std::vector<CUstream> streams = ContextStreams(current_context_);
+  streams.push_back(nullptr);
   // All idle already (an idle synchronize): answer now, no markers needed.
   bool idle = true;
   for (CUstream stream : streams) {

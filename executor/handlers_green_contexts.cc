@@ -1,6 +1,8 @@
 // Green contexts (cuda.h answers CUDA_ERROR_INVALID_CONTEXT for a green context that is not one): SM resources (of a device, a context, a green context), their split, descriptors, green contexts
 // with the CUcontext of each, and their streams and events. Resources cross the wire as the driver's CUdevResource
 // bytes, which the client sends back unchanged.
+#include <algorithm>
+#include <array>
 #include <cstring>
 
 #include "executor/session.h"
@@ -9,19 +11,34 @@
 namespace curelay::executor {
 namespace {
 
-// More groups than a GPU has SMs cannot be asked for meaningfully; the bound keeps a request from sizing a buffer.
-constexpr uint32_t kMostSplitGroups = 1024;
+using ResourceBytes = std::array<uint8_t, sizeof(CUdevResource)>;
 
-// `count` whole CUdevResource structs from `bytes`, or false when the bytes are not exactly that.
-bool ReadResources(const flatbuffers::Vector<uint8_t>* bytes, size_t count, std::vector<CUdevResource>* resources) {
-  const size_t size = bytes == nullptr ? 0 : bytes->size();
-  if (size != count * sizeof(CUdevResource)) return false;
-  resources->resize(count);
-  if (size != 0) std::memcpy(resources->data(), bytes->data(), size);
-  return true;
+ResourceBytes BytesOf(const CUdevResource& resource) {
+  ResourceBytes bytes;
+  std::memcpy(bytes.data(), &resource, bytes.size());
+  return bytes;
 }
 
+// The most resources answered that are remembered (a few per green context in practice); past it, an arbitrary one
+// is let go.
+constexpr size_t kMostResourcesAnswered = 65536;
+
 }  // namespace
+
+void Session::ResourceAnswered(const CUdevResource& resource) {
+  if (resources_answered_.size() >= kMostResourcesAnswered) resources_answered_.erase(resources_answered_.begin());
+  resources_answered_.insert(BytesOf(resource));
+}
+
+bool Session::ReadResources(const flatbuffers::Vector<uint8_t>* bytes, size_t count,
+                            std::vector<CUdevResource>* resources) const {
+  const size_t size = bytes == nullptr ? 0 : bytes->size();
+  if (count > wire::kMostResourceGroups || size != count * sizeof(CUdevResource)) return false;
+  resources->resize(count);
+  if (size != 0) std::memcpy(resources->data(), bytes->data(), size);
+  return std::all_of(resources->begin(), resources->end(),
+                     [&](const CUdevResource& resource) { return resources_answered_.count(BytesOf(resource)) != 0; });
+}
 
 Session::Outcome Session::DevResourceQuery(const wire::DevResourceQuery& call) {
   CUdevResourceType type;
@@ -51,6 +68,7 @@ Session::Outcome Session::DevResourceQuery(const wire::DevResourceQuery& call) {
       return {CUDA_ERROR_INVALID_VALUE};
   }
   if (outcome.result != CUDA_SUCCESS) return outcome;
+  ResourceAnswered(resource);
   const auto bytes = builder_.CreateVector(reinterpret_cast<const uint8_t*>(&resource), sizeof(resource));
   outcome.body = wire::CreateQueryAnswer(builder_, bytes, 0).Union();
   outcome.body_type = wire::ReplyBody::QueryAnswer;
@@ -62,7 +80,7 @@ Session::Outcome Session::DevSmResourceSplit(const wire::DevSmResourceSplit& cal
   std::vector<CUdevResource> input;
   if (!ReadResources(call.input(), 1, &input)) return {CUDA_ERROR_INVALID_VALUE};
   unsigned int groups = call.groups();
-  if (!call.count_only() && groups > kMostSplitGroups) return {CUDA_ERROR_INVALID_VALUE};
+  if (!call.count_only() && groups > wire::kMostResourceGroups) return {CUDA_ERROR_INVALID_VALUE};
   std::vector<CUdevResource> result(call.count_only() ? 0 : groups);
   CUdevResource remaining{};
   Outcome outcome;
@@ -72,6 +90,8 @@ Session::Outcome Session::DevSmResourceSplit(const wire::DevSmResourceSplit& cal
   if (outcome.result != CUDA_SUCCESS) return outcome;
   // The driver makes at most the groups asked for; never hand back more than were made room for.
   const size_t made = call.count_only() ? 0 : std::min<size_t>(groups, result.size());
+  for (size_t group = 0; group < made; ++group) ResourceAnswered(result[group]);
+  if (call.want_remaining()) ResourceAnswered(remaining);
   const auto result_bytes =
       builder_.CreateVector(reinterpret_cast<const uint8_t*>(result.data()), made * sizeof(CUdevResource));
   const auto remaining_bytes = builder_.CreateVector(reinterpret_cast<const uint8_t*>(&remaining),
@@ -85,9 +105,7 @@ Session::Outcome Session::DevResourceGenerateDesc(const wire::DevResourceGenerat
   if (driver_.cuDevResourceGenerateDesc == nullptr) return {CUDA_ERROR_NOT_SUPPORTED};
   if (call.desc() == 0 || resource_descs_.count(call.desc()) != 0) return {CUDA_ERROR_INVALID_VALUE};
   std::vector<CUdevResource> resources;
-  if (call.count() > kMostSplitGroups || !ReadResources(call.resources(), call.count(), &resources)) {
-    return {CUDA_ERROR_INVALID_VALUE};
-  }
+  if (!ReadResources(call.resources(), call.count(), &resources)) return {CUDA_ERROR_INVALID_VALUE};
   CUdevResourceDesc desc = nullptr;
   const CUresult result =
       driver_.cuDevResourceGenerateDesc(&desc, resources.empty() ? nullptr : resources.data(), call.count());
@@ -130,8 +148,10 @@ Session::Outcome Session::GreenContextDestroy(const wire::GreenContextDestroy& c
   const auto found = green_contexts_.find(call.green());
   if (found == green_contexts_.end()) return {CUDA_ERROR_INVALID_CONTEXT};
   const GreenContext green = found->second;
+  // cuGreenCtxDestroy neither waits for the green context's work nor frees what was made in it (measured on the
+  // H200: a kernel still ran, an event recorded after it still pended, a module still worked).
   const CUresult result =
-      DestroyContext(green.context, [&](CUcontext) { return driver_.cuGreenCtxDestroy(green.handle); });
+      DestroyContext(green.context, [&](CUcontext) { return driver_.cuGreenCtxDestroy(green.handle); }, false);
   if (result == CUDA_SUCCESS) green_contexts_.erase(call.green());
   return {result};
 }
@@ -146,10 +166,11 @@ Session::Outcome Session::GreenContextEvent(const wire::GreenContextEvent& call)
   const CUresult result = driver_call(green->second.handle, event->second);
   const CUcontext context = contexts_.at(green->second.context);
   // What the event completes after, or waits for: every stream of the green context.
+  const std::vector<CUstream> streams = ContextStreams(green->second.context);
   if (result == CUDA_SUCCESS && call.wait()) {
-    copy_deliveries_.ContextWaited(context, call.event());
+    copy_deliveries_.ContextWaited(call.event(), context, streams);
   } else if (result == CUDA_SUCCESS) {
-    copy_deliveries_.ContextEventRecorded(call.event(), context);
+    copy_deliveries_.ContextEventRecorded(call.event(), context, streams);
   }
   return {result};
 }

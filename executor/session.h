@@ -4,6 +4,7 @@
 
 #include <cuda.h>
 
+#include <array>
 #include <atomic>
 #include <chrono>
 #include <cstdint>
@@ -11,6 +12,7 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <set>
 #include <span>
 #include <string>
 #include <unordered_map>
@@ -140,8 +142,17 @@ class Session {
   std::vector<RetainedPayload> TakeRetainedPayloads(CUcontext context);
   void SettleRetainedPayloads(CUcontext context, std::vector<RetainedPayload>& taken, bool context_gone);
   CUcontext CurrentDriverContext() const;
-  // Ends context `id` with `destroy` (cuCtxDestroy, cuGreenCtxDestroy) and what this session keeps for it.
-  CUresult DestroyContext(uint64_t id, const std::function<CUresult(CUcontext)>& destroy);
+  // Green contexts' resources: remembers one the driver answered; reads `count` of them from a request, only if
+  // each is one answered (handlers_green_contexts.cc).
+  void ResourceAnswered(const CUdevResource& resource);
+  bool ReadResources(const flatbuffers::Vector<uint8_t>* bytes, size_t count,
+                     std::vector<CUdevResource>* resources) const;
+  // The streams created in context `id` and its per-thread streams (not the legacy stream).
+  std::vector<CUstream> ContextStreams(uint64_t context) const;
+  // Ends context `id` with `destroy` (cuCtxDestroy, cuGreenCtxDestroy) and what this session keeps for it; when
+  // `destroy` waits for the context's work and frees what was made in it (cuCtxDestroy does, cuGreenCtxDestroy does
+  // neither), `waits_and_frees`.
+  CUresult DestroyContext(uint64_t id, const std::function<CUresult(CUcontext)>& destroy, bool waits_and_frees);
   Outcome Defer(std::vector<CUevent> markers, uint64_t client_event, uint8_t* staging = nullptr,
                 uint64_t staging_bytes = 0, std::shared_ptr<CopyDelivery> delivery = nullptr);
   // A stream-ordered copy of `bytes` into a pinned staging chunk (`enqueue` issues it into the chunk it is given),
@@ -368,6 +379,9 @@ class Session {
   };
   std::unordered_map<uint64_t, GreenContext> green_contexts_;
   std::unordered_map<uint64_t, CUdevResourceDesc> resource_descs_;
+  // Every resource this session's driver answered, as its bytes: the only ones handed back to the driver (the bytes
+  // are the driver's own, and a client could have made them up).
+  std::set<std::array<uint8_t, sizeof(CUdevResource)>> resources_answered_;
   std::unordered_map<uint64_t, CUmodule> modules_;
   std::unordered_map<uint64_t, uint64_t> library_modules_;
   struct Link {

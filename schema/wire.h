@@ -33,6 +33,9 @@ inline constexpr size_t kMaxMirrorRanges = 2048;
 // A query's buffer (coredump attribute values, atomic capability lists) travels in the header: at most this many
 // bytes of it.
 inline constexpr size_t kMaxQueryBytes = 16 * 1024;
+// The most SM resource groups one split answers, or one descriptor takes (cuDevSmResourceSplitByCount,
+// cuDevResourceGenerateDesc): more than a GPU's SMs, and 256 CUdevResource structs (36 KiB) stay a small message.
+inline constexpr uint32_t kMostResourceGroups = 256;
 // Coredump attribute buffers the executor allocates for the driver are at most this large.
 inline constexpr uint64_t kMaxCoredumpBufferBytes = uint64_t{1} << 20;
 

@@ -57,6 +57,10 @@ CUresult AnswerEnum(int64_t raw, E largest, E* out) {
   return WireEnum(raw, largest, out) ? CUDA_SUCCESS : CUDA_ERROR_UNKNOWN;
 }
 
+// What the client keeps for a context the executor destroyed (cuCtxDestroy, cuGreenCtxDestroy): its managed
+// globals, this thread's stack entries, its context-local storage (whose destructors run last), and the handle.
+void ForgetDestroyedContext(Client& client, CUcontext context);
+
 inline CUresult RequireDevice(Client& client, CUdevice device) {
   return device >= 0 && device < static_cast<int>(client.devices().size()) ? CUDA_SUCCESS
                                                                            : CUDA_ERROR_INVALID_DEVICE;

@@ -29,6 +29,19 @@ CUresult CreateContext(CUcontext* result_context, unsigned int flags, CUdevice d
 
 }  // namespace
 
+namespace curelay::frontend {
+
+void ForgetDestroyedContext(Client& client, CUcontext context) {
+  ForgetManagedGlobals(client, 0, 0, context->id);  // the executor dropped them with the context
+  std::erase(ContextStack(), context);
+  // Context-local storage goes with the context; its destructors run on return, after the handle is gone.
+  ContextStorageRelease storage;
+  storage.Take(context);
+  client.contexts.Destroy(context);
+}
+
+}  // namespace curelay::frontend
+
 extern "C" {
 
 CUresult cuCtxCreate(CUcontext* context, CUctxCreateParams* params, unsigned int flags, CUdevice device) {
@@ -54,13 +67,7 @@ CUresult cuCtxDestroy(CUcontext context) {
   const auto call = wire::CreateContextDestroy(builder, context->id).Union();
   const CUresult result = client->Call(builder, wire::Call::ContextDestroy, call, {}, nullptr);
   if (result != CUDA_SUCCESS) return result;
-  ForgetManagedGlobals(*client, 0, 0, context->id);  // the executor dropped them with the context
-  auto& stack = ContextStack();
-  std::erase(stack, context);
-  // Context-local storage goes with the context; its destructors run on return, after the handle is gone.
-  ContextStorageRelease storage;
-  storage.Take(context);
-  client->contexts.Destroy(context);
+  ForgetDestroyedContext(*client, context);
   return CUDA_SUCCESS;
 }
 

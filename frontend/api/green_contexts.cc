@@ -72,10 +72,12 @@ CUresult cuDevSmResourceSplitByCount(CUdevResource* result, unsigned int* groups
   CURELAY_RETURN_IF_ERROR(RequireClient(&client));
   if (groups == nullptr || input == nullptr) return CUDA_ERROR_INVALID_VALUE;
   // The answer carries every group's bytes: far more groups than a GPU has SMs do not fit in one reply.
-  if (result != nullptr && *groups > wire::kMaxQueryBytes / sizeof(CUdevResource)) return CUDA_ERROR_INVALID_VALUE;
+  // The driver makes no more groups than it can, so asking for at most kMostResourceGroups (more than a GPU's SMs)
+  // answers as natively.
+  const unsigned int asked = std::min(*groups, wire::kMostResourceGroups);
   auto& builder = Builder();
   const auto input_bytes = builder.CreateVector(reinterpret_cast<const uint8_t*>(input), sizeof(CUdevResource));
-  const auto call = wire::CreateDevSmResourceSplit(builder, input_bytes, *groups, result == nullptr,
+  const auto call = wire::CreateDevSmResourceSplit(builder, input_bytes, asked, result == nullptr,
                                                    remaining != nullptr, flags, min_count)
                         .Union();
   ReplyMessage reply;
@@ -85,11 +87,11 @@ CUresult cuDevSmResourceSplitByCount(CUdevResource* result, unsigned int* groups
   const size_t made = result == nullptr ? 0 : answer->groups();
   const size_t result_bytes = answer->result() == nullptr ? 0 : answer->result()->size();
   const size_t remaining_bytes = answer->remaining() == nullptr ? 0 : answer->remaining()->size();
-  if ((result != nullptr && made > *groups) || result_bytes != made * sizeof(CUdevResource) ||
+  if ((result != nullptr && made > asked) || result_bytes != made * sizeof(CUdevResource) ||
       remaining_bytes != (remaining != nullptr ? sizeof(CUdevResource) : 0)) {
     return CUDA_ERROR_UNKNOWN;
   }
-  if (result_bytes != 0) std::memcpy(result, answer->result()->data(), result_bytes);
+  if (result != nullptr && made != 0) std::memcpy(result, answer->result()->data(), made * sizeof(CUdevResource));
   if (remaining != nullptr) std::memcpy(remaining, answer->remaining()->data(), sizeof(CUdevResource));
   *groups = answer->groups();
   return CUDA_SUCCESS;
@@ -99,7 +101,7 @@ CUresult cuDevResourceGenerateDesc(CUdevResourceDesc* desc, CUdevResource* resou
   Client* client;
   CURELAY_RETURN_IF_ERROR(RequireClient(&client));
   if (desc == nullptr) return CUDA_ERROR_INVALID_VALUE;
-  if (count > wire::kMaxQueryBytes / sizeof(CUdevResource) || (resources == nullptr && count != 0)) {
+  if (count > wire::kMostResourceGroups || (resources == nullptr && count != 0)) {
     return CUDA_ERROR_INVALID_VALUE;
   }
   CUdevResourceDesc_st* made = client->resource_descs.Create(NextObjectId());
@@ -149,9 +151,8 @@ CUresult cuGreenCtxDestroy(CUgreenCtx green) {
   const auto call = wire::CreateGreenContextDestroy(builder, green->id).Union();
   CURELAY_RETURN_IF_ERROR(client->Call(builder, wire::Call::GreenContextDestroy, call, {}, nullptr));
   CUctx_st* context = green->context;
-  std::erase(ContextStack(), context);  // no longer current anywhere on this thread
   client->green_contexts.Destroy(green);
-  client->contexts.Destroy(context);
+  ForgetDestroyedContext(*client, context);
   return CUDA_SUCCESS;
 }
 
@@ -166,7 +167,11 @@ CUresult cuCtxFromGreenCtx(CUcontext* context, CUgreenCtx green) {
 CUresult cuGreenCtxGetId(CUgreenCtx green, unsigned long long* id) {
   Client* client;
   CURELAY_RETURN_IF_ERROR(RequireClient(&client));
-  if (green == nullptr && CurrentContext() != nullptr) green = CurrentContext()->green;  // the current one's
+  if (green == nullptr) {  // the current context's
+    const CUcontext current = CurrentContext();
+    if (current == nullptr || !client->contexts.Contains(current)) return CUDA_ERROR_INVALID_CONTEXT;
+    green = current->green;
+  }
   CURELAY_RETURN_IF_ERROR(RequireGreenContext(&client, green));
   if (id == nullptr) return CUDA_ERROR_INVALID_VALUE;
   CURELAY_RETURN_IF_ERROR(green->id_result);
@@ -204,6 +209,8 @@ CUresult cuStreamGetGreenCtx(CUstream stream, CUgreenCtx* green) {
   if (green == nullptr) return CUDA_ERROR_INVALID_VALUE;
   CUcontext context = nullptr;
   CURELAY_RETURN_IF_ERROR(cuStreamGetCtx(stream, &context));
+  // A stream outliving its (green) context answers as the driver does for it.
+  if (!Client::Get()->contexts.Contains(context)) return CUDA_ERROR_CONTEXT_IS_DESTROYED;
   *green = context->green;
   return CUDA_SUCCESS;
 }

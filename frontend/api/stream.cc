@@ -198,10 +198,11 @@ CUresult cuStreamGetCtx(CUstream stream, CUcontext* context) {
 CUresult cuStreamGetCtx_v2(CUstream stream, CUcontext* context, CUgreenCtx* green_context) {
   if (context == nullptr || green_context == nullptr) return CUDA_ERROR_INVALID_VALUE;
   CURELAY_RETURN_IF_ERROR(cuStreamGetCtx(stream, context));
+  Client* client = Client::Get();
+  if (!client->contexts.Contains(*context)) return CUDA_ERROR_CONTEXT_IS_DESTROYED;  // a stream outliving it
   *green_context = (*context)->green;
   if (*green_context == nullptr) return CUDA_SUCCESS;
   if (stream == CU_STREAM_PER_THREAD) return CUDA_ERROR_INVALID_HANDLE;  // with a green context current, as natively
-  Client* client = Client::Get();
   std::lock_guard<std::mutex> lock(client->primary_mutex());
   const PrimaryContext& primary = client->primary_contexts()[(*context)->device];
   if (primary.context != nullptr && primary.retains > 0) *context = primary.context;

@@ -69,6 +69,18 @@ TEST_F(GreenContextTest, ResourcesSplitAsTheDriverSplitsThem) {
   EXPECT_EQ(made, 8u);
   for (const CUdevResource& group : groups) EXPECT_EQ(group.sm.smCount, 16u);
   EXPECT_EQ(remaining.sm.smCount, 4u);
+  // Asking for as many groups as the GPU has SMs is fine: the driver makes what it can.
+  std::vector<CUdevResource> many(132);
+  made = 132;
+  ASSERT_CU(cuDevSmResourceSplitByCount(many.data(), &made, &device_sms_, nullptr, 0, 16));
+  EXPECT_EQ(made, 8u);
+  // Bytes the driver did not answer are refused before they reach it.
+  CUdevResource forged = device_sms_;
+  forged.sm.smCount = 64;
+  made = 1;
+  EXPECT_EQ(cuDevSmResourceSplitByCount(groups.data(), &made, &forged, nullptr, 0, 16), CUDA_ERROR_INVALID_VALUE);
+  CUdevResourceDesc forged_desc = nullptr;
+  EXPECT_EQ(cuDevResourceGenerateDesc(&forged_desc, &forged, 1), CUDA_ERROR_INVALID_VALUE);
   // The driver's own checks answer as they do natively.
   EXPECT_EQ(cuDevSmResourceSplitByCount(groups.data(), nullptr, &device_sms_, nullptr, 0, 16), CUDA_ERROR_INVALID_VALUE);
   EXPECT_EQ(cuDeviceGetDevResource(0, &remaining, static_cast<CUdevResourceType>(7)),
@@ -190,9 +202,24 @@ TEST_F(GreenContextTest, EventsCoverAndHoldTheGreenContextsWork) {
 }
 
 TEST_F(GreenContextTest, ADestroyedGreenContextIsGoneEverywhere) {
-  ASSERT_CU(cuCtxPushCurrent(green_context_));
+  // Work still in flight on a green stream when the green context ends: an upload behind a busy kernel, into memory
+  // of the primary context.
+  constexpr size_t kBytes = size_t{1} << 20;
   CUdeviceptr memory = 0;
-  ASSERT_CU(cuMemAlloc(&memory, 1 << 20));
+  ASSERT_CU(cuMemAlloc(&memory, kBytes));
+  std::vector<uint8_t> source(kBytes);
+  for (size_t i = 0; i < kBytes; ++i) source[i] = static_cast<uint8_t>(i * 7 + 3);
+  CUstream green_stream = nullptr;
+  InGreenContext([&](CUmodule module) {
+    CUfunction busy = nullptr;
+    ASSERT_CU(cuModuleGetFunction(&busy, module, "busy_wait_ns"));
+    ASSERT_CU(cuGreenCtxStreamCreate(&green_stream, green_, CU_STREAM_NON_BLOCKING, 0));
+    unsigned long long nanoseconds = std::chrono::nanoseconds(300ms).count();
+    void* params[] = {&nanoseconds};
+    ASSERT_CU(cuLaunchKernel(busy, 1, 1, 1, 1, 1, 1, 0, green_stream, params, nullptr));
+    ASSERT_CU(cuMemcpyHtoDAsync(memory, source.data(), kBytes, green_stream));
+  });
+  ASSERT_CU(cuCtxPushCurrent(green_context_));
   ASSERT_CU(cuGreenCtxDestroy(green_));
   const CUgreenCtx gone = green_;
   green_ = nullptr;
@@ -205,11 +232,17 @@ TEST_F(GreenContextTest, ADestroyedGreenContextIsGoneEverywhere) {
   EXPECT_EQ(cuCtxPushCurrent(green_context_), CUDA_ERROR_INVALID_CONTEXT);
   unsigned long long id = 0;
   EXPECT_EQ(cuGreenCtxGetId(gone, &id), CUDA_ERROR_INVALID_CONTEXT);
-  // The session goes on in the primary context.
+  CUgreenCtx of_stream = nullptr;
+  EXPECT_EQ(cuStreamGetGreenCtx(green_stream, &of_stream), CUDA_ERROR_CONTEXT_IS_DESTROYED);  // it outlived it
+  // The session goes on in the primary context, and the upload arrived whole.
   ASSERT_CU(cuCtxSetCurrent(context_));
+  std::vector<uint8_t> back(kBytes, 0);
+  ASSERT_CU(cuMemcpyDtoH(back.data(), memory, kBytes));
+  EXPECT_EQ(back, source);
   CUdeviceptr still = 0;
   ASSERT_CU(cuMemAlloc(&still, 1 << 20));
   EXPECT_CU(cuMemFree(still));
+  EXPECT_CU(cuMemFree(memory));
 }
 
 }  // namespace
