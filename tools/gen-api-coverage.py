@@ -231,7 +231,9 @@ def main() -> None:
         "share it; the runtime's private context check answers it as an ordinary context. `cuStreamGetCtx_v2` "
         "answers a green stream's primary context only while this process holds that one (otherwise the green "
         "context's). The executor follows asynchronous device-to-host copies through `cuGreenCtxRecordEvent`/"
-        "`WaitEvent` for the streams it has seen in the green context |",
+        "`WaitEvent` across the green context's streams. `cuGreenCtxDestroy` returns once the green context's work "
+        "is done (natively it returns at once and the work runs on); only resources the driver answered are taken "
+        "back, and a split asks for at most 256 groups |",
         "| host functions (`cuLaunchHostFunc`, `cuStreamAddCallback`) over tcp:// | run in the client in stream order "
         "through executor notices; each costs a network round trip while its stream waits |",
         "| graph host nodes (`cuGraphAddHostNode`, `cuGraphAddNode`, `cuLaunchHostFunc` on a capturing stream; "
