@@ -58,12 +58,17 @@ bool CompletionWords::Reached(CUevent marker) const {
   return __atomic_load_n(found->second.word, __ATOMIC_ACQUIRE) == found->second.value;
 }
 
-void CompletionWords::Forget(CUcontext context) {
+void CompletionWords::Forget(CUcontext context, bool driver_frees) {
   std::erase_if(watched_, [context](const auto& entry) { return entry.second.context == context; });
   for (auto page = pages_.begin(); page != pages_.end(); ++page) {
     if (page->context != context) continue;
-    page->registered = false;  // the driver drops the registration with the context
-    retired_.push_back(*page);
+    if (driver_frees) {
+      page->registered = false;
+      retired_.push_back(*page);  // a stream of the ending context may still hold a write into it
+    } else {
+      driver_.cuMemHostUnregister(page->words);
+      munmap(page->words, kWords * sizeof(uint32_t));
+    }
     pages_.erase(page);
     return;
   }

@@ -32,8 +32,10 @@ class CompletionWords {
   bool Watched(CUevent marker) const { return watched_.count(marker) != 0; }
   bool Reached(CUevent marker) const;
   void Unwatch(CUevent marker) { watched_.erase(marker); }
-  // Before `context` is destroyed or reset: its words are no longer read (the driver drops the registration).
-  void Forget(CUcontext context);
+  // Before `context` is destroyed or reset: its words are no longer read. `driver_frees` says whether the context's
+  // end drops the page's registration (cuCtxDestroy, a reset); a green context's end does not, and its work is done
+  // by then (Session::DestroyContext waits for it), so the page is unregistered and unmapped here.
+  void Forget(CUcontext context, bool driver_frees);
   void Release();
 
  private:

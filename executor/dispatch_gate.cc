@@ -319,18 +319,26 @@ bool DispatchGate::HasInflight() const {
   return false;
 }
 
-void DispatchGate::ForgetContext(CUcontext context) {
+void DispatchGate::ForgetContext(CUcontext context, bool driver_frees) {
   if (located_context_ == context) located_context_ = nullptr;
   for (GpuLane& lane : lanes_) {
     std::erase_if(lane.inflight, [&](const Inflight& work) {
       if (work.context != context) return false;
       Complete(lane, work, work.estimate_ns);
       lane.timed_inflight -= work.start != nullptr;
+      if (!driver_frees && work.start != nullptr) {
+        driver_.cuEventDestroy(work.start);
+        driver_.cuEventDestroy(work.end);
+      }
       return true;
     });
     UnmarkIfIdle(lane);
   }
-  events_.Forget(context);
+  if (driver_frees) {
+    events_.Forget(context);
+  } else {
+    events_.Release(context);
+  }
 }
 
 void DispatchGate::Release() {

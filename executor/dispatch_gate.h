@@ -77,9 +77,10 @@ class DispatchGate {
   bool HasInflight() const;
   // Drops everything in flight (session teardown).
   void Release();
-  // `context` is being destroyed or reset, and with it the markers made in it: forget them (their work is reported
-  // done at its estimate) so none is used or destroyed afterwards.
-  void ForgetContext(CUcontext context);
+  // `context` is being destroyed or reset: its work in flight is reported done at its estimate and its markers are
+  // never used again. `driver_frees` says whether the context's end frees the markers (cuCtxDestroy, a reset); a
+  // green context's end does not, so they are destroyed here.
+  void ForgetContext(CUcontext context, bool driver_frees);
 
  private:
   using Clock = std::chrono::steady_clock;

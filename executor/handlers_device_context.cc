@@ -86,9 +86,9 @@ CUresult Session::DestroyContext(uint64_t id, const std::function<CUresult(CUcon
     per_thread_streams_.erase(id);
     markers_.Release(context);
   }
-  dispatch_gate_.ForgetContext(context);  // its timing markers go with it
+  dispatch_gate_.ForgetContext(context, waits_and_frees);  // its timing markers go with it
   markers_.Forget(context);
-  completion_words_.Forget(context);
+  completion_words_.Forget(context, waits_and_frees);
   copy_deliveries_.ContextGone(context);
   managed_globals_.ForgetContext(context);
   std::vector<RetainedPayload> retained = TakeRetainedPayloads(context);
@@ -199,9 +199,9 @@ Session::Outcome Session::PrimaryContextReset(const wire::PrimaryContextReset& c
   CUcontext primary = nullptr;
   std::vector<RetainedPayload> retained;
   if (driver_.cuDevicePrimaryCtxRetain(&primary, call.device()) == CUDA_SUCCESS) {
-    dispatch_gate_.ForgetContext(primary);
+    dispatch_gate_.ForgetContext(primary, true);
     markers_.Forget(primary);
-    completion_words_.Forget(primary);
+    completion_words_.Forget(primary, true);
     copy_deliveries_.ContextGone(primary);
     managed_globals_.ForgetContext(primary);
     retained = TakeRetainedPayloads(primary);

@@ -61,6 +61,9 @@ CUresult AnswerEnum(int64_t raw, E largest, E* out) {
 // globals, this thread's stack entries, its context-local storage (whose destructors run last), and the handle.
 void ForgetDestroyedContext(Client& client, CUcontext context);
 
+// A stream priority clamped into the device's range, as the driver clamps it, so cuStreamGetPriority agrees.
+CUresult ClampStreamPriority(Client& client, CUdevice device, int* priority);
+
 inline CUresult RequireDevice(Client& client, CUdevice device) {
   return device >= 0 && device < static_cast<int>(client.devices().size()) ? CUDA_SUCCESS
                                                                            : CUDA_ERROR_INVALID_DEVICE;

@@ -187,12 +187,7 @@ CUresult cuGreenCtxStreamCreate(CUstream* result_stream, CUgreenCtx green, unsig
   Client* client;
   CURELAY_RETURN_IF_ERROR(RequireGreenContext(&client, green));
   if (result_stream == nullptr) return CUDA_ERROR_INVALID_VALUE;
-  if (priority != 0) {
-    // The driver clamps priorities into the device's range; clamp here so cuStreamGetPriority agrees.
-    int least = 0, greatest = 0;
-    CURELAY_RETURN_IF_ERROR(client->StreamPriorityRange(green->context->device, &least, &greatest));
-    priority = std::clamp(priority, greatest, least);
-  }
+  CURELAY_RETURN_IF_ERROR(ClampStreamPriority(*client, green->context->device, &priority));
   CUstream_st* stream = client->streams.Create(NextObjectId(), green->context, flags, priority);
   auto& builder = Builder();
   const auto call = wire::CreateGreenContextStreamCreate(builder, stream->id, green->id, flags, priority).Union();
@@ -209,8 +204,6 @@ CUresult cuStreamGetGreenCtx(CUstream stream, CUgreenCtx* green) {
   if (green == nullptr) return CUDA_ERROR_INVALID_VALUE;
   CUcontext context = nullptr;
   CURELAY_RETURN_IF_ERROR(cuStreamGetCtx(stream, &context));
-  // A stream outliving its (green) context answers as the driver does for it.
-  if (!Client::Get()->contexts.Contains(context)) return CUDA_ERROR_CONTEXT_IS_DESTROYED;
   *green = context->green;
   return CUDA_SUCCESS;
 }

@@ -14,12 +14,7 @@ CUresult CreateStream(CUstream* result_stream, unsigned int flags, int priority)
   CURELAY_RETURN_IF_ERROR(RequireContext(&client));
   if (result_stream == nullptr) return CUDA_ERROR_INVALID_VALUE;
   if ((flags & ~static_cast<unsigned int>(CU_STREAM_NON_BLOCKING)) != 0) return CUDA_ERROR_INVALID_VALUE;
-  if (priority != 0) {
-    // The driver clamps priorities into the device's range; clamp here so cuStreamGetPriority agrees.
-    int least = 0, greatest = 0;
-    CURELAY_RETURN_IF_ERROR(client->StreamPriorityRange(CurrentContext()->device, &least, &greatest));
-    priority = std::clamp(priority, greatest, least);
-  }
+  CURELAY_RETURN_IF_ERROR(ClampStreamPriority(*client, CurrentContext()->device, &priority));
   CUstream_st* stream = client->streams.Create(NextObjectId(), CurrentContext(), flags, priority);
   auto& builder = Builder();
   const auto call = wire::CreateStreamCreate(builder, stream->id, flags, priority).Union();
@@ -60,6 +55,18 @@ CUresult StreamProperties(CUstream stream, Output* output, const CUstream_st** o
 }
 
 }  // namespace
+
+namespace curelay::frontend {
+
+CUresult ClampStreamPriority(Client& client, CUdevice device, int* priority) {
+  if (*priority == 0) return CUDA_SUCCESS;  // the default needs no range
+  int least = 0, greatest = 0;
+  CURELAY_RETURN_IF_ERROR(client.StreamPriorityRange(device, &least, &greatest));
+  *priority = std::clamp(*priority, greatest, least);
+  return CUDA_SUCCESS;
+}
+
+}  // namespace curelay::frontend
 
 extern "C" {
 
@@ -190,7 +197,9 @@ CUresult cuStreamGetCtx(CUstream stream, CUcontext* context) {
   CURELAY_RETURN_IF_ERROR(StreamProperties(stream, context, &object));
   // The default streams belong to the calling thread's context.
   *context = object != nullptr ? object->context : CurrentContext();
-  return *context != nullptr ? CUDA_SUCCESS : CUDA_ERROR_INVALID_CONTEXT;
+  if (*context == nullptr) return CUDA_ERROR_INVALID_CONTEXT;
+  // A stream outliving its (green) context answers as the driver does for it; callers never see a freed context.
+  return Client::Get()->contexts.Contains(*context) ? CUDA_SUCCESS : CUDA_ERROR_CONTEXT_IS_DESTROYED;
 }
 
 // A green context's stream answers the green context and, as the driver does, the device's primary context where
@@ -199,7 +208,6 @@ CUresult cuStreamGetCtx_v2(CUstream stream, CUcontext* context, CUgreenCtx* gree
   if (context == nullptr || green_context == nullptr) return CUDA_ERROR_INVALID_VALUE;
   CURELAY_RETURN_IF_ERROR(cuStreamGetCtx(stream, context));
   Client* client = Client::Get();
-  if (!client->contexts.Contains(*context)) return CUDA_ERROR_CONTEXT_IS_DESTROYED;  // a stream outliving it
   *green_context = (*context)->green;
   if (*green_context == nullptr) return CUDA_SUCCESS;
   if (stream == CU_STREAM_PER_THREAD) return CUDA_ERROR_INVALID_HANDLE;  // with a green context current, as natively
