@@ -42,7 +42,20 @@ Session::Outcome Session::ContextCreate(const wire::ContextCreate& call) {
   Outcome outcome;
   if (contexts_.count(call.context()) != 0 || call.context() == 0) return {CUDA_ERROR_INVALID_VALUE};
   CUcontext context = nullptr;
-  outcome.result = driver_.cuCtxCreate(&context, nullptr, call.flags(), call.device());
+  std::vector<CUexecAffinityParam> affinity;
+  if (call.affinity_sm_counts() != nullptr) {
+    if (call.affinity_sm_counts()->size() > wire::kMostAffinityParams) return {CUDA_ERROR_INVALID_VALUE};
+    for (const uint32_t sm_count : *call.affinity_sm_counts()) {
+      CUexecAffinityParam param{};
+      param.type = CU_EXEC_AFFINITY_TYPE_SM_COUNT;
+      param.param.smCount.val = sm_count;
+      affinity.push_back(param);
+    }
+  }
+  CUctxCreateParams params{};
+  params.execAffinityParams = affinity.data();
+  params.numExecAffinityParams = static_cast<int>(affinity.size());
+  outcome.result = driver_.cuCtxCreate(&context, affinity.empty() ? nullptr : &params, call.flags(), call.device());
   if (outcome.result == CUDA_SUCCESS) {
     contexts_[call.context()] = context;
     created_contexts_.insert(call.context());

@@ -315,35 +315,47 @@ Session::Outcome Session::Memset(const wire::Memset& call) {
   return outcome;
 }
 
+bool Session::OwnsDeviceAddress(CUdeviceptr address) const {
+  for (const auto* owned : {&allocations_, &pool_allocations_}) {
+    for (const auto& [base, bytes] : *owned) {
+      if (address >= base && address - base < bytes) return true;
+    }
+  }
+  for (const auto& [base, allocation] : graph_allocations_) {
+    if (address >= base && address - base < allocation.bytes) return true;
+  }
+  for (const auto& [base, bytes] : virtual_mappings_) {  // mapped virtual memory (handlers_virtual_memory.cc)
+    if (address >= base && address - base < bytes) return true;
+  }
+  // Device memory this session did not allocate by name (module and library globals, graph allocations) is still
+  // its own: this process holds no other. Host memory other than the lists above is the executor's.
+  CUpointer_attribute type_attribute = CU_POINTER_ATTRIBUTE_MEMORY_TYPE;
+  unsigned int type = 0;
+  void* type_out = &type;
+  return driver_.cuPointerGetAttributes(1, &type_attribute, &type_out, address) == CUDA_SUCCESS &&
+         type == CU_MEMORYTYPE_DEVICE;
+}
+
+Session::Outcome Session::PointerSetAttribute(const wire::PointerSetAttribute& call) {
+  if (driver_.cuPointerSetAttribute == nullptr) return {CUDA_ERROR_NOT_SUPPORTED};
+  if (call.attribute() != CU_POINTER_ATTRIBUTE_SYNC_MEMOPS) return {CUDA_ERROR_INVALID_VALUE};
+  // The session's device memory, or (host) the client's page-locked memory, which this process maps at the same
+  // address and has registered; anything else is an address the application does not hold here, refused as the
+  // driver refuses an unknown one.
+  // (Registered host memory's device address is its host address: unified addressing.)
+  const bool own = OwnsDeviceAddress(call.ptr()) || (call.host() && RegisteredHostAddress(call.ptr(), 1) != nullptr);
+  if (!own) return {CUDA_ERROR_INVALID_VALUE};
+  const unsigned int value = call.value();
+  return {driver_.cuPointerSetAttribute(&value, CU_POINTER_ATTRIBUTE_SYNC_MEMOPS, call.ptr())};
+}
+
 Session::Outcome Session::PointerAttributes(const wire::PointerAttributes& call) {
   if (driver_.cuPointerGetAttributes == nullptr) return {CUDA_ERROR_NOT_SUPPORTED};
   if (call.attributes() == nullptr || call.attributes()->size() > 64) return {CUDA_ERROR_INVALID_VALUE};
   // Only this session's own allocations are asked about: any other address means nothing to the client (it may
   // be a pointer into the client's own memory that happens to fall on one of the executor's staging buffers), and
   // the driver's answer for an unknown pointer is obtained with an address no allocation can have.
-  CUdeviceptr ptr = 1;
-  for (const auto* owned : {&allocations_, &pool_allocations_}) {
-    for (const auto& [base, bytes] : *owned) {
-      if (call.ptr() >= base && call.ptr() - base < bytes) ptr = call.ptr();
-    }
-  }
-  for (const auto& [base, allocation] : graph_allocations_) {
-    if (call.ptr() >= base && call.ptr() - base < allocation.bytes) ptr = call.ptr();
-  }
-  for (const auto& [base, bytes] : virtual_mappings_) {  // mapped virtual memory (handlers_virtual_memory.cc)
-    if (call.ptr() >= base && call.ptr() - base < bytes) ptr = call.ptr();
-  }
-  if (ptr == 1) {
-    // Device memory this session did not allocate by name (module and library globals, graph allocations) is
-    // still its own: this process holds no other. Host memory other than the lists above is the executor's.
-    CUpointer_attribute type_attribute = CU_POINTER_ATTRIBUTE_MEMORY_TYPE;
-    unsigned int type = 0;
-    void* type_out = &type;
-    if (driver_.cuPointerGetAttributes(1, &type_attribute, &type_out, call.ptr()) == CUDA_SUCCESS &&
-        type == CU_MEMORYTYPE_DEVICE) {
-      ptr = call.ptr();
-    }
-  }
+  const CUdeviceptr ptr = OwnsDeviceAddress(call.ptr()) ? call.ptr() : 1;
   const size_t count = call.attributes()->size();
   std::vector<CUpointer_attribute> attributes(count);
   // Each answer lands in a zeroed 8-byte slot; what is forwarded is the attribute's width as the driver writes it

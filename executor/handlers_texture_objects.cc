@@ -1,15 +1,16 @@
 // Texture and surface objects (schema: TexObjectCreate, SurfObjectCreate, TextureObjectDestroy). The driver makes
-// them from the client's descriptors; arrays are this session's by the client's id, device memory is passed
-// through (the driver checks it as natively).
+// them from the client's descriptors; arrays and mipmapped arrays are this session's by the client's id, device
+// memory is passed through (the driver checks it as natively).
 #include "executor/session.h"
 #include "schema/wire_enum.h"
 
 namespace curelay::executor {
 namespace {
 
-// The descriptor's fields, checked; arrays resolved through `find_array`.
-template <typename FindArray>
-CUresult DecodeResource(const wire::ResourceDesc* wire_resource, FindArray&& find_array, CUDA_RESOURCE_DESC* out) {
+// The descriptor's fields, checked; arrays and mipmapped arrays resolved through `find_array` / `find_mipmap`.
+template <typename FindArray, typename FindMipmap>
+CUresult DecodeResource(const wire::ResourceDesc* wire_resource, FindArray&& find_array, FindMipmap&& find_mipmap,
+                        CUDA_RESOURCE_DESC* out) {
   if (wire_resource == nullptr) return CUDA_ERROR_INVALID_VALUE;
   *out = {};
   // The switch below reads the type, so it is made through WireEnum first (schema/wire_enum.h).
@@ -23,6 +24,9 @@ CUresult DecodeResource(const wire::ResourceDesc* wire_resource, FindArray&& fin
     case CU_RESOURCE_TYPE_ARRAY:
       out->res.array.hArray = find_array(wire_resource->array_id());
       return out->res.array.hArray != nullptr ? CUDA_SUCCESS : CUDA_ERROR_INVALID_HANDLE;
+    case CU_RESOURCE_TYPE_MIPMAPPED_ARRAY:
+      out->res.mipmap.hMipmappedArray = find_mipmap(wire_resource->array_id());
+      return out->res.mipmap.hMipmappedArray != nullptr ? CUDA_SUCCESS : CUDA_ERROR_INVALID_HANDLE;
     case CU_RESOURCE_TYPE_LINEAR:
       out->res.linear.devPtr = wire_resource->device();
       out->res.linear.format = format;
@@ -37,21 +41,28 @@ CUresult DecodeResource(const wire::ResourceDesc* wire_resource, FindArray&& fin
       out->res.pitch2D.height = wire_resource->height();
       out->res.pitch2D.pitchInBytes = wire_resource->pitch();
       return CUDA_SUCCESS;
-    default:
-      return CUDA_ERROR_NOT_SUPPORTED;  // mipmapped arrays: the client refuses them first
   }
+  return CUDA_ERROR_INVALID_VALUE;  // unreachable: WireEnum admitted only the four types
 }
 
 }  // namespace
 
-Session::Outcome Session::TexObjectCreate(const wire::TexObjectCreate& call) {
-  if (driver_.cuTexObjectCreate == nullptr) return {CUDA_ERROR_NOT_SUPPORTED};
-  CUDA_RESOURCE_DESC resource;
+CUresult Session::ResolveResource(const wire::ResourceDesc* wire_resource, CUDA_RESOURCE_DESC* resource) const {
   const auto find_array = [&](uint64_t id) -> CUarray {
     const auto found = arrays_.find(id);
     return found != arrays_.end() ? found->second.array : nullptr;
   };
-  if (CUresult r = DecodeResource(call.resource(), find_array, &resource); r != CUDA_SUCCESS) return {r};
+  const auto find_mipmap = [&](uint64_t id) -> CUmipmappedArray {
+    const auto found = mipmapped_arrays_.find(id);
+    return found != mipmapped_arrays_.end() ? found->second.mipmap : nullptr;
+  };
+  return DecodeResource(wire_resource, find_array, find_mipmap, resource);
+}
+
+Session::Outcome Session::TexObjectCreate(const wire::TexObjectCreate& call) {
+  if (driver_.cuTexObjectCreate == nullptr) return {CUDA_ERROR_NOT_SUPPORTED};
+  CUDA_RESOURCE_DESC resource;
+  if (CUresult r = ResolveResource(call.resource(), &resource); r != CUDA_SUCCESS) return {r};
   const wire::TextureDesc* wire_texture = call.texture();
   if (wire_texture == nullptr || wire_texture->address_modes() == nullptr ||
       wire_texture->address_modes()->size() != 3 || wire_texture->border_color() == nullptr ||
@@ -99,11 +110,7 @@ Session::Outcome Session::TexObjectCreate(const wire::TexObjectCreate& call) {
 Session::Outcome Session::SurfObjectCreate(const wire::SurfObjectCreate& call) {
   if (driver_.cuSurfObjectCreate == nullptr) return {CUDA_ERROR_NOT_SUPPORTED};
   CUDA_RESOURCE_DESC resource;
-  const auto find_array = [&](uint64_t id) -> CUarray {
-    const auto found = arrays_.find(id);
-    return found != arrays_.end() ? found->second.array : nullptr;
-  };
-  if (CUresult r = DecodeResource(call.resource(), find_array, &resource); r != CUDA_SUCCESS) return {r};
+  if (CUresult r = ResolveResource(call.resource(), &resource); r != CUDA_SUCCESS) return {r};
   CUsurfObject object = 0;
   const CUresult result = driver_.cuSurfObjectCreate(&object, &resource);
   if (result != CUDA_SUCCESS) return {result};

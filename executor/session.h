@@ -201,8 +201,18 @@ class Session {
 
   // The executor's address of [device_ptr, device_ptr + bytes) inside one registered host mapping; null otherwise.
   uint8_t* RegisteredHostAddress(CUdeviceptr device_ptr, uint64_t bytes) const;
+  // Whether `address` is in this session's device memory (allocations, pools, graph memory, mapped virtual memory,
+  // module globals): what the driver may be asked about on the client's behalf.
+  bool OwnsDeviceAddress(CUdeviceptr address) const;
   // CUDA arrays and the copies to and from them (handlers_arrays.cc).
   void ReleaseArrays();
+  // A texture or surface object's resource from its wire fields, with this session's arrays.
+  CUresult ResolveResource(const wire::ResourceDesc* wire_resource, CUDA_RESOURCE_DESC* resource) const;
+  // A level of a mipmapped array, or a plane of a planar array, belongs to its parent (ArrayRecord's `owner`, the
+  // parent's id).
+  enum class SubArrayOwner { kNone, kMipmappedArray, kArray };
+  // Drops the levels or planes of a parent that is gone (the driver let go of them with it).
+  void ForgetSubArrays(SubArrayOwner kind, uint64_t owner);
   // JIT linking (handlers_link.cc).
   void ForgetModule(uint64_t module_id);
   Outcome PotentialBlockSize(const wire::Occupancy& call, CUfunction function);
@@ -461,8 +471,15 @@ class Session {
   struct ArrayRecord {
     CUarray array = nullptr;
     uint64_t charged_bytes = 0;  // what the array counts against the tenant's quota
+    SubArrayOwner owner_kind = SubArrayOwner::kNone;
+    uint64_t owner = 0;
   };
   std::unordered_map<uint64_t, ArrayRecord> arrays_;  // by the client's array id
+  struct MipmappedArrayRecord {
+    CUmipmappedArray mipmap = nullptr;
+    uint64_t charged_bytes = 0;
+  };
+  std::unordered_map<uint64_t, MipmappedArrayRecord> mipmapped_arrays_;  // by the client's mipmapped array id
   TextureObjects texture_objects_;
   IpcRegistry ipc_registry_;
   ShareableHandleServer shareable_handles_;  // descriptors this session exported, served to importing executors

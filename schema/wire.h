@@ -17,8 +17,10 @@ namespace curelay::wire {
 // host NVML's facts about a device (DeviceFacts, GpuFactList); 16: the tenant's own processes and utilization on a
 // device (DeviceActivity, GpuActivity); 17: more host facts (brand, virtualization and MIG modes, ECC totals, PCI
 // class, NUMA node, CPU and memory affinity); 18: managed globals; 19: green contexts (DevResourceQuery,
-// DevSmResourceSplit, DevResourceGenerateDesc, GreenContext*)
-inline constexpr uint32_t kProtocolVersion = 19;
+// DevSmResourceSplit, DevResourceGenerateDesc, GreenContext*); 20: mipmapped, planar and sparse arrays
+// (MipmappedArrayCreate/Destroy, ArrayGetSubArray, ArrayQuery, MemMapArray), execution affinity at context creation,
+// PointerSetAttribute
+inline constexpr uint32_t kProtocolVersion = 20;
 
 // Size limits: a header frame is small; a payload is one copy chunk or one module image.
 inline constexpr size_t kMaxHeaderBytes = 64 * 1024;
@@ -36,6 +38,10 @@ inline constexpr size_t kMaxQueryBytes = 16 * 1024;
 // The most SM resource groups one split answers, or one descriptor takes (cuDevSmResourceSplitByCount,
 // cuDevResourceGenerateDesc): more than a GPU's SMs, and 256 CUdevResource structs (36 KiB) stay a small message.
 inline constexpr uint32_t kMostResourceGroups = 256;
+// The most execution-affinity parameters one context creation carries (CUDA has one affinity type), and the most
+// entries one cuMemMapArrayAsync carries (the client splits a longer list into calls of this many, in order).
+inline constexpr uint32_t kMostAffinityParams = 16;
+inline constexpr uint32_t kMostArrayMapEntries = 1024;
 // Coredump attribute buffers the executor allocates for the driver are at most this large.
 inline constexpr uint64_t kMaxCoredumpBufferBytes = uint64_t{1} << 20;
 

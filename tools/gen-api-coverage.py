@@ -116,8 +116,6 @@ UNSUPPORTED_REASONS = [
     (r"^(cuTexRef|cuSurfRef|cuModuleGetTexRef|cuModuleGetSurfRef|cuParamSetTexRef)",
      "texture and surface references: removed from the CUDA 12 runtime, reachable only from old binaries; not "
      "implemented (texture and surface objects are)"),
-    (r"^cuMipmappedArray|^cuArrayGet(MemoryRequirements|Plane|SparseProperties)|^cuMemMapArrayAsync",
-     "mipmapped, planar and sparse arrays: not implemented yet"),
     (r"ExternalSemaphore|ExternalMemory|^cuImportExternal|^cuDestroyExternal",
      "external memory and semaphores (Vulkan, D3D, NvSci): handles and file descriptors of the application's "
      "process; not implemented"),
@@ -266,9 +264,17 @@ def main() -> None:
         "copies: `CUDA_ERROR_NOT_SUPPORTED` |",
         "| CUDA arrays with flags (layered, cubemap, surface, sparse...) on the emulated test driver | "
         "`CUDA_ERROR_NOT_SUPPORTED` (the real driver has them; curelay forwards the flags) |",
-        "| texture and surface objects on mipmapped arrays; mipmapped arrays, texture and surface references, "
-        "`cuArrayGetPlane`/`GetMemoryRequirements`/`GetSparseProperties` | `CUDA_ERROR_NOT_SUPPORTED` (objects on "
-        "arrays and device memory work) |",
+        "| mipmapped, planar and sparse arrays (`cuMipmappedArray*`, `cuArrayGetPlane`, "
+        "`cuArrayGetMemoryRequirements`, `cuArrayGetSparseProperties`, `cuMemMapArrayAsync`) | made and answered by "
+        "the executor's driver. A level or a plane is an array of the client's, learned once (the same handle each "
+        "time, as natively) and described locally; `cuArrayDestroy` of one answers success and destroys nothing, as "
+        "the driver does (measured on the H200); it goes with its parent. A second `cuMipmappedArrayDestroy` answers "
+        "`CUDA_ERROR_INVALID_HANDLE` (natively it crashes), and a level's handle after its parent's destroy answers "
+        "`CUDA_ERROR_INVALID_HANDLE` (natively 709). Texture objects take mipmapped arrays; surfaces take arrays "
+        "(the driver refuses mipmapped ones). `cuMemMapArrayAsync` names `cuMemCreate`'s handles; more than 1024 "
+        "entries go in calls of 1024, in order. Mipmapped arrays count against the tenant's quota at their levels' "
+        "element sizes, sparse and deferred-mapping arrays at nothing (what backs them is charged at "
+        "`cuMemCreate`). Texture and surface references: `CUDA_ERROR_NOT_SUPPORTED` |",
         "| managed memory (`cuMemAllocManaged`) | on the same host: page-locked memory the application and the "
         "executor map at one address; the GPU reaches it over the bus (never migrated, so kernels that touch it "
         "often run at host-link speed: a tiled 2048x2048 matmul on `cudaMallocManaged` memory took 69.8 ms against "
@@ -314,7 +320,14 @@ def main() -> None:
         "(a `cuStreamWaitValue*` on a flag the host sets later waits until such a call) |",
         "| export-table slots curelay does not implement | `CUDA_ERROR_NOT_SUPPORTED`, logged once per slot |",
         "| JIT options with host symbol tables (`CU_JIT_GLOBAL_SYMBOL_*`, `CU_JIT_REFERENCED_*`) | `CUDA_ERROR_NOT_SUPPORTED` |",
-        "| `cuCtxCreate` with execution-affinity or CIG parameters | `CUDA_ERROR_NOT_SUPPORTED` |",
+        "| `cuCtxCreate` (`_v3`, `_v4`) with execution-affinity parameters | forwarded: the executor's driver "
+        "answers them (`CUDA_ERROR_UNSUPPORTED_EXEC_AFFINITY` outside MPS, as natively on the H200); CIG parameters "
+        "(CUDA in graphics): `CUDA_ERROR_NOT_SUPPORTED` |",
+        "| `cuPointerSetAttribute` | `CU_POINTER_ATTRIBUTE_SYNC_MEMOPS` (the one settable attribute) set by the "
+        "executor's driver on the session's device memory, and on the client's page-locked memory in a same-host "
+        "session (the executor maps it at the same address); over tcp:// on page-locked memory: "
+        "`CUDA_ERROR_NOT_SUPPORTED`. `cuPointerGetAttribute` of `SYNC_MEMOPS` on the client's page-locked memory: "
+        "`CUDA_ERROR_NOT_SUPPORTED` |",
         "| CUDA IPC (`cuIpcGetMemHandle`/`OpenMemHandle`/`CloseMemHandle`, `cuIpcGetEventHandle`/`OpenEventHandle`) | "
         "between sessions on one GPU host (ipc:// or tcp:// clients) of the same tenant, or between anonymous "
         "sessions; a handle exported by another tenant's session answers `CUDA_ERROR_INVALID_VALUE` "

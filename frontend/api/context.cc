@@ -1,5 +1,7 @@
 // Contexts. The per-thread context stack lives in the client (cuCtxGetCurrent never crosses the wire); every
 // request carries its thread's current context, and the executor makes that one current before the call.
+#include <vector>
+
 #include "frontend/api/api_support.h"
 #include "frontend/api/host_memory.h"
 #include "frontend/export_tables/context_local_storage.h"
@@ -9,14 +11,25 @@ using namespace curelay::frontend;
 
 namespace {
 
-CUresult CreateContext(CUcontext* result_context, unsigned int flags, CUdevice device) {
+// `affinity`/`affinity_count`: execution-affinity parameters, which the executor's driver answers.
+CUresult CreateContext(CUcontext* result_context, unsigned int flags, CUdevice device,
+                       const CUexecAffinityParam* affinity = nullptr, int affinity_count = 0) {
   Client* client;
   CURELAY_RETURN_IF_ERROR(RequireClient(&client));
-  if (result_context == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  if (result_context == nullptr || affinity_count < 0) return CUDA_ERROR_INVALID_VALUE;
+  if (affinity == nullptr) affinity_count = 0;
+  if (affinity_count > static_cast<int>(wire::kMostAffinityParams)) return CUDA_ERROR_INVALID_VALUE;
+  std::vector<uint32_t> sm_counts;
+  for (int i = 0; i < affinity_count; ++i) {
+    // SM count is CUDA's one affinity type: any other is a value the driver does not know.
+    if (affinity[i].type != CU_EXEC_AFFINITY_TYPE_SM_COUNT) return CUDA_ERROR_INVALID_VALUE;
+    sm_counts.push_back(affinity[i].param.smCount.val);
+  }
   CURELAY_RETURN_IF_ERROR(RequireDevice(*client, device));
   CUctx_st* context = client->contexts.Create(NextObjectId(), device, false);
   auto& builder = Builder();
-  const auto call = wire::CreateContextCreate(builder, context->id, device, flags).Union();
+  const auto affinity_sm_counts = sm_counts.empty() ? 0 : builder.CreateVector(sm_counts);
+  const auto call = wire::CreateContextCreate(builder, context->id, device, flags, affinity_sm_counts).Union();
   const CUresult result = client->Call(builder, wire::Call::ContextCreate, call, {}, nullptr);
   if (result != CUDA_SUCCESS) {
     client->contexts.Destroy(context);
@@ -45,10 +58,15 @@ void ForgetDestroyedContext(Client& client, CUcontext context) {
 extern "C" {
 
 CUresult cuCtxCreate(CUcontext* context, CUctxCreateParams* params, unsigned int flags, CUdevice device) {
-  if (params != nullptr && (params->execAffinityParams != nullptr || params->cigParams != nullptr)) {
-    return CUDA_ERROR_NOT_SUPPORTED;  // execution affinity and CIG are not forwarded yet
-  }
-  return CreateContext(context, flags, device);
+  if (params == nullptr) return CreateContext(context, flags, device);
+  if (params->cigParams != nullptr) return CUDA_ERROR_NOT_SUPPORTED;  // CUDA in graphics needs the app's D3D12/Vulkan
+  return CreateContext(context, flags, device, params->execAffinityParams, params->numExecAffinityParams);
+}
+
+// The CUDA 11.4 form with execution affinity, which cuda.h no longer declares for applications.
+CUresult cuCtxCreate_v3(CUcontext* context, CUexecAffinityParam* affinity, int affinity_count, unsigned int flags,
+                        CUdevice device) {
+  return CreateContext(context, flags, device, affinity, affinity_count);
 }
 
 CUresult cuCtxCreate_v2_legacy(CUcontext* context, unsigned int flags, CUdevice device) __asm__("cuCtxCreate_v2");

@@ -1,6 +1,6 @@
 // cuPointerGetAttribute(s): the client's own pinned host allocations are described locally; any other pointer is
 // asked of the executor, which answers only for this session's device allocations (an unknown pointer gets the
-// driver's answer for an unknown pointer).
+// driver's answer for an unknown pointer). cuPointerSetAttribute is the executor driver's.
 #include <cstring>
 #include <vector>
 
@@ -114,6 +114,27 @@ CUresult cuPointerGetAttributes(unsigned int count, CUpointer_attribute* attribu
     if (data[i] == nullptr) return CUDA_ERROR_INVALID_VALUE;
   }
   return Describe(*client, count, attributes, data, ptr, /*single=*/false);
+}
+
+// Only CU_POINTER_ATTRIBUTE_SYNC_MEMOPS can be set (cuda.h; the driver refuses the others). The executor's driver
+// sets it on the session's device memory, and on this client's page-locked memory where the executor maps it at the
+// same address (same host); over tcp:// that memory is the client's alone, and there is nothing to set it on.
+CUresult cuPointerSetAttribute(const void* value, CUpointer_attribute attribute, CUdeviceptr ptr) {
+  Client* client;
+  CURELAY_RETURN_IF_ERROR(RequireClient(&client));
+  if (value == nullptr || attribute != CU_POINTER_ATTRIBUTE_SYNC_MEMOPS) return CUDA_ERROR_INVALID_VALUE;
+  const char* base = nullptr;
+  size_t bytes = 0;
+  const bool host = client->host_allocations.Find(reinterpret_cast<const void*>(ptr), &base, &bytes);
+  if (host && client->remote()) {
+    Log().warn("cuPointerSetAttribute: page-locked memory of a remote session is not the GPU host's");
+    return CUDA_ERROR_NOT_SUPPORTED;
+  }
+  unsigned int setting = 0;
+  std::memcpy(&setting, value, sizeof(setting));
+  auto& builder = Builder();
+  const auto call = wire::CreatePointerSetAttribute(builder, ptr, attribute, setting, host).Union();
+  return client->Call(builder, wire::Call::PointerSetAttribute, call, {}, nullptr);
 }
 
 CUresult cuPointerGetAttribute(void* data, CUpointer_attribute attribute, CUdeviceptr ptr) {

@@ -1,13 +1,11 @@
 // Texture and surface objects. The executor's driver makes them and the application gets the driver's own object
 // value, which its kernels read as an argument. The descriptors are kept here, so the Get*Desc queries cost no
-// round trip. A resource is a CUDA array of this client or device memory (linear, pitch 2D); mipmapped arrays
-// are not supported (CUDA_ERROR_NOT_SUPPORTED).
+// round trip. A resource is a CUDA array or a mipmapped array of this client, or device memory (linear, pitch 2D).
 #include <cstring>
 #include <mutex>
 #include <unordered_map>
 
 #include "frontend/api/api_support.h"
-#include "frontend/client/log.h"
 
 using namespace curelay;
 using namespace curelay::frontend;
@@ -59,8 +57,12 @@ CUresult EncodeResource(Client& client, flatbuffers::FlatBufferBuilder& builder,
       fields.add_pitch(resource.res.pitch2D.pitchInBytes);
       break;
     case CU_RESOURCE_TYPE_MIPMAPPED_ARRAY:
-      Log().warn("texture and surface objects on mipmapped arrays are not supported");
-      return CUDA_ERROR_NOT_SUPPORTED;
+      if (resource.res.mipmap.hMipmappedArray == nullptr ||
+          !client.mipmapped_arrays.Contains(resource.res.mipmap.hMipmappedArray)) {
+        return CUDA_ERROR_INVALID_HANDLE;
+      }
+      fields.add_array_id(resource.res.mipmap.hMipmappedArray->id);
+      break;
     default:
       return CUDA_ERROR_INVALID_VALUE;
   }

@@ -194,6 +194,7 @@ class Client {
   HandleRegistry<CUevent_st> events;
   HandleRegistry<CUlinkState_st> links;
   HandleRegistry<CUarray_st> arrays;
+  HandleRegistry<CUmipmappedArray_st> mipmapped_arrays;
   HostMirrors host_mirrors;
 
  private:

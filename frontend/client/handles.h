@@ -93,6 +93,18 @@ struct CUstream_st {
 struct CUarray_st {
   uint64_t id;
   CUDA_ARRAY3D_DESCRIPTOR descriptor;
+  // A level of a mipmapped array or a plane of a planar array: it goes with its parent, and cuArrayDestroy of it
+  // destroys nothing (as the driver answers).
+  bool owned = false;
+  std::mutex planes_mutex;
+  std::map<unsigned int, CUarray_st*> planes;  // cuArrayGetPlane answers the same array for the same plane
+};
+
+// A mipmapped array lives in the executor; its levels become arrays here the first time they are asked for.
+struct CUmipmappedArray_st {
+  uint64_t id;
+  std::mutex levels_mutex;
+  std::map<unsigned int, CUarray_st*> levels;
 };
 
 struct CUevent_st {

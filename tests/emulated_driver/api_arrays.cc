@@ -1,12 +1,16 @@
 // CUDA arrays. An emulated array is a device allocation laid out row by row (rows of Width elements, Height rows
 // per slice, Depth slices), with the descriptor beside it; the layout is private, as on a GPU, and only copies
 // reach the data. Copies run row by row on the 1D entry points, so their ordering and staging are those of the 1D
-// calls (api_memory.cc).
+// calls (api_memory.cc). A mipmapped array is a chain of such arrays, one per level, owned by it.
+#include <algorithm>
 #include <cstring>
+#include <memory>
 #include <mutex>
 #include <set>
+#include <vector>
 
 #include "api_common.h"
+#include "api_variants.h"
 #include "graph.h"
 
 namespace emu = curelay::emulated;
@@ -17,18 +21,31 @@ struct CUarray_st {
   size_t row_bytes = 0;
   size_t rows = 0;    // per slice
   size_t slices = 0;
+  // The mipmapped array this is a level of (it owns the level); null for an array of cuArrayCreate/cuArray3DCreate.
+  CUmipmappedArray mipmap = nullptr;
   size_t bytes() const { return row_bytes * rows * slices; }
+};
+
+struct CUmipmappedArray_st {
+  CUDA_ARRAY3D_DESCRIPTOR descriptor{};  // level 0
+  std::vector<CUarray> levels;           // level i at index i
 };
 
 namespace curelay::emulated {
 namespace {
 
 std::mutex arrays_mu;
-std::set<CUarray> live_arrays;  // guarded by arrays_mu
+std::set<CUarray> live_arrays;             // guarded by arrays_mu; mipmap levels included
+std::set<CUmipmappedArray> live_mipmaps;  // guarded by arrays_mu
 
 bool LiveArray(CUarray array) {
   std::lock_guard lock(arrays_mu);
   return live_arrays.count(array) != 0;
+}
+
+bool LiveMipmap(CUmipmappedArray mipmap) {
+  std::lock_guard lock(arrays_mu);
+  return live_mipmaps.count(mipmap) != 0;
 }
 
 // Bytes per channel of the formats the emulation lays out (the block-compressed ones are not emulated).
@@ -50,23 +67,95 @@ size_t FormatBytes(CUarray_format format) {
   }
 }
 
-CUresult CreateArray(CUarray* handle, const CUDA_ARRAY3D_DESCRIPTOR& descriptor) {
-  if (handle == nullptr) return CUDA_ERROR_INVALID_VALUE;
-  const size_t format_bytes = FormatBytes(descriptor.Format);
+// The descriptor checks of cuArray3DCreate (and cuMipmappedArrayCreate): a format and channel count the emulation
+// lays out, a width, a height under a depth; any flag (layered, cubemap, surface, sparse, ...) is not emulated.
+CUresult CheckDescriptor(const CUDA_ARRAY3D_DESCRIPTOR& descriptor) {
   const unsigned channels = descriptor.NumChannels;
-  if (format_bytes == 0 || (channels != 1 && channels != 2 && channels != 4)) return CUDA_ERROR_INVALID_VALUE;
-  // A 3D array needs a height; layered, cubemap and other special arrays are not emulated.
+  if (FormatBytes(descriptor.Format) == 0 || (channels != 1 && channels != 2 && channels != 4)) {
+    return CUDA_ERROR_INVALID_VALUE;
+  }
   if (descriptor.Width == 0 || (descriptor.Depth != 0 && descriptor.Height == 0)) return CUDA_ERROR_INVALID_VALUE;
   if (descriptor.Flags != 0) return CUDA_ERROR_NOT_SUPPORTED;
+  return CUDA_SUCCESS;
+}
+
+// A checked descriptor's array, not yet live (the caller publishes it).
+CUresult AllocateArray(const CUDA_ARRAY3D_DESCRIPTOR& descriptor, std::unique_ptr<CUarray_st>* out) {
   auto array = std::make_unique<CUarray_st>();
   array->descriptor = descriptor;
-  array->row_bytes = descriptor.Width * format_bytes * channels;
+  array->row_bytes = descriptor.Width * FormatBytes(descriptor.Format) * descriptor.NumChannels;
   array->rows = descriptor.Height == 0 ? 1 : descriptor.Height;
   array->slices = descriptor.Depth == 0 ? 1 : descriptor.Depth;
   if (CUresult r = cuMemAlloc(&array->storage, array->bytes()); r != CUDA_SUCCESS) return r;
+  *out = std::move(array);
+  return CUDA_SUCCESS;
+}
+
+// Frees an array that is no longer live (or never was).
+CUresult FreeArray(CUarray array) {
+  const CUresult result = cuMemFree(array->storage);
+  delete array;
+  return result;
+}
+
+CUresult CreateArray(CUarray* handle, const CUDA_ARRAY3D_DESCRIPTOR& descriptor) {
+  if (handle == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  if (CUresult r = CheckDescriptor(descriptor); r != CUDA_SUCCESS) return r;
+  std::unique_ptr<CUarray_st> array;
+  if (CUresult r = AllocateArray(descriptor, &array); r != CUDA_SUCCESS) return r;
   std::lock_guard lock(arrays_mu);
   live_arrays.insert(array.get());
   *handle = array.release();
+  return CUDA_SUCCESS;
+}
+
+// Levels of a full mipmap chain: floor(log2(max(Width, Height, Depth))) + 1.
+unsigned FullChainLevels(const CUDA_ARRAY3D_DESCRIPTOR& descriptor) {
+  size_t largest = std::max({descriptor.Width, descriptor.Height, descriptor.Depth});
+  unsigned levels = 0;
+  for (; largest != 0; largest >>= 1) ++levels;
+  return levels;
+}
+
+// Level `level` of a chain: each dimension the descriptor uses halved `level` times, at least 1; an unused
+// (zero) height or depth stays 0.
+CUDA_ARRAY3D_DESCRIPTOR LevelDescriptor(const CUDA_ARRAY3D_DESCRIPTOR& descriptor, unsigned level) {
+  auto shrink = [level](size_t dim) -> size_t {
+    if (dim == 0) return 0;
+    return level >= sizeof(size_t) * 8 ? 1 : std::max<size_t>(1, dim >> level);
+  };
+  CUDA_ARRAY3D_DESCRIPTOR out = descriptor;
+  out.Width = shrink(descriptor.Width);
+  out.Height = shrink(descriptor.Height);
+  out.Depth = shrink(descriptor.Depth);
+  return out;
+}
+
+// Makes every level (all or none) and publishes the chain.
+CUresult CreateMipmap(CUmipmappedArray* handle, const CUDA_ARRAY3D_DESCRIPTOR& descriptor, unsigned num_levels) {
+  if (handle == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  if (CUresult r = CheckDescriptor(descriptor); r != CUDA_SUCCESS) return r;
+  // The driver takes 0 levels (one is made) and more than the full chain (clamped to it).
+  const unsigned levels = std::min(std::max(num_levels, 1u), FullChainLevels(descriptor));
+  auto mipmap = std::make_unique<CUmipmappedArray_st>();
+  mipmap->descriptor = descriptor;
+  std::vector<std::unique_ptr<CUarray_st>> made;
+  for (unsigned level = 0; level < levels; ++level) {
+    std::unique_ptr<CUarray_st> array;
+    if (CUresult r = AllocateArray(LevelDescriptor(descriptor, level), &array); r != CUDA_SUCCESS) {
+      for (auto& level_array : made) FreeArray(level_array.release());
+      return r;
+    }
+    array->mipmap = mipmap.get();
+    made.push_back(std::move(array));
+  }
+  std::lock_guard lock(arrays_mu);
+  for (auto& level_array : made) {
+    live_arrays.insert(level_array.get());
+    mipmap->levels.push_back(level_array.release());
+  }
+  live_mipmaps.insert(mipmap.get());
+  *handle = mipmap.release();
   return CUDA_SUCCESS;
 }
 
@@ -171,7 +260,8 @@ Side DeviceRange(CUdeviceptr device) { return {false, device, 0, 0}; }
 
 // Texture and surface objects: handles that name a live resource. Kernels cannot sample them here (the emulated
 // kernels are host functions), so only creation, checks and destruction are emulated. Emulated arrays carry no
-// flags, so any array may back a surface.
+// flags, so any array (a mipmap level too) may back a surface; a mipmapped array backs textures only, as with the
+// driver (a surface on one: CUDA_ERROR_INVALID_VALUE, measured on the H200 with driver 580).
 std::set<unsigned long long> live_objects;  // guarded by arrays_mu
 unsigned long long next_object = 0x7e0000;
 
@@ -180,6 +270,10 @@ CUresult CreateObject(unsigned long long* object, const CUDA_RESOURCE_DESC* reso
   switch (resource->resType) {
     case CU_RESOURCE_TYPE_ARRAY:
       if (!LiveArray(resource->res.array.hArray)) return CUDA_ERROR_INVALID_HANDLE;
+      break;
+    case CU_RESOURCE_TYPE_MIPMAPPED_ARRAY:
+      if (surface) return CUDA_ERROR_INVALID_VALUE;
+      if (!LiveMipmap(resource->res.mipmap.hMipmappedArray)) return CUDA_ERROR_INVALID_HANDLE;
       break;
     case CU_RESOURCE_TYPE_LINEAR:
     case CU_RESOURCE_TYPE_PITCH2D:
@@ -231,11 +325,13 @@ CUresult CUDAAPI cuArrayDestroy(CUarray hArray) {
   return emu::Guard([&] {
     {
       std::lock_guard lock(emu::arrays_mu);
-      if (emu::live_arrays.erase(hArray) == 0) return CUDA_ERROR_INVALID_HANDLE;
+      if (emu::live_arrays.count(hArray) == 0) return CUDA_ERROR_INVALID_HANDLE;
+      // A mipmap level lives as long as its mipmapped array: the driver answers success and destroys nothing
+      // (measured on the H200, driver 580: cuMipmappedArrayGetLevel still answers the same array afterwards).
+      if (hArray->mipmap != nullptr) return CUDA_SUCCESS;
+      emu::live_arrays.erase(hArray);
     }
-    const CUresult result = cuMemFree(hArray->storage);
-    delete hArray;
-    return result;
+    return emu::FreeArray(hArray);
   });
 }
 
@@ -258,6 +354,133 @@ CUresult CUDAAPI cuArray3DGetDescriptor(CUDA_ARRAY3D_DESCRIPTOR* pArrayDescripto
     *pArrayDescriptor = hArray->descriptor;
     return CUDA_SUCCESS;
   });
+}
+
+// Mipmapped arrays: every level is an emulated array, made with the chain and destroyed with it.
+CUresult CUDAAPI cuMipmappedArrayCreate(CUmipmappedArray* pHandle, const CUDA_ARRAY3D_DESCRIPTOR* pMipmappedArrayDesc,
+                                        unsigned int numMipmapLevels) {
+  return emu::Guard([&] {
+    if (CUresult r = emu::CheckInit(); r != CUDA_SUCCESS) return r;
+    if (pMipmappedArrayDesc == nullptr) return CUDA_ERROR_INVALID_VALUE;
+    return emu::CreateMipmap(pHandle, *pMipmappedArrayDesc, numMipmapLevels);
+  });
+}
+
+CUresult CUDAAPI cuMipmappedArrayGetLevel(CUarray* pLevelArray, CUmipmappedArray hMipmappedArray, unsigned int level) {
+  return emu::Guard([&] {
+    if (CUresult r = emu::CheckInit(); r != CUDA_SUCCESS) return r;
+    if (pLevelArray == nullptr) return CUDA_ERROR_INVALID_VALUE;
+    std::lock_guard lock(emu::arrays_mu);
+    if (emu::live_mipmaps.count(hMipmappedArray) == 0) return CUDA_ERROR_INVALID_HANDLE;
+    if (level >= hMipmappedArray->levels.size()) return CUDA_ERROR_INVALID_VALUE;
+    *pLevelArray = hMipmappedArray->levels[level];
+    return CUDA_SUCCESS;
+  });
+}
+
+// The real driver crashes on a second destroy; the emulation answers CUDA_ERROR_INVALID_HANDLE.
+CUresult CUDAAPI cuMipmappedArrayDestroy(CUmipmappedArray hMipmappedArray) {
+  return emu::Guard([&] {
+    if (CUresult r = emu::CheckInit(); r != CUDA_SUCCESS) return r;
+    {
+      std::lock_guard lock(emu::arrays_mu);
+      if (emu::live_mipmaps.erase(hMipmappedArray) == 0) return CUDA_ERROR_INVALID_HANDLE;
+      for (CUarray level : hMipmappedArray->levels) emu::live_arrays.erase(level);
+    }
+    CUresult result = CUDA_SUCCESS;
+    for (CUarray level : hMipmappedArray->levels) {
+      if (CUresult r = emu::FreeArray(level); r != CUDA_SUCCESS && result == CUDA_SUCCESS) result = r;
+    }
+    delete hMipmappedArray;
+    return result;
+  });
+}
+
+// Queries about sparse, deferred-mapping and planar arrays, which the emulation cannot make (cuArray3DCreate refuses
+// every flag, and no planar format is laid out): every live array is dense and single-plane, for which the driver
+// answers CUDA_ERROR_INVALID_VALUE (measured on the H200, driver 580; memory requirements: also for a sparse array
+// without deferred mapping).
+CUresult CUDAAPI cuArrayGetMemoryRequirements(CUDA_ARRAY_MEMORY_REQUIREMENTS* memoryRequirements, CUarray array,
+                                              CUdevice device) {
+  return emu::Guard([&] {
+    if (CUresult r = emu::CheckInit(); r != CUDA_SUCCESS) return r;
+    if (memoryRequirements == nullptr) return CUDA_ERROR_INVALID_VALUE;
+    if (CUresult r = emu::Driver::Get().CheckDevice(device); r != CUDA_SUCCESS) return r;
+    if (!emu::LiveArray(array)) return CUDA_ERROR_INVALID_HANDLE;
+    return CUDA_ERROR_INVALID_VALUE;  // not a deferred-mapping array
+  });
+}
+
+CUresult CUDAAPI cuMipmappedArrayGetMemoryRequirements(CUDA_ARRAY_MEMORY_REQUIREMENTS* memoryRequirements,
+                                                       CUmipmappedArray mipmap, CUdevice device) {
+  return emu::Guard([&] {
+    if (CUresult r = emu::CheckInit(); r != CUDA_SUCCESS) return r;
+    if (memoryRequirements == nullptr) return CUDA_ERROR_INVALID_VALUE;
+    if (CUresult r = emu::Driver::Get().CheckDevice(device); r != CUDA_SUCCESS) return r;
+    if (!emu::LiveMipmap(mipmap)) return CUDA_ERROR_INVALID_HANDLE;
+    return CUDA_ERROR_INVALID_VALUE;  // not a deferred-mapping array
+  });
+}
+
+CUresult CUDAAPI cuArrayGetSparseProperties(CUDA_ARRAY_SPARSE_PROPERTIES* sparseProperties, CUarray array) {
+  return emu::Guard([&] {
+    if (CUresult r = emu::CheckInit(); r != CUDA_SUCCESS) return r;
+    if (sparseProperties == nullptr) return CUDA_ERROR_INVALID_VALUE;
+    if (!emu::LiveArray(array)) return CUDA_ERROR_INVALID_HANDLE;
+    return CUDA_ERROR_INVALID_VALUE;  // not sparse
+  });
+}
+
+CUresult CUDAAPI cuMipmappedArrayGetSparseProperties(CUDA_ARRAY_SPARSE_PROPERTIES* sparseProperties,
+                                                     CUmipmappedArray mipmap) {
+  return emu::Guard([&] {
+    if (CUresult r = emu::CheckInit(); r != CUDA_SUCCESS) return r;
+    if (sparseProperties == nullptr) return CUDA_ERROR_INVALID_VALUE;
+    if (!emu::LiveMipmap(mipmap)) return CUDA_ERROR_INVALID_HANDLE;
+    return CUDA_ERROR_INVALID_VALUE;  // not sparse
+  });
+}
+
+CUresult CUDAAPI cuArrayGetPlane(CUarray* pPlaneArray, CUarray hArray, unsigned int planeIdx) {
+  (void)planeIdx;
+  return emu::Guard([&] {
+    if (CUresult r = emu::CheckInit(); r != CUDA_SUCCESS) return r;
+    if (pPlaneArray == nullptr) return CUDA_ERROR_INVALID_VALUE;
+    if (!emu::LiveArray(hArray)) return CUDA_ERROR_INVALID_HANDLE;
+    return CUDA_ERROR_INVALID_VALUE;  // not planar
+  });
+}
+
+// Maps memory into sparse arrays: none exist here, so a list that names only valid handles is still refused
+// (CUDA_ERROR_INVALID_VALUE), after the stream (and with it the context) is checked.
+CUresult CUDAAPI cuMemMapArrayAsync(CUarrayMapInfo* mapInfoList, unsigned int count, CUstream hStream) {
+  return emu::Guard([&] {
+    if (CUresult r = emu::CheckInit(); r != CUDA_SUCCESS) return r;
+    std::shared_ptr<emu::Context> ctx;
+    std::shared_ptr<emu::Stream> stream;
+    if (CUresult r = emu::ResolveStream(hStream, &ctx, &stream); r != CUDA_SUCCESS) return r;
+    if (count == 0 || mapInfoList == nullptr) return CUDA_ERROR_INVALID_VALUE;  // count 0: measured
+    for (unsigned int i = 0; i < count; ++i) {
+      const CUarrayMapInfo& info = mapInfoList[i];
+      switch (info.resourceType) {
+        case CU_RESOURCE_TYPE_ARRAY:
+          if (info.resource.array == nullptr) return CUDA_ERROR_INVALID_VALUE;  // measured
+          if (!emu::LiveArray(info.resource.array)) return CUDA_ERROR_INVALID_HANDLE;
+          break;
+        case CU_RESOURCE_TYPE_MIPMAPPED_ARRAY:
+          if (info.resource.mipmap == nullptr) return CUDA_ERROR_INVALID_VALUE;
+          if (!emu::LiveMipmap(info.resource.mipmap)) return CUDA_ERROR_INVALID_HANDLE;
+          break;
+        default:
+          return CUDA_ERROR_INVALID_VALUE;
+      }
+    }
+    return CUDA_ERROR_INVALID_VALUE;  // a live array, but not sparse
+  });
+}
+
+CUresult CUDAAPI cuMemMapArrayAsync_ptsz(CUarrayMapInfo* mapInfoList, unsigned int count, CUstream hStream) {
+  return cuMemMapArrayAsync(mapInfoList, count, hStream == nullptr ? CU_STREAM_PER_THREAD : hStream);
 }
 
 CUresult CUDAAPI cuMemcpy3D(const CUDA_MEMCPY3D* pCopy) {

@@ -154,6 +154,7 @@ CUresult Memset(CUdeviceptr dst, T value, size_t count, CUstream stream_handle, 
   std::shared_ptr<Allocation> pin;
   if (CUresult r = ValidateDeviceRange(dst, bytes, &pin); r != CUDA_SUCCESS) return r;
   const bool host_target = pin == nullptr;  // registered host memory
+  const bool sync_memops = pin != nullptr && pin->sync_memops();  // cuPointerSetAttribute
   std::function<CUresult()> op = [dst, value, count, pin = std::move(pin)] {
     T* p = reinterpret_cast<T*>(dst);
     if constexpr (sizeof(T) == 1) {
@@ -176,8 +177,8 @@ CUresult Memset(CUdeviceptr dst, T value, size_t count, CUstream stream_handle, 
     return r;
   }
   const uint64_t seq = SubmitOp(ctx, stream.get(), std::move(op));
-  // Synchronous memsets only block when the target is pinned host memory.
-  if (!async && host_target) return WaitAndCheck(ctx, seq);
+  // Synchronous memsets only block when the target is pinned host memory, or memory whose SYNC_MEMOPS is set.
+  if (!async && (host_target || sync_memops)) return WaitAndCheck(ctx, seq);
   return CUDA_SUCCESS;
 }
 
@@ -260,7 +261,8 @@ CUresult CUDAAPI cuMemGetAddressRange(CUdeviceptr* pbase, size_t* psize, CUdevic
   });
 }
 
-// The attributes of device memory the tests ask about; others answer CUDA_ERROR_NOT_SUPPORTED (a fixture's limit).
+// The attributes of device memory the tests ask about, and SYNC_MEMOPS (0 until cuPointerSetAttribute sets it);
+// others answer CUDA_ERROR_NOT_SUPPORTED (a fixture's limit).
 // An address that is no allocation gets the answers for none (0, and device ordinal -2) and CUDA_SUCCESS, as cuda.h
 // describes.
 CUresult CUDAAPI cuPointerGetAttributes(unsigned int numAttributes, CUpointer_attribute* attributes, void** data,
@@ -290,6 +292,16 @@ CUresult CUDAAPI cuPointerGetAttributes(unsigned int numAttributes, CUpointer_at
         case CU_POINTER_ATTRIBUTE_IS_MANAGED:
           *static_cast<unsigned int*>(data[i]) = allocation != nullptr && allocation->managed() ? 1 : 0;
           break;
+        case CU_POINTER_ATTRIBUTE_SYNC_MEMOPS: {
+          bool sync = false;
+          if (allocation != nullptr) {
+            sync = allocation->sync_memops();
+          } else {
+            emu::Driver::Get().host().SyncMemops(ptr, &sync);  // registered host memory; else none (0)
+          }
+          *static_cast<unsigned int*>(data[i]) = sync ? 1 : 0;
+          break;
+        }
         default:
           return CUDA_ERROR_NOT_SUPPORTED;
       }
@@ -299,13 +311,47 @@ CUresult CUDAAPI cuPointerGetAttributes(unsigned int numAttributes, CUpointer_at
 }
 
 // The singular form refuses what the plural one answers with a default: an address that is no allocation, and a
-// host pointer of device memory (as the driver does).
+// host pointer of device memory (as the driver does). Of registered host memory it answers SYNC_MEMOPS only, the
+// attribute cuPointerSetAttribute sets there (the others: CUDA_ERROR_INVALID_VALUE, a fixture's limit).
 CUresult CUDAAPI cuPointerGetAttribute(void* data, CUpointer_attribute attribute, CUdeviceptr ptr) {
   return emu::Guard([&] {
     if (CUresult r = emu::CheckInit(); r != CUDA_SUCCESS) return r;
-    if (data == nullptr || emu::Driver::Get().memory().Find(ptr, 0) == nullptr) return CUDA_ERROR_INVALID_VALUE;
+    if (data == nullptr) return CUDA_ERROR_INVALID_VALUE;
+    emu::Driver& driver = emu::Driver::Get();
+    if (driver.memory().Find(ptr, 0) == nullptr) {
+      bool sync = false;
+      if (attribute != CU_POINTER_ATTRIBUTE_SYNC_MEMOPS || !driver.host().SyncMemops(ptr, &sync)) {
+        return CUDA_ERROR_INVALID_VALUE;
+      }
+      *static_cast<unsigned int*>(data) = sync ? 1 : 0;
+      return CUDA_SUCCESS;
+    }
     if (attribute == CU_POINTER_ATTRIBUTE_HOST_POINTER) return CUDA_ERROR_INVALID_VALUE;
     return cuPointerGetAttributes(1, &attribute, &data, ptr);
+  });
+}
+
+// Only CU_POINTER_ATTRIBUTE_SYNC_MEMOPS is settable (another attribute: CUDA_ERROR_INVALID_VALUE, measured for
+// CONTEXT on the H200 with driver 580), on a device allocation or registered host memory, where
+// cuPointerGetAttribute answers it (anything else: CUDA_ERROR_INVALID_VALUE, measured for 0x1000); it holds for the
+// whole allocation or registration. Setting it on device memory waits for the device's queued work, as cuda.h says
+// it waits for the region's pending synchronous operations (those on registered memory are synchronous already).
+CUresult CUDAAPI cuPointerSetAttribute(const void* value, CUpointer_attribute attribute, CUdeviceptr ptr) {
+  return emu::Guard([&] {
+    if (CUresult r = emu::CheckInit(); r != CUDA_SUCCESS) return r;
+    if (value == nullptr || attribute != CU_POINTER_ATTRIBUTE_SYNC_MEMOPS) return CUDA_ERROR_INVALID_VALUE;
+    const bool sync = *static_cast<const unsigned int*>(value) != 0;  // cuda.h: a pointer to an unsigned int
+    emu::Driver& driver = emu::Driver::Get();
+    const auto allocation = driver.memory().Find(ptr, 0);
+    if (allocation == nullptr) {
+      return driver.host().SetSyncMemops(ptr, sync) ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
+    }
+    if (sync) {
+      emu::DeviceWorker& worker = driver.worker(allocation->device());
+      worker.Wait(worker.last_submitted());
+    }
+    allocation->set_sync_memops(sync);
+    return CUDA_SUCCESS;
   });
 }
 

@@ -6,6 +6,7 @@
 // plain ones only in how a null stream is named.
 #include "api_variants.h"
 
+#include "api_common.h"
 #include "context_api.h"
 
 namespace {
@@ -17,13 +18,18 @@ CUstream PerThread(CUstream s) { return s == nullptr ? CU_STREAM_PER_THREAD : s;
 extern "C" {
 
 CUresult CUDAAPI cuCtxCreate_v2(CUcontext* pctx, unsigned int flags, CUdevice dev) {
-  return curelay::emulated::CreateContext(pctx, nullptr, flags, dev);
+  return curelay::emulated::Guard([&] { return curelay::emulated::CreateContext(pctx, nullptr, flags, dev); });
 }
 
+// cuCtxCreate_v4 with only execution-affinity parameters: a non-empty list answers
+// CUDA_ERROR_UNSUPPORTED_EXEC_AFFINITY (as the H200 with driver 580 does outside MPS); none makes an ordinary
+// context.
 CUresult CUDAAPI cuCtxCreate_v3(CUcontext* pctx, CUexecAffinityParam* paramsArray, int numParams,
                                 unsigned int flags, CUdevice dev) {
-  CUctxCreateParams params{paramsArray, numParams, nullptr};
-  return curelay::emulated::CreateContext(pctx, &params, flags, dev);
+  return curelay::emulated::Guard([&] {
+    CUctxCreateParams params{paramsArray, numParams, nullptr};
+    return curelay::emulated::CreateContext(pctx, &params, flags, dev);
+  });
 }
 
 CUresult CUDAAPI cuEventElapsedTime_v1(float* pMilliseconds, CUevent hStart, CUevent hEnd) {

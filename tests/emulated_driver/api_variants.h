@@ -64,6 +64,8 @@ CURELAY_EXPORT CUresult CUDAAPI cuLaunchKernel_ptsz(CUfunction f, unsigned int g
                                                     unsigned int blockDimZ,
                                                     unsigned int sharedMemBytes, CUstream hStream,
                                                     void** kernelParams, void** extra);
+CURELAY_EXPORT CUresult CUDAAPI cuMemMapArrayAsync_ptsz(CUarrayMapInfo* mapInfoList, unsigned int count,
+                                                        CUstream hStream);  // api_arrays.cc
 
 }  // extern "C"
 

@@ -23,6 +23,12 @@
 #define CUDA_ENABLE_DEPRECATED 1
 #include <cuda.h>
 
+// Exported by the driver, declared by cuda.h only for the driver's own build.
+extern "C" CUresult CUDAAPI cuCtxCreate_v3(CUcontext* pctx, CUexecAffinityParam* paramsArray, int numParams,
+                                           unsigned int flags, CUdevice dev);
+extern "C" CUresult CUDAAPI cuMemMapArrayAsync_ptsz(CUarrayMapInfo* mapInfoList, unsigned int count,
+                                                    CUstream hStream);
+
 namespace {
 
 #define CURELAY_STR2(x) #x
@@ -51,7 +57,16 @@ namespace {
   X(cuDeviceGetDevResource) X(cuCtxGetDevResource) X(cuGreenCtxGetDevResource)                \
   X(cuDevSmResourceSplitByCount) X(cuDevResourceGenerateDesc) X(cuGreenCtxCreate)             \
   X(cuGreenCtxDestroy) X(cuCtxFromGreenCtx) X(cuGreenCtxGetId) X(cuGreenCtxRecordEvent)       \
-  X(cuGreenCtxWaitEvent) X(cuGreenCtxStreamCreate) X(cuStreamGetGreenCtx)
+  X(cuGreenCtxWaitEvent) X(cuGreenCtxStreamCreate) X(cuStreamGetGreenCtx)                       \
+  X(cuCtxCreate_v3) X(cuCtxGetFlags) X(cuLaunchHostFunc) X(cuArray3DCreate)                   \
+  X(cuArray3DGetDescriptor) X(cuArrayDestroy) X(cuMemcpy3D) X(cuMemcpyHtoA) X(cuMemcpyAtoH)    \
+  X(cuMemcpyAtoA) X(cuTexObjectCreate) X(cuTexObjectDestroy) X(cuSurfObjectCreate)            \
+  X(cuSurfObjectDestroy) X(cuMipmappedArrayCreate) X(cuMipmappedArrayGetLevel)                \
+  X(cuMipmappedArrayDestroy) X(cuArrayGetMemoryRequirements)                                  \
+  X(cuMipmappedArrayGetMemoryRequirements) X(cuArrayGetSparseProperties)                      \
+  X(cuMipmappedArrayGetSparseProperties) X(cuArrayGetPlane) X(cuMemMapArrayAsync)             \
+  X(cuMemMapArrayAsync_ptsz) X(cuPointerSetAttribute) X(cuPointerGetAttribute)                \
+  X(cuPointerGetAttributes)
 
 struct Api {
 #define CURELAY_MEMBER(name) decltype(&::name) name = nullptr;
@@ -427,6 +442,49 @@ TEST(EmulatedDriverContext, PrimaryContextLifecycle) {
   ASSERT_EQ(api().cuDevicePrimaryCtxSetFlags(1, 0), CUDA_SUCCESS);
 }
 
+// cuCtxCreate_v3 is cuCtxCreate_v4 with only execution-affinity parameters: a list answers
+// CUDA_ERROR_UNSUPPORTED_EXEC_AFFINITY (224, as the H200 with driver 580 answers outside MPS) and makes nothing;
+// no list makes an ordinary context.
+TEST(EmulatedDriverContext, CreateV3ExecAffinity) {
+  ASSERT_TRUE(api().missing.empty());
+  CUexecAffinityParam affinity{};
+  affinity.type = CU_EXEC_AFFINITY_TYPE_SM_COUNT;
+  affinity.param.smCount.val = 8;
+  CUcontext ctx = nullptr, current = nullptr;
+  EXPECT_EQ(api().cuCtxCreate_v3(&ctx, &affinity, 1, 0, 0), CUDA_ERROR_UNSUPPORTED_EXEC_AFFINITY);
+  EXPECT_EQ(ctx, nullptr);
+  ASSERT_EQ(api().cuCtxGetCurrent(&current), CUDA_SUCCESS);
+  EXPECT_EQ(current, nullptr);
+
+  ASSERT_EQ(api().cuCtxCreate_v3(&ctx, nullptr, 0, 0, 0), CUDA_SUCCESS);
+  ASSERT_NE(ctx, nullptr);
+  ASSERT_EQ(api().cuCtxGetCurrent(&current), CUDA_SUCCESS);
+  EXPECT_EQ(current, ctx);
+  CUdevice dev = -1;
+  EXPECT_EQ(api().cuCtxGetDevice(&dev), CUDA_SUCCESS);
+  EXPECT_EQ(dev, 0);
+  EXPECT_EQ(api().cuCtxDestroy(ctx), CUDA_SUCCESS);
+
+  // A list with no entries is no affinity either; flags and device are those of cuCtxCreate.
+  ctx = nullptr;
+  ASSERT_EQ(api().cuCtxCreate_v3(&ctx, &affinity, 0, CU_CTX_SCHED_BLOCKING_SYNC, 1), CUDA_SUCCESS);
+  unsigned int flags = 0;
+  EXPECT_EQ(api().cuCtxGetFlags(&flags), CUDA_SUCCESS);
+  EXPECT_EQ(flags & CU_CTX_SCHED_MASK, static_cast<unsigned int>(CU_CTX_SCHED_BLOCKING_SYNC));
+  EXPECT_EQ(api().cuCtxGetDevice(&dev), CUDA_SUCCESS);
+  EXPECT_EQ(dev, 1);
+  EXPECT_EQ(api().cuCtxDestroy(ctx), CUDA_SUCCESS);
+
+  EXPECT_EQ(api().cuCtxCreate_v3(nullptr, nullptr, 0, 0, 0), CUDA_ERROR_INVALID_VALUE);
+  EXPECT_EQ(api().cuCtxCreate_v3(&ctx, nullptr, -1, 0, 0), CUDA_ERROR_INVALID_VALUE);
+  EXPECT_EQ(api().cuCtxCreate_v3(&ctx, nullptr, 0, CU_CTX_SCHED_SPIN | CU_CTX_SCHED_YIELD, 0),
+            CUDA_ERROR_INVALID_VALUE);
+  EXPECT_EQ(api().cuCtxCreate_v3(&ctx, nullptr, 0, 0, 9), CUDA_ERROR_INVALID_DEVICE);
+  EXPECT_EQ(api().cuCtxCreate_v3(&ctx, &affinity, 1, 0, 9), CUDA_ERROR_INVALID_DEVICE);
+  ASSERT_EQ(api().cuCtxGetCurrent(&current), CUDA_SUCCESS);
+  EXPECT_EQ(current, nullptr);
+}
+
 // --- Memory -------------------------------------------------------------------
 
 TEST_F(EmulatedDriverTest, CopiesAndMemsets) {
@@ -530,6 +588,129 @@ TEST_F(EmulatedDriverTest, HostRegistration) {
   EXPECT_EQ(api().cuMemHostUnregister(buf.data()), CUDA_SUCCESS);
   EXPECT_EQ(api().cuMemHostUnregister(buf.data()), CUDA_ERROR_HOST_MEMORY_NOT_REGISTERED);
   EXPECT_EQ(api().cuMemHostUnregister(buf.data() + 4096), CUDA_SUCCESS);
+}
+
+// cuPointerSetAttribute sets only SYNC_MEMOPS, for the whole allocation or host registration; cuPointerGetAttribute(s)
+// answer it (0 until set; measured on the H200 with driver 580: 1 after setting 1).
+TEST_F(EmulatedDriverTest, PointerSetAttributeSyncMemopsRoundTrip) {
+  const CUdeviceptr p = Alloc(4096);
+  const CUdeviceptr other = Alloc(4096);
+  unsigned int sync = 7;
+  ASSERT_EQ(api().cuPointerGetAttribute(&sync, CU_POINTER_ATTRIBUTE_SYNC_MEMOPS, p), CUDA_SUCCESS);
+  EXPECT_EQ(sync, 0u);
+  const unsigned int one = 1, zero = 0;
+  ASSERT_EQ(api().cuPointerSetAttribute(&one, CU_POINTER_ATTRIBUTE_SYNC_MEMOPS, p), CUDA_SUCCESS);
+  sync = 7;
+  ASSERT_EQ(api().cuPointerGetAttribute(&sync, CU_POINTER_ATTRIBUTE_SYNC_MEMOPS, p), CUDA_SUCCESS);
+  EXPECT_EQ(sync, 1u);
+  // The attribute belongs to the allocation: an interior address reads it, and sets it.
+  sync = 7;
+  ASSERT_EQ(api().cuPointerGetAttribute(&sync, CU_POINTER_ATTRIBUTE_SYNC_MEMOPS, p + 100), CUDA_SUCCESS);
+  EXPECT_EQ(sync, 1u);
+  sync = 7;
+  ASSERT_EQ(api().cuPointerGetAttribute(&sync, CU_POINTER_ATTRIBUTE_SYNC_MEMOPS, other), CUDA_SUCCESS);
+  EXPECT_EQ(sync, 0u);
+  // The plural form agrees, and answers 0 for an address that is no allocation.
+  CUpointer_attribute attributes[] = {CU_POINTER_ATTRIBUTE_SYNC_MEMOPS, CU_POINTER_ATTRIBUTE_SYNC_MEMOPS,
+                                      CU_POINTER_ATTRIBUTE_SYNC_MEMOPS};
+  unsigned int values[3] = {7, 7, 7};
+  void* data[] = {&values[0]};
+  ASSERT_EQ(api().cuPointerGetAttributes(1, attributes, data, p), CUDA_SUCCESS);
+  EXPECT_EQ(values[0], 1u);
+  data[0] = &values[1];
+  ASSERT_EQ(api().cuPointerGetAttributes(1, attributes, data, other), CUDA_SUCCESS);
+  EXPECT_EQ(values[1], 0u);
+  data[0] = &values[2];
+  ASSERT_EQ(api().cuPointerGetAttributes(1, attributes, data, 0x1000), CUDA_SUCCESS);
+  EXPECT_EQ(values[2], 0u);
+  ASSERT_EQ(api().cuPointerSetAttribute(&zero, CU_POINTER_ATTRIBUTE_SYNC_MEMOPS, p + 4095), CUDA_SUCCESS);
+  sync = 7;
+  ASSERT_EQ(api().cuPointerGetAttribute(&sync, CU_POINTER_ATTRIBUTE_SYNC_MEMOPS, p), CUDA_SUCCESS);
+  EXPECT_EQ(sync, 0u);
+  EXPECT_EQ(api().cuMemFree(p), CUDA_SUCCESS);
+  EXPECT_EQ(api().cuMemFree(other), CUDA_SUCCESS);
+
+  // Registered host memory: the registration holds the attribute, and both forms read it.
+  std::vector<uint8_t> host(8192);
+  ASSERT_EQ(api().cuMemHostRegister(host.data(), 4096, 0), CUDA_SUCCESS);
+  const auto host_address = reinterpret_cast<CUdeviceptr>(host.data());
+  sync = 7;
+  ASSERT_EQ(api().cuPointerGetAttribute(&sync, CU_POINTER_ATTRIBUTE_SYNC_MEMOPS, host_address), CUDA_SUCCESS);
+  EXPECT_EQ(sync, 0u);
+  ASSERT_EQ(api().cuPointerSetAttribute(&one, CU_POINTER_ATTRIBUTE_SYNC_MEMOPS, host_address + 10), CUDA_SUCCESS);
+  sync = 7;
+  ASSERT_EQ(api().cuPointerGetAttribute(&sync, CU_POINTER_ATTRIBUTE_SYNC_MEMOPS, host_address + 4095), CUDA_SUCCESS);
+  EXPECT_EQ(sync, 1u);
+  values[0] = 7;
+  data[0] = &values[0];
+  ASSERT_EQ(api().cuPointerGetAttributes(1, attributes, data, host_address), CUDA_SUCCESS);
+  EXPECT_EQ(values[0], 1u);
+  // Past the registration: not host memory the driver knows.
+  EXPECT_EQ(api().cuPointerSetAttribute(&one, CU_POINTER_ATTRIBUTE_SYNC_MEMOPS, host_address + 4096),
+            CUDA_ERROR_INVALID_VALUE);
+  EXPECT_EQ(api().cuPointerGetAttribute(&sync, CU_POINTER_ATTRIBUTE_SYNC_MEMOPS, host_address + 4096),
+            CUDA_ERROR_INVALID_VALUE);
+  ASSERT_EQ(api().cuMemHostUnregister(host.data()), CUDA_SUCCESS);
+  EXPECT_EQ(api().cuPointerSetAttribute(&one, CU_POINTER_ATTRIBUTE_SYNC_MEMOPS, host_address),
+            CUDA_ERROR_INVALID_VALUE);
+  EXPECT_EQ(api().cuPointerGetAttribute(&sync, CU_POINTER_ATTRIBUTE_SYNC_MEMOPS, host_address),
+            CUDA_ERROR_INVALID_VALUE);
+}
+
+TEST_F(EmulatedDriverTest, PointerSetAttributeRefusals) {
+  const CUdeviceptr p = Alloc(256);
+  const unsigned int one = 1;
+  // Only SYNC_MEMOPS is settable (measured for CONTEXT).
+  EXPECT_EQ(api().cuPointerSetAttribute(&one, CU_POINTER_ATTRIBUTE_CONTEXT, p), CUDA_ERROR_INVALID_VALUE);
+  EXPECT_EQ(api().cuPointerSetAttribute(&one, CU_POINTER_ATTRIBUTE_MEMORY_TYPE, p), CUDA_ERROR_INVALID_VALUE);
+  // An address that is no allocation (measured for 0x1000), and no value.
+  EXPECT_EQ(api().cuPointerSetAttribute(&one, CU_POINTER_ATTRIBUTE_SYNC_MEMOPS, 0x1000), CUDA_ERROR_INVALID_VALUE);
+  EXPECT_EQ(api().cuPointerSetAttribute(&one, CU_POINTER_ATTRIBUTE_SYNC_MEMOPS, 0), CUDA_ERROR_INVALID_VALUE);
+  EXPECT_EQ(api().cuPointerSetAttribute(nullptr, CU_POINTER_ATTRIBUTE_SYNC_MEMOPS, p), CUDA_ERROR_INVALID_VALUE);
+  // A freed allocation is gone.
+  ASSERT_EQ(api().cuMemFree(p), CUDA_SUCCESS);
+  unsigned int sync = 0;
+  EXPECT_EQ(api().cuPointerSetAttribute(&one, CU_POINTER_ATTRIBUTE_SYNC_MEMOPS, p), CUDA_ERROR_INVALID_VALUE);
+  EXPECT_EQ(api().cuPointerGetAttribute(&sync, CU_POINTER_ATTRIBUTE_SYNC_MEMOPS, p), CUDA_ERROR_INVALID_VALUE);
+}
+
+// A synchronous memset of device memory is asynchronous to the host, unless the memory's SYNC_MEMOPS is set: then
+// it returns once done (and so after the device's earlier work).
+TEST_F(EmulatedDriverTest, SyncMemopsMakesMemsetsSynchronous) {
+  const CUdeviceptr plain = Alloc(1024);
+  const CUdeviceptr synced = Alloc(1024);
+  const unsigned int one = 1;
+  ASSERT_EQ(api().cuPointerSetAttribute(&one, CU_POINTER_ATTRIBUTE_SYNC_MEMOPS, synced), CUDA_SUCCESS);
+  struct Gate {
+    std::atomic<bool> release{false};
+    std::atomic<bool> ran{false};
+  } gate;
+  // Holds the device worker until released (at most 10 s, so a failure cannot hang the test).
+  auto hold = [](void* arg) {
+    auto* g = static_cast<Gate*>(arg);
+    const auto deadline = Clock::now() + std::chrono::seconds(10);
+    while (!g->release.load() && Clock::now() < deadline) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    g->ran.store(true);
+  };
+  ASSERT_EQ(api().cuLaunchHostFunc(nullptr, hold, &gate), CUDA_SUCCESS);
+  ASSERT_EQ(api().cuMemsetD32(plain, 5, 256), CUDA_SUCCESS);
+  EXPECT_FALSE(gate.ran.load());  // queued behind the held worker, returned at once
+  EXPECT_EQ(api().cuStreamQuery(nullptr), CUDA_ERROR_NOT_READY);
+  std::thread releaser([&gate] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    gate.release.store(true);
+  });
+  ASSERT_EQ(api().cuMemsetD32(synced, 7, 256), CUDA_SUCCESS);
+  EXPECT_TRUE(gate.ran.load());  // returned only once done
+  EXPECT_EQ(api().cuStreamQuery(nullptr), CUDA_SUCCESS);
+  releaser.join();
+  std::vector<uint32_t> got(256);
+  ASSERT_EQ(api().cuMemcpyDtoH(got.data(), synced, 1024), CUDA_SUCCESS);
+  EXPECT_EQ(got[255], 7u);
+  ASSERT_EQ(api().cuMemcpyDtoH(got.data(), plain, 1024), CUDA_SUCCESS);
+  EXPECT_EQ(got[0], 5u);
+  EXPECT_EQ(api().cuMemFree(plain), CUDA_SUCCESS);
+  EXPECT_EQ(api().cuMemFree(synced), CUDA_SUCCESS);
 }
 
 // --- Modules ------------------------------------------------------------------
@@ -1862,6 +2043,352 @@ TEST(EmulatedDriverGreen, DestroyAndUseAfterDestroy) {
   ASSERT_EQ(api().cuCtxDestroy(plain), CUDA_SUCCESS);
   ASSERT_EQ(api().cuCtxGetCurrent(&current), CUDA_SUCCESS);
   EXPECT_EQ(current, nullptr);
+}
+
+// --- Mipmapped arrays and array queries ----------------------------------------
+
+CUDA_ARRAY3D_DESCRIPTOR FloatDescriptor(size_t width, size_t height, size_t depth) {
+  CUDA_ARRAY3D_DESCRIPTOR d{};
+  d.Width = width;
+  d.Height = height;
+  d.Depth = depth;
+  d.Format = CU_AD_FORMAT_FLOAT;
+  d.NumChannels = 1;
+  return d;
+}
+
+// Level `level`'s descriptor, through cuMipmappedArrayGetLevel and cuArray3DGetDescriptor.
+CUDA_ARRAY3D_DESCRIPTOR LevelDescriptor(CUmipmappedArray mipmap, unsigned level) {
+  CUarray array = nullptr;
+  CUDA_ARRAY3D_DESCRIPTOR d{};
+  EXPECT_EQ(api().cuMipmappedArrayGetLevel(&array, mipmap, level), CUDA_SUCCESS) << "level " << level;
+  EXPECT_EQ(api().cuArray3DGetDescriptor(&d, array), CUDA_SUCCESS) << "level " << level;
+  return d;
+}
+
+// Level i: max(1, dim >> i) for each dimension the descriptor uses (measured on the H200 with driver 580: 64x48
+// float level 2 is 16x12, depth 0); numLevels 0 makes one level, and beyond the full chain is clamped to it (the
+// driver takes 30 levels for 64x48).
+TEST_F(EmulatedDriverTest, MipmappedArrayLevelDimensions) {
+  CUDA_ARRAY3D_DESCRIPTOR desc = FloatDescriptor(64, 48, 0);
+  CUmipmappedArray mipmap = nullptr;
+  ASSERT_EQ(api().cuMipmappedArrayCreate(&mipmap, &desc, 4), CUDA_SUCCESS);
+  const size_t expected[4][2] = {{64, 48}, {32, 24}, {16, 12}, {8, 6}};
+  for (unsigned level = 0; level < 4; ++level) {
+    const CUDA_ARRAY3D_DESCRIPTOR d = LevelDescriptor(mipmap, level);
+    EXPECT_EQ(d.Width, expected[level][0]) << level;
+    EXPECT_EQ(d.Height, expected[level][1]) << level;
+    EXPECT_EQ(d.Depth, 0u) << level;
+    EXPECT_EQ(d.Format, CU_AD_FORMAT_FLOAT);
+    EXPECT_EQ(d.NumChannels, 1u);
+    EXPECT_EQ(d.Flags, 0u);
+  }
+  CUarray level = nullptr;
+  EXPECT_EQ(api().cuMipmappedArrayGetLevel(&level, mipmap, 4), CUDA_ERROR_INVALID_VALUE);
+  EXPECT_EQ(api().cuMipmappedArrayDestroy(mipmap), CUDA_SUCCESS);
+
+  // 30 levels of 64x48: the full chain, 7 levels, down to 1x1.
+  ASSERT_EQ(api().cuMipmappedArrayCreate(&mipmap, &desc, 30), CUDA_SUCCESS);
+  CUDA_ARRAY3D_DESCRIPTOR d = LevelDescriptor(mipmap, 6);
+  EXPECT_EQ(d.Width, 1u);
+  EXPECT_EQ(d.Height, 1u);
+  d = LevelDescriptor(mipmap, 5);
+  EXPECT_EQ(d.Width, 2u);
+  EXPECT_EQ(d.Height, 1u);
+  EXPECT_EQ(api().cuMipmappedArrayGetLevel(&level, mipmap, 7), CUDA_ERROR_INVALID_VALUE);
+  EXPECT_EQ(api().cuMipmappedArrayDestroy(mipmap), CUDA_SUCCESS);
+
+  // 0 levels: one.
+  ASSERT_EQ(api().cuMipmappedArrayCreate(&mipmap, &desc, 0), CUDA_SUCCESS);
+  d = LevelDescriptor(mipmap, 0);
+  EXPECT_EQ(d.Width, 64u);
+  EXPECT_EQ(d.Height, 48u);
+  EXPECT_EQ(api().cuMipmappedArrayGetLevel(&level, mipmap, 1), CUDA_ERROR_INVALID_VALUE);
+  EXPECT_EQ(api().cuMipmappedArrayDestroy(mipmap), CUDA_SUCCESS);
+
+  // 3D: every dimension shrinks; the chain follows the largest.
+  desc = FloatDescriptor(8, 4, 2);
+  ASSERT_EQ(api().cuMipmappedArrayCreate(&mipmap, &desc, 10), CUDA_SUCCESS);
+  d = LevelDescriptor(mipmap, 1);
+  EXPECT_EQ(d.Width, 4u);
+  EXPECT_EQ(d.Height, 2u);
+  EXPECT_EQ(d.Depth, 1u);
+  d = LevelDescriptor(mipmap, 3);
+  EXPECT_EQ(d.Width, 1u);
+  EXPECT_EQ(d.Height, 1u);
+  EXPECT_EQ(d.Depth, 1u);
+  EXPECT_EQ(api().cuMipmappedArrayGetLevel(&level, mipmap, 4), CUDA_ERROR_INVALID_VALUE);
+  EXPECT_EQ(api().cuMipmappedArrayDestroy(mipmap), CUDA_SUCCESS);
+
+  // 1D: an unused height stays 0.
+  desc = FloatDescriptor(100, 0, 0);
+  ASSERT_EQ(api().cuMipmappedArrayCreate(&mipmap, &desc, 100), CUDA_SUCCESS);
+  d = LevelDescriptor(mipmap, 6);
+  EXPECT_EQ(d.Width, 1u);
+  EXPECT_EQ(d.Height, 0u);
+  EXPECT_EQ(d.Depth, 0u);
+  EXPECT_EQ(api().cuMipmappedArrayGetLevel(&level, mipmap, 7), CUDA_ERROR_INVALID_VALUE);
+  EXPECT_EQ(api().cuMipmappedArrayDestroy(mipmap), CUDA_SUCCESS);
+
+  // cuArray3DCreate's descriptor checks.
+  EXPECT_EQ(api().cuMipmappedArrayCreate(nullptr, &desc, 2), CUDA_ERROR_INVALID_VALUE);
+  EXPECT_EQ(api().cuMipmappedArrayCreate(&mipmap, nullptr, 2), CUDA_ERROR_INVALID_VALUE);
+  CUDA_ARRAY3D_DESCRIPTOR bad = FloatDescriptor(0, 4, 0);
+  EXPECT_EQ(api().cuMipmappedArrayCreate(&mipmap, &bad, 2), CUDA_ERROR_INVALID_VALUE);
+  bad = FloatDescriptor(4, 0, 4);
+  EXPECT_EQ(api().cuMipmappedArrayCreate(&mipmap, &bad, 2), CUDA_ERROR_INVALID_VALUE);
+  bad = FloatDescriptor(4, 4, 0);
+  bad.NumChannels = 3;
+  EXPECT_EQ(api().cuMipmappedArrayCreate(&mipmap, &bad, 2), CUDA_ERROR_INVALID_VALUE);
+  bad = FloatDescriptor(32, 32, 4);
+  bad.Flags = CUDA_ARRAY3D_LAYERED | CUDA_ARRAY3D_SURFACE_LDST;
+  EXPECT_EQ(api().cuMipmappedArrayCreate(&mipmap, &bad, 3), CUDA_ERROR_NOT_SUPPORTED);
+}
+
+// A level is an ordinary emulated array for every copy entry point; levels hold their own bytes.
+TEST_F(EmulatedDriverTest, MipmappedArrayCopiesThroughLevels) {
+  CUDA_ARRAY3D_DESCRIPTOR desc = FloatDescriptor(64, 48, 0);
+  CUmipmappedArray mipmap = nullptr;
+  ASSERT_EQ(api().cuMipmappedArrayCreate(&mipmap, &desc, 4), CUDA_SUCCESS);
+  CUarray level1 = nullptr, level2 = nullptr, level3 = nullptr;
+  ASSERT_EQ(api().cuMipmappedArrayGetLevel(&level1, mipmap, 1), CUDA_SUCCESS);
+  ASSERT_EQ(api().cuMipmappedArrayGetLevel(&level2, mipmap, 2), CUDA_SUCCESS);
+  ASSERT_EQ(api().cuMipmappedArrayGetLevel(&level3, mipmap, 3), CUDA_SUCCESS);
+
+  // Level 2 (16x12 floats) whole, by the 1D array copies.
+  std::vector<float> values(16 * 12), got(16 * 12, -1.0f);
+  for (size_t i = 0; i < values.size(); ++i) values[i] = static_cast<float>(i);
+  ASSERT_EQ(api().cuMemcpyHtoA(level2, 0, values.data(), values.size() * sizeof(float)), CUDA_SUCCESS);
+  ASSERT_EQ(api().cuMemcpyAtoH(got.data(), level2, 0, got.size() * sizeof(float)), CUDA_SUCCESS);
+  EXPECT_EQ(got, values);
+  // One byte past the level: refused.
+  EXPECT_EQ(api().cuMemcpyAtoH(got.data(), level2, 1, got.size() * sizeof(float)), CUDA_ERROR_INVALID_VALUE);
+  // Level 1 is untouched (zero-filled).
+  std::vector<float> level1_row(32, -1.0f);
+  ASSERT_EQ(api().cuMemcpyAtoH(level1_row.data(), level1, 0, level1_row.size() * sizeof(float)), CUDA_SUCCESS);
+  EXPECT_EQ(level1_row, std::vector<float>(32, 0.0f));
+
+  // Level 2's first 6 rows of 8 into level 3 (8x6) by cuMemcpy3D array to array, then level 3 to the host.
+  CUDA_MEMCPY3D copy{};
+  copy.srcMemoryType = CU_MEMORYTYPE_ARRAY;
+  copy.srcArray = level2;
+  copy.dstMemoryType = CU_MEMORYTYPE_ARRAY;
+  copy.dstArray = level3;
+  copy.WidthInBytes = 8 * sizeof(float);
+  copy.Height = 6;
+  copy.Depth = 1;
+  ASSERT_EQ(api().cuMemcpy3D(&copy), CUDA_SUCCESS);
+  std::vector<float> small(8 * 6, -1.0f);
+  CUDA_MEMCPY3D back{};
+  back.srcMemoryType = CU_MEMORYTYPE_ARRAY;
+  back.srcArray = level3;
+  back.dstMemoryType = CU_MEMORYTYPE_HOST;
+  back.dstHost = small.data();
+  back.dstPitch = 8 * sizeof(float);
+  back.dstHeight = 6;
+  back.WidthInBytes = 8 * sizeof(float);
+  back.Height = 6;
+  back.Depth = 1;
+  ASSERT_EQ(api().cuMemcpy3D(&back), CUDA_SUCCESS);
+  for (size_t row = 0; row < 6; ++row) {
+    for (size_t x = 0; x < 8; ++x) EXPECT_EQ(small[row * 8 + x], values[row * 16 + x]) << row << "," << x;
+  }
+  // A copy that does not fit level 3.
+  copy.Height = 7;
+  EXPECT_EQ(api().cuMemcpy3D(&copy), CUDA_ERROR_INVALID_VALUE);
+
+  // cuMemcpyAtoA between levels: level 3's bytes back into level 1's first row.
+  ASSERT_EQ(api().cuMemcpyAtoA(level1, 0, level3, 0, 8 * sizeof(float)), CUDA_SUCCESS);
+  ASSERT_EQ(api().cuMemcpyAtoH(level1_row.data(), level1, 0, 8 * sizeof(float)), CUDA_SUCCESS);
+  for (size_t x = 0; x < 8; ++x) EXPECT_EQ(level1_row[x], values[x]);
+  EXPECT_EQ(api().cuMipmappedArrayDestroy(mipmap), CUDA_SUCCESS);
+  // The levels went with it.
+  EXPECT_EQ(api().cuMemcpyAtoH(got.data(), level2, 0, sizeof(float)), CUDA_ERROR_INVALID_VALUE);
+}
+
+// The same level answers the same array; levels die with the mipmapped array only.
+TEST_F(EmulatedDriverTest, MipmappedArrayHandles) {
+  CUDA_ARRAY3D_DESCRIPTOR desc = FloatDescriptor(64, 48, 0);
+  CUmipmappedArray mipmap = nullptr;
+  ASSERT_EQ(api().cuMipmappedArrayCreate(&mipmap, &desc, 4), CUDA_SUCCESS);
+  CUarray first = nullptr, again = nullptr, level2 = nullptr;
+  ASSERT_EQ(api().cuMipmappedArrayGetLevel(&first, mipmap, 0), CUDA_SUCCESS);
+  ASSERT_EQ(api().cuMipmappedArrayGetLevel(&again, mipmap, 0), CUDA_SUCCESS);
+  EXPECT_EQ(first, again);
+  ASSERT_EQ(api().cuMipmappedArrayGetLevel(&level2, mipmap, 2), CUDA_SUCCESS);
+  EXPECT_NE(level2, first);
+  // Past the last level, no output, unknown handles.
+  CUarray none = nullptr;
+  EXPECT_EQ(api().cuMipmappedArrayGetLevel(&none, mipmap, 4), CUDA_ERROR_INVALID_VALUE);
+  EXPECT_EQ(api().cuMipmappedArrayGetLevel(&none, mipmap, ~0u), CUDA_ERROR_INVALID_VALUE);
+  EXPECT_EQ(none, nullptr);
+  EXPECT_EQ(api().cuMipmappedArrayGetLevel(nullptr, mipmap, 0), CUDA_ERROR_INVALID_VALUE);
+  EXPECT_EQ(api().cuMipmappedArrayGetLevel(&none, nullptr, 0), CUDA_ERROR_INVALID_HANDLE);
+  EXPECT_EQ(api().cuMipmappedArrayGetLevel(&none, reinterpret_cast<CUmipmappedArray>(first), 0),
+            CUDA_ERROR_INVALID_HANDLE);
+
+  // Destroying a level answers success and destroys nothing (measured: the driver answers 0 and GetLevel still
+  // answers the same array).
+  EXPECT_EQ(api().cuArrayDestroy(level2), CUDA_SUCCESS);
+  EXPECT_EQ(api().cuArrayDestroy(level2), CUDA_SUCCESS);
+  CUarray after = nullptr;
+  ASSERT_EQ(api().cuMipmappedArrayGetLevel(&after, mipmap, 2), CUDA_SUCCESS);
+  EXPECT_EQ(after, level2);
+  CUDA_ARRAY3D_DESCRIPTOR d{};
+  EXPECT_EQ(api().cuArray3DGetDescriptor(&d, level2), CUDA_SUCCESS);
+  EXPECT_EQ(d.Width, 16u);
+  EXPECT_EQ(d.Height, 12u);
+  EXPECT_EQ(d.Depth, 0u);
+  const float value = 2.5f;
+  EXPECT_EQ(api().cuMemcpyHtoA(level2, 0, &value, sizeof value), CUDA_SUCCESS);
+
+  // The mipmapped array takes its levels; a second destroy is refused (the real driver crashes).
+  EXPECT_EQ(api().cuMipmappedArrayDestroy(mipmap), CUDA_SUCCESS);
+  EXPECT_EQ(api().cuMipmappedArrayDestroy(mipmap), CUDA_ERROR_INVALID_HANDLE);
+  EXPECT_EQ(api().cuMipmappedArrayDestroy(nullptr), CUDA_ERROR_INVALID_HANDLE);
+  EXPECT_EQ(api().cuMipmappedArrayGetLevel(&none, mipmap, 0), CUDA_ERROR_INVALID_HANDLE);
+  EXPECT_EQ(api().cuArray3DGetDescriptor(&d, first), CUDA_ERROR_INVALID_HANDLE);
+  EXPECT_EQ(api().cuArrayDestroy(level2), CUDA_ERROR_INVALID_HANDLE);
+}
+
+// Textures take a live mipmapped array (as the driver does); surfaces refuse one (measured: INVALID_VALUE). A level
+// is an array resource like any other.
+TEST_F(EmulatedDriverTest, MipmappedArrayTextureObjects) {
+  CUDA_ARRAY3D_DESCRIPTOR desc = FloatDescriptor(64, 48, 0);
+  CUmipmappedArray mipmap = nullptr;
+  ASSERT_EQ(api().cuMipmappedArrayCreate(&mipmap, &desc, 4), CUDA_SUCCESS);
+  CUDA_RESOURCE_DESC res{};
+  res.resType = CU_RESOURCE_TYPE_MIPMAPPED_ARRAY;
+  res.res.mipmap.hMipmappedArray = mipmap;
+  CUDA_TEXTURE_DESC tex{};
+  tex.filterMode = CU_TR_FILTER_MODE_LINEAR;
+  tex.mipmapFilterMode = CU_TR_FILTER_MODE_LINEAR;
+  tex.maxMipmapLevelClamp = 3;
+  tex.flags = CU_TRSF_NORMALIZED_COORDINATES;
+  CUtexObject texture = 0;
+  ASSERT_EQ(api().cuTexObjectCreate(&texture, &res, &tex, nullptr), CUDA_SUCCESS);
+  EXPECT_NE(texture, 0u);
+  CUsurfObject surface = 0;
+  EXPECT_EQ(api().cuSurfObjectCreate(&surface, &res), CUDA_ERROR_INVALID_VALUE);
+  // A level as an array resource.
+  CUarray level1 = nullptr;
+  ASSERT_EQ(api().cuMipmappedArrayGetLevel(&level1, mipmap, 1), CUDA_SUCCESS);
+  CUDA_RESOURCE_DESC level_res{};
+  level_res.resType = CU_RESOURCE_TYPE_ARRAY;
+  level_res.res.array.hArray = level1;
+  CUtexObject level_texture = 0;
+  ASSERT_EQ(api().cuTexObjectCreate(&level_texture, &level_res, &tex, nullptr), CUDA_SUCCESS);
+  EXPECT_EQ(api().cuTexObjectDestroy(level_texture), CUDA_SUCCESS);
+  EXPECT_EQ(api().cuTexObjectDestroy(texture), CUDA_SUCCESS);
+  // An unknown or destroyed mipmapped array.
+  res.res.mipmap.hMipmappedArray = reinterpret_cast<CUmipmappedArray>(level1);
+  EXPECT_EQ(api().cuTexObjectCreate(&texture, &res, &tex, nullptr), CUDA_ERROR_INVALID_HANDLE);
+  EXPECT_EQ(api().cuMipmappedArrayDestroy(mipmap), CUDA_SUCCESS);
+  res.res.mipmap.hMipmappedArray = mipmap;
+  EXPECT_EQ(api().cuTexObjectCreate(&texture, &res, &tex, nullptr), CUDA_ERROR_INVALID_HANDLE);
+  EXPECT_EQ(api().cuTexObjectCreate(&texture, &level_res, &tex, nullptr), CUDA_ERROR_INVALID_HANDLE);
+}
+
+// The emulation makes no sparse, deferred-mapping or planar array, so these queries refuse every live array with
+// what the driver answers for a dense one (measured on the H200 with driver 580: INVALID_VALUE).
+TEST_F(EmulatedDriverTest, SparseAndPlanarQueriesRefused) {
+  CUDA_ARRAY3D_DESCRIPTOR desc = FloatDescriptor(64, 48, 0);
+  CUarray array = nullptr;
+  ASSERT_EQ(api().cuArray3DCreate(&array, &desc), CUDA_SUCCESS);
+  CUmipmappedArray mipmap = nullptr;
+  ASSERT_EQ(api().cuMipmappedArrayCreate(&mipmap, &desc, 4), CUDA_SUCCESS);
+  CUarray level0 = nullptr;
+  ASSERT_EQ(api().cuMipmappedArrayGetLevel(&level0, mipmap, 0), CUDA_SUCCESS);
+  const auto unknown_array = reinterpret_cast<CUarray>(0x1234);
+  const auto unknown_mipmap = reinterpret_cast<CUmipmappedArray>(array);
+
+  CUDA_ARRAY_MEMORY_REQUIREMENTS requirements{};
+  EXPECT_EQ(api().cuArrayGetMemoryRequirements(&requirements, array, 0), CUDA_ERROR_INVALID_VALUE);
+  EXPECT_EQ(api().cuArrayGetMemoryRequirements(&requirements, level0, 0), CUDA_ERROR_INVALID_VALUE);
+  EXPECT_EQ(api().cuArrayGetMemoryRequirements(&requirements, unknown_array, 0), CUDA_ERROR_INVALID_HANDLE);
+  EXPECT_EQ(api().cuArrayGetMemoryRequirements(&requirements, array, 9), CUDA_ERROR_INVALID_DEVICE);
+  EXPECT_EQ(api().cuArrayGetMemoryRequirements(nullptr, array, 0), CUDA_ERROR_INVALID_VALUE);
+  EXPECT_EQ(api().cuMipmappedArrayGetMemoryRequirements(&requirements, mipmap, 0), CUDA_ERROR_INVALID_VALUE);
+  EXPECT_EQ(api().cuMipmappedArrayGetMemoryRequirements(&requirements, unknown_mipmap, 0),
+            CUDA_ERROR_INVALID_HANDLE);
+  EXPECT_EQ(api().cuMipmappedArrayGetMemoryRequirements(&requirements, mipmap, -1), CUDA_ERROR_INVALID_DEVICE);
+  EXPECT_EQ(api().cuMipmappedArrayGetMemoryRequirements(nullptr, mipmap, 0), CUDA_ERROR_INVALID_VALUE);
+
+  CUDA_ARRAY_SPARSE_PROPERTIES sparse{};
+  EXPECT_EQ(api().cuArrayGetSparseProperties(&sparse, array), CUDA_ERROR_INVALID_VALUE);
+  EXPECT_EQ(api().cuArrayGetSparseProperties(&sparse, level0), CUDA_ERROR_INVALID_VALUE);
+  EXPECT_EQ(api().cuArrayGetSparseProperties(&sparse, unknown_array), CUDA_ERROR_INVALID_HANDLE);
+  EXPECT_EQ(api().cuArrayGetSparseProperties(nullptr, array), CUDA_ERROR_INVALID_VALUE);
+  EXPECT_EQ(api().cuMipmappedArrayGetSparseProperties(&sparse, mipmap), CUDA_ERROR_INVALID_VALUE);
+  EXPECT_EQ(api().cuMipmappedArrayGetSparseProperties(&sparse, unknown_mipmap), CUDA_ERROR_INVALID_HANDLE);
+  EXPECT_EQ(api().cuMipmappedArrayGetSparseProperties(nullptr, mipmap), CUDA_ERROR_INVALID_VALUE);
+
+  CUarray plane = nullptr;
+  EXPECT_EQ(api().cuArrayGetPlane(&plane, array, 0), CUDA_ERROR_INVALID_VALUE);
+  EXPECT_EQ(api().cuArrayGetPlane(&plane, level0, 1), CUDA_ERROR_INVALID_VALUE);
+  EXPECT_EQ(plane, nullptr);
+  EXPECT_EQ(api().cuArrayGetPlane(&plane, unknown_array, 0), CUDA_ERROR_INVALID_HANDLE);
+  EXPECT_EQ(api().cuArrayGetPlane(nullptr, array, 0), CUDA_ERROR_INVALID_VALUE);
+
+  // Sparse and planar arrays cannot be made here.
+  CUDA_ARRAY3D_DESCRIPTOR sparse_desc = FloatDescriptor(1024, 1024, 0);
+  sparse_desc.Flags = CUDA_ARRAY3D_SPARSE;
+  CUarray refused = nullptr;
+  EXPECT_EQ(api().cuArray3DCreate(&refused, &sparse_desc), CUDA_ERROR_NOT_SUPPORTED);
+  int supported = -1;
+  EXPECT_EQ(api().cuDeviceGetAttribute(&supported, CU_DEVICE_ATTRIBUTE_SPARSE_CUDA_ARRAY_SUPPORTED, 0),
+            CUDA_SUCCESS);
+  EXPECT_EQ(supported, 0);
+
+  EXPECT_EQ(api().cuMipmappedArrayDestroy(mipmap), CUDA_SUCCESS);
+  EXPECT_EQ(api().cuArrayDestroy(array), CUDA_SUCCESS);
+  EXPECT_EQ(api().cuArrayGetSparseProperties(&sparse, array), CUDA_ERROR_INVALID_HANDLE);
+  EXPECT_EQ(api().cuMipmappedArrayGetSparseProperties(&sparse, mipmap), CUDA_ERROR_INVALID_HANDLE);
+}
+
+// cuMemMapArrayAsync (and its _ptsz export): count 0 and a null array are refused (measured: INVALID_VALUE), and
+// so is every live array, none being sparse; the stream is checked.
+TEST_F(EmulatedDriverTest, MemMapArrayAsyncRefused) {
+  CUDA_ARRAY3D_DESCRIPTOR desc = FloatDescriptor(64, 64, 0);
+  CUarray array = nullptr;
+  ASSERT_EQ(api().cuArray3DCreate(&array, &desc), CUDA_SUCCESS);
+  CUmipmappedArray mipmap = nullptr;
+  ASSERT_EQ(api().cuMipmappedArrayCreate(&mipmap, &desc, 2), CUDA_SUCCESS);
+  CUstream stream = nullptr;
+  ASSERT_EQ(api().cuStreamCreate(&stream, CU_STREAM_NON_BLOCKING), CUDA_SUCCESS);
+
+  CUarrayMapInfo info{};
+  info.resourceType = CU_RESOURCE_TYPE_ARRAY;
+  info.resource.array = array;
+  info.subresourceType = CU_ARRAY_SPARSE_SUBRESOURCE_TYPE_SPARSE_LEVEL;
+  info.subresource.sparseLevel.extentWidth = 64;
+  info.subresource.sparseLevel.extentHeight = 64;
+  info.subresource.sparseLevel.extentDepth = 1;
+  info.memOperationType = CU_MEM_OPERATION_TYPE_MAP;
+  info.memHandleType = CU_MEM_HANDLE_TYPE_GENERIC;
+  info.deviceBitMask = 1;
+  for (auto map : {api().cuMemMapArrayAsync, api().cuMemMapArrayAsync_ptsz}) {
+    EXPECT_EQ(map(&info, 0, nullptr), CUDA_ERROR_INVALID_VALUE);
+    EXPECT_EQ(map(nullptr, 1, nullptr), CUDA_ERROR_INVALID_VALUE);
+    EXPECT_EQ(map(&info, 1, nullptr), CUDA_ERROR_INVALID_VALUE);  // dense
+    EXPECT_EQ(map(&info, 1, stream), CUDA_ERROR_INVALID_VALUE);
+    EXPECT_EQ(map(&info, 1, reinterpret_cast<CUstream>(0xdead)), CUDA_ERROR_INVALID_HANDLE);
+    CUarrayMapInfo entry = info;
+    entry.resource.array = nullptr;
+    EXPECT_EQ(map(&entry, 1, nullptr), CUDA_ERROR_INVALID_VALUE);
+    entry.resource.array = reinterpret_cast<CUarray>(0x1234);
+    EXPECT_EQ(map(&entry, 1, nullptr), CUDA_ERROR_INVALID_HANDLE);
+    entry.resourceType = CU_RESOURCE_TYPE_MIPMAPPED_ARRAY;
+    entry.resource.mipmap = mipmap;
+    EXPECT_EQ(map(&entry, 1, nullptr), CUDA_ERROR_INVALID_VALUE);
+    entry.resource.mipmap = nullptr;
+    EXPECT_EQ(map(&entry, 1, nullptr), CUDA_ERROR_INVALID_VALUE);
+    entry.resourceType = CU_RESOURCE_TYPE_LINEAR;
+    EXPECT_EQ(map(&entry, 1, nullptr), CUDA_ERROR_INVALID_VALUE);
+  }
+  EXPECT_EQ(api().cuStreamDestroy(stream), CUDA_SUCCESS);
+  EXPECT_EQ(api().cuMipmappedArrayDestroy(mipmap), CUDA_SUCCESS);
+  EXPECT_EQ(api().cuArrayDestroy(array), CUDA_SUCCESS);
 }
 
 }  // namespace

@@ -43,4 +43,27 @@ bool HostRegistry::Contains(uint64_t addr, size_t bytes, uint64_t* base, size_t*
   return true;
 }
 
+std::map<uint64_t, HostRegistry::Range>::const_iterator HostRegistry::Holding(uint64_t addr) const {
+  auto it = ranges_.upper_bound(addr);
+  if (it == ranges_.begin()) return ranges_.end();
+  --it;
+  return addr - it->first < it->second.size ? it : ranges_.end();
+}
+
+bool HostRegistry::SetSyncMemops(uint64_t addr, bool sync) {
+  std::unique_lock lock(mu_);
+  auto it = Holding(addr);
+  if (it == ranges_.end()) return false;
+  ranges_.at(it->first).sync_memops = sync;
+  return true;
+}
+
+bool HostRegistry::SyncMemops(uint64_t addr, bool* sync) const {
+  std::shared_lock lock(mu_);
+  auto it = Holding(addr);
+  if (it == ranges_.end()) return false;
+  *sync = it->second.sync_memops;
+  return true;
+}
+
 }  // namespace curelay::emulated

@@ -31,12 +31,20 @@ class HostRegistry {
   bool Contains(uint64_t addr, size_t bytes, uint64_t* base = nullptr,
                 size_t* size = nullptr) const;
 
+  // CU_POINTER_ATTRIBUTE_SYNC_MEMOPS of the registration holding `addr` (cuPointerSetAttribute); false if no
+  // registration holds it.
+  bool SetSyncMemops(uint64_t addr, bool sync);
+  bool SyncMemops(uint64_t addr, bool* sync) const;
+
  private:
   struct Range {
     size_t size;
     unsigned int flags;
     uint64_t owner_ctx;
+    bool sync_memops = false;
   };
+  // The registration holding addr, or ranges_.end(); mu_ held.
+  std::map<uint64_t, Range>::const_iterator Holding(uint64_t addr) const;
   mutable std::shared_mutex mu_;
   std::map<uint64_t, Range> ranges_;
 };

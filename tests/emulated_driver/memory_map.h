@@ -48,6 +48,9 @@ class Allocation {
   // A module's __managed__ variable (CU_POINTER_ATTRIBUTE_IS_MANAGED).
   bool managed() const { return managed_; }
   void set_managed(bool managed) { managed_ = managed; }
+  // CU_POINTER_ATTRIBUTE_SYNC_MEMOPS (cuPointerSetAttribute): synchronous memsets of the block return only when done.
+  bool sync_memops() const { return sync_memops_.load(); }
+  void set_sync_memops(bool sync) { sync_memops_.store(sync); }
 
   // bytes == 0 asks whether addr itself lies inside the block.
   bool Contains(uint64_t addr, size_t bytes) const {
@@ -64,6 +67,7 @@ class Allocation {
   uint64_t owner_;
   int share_fd_ = -1;
   bool managed_ = false;
+  std::atomic<bool> sync_memops_{false};
 };
 
 class MemoryMap {

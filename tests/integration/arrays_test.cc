@@ -1,7 +1,8 @@
 // CUDA arrays through the whole remoting path (this process loads the shim as its libcuda; a real backend and
 // executor run on the emulated driver): creation and descriptors, the 1D array copies, and arrays on either side of
 // 2D and 3D copies, synchronous and stream-ordered, including copies larger than one wire chunk. Every copy is
-// checked byte for byte, and the bytes around it must stay untouched.
+// checked byte for byte, and the bytes around it must stay untouched. Mipmapped arrays and their levels, and what
+// the driver answers for sparse and planar arrays (the emulated driver has neither; the GPU suites have them).
 #include <cuda.h>
 #include <gtest/gtest.h>
 
@@ -144,9 +145,9 @@ TEST_F(ArraysTest, TextureAndSurfaceObjects) {
   EXPECT_EQ(cuSurfObjectCreate(&surface, &linear), CUDA_ERROR_INVALID_VALUE);  // surfaces are arrays only
 
   CUDA_RESOURCE_DESC mipmapped{};
-  mipmapped.resType = CU_RESOURCE_TYPE_MIPMAPPED_ARRAY;
+  mipmapped.resType = CU_RESOURCE_TYPE_MIPMAPPED_ARRAY;  // no mipmapped array named
   CUtexObject refused = 0;
-  EXPECT_EQ(cuTexObjectCreate(&refused, &mipmapped, &sampling, nullptr), CUDA_ERROR_NOT_SUPPORTED);
+  EXPECT_EQ(cuTexObjectCreate(&refused, &mipmapped, &sampling, nullptr), CUDA_ERROR_INVALID_HANDLE);
   CUDA_RESOURCE_DESC stale = on_array;
   stale.res.array.hArray = reinterpret_cast<CUarray>(0x1234);
   EXPECT_EQ(cuTexObjectCreate(&refused, &stale, &sampling, nullptr), CUDA_ERROR_INVALID_HANDLE);
@@ -157,6 +158,106 @@ TEST_F(ArraysTest, TextureAndSurfaceObjects) {
   EXPECT_EQ(cuTexObjectDestroy(texture), CUDA_ERROR_INVALID_VALUE);
   EXPECT_EQ(cuTexObjectGetResourceDesc(&resource, texture), CUDA_ERROR_INVALID_VALUE);
   EXPECT_CU(cuMemFree(linear_memory));
+  EXPECT_CU(cuArrayDestroy(array));
+}
+
+TEST_F(ArraysTest, MipmappedArraysHandOutTheirLevelsAsArrays) {
+  size_t free_before = 0, free_with = 0, free_after = 0, total = 0;
+  ASSERT_CU(cuMemGetInfo(&free_before, &total));
+  CUmipmappedArray mipmap = nullptr;
+  const CUDA_ARRAY3D_DESCRIPTOR descriptor = Descriptor3D(64, 48, 0, CU_AD_FORMAT_FLOAT, 1);
+  ASSERT_CU(cuMipmappedArrayCreate(&mipmap, &descriptor, 4));
+  ASSERT_CU(cuMemGetInfo(&free_with, &total));
+  EXPECT_GE(free_before - free_with, size_t{64 * 48 * 4});  // charged at least its first level
+
+  CUarray level0 = nullptr, again = nullptr, level2 = nullptr, past = nullptr;
+  ASSERT_CU(cuMipmappedArrayGetLevel(&level0, mipmap, 0));
+  ASSERT_CU(cuMipmappedArrayGetLevel(&again, mipmap, 0));
+  EXPECT_EQ(level0, again);  // the same array for the same level, as the driver answers
+  ASSERT_CU(cuMipmappedArrayGetLevel(&level2, mipmap, 2));
+  EXPECT_NE(level2, level0);
+  EXPECT_EQ(cuMipmappedArrayGetLevel(&past, mipmap, 4), CUDA_ERROR_INVALID_VALUE);
+  CUDA_ARRAY3D_DESCRIPTOR described{};
+  ASSERT_CU(cuArray3DGetDescriptor(&described, level2));
+  EXPECT_EQ(described.Width, 16u);
+  EXPECT_EQ(described.Height, 12u);
+  EXPECT_EQ(described.Depth, 0u);
+  EXPECT_EQ(described.Format, CU_AD_FORMAT_FLOAT);
+
+  // A level is an array: copies reach it, and its bytes are its own.
+  const std::vector<uint8_t> pattern = Pattern(16 * 12 * 4, 7);
+  ASSERT_CU(cuMemcpyHtoA(level2, 0, pattern.data(), pattern.size()));
+  std::vector<uint8_t> back(pattern.size(), 0);
+  ASSERT_CU(cuMemcpyAtoH(back.data(), level2, 0, back.size()));
+  EXPECT_EQ(back, pattern);
+  std::vector<uint8_t> first(64 * 4, 1);
+  ASSERT_CU(cuMemcpyAtoH(first.data(), level0, 0, first.size()));
+  EXPECT_NE(std::vector<uint8_t>(pattern.begin(), pattern.begin() + 64 * 4), first);
+
+  // Destroying a level destroys nothing (the driver answers success); it lives on with its mipmapped array.
+  EXPECT_CU(cuArrayDestroy(level2));
+  ASSERT_CU(cuMemcpyAtoH(back.data(), level2, 0, back.size()));
+  EXPECT_EQ(back, pattern);
+
+  // Texture objects take the mipmapped array; surfaces take arrays only (the driver refuses).
+  CUDA_RESOURCE_DESC resource{};
+  resource.resType = CU_RESOURCE_TYPE_MIPMAPPED_ARRAY;
+  resource.res.mipmap.hMipmappedArray = mipmap;
+  CUDA_TEXTURE_DESC sampling{};
+  sampling.filterMode = CU_TR_FILTER_MODE_LINEAR;
+  sampling.mipmapFilterMode = CU_TR_FILTER_MODE_LINEAR;
+  sampling.maxMipmapLevelClamp = 3;
+  CUtexObject texture = 0;
+  ASSERT_CU(cuTexObjectCreate(&texture, &resource, &sampling, nullptr));
+  CUDA_RESOURCE_DESC kept{};
+  ASSERT_CU(cuTexObjectGetResourceDesc(&kept, texture));
+  EXPECT_EQ(kept.resType, CU_RESOURCE_TYPE_MIPMAPPED_ARRAY);
+  EXPECT_EQ(kept.res.mipmap.hMipmappedArray, mipmap);
+  CUsurfObject surface = 0;
+  EXPECT_EQ(cuSurfObjectCreate(&surface, &resource), CUDA_ERROR_INVALID_VALUE);
+  EXPECT_CU(cuTexObjectDestroy(texture));
+
+  // What the driver answers for a dense mipmapped array (measured on the H200 too).
+  CUDA_ARRAY_MEMORY_REQUIREMENTS requirements{};
+  EXPECT_EQ(cuMipmappedArrayGetMemoryRequirements(&requirements, mipmap, 0), CUDA_ERROR_INVALID_VALUE);
+  CUDA_ARRAY_SPARSE_PROPERTIES sparse{};
+  EXPECT_EQ(cuMipmappedArrayGetSparseProperties(&sparse, mipmap), CUDA_ERROR_INVALID_VALUE);
+
+  ASSERT_CU(cuMipmappedArrayDestroy(mipmap));
+  EXPECT_EQ(cuMipmappedArrayDestroy(mipmap), CUDA_ERROR_INVALID_HANDLE);  // the driver crashes here
+  EXPECT_EQ(cuArray3DGetDescriptor(&described, level0), CUDA_ERROR_INVALID_HANDLE);  // gone with it
+  EXPECT_EQ(cuMemcpyAtoH(back.data(), level2, 0, back.size()), CUDA_ERROR_INVALID_VALUE);
+  ASSERT_CU(cuMemGetInfo(&free_after, &total));
+  EXPECT_EQ(free_after, free_before);
+}
+
+TEST_F(ArraysTest, SparseAndPlanarRequestsGetTheDriversAnswers) {
+  CUarray array = nullptr;
+  const CUDA_ARRAY3D_DESCRIPTOR descriptor = Descriptor3D(64, 64, 0, CU_AD_FORMAT_FLOAT, 1);
+  ASSERT_CU(cuArray3DCreate(&array, &descriptor));
+  // A dense, single-plane array: the driver refuses each (as the H200's does).
+  CUDA_ARRAY_MEMORY_REQUIREMENTS requirements{};
+  EXPECT_EQ(cuArrayGetMemoryRequirements(&requirements, array, 0), CUDA_ERROR_INVALID_VALUE);
+  CUDA_ARRAY_SPARSE_PROPERTIES sparse{};
+  EXPECT_EQ(cuArrayGetSparseProperties(&sparse, array), CUDA_ERROR_INVALID_VALUE);
+  CUarray plane = nullptr;
+  EXPECT_EQ(cuArrayGetPlane(&plane, array, 0), CUDA_ERROR_INVALID_VALUE);
+  EXPECT_EQ(cuArrayGetPlane(&plane, reinterpret_cast<CUarray>(0x1234), 0), CUDA_ERROR_INVALID_HANDLE);
+
+  CUarrayMapInfo info{};
+  info.resourceType = CU_RESOURCE_TYPE_ARRAY;
+  info.resource.array = array;
+  info.subresourceType = CU_ARRAY_SPARSE_SUBRESOURCE_TYPE_SPARSE_LEVEL;
+  info.subresource.sparseLevel.extentWidth = 64;
+  info.subresource.sparseLevel.extentHeight = 64;
+  info.subresource.sparseLevel.extentDepth = 1;
+  info.memOperationType = CU_MEM_OPERATION_TYPE_UNMAP;
+  info.memHandleType = CU_MEM_HANDLE_TYPE_GENERIC;
+  info.deviceBitMask = 1;
+  EXPECT_EQ(cuMemMapArrayAsync(&info, 0, nullptr), CUDA_ERROR_INVALID_VALUE);  // no entries
+  EXPECT_EQ(cuMemMapArrayAsync(&info, 1, nullptr), CUDA_ERROR_INVALID_VALUE);  // not a sparse array
+  info.resource.array = nullptr;
+  EXPECT_EQ(cuMemMapArrayAsync(&info, 1, nullptr), CUDA_ERROR_INVALID_VALUE);
   EXPECT_CU(cuArrayDestroy(array));
 }
 

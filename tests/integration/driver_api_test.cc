@@ -15,6 +15,10 @@
 
 #include "tests/integration/session_environment.h"
 
+// Exported by the driver (and the shim), declared by cuda.h only for the driver's own build.
+extern "C" CUresult cuCtxCreate_v3(CUcontext* context, CUexecAffinityParam* affinity, int count, unsigned int flags,
+                                   CUdevice device);
+
 namespace curelay::testing {
 namespace {
 
@@ -953,6 +957,55 @@ TEST_F(DriverApiTest, SingularPointerAttributeKeepsTheDriversErrors) {
   EXPECT_EQ(std::memcmp(slots + 4, untouched, sizeof untouched), 0);  // 4 bytes written, as the driver writes
   EXPECT_EQ(slots[0], 0);
   ASSERT_CU(cuMemFree(device));
+}
+
+// cuPointerSetAttribute: the executor's driver sets SYNC_MEMOPS on the session's device memory, and on the client's
+// page-locked memory where the executor maps it (same host); the other attributes and unknown addresses are refused.
+TEST_F(DriverApiTest, SyncMemopsIsSetByTheExecutorsDriver) {
+  CUdeviceptr device = 0;
+  ASSERT_CU(cuMemAlloc(&device, 4096));
+  const unsigned int on = 1;
+  ASSERT_CU(cuPointerSetAttribute(&on, CU_POINTER_ATTRIBUTE_SYNC_MEMOPS, device + 64));
+  unsigned int value = 0;
+  ASSERT_CU(cuPointerGetAttribute(&value, CU_POINTER_ATTRIBUTE_SYNC_MEMOPS, device));
+  EXPECT_EQ(value, 1u);
+  EXPECT_EQ(cuPointerSetAttribute(&on, CU_POINTER_ATTRIBUTE_CONTEXT, device), CUDA_ERROR_INVALID_VALUE);
+  EXPECT_EQ(cuPointerSetAttribute(nullptr, CU_POINTER_ATTRIBUTE_SYNC_MEMOPS, device), CUDA_ERROR_INVALID_VALUE);
+  int on_the_stack = 0;
+  EXPECT_EQ(cuPointerSetAttribute(&on, CU_POINTER_ATTRIBUTE_SYNC_MEMOPS, reinterpret_cast<CUdeviceptr>(&on_the_stack)),
+            CUDA_ERROR_INVALID_VALUE);
+  void* host = nullptr;
+  ASSERT_CU(cuMemHostAlloc(&host, 4096, 0));
+  EXPECT_EQ(cuPointerSetAttribute(&on, CU_POINTER_ATTRIBUTE_SYNC_MEMOPS, reinterpret_cast<CUdeviceptr>(host)),
+            RemoteSession() ? CUDA_ERROR_NOT_SUPPORTED : CUDA_SUCCESS);
+  EXPECT_CU(cuMemFreeHost(host));
+  ASSERT_CU(cuMemFree(device));
+}
+
+// Execution affinity is the executor driver's to answer: outside MPS it refuses it (as the H200 does natively), and
+// the CUDA 11.4 form without parameters makes an ordinary context.
+TEST_F(DriverApiTest, ExecutionAffinityIsAnsweredByTheDriver) {
+  CUcontext before = nullptr;
+  ASSERT_CU(cuCtxGetCurrent(&before));
+  CUexecAffinityParam affinity{};
+  affinity.type = CU_EXEC_AFFINITY_TYPE_SM_COUNT;
+  affinity.param.smCount.val = 8;
+  CUcontext context = nullptr;
+  EXPECT_EQ(cuCtxCreate_v3(&context, &affinity, 1, 0, 0), CUDA_ERROR_UNSUPPORTED_EXEC_AFFINITY);
+  CUctxCreateParams params{};
+  params.execAffinityParams = &affinity;
+  params.numExecAffinityParams = 1;
+  EXPECT_EQ(cuCtxCreate(&context, &params, 0, 0), CUDA_ERROR_UNSUPPORTED_EXEC_AFFINITY);
+  EXPECT_EQ(cuCtxCreate_v3(&context, &affinity, -1, 0, 0), CUDA_ERROR_INVALID_VALUE);
+  ASSERT_CU(cuCtxCreate_v3(&context, nullptr, 0, 0, 0));
+  CUcontext current = nullptr;
+  ASSERT_CU(cuCtxGetCurrent(&current));
+  EXPECT_EQ(current, context);
+  CUdeviceptr device = 0;
+  ASSERT_CU(cuMemAlloc(&device, 256));
+  ASSERT_CU(cuMemFree(device));
+  ASSERT_CU(cuCtxDestroy(context));
+  ASSERT_CU(cuCtxSetCurrent(before));
 }
 
 // Registered application memory (same-host session): its contents survive the registration, a kernel writes it
