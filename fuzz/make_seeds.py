@@ -205,6 +205,30 @@ def session_seeds():
         (request(12, "DevResourceQuery", {"owner": "GreenContext", "handle": 41, "type": 1}, context=0), b""),
         (request(13, "GreenContextDestroy", {"green": 41}, context=0), b""),
     ]
+    # Mipmapped, planar and sparse arrays (protocol 20), execution affinity and SYNC_MEMOPS.
+    seeds["mipmapped_arrays"] = [
+        retain,
+        (request(2, "MipmappedArrayCreate", {"mipmap_id": 50, "width": 64, "height": 48, "format": 32, "channels": 1,
+                                             "levels": 4}), b""),
+        (request(3, "ArrayGetSubArray", {"kind": "MipmapLevel", "parent_id": 50, "index": 2, "array_id": 51}), b""),
+        (request(4, "MemcpyArray", {"src": {"type": "Host"}, "dst": {"type": "Array", "array": 51}, "width": 64,
+                                    "linear": True}), bytes(64)),
+        (request(5, "TexObjectCreate", {"resource": {"type": 1, "array_id": 50},
+                                        "texture": {"address_modes": [0, 0, 0], "filter_mode": 1,
+                                                    "border_color": [0, 0, 0, 0]}}), b""),
+        (request(6, "ArrayQuery", {"kind": "MemoryRequirements", "mipmapped": True, "id": 50}), b""),
+        (request(7, "ArrayQuery", {"kind": "SparseProperties", "id": 51}), b""),
+        (request(8, "ArrayCreate", {"array_id": 52, "width": 1024, "height": 1024, "format": 32, "channels": 1,
+                                    "flags": 64}), b""),
+        (request(9, "ArrayGetSubArray", {"kind": "Plane", "parent_id": 52, "index": 1, "array_id": 53}), b""),
+        (request(10, "MemMapArray", {"entries": [{"resource_type": 0, "resource_id": 52, "extent_width": 128,
+                                                  "extent_height": 128, "extent_depth": 1, "operation": 1,
+                                                  "mem_handle": 0, "device_mask": 1}], "stream": 0}), b""),
+        (request(11, "PointerSetAttribute", {"ptr": address(0), "attribute": 6, "value": 1}, context=0), b""),
+        (request(12, "ContextCreate", {"context": 54, "device": 0, "affinity_sm_counts": [8]}, context=0), b""),
+        (request(13, "ArrayDestroy", {"array_id": 51}), b""),
+        (request(14, "MipmappedArrayDestroy", {"mipmap_id": 50}), b""),
+    ]
     return {name: records(*[part for pair in messages for part in pair]) for name, messages in seeds.items()}
 
 
