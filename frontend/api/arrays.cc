@@ -40,6 +40,8 @@ CUresult LinearArrayCopy(CopySide dst, CopySide src, size_t bytes, CUstream stre
   CURELAY_RETURN_IF_ERROR(RequireContext(&client));
   for (CUarray array : arrays) {
     if (!client->arrays.Contains(array)) return CUDA_ERROR_INVALID_VALUE;
+    // 1D arrays only: the driver refuses arrays of more than one row (measured on the H200).
+    if (array->descriptor.Height > 1) return CUDA_ERROR_INVALID_VALUE;
   }
   if ((dst.host && dst.host_ptr == nullptr) || (src.host && src.host_ptr == nullptr)) return CUDA_ERROR_INVALID_VALUE;
   StridedCopy copy;

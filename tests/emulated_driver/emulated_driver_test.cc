@@ -2155,17 +2155,42 @@ TEST_F(EmulatedDriverTest, MipmappedArrayCopiesThroughLevels) {
   ASSERT_EQ(api().cuMipmappedArrayGetLevel(&level2, mipmap, 2), CUDA_SUCCESS);
   ASSERT_EQ(api().cuMipmappedArrayGetLevel(&level3, mipmap, 3), CUDA_SUCCESS);
 
-  // Level 2 (16x12 floats) whole, by the 1D array copies.
+  // Rows of `width` floats between the host and a level, by cuMemcpy3D.
+  const auto host_copy = [&](CUarray level, float* host, size_t width, size_t rows, bool to_level) {
+    CUDA_MEMCPY3D p{};
+    if (to_level) {
+      p.srcMemoryType = CU_MEMORYTYPE_HOST;
+      p.srcHost = host;
+      p.srcPitch = width * sizeof(float);
+      p.srcHeight = rows;
+      p.dstMemoryType = CU_MEMORYTYPE_ARRAY;
+      p.dstArray = level;
+    } else {
+      p.srcMemoryType = CU_MEMORYTYPE_ARRAY;
+      p.srcArray = level;
+      p.dstMemoryType = CU_MEMORYTYPE_HOST;
+      p.dstHost = host;
+      p.dstPitch = width * sizeof(float);
+      p.dstHeight = rows;
+    }
+    p.WidthInBytes = width * sizeof(float);
+    p.Height = rows;
+    p.Depth = 1;
+    return api().cuMemcpy3D(&p);
+  };
+  // Level 2 (16x12 floats) whole. The 1D array copies refuse a level of more than one row, as the H200's driver
+  // refuses them on 2D arrays.
   std::vector<float> values(16 * 12), got(16 * 12, -1.0f);
   for (size_t i = 0; i < values.size(); ++i) values[i] = static_cast<float>(i);
-  ASSERT_EQ(api().cuMemcpyHtoA(level2, 0, values.data(), values.size() * sizeof(float)), CUDA_SUCCESS);
-  ASSERT_EQ(api().cuMemcpyAtoH(got.data(), level2, 0, got.size() * sizeof(float)), CUDA_SUCCESS);
+  EXPECT_EQ(api().cuMemcpyHtoA(level2, 0, values.data(), values.size() * sizeof(float)), CUDA_ERROR_INVALID_VALUE);
+  ASSERT_EQ(host_copy(level2, values.data(), 16, 12, true), CUDA_SUCCESS);
+  ASSERT_EQ(host_copy(level2, got.data(), 16, 12, false), CUDA_SUCCESS);
   EXPECT_EQ(got, values);
-  // One byte past the level: refused.
-  EXPECT_EQ(api().cuMemcpyAtoH(got.data(), level2, 1, got.size() * sizeof(float)), CUDA_ERROR_INVALID_VALUE);
+  // One row past the level: refused.
+  EXPECT_EQ(host_copy(level2, got.data(), 16, 13, false), CUDA_ERROR_INVALID_VALUE);
   // Level 1 is untouched (zero-filled).
   std::vector<float> level1_row(32, -1.0f);
-  ASSERT_EQ(api().cuMemcpyAtoH(level1_row.data(), level1, 0, level1_row.size() * sizeof(float)), CUDA_SUCCESS);
+  ASSERT_EQ(host_copy(level1, level1_row.data(), 32, 1, false), CUDA_SUCCESS);
   EXPECT_EQ(level1_row, std::vector<float>(32, 0.0f));
 
   // Level 2's first 6 rows of 8 into level 3 (8x6) by cuMemcpy3D array to array, then level 3 to the host.
@@ -2197,10 +2222,8 @@ TEST_F(EmulatedDriverTest, MipmappedArrayCopiesThroughLevels) {
   copy.Height = 7;
   EXPECT_EQ(api().cuMemcpy3D(&copy), CUDA_ERROR_INVALID_VALUE);
 
-  // cuMemcpyAtoA between levels: level 3's bytes back into level 1's first row.
-  ASSERT_EQ(api().cuMemcpyAtoA(level1, 0, level3, 0, 8 * sizeof(float)), CUDA_SUCCESS);
-  ASSERT_EQ(api().cuMemcpyAtoH(level1_row.data(), level1, 0, 8 * sizeof(float)), CUDA_SUCCESS);
-  for (size_t x = 0; x < 8; ++x) EXPECT_EQ(level1_row[x], values[x]);
+  // cuMemcpyAtoA is a 1D copy: levels of several rows are refused.
+  EXPECT_EQ(api().cuMemcpyAtoA(level1, 0, level3, 0, 8 * sizeof(float)), CUDA_ERROR_INVALID_VALUE);
   EXPECT_EQ(api().cuMipmappedArrayDestroy(mipmap), CUDA_SUCCESS);
   // The levels went with it.
   EXPECT_EQ(api().cuMemcpyAtoH(got.data(), level2, 0, sizeof(float)), CUDA_ERROR_INVALID_VALUE);
@@ -2239,8 +2262,18 @@ TEST_F(EmulatedDriverTest, MipmappedArrayHandles) {
   EXPECT_EQ(d.Width, 16u);
   EXPECT_EQ(d.Height, 12u);
   EXPECT_EQ(d.Depth, 0u);
-  const float value = 2.5f;
-  EXPECT_EQ(api().cuMemcpyHtoA(level2, 0, &value, sizeof value), CUDA_SUCCESS);
+  std::vector<float> row(16, 2.5f);  // still a live array: a 2D copy reaches it
+  CUDA_MEMCPY3D p{};
+  p.srcMemoryType = CU_MEMORYTYPE_HOST;
+  p.srcHost = row.data();
+  p.srcPitch = row.size() * sizeof(float);
+  p.srcHeight = 1;
+  p.dstMemoryType = CU_MEMORYTYPE_ARRAY;
+  p.dstArray = level2;
+  p.WidthInBytes = row.size() * sizeof(float);
+  p.Height = 1;
+  p.Depth = 1;
+  EXPECT_EQ(api().cuMemcpy3D(&p), CUDA_SUCCESS);
 
   // The mipmapped array takes its levels; a second destroy is refused (the real driver crashes).
   EXPECT_EQ(api().cuMipmappedArrayDestroy(mipmap), CUDA_SUCCESS);

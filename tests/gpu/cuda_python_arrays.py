@@ -100,6 +100,14 @@ class ArrayMapInfo(ctypes.Structure):
                 ("flags", ctypes.c_uint), ("reserved", ctypes.c_uint * 2)]
 
 
+class Memcpy2D(ctypes.Structure):
+    _fields_ = [("srcXInBytes", c_size), ("srcY", c_size), ("srcMemoryType", ctypes.c_int),
+                ("srcHost", ctypes.c_void_p), ("srcDevice", ctypes.c_ulonglong), ("srcArray", ctypes.c_void_p),
+                ("srcPitch", c_size), ("dstXInBytes", c_size), ("dstY", c_size), ("dstMemoryType", ctypes.c_int),
+                ("dstHost", ctypes.c_void_p), ("dstDevice", ctypes.c_ulonglong), ("dstArray", ctypes.c_void_p),
+                ("dstPitch", c_size), ("WidthInBytes", c_size), ("Height", c_size)]
+
+
 class ExecAffinity(ctypes.Structure):
     _fields_ = [("type", ctypes.c_int), ("smCount", ctypes.c_uint)]
 
@@ -129,11 +137,18 @@ def mipmapped(function, stream):
         array = ctypes.c_void_p()
         check("cuMipmappedArrayGetLevel", ctypes.byref(array), mipmap, level)
         described = Array3DDescriptor()
-        check("cuArray3DGetDescriptor", ctypes.byref(described), array)
+        check("cuArray3DGetDescriptor_v2", ctypes.byref(described), array)
         side = 8 >> level
-        values = struct.pack("%df" % (side * side), *([level * 10.0 + 1.0] * (side * side)))
+        values = ctypes.create_string_buffer(
+            struct.pack("%df" % (side * side), *([level * 10.0 + 1.0] * (side * side))))
+        copy = Memcpy2D()
+        copy.srcMemoryType, copy.srcHost, copy.srcPitch = 1, ctypes.addressof(values), side * 4  # host
+        copy.dstMemoryType, copy.dstArray = 3, array.value  # array
+        copy.WidthInBytes, copy.Height = side * 4, side
+        # The 1D copy takes one-row arrays only (the driver refuses it on the others); the 2D copy fills each level.
         print("level", level, described.Width, described.Height, described.Depth,
-              "fill", call("cuMemcpyHtoA_v2", array, c_size(0), values, c_size(len(values))))
+              "copy_1d", call("cuMemcpyHtoA_v2", array, c_size(0), values, c_size(side * side * 4)),
+              "copy_2d", call("cuMemcpy2D_v2", ctypes.byref(copy)))
         levels.append(array)
     again = ctypes.c_void_p()
     check("cuMipmappedArrayGetLevel", ctypes.byref(again), mipmap, 1)
@@ -150,7 +165,7 @@ def mipmapped(function, stream):
     resource.resType = CU_RESOURCE_TYPE_MIPMAPPED_ARRAY
     resource.handle = mipmap.value
     texture_desc = TextureDesc()
-    texture_desc.flags = 0x02  # CU_TRSF_NORMALIZED_COORDINATES
+    texture_desc.flags = 0x02  # CU_TRSF_NORMALIZED_COORDINATES; point sampling, so each level answers its value
     texture_desc.maxMipmapLevelClamp = 3.0
     texture = ctypes.c_ulonglong()
     check("cuTexObjectCreate", ctypes.byref(texture), ctypes.byref(resource), ctypes.byref(texture_desc), None)
