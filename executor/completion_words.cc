@@ -58,17 +58,11 @@ bool CompletionWords::Reached(CUevent marker) const {
   return __atomic_load_n(found->second.word, __ATOMIC_ACQUIRE) == found->second.value;
 }
 
-void CompletionWords::Forget(CUcontext context, bool driver_frees) {
+void CompletionWords::Forget(CUcontext context) {
   std::erase_if(watched_, [context](const auto& entry) { return entry.second.context == context; });
   for (auto page = pages_.begin(); page != pages_.end(); ++page) {
     if (page->context != context) continue;
-    if (driver_frees) {
-      page->registered = false;
-      retired_.push_back(*page);  // a stream of the ending context may still hold a write into it
-    } else {
-      driver_.cuMemHostUnregister(page->words);
-      munmap(page->words, kWords * sizeof(uint32_t));
-    }
+    retired_.push_back(*page);  // kept until the executor exits (Release)
     pages_.erase(page);
     return;
   }

@@ -32,10 +32,10 @@ class CompletionWords {
   bool Watched(CUevent marker) const { return watched_.count(marker) != 0; }
   bool Reached(CUevent marker) const;
   void Unwatch(CUevent marker) { watched_.erase(marker); }
-  // Before `context` is destroyed or reset: its words are no longer read. `driver_frees` says whether the context's
-  // end drops the page's registration (cuCtxDestroy, a reset); a green context's end does not, and its work is done
-  // by then (Session::DestroyContext waits for it), so the page is unregistered and unmapped here.
-  void Forget(CUcontext context, bool driver_frees);
+  // Before `context` is destroyed or reset: its words are no longer read, and its page is retired, kept mapped until
+  // the executor exits: a stream may still hold a write into it, a stream of another context too (a page is the
+  // current context's). A green context's end leaves the page registered; it is one 4 KiB page per such context.
+  void Forget(CUcontext context);
   void Release();
 
  private:

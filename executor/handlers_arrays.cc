@@ -90,8 +90,19 @@ Session::Outcome Session::MipmappedArrayCreate(const wire::MipmappedArrayCreate&
   CUmipmappedArray mipmap = nullptr;
   const CUresult result = AllocateCharged(
       bytes, [&] { return driver_.cuMipmappedArrayCreate(&mipmap, &descriptor, call.levels()); });
-  if (result == CUDA_SUCCESS) mipmapped_arrays_.emplace(call.mipmap_id(), MipmappedArrayRecord{mipmap, bytes});
+  if (result == CUDA_SUCCESS) {
+    mipmapped_arrays_.emplace(call.mipmap_id(), MipmappedArrayRecord{mipmap, bytes, CurrentDriverContext()});
+  }
   return {result};
+}
+
+void Session::ForgetMipmappedArrays(CUcontext context) {
+  std::erase_if(mipmapped_arrays_, [&](const auto& entry) {
+    if (entry.second.context != context) return false;
+    memory_quota_.Refund(entry.second.charged_bytes);
+    ForgetSubArrays(SubArrayOwner::kMipmappedArray, entry.first);
+    return true;
+  });
 }
 
 Session::Outcome Session::MipmappedArrayDestroy(const wire::MipmappedArrayDestroy& call) {

@@ -101,11 +101,12 @@ CUresult Session::DestroyContext(uint64_t id, const std::function<CUresult(CUcon
   }
   dispatch_gate_.ForgetContext(context, waits_and_frees);  // its timing markers go with it
   markers_.Forget(context);
-  completion_words_.Forget(context, waits_and_frees);
+  completion_words_.Forget(context);
   copy_deliveries_.ContextGone(context);
   managed_globals_.ForgetContext(context);
   std::vector<RetainedPayload> retained = TakeRetainedPayloads(context);
   const CUresult result = destroy(context);
+  if (result == CUDA_SUCCESS && waits_and_frees) ForgetMipmappedArrays(context);
   SettleRetainedPayloads(context, retained, result == CUDA_SUCCESS);
   if (result == CUDA_SUCCESS) {
     contexts_.erase(id);
@@ -214,7 +215,7 @@ Session::Outcome Session::PrimaryContextReset(const wire::PrimaryContextReset& c
   if (driver_.cuDevicePrimaryCtxRetain(&primary, call.device()) == CUDA_SUCCESS) {
     dispatch_gate_.ForgetContext(primary, true);
     markers_.Forget(primary);
-    completion_words_.Forget(primary, true);
+    completion_words_.Forget(primary);
     copy_deliveries_.ContextGone(primary);
     managed_globals_.ForgetContext(primary);
     retained = TakeRetainedPayloads(primary);
@@ -222,6 +223,7 @@ Session::Outcome Session::PrimaryContextReset(const wire::PrimaryContextReset& c
   }
   const CUresult result = driver_.cuDevicePrimaryCtxReset(call.device());
   if (primary != nullptr) SettleRetainedPayloads(primary, retained, result == CUDA_SUCCESS);
+  if (primary != nullptr && result == CUDA_SUCCESS) ForgetMipmappedArrays(primary);
   return {result};
 }
 

@@ -339,10 +339,9 @@ bool Session::OwnsDeviceAddress(CUdeviceptr address) const {
 Session::Outcome Session::PointerSetAttribute(const wire::PointerSetAttribute& call) {
   if (driver_.cuPointerSetAttribute == nullptr) return {CUDA_ERROR_NOT_SUPPORTED};
   if (call.attribute() != CU_POINTER_ATTRIBUTE_SYNC_MEMOPS) return {CUDA_ERROR_INVALID_VALUE};
-  // The session's device memory, or (host) the client's page-locked memory, which this process maps at the same
-  // address and has registered; anything else is an address the application does not hold here, refused as the
-  // driver refuses an unknown one.
-  // (Registered host memory's device address is its host address: unified addressing.)
+  // The session's device memory, or (host) the client's page-locked memory, which this process maps and has
+  // registered (at `ptr`, its device address, which unified addressing makes its address here); anything else is an
+  // address the application does not hold here, refused as the driver refuses an unknown one.
   const bool own = OwnsDeviceAddress(call.ptr()) || (call.host() && RegisteredHostAddress(call.ptr(), 1) != nullptr);
   if (!own) return {CUDA_ERROR_INVALID_VALUE};
   const unsigned int value = call.value();

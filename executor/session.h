@@ -213,6 +213,9 @@ class Session {
   enum class SubArrayOwner { kNone, kMipmappedArray, kArray };
   // Drops the levels or planes of a parent that is gone (the driver let go of them with it).
   void ForgetSubArrays(SubArrayOwner kind, uint64_t owner);
+  // `context` ends (destroyed or reset): the driver frees its mipmapped arrays, whose records go (their charge
+  // refunded) so that nothing destroys them again.
+  void ForgetMipmappedArrays(CUcontext context);
   // JIT linking (handlers_link.cc).
   void ForgetModule(uint64_t module_id);
   Outcome PotentialBlockSize(const wire::Occupancy& call, CUfunction function);
@@ -478,6 +481,7 @@ class Session {
   struct MipmappedArrayRecord {
     CUmipmappedArray mipmap = nullptr;
     uint64_t charged_bytes = 0;
+    CUcontext context = nullptr;  // its end frees the mipmapped array (the driver does not check its handles after)
   };
   std::unordered_map<uint64_t, MipmappedArrayRecord> mipmapped_arrays_;  // by the client's mipmapped array id
   TextureObjects texture_objects_;

@@ -39,9 +39,10 @@ inline constexpr size_t kMaxQueryBytes = 16 * 1024;
 // cuDevResourceGenerateDesc): more than a GPU's SMs, and 256 CUdevResource structs (36 KiB) stay a small message.
 inline constexpr uint32_t kMostResourceGroups = 256;
 // The most execution-affinity parameters one context creation carries (CUDA has one affinity type), and the most
-// entries one cuMemMapArrayAsync carries (the client splits a longer list into calls of this many, in order).
+// entries one cuMemMapArrayAsync carries (the client splits a longer list into calls of this many, in order): each
+// entry is a table of at most ~120 bytes, so a call stays far inside a message's table count and header size.
 inline constexpr uint32_t kMostAffinityParams = 16;
-inline constexpr uint32_t kMostArrayMapEntries = 1024;
+inline constexpr uint32_t kMostArrayMapEntries = 128;
 // Coredump attribute buffers the executor allocates for the driver are at most this large.
 inline constexpr uint64_t kMaxCoredumpBufferBytes = uint64_t{1} << 20;
 

@@ -268,13 +268,15 @@ def main() -> None:
         "`cuArrayGetMemoryRequirements`, `cuArrayGetSparseProperties`, `cuMemMapArrayAsync`) | made and answered by "
         "the executor's driver. A level or a plane is an array of the client's, learned once (the same handle each "
         "time, as natively) and described locally; `cuArrayDestroy` of one answers success and destroys nothing, as "
-        "the driver does (measured on the H200); it goes with its parent. A second `cuMipmappedArrayDestroy` answers "
+        "the driver does for a level (measured on the H200; planes were not measured: no NV12 array could be made "
+        "there); it goes with its parent. A second `cuMipmappedArrayDestroy` answers "
         "`CUDA_ERROR_INVALID_HANDLE` (natively it crashes), and a level's handle after its parent's destroy answers "
         "`CUDA_ERROR_INVALID_HANDLE` (natively 709). Texture objects take mipmapped arrays; surfaces take arrays "
-        "(the driver refuses mipmapped ones). `cuMemMapArrayAsync` names `cuMemCreate`'s handles; more than 1024 "
-        "entries go in calls of 1024, in order. Mipmapped arrays count against the tenant's quota at their levels' "
+        "(the driver refuses mipmapped ones). The 1D copies (`cuMemcpyHtoA`...) refuse arrays of more than one row "
+        "at the call, as the driver does. `cuMemMapArrayAsync` names `cuMemCreate`'s handles; more than 128 "
+        "entries go in calls of 128, in order (one refused leaves the earlier calls' mappings made). Mipmapped arrays count against the tenant's quota at their levels' "
         "element sizes, sparse and deferred-mapping arrays at nothing (what backs them is charged at "
-        "`cuMemCreate`). Texture and surface references: `CUDA_ERROR_NOT_SUPPORTED` |",
+        "`cuMemCreate`, and refunded at `cuMemRelease` even while still mapped, as for `cuMemMap`). Texture and surface references: `CUDA_ERROR_NOT_SUPPORTED` |",
         "| managed memory (`cuMemAllocManaged`) | on the same host: page-locked memory the application and the "
         "executor map at one address; the GPU reaches it over the bus (never migrated, so kernels that touch it "
         "often run at host-link speed: a tiled 2048x2048 matmul on `cudaMallocManaged` memory took 69.8 ms against "
@@ -327,7 +329,9 @@ def main() -> None:
         "executor's driver on the session's device memory, and on the client's page-locked memory in a same-host "
         "session (the executor maps it at the same address); over tcp:// on page-locked memory: "
         "`CUDA_ERROR_NOT_SUPPORTED`. `cuPointerGetAttribute` of `SYNC_MEMOPS` on the client's page-locked memory: "
-        "`CUDA_ERROR_NOT_SUPPORTED` |",
+        "`CUDA_ERROR_NOT_SUPPORTED`. The setting is the driver's, but curelay posts synchronous memsets and "
+        "device-side copies, so they do not wait on such memory as the attribute promises: synchronize before "
+        "another device (a NIC) reads it |",
         "| CUDA IPC (`cuIpcGetMemHandle`/`OpenMemHandle`/`CloseMemHandle`, `cuIpcGetEventHandle`/`OpenEventHandle`) | "
         "between sessions on one GPU host (ipc:// or tcp:// clients) of the same tenant, or between anonymous "
         "sessions; a handle exported by another tenant's session answers `CUDA_ERROR_INVALID_VALUE` "

@@ -117,8 +117,9 @@ CUresult cuPointerGetAttributes(unsigned int count, CUpointer_attribute* attribu
 }
 
 // Only CU_POINTER_ATTRIBUTE_SYNC_MEMOPS can be set (cuda.h; the driver refuses the others). The executor's driver
-// sets it on the session's device memory, and on this client's page-locked memory where the executor maps it at the
-// same address (same host); over tcp:// that memory is the client's alone, and there is nothing to set it on.
+// sets it on the session's device memory, and on this client's page-locked memory at the address the executor maps
+// it at (same host); over tcp:// that memory is the client's alone, and there is nothing to set it on. curelay's
+// synchronous memsets and copies are posted, so the setting does not make them wait (docs/api-coverage.md).
 CUresult cuPointerSetAttribute(const void* value, CUpointer_attribute attribute, CUdeviceptr ptr) {
   Client* client;
   CURELAY_RETURN_IF_ERROR(RequireClient(&client));
@@ -130,10 +131,15 @@ CUresult cuPointerSetAttribute(const void* value, CUpointer_attribute attribute,
     Log().warn("cuPointerSetAttribute: page-locked memory of a remote session is not the GPU host's");
     return CUDA_ERROR_NOT_SUPPORTED;
   }
+  // The executor's address of the client's page-locked memory (where it could not map it at the same one).
+  CUdeviceptr target = ptr;
+  if (host && !client->host_allocations.DeviceRange(reinterpret_cast<const void*>(ptr), 1, &target)) {
+    return CUDA_ERROR_INVALID_VALUE;
+  }
   unsigned int setting = 0;
   std::memcpy(&setting, value, sizeof(setting));
   auto& builder = Builder();
-  const auto call = wire::CreatePointerSetAttribute(builder, ptr, attribute, setting, host).Union();
+  const auto call = wire::CreatePointerSetAttribute(builder, target, attribute, setting, host).Union();
   return client->Call(builder, wire::Call::PointerSetAttribute, call, {}, nullptr);
 }
 

@@ -282,6 +282,19 @@ TEST_F(ArraysTest, SparseAndPlanarRequestsGetTheDriversAnswers) {
   EXPECT_EQ(cuMemMapArrayAsync(&info, 1, nullptr), CUDA_ERROR_INVALID_VALUE);  // not a sparse array
   info.resource.array = nullptr;
   EXPECT_EQ(cuMemMapArrayAsync(&info, 1, nullptr), CUDA_ERROR_INVALID_VALUE);
+  // A long list (virtual texturing maps thousands of tiles at once) goes in several calls: the driver's answer,
+  // and the session goes on.
+  info.resource.array = array;
+  info.subresource.sparseLevel.offsetZ = 7;  // every field set: the largest entries
+  info.subresource.sparseLevel.level = 3;
+  info.subresource.sparseLevel.layer = 2;
+  std::vector<CUarrayMapInfo> tiles(2000, info);
+  EXPECT_EQ(cuMemMapArrayAsync(tiles.data(), static_cast<unsigned>(tiles.size()), nullptr), CUDA_ERROR_INVALID_VALUE);
+  CUDA_ARRAY3D_DESCRIPTOR described{};
+  EXPECT_CU(cuArray3DGetDescriptor(&described, array));
+  CUdeviceptr still = 0;
+  ASSERT_CU(cuMemAlloc(&still, 256));
+  EXPECT_CU(cuMemFree(still));
   EXPECT_CU(cuArrayDestroy(array));
 }
 

@@ -94,28 +94,12 @@ TEST_F(CompletionWordsTest, AForgottenContextsMarkersAreNoLongerWatched) {
   CompletionWords words(driver_);
   const CUevent marker = GatedMarker(words, 1);
   ASSERT_TRUE(words.Watched(marker));
-  words.Forget(context_, true);
+  words.Forget(context_);
   EXPECT_FALSE(words.Watched(marker));
   Open(1);
   ASSERT_EQ(driver_.cuStreamSynchronize(stream_), CUDA_SUCCESS);
   EXPECT_FALSE(words.Reached(marker));  // not read any more: the driver drops the page with the context
   // The context goes on: a later marker gets a page of its own again.
-  const CUevent later = GatedMarker(words, 1);
-  EXPECT_TRUE(words.Watched(later));
-  EXPECT_TRUE(ReachedWithin(words, later, 2000ms));
-  driver_.cuEventDestroy(marker);
-  driver_.cuEventDestroy(later);
-}
-
-// A green context's end keeps registrations, so Forget lets go of the page itself once the context's work is done.
-TEST_F(CompletionWordsTest, APageTheDriverKeepsIsUnregisteredWhenItsContextIsForgotten) {
-  CompletionWords words(driver_);
-  const CUevent marker = GatedMarker(words, 1);
-  Open(1);
-  ASSERT_EQ(driver_.cuStreamSynchronize(stream_), CUDA_SUCCESS);
-  words.Forget(context_, false);
-  EXPECT_FALSE(words.Watched(marker));
-  // The next page (often at the same address) registers again, which a page left registered would prevent.
   const CUevent later = GatedMarker(words, 1);
   EXPECT_TRUE(words.Watched(later));
   EXPECT_TRUE(ReachedWithin(words, later, 2000ms));
