@@ -57,6 +57,11 @@ LOCAL = {
     "cuMemPrefetchAsync": "a hint: same-host managed memory stays in shared host pages the GPU reaches",
     "cuMemPrefetchAsync_v2": "as `cuMemPrefetchAsync`", "cuMemAdvise": "a hint, as `cuMemPrefetchAsync`",
     "cuMemAdvise_v2": "as `cuMemAdvise`", "cuStreamAttachMemAsync": "a hint, as `cuMemPrefetchAsync`",
+    "cuMemRangeGetAttribute": "the hints the application gave (advice, prefetch locations), kept per page",
+    "cuMemRangeGetAttributes": "as `cuMemRangeGetAttribute`",
+    "cuMemPrefetchBatchAsync": "hints, as `cuMemPrefetchAsync`, checked as a batch",
+    "cuMemDiscardBatchAsync": "discarded bytes may read as anything: they stay as they are",
+    "cuMemDiscardAndPrefetchBatchAsync": "as the two batches",
     "cuDeviceGetByPCIBusId": "matched against the PCI attributes learned at cuInit",
     "cuMemGetDefaultMemPool": "a device location's default pool (host and managed pools: `CUDA_ERROR_NOT_SUPPORTED`)",
     "cuMemGetMemPool": "current pool mirrored in the client",
@@ -122,9 +127,6 @@ UNSUPPORTED_REASONS = [
     (r"^cuMemGetHandleForAddressRange",
      "dma-buf descriptors of device memory (for NICs and other devices): a descriptor would be the executor's, "
      "useless in the application's process; not implemented (shareable handles between sessions are)"),
-    (r"^cuMemRangeGetAttribute|^cuMemPrefetchBatchAsync|^cuMemDiscard",
-     "managed-memory range queries and batched prefetch/discard: curelay's managed memory is same-host "
-     "page-locked memory, never migrated; not implemented"),
     (r"^cuMulticast", "multicast objects (NVLink fabric): not implemented"),
     (r"^cuCheckpointProcess",
      "process checkpoints: they would checkpoint the executor, not the application; not offered"),
@@ -272,16 +274,23 @@ def main() -> None:
         "there); it goes with its parent. A second `cuMipmappedArrayDestroy` answers "
         "`CUDA_ERROR_INVALID_HANDLE` (natively it crashes), and a level's handle after its parent's destroy answers "
         "`CUDA_ERROR_INVALID_HANDLE` (natively 709). Texture objects take mipmapped arrays; surfaces take arrays "
-        "(the driver refuses mipmapped ones). The 1D copies (`cuMemcpyHtoA`...) refuse arrays of more than one row "
-        "at the call, as the driver does. `cuMemMapArrayAsync` names `cuMemCreate`'s handles; more than 128 "
-        "entries go in calls of 128, in order (one refused leaves the earlier calls' mappings made). Mipmapped arrays count against the tenant's quota at their levels' "
+        "(the driver refuses mipmapped ones). The 1D copies (`cuMemcpyHtoA`...) reach an array's first row only, "
+        "checked at the call, as the driver's are (measured on the H200). `cuMemMapArrayAsync` names "
+        "`cuMemCreate`'s handles; more than 128 entries go in calls of 128, in order (one refused leaves the "
+        "earlier calls' mappings made). Mipmapped arrays count against the tenant's quota at their levels' "
         "element sizes, sparse and deferred-mapping arrays at nothing (what backs them is charged at "
-        "`cuMemCreate`, and refunded at `cuMemRelease` even while still mapped, as for `cuMemMap`). Texture and surface references: `CUDA_ERROR_NOT_SUPPORTED` |",
+        "`cuMemCreate`, and refunded at `cuMemRelease` even while still mapped, as for `cuMemMap`). Texture and "
+        "surface references: `CUDA_ERROR_NOT_SUPPORTED` |",
         "| managed memory (`cuMemAllocManaged`) | on the same host: page-locked memory the application and the "
         "executor map at one address; the GPU reaches it over the bus (never migrated, so kernels that touch it "
         "often run at host-link speed: a tiled 2048x2048 matmul on `cudaMallocManaged` memory took 69.8 ms against "
         "2.1 ms natively on the H200, 1.00x on `cudaMalloc` memory; docs/performance.md). Over tcp://: "
-        "`CUDA_ERROR_NOT_SUPPORTED`, one log line. `cuMemRangeGetAttribute(s)`: `CUDA_ERROR_NOT_SUPPORTED` |",
+        "`CUDA_ERROR_NOT_SUPPORTED`, one log line. Advice and prefetches move nothing; `cuMemRangeGetAttribute(s)` "
+        "report them page by page as the driver does (read-mostly, preferred and last-prefetch locations, "
+        "accessed-by); "
+        "advice on a managed global is accepted and not kept (its range attributes answer the defaults). The "
+        "batched prefetches and discards refuse the legacy stream (cuda.h) and answer "
+        "`CUDA_ERROR_NOT_SUPPORTED` over tcp:// |",
         "| managed globals (`__managed__` variables; `cuModuleGetGlobal`/`cuLibraryGetGlobal` of one, "
         "`cuLibraryGetManaged`) | on the same host: the driver keeps them in the executor's managed memory; the "
         "application's pages at their addresses are a shared file that the executor keeps in step with them, "

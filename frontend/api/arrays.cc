@@ -9,6 +9,7 @@
 
 #include "frontend/api/api_support.h"
 #include "frontend/api/strided_copy.h"
+#include "common/array_format.h"
 
 using namespace curelay;
 using namespace curelay::frontend;
@@ -40,8 +41,15 @@ CUresult LinearArrayCopy(CopySide dst, CopySide src, size_t bytes, CUstream stre
   CURELAY_RETURN_IF_ERROR(RequireContext(&client));
   for (CUarray array : arrays) {
     if (!client->arrays.Contains(array)) return CUDA_ERROR_INVALID_VALUE;
-    // 1D arrays only: the driver refuses arrays of more than one row (measured on the H200).
-    if (array->descriptor.Height > 1) return CUDA_ERROR_INVALID_VALUE;
+  }
+  // A 1D copy reaches an array's first row only: the driver refuses one past it (measured on the H200: a whole 8x8
+  // float array refused, 32 bytes at the start of a 1024x1024 one taken). Checked here, so the answer comes at the
+  // call as natively, not later from a posted copy.
+  for (const CopySide* side : {&dst, &src}) {
+    if (side->array == nullptr) continue;
+    const CUDA_ARRAY3D_DESCRIPTOR& descriptor = side->array->descriptor;
+    const size_t row_bytes = ArrayElementBytes(descriptor.Format, descriptor.NumChannels) * descriptor.Width;
+    if (row_bytes != 0 && (side->x > row_bytes || bytes > row_bytes - side->x)) return CUDA_ERROR_INVALID_VALUE;
   }
   if ((dst.host && dst.host_ptr == nullptr) || (src.host && src.host_ptr == nullptr)) return CUDA_ERROR_INVALID_VALUE;
   StridedCopy copy;

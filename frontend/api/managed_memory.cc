@@ -1,8 +1,9 @@
 // Managed memory on the same host: cuMemAllocManaged hands out page-locked memory that the application and the
 // executor map at the same address, registered with the executor's driver, so one pointer works on the host and in
 // kernels. The GPU reads and writes it over the bus (as mapped pinned memory) instead of migrating pages:
-// prefetches and advice are accepted as the hints they are and change nothing. Over a network there is no memory
-// both sides reach: NOT_SUPPORTED, with one log line.
+// prefetches and advice are accepted as the hints they are and move nothing; they are kept for the range attributes
+// (frontend/client/managed_range_hints.h). Over a network there is no memory both sides reach: NOT_SUPPORTED, with
+// one log line.
 //
 // Managed globals (__managed__ variables, cuLibraryGetManaged) live in the executor's managed memory, which this
 // process cannot map: their pages here, at the variables' own addresses, are a shared file that the executor keeps in
@@ -13,6 +14,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <memory>
 #include <mutex>
 #include <string>
 #include <vector>
@@ -20,6 +22,7 @@
 #include "frontend/api/api_support.h"
 #include "frontend/api/host_memory.h"
 #include "frontend/client/log.h"
+#include "frontend/client/per_thread_stream.h"
 #include "transport/shm/shared_file.h"
 
 using namespace curelay;
@@ -89,6 +92,69 @@ CUresult RequireManagedRange(Client& client, CUdeviceptr ptr, size_t bytes) {
   }
   const size_t offset = static_cast<size_t>(reinterpret_cast<const char*>(ptr) - base);
   return bytes <= allocation_bytes - offset ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
+}
+
+// The hints kept for a managed range ([ptr, ptr + bytes) checked as RequireManagedRange does) and the range's offset
+// in its allocation. A managed global's hints are not kept: *hints stays null and its attributes answer the defaults.
+CUresult ManagedRangeHintsOf(Client& client, CUdeviceptr ptr, size_t bytes, std::shared_ptr<ManagedRangeHints>* hints,
+                             size_t* offset) {
+  CURELAY_RETURN_IF_ERROR(RequireManagedRange(client, ptr, bytes));
+  const char* base = nullptr;
+  size_t allocation_bytes = 0;
+  *hints = client.host_allocations.Hints(reinterpret_cast<const void*>(ptr), &base, &allocation_bytes);
+  *offset = *hints != nullptr ? static_cast<size_t>(reinterpret_cast<const char*>(ptr) - base) : 0;
+  return CUDA_SUCCESS;
+}
+
+// A location a hint may name: a device of this session, or the host.
+CUresult RequireHintLocation(Client& client, const CUmemLocation& location) {
+  switch (location.type) {
+    case CU_MEM_LOCATION_TYPE_DEVICE: return RequireDevice(client, location.id);
+    case CU_MEM_LOCATION_TYPE_HOST:
+    case CU_MEM_LOCATION_TYPE_HOST_NUMA:
+    case CU_MEM_LOCATION_TYPE_HOST_NUMA_CURRENT: return CUDA_SUCCESS;
+    default: return CUDA_ERROR_INVALID_VALUE;
+  }
+}
+
+// The checks the batched prefetches and discards share: same host, no flags, a stream other than the legacy one
+// (cuda.h: "Must not be legacy NULL stream"), and every range managed memory of this client.
+CUresult RequireBatch(Client** client, CUdeviceptr* ptrs, size_t* sizes, size_t count, unsigned long long flags,
+                      CUstream stream) {
+  CURELAY_RETURN_IF_ERROR(RequireContext(client));
+  // Batched operations need CU_DEVICE_ATTRIBUTE_CONCURRENT_MANAGED_ACCESS, which a remote session reports as 0.
+  if ((*client)->remote()) return CUDA_ERROR_NOT_SUPPORTED;
+  if (flags != 0 || count == 0 || ptrs == nullptr || sizes == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  if ((stream == nullptr && !NullStreamIsPerThread()) || stream == CU_STREAM_LEGACY) return CUDA_ERROR_INVALID_VALUE;
+  uint64_t wire_stream = 0;
+  CURELAY_RETURN_IF_ERROR(WireStream(**client, stream, &wire_stream));
+  for (size_t i = 0; i < count; ++i) CURELAY_RETURN_IF_ERROR(RequireManagedRange(**client, ptrs[i], sizes[i]));
+  return CUDA_SUCCESS;
+}
+
+// Records batched prefetches: prefetch_locations[k] applies to ranges location_starts[k] up to the next start.
+CUresult PrefetchBatch(Client& client, CUdeviceptr* ptrs, size_t* sizes, size_t count,
+                       CUmemLocation* prefetch_locations, size_t* location_starts, size_t location_count) {
+  if (prefetch_locations == nullptr || location_starts == nullptr || location_count == 0 || location_count > count ||
+      location_starts[0] != 0) {
+    return CUDA_ERROR_INVALID_VALUE;
+  }
+  for (size_t k = 0; k < location_count; ++k) {
+    if ((k > 0 && location_starts[k] <= location_starts[k - 1]) || location_starts[k] >= count) {
+      return CUDA_ERROR_INVALID_VALUE;
+    }
+    CURELAY_RETURN_IF_ERROR(RequireHintLocation(client, prefetch_locations[k]));
+  }
+  for (size_t k = 0; k < location_count; ++k) {
+    const size_t end = k + 1 < location_count ? location_starts[k + 1] : count;
+    for (size_t i = location_starts[k]; i < end; ++i) {
+      std::shared_ptr<ManagedRangeHints> hints;
+      size_t offset = 0;
+      CURELAY_RETURN_IF_ERROR(ManagedRangeHintsOf(client, ptrs[i], sizes[i], &hints, &offset));
+      if (hints != nullptr) hints->Prefetched(offset, sizes[i], prefetch_locations[k]);
+    }
+  }
+  return CUDA_SUCCESS;
 }
 
 }  // namespace
@@ -231,15 +297,20 @@ CUresult cuMemAllocManaged(CUdeviceptr* ptr, size_t bytes, unsigned int flags) {
 }
 
 // Hints: the memory stays where it is (host pages the GPU reaches directly); a range that is not managed memory is
-// refused as natively.
-CUresult cuMemPrefetchAsync(CUdeviceptr ptr, size_t bytes, CUmemLocation /*location*/, unsigned int flags,
+// refused as natively. What was asked is kept for cuMemRangeGetAttribute (ManagedRangeHints).
+CUresult cuMemPrefetchAsync(CUdeviceptr ptr, size_t bytes, CUmemLocation location, unsigned int flags,
                             CUstream stream) {
   Client* client;
   CURELAY_RETURN_IF_ERROR(RequireContext(&client));
   if (flags != 0) return CUDA_ERROR_INVALID_VALUE;
   uint64_t wire_stream = 0;
   CURELAY_RETURN_IF_ERROR(WireStream(*client, stream, &wire_stream));
-  return RequireManagedRange(*client, ptr, bytes);
+  std::shared_ptr<ManagedRangeHints> hints;
+  size_t offset = 0;
+  CURELAY_RETURN_IF_ERROR(ManagedRangeHintsOf(*client, ptr, bytes, &hints, &offset));
+  CURELAY_RETURN_IF_ERROR(RequireHintLocation(*client, location));
+  if (hints != nullptr) hints->Prefetched(offset, bytes, location);
+  return CUDA_SUCCESS;
 }
 
 // The exported cuMemPrefetchAsync is the older form, naming the device by its ordinal.
@@ -252,13 +323,21 @@ CUresult cuMemPrefetchAsync_v1(CUdeviceptr ptr, size_t bytes, CUdevice device, C
   return cuMemPrefetchAsync(ptr, bytes, location, 0, stream);
 }
 
-CUresult cuMemAdvise(CUdeviceptr ptr, size_t bytes, CUmem_advise advice, CUmemLocation /*location*/) {
+CUresult cuMemAdvise(CUdeviceptr ptr, size_t bytes, CUmem_advise advice, CUmemLocation location) {
   Client* client;
   CURELAY_RETURN_IF_ERROR(RequireContext(&client));
   if (advice < CU_MEM_ADVISE_SET_READ_MOSTLY || advice > CU_MEM_ADVISE_UNSET_ACCESSED_BY) {
     return CUDA_ERROR_INVALID_VALUE;
   }
-  return RequireManagedRange(*client, ptr, bytes);
+  std::shared_ptr<ManagedRangeHints> hints;
+  size_t offset = 0;
+  CURELAY_RETURN_IF_ERROR(ManagedRangeHintsOf(*client, ptr, bytes, &hints, &offset));
+  // Only the location-taking advice reads the location.
+  if (advice == CU_MEM_ADVISE_SET_PREFERRED_LOCATION || advice == CU_MEM_ADVISE_SET_ACCESSED_BY ||
+      advice == CU_MEM_ADVISE_UNSET_ACCESSED_BY) {
+    CURELAY_RETURN_IF_ERROR(RequireHintLocation(*client, location));
+  }
+  return hints != nullptr ? hints->Advise(offset, bytes, advice, location) : CUDA_SUCCESS;
 }
 
 // The exported cuMemAdvise is the older form, naming the device by its ordinal.
@@ -268,6 +347,52 @@ CUresult cuMemAdvise_v1(CUdeviceptr ptr, size_t bytes, CUmem_advise advice, CUde
   location.type = device == CU_DEVICE_CPU ? CU_MEM_LOCATION_TYPE_HOST : CU_MEM_LOCATION_TYPE_DEVICE;
   location.id = device;
   return cuMemAdvise(ptr, bytes, advice, location);
+}
+
+// Range attributes: the hints the application gave (ManagedRangeHints), as the driver reports them.
+CUresult cuMemRangeGetAttribute(void* data, size_t data_size, CUmem_range_attribute attribute, CUdeviceptr ptr,
+                                size_t bytes) {
+  Client* client;
+  CURELAY_RETURN_IF_ERROR(RequireClient(&client));
+  if (data == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  std::shared_ptr<ManagedRangeHints> hints;
+  size_t offset = 0;
+  CURELAY_RETURN_IF_ERROR(ManagedRangeHintsOf(*client, ptr, bytes, &hints, &offset));
+  if (hints == nullptr) return ManagedRangeHints(bytes).Query(0, bytes, attribute, data, data_size);  // a global
+  return hints->Query(offset, bytes, attribute, data, data_size);
+}
+
+CUresult cuMemRangeGetAttributes(void** data, size_t* data_sizes, CUmem_range_attribute* attributes, size_t count,
+                                 CUdeviceptr ptr, size_t bytes) {
+  if (data == nullptr || data_sizes == nullptr || attributes == nullptr || count == 0) return CUDA_ERROR_INVALID_VALUE;
+  for (size_t i = 0; i < count; ++i) {
+    CURELAY_RETURN_IF_ERROR(cuMemRangeGetAttribute(data[i], data_sizes[i], attributes[i], ptr, bytes));
+  }
+  return CUDA_SUCCESS;
+}
+
+// The batched forms: the same hints, checked as the driver checks a batch.
+CUresult cuMemPrefetchBatchAsync(CUdeviceptr* ptrs, size_t* sizes, size_t count, CUmemLocation* prefetch_locations,
+                                 size_t* location_starts, size_t location_count, unsigned long long flags,
+                                 CUstream stream) {
+  Client* client;
+  CURELAY_RETURN_IF_ERROR(RequireBatch(&client, ptrs, sizes, count, flags, stream));
+  return PrefetchBatch(*client, ptrs, sizes, count, prefetch_locations, location_starts, location_count);
+}
+
+// Discarded contents become indeterminate: the bytes stay as they are, which is one of the values they may read.
+CUresult cuMemDiscardBatchAsync(CUdeviceptr* ptrs, size_t* sizes, size_t count, unsigned long long flags,
+                                CUstream stream) {
+  Client* client;
+  return RequireBatch(&client, ptrs, sizes, count, flags, stream);
+}
+
+CUresult cuMemDiscardAndPrefetchBatchAsync(CUdeviceptr* ptrs, size_t* sizes, size_t count,
+                                           CUmemLocation* prefetch_locations, size_t* location_starts,
+                                           size_t location_count, unsigned long long flags, CUstream stream) {
+  Client* client;
+  CURELAY_RETURN_IF_ERROR(RequireBatch(&client, ptrs, sizes, count, flags, stream));
+  return PrefetchBatch(*client, ptrs, sizes, count, prefetch_locations, location_starts, location_count);
 }
 
 CUresult cuStreamAttachMemAsync(CUstream stream, CUdeviceptr ptr, size_t bytes, unsigned int flags) {

@@ -15,7 +15,20 @@ CUresult HostAllocations::Allocate(size_t bytes, unsigned int flags, void** ptr)
 
 void HostAllocations::Adopt(void* memory, size_t bytes, unsigned int flags, CUdeviceptr device_ptr, bool managed) {
   std::lock_guard<std::mutex> lock(mutex_);
-  allocations_[static_cast<const char*>(memory)] = {bytes, flags, device_ptr, nullptr, managed};
+  allocations_[static_cast<const char*>(memory)] = {
+      bytes, flags, device_ptr, nullptr, managed, managed ? std::make_shared<ManagedRangeHints>(bytes) : nullptr};
+}
+
+std::shared_ptr<ManagedRangeHints> HostAllocations::Hints(const void* ptr, const char** base_out,
+                                                          size_t* bytes_out) const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  auto after = allocations_.upper_bound(static_cast<const char*>(ptr));
+  if (after == allocations_.begin()) return nullptr;
+  const auto& [base, allocation] = *std::prev(after);
+  if (static_cast<const char*>(ptr) >= base + allocation.bytes || !allocation.managed) return nullptr;
+  *base_out = base;
+  *bytes_out = allocation.bytes;
+  return allocation.hints;
 }
 
 bool HostAllocations::Managed(const void* ptr, const char** base_out, size_t* bytes_out) const {

@@ -6,7 +6,10 @@
 #include <cuda.h>
 
 #include <map>
+#include <memory>
 #include <mutex>
+
+#include "frontend/client/managed_range_hints.h"
 
 namespace curelay::frontend {
 
@@ -18,6 +21,8 @@ class HostAllocations {
   void Adopt(void* memory, size_t bytes, unsigned int flags, CUdeviceptr device_ptr, bool managed = false);
   // Whether ptr lies in a managed allocation; its start and size if so.
   bool Managed(const void* ptr, const char** base = nullptr, size_t* bytes = nullptr) const;
+  // The hints kept for the managed allocation ptr lies in (its start and size in *base, *bytes); null if none.
+  std::shared_ptr<ManagedRangeHints> Hints(const void* ptr, const char** base, size_t* bytes) const;
   // Unmaps the allocation starting at ptr; *device_ptr tells whether it was mapped for the device (0: not).
   CUresult Free(void* ptr, CUdeviceptr* device_ptr = nullptr);
   // Records application memory registered at `ptr`, whose pages [base, base + bytes) kernels reach at
@@ -44,6 +49,7 @@ class HostAllocations {
     CUdeviceptr device_ptr = 0;
     const void* registered_ptr = nullptr;  // set for a registration: the pointer it was registered with
     bool managed = false;
+    std::shared_ptr<ManagedRangeHints> hints;  // managed allocations only
   };
   mutable std::mutex mutex_;
   std::map<const char*, Allocation> allocations_;

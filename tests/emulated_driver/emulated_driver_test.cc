@@ -2178,8 +2178,7 @@ TEST_F(EmulatedDriverTest, MipmappedArrayCopiesThroughLevels) {
     p.Depth = 1;
     return api().cuMemcpy3D(&p);
   };
-  // Level 2 (16x12 floats) whole. The 1D array copies refuse a level of more than one row, as the H200's driver
-  // refuses them on 2D arrays.
+  // Level 2 (16x12 floats) whole. The 1D array copies reach its first row only, as the H200's driver's do.
   std::vector<float> values(16 * 12), got(16 * 12, -1.0f);
   for (size_t i = 0; i < values.size(); ++i) values[i] = static_cast<float>(i);
   EXPECT_EQ(api().cuMemcpyHtoA(level2, 0, values.data(), values.size() * sizeof(float)), CUDA_ERROR_INVALID_VALUE);
@@ -2222,8 +2221,11 @@ TEST_F(EmulatedDriverTest, MipmappedArrayCopiesThroughLevels) {
   copy.Height = 7;
   EXPECT_EQ(api().cuMemcpy3D(&copy), CUDA_ERROR_INVALID_VALUE);
 
-  // cuMemcpyAtoA is a 1D copy: levels of several rows are refused.
-  EXPECT_EQ(api().cuMemcpyAtoA(level1, 0, level3, 0, 8 * sizeof(float)), CUDA_ERROR_INVALID_VALUE);
+  // cuMemcpyAtoA between levels' first rows: level 3's first row into level 1's.
+  ASSERT_EQ(api().cuMemcpyAtoA(level1, 0, level3, 0, 8 * sizeof(float)), CUDA_SUCCESS);
+  ASSERT_EQ(api().cuMemcpyAtoH(level1_row.data(), level1, 0, 8 * sizeof(float)), CUDA_SUCCESS);
+  for (size_t x = 0; x < 8; ++x) EXPECT_EQ(level1_row[x], values[x]);
+  EXPECT_EQ(api().cuMemcpyAtoA(level1, 0, level3, 0, 9 * sizeof(float)), CUDA_ERROR_INVALID_VALUE);  // past a row
   EXPECT_EQ(api().cuMipmappedArrayDestroy(mipmap), CUDA_SUCCESS);
   // The levels went with it.
   EXPECT_EQ(api().cuMemcpyAtoH(got.data(), level2, 0, sizeof(float)), CUDA_ERROR_INVALID_VALUE);

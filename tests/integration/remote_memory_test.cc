@@ -475,6 +475,83 @@ TEST_F(RemoteMemoryTest, ManagedMemoryIsOneAddressForHostAndKernels) {
   ASSERT_CU(cuMemFree(plain));
 }
 
+// Range attributes answer the hints the application gave, page by page, as the driver reports them (the H200's
+// answers after SET_READ_MOSTLY: read-mostly 1, no preferred or prefetch location: -2, type 0); the batched forms
+// check their lists and refuse the legacy stream.
+TEST_F(RemoteMemoryTest, ManagedRangeAttributesAnswerTheHintsGiven) {
+  constexpr size_t kBytes = 1 << 20;
+  CUdeviceptr managed = 0;
+  if (RemoteSession()) return;  // no managed memory over a network (above)
+  ASSERT_CU(cuMemAllocManaged(&managed, kBytes, CU_MEM_ATTACH_GLOBAL));
+  const auto attribute = [&](CUmem_range_attribute which, CUdeviceptr at, size_t bytes) {
+    int value = 7;
+    const CUresult result = cuMemRangeGetAttribute(&value, sizeof value, which, at, bytes);
+    return result == CUDA_SUCCESS ? value : -100 - static_cast<int>(result);
+  };
+  CUmemLocation device{CU_MEM_LOCATION_TYPE_DEVICE, 0}, host{CU_MEM_LOCATION_TYPE_HOST, 0};
+  EXPECT_EQ(attribute(CU_MEM_RANGE_ATTRIBUTE_READ_MOSTLY, managed, kBytes), 0);
+  EXPECT_EQ(attribute(CU_MEM_RANGE_ATTRIBUTE_PREFERRED_LOCATION, managed, kBytes), -2);
+  ASSERT_CU(cuMemAdvise(managed, kBytes, CU_MEM_ADVISE_SET_READ_MOSTLY, device));
+  EXPECT_EQ(attribute(CU_MEM_RANGE_ATTRIBUTE_READ_MOSTLY, managed, kBytes), 1);
+  EXPECT_EQ(attribute(CU_MEM_RANGE_ATTRIBUTE_LAST_PREFETCH_LOCATION, managed, kBytes), -2);
+  EXPECT_EQ(attribute(CU_MEM_RANGE_ATTRIBUTE_PREFERRED_LOCATION_TYPE, managed, kBytes), 0);
+  // Half the range preferred on the GPU: the whole range has no one preferred location, the half has.
+  ASSERT_CU(cuMemAdvise(managed, kBytes / 2, CU_MEM_ADVISE_SET_PREFERRED_LOCATION, device));
+  EXPECT_EQ(attribute(CU_MEM_RANGE_ATTRIBUTE_PREFERRED_LOCATION, managed, kBytes), -2);
+  EXPECT_EQ(attribute(CU_MEM_RANGE_ATTRIBUTE_PREFERRED_LOCATION, managed + 4096, 8192), 0);
+  EXPECT_EQ(attribute(CU_MEM_RANGE_ATTRIBUTE_PREFERRED_LOCATION_TYPE, managed, 4096), CU_MEM_LOCATION_TYPE_DEVICE);
+  ASSERT_CU(cuMemAdvise(managed + kBytes / 2, kBytes / 2, CU_MEM_ADVISE_SET_PREFERRED_LOCATION, host));
+  EXPECT_EQ(attribute(CU_MEM_RANGE_ATTRIBUTE_PREFERRED_LOCATION, managed + kBytes / 2, 100), -1);  // CU_DEVICE_CPU
+  ASSERT_CU(cuMemAdvise(managed, kBytes, CU_MEM_ADVISE_UNSET_READ_MOSTLY, device));
+  EXPECT_EQ(attribute(CU_MEM_RANGE_ATTRIBUTE_READ_MOSTLY, managed, kBytes), 0);
+  // Accessed-by: the devices that have it on the whole range, the rest of the array CU_DEVICE_INVALID.
+  ASSERT_CU(cuMemAdvise(managed, kBytes, CU_MEM_ADVISE_SET_ACCESSED_BY, device));
+  int accessed[3] = {7, 7, 7};
+  ASSERT_CU(cuMemRangeGetAttribute(accessed, sizeof accessed, CU_MEM_RANGE_ATTRIBUTE_ACCESSED_BY, managed, kBytes));
+  EXPECT_EQ(accessed[0], 0);
+  EXPECT_EQ(accessed[1], -2);
+  EXPECT_EQ(accessed[2], -2);
+  // Prefetches: the last location asked for, whether or not anything moved (nothing does here).
+  ASSERT_CU(cuMemPrefetchAsync(managed, kBytes, device, 0, stream_));
+  EXPECT_EQ(attribute(CU_MEM_RANGE_ATTRIBUTE_LAST_PREFETCH_LOCATION, managed, kBytes), 0);
+  CUdeviceptr ranges[2] = {managed, managed + kBytes / 2};
+  size_t sizes[2] = {4096, 4096};
+  CUmemLocation locations[2] = {device, host};
+  size_t starts[2] = {0, 1};
+  ASSERT_CU(cuMemPrefetchBatchAsync(ranges, sizes, 2, locations, starts, 2, 0, stream_));
+  EXPECT_EQ(attribute(CU_MEM_RANGE_ATTRIBUTE_LAST_PREFETCH_LOCATION, managed + kBytes / 2, 4096), -1);
+  EXPECT_EQ(attribute(CU_MEM_RANGE_ATTRIBUTE_LAST_PREFETCH_LOCATION, managed, kBytes), -2);  // now mixed
+  ASSERT_CU(cuMemDiscardBatchAsync(ranges, sizes, 2, 0, stream_));
+  ASSERT_CU(cuMemDiscardAndPrefetchBatchAsync(ranges, sizes, 2, locations, starts, 1, 0, stream_));
+  // The driver's refusals (measured on the H200: the legacy stream, no ranges; and cuda.h's rules for the lists).
+  EXPECT_EQ(cuMemPrefetchBatchAsync(ranges, sizes, 2, locations, starts, 2, 0, nullptr), CUDA_ERROR_INVALID_VALUE);
+  EXPECT_EQ(cuMemPrefetchBatchAsync(ranges, sizes, 0, locations, starts, 1, 0, stream_), CUDA_ERROR_INVALID_VALUE);
+  size_t bad_starts[2] = {1, 1};
+  EXPECT_EQ(cuMemPrefetchBatchAsync(ranges, sizes, 2, locations, bad_starts, 2, 0, stream_), CUDA_ERROR_INVALID_VALUE);
+  EXPECT_EQ(cuMemDiscardBatchAsync(ranges, sizes, 2, 1, stream_), CUDA_ERROR_INVALID_VALUE);
+  int value = 0;
+  EXPECT_EQ(cuMemRangeGetAttribute(&value, 3, CU_MEM_RANGE_ATTRIBUTE_READ_MOSTLY, managed, kBytes),
+            CUDA_ERROR_INVALID_VALUE);
+  CUdeviceptr plain = 0;
+  ASSERT_CU(cuMemAlloc(&plain, 4096));
+  EXPECT_EQ(cuMemRangeGetAttribute(&value, 4, CU_MEM_RANGE_ATTRIBUTE_READ_MOSTLY, plain, 4096),
+            CUDA_ERROR_INVALID_VALUE);
+  sizes[0] = 4096;
+  ranges[0] = plain;
+  EXPECT_EQ(cuMemDiscardBatchAsync(ranges, sizes, 1, 0, stream_), CUDA_ERROR_INVALID_VALUE);
+  // The plural form answers each attribute.
+  int read_mostly = 7, preferred = 7;
+  void* data[2] = {&read_mostly, &preferred};
+  size_t data_sizes[2] = {4, 4};
+  CUmem_range_attribute asked[2] = {CU_MEM_RANGE_ATTRIBUTE_READ_MOSTLY, CU_MEM_RANGE_ATTRIBUTE_PREFERRED_LOCATION};
+  ASSERT_CU(cuMemRangeGetAttributes(data, data_sizes, asked, 2, managed, 4096));
+  EXPECT_EQ(read_mostly, 0);
+  EXPECT_EQ(preferred, 0);
+  ASSERT_CU(cuStreamSynchronize(stream_));
+  ASSERT_CU(cuMemFree(plain));
+  ASSERT_CU(cuMemFree(managed));
+}
+
 // Managed globals (__managed__) live in the executor's managed memory: the application's pages at their addresses
 // are kept in step with them around every request and answer. Over a network they are refused.
 TEST_F(RemoteMemoryTest, ManagedGlobalsAreOneAddressForHostAndKernels) {

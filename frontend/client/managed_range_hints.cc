@@ -1,0 +1,148 @@
+#include "frontend/client/managed_range_hints.h"
+
+#include <algorithm>
+#include <cstring>
+#include <iterator>
+
+namespace curelay::frontend {
+namespace {
+
+constexpr int kDeviceInvalid = -2;  // CU_DEVICE_INVALID
+constexpr int kDeviceCpu = -1;      // CU_DEVICE_CPU
+constexpr int kHostBit = 63;
+
+bool SameLocation(const CUmemLocation& a, const CUmemLocation& b) { return a.type == b.type && a.id == b.id; }
+
+// The legacy attribute's device: an ordinal, CU_DEVICE_CPU for the host, CU_DEVICE_INVALID for none.
+int LegacyDevice(const CUmemLocation& location) {
+  switch (location.type) {
+    case CU_MEM_LOCATION_TYPE_DEVICE: return location.id;
+    case CU_MEM_LOCATION_TYPE_HOST:
+    case CU_MEM_LOCATION_TYPE_HOST_NUMA:
+    case CU_MEM_LOCATION_TYPE_HOST_NUMA_CURRENT: return kDeviceCpu;
+    default: return kDeviceInvalid;
+  }
+}
+
+}  // namespace
+
+bool ManagedRangeHints::Hints::operator==(const Hints& other) const {
+  return read_mostly == other.read_mostly && SameLocation(preferred, other.preferred) &&
+         SameLocation(last_prefetch, other.last_prefetch) && accessed_by == other.accessed_by;
+}
+
+ManagedRangeHints::ManagedRangeHints(size_t bytes) : bytes_(bytes) { runs_[0] = Hints{}; }
+
+template <typename Change>
+void ManagedRangeHints::Apply(size_t offset, size_t bytes, Change change) {
+  const size_t first = offset / kPageBytes * kPageBytes;
+  const size_t end = std::min(bytes_, (offset + bytes + kPageBytes - 1) / kPageBytes * kPageBytes);
+  if (first >= end) return;
+  // Runs begin at `first` and at `end` (each keeps the hints of the run it was cut from).
+  for (const size_t cut : {first, end}) {
+    if (cut >= bytes_) continue;
+    const auto holder = std::prev(runs_.upper_bound(cut));
+    if (holder->first != cut) runs_.emplace(cut, holder->second);
+  }
+  for (auto run = runs_.find(first); run != runs_.end() && run->first < end; ++run) change(run->second);
+  // Neighbours that became equal are one run again, so repeated advice does not grow the map.
+  for (auto run = runs_.begin(); run != runs_.end();) {
+    const auto next = std::next(run);
+    if (next != runs_.end() && next->second == run->second) {
+      runs_.erase(next);
+    } else {
+      run = next;
+    }
+  }
+}
+
+CUresult ManagedRangeHints::Advise(size_t offset, size_t bytes, CUmem_advise advice, const CUmemLocation& location) {
+  int bit = -1;
+  if (location.type == CU_MEM_LOCATION_TYPE_DEVICE) {
+    if (location.id < 0 || location.id >= kHostBit) return CUDA_ERROR_INVALID_DEVICE;
+    bit = location.id;
+  } else if (location.type == CU_MEM_LOCATION_TYPE_HOST || location.type == CU_MEM_LOCATION_TYPE_HOST_NUMA ||
+             location.type == CU_MEM_LOCATION_TYPE_HOST_NUMA_CURRENT) {
+    bit = kHostBit;
+  }
+  std::lock_guard<std::mutex> lock(mutex_);
+  Apply(offset, bytes, [&](Hints& hints) {
+    switch (advice) {
+      case CU_MEM_ADVISE_SET_READ_MOSTLY: hints.read_mostly = true; break;
+      case CU_MEM_ADVISE_UNSET_READ_MOSTLY: hints.read_mostly = false; break;
+      case CU_MEM_ADVISE_SET_PREFERRED_LOCATION: hints.preferred = location; break;
+      case CU_MEM_ADVISE_UNSET_PREFERRED_LOCATION: hints.preferred = {CU_MEM_LOCATION_TYPE_INVALID, 0}; break;
+      case CU_MEM_ADVISE_SET_ACCESSED_BY:
+        if (bit >= 0) hints.accessed_by |= uint64_t{1} << bit;
+        break;
+      case CU_MEM_ADVISE_UNSET_ACCESSED_BY:
+        if (bit >= 0) hints.accessed_by &= ~(uint64_t{1} << bit);
+        break;
+      default: break;
+    }
+  });
+  return CUDA_SUCCESS;
+}
+
+void ManagedRangeHints::Prefetched(size_t offset, size_t bytes, const CUmemLocation& location) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  Apply(offset, bytes, [&](Hints& hints) { hints.last_prefetch = location; });
+}
+
+std::pair<std::map<size_t, ManagedRangeHints::Hints>::const_iterator,
+          std::map<size_t, ManagedRangeHints::Hints>::const_iterator>
+ManagedRangeHints::Runs(size_t offset, size_t bytes) const {
+  const size_t end = std::min(bytes_, offset + bytes);
+  return {std::prev(runs_.upper_bound(offset)), runs_.lower_bound(end)};
+}
+
+CUresult ManagedRangeHints::Query(size_t offset, size_t bytes, CUmem_range_attribute attribute, void* data,
+                                  size_t data_size) const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  const auto [first, last] = Runs(offset, bytes);
+  // The location every run shares, or none (CU_MEM_LOCATION_TYPE_INVALID) when they differ.
+  const auto common = [&, first = first, last = last](CUmemLocation Hints::*field) {
+    CUmemLocation shared = first->second.*field;
+    for (auto run = first; run != last; ++run) {
+      if (!SameLocation(run->second.*field, shared)) return CUmemLocation{CU_MEM_LOCATION_TYPE_INVALID, 0};
+    }
+    return shared;
+  };
+  int32_t value = 0;
+  switch (attribute) {
+    case CU_MEM_RANGE_ATTRIBUTE_READ_MOSTLY: {
+      value = 1;
+      for (auto run = first; run != last; ++run) value &= run->second.read_mostly ? 1 : 0;
+      break;
+    }
+    case CU_MEM_RANGE_ATTRIBUTE_PREFERRED_LOCATION: value = LegacyDevice(common(&Hints::preferred)); break;
+    case CU_MEM_RANGE_ATTRIBUTE_LAST_PREFETCH_LOCATION: value = LegacyDevice(common(&Hints::last_prefetch)); break;
+    case CU_MEM_RANGE_ATTRIBUTE_PREFERRED_LOCATION_TYPE: value = common(&Hints::preferred).type; break;
+    case CU_MEM_RANGE_ATTRIBUTE_LAST_PREFETCH_LOCATION_TYPE: value = common(&Hints::last_prefetch).type; break;
+    case CU_MEM_RANGE_ATTRIBUTE_PREFERRED_LOCATION_ID: value = common(&Hints::preferred).id; break;
+    case CU_MEM_RANGE_ATTRIBUTE_LAST_PREFETCH_LOCATION_ID: value = common(&Hints::last_prefetch).id; break;
+    case CU_MEM_RANGE_ATTRIBUTE_ACCESSED_BY: {
+      if (data_size == 0 || data_size % sizeof(int32_t) != 0) return CUDA_ERROR_INVALID_VALUE;
+      uint64_t everywhere = ~uint64_t{0};
+      for (auto run = first; run != last; ++run) everywhere &= run->second.accessed_by;
+      const size_t slots = data_size / sizeof(int32_t);
+      size_t written = 0;
+      for (int bit = 0; bit <= kHostBit && written < slots; ++bit) {
+        if ((everywhere >> bit & 1) == 0) continue;
+        const int32_t device = bit == kHostBit ? kDeviceCpu : bit;
+        std::memcpy(static_cast<char*>(data) + written++ * sizeof(int32_t), &device, sizeof(device));
+      }
+      for (; written < slots; ++written) {
+        std::memcpy(static_cast<char*>(data) + written * sizeof(int32_t), &kDeviceInvalid, sizeof(int32_t));
+      }
+      return CUDA_SUCCESS;
+    }
+    default:
+      return CUDA_ERROR_INVALID_VALUE;
+  }
+  if (data_size != sizeof(int32_t)) return CUDA_ERROR_INVALID_VALUE;  // every other attribute is 4 bytes
+  std::memcpy(data, &value, sizeof(value));
+  return CUDA_SUCCESS;
+}
+
+}  // namespace curelay::frontend
