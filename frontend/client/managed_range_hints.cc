@@ -24,6 +24,10 @@ int LegacyDevice(const CUmemLocation& location) {
   }
 }
 
+int LocationId(const CUmemLocation& location) {
+  return location.type == CU_MEM_LOCATION_TYPE_INVALID ? kDeviceInvalid : location.id;
+}
+
 }  // namespace
 
 bool ManagedRangeHints::Hints::operator==(const Hints& other) const {
@@ -119,8 +123,14 @@ CUresult ManagedRangeHints::Query(size_t offset, size_t bytes, CUmem_range_attri
     case CU_MEM_RANGE_ATTRIBUTE_LAST_PREFETCH_LOCATION: value = LegacyDevice(common(&Hints::last_prefetch)); break;
     case CU_MEM_RANGE_ATTRIBUTE_PREFERRED_LOCATION_TYPE: value = common(&Hints::preferred).type; break;
     case CU_MEM_RANGE_ATTRIBUTE_LAST_PREFETCH_LOCATION_TYPE: value = common(&Hints::last_prefetch).type; break;
-    case CU_MEM_RANGE_ATTRIBUTE_PREFERRED_LOCATION_ID: value = common(&Hints::preferred).id; break;
-    case CU_MEM_RANGE_ATTRIBUTE_LAST_PREFETCH_LOCATION_ID: value = common(&Hints::last_prefetch).id; break;
+    // The ids as the H200's driver answers them: CU_DEVICE_INVALID without one location; a preferred host location
+    // is CU_DEVICE_CPU, a prefetch's host location keeps the id it was given.
+    case CU_MEM_RANGE_ATTRIBUTE_PREFERRED_LOCATION_ID: {
+      const CUmemLocation preferred = common(&Hints::preferred);
+      value = preferred.type == CU_MEM_LOCATION_TYPE_HOST ? kDeviceCpu : LocationId(preferred);
+      break;
+    }
+    case CU_MEM_RANGE_ATTRIBUTE_LAST_PREFETCH_LOCATION_ID: value = LocationId(common(&Hints::last_prefetch)); break;
     case CU_MEM_RANGE_ATTRIBUTE_ACCESSED_BY: {
       if (data_size == 0 || data_size % sizeof(int32_t) != 0) return CUDA_ERROR_INVALID_VALUE;
       uint64_t everywhere = ~uint64_t{0};
