@@ -98,11 +98,19 @@ CUresult RequireManagedRange(Client& client, CUdeviceptr ptr, size_t bytes) {
 // in its allocation. A managed global's hints are not kept: *hints stays null and its attributes answer the defaults.
 CUresult ManagedRangeHintsOf(Client& client, CUdeviceptr ptr, size_t bytes, std::shared_ptr<ManagedRangeHints>* hints,
                              size_t* offset) {
-  CURELAY_RETURN_IF_ERROR(RequireManagedRange(client, ptr, bytes));
+  *hints = nullptr;
+  *offset = 0;
+  if (bytes != 0 && InSharedGlobal(client, ptr, bytes)) return CUDA_SUCCESS;  // a managed global
+  // One look-up: the allocation the range is checked against is the one whose hints are used.
   const char* base = nullptr;
   size_t allocation_bytes = 0;
-  *hints = client.host_allocations.Hints(reinterpret_cast<const void*>(ptr), &base, &allocation_bytes);
-  *offset = *hints != nullptr ? static_cast<size_t>(reinterpret_cast<const char*>(ptr) - base) : 0;
+  std::shared_ptr<ManagedRangeHints> found =
+      client.host_allocations.Hints(reinterpret_cast<const void*>(ptr), &base, &allocation_bytes);
+  if (bytes == 0 || found == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  const size_t at = static_cast<size_t>(reinterpret_cast<const char*>(ptr) - base);
+  if (bytes > allocation_bytes - at) return CUDA_ERROR_INVALID_VALUE;
+  *hints = std::move(found);
+  *offset = at;
   return CUDA_SUCCESS;
 }
 
@@ -332,10 +340,14 @@ CUresult cuMemAdvise(CUdeviceptr ptr, size_t bytes, CUmem_advise advice, CUmemLo
   std::shared_ptr<ManagedRangeHints> hints;
   size_t offset = 0;
   CURELAY_RETURN_IF_ERROR(ManagedRangeHintsOf(*client, ptr, bytes, &hints, &offset));
-  // Only the location-taking advice reads the location.
+  // Only the location-taking advice reads the location; accessed-by takes a device or the host only (cuda.h).
   if (advice == CU_MEM_ADVISE_SET_PREFERRED_LOCATION || advice == CU_MEM_ADVISE_SET_ACCESSED_BY ||
       advice == CU_MEM_ADVISE_UNSET_ACCESSED_BY) {
     CURELAY_RETURN_IF_ERROR(RequireHintLocation(*client, location));
+  }
+  if ((advice == CU_MEM_ADVISE_SET_ACCESSED_BY || advice == CU_MEM_ADVISE_UNSET_ACCESSED_BY) &&
+      location.type != CU_MEM_LOCATION_TYPE_DEVICE && location.type != CU_MEM_LOCATION_TYPE_HOST) {
+    return CUDA_ERROR_INVALID_VALUE;
   }
   return hints != nullptr ? hints->Advise(offset, bytes, advice, location) : CUDA_SUCCESS;
 }

@@ -1,5 +1,8 @@
 #include "frontend/client/managed_range_hints.h"
 
+#include <sched.h>
+#include <unistd.h>
+
 #include <algorithm>
 #include <cstring>
 #include <iterator>
@@ -28,6 +31,18 @@ int LocationId(const CUmemLocation& location) {
   return location.type == CU_MEM_LOCATION_TYPE_INVALID ? kDeviceInvalid : location.id;
 }
 
+// A location as the driver keeps it: the calling thread's NUMA node for HOST_NUMA_CURRENT (cuda.h: its id is
+// ignored), and a preferred host location as CU_DEVICE_CPU (what the H200's driver answers for its id, whatever was
+// given; a prefetch's host location keeps its id, measured too).
+CUmemLocation Resolved(CUmemLocation location, bool preferred) {
+  if (location.type == CU_MEM_LOCATION_TYPE_HOST_NUMA_CURRENT) {
+    unsigned int cpu = 0, node = 0;
+    location = {CU_MEM_LOCATION_TYPE_HOST_NUMA, getcpu(&cpu, &node) == 0 ? static_cast<int>(node) : 0};
+  }
+  if (preferred && location.type == CU_MEM_LOCATION_TYPE_HOST) location.id = kDeviceCpu;
+  return location;
+}
+
 }  // namespace
 
 bool ManagedRangeHints::Hints::operator==(const Hints& other) const {
@@ -35,12 +50,15 @@ bool ManagedRangeHints::Hints::operator==(const Hints& other) const {
          SameLocation(last_prefetch, other.last_prefetch) && accessed_by == other.accessed_by;
 }
 
-ManagedRangeHints::ManagedRangeHints(size_t bytes) : bytes_(bytes) { runs_[0] = Hints{}; }
+ManagedRangeHints::ManagedRangeHints(size_t bytes)
+    : page_bytes_(static_cast<size_t>(sysconf(_SC_PAGESIZE))), bytes_(bytes) {
+  runs_[0] = Hints{};
+}
 
 template <typename Change>
 void ManagedRangeHints::Apply(size_t offset, size_t bytes, Change change) {
-  const size_t first = offset / kPageBytes * kPageBytes;
-  const size_t end = std::min(bytes_, (offset + bytes + kPageBytes - 1) / kPageBytes * kPageBytes);
+  const size_t first = offset / page_bytes_ * page_bytes_;
+  const size_t end = std::min(bytes_, (offset + bytes + page_bytes_ - 1) / page_bytes_ * page_bytes_);
   if (first >= end) return;
   // Runs begin at `first` and at `end` (each keeps the hints of the run it was cut from).
   for (const size_t cut : {first, end}) {
@@ -49,8 +67,11 @@ void ManagedRangeHints::Apply(size_t offset, size_t bytes, Change change) {
     if (holder->first != cut) runs_.emplace(cut, holder->second);
   }
   for (auto run = runs_.find(first); run != runs_.end() && run->first < end; ++run) change(run->second);
-  // Neighbours that became equal are one run again, so repeated advice does not grow the map.
-  for (auto run = runs_.begin(); run != runs_.end();) {
+  // Neighbours that became equal are one run again, so repeated advice does not grow the map: only the changed
+  // runs and the one on each side can have become equal to a neighbour.
+  auto run = runs_.find(first);
+  if (run != runs_.begin()) --run;
+  while (run != runs_.end() && run->first <= end) {
     const auto next = std::next(run);
     if (next != runs_.end() && next->second == run->second) {
       runs_.erase(next);
@@ -61,20 +82,21 @@ void ManagedRangeHints::Apply(size_t offset, size_t bytes, Change change) {
 }
 
 CUresult ManagedRangeHints::Advise(size_t offset, size_t bytes, CUmem_advise advice, const CUmemLocation& location) {
+  // Only the accessed-by advice keeps a device (or the host) as a bit; the others ignore the location or keep it.
   int bit = -1;
-  if (location.type == CU_MEM_LOCATION_TYPE_DEVICE) {
-    if (location.id < 0 || location.id >= kHostBit) return CUDA_ERROR_INVALID_DEVICE;
-    bit = location.id;
-  } else if (location.type == CU_MEM_LOCATION_TYPE_HOST || location.type == CU_MEM_LOCATION_TYPE_HOST_NUMA ||
-             location.type == CU_MEM_LOCATION_TYPE_HOST_NUMA_CURRENT) {
-    bit = kHostBit;
+  if (advice == CU_MEM_ADVISE_SET_ACCESSED_BY || advice == CU_MEM_ADVISE_UNSET_ACCESSED_BY) {
+    if (location.type == CU_MEM_LOCATION_TYPE_DEVICE && (location.id < 0 || location.id >= kHostBit)) {
+      return CUDA_ERROR_INVALID_DEVICE;
+    }
+    bit = location.type == CU_MEM_LOCATION_TYPE_DEVICE ? location.id : kHostBit;
   }
+  const CUmemLocation preferred = Resolved(location, true);
   std::lock_guard<std::mutex> lock(mutex_);
   Apply(offset, bytes, [&](Hints& hints) {
     switch (advice) {
       case CU_MEM_ADVISE_SET_READ_MOSTLY: hints.read_mostly = true; break;
       case CU_MEM_ADVISE_UNSET_READ_MOSTLY: hints.read_mostly = false; break;
-      case CU_MEM_ADVISE_SET_PREFERRED_LOCATION: hints.preferred = location; break;
+      case CU_MEM_ADVISE_SET_PREFERRED_LOCATION: hints.preferred = preferred; break;
       case CU_MEM_ADVISE_UNSET_PREFERRED_LOCATION: hints.preferred = {CU_MEM_LOCATION_TYPE_INVALID, 0}; break;
       case CU_MEM_ADVISE_SET_ACCESSED_BY:
         if (bit >= 0) hints.accessed_by |= uint64_t{1} << bit;
@@ -89,8 +111,9 @@ CUresult ManagedRangeHints::Advise(size_t offset, size_t bytes, CUmem_advise adv
 }
 
 void ManagedRangeHints::Prefetched(size_t offset, size_t bytes, const CUmemLocation& location) {
+  const CUmemLocation resolved = Resolved(location, false);
   std::lock_guard<std::mutex> lock(mutex_);
-  Apply(offset, bytes, [&](Hints& hints) { hints.last_prefetch = location; });
+  Apply(offset, bytes, [&](Hints& hints) { hints.last_prefetch = resolved; });
 }
 
 std::pair<std::map<size_t, ManagedRangeHints::Hints>::const_iterator,
@@ -123,13 +146,8 @@ CUresult ManagedRangeHints::Query(size_t offset, size_t bytes, CUmem_range_attri
     case CU_MEM_RANGE_ATTRIBUTE_LAST_PREFETCH_LOCATION: value = LegacyDevice(common(&Hints::last_prefetch)); break;
     case CU_MEM_RANGE_ATTRIBUTE_PREFERRED_LOCATION_TYPE: value = common(&Hints::preferred).type; break;
     case CU_MEM_RANGE_ATTRIBUTE_LAST_PREFETCH_LOCATION_TYPE: value = common(&Hints::last_prefetch).type; break;
-    // The ids as the H200's driver answers them: CU_DEVICE_INVALID without one location; a preferred host location
-    // is CU_DEVICE_CPU, a prefetch's host location keeps the id it was given.
-    case CU_MEM_RANGE_ATTRIBUTE_PREFERRED_LOCATION_ID: {
-      const CUmemLocation preferred = common(&Hints::preferred);
-      value = preferred.type == CU_MEM_LOCATION_TYPE_HOST ? kDeviceCpu : LocationId(preferred);
-      break;
-    }
+    // The ids as the H200's driver answers them: CU_DEVICE_INVALID without one location (Resolved keeps the rest).
+    case CU_MEM_RANGE_ATTRIBUTE_PREFERRED_LOCATION_ID: value = LocationId(common(&Hints::preferred)); break;
     case CU_MEM_RANGE_ATTRIBUTE_LAST_PREFETCH_LOCATION_ID: value = LocationId(common(&Hints::last_prefetch)); break;
     case CU_MEM_RANGE_ATTRIBUTE_ACCESSED_BY: {
       if (data_size == 0 || data_size % sizeof(int32_t) != 0) return CUDA_ERROR_INVALID_VALUE;

@@ -17,8 +17,9 @@ namespace curelay::frontend {
 class ManagedRangeHints {
  public:
   explicit ManagedRangeHints(size_t bytes);
-  // The hint of cuMemAdvise on [offset, offset + bytes) (whole pages: a page any byte of the range lies in).
-  // Devices are 0..62; CUDA_ERROR_INVALID_DEVICE for a location no bit can hold.
+  // The hint of cuMemAdvise on [offset, offset + bytes) (whole pages: a page any byte of the range lies in), its
+  // location checked by the caller where the advice takes one. Accessed-by devices are 0..62
+  // (CUDA_ERROR_INVALID_DEVICE beyond).
   CUresult Advise(size_t offset, size_t bytes, CUmem_advise advice, const CUmemLocation& location);
   // A prefetch of [offset, offset + bytes) to `location` was asked for.
   void Prefetched(size_t offset, size_t bytes, const CUmemLocation& location);
@@ -27,7 +28,7 @@ class ManagedRangeHints {
   CUresult Query(size_t offset, size_t bytes, CUmem_range_attribute attribute, void* data, size_t data_size) const;
 
  private:
-  static constexpr size_t kPageBytes = 4096;
+  const size_t page_bytes_;  // the host's page size: the driver rounds hints' ranges to CPU pages
   struct Hints {
     bool read_mostly = false;
     CUmemLocation preferred{CU_MEM_LOCATION_TYPE_INVALID, 0};
@@ -38,7 +39,7 @@ class ManagedRangeHints {
   // Splits the runs at the page boundaries around [offset, offset + bytes) and calls `change` on each run inside.
   template <typename Change>
   void Apply(size_t offset, size_t bytes, Change change);
-  // The runs overlapping [offset, offset + bytes), rounded out to pages, as [first, last).
+  // The runs overlapping [offset, offset + bytes) as [first, last) (runs start on page boundaries).
   std::pair<std::map<size_t, Hints>::const_iterator, std::map<size_t, Hints>::const_iterator> Runs(size_t offset,
                                                                                                   size_t bytes) const;
   mutable std::mutex mutex_;

@@ -504,6 +504,16 @@ TEST_F(RemoteMemoryTest, ManagedRangeAttributesAnswerTheHintsGiven) {
   EXPECT_EQ(attribute(CU_MEM_RANGE_ATTRIBUTE_PREFERRED_LOCATION, managed + kBytes / 2, 100), -1);  // CU_DEVICE_CPU
   ASSERT_CU(cuMemAdvise(managed, kBytes, CU_MEM_ADVISE_UNSET_READ_MOSTLY, device));
   EXPECT_EQ(attribute(CU_MEM_RANGE_ATTRIBUTE_READ_MOSTLY, managed, kBytes), 0);
+  // Read-mostly ignores the location (cuda.h); a host preferred location is the host whatever its id.
+  const CUmemLocation no_device{CU_MEM_LOCATION_TYPE_DEVICE, -2}, numa{CU_MEM_LOCATION_TYPE_HOST_NUMA, 0};
+  ASSERT_CU(cuMemAdvise(managed, 4096, CU_MEM_ADVISE_SET_READ_MOSTLY, no_device));
+  ASSERT_CU(cuMemAdvise(managed, 4096, CU_MEM_ADVISE_UNSET_READ_MOSTLY, device));
+  ASSERT_CU(cuMemAdvise(managed + kBytes / 2, 4096, CU_MEM_ADVISE_SET_PREFERRED_LOCATION,
+                        CUmemLocation{CU_MEM_LOCATION_TYPE_HOST, -1}));
+  EXPECT_EQ(attribute(CU_MEM_RANGE_ATTRIBUTE_PREFERRED_LOCATION, managed + kBytes / 2, kBytes / 2), -1);
+  EXPECT_EQ(attribute(CU_MEM_RANGE_ATTRIBUTE_PREFERRED_LOCATION_ID, managed + kBytes / 2, kBytes / 2), -1);
+  // Accessed-by takes a device or the host only.
+  EXPECT_EQ(cuMemAdvise(managed, kBytes, CU_MEM_ADVISE_SET_ACCESSED_BY, numa), CUDA_ERROR_INVALID_VALUE);
   // Accessed-by: the devices that have it on the whole range, the rest of the array CU_DEVICE_INVALID.
   ASSERT_CU(cuMemAdvise(managed, kBytes, CU_MEM_ADVISE_SET_ACCESSED_BY, device));
   int accessed[3] = {7, 7, 7};
