@@ -20,10 +20,10 @@ CompletionWords::Page* CompletionWords::PageOf(CUcontext context) {
   Page page;
   page.context = context;
   page.words = static_cast<uint32_t*>(memory);
-  page.registered =
+  const bool registered =
       driver_.cuMemHostRegister(memory, kWords * sizeof(uint32_t), CU_MEMHOSTREGISTER_DEVICEMAP) == CUDA_SUCCESS;
-  if (!page.registered || driver_.cuMemHostGetDevicePointer(&page.device, memory, 0) != CUDA_SUCCESS) {
-    if (page.registered) driver_.cuMemHostUnregister(memory);
+  if (!registered || driver_.cuMemHostGetDevicePointer(&page.device, memory, 0) != CUDA_SUCCESS) {
+    if (registered) driver_.cuMemHostUnregister(memory);
     munmap(memory, kWords * sizeof(uint32_t));
     unavailable_ = true;
     return nullptr;

@@ -45,7 +45,6 @@ class CompletionWords {
     uint32_t* words = nullptr;  // our mapping; the GPU writes it at `device`
     CUdeviceptr device = 0;
     uint32_t next_ticket = 0;
-    bool registered = false;
   };
   struct Ticket {
     const uint32_t* word;

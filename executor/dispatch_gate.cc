@@ -326,10 +326,7 @@ void DispatchGate::ForgetContext(CUcontext context, bool driver_frees) {
       if (work.context != context) return false;
       Complete(lane, work, work.estimate_ns);
       lane.timed_inflight -= work.start != nullptr;
-      if (!driver_frees && work.start != nullptr) {
-        driver_.cuEventDestroy(work.start);
-        driver_.cuEventDestroy(work.end);
-      }
+      if (!driver_frees) DestroyTimingEvents(work);
       return true;
     });
     UnmarkIfIdle(lane);
@@ -341,14 +338,16 @@ void DispatchGate::ForgetContext(CUcontext context, bool driver_frees) {
   }
 }
 
+void DispatchGate::DestroyTimingEvents(const Inflight& work) {
+  if (work.start == nullptr) return;
+  driver_.cuEventDestroy(work.start);
+  driver_.cuEventDestroy(work.end);
+}
+
 void DispatchGate::Release() {
   for (GpuLane& lane : lanes_) {
     Unmark(lane);
-    for (const Inflight& work : lane.inflight) {
-      if (work.start == nullptr) continue;
-      driver_.cuEventDestroy(work.start);
-      driver_.cuEventDestroy(work.end);
-    }
+    for (const Inflight& work : lane.inflight) DestroyTimingEvents(work);
   }
   lanes_.clear();
   events_.Release();

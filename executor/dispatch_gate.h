@@ -125,6 +125,9 @@ class DispatchGate {
   bool ShouldTime(const Timing& timing);
   void Report(backend::DispatchEventKind kind, int gpu, uint64_t kernel, int64_t gpu_ns);
   void Complete(GpuLane& lane, const Inflight& work, int64_t gpu_ns);
+  // Destroys a timed launch's two events, where the driver will not (its context lives on or was not the driver's
+  // to free).
+  void DestroyTimingEvents(const Inflight& work);
   // Reports the lane's front entry done (untimed: at its estimate) and drops it.
   void RetireFront(GpuLane& lane, int64_t gpu_ns);
   // The lane's work mark on the board: set under `work_class` before work starts there (again if the backend

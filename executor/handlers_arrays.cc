@@ -76,9 +76,13 @@ Session::Outcome Session::ArrayDestroy(const wire::ArrayDestroy& call) {
 }
 
 void Session::ForgetSubArrays(SubArrayOwner kind, uint64_t owner) {
+  std::vector<uint64_t> forgotten;
   std::erase_if(arrays_, [&](const auto& entry) {
-    return entry.second.owner == owner && entry.second.owner_kind == kind;
+    if (entry.second.owner != owner || entry.second.owner_kind != kind) return false;
+    forgotten.push_back(entry.first);
+    return true;
   });
+  for (uint64_t sub_array : forgotten) ForgetSubArrays(SubArrayOwner::kArray, sub_array);  // a level's planes
 }
 
 Session::Outcome Session::MipmappedArrayCreate(const wire::MipmappedArrayCreate& call) {

@@ -99,20 +99,25 @@ CUresult Session::DestroyContext(uint64_t id, const std::function<CUresult(CUcon
     per_thread_streams_.erase(id);
     markers_.Release(context);
   }
-  dispatch_gate_.ForgetContext(context, waits_and_frees);  // its timing markers go with it
-  markers_.Forget(context);
-  completion_words_.Forget(context);
-  copy_deliveries_.ContextGone(context);
-  managed_globals_.ForgetContext(context);
-  std::vector<RetainedPayload> retained = TakeRetainedPayloads(context);
-  const CUresult result = destroy(context);
-  if (result == CUDA_SUCCESS && waits_and_frees) ForgetMipmappedArrays(context);
-  SettleRetainedPayloads(context, retained, result == CUDA_SUCCESS);
+  const CUresult result = EndContext(context, waits_and_frees, [&] { return destroy(context); });
   if (result == CUDA_SUCCESS) {
     contexts_.erase(id);
     per_thread_streams_.erase(id);
     current_context_ = kUnknownContext;  // the driver popped it if it was current; re-set on next use
   }
+  return result;
+}
+
+CUresult Session::EndContext(CUcontext context, bool driver_frees, const std::function<CUresult()>& end) {
+  dispatch_gate_.ForgetContext(context, driver_frees);  // its timing markers go with it
+  markers_.Forget(context);
+  completion_words_.Forget(context);
+  copy_deliveries_.ContextGone(context);
+  managed_globals_.ForgetContext(context);
+  std::vector<RetainedPayload> retained = TakeRetainedPayloads(context);
+  const CUresult result = end();
+  if (result == CUDA_SUCCESS && driver_frees) ForgetMipmappedArrays(context);
+  SettleRetainedPayloads(context, retained, result == CUDA_SUCCESS);
   return result;
 }
 
@@ -210,21 +215,11 @@ Session::Outcome Session::PrimaryContextSetFlags(const wire::PrimaryContextSetFl
 
 Session::Outcome Session::PrimaryContextReset(const wire::PrimaryContextReset& call) {
   // The reset destroys the primary context's resources, the scheduler's timing markers among them.
+  const auto reset = [&] { return driver_.cuDevicePrimaryCtxReset(call.device()); };
   CUcontext primary = nullptr;
-  std::vector<RetainedPayload> retained;
-  if (driver_.cuDevicePrimaryCtxRetain(&primary, call.device()) == CUDA_SUCCESS) {
-    dispatch_gate_.ForgetContext(primary, true);
-    markers_.Forget(primary);
-    completion_words_.Forget(primary);
-    copy_deliveries_.ContextGone(primary);
-    managed_globals_.ForgetContext(primary);
-    retained = TakeRetainedPayloads(primary);
-    driver_.cuDevicePrimaryCtxRelease(call.device());
-  }
-  const CUresult result = driver_.cuDevicePrimaryCtxReset(call.device());
-  if (primary != nullptr) SettleRetainedPayloads(primary, retained, result == CUDA_SUCCESS);
-  if (primary != nullptr && result == CUDA_SUCCESS) ForgetMipmappedArrays(primary);
-  return {result};
+  if (driver_.cuDevicePrimaryCtxRetain(&primary, call.device()) != CUDA_SUCCESS) return {reset()};
+  driver_.cuDevicePrimaryCtxRelease(call.device());  // the retain only named it
+  return {EndContext(primary, true, reset)};
 }
 
 Session::Outcome Session::ContextLimit(const wire::ContextLimit& call) {

@@ -153,6 +153,9 @@ class Session {
   // `destroy` waits for the context's work and frees what was made in it (cuCtxDestroy does, cuGreenCtxDestroy does
   // neither), `waits_and_frees`.
   CUresult DestroyContext(uint64_t id, const std::function<CUresult(CUcontext)>& destroy, bool waits_and_frees);
+  // Lets go of what the session keeps for `context` around `end` (a destroy or a primary reset), the one place
+  // every way a context ends goes through; `driver_frees` as DestroyContext's `waits_and_frees`.
+  CUresult EndContext(CUcontext context, bool driver_frees, const std::function<CUresult()>& end);
   Outcome Defer(std::vector<CUevent> markers, uint64_t client_event, uint8_t* staging = nullptr,
                 uint64_t staging_bytes = 0, std::shared_ptr<CopyDelivery> delivery = nullptr);
   // A stream-ordered copy of `bytes` into a pinned staging chunk (`enqueue` issues it into the chunk it is given),

@@ -42,15 +42,6 @@ CUresult LinearArrayCopy(CopySide dst, CopySide src, size_t bytes, CUstream stre
   for (CUarray array : arrays) {
     if (!client->arrays.Contains(array)) return CUDA_ERROR_INVALID_VALUE;
   }
-  // A 1D copy reaches an array's first row only: the driver refuses one past it (measured on the H200: a whole 8x8
-  // float array refused, 32 bytes at the start of a 1024x1024 one taken). Checked here, so the answer comes at the
-  // call as natively, not later from a posted copy.
-  for (const CopySide* side : {&dst, &src}) {
-    if (side->array == nullptr) continue;
-    const CUDA_ARRAY3D_DESCRIPTOR& descriptor = side->array->descriptor;
-    const size_t row_bytes = ArrayElementBytes(descriptor.Format, descriptor.NumChannels) * descriptor.Width;
-    if (row_bytes != 0 && (side->x > row_bytes || bytes > row_bytes - side->x)) return CUDA_ERROR_INVALID_VALUE;
-  }
   if ((dst.host && dst.host_ptr == nullptr) || (src.host && src.host_ptr == nullptr)) return CUDA_ERROR_INVALID_VALUE;
   StridedCopy copy;
   copy.dst = dst;
@@ -100,6 +91,10 @@ CUresult SubArray(Client& client, wire::SubArrayKind kind, uint64_t parent_id, u
   if (status == CUDA_SUCCESS) {
     status = AnswerEnum(answer->format(), CU_AD_FORMAT_MAX, &array->descriptor.Format);
   }
+  // An element has 1, 2 or 4 channels; an answer with other counts would size later copies wrongly.
+  if (status == CUDA_SUCCESS && answer->channels() != 1 && answer->channels() != 2 && answer->channels() != 4) {
+    status = CUDA_ERROR_UNKNOWN;
+  }
   if (status != CUDA_SUCCESS) {
     client.arrays.Destroy(array);
     return status;
@@ -114,9 +109,15 @@ CUresult SubArray(Client& client, wire::SubArrayKind kind, uint64_t parent_id, u
   return CUDA_SUCCESS;
 }
 
-// The sub-arrays in `cache` are gone with their parent.
+// The sub-arrays in `cache` are gone with their parent, and their own planes with them (a level can be planar).
 void ForgetSubArrays(Client& client, std::map<unsigned int, CUarray_st*>& cache) {
-  for (const auto& [index, array] : cache) client.arrays.Destroy(array);
+  for (const auto& [index, array] : cache) {
+    {
+      std::lock_guard<std::mutex> lock(array->planes_mutex);
+      ForgetSubArrays(client, array->planes);
+    }
+    client.arrays.Destroy(array);
+  }
   cache.clear();
 }
 

@@ -17,7 +17,7 @@ CUresult CreateContext(CUcontext* result_context, unsigned int flags, CUdevice d
   Client* client;
   CURELAY_RETURN_IF_ERROR(RequireClient(&client));
   if (result_context == nullptr || affinity_count < 0) return CUDA_ERROR_INVALID_VALUE;
-  if (affinity == nullptr) affinity_count = 0;
+  if (affinity == nullptr && affinity_count > 0) return CUDA_ERROR_INVALID_VALUE;  // a count of parameters not given
   if (affinity_count > static_cast<int>(wire::kMostAffinityParams)) return CUDA_ERROR_INVALID_VALUE;
   std::vector<uint32_t> sm_counts;
   for (int i = 0; i < affinity_count; ++i) {

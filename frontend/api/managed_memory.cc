@@ -14,6 +14,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cstdio>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -119,8 +120,14 @@ CUresult RequireHintLocation(Client& client, const CUmemLocation& location) {
   switch (location.type) {
     case CU_MEM_LOCATION_TYPE_DEVICE: return RequireDevice(client, location.id);
     case CU_MEM_LOCATION_TYPE_HOST:
-    case CU_MEM_LOCATION_TYPE_HOST_NUMA:
     case CU_MEM_LOCATION_TYPE_HOST_NUMA_CURRENT: return CUDA_SUCCESS;
+    case CU_MEM_LOCATION_TYPE_HOST_NUMA: {
+      // A node of this host (managed memory exists on the same host only, so it is the GPU's host too).
+      if (location.id < 0) return CUDA_ERROR_INVALID_VALUE;
+      char node[64];
+      std::snprintf(node, sizeof(node), "/sys/devices/system/node/node%d", location.id);
+      return access(node, F_OK) == 0 ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
+    }
     default: return CUDA_ERROR_INVALID_VALUE;
   }
 }
@@ -365,7 +372,7 @@ CUresult cuMemAdvise_v1(CUdeviceptr ptr, size_t bytes, CUmem_advise advice, CUde
 CUresult cuMemRangeGetAttribute(void* data, size_t data_size, CUmem_range_attribute attribute, CUdeviceptr ptr,
                                 size_t bytes) {
   Client* client;
-  CURELAY_RETURN_IF_ERROR(RequireClient(&client));
+  CURELAY_RETURN_IF_ERROR(RequireContext(&client));  // as the driver, which answers for the current context
   if (data == nullptr) return CUDA_ERROR_INVALID_VALUE;
   std::shared_ptr<ManagedRangeHints> hints;
   size_t offset = 0;

@@ -997,6 +997,7 @@ TEST_F(DriverApiTest, ExecutionAffinityIsAnsweredByTheDriver) {
   params.numExecAffinityParams = 1;
   EXPECT_EQ(cuCtxCreate(&context, &params, 0, 0), CUDA_ERROR_UNSUPPORTED_EXEC_AFFINITY);
   EXPECT_EQ(cuCtxCreate_v3(&context, &affinity, -1, 0, 0), CUDA_ERROR_INVALID_VALUE);
+  EXPECT_EQ(cuCtxCreate_v3(&context, nullptr, 2, 0, 0), CUDA_ERROR_INVALID_VALUE);  // a count with no list
   ASSERT_CU(cuCtxCreate_v3(&context, nullptr, 0, 0, 0));
   CUcontext current = nullptr;
   ASSERT_CU(cuCtxGetCurrent(&current));

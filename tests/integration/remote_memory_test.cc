@@ -514,6 +514,11 @@ TEST_F(RemoteMemoryTest, ManagedRangeAttributesAnswerTheHintsGiven) {
   EXPECT_EQ(attribute(CU_MEM_RANGE_ATTRIBUTE_PREFERRED_LOCATION_ID, managed + kBytes / 2, kBytes / 2), -1);
   // Accessed-by takes a device or the host only.
   EXPECT_EQ(cuMemAdvise(managed, kBytes, CU_MEM_ADVISE_SET_ACCESSED_BY, numa), CUDA_ERROR_INVALID_VALUE);
+  // A NUMA node this host does not have is refused; one it has is taken.
+  EXPECT_EQ(cuMemAdvise(managed + kBytes / 2, 4096, CU_MEM_ADVISE_SET_PREFERRED_LOCATION,
+                        CUmemLocation{CU_MEM_LOCATION_TYPE_HOST_NUMA, 1 << 20}),
+            CUDA_ERROR_INVALID_VALUE);
+  ASSERT_CU(cuMemAdvise(managed + kBytes / 2, 4096, CU_MEM_ADVISE_SET_PREFERRED_LOCATION, numa));
   // Accessed-by: the devices that have it on the whole range, the rest of the array CU_DEVICE_INVALID.
   ASSERT_CU(cuMemAdvise(managed, kBytes, CU_MEM_ADVISE_SET_ACCESSED_BY, device));
   int accessed[3] = {7, 7, 7};
