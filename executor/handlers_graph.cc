@@ -24,6 +24,7 @@
 #include "executor/aligned_copy.h"
 #include "executor/copy_end.h"
 #include "executor/session.h"
+#include "schema/memory_operations.h"
 #include "schema/wire_enum.h"
 
 namespace curelay::executor {
@@ -466,6 +467,8 @@ struct Session::NodeParameters {
   std::vector<CUmemAccessDesc> access;  // alloc.accessDescs
   CUdeviceptr address = 0;              // a free node's
   CUDA_HOST_NODE_PARAMS host{};
+  CUDA_BATCH_MEM_OP_NODE_PARAMS batch{};         // a batch memory-operation node's; paramArray: `operations`
+  std::vector<CUstreamBatchMemOpParams> operations;
   size_t argument_bytes = 0;
   void* extra[5] = {};
 };
@@ -562,6 +565,24 @@ CUresult Session::DecodeNodeParameters(const wire::GraphAddNode& spec, std::span
       return CUDA_SUCCESS;
     case wire::GraphNodeKind::Host:
       return HostNodeParams(spec.host_function(), &parameters->host);
+    case wire::GraphNodeKind::BatchMemOp: {
+      const auto* operations = spec.memory_operations();
+      if (operations == nullptr || operations->size() == 0 || operations->size() > wire::kMostMemoryOperations) {
+        return CUDA_ERROR_INVALID_VALUE;
+      }
+      parameters->operations.resize(operations->size());
+      for (size_t i = 0; i < operations->size(); ++i) {
+        if (!wire::DecodeMemoryOperation(*operations->Get(i), &parameters->operations[i])) {
+          return CUDA_ERROR_INVALID_VALUE;
+        }
+      }
+      CUDA_BATCH_MEM_OP_NODE_PARAMS& batch = parameters->batch;
+      batch.ctx = CurrentDriverContext();  // the client refuses a node of another context
+      batch.count = static_cast<unsigned int>(parameters->operations.size());
+      batch.paramArray = parameters->operations.data();
+      batch.flags = spec.memory_operation_flags();
+      return CUDA_SUCCESS;
+    }
   }
   return CUDA_ERROR_INVALID_VALUE;
 }
@@ -605,6 +626,7 @@ Session::Outcome Session::GraphAddNode(const wire::GraphAddNode& call, std::span
     case wire::GraphNodeKind::MemAlloc: result = add(driver_.cuGraphAddMemAllocNode, &parameters.alloc); break;
     case wire::GraphNodeKind::MemFree: result = add(driver_.cuGraphAddMemFreeNode, parameters.address); break;
     case wire::GraphNodeKind::Host: result = add(driver_.cuGraphAddHostNode, &parameters.host); break;
+    case wire::GraphNodeKind::BatchMemOp: result = add(driver_.cuGraphAddBatchMemOpNode, &parameters.batch); break;
     case wire::GraphNodeKind::ChildGraph:
       if (!call.child_graph_moved()) {
         result = add(driver_.cuGraphAddChildGraphNode, parameters.child);
@@ -752,6 +774,9 @@ Session::Outcome Session::GraphExecNodeUpdate(const wire::GraphExecNodeUpdate& c
     case wire::GraphNodeKind::Host:
       if (driver_.cuGraphExecHostNodeSetParams == nullptr) return {CUDA_ERROR_NOT_SUPPORTED};
       return {driver_.cuGraphExecHostNodeSetParams(exec->second, node->second, &parameters.host)};
+    case wire::GraphNodeKind::BatchMemOp:
+      if (driver_.cuGraphExecBatchMemOpNodeSetParams == nullptr) return {CUDA_ERROR_NOT_SUPPORTED};
+      return {driver_.cuGraphExecBatchMemOpNodeSetParams(exec->second, node->second, &parameters.batch)};
     default:
       return {CUDA_ERROR_INVALID_VALUE};
   }
@@ -774,6 +799,8 @@ Session::Outcome Session::GraphNodeSetParams(const wire::GraphNodeSetParams& cal
       return {set(driver_.cuGraphEventRecordNodeSetEvent, node, parameters.event)};
     case wire::GraphNodeKind::EventWait: return {set(driver_.cuGraphEventWaitNodeSetEvent, node, parameters.event)};
     case wire::GraphNodeKind::Host: return {set(driver_.cuGraphHostNodeSetParams, node, &parameters.host)};
+    case wire::GraphNodeKind::BatchMemOp:
+      return {set(driver_.cuGraphBatchMemOpNodeSetParams, node, &parameters.batch)};
     default: return {CUDA_ERROR_NOT_SUPPORTED};
   }
 }
@@ -962,6 +989,30 @@ CUresult Session::EncodeNodeParameters(CUgraphNode node, flatbuffers::Offset<wir
       wire::GraphAddNodeBuilder fields(builder_);
       fields.add_kind(wire::GraphNodeKind::Host);
       fields.add_host_function(function);
+      *spec = fields.Finish();
+      return CUDA_SUCCESS;
+    }
+    case CU_GRAPH_NODE_TYPE_BATCH_MEM_OP: {
+      if (driver_.cuGraphBatchMemOpNodeGetParams == nullptr) return CUDA_ERROR_NOT_SUPPORTED;
+      CUDA_BATCH_MEM_OP_NODE_PARAMS batch{};
+      if (CUresult r = driver_.cuGraphBatchMemOpNodeGetParams(node, &batch); r != CUDA_SUCCESS) return r;
+      if (batch.count > wire::kMostMemoryOperations || (batch.count != 0 && batch.paramArray == nullptr)) {
+        return CUDA_ERROR_NOT_SUPPORTED;  // more than a message carries
+      }
+      std::vector<wire::MemoryOperation> operations(batch.count);
+      for (unsigned int i = 0; i < batch.count; ++i) {
+        if (!wire::EncodeMemoryOperation(batch.paramArray[i], &operations[i])) return CUDA_ERROR_NOT_SUPPORTED;
+      }
+      uint64_t context = 0;
+      for (const auto& [id, known] : contexts_) {
+        if (known == batch.ctx) context = id;
+      }
+      const auto operation_vector = builder_.CreateVectorOfStructs(operations);
+      wire::GraphAddNodeBuilder fields(builder_);
+      fields.add_kind(wire::GraphNodeKind::BatchMemOp);
+      fields.add_memory_operations(operation_vector);
+      fields.add_memory_operation_flags(batch.flags);
+      fields.add_context(context);
       *spec = fields.Finish();
       return CUDA_SUCCESS;
     }

@@ -512,6 +512,19 @@ Session::Outcome Session::LibraryGetManaged(const wire::LibraryGetManaged& call)
   });
 }
 
+Session::Outcome Session::LibraryGetUnifiedFunction(const wire::LibraryGetUnifiedFunction& call) {
+  if (driver_.cuLibraryGetUnifiedFunction == nullptr) return {CUDA_ERROR_NOT_SUPPORTED};
+  const auto found = libraries_.find(call.library_id());
+  if (found == libraries_.end()) return {CUDA_ERROR_INVALID_HANDLE};
+  if (call.name() == nullptr) return {CUDA_ERROR_INVALID_VALUE};
+  void* function = nullptr;
+  const CUresult result = driver_.cuLibraryGetUnifiedFunction(&function, found->second, call.name()->c_str());
+  if (result != CUDA_SUCCESS) return {result};
+  spdlog::warn("cuLibraryGetUnifiedFunction {}: its pointer is of the executor's process, refused",
+               call.name()->string_view());
+  return {CUDA_ERROR_NOT_SUPPORTED};
+}
+
 Session::Outcome Session::ManagedGlobalShare(const wire::ManagedGlobalShare& call) {
   const std::string directory = transport::SameHostDirectory(*bound_channel_);
   if (directory.empty()) return {CUDA_ERROR_NOT_SUPPORTED};  // a tcp session shares no memory with its client

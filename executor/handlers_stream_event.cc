@@ -4,6 +4,7 @@
 
 #include "executor/scheduled_work.h"
 #include "executor/session.h"
+#include "schema/memory_operations.h"
 #include "schema/wire_enum.h"
 
 namespace curelay::executor {
@@ -180,40 +181,15 @@ Session::Outcome Session::EventDestroy(const wire::EventDestroy& call) {
 
 Session::Outcome Session::StreamMemoryOperations(const wire::StreamMemoryOperations& call) {
   if (driver_.cuStreamBatchMemOp == nullptr) return {CUDA_ERROR_NOT_SUPPORTED};
-  if (call.operations() == nullptr || call.operations()->size() == 0 || call.operations()->size() > 256) {
+  if (call.operations() == nullptr || call.operations()->size() == 0 ||
+      call.operations()->size() > wire::kMostMemoryOperations) {
     return {CUDA_ERROR_INVALID_VALUE};
   }
   CUstream stream = nullptr;
   if (const CUresult result = LookupStream(call.stream(), &stream); result != CUDA_SUCCESS) return {result};
-  std::vector<CUstreamBatchMemOpParams> operations;
-  for (const wire::MemoryOperation* wire_op : *call.operations()) {
-    CUstreamBatchMemOpParams op{};
-    if (!WireEnum(wire_op->operation(), CU_STREAM_MEM_OP_BARRIER, &op.operation)) return {CUDA_ERROR_INVALID_VALUE};
-    switch (op.operation) {
-      case CU_STREAM_MEM_OP_WAIT_VALUE_32:
-      case CU_STREAM_MEM_OP_WAIT_VALUE_64:
-        op.waitValue.address = wire_op->address();
-        op.waitValue.value64 = wire_op->value();
-        if (op.operation == CU_STREAM_MEM_OP_WAIT_VALUE_32) op.waitValue.value = static_cast<cuuint32_t>(wire_op->value());
-        op.waitValue.flags = wire_op->flags();
-        break;
-      case CU_STREAM_MEM_OP_WRITE_VALUE_32:
-      case CU_STREAM_MEM_OP_WRITE_VALUE_64:
-        op.writeValue.address = wire_op->address();
-        op.writeValue.value64 = wire_op->value();
-        if (op.operation == CU_STREAM_MEM_OP_WRITE_VALUE_32) op.writeValue.value = static_cast<cuuint32_t>(wire_op->value());
-        op.writeValue.flags = wire_op->flags();
-        break;
-      case CU_STREAM_MEM_OP_FLUSH_REMOTE_WRITES:
-        op.flushRemoteWrites.flags = wire_op->flags();
-        break;
-      case CU_STREAM_MEM_OP_BARRIER:
-        op.memoryBarrier.flags = wire_op->flags();
-        break;
-      default:
-        return {CUDA_ERROR_INVALID_VALUE};
-    }
-    operations.push_back(op);
+  std::vector<CUstreamBatchMemOpParams> operations(call.operations()->size());
+  for (size_t i = 0; i < operations.size(); ++i) {
+    if (!wire::DecodeMemoryOperation(*call.operations()->Get(i), &operations[i])) return {CUDA_ERROR_INVALID_VALUE};
   }
   // Gated like other stream work: a wait can hold its stream for as long as the value takes to appear.
   return {LaunchScheduled(kStreamMemoryOperationWork, stream, [&] {

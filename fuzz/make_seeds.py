@@ -229,6 +229,25 @@ def session_seeds():
         (request(13, "ArrayDestroy", {"array_id": 51}), b""),
         (request(14, "MipmappedArrayDestroy", {"mipmap_id": 50}), b""),
     ]
+    # Batch memory-operation graph nodes and unified-function look-ups (protocol 21).
+    write = {"operation": 2, "flags": 0, "address": address(0), "value": 41}
+    wait = {"operation": 1, "flags": 0, "address": address(0), "value": 41}
+    batch = {"kind": "BatchMemOp", "memory_operations": [write, wait], "memory_operation_flags": 0}
+    seeds["batch_memory_operations"] = [
+        retain,
+        (request(2, "MemAlloc", {"bytes": 4096}), b""),
+        (request(3, "GraphCreate", {"graph": 60}, context=0), b""),
+        (request(4, "GraphAddNode", dict(batch, graph=60)), b""),
+        (request(5, "GraphNodeGetParams", {"graph": 60, "node": 1}, context=0), b""),
+        (request(6, "GraphNodeSetParams", {"graph": 60, "node": 1, "spec": batch}), b""),
+        (request(7, "GraphInstantiate", {"graph": 60, "exec": 61}), b""),
+        (request(8, "GraphExecNodeUpdate", {"exec": 61, "node": 1, "spec": batch}), b""),
+        (request(9, "GraphLaunch", {"exec": 61, "stream": 0}), b""),
+        (request(0, "StreamMemoryOperations", {"stream": 0, "operations": [write, wait]}), b""),
+        (request(10, "LibraryLoad", {"library_id": 62}, context=0), PTX),
+        (request(11, "LibraryGetUnifiedFunction", {"library_id": 62, "name": "fill_u32"}, context=0), b""),
+        (request(12, "GraphDestroy", {"graph": 60}, context=0), b""),
+    ]
     return {name: records(*[part for pair in messages for part in pair]) for name, messages in seeds.items()}
 
 

@@ -19,8 +19,8 @@ namespace curelay::wire {
 // class, NUMA node, CPU and memory affinity); 18: managed globals; 19: green contexts (DevResourceQuery,
 // DevSmResourceSplit, DevResourceGenerateDesc, GreenContext*); 20: mipmapped, planar and sparse arrays
 // (MipmappedArrayCreate/Destroy, ArrayGetSubArray, ArrayQuery, MemMapArray), execution affinity at context creation,
-// PointerSetAttribute
-inline constexpr uint32_t kProtocolVersion = 20;
+// PointerSetAttribute; 21: batch memory-operation graph nodes (GraphNodeKind BatchMemOp), LibraryGetUnifiedFunction
+inline constexpr uint32_t kProtocolVersion = 21;
 
 // Size limits: a header frame is small; a payload is one copy chunk or one module image.
 inline constexpr size_t kMaxHeaderBytes = 64 * 1024;
@@ -43,6 +43,9 @@ inline constexpr uint32_t kMostResourceGroups = 256;
 // entry is a table of at most ~120 bytes, so a call stays far inside a message's table count and header size.
 inline constexpr uint32_t kMostAffinityParams = 16;
 inline constexpr uint32_t kMostArrayMapEntries = 128;
+// The most stream memory operations one batch carries (cuStreamBatchMemOp, a batch memory-operation node). cuda.h
+// asks for fewer than 256; a batch of exactly 256 is carried and left to the executor's driver to answer.
+inline constexpr uint32_t kMostMemoryOperations = 256;
 // Coredump attribute buffers the executor allocates for the driver are at most this large.
 inline constexpr uint64_t kMaxCoredumpBufferBytes = uint64_t{1} << 20;
 

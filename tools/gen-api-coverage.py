@@ -89,6 +89,8 @@ FORWARDED_UNLESS = {
     "cuDeviceGetExecAffinitySupport": "once per device and type, then local",
     "cuLaunch": "as `cuLaunchKernel`, with the parameter buffer the `cuParamSet*` calls filled in the client",
     "cuLaunchGrid": "as `cuLaunch`", "cuLaunchGridAsync": "as `cuLaunch`",
+    "cuLaunchCooperativeKernelMultiDevice": "as one `cuLaunchCooperativeKernel` per entry, the streams joined with "
+                                            "events",
     "cuMemcpyBatchAsync": "each copy as the single `cuMemcpyAsync` of its kind, in order on the batch's stream",
     "cuMemcpyBatchAsync_v2": "as `cuMemcpyBatchAsync`",
     "cuMemcpy3DBatchAsync": "each operation as the single `cuMemcpy3DAsync` it describes, in order on the batch's "
@@ -132,7 +134,6 @@ UNSUPPORTED_REASONS = [
      "process checkpoints: they would checkpoint the executor, not the application; not offered"),
     (r"^cuLogs|^cuDevice(Register|Unregister)AsyncNotification",
      "driver log and notification callbacks into the application: not implemented"),
-    (r"BatchMemOp", "batch memory-operation graph nodes: not implemented (stream memory operations are)"),
     (r"^cuCtx(Attach|Detach)$", "deprecated since CUDA 4.0 and absent from its headers"),
     (r".", "not implemented yet"),
 ]
@@ -310,7 +311,8 @@ def main() -> None:
         "| capture into an existing graph (`cuStreamBeginCaptureToGraph`) | into any graph of the session, a conditional "
         "node's body included; `cuStreamUpdateCaptureDependencies` (nodes added by hand to a graph being captured); on "
         "the emulated test driver with at most one dependency |",
-        "| explicit graph construction | empty, kernel, memset, memcpy, child-graph, event record and event wait nodes "
+        "| explicit graph construction | empty, kernel, memset, memcpy, child-graph, event record, event wait and batch "
+        "memory-operation nodes "
         "(`cuGraphAdd*Node`, `cuGraphAddNode` with edge data, programmatic edges included; a child graph cloned, or "
         "moved with `CU_GRAPH_CHILD_GRAPH_OWNERSHIP_MOVE`, when its nodes are updated through the parent's executable "
         "graph and it is destroyed with the parent; conditional nodes with `cuGraphConditionalHandleCreate`, their "
@@ -319,8 +321,19 @@ def main() -> None:
         "side the executor cannot reach goes through a staging buffer (above); a node's context must be the current "
         "one; parameter queries naming a function or event the application no longer has: "
         "`CUDA_ERROR_NOT_SUPPORTED`; `cuGraphDebugDotPrint` writes the executor driver's text (its handles and "
-        "addresses) at the application's path; host nodes: their own row; external-semaphore and batch memory-operation "
-        "nodes and `cuGraphNodeSetParams` of a child-graph node: `CUDA_ERROR_NOT_SUPPORTED` |",
+        "addresses) at the application's path; host nodes: their own row; a batch memory-operation node's "
+        "context must be the current one too, and its parameter query answers the operations in storage the node "
+        "keeps; external-semaphore nodes and `cuGraphNodeSetParams` of a child-graph node: "
+        "`CUDA_ERROR_NOT_SUPPORTED` |",
+        "| `cuLaunchCooperativeKernelMultiDevice` (deprecated) | one `cuLaunchCooperativeKernel` per entry, checked as "
+        "cuda.h asks (created streams only, one entry per device, one grid, block and shared-memory size); the "
+        "default joins of the streams before and after the kernels are events the shim records and waits for; it "
+        "leaves the functions' legacy launch state (`cuFuncSetBlockShape`, `cuParamSet*`) as it was, where the "
+        "driver overwrites it |",
+        "| `cuLibraryGetUnifiedFunction` | the executor's driver answers whether the library has the unified function "
+        "(on a GPU without unified function pointers, as the H200, it refuses every name with "
+        "`CUDA_ERROR_INVALID_VALUE`); a function it has is refused with `CUDA_ERROR_NOT_SUPPORTED` and one log line "
+        "(its pointer would be one of the executor's process) |",
         "| graph memory (allocation and free nodes, made by hand or by capturing `cuMemAllocAsync`/`cuMemFreeAsync`; "
         "`cuDevice*GraphMem*`) | pinned device memory without shareable handles only (`CUDA_ERROR_NOT_SUPPORTED` "
         "otherwise); a graph's allocations are not charged to the session's memory quota; a graph with allocation "

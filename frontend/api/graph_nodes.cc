@@ -1,6 +1,6 @@
-// Explicit graph construction: empty, kernel, memset, memcpy and host nodes (cuGraphAdd*Node, and cuGraphAddNode for
-// those types). Each is made by the executor's driver in the executor's copy of the graph and answered with its
-// node id, so dependencies name nodes as the executor knows them. Kernel arguments are packed here by the
+// Explicit graph construction: empty, kernel, memset, memcpy, host and batch memory-operation nodes
+// (cuGraphAdd*Node, and cuGraphAddNode for those types). Each is made by the executor's driver in the executor's
+// copy of the graph and answered with its node id, so dependencies name nodes as the executor knows them. Kernel arguments are packed here by the
 // function's layout and copied into the node by the driver, as natively. A memcpy node's host side in page-locked
 // memory of a same-host session becomes the executor's registered device address of the same pages; other host
 // memory (pageable, or any over tcp://) a staging buffer that each launch fills or delivers (graph_host_copies.cc).
@@ -16,6 +16,7 @@
 #include "frontend/api/strided_copy.h"
 #include "frontend/client/log.h"
 #include "frontend/launch/argument_packing.h"
+#include "schema/memory_operations.h"
 
 using namespace curelay;
 using namespace curelay::frontend;
@@ -295,6 +296,25 @@ CUresult RequireCurrent(CUcontext context) {
   return context == current ? CUDA_SUCCESS : CUDA_ERROR_NOT_SUPPORTED;
 }
 
+// A batch memory-operation node of `count` operations (cuStreamBatchMemOp's, checked as it checks them) in `context`.
+CUresult BatchMemOpNode(const NodeTarget& target, CUcontext context, unsigned int count,
+                        const CUstreamBatchMemOpParams* operations, unsigned int flags) {
+  if (count == 0 || count > wire::kMostMemoryOperations || operations == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  CURELAY_RETURN_IF_ERROR(RequireCurrent(context));
+  std::vector<wire::MemoryOperation> encoded(count);
+  for (unsigned int i = 0; i < count; ++i) {
+    if (!wire::EncodeMemoryOperation(operations[i], &encoded[i])) return CUDA_ERROR_INVALID_VALUE;
+  }
+  flatbuffers::Offset<flatbuffers::Vector<const wire::MemoryOperation*>> operation_vector;
+  return SendNode(
+      target, wire::GraphNodeKind::BatchMemOp, {},
+      [&](flatbuffers::FlatBufferBuilder& builder) { operation_vector = builder.CreateVectorOfStructs(encoded); },
+      [&](wire::GraphAddNodeBuilder& fields) {
+        fields.add_memory_operations(operation_vector);
+        fields.add_memory_operation_flags(flags);
+      });
+}
+
 // A conditional node. The executor's driver makes its body graphs; they get client graphs here, handed out in an
 // array the parent graph keeps (phGraph_out is the driver's to fill, valid as long as the node), and go with it.
 CUresult ConditionalNode(const NodeTarget& target, CUDA_CONDITIONAL_NODE_PARAMS& conditional) {
@@ -461,6 +481,10 @@ std::optional<CUresult> SharedKindNode(const NodeTarget& target, const CUgraphNo
     case CU_GRAPH_NODE_TYPE_HOST: {
       const CUDA_HOST_NODE_PARAMS host{params->host.fn, params->host.userData};
       return HostNode(target, &host);
+    }
+    case CU_GRAPH_NODE_TYPE_BATCH_MEM_OP: {
+      const CUDA_BATCH_MEM_OP_NODE_PARAMS_v2& batch = params->memOp;
+      return BatchMemOpNode(target, batch.ctx, batch.count, batch.paramArray, batch.flags);
     }
     default:
       return std::nullopt;
@@ -839,6 +863,59 @@ CUresult cuGraphExecHostNodeSetParams(CUgraphExec exec, CUgraphNode node, const 
     return CUDA_ERROR_INVALID_VALUE;
   }
   return HostNode(Updating(exec, node), params);
+}
+
+CUresult cuGraphAddBatchMemOpNode(CUgraphNode* node, CUgraph graph, const CUgraphNode* dependencies, size_t count,
+                                  const CUDA_BATCH_MEM_OP_NODE_PARAMS* params) {
+  if (params == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  return BatchMemOpNode(Adding(node, graph, dependencies, count), params->ctx, params->count, params->paramArray,
+                        params->flags);
+}
+
+CUresult cuGraphBatchMemOpNodeSetParams(CUgraphNode node, const CUDA_BATCH_MEM_OP_NODE_PARAMS* params) {
+  if (params == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  if (node == nullptr || !Graphs().nodes.Contains(node) || node->type != CU_GRAPH_NODE_TYPE_BATCH_MEM_OP) {
+    return CUDA_ERROR_INVALID_VALUE;
+  }
+  return BatchMemOpNode(Setting(node), params->ctx, params->count, params->paramArray, params->flags);
+}
+
+// The executor's driver judges which fields may change in an executable graph (addresses, values, wait kinds).
+CUresult cuGraphExecBatchMemOpNodeSetParams(CUgraphExec exec, CUgraphNode node,
+                                            const CUDA_BATCH_MEM_OP_NODE_PARAMS* params) {
+  if (params == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  return BatchMemOpNode(Updating(exec, node), params->ctx, params->count, params->paramArray, params->flags);
+}
+
+// paramArray points into storage the node keeps, unchanged while the answer is (cuda.h: owned by the node, valid
+// until it is destroyed or its parameters are set).
+CUresult cuGraphBatchMemOpNodeGetParams(CUgraphNode node, CUDA_BATCH_MEM_OP_NODE_PARAMS* params) {
+  if (params == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  Client* client;
+  ReplyMessage reply;
+  const wire::GraphAddNode* spec = nullptr;
+  CURELAY_RETURN_IF_ERROR(QueryNode(&client, node, CU_GRAPH_NODE_TYPE_BATCH_MEM_OP, &reply, &spec));
+  const auto* encoded = spec->memory_operations();
+  const size_t count = encoded != nullptr ? encoded->size() : 0;
+  if (count > wire::kMostMemoryOperations) return CUDA_ERROR_UNKNOWN;
+  std::vector<CUstreamBatchMemOpParams> operations(count);
+  for (size_t i = 0; i < count; ++i) {
+    if (!wire::DecodeMemoryOperation(*encoded->Get(i), &operations[i])) return CUDA_ERROR_UNKNOWN;
+  }
+  *params = {};
+  params->ctx = client->contexts.FindById(spec->context());
+  params->count = static_cast<unsigned int>(count);
+  params->flags = spec->memory_operation_flags();
+  std::lock_guard<std::mutex> lock(node->graph->mutex);
+  const auto same = [](const CUstreamBatchMemOpParams& a, const CUstreamBatchMemOpParams& b) {
+    return std::memcmp(&a, &b, sizeof a) == 0;
+  };
+  if (!std::equal(operations.begin(), operations.end(), node->batch_operations.begin(),
+                  node->batch_operations.end(), same)) {
+    node->batch_operations = std::move(operations);
+  }
+  params->paramArray = node->batch_operations.empty() ? nullptr : node->batch_operations.data();
+  return CUDA_SUCCESS;
 }
 
 CUresult cuGraphMemsetNodeGetParams(CUgraphNode node, CUDA_MEMSET_NODE_PARAMS* params) {

@@ -1,5 +1,6 @@
 // Kernel launches: arguments are packed here by the function's parameter layout and the launch is posted; the
 // application does not wait for it, exactly as with the real driver.
+#include <algorithm>
 #include <vector>
 
 #include "frontend/api/api_support.h"
@@ -90,4 +91,83 @@ extern "C" CUresult cuLaunchCooperativeKernel(CUfunction function, unsigned int 
   config.attrs = &cooperative;
   config.numAttrs = 1;
   return PostLaunch(function, config, kernel_params, nullptr);
+}
+
+namespace {
+
+// Makes every stream of `streams` wait for the work each of the others holds now (an event recorded in each, in
+// that stream's own context), as the multi-device launch's pre- and post-launch synchronization do.
+CUresult JoinStreams(const std::vector<CUstream>& streams) {
+  std::vector<CUevent> events;
+  CUresult result = CUDA_SUCCESS;
+  for (CUstream stream : streams) {
+    CUcontext context = nullptr;
+    if ((result = cuStreamGetCtx(stream, &context)) != CUDA_SUCCESS) break;
+    if ((result = cuCtxPushCurrent(context)) != CUDA_SUCCESS) break;
+    CUevent event = nullptr;
+    result = cuEventCreate(&event, CU_EVENT_DISABLE_TIMING);
+    if (result == CUDA_SUCCESS) {
+      events.push_back(event);
+      result = cuEventRecord(event, stream);
+    }
+    CUcontext popped = nullptr;
+    cuCtxPopCurrent(&popped);
+    if (result != CUDA_SUCCESS) break;
+  }
+  for (size_t waiter = 0; result == CUDA_SUCCESS && waiter < streams.size(); ++waiter) {
+    for (size_t other = 0; result == CUDA_SUCCESS && other < events.size(); ++other) {
+      if (other != waiter) result = cuStreamWaitEvent(streams[waiter], events[other], 0);
+    }
+  }
+  for (CUevent event : events) cuEventDestroy(event);  // the waits keep what they need, as natively
+  return result;
+}
+
+}  // namespace
+
+// The deprecated multi-device form: one cooperative launch per entry, each on a stream of its own device, checked as
+// cuda.h asks (created streams only, one entry per device, the same grid, block and shared memory everywhere). The
+// default synchronization across the streams (before the kernels and after them) is made of events; with one entry
+// stream order alone gives it. As cuLaunchKernel here, it leaves the functions' legacy launch state (block shape,
+// parameters) as it was, where the driver overwrites it.
+extern "C" CUresult cuLaunchCooperativeKernelMultiDevice(CUDA_LAUNCH_PARAMS* list, unsigned int count,
+                                                         unsigned int flags) {
+  constexpr unsigned int kKnownFlags = CUDA_COOPERATIVE_LAUNCH_MULTI_DEVICE_NO_PRE_LAUNCH_SYNC |
+                                       CUDA_COOPERATIVE_LAUNCH_MULTI_DEVICE_NO_POST_LAUNCH_SYNC;
+  Client* client;
+  CURELAY_RETURN_IF_ERROR(RequireContext(&client));
+  if (list == nullptr || count == 0 || (flags & ~kKnownFlags) != 0) return CUDA_ERROR_INVALID_VALUE;
+  std::vector<CUstream> streams;
+  std::vector<CUdevice> devices;
+  for (unsigned int i = 0; i < count; ++i) {
+    const CUDA_LAUNCH_PARAMS& entry = list[i];
+    const CUDA_LAUNCH_PARAMS& first = list[0];
+    if (entry.hStream == nullptr || entry.hStream == CU_STREAM_LEGACY || entry.hStream == CU_STREAM_PER_THREAD) {
+      return CUDA_ERROR_INVALID_HANDLE;  // what the driver answers for the NULL stream (measured on the H200)
+    }
+    if (entry.gridDimX != first.gridDimX || entry.gridDimY != first.gridDimY || entry.gridDimZ != first.gridDimZ ||
+        entry.blockDimX != first.blockDimX || entry.blockDimY != first.blockDimY ||
+        entry.blockDimZ != first.blockDimZ || entry.sharedMemBytes != first.sharedMemBytes) {
+      return CUDA_ERROR_INVALID_VALUE;
+    }
+    CUcontext context = nullptr;
+    CURELAY_RETURN_IF_ERROR(cuStreamGetCtx(entry.hStream, &context));
+    if (std::find(devices.begin(), devices.end(), context->device) != devices.end()) return CUDA_ERROR_INVALID_VALUE;
+    devices.push_back(context->device);
+    streams.push_back(entry.hStream);
+  }
+  if (count > 1 && (flags & CUDA_COOPERATIVE_LAUNCH_MULTI_DEVICE_NO_PRE_LAUNCH_SYNC) == 0) {
+    CURELAY_RETURN_IF_ERROR(JoinStreams(streams));
+  }
+  for (unsigned int i = 0; i < count; ++i) {
+    const CUDA_LAUNCH_PARAMS& entry = list[i];
+    CURELAY_RETURN_IF_ERROR(cuLaunchCooperativeKernel(entry.function, entry.gridDimX, entry.gridDimY,
+                                                      entry.gridDimZ, entry.blockDimX, entry.blockDimY,
+                                                      entry.blockDimZ, entry.sharedMemBytes, entry.hStream,
+                                                      entry.kernelParams));
+  }
+  if (count > 1 && (flags & CUDA_COOPERATIVE_LAUNCH_MULTI_DEVICE_NO_POST_LAUNCH_SYNC) == 0) {
+    CURELAY_RETURN_IF_ERROR(JoinStreams(streams));
+  }
+  return CUDA_SUCCESS;
 }

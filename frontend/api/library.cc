@@ -310,4 +310,21 @@ CUresult cuLibraryGetManaged(CUdeviceptr* ptr, size_t* bytes, CUlibrary library,
   return LibraryGlobal(ptr, bytes, library, name, true);
 }
 
+// A unified function's pointer would be one of the executor's process: the executor's driver says whether the
+// library has one (natively, on a GPU without unified function pointers, it answers CUDA_ERROR_INVALID_VALUE for
+// any name, measured on the H200), and one it has is refused with CUDA_ERROR_NOT_SUPPORTED.
+CUresult cuLibraryGetUnifiedFunction(void** function, CUlibrary library, const char* name) {
+  Client* client;
+  CURELAY_RETURN_IF_ERROR(RequireClient(&client));
+  if (function == nullptr || name == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  if (library == nullptr || !client->libraries.Contains(library)) return CUDA_ERROR_INVALID_HANDLE;
+  auto& builder = Builder();
+  const auto call = wire::CreateLibraryGetUnifiedFunction(builder, library->id, builder.CreateString(name)).Union();
+  const CUresult result = client->Call(builder, wire::Call::LibraryGetUnifiedFunction, call, {}, nullptr);
+  if (result == CUDA_ERROR_NOT_SUPPORTED) {
+    Log().warn("cuLibraryGetUnifiedFunction({}): a unified function's pointer cannot reach this process", name);
+  }
+  return result;
+}
+
 }  // extern "C"

@@ -4,6 +4,7 @@
 #include <vector>
 
 #include "frontend/api/api_support.h"
+#include "schema/memory_operations.h"
 
 using namespace curelay;
 using namespace curelay::frontend;
@@ -46,32 +47,12 @@ CUresult cuStreamWriteValue64_v2(CUstream stream, CUdeviceptr address, cuuint64_
 
 CUresult cuStreamBatchMemOp_v2(CUstream stream, unsigned int count, CUstreamBatchMemOpParams* params,
                                unsigned int flags) {
-  if (count == 0 || count > 256 || params == nullptr || flags != 0) return CUDA_ERROR_INVALID_VALUE;
-  std::vector<wire::MemoryOperation> operations;
+  if (count == 0 || count > wire::kMostMemoryOperations || params == nullptr || flags != 0) {
+    return CUDA_ERROR_INVALID_VALUE;
+  }
+  std::vector<wire::MemoryOperation> operations(count);
   for (unsigned int i = 0; i < count; ++i) {
-    const CUstreamBatchMemOpParams& op = params[i];
-    switch (op.operation) {
-      case CU_STREAM_MEM_OP_WAIT_VALUE_32:
-      case CU_STREAM_MEM_OP_WAIT_VALUE_64:
-        operations.emplace_back(op.operation, op.waitValue.flags, op.waitValue.address,
-                                op.operation == CU_STREAM_MEM_OP_WAIT_VALUE_32 ? op.waitValue.value
-                                                                              : op.waitValue.value64);
-        break;
-      case CU_STREAM_MEM_OP_WRITE_VALUE_32:
-      case CU_STREAM_MEM_OP_WRITE_VALUE_64:
-        operations.emplace_back(op.operation, op.writeValue.flags, op.writeValue.address,
-                                op.operation == CU_STREAM_MEM_OP_WRITE_VALUE_32 ? op.writeValue.value
-                                                                               : op.writeValue.value64);
-        break;
-      case CU_STREAM_MEM_OP_FLUSH_REMOTE_WRITES:
-        operations.emplace_back(op.operation, op.flushRemoteWrites.flags, 0, 0);
-        break;
-      case CU_STREAM_MEM_OP_BARRIER:
-        operations.emplace_back(op.operation, op.memoryBarrier.flags, 0, 0);
-        break;
-      default:
-        return CUDA_ERROR_INVALID_VALUE;
-    }
+    if (!wire::EncodeMemoryOperation(params[i], &operations[i])) return CUDA_ERROR_INVALID_VALUE;
   }
   return PostOperations(stream, operations);
 }

@@ -163,6 +163,9 @@ struct CUgraphNode_st {
   // An allocation node's access descriptors as cuGraphMemAllocNodeGetParams last answered them (accessDescs points
   // here).
   std::vector<CUmemAccessDesc> access;
+  // A batch memory-operation node's operations as cuGraphBatchMemOpNodeGetParams last answered them (paramArray
+  // points here).
+  std::vector<CUstreamBatchMemOpParams> batch_operations;
 };
 
 namespace curelay::frontend {

@@ -248,7 +248,7 @@ void SetConditionalOp(Node& node) {
   };
 }
 
-// Stores `record` in `node`, pointing its kernelParams into its own argument bytes. Locked.
+// Stores `record` in `node`, pointing its kernelParams (and other arrays it answers) into its own copies. Locked.
 void StoreRecord(Node& node, NodeRecord record) {
   node.record = std::move(record);
   NodeRecord& stored = node.record;
@@ -258,6 +258,8 @@ void StoreRecord(Node& node, NodeRecord record) {
   stored.kernel.extra = nullptr;
   stored.alloc.accessDescs = stored.access.empty() ? nullptr : stored.access.data();
   stored.alloc.accessDescCount = stored.access.size();
+  stored.batch.paramArray = stored.batch_operations.empty() ? nullptr : stored.batch_operations.data();
+  stored.batch.count = static_cast<unsigned>(stored.batch_operations.size());
 }
 
 // A copy of `original` with new node handles, its edges between the copies (cuGraphClone, and the copy a child-graph
@@ -365,6 +367,7 @@ bool MakeExecGraph(const Graph& graph, std::shared_ptr<ExecGraph>* out) {
   if (!RunOrder(graph.nodes, &exec->run_order)) return false;
   for (const auto& node : graph.nodes) {
     auto copy = std::make_shared<Node>(*node);
+    StoreRecord(*copy, node->record);  // the copy's arrays must not point into the graph's node
     copy->moved_child = nullptr;
     if (node->moved_child != nullptr && !MakeExecGraph(*node->moved_child, &copy->exec_child)) return false;
     exec->nodes.push_back(std::move(copy));
@@ -551,13 +554,14 @@ CUresult GraphNodeRecord(CUgraphNode node_handle, CUgraphNodeType type, NodeReco
 }
 
 CUresult SetExecNodeOp(CUgraphExec exec_handle, CUgraphNode node_handle, CUgraphNodeType type,
-                       std::function<CUresult()> op) {
+                       std::function<CUresult()> op, const std::function<bool(const NodeRecord&)>& accepts) {
   State& s = state();
   std::lock_guard lock(s.mu);
   auto exec = s.execs.find(HandleValue(exec_handle));
   if (exec == s.execs.end()) return CUDA_ERROR_INVALID_VALUE;
   const auto node = FindExecNode(*exec->second->graph, HandleValue(node_handle));
   if (node == nullptr || node->type != type) return CUDA_ERROR_INVALID_VALUE;
+  if (accepts != nullptr && !accepts(node->record)) return CUDA_ERROR_INVALID_VALUE;
   node->op = std::move(op);
   return CUDA_SUCCESS;
 }
@@ -1319,7 +1323,8 @@ CUresult CUDAAPI cuGraphAddChildGraphNode(CUgraphNode* phGraphNode, CUgraph hGra
   });
 }
 
-// Child-graph nodes only (what the executor uses it for), cloned or moved; other node types have their own calls.
+// Child-graph (cloned or moved), conditional, memory and batch memory-operation nodes; other node types answer
+// CUDA_ERROR_NOT_SUPPORTED here (they have their own calls).
 CUresult CUDAAPI cuGraphAddNode_v2(CUgraphNode* phGraphNode, CUgraph hGraph, const CUgraphNode* dependencies,
                                    const CUgraphEdgeData* edgeData, size_t numDependencies,
                                    CUgraphNodeParams* nodeParams) {
@@ -1337,6 +1342,12 @@ CUresult CUDAAPI cuGraphAddNode_v2(CUgraphNode* phGraphNode, CUgraph hGraph, con
     }
     if (nodeParams->type == CU_GRAPH_NODE_TYPE_MEM_FREE && edgeData == nullptr) {
       return cuGraphAddMemFreeNode(phGraphNode, hGraph, dependencies, numDependencies, nodeParams->free.dptr);
+    }
+    if (nodeParams->type == CU_GRAPH_NODE_TYPE_BATCH_MEM_OP && edgeData == nullptr) {
+      // The same layout as CUDA_BATCH_MEM_OP_NODE_PARAMS.
+      static_assert(sizeof(nodeParams->memOp) == sizeof(CUDA_BATCH_MEM_OP_NODE_PARAMS));
+      return cuGraphAddBatchMemOpNode(phGraphNode, hGraph, dependencies, numDependencies,
+                                      reinterpret_cast<const CUDA_BATCH_MEM_OP_NODE_PARAMS*>(&nodeParams->memOp));
     }
     if (nodeParams->type != CU_GRAPH_NODE_TYPE_GRAPH || edgeData != nullptr) return CUDA_ERROR_NOT_SUPPORTED;
     const CUgraph child_handle = nodeParams->graph.graph;

@@ -86,7 +86,7 @@ CUmoduleLoadingMode ModuleLoadingMode() {
 extern "C" {
 
 // Library options: CU_LIBRARY_BINARY_IS_PRESERVED is a promise the emulation has no use for; the host function
-// and data table (cuLibraryGetUnifiedFunction, cuLibraryGetManaged) is not emulated.
+// and data table is not emulated (nor unified functions: cuLibraryGetUnifiedFunction answers as a GPU without them).
 CUresult CUDAAPI cuLibraryLoadData(CUlibrary* library, const void* code, CUjit_option* jitOptions,
                                    void** jitOptionsValues, unsigned int numJitOptions,
                                    CUlibraryOption* libraryOptions, void** libraryOptionValues,
@@ -246,6 +246,19 @@ CUresult CUDAAPI cuLibraryGetGlobal(CUdeviceptr* dptr, size_t* bytes, CUlibrary 
     std::shared_ptr<emu::Module> module;
     if (CUresult r = emu::ModuleInCurrentContext(*found, &module); r != CUDA_SUCCESS) return r;
     return cuModuleGetGlobal(dptr, bytes, emu::ToHandle<CUmodule>(module->handle), name);
+  });
+}
+
+// A GPU without unified function pointers (CU_DEVICE_ATTRIBUTE_UNIFIED_FUNCTION_POINTERS 0), as the H200: the driver
+// answers CUDA_ERROR_INVALID_VALUE for any name of a known library (measured there).
+CUresult CUDAAPI cuLibraryGetUnifiedFunction(void** fptr, CUlibrary library, const char* symbol) {
+  return emu::Guard([&] {
+    if (CUresult r = emu::CheckInit(); r != CUDA_SUCCESS) return r;
+    std::shared_ptr<emu::Library> found;
+    if (CUresult r = emu::LookupLibrary(library, &found); r != CUDA_SUCCESS) return r;
+    (void)fptr;
+    (void)symbol;
+    return CUDA_ERROR_INVALID_VALUE;
   });
 }
 

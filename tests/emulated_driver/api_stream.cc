@@ -32,6 +32,124 @@ uint64_t StreamTail(const Context& ctx, const Stream* stream) {
   return stream != nullptr ? stream->last_seq.load() : ctx.last_seq.load();
 }
 
+// Stream memory operations, for cuStreamBatchMemOp and batch memory-operation graph nodes alike: `count` operations
+// of known types on aligned device (or registered host) addresses, flags 0. *op runs them in array order on a copy of
+// the array, keeping the allocations they touch alive. A wait spins on the device worker until its condition holds
+// (the value comes from the host through mapped memory, or from work queued before it: the emulated device runs one
+// operation at a time).
+CUresult BatchMemOpsOp(const CUstreamBatchMemOpParams* paramArray, unsigned count, unsigned flags,
+                       std::function<CUresult()>* op) {
+  if (count == 0 || paramArray == nullptr || flags != 0) return CUDA_ERROR_INVALID_VALUE;
+  std::vector<CUstreamBatchMemOpParams> ops(paramArray, paramArray + count);
+  std::vector<std::shared_ptr<Allocation>> pins;
+  for (const CUstreamBatchMemOpParams& p : ops) {
+    size_t width = 0;
+    CUdeviceptr address = 0;
+    switch (p.operation) {
+      case CU_STREAM_MEM_OP_WAIT_VALUE_32: width = 4; address = p.waitValue.address; break;
+      case CU_STREAM_MEM_OP_WAIT_VALUE_64: width = 8; address = p.waitValue.address; break;
+      case CU_STREAM_MEM_OP_WRITE_VALUE_32: width = 4; address = p.writeValue.address; break;
+      case CU_STREAM_MEM_OP_WRITE_VALUE_64: width = 8; address = p.writeValue.address; break;
+      case CU_STREAM_MEM_OP_FLUSH_REMOTE_WRITES:
+      case CU_STREAM_MEM_OP_BARRIER:
+        continue;
+      default:
+        return CUDA_ERROR_INVALID_VALUE;
+    }
+    if (address % width != 0) return CUDA_ERROR_INVALID_VALUE;
+    std::shared_ptr<Allocation> pin;
+    if (CUresult r = ValidateDeviceRange(address, width, &pin); r != CUDA_SUCCESS) return r;
+    if (pin != nullptr) pins.push_back(std::move(pin));
+  }
+  *op = [ops = std::move(ops), pins = std::move(pins)] {
+    for (const CUstreamBatchMemOpParams& p : ops) {
+      switch (p.operation) {
+        case CU_STREAM_MEM_OP_WRITE_VALUE_32:
+          reinterpret_cast<std::atomic<uint32_t>*>(p.writeValue.address)->store(p.writeValue.value);
+          break;
+        case CU_STREAM_MEM_OP_WRITE_VALUE_64:
+          reinterpret_cast<std::atomic<uint64_t>*>(p.writeValue.address)->store(p.writeValue.value64);
+          break;
+        case CU_STREAM_MEM_OP_WAIT_VALUE_32:
+        case CU_STREAM_MEM_OP_WAIT_VALUE_64: {
+          const bool wide = p.operation == CU_STREAM_MEM_OP_WAIT_VALUE_64;
+          const uint64_t want = wide ? p.waitValue.value64 : p.waitValue.value;
+          const auto satisfied = [&] {
+            const uint64_t have = wide ? reinterpret_cast<std::atomic<uint64_t>*>(p.waitValue.address)->load()
+                                       : reinterpret_cast<std::atomic<uint32_t>*>(p.waitValue.address)->load();
+            switch (p.waitValue.flags & 0x3) {
+              case CU_STREAM_WAIT_VALUE_GEQ:
+                return wide ? static_cast<int64_t>(have - want) >= 0
+                            : static_cast<int32_t>(static_cast<uint32_t>(have) - static_cast<uint32_t>(want)) >= 0;
+              case CU_STREAM_WAIT_VALUE_EQ: return have == want;
+              case CU_STREAM_WAIT_VALUE_AND: return (have & want) != 0;
+              default: return wide ? ~(have | want) != 0 : static_cast<uint32_t>(~(have | want)) != 0;
+            }
+          };
+          while (!satisfied()) std::this_thread::yield();
+          break;
+        }
+        default:
+          break;
+      }
+    }
+    return CUDA_SUCCESS;
+  };
+  return CUDA_SUCCESS;
+}
+
+// What a batch memory-operation node's GetParams answer: `ctx` and a copy of the operations.
+NodeRecord BatchMemOpsRecord(CUcontext ctx, const CUstreamBatchMemOpParams* paramArray, unsigned count,
+                             unsigned flags) {
+  NodeRecord record;
+  record.batch = {ctx, count, nullptr, flags};  // paramArray points into batch_operations once stored
+  record.batch_operations.assign(paramArray, paramArray + count);
+  return record;
+}
+
+// A batch memory-operation node's work and record. Its context is the one named, or the current one when none is
+// (one address space: the operations reach their addresses whichever context runs them).
+CUresult BatchMemOpsNode(const CUDA_BATCH_MEM_OP_NODE_PARAMS* params, std::function<CUresult()>* op,
+                         NodeRecord* record) {
+  if (CUresult r = CheckInit(); r != CUDA_SUCCESS) return r;
+  if (params == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  if (CUresult r = BatchMemOpsOp(params->paramArray, params->count, params->flags, op); r != CUDA_SUCCESS) return r;
+  std::shared_ptr<Context> ctx;
+  const CUresult found = params->ctx != nullptr ? LookupContext(params->ctx, &ctx) : CurrentContext(&ctx);
+  if (found != CUDA_SUCCESS) return found;
+  *record = BatchMemOpsRecord(ToHandle<CUcontext>(ctx->handle), params->paramArray, params->count, params->flags);
+  return CUDA_SUCCESS;
+}
+
+// Only addresses, values and wait conditions may change in an instantiated node: its context, the number and types
+// of its operations, a wait's flush bit and the flags of flushes and barriers are fixed (cuda.h).
+bool SameBatchShape(const NodeRecord& instantiated, const NodeRecord& wanted) {
+  if (instantiated.batch.ctx != wanted.batch.ctx ||
+      instantiated.batch_operations.size() != wanted.batch_operations.size()) {
+    return false;
+  }
+  for (size_t i = 0; i < wanted.batch_operations.size(); ++i) {
+    const CUstreamBatchMemOpParams& old_op = instantiated.batch_operations[i];
+    const CUstreamBatchMemOpParams& new_op = wanted.batch_operations[i];
+    if (old_op.operation != new_op.operation) return false;
+    switch (new_op.operation) {
+      case CU_STREAM_MEM_OP_WAIT_VALUE_32:
+      case CU_STREAM_MEM_OP_WAIT_VALUE_64:
+        if (((old_op.waitValue.flags ^ new_op.waitValue.flags) & CU_STREAM_WAIT_VALUE_FLUSH) != 0) return false;
+        break;
+      case CU_STREAM_MEM_OP_FLUSH_REMOTE_WRITES:
+        if (old_op.flushRemoteWrites.flags != new_op.flushRemoteWrites.flags) return false;
+        break;
+      case CU_STREAM_MEM_OP_BARRIER:
+        if (old_op.memoryBarrier.flags != new_op.memoryBarrier.flags) return false;
+        break;
+      default:
+        break;
+    }
+  }
+  return true;
+}
+
 }  // namespace
 
 CUresult CreateStreamIn(const std::shared_ptr<Context>& ctx, CUstream* ph, unsigned int flags, int priority) {
@@ -242,75 +360,71 @@ CUresult CUDAAPI cuLaunchHostFunc(CUstream hStream, CUhostFn fn, void* userData)
   });
 }
 
-// Stream memory operations. A wait spins on the device worker until its condition holds (the value comes from the
-// host through mapped memory, or from work queued before it: the emulated device runs one operation at a time).
 CUresult CUDAAPI cuStreamBatchMemOp_v2(CUstream hStream, unsigned int count, CUstreamBatchMemOpParams* paramArray,
                                        unsigned int flags) {
   return emu::Guard([&] {
     std::shared_ptr<emu::Context> ctx;
     std::shared_ptr<emu::Stream> stream;
     if (CUresult r = emu::ResolveStream(hStream, &ctx, &stream); r != CUDA_SUCCESS) return r;
-    if (count == 0 || paramArray == nullptr || flags != 0) return CUDA_ERROR_INVALID_VALUE;
-    std::vector<CUstreamBatchMemOpParams> ops(paramArray, paramArray + count);
-    for (const CUstreamBatchMemOpParams& op : ops) {
-      size_t width = 0;
-      CUdeviceptr address = 0;
-      switch (op.operation) {
-        case CU_STREAM_MEM_OP_WAIT_VALUE_32: width = 4; address = op.waitValue.address; break;
-        case CU_STREAM_MEM_OP_WAIT_VALUE_64: width = 8; address = op.waitValue.address; break;
-        case CU_STREAM_MEM_OP_WRITE_VALUE_32: width = 4; address = op.writeValue.address; break;
-        case CU_STREAM_MEM_OP_WRITE_VALUE_64: width = 8; address = op.writeValue.address; break;
-        case CU_STREAM_MEM_OP_FLUSH_REMOTE_WRITES:
-        case CU_STREAM_MEM_OP_BARRIER:
-          continue;
-        default:
-          return CUDA_ERROR_INVALID_VALUE;
-      }
-      if (address % width != 0) return CUDA_ERROR_INVALID_VALUE;
-      std::shared_ptr<emu::Allocation> pin;
-      if (CUresult r = emu::ValidateDeviceRange(address, width, &pin); r != CUDA_SUCCESS) return r;
-    }
-    std::function<CUresult()> op = [ops] {
-      for (const CUstreamBatchMemOpParams& p : ops) {
-        switch (p.operation) {
-          case CU_STREAM_MEM_OP_WRITE_VALUE_32:
-            reinterpret_cast<std::atomic<uint32_t>*>(p.writeValue.address)->store(p.writeValue.value);
-            break;
-          case CU_STREAM_MEM_OP_WRITE_VALUE_64:
-            reinterpret_cast<std::atomic<uint64_t>*>(p.writeValue.address)->store(p.writeValue.value64);
-            break;
-          case CU_STREAM_MEM_OP_WAIT_VALUE_32:
-          case CU_STREAM_MEM_OP_WAIT_VALUE_64: {
-            const bool wide = p.operation == CU_STREAM_MEM_OP_WAIT_VALUE_64;
-            const uint64_t want = wide ? p.waitValue.value64 : p.waitValue.value;
-            const auto satisfied = [&] {
-              const uint64_t have = wide ? reinterpret_cast<std::atomic<uint64_t>*>(p.waitValue.address)->load()
-                                         : reinterpret_cast<std::atomic<uint32_t>*>(p.waitValue.address)->load();
-              switch (p.waitValue.flags & 0x3) {
-                case CU_STREAM_WAIT_VALUE_GEQ:
-                  return wide ? static_cast<int64_t>(have - want) >= 0
-                              : static_cast<int32_t>(static_cast<uint32_t>(have) - static_cast<uint32_t>(want)) >= 0;
-                case CU_STREAM_WAIT_VALUE_EQ: return have == want;
-                case CU_STREAM_WAIT_VALUE_AND: return (have & want) != 0;
-                default: return wide ? ~(have | want) != 0 : static_cast<uint32_t>(~(have | want)) != 0;
-              }
-            };
-            while (!satisfied()) std::this_thread::yield();
-            break;
-          }
-          default:
-            break;
-        }
-      }
-      return CUDA_SUCCESS;
-    };
+    std::function<CUresult()> op;
+    if (CUresult r = emu::BatchMemOpsOp(paramArray, count, flags, &op); r != CUDA_SUCCESS) return r;
     bool captured = false;
-    if (CUresult r = emu::CaptureOp(ctx, stream.get(), CU_GRAPH_NODE_TYPE_BATCH_MEM_OP, op, &captured);
+    const emu::NodeRecord record =
+        emu::BatchMemOpsRecord(emu::ToHandle<CUcontext>(ctx->handle), paramArray, count, flags);
+    if (CUresult r = emu::CaptureOp(ctx, stream.get(), CU_GRAPH_NODE_TYPE_BATCH_MEM_OP, op, &captured, &record);
         r != CUDA_SUCCESS || captured) {
       return r;
     }
     emu::SubmitOp(ctx, stream.get(), std::move(op));
     return CUDA_SUCCESS;
+  });
+}
+
+CUresult CUDAAPI cuGraphAddBatchMemOpNode(CUgraphNode* phGraphNode, CUgraph hGraph, const CUgraphNode* dependencies,
+                                          size_t numDependencies, const CUDA_BATCH_MEM_OP_NODE_PARAMS* nodeParams) {
+  return emu::Guard([&] {
+    std::function<CUresult()> op;
+    emu::NodeRecord record;
+    if (CUresult r = emu::BatchMemOpsNode(nodeParams, &op, &record); r != CUDA_SUCCESS) return r;
+    return emu::AddGraphNode(hGraph, dependencies, numDependencies, CU_GRAPH_NODE_TYPE_BATCH_MEM_OP, std::move(op),
+                             phGraphNode, &record);
+  });
+}
+
+CUresult CUDAAPI cuGraphBatchMemOpNodeSetParams(CUgraphNode hNode, const CUDA_BATCH_MEM_OP_NODE_PARAMS* nodeParams) {
+  return emu::Guard([&] {
+    std::function<CUresult()> op;
+    emu::NodeRecord record;
+    if (CUresult r = emu::BatchMemOpsNode(nodeParams, &op, &record); r != CUDA_SUCCESS) return r;
+    return emu::SetGraphNodeOp(hNode, CU_GRAPH_NODE_TYPE_BATCH_MEM_OP, std::move(op), std::move(record));
+  });
+}
+
+// The array answered is the node's own: valid until the node is destroyed or its parameters are set again.
+CUresult CUDAAPI cuGraphBatchMemOpNodeGetParams(CUgraphNode hNode, CUDA_BATCH_MEM_OP_NODE_PARAMS* nodeParams_out) {
+  return emu::Guard([&] {
+    if (CUresult r = emu::CheckInit(); r != CUDA_SUCCESS) return r;
+    if (nodeParams_out == nullptr) return CUDA_ERROR_INVALID_VALUE;
+    emu::NodeRecord* record = nullptr;
+    if (CUresult r = emu::GraphNodeRecord(hNode, CU_GRAPH_NODE_TYPE_BATCH_MEM_OP, &record); r != CUDA_SUCCESS) {
+      return r;
+    }
+    *nodeParams_out = record->batch;
+    return CUDA_SUCCESS;
+  });
+}
+
+// The graph's node keeps its parameters; only the executable graph's copy changes.
+CUresult CUDAAPI cuGraphExecBatchMemOpNodeSetParams(CUgraphExec hGraphExec, CUgraphNode hNode,
+                                                    const CUDA_BATCH_MEM_OP_NODE_PARAMS* nodeParams) {
+  return emu::Guard([&] {
+    std::function<CUresult()> op;
+    emu::NodeRecord record;
+    if (CUresult r = emu::BatchMemOpsNode(nodeParams, &op, &record); r != CUDA_SUCCESS) return r;
+    const auto same_shape = [&](const emu::NodeRecord& instantiated) {
+      return emu::SameBatchShape(instantiated, record);
+    };
+    return emu::SetExecNodeOp(hGraphExec, hNode, CU_GRAPH_NODE_TYPE_BATCH_MEM_OP, std::move(op), same_shape);
   });
 }
 

@@ -66,7 +66,12 @@ namespace {
   X(cuMipmappedArrayGetMemoryRequirements) X(cuArrayGetSparseProperties)                      \
   X(cuMipmappedArrayGetSparseProperties) X(cuArrayGetPlane) X(cuMemMapArrayAsync)             \
   X(cuMemMapArrayAsync_ptsz) X(cuPointerSetAttribute) X(cuPointerGetAttribute)                \
-  X(cuPointerGetAttributes)
+  X(cuPointerGetAttributes) X(cuGraphCreate) X(cuGraphDestroy) X(cuGraphGetNodes)             \
+  X(cuGraphNodeGetType) X(cuGraphAddEmptyNode) X(cuGraphAddNode) X(cuGraphLaunch)             \
+  X(cuGraphInstantiateWithFlags) X(cuGraphExecDestroy) X(cuStreamBeginCapture)                \
+  X(cuStreamEndCapture) X(cuStreamBatchMemOp) X(cuGraphAddBatchMemOpNode)                     \
+  X(cuGraphBatchMemOpNodeGetParams) X(cuGraphBatchMemOpNodeSetParams)                         \
+  X(cuGraphExecBatchMemOpNodeSetParams)
 
 struct Api {
 #define CURELAY_MEMBER(name) decltype(&::name) name = nullptr;
@@ -2424,6 +2429,298 @@ TEST_F(EmulatedDriverTest, MemMapArrayAsyncRefused) {
   EXPECT_EQ(api().cuStreamDestroy(stream), CUDA_SUCCESS);
   EXPECT_EQ(api().cuMipmappedArrayDestroy(mipmap), CUDA_SUCCESS);
   EXPECT_EQ(api().cuArrayDestroy(array), CUDA_SUCCESS);
+}
+
+// --- Batch memory-operation graph nodes ----------------------------------------
+
+CUstreamBatchMemOpParams WriteValue32(CUdeviceptr address, uint32_t value) {
+  CUstreamBatchMemOpParams op{};
+  op.writeValue.operation = CU_STREAM_MEM_OP_WRITE_VALUE_32;
+  op.writeValue.address = address;
+  op.writeValue.value = value;
+  return op;
+}
+
+CUstreamBatchMemOpParams WriteValue64(CUdeviceptr address, uint64_t value) {
+  CUstreamBatchMemOpParams op{};
+  op.writeValue.operation = CU_STREAM_MEM_OP_WRITE_VALUE_64;
+  op.writeValue.address = address;
+  op.writeValue.value64 = value;
+  return op;
+}
+
+CUstreamBatchMemOpParams WaitValue32(CUdeviceptr address, uint32_t value, unsigned flags) {
+  CUstreamBatchMemOpParams op{};
+  op.waitValue.operation = CU_STREAM_MEM_OP_WAIT_VALUE_32;
+  op.waitValue.address = address;
+  op.waitValue.value = value;
+  op.waitValue.flags = flags;
+  return op;
+}
+
+CUDA_BATCH_MEM_OP_NODE_PARAMS BatchParams(std::vector<CUstreamBatchMemOpParams>& ops, CUcontext ctx = nullptr) {
+  return {ctx, static_cast<unsigned>(ops.size()), ops.data(), 0};
+}
+
+// Launches `exec` on the default stream and answers the first `words` 32-bit words at `address` afterwards.
+std::vector<uint32_t> LaunchAndRead(CUgraphExec exec, CUdeviceptr address, size_t words) {
+  std::vector<uint32_t> out(words, 0);
+  EXPECT_EQ(api().cuGraphLaunch(exec, nullptr), CUDA_SUCCESS);
+  EXPECT_EQ(api().cuCtxSynchronize(), CUDA_SUCCESS);
+  EXPECT_EQ(api().cuMemcpyDtoH(out.data(), address, words * 4), CUDA_SUCCESS);
+  return out;
+}
+
+// A write node, then a wait node depending on it that waits for the written value and writes after it: the launch
+// runs both, in order; GetParams answers the node's own copy of the operations and the context.
+TEST_F(EmulatedDriverTest, BatchMemOpNodesWriteAndWait) {
+  CUdeviceptr p = Alloc(16);
+  ASSERT_EQ(api().cuMemsetD32(p, 0, 4), CUDA_SUCCESS);
+  CUgraph graph = nullptr;
+  ASSERT_EQ(api().cuGraphCreate(&graph, 0), CUDA_SUCCESS);
+  std::vector<CUstreamBatchMemOpParams> writes = {WriteValue32(p, 7), WriteValue64(p + 8, 0x1122334455667788ull)};
+  CUDA_BATCH_MEM_OP_NODE_PARAMS write_params = BatchParams(writes);
+  CUgraphNode write_node = nullptr;
+  ASSERT_EQ(api().cuGraphAddBatchMemOpNode(&write_node, graph, nullptr, 0, &write_params), CUDA_SUCCESS);
+  std::vector<CUstreamBatchMemOpParams> wait_then_write = {WaitValue32(p, 7, CU_STREAM_WAIT_VALUE_EQ),
+                                                           WriteValue32(p + 4, 9)};
+  CUDA_BATCH_MEM_OP_NODE_PARAMS wait_params = BatchParams(wait_then_write, ctx_);
+  CUgraphNode wait_node = nullptr;
+  ASSERT_EQ(api().cuGraphAddBatchMemOpNode(&wait_node, graph, &write_node, 1, &wait_params), CUDA_SUCCESS);
+  writes[0].writeValue.value = 1000;  // the node copied the array when it was added
+
+  CUgraphNodeType type = CU_GRAPH_NODE_TYPE_EMPTY;
+  ASSERT_EQ(api().cuGraphNodeGetType(write_node, &type), CUDA_SUCCESS);
+  EXPECT_EQ(type, CU_GRAPH_NODE_TYPE_BATCH_MEM_OP);
+  CUDA_BATCH_MEM_OP_NODE_PARAMS answered{};
+  ASSERT_EQ(api().cuGraphBatchMemOpNodeGetParams(write_node, &answered), CUDA_SUCCESS);
+  EXPECT_EQ(answered.ctx, ctx_);  // null named the current context
+  EXPECT_EQ(answered.count, 2u);
+  EXPECT_EQ(answered.flags, 0u);
+  ASSERT_NE(answered.paramArray, nullptr);
+  EXPECT_NE(answered.paramArray, writes.data());
+  EXPECT_EQ(answered.paramArray[0].operation, CU_STREAM_MEM_OP_WRITE_VALUE_32);
+  EXPECT_EQ(answered.paramArray[0].writeValue.address, p);
+  EXPECT_EQ(answered.paramArray[0].writeValue.value, 7u);
+  EXPECT_EQ(answered.paramArray[1].operation, CU_STREAM_MEM_OP_WRITE_VALUE_64);
+  EXPECT_EQ(answered.paramArray[1].writeValue.value64, 0x1122334455667788ull);
+  ASSERT_EQ(api().cuGraphBatchMemOpNodeGetParams(wait_node, &answered), CUDA_SUCCESS);
+  EXPECT_EQ(answered.ctx, ctx_);
+  ASSERT_EQ(answered.count, 2u);
+  EXPECT_EQ(answered.paramArray[0].operation, CU_STREAM_MEM_OP_WAIT_VALUE_32);
+  EXPECT_EQ(answered.paramArray[0].waitValue.flags, static_cast<unsigned>(CU_STREAM_WAIT_VALUE_EQ));
+
+  CUgraphExec exec = nullptr;
+  ASSERT_EQ(api().cuGraphInstantiateWithFlags(&exec, graph, 0), CUDA_SUCCESS);
+  const std::vector<uint32_t> words = LaunchAndRead(exec, p, 4);
+  EXPECT_EQ(words[0], 7u);
+  EXPECT_EQ(words[1], 9u);
+  EXPECT_EQ(words[2], 0x55667788u);
+  EXPECT_EQ(words[3], 0x11223344u);
+  EXPECT_EQ(api().cuGraphExecDestroy(exec), CUDA_SUCCESS);
+  EXPECT_EQ(api().cuGraphDestroy(graph), CUDA_SUCCESS);
+  EXPECT_EQ(api().cuMemFree(p), CUDA_SUCCESS);
+}
+
+// cuGraphAddNode with CU_GRAPH_NODE_TYPE_BATCH_MEM_OP makes the same node.
+TEST_F(EmulatedDriverTest, BatchMemOpNodeThroughGraphAddNode) {
+  CUdeviceptr p = Alloc(4);
+  ASSERT_EQ(api().cuMemsetD32(p, 0, 1), CUDA_SUCCESS);
+  CUgraph graph = nullptr;
+  ASSERT_EQ(api().cuGraphCreate(&graph, 0), CUDA_SUCCESS);
+  std::vector<CUstreamBatchMemOpParams> ops = {WriteValue32(p, 21)};
+  CUgraphNodeParams params{};
+  params.type = CU_GRAPH_NODE_TYPE_BATCH_MEM_OP;
+  params.memOp = {nullptr, 1, ops.data(), 0};
+  CUgraphNode node = nullptr;
+  ASSERT_EQ(api().cuGraphAddNode(&node, graph, nullptr, nullptr, 0, &params), CUDA_SUCCESS);
+  CUDA_BATCH_MEM_OP_NODE_PARAMS answered{};
+  ASSERT_EQ(api().cuGraphBatchMemOpNodeGetParams(node, &answered), CUDA_SUCCESS);
+  EXPECT_EQ(answered.count, 1u);
+  EXPECT_EQ(answered.ctx, ctx_);
+  params.memOp.count = 0;
+  EXPECT_EQ(api().cuGraphAddNode(&node, graph, nullptr, nullptr, 0, &params), CUDA_ERROR_INVALID_VALUE);
+  CUgraphExec exec = nullptr;
+  ASSERT_EQ(api().cuGraphInstantiateWithFlags(&exec, graph, 0), CUDA_SUCCESS);
+  EXPECT_EQ(LaunchAndRead(exec, p, 1)[0], 21u);
+  EXPECT_EQ(api().cuGraphExecDestroy(exec), CUDA_SUCCESS);
+  EXPECT_EQ(api().cuGraphDestroy(graph), CUDA_SUCCESS);
+  EXPECT_EQ(api().cuMemFree(p), CUDA_SUCCESS);
+}
+
+// The checks of cuStreamBatchMemOp, and GetParams of a node of another type.
+TEST_F(EmulatedDriverTest, BatchMemOpNodeValidation) {
+  CUdeviceptr p = Alloc(16);
+  CUgraph graph = nullptr;
+  ASSERT_EQ(api().cuGraphCreate(&graph, 0), CUDA_SUCCESS);
+  CUgraphNode node = nullptr;
+  std::vector<CUstreamBatchMemOpParams> ops = {WriteValue32(p, 1)};
+  CUDA_BATCH_MEM_OP_NODE_PARAMS params = BatchParams(ops);
+  EXPECT_EQ(api().cuGraphAddBatchMemOpNode(&node, graph, nullptr, 0, nullptr), CUDA_ERROR_INVALID_VALUE);
+  params.count = 0;
+  EXPECT_EQ(api().cuGraphAddBatchMemOpNode(&node, graph, nullptr, 0, &params), CUDA_ERROR_INVALID_VALUE);
+  params = BatchParams(ops);
+  params.paramArray = nullptr;
+  EXPECT_EQ(api().cuGraphAddBatchMemOpNode(&node, graph, nullptr, 0, &params), CUDA_ERROR_INVALID_VALUE);
+  params = BatchParams(ops);
+  params.flags = 1;
+  EXPECT_EQ(api().cuGraphAddBatchMemOpNode(&node, graph, nullptr, 0, &params), CUDA_ERROR_INVALID_VALUE);
+  for (const CUstreamBatchMemOpParams& bad : {WriteValue32(p + 2, 1), WriteValue64(p + 4, 1), WriteValue32(0x10, 1),
+                                               WriteValue32(p + 16, 1)}) {
+    ops = {bad};
+    params = BatchParams(ops);
+    EXPECT_EQ(api().cuGraphAddBatchMemOpNode(&node, graph, nullptr, 0, &params), CUDA_ERROR_INVALID_VALUE);
+  }
+  ops = {WriteValue32(p, 1)};
+  ops[0].operation = static_cast<CUstreamBatchMemOpType>(99);
+  params = BatchParams(ops);
+  EXPECT_EQ(api().cuGraphAddBatchMemOpNode(&node, graph, nullptr, 0, &params), CUDA_ERROR_INVALID_VALUE);
+  size_t count = 0;
+  ASSERT_EQ(api().cuGraphGetNodes(graph, nullptr, &count), CUDA_SUCCESS);
+  EXPECT_EQ(count, 0u);  // nothing refused was added
+
+  CUgraphNode empty = nullptr;
+  ASSERT_EQ(api().cuGraphAddEmptyNode(&empty, graph, nullptr, 0), CUDA_SUCCESS);
+  CUDA_BATCH_MEM_OP_NODE_PARAMS answered{};
+  EXPECT_EQ(api().cuGraphBatchMemOpNodeGetParams(empty, &answered), CUDA_ERROR_INVALID_VALUE);
+  ops = {WriteValue32(p, 1)};
+  params = BatchParams(ops);
+  EXPECT_EQ(api().cuGraphBatchMemOpNodeSetParams(empty, &params), CUDA_ERROR_INVALID_VALUE);
+  ASSERT_EQ(api().cuGraphAddBatchMemOpNode(&node, graph, &empty, 1, &params), CUDA_SUCCESS);
+  EXPECT_EQ(api().cuGraphBatchMemOpNodeGetParams(node, nullptr), CUDA_ERROR_INVALID_VALUE);
+  EXPECT_EQ(api().cuGraphDestroy(graph), CUDA_SUCCESS);
+  EXPECT_EQ(api().cuMemFree(p), CUDA_SUCCESS);
+}
+
+// SetParams copies the new array; the node answers and runs it (in graphs instantiated afterwards).
+TEST_F(EmulatedDriverTest, BatchMemOpNodeSetParams) {
+  CUdeviceptr p = Alloc(8);
+  ASSERT_EQ(api().cuMemsetD32(p, 0, 2), CUDA_SUCCESS);
+  CUgraph graph = nullptr;
+  ASSERT_EQ(api().cuGraphCreate(&graph, 0), CUDA_SUCCESS);
+  std::vector<CUstreamBatchMemOpParams> ops = {WriteValue32(p, 1)};
+  CUDA_BATCH_MEM_OP_NODE_PARAMS params = BatchParams(ops);
+  CUgraphNode node = nullptr;
+  ASSERT_EQ(api().cuGraphAddBatchMemOpNode(&node, graph, nullptr, 0, &params), CUDA_SUCCESS);
+  CUgraphExec before = nullptr;
+  ASSERT_EQ(api().cuGraphInstantiateWithFlags(&before, graph, 0), CUDA_SUCCESS);
+
+  std::vector<CUstreamBatchMemOpParams> changed = {WriteValue32(p, 2), WriteValue32(p + 4, 3)};
+  params = BatchParams(changed);
+  ASSERT_EQ(api().cuGraphBatchMemOpNodeSetParams(node, &params), CUDA_SUCCESS);
+  changed[0].writeValue.value = 1000;  // copied by the call
+  CUDA_BATCH_MEM_OP_NODE_PARAMS answered{};
+  ASSERT_EQ(api().cuGraphBatchMemOpNodeGetParams(node, &answered), CUDA_SUCCESS);
+  ASSERT_EQ(answered.count, 2u);
+  EXPECT_EQ(answered.paramArray[0].writeValue.value, 2u);
+  EXPECT_EQ(answered.paramArray[1].writeValue.address, p + 4);
+  params.count = 0;
+  EXPECT_EQ(api().cuGraphBatchMemOpNodeSetParams(node, &params), CUDA_ERROR_INVALID_VALUE);
+
+  std::vector<uint32_t> words = LaunchAndRead(before, p, 2);  // instantiated earlier: the old parameters
+  EXPECT_EQ(words[0], 1u);
+  EXPECT_EQ(words[1], 0u);
+  CUgraphExec after = nullptr;
+  ASSERT_EQ(api().cuGraphInstantiateWithFlags(&after, graph, 0), CUDA_SUCCESS);
+  words = LaunchAndRead(after, p, 2);
+  EXPECT_EQ(words[0], 2u);
+  EXPECT_EQ(words[1], 3u);
+  EXPECT_EQ(api().cuGraphExecDestroy(before), CUDA_SUCCESS);
+  EXPECT_EQ(api().cuGraphExecDestroy(after), CUDA_SUCCESS);
+  EXPECT_EQ(api().cuGraphDestroy(graph), CUDA_SUCCESS);
+  EXPECT_EQ(api().cuMemFree(p), CUDA_SUCCESS);
+}
+
+// ExecSetParams changes addresses and values in the executable graph only; the number and types of the operations
+// (and the context) are fixed.
+TEST_F(EmulatedDriverTest, BatchMemOpExecNodeSetParams) {
+  CUdeviceptr p = Alloc(8);
+  ASSERT_EQ(api().cuMemsetD32(p, 0, 2), CUDA_SUCCESS);
+  CUgraph graph = nullptr;
+  ASSERT_EQ(api().cuGraphCreate(&graph, 0), CUDA_SUCCESS);
+  std::vector<CUstreamBatchMemOpParams> ops = {WriteValue32(p, 1)};
+  CUDA_BATCH_MEM_OP_NODE_PARAMS params = BatchParams(ops);
+  CUgraphNode node = nullptr;
+  ASSERT_EQ(api().cuGraphAddBatchMemOpNode(&node, graph, nullptr, 0, &params), CUDA_SUCCESS);
+  CUgraphExec exec = nullptr;
+  ASSERT_EQ(api().cuGraphInstantiateWithFlags(&exec, graph, 0), CUDA_SUCCESS);
+
+  std::vector<CUstreamBatchMemOpParams> moved = {WriteValue32(p + 4, 5)};
+  params = BatchParams(moved, ctx_);
+  ASSERT_EQ(api().cuGraphExecBatchMemOpNodeSetParams(exec, node, &params), CUDA_SUCCESS);
+  CUDA_BATCH_MEM_OP_NODE_PARAMS answered{};
+  ASSERT_EQ(api().cuGraphBatchMemOpNodeGetParams(node, &answered), CUDA_SUCCESS);
+  ASSERT_EQ(answered.count, 1u);
+  EXPECT_EQ(answered.paramArray[0].writeValue.address, p);  // the graph's node is unchanged
+  EXPECT_EQ(answered.paramArray[0].writeValue.value, 1u);
+
+  std::vector<CUstreamBatchMemOpParams> two = {WriteValue32(p, 6), WriteValue32(p, 7)};
+  params = BatchParams(two);
+  EXPECT_EQ(api().cuGraphExecBatchMemOpNodeSetParams(exec, node, &params), CUDA_ERROR_INVALID_VALUE);
+  std::vector<CUstreamBatchMemOpParams> wider = {WriteValue64(p, 8)};
+  params = BatchParams(wider);
+  EXPECT_EQ(api().cuGraphExecBatchMemOpNodeSetParams(exec, node, &params), CUDA_ERROR_INVALID_VALUE);
+  std::vector<CUstreamBatchMemOpParams> none;
+  params = BatchParams(none);
+  EXPECT_EQ(api().cuGraphExecBatchMemOpNodeSetParams(exec, node, &params), CUDA_ERROR_INVALID_VALUE);
+
+  std::vector<uint32_t> words = LaunchAndRead(exec, p, 2);  // the accepted change, not the refused ones
+  EXPECT_EQ(words[0], 0u);
+  EXPECT_EQ(words[1], 5u);
+  CUgraphExec fresh = nullptr;
+  ASSERT_EQ(api().cuGraphInstantiateWithFlags(&fresh, graph, 0), CUDA_SUCCESS);
+  words = LaunchAndRead(fresh, p, 2);
+  EXPECT_EQ(words[0], 1u);
+  EXPECT_EQ(api().cuGraphExecDestroy(fresh), CUDA_SUCCESS);
+  EXPECT_EQ(api().cuGraphExecDestroy(exec), CUDA_SUCCESS);
+  EXPECT_EQ(api().cuGraphDestroy(graph), CUDA_SUCCESS);
+  EXPECT_EQ(api().cuMemFree(p), CUDA_SUCCESS);
+}
+
+// A captured cuStreamBatchMemOp is a batch memory-operation node that answers its operations; it runs at launch.
+TEST_F(EmulatedDriverTest, CapturedBatchMemOpNodeAnswersItsOperations) {
+  CUdeviceptr p = Alloc(8);
+  ASSERT_EQ(api().cuMemsetD32(p, 0, 2), CUDA_SUCCESS);
+  CUstream stream = nullptr;
+  ASSERT_EQ(api().cuStreamCreate(&stream, CU_STREAM_NON_BLOCKING), CUDA_SUCCESS);
+  std::vector<CUstreamBatchMemOpParams> ops = {WriteValue32(p, 11), WaitValue32(p, 11, CU_STREAM_WAIT_VALUE_GEQ),
+                                               WriteValue32(p + 4, 12)};
+  ASSERT_EQ(api().cuStreamBeginCapture(stream, CU_STREAM_CAPTURE_MODE_RELAXED), CUDA_SUCCESS);
+  ASSERT_EQ(api().cuStreamBatchMemOp(stream, static_cast<unsigned>(ops.size()), ops.data(), 0), CUDA_SUCCESS);
+  CUgraph graph = nullptr;
+  ASSERT_EQ(api().cuStreamEndCapture(stream, &graph), CUDA_SUCCESS);
+
+  CUgraphNode node = nullptr;
+  size_t count = 1;
+  ASSERT_EQ(api().cuGraphGetNodes(graph, &node, &count), CUDA_SUCCESS);
+  ASSERT_EQ(count, 1u);
+  CUgraphNodeType type = CU_GRAPH_NODE_TYPE_EMPTY;
+  ASSERT_EQ(api().cuGraphNodeGetType(node, &type), CUDA_SUCCESS);
+  EXPECT_EQ(type, CU_GRAPH_NODE_TYPE_BATCH_MEM_OP);
+  CUDA_BATCH_MEM_OP_NODE_PARAMS answered{};
+  ASSERT_EQ(api().cuGraphBatchMemOpNodeGetParams(node, &answered), CUDA_SUCCESS);
+  EXPECT_EQ(answered.ctx, ctx_);
+  EXPECT_EQ(answered.flags, 0u);
+  ASSERT_EQ(answered.count, 3u);
+  for (size_t i = 0; i < ops.size(); ++i) {
+    EXPECT_EQ(answered.paramArray[i].operation, ops[i].operation) << i;
+    EXPECT_EQ(answered.paramArray[i].writeValue.address, ops[i].writeValue.address) << i;
+    EXPECT_EQ(answered.paramArray[i].writeValue.value, ops[i].writeValue.value) << i;
+  }
+  EXPECT_EQ(answered.paramArray[1].waitValue.flags, static_cast<unsigned>(CU_STREAM_WAIT_VALUE_GEQ));
+
+  uint32_t untouched = 1;
+  ASSERT_EQ(api().cuMemcpyDtoH(&untouched, p, 4), CUDA_SUCCESS);
+  EXPECT_EQ(untouched, 0u);  // captured, not run
+  CUgraphExec exec = nullptr;
+  ASSERT_EQ(api().cuGraphInstantiateWithFlags(&exec, graph, 0), CUDA_SUCCESS);
+  const std::vector<uint32_t> words = LaunchAndRead(exec, p, 2);
+  EXPECT_EQ(words[0], 11u);
+  EXPECT_EQ(words[1], 12u);
+  EXPECT_EQ(api().cuGraphExecDestroy(exec), CUDA_SUCCESS);
+  EXPECT_EQ(api().cuGraphDestroy(graph), CUDA_SUCCESS);
+  EXPECT_EQ(api().cuStreamDestroy(stream), CUDA_SUCCESS);
+  EXPECT_EQ(api().cuMemFree(p), CUDA_SUCCESS);
 }
 
 }  // namespace

@@ -17,7 +17,8 @@ namespace curelay::emulated {
 
 // A node's parameters as cuGraph*NodeGetParams answer them (the node's type says which part counts). A kernel node
 // keeps its packed arguments; the kernelParams it answers point into them (`argument_pointers`, filled when the
-// record is stored in its node).
+// record is stored in its node). Likewise a batch memory-operation node's paramArray points into its own
+// `batch_operations` once stored.
 struct NodeRecord {
   CUDA_KERNEL_NODE_PARAMS kernel{};
   std::vector<uint8_t> arguments;
@@ -31,6 +32,8 @@ struct NodeRecord {
   std::vector<CUmemAccessDesc> access;
   CUdeviceptr free_address = 0;  // a free node's
   CUDA_HOST_NODE_PARAMS host{};   // a host node's (made explicitly or by capturing cuLaunchHostFunc)
+  CUDA_BATCH_MEM_OP_NODE_PARAMS batch{};  // a batch memory-operation node's (explicit or captured cuStreamBatchMemOp)
+  std::vector<CUstreamBatchMemOpParams> batch_operations;
 };
 
 // Stream work (`op`, to run on the device worker) submitted on `stream` (null: the context's
@@ -91,8 +94,10 @@ CUresult SetGraphNodeOp(CUgraphNode node, CUgraphNodeType type, std::function<CU
 CUresult GraphNodeRecord(CUgraphNode node, CUgraphNodeType type, NodeRecord** record);
 
 // cuGraphExec*NodeSetParams: the instantiated copy of `node` in `exec` runs `op` from now on; the node must be of
-// `type` (an executable graph holds its own copies of its graph's nodes).
-CUresult SetExecNodeOp(CUgraphExec exec, CUgraphNode node, CUgraphNodeType type, std::function<CUresult()> op);
+// `type` (an executable graph holds its own copies of its graph's nodes). `accepts`, if given, sees the copy's
+// record and may refuse the change (CUDA_ERROR_INVALID_VALUE): some parameters of an instantiated node are fixed.
+CUresult SetExecNodeOp(CUgraphExec exec, CUgraphNode node, CUgraphNodeType type, std::function<CUresult()> op,
+                       const std::function<bool(const NodeRecord&)>& accepts = nullptr);
 
 // Graph memory (api_graph_memory.cc). An allocation node's memory is a block whose address is fixed when the node
 // is made; it is mapped (and charged against the device) while the allocation lives: from the allocation node's run

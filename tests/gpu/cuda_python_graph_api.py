@@ -4,7 +4,8 @@ memory: allocation and free nodes made by hand and by capturing cuMemAllocAsync/
 application frees, the device's graph memory attributes. Then memcpy nodes on pageable host memory, made by hand and
 by capture, launched repeatedly with the host input changed in between. Then host nodes, made by hand and by
 capturing cuLaunchHostFunc: the Python function runs once per launch in graph order. Then a user object whose
-destructor runs once its last reference (a graph's, then an executable graph's) goes.
+destructor runs once its last reference (a graph's, then an executable graph's) goes. Then batch memory-operation
+nodes, made by hand and by capturing cuStreamBatchMemOp.
 
 Run natively and through curelay (like tests/gpu/cuda_python_driver.py, by tests/gpu/run_cuda_python.sh with this
 script): every step prints one deterministic line (results, error codes, counts, checksums; never addresses), so the
@@ -391,6 +392,81 @@ def user_objects(stream):
     step("user_object_after_exec_destroyed", lambda: list(destroyed_objects))
 
 
+def memory_operation(kind, address, value, flags=0):
+    """One CUstreamBatchMemOpParams: a 32-bit write or a GEQ wait on `address`."""
+    op = driver.CUstreamBatchMemOpParams()
+    write = kind == driver.CUstreamBatchMemOpType.CU_STREAM_MEM_OP_WRITE_VALUE_32
+    fields = op.writeValue if write else op.waitValue
+    fields.operation = kind
+    fields.address = address
+    fields.value = value
+    fields.flags = flags
+    return op
+
+
+def batch_memop_nodes(context, stream, words):
+    """Batch memory-operation nodes: a write and a wait, their parameters read back, set on the node and in an
+    executable graph only, a count the executable graph cannot take, and one made by capturing cuStreamBatchMemOp."""
+    write_kind = driver.CUstreamBatchMemOpType.CU_STREAM_MEM_OP_WRITE_VALUE_32
+    wait_kind = driver.CUstreamBatchMemOpType.CU_STREAM_MEM_OP_WAIT_VALUE_32
+    geq = driver.CUstreamWaitValue_flags.CU_STREAM_WAIT_VALUE_GEQ
+
+    def batch(value, count=2):
+        params = driver.CUDA_BATCH_MEM_OP_NODE_PARAMS()
+        params.ctx = context
+        params.count = count
+        params.paramArray = [memory_operation(write_kind, words, value),
+                             memory_operation(wait_kind, words, value, geq)][:count]
+        params.flags = 0
+        return params
+
+    def first_word():
+        return read_words(words)[0]
+
+    def answer(node):
+        error, params = driver.cuGraphBatchMemOpNodeGetParams(node)
+        if error != driver.CUresult.CUDA_SUCCESS:
+            return error
+        ops = list(params.paramArray)[:params.count]
+        return (error, params.count, int(params.ctx) == int(context),
+                [(int(op.operation), int(op.writeValue.value)) for op in ops])
+
+    def launch(exec_graph):
+        check(driver.cuGraphLaunch(exec_graph, stream))
+        return driver.cuStreamSynchronize(stream)[0], first_word()
+
+    check(driver.cuMemsetD32(words, 0, N))
+    graph = check(driver.cuGraphCreate(0))
+    node = check(driver.cuGraphAddBatchMemOpNode(graph, None, 0, batch(41)))
+    step("batch_node_type", lambda: check(driver.cuGraphNodeGetType(node)))
+    step("batch_node_params", lambda: answer(node))
+    executable = check(instantiate(graph, 0))
+    step("batch_launch", lambda: launch(executable))
+    step("batch_exec_set_50", lambda: driver.cuGraphExecBatchMemOpNodeSetParams(executable, node, batch(50))[0])
+    step("batch_exec_set_other_count",
+         lambda: driver.cuGraphExecBatchMemOpNodeSetParams(executable, node, batch(50, 1))[0])
+    step("batch_launch_after_exec_set", lambda: launch(executable))
+    step("batch_node_params_after_exec_set", lambda: answer(node))
+    step("batch_node_set_60", lambda: driver.cuGraphBatchMemOpNodeSetParams(node, batch(60))[0])
+    step("batch_node_params_after_set", lambda: answer(node))
+    fresh = check(instantiate(graph, 0))
+    step("batch_launch_fresh", lambda: launch(fresh))
+    step("batch_no_operations", lambda: driver.cuGraphAddBatchMemOpNode(graph, None, 0, batch(1, 0))[0])
+
+    check(driver.cuStreamBeginCapture(stream, driver.CUstreamCaptureMode.CU_STREAM_CAPTURE_MODE_GLOBAL))
+    check(driver.cuStreamBatchMemOp(stream, 1, [memory_operation(write_kind, words, 77)], 0))
+    captured = check(driver.cuStreamEndCapture(stream))
+    error, nodes, count = nodes_of(driver.cuGraphGetNodes(captured, 1))
+    step("batch_captured_nodes", lambda: (error, count, [check(driver.cuGraphNodeGetType(n)) for n in nodes]))
+    step("batch_captured_params", lambda: answer(nodes[0]))
+    captured_exec = check(instantiate(captured, 0))
+    step("batch_captured_launch", lambda: launch(captured_exec))
+    for exec_graph in (executable, fresh, captured_exec):
+        check(driver.cuGraphExecDestroy(exec_graph))
+    for each in (graph, captured):
+        check(driver.cuGraphDestroy(each))
+
+
 def main(ptx_path):
     ptx = open(ptx_path, "rb").read() + b"\0"
     check(driver.cuInit(0))
@@ -534,6 +610,7 @@ def main(ptx_path):
     pageable_memcpy_nodes(context, stream, increment, b)
     host_nodes(stream, increment, b)
     user_objects(stream)
+    batch_memop_nodes(context, stream, b)
 
     for exec_graph in (executable, edited):
         check(driver.cuGraphExecDestroy(exec_graph))

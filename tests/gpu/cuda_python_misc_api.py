@@ -1,7 +1,7 @@
 """The remaining driver-API families as an unmodified client: memory-pool access and CUDA 13's location-based pool
 calls, a 3D peer copy within one device, batches of copies (device, pageable and page-locked host memory) with
-checksums, device and context queries, coredump settings, and a legacy cuLaunchGrid of a test kernel whose arguments
-are set with cuParamSet*.
+checksums, device and context queries, coredump settings, a legacy cuLaunchGrid of a test kernel whose arguments
+are set with cuParamSet*, the deprecated multi-device cooperative launch, and a unified function looked up.
 
 Run natively and through curelay (tests/gpu/run_cuda_python.sh BUILD cuda_python_misc_api.py); prints one
 deterministic line per step (results, error codes, checksums; never addresses, PIDs or timings), so the two runs can
@@ -303,6 +303,52 @@ def legacy_launch(module, stream):
     check(driver.cuMemFree(buffer))
 
 
+class LaunchParams(ctypes.Structure):
+    """CUDA_LAUNCH_PARAMS (cuLaunchCooperativeKernelMultiDevice's list entry)."""
+    _fields_ = [("function", ctypes.c_void_p), ("gridDimX", ctypes.c_uint), ("gridDimY", ctypes.c_uint),
+                ("gridDimZ", ctypes.c_uint), ("blockDimX", ctypes.c_uint), ("blockDimY", ctypes.c_uint),
+                ("blockDimZ", ctypes.c_uint), ("sharedMemBytes", ctypes.c_uint), ("hStream", ctypes.c_void_p),
+                ("kernelParams", ctypes.c_void_p)]
+
+
+def cooperative_multi_device(module, stream):
+    """The deprecated multi-device cooperative launch on this one GPU: fill_u32 through it, and its refusals."""
+    function = check(driver.cuModuleGetFunction(module, b"fill_u32"))
+    count = 4096
+    buffer = check(driver.cuMemAlloc(4 * count))
+    check(driver.cuMemsetD32(buffer, 0, count))
+    values = [ctypes.c_uint64(int(buffer)), ctypes.c_uint(0xC0DE), ctypes.c_uint64(count)]
+    pointers = (ctypes.c_void_p * 3)(*[ctypes.addressof(value) for value in values])
+    entry = LaunchParams(int(function), count // 128, 1, 1, 128, 1, 1, 0, int(stream), ctypes.addressof(pointers))
+    launch = libcuda.cuLaunchCooperativeKernelMultiDevice
+    results = [launch(ctypes.byref(entry), 1, 0)]
+    check(driver.cuStreamSynchronize(stream))
+    out = bytearray(4 * count)
+    check(driver.cuMemcpyDtoH(out, buffer, 4 * count))
+    print("cooperative_multi_device", results, bytes(out) == struct.pack("I", 0xC0DE) * count)
+    both = 1 | 2  # CUDA_COOPERATIVE_LAUNCH_MULTI_DEVICE_NO_PRE_LAUNCH_SYNC | NO_POST_LAUNCH_SYNC
+    results = [launch(ctypes.byref(entry), 1, both), launch(ctypes.byref(entry), 1, 4),
+               launch(ctypes.byref(entry), 0, 0)]
+    check(driver.cuStreamSynchronize(stream))
+    pair = (LaunchParams * 2)(entry, entry)
+    results.append(launch(pair, 2, 0))  # two entries on one device
+    entry.hStream = None
+    results.append(launch(ctypes.byref(entry), 1, 0))  # the NULL stream
+    print("cooperative_multi_device_refusals", results)
+    check(driver.cuMemFree(buffer))
+
+
+def unified_function(ptx):
+    """cuLibraryGetUnifiedFunction on a library of the test kernels: a kernel's name and a missing one."""
+    library = ctypes.c_void_p()
+    results = [c_call("cuLibraryLoadData", ctypes.byref(library), ctypes.c_char_p(ptx), None, None, 0, None, None, 0)]
+    pointer = ctypes.c_void_p()
+    for name in (b"fill_u32", b"missing"):
+        results.append(c_call("cuLibraryGetUnifiedFunction", ctypes.byref(pointer), library, ctypes.c_char_p(name)))
+    results.append(c_call("cuLibraryUnload", library))
+    print("unified_function", results, pointer.value is None)
+
+
 def main(ptx_path):
     ptx = open(ptx_path, "rb").read() + b"\0"
     check(driver.cuInit(0))
@@ -316,6 +362,8 @@ def main(ptx_path):
     batches(stream)
     queries(device)
     legacy_launch(module, stream)
+    cooperative_multi_device(module, stream)
+    unified_function(ptx)
     check(driver.cuStreamDestroy(stream))
     check(driver.cuModuleUnload(module))
     check(driver.cuDevicePrimaryCtxRelease(device))

@@ -2792,5 +2792,122 @@ TEST_F(GraphTest, AClientDyingInAHostNodeDoesNotHangItsExecutor) {
   ASSERT_CU(cuMemFree(big));
 }
 
+// Batch memory-operation nodes (cuGraphAddBatchMemOpNode and cuGraphAddNode's form): a write and a wait the node
+// runs at each launch, its parameters answered from the executor's driver (paramArray in storage the node keeps),
+// set on the node and in an executable graph only; a stream capture of cuStreamBatchMemOp makes one too.
+TEST_F(GraphTest, BatchMemoryOperationNodesWriteAndWait) {
+  CUdeviceptr words = 0;
+  ASSERT_CU(cuMemAlloc(&words, 64));
+  ASSERT_CU(cuMemsetD32(words, 0, 16));
+  CUstreamBatchMemOpParams operations[2]{};
+  operations[0].writeValue.operation = CU_STREAM_MEM_OP_WRITE_VALUE_32;
+  operations[0].writeValue.address = words;
+  operations[0].writeValue.value = 41;
+  operations[1].waitValue.operation = CU_STREAM_MEM_OP_WAIT_VALUE_32;
+  operations[1].waitValue.address = words;
+  operations[1].waitValue.value = 41;
+  operations[1].waitValue.flags = CU_STREAM_WAIT_VALUE_GEQ;
+  CUDA_BATCH_MEM_OP_NODE_PARAMS batch{};
+  batch.ctx = context_;
+  batch.count = 2;
+  batch.paramArray = operations;
+  CUgraph graph = nullptr;
+  ASSERT_CU(cuGraphCreate(&graph, 0));
+  CUgraphNode node = nullptr;
+  ASSERT_CU(cuGraphAddBatchMemOpNode(&node, graph, nullptr, 0, &batch));
+  CUgraphNodeType type = CU_GRAPH_NODE_TYPE_EMPTY;
+  ASSERT_CU(cuGraphNodeGetType(node, &type));
+  EXPECT_EQ(type, CU_GRAPH_NODE_TYPE_BATCH_MEM_OP);
+  // The generic form: a 64-bit write to the next word, after the first node.
+  CUstreamBatchMemOpParams wide{};
+  wide.writeValue.operation = CU_STREAM_MEM_OP_WRITE_VALUE_64;
+  wide.writeValue.address = words + 8;
+  wide.writeValue.value64 = 0x123456789ull;
+  CUgraphNodeParams generic{};
+  generic.type = CU_GRAPH_NODE_TYPE_BATCH_MEM_OP;
+  generic.memOp.ctx = context_;
+  generic.memOp.count = 1;
+  generic.memOp.paramArray = &wide;
+  CUgraphNode second = nullptr;
+  ASSERT_CU(cuGraphAddNode(&second, graph, &node, nullptr, 1, &generic));
+
+  CUDA_BATCH_MEM_OP_NODE_PARAMS answered{};
+  ASSERT_CU(cuGraphBatchMemOpNodeGetParams(node, &answered));
+  EXPECT_EQ(answered.ctx, context_);
+  ASSERT_EQ(answered.count, 2u);
+  ASSERT_NE(answered.paramArray, nullptr);
+  EXPECT_EQ(answered.paramArray[0].operation, CU_STREAM_MEM_OP_WRITE_VALUE_32);
+  EXPECT_EQ(answered.paramArray[0].writeValue.address, words);
+  EXPECT_EQ(answered.paramArray[0].writeValue.value, 41u);
+  EXPECT_EQ(answered.paramArray[1].operation, CU_STREAM_MEM_OP_WAIT_VALUE_32);
+  EXPECT_EQ(answered.paramArray[1].waitValue.flags, static_cast<unsigned>(CU_STREAM_WAIT_VALUE_GEQ));
+  CUDA_BATCH_MEM_OP_NODE_PARAMS again{};
+  ASSERT_CU(cuGraphBatchMemOpNodeGetParams(node, &again));
+  EXPECT_EQ(again.paramArray, answered.paramArray);  // unchanged parameters, unchanged storage
+
+  CUgraphExec exec = nullptr;
+  ASSERT_CU(cuGraphInstantiateWithFlags(&exec, graph, 0));
+  ASSERT_CU(cuGraphLaunch(exec, stream_));
+  ASSERT_CU(cuStreamSynchronize(stream_));
+  EXPECT_EQ(Read<uint32_t>(words, 1)[0], 41u);
+  EXPECT_EQ(Read<uint64_t>(words + 8, 1)[0], 0x123456789ull);
+
+  // In the executable graph only: the write and the wait take 50.
+  operations[0].writeValue.value = 50;
+  operations[1].waitValue.value = 50;
+  ASSERT_CU(cuGraphExecBatchMemOpNodeSetParams(exec, node, &batch));
+  batch.count = 1;  // the driver refuses another count
+  EXPECT_EQ(cuGraphExecBatchMemOpNodeSetParams(exec, node, &batch), CUDA_ERROR_INVALID_VALUE);
+  batch.count = 2;
+  ASSERT_CU(cuGraphLaunch(exec, stream_));
+  ASSERT_CU(cuStreamSynchronize(stream_));
+  EXPECT_EQ(Read<uint32_t>(words, 1)[0], 50u);
+  ASSERT_CU(cuGraphBatchMemOpNodeGetParams(node, &answered));
+  EXPECT_EQ(answered.paramArray[0].writeValue.value, 41u);  // the graph's node kept its own
+
+  // On the node itself: 60, answered by the next query and run by a new executable graph.
+  operations[0].writeValue.value = 60;
+  operations[1].waitValue.value = 60;
+  ASSERT_CU(cuGraphBatchMemOpNodeSetParams(node, &batch));
+  ASSERT_CU(cuGraphBatchMemOpNodeGetParams(node, &answered));
+  EXPECT_EQ(answered.paramArray[0].writeValue.value, 60u);
+  CUgraphExec fresh = nullptr;
+  ASSERT_CU(cuGraphInstantiateWithFlags(&fresh, graph, 0));
+  ASSERT_CU(cuGraphLaunch(fresh, stream_));
+  ASSERT_CU(cuStreamSynchronize(stream_));
+  EXPECT_EQ(Read<uint32_t>(words, 1)[0], 60u);
+
+  // Refused as cuStreamBatchMemOp refuses: no operations, an unknown operation type, a node of another type.
+  batch.count = 0;
+  EXPECT_EQ(cuGraphAddBatchMemOpNode(&node, graph, nullptr, 0, &batch), CUDA_ERROR_INVALID_VALUE);
+  batch.count = 1;
+  CUstreamBatchMemOpParams unknown{};
+  unknown.operation = static_cast<CUstreamBatchMemOpType>(7);
+  batch.paramArray = &unknown;
+  EXPECT_EQ(cuGraphAddBatchMemOpNode(&node, graph, nullptr, 0, &batch), CUDA_ERROR_INVALID_VALUE);
+  CUgraphNode empty = nullptr;
+  ASSERT_CU(cuGraphAddEmptyNode(&empty, graph, nullptr, 0));
+  EXPECT_EQ(cuGraphBatchMemOpNodeGetParams(empty, &answered), CUDA_ERROR_INVALID_VALUE);
+
+  // Captured: cuStreamBatchMemOp on a capturing stream becomes a node of the same kind.
+  CUgraph captured = nullptr;
+  ASSERT_CU(cuStreamBeginCapture(stream_, CU_STREAM_CAPTURE_MODE_GLOBAL));
+  ASSERT_CU(cuStreamBatchMemOp(stream_, 1, &wide, 0));
+  ASSERT_CU(cuStreamEndCapture(stream_, &captured));
+  size_t count = 1;
+  CUgraphNode captured_node = nullptr;
+  ASSERT_CU(cuGraphGetNodes(captured, &captured_node, &count));
+  ASSERT_EQ(count, 1u);
+  ASSERT_CU(cuGraphBatchMemOpNodeGetParams(captured_node, &answered));
+  ASSERT_EQ(answered.count, 1u);
+  EXPECT_EQ(answered.paramArray[0].writeValue.value64, 0x123456789ull);
+
+  ASSERT_CU(cuGraphDestroy(captured));
+  ASSERT_CU(cuGraphExecDestroy(fresh));
+  ASSERT_CU(cuGraphExecDestroy(exec));
+  ASSERT_CU(cuGraphDestroy(graph));
+  ASSERT_CU(cuMemFree(words));
+}
+
 }  // namespace
 }  // namespace curelay::testing

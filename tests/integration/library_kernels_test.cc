@@ -104,6 +104,19 @@ TEST_F(LibraryKernelTest, ListingRefusesBadArguments) {
   library_ = nullptr;
 }
 
+// Unified functions: the executor's driver answers whether a library has one (the emulated GPU, as the H200, has
+// no unified function pointers and refuses every name); the shim checks its own arguments first.
+TEST_F(LibraryKernelTest, UnifiedFunctionsAreTheDriversToAnswer) {
+  void* function = nullptr;
+  EXPECT_EQ(cuLibraryGetUnifiedFunction(&function, library_, "fill_u32"), CUDA_ERROR_INVALID_VALUE);
+  EXPECT_EQ(cuLibraryGetUnifiedFunction(&function, library_, "missing"), CUDA_ERROR_INVALID_VALUE);
+  EXPECT_EQ(function, nullptr);
+  EXPECT_EQ(cuLibraryGetUnifiedFunction(nullptr, library_, "fill_u32"), CUDA_ERROR_INVALID_VALUE);
+  EXPECT_EQ(cuLibraryGetUnifiedFunction(&function, library_, nullptr), CUDA_ERROR_INVALID_VALUE);
+  EXPECT_EQ(cuLibraryGetUnifiedFunction(&function, reinterpret_cast<CUlibrary>(0x4321), "fill_u32"),
+            CUDA_ERROR_INVALID_HANDLE);
+}
+
 TEST_F(LibraryKernelTest, FunctionsLoadOnRequestOrAtTheirFirstLaunch) {
   CUmoduleLoadingMode mode = CU_MODULE_EAGER_LOADING;
   ASSERT_CU(cuModuleGetLoadingMode(&mode));

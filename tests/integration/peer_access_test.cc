@@ -156,6 +156,68 @@ TEST_F(PeerAccessTest, KernelsReachPeerMemoryOnlyWhileEnabled) {
   EXPECT_EQ(ReadPeerBuffer(), std::vector<unsigned>(kCount, 7));
 }
 
+// cuLaunchCooperativeKernelMultiDevice: one cooperative launch per device, each on a created stream of its own
+// device, and the checks cuda.h asks for.
+TEST_F(PeerAccessTest, CooperativeMultiDeviceLaunchRunsOnEachDevice) {
+  ASSERT_CU(cuCtxPushCurrent(peer_context_));
+  CUmodule peer_module = nullptr;
+  CUfunction peer_fill = nullptr;
+  ASSERT_CU(cuModuleLoadData(&peer_module, Ptx().c_str()));
+  ASSERT_CU(cuModuleGetFunction(&peer_fill, peer_module, "fill_u32"));
+  CUstream peer_stream = nullptr;
+  ASSERT_CU(cuStreamCreate(&peer_stream, CU_STREAM_NON_BLOCKING));
+  CUcontext popped = nullptr;
+  ASSERT_CU(cuCtxPopCurrent(&popped));
+  CUdeviceptr own_buffer = 0;
+  ASSERT_CU(cuMemAlloc(&own_buffer, kCount * sizeof(unsigned)));
+  unsigned value = 31;
+  unsigned long long n = kCount;
+  void* own_params[] = {&own_buffer, &value, &n};
+  void* peer_params[] = {&peer_buffer_, &value, &n};
+  CUDA_LAUNCH_PARAMS list[2]{};
+  for (CUDA_LAUNCH_PARAMS& entry : list) {
+    entry.gridDimX = (kCount + 127) / 128;
+    entry.gridDimY = entry.gridDimZ = 1;
+    entry.blockDimX = 128;
+    entry.blockDimY = entry.blockDimZ = 1;
+  }
+  list[0].function = fill_;
+  list[0].hStream = stream_;
+  list[0].kernelParams = own_params;
+  list[1].function = peer_fill;
+  list[1].hStream = peer_stream;
+  list[1].kernelParams = peer_params;
+  // (The joins themselves cannot be seen here: the emulated GPU runs one queue, so no stream ever runs ahead.)
+  ASSERT_CU(cuLaunchCooperativeKernelMultiDevice(list, 2, 0));
+  ASSERT_CU(cuStreamSynchronize(stream_));
+  ASSERT_CU(cuStreamSynchronize(peer_stream));
+  std::vector<unsigned> own(kCount);
+  ASSERT_CU(cuMemcpyDtoH(own.data(), own_buffer, kCount * sizeof(unsigned)));
+  EXPECT_EQ(own, std::vector<unsigned>(kCount, 31));
+  EXPECT_EQ(ReadPeerBuffer(), std::vector<unsigned>(kCount, 31));
+  value = 32;
+  constexpr unsigned kNoJoins =
+      CUDA_COOPERATIVE_LAUNCH_MULTI_DEVICE_NO_PRE_LAUNCH_SYNC | CUDA_COOPERATIVE_LAUNCH_MULTI_DEVICE_NO_POST_LAUNCH_SYNC;
+  ASSERT_CU(cuLaunchCooperativeKernelMultiDevice(list, 1, kNoJoins));
+  ASSERT_CU(cuStreamSynchronize(stream_));
+  ASSERT_CU(cuMemcpyDtoH(own.data(), own_buffer, kCount * sizeof(unsigned)));
+  EXPECT_EQ(own, std::vector<unsigned>(kCount, 32));
+
+  // Refused as cuda.h says: an unknown flag, a grid that differs, two entries on one device, the NULL stream.
+  EXPECT_EQ(cuLaunchCooperativeKernelMultiDevice(list, 2, 4), CUDA_ERROR_INVALID_VALUE);
+  list[1].gridDimX += 1;
+  EXPECT_EQ(cuLaunchCooperativeKernelMultiDevice(list, 2, 0), CUDA_ERROR_INVALID_VALUE);
+  list[1] = list[0];
+  EXPECT_EQ(cuLaunchCooperativeKernelMultiDevice(list, 2, 0), CUDA_ERROR_INVALID_VALUE);
+  list[0].hStream = nullptr;
+  EXPECT_EQ(cuLaunchCooperativeKernelMultiDevice(list, 1, 0), CUDA_ERROR_INVALID_HANDLE);
+  EXPECT_EQ(cuLaunchCooperativeKernelMultiDevice(list, 0, 0), CUDA_ERROR_INVALID_VALUE);
+
+  ASSERT_CU(cuMemFree(own_buffer));
+  ASSERT_CU(cuStreamDestroy(peer_stream));
+  ASSERT_CU(cuModuleUnload(peer_module));
+}
+
 // The executor answers a device query once; the client answers it from then on. Shown by taking the executor
 // away: the questions asked before are still answered (with the executor's answers, refusals included), a new
 // one is not. The session is gone afterwards, so this test must stay the file's last (ctest runs each test in a
