@@ -566,12 +566,11 @@ CUresult Session::DecodeNodeParameters(const wire::GraphAddNode& spec, std::span
     case wire::GraphNodeKind::Host:
       return HostNodeParams(spec.host_function(), &parameters->host);
     case wire::GraphNodeKind::BatchMemOp: {
-      const auto* operations = spec.memory_operations();
-      if (operations == nullptr || operations->size() == 0 || operations->size() > wire::kMostMemoryOperations) {
-        return CUDA_ERROR_INVALID_VALUE;
-      }
-      parameters->operations.resize(operations->size());
-      for (size_t i = 0; i < operations->size(); ++i) {
+      const auto* operations = spec.memory_operations();  // absent or empty: a node of no operations
+      const size_t count = operations != nullptr ? operations->size() : 0;
+      if (count > wire::kMostMemoryOperations) return CUDA_ERROR_INVALID_VALUE;
+      parameters->operations.resize(count);
+      for (size_t i = 0; i < count; ++i) {
         if (!wire::DecodeMemoryOperation(*operations->Get(i), &parameters->operations[i])) {
           return CUDA_ERROR_INVALID_VALUE;
         }
@@ -579,7 +578,7 @@ CUresult Session::DecodeNodeParameters(const wire::GraphAddNode& spec, std::span
       CUDA_BATCH_MEM_OP_NODE_PARAMS& batch = parameters->batch;
       batch.ctx = CurrentDriverContext();  // the client refuses a node of another context
       batch.count = static_cast<unsigned int>(parameters->operations.size());
-      batch.paramArray = parameters->operations.data();
+      batch.paramArray = count != 0 ? parameters->operations.data() : nullptr;
       batch.flags = spec.memory_operation_flags();
       return CUDA_SUCCESS;
     }
@@ -1003,9 +1002,9 @@ CUresult Session::EncodeNodeParameters(CUgraphNode node, flatbuffers::Offset<wir
       for (unsigned int i = 0; i < batch.count; ++i) {
         if (!wire::EncodeMemoryOperation(batch.paramArray[i], &operations[i])) return CUDA_ERROR_NOT_SUPPORTED;
       }
-      uint64_t context = 0;
+      uint64_t context = 0;  // the lowest id naming it (a context has one, a primary one per retaining client)
       for (const auto& [id, known] : contexts_) {
-        if (known == batch.ctx) context = id;
+        if (known == batch.ctx && (context == 0 || id < context)) context = id;
       }
       const auto operation_vector = builder_.CreateVectorOfStructs(operations);
       wire::GraphAddNodeBuilder fields(builder_);

@@ -218,6 +218,56 @@ Session::Outcome Session::LaunchKernel(const wire::LaunchKernel& call, std::span
   return outcome;
 }
 
+// The driver takes each entry's arguments as kernelParams (CUDA_LAUNCH_PARAMS has no `extra`): pointers into the
+// entry's packed buffer at the offsets cuFuncGetParamInfo gives, each parameter inside the buffer.
+Session::Outcome Session::LaunchCooperativeMultiDevice(const wire::LaunchCooperativeMultiDevice& call,
+                                                       std::span<const uint8_t> payload) {
+  if (driver_.cuLaunchCooperativeKernelMultiDevice == nullptr || driver_.cuFuncGetParamInfo == nullptr) {
+    return {CUDA_ERROR_NOT_SUPPORTED};
+  }
+  const auto* launches = call.launches();
+  if (launches == nullptr || launches->size() == 0 || launches->size() > wire::kMostMultiDeviceLaunches) {
+    return {CUDA_ERROR_INVALID_VALUE};
+  }
+  const auto* arguments = static_cast<const uint8_t*>(Aligned(payload, aligned_buffer_));
+  std::vector<CUDA_LAUNCH_PARAMS> list(launches->size());
+  std::vector<std::vector<void*>> parameters(launches->size());
+  for (size_t i = 0; i < launches->size(); ++i) {
+    const wire::MultiDeviceLaunch& launch = *launches->Get(i);
+    const auto function = functions_.find(launch.function());
+    if (function == functions_.end()) return {CUDA_ERROR_INVALID_HANDLE};
+    CUstream stream = nullptr;
+    if (const CUresult result = LookupStream(launch.stream(), &stream); result != CUDA_SUCCESS) return {result};
+    const uint64_t at = launch.argument_offset(), bytes = launch.argument_bytes();
+    if (at > payload.size() || bytes > payload.size() - at || at % alignof(uint64_t) != 0) {
+      return {CUDA_ERROR_INVALID_VALUE};
+    }
+    size_t offset = 0, size = 0;
+    for (size_t index = 0; driver_.cuFuncGetParamInfo(function->second, index, &offset, &size) == CUDA_SUCCESS;
+         ++index) {
+      if (offset > bytes || size > bytes - offset) return {CUDA_ERROR_INVALID_VALUE};
+      parameters[i].push_back(const_cast<uint8_t*>(arguments + at + offset));
+    }
+    CUDA_LAUNCH_PARAMS& entry = list[i];
+    entry.function = function->second;
+    entry.gridDimX = launch.grid_x();
+    entry.gridDimY = launch.grid_y();
+    entry.gridDimZ = launch.grid_z();
+    entry.blockDimX = launch.block_x();
+    entry.blockDimY = launch.block_y();
+    entry.blockDimZ = launch.block_z();
+    entry.sharedMemBytes = launch.shared_mem_bytes();
+    entry.hStream = stream;
+    entry.kernelParams = parameters[i].empty() ? nullptr : parameters[i].data();
+  }
+  // Scheduled as the first entry's launch (one GPU in the common case; the others go with it).
+  const wire::MultiDeviceLaunch& first = *launches->Get(0);
+  return {LaunchScheduled(first.function(), list[0].hStream, [&] {
+    return driver_.cuLaunchCooperativeKernelMultiDevice(list.data(), static_cast<unsigned int>(list.size()),
+                                                       call.flags());
+  })};
+}
+
 // Debug level: what the driver refused, next to the parameter size it expects for the function.
 void Session::LogRefusedLaunch(CUfunction function, const wire::LaunchKernel& call, size_t argument_bytes,
                                CUresult result) {

@@ -229,7 +229,7 @@ def session_seeds():
         (request(13, "ArrayDestroy", {"array_id": 51}), b""),
         (request(14, "MipmappedArrayDestroy", {"mipmap_id": 50}), b""),
     ]
-    # Batch memory-operation graph nodes and unified-function look-ups (protocol 21).
+    # Batch memory-operation graph nodes, unified-function look-ups and multi-device launches (protocol 21).
     write = {"operation": 2, "flags": 0, "address": address(0), "value": 41}
     wait = {"operation": 1, "flags": 0, "address": address(0), "value": 41}
     batch = {"kind": "BatchMemOp", "memory_operations": [write, wait], "memory_operation_flags": 0}
@@ -247,6 +247,15 @@ def session_seeds():
         (request(10, "LibraryLoad", {"library_id": 62}, context=0), PTX),
         (request(11, "LibraryGetUnifiedFunction", {"library_id": 62, "name": "fill_u32"}, context=0), b""),
         (request(12, "GraphDestroy", {"graph": 60}, context=0), b""),
+        (request(13, "StreamCreate", {"stream": 63, "flags": 1, "priority": 0}), b""),
+        (request(14, "ModuleLoad", {"module_id": 64}), PTX),
+        (request(15, "ModuleGetFunction", {"module_id": 64, "function": 65, "name": "fill_u32"}), b""),
+        (request(16, "LaunchCooperativeMultiDevice",
+                 {"launches": [{"function": 65, "stream": 63, "argument_offset": 0, "argument_bytes": 24,
+                                "grid_x": 1, "grid_y": 1, "grid_z": 1, "block_x": 32, "block_y": 1, "block_z": 1,
+                                "shared_mem_bytes": 0}],
+                  "flags": 0}),
+         struct.pack("<QI4xQ", address(0), 0xABCD, 64)),
     ]
     return {name: records(*[part for pair in messages for part in pair]) for name, messages in seeds.items()}
 

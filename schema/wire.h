@@ -19,7 +19,8 @@ namespace curelay::wire {
 // class, NUMA node, CPU and memory affinity); 18: managed globals; 19: green contexts (DevResourceQuery,
 // DevSmResourceSplit, DevResourceGenerateDesc, GreenContext*); 20: mipmapped, planar and sparse arrays
 // (MipmappedArrayCreate/Destroy, ArrayGetSubArray, ArrayQuery, MemMapArray), execution affinity at context creation,
-// PointerSetAttribute; 21: batch memory-operation graph nodes (GraphNodeKind BatchMemOp), LibraryGetUnifiedFunction
+// PointerSetAttribute; 21: batch memory-operation graph nodes (GraphNodeKind BatchMemOp), LibraryGetUnifiedFunction,
+// LaunchCooperativeMultiDevice
 inline constexpr uint32_t kProtocolVersion = 21;
 
 // Size limits: a header frame is small; a payload is one copy chunk or one module image.
@@ -46,6 +47,8 @@ inline constexpr uint32_t kMostArrayMapEntries = 128;
 // The most stream memory operations one batch carries (cuStreamBatchMemOp, a batch memory-operation node). cuda.h
 // asks for fewer than 256; a batch of exactly 256 is carried and left to the executor's driver to answer.
 inline constexpr uint32_t kMostMemoryOperations = 256;
+// The most entries one cuLaunchCooperativeKernelMultiDevice carries: one per device, and a process sees at most 64.
+inline constexpr uint32_t kMostMultiDeviceLaunches = 64;
 // Coredump attribute buffers the executor allocates for the driver are at most this large.
 inline constexpr uint64_t kMaxCoredumpBufferBytes = uint64_t{1} << 20;
 

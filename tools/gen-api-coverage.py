@@ -89,8 +89,7 @@ FORWARDED_UNLESS = {
     "cuDeviceGetExecAffinitySupport": "once per device and type, then local",
     "cuLaunch": "as `cuLaunchKernel`, with the parameter buffer the `cuParamSet*` calls filled in the client",
     "cuLaunchGrid": "as `cuLaunch`", "cuLaunchGridAsync": "as `cuLaunch`",
-    "cuLaunchCooperativeKernelMultiDevice": "as one `cuLaunchCooperativeKernel` per entry, the streams joined with "
-                                            "events",
+    "cuLaunchCooperativeKernelMultiDevice": "answered: the executor's driver launches the entries together",
     "cuMemcpyBatchAsync": "each copy as the single `cuMemcpyAsync` of its kind, in order on the batch's stream",
     "cuMemcpyBatchAsync_v2": "as `cuMemcpyBatchAsync`",
     "cuMemcpy3DBatchAsync": "each operation as the single `cuMemcpy3DAsync` it describes, in order on the batch's "
@@ -325,11 +324,11 @@ def main() -> None:
         "context must be the current one too, and its parameter query answers the operations in storage the node "
         "keeps; external-semaphore nodes and `cuGraphNodeSetParams` of a child-graph node: "
         "`CUDA_ERROR_NOT_SUPPORTED` |",
-        "| `cuLaunchCooperativeKernelMultiDevice` (deprecated) | one `cuLaunchCooperativeKernel` per entry, checked as "
-        "cuda.h asks (created streams only, one entry per device, one grid, block and shared-memory size); the "
-        "default joins of the streams before and after the kernels are events the shim records and waits for; it "
-        "leaves the functions' legacy launch state (`cuFuncSetBlockShape`, `cuParamSet*`) as it was, where the "
-        "driver overwrites it |",
+        "| `cuLaunchCooperativeKernelMultiDevice` (deprecated) | a round trip (the driver's refusals come back from "
+        "the call): each entry's function is resolved in its stream's context and its arguments packed by its layout; "
+        "the executor's driver checks and launches them together (the streams' joins and multi-grid synchronization "
+        "are its own); scheduled as the first entry's launch. It leaves the functions' legacy launch state "
+        "(`cuFuncSetBlockShape`, `cuParamSet*`) as it was, where the driver overwrites it |",
         "| `cuLibraryGetUnifiedFunction` | the executor's driver answers whether the library has the unified function "
         "(on a GPU without unified function pointers, as the H200, it refuses every name with "
         "`CUDA_ERROR_INVALID_VALUE`); a function it has is refused with `CUDA_ERROR_NOT_SUPPORTED` and one log line "

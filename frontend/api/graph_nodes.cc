@@ -1,9 +1,10 @@
 // Explicit graph construction: empty, kernel, memset, memcpy, host and batch memory-operation nodes
 // (cuGraphAdd*Node, and cuGraphAddNode for those types). Each is made by the executor's driver in the executor's
-// copy of the graph and answered with its node id, so dependencies name nodes as the executor knows them. Kernel arguments are packed here by the
-// function's layout and copied into the node by the driver, as natively. A memcpy node's host side in page-locked
-// memory of a same-host session becomes the executor's registered device address of the same pages; other host
-// memory (pageable, or any over tcp://) a staging buffer that each launch fills or delivers (graph_host_copies.cc).
+// copy of the graph and answered with its node id, so dependencies name nodes as the executor knows them. Kernel
+// arguments are packed here by the function's layout and copied into the node by the driver, as natively. A memcpy
+// node's host side in page-locked memory of a same-host session becomes the executor's registered device address of
+// the same pages; other host memory (pageable, or any over tcp://) a staging buffer that each launch fills or
+// delivers (graph_host_copies.cc).
 #include <algorithm>
 #include <cstring>
 #include <functional>
@@ -297,9 +298,10 @@ CUresult RequireCurrent(CUcontext context) {
 }
 
 // A batch memory-operation node of `count` operations (cuStreamBatchMemOp's, checked as it checks them) in `context`.
+// Unlike cuStreamBatchMemOp, a node of no operations is taken (measured on the H200).
 CUresult BatchMemOpNode(const NodeTarget& target, CUcontext context, unsigned int count,
                         const CUstreamBatchMemOpParams* operations, unsigned int flags) {
-  if (count == 0 || count > wire::kMostMemoryOperations || operations == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  if (count > wire::kMostMemoryOperations || (count != 0 && operations == nullptr)) return CUDA_ERROR_INVALID_VALUE;
   CURELAY_RETURN_IF_ERROR(RequireCurrent(context));
   std::vector<wire::MemoryOperation> encoded(count);
   for (unsigned int i = 0; i < count; ++i) {
@@ -354,6 +356,14 @@ CUresult ConditionalNode(const NodeTarget& target, CUDA_CONDITIONAL_NODE_PARAMS&
   (*target.node_out)->owned_graphs = bodies;
   conditional.phGraph_out = target.graph->body_arrays.emplace_back(std::move(bodies)).data();
   return CUDA_SUCCESS;
+}
+
+// Storage a node keeps for an answer whose pointers the application holds (cuda.h: valid until the node is destroyed
+// or its parameters are set): replaced only when the answer changed, so pointers handed out before stay good.
+template <typename T, typename Same>
+T* KeepAnswer(std::vector<T>& kept, std::vector<T>&& answer, Same same) {
+  if (!std::equal(answer.begin(), answer.end(), kept.begin(), kept.end(), same)) kept = std::move(answer);
+  return kept.empty() ? nullptr : kept.data();
 }
 
 // Asks the executor for the parameters of `node`, which must be of `type`.
@@ -884,6 +894,9 @@ CUresult cuGraphBatchMemOpNodeSetParams(CUgraphNode node, const CUDA_BATCH_MEM_O
 CUresult cuGraphExecBatchMemOpNodeSetParams(CUgraphExec exec, CUgraphNode node,
                                             const CUDA_BATCH_MEM_OP_NODE_PARAMS* params) {
   if (params == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  if (node == nullptr || !Graphs().nodes.Contains(node) || node->type != CU_GRAPH_NODE_TYPE_BATCH_MEM_OP) {
+    return CUDA_ERROR_INVALID_VALUE;
+  }
   return BatchMemOpNode(Updating(exec, node), params->ctx, params->count, params->paramArray, params->flags);
 }
 
@@ -904,17 +917,14 @@ CUresult cuGraphBatchMemOpNodeGetParams(CUgraphNode node, CUDA_BATCH_MEM_OP_NODE
   }
   *params = {};
   params->ctx = client->contexts.FindById(spec->context());
+  if (params->ctx == nullptr) return CUDA_ERROR_NOT_SUPPORTED;  // a context the application does not know
   params->count = static_cast<unsigned int>(count);
   params->flags = spec->memory_operation_flags();
   std::lock_guard<std::mutex> lock(node->graph->mutex);
-  const auto same = [](const CUstreamBatchMemOpParams& a, const CUstreamBatchMemOpParams& b) {
-    return std::memcmp(&a, &b, sizeof a) == 0;
-  };
-  if (!std::equal(operations.begin(), operations.end(), node->batch_operations.begin(),
-                  node->batch_operations.end(), same)) {
-    node->batch_operations = std::move(operations);
-  }
-  params->paramArray = node->batch_operations.empty() ? nullptr : node->batch_operations.data();
+  params->paramArray = KeepAnswer(node->batch_operations, std::move(operations),
+                                  [](const CUstreamBatchMemOpParams& a, const CUstreamBatchMemOpParams& b) {
+                                    return std::memcmp(&a, &b, sizeof a) == 0;  // decoded: every byte set
+                                  });
   return CUDA_SUCCESS;
 }
 
@@ -1120,10 +1130,7 @@ CUresult cuGraphMemAllocNodeGetParams(CUgraphNode node, CUDA_MEM_ALLOC_NODE_PARA
   const auto same = [](const CUmemAccessDesc& a, const CUmemAccessDesc& b) {
     return a.location.id == b.location.id && a.flags == b.flags;
   };
-  if (!std::equal(access.begin(), access.end(), node->access.begin(), node->access.end(), same)) {
-    node->access = std::move(access);
-  }
-  params->accessDescs = node->access.empty() ? nullptr : node->access.data();
+  params->accessDescs = KeepAnswer(node->access, std::move(access), same);
   return CUDA_SUCCESS;
 }
 

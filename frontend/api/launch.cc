@@ -1,6 +1,5 @@
 // Kernel launches: arguments are packed here by the function's parameter layout and the launch is posted; the
 // application does not wait for it, exactly as with the real driver.
-#include <algorithm>
 #include <vector>
 
 #include "frontend/api/api_support.h"
@@ -93,81 +92,47 @@ extern "C" CUresult cuLaunchCooperativeKernel(CUfunction function, unsigned int 
   return PostLaunch(function, config, kernel_params, nullptr);
 }
 
-namespace {
-
-// Makes every stream of `streams` wait for the work each of the others holds now (an event recorded in each, in
-// that stream's own context), as the multi-device launch's pre- and post-launch synchronization do.
-CUresult JoinStreams(const std::vector<CUstream>& streams) {
-  std::vector<CUevent> events;
-  CUresult result = CUDA_SUCCESS;
-  for (CUstream stream : streams) {
-    CUcontext context = nullptr;
-    if ((result = cuStreamGetCtx(stream, &context)) != CUDA_SUCCESS) break;
-    if ((result = cuCtxPushCurrent(context)) != CUDA_SUCCESS) break;
-    CUevent event = nullptr;
-    result = cuEventCreate(&event, CU_EVENT_DISABLE_TIMING);
-    if (result == CUDA_SUCCESS) {
-      events.push_back(event);
-      result = cuEventRecord(event, stream);
-    }
-    CUcontext popped = nullptr;
-    cuCtxPopCurrent(&popped);
-    if (result != CUDA_SUCCESS) break;
-  }
-  for (size_t waiter = 0; result == CUDA_SUCCESS && waiter < streams.size(); ++waiter) {
-    for (size_t other = 0; result == CUDA_SUCCESS && other < events.size(); ++other) {
-      if (other != waiter) result = cuStreamWaitEvent(streams[waiter], events[other], 0);
-    }
-  }
-  for (CUevent event : events) cuEventDestroy(event);  // the waits keep what they need, as natively
-  return result;
-}
-
-}  // namespace
-
-// The deprecated multi-device form: one cooperative launch per entry, each on a stream of its own device, checked as
-// cuda.h asks (created streams only, one entry per device, the same grid, block and shared memory everywhere). The
-// default synchronization across the streams (before the kernels and after them) is made of events; with one entry
-// stream order alone gives it. As cuLaunchKernel here, it leaves the functions' legacy launch state (block shape,
-// parameters) as it was, where the driver overwrites it.
+// The deprecated multi-device form, forwarded and answered: the executor's driver launches the entries together
+// (its checks, its co-scheduling and the kernels' multi-grid synchronization are the driver's). Each entry's function
+// is resolved in its stream's context (a library kernel passed as a CUfunction takes the stream's context, as cuda.h
+// says) and its arguments packed by that function's layout, 8-byte aligned one after the other in the payload.
 extern "C" CUresult cuLaunchCooperativeKernelMultiDevice(CUDA_LAUNCH_PARAMS* list, unsigned int count,
                                                          unsigned int flags) {
-  constexpr unsigned int kKnownFlags = CUDA_COOPERATIVE_LAUNCH_MULTI_DEVICE_NO_PRE_LAUNCH_SYNC |
-                                       CUDA_COOPERATIVE_LAUNCH_MULTI_DEVICE_NO_POST_LAUNCH_SYNC;
   Client* client;
   CURELAY_RETURN_IF_ERROR(RequireContext(&client));
-  if (list == nullptr || count == 0 || (flags & ~kKnownFlags) != 0) return CUDA_ERROR_INVALID_VALUE;
-  std::vector<CUstream> streams;
-  std::vector<CUdevice> devices;
+  if (list == nullptr || count == 0 || count > wire::kMostMultiDeviceLaunches) return CUDA_ERROR_INVALID_VALUE;
+  std::vector<wire::MultiDeviceLaunch> launches;
+  std::vector<uint8_t> payload;
   for (unsigned int i = 0; i < count; ++i) {
     const CUDA_LAUNCH_PARAMS& entry = list[i];
-    const CUDA_LAUNCH_PARAMS& first = list[0];
-    if (entry.hStream == nullptr || entry.hStream == CU_STREAM_LEGACY || entry.hStream == CU_STREAM_PER_THREAD) {
-      return CUDA_ERROR_INVALID_HANDLE;  // what the driver answers for the NULL stream (measured on the H200)
-    }
-    if (entry.gridDimX != first.gridDimX || entry.gridDimY != first.gridDimY || entry.gridDimZ != first.gridDimZ ||
-        entry.blockDimX != first.blockDimX || entry.blockDimY != first.blockDimY ||
-        entry.blockDimZ != first.blockDimZ || entry.sharedMemBytes != first.sharedMemBytes) {
-      return CUDA_ERROR_INVALID_VALUE;
-    }
+    CUfunction function = entry.function;
+    const bool created_stream =
+        entry.hStream != nullptr && entry.hStream != CU_STREAM_LEGACY && entry.hStream != CU_STREAM_PER_THREAD;
     CUcontext context = nullptr;
-    CURELAY_RETURN_IF_ERROR(cuStreamGetCtx(entry.hStream, &context));
-    if (std::find(devices.begin(), devices.end(), context->device) != devices.end()) return CUDA_ERROR_INVALID_VALUE;
-    devices.push_back(context->device);
-    streams.push_back(entry.hStream);
+    if (created_stream) CURELAY_RETURN_IF_ERROR(cuStreamGetCtx(entry.hStream, &context));
+    if (context != nullptr) CURELAY_RETURN_IF_ERROR(cuCtxPushCurrent(context));
+    CUresult result = ResolveFunction(*client, &function);
+    uint64_t wire_stream = 0;
+    if (result == CUDA_SUCCESS) result = WireStream(*client, entry.hStream, &wire_stream);
+    if (context != nullptr) {
+      CUcontext popped = nullptr;
+      cuCtxPopCurrent(&popped);
+    }
+    CURELAY_RETURN_IF_ERROR(result);
+    std::vector<uint8_t>& arguments = ArgumentBuffer();
+    CURELAY_RETURN_IF_ERROR(PackArguments(function->parameters, entry.kernelParams, nullptr, arguments));
+    payload.resize((payload.size() + 7) & ~size_t{7});
+    const uint64_t offset = payload.size();
+    payload.insert(payload.end(), arguments.begin(), arguments.end());
+    // A kernel that is given a pointer into mirrored page-locked memory makes that mirror take part in coherence.
+    client->host_mirrors.ActivateReferenced(arguments);
+    launches.emplace_back(function->id, wire_stream, offset, arguments.size(), entry.gridDimX, entry.gridDimY,
+                          entry.gridDimZ, entry.blockDimX, entry.blockDimY, entry.blockDimZ, entry.sharedMemBytes);
   }
-  if (count > 1 && (flags & CUDA_COOPERATIVE_LAUNCH_MULTI_DEVICE_NO_PRE_LAUNCH_SYNC) == 0) {
-    CURELAY_RETURN_IF_ERROR(JoinStreams(streams));
-  }
-  for (unsigned int i = 0; i < count; ++i) {
-    const CUDA_LAUNCH_PARAMS& entry = list[i];
-    CURELAY_RETURN_IF_ERROR(cuLaunchCooperativeKernel(entry.function, entry.gridDimX, entry.gridDimY,
-                                                      entry.gridDimZ, entry.blockDimX, entry.blockDimY,
-                                                      entry.blockDimZ, entry.sharedMemBytes, entry.hStream,
-                                                      entry.kernelParams));
-  }
-  if (count > 1 && (flags & CUDA_COOPERATIVE_LAUNCH_MULTI_DEVICE_NO_POST_LAUNCH_SYNC) == 0) {
-    CURELAY_RETURN_IF_ERROR(JoinStreams(streams));
-  }
-  return CUDA_SUCCESS;
+  auto& builder = Builder();
+  const auto call =
+      wire::CreateLaunchCooperativeMultiDevice(builder, builder.CreateVectorOfStructs(launches), flags).Union();
+  // A round trip: the driver's refusals (a stream of the wrong kind, two entries on one device, grids that differ)
+  // come back from the call itself, as natively.
+  return client->Call(builder, wire::Call::LaunchCooperativeMultiDevice, call, payload, nullptr);
 }

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <map>
 #include <mutex>
+#include <vector>
 
 #include "api_common.h"
 #include "device_properties.h"
@@ -43,6 +44,48 @@ CUresult CUDAAPI cuLaunchKernelEx(const CUlaunchConfig* config, CUfunction f, vo
   return cuLaunchKernel(f, config->gridDimX, config->gridDimY, config->gridDimZ, config->blockDimX,
                         config->blockDimY, config->blockDimZ, config->sharedMemBytes, config->hStream, kernelParams,
                         extra);
+}
+
+// The deprecated multi-device cooperative launch, with the checks cuda.h names and the answers the H200 gave (the
+// NULL stream CUDA_ERROR_INVALID_HANDLE, an unknown flag, no entries or two entries on one device
+// CUDA_ERROR_INVALID_VALUE): each entry launched on its stream, in that stream's context. The joins of the streams
+// before and after need nothing here, where one queue runs all work in order.
+CUresult CUDAAPI cuLaunchCooperativeKernelMultiDevice(CUDA_LAUNCH_PARAMS* launchParamsList, unsigned int numDevices,
+                                                      unsigned int flags) {
+  return emu::Guard([&] {
+    if (CUresult r = emu::CheckInit(); r != CUDA_SUCCESS) return r;
+    constexpr unsigned kKnownFlags = CUDA_COOPERATIVE_LAUNCH_MULTI_DEVICE_NO_PRE_LAUNCH_SYNC |
+                                     CUDA_COOPERATIVE_LAUNCH_MULTI_DEVICE_NO_POST_LAUNCH_SYNC;
+    if (launchParamsList == nullptr || numDevices == 0 || (flags & ~kKnownFlags) != 0) return CUDA_ERROR_INVALID_VALUE;
+    std::vector<int> devices;
+    const CUDA_LAUNCH_PARAMS& first = launchParamsList[0];
+    for (unsigned i = 0; i < numDevices; ++i) {
+      const CUDA_LAUNCH_PARAMS& entry = launchParamsList[i];
+      if (entry.hStream == nullptr || entry.hStream == CU_STREAM_LEGACY || entry.hStream == CU_STREAM_PER_THREAD) {
+        return CUDA_ERROR_INVALID_HANDLE;
+      }
+      std::shared_ptr<emu::Context> ctx;
+      std::shared_ptr<emu::Stream> stream;
+      if (CUresult r = emu::ResolveStream(entry.hStream, &ctx, &stream); r != CUDA_SUCCESS) return r;
+      if (std::find(devices.begin(), devices.end(), ctx->device) != devices.end()) return CUDA_ERROR_INVALID_VALUE;
+      devices.push_back(ctx->device);
+      if (entry.gridDimX != first.gridDimX || entry.gridDimY != first.gridDimY || entry.gridDimZ != first.gridDimZ ||
+          entry.blockDimX != first.blockDimX || entry.blockDimY != first.blockDimY ||
+          entry.blockDimZ != first.blockDimZ || entry.sharedMemBytes != first.sharedMemBytes) {
+        return CUDA_ERROR_INVALID_VALUE;
+      }
+    }
+    for (unsigned i = 0; i < numDevices; ++i) {
+      const CUDA_LAUNCH_PARAMS& entry = launchParamsList[i];
+      if (CUresult r = cuLaunchKernel(entry.function, entry.gridDimX, entry.gridDimY, entry.gridDimZ, entry.blockDimX,
+                                      entry.blockDimY, entry.blockDimZ, entry.sharedMemBytes, entry.hStream,
+                                      entry.kernelParams, nullptr);
+          r != CUDA_SUCCESS) {
+        return r;
+      }
+    }
+    return CUDA_SUCCESS;
+  });
 }
 
 CUresult CUDAAPI cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags(int* numBlocks, CUfunction func,

@@ -392,6 +392,15 @@ def user_objects(stream):
     step("user_object_after_exec_destroyed", lambda: list(destroyed_objects))
 
 
+libcuda = ctypes.CDLL("libcuda.so.1")
+
+
+class BatchNodeParams(ctypes.Structure):
+    """CUDA_BATCH_MEM_OP_NODE_PARAMS; each CUstreamBatchMemOpParams is 48 bytes (type at 0, value at 16)."""
+    _fields_ = [("ctx", ctypes.c_void_p), ("count", ctypes.c_uint), ("paramArray", ctypes.c_void_p),
+                ("flags", ctypes.c_uint)]
+
+
 def memory_operation(kind, address, value, flags=0):
     """One CUstreamBatchMemOpParams: a 32-bit write or a GEQ wait on `address`."""
     op = driver.CUstreamBatchMemOpParams()
@@ -424,12 +433,14 @@ def batch_memop_nodes(context, stream, words):
         return read_words(words)[0]
 
     def answer(node):
-        error, params = driver.cuGraphBatchMemOpNodeGetParams(node)
-        if error != driver.CUresult.CUDA_SUCCESS:
+        """GetParams through ctypes (the bindings hand back no operations): count, context, each (type, value)."""
+        params = BatchNodeParams()
+        error = libcuda.cuGraphBatchMemOpNodeGetParams(ctypes.c_void_p(int(node)), ctypes.byref(params))
+        if error != 0:
             return error
-        ops = list(params.paramArray)[:params.count]
-        return (error, params.count, int(params.ctx) == int(context),
-                [(int(op.operation), int(op.writeValue.value)) for op in ops])
+        ops = [(ctypes.c_uint32.from_address(params.paramArray + 48 * i).value,
+                ctypes.c_uint32.from_address(params.paramArray + 48 * i + 16).value) for i in range(params.count)]
+        return error, params.count, params.ctx == int(context), ops, params.paramArray is None
 
     def launch(exec_graph):
         check(driver.cuGraphLaunch(exec_graph, stream))
@@ -451,7 +462,10 @@ def batch_memop_nodes(context, stream, words):
     step("batch_node_params_after_set", lambda: answer(node))
     fresh = check(instantiate(graph, 0))
     step("batch_launch_fresh", lambda: launch(fresh))
-    step("batch_no_operations", lambda: driver.cuGraphAddBatchMemOpNode(graph, None, 0, batch(1, 0))[0])
+    error, empty = driver.cuGraphAddBatchMemOpNode(graph, None, 0, batch(1, 0))
+    step("batch_no_operations", lambda: (error, answer(empty)))
+    step("batch_node_set_no_operations", lambda: (driver.cuGraphBatchMemOpNodeSetParams(node, batch(1, 0))[0],
+                                                  answer(node)))
 
     check(driver.cuStreamBeginCapture(stream, driver.CUstreamCaptureMode.CU_STREAM_CAPTURE_MODE_GLOBAL))
     check(driver.cuStreamBatchMemOp(stream, 1, [memory_operation(write_kind, words, 77)], 0))

@@ -338,6 +338,48 @@ def cooperative_multi_device(module, stream):
     check(driver.cuMemFree(buffer))
 
 
+def cooperative_two_devices(ptx, module, stream):
+    """With a second GPU: one entry per device, each on a stream of its own device, joined by the driver."""
+    if check(driver.cuDeviceGetCount()) < 2:
+        print("cooperative_two_devices skipped: one device")
+        return
+    count = 4096
+    peer = check(driver.cuDevicePrimaryCtxRetain(check(driver.cuDeviceGet(1))))
+    check(driver.cuCtxPushCurrent(peer))
+    peer_module = check(driver.cuModuleLoadData(ptx))
+    peer_stream = check(driver.cuStreamCreate(driver.CUstream_flags.CU_STREAM_NON_BLOCKING))
+    peer_buffer = check(driver.cuMemAlloc(4 * count))
+    check(driver.cuCtxPopCurrent())
+    buffer = check(driver.cuMemAlloc(4 * count))
+    entries, keep = [], []
+    for owner, owner_stream, target in ((module, stream, buffer), (peer_module, peer_stream, peer_buffer)):
+        function = check(driver.cuModuleGetFunction(owner, b"fill_u32"))
+        values = [ctypes.c_uint64(int(target)), ctypes.c_uint(0xD0D0), ctypes.c_uint64(count)]
+        pointers = (ctypes.c_void_p * 3)(*[ctypes.addressof(value) for value in values])
+        keep += [values, pointers]
+        entries.append(LaunchParams(int(function), count // 128, 1, 1, 128, 1, 1, 0, int(owner_stream),
+                                    ctypes.addressof(pointers)))
+    pair = (LaunchParams * 2)(*entries)
+    result = libcuda.cuLaunchCooperativeKernelMultiDevice(pair, 2, 0)
+    check(driver.cuStreamSynchronize(stream))
+    check(driver.cuStreamSynchronize(peer_stream))
+    filled = []
+    for target in (buffer, peer_buffer):
+        out = bytearray(4 * count)
+        check(driver.cuMemcpyDtoH(out, target, 4 * count))
+        filled.append(bytes(out) == struct.pack("I", 0xD0D0) * count)
+    entries[1].gridDimX += 1
+    mismatch = libcuda.cuLaunchCooperativeKernelMultiDevice((LaunchParams * 2)(*entries), 2, 0)
+    print("cooperative_two_devices", result, filled, "grids that differ", mismatch)
+    check(driver.cuMemFree(buffer))
+    check(driver.cuCtxPushCurrent(peer))
+    check(driver.cuMemFree(peer_buffer))
+    check(driver.cuStreamDestroy(peer_stream))
+    check(driver.cuModuleUnload(peer_module))
+    check(driver.cuCtxPopCurrent())
+    check(driver.cuDevicePrimaryCtxRelease(check(driver.cuDeviceGet(1))))
+
+
 def unified_function(ptx):
     """cuLibraryGetUnifiedFunction on a library of the test kernels: a kernel's name and a missing one."""
     library = ctypes.c_void_p()
@@ -363,6 +405,7 @@ def main(ptx_path):
     queries(device)
     legacy_launch(module, stream)
     cooperative_multi_device(module, stream)
+    cooperative_two_devices(ptx, module, stream)
     unified_function(ptx)
     check(driver.cuStreamDestroy(stream))
     check(driver.cuModuleUnload(module))

@@ -2877,10 +2877,17 @@ TEST_F(GraphTest, BatchMemoryOperationNodesWriteAndWait) {
   ASSERT_CU(cuStreamSynchronize(stream_));
   EXPECT_EQ(Read<uint32_t>(words, 1)[0], 60u);
 
-  // Refused as cuStreamBatchMemOp refuses: no operations, an unknown operation type, a node of another type.
+  // A node of no operations is taken (as on the H200); refused: an unknown operation type, a count without
+  // operations, a node of another type.
   batch.count = 0;
-  EXPECT_EQ(cuGraphAddBatchMemOpNode(&node, graph, nullptr, 0, &batch), CUDA_ERROR_INVALID_VALUE);
+  batch.paramArray = nullptr;
+  CUgraphNode empty_batch = nullptr;
+  ASSERT_CU(cuGraphAddBatchMemOpNode(&empty_batch, graph, nullptr, 0, &batch));
+  ASSERT_CU(cuGraphBatchMemOpNodeGetParams(empty_batch, &answered));
+  EXPECT_EQ(answered.count, 0u);
+  EXPECT_EQ(answered.paramArray, nullptr);
   batch.count = 1;
+  EXPECT_EQ(cuGraphAddBatchMemOpNode(&node, graph, nullptr, 0, &batch), CUDA_ERROR_INVALID_VALUE);
   CUstreamBatchMemOpParams unknown{};
   unknown.operation = static_cast<CUstreamBatchMemOpType>(7);
   batch.paramArray = &unknown;
