@@ -361,9 +361,8 @@ CUresult ConditionalNode(const NodeTarget& target, CUDA_CONDITIONAL_NODE_PARAMS&
 // Storage a node keeps for an answer whose pointers the application holds (cuda.h: valid until the node is destroyed
 // or its parameters are set): replaced only when the answer changed, so pointers handed out before stay good.
 template <typename T, typename Same>
-T* KeepAnswer(std::vector<T>& kept, std::vector<T>&& answer, Same same) {
+void KeepAnswer(std::vector<T>& kept, std::vector<T>&& answer, Same same) {
   if (!std::equal(answer.begin(), answer.end(), kept.begin(), kept.end(), same)) kept = std::move(answer);
-  return kept.empty() ? nullptr : kept.data();
 }
 
 // Asks the executor for the parameters of `node`, which must be of `type`.
@@ -921,10 +920,13 @@ CUresult cuGraphBatchMemOpNodeGetParams(CUgraphNode node, CUDA_BATCH_MEM_OP_NODE
   params->count = static_cast<unsigned int>(count);
   params->flags = spec->memory_operation_flags();
   std::lock_guard<std::mutex> lock(node->graph->mutex);
-  params->paramArray = KeepAnswer(node->batch_operations, std::move(operations),
-                                  [](const CUstreamBatchMemOpParams& a, const CUstreamBatchMemOpParams& b) {
-                                    return std::memcmp(&a, &b, sizeof a) == 0;  // decoded: every byte set
-                                  });
+  KeepAnswer(node->batch_operations, std::move(operations),
+             [](const CUstreamBatchMemOpParams& a, const CUstreamBatchMemOpParams& b) {
+               return std::memcmp(&a, &b, sizeof a) == 0;  // decoded: every byte set
+             });
+  // Never null, even for a node of no operations, as the driver answers (measured on the H200).
+  if (node->batch_operations.capacity() == 0) node->batch_operations.reserve(1);
+  params->paramArray = node->batch_operations.data();
   return CUDA_SUCCESS;
 }
 
@@ -1130,7 +1132,8 @@ CUresult cuGraphMemAllocNodeGetParams(CUgraphNode node, CUDA_MEM_ALLOC_NODE_PARA
   const auto same = [](const CUmemAccessDesc& a, const CUmemAccessDesc& b) {
     return a.location.id == b.location.id && a.flags == b.flags;
   };
-  params->accessDescs = KeepAnswer(node->access, std::move(access), same);
+  KeepAnswer(node->access, std::move(access), same);
+  params->accessDescs = node->access.empty() ? nullptr : node->access.data();
   return CUDA_SUCCESS;
 }
 

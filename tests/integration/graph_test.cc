@@ -2885,7 +2885,7 @@ TEST_F(GraphTest, BatchMemoryOperationNodesWriteAndWait) {
   ASSERT_CU(cuGraphAddBatchMemOpNode(&empty_batch, graph, nullptr, 0, &batch));
   ASSERT_CU(cuGraphBatchMemOpNodeGetParams(empty_batch, &answered));
   EXPECT_EQ(answered.count, 0u);
-  EXPECT_EQ(answered.paramArray, nullptr);
+  EXPECT_NE(answered.paramArray, nullptr);  // as the driver answers (measured on the H200)
   batch.count = 1;
   EXPECT_EQ(cuGraphAddBatchMemOpNode(&node, graph, nullptr, 0, &batch), CUDA_ERROR_INVALID_VALUE);
   CUstreamBatchMemOpParams unknown{};
