@@ -7,11 +7,13 @@
 
 #include <spdlog/spdlog.h>
 
+#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "executor/driver.h"
@@ -26,6 +28,11 @@
 #include "transport/zmq/zmq_curve.h"
 
 namespace {
+
+// How long an ended session's teardown may wait for the GPU before the process gives up on it, and the exit status
+// it then ends with.
+constexpr std::chrono::seconds kTeardownDeadline{10};
+constexpr int kTeardownTimedOutStatus = 3;
 
 struct Options {
   std::string driver_path;
@@ -224,5 +231,17 @@ int main(int argc, char** argv) {
   link.Start();
   const int status = session.Run();
   spdlog::info("session {} ended", assignment.session_id);
+  // The teardown (~Session) frees what the client left, and freeing waits for the GPU's work: work the client left
+  // stuck (a stream waiting for a value that never comes) would hold this process, and its GPU memory, forever
+  // (measured on the H200). Past the deadline the process ends at once, as a native process's exit abandons its
+  // work; the kernel driver frees what it held and the backend settles the session as for any executor that died.
+  std::thread([session_id = assignment.session_id] {
+    std::this_thread::sleep_for(kTeardownDeadline);
+    spdlog::warn("session {}: teardown still waiting for the GPU after {} s (work the client left never completes); "
+                 "exiting without it",
+                 session_id, std::chrono::duration_cast<std::chrono::seconds>(kTeardownDeadline).count());
+    spdlog::shutdown();
+    _exit(kTeardownTimedOutStatus);
+  }).detach();
   return status;
 }

@@ -2792,6 +2792,40 @@ TEST_F(GraphTest, AClientDyingInAHostNodeDoesNotHangItsExecutor) {
   ASSERT_CU(cuMemFree(big));
 }
 
+// A client that leaves a stream stuck behind a wait that never holds, then exits: the executor's teardown would wait
+// for that stream forever (freeing waits for the GPU's work), so past its deadline (10 s) the executor process ends
+// (found by session_fuzzer; measured on the H200, where the process kept its GPU memory). Seen here in the backend's
+// log: the emulated GPU's shared memory keeps what a dead process held, where the kernel driver frees it.
+TEST_F(GraphTest, AClientLeavingAStuckStreamDoesNotKeepItsExecutor) {
+  const auto* backend = static_cast<const SessionEnvironment*>(environment)->backend();
+  const auto ended = [&] { return backend->Log().find("exited with status 3") != std::string::npos; };
+  ASSERT_FALSE(ended());
+  std::fflush(stdout);
+  std::fflush(stderr);
+  const pid_t child = fork();
+  if (child == 0) {
+    CUcontext context;
+    CUstream stream;
+    CUdeviceptr word;
+    const bool done = cuInit(0) == CUDA_SUCCESS && cuDevicePrimaryCtxRetain(&context, 0) == CUDA_SUCCESS &&
+                      cuCtxSetCurrent(context) == CUDA_SUCCESS && cuMemAlloc(&word, 4) == CUDA_SUCCESS &&
+                      cuMemsetD32(word, 0, 1) == CUDA_SUCCESS && cuCtxSynchronize() == CUDA_SUCCESS &&
+                      cuStreamCreate(&stream, CU_STREAM_NON_BLOCKING) == CUDA_SUCCESS &&
+                      cuStreamWaitValue32(stream, word, 1, CU_STREAM_WAIT_VALUE_EQ) == CUDA_SUCCESS &&
+                      cuStreamQuery(stream) == CUDA_ERROR_NOT_READY;
+    _exit(done ? 0 : 1);  // no cleanup: the stream stays stuck
+  }
+  ASSERT_GT(child, 0);
+  int status = 0;
+  ASSERT_EQ(waitpid(child, &status, 0), child);
+  ASSERT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << "the child did not leave its stream stuck";
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+  while (!ended() && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  EXPECT_TRUE(ended()) << "the executor of the client that left a stuck stream did not end:\n" << backend->Log();
+}
+
 // Batch memory-operation nodes (cuGraphAddBatchMemOpNode and cuGraphAddNode's form): a write and a wait the node
 // runs at each launch, its parameters answered from the executor's driver (paramArray in storage the node keeps),
 // set on the node and in an executable graph only; a stream capture of cuStreamBatchMemOp makes one too.
