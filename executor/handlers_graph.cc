@@ -807,12 +807,9 @@ Session::Outcome Session::GraphNodeSetParams(const wire::GraphNodeSetParams& cal
 CUresult Session::PackKernelArguments(const CUDA_KERNEL_NODE_PARAMS& kernel, std::vector<uint8_t>* bytes) {
   bytes->clear();
   if (kernel.func == nullptr || driver_.cuFuncGetParamInfo == nullptr) return CUDA_ERROR_NOT_SUPPORTED;
-  std::vector<std::pair<size_t, size_t>> layout;  // offset, size
-  size_t offset = 0, size = 0, end = 0;
-  for (size_t index = 0; driver_.cuFuncGetParamInfo(kernel.func, index, &offset, &size) == CUDA_SUCCESS; ++index) {
-    layout.emplace_back(offset, size);
-    end = std::max(end, offset + size);
-  }
+  const std::vector<std::pair<size_t, size_t>> layout = ParameterLayoutOf(kernel.func);
+  size_t end = 0;
+  for (const auto& [offset, size] : layout) end = std::max(end, offset + size);
   bytes->assign(end, 0);
   if (kernel.kernelParams != nullptr) {
     for (size_t i = 0; i < layout.size(); ++i) {

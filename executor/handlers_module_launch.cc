@@ -242,9 +242,7 @@ Session::Outcome Session::LaunchCooperativeMultiDevice(const wire::LaunchCoopera
     if (at > payload.size() || bytes > payload.size() - at || at % alignof(uint64_t) != 0) {
       return {CUDA_ERROR_INVALID_VALUE};
     }
-    size_t offset = 0, size = 0;
-    for (size_t index = 0; driver_.cuFuncGetParamInfo(function->second, index, &offset, &size) == CUDA_SUCCESS;
-         ++index) {
+    for (const auto& [offset, size] : ParameterLayoutOf(function->second)) {
       if (offset > bytes || size > bytes - offset) return {CUDA_ERROR_INVALID_VALUE};
       parameters[i].push_back(const_cast<uint8_t*>(arguments + at + offset));
     }
@@ -268,16 +266,24 @@ Session::Outcome Session::LaunchCooperativeMultiDevice(const wire::LaunchCoopera
   })};
 }
 
+std::vector<std::pair<size_t, size_t>> Session::ParameterLayoutOf(CUfunction function) {
+  std::vector<std::pair<size_t, size_t>> layout;
+  if (driver_.cuFuncGetParamInfo == nullptr) return layout;
+  size_t offset = 0, size = 0;
+  for (size_t index = 0; driver_.cuFuncGetParamInfo(function, index, &offset, &size) == CUDA_SUCCESS; ++index) {
+    layout.emplace_back(offset, size);
+  }
+  return layout;
+}
+
 // Debug level: what the driver refused, next to the parameter size it expects for the function.
 void Session::LogRefusedLaunch(CUfunction function, const wire::LaunchKernel& call, size_t argument_bytes,
                                CUresult result) {
   if (!spdlog::should_log(spdlog::level::debug)) return;
   const char* name = nullptr;
   if (driver_.cuFuncGetName != nullptr) driver_.cuFuncGetName(&name, function);
-  size_t expected = 0, offset = 0, size = 0;
-  for (size_t index = 0; driver_.cuFuncGetParamInfo(function, index, &offset, &size) == CUDA_SUCCESS; ++index) {
-    expected = offset + size;
-  }
+  size_t expected = 0;
+  for (const auto& [offset, size] : ParameterLayoutOf(function)) expected = offset + size;
   spdlog::debug("cuLaunchKernel{} {}: {} (grid {}x{}x{}, block {}x{}x{}, {} B shared, {} B of arguments, the "
                 "function's parameters end at {} B)",
                 call.attributes() != nullptr && call.attributes()->size() != 0 ? "Ex" : "",

@@ -265,6 +265,8 @@ class Session {
   // `node_arguments_`.
   CUresult EncodeNodeParameters(CUgraphNode node, flatbuffers::Offset<wire::GraphAddNode>* spec);
   CUresult PackKernelArguments(const CUDA_KERNEL_NODE_PARAMS& kernel, std::vector<uint8_t>* bytes);
+  // (offset, size) of each parameter of `function`, as cuFuncGetParamInfo gives them.
+  std::vector<std::pair<size_t, size_t>> ParameterLayoutOf(CUfunction function);
   CUresult EncodeCopyEnd(CUmemorytype type, const void* host, CUdeviceptr device, CUarray array, size_t x, size_t y,
                          size_t z, size_t pitch, size_t height, flatbuffers::Offset<wire::CopyEnd>* end);
   CUresult AddConditionalNode(const wire::GraphAddNode& call, CUgraph graph,
