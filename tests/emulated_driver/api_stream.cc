@@ -3,7 +3,11 @@
 // answer queries and synchronizations precisely.
 #include <algorithm>
 #include <atomic>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
 #include <memory>
+#include <optional>
 #include <thread>
 #include <vector>
 
@@ -32,11 +36,27 @@ uint64_t StreamTail(const Context& ctx, const Stream* stream) {
   return stream != nullptr ? stream->last_seq.load() : ctx.last_seq.load();
 }
 
+// The emulated device's watchdog on stream memory waits: CURELAY_EMU_STREAM_WAIT_LIMIT_MS when the wait is made;
+// none when unset (a real GPU waits forever). In-process harnesses (session_fuzzer) set it: their teardown frees
+// memory, which drains the device, and a wait nothing will ever satisfy would hold it there. The process-level answer,
+// the executor's teardown deadline, cannot help a harness that is the process.
+std::optional<std::chrono::milliseconds> StreamWaitLimit() {
+  const char* env = std::getenv("CURELAY_EMU_STREAM_WAIT_LIMIT_MS");
+  if (env == nullptr || *env == '\0') return std::nullopt;
+  char* end = nullptr;
+  const unsigned long long ms = std::strtoull(env, &end, 10);
+  if (*end != '\0') {
+    std::fprintf(stderr, "curelay emulated driver: bad CURELAY_EMU_STREAM_WAIT_LIMIT_MS=%s; waits are unbounded\n", env);
+    return std::nullopt;
+  }
+  return std::chrono::milliseconds(ms);
+}
+
 // Stream memory operations, for cuStreamBatchMemOp and batch memory-operation graph nodes alike: `count` operations
 // of known types on aligned device (or registered host) addresses, flags 0. *op runs them in array order on a copy of
 // the array, keeping the allocations they touch alive. A wait spins on the device worker until its condition holds
 // (the value comes from the host through mapped memory, or from work queued before it: the emulated device runs one
-// operation at a time).
+// operation at a time), or until the watchdog above ends it with CUDA_ERROR_LAUNCH_TIMEOUT, which poisons the context.
 CUresult BatchMemOpsOp(const CUstreamBatchMemOpParams* paramArray, unsigned count, unsigned flags,
                        std::function<CUresult()>* op, bool empty_allowed = false) {
   if (flags != 0 || (count == 0 && !empty_allowed) || (count != 0 && paramArray == nullptr)) {
@@ -63,7 +83,7 @@ CUresult BatchMemOpsOp(const CUstreamBatchMemOpParams* paramArray, unsigned coun
     if (CUresult r = ValidateDeviceRange(address, width, &pin); r != CUDA_SUCCESS) return r;
     if (pin != nullptr) pins.push_back(std::move(pin));
   }
-  *op = [ops = std::move(ops), pins = std::move(pins)] {
+  *op = [ops = std::move(ops), pins = std::move(pins), limit = StreamWaitLimit()] {
     for (const CUstreamBatchMemOpParams& p : ops) {
       switch (p.operation) {
         case CU_STREAM_MEM_OP_WRITE_VALUE_32:
@@ -88,7 +108,11 @@ CUresult BatchMemOpsOp(const CUstreamBatchMemOpParams* paramArray, unsigned coun
               default: return wide ? ~(have | want) != 0 : static_cast<uint32_t>(~(have | want)) != 0;
             }
           };
-          while (!satisfied()) std::this_thread::yield();
+          const auto deadline = std::chrono::steady_clock::now() + limit.value_or(std::chrono::milliseconds(0));
+          while (!satisfied()) {
+            if (limit.has_value() && std::chrono::steady_clock::now() >= deadline) return CUDA_ERROR_LAUNCH_TIMEOUT;
+            std::this_thread::yield();
+          }
           break;
         }
         default:

@@ -2522,6 +2522,37 @@ TEST_F(EmulatedDriverTest, BatchMemOpNodesWriteAndWait) {
   EXPECT_EQ(api().cuMemFree(p), CUDA_SUCCESS);
 }
 
+// The emulated device's watchdog (CURELAY_EMU_STREAM_WAIT_LIMIT_MS, for in-process fuzz harnesses): a wait nothing
+// satisfies ends with CUDA_ERROR_LAUNCH_TIMEOUT at the next synchronization and poisons its context, so freeing
+// memory afterwards (which drains the device) returns. Unset, the same wait holds the stream (the query answers
+// NOT_READY) until the value arrives.
+TEST_F(EmulatedDriverTest, StreamWaitWatchdogEndsAWaitNothingSatisfies) {
+  CUdeviceptr p = Alloc(4);
+  ASSERT_EQ(api().cuMemsetD32(p, 0, 1), CUDA_SUCCESS);
+  CUstream s = nullptr;
+  ASSERT_EQ(api().cuStreamCreate(&s, CU_STREAM_NON_BLOCKING), CUDA_SUCCESS);
+  std::vector<CUstreamBatchMemOpParams> wait = {WaitValue32(p, 7, CU_STREAM_WAIT_VALUE_EQ)};
+
+  // Unbounded: the wait is still pending after longer than the bounded case's limit; a write from the host ends it.
+  ASSERT_EQ(api().cuStreamBatchMemOp(s, 1, wait.data(), 0), CUDA_SUCCESS);
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  EXPECT_EQ(api().cuStreamQuery(s), CUDA_ERROR_NOT_READY);
+  reinterpret_cast<std::atomic<uint32_t>*>(p)->store(7);  // emulated device memory is this process's memory
+  EXPECT_EQ(api().cuStreamSynchronize(s), CUDA_SUCCESS);
+
+  ASSERT_EQ(api().cuMemsetD32(p, 0, 1), CUDA_SUCCESS);
+  ASSERT_EQ(setenv("CURELAY_EMU_STREAM_WAIT_LIMIT_MS", "100", 1), 0);
+  const CUresult enqueued = api().cuStreamBatchMemOp(s, 1, wait.data(), 0);
+  unsetenv("CURELAY_EMU_STREAM_WAIT_LIMIT_MS");
+  ASSERT_EQ(enqueued, CUDA_SUCCESS);
+  const auto started = std::chrono::steady_clock::now();
+  EXPECT_EQ(api().cuStreamSynchronize(s), CUDA_ERROR_LAUNCH_TIMEOUT);
+  EXPECT_LT(std::chrono::steady_clock::now() - started, std::chrono::seconds(5));
+  EXPECT_EQ(api().cuCtxSynchronize(), CUDA_ERROR_LAUNCH_TIMEOUT);  // sticky
+  EXPECT_EQ(api().cuMemFree(p), CUDA_ERROR_LAUNCH_TIMEOUT);
+  // Destroying the faulted context is the way out (TearDown).
+}
+
 // cuGraphAddNode with CU_GRAPH_NODE_TYPE_BATCH_MEM_OP makes the same node.
 TEST_F(EmulatedDriverTest, BatchMemOpNodeThroughGraphAddNode) {
   CUdeviceptr p = Alloc(4);
