@@ -71,6 +71,7 @@ Session::Outcome Session::ArrayDestroy(const wire::ArrayDestroy& call) {
     memory_quota_.Refund(found->second.charged_bytes);
     ForgetSubArrays(SubArrayOwner::kArray, call.array_id());
     arrays_.erase(found);
+    SettleReleasedAllocations();  // memory it held through sparse mappings
   }
   return {result};
 }
@@ -118,6 +119,7 @@ Session::Outcome Session::MipmappedArrayDestroy(const wire::MipmappedArrayDestro
     memory_quota_.Refund(found->second.charged_bytes);
     ForgetSubArrays(SubArrayOwner::kMipmappedArray, call.mipmap_id());
     mipmapped_arrays_.erase(found);
+    SettleReleasedAllocations();
   }
   return {result};
 }
@@ -242,7 +244,15 @@ Session::Outcome Session::MemMapArray(const wire::MemMapArray& call) {
     info.flags = entry->flags();
     infos.push_back(info);
   }
-  return {driver_.cuMemMapArrayAsync(infos.data(), static_cast<unsigned int>(infos.size()), stream)};
+  const CUresult result = driver_.cuMemMapArrayAsync(infos.data(), static_cast<unsigned int>(infos.size()), stream);
+  if (result == CUDA_SUCCESS) {
+    for (size_t i = 0; i < infos.size(); ++i) {
+      if (infos[i].memOperationType != CU_MEM_OPERATION_TYPE_MAP || infos[i].memHandle.memHandle == 0) continue;
+      const bool mipmapped = infos[i].resourceType == CU_RESOURCE_TYPE_MIPMAPPED_ARRAY;
+      sparse_backings_[infos[i].memHandle.memHandle].insert({mipmapped, call.entries()->Get(i)->resource_id()});
+    }
+  }
+  return {result};
 }
 
 Session::Outcome Session::MemcpyArray(const wire::MemcpyArray& call, std::span<const uint8_t> payload) {

@@ -180,6 +180,7 @@ Session::Outcome Session::MemImportShareable(const wire::MemImportShareable& cal
   });
   close(fd);  // the import holds the memory; the descriptor itself is not needed any more
   if (result != CUDA_SUCCESS) return {result};
+  TakeBackReusedHandle(handle);
   physical_allocations_[call.handle()] = {handle, 1, bytes};
   return {CUDA_SUCCESS};
 }

@@ -324,8 +324,8 @@ bool Session::OwnsDeviceAddress(CUdeviceptr address) const {
   for (const auto& [base, allocation] : graph_allocations_) {
     if (address >= base && address - base < allocation.bytes) return true;
   }
-  for (const auto& [base, bytes] : virtual_mappings_) {  // mapped virtual memory (handlers_virtual_memory.cc)
-    if (address >= base && address - base < bytes) return true;
+  for (const auto& [base, mapping] : virtual_mappings_) {  // mapped virtual memory (handlers_virtual_memory.cc)
+    if (address >= base && address - base < mapping.bytes) return true;
   }
   // Device memory this session did not allocate by name (module and library globals, graph allocations) is still
   // its own: this process holds no other. Host memory other than the lists above is the executor's.

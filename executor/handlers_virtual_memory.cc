@@ -74,7 +74,10 @@ Session::Outcome Session::MemCreate(const wire::MemCreate& call) {
   CUmemGenericAllocationHandle handle = 0;
   const CUresult result =
       AllocateCharged(call.bytes(), [&] { return driver_.cuMemCreate(&handle, call.bytes(), &prop, call.flags()); });
-  if (result == CUDA_SUCCESS) physical_allocations_[call.handle()] = {handle, 1, call.bytes()};
+  if (result == CUDA_SUCCESS) {
+    TakeBackReusedHandle(handle);
+    physical_allocations_[call.handle()] = {handle, 1, call.bytes()};
+  }
   return {result};
 }
 
@@ -85,12 +88,14 @@ Session::Outcome Session::MemRelease(const wire::MemRelease& call) {
   if (found == physical_allocations_.end()) return {CUDA_ERROR_INVALID_VALUE};
   const CUresult result = driver_.cuMemRelease(found->second.handle);
   if (result == CUDA_SUCCESS && --found->second.references == 0) {
-    memory_quota_.Refund(found->second.bytes);
+    // The client's handle is gone; the memory stays charged while something still maps it.
+    released_while_mapped_[found->second.handle] = found->second.bytes;
     // Its shareable descriptor goes too (natively an open descriptor would keep the memory importable:
     // docs/architecture.md, "Shareable handles").
     ipc_registry_.Withdraw(IpcRegistry::Kind::kShareable, call.handle());
     shareable_handles_.Withdraw(call.handle());
     physical_allocations_.erase(found);
+    SettleReleasedAllocations();
   }
   return {result};
 }
@@ -101,7 +106,7 @@ Session::Outcome Session::MemMap(const wire::MemMap& call) {
   if (found == physical_allocations_.end()) return {CUDA_ERROR_INVALID_VALUE};
   const CUresult result =
       driver_.cuMemMap(call.ptr(), call.bytes(), call.offset(), found->second.handle, call.flags());
-  if (result == CUDA_SUCCESS) virtual_mappings_[call.ptr()] = call.bytes();
+  if (result == CUDA_SUCCESS) virtual_mappings_[call.ptr()] = {call.bytes(), found->second.handle};
   return {result};
 }
 
@@ -113,8 +118,43 @@ Session::Outcome Session::MemUnmap(const wire::MemUnmap& call) {
     const auto first = virtual_mappings_.lower_bound(call.ptr());
     const auto last = virtual_mappings_.lower_bound(call.ptr() + call.bytes());
     virtual_mappings_.erase(first, last);
+    SettleReleasedAllocations();
   }
   return {result};
+}
+
+bool Session::StillMapped(CUmemGenericAllocationHandle handle) const {
+  for (const auto& [ptr, mapping] : virtual_mappings_) {
+    if (mapping.handle == handle) return true;
+  }
+  const auto backing = sparse_backings_.find(handle);
+  return backing != sparse_backings_.end() && !backing->second.empty();
+}
+
+void Session::TakeBackReusedHandle(CUmemGenericAllocationHandle handle) {
+  // The driver gives a handle out again only once the memory it named is gone: that memory (kept charged until its
+  // sparse array was destroyed, which can be later than the driver freed it) is no longer this session's.
+  if (const auto released = released_while_mapped_.find(handle); released != released_while_mapped_.end()) {
+    memory_quota_.Refund(released->second);
+    released_while_mapped_.erase(released);
+  }
+  sparse_backings_.erase(handle);
+}
+
+void Session::SettleReleasedAllocations() {
+  if (released_while_mapped_.empty()) return;
+  // Resources destroyed since (a mipmapped array takes its levels with it) back nothing any more.
+  for (auto& [handle, resources] : sparse_backings_) {
+    std::erase_if(resources, [&](const std::pair<bool, uint64_t>& resource) {
+      return resource.first ? mipmapped_arrays_.count(resource.second) == 0 : arrays_.count(resource.second) == 0;
+    });
+  }
+  std::erase_if(released_while_mapped_, [&](const auto& entry) {
+    if (StillMapped(entry.first)) return false;
+    memory_quota_.Refund(entry.second);
+    sparse_backings_.erase(entry.first);
+    return true;
+  });
 }
 
 Session::Outcome Session::MemSetAccess(const wire::MemSetAccess& call) {
@@ -155,6 +195,18 @@ Session::Outcome Session::MemRetainAllocationHandle(const wire::MemRetainAllocat
   if (outcome.result != CUDA_SUCCESS) return outcome;
   // The driver answers the handle it gave out at cuMemCreate: the client keeps the id it knows it by.
   uint64_t id = 0;
+  // Memory the client released while it stayed mapped gets a handle again, with its charge.
+  if (const auto released = released_while_mapped_.find(handle); released != released_while_mapped_.end()) {
+    if (call.handle() == 0 || physical_allocations_.count(call.handle()) != 0) {
+      driver_.cuMemRelease(handle);
+      return {CUDA_ERROR_INVALID_VALUE};
+    }
+    physical_allocations_[call.handle()] = {handle, 1, released->second};
+    released_while_mapped_.erase(released);
+    outcome.body = wire::CreateIntegerValue(builder_, static_cast<int64_t>(call.handle())).Union();
+    outcome.body_type = wire::ReplyBody::IntegerValue;
+    return outcome;
+  }
   for (auto& [known_id, physical] : physical_allocations_) {
     if (physical.handle == handle) {
       id = known_id;
@@ -194,8 +246,8 @@ void Session::ReleaseVirtualMemory() {
   // Mappings first: a physical allocation is only freed once nothing maps it, and a reservation can only be
   // freed once nothing is mapped in it.
   if (driver_.cuMemUnmap != nullptr) {
-    for (const auto& [ptr, bytes] : virtual_mappings_) {
-      if (const CUresult result = driver_.cuMemUnmap(ptr, bytes); result != CUDA_SUCCESS) {
+    for (const auto& [ptr, mapping] : virtual_mappings_) {
+      if (const CUresult result = driver_.cuMemUnmap(ptr, mapping.bytes); result != CUDA_SUCCESS) {
         spdlog::warn("cuMemUnmap of a mapping the session left: error {}", static_cast<int>(result));
       }
     }
@@ -210,6 +262,8 @@ void Session::ReleaseVirtualMemory() {
   }
   virtual_mappings_.clear();
   physical_allocations_.clear();
+  released_while_mapped_.clear();  // the session's account goes with it
+  sparse_backings_.clear();
   address_reservations_.clear();
 }
 

@@ -328,6 +328,11 @@ class Session {
   void RestoreCurrentContext();
   // Virtual memory management (handlers_virtual_memory.cc).
   void ReleaseVirtualMemory();
+  // Refunds the memory of released allocations that nothing maps any more.
+  void SettleReleasedAllocations();
+  bool StillMapped(CUmemGenericAllocationHandle handle) const;
+  // A handle the driver answered for new memory is no longer one of the released ones.
+  void TakeBackReusedHandle(CUmemGenericAllocationHandle handle);
   // CUDA IPC (handlers_ipc.cc): publishes an exported handle and answers it.
   Outcome IpcHandleReply(IpcRegistry::Kind kind, std::span<const uint8_t> handle, uint64_t owner);
   // The descriptor a shareable-handle token names, fetched from its exporter if this session may import it; -1 if not.
@@ -457,7 +462,18 @@ class Session {
     uint64_t bytes = 0;
   };
   std::unordered_map<uint64_t, PhysicalAllocation> physical_allocations_;
-  std::map<CUdeviceptr, uint64_t> virtual_mappings_;
+  struct VirtualMapping {
+    uint64_t bytes = 0;
+    CUmemGenericAllocationHandle handle = 0;  // the driver's handle of the memory mapped there
+  };
+  std::map<CUdeviceptr, VirtualMapping> virtual_mappings_;
+  // Physical memory the client released while it was still mapped: the driver frees it only at its last unmap
+  // (cuda.h), so its charge stays until then (SettleReleasedAllocations). The driver's handle -> bytes charged.
+  std::unordered_map<CUmemGenericAllocationHandle, uint64_t> released_while_mapped_;
+  // Sparse arrays and mipmapped arrays that cuMemMapArrayAsync backed with physical memory: the driver's handle ->
+  // the resources, as (array or mipmapped array, client id). Kept until the resource is destroyed: unmapping single
+  // tiles does not count, so a released allocation stays charged until its array goes (never too short).
+  std::unordered_map<CUmemGenericAllocationHandle, std::set<std::pair<bool, uint64_t>>> sparse_backings_;
   std::map<CUdeviceptr, uint64_t> address_reservations_;
   std::unordered_map<CUdeviceptr, uint64_t> pool_allocations_;  // by cuMemAllocAsync, not yet freed; bytes
   std::unordered_set<CUdeviceptr> imported_pool_pointers_;  // by cuMemPoolImportPointer, not yet freed

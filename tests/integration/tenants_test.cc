@@ -310,6 +310,23 @@ TEST_F(TenantsTest, ImportedMemoryCountsAgainstTheQuota) {
   EXPECT_EQ(sibling.Ask("shareable-import " + descriptor + " " + size), "shareable-import 2 0") << sibling.output();
 }
 
+// Physical memory whose handle was released while it stayed mapped is the tenant's until its last unmap (the driver
+// frees it only then): releasing right after mapping, as cuda-samples' vectorAddMMAP does, must not refund it.
+TEST_F(TenantsTest, MemoryReleasedWhileMappedCountsUntilUnmapped) {
+  const std::string token = AddTenant(backend_, "mapped-quota", {"--memory-quota", "6M"});
+  InteractiveClient client(backend_, token, "mapper");
+  ASSERT_TRUE(client.ready()) << client.output();
+  const std::string size = std::to_string(4 * kMiB);
+  ASSERT_EQ(client.Ask("mapped-release " + size), "mapped-release 0") << client.output();
+  // CUDA_ERROR_OUT_OF_MEMORY: the first 4 MiB are still mapped, so 8 MiB would pass the 6 MiB quota.
+  EXPECT_EQ(client.Ask("mapped-release " + size), "mapped-release 2") << client.output();
+  EXPECT_EQ(client.Ask("alloc " + size), "alloc 2");
+  ASSERT_EQ(client.Ask("unmap-last"), "unmap-last 0");  // the memory goes, and its charge with it
+  EXPECT_EQ(client.Ask("mapped-release " + size), "mapped-release 0") << client.output();
+  ASSERT_EQ(client.Ask("unmap-last"), "unmap-last 0");
+  EXPECT_EQ(client.Ask("alloc " + size), "alloc 0");
+}
+
 // Memory pools shared as descriptors: a pool and an allocation from it, exported by one session, import in another
 // session of the same tenant (one allocation, seen and written by both), and never in another tenant's session.
 TEST_F(TenantsTest, SharedPoolsImportOnlyInSessionsOfTheSameTenant) {

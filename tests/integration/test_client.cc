@@ -225,6 +225,7 @@ int main(int argc, char** argv) {
     CUmemGenericAllocationHandle shared_allocation = 0;
     CUdeviceptr shared_mapping = 0, imported_mapping = 0, pool_allocation = 0;
     size_t shared_bytes = 0;
+    std::vector<std::pair<CUdeviceptr, size_t>> mapped_released;  // mapped-release's mappings: base, bytes
     std::string command;
     while (std::cin >> command) {
       if (command == "alloc") {
@@ -471,6 +472,38 @@ int main(int argc, char** argv) {
         }
         if (forged >= 0) close(forged);
         std::printf("shareable-import-forged %d\n", static_cast<int>(result));
+      } else if (command == "mapped-release") {
+        // mapped-release BYTES: physical memory reserved, created, mapped and its handle released at once (as
+        // cuda-samples' vectorAddMMAP does): the mapping alone keeps it.
+        size_t bytes = 0;
+        std::cin >> bytes;
+        CUmemAllocationProp prop{};
+        prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
+        prop.location = {CU_MEM_LOCATION_TYPE_DEVICE, 0};
+        CUdeviceptr base = 0;
+        CUmemGenericAllocationHandle allocation = 0;
+        CUresult result = cuMemAddressReserve(&base, bytes, 0, 0, 0);
+        if (result == CUDA_SUCCESS) {
+          result = cuMemCreate(&allocation, bytes, &prop, 0);
+          if (result == CUDA_SUCCESS) result = cuMemMap(base, bytes, 0, allocation, 0);
+          if (allocation != 0 && cuMemRelease(allocation) != CUDA_SUCCESS) result = CUDA_ERROR_UNKNOWN;
+          if (result == CUDA_SUCCESS) {
+            mapped_released.push_back({base, bytes});
+          } else {
+            cuMemAddressFree(base, bytes);
+          }
+        }
+        std::printf("mapped-release %d\n", static_cast<int>(result));
+      } else if (command == "unmap-last") {
+        // The newest mapped-release mapping unmapped (the driver frees its memory) and its addresses freed.
+        CUresult result = CUDA_ERROR_INVALID_VALUE;
+        if (!mapped_released.empty()) {
+          const auto [base, bytes] = mapped_released.back();
+          mapped_released.pop_back();
+          result = cuMemUnmap(base, bytes);
+          if (result == CUDA_SUCCESS) result = cuMemAddressFree(base, bytes);
+        }
+        std::printf("unmap-last %d\n", static_cast<int>(result));
       } else if (command == "shareable-release") {
         // The exporter lets go of its allocation (its mapping stays until unmapped).
         CUresult result = CUDA_SUCCESS;
