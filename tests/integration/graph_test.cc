@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <functional>
 #include <mutex>
 #include <cstdio>
 #include <cstdlib>
@@ -2624,16 +2625,41 @@ TEST_F(GraphTest, CapturedStreamOrderedAllocationBecomesMemoryNodes) {
   ASSERT_CU(cuMemFree(out));
 }
 
-// Memory a graph allocated and nobody freed is freed when the session ends: the next session can have all of it.
-// (The executors share the device's capacity through a file, where memory left behind stays counted.)
-TEST_F(GraphTest, AGraphAllocationLeftLiveIsFreedAtSessionEnd) {
-  constexpr size_t kBig = 600ull << 20;  // more than half the emulated GPU's 1 GiB
+// Runs `session` in a forked child, which gets a session of its own (the parent's is not the child's), and answers
+// its exit status: `session` answers whether it did what it should, and may end the process itself.
+int ExitStatusOfChildSession(const std::function<bool(CUcontext)>& session) {
   std::fflush(stdout);
   std::fflush(stderr);
   const pid_t child = fork();
   if (child == 0) {
-    // A session of its own (the parent's is not the child's): allocate by a graph, launch, leave it all.
     CUcontext context;
+    const bool done = cuInit(0) == CUDA_SUCCESS && cuDevicePrimaryCtxRetain(&context, 0) == CUDA_SUCCESS &&
+                      cuCtxSetCurrent(context) == CUDA_SUCCESS && session(context);
+    _exit(done ? 0 : 1);  // no cleanup: what the session left is its executor's to tear down
+  }
+  int status = 0;
+  if (child < 0 || waitpid(child, &status, 0) != child || !WIFEXITED(status)) return -1;
+  return WEXITSTATUS(status);
+}
+
+// cuMemAlloc of `bytes`, retried for up to 20 s while the GPU is short: the memory a dead client's executor held
+// comes back once that executor has torn down.
+CUresult AllocateOnceFreed(CUdeviceptr* memory, size_t bytes) {
+  CUresult result = CUDA_ERROR_OUT_OF_MEMORY;
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+  while ((result = cuMemAlloc(memory, bytes)) == CUDA_ERROR_OUT_OF_MEMORY &&
+         std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  return result;
+}
+
+// Memory a graph allocated and nobody freed is freed when the session ends: the next session can have all of it.
+// (The executors share the device's capacity through a file, where memory left behind stays counted.)
+TEST_F(GraphTest, AGraphAllocationLeftLiveIsFreedAtSessionEnd) {
+  constexpr size_t kBig = 600ull << 20;  // more than half the emulated GPU's 1 GiB
+  // The child allocates by a graph, launches, and leaves it all.
+  const int status = ExitStatusOfChildSession([](CUcontext) {
     CUgraph graph;
     CUgraphNode node;
     CUgraphExec exec;
@@ -2641,25 +2667,13 @@ TEST_F(GraphTest, AGraphAllocationLeftLiveIsFreedAtSessionEnd) {
     alloc.poolProps.allocType = CU_MEM_ALLOCATION_TYPE_PINNED;
     alloc.poolProps.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
     alloc.bytesize = kBig;
-    const bool done = cuInit(0) == CUDA_SUCCESS && cuDevicePrimaryCtxRetain(&context, 0) == CUDA_SUCCESS &&
-                      cuCtxSetCurrent(context) == CUDA_SUCCESS && cuGraphCreate(&graph, 0) == CUDA_SUCCESS &&
-                      cuGraphAddMemAllocNode(&node, graph, nullptr, 0, &alloc) == CUDA_SUCCESS &&
-                      cuGraphInstantiate(&exec, graph, 0) == CUDA_SUCCESS && cuGraphLaunch(exec, nullptr) == CUDA_SUCCESS &&
-                      cuCtxSynchronize() == CUDA_SUCCESS;
-    _exit(done ? 0 : 1);
-  }
-  ASSERT_GT(child, 0);
-  int status = 0;
-  ASSERT_EQ(waitpid(child, &status, 0), child);
-  ASSERT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << "the child session failed";
-  // Its executor tears down after the client is gone.
+    return cuGraphCreate(&graph, 0) == CUDA_SUCCESS && cuGraphAddMemAllocNode(&node, graph, nullptr, 0, &alloc) == CUDA_SUCCESS &&
+           cuGraphInstantiate(&exec, graph, 0) == CUDA_SUCCESS && cuGraphLaunch(exec, nullptr) == CUDA_SUCCESS &&
+           cuCtxSynchronize() == CUDA_SUCCESS;
+  });
+  ASSERT_EQ(status, 0) << "the child session failed";
   CUdeviceptr big = 0;
-  CUresult result = CUDA_ERROR_OUT_OF_MEMORY;
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
-  while ((result = cuMemAlloc(&big, kBig)) == CUDA_ERROR_OUT_OF_MEMORY && std::chrono::steady_clock::now() < deadline) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(50));
-  }
-  ASSERT_EQ(result, CUDA_SUCCESS) << "the graph's allocation outlived its session";
+  ASSERT_EQ(AllocateOnceFreed(&big, kBig), CUDA_SUCCESS) << "the graph's allocation outlived its session";
   ASSERT_CU(cuMemFree(big));
 }
 
@@ -2756,11 +2770,7 @@ TEST_F(GraphTest, UserObjectsLiveAsLongAsTheirReferences) {
 // freeing the memory the next session needs.
 TEST_F(GraphTest, AClientDyingInAHostNodeDoesNotHangItsExecutor) {
   constexpr size_t kBig = 600ull << 20;  // more than half the emulated GPU's 1 GiB
-  std::fflush(stdout);
-  std::fflush(stderr);
-  const pid_t child = fork();
-  if (child == 0) {
-    CUcontext context;
+  const int status = ExitStatusOfChildSession([](CUcontext) {
     CUstream stream;
     CUdeviceptr memory;
     CUgraph graph;
@@ -2768,27 +2778,19 @@ TEST_F(GraphTest, AClientDyingInAHostNodeDoesNotHangItsExecutor) {
     CUgraphExec exec;
     CUDA_HOST_NODE_PARAMS host{};
     host.fn = [](void*) { _exit(0); };
-    const bool done = cuInit(0) == CUDA_SUCCESS && cuDevicePrimaryCtxRetain(&context, 0) == CUDA_SUCCESS &&
-                      cuCtxSetCurrent(context) == CUDA_SUCCESS && cuMemAlloc(&memory, kBig) == CUDA_SUCCESS &&
+    const bool done = cuMemAlloc(&memory, kBig) == CUDA_SUCCESS &&
                       cuStreamCreate(&stream, CU_STREAM_NON_BLOCKING) == CUDA_SUCCESS &&
                       cuGraphCreate(&graph, 0) == CUDA_SUCCESS &&
                       cuGraphAddHostNode(&node, graph, nullptr, 0, &host) == CUDA_SUCCESS &&
                       cuGraphInstantiate(&exec, graph, 0) == CUDA_SUCCESS && cuGraphLaunch(exec, stream) == CUDA_SUCCESS;
-    if (done) cuStreamSynchronize(stream);  // the host function ends the process meanwhile
-    _exit(done ? 2 : 1);
-  }
-  ASSERT_GT(child, 0);
-  int status = 0;
-  ASSERT_EQ(waitpid(child, &status, 0), child);
-  ASSERT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << "the child's host node did not run";
+    if (done) cuStreamSynchronize(stream);  // the host function ends the process (status 0) meanwhile
+    return false;
+  });
+  ASSERT_EQ(status, 0) << "the child's host node did not run";
   CUdeviceptr big = 0;
-  CUresult result = CUDA_ERROR_OUT_OF_MEMORY;
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
-  while ((result = cuMemAlloc(&big, kBig)) == CUDA_ERROR_OUT_OF_MEMORY && std::chrono::steady_clock::now() < deadline) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(50));
-  }
-  ASSERT_EQ(result, CUDA_SUCCESS) << "the executor of the dead client did not tear down:\n"
-                                  << static_cast<const SessionEnvironment*>(environment)->backend()->Log();
+  ASSERT_EQ(AllocateOnceFreed(&big, kBig), CUDA_SUCCESS)
+      << "the executor of the dead client did not tear down:\n"
+      << static_cast<const SessionEnvironment*>(environment)->backend()->Log();
   ASSERT_CU(cuMemFree(big));
 }
 
@@ -2800,25 +2802,15 @@ TEST_F(GraphTest, AClientLeavingAStuckStreamDoesNotKeepItsExecutor) {
   const auto* backend = static_cast<const SessionEnvironment*>(environment)->backend();
   const auto ended = [&] { return backend->Log().find("exited with status 3") != std::string::npos; };
   ASSERT_FALSE(ended());
-  std::fflush(stdout);
-  std::fflush(stderr);
-  const pid_t child = fork();
-  if (child == 0) {
-    CUcontext context;
+  const int status = ExitStatusOfChildSession([](CUcontext) {
     CUstream stream;
     CUdeviceptr word;
-    const bool done = cuInit(0) == CUDA_SUCCESS && cuDevicePrimaryCtxRetain(&context, 0) == CUDA_SUCCESS &&
-                      cuCtxSetCurrent(context) == CUDA_SUCCESS && cuMemAlloc(&word, 4) == CUDA_SUCCESS &&
-                      cuMemsetD32(word, 0, 1) == CUDA_SUCCESS && cuCtxSynchronize() == CUDA_SUCCESS &&
-                      cuStreamCreate(&stream, CU_STREAM_NON_BLOCKING) == CUDA_SUCCESS &&
-                      cuStreamWaitValue32(stream, word, 1, CU_STREAM_WAIT_VALUE_EQ) == CUDA_SUCCESS &&
-                      cuStreamQuery(stream) == CUDA_ERROR_NOT_READY;
-    _exit(done ? 0 : 1);  // no cleanup: the stream stays stuck
-  }
-  ASSERT_GT(child, 0);
-  int status = 0;
-  ASSERT_EQ(waitpid(child, &status, 0), child);
-  ASSERT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << "the child did not leave its stream stuck";
+    return cuMemAlloc(&word, 4) == CUDA_SUCCESS && cuMemsetD32(word, 0, 1) == CUDA_SUCCESS &&
+           cuCtxSynchronize() == CUDA_SUCCESS && cuStreamCreate(&stream, CU_STREAM_NON_BLOCKING) == CUDA_SUCCESS &&
+           cuStreamWaitValue32(stream, word, 1, CU_STREAM_WAIT_VALUE_EQ) == CUDA_SUCCESS &&
+           cuStreamQuery(stream) == CUDA_ERROR_NOT_READY;  // then no cleanup: the stream stays stuck
+  });
+  ASSERT_EQ(status, 0) << "the child did not leave its stream stuck";
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
   while (!ended() && std::chrono::steady_clock::now() < deadline) {
     std::this_thread::sleep_for(std::chrono::milliseconds(100));
