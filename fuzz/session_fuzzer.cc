@@ -122,8 +122,8 @@ executor::Driver* LoadDriver() {
   setenv("CURELAY_EMU_DEVICE_COUNT", "2", 0);
   setenv("CURELAY_EMU_DEVICE_MEMORY", "256M", 0);
   // A stream wait the input never satisfies would hold ~Session's drain forever (the executor process has a teardown
-  // deadline for that; this harness is its own process): the emulated device gives such a wait up after 1 s.
-  setenv("CURELAY_EMU_STREAM_WAIT_LIMIT_MS", "1000", 0);
+  // deadline for that; this harness is its own process): the emulated device gives such a wait up after 100 ms.
+  setenv("CURELAY_EMU_STREAM_WAIT_LIMIT_MS", "100", 0);
   const char* path = std::getenv("CURELAY_FUZZ_DRIVER");
   auto* driver = new executor::Driver;
   std::string error;

@@ -50,11 +50,55 @@ print("graph", bool(torch.equal(static, x * 2 + 1)))
 PY
 )
 echo "$result" | sed 's/^/  /'
+# Physical memory whose handle is released right after it is mapped (as cuda-samples' vectorAddMMAP does) stays the
+# tenant's until it is unmapped: the driver frees it only then.
+mapped=$(LD_LIBRARY_PATH="$build/frontend" CURELAY_ENDPOINT="ipc://$runtime/b.sock" CURELAY_TOKEN=$token \
+  timeout 120 python3 - <<'PY'
+import ctypes
+cuda = ctypes.CDLL("libcuda.so.1")
+class Location(ctypes.Structure):
+    _fields_ = [("type", ctypes.c_int), ("id", ctypes.c_int)]
+class Prop(ctypes.Structure):
+    _fields_ = [("type", ctypes.c_int), ("requestedHandleTypes", ctypes.c_int), ("location", Location),
+                ("win32HandleMetaData", ctypes.c_void_p), ("compressionType", ctypes.c_ubyte),
+                ("gpuDirectRDMACapable", ctypes.c_ubyte), ("usage", ctypes.c_ushort), ("reserved", ctypes.c_ubyte * 4)]
+assert cuda.cuInit(0) == 0
+context = ctypes.c_void_p()
+assert cuda.cuDevicePrimaryCtxRetain(ctypes.byref(context), 0) == 0 and cuda.cuCtxSetCurrent(context) == 0
+prop = Prop(type=1, location=Location(type=1, id=0))  # pinned, on device 0
+mappings = []
+def map_and_release(mib):
+    size = ctypes.c_size_t(mib << 20)
+    base, handle = ctypes.c_uint64(), ctypes.c_uint64()
+    r = cuda.cuMemAddressReserve(ctypes.byref(base), size, ctypes.c_size_t(0), ctypes.c_uint64(0), ctypes.c_uint64(0))
+    if r != 0:
+        return r
+    r = cuda.cuMemCreate(ctypes.byref(handle), size, ctypes.byref(prop), ctypes.c_uint64(0))
+    if r == 0:
+        r = cuda.cuMemMap(base, size, ctypes.c_size_t(0), handle, ctypes.c_uint64(0))
+        cuda.cuMemRelease(handle)
+    if r == 0:
+        mappings.append((base, size))
+    else:
+        cuda.cuMemAddressFree(base, size)
+    return r
+def unmap_last():
+    base, size = mappings.pop()
+    return cuda.cuMemUnmap(base, size) or cuda.cuMemAddressFree(base, size)
+print("first", map_and_release(768))
+print("second", map_and_release(512))  # 2: CUDA_ERROR_OUT_OF_MEMORY, the first is still mapped
+print("unmapped", unmap_last())
+print("after", map_and_release(512))
+PY
+)
+echo "$mapped" | sed 's/^/  /'
 check "anonymous client refused" "$(LD_LIBRARY_PATH="$build/frontend" CURELAY_ENDPOINT="ipc://$runtime/b.sock" \
   timeout 60 python3 -c 'import torch; print(torch.cuda.is_available())' 2>/dev/null)" "False"
 check "torch sees the quota as total memory" "$(echo "$result" | awk '/^total/ {print $2}')" "1073741824"
 check "allocation within the quota" "$(echo "$result" | awk '/^within/ {print $2}')" "True"
 check "allocation beyond the quota" "$(echo "$result" | awk '/^beyond/ {print $2}')" "oom"
 check "CUDA graph replay in a scheduled session" "$(echo "$result" | awk '/^graph/ {print $2}')" "True"
+check "memory released while mapped still counts" \
+  "$(echo "$mapped" | awk '{printf "%s ", $2}')" "0 2 0 0 "
 ctl stats
 exit $status
