@@ -108,6 +108,7 @@ void Session::ForgetMipmappedArrays(CUcontext context) {
     ForgetSubArrays(SubArrayOwner::kMipmappedArray, entry.first);
     return true;
   });
+  SettleReleasedAllocations();  // memory their sparse mappings held
 }
 
 Session::Outcome Session::MipmappedArrayDestroy(const wire::MipmappedArrayDestroy& call) {

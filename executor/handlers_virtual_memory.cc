@@ -89,7 +89,7 @@ Session::Outcome Session::MemRelease(const wire::MemRelease& call) {
   const CUresult result = driver_.cuMemRelease(found->second.handle);
   if (result == CUDA_SUCCESS && --found->second.references == 0) {
     // The client's handle is gone; the memory stays charged while something still maps it.
-    released_while_mapped_[found->second.handle] = found->second.bytes;
+    released_while_mapped_[found->second.handle] += found->second.bytes;
     // Its shareable descriptor goes too (natively an open descriptor would keep the memory importable:
     // docs/architecture.md, "Shareable handles").
     ipc_registry_.Withdraw(IpcRegistry::Kind::kShareable, call.handle());
@@ -106,7 +106,10 @@ Session::Outcome Session::MemMap(const wire::MemMap& call) {
   if (found == physical_allocations_.end()) return {CUDA_ERROR_INVALID_VALUE};
   const CUresult result =
       driver_.cuMemMap(call.ptr(), call.bytes(), call.offset(), found->second.handle, call.flags());
-  if (result == CUDA_SUCCESS) virtual_mappings_[call.ptr()] = {call.bytes(), found->second.handle};
+  if (result == CUDA_SUCCESS) {
+    virtual_mappings_[call.ptr()] = {call.bytes(), found->second.handle};
+    ++mappings_per_handle_[found->second.handle];
+  }
   return {result};
 }
 
@@ -117,6 +120,10 @@ Session::Outcome Session::MemUnmap(const wire::MemUnmap& call) {
     // One unmap may cover several mappings that lie side by side.
     const auto first = virtual_mappings_.lower_bound(call.ptr());
     const auto last = virtual_mappings_.lower_bound(call.ptr() + call.bytes());
+    for (auto it = first; it != last; ++it) {
+      const auto count = mappings_per_handle_.find(it->second.handle);
+      if (count != mappings_per_handle_.end() && --count->second == 0) mappings_per_handle_.erase(count);
+    }
     virtual_mappings_.erase(first, last);
     SettleReleasedAllocations();
   }
@@ -124,9 +131,7 @@ Session::Outcome Session::MemUnmap(const wire::MemUnmap& call) {
 }
 
 bool Session::StillMapped(CUmemGenericAllocationHandle handle) const {
-  for (const auto& [ptr, mapping] : virtual_mappings_) {
-    if (mapping.handle == handle) return true;
-  }
+  if (mappings_per_handle_.count(handle) != 0) return true;
   const auto backing = sparse_backings_.find(handle);
   return backing != sparse_backings_.end() && !backing->second.empty();
 }
@@ -142,13 +147,15 @@ void Session::TakeBackReusedHandle(CUmemGenericAllocationHandle handle) {
 }
 
 void Session::SettleReleasedAllocations() {
-  if (released_while_mapped_.empty()) return;
-  // Resources destroyed since (a mipmapped array takes its levels with it) back nothing any more.
-  for (auto& [handle, resources] : sparse_backings_) {
-    std::erase_if(resources, [&](const std::pair<bool, uint64_t>& resource) {
+  // Resources destroyed since (a mipmapped array takes its levels with it) back nothing any more, whether or not
+  // their memory was released yet (a later array of the same id must not keep it charged).
+  for (auto backing = sparse_backings_.begin(); backing != sparse_backings_.end();) {
+    std::erase_if(backing->second, [&](const std::pair<bool, uint64_t>& resource) {
       return resource.first ? mipmapped_arrays_.count(resource.second) == 0 : arrays_.count(resource.second) == 0;
     });
+    backing = backing->second.empty() ? sparse_backings_.erase(backing) : std::next(backing);
   }
+  if (released_while_mapped_.empty()) return;
   std::erase_if(released_while_mapped_, [&](const auto& entry) {
     if (StillMapped(entry.first)) return false;
     memory_quota_.Refund(entry.second);
@@ -261,6 +268,7 @@ void Session::ReleaseVirtualMemory() {
     for (const auto& [ptr, bytes] : address_reservations_) driver_.cuMemAddressFree(ptr, bytes);
   }
   virtual_mappings_.clear();
+  mappings_per_handle_.clear();
   physical_allocations_.clear();
   released_while_mapped_.clear();  // the session's account goes with it
   sparse_backings_.clear();

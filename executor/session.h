@@ -467,6 +467,7 @@ class Session {
     CUmemGenericAllocationHandle handle = 0;  // the driver's handle of the memory mapped there
   };
   std::map<CUdeviceptr, VirtualMapping> virtual_mappings_;
+  std::unordered_map<CUmemGenericAllocationHandle, size_t> mappings_per_handle_;  // of virtual_mappings_
   // Physical memory the client released while it was still mapped: the driver frees it only at its last unmap
   // (cuda.h), so its charge stays until then (SettleReleasedAllocations). The driver's handle -> bytes charged.
   std::unordered_map<CUmemGenericAllocationHandle, uint64_t> released_while_mapped_;

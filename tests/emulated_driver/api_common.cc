@@ -1,7 +1,11 @@
 #include "api_common.h"
-#include "graph.h"
 
+#include <cerrno>
+#include <cstdio>
+#include <cstdlib>
 #include <utility>
+
+#include "graph.h"
 
 namespace curelay::emulated {
 
@@ -95,10 +99,13 @@ CUresult ValidateDeviceRange(uint64_t addr, size_t bytes, std::shared_ptr<Alloca
   return driver.host().Contains(addr, bytes) ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
 }
 
-uint64_t SubmitOp(const std::shared_ptr<Context>& ctx, Stream* stream,
-                  std::function<CUresult()> op) {
-  auto task = [ctx, op = std::move(op)] {
-    if (ctx->sticky() != CUDA_SUCCESS) return;
+uint64_t SubmitOp(const std::shared_ptr<Context>& ctx, Stream* stream, std::function<CUresult()> op,
+                  bool even_if_faulted) {
+  auto task = [ctx, op = std::move(op), even_if_faulted] {
+    if (ctx->sticky() != CUDA_SUCCESS) {
+      if (even_if_faulted) op();
+      return;
+    }
     if (CUresult r = op(); r != CUDA_SUCCESS) ctx->Poison(r);
   };
   return ctx->worker->Submit(std::move(task),
@@ -108,6 +115,20 @@ uint64_t SubmitOp(const std::shared_ptr<Context>& ctx, Stream* stream,
 CUresult WaitAndCheck(const std::shared_ptr<Context>& ctx, uint64_t seq) {
   ctx->worker->Wait(seq);
   return ctx->sticky();
+}
+
+std::optional<std::chrono::milliseconds> StreamWaitLimit() {
+  const char* env = std::getenv("CURELAY_EMU_STREAM_WAIT_LIMIT_MS");
+  if (env == nullptr || *env == '\0') return std::nullopt;
+  char* end = nullptr;
+  errno = 0;
+  const unsigned long long ms = std::strtoull(env, &end, 10);
+  // Whole milliseconds up to a day: no sign, nothing after the digits, no overflow later in nanoseconds.
+  if (*env < '0' || *env > '9' || *end != '\0' || errno != 0 || ms > 86'400'000ull) {
+    std::fprintf(stderr, "curelay emulated driver: bad CURELAY_EMU_STREAM_WAIT_LIMIT_MS=%s; waits are unbounded\n", env);
+    return std::nullopt;
+  }
+  return std::chrono::milliseconds(ms);
 }
 
 }  // namespace curelay::emulated

@@ -4,8 +4,10 @@
 #ifndef CURELAY_TESTS_EMULATED_DRIVER_API_COMMON_H_
 #define CURELAY_TESTS_EMULATED_DRIVER_API_COMMON_H_
 
+#include <chrono>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <new>
 
 #include "cuda_api.h"
@@ -70,7 +72,19 @@ CUresult ValidateDeviceRange(uint64_t addr, size_t bytes, std::shared_ptr<Alloca
 // Queues `op` on the context's device, ordered on `stream` (null: default
 // stream). A failing op poisons the context; once poisoned, its queued ops
 // are skipped, as a faulted GPU context executes nothing more.
-uint64_t SubmitOp(const std::shared_ptr<Context>& ctx, Stream* stream, std::function<CUresult()> op);
+// Runs `op` on the context's device after the stream's work; a fault it returns poisons the context, and once the
+// context is poisoned later ops are skipped, except those that give memory back (`even_if_faulted`), which would
+// otherwise stay taken after the context is gone.
+uint64_t SubmitOp(const std::shared_ptr<Context>& ctx, Stream* stream, std::function<CUresult()> op,
+                  bool even_if_faulted = false);
+
+// The emulated device's watchdog on waits that device work makes (stream memory waits, a graph's wait on an event
+// of another device, the busy-wait test kernel): CURELAY_EMU_STREAM_WAIT_LIMIT_MS as the work is made; none when
+// unset (a real GPU waits forever). In-process harnesses (session_fuzzer) set it: their teardown frees memory, which
+// drains the device, and a wait nothing will ever satisfy would hold it there. The process-level answer, the
+// executor's teardown deadline, cannot help a harness that is the process. A wait past it fails with
+// CUDA_ERROR_LAUNCH_TIMEOUT, which poisons its context.
+std::optional<std::chrono::milliseconds> StreamWaitLimit();
 
 // Waits for device work `seq` and returns the context's sticky error.
 CUresult WaitAndCheck(const std::shared_ptr<Context>& ctx, uint64_t seq);

@@ -176,7 +176,9 @@ static CUresult EventNodeOp(CUevent hEvent, bool record, std::function<CUresult(
       return CUDA_SUCCESS;
     };
   } else {
-    *op = [event, worker] {
+    // The event's record is read when the node runs, so two devices' graphs can wait on each other: the watchdog
+    // bounds that wait where one is set.
+    *op = [event, worker, limit = emu::StreamWaitLimit()] {
       emu::DeviceWorker* event_worker = nullptr;
       uint64_t seq = 0;
       {
@@ -185,7 +187,12 @@ static CUresult EventNodeOp(CUevent hEvent, bool record, std::function<CUresult(
         event_worker = event->worker;
         seq = event->seq;
       }
-      if (event_worker != worker) event_worker->Wait(seq);
+      if (event_worker == worker) return CUDA_SUCCESS;
+      if (!limit.has_value()) {
+        event_worker->Wait(seq);
+      } else if (!event_worker->WaitUntil(seq, std::chrono::steady_clock::now() + *limit)) {
+        return CUDA_ERROR_LAUNCH_TIMEOUT;
+      }
       return CUDA_SUCCESS;
     };
   }

@@ -1565,7 +1565,8 @@ CUresult CUDAAPI cuGraphLaunch(CUgraphExec hGraphExec, CUstream hStream) {
           r != CUDA_SUCCESS) {
         return r;
       }
-      if (!captured) emu::SubmitOp(ctx, stream.get(), node->op);
+      // A free node gives its block back even on a faulted context (the block belongs to no context).
+      if (!captured) emu::SubmitOp(ctx, stream.get(), node->op, node->type == CU_GRAPH_NODE_TYPE_MEM_FREE);
     }
     return CUDA_SUCCESS;
   });

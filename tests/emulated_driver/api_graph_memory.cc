@@ -111,7 +111,7 @@ CUresult LaunchGraphMemory(const std::vector<std::pair<CUgraphNodeType, CUdevice
     GraphAllocation& allocation = *FindGraphAllocation(address);
     if (type == CU_GRAPH_NODE_TYPE_MEM_ALLOC && allocation.live) {  // auto-free on launch
       SetLive(allocation, false);
-      SubmitOp(ctx, stream, UnmapOp(address));
+      SubmitOp(ctx, stream, UnmapOp(address), /*even_if_faulted=*/true);
     }
     SetLive(allocation, type == CU_GRAPH_NODE_TYPE_MEM_ALLOC);
   }
@@ -130,7 +130,7 @@ CUresult FreeGraphAllocation(CUdeviceptr address, const std::shared_ptr<Context>
     SetLive(*allocation, false);
   }
   if (async) {
-    SubmitOp(ctx, stream, UnmapOp(address));
+    SubmitOp(ctx, stream, UnmapOp(address), /*even_if_faulted=*/true);
     return CUDA_SUCCESS;
   }
   // cuMemFree synchronizes: the work before it (the graph that allocated) may still be using the block.

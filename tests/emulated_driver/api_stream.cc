@@ -36,22 +36,6 @@ uint64_t StreamTail(const Context& ctx, const Stream* stream) {
   return stream != nullptr ? stream->last_seq.load() : ctx.last_seq.load();
 }
 
-// The emulated device's watchdog on stream memory waits: CURELAY_EMU_STREAM_WAIT_LIMIT_MS when the wait is made;
-// none when unset (a real GPU waits forever). In-process harnesses (session_fuzzer) set it: their teardown frees
-// memory, which drains the device, and a wait nothing will ever satisfy would hold it there. The process-level answer,
-// the executor's teardown deadline, cannot help a harness that is the process.
-std::optional<std::chrono::milliseconds> StreamWaitLimit() {
-  const char* env = std::getenv("CURELAY_EMU_STREAM_WAIT_LIMIT_MS");
-  if (env == nullptr || *env == '\0') return std::nullopt;
-  char* end = nullptr;
-  const unsigned long long ms = std::strtoull(env, &end, 10);
-  if (*end != '\0') {
-    std::fprintf(stderr, "curelay emulated driver: bad CURELAY_EMU_STREAM_WAIT_LIMIT_MS=%s; waits are unbounded\n", env);
-    return std::nullopt;
-  }
-  return std::chrono::milliseconds(ms);
-}
-
 // Stream memory operations, for cuStreamBatchMemOp and batch memory-operation graph nodes alike: `count` operations
 // of known types on aligned device (or registered host) addresses, flags 0. *op runs them in array order on a copy of
 // the array, keeping the allocations they touch alive. A wait spins on the device worker until its condition holds

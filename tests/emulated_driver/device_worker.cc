@@ -70,6 +70,12 @@ void DeviceWorker::Wait(uint64_t seq) {
   done_cv_.wait(lock, [&] { return Done(seq); });
 }
 
+bool DeviceWorker::WaitUntil(uint64_t seq, std::chrono::steady_clock::time_point deadline) {
+  if (SpinUntil([&] { return Done(seq); })) return true;
+  std::unique_lock lock(mu_);
+  return done_cv_.wait_until(lock, deadline, [&] { return Done(seq); });
+}
+
 bool DeviceWorker::Done(uint64_t seq) const {
   return completed_.load(std::memory_order_acquire) >= seq;
 }

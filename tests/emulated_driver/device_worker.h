@@ -9,6 +9,7 @@
 #define CURELAY_TESTS_EMULATED_DRIVER_DEVICE_WORKER_H_
 
 #include <atomic>
+#include <chrono>
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
@@ -35,6 +36,8 @@ class DeviceWorker {
 
   // Blocks until every task up to and including `seq` has finished.
   void Wait(uint64_t seq);
+  // Wait with a deadline: false when `seq` is still not done by then.
+  bool WaitUntil(uint64_t seq, std::chrono::steady_clock::time_point deadline);
   bool Done(uint64_t seq) const;
   // Sequence number of the newest submitted task (0 if none).
   uint64_t last_submitted() const;

@@ -4,6 +4,8 @@
 #include <chrono>
 #include <thread>
 
+#include "api_common.h"
+
 namespace curelay::emulated {
 namespace {
 
@@ -90,9 +92,12 @@ CUresult IncrementI32(KernelContext& k) {
 
 CUresult BusyWaitNs(KernelContext& k) {
   // Only thread (0,0,0) of block (0,0,0) waits; it always exists.
-  const auto ns = k.args.Get<uint64_t>(0);
-  std::this_thread::sleep_until(std::chrono::steady_clock::now() + std::chrono::nanoseconds(ns));
-  return CUDA_SUCCESS;
+  // At most an hour (a larger count would overflow the clock), or the watchdog's limit where one is set.
+  const auto limit = StreamWaitLimit();
+  const uint64_t most = limit.has_value() ? std::chrono::nanoseconds(*limit).count() : 3'600'000'000'000ull;
+  const uint64_t ns = k.args.Get<uint64_t>(0);
+  std::this_thread::sleep_for(std::chrono::nanoseconds(std::min(ns, most)));
+  return ns > most && limit.has_value() ? CUDA_ERROR_LAUNCH_TIMEOUT : CUDA_SUCCESS;
 }
 
 CUresult ParamProbe(KernelContext& k) {

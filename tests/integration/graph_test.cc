@@ -2783,8 +2783,9 @@ TEST_F(GraphTest, AClientDyingInAHostNodeDoesNotHangItsExecutor) {
                       cuGraphCreate(&graph, 0) == CUDA_SUCCESS &&
                       cuGraphAddHostNode(&node, graph, nullptr, 0, &host) == CUDA_SUCCESS &&
                       cuGraphInstantiate(&exec, graph, 0) == CUDA_SUCCESS && cuGraphLaunch(exec, stream) == CUDA_SUCCESS;
-    if (done) cuStreamSynchronize(stream);  // the host function ends the process (status 0) meanwhile
-    return false;
+    if (!done) return false;
+    cuStreamSynchronize(stream);  // the host function ends the process (status 0) meanwhile
+    _exit(2);
   });
   ASSERT_EQ(status, 0) << "the child's host node did not run";
   CUdeviceptr big = 0;

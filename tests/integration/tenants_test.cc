@@ -321,10 +321,15 @@ TEST_F(TenantsTest, MemoryReleasedWhileMappedCountsUntilUnmapped) {
   // CUDA_ERROR_OUT_OF_MEMORY: the first 4 MiB are still mapped, so 8 MiB would pass the 6 MiB quota.
   EXPECT_EQ(client.Ask("mapped-release " + size), "mapped-release 2") << client.output();
   EXPECT_EQ(client.Ask("alloc " + size), "alloc 2");
+  // A handle retained from the mapping and released again changes nothing: the mapping still holds the memory.
+  ASSERT_EQ(client.Ask("retain-release-last"), "retain-release-last 0") << client.output();
+  EXPECT_EQ(client.Ask("mapped-release " + size), "mapped-release 2") << client.output();
   ASSERT_EQ(client.Ask("unmap-last"), "unmap-last 0");  // the memory goes, and its charge with it
   EXPECT_EQ(client.Ask("mapped-release " + size), "mapped-release 0") << client.output();
   ASSERT_EQ(client.Ask("unmap-last"), "unmap-last 0");
   EXPECT_EQ(client.Ask("alloc " + size), "alloc 0");
+  // Refunded once each, not more: 4 MiB held, so 4 more would pass the quota.
+  EXPECT_EQ(client.Ask("alloc " + size), "alloc 2");
 }
 
 // Memory pools shared as descriptors: a pool and an allocation from it, exported by one session, import in another

@@ -494,6 +494,16 @@ int main(int argc, char** argv) {
           }
         }
         std::printf("mapped-release %d\n", static_cast<int>(result));
+      } else if (command == "retain-release-last") {
+        // The newest mapped-release mapping's memory gets a handle again (cuMemRetainAllocationHandle), which is
+        // released again at once.
+        CUresult result = CUDA_ERROR_INVALID_VALUE;
+        if (!mapped_released.empty()) {
+          CUmemGenericAllocationHandle again = 0;
+          result = cuMemRetainAllocationHandle(&again, reinterpret_cast<void*>(mapped_released.back().first));
+          if (result == CUDA_SUCCESS) result = cuMemRelease(again);
+        }
+        std::printf("retain-release-last %d\n", static_cast<int>(result));
       } else if (command == "unmap-last") {
         // The newest mapped-release mapping unmapped (the driver frees its memory) and its addresses freed.
         CUresult result = CUDA_ERROR_INVALID_VALUE;
