@@ -208,7 +208,16 @@ curelay_backend_start() {
       return 1
     fi
     if [ -z "$socket" ] || [ -e "$socket" ]; then
-      [ -n "$socket" ] || sleep 1  # not an ipc endpoint: nothing to watch, give it a moment
+      if [ -z "$socket" ]; then  # not an ipc endpoint: nothing to watch; give it a moment, then it must still run
+        sleep 1
+        if ! kill -0 "$CURELAY_BACKEND_PID" 2>/dev/null; then
+          wait "$CURELAY_BACKEND_PID"
+          echo "error: curelay-backend exited early (status $?); see $log" >&2
+          CURELAY_BACKEND_PID=
+          tail -n 20 "$log" >&2
+          return 1
+        fi
+      fi
       if [ -n "${CURELAY_GPU_AS_TENANT:-}" ]; then
         for ((waited = 0; waited < 100; waited++)); do [ -S "$runtime/private/admin.sock" ] && break; sleep 0.1; done
         CURELAY_TOKEN=$("$CURELAY_BUILD/backendctl/backendctl" --endpoint "ipc://$runtime/private/admin.sock" -o json \
