@@ -1,0 +1,124 @@
+/* GPU-host probe (not product): facts the shim needs before it serves the driver's error log, asynchronous
+ * notifications and batched decompression (issue 14's remaining families), measured on the native driver:
+ *   - which thread runs a cuLogsRegisterCallback callback, and whether it runs before the failing call returns;
+ *   - what cuLogsDumpToMemory answers after one failing call (size, text);
+ *   - whether cuDeviceRegisterAsyncNotification takes a real callback on this platform;
+ *   - what cuMemBatchDecompressAsync, its device attributes and a decompress-usage pool answer on this GPU.
+ * One line per question: NAME result [values].
+ * Build: gcc -O1 -o logs_probe logs_notifications_decompress.c -I/usr/local/cuda/include \
+ *          -L/usr/local/cuda/lib64/stubs -lcuda -lpthread
+ */
+#define _GNU_SOURCE
+#include <cuda.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+static long Tid(void) { return (long)syscall(SYS_gettid); }
+
+static volatile long callback_tid = 0;
+static volatile int callback_calls = 0;
+static volatile int inside_failing_call = 0;
+static volatile int called_inside = 0;
+static char callback_text[512];
+
+static void CUDA_CB OnLog(void* data, CUlogLevel level, char* message, size_t length) {
+  (void)data;
+  callback_tid = Tid();
+  callback_calls++;
+  if (inside_failing_call) called_inside = 1;
+  snprintf(callback_text, sizeof callback_text, "level %d len %zu: %.*s", (int)level, length,
+           (int)(length < 400 ? length : 400), message);
+}
+
+static void OnNotification(CUasyncNotificationInfo* info, void* user, CUasyncCallbackHandle handle) {
+  (void)info; (void)user; (void)handle;
+}
+
+int main(void) {
+  CUresult r = cuInit(0);
+  printf("cuInit %d\n", (int)r);
+  CUdevice device;
+  CUcontext context;
+  cuDeviceGet(&device, 0);
+  cuDevicePrimaryCtxRetain(&context, device);
+  cuCtxSetCurrent(context);
+
+  /* Logs: a callback, a mark, one failing call, then a dump from the mark. */
+  CUlogsCallbackHandle log_handle = NULL;
+  r = cuLogsRegisterCallback(OnLog, NULL, &log_handle);
+  printf("cuLogsRegisterCallback %d\n", (int)r);
+  CUlogIterator mark = 0;
+  r = cuLogsCurrent(&mark, 0);
+  printf("cuLogsCurrent %d mark %u\n", (int)r, (unsigned)mark);
+  inside_failing_call = 1;
+  r = cuMemFree((CUdeviceptr)0x1234);
+  inside_failing_call = 0;
+  usleep(200000); /* an asynchronous callback has time to run */
+  printf("failing cuMemFree %d; callback calls %d, on the caller's thread %s, before the call returned %s\n", (int)r,
+         callback_calls, callback_tid == Tid() ? "yes" : (callback_tid == 0 ? "none" : "no"),
+         called_inside ? "yes" : "no");
+  printf("callback text: %s\n", callback_text);
+  char buffer[4096];
+  size_t size = sizeof buffer;
+  CUlogIterator from = mark;
+  r = cuLogsDumpToMemory(&from, buffer, &size, 0);
+  printf("cuLogsDumpToMemory %d size %zu iterator %u -> %u strlen %zu\n", (int)r, size, (unsigned)mark,
+         (unsigned)from, r == CUDA_SUCCESS ? strlen(buffer) : 0);
+  if (r == CUDA_SUCCESS) printf("dump: %s\n", buffer);
+  size = 8;
+  from = mark;
+  r = cuLogsDumpToMemory(&from, buffer, &size, 0);
+  printf("cuLogsDumpToMemory small-buffer %d size %zu\n", (int)r, size);
+  size = sizeof buffer;
+  r = cuLogsDumpToMemory(NULL, buffer, &size, 0);
+  printf("cuLogsDumpToMemory null-iterator %d size %zu\n", (int)r, size);
+  r = cuLogsDumpToMemory(&from, buffer, &size, 1);
+  printf("cuLogsDumpToMemory flags-1 %d\n", (int)r);
+  r = cuLogsUnregisterCallback(log_handle);
+  printf("cuLogsUnregisterCallback %d\n", (int)r);
+
+  /* Asynchronous notifications with a real callback. */
+  CUasyncCallbackHandle notification = NULL;
+  r = cuDeviceRegisterAsyncNotification(device, OnNotification, NULL, &notification);
+  printf("cuDeviceRegisterAsyncNotification %d\n", (int)r);
+  if (r == CUDA_SUCCESS) printf("cuDeviceUnregisterAsyncNotification %d\n", (int)cuDeviceUnregisterAsyncNotification(device, notification));
+
+  /* Decompression: the attributes, a decompress-usage pool, and one call on plain device memory. */
+  int mask = -1, longest = -1;
+  r = cuDeviceGetAttribute(&mask, CU_DEVICE_ATTRIBUTE_MEM_DECOMPRESS_ALGORITHM_MASK, device);
+  printf("attribute MEM_DECOMPRESS_ALGORITHM_MASK %d value %d\n", (int)r, mask);
+  r = cuDeviceGetAttribute(&longest, CU_DEVICE_ATTRIBUTE_MEM_DECOMPRESS_MAXIMUM_LENGTH, device);
+  printf("attribute MEM_DECOMPRESS_MAXIMUM_LENGTH %d value %d\n", (int)r, longest);
+  CUmemPoolProps props;
+  memset(&props, 0, sizeof props);
+  props.allocType = CU_MEM_ALLOCATION_TYPE_PINNED;
+  props.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+  props.location.id = 0;
+  props.usage = CU_MEM_POOL_CREATE_USAGE_HW_DECOMPRESS;
+  CUmemoryPool pool = NULL;
+  r = cuMemPoolCreate(&pool, &props);
+  printf("cuMemPoolCreate usage=HW_DECOMPRESS %d\n", (int)r);
+  if (r == CUDA_SUCCESS) cuMemPoolDestroy(pool);
+  CUdeviceptr src = 0, dst = 0, actual = 0;
+  cuMemAlloc(&src, 4096);
+  cuMemAlloc(&dst, 4096);
+  cuMemAlloc(&actual, 4);
+  CUmemDecompressParams params;
+  memset(&params, 0, sizeof params);
+  params.srcNumBytes = 16;
+  params.dstNumBytes = 4096;
+  params.dstActBytes = (cuuint32_t*)actual;
+  params.src = (const void*)src;
+  params.dst = (void*)dst;
+  params.algo = CU_MEM_DECOMPRESS_ALGORITHM_DEFLATE;
+  size_t error_index = 12345;
+  r = cuMemBatchDecompressAsync(&params, 1, 0, &error_index, NULL);
+  CUresult synced = cuCtxSynchronize();
+  printf("cuMemBatchDecompressAsync %d errorIndex %zu; then cuCtxSynchronize %d\n", (int)r, error_index, (int)synced);
+  r = cuMemBatchDecompressAsync(&params, 0, 0, &error_index, NULL);
+  printf("cuMemBatchDecompressAsync count-0 %d\n", (int)r);
+  return 0;
+}
