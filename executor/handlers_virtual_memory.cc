@@ -202,18 +202,6 @@ Session::Outcome Session::MemRetainAllocationHandle(const wire::MemRetainAllocat
   if (outcome.result != CUDA_SUCCESS) return outcome;
   // The driver answers the handle it gave out at cuMemCreate: the client keeps the id it knows it by.
   uint64_t id = 0;
-  // Memory the client released while it stayed mapped gets a handle again, with its charge.
-  if (const auto released = released_while_mapped_.find(handle); released != released_while_mapped_.end()) {
-    if (call.handle() == 0 || physical_allocations_.count(call.handle()) != 0) {
-      driver_.cuMemRelease(handle);
-      return {CUDA_ERROR_INVALID_VALUE};
-    }
-    physical_allocations_[call.handle()] = {handle, 1, released->second};
-    released_while_mapped_.erase(released);
-    outcome.body = wire::CreateIntegerValue(builder_, static_cast<int64_t>(call.handle())).Union();
-    outcome.body_type = wire::ReplyBody::IntegerValue;
-    return outcome;
-  }
   for (auto& [known_id, physical] : physical_allocations_) {
     if (physical.handle == handle) {
       id = known_id;
@@ -227,7 +215,13 @@ Session::Outcome Session::MemRetainAllocationHandle(const wire::MemRetainAllocat
       return {CUDA_ERROR_INVALID_VALUE};
     }
     id = call.handle();
-    physical_allocations_[id] = {handle, 1};
+    // Memory the client released while it stayed mapped gets a handle again, with its charge.
+    uint64_t bytes = 0;
+    if (const auto released = released_while_mapped_.find(handle); released != released_while_mapped_.end()) {
+      bytes = released->second;
+      released_while_mapped_.erase(released);
+    }
+    physical_allocations_[id] = {handle, 1, bytes};
   }
   outcome.body = wire::CreateIntegerValue(builder_, static_cast<int64_t>(id)).Union();
   outcome.body_type = wire::ReplyBody::IntegerValue;
