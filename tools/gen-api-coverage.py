@@ -279,7 +279,8 @@ def main() -> None:
         "`cuMemCreate`'s handles; more than 128 entries go in calls of 128, in order (one refused leaves the "
         "earlier calls' mappings made). Mipmapped arrays count against the tenant's quota at their levels' "
         "element sizes, sparse and deferred-mapping arrays at nothing (what backs them is charged at "
-        "`cuMemCreate`, and refunded at `cuMemRelease` even while still mapped, as for `cuMemMap`). Texture and "
+        "`cuMemCreate` and stays charged after its `cuMemRelease` until the array is destroyed, as memory mapped with "
+        "`cuMemMap` stays charged until its last unmap). Texture and "
         "surface references: `CUDA_ERROR_NOT_SUPPORTED` |",
         "| managed memory (`cuMemAllocManaged`) | on the same host: page-locked memory the application and the "
         "executor map at one address; the GPU reaches it over the bus (never migrated, so kernels that touch it "
