@@ -122,6 +122,7 @@ Session::Outcome Session::MemPoolCreate(const wire::MemPoolCreate& call) {
   }
   props.location.id = call.location_id();
   props.maxSize = call.max_size();
+  props.usage = call.usage();
   CUmemoryPool pool = nullptr;
   const CUresult result = driver_.cuMemPoolCreate(&pool, &props);
   if (result == CUDA_SUCCESS) memory_pools_[call.pool()] = pool;

@@ -219,7 +219,8 @@ CUresult cuMemPoolCreate(CUmemoryPool* result_pool, const CUmemPoolProps* props)
   auto* pool = new CUmemPoolHandle_st{props->location.id, NextObjectId()};
   auto& builder = Builder();
   const auto call = wire::CreateMemPoolCreate(builder, pool->id, props->allocType, props->handleTypes,
-                                              props->location.type, props->location.id, props->maxSize)
+                                              props->location.type, props->location.id, props->maxSize,
+                                              props->usage)
                         .Union();
   if (const CUresult result = client->Call(builder, wire::Call::MemPoolCreate, call, {}, nullptr);
       result != CUDA_SUCCESS) {

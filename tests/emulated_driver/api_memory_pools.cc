@@ -163,6 +163,9 @@ CUresult CUDAAPI cuMemPoolCreate(CUmemoryPool* pool, const CUmemPoolProps* props
         props->location.id >= emu::Driver::Get().device_count()) {
       return CUDA_ERROR_INVALID_VALUE;
     }
+    // A fixture rule: usage bits cuda.h does not define are refused (the emulated device has no decompression
+    // engine, and takes the one defined bit as the H200 does, which has none either).
+    if ((props->usage & ~CU_MEM_POOL_CREATE_USAGE_HW_DECOMPRESS) != 0) return CUDA_ERROR_INVALID_VALUE;
     if (props->handleTypes != CU_MEM_HANDLE_TYPE_NONE &&
         props->handleTypes != CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR) {
       return CUDA_ERROR_NOT_SUPPORTED;

@@ -121,5 +121,22 @@ TEST_F(MemoryPoolTest, CreatedPoolsAllocateAndBecomeCurrent) {
   EXPECT_EQ(cuMemPoolCreate(&pool, &props), CUDA_ERROR_NOT_SUPPORTED);
 }
 
+// The pool's intended usage reaches the executor's driver: the emulated one takes the defined bit
+// (CU_MEM_POOL_CREATE_USAGE_HW_DECOMPRESS) and refuses bits cuda.h does not define, which a dropped field would hide.
+TEST_F(MemoryPoolTest, CreatedPoolsUsageReachesTheDriver) {
+  CUmemPoolProps props{};
+  props.allocType = CU_MEM_ALLOCATION_TYPE_PINNED;
+  props.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+  props.location.id = 0;
+  props.usage = CU_MEM_POOL_CREATE_USAGE_HW_DECOMPRESS;
+  CUmemoryPool pool = nullptr;
+  ASSERT_CU(cuMemPoolCreate(&pool, &props));
+  ASSERT_CU(cuMemPoolDestroy(pool));
+  props.usage = 0x8000;
+  pool = nullptr;
+  EXPECT_EQ(cuMemPoolCreate(&pool, &props), CUDA_ERROR_INVALID_VALUE);
+  EXPECT_EQ(pool, nullptr);
+}
+
 }  // namespace
 }  // namespace curelay::testing
