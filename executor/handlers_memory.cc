@@ -394,4 +394,41 @@ Session::Outcome Session::PointerAttributes(const wire::PointerAttributes& call)
   return outcome;
 }
 
+Session::Outcome Session::MemBatchDecompress(const wire::MemBatchDecompress& call) {
+  if (driver_.cuMemBatchDecompressAsync == nullptr) return {CUDA_ERROR_NOT_SUPPORTED};
+  const auto* encoded = call.operations();
+  if (encoded == nullptr || encoded->size() > wire::kMostDecompressions) return {CUDA_ERROR_INVALID_VALUE};
+  CUstream stream = nullptr;
+  if (const CUresult result = LookupStream(call.stream(), &stream); result != CUDA_SUCCESS) return {result};
+  std::vector<CUmemDecompressParams> operations(encoded->size());
+  for (size_t i = 0; i < operations.size(); ++i) {
+    const auto& operation = *encoded->Get(i);
+    CUmemDecompressParams& params = operations[i];  // value-initialized: the padding is zero
+    params.srcNumBytes = operation.src_bytes();
+    params.dstNumBytes = operation.dst_bytes();
+    params.dstActBytes = reinterpret_cast<cuuint32_t*>(operation.actual_bytes_at());
+    params.src = reinterpret_cast<const void*>(operation.src());
+    params.dst = reinterpret_cast<void*>(operation.dst());
+    // Any value goes to the driver, which refuses an algorithm it does not know (it is a bit mask there).
+    params.algo = static_cast<CUmemDecompressAlgorithm>(operation.algorithm());
+  }
+  // The driver leaves errorIndex alone when it has nothing to name: a value no batch index can take says so.
+  constexpr size_t kNotSet = SIZE_MAX - 1;
+  size_t error_index = kNotSet;
+  Outcome outcome;
+  outcome.result = LaunchScheduled(kDecompressionWork, stream, [&] {
+    return driver_.cuMemBatchDecompressAsync(operations.empty() ? nullptr : operations.data(), operations.size(),
+                                             call.flags(), &error_index, stream);
+  });
+  if (outcome.result != CUDA_SUCCESS) {
+    const int64_t answer = error_index == SIZE_MAX ? -1
+                           : error_index == kNotSet || error_index >= operations.size()
+                               ? -2
+                               : static_cast<int64_t>(error_index);
+    outcome.body = wire::CreateIntegerValue(builder_, answer).Union();
+    outcome.body_type = wire::ReplyBody::IntegerValue;
+  }
+  return outcome;
+}
+
 }  // namespace curelay::executor

@@ -14,5 +14,6 @@ inline constexpr uint64_t kMemsetWork = (uint64_t{1} << 62) | 4;
 inline constexpr uint64_t kStridedCopyWork = (uint64_t{1} << 62) | 5;  // 2D/3D and array copies
 inline constexpr uint64_t kPeerCopyWork = (uint64_t{1} << 62) | 6;
 inline constexpr uint64_t kStreamMemoryOperationWork = (uint64_t{1} << 62) | 7;  // waits and writes of values
+inline constexpr uint64_t kDecompressionWork = (uint64_t{1} << 62) | 8;  // cuMemBatchDecompressAsync batches
 
 }  // namespace curelay::executor

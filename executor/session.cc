@@ -57,10 +57,14 @@ Session::Session(Driver& driver, std::shared_ptr<transport::Channel> channel, st
       channel_(bound_channel_.get()),
       session_key_(std::move(session_key)) {}
 
-Session::~Session() { ReleaseEverything(); }
+Session::~Session() {
+  driver_log_.Uninstall(driver_);
+  ReleaseEverything();
+}
 
 int Session::Run() {
   if (!Attach()) return 2;
+  driver_log_.Install(driver_);
   // Fine-grained sleeps while waiting for the GPU (the default 50 us timer slack would dominate them).
   prctl(PR_SET_TIMERSLACK, 1000UL, 0, 0, 0);
   transport::IncomingMessage message;
@@ -353,6 +357,7 @@ bool Session::Handle(const wire::Request& request, std::span<const uint8_t> payl
   // The verifier accepts a union whose type is set but whose table is absent; every handler needs the table.
   if (request.call() == nullptr) return false;
   builder_.Clear();
+  const DriverLog::ServingScope serving(driver_log_);
   Outcome outcome;
   const bool needs_context = CallNeedsContext(request.call_type());
   // A swapped-out session comes back before it serves anything (memory turns; nothing when it never swapped).
@@ -431,7 +436,17 @@ bool Session::SendReply(uint64_t sequence, const Outcome& outcome, flatbuffers::
                         std::function<void()> returned) {
   // What the GPU wrote into managed globals is in the application's pages when it reads the answer.
   if (!managed_globals_.empty() && captures_.empty()) managed_globals_.PullDeviceWrites();
-  const auto reply = wire::CreateReply(builder, sequence, outcome.result, outcome.body_type, outcome.body);
+  flatbuffers::Offset<flatbuffers::Vector<flatbuffers::Offset<wire::DriverLogEntry>>> driver_log;
+  if (auto entries = driver_log_.Take(); !entries.empty()) {
+    std::vector<flatbuffers::Offset<wire::DriverLogEntry>> encoded;
+    encoded.reserve(entries.size());
+    for (const auto& entry : entries) {
+      encoded.push_back(wire::CreateDriverLogEntry(builder, entry.level, builder.CreateString(entry.text)));
+    }
+    driver_log = builder.CreateVector(encoded);
+  }
+  const auto reply =
+      wire::CreateReply(builder, sequence, outcome.result, outcome.body_type, outcome.body, driver_log);
   builder.Finish(reply);
   // A remote client's mirrors are brought up to date before every answer (a synchronize's above all). A loaned
   // payload is a device-to-host chunk: its placement key is the request's sequence number, under which the client

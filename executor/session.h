@@ -22,6 +22,7 @@
 #include "executor/dispatch_gate.h"
 #include "executor/copy_delivery.h"
 #include "executor/driver.h"
+#include "executor/driver_log.h"
 #include "executor/completion_words.h"
 #include "executor/event_pool.h"
 #include "executor/host_mirrors.h"
@@ -346,6 +347,7 @@ class Session {
   void ReleasePoolAllocations();
 
   Driver& driver_;
+  DriverLog driver_log_;  // the driver's messages for the application, sent with the next reply
   // The channel the executor bound, ZeroMQ (ipc://, tcp://) or rdma://: always kept (liveness), usable from driver
   // callback threads too.
   std::shared_ptr<transport::SerializedChannel> bound_channel_;

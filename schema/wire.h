@@ -47,6 +47,9 @@ inline constexpr uint32_t kMostArrayMapEntries = 128;
 // The most stream memory operations one batch carries (cuStreamBatchMemOp, a batch memory-operation node). cuda.h
 // asks for fewer than 256; a batch of exactly 256 is carried and left to the executor's driver to answer.
 inline constexpr uint32_t kMostMemoryOperations = 256;
+// The most decompressions one MemBatchDecompress carries (48 bytes each: 48 KiB, inside kMaxHeaderBytes); the client
+// sends a longer batch in calls of this many, in order.
+inline constexpr uint32_t kMostDecompressions = 1024;
 // The most entries one cuLaunchCooperativeKernelMultiDevice carries: one per device, and a process sees at most 64.
 inline constexpr uint32_t kMostMultiDeviceLaunches = 64;
 // Coredump attribute buffers the executor allocates for the driver are at most this large.

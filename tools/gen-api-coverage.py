@@ -68,6 +68,9 @@ LOCAL = {
     "cuFuncSetBlockShape": "legacy launch state kept in the client", "cuFuncSetSharedSize": "legacy launch state",
     "cuParamSetSize": "legacy launch state", "cuParamSeti": "legacy launch state", "cuParamSetf": "legacy launch state",
     "cuParamSetv": "legacy launch state",
+    "cuLogsRegisterCallback": "the driver log kept in the client (messages arrive with the replies)",
+    "cuLogsUnregisterCallback": "the driver log kept in the client", "cuLogsCurrent": "the driver log kept in the client",
+    "cuLogsDumpToMemory": "the driver log kept in the client", "cuLogsDumpToFile": "the driver log kept in the client",
 }
 
 
@@ -131,8 +134,10 @@ UNSUPPORTED_REASONS = [
     (r"^cuMulticast", "multicast objects (NVLink fabric): not implemented"),
     (r"^cuCheckpointProcess",
      "process checkpoints: they would checkpoint the executor, not the application; not offered"),
-    (r"^cuLogs|^cuDevice(Register|Unregister)AsyncNotification",
-     "driver log and notification callbacks into the application: not implemented"),
+    (r"^cuDevice(Register|Unregister)AsyncNotification",
+     "asynchronous notifications (the driver calls the application back when the process goes over its memory "
+     "budget): not implemented; the executor would need a channel to call the client back unasked. The H200's "
+     "driver takes a registration and never called back in the runs that measured it"),
     (r"^cuCtx(Attach|Detach)$", "deprecated since CUDA 4.0 and absent from its headers"),
     (r".", "not implemented yet"),
 ]
@@ -217,6 +222,24 @@ def main() -> None:
         "`NvSciSyncAttrList` is an object of the application's process): its answer is passed on "
         "(`CUDA_ERROR_NOT_SUPPORTED` on Linux x86), except that a list the application gave is never filled "
         "(`CUDA_ERROR_NOT_SUPPORTED` where the driver could only refuse the missing list) |",
+        "| the driver's error log (`cuLogsRegisterCallback`, `cuLogsCurrent`, `cuLogsDumpToMemory`, "
+        "`cuLogsDumpToFile`) | the messages the executor's driver raised while serving this process's requests (its "
+        "callback runs on the thread that made the failing call, measured on the H200), sent with the next reply and "
+        "kept in the client as the driver keeps its log: 25,600 bytes of lines in the driver's format, "
+        "`[time][thread][CUDA][E] Returning 1 (CUDA_ERROR_INVALID_VALUE) from cuMemFree_v2`, with the application "
+        "thread that received them; registered callbacks run on that thread before its call returns. A message names "
+        "the driver function the executor called, which is not always the one the application called "
+        "(`cuMemcpyHtoDAsync_v2` for a `cuMemcpyHtoD`); errors the client answers without a round trip, and errors "
+        "of posted work before the next reply, are not logged. `cuLogsDumpToMemory` follows cuda.h where the H200's "
+        "driver does not: a buffer too small for the newest line answers `CUDA_ERROR_INVALID_VALUE` with size 0 (the "
+        "driver answered success and the full size for an 8-byte buffer), and lines left out are counted in a first "
+        "line; `cuLogsDumpToFile` appends; `flags` is ignored, as the driver ignores it |",
+        "| `cuMemBatchDecompressAsync` | the executor's driver checks and queues the batch, with a round trip (it names "
+        "the refused operation in `errorIndex`); more than 1,024 operations go in calls of 1,024, in order (one refused "
+        "leaves the earlier calls' operations queued); the addresses must be device memory or, in a same-host "
+        "session, page-locked memory; nonzero padding is refused in the client. Hardware decompression is a "
+        "Blackwell feature: the H200's driver answers `CUDA_ERROR_NOT_SUPPORTED`, and so does a session there. The "
+        "emulated test driver plays a GPU with a Snappy engine |",
         "| GPU coredump settings (`cuCoredumpGet/SetAttribute(Global)`) and `cuProfilerInitialize` | the executor "
         "driver's: a path (`CU_COREDUMP_FILE`, `CU_COREDUMP_PIPE`, the profiler's files) names a file on the GPU "
         "host; the Global settings are those of the session's executor process; values travel up to 16 KiB |",

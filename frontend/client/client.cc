@@ -11,6 +11,7 @@
 #include <utility>
 
 #include "frontend/client/config.h"
+#include "frontend/client/driver_log.h"
 #include "frontend/client/log.h"
 #include "frontend/client/per_thread_stream.h"
 #include "frontend/client/streaming_copy.h"
@@ -468,6 +469,14 @@ CUresult Client::Send(flatbuffers::FlatBufferBuilder& builder, wire::Call type, 
 
 bool Client::Dispatch(transport::IncomingMessage& message, const wire::Reply& reply,
                       std::unique_lock<std::mutex>& lock) {
+  if (const auto* entries = reply.driver_log(); entries != nullptr) {
+    // Told to the application on the thread that next returns from a wait (its own call's, usually).
+    for (const auto* entry : *entries) {
+      CUlogLevel level;
+      if (entry->text() == nullptr || !WireEnum(entry->level(), CU_LOG_LEVEL_WARNING, &level)) return false;
+      owed_driver_log_.push_back({level, entry->text()->str()});
+    }
+  }
   if (reply.sequence() == 0) {
     // Unasked: what changed in the mirrors on the executor's side, sent before the answer it belongs to.
     const auto* update = reply.body_as_MirrorUpdate();
@@ -568,7 +577,14 @@ CUresult Client::Wait(uint64_t sequence, Waiter& waiter) {
   std::unique_lock<std::mutex> lock(reply_mutex_);
   ReadUntil(lock, [&] { return waiter.done; });
   (void)sequence;
+  if (!owed_driver_log_.empty()) RecordDriverLog(lock);
   return waiter.result;
+}
+
+void Client::RecordDriverLog(std::unique_lock<std::mutex>& lock) {
+  auto owed = std::exchange(owed_driver_log_, {});
+  lock.unlock();  // the application's callbacks run here, and may call the driver API
+  for (const auto& entry : owed) DriverLog::OfProcess().Record(entry.level, entry.text);
 }
 
 CUresult Client::PostDelivery(flatbuffers::FlatBufferBuilder& builder, wire::Call type, flatbuffers::Offset<void> call,
@@ -619,6 +635,7 @@ bool Client::UnplacedDeliveryOverlaps(const uint8_t* start, size_t bytes) {
 CUresult Client::AwaitDeliveries() {
   std::unique_lock<std::mutex> lock(reply_mutex_);
   ReadUntil(lock, [&] { return outstanding_deliveries_ == 0; });
+  if (!owed_driver_log_.empty()) RecordDriverLog(lock);
   return broken_.load();
 }
 

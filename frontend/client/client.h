@@ -238,6 +238,8 @@ class Client {
   void ReadUntil(std::unique_lock<std::mutex>& lock, Done done);
   // Hands one received message to its waiter, or applies it (mirror updates); false if it breaks the protocol.
   bool Dispatch(transport::IncomingMessage& message, const wire::Reply& reply, std::unique_lock<std::mutex>& lock);
+  // Hands the driver log messages replies brought to the application's log on this thread; releases `lock`.
+  void RecordDriverLog(std::unique_lock<std::mutex>& lock);
   // Before work that may reach mapped host memory: sends what changed in active mirrors (under send_mutex_).
   bool SendMirrorChanges();
   CUresult Break(const char* why);
@@ -256,6 +258,11 @@ class Client {
   std::atomic<CUresult> broken_{CUDA_SUCCESS};  // once set, every call fails with it (the session is gone)
   std::atomic<CUresult> async_error_{CUDA_SUCCESS};  // first failed delivery, for the next synchronizing call
   size_t outstanding_deliveries_ = 0;               // guarded by reply_mutex_
+  struct OwedLogEntry {
+    CUlogLevel level;
+    std::string text;
+  };
+  std::vector<OwedLogEntry> owed_driver_log_;  // guarded by reply_mutex_: from replies, not yet recorded
   size_t copying_deliveries_ = 0;  // guarded by reply_mutex_: the reader is copying these with the lock released
   flatbuffers::FlatBufferBuilder mirror_builder_;   // guarded by send_mutex_
   std::vector<wire::MirrorRange> mirror_runs_;      // guarded by send_mutex_

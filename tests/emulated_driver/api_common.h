@@ -16,16 +16,24 @@
 
 namespace curelay::emulated {
 
-// Entry points are extern "C": no exception may escape.
+// The driver's error log (cuLogsRegisterCallback): a failing entry point tells every registered callback, on the
+// calling thread before it returns, "Returning <code> (<name>) from <entry point>", as the driver does (measured on
+// the H200). CUDA_ERROR_NOT_READY is an answer, not an error, and is not logged.
+void LogFailure(CUresult result, const char* entry_point);
+
+// Entry points are extern "C": no exception may escape. `entry_point` is the calling cu* function (its ABI name).
 template <typename F>
-CUresult Guard(F&& body) noexcept {
+CUresult Guard(F&& body, const char* entry_point = __builtin_FUNCTION()) noexcept {
+  CUresult result;
   try {
-    return body();
+    result = body();
   } catch (const std::bad_alloc&) {
-    return CUDA_ERROR_OUT_OF_MEMORY;
+    result = CUDA_ERROR_OUT_OF_MEMORY;
   } catch (...) {
-    return CUDA_ERROR_UNKNOWN;
+    result = CUDA_ERROR_UNKNOWN;
   }
+  if (result != CUDA_SUCCESS && result != CUDA_ERROR_NOT_READY) LogFailure(result, entry_point);
+  return result;
 }
 
 template <typename Handle>

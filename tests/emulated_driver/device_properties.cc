@@ -157,8 +157,8 @@ CUresult DeviceAttribute(CUdevice_attribute attribute, int device, int* value) {
     case CU_DEVICE_ATTRIBUTE_MPS_ENABLED: v = 0; break;
     case CU_DEVICE_ATTRIBUTE_HOST_NUMA_ID: v = -1; break;
     case CU_DEVICE_ATTRIBUTE_D3D12_CIG_SUPPORTED: v = 0; break;
-    case CU_DEVICE_ATTRIBUTE_MEM_DECOMPRESS_ALGORITHM_MASK: v = 0; break;
-    case CU_DEVICE_ATTRIBUTE_MEM_DECOMPRESS_MAXIMUM_LENGTH: v = 0; break;
+    case CU_DEVICE_ATTRIBUTE_MEM_DECOMPRESS_ALGORITHM_MASK: v = CU_MEM_DECOMPRESS_ALGORITHM_SNAPPY; break;
+    case CU_DEVICE_ATTRIBUTE_MEM_DECOMPRESS_MAXIMUM_LENGTH: v = static_cast<int>(kMaxDecompressLength); break;
     case CU_DEVICE_ATTRIBUTE_VULKAN_CIG_SUPPORTED: v = 0; break;
     // 16-bit PCI device id (H200 SXM: 0x2335) over the NVIDIA vendor id.
     case CU_DEVICE_ATTRIBUTE_GPU_PCI_DEVICE_ID: v = 0x233510de; break;

@@ -5,6 +5,7 @@
 #ifndef CURELAY_TESTS_EMULATED_DRIVER_DEVICE_PROPERTIES_H_
 #define CURELAY_TESTS_EMULATED_DRIVER_DEVICE_PROPERTIES_H_
 
+#include <cstddef>
 #include <string>
 
 #include "cuda_api.h"
@@ -21,6 +22,8 @@ inline constexpr int kMaxSharedPerBlockOptin = 227 * 1024;
 // cuCtxGetStreamPriorityRange on Hopper: least 0, greatest -5.
 inline constexpr int kLeastStreamPriority = 0;
 inline constexpr int kGreatestStreamPriority = -5;
+// The decompression engine the emulated device plays (api_decompress.cc): Snappy, buffers of up to 4 MiB.
+inline constexpr size_t kMaxDecompressLength = 4u << 20;
 
 std::string DeviceName(int device);
 CUuuid DeviceUuid(int device);

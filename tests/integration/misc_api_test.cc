@@ -1,11 +1,17 @@
 // The remaining driver-API families through the whole remoting path, on two emulated devices: memory-pool access
 // and CUDA 13's location-based pool calls, 3D peer copies, batches of copies, device and context queries, coredump
-// settings, and the legacy execution control API (cuParamSet*, cuLaunchGrid).
+// settings, the legacy execution control API (cuParamSet*, cuLaunchGrid), the driver's error log (cuLogs*), and
+// batched decompression.
 #include <cuda.h>
 #include <cudaProfiler.h>
 #include <gtest/gtest.h>
 
+#include <pthread.h>
+#include <unistd.h>
+
+#include <algorithm>
 #include <cctype>
+#include <cstdio>
 #include <cstring>
 #include <string>
 #include <numeric>
@@ -521,6 +527,200 @@ TEST_F(MiscApiTest, LegacyLaunchGridTakesTheParameterBuffer) {
   EXPECT_EQ(cuFuncSetSharedMemConfig(fill_, static_cast<CUsharedconfig>(9)), CUDA_ERROR_INVALID_VALUE);
 #pragma GCC diagnostic pop
   ASSERT_CU(cuMemFree(buffer));
+}
+
+// ---- the driver's error log ----
+
+struct DriverLogSeen {
+  std::vector<std::string> texts;
+  std::vector<CUlogLevel> levels;
+  std::vector<bool> on_caller_thread;
+  pthread_t caller = pthread_self();
+};
+
+void CUDA_CB KeepDriverLogMessage(void* data, CUlogLevel level, char* message, size_t length) {
+  auto* seen = static_cast<DriverLogSeen*>(data);
+  seen->texts.emplace_back(message, length);
+  seen->levels.push_back(level);
+  seen->on_caller_thread.push_back(pthread_equal(seen->caller, pthread_self()) != 0);
+}
+
+// A call the executor's driver refuses: revoking a pool's own device's access.
+CUresult RevokeOwnPoolAccess() {
+  CUmemoryPool pool = nullptr;
+  if (const CUresult result = cuDeviceGetDefaultMemPool(&pool, 0); result != CUDA_SUCCESS) return result;
+  CUmemAccessDesc revoke_own{};
+  revoke_own.location = {CU_MEM_LOCATION_TYPE_DEVICE, 0};
+  revoke_own.flags = CU_MEM_ACCESS_FLAGS_PROT_NONE;
+  return cuMemPoolSetAccess(pool, &revoke_own, 1);
+}
+
+TEST_F(MiscApiTest, DriverLogHoldsWhatTheExecutorsDriverRaisedDuringTheCall) {
+  const std::string expected = "Returning 1 (CUDA_ERROR_INVALID_VALUE) from cuMemPoolSetAccess";
+  DriverLogSeen seen;
+  CUlogsCallbackHandle handle = nullptr;
+  ASSERT_CU(cuLogsRegisterCallback(KeepDriverLogMessage, &seen, &handle));
+  ASSERT_NE(handle, nullptr);
+  CUlogIterator mark = 0;
+  ASSERT_CU(cuLogsCurrent(&mark, 0));
+
+  // Told on the calling thread before the call returned, as natively; successes raise nothing.
+  EXPECT_EQ(RevokeOwnPoolAccess(), CUDA_ERROR_INVALID_VALUE);
+  ASSERT_EQ(seen.texts.size(), 1u);
+  EXPECT_EQ(seen.texts[0], expected);
+  EXPECT_EQ(seen.levels[0], CU_LOG_LEVEL_ERROR);
+  EXPECT_TRUE(seen.on_caller_thread[0]);
+  ASSERT_CU(cuCtxSynchronize());
+  EXPECT_EQ(seen.texts.size(), 1u);
+
+  // The dump from the mark: one line in the driver's format, and the iterator moves past it.
+  char buffer[4096];
+  size_t size = sizeof buffer;
+  CUlogIterator from = mark;
+  ASSERT_CU(cuLogsDumpToMemory(&from, buffer, &size, 0));
+  const std::string line(buffer);
+  EXPECT_EQ(size, line.size());
+  EXPECT_EQ(line.front(), '[');
+  std::string tail = "[";  // appended piece by piece: GCC 12 warns falsely (-Wrestrict) on a chain of operator+
+  tail += std::to_string(static_cast<unsigned long>(pthread_self()));
+  tail += "][CUDA][E] ";
+  tail += expected;
+  tail += '\n';
+  ASSERT_GE(line.size(), tail.size());
+  EXPECT_EQ(line.substr(line.size() - tail.size()), tail) << line;
+  EXPECT_EQ(from, mark + 1);
+  size = sizeof buffer;
+  ASSERT_CU(cuLogsDumpToMemory(&from, buffer, &size, 0));
+  EXPECT_EQ(size, 0u);
+  EXPECT_EQ(buffer[0], '\0');
+
+  // Two lines where only the newest fits: a first line counts the one left out; nothing fits: refused.
+  EXPECT_EQ(RevokeOwnPoolAccess(), CUDA_ERROR_INVALID_VALUE);
+  ASSERT_EQ(seen.texts.size(), 2u);
+  from = mark;
+  size = line.size() + 100;
+  ASSERT_CU(cuLogsDumpToMemory(&from, buffer, &size, 0));
+  const std::string shortened(buffer);
+  EXPECT_EQ(size, shortened.size());
+  EXPECT_EQ(shortened.rfind("[CUDA][W] 1 earlier log messages", 0), 0u) << shortened;
+  EXPECT_EQ(shortened.substr(shortened.size() - tail.size()), tail);
+  EXPECT_EQ(std::count(shortened.begin(), shortened.end(), '\n'), 2);
+  EXPECT_EQ(from, mark + 2);
+  from = mark;
+  size = 8;
+  EXPECT_EQ(cuLogsDumpToMemory(&from, buffer, &size, 0), CUDA_ERROR_INVALID_VALUE);
+  EXPECT_EQ(size, 0u);
+  EXPECT_EQ(from, mark);
+
+  // To a file: appended, from the iterator.
+  char path[] = "/tmp/curelay-driver-log-XXXXXX";
+  const int fd = mkstemp(path);
+  ASSERT_GE(fd, 0);
+  close(fd);
+  ASSERT_CU(cuLogsDumpToFile(&from, path, 0));
+  ASSERT_CU(cuLogsDumpToFile(&from, path, 0));  // nothing new
+  std::FILE* file = std::fopen(path, "r");
+  ASSERT_NE(file, nullptr);
+  const size_t read = std::fread(buffer, 1, sizeof buffer - 1, file);
+  std::fclose(file);
+  unlink(path);
+  buffer[read] = '\0';
+  EXPECT_EQ(std::count(buffer, buffer + read, '\n'), 2) << buffer;
+  EXPECT_EQ(from, mark + 2);
+
+  // Unregistered: still kept, no longer told.
+  ASSERT_CU(cuLogsUnregisterCallback(handle));
+  EXPECT_EQ(cuLogsUnregisterCallback(handle), CUDA_ERROR_INVALID_VALUE);
+  EXPECT_EQ(RevokeOwnPoolAccess(), CUDA_ERROR_INVALID_VALUE);
+  EXPECT_EQ(seen.texts.size(), 2u);
+  CUlogIterator now = 0;
+  ASSERT_CU(cuLogsCurrent(&now, 0));
+  EXPECT_EQ(now, mark + 3);
+
+  EXPECT_EQ(cuLogsRegisterCallback(nullptr, nullptr, nullptr), CUDA_ERROR_INVALID_VALUE);
+  EXPECT_EQ(cuLogsCurrent(nullptr, 0), CUDA_ERROR_INVALID_VALUE);
+  EXPECT_EQ(cuLogsDumpToMemory(&from, buffer, nullptr, 0), CUDA_ERROR_INVALID_VALUE);
+  EXPECT_EQ(cuLogsDumpToFile(&from, nullptr, 0), CUDA_ERROR_INVALID_VALUE);
+}
+
+// ---- batched decompression ----
+
+// "abcabcabcabcabcabcX" in raw Snappy: its length, the literal "abc", a 15-byte copy from 3 back, the literal "X".
+const std::vector<uint8_t> kSnappyInput = {0x13, 0x08, 'a', 'b', 'c', 0x3a, 0x03, 0x00, 0x00, 'X'};
+const std::string kSnappyOutput = "abcabcabcabcabcabcX";
+
+CUmemDecompressParams Decompression(CUdeviceptr src, size_t src_bytes, CUdeviceptr dst, size_t dst_bytes,
+                                    CUdeviceptr actual) {
+  CUmemDecompressParams params{};
+  params.srcNumBytes = src_bytes;
+  params.dstNumBytes = dst_bytes;
+  params.dstActBytes = reinterpret_cast<cuuint32_t*>(actual);
+  params.src = reinterpret_cast<const void*>(src);
+  params.dst = reinterpret_cast<void*>(dst);
+  params.algo = CU_MEM_DECOMPRESS_ALGORITHM_SNAPPY;
+  return params;
+}
+
+// The emulated device plays a GPU with a Snappy decompression engine: the batch reaches its driver whole (longer
+// than one message's worth, in order), bytes and actual sizes come back, and refusals name the operation.
+TEST_F(MiscApiTest, BatchDecompressionRunsOnTheExecutorsDriverAndNamesTheRefusedOperation) {
+  int algorithms = 0, longest = 0;
+  ASSERT_CU(cuDeviceGetAttribute(&algorithms, CU_DEVICE_ATTRIBUTE_MEM_DECOMPRESS_ALGORITHM_MASK, 0));
+  ASSERT_CU(cuDeviceGetAttribute(&longest, CU_DEVICE_ATTRIBUTE_MEM_DECOMPRESS_MAXIMUM_LENGTH, 0));
+  EXPECT_EQ(algorithms, CU_MEM_DECOMPRESS_ALGORITHM_SNAPPY);
+  EXPECT_GE(longest, 4096);
+
+  constexpr size_t kCount = 1100;  // more than one call carries (wire::kMostDecompressions)
+  constexpr size_t kStride = 32;
+  CUdeviceptr input = 0, broken = 0, output = 0, actual = 0;
+  ASSERT_CU(cuMemAlloc(&input, kSnappyInput.size()));
+  ASSERT_CU(cuMemAlloc(&broken, 4));
+  ASSERT_CU(cuMemAlloc(&output, kCount * kStride));
+  ASSERT_CU(cuMemAlloc(&actual, kCount * sizeof(cuuint32_t)));
+  ASSERT_CU(cuMemcpyHtoD(input, kSnappyInput.data(), kSnappyInput.size()));
+  const uint8_t malformed[] = {0x04, 0x01, 0x00, 0x00};  // a copy before anything was written
+  ASSERT_CU(cuMemcpyHtoD(broken, malformed, sizeof malformed));
+  ASSERT_CU(cuMemsetD8(output, 0, kCount * kStride));
+  ASSERT_CU(cuMemsetD32(actual, 0xffffffffu, kCount));
+
+  std::vector<CUmemDecompressParams> batch;
+  for (size_t i = 0; i < kCount; ++i) {
+    batch.push_back(Decompression(input, kSnappyInput.size(), output + i * kStride, kStride,
+                                  actual + i * sizeof(cuuint32_t)));
+  }
+  batch[7].src = reinterpret_cast<const void*>(broken);
+  batch[7].srcNumBytes = sizeof malformed;
+  size_t error_index = 12345;
+  ASSERT_CU(cuMemBatchDecompressAsync(batch.data(), batch.size(), 0, &error_index, stream_));
+  EXPECT_EQ(error_index, 12345u);  // untouched on success
+  ASSERT_CU(cuStreamSynchronize(stream_));
+  std::vector<char> bytes(kCount * kStride);
+  std::vector<cuuint32_t> sizes(kCount);
+  ASSERT_CU(cuMemcpyDtoH(bytes.data(), output, bytes.size()));
+  ASSERT_CU(cuMemcpyDtoH(sizes.data(), actual, sizes.size() * sizeof(cuuint32_t)));
+  for (size_t i : {size_t{0}, size_t{1023}, size_t{1024}, kCount - 1}) {
+    EXPECT_EQ(sizes[i], kSnappyOutput.size()) << i;
+    EXPECT_EQ(std::string(bytes.data() + i * kStride, kSnappyOutput.size()), kSnappyOutput) << i;
+  }
+  EXPECT_EQ(std::count(sizes.begin(), sizes.end(), kSnappyOutput.size()), static_cast<long>(kCount - 1));
+  EXPECT_EQ(sizes[7], 0u);  // the malformed stream decoded to nothing
+
+  // Refusals: the operation the driver names, counted from the batch's start past the first call's worth, and
+  // SIZE_MAX for the batch as a whole.
+  batch[7] = batch[8];
+  batch[1050].algo = CU_MEM_DECOMPRESS_ALGORITHM_DEFLATE;
+  EXPECT_EQ(cuMemBatchDecompressAsync(batch.data(), batch.size(), 0, &error_index, stream_),
+            CUDA_ERROR_INVALID_VALUE);
+  EXPECT_EQ(error_index, 1050u);
+  batch[1050].algo = CU_MEM_DECOMPRESS_ALGORITHM_SNAPPY;
+  EXPECT_EQ(cuMemBatchDecompressAsync(batch.data(), 4, 1, &error_index, stream_), CUDA_ERROR_INVALID_VALUE);
+  EXPECT_EQ(error_index, SIZE_MAX);
+  batch[2].padding[0] = 1;  // must be zeroed (cuda.h)
+  EXPECT_EQ(cuMemBatchDecompressAsync(batch.data(), 4, 0, &error_index, stream_), CUDA_ERROR_INVALID_VALUE);
+  EXPECT_EQ(error_index, 2u);
+  EXPECT_EQ(cuMemBatchDecompressAsync(nullptr, 4, 0, &error_index, stream_), CUDA_ERROR_INVALID_VALUE);
+  ASSERT_CU(cuStreamSynchronize(stream_));
+  for (CUdeviceptr pointer : {input, broken, output, actual}) ASSERT_CU(cuMemFree(pointer));
 }
 
 }  // namespace
