@@ -420,7 +420,10 @@ CUresult Client::Send(flatbuffers::FlatBufferBuilder& builder, wire::Call type, 
     give_back();
     return broken;
   }
-  if (host_mirrors.any_active() && CallReachesMappedMemory(type) && !SendMirrorChanges()) {
+  // Synchronizing calls carry the host's writes too: a stream may be waiting on a flag the host has set since the
+  // last launch (cuStreamWaitValue32 on mapped memory), and only a request brings the write to the executor's copy.
+  if (host_mirrors.any_active() && (CallReachesMappedMemory(type) || CallSynchronizes(type)) &&
+      !SendMirrorChanges()) {
     give_back();
     return Break("cannot send to the executor");
   }

@@ -259,7 +259,9 @@ TEST_F(RemoteMemoryTest, HostToDeviceCopiesOfAnySizeArriveWholeAndLeaveTheirSour
         const CUdeviceptr to = copy == 0 ? first : second;
         ASSERT_CU(async ? cuMemcpyHtoDAsync(to, from, bytes, stream_) : cuMemcpyHtoD(to, from, bytes));
         // Page-locked memory given to an asynchronous copy is the driver's until the stream is done with it.
-        if (form == 3) ASSERT_CU(cuStreamSynchronize(stream_));
+        if (form == 3) {
+          ASSERT_CU(cuStreamSynchronize(stream_));
+        }
       }
       ASSERT_CU(cuStreamSynchronize(stream_));
       ASSERT_CU(cuMemcpyDtoH(check.data(), device, check.size()));
@@ -688,9 +690,9 @@ TEST_F(RemoteMemoryTest, StreamsWaitOnAndWriteValues) {
   ASSERT_CU(cuMemAlloc(&device, n * sizeof(uint32_t)));
   ASSERT_CU(cuMemAlloc(&words, 16));
   ASSERT_CU(cuMemsetD32(device, 0, n));
-  if (!RemoteSession()) {
-    // (Over tcp:// mapped memory is a mirror: a host write reaches it only at the next launch, copy or synchronize
-    // the client sends, not while a stream already waits: docs/api-coverage.md.)
+  {
+    // Over tcp:// mapped memory is a mirror: a host write reaches the executor's copy with the next launch, copy,
+    // query or synchronize the client sends (docs/api-coverage.md), so the synchronize below brings the flag.
     volatile uint32_t* flag = nullptr;
     ASSERT_CU(cuMemHostAlloc(reinterpret_cast<void**>(const_cast<uint32_t**>(&flag)), 4096, CU_MEMHOSTALLOC_DEVICEMAP));
     *flag = 0;
@@ -728,7 +730,9 @@ TEST_F(RemoteMemoryTest, StreamsWaitOnAndWriteValues) {
   EXPECT_EQ(wide, 0x1122334455667788ull);
   // A misaligned address fails, at the latest at the next synchronizing call.
   const CUresult misaligned = cuStreamWriteValue32(stream_, words + 2, 1, 0);
-  if (misaligned == CUDA_SUCCESS) EXPECT_NE(cuStreamSynchronize(stream_), CUDA_SUCCESS);
+  if (misaligned == CUDA_SUCCESS) {
+    EXPECT_NE(cuStreamSynchronize(stream_), CUDA_SUCCESS);
+  }
   ASSERT_CU(cuMemFree(words));
   ASSERT_CU(cuMemFree(device));
 }
