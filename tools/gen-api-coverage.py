@@ -224,7 +224,8 @@ def main() -> None:
         "(`CUDA_ERROR_NOT_SUPPORTED` where the driver could only refuse the missing list) |",
         "| the driver's error log (`cuLogsRegisterCallback`, `cuLogsCurrent`, `cuLogsDumpToMemory`, "
         "`cuLogsDumpToFile`) | the messages the executor's driver raised while serving this process's requests (its "
-        "callback runs on the thread that made the failing call, measured on the H200), sent with the next reply and "
+        "callback runs on the thread that made the failing call, measured on the H200; `CUDA_ERROR_NOT_READY` is not "
+        "logged, so the executor's own polls add nothing), sent with the next reply and "
         "kept in the client as the driver keeps its log: 25,600 bytes of lines in the driver's format, "
         "`[time][thread][CUDA][E] Returning 1 (CUDA_ERROR_INVALID_VALUE) from cuMemFree_v2`, with the application "
         "thread that received them; registered callbacks run on that thread before its call returns. A message names "
@@ -232,8 +233,11 @@ def main() -> None:
         "(`cuMemcpyHtoDAsync_v2` for a `cuMemcpyHtoD`); errors the client answers without a round trip, and errors "
         "of posted work before the next reply, are not logged. `cuLogsDumpToMemory` follows cuda.h where the H200's "
         "driver does not: a buffer too small for the newest line answers `CUDA_ERROR_INVALID_VALUE` with size 0 (the "
-        "driver answered success and the full size for an 8-byte buffer), and lines left out are counted in a first "
-        "line; `cuLogsDumpToFile` appends; `flags` is ignored, as the driver ignores it |",
+        "driver answered success and size 98 for an 8-byte buffer and wrote 99 bytes into it), and lines left out are "
+        "counted in a first line; `cuLogsDumpToFile` writes over the file, as the driver does; `flags` is ignored, as "
+        "the driver ignores it. Compared line by line with the native driver on the H200 over ipc:// "
+        "(`tests/gpu/run_probe_compare.sh` with `tests/gpu/probes/logs_notifications_decompress.c`): the same "
+        "callback text and thread, the same dump line and size |",
         "| `cuMemBatchDecompressAsync` | the executor's driver checks and queues the batch, with a round trip (it names "
         "the refused operation in `errorIndex`); more than 1,024 operations go in calls of 1,024, in order (one refused "
         "leaves the earlier calls' operations queued); the addresses must be device memory or, in a same-host "
@@ -363,8 +367,9 @@ def main() -> None:
         "nodes is launched with a round trip (the driver can refuse the launch at once), other graphs are posted; what "
         "neither a graph nor the application freed is freed at session end; docs/stream-capture.md |",
         "| stream memory operations on mapped host memory over tcp:// | the memory is a mirror: a host write reaches "
-        "the executor's copy at the client's next launch, copy or synchronize, not while a stream already waits on it "
-        "(a `cuStreamWaitValue*` on a flag the host sets later waits until such a call) |",
+        "the executor's copy with the client's next launch, copy, query or synchronize, not while a stream already "
+        "waits on it (a `cuStreamWaitValue*` on a flag the host sets later waits until such a call; the synchronize "
+        "that follows the write is one: before the fortieth session it was not, and such a program hung) |",
         "| export-table slots curelay does not implement | `CUDA_ERROR_NOT_SUPPORTED`, logged once per slot |",
         "| JIT options with host symbol tables (`CU_JIT_GLOBAL_SYMBOL_*`, `CU_JIT_REFERENCED_*`) | `CUDA_ERROR_NOT_SUPPORTED` |",
         "| `cuCtxCreate` (`_v3`, `_v4`) with execution-affinity parameters | forwarded: the executor's driver "

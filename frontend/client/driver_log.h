@@ -30,6 +30,7 @@ class DriverLog {
   // terminating NUL, newest last, and a first line saying how many were left out when some were (overwritten, or
   // too many for the buffer). CUDA_ERROR_INVALID_VALUE when not even the newest fits.
   CUresult DumpToMemory(CUlogIterator* iterator, char* buffer, size_t* size);
+  // cuLogsDumpToFile: the same lines (all that are kept from *iterator) written over the file's contents.
   CUresult DumpToFile(CUlogIterator* iterator, const char* path);
 
   // The driver's limit on what its log keeps (cuda.h, cuLogsDumpToMemory).

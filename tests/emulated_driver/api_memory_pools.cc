@@ -163,8 +163,8 @@ CUresult CUDAAPI cuMemPoolCreate(CUmemoryPool* pool, const CUmemPoolProps* props
         props->location.id >= emu::Driver::Get().device_count()) {
       return CUDA_ERROR_INVALID_VALUE;
     }
-    // A fixture rule: usage bits cuda.h does not define are refused (the emulated device has no decompression
-    // engine, and takes the one defined bit as the H200 does, which has none either).
+    // A fixture rule, so a test sees the field arrive: usage bits cuda.h does not define are refused (the H200's
+    // driver takes any, measured with 0x8000, and takes the decompress bit without a decompression engine).
     if ((props->usage & ~CU_MEM_POOL_CREATE_USAGE_HW_DECOMPRESS) != 0) return CUDA_ERROR_INVALID_VALUE;
     if (props->handleTypes != CU_MEM_HANDLE_TYPE_NONE &&
         props->handleTypes != CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR) {

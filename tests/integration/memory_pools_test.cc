@@ -122,7 +122,8 @@ TEST_F(MemoryPoolTest, CreatedPoolsAllocateAndBecomeCurrent) {
 }
 
 // The pool's intended usage reaches the executor's driver: the emulated one takes the defined bit
-// (CU_MEM_POOL_CREATE_USAGE_HW_DECOMPRESS) and refuses bits cuda.h does not define, which a dropped field would hide.
+// (CU_MEM_POOL_CREATE_USAGE_HW_DECOMPRESS) and refuses bits cuda.h does not define (a fixture rule: the H200's driver
+// takes them), which a dropped field would hide.
 TEST_F(MemoryPoolTest, CreatedPoolsUsageReachesTheDriver) {
   CUmemPoolProps props{};
   props.allocType = CU_MEM_ALLOCATION_TYPE_PINNED;

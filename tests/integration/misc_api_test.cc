@@ -612,13 +612,15 @@ TEST_F(MiscApiTest, DriverLogHoldsWhatTheExecutorsDriverRaisedDuringTheCall) {
   EXPECT_EQ(size, 0u);
   EXPECT_EQ(from, mark);
 
-  // To a file: appended, from the iterator.
+  // To a file: the lines from the iterator, written over what the file held (twice from the mark: still two lines).
   char path[] = "/tmp/curelay-driver-log-XXXXXX";
   const int fd = mkstemp(path);
   ASSERT_GE(fd, 0);
   close(fd);
   ASSERT_CU(cuLogsDumpToFile(&from, path, 0));
-  ASSERT_CU(cuLogsDumpToFile(&from, path, 0));  // nothing new
+  EXPECT_EQ(from, mark + 2);
+  from = mark;
+  ASSERT_CU(cuLogsDumpToFile(&from, path, 0));
   std::FILE* file = std::fopen(path, "r");
   ASSERT_NE(file, nullptr);
   const size_t read = std::fread(buffer, 1, sizeof buffer - 1, file);

@@ -3,8 +3,12 @@
  *   - which thread runs a cuLogsRegisterCallback callback, and whether it runs before the failing call returns;
  *   - what cuLogsDumpToMemory answers after one failing call (size, text);
  *   - whether cuDeviceRegisterAsyncNotification takes a real callback on this platform;
- *   - what cuMemBatchDecompressAsync, its device attributes and a decompress-usage pool answer on this GPU.
- * One line per question: NAME result [values].
+ *   - what cuMemBatchDecompressAsync, its device attributes and a decompress-usage pool answer on this GPU;
+ *   - whether cuLogsDumpToFile appends or rewrites, what a too-small cuLogsDumpToMemory buffer gets, and whether a
+ *     CUDA_ERROR_NOT_READY answer (cuEventQuery of pending work) is logged;
+ *   - whether a pool with a usage bit cuda.h does not define is made.
+ * One line per question: NAME result [values]. Run natively and through curelay (the shim's answers come from the
+ * executor's driver): the lines should agree, except times and thread ids.
  * Build: gcc -O1 -o logs_probe logs_notifications_decompress.c -I/usr/local/cuda/include \
  *          -L/usr/local/cuda/lib64/stubs -lcuda -lpthread
  */
@@ -70,13 +74,58 @@ int main(void) {
   if (r == CUDA_SUCCESS) printf("dump: %s\n", buffer);
   size = 8;
   from = mark;
+  memset(buffer, 'X', sizeof buffer);
   r = cuLogsDumpToMemory(&from, buffer, &size, 0);
-  printf("cuLogsDumpToMemory small-buffer %d size %zu\n", (int)r, size);
+  size_t written = 0;
+  while (written < sizeof buffer && buffer[written] != 'X') written++;
+  printf("cuLogsDumpToMemory small-buffer %d size %zu bytes-written %zu\n", (int)r, size, written);
+  char path[] = "/tmp/curelay-logs-probe-XXXXXX";
+  int fd = mkstemp(path);
+  close(fd);
+  from = mark;
+  r = cuLogsDumpToFile(&from, path, 0);
+  FILE* file = fopen(path, "r");
+  fseek(file, 0, SEEK_END);
+  long first = ftell(file);
+  fclose(file);
+  from = mark;
+  CUresult again = cuLogsDumpToFile(&from, path, 0);
+  file = fopen(path, "r");
+  fseek(file, 0, SEEK_END);
+  long second = ftell(file);
+  fclose(file);
+  unlink(path);
+  printf("cuLogsDumpToFile %d then %d: file bytes %ld then %ld (%s)\n", (int)r, (int)again, first, second,
+         second == 2 * first ? "appends" : second == first ? "rewrites" : "other");
   size = sizeof buffer;
   r = cuLogsDumpToMemory(NULL, buffer, &size, 0);
   printf("cuLogsDumpToMemory null-iterator %d size %zu\n", (int)r, size);
   r = cuLogsDumpToMemory(&from, buffer, &size, 1);
   printf("cuLogsDumpToMemory flags-1 %d\n", (int)r);
+  /* A NOT_READY answer: a stream held at a value wait, an event behind it, queried. */
+  {
+    unsigned int* flag = NULL;
+    CUdeviceptr flag_device = 0;
+    CUstream stream = NULL;
+    CUevent event = NULL;
+    cuMemHostAlloc((void**)&flag, sizeof *flag, CU_MEMHOSTALLOC_DEVICEMAP);
+    *flag = 0;
+    cuMemHostGetDevicePointer(&flag_device, flag, 0);
+    cuStreamCreate(&stream, CU_STREAM_NON_BLOCKING);
+    cuEventCreate(&event, CU_EVENT_DISABLE_TIMING);
+    CUresult waited = cuStreamWaitValue32(stream, flag_device, 1, CU_STREAM_WAIT_VALUE_GEQ);
+    cuEventRecord(event, stream);
+    int before = callback_calls;
+    CUresult queried = cuEventQuery(event);
+    int after = callback_calls;
+    *(volatile unsigned int*)flag = 1;
+    CUresult synced = cuStreamSynchronize(stream);
+    printf("cuEventQuery pending %d (wait %d, then sync %d); callbacks for it %d\n", (int)queried, (int)waited,
+           (int)synced, after - before);
+    cuEventDestroy(event);
+    cuStreamDestroy(stream);
+    cuMemFreeHost(flag);
+  }
   r = cuLogsUnregisterCallback(log_handle);
   printf("cuLogsUnregisterCallback %d\n", (int)r);
 
@@ -84,7 +133,11 @@ int main(void) {
   CUasyncCallbackHandle notification = NULL;
   r = cuDeviceRegisterAsyncNotification(device, OnNotification, NULL, &notification);
   printf("cuDeviceRegisterAsyncNotification %d\n", (int)r);
-  if (r == CUDA_SUCCESS) printf("cuDeviceUnregisterAsyncNotification %d\n", (int)cuDeviceUnregisterAsyncNotification(device, notification));
+  if (r == CUDA_SUCCESS) {
+    printf("cuDeviceUnregisterAsyncNotification %d\n", (int)cuDeviceUnregisterAsyncNotification(device, notification));
+  } else {
+    printf("cuDeviceUnregisterAsyncNotification not-registered\n");
+  }
 
   /* Decompression: the attributes, a decompress-usage pool, and one call on plain device memory. */
   int mask = -1, longest = -1;
@@ -101,6 +154,11 @@ int main(void) {
   CUmemoryPool pool = NULL;
   r = cuMemPoolCreate(&pool, &props);
   printf("cuMemPoolCreate usage=HW_DECOMPRESS %d\n", (int)r);
+  if (r == CUDA_SUCCESS) cuMemPoolDestroy(pool);
+  props.usage = 0x8000;
+  pool = NULL;
+  r = cuMemPoolCreate(&pool, &props);
+  printf("cuMemPoolCreate usage=0x8000 %d\n", (int)r);
   if (r == CUDA_SUCCESS) cuMemPoolDestroy(pool);
   CUdeviceptr src = 0, dst = 0, actual = 0;
   cuMemAlloc(&src, 4096);
