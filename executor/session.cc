@@ -357,7 +357,7 @@ bool Session::Handle(const wire::Request& request, std::span<const uint8_t> payl
   // The verifier accepts a union whose type is set but whose table is absent; every handler needs the table.
   if (request.call() == nullptr) return false;
   builder_.Clear();
-  const DriverLog::ServingScope serving(driver_log_);
+  const DriverLog::ServingScope serving(driver_log_, request.sequence());
   Outcome outcome;
   const bool needs_context = CallNeedsContext(request.call_type());
   // A swapped-out session comes back before it serves anything (memory turns; nothing when it never swapped).
@@ -441,7 +441,8 @@ bool Session::SendReply(uint64_t sequence, const Outcome& outcome, flatbuffers::
     std::vector<flatbuffers::Offset<wire::DriverLogEntry>> encoded;
     encoded.reserve(entries.size());
     for (const auto& entry : entries) {
-      encoded.push_back(wire::CreateDriverLogEntry(builder, entry.level, builder.CreateString(entry.text)));
+      encoded.push_back(
+          wire::CreateDriverLogEntry(builder, entry.level, builder.CreateString(entry.text), entry.request));
     }
     driver_log = builder.CreateVector(encoded);
   }

@@ -39,6 +39,14 @@ CUresult cuMemBatchDecompressAsync(CUmemDecompressParams* paramsArray, size_t co
   if (paramsArray == nullptr && count != 0) return CUDA_ERROR_INVALID_VALUE;
   uint64_t wire_stream = 0;
   CURELAY_RETURN_IF_ERROR(WireStream(*client, stream, &wire_stream));
+  // cuda.h: the padding "must be zeroed"; it does not travel, so a batch that sets it is refused here, before any
+  // part of the batch is queued.
+  for (size_t i = 0; i < count; ++i) {
+    if (!PaddingIsZero(paramsArray[i])) {
+      if (errorIndex != nullptr) *errorIndex = i;
+      return CUDA_ERROR_INVALID_VALUE;
+    }
+  }
   size_t first = 0;
   do {  // a batch of none is the driver's to answer too
     const size_t entries = std::min<size_t>(count - first, wire::kMostDecompressions);
@@ -46,11 +54,6 @@ CUresult cuMemBatchDecompressAsync(CUmemDecompressParams* paramsArray, size_t co
     operations.reserve(entries);
     for (size_t i = first; i < first + entries; ++i) {
       const CUmemDecompressParams& params = paramsArray[i];
-      // cuda.h: the padding "must be zeroed"; it does not travel, so a batch that sets it is refused here.
-      if (!PaddingIsZero(params)) {
-        if (errorIndex != nullptr) *errorIndex = i;
-        return CUDA_ERROR_INVALID_VALUE;
-      }
       operations.emplace_back(params.srcNumBytes, params.dstNumBytes,
                               reinterpret_cast<uint64_t>(params.dstActBytes), reinterpret_cast<uint64_t>(params.src),
                               reinterpret_cast<uint64_t>(params.dst), static_cast<uint32_t>(params.algo));

@@ -473,11 +473,17 @@ CUresult Client::Send(flatbuffers::FlatBufferBuilder& builder, wire::Call type, 
 bool Client::Dispatch(transport::IncomingMessage& message, const wire::Reply& reply,
                       std::unique_lock<std::mutex>& lock) {
   if (const auto* entries = reply.driver_log(); entries != nullptr) {
-    // Told to the application on the thread that next returns from a wait (its own call's, usually).
+    // A call's own messages go to its waiting thread; those of posted requests to the next thread answered.
+    Waiter* asking = nullptr;
+    if (const auto found = waiters_.find(reply.sequence()); reply.sequence() != 0 && found != waiters_.end() &&
+                                                             found->second->destination == nullptr) {
+      asking = found->second;
+    }
     for (const auto* entry : *entries) {
       CUlogLevel level;
       if (entry->text() == nullptr || !WireEnum(entry->level(), CU_LOG_LEVEL_WARNING, &level)) return false;
-      owed_driver_log_.push_back({level, entry->text()->str()});
+      auto& to = asking != nullptr && entry->request() == reply.sequence() ? asking->driver_log : owed_driver_log_;
+      to.push_back({level, entry->text()->str()});
     }
   }
   if (reply.sequence() == 0) {
@@ -580,14 +586,17 @@ CUresult Client::Wait(uint64_t sequence, Waiter& waiter) {
   std::unique_lock<std::mutex> lock(reply_mutex_);
   ReadUntil(lock, [&] { return waiter.done; });
   (void)sequence;
-  if (!owed_driver_log_.empty()) RecordDriverLog(lock);
+  if (!waiter.driver_log.empty() || !owed_driver_log_.empty()) RecordDriverLog(lock, waiter.driver_log);
   return waiter.result;
 }
 
-void Client::RecordDriverLog(std::unique_lock<std::mutex>& lock) {
+void Client::RecordDriverLog(std::unique_lock<std::mutex>& lock, std::vector<DriverLogMessage>& own) {
   auto owed = std::exchange(owed_driver_log_, {});
-  lock.unlock();  // the application's callbacks run here, and may call the driver API
-  for (const auto& entry : owed) DriverLog::OfProcess().Record(entry.level, entry.text);
+  lock.unlock();  // the application's callbacks run on this thread, outside the reply lock
+  for (const auto* messages : {&owed, &own}) {  // posted work came first
+    for (const auto& message : *messages) DriverLog::OfProcess().Record(message.level, message.text);
+  }
+  own.clear();
 }
 
 CUresult Client::PostDelivery(flatbuffers::FlatBufferBuilder& builder, wire::Call type, flatbuffers::Offset<void> call,
@@ -638,7 +647,10 @@ bool Client::UnplacedDeliveryOverlaps(const uint8_t* start, size_t bytes) {
 CUresult Client::AwaitDeliveries() {
   std::unique_lock<std::mutex> lock(reply_mutex_);
   ReadUntil(lock, [&] { return outstanding_deliveries_ == 0; });
-  if (!owed_driver_log_.empty()) RecordDriverLog(lock);
+  if (!owed_driver_log_.empty()) {
+    std::vector<DriverLogMessage> none;
+    RecordDriverLog(lock, none);
+  }
   return broken_.load();
 }
 

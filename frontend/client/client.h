@@ -48,8 +48,14 @@ struct ReplyMessage {
 
 class Client {
   // A caller waiting for the reply with a given sequence number.
+  // A message of the executor driver's log (Reply.driver_log), on its way to the application's (client/driver_log.h).
+  struct DriverLogMessage {
+    CUlogLevel level;
+    std::string text;
+  };
   struct Waiter {
     ReplyMessage* reply = nullptr;
+    std::vector<DriverLogMessage> driver_log;  // raised by this call, for its thread
     CUresult result = CUDA_SUCCESS;
     bool done = false;
     // A delivery (see PostDelivery): the reply's payload lands at `destination`, by whichever thread reads it.
@@ -238,8 +244,9 @@ class Client {
   void ReadUntil(std::unique_lock<std::mutex>& lock, Done done);
   // Hands one received message to its waiter, or applies it (mirror updates); false if it breaks the protocol.
   bool Dispatch(transport::IncomingMessage& message, const wire::Reply& reply, std::unique_lock<std::mutex>& lock);
-  // Hands the driver log messages replies brought to the application's log on this thread; releases `lock`.
-  void RecordDriverLog(std::unique_lock<std::mutex>& lock);
+  // Hands the driver log messages of this thread's call (`own`) and of posted work to the application's log, on this
+  // thread; releases `lock`.
+  void RecordDriverLog(std::unique_lock<std::mutex>& lock, std::vector<DriverLogMessage>& own);
   // Before work that may reach mapped host memory: sends what changed in active mirrors (under send_mutex_).
   bool SendMirrorChanges();
   CUresult Break(const char* why);
@@ -258,11 +265,8 @@ class Client {
   std::atomic<CUresult> broken_{CUDA_SUCCESS};  // once set, every call fails with it (the session is gone)
   std::atomic<CUresult> async_error_{CUDA_SUCCESS};  // first failed delivery, for the next synchronizing call
   size_t outstanding_deliveries_ = 0;               // guarded by reply_mutex_
-  struct OwedLogEntry {
-    CUlogLevel level;
-    std::string text;
-  };
-  std::vector<OwedLogEntry> owed_driver_log_;  // guarded by reply_mutex_: from replies, not yet recorded
+  // Driver log messages of posted requests (or of deliveries), for the next thread whose call is answered.
+  std::vector<DriverLogMessage> owed_driver_log_;  // guarded by reply_mutex_
   size_t copying_deliveries_ = 0;  // guarded by reply_mutex_: the reader is copying these with the lock released
   flatbuffers::FlatBufferBuilder mirror_builder_;   // guarded by send_mutex_
   std::vector<wire::MirrorRange> mirror_runs_;      // guarded by send_mutex_

@@ -46,7 +46,7 @@ void DriverLog::Record(CUlogLevel level, const std::string& text) {
   {
     std::lock_guard<std::mutex> lock(mutex_);
     lines_.push_back(FormatLine(level, text));
-    ++next_;
+    ++written_;
     bytes_ += lines_.back().size();
     while (bytes_ > kCapacityBytes && lines_.size() > 1) {
       bytes_ -= lines_.front().size();
@@ -83,7 +83,7 @@ CUresult DriverLog::Unregister(CUlogsCallbackHandle handle) {
 
 CUlogIterator DriverLog::Current() {
   std::lock_guard<std::mutex> lock(mutex_);
-  return next_;
+  return static_cast<CUlogIterator>(written_);
 }
 
 std::vector<const std::string*> DriverLog::LinesFrom(const CUlogIterator* iterator, size_t* lost) {
@@ -92,10 +92,10 @@ std::vector<const std::string*> DriverLog::LinesFrom(const CUlogIterator* iterat
   *lost = 0;
   if (iterator == nullptr) {  // everything, and how much was overwritten
     count = kept;
-    *lost = next_ - kept;
-  } else if (const CUlogIterator behind = next_ - *iterator; behind <= kept) {  // positions wrap; distances don't
-    count = behind;
-  } else if (behind <= next_) {  // a past position whose lines were overwritten
+    *lost = written_ - kept;
+  } else if (const CUlogIterator behind = static_cast<CUlogIterator>(written_) - *iterator; behind <= kept) {
+    count = behind;  // positions wrap at 2^32; the distance back from the newest does not
+  } else if (behind <= written_) {  // a past position whose lines were overwritten
     count = kept;
     *lost = behind - kept;
   }  // else: ahead of the log (never handed out): nothing yet
@@ -112,7 +112,7 @@ CUresult DriverLog::DumpToMemory(CUlogIterator* iterator, char* buffer, size_t* 
   if (lines.empty()) {
     if (*size > 0) buffer[0] = '\0';
     *size = 0;
-    if (iterator != nullptr) *iterator = next_;
+    if (iterator != nullptr) *iterator = static_cast<CUlogIterator>(written_);
     return CUDA_SUCCESS;
   }
   const size_t room = *size > 0 ? *size - 1 : 0;  // the NUL
@@ -135,7 +135,7 @@ CUresult DriverLog::DumpToMemory(CUlogIterator* iterator, char* buffer, size_t* 
   std::copy(text.begin(), text.end(), buffer);
   buffer[text.size()] = '\0';
   *size = text.size();
-  if (iterator != nullptr) *iterator = next_;
+  if (iterator != nullptr) *iterator = static_cast<CUlogIterator>(written_);
   return CUDA_SUCCESS;
 }
 
@@ -151,7 +151,7 @@ CUresult DriverLog::DumpToFile(CUlogIterator* iterator, const char* path) {
   const bool written = std::fwrite(text.data(), 1, text.size(), file) == text.size();
   const bool closed = std::fclose(file) == 0;
   if (!written || !closed) return CUDA_ERROR_INVALID_VALUE;
-  if (iterator != nullptr) *iterator = next_;
+  if (iterator != nullptr) *iterator = static_cast<CUlogIterator>(written_);
   return CUDA_SUCCESS;
 }
 

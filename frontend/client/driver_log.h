@@ -43,7 +43,7 @@ class DriverLog {
   std::mutex mutex_;
   std::deque<std::string> lines_;  // formatted, each with its newline; oldest first
   size_t bytes_ = 0;        // in lines_
-  CUlogIterator next_ = 0;  // the position of the next line
+  uint64_t written_ = 0;    // lines ever recorded; an iterator is this count, modulo 2^32
   std::vector<CUlogsCallbackHandle> callbacks_;  // owned, in registration order
 };
 

@@ -14,6 +14,7 @@
 #include <cstdio>
 #include <cstring>
 #include <string>
+#include <thread>
 #include <numeric>
 #include <vector>
 
@@ -643,6 +644,44 @@ TEST_F(MiscApiTest, DriverLogHoldsWhatTheExecutorsDriverRaisedDuringTheCall) {
   EXPECT_EQ(cuLogsCurrent(nullptr, 0), CUDA_ERROR_INVALID_VALUE);
   EXPECT_EQ(cuLogsDumpToMemory(&from, buffer, nullptr, 0), CUDA_ERROR_INVALID_VALUE);
   EXPECT_EQ(cuLogsDumpToFile(&from, nullptr, 0), CUDA_ERROR_INVALID_VALUE);
+}
+
+// A message goes to the thread whose call raised it, while another thread waits on its own calls; many messages
+// of posted work before one answer arrive within a reply's limits, the excess counted in a last line.
+TEST_F(MiscApiTest, DriverLogGoesToTheRaisingThreadAndStaysWithinAReply) {
+  DriverLogSeen seen;
+  CUlogsCallbackHandle handle = nullptr;
+  ASSERT_CU(cuLogsRegisterCallback(KeepDriverLogMessage, &seen, &handle));
+  CUcontext context = nullptr;
+  ASSERT_CU(cuCtxGetCurrent(&context));
+  CUresult refused = CUDA_SUCCESS;
+  std::thread other([&] {
+    seen.caller = pthread_self();
+    if (cuCtxSetCurrent(context) == CUDA_SUCCESS) refused = RevokeOwnPoolAccess();
+  });
+  other.join();
+  EXPECT_EQ(refused, CUDA_ERROR_INVALID_VALUE);
+  ASSERT_EQ(seen.texts.size(), 1u);
+  EXPECT_TRUE(seen.on_caller_thread[0]);  // the other thread's, told there
+  seen.caller = pthread_self();
+
+  // Posted memsets the executor's driver refuses (an address no allocation holds), then one answer.
+  CUlogIterator mark = 0;
+  ASSERT_CU(cuLogsCurrent(&mark, 0));
+  constexpr int kPosted = 400;
+  for (int i = 0; i < kPosted; ++i) (void)cuMemsetD8Async(CUdeviceptr{0x10} << 40, 0, 16, stream_);
+  EXPECT_NE(cuStreamSynchronize(stream_), CUDA_SUCCESS);  // the first refusal, reported here
+  ASSERT_CU(cuStreamSynchronize(stream_));
+  ASSERT_GT(seen.texts.size(), 2u);
+  EXPECT_LT(seen.texts.size(), static_cast<size_t>(kPosted));
+  EXPECT_NE(seen.texts.back().find("more driver log messages were raised and dropped"), std::string::npos)
+      << seen.texts.back();
+  EXPECT_EQ(seen.levels.back(), CU_LOG_LEVEL_WARNING);
+  EXPECT_TRUE(seen.on_caller_thread.back());
+  CUlogIterator now = 0;
+  ASSERT_CU(cuLogsCurrent(&now, 0));
+  EXPECT_EQ(now - mark, seen.texts.size() - 1);
+  ASSERT_CU(cuLogsUnregisterCallback(handle));
 }
 
 // ---- batched decompression ----
