@@ -21,7 +21,7 @@ namespace curelay::wire {
 // (MipmappedArrayCreate/Destroy, ArrayGetSubArray, ArrayQuery, MemMapArray), execution affinity at context creation,
 // PointerSetAttribute; 21: batch memory-operation graph nodes (GraphNodeKind BatchMemOp), LibraryGetUnifiedFunction,
 // LaunchCooperativeMultiDevice
-inline constexpr uint32_t kProtocolVersion = 21;
+inline constexpr uint32_t kProtocolVersion = 22;
 
 // Size limits: a header frame is small; a payload is one copy chunk or one module image.
 inline constexpr size_t kMaxHeaderBytes = 64 * 1024;
