@@ -118,10 +118,12 @@ TEST_F(SchedulingTest, GpuTimeIsSplitByWeight) {
       << light_seconds << " s vs " << heavy_seconds << " s";
   // Work-conserving: the gating leaves the emulated GPUs busy most of the time.
   EXPECT_GT(light_seconds + heavy_seconds, 4 * 0.7);
-  // Each kernel is timed at what it took (2 ms), including those timed from the end of the one before it.
+  // Each kernel is timed at what it took (2 ms), including those timed from the end of the one before it: a chain
+  // timed from each launch instead would count the queue ahead of it (about 5 ms a kernel with 4 queued). The margin
+  // takes a loaded 2-core CI machine's late polls (2.39 ms measured once, with other tests running beside it).
   const double kernels = light_stats.value("kernels", 0.0) + heavy_stats.value("kernels", 0.0);
   ASSERT_GT(kernels, 0);
-  EXPECT_NEAR((light_seconds + heavy_seconds) / kernels, 0.002, 0.0003) << kernels << " kernels";
+  EXPECT_NEAR((light_seconds + heavy_seconds) / kernels, 0.002, 0.0008) << kernels << " kernels";
   // The weights held because the GPU was saturated: backendctl stats says for how long (turns applied).
   const json gpu = json::parse(Backendctl(backend_, {"-o", "json", "stats"}).out)["gpus"][0];
   EXPECT_GT(gpu.value("saturated_seconds", 0.0), 4 * 0.5) << gpu.dump();
