@@ -48,6 +48,7 @@ void DriverLog::Keep(CUlogLevel level, const char* message, size_t length, uint6
   while (text_length < length && text_length < kMaxMessageBytes && message[text_length] != '\0') ++text_length;
   std::lock_guard<std::mutex> lock(mutex_);
   last_request_ = request;
+  pending_.store(true, std::memory_order_release);
   if (kept_bytes_ + text_length > kMaxKeptBytes) {
     ++dropped_;
     return;
@@ -57,7 +58,9 @@ void DriverLog::Keep(CUlogLevel level, const char* message, size_t length, uint6
 }
 
 std::vector<DriverLog::Entry> DriverLog::Take() {
+  if (!pending_.load(std::memory_order_acquire)) return {};
   std::lock_guard<std::mutex> lock(mutex_);
+  pending_.store(false, std::memory_order_relaxed);
   if (dropped_ != 0) {
     entries_.push_back({CU_LOG_LEVEL_WARNING,
                         std::to_string(dropped_) + " more driver log messages were raised and dropped (curelay)",
@@ -66,6 +69,19 @@ std::vector<DriverLog::Entry> DriverLog::Take() {
   kept_bytes_ = 0;
   dropped_ = 0;
   return std::exchange(entries_, {});
+}
+
+flatbuffers::Offset<flatbuffers::Vector<flatbuffers::Offset<wire::DriverLogEntry>>> DriverLog::TakeEncoded(
+    flatbuffers::FlatBufferBuilder& builder) {
+  const auto entries = Take();
+  if (entries.empty()) return 0;
+  std::vector<flatbuffers::Offset<wire::DriverLogEntry>> encoded;
+  encoded.reserve(entries.size());
+  for (const auto& entry : entries) {
+    const auto text = builder.CreateString(entry.text);
+    encoded.push_back(wire::CreateDriverLogEntry(builder, entry.level, text, entry.request));
+  }
+  return builder.CreateVector(encoded);
 }
 
 }  // namespace curelay::executor

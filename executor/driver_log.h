@@ -6,7 +6,9 @@
 #pragma once
 
 #include <cuda.h>
+#include <flatbuffers/flatbuffers.h>
 
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
 #include <mutex>
@@ -14,6 +16,7 @@
 #include <vector>
 
 #include "executor/driver.h"
+#include "schema/wire.h"
 
 namespace curelay::executor {
 
@@ -45,12 +48,16 @@ class DriverLog {
   // The messages kept since the last call, oldest first; when some were dropped (more than one reply carries), a
   // last warning says how many.
   std::vector<Entry> Take();
+  // The same, encoded for a reply's `driver_log` (null when there are none, which costs no lock: every reply asks).
+  flatbuffers::Offset<flatbuffers::Vector<flatbuffers::Offset<wire::DriverLogEntry>>> TakeEncoded(
+      flatbuffers::FlatBufferBuilder& builder);
 
  private:
   static void CUDA_CB OnMessage(void* data, CUlogLevel level, char* message, size_t length);
   void Keep(CUlogLevel level, const char* message, size_t length, uint64_t request);
 
   std::mutex mutex_;
+  std::atomic<bool> pending_{false};  // entries_ or dropped_ hold something: set under mutex_, read without it
   std::vector<Entry> entries_;  // guarded by mutex_
   size_t kept_bytes_ = 0;       // guarded by mutex_: the texts' bytes in entries_
   size_t dropped_ = 0;          // guarded by mutex_

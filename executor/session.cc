@@ -436,16 +436,7 @@ bool Session::SendReply(uint64_t sequence, const Outcome& outcome, flatbuffers::
                         std::function<void()> returned) {
   // What the GPU wrote into managed globals is in the application's pages when it reads the answer.
   if (!managed_globals_.empty() && captures_.empty()) managed_globals_.PullDeviceWrites();
-  flatbuffers::Offset<flatbuffers::Vector<flatbuffers::Offset<wire::DriverLogEntry>>> driver_log;
-  if (auto entries = driver_log_.Take(); !entries.empty()) {
-    std::vector<flatbuffers::Offset<wire::DriverLogEntry>> encoded;
-    encoded.reserve(entries.size());
-    for (const auto& entry : entries) {
-      encoded.push_back(
-          wire::CreateDriverLogEntry(builder, entry.level, builder.CreateString(entry.text), entry.request));
-    }
-    driver_log = builder.CreateVector(encoded);
-  }
+  const auto driver_log = driver_log_.TakeEncoded(builder);
   const auto reply =
       wire::CreateReply(builder, sequence, outcome.result, outcome.body_type, outcome.body, driver_log);
   builder.Finish(reply);
@@ -508,6 +499,7 @@ void Session::ReleaseEverything() {
   // First of all: a stream held at a host function's gate (or a graph host node's) would keep every wait below
   // waiting for ever, the pending waits' markers included (a client that died inside its host function).
   AbandonHostFunctions();
+  async_notifications_.Release();  // no driver callback sends anything after this
   swap_space_.StopLockingAhead();  // it page-locks in a context released below
   ReleaseGraphs();  // a capture in progress holds its stream
   texture_objects_.Release(driver_);  // before the arrays and memory they read

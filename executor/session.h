@@ -19,6 +19,7 @@
 #include <unordered_set>
 #include <vector>
 
+#include "executor/async_notifications.h"
 #include "executor/dispatch_gate.h"
 #include "executor/copy_delivery.h"
 #include "executor/driver.h"
@@ -544,6 +545,10 @@ class Session {
   std::shared_ptr<HostMirrors> host_mirrors_ = std::make_shared<HostMirrors>(driver_);
   // A same-host client's managed globals, kept in step with its pages (managed_global_mirrors.h).
   ManagedGlobalMirrors managed_globals_{driver_};
+  // Asynchronous notification registrations (handlers_async_notifications.cc); their callbacks answer the client's
+  // notices from the driver's thread, through the same serialized send as every reply.
+  AsyncNotifications async_notifications_{
+      driver_, [this](std::span<const uint8_t> header) { return host_mirrors_->SendWithChanges(*channel_, header, {}); }};
 };
 
 }  // namespace curelay::executor

@@ -257,6 +257,16 @@ def session_seeds():
                   "flags": 0}),
          struct.pack("<QI4xQ", address(0), 0xABCD, 64)),
     ]
+    # Over the harness's memory budget (CURELAY_EMU_MEMORY_BUDGET): the allocation raises a notification, answered
+    # from the emulated driver's thread as the notice of sequence 90; then the next notice and the unregistration.
+    seeds["async_notifications"] = [
+        retain,
+        (request(2, "AsyncNotificationRegister", {"device": 0, "notify": 90}, context=0), b""),
+        (request(3, "MemAlloc", {"bytes": 160 << 20}), b""),
+        (request(4, "AsyncNotificationNext", {"registration": 1, "notify": 91}, context=0), b""),
+        (request(5, "AsyncNotificationUnregister", {"device": 0, "registration": 1}, context=0), b""),
+        (request(6, "AsyncNotificationRegister", {"device": 1, "notify": 92}, context=0), b""),
+    ]
     return {name: records(*[part for pair in messages for part in pair]) for name, messages in seeds.items()}
 
 

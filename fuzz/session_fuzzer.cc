@@ -124,6 +124,8 @@ executor::Driver* LoadDriver() {
   // A stream wait the input never satisfies would hold ~Session's drain forever (the executor process has a teardown
   // deadline for that; this harness is its own process): the emulated device gives such a wait up after 100 ms.
   setenv("CURELAY_EMU_STREAM_WAIT_LIMIT_MS", "100", 0);
+  // Allocations past 128 MiB raise asynchronous notifications (to registrations the input made).
+  setenv("CURELAY_EMU_MEMORY_BUDGET", std::to_string(128 << 20).c_str(), 0);
   const char* path = std::getenv("CURELAY_FUZZ_DRIVER");
   auto* driver = new executor::Driver;
   std::string error;

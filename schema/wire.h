@@ -20,8 +20,9 @@ namespace curelay::wire {
 // DevSmResourceSplit, DevResourceGenerateDesc, GreenContext*); 20: mipmapped, planar and sparse arrays
 // (MipmappedArrayCreate/Destroy, ArrayGetSubArray, ArrayQuery, MemMapArray), execution affinity at context creation,
 // PointerSetAttribute; 21: batch memory-operation graph nodes (GraphNodeKind BatchMemOp), LibraryGetUnifiedFunction,
-// LaunchCooperativeMultiDevice
-inline constexpr uint32_t kProtocolVersion = 22;
+// LaunchCooperativeMultiDevice; 22: Reply.driver_log, MemBatchDecompress, MemPoolCreate.usage; 23: asynchronous
+// notifications (AsyncNotificationRegister/Next/Unregister, the AsyncNotification answer)
+inline constexpr uint32_t kProtocolVersion = 23;
 
 // Size limits: a header frame is small; a payload is one copy chunk or one module image.
 inline constexpr size_t kMaxHeaderBytes = 64 * 1024;

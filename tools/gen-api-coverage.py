@@ -134,10 +134,6 @@ UNSUPPORTED_REASONS = [
     (r"^cuMulticast", "multicast objects (NVLink fabric): not implemented"),
     (r"^cuCheckpointProcess",
      "process checkpoints: they would checkpoint the executor, not the application; not offered"),
-    (r"^cuDevice(Register|Unregister)AsyncNotification",
-     "asynchronous notifications (the driver calls the application back when the process goes over its memory "
-     "budget): not implemented; the executor would need a channel to call the client back unasked. The H200's "
-     "driver takes a registration and never called back in the runs that measured it"),
     (r"^cuCtx(Attach|Detach)$", "deprecated since CUDA 4.0 and absent from its headers"),
     (r".", "not implemented yet"),
 ]
@@ -241,6 +237,17 @@ def main() -> None:
         "the driver ignores it. Compared line by line with the native driver on the H200 over ipc:// "
         "(`tests/gpu/run_probe_compare.sh` with `tests/gpu/probes/logs_notifications_decompress.c`): the same "
         "callback text and thread, the same dump line and size |",
+        "| asynchronous notifications (`cuDeviceRegisterAsyncNotification`, `cuDeviceUnregisterAsyncNotification`) "
+        "| registered with the executor's driver; what it raises (over budget: the executor process's memory "
+        "against that driver's budget, not the tenant's quota) reaches the callback through the session, run on a "
+        "thread of the registration's in the application (natively a driver thread), one callback at a time per "
+        "registration. Each notification is its own message from the executor, answered at once, however idle the "
+        "application is; up to 64 raised while the callback runs are kept for it (older ones are dropped). After "
+        "`cuDeviceUnregisterAsyncNotification` returns, its callback does not run again; a callback that registers "
+        "or unregisters gets `CUDA_ERROR_NOT_PERMITTED` (cuda.h); a handle of the parent's session after `fork` "
+        "answers `CUDA_ERROR_INVALID_VALUE`. The H200's driver takes registrations and raised nothing in the runs "
+        "that watched (tests/gpu/probes/logs_notifications_decompress.c); the emulated test driver raises them "
+        "for a configured budget |",
         "| `cuMemBatchDecompressAsync` | the executor's driver checks and queues the batch, with a round trip (it names "
         "the refused operation in `errorIndex`); more than 1,024 operations go in calls of 1,024, in order (one refused "
         "leaves the earlier calls' operations queued); the addresses must be device memory or, in a same-host "

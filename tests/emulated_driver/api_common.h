@@ -20,6 +20,8 @@ namespace curelay::emulated {
 // calling thread before it returns, "Returning <code> (<name>) from <entry point>", as the driver does (measured on
 // the H200). CUDA_ERROR_NOT_READY is an answer, not an error, and is not logged.
 void LogFailure(CUresult result, const char* entry_point);
+// Asynchronous notifications (api_async_notifications.cc): after an allocation, with `used` its device's bytes in use.
+void NotifyIfOverBudget(CUdevice device, size_t used);
 
 // Entry points are extern "C": no exception may escape. `entry_point` is the calling cu* function (its ABI name).
 template <typename F>

@@ -200,6 +200,7 @@ CUresult CUDAAPI cuMemAlloc(CUdeviceptr* dptr, size_t bytesize) {
       return r;
     }
     *dptr = allocation->base();
+    emu::NotifyIfOverBudget(ctx->device, emu::Driver::Get().memory().used(ctx->device));
     return CUDA_SUCCESS;
   });
 }

@@ -1,7 +1,7 @@
 // The remaining driver-API families through the whole remoting path, on two emulated devices: memory-pool access
 // and CUDA 13's location-based pool calls, 3D peer copies, batches of copies, device and context queries, coredump
-// settings, the legacy execution control API (cuParamSet*, cuLaunchGrid), the driver's error log (cuLogs*), and
-// batched decompression.
+// settings, the legacy execution control API (cuParamSet*, cuLaunchGrid), the driver's error log (cuLogs*),
+// batched decompression, and asynchronous notifications.
 #include <cuda.h>
 #include <cudaProfiler.h>
 #include <gtest/gtest.h>
@@ -11,8 +11,11 @@
 
 #include <algorithm>
 #include <cctype>
+#include <chrono>
+#include <condition_variable>
 #include <cstdio>
 #include <cstring>
+#include <mutex>
 #include <string>
 #include <thread>
 #include <numeric>
@@ -24,7 +27,9 @@
 namespace curelay::testing {
 namespace {
 
-const auto* const environment = AddSessionEnvironment("misc-api", {{"CURELAY_EMU_DEVICE_COUNT", "2"}});
+const auto* const environment = AddSessionEnvironment(
+    "misc-api", {{"CURELAY_EMU_DEVICE_COUNT", "2"}, {"CURELAY_EMU_MEMORY_BUDGET", std::to_string(size_t{1} << 30)}});
+constexpr size_t kEmulatedMemoryBudget = size_t{1} << 30;  // the budget the emulated driver notifies over
 
 using MiscApiTest = KernelTest;
 
@@ -762,6 +767,147 @@ TEST_F(MiscApiTest, BatchDecompressionRunsOnTheExecutorsDriverAndNamesTheRefused
   EXPECT_EQ(cuMemBatchDecompressAsync(nullptr, 4, 0, &error_index, stream_), CUDA_ERROR_INVALID_VALUE);
   ASSERT_CU(cuStreamSynchronize(stream_));
   for (CUdeviceptr pointer : {input, broken, output, actual}) ASSERT_CU(cuMemFree(pointer));
+}
+
+// ---- asynchronous notifications ----
+
+struct NotificationsSeen {
+  std::mutex mutex;
+  std::condition_variable arrived;
+  std::vector<CUasyncNotificationInfo> infos;
+  std::vector<CUasyncCallbackHandle> handles;
+  std::vector<pthread_t> threads;
+  std::vector<CUresult> register_inside;    // cuDeviceRegisterAsyncNotification called by the callback
+  std::vector<CUresult> unregister_inside;  // cuDeviceUnregisterAsyncNotification called by the callback
+
+  size_t Count() {
+    std::lock_guard<std::mutex> lock(mutex);
+    return infos.size();
+  }
+  bool AwaitCount(size_t count) {
+    std::unique_lock<std::mutex> lock(mutex);
+    return arrived.wait_for(lock, std::chrono::seconds(20), [&] { return infos.size() >= count; });
+  }
+};
+
+void CUDA_CB KeepNotification(CUasyncNotificationInfo* info, void* data, CUasyncCallbackHandle handle) {
+  auto& seen = *static_cast<NotificationsSeen*>(data);
+  CUasyncCallbackHandle another = nullptr;
+  const CUresult registered = cuDeviceRegisterAsyncNotification(0, KeepNotification, data, &another);
+  const CUresult unregistered = cuDeviceUnregisterAsyncNotification(0, handle);
+  std::lock_guard<std::mutex> lock(seen.mutex);
+  seen.infos.push_back(*info);
+  seen.handles.push_back(handle);
+  seen.threads.push_back(pthread_self());
+  seen.register_inside.push_back(registered);
+  seen.unregister_inside.push_back(unregistered);
+  seen.arrived.notify_all();
+}
+
+size_t DeviceMemoryUsed() {
+  size_t free = 0;
+  size_t total = 0;
+  EXPECT_EQ(cuMemGetInfo(&free, &total), CUDA_SUCCESS);
+  return total - free;
+}
+
+// A registration that goes at scope exit, so that a failed assertion leaves no callback pointing into a finished
+// test (the budget applies to the whole suite).
+class NotificationRegistration {
+ public:
+  NotificationRegistration(CUdevice device, NotificationsSeen& seen) : device_(device) {
+    result_ = cuDeviceRegisterAsyncNotification(device, KeepNotification, &seen, &handle_);
+  }
+  ~NotificationRegistration() {
+    if (handle_ != nullptr) cuDeviceUnregisterAsyncNotification(device_, handle_);
+  }
+  NotificationRegistration(const NotificationRegistration&) = delete;
+  NotificationRegistration& operator=(const NotificationRegistration&) = delete;
+  CUresult result() const { return result_; }
+  CUasyncCallbackHandle handle() const { return handle_; }
+  CUresult Unregister() {
+    const CUresult result = cuDeviceUnregisterAsyncNotification(device_, handle_);
+    if (result == CUDA_SUCCESS) handle_ = nullptr;
+    return result;
+  }
+
+ private:
+  CUdevice device_;
+  CUresult result_;
+  CUasyncCallbackHandle handle_ = nullptr;
+};
+
+// Device memory freed at scope exit.
+struct Allocations {
+  std::vector<CUdeviceptr> pointers;
+  ~Allocations() {
+    for (CUdeviceptr pointer : pointers) cuMemFree(pointer);
+  }
+  CUresult Add(size_t bytes) {
+    CUdeviceptr pointer = 0;
+    const CUresult result = cuMemAlloc(&pointer, bytes);
+    if (result == CUDA_SUCCESS) pointers.push_back(pointer);
+    return result;
+  }
+};
+
+// The emulated driver plays a memory budget (CURELAY_EMU_MEMORY_BUDGET): an allocation over it raises an over-budget
+// notification to the callbacks registered on its device, which the executor passes on to this process's callback,
+// run on a thread of its own; after unregistering, nothing more arrives.
+TEST_F(MiscApiTest, AsyncNotificationsOfTheExecutorsDriverReachTheRegisteredCallback) {
+  NotificationsSeen seen;
+  NotificationsSeen peer_device;
+  NotificationsSeen later;
+  CUasyncCallbackHandle refused = nullptr;
+  EXPECT_EQ(cuDeviceRegisterAsyncNotification(2, KeepNotification, &seen, &refused), CUDA_ERROR_INVALID_DEVICE);
+  EXPECT_EQ(cuDeviceRegisterAsyncNotification(0, nullptr, &seen, &refused), CUDA_ERROR_INVALID_VALUE);
+  EXPECT_EQ(cuDeviceRegisterAsyncNotification(0, KeepNotification, &seen, nullptr), CUDA_ERROR_INVALID_VALUE);
+  NotificationRegistration registration(0, seen);
+  ASSERT_CU(registration.result());
+  const CUasyncCallbackHandle handle = registration.handle();
+  ASSERT_NE(handle, nullptr);
+  NotificationRegistration peer_registration(1, peer_device);
+  ASSERT_CU(peer_registration.result());
+
+  Allocations memory;
+  ASSERT_LT(DeviceMemoryUsed() + (size_t{1} << 20), kEmulatedMemoryBudget);
+  ASSERT_CU(memory.Add(size_t{1} << 20));  // within budget: nothing
+  ASSERT_CU(memory.Add(kEmulatedMemoryBudget));
+  const size_t used = DeviceMemoryUsed();
+  ASSERT_TRUE(seen.AwaitCount(1));
+  {
+    std::lock_guard<std::mutex> lock(seen.mutex);
+    ASSERT_EQ(seen.infos.size(), 1u);
+    EXPECT_EQ(seen.infos[0].type, CU_ASYNC_NOTIFICATION_TYPE_OVER_BUDGET);
+    EXPECT_GT(seen.infos[0].info.overBudget.bytesOverBudget, 0u);
+    EXPECT_LE(seen.infos[0].info.overBudget.bytesOverBudget, used - kEmulatedMemoryBudget);
+    EXPECT_EQ(seen.handles[0], handle);
+    EXPECT_EQ(pthread_equal(seen.threads[0], pthread_self()), 0);  // never the application's thread
+    EXPECT_EQ(seen.register_inside[0], CUDA_ERROR_NOT_PERMITTED);  // cuda.h: not from a callback
+    EXPECT_EQ(seen.unregister_inside[0], CUDA_ERROR_NOT_PERMITTED);
+  }
+
+  // Each allocation over budget raises one more, in order of allocation; the other device's callback hears none.
+  ASSERT_CU(memory.Add(size_t{1} << 20));
+  ASSERT_TRUE(seen.AwaitCount(2));
+  {
+    std::lock_guard<std::mutex> lock(seen.mutex);
+    EXPECT_EQ(seen.infos[1].info.overBudget.bytesOverBudget,
+              seen.infos[0].info.overBudget.bytesOverBudget + (size_t{1} << 20));
+  }
+  EXPECT_EQ(peer_device.Count(), 0u);
+
+  // Unregistered: a device other than its own is refused, the same handle again is unknown, and its callback runs
+  // no more (one registered after it hears the next allocation; the unregistered one does not).
+  EXPECT_EQ(cuDeviceUnregisterAsyncNotification(1, handle), CUDA_ERROR_INVALID_VALUE);
+  ASSERT_CU(registration.Unregister());
+  EXPECT_EQ(cuDeviceUnregisterAsyncNotification(0, handle), CUDA_ERROR_INVALID_VALUE);
+  NotificationRegistration later_registration(0, later);
+  ASSERT_CU(later_registration.result());
+  ASSERT_CU(memory.Add(size_t{1} << 20));
+  ASSERT_TRUE(later.AwaitCount(1));
+  EXPECT_EQ(seen.Count(), 2u);
+  EXPECT_EQ(peer_device.Count(), 0u);
 }
 
 }  // namespace

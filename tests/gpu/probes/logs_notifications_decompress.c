@@ -6,7 +6,9 @@
  *   - what cuMemBatchDecompressAsync, its device attributes and a decompress-usage pool answer on this GPU;
  *   - whether cuLogsDumpToFile appends or rewrites, what a too-small cuLogsDumpToMemory buffer gets, and whether a
  *     CUDA_ERROR_NOT_READY answer (cuEventQuery of pending work) is logged;
- *   - whether a pool with a usage bit cuda.h does not define is made.
+ *   - whether a pool with a usage bit cuda.h does not define is made;
+ *   - what the notification calls refuse (no callback, no handle, a bad device, a handle unregistered twice) and
+ *     whether allocating most of the GPU's memory raises an over-budget notification.
  * One line per question: NAME result [values]. Run natively and through curelay (the shim's answers come from the
  * executor's driver): the lines should agree, except times and thread ids.
  * Build: gcc -O1 -o logs_probe logs_notifications_decompress.c -I/usr/local/cuda/include \
@@ -37,8 +39,15 @@ static void CUDA_CB OnLog(void* data, CUlogLevel level, char* message, size_t le
            (int)(length < 400 ? length : 400), message);
 }
 
+static volatile int notifications = 0;
+static volatile unsigned long long notified_over_budget = 0;
+static volatile int notified_type = -1;
+
 static void OnNotification(CUasyncNotificationInfo* info, void* user, CUasyncCallbackHandle handle) {
-  (void)info; (void)user; (void)handle;
+  (void)user; (void)handle;
+  notified_type = (int)info->type;
+  if (info->type == CU_ASYNC_NOTIFICATION_TYPE_OVER_BUDGET) notified_over_budget = info->info.overBudget.bytesOverBudget;
+  notifications++;
 }
 
 int main(void) {
@@ -178,5 +187,33 @@ int main(void) {
   printf("cuMemBatchDecompressAsync %d errorIndex %zu; then cuCtxSynchronize %d\n", (int)r, error_index, (int)synced);
   r = cuMemBatchDecompressAsync(&params, 0, 0, &error_index, NULL);
   printf("cuMemBatchDecompressAsync count-0 %d\n", (int)r);
+
+  /* Notifications: refusals, then most of the GPU's memory allocated while one is registered; last, a handle
+   * unregistered twice (the driver may not survive it). */
+  CUasyncCallbackHandle refused = NULL;
+  printf("cuDeviceRegisterAsyncNotification no-callback %d\n",
+         (int)cuDeviceRegisterAsyncNotification(device, NULL, NULL, &refused));
+  printf("cuDeviceRegisterAsyncNotification no-handle %d\n",
+         (int)cuDeviceRegisterAsyncNotification(device, OnNotification, NULL, NULL));
+  printf("cuDeviceRegisterAsyncNotification bad-device %d\n",
+         (int)cuDeviceRegisterAsyncNotification(9999, OnNotification, NULL, &refused));
+  r = cuDeviceRegisterAsyncNotification(device, OnNotification, NULL, &notification);
+  printf("cuDeviceRegisterAsyncNotification again %d\n", (int)r);
+  if (r == CUDA_SUCCESS) {
+    size_t free_bytes = 0, total_bytes = 0;
+    cuMemGetInfo(&free_bytes, &total_bytes);
+    CUdeviceptr most = 0;
+    CUresult allocated = cuMemAlloc(&most, free_bytes / 10 * 9);
+    usleep(300000);
+    printf("notifications after allocating 90%% of free memory: alloc %d, %d notifications, type %d\n",
+           (int)allocated, notifications, notified_type);
+    if (allocated == CUDA_SUCCESS) cuMemFree(most);
+    printf("cuDeviceUnregisterAsyncNotification bad-device %d\n",
+           (int)cuDeviceUnregisterAsyncNotification(9999, notification));
+    printf("cuDeviceUnregisterAsyncNotification %d\n", (int)cuDeviceUnregisterAsyncNotification(device, notification));
+    fflush(stdout);
+    printf("cuDeviceUnregisterAsyncNotification twice %d\n",
+           (int)cuDeviceUnregisterAsyncNotification(device, notification));
+  }
   return 0;
 }
