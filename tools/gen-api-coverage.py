@@ -245,9 +245,13 @@ def main() -> None:
         "application is; up to 64 raised while the callback runs are kept for it (older ones are dropped). After "
         "`cuDeviceUnregisterAsyncNotification` returns, its callback does not run again; a callback that registers "
         "or unregisters gets `CUDA_ERROR_NOT_PERMITTED` (cuda.h); a handle of the parent's session after `fork` "
-        "answers `CUDA_ERROR_INVALID_VALUE`. The H200's driver takes registrations and raised nothing in the runs "
-        "that watched (tests/gpu/probes/logs_notifications_decompress.c); the emulated test driver raises them "
-        "for a configured budget |",
+        "answers `CUDA_ERROR_INVALID_VALUE`, and so does a handle unregistered twice (the H200's driver crashes the "
+        "process: a segmentation fault, measured), or a null handle pointer (not tried natively: the driver is "
+        "likely to write through it). Compared with the H200's driver (`tests/gpu/run_probe_compare.sh` with "
+        "`tests/gpu/probes/logs_notifications_decompress.c`, ipc:// and tcp://): the same answers to a "
+        "registration, a null callback (1), a bad device (101, registering and unregistering) and an "
+        "unregistration; with 90% of the GPU's memory allocated it raised no notification, natively or through "
+        "curelay. The emulated test driver raises them for a configured budget |",
         "| `cuMemBatchDecompressAsync` | the executor's driver checks and queues the batch, with a round trip (it names "
         "the refused operation in `errorIndex`); more than 1,024 operations go in calls of 1,024, in order (one refused "
         "leaves the earlier calls' operations queued); the addresses must be device memory or, in a same-host "

@@ -51,6 +51,7 @@ static void OnNotification(CUasyncNotificationInfo* info, void* user, CUasyncCal
 }
 
 int main(void) {
+  setvbuf(stdout, NULL, _IONBF, 0); /* every line out before a crash of the driver's */
   CUresult r = cuInit(0);
   printf("cuInit %d\n", (int)r);
   CUdevice device;
@@ -193,8 +194,6 @@ int main(void) {
   CUasyncCallbackHandle refused = NULL;
   printf("cuDeviceRegisterAsyncNotification no-callback %d\n",
          (int)cuDeviceRegisterAsyncNotification(device, NULL, NULL, &refused));
-  printf("cuDeviceRegisterAsyncNotification no-handle %d\n",
-         (int)cuDeviceRegisterAsyncNotification(device, OnNotification, NULL, NULL));
   printf("cuDeviceRegisterAsyncNotification bad-device %d\n",
          (int)cuDeviceRegisterAsyncNotification(9999, OnNotification, NULL, &refused));
   r = cuDeviceRegisterAsyncNotification(device, OnNotification, NULL, &notification);
@@ -211,9 +210,10 @@ int main(void) {
     printf("cuDeviceUnregisterAsyncNotification bad-device %d\n",
            (int)cuDeviceUnregisterAsyncNotification(9999, notification));
     printf("cuDeviceUnregisterAsyncNotification %d\n", (int)cuDeviceUnregisterAsyncNotification(device, notification));
-    fflush(stdout);
     printf("cuDeviceUnregisterAsyncNotification twice %d\n",
            (int)cuDeviceUnregisterAsyncNotification(device, notification));
   }
+  printf("cuDeviceRegisterAsyncNotification no-handle %d\n",
+         (int)cuDeviceRegisterAsyncNotification(device, OnNotification, NULL, NULL));
   return 0;
 }
