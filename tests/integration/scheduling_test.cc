@@ -120,13 +120,16 @@ TEST_F(SchedulingTest, GpuTimeIsSplitByWeight) {
   EXPECT_GT(light_seconds + heavy_seconds, 4 * 0.7);
   // Each kernel is timed at what it took (2 ms), including those timed from the end of the one before it: a chain
   // timed from each launch instead would count the queue ahead of it (about 5 ms a kernel with 4 queued). The margin
-  // takes a loaded 2-core CI machine's late polls (2.39 ms measured once, with other tests running beside it).
+  // takes a slow 2-core CI machine, where the emulated GPU's threads lose their cores mid-kernel: 2.39 ms and
+  // 3.18 ms were measured there (sessions 40 and 41), so a bound of 3.5 ms, well under the 5 ms failure.
   const double kernels = light_stats.value("kernels", 0.0) + heavy_stats.value("kernels", 0.0);
   ASSERT_GT(kernels, 0);
-  EXPECT_NEAR((light_seconds + heavy_seconds) / kernels, 0.002, 0.0008) << kernels << " kernels";
-  // The weights held because the GPU was saturated: backendctl stats says for how long (turns applied).
+  EXPECT_GT((light_seconds + heavy_seconds) / kernels, 0.0018) << kernels << " kernels";
+  EXPECT_LT((light_seconds + heavy_seconds) / kernels, 0.0035) << kernels << " kernels";
+  // The weights held because the GPU was saturated: backendctl stats says for how long (turns applied). Most of the
+  // 4 s; 1.97 s and 1.07 s were measured on a slow CI machine (session 41), so the floor is a quarter of the run.
   const json gpu = json::parse(Backendctl(backend_, {"-o", "json", "stats"}).out)["gpus"][0];
-  EXPECT_GT(gpu.value("saturated_seconds", 0.0), 4 * 0.5) << gpu.dump();
+  EXPECT_GT(gpu.value("saturated_seconds", 0.0), 1.0) << gpu.dump();
   EXPECT_GE(gpu.value("saturations", uint64_t{0}), 1u) << gpu.dump();
 }
 
@@ -136,18 +139,18 @@ TEST_F(SchedulingTest, GpuTimeIsSplitByWeight) {
 // the scheduler seeing an idle GPU, and no turns could start).
 TEST_F(SchedulingTest, UntimedKernelsStillSaturateTheGpu) {
   const std::string token = AddTenant(backend_, "busy");
-  // 900 us kernels, 32 queued between synchronizations, for 4 s.
-  ASSERT_NE(RunLoad(backend_, token, "saturate 4 900 32").find("kernels"), std::string::npos);
+  // 700 us kernels, 40 queued between synchronizations, for 4 s: known kernels under the 1 ms from which every one
+  // is timed (900 us ones came near it on a slow CI machine, where 70% were then timed).
+  ASSERT_NE(RunLoad(backend_, token, "saturate 4 700 40").find("kernels"), std::string::npos);
   const json gpu = json::parse(Backendctl(backend_, {"-o", "json", "stats"}).out)["gpus"][0];
-  EXPECT_GT(gpu.value("saturated_seconds", 0.0), 4 * 0.5) << gpu.dump();
+  EXPECT_GT(gpu.value("saturated_seconds", 0.0), 1.0) << gpu.dump();  // 0 if they left at dispatch
   std::smatch match;
   std::string log;
   ASSERT_TRUE(WaitFor([&] {
     log = backend_.Log();
     return std::regex_search(log, match, std::regex(R"(scheduled work: (\d+) pieces dispatched, (\d+) timed)"));
   }, std::chrono::seconds(5))) << log;
-  // Sampled, not every one. A kernel whose estimate reaches 1 ms is always timed, and the emulated GPU's 900 us
-  // kernels, timed with their launch gaps, come near it: 28% were timed in one CI run (session 13), far from all.
+  // Sampled, not every one. A kernel whose estimate reaches 1 ms is always timed; these stay well under it.
   EXPECT_LT(std::stod(match[2]), std::stod(match[1]) / 2) << match[0];
 }
 
@@ -187,8 +190,10 @@ TEST_F(SchedulingTest, AnIdleHighTenantWithUntimedWorkDoesNotStarveLowOnes) {
   const std::string served = RunLoad(backend_, high, "requests 600 100 5000 4");
   ASSERT_GT(Percentile99Us(served), 0) << served;
   ASSERT_NE(load.get().find("kernels"), std::string::npos);
-  // 3 s of 500 us kernels is 6000 alone; between the high tenant's requests the low one gets most of the GPU.
-  EXPECT_GT(TenantStats(backend_, "batch").value("kernels", uint64_t{0}), 1500u);
+  // 3 s of 500 us kernels is 6000 alone; between the high tenant's requests the low one gets most of the GPU. A
+  // starved low tenant gets next to nothing; a slow 2-core CI machine, running both tenants' executors, emulated
+  // GPUs and load programs, gave it 952 and 1320 (session 41), so the floor is a sixth of alone.
+  EXPECT_GT(TenantStats(backend_, "batch").value("kernels", uint64_t{0}), 1000u);
 }
 
 TEST_F(SchedulingTest, SmallKnownKernelsAreTimedBySampling) {
