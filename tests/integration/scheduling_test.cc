@@ -192,8 +192,8 @@ TEST_F(SchedulingTest, AnIdleHighTenantWithUntimedWorkDoesNotStarveLowOnes) {
   ASSERT_NE(load.get().find("kernels"), std::string::npos);
   // 3 s of 500 us kernels is 6000 alone; between the high tenant's requests the low one gets most of the GPU. A
   // starved low tenant gets next to nothing; a slow 2-core CI machine, running both tenants' executors, emulated
-  // GPUs and load programs, gave it 952 and 1320 (session 41), so the floor is a sixth of alone.
-  EXPECT_GT(TenantStats(backend_, "batch").value("kernels", uint64_t{0}), 1000u);
+  // GPUs and load programs, gave it 952 and 1320 (session 41), so the floor is a tenth of alone.
+  EXPECT_GT(TenantStats(backend_, "batch").value("kernels", uint64_t{0}), 600u);
 }
 
 TEST_F(SchedulingTest, SmallKnownKernelsAreTimedBySampling) {
