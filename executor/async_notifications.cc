@@ -13,6 +13,22 @@ std::mutex& AsyncNotifications::CallbackMutex() {
   return *mutex;
 }
 
+std::deque<std::pair<std::chrono::steady_clock::time_point, AsyncNotifications::Registration*>>&
+AsyncNotifications::EndedRecords() {
+  static auto* records = new std::deque<std::pair<std::chrono::steady_clock::time_point, Registration*>>;
+  return *records;
+}
+
+void AsyncNotifications::RetireLocked(Registration* registration) {
+  const auto now = std::chrono::steady_clock::now();
+  auto& ended = EndedRecords();
+  while (!ended.empty() && now - ended.front().first >= kEndedRecordLife) {
+    delete ended.front().second;
+    ended.pop_front();
+  }
+  if (registration != nullptr) ended.emplace_back(now, registration);
+}
+
 CUresult AsyncNotifications::Register(CUdevice device, uint64_t notify, uint64_t* id) {
   if (driver_.cuDeviceRegisterAsyncNotification == nullptr) return CUDA_ERROR_NOT_SUPPORTED;
   if (notify == 0) return CUDA_ERROR_INVALID_VALUE;
@@ -20,7 +36,8 @@ CUresult AsyncNotifications::Register(CUdevice device, uint64_t notify, uint64_t
   {
     std::lock_guard<std::mutex> lock(CallbackMutex());
     if (released_) return CUDA_ERROR_NOT_PERMITTED;
-    if (registrations_.size() >= kMostLive || next_id_ > kMostEver) return CUDA_ERROR_OUT_OF_MEMORY;
+    RetireLocked(nullptr);
+    if (registrations_.size() >= kMostLive || EndedRecords().size() >= kMostEnded) return CUDA_ERROR_OUT_OF_MEMORY;
     registration = new Registration;
     registration->owner = this;
     registration->id = next_id_++;
@@ -80,7 +97,8 @@ CUresult AsyncNotifications::Unregister(CUdevice device, uint64_t id) {
     AnswerLocked(registration->waiting_notice, CUDA_ERROR_NOT_FOUND, nullptr);
     registration->waiting_notice = 0;
   }
-  registrations_.erase(id);  // its record stays: a late callback may still read it
+  registrations_.erase(id);
+  RetireLocked(registration);  // a late callback may still read it for a while
   return CUDA_SUCCESS;
 }
 
@@ -95,6 +113,7 @@ void AsyncNotifications::Release() {
       registration->ended = true;
       registration->kept.clear();
       if (registration->handle != nullptr) live.push_back(registration);
+      RetireLocked(registration);
     }
     registrations_.clear();
   }

@@ -6,12 +6,14 @@
 
 #include <cuda.h>
 
+#include <chrono>
 #include <cstdint>
 #include <deque>
 #include <functional>
 #include <map>
 #include <mutex>
 #include <span>
+#include <utility>
 
 #include "executor/driver.h"
 
@@ -38,15 +40,16 @@ class AsyncNotifications {
   void Release();
 
   static constexpr size_t kMostKept = 64;  // beyond it the oldest kept notification is dropped
-  // Registrations at once, and in a session's life (each leaves a record behind, below); more answer
-  // CUDA_ERROR_OUT_OF_MEMORY.
+  // Registrations at once; more answer CUDA_ERROR_OUT_OF_MEMORY. So do new ones while kMostEnded records of ended
+  // registrations wait out kEndedRecordLife (below).
   static constexpr size_t kMostLive = 1024;
-  static constexpr uint64_t kMostEver = 65536;
+  static constexpr size_t kMostEnded = 65536;
+  static constexpr std::chrono::seconds kEndedRecordLife{10};
 
  private:
-  // The driver's callback data. Never freed: the driver's unregistration is not documented to wait for a callback
-  // already running, so a late callback must still find its record; it finds `owner` null once the session's
-  // registrations are released, and does nothing.
+  // The driver's callback data. Freed only kEndedRecordLife after its registration ended: the driver's
+  // unregistration is not documented to wait for a callback already running, so a late callback must still find its
+  // record; it finds `owner` null once the registration has ended, and does nothing.
   struct Registration {
     AsyncNotifications* owner = nullptr;  // guarded by CallbackMutex()
     uint64_t id = 0;
@@ -61,6 +64,10 @@ class AsyncNotifications {
   // One lock for every session's registrations and their callbacks (a process serves one session at a time), so
   // that Release can cut a record from its owner while a callback may be about to use it.
   static std::mutex& CallbackMutex();
+  // Records of ended registrations, oldest first, each with when it ended (process-wide, never destroyed).
+  static std::deque<std::pair<std::chrono::steady_clock::time_point, Registration*>>& EndedRecords();
+  // With CallbackMutex() held: `registration` has ended; its record is freed later. Frees those old enough.
+  static void RetireLocked(Registration* registration);
   // Sends notice `notice` its answer; with CallbackMutex() held (it orders sends against Release).
   void AnswerLocked(uint64_t notice, CUresult result, const CUasyncNotificationInfo* info);
 
