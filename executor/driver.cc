@@ -31,6 +31,8 @@ bool Driver::Load(const std::string& path, std::string* error) {
   name = reinterpret_cast<decltype(name)>(dlsym(handle_, CURELAY_ABI_NAME(name)));
 #include "executor/driver_functions_optional.inc"
 #undef CURELAY_DRIVER_FUNCTION
+  cuTexRefSetAddress2D_v2 =
+      reinterpret_cast<decltype(cuTexRefSetAddress2D_v2)>(dlsym(handle_, "cuTexRefSetAddress2D_v2"));
   return true;
 }
 

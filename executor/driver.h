@@ -18,6 +18,8 @@ struct Driver {
 #include "executor/driver_functions.inc"
 #include "executor/driver_functions_optional.inc"
 #undef CURELAY_DRIVER_FUNCTION
+  // The older form of cuTexRefSetAddress2D, which cuda.h no longer declares; its parameters are _v3's. Optional.
+  decltype(&::cuTexRefSetAddress2D_v3) cuTexRefSetAddress2D_v2 = nullptr;
 #pragma GCC diagnostic pop
 
   // Loads `path` and resolves every function; on failure returns false with `error` set.

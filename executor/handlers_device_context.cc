@@ -116,7 +116,10 @@ CUresult Session::EndContext(CUcontext context, bool driver_frees, const std::fu
   managed_globals_.ForgetContext(context);
   std::vector<RetainedPayload> retained = TakeRetainedPayloads(context);
   const CUresult result = end();
-  if (result == CUDA_SUCCESS && driver_frees) ForgetMipmappedArrays(context);
+  if (result == CUDA_SUCCESS && driver_frees) {
+    ForgetMipmappedArrays(context);
+    texture_references_.ForgetContext(context);
+  }
   SettleRetainedPayloads(context, retained, result == CUDA_SUCCESS);
   return result;
 }

@@ -104,6 +104,7 @@ Session::Outcome Session::LoadWithJitOptions(
 // Drops the executor's records of a module: its functions, and the module itself.
 void Session::ForgetModule(uint64_t module_id) {
   managed_globals_.Forget({module_id, 0});
+  texture_references_.ForgetModule(module_id);
   modules_.erase(module_id);
   library_modules_.erase(module_id);
   std::erase_if(function_modules_, [&](const auto& entry) {

@@ -503,6 +503,7 @@ void Session::ReleaseEverything() {
   swap_space_.StopLockingAhead();  // it page-locks in a context released below
   ReleaseGraphs();  // a capture in progress holds its stream
   texture_objects_.Release(driver_);  // before the arrays and memory they read
+  texture_references_.Release(driver_);
   dispatch_gate_.Release();
   // Process exit would release all of this too; doing it explicitly keeps a warm executor reusable later and
   // makes leaks visible to tools.

@@ -38,6 +38,7 @@
 #include "executor/swap_space.h"
 #include "executor/swappable_memory.h"
 #include "executor/texture_objects.h"
+#include "executor/texture_references.h"
 #include "schema/wire.h"
 #include "transport/channel.h"
 #include "transport/serialized_channel.h"
@@ -510,6 +511,7 @@ class Session {
   };
   std::unordered_map<uint64_t, MipmappedArrayRecord> mipmapped_arrays_;  // by the client's mipmapped array id
   TextureObjects texture_objects_;
+  TextureReferences texture_references_;
   IpcRegistry ipc_registry_;
   ShareableHandleServer shareable_handles_;  // descriptors this session exported, served to importing executors
   std::unordered_set<CUdeviceptr> ipc_opened_memory_;  // by cuIpcOpenMemHandle, not yet closed

@@ -63,6 +63,15 @@ PTX = b""".version 8.0
 .visible .entry empty_kernel() { ret; }
 """
 
+# A module with texture and surface references (cuModuleGetTexRef / cuModuleGetSurfRef).
+REFERENCES_PTX = b""".version 8.0
+.target sm_90
+.address_size 64
+.global .texref tex_in;
+.global .surfref surf_out;
+.visible .entry touch() { ret; }
+"""
+
 
 def session_seeds():
     retain = (request(1, "PrimaryContextRetain", {"context": 1, "device": 0}, context=0), b"")
@@ -266,6 +275,30 @@ def session_seeds():
         (request(4, "AsyncNotificationNext", {"registration": 1, "notify": 91}, context=0), b""),
         (request(5, "AsyncNotificationUnregister", {"device": 0, "registration": 1}, context=0), b""),
         (request(6, "AsyncNotificationRegister", {"device": 1, "notify": 92}, context=0), b""),
+    ]
+    # Texture and surface references (protocol 24): a module's and a created one, set, read back, bound to an array.
+    seeds["texture_references"] = [
+        retain,
+        (request(2, "ModuleLoad", {"module_id": 70}), REFERENCES_PTX),
+        (request(3, "ReferenceGet", {"reference": 71, "module_id": 70, "name": "tex_in"}), b""),
+        (request(4, "ReferenceGet", {"reference": 72, "module_id": 70, "name": "surf_out", "surface": True}), b""),
+        (request(5, "MemAlloc", {"bytes": 4096}), b""),
+        (request(6, "TexRefSet", {"reference": 71, "property": "Address", "device": address(0), "bytes": 4096}),
+         b""),
+        (request(7, "TexRefSet", {"reference": 71, "property": "Address2D", "version": 2, "device": address(0),
+                                  "pitch": 256, "width": 16, "height": 8, "format": 32, "channels": 1}), b""),
+        (request(8, "TexRefSet", {"reference": 71, "property": "BorderColor", "floats": [0.25, 0.5, 0.75, 1]}), b""),
+        (request(9, "TexRefGet", {"reference": 71, "property": "Format"}), b""),
+        (request(10, "ArrayCreate", {"array_id": 73, "width": 16, "height": 16, "format": 32, "channels": 1}), b""),
+        (request(11, "TexRefSet", {"reference": 71, "property": "Array", "array_id": 73, "flags": 1}), b""),
+        (request(12, "TexRefGet", {"reference": 71, "property": "Array"}), b""),
+        (request(13, "TexRefSet", {"reference": 72, "surface": True, "property": "Array", "array_id": 73}), b""),
+        (request(14, "ModuleGetFunction", {"module_id": 70, "function": 74, "name": "touch"}), b""),
+        (request(15, "ParamSetTexRef", {"function": 74, "texunit": -1, "reference": 71}), b""),
+        (request(16, "ReferenceGet", {"reference": 75}), b""),
+        (request(17, "TexRefGet", {"reference": 75, "property": "AddressMode", "index": 1}), b""),
+        (request(18, "TexRefDestroy", {"reference": 75}), b""),
+        (request(19, "ModuleUnload", {"module_id": 70}), b""),
     ]
     return {name: records(*[part for pair in messages for part in pair]) for name, messages in seeds.items()}
 

@@ -118,13 +118,11 @@ UNSUPPORTED_REASONS = [
     (r"^(cuArray3DCreate|cuArray3DGetDescriptor|cuArrayCreate|cuArrayGetDescriptor|cuCtxCreate|cuDeviceTotalMem|"
      r"cuMemAlloc|cuMemAllocHost|cuMemAllocPitch|cuMemFree|cuMemGetAddressRange|cuMemGetInfo|"
      r"cuMemHostGetDevicePointer|cuMemHostRegister|cuMemcpy2D|cuMemcpy2DAsync|cuMemcpy2DUnaligned|cuMemcpy3D|"
-     r"cuMemcpy3DAsync|cuMemcpy[AHD]to[ADH]|cuMemcpy[AHD]to[ADH]Async|cuMemsetD(2D)?(8|16|32)|cuModuleGetGlobal)$",
+     r"cuMemcpy3DAsync|cuMemcpy[AHD]to[ADH]|cuMemcpy[AHD]to[ADH]Async|cuMemsetD(2D)?(8|16|32)|cuModuleGetGlobal|"
+     r"cuTexRefGetAddress|cuTexRefSetAddress|cuTexRefSetAddress2D)$",
      "the CUDA 3.1 ABI (32-bit sizes and device pointers), superseded by the `_v2` names in CUDA 3.2: no header "
      "since declares them; the `_v2` forms are implemented. On driver 580, `cuDeviceTotalMem` of this ABI answers "
      "4 GiB - 1 for an 80 GiB H100 (probed on the GPU host)"),
-    (r"^(cuTexRef|cuSurfRef|cuModuleGetTexRef|cuModuleGetSurfRef|cuParamSetTexRef)",
-     "texture and surface references: removed from the CUDA 12 runtime, reachable only from old binaries; not "
-     "implemented (texture and surface objects are)"),
     (r"ExternalSemaphore|ExternalMemory|^cuImportExternal|^cuDestroyExternal",
      "external memory and semaphores (Vulkan, D3D, NvSci): handles and file descriptors of the application's "
      "process; not implemented"),
@@ -263,7 +261,16 @@ def main() -> None:
         "host; the Global settings are those of the session's executor process; values travel up to 16 KiB |",
         "| the legacy launch API (`cuFuncSetBlockShape`, `cuParamSet*`, `cuLaunchGrid`...) | state kept per function "
         "in the client, launched as `cuLaunchKernel`; a `cuLaunchKernel` leaves that state as it was (the driver "
-        "calls it undefined); `cuParamSetTexRef`: `CUDA_ERROR_NOT_SUPPORTED` (no texture references) |",
+        "calls it undefined); `cuParamSetTexRef`: with the texture references (below) |",
+        "| texture and surface references (`cuModuleGetTexRef`, `cuModuleGetSurfRef`, `cuTexRefCreate`/`Destroy`, "
+        "the `cuTexRefSet*`/`Get*` calls, `cuSurfRefSetArray`/`GetArray`, `cuParamSetTexRef`; deprecated, gone from "
+        "the CUDA 12 runtime, called by older binaries and hand-written PTX) | the executor's driver holds each "
+        "reference and answers every setter and getter, a round trip each (their answers and refusals are the "
+        "driver's own; programs bind textures before launches, not per launch); arrays are answered as this "
+        "process's handles (one destroyed while bound: `CUDA_ERROR_INVALID_HANDLE`, where the driver answers the "
+        "dead handle). A module's references go with the module, and all of a context's with the context. "
+        "`cuTexRefSetAddress2D_v2` reaches the driver's own `_v2`. The 32-bit forms of the CUDA 3.1 ABI "
+        "(`cuTexRefSetAddress`, `cuTexRefGetAddress`, `cuTexRefSetAddress2D` without a suffix) stay unsupported |",
         "| green contexts (`cuGreenCtx*`, `cuDevResource*`, `cuDeviceGetDevResource`, `cuCtxFromGreenCtx`, "
         "`cuCtxGetDevResource`, `cuStreamGetGreenCtx`) | the executor's driver makes them; a resource is the "
         "driver's `CUdevResource` bytes, kept by the client as they came. A green context's `CUcontext` is a client "

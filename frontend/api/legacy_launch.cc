@@ -2,7 +2,7 @@
 // shared memory and parameter buffer are set by separate calls and used by the next cuLaunch/cuLaunchGrid(Async).
 // That state lives here, per function, and a launch is an ordinary cuLaunchKernel with the parameter buffer as
 // CU_LAUNCH_PARAM_BUFFER_POINTER (raw bytes at the offsets the cuParamSet* calls wrote), so it takes the ordinary
-// launch path. cuParamSetTexRef stays CUDA_ERROR_NOT_SUPPORTED: texture references are not supported.
+// launch path. cuParamSetTexRef is with the texture references (texture_references.cc).
 #include <algorithm>
 #include <cstring>
 #include <mutex>

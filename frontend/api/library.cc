@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "frontend/api/api_support.h"
+#include "frontend/api/module_functions.h"
 #include "frontend/api/host_memory.h"
 #include "frontend/api/library_kernels.h"
 #include "frontend/client/log.h"
@@ -140,9 +141,7 @@ CUresult cuLibraryUnload(CUlibrary library) {
     }
     for (auto& [context, module] : library->modules) {
       ForgetManagedGlobals(*client, module->id, 0);
-      std::lock_guard<std::mutex> functions_lock(module->functions_mutex);
-      for (auto& [name, function] : module->functions) client->functions.Destroy(function);
-      client->modules.Destroy(module);
+      DestroyModuleHandles(*client, module);
     }
   }
   ForgetManagedGlobals(*client, 0, library->id);

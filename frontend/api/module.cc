@@ -37,6 +37,16 @@ CUresult ModuleFunctions(CUmodule module, std::vector<CUfunction>* functions) {
   return CUDA_SUCCESS;
 }
 
+void DestroyModuleHandles(Client& client, CUmodule module) {
+  {
+    std::lock_guard<std::mutex> lock(module->functions_mutex);
+    for (auto& [name, function] : module->functions) client.functions.Destroy(function);
+    for (auto& [name, reference] : module->texture_references) client.texture_references.Destroy(reference);
+    for (auto& [name, reference] : module->surface_references) client.surface_references.Destroy(reference);
+  }
+  client.modules.Destroy(module);
+}
+
 }  // namespace curelay::frontend
 
 namespace {
@@ -101,11 +111,7 @@ CUresult cuModuleUnload(CUmodule module) {
   const auto call = wire::CreateModuleUnload(builder, module->id).Union();
   CURELAY_RETURN_IF_ERROR(client->Call(builder, wire::Call::ModuleUnload, call, {}, nullptr));
   ForgetManagedGlobals(*client, module->id, 0);
-  {
-    std::lock_guard<std::mutex> lock(module->functions_mutex);
-    for (auto& [name, function] : module->functions) client->functions.Destroy(function);
-  }
-  client->modules.Destroy(module);
+  DestroyModuleHandles(*client, module);
   return CUDA_SUCCESS;
 }
 

@@ -201,6 +201,8 @@ class Client {
   HandleRegistry<CUlinkState_st> links;
   HandleRegistry<CUarray_st> arrays;
   HandleRegistry<CUmipmappedArray_st> mipmapped_arrays;
+  HandleRegistry<CUtexref_st> texture_references;
+  HandleRegistry<CUsurfref_st> surface_references;
   HostMirrors host_mirrors;
 
  private:

@@ -80,6 +80,20 @@ struct CUmod_st {
   CUcontext context;
   std::mutex functions_mutex;
   std::unordered_map<std::string, CUfunction> functions;  // the driver hands out one handle per name
+  // Its texture and surface references, one handle per name too (under functions_mutex).
+  std::unordered_map<std::string, CUtexref> texture_references;
+  std::unordered_map<std::string, CUsurfref> surface_references;
+};
+
+// A texture or surface reference (deprecated): its state is the executor driver's, which answers every query.
+// `module` is null for one cuTexRefCreate made.
+struct CUtexref_st {
+  uint64_t id;
+  CUmodule module;
+};
+struct CUsurfref_st {
+  uint64_t id;
+  CUmodule module;
 };
 
 struct CUstream_st {

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "api_common.h"
+#include "array_registry.h"
 #include "api_variants.h"
 #include "graph.h"
 
@@ -38,6 +39,8 @@ std::mutex arrays_mu;
 std::set<CUarray> live_arrays;             // guarded by arrays_mu; mipmap levels included
 std::set<CUmipmappedArray> live_mipmaps;  // guarded by arrays_mu
 
+}  // namespace
+
 bool LiveArray(CUarray array) {
   std::lock_guard lock(arrays_mu);
   return live_arrays.count(array) != 0;
@@ -47,6 +50,8 @@ bool LiveMipmap(CUmipmappedArray mipmap) {
   std::lock_guard lock(arrays_mu);
   return live_mipmaps.count(mipmap) != 0;
 }
+
+namespace {
 
 // Bytes per channel of the formats the emulation lays out (the block-compressed ones are not emulated).
 size_t FormatBytes(CUarray_format format) {

@@ -64,6 +64,9 @@ struct ModuleImage {
   int binary_version = 0;
   std::vector<KernelInfo> kernels;
   std::vector<GlobalInfo> globals;
+  // Module-scope `.global .texref` / `.surfref` names (PTX images only).
+  std::vector<std::string> texture_references;
+  std::vector<std::string> surface_references;
 };
 
 // Parses whatever cuModuleLoadData may be handed: NUL-terminated PTX text, a

@@ -137,6 +137,7 @@ struct VarDecl {
   Span init;                                  // tokens after `=`
   bool has_init = false;
   bool opaque = false;                        // .texref and friends
+  std::string_view opaque_type;               // which: ".texref", ".samplerref", ".surfref"
   bool managed = false;                       // .attribute(.managed): a __managed__ variable
 
   size_t element_size() const { return type.size * vector; }
@@ -179,6 +180,7 @@ std::optional<VarDecl> ParseVarDecl(Span s) {
     } else if (auto type = LookupType(t.text); type && !have_type) {
       d.type = *type;
       d.opaque = t.Is(".texref") || t.Is(".samplerref") || t.Is(".surfref");
+      if (d.opaque) d.opaque_type = t.text;
       have_type = true;
     } else {
       // .global, .shared etc. after .ptr and unknown qualifiers are harmless.
@@ -518,6 +520,11 @@ class PtxParser {
     // Only .global and .const variables are visible to cuModuleGetGlobal;
     // module-scope .shared (dynamic shared memory) has no global address.
     if (decl->space != ".global" && decl->space != ".const") return CUDA_SUCCESS;
+    // Module-scope texture and surface references are what cuModuleGetTexRef / cuModuleGetSurfRef find.
+    if (decl->opaque && !decl->is_extern && decl->space == ".global") {
+      if (decl->opaque_type == ".texref") out_->texture_references.emplace_back(decl->name);
+      if (decl->opaque_type == ".surfref") out_->surface_references.emplace_back(decl->name);
+    }
     if (decl->is_extern || decl->opaque) return CUDA_SUCCESS;
     GlobalInfo global;
     global.name = std::string(decl->name);

@@ -4,6 +4,7 @@
 // checked byte for byte, and the bytes around it must stay untouched. Mipmapped arrays and their levels, and what
 // the driver answers for sparse and planar arrays (the emulated driver has neither; the GPU suites have them).
 #include <cuda.h>
+#include <dlfcn.h>
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -254,6 +255,174 @@ TEST_F(ArraysTest, MipmappedArraysHandOutTheirLevelsAsArrays) {
   ASSERT_CU(cuMemGetInfo(&free_after, &total));
   EXPECT_EQ(free_after, free_before);
 }
+
+// Texture and surface references (deprecated): a module's by name, one handle per name, and cuTexRefCreate's; what
+// each setter set read back through the getters (each one answered by the executor's driver), arrays answered as
+// this process's handles, the refusals cuda.h documents; a module's references go with it, a created one when
+// destroyed. (Sampling through them is checked on the GPU host: tests/gpu/probes/texture_references.c.)
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wdeprecated-declarations"
+constexpr char kReferencesPtx[] = R"(
+.version 8.0
+.target sm_90
+.address_size 64
+.global .texref tex_in;
+.global .surfref surf_out;
+.visible .entry touch()
+{
+  ret;
+}
+)";
+
+TEST_F(ArraysTest, TextureAndSurfaceReferences) {
+  CUmodule module = nullptr;
+  ASSERT_CU(cuModuleLoadData(&module, kReferencesPtx));
+  CUtexref texref = nullptr, again = nullptr, missing = nullptr;
+  ASSERT_CU(cuModuleGetTexRef(&texref, module, "tex_in"));
+  ASSERT_CU(cuModuleGetTexRef(&again, module, "tex_in"));
+  EXPECT_EQ(again, texref);
+  EXPECT_EQ(cuModuleGetTexRef(&missing, module, "nope"), CUDA_ERROR_NOT_FOUND);
+  CUsurfref surfref = nullptr, not_a_surface = nullptr;
+  ASSERT_CU(cuModuleGetSurfRef(&surfref, module, "surf_out"));
+  EXPECT_EQ(cuModuleGetSurfRef(&not_a_surface, module, "tex_in"), CUDA_ERROR_NOT_FOUND);
+
+  // Bound to linear memory, then to pitched memory.
+  CUdeviceptr memory = 0;
+  ASSERT_CU(cuMemAlloc(&memory, 4096));
+  int alignment = 0;
+  ASSERT_CU(cuDeviceGetAttribute(&alignment, CU_DEVICE_ATTRIBUTE_TEXTURE_ALIGNMENT, 0));
+  ASSERT_GT(alignment, 4);
+  size_t offset = 99;
+  ASSERT_CU(cuTexRefSetAddress(&offset, texref, memory + 4, 4092));
+  EXPECT_EQ(offset, (memory + 4) % alignment);  // from the texture alignment below it
+  ASSERT_CU(cuTexRefSetAddress(&offset, texref, memory, 4096));
+  EXPECT_EQ(offset, memory % alignment);
+  CUdeviceptr bound = 0;
+  ASSERT_CU(cuTexRefGetAddress(&bound, texref));
+  EXPECT_EQ(bound, memory);
+  CUarray answered = nullptr;
+  EXPECT_EQ(cuTexRefGetArray(&answered, texref), CUDA_ERROR_INVALID_VALUE);  // bound to no array
+  ASSERT_CU(cuTexRefSetFormat(texref, CU_AD_FORMAT_FLOAT, 2));
+  CUarray_format format = CU_AD_FORMAT_UNSIGNED_INT8;
+  int channels = 0;
+  ASSERT_CU(cuTexRefGetFormat(&format, &channels, texref));
+  EXPECT_EQ(format, CU_AD_FORMAT_FLOAT);
+  EXPECT_EQ(channels, 2);
+  EXPECT_EQ(cuTexRefSetFormat(texref, CU_AD_FORMAT_FLOAT, 3), CUDA_ERROR_INVALID_VALUE);
+  const CUDA_ARRAY_DESCRIPTOR pitched{16, 8, CU_AD_FORMAT_UNSIGNED_INT8, 4};
+  ASSERT_CU(cuTexRefSetAddress2D(texref, &pitched, memory, 256));
+  ASSERT_CU(cuTexRefGetFormat(&format, &channels, texref));
+  EXPECT_EQ(format, CU_AD_FORMAT_UNSIGNED_INT8);
+  EXPECT_EQ(channels, 4);
+  // The CUDA 4.0 form, which cuda.h no longer declares, reaches the executor driver's own.
+  using SetAddress2D = CUresult (*)(CUtexref, const CUDA_ARRAY_DESCRIPTOR*, CUdeviceptr, size_t);
+  const auto set_address_2d_v2 = reinterpret_cast<SetAddress2D>(dlsym(RTLD_DEFAULT, "cuTexRefSetAddress2D_v2"));
+  ASSERT_NE(set_address_2d_v2, nullptr);
+  const CUDA_ARRAY_DESCRIPTOR halves{32, 4, CU_AD_FORMAT_HALF, 1};
+  ASSERT_CU(set_address_2d_v2(texref, &halves, memory, 512));
+  ASSERT_CU(cuTexRefGetFormat(&format, nullptr, texref));
+  EXPECT_EQ(format, CU_AD_FORMAT_HALF);
+  EXPECT_EQ(set_address_2d_v2(texref, nullptr, memory, 512), CUDA_ERROR_INVALID_VALUE);
+
+  // Sampling state.
+  ASSERT_CU(cuTexRefSetAddressMode(texref, 1, CU_TR_ADDRESS_MODE_CLAMP));
+  CUaddress_mode mode = CU_TR_ADDRESS_MODE_WRAP;
+  ASSERT_CU(cuTexRefGetAddressMode(&mode, texref, 1));
+  EXPECT_EQ(mode, CU_TR_ADDRESS_MODE_CLAMP);
+  ASSERT_CU(cuTexRefGetAddressMode(&mode, texref, 0));
+  EXPECT_EQ(mode, CU_TR_ADDRESS_MODE_WRAP);
+  // Modes cuda.h does not name reach the driver unchanged: the H200's takes an address mode of 9 and keeps the mode
+  // it had, and a filter mode of 5, which it answers back.
+  ASSERT_CU(cuTexRefSetAddressMode(texref, 1, static_cast<CUaddress_mode>(9)));
+  ASSERT_CU(cuTexRefGetAddressMode(&mode, texref, 1));
+  EXPECT_EQ(mode, CU_TR_ADDRESS_MODE_CLAMP);
+  ASSERT_CU(cuTexRefSetFilterMode(texref, static_cast<CUfilter_mode>(5)));
+  CUfilter_mode unnamed = CU_TR_FILTER_MODE_POINT;
+  ASSERT_CU(cuTexRefGetFilterMode(&unnamed, texref));
+  EXPECT_EQ(static_cast<int>(unnamed), 5);
+  ASSERT_CU(cuTexRefSetFilterMode(texref, CU_TR_FILTER_MODE_LINEAR));
+  ASSERT_CU(cuTexRefSetMipmapFilterMode(texref, CU_TR_FILTER_MODE_LINEAR));
+  CUfilter_mode filter = CU_TR_FILTER_MODE_POINT, mipmap_filter = CU_TR_FILTER_MODE_POINT;
+  ASSERT_CU(cuTexRefGetFilterMode(&filter, texref));
+  ASSERT_CU(cuTexRefGetMipmapFilterMode(&mipmap_filter, texref));
+  EXPECT_EQ(filter, CU_TR_FILTER_MODE_LINEAR);
+  EXPECT_EQ(mipmap_filter, CU_TR_FILTER_MODE_LINEAR);
+  ASSERT_CU(cuTexRefSetMipmapLevelBias(texref, 0.5f));
+  ASSERT_CU(cuTexRefSetMipmapLevelClamp(texref, 1.0f, 3.5f));
+  ASSERT_CU(cuTexRefSetMaxAnisotropy(texref, 8));
+  float border[4] = {0.25f, 0.5f, 0.75f, 1.0f};
+  ASSERT_CU(cuTexRefSetBorderColor(texref, border));
+  ASSERT_CU(cuTexRefSetFlags(texref, CU_TRSF_NORMALIZED_COORDINATES | CU_TRSF_READ_AS_INTEGER));
+  float bias = 0, min_clamp = 0, max_clamp = 0, color[4] = {};
+  int anisotropy = 0;
+  unsigned int flags = 0;
+  ASSERT_CU(cuTexRefGetMipmapLevelBias(&bias, texref));
+  ASSERT_CU(cuTexRefGetMipmapLevelClamp(&min_clamp, &max_clamp, texref));
+  ASSERT_CU(cuTexRefGetMaxAnisotropy(&anisotropy, texref));
+  ASSERT_CU(cuTexRefGetBorderColor(color, texref));
+  ASSERT_CU(cuTexRefGetFlags(&flags, texref));
+  EXPECT_EQ(bias, 0.5f);
+  EXPECT_EQ(min_clamp, 1.0f);
+  EXPECT_EQ(max_clamp, 3.5f);
+  EXPECT_EQ(anisotropy, 8);
+  for (int i = 0; i < 4; ++i) EXPECT_EQ(color[i], border[i]) << i;
+  EXPECT_EQ(flags, unsigned{CU_TRSF_NORMALIZED_COORDINATES | CU_TRSF_READ_AS_INTEGER});
+
+  // Bound to an array and a mipmapped array: answered as this process's handles.
+  CUarray array = nullptr;
+  const CUDA_ARRAY_DESCRIPTOR flat{16, 16, CU_AD_FORMAT_FLOAT, 1};
+  ASSERT_CU(cuArrayCreate(&array, &flat));
+  ASSERT_CU(cuTexRefSetArray(texref, array, CU_TRSA_OVERRIDE_FORMAT));
+  ASSERT_CU(cuTexRefGetArray(&answered, texref));
+  EXPECT_EQ(answered, array);
+  EXPECT_EQ(cuTexRefGetAddress(&bound, texref), CUDA_ERROR_INVALID_VALUE);  // bound to no memory now
+  CUmipmappedArray mipmap = nullptr, answered_mipmap = nullptr;
+  const CUDA_ARRAY3D_DESCRIPTOR levels = Descriptor3D(32, 32, 0, CU_AD_FORMAT_FLOAT, 1);
+  ASSERT_CU(cuMipmappedArrayCreate(&mipmap, &levels, 3));
+  ASSERT_CU(cuTexRefSetMipmappedArray(texref, mipmap, CU_TRSA_OVERRIDE_FORMAT));
+  ASSERT_CU(cuTexRefGetMipmappedArray(&answered_mipmap, texref));
+  EXPECT_EQ(answered_mipmap, mipmap);
+  EXPECT_EQ(cuTexRefGetArray(&answered, texref), CUDA_ERROR_INVALID_VALUE);
+  EXPECT_EQ(cuTexRefSetArray(texref, reinterpret_cast<CUarray>(&flags), CU_TRSA_OVERRIDE_FORMAT),
+            CUDA_ERROR_INVALID_HANDLE);  // not an array of this process
+
+  // The surface reference.
+  CUarray surface_array = nullptr;
+  EXPECT_EQ(cuSurfRefGetArray(&surface_array, surfref), CUDA_ERROR_INVALID_VALUE);  // none bound yet
+  EXPECT_EQ(cuSurfRefSetArray(surfref, array, 1), CUDA_ERROR_INVALID_VALUE);
+  ASSERT_CU(cuSurfRefSetArray(surfref, array, 0));
+  ASSERT_CU(cuSurfRefGetArray(&surface_array, surfref));
+  EXPECT_EQ(surface_array, array);
+  EXPECT_EQ(cuTexRefGetFlags(&flags, reinterpret_cast<CUtexref>(surfref)), CUDA_ERROR_INVALID_HANDLE);
+
+  // The legacy launch's binding.
+  CUfunction touch = nullptr;
+  ASSERT_CU(cuModuleGetFunction(&touch, module, "touch"));
+  EXPECT_CU(cuParamSetTexRef(touch, CU_PARAM_TR_DEFAULT, texref));
+  EXPECT_EQ(cuParamSetTexRef(touch, 0, texref), CUDA_ERROR_INVALID_VALUE);
+
+  // A created reference: the application's to destroy; a module's is not.
+  CUtexref created = nullptr;
+  ASSERT_CU(cuTexRefCreate(&created));
+  EXPECT_NE(created, texref);
+  ASSERT_CU(cuTexRefSetFilterMode(created, CU_TR_FILTER_MODE_LINEAR));
+  ASSERT_CU(cuTexRefGetFilterMode(&filter, created));
+  EXPECT_EQ(filter, CU_TR_FILTER_MODE_LINEAR);
+  EXPECT_EQ(cuTexRefDestroy(texref), CUDA_ERROR_INVALID_HANDLE);
+  ASSERT_CU(cuTexRefGetFlags(&flags, texref));  // still there
+  ASSERT_CU(cuTexRefDestroy(created));
+  EXPECT_EQ(cuTexRefGetFilterMode(&filter, created), CUDA_ERROR_INVALID_HANDLE);
+  EXPECT_EQ(cuTexRefDestroy(created), CUDA_ERROR_INVALID_HANDLE);
+
+  // A module's references go with it.
+  ASSERT_CU(cuModuleUnload(module));
+  EXPECT_EQ(cuTexRefGetFlags(&flags, texref), CUDA_ERROR_INVALID_HANDLE);
+  EXPECT_EQ(cuSurfRefGetArray(&surface_array, surfref), CUDA_ERROR_INVALID_HANDLE);
+  EXPECT_CU(cuMipmappedArrayDestroy(mipmap));
+  EXPECT_CU(cuArrayDestroy(array));
+  EXPECT_CU(cuMemFree(memory));
+}
+#pragma GCC diagnostic pop
 
 TEST_F(ArraysTest, SparseAndPlanarRequestsGetTheDriversAnswers) {
   CUarray array = nullptr;
