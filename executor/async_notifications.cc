@@ -90,7 +90,6 @@ CUresult AsyncNotifications::Unregister(CUdevice device, uint64_t id) {
   const CUresult result = driver_.cuDeviceUnregisterAsyncNotification(device, registration->handle);
   if (result != CUDA_SUCCESS) return result;
   std::lock_guard<std::mutex> lock(CallbackMutex());
-  registration->ended = true;
   registration->owner = nullptr;
   registration->kept.clear();
   if (registration->waiting_notice != 0) {
@@ -110,7 +109,6 @@ void AsyncNotifications::Release() {
     released_ = true;
     for (auto& [id, registration] : registrations_) {
       registration->owner = nullptr;
-      registration->ended = true;
       registration->kept.clear();
       if (registration->handle != nullptr) live.push_back(registration);
       RetireLocked(registration);
@@ -127,7 +125,7 @@ void AsyncNotifications::OnNotification(CUasyncNotificationInfo* info, void* dat
   if (registration == nullptr || info == nullptr) return;
   std::lock_guard<std::mutex> lock(CallbackMutex());
   AsyncNotifications* owner = registration->owner;
-  if (owner == nullptr || registration->ended) return;
+  if (owner == nullptr) return;  // the registration has ended
   if (registration->waiting_notice != 0) {
     owner->AnswerLocked(registration->waiting_notice, CUDA_SUCCESS, info);
     registration->waiting_notice = 0;

@@ -51,13 +51,12 @@ class AsyncNotifications {
   // unregistration is not documented to wait for a callback already running, so a late callback must still find its
   // record; it finds `owner` null once the registration has ended, and does nothing.
   struct Registration {
-    AsyncNotifications* owner = nullptr;  // guarded by CallbackMutex()
+    AsyncNotifications* owner = nullptr;  // guarded by CallbackMutex(); null once the registration has ended
     uint64_t id = 0;
     CUdevice device = 0;
     CUasyncCallbackHandle handle = nullptr;
     uint64_t waiting_notice = 0;  // 0: none
     std::deque<CUasyncNotificationInfo> kept;
-    bool ended = false;
   };
 
   static void OnNotification(CUasyncNotificationInfo* info, void* data, CUasyncCallbackHandle handle);

@@ -118,6 +118,7 @@ CUresult Session::EndContext(CUcontext context, bool driver_frees, const std::fu
   const CUresult result = end();
   if (result == CUDA_SUCCESS && driver_frees) {
     ForgetMipmappedArrays(context);
+    ForgetModulesOf(context);
     texture_references_.ForgetContext(context);
   }
   SettleRetainedPayloads(context, retained, result == CUDA_SUCCESS);

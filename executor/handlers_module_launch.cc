@@ -84,7 +84,10 @@ Session::Outcome Session::ModuleLoad(const wire::ModuleLoad& call, std::span<con
   return LoadWithJitOptions(call.jit_options(), [&](unsigned count, CUjit_option* options, void** values) {
     CUmodule module = nullptr;
     const CUresult result = driver_.cuModuleLoadDataEx(&module, image, count, options, values);
-    if (result == CUDA_SUCCESS) modules_[call.module_id()] = module;
+    if (result == CUDA_SUCCESS) {
+      modules_[call.module_id()] = module;
+      module_contexts_[call.module_id()] = CurrentDriverContext();
+    }
     return result;
   });
 }
@@ -102,10 +105,25 @@ Session::Outcome Session::LoadWithJitOptions(
 }
 
 // Drops the executor's records of a module: its functions, and the module itself.
+CUcontext Session::CurrentDriverContext() {
+  CUcontext context = nullptr;
+  if (driver_.cuCtxGetCurrent != nullptr && driver_.cuCtxGetCurrent(&context) != CUDA_SUCCESS) context = nullptr;
+  return context;
+}
+
+void Session::ForgetModulesOf(CUcontext context) {
+  std::vector<uint64_t> gone;
+  for (const auto& [module_id, module_context] : module_contexts_) {
+    if (module_context == context) gone.push_back(module_id);
+  }
+  for (uint64_t module_id : gone) ForgetModule(module_id);
+}
+
 void Session::ForgetModule(uint64_t module_id) {
   managed_globals_.Forget({module_id, 0});
   texture_references_.ForgetModule(module_id);
   modules_.erase(module_id);
+  module_contexts_.erase(module_id);
   library_modules_.erase(module_id);
   std::erase_if(function_modules_, [&](const auto& entry) {
     if (entry.second != module_id) return false;
@@ -477,6 +495,7 @@ Session::Outcome Session::LibraryGetModule(const wire::LibraryGetModule& call) {
   const CUresult result = driver_.cuLibraryGetModule(&module, found->second);
   if (result == CUDA_SUCCESS) {
     modules_[call.module_id()] = module;
+    module_contexts_[call.module_id()] = CurrentDriverContext();
     library_modules_[call.module_id()] = call.library_id();
   }
   return {result};

@@ -23,16 +23,13 @@ uint64_t ClientIdOf(const Records& records, Handle handle, HandleOf handle_of) {
   return 0;
 }
 
-// The application's value as the enum the driver's setter takes, whatever it is: the H200's driver (580) takes
-// address and filter modes cuda.h does not name (9, 5) and answers them back, so they must reach it unchanged.
-// Copied into the enum's storage (an int here), not converted, which a value outside the enum's range would make
-// undefined.
+// A value from the wire as the enum a driver setter takes, whatever it is: the H200's driver (580) takes address
+// and filter modes cuda.h does not name (9, 5), so they must reach it unchanged. Converted and passed at once, never
+// stored in an enum object and read back (UBSan's enum check would stop the fuzz build there).
 template <typename Enum>
-Enum RawEnum(int32_t value) {
+Enum PassedOn(int32_t value) {
   static_assert(sizeof(Enum) == sizeof(value));
-  Enum raw;
-  std::memcpy(&raw, &value, sizeof raw);
-  return raw;
+  return static_cast<Enum>(value);
 }
 
 }  // namespace
@@ -45,19 +42,20 @@ Session::Outcome Session::ReferenceGet(const wire::ReferenceGet& call) {
   TextureReferences::Reference reference;
   reference.surface = call.surface();
   reference.module_id = call.module_id();
-  if (driver_.cuCtxGetCurrent == nullptr || driver_.cuCtxGetCurrent(&reference.context) != CUDA_SUCCESS) {
-    return {CUDA_ERROR_INVALID_CONTEXT};
-  }
   CUresult result = CUDA_ERROR_NOT_SUPPORTED;
   if (call.module_id() == 0) {
     if (call.surface()) return {CUDA_ERROR_INVALID_VALUE};  // surface references come from modules only
     CUtexref created = nullptr;
     if (driver_.cuTexRefCreate != nullptr) result = driver_.cuTexRefCreate(&created);
     reference.handle = created;
+    reference.context = CurrentDriverContext();  // the driver frees it with that context
   } else {
     const auto module = modules_.find(call.module_id());
     if (module == modules_.end()) return {CUDA_ERROR_INVALID_HANDLE};
     if (call.name() == nullptr) return {CUDA_ERROR_INVALID_VALUE};
+    // The module's context, whichever is current now (the driver answers a module's reference in any context).
+    const auto module_context = module_contexts_.find(call.module_id());
+    reference.context = module_context != module_contexts_.end() ? module_context->second : CurrentDriverContext();
     if (call.surface()) {
       CUsurfref found = nullptr;
       if (driver_.cuModuleGetSurfRef != nullptr) {
@@ -76,12 +74,14 @@ Session::Outcome Session::ReferenceGet(const wire::ReferenceGet& call) {
   return {result};
 }
 
+// A module's reference too: the H200's driver destroys it (the module then finds no reference of that name).
 Session::Outcome Session::TexRefDestroy(const wire::TexRefDestroy& call) {
   void* handle = texture_references_.Find(call.reference(), false);
-  // Only references cuTexRefCreate made: a module's goes with its module.
-  if (handle == nullptr || !texture_references_.RemoveCreated(call.reference())) return {CUDA_ERROR_INVALID_HANDLE};
-  return {driver_.cuTexRefDestroy != nullptr ? driver_.cuTexRefDestroy(static_cast<CUtexref>(handle))
-                                             : CUDA_ERROR_NOT_SUPPORTED};
+  if (handle == nullptr) return {CUDA_ERROR_INVALID_HANDLE};
+  if (driver_.cuTexRefDestroy == nullptr) return {CUDA_ERROR_NOT_SUPPORTED};
+  const CUresult result = driver_.cuTexRefDestroy(static_cast<CUtexref>(handle));
+  if (result == CUDA_SUCCESS) texture_references_.RemoveTexture(call.reference());
+  return {result};
 }
 
 Session::Outcome Session::TexRefSet(const wire::TexRefSet& call) {
@@ -136,17 +136,15 @@ Session::Outcome Session::TexRefSet(const wire::TexRefSet& call) {
       if (CUresult r = needs(driver_.cuTexRefSetFormat); r != CUDA_SUCCESS) return {r};
       return {driver_.cuTexRefSetFormat(texref, format, call.channels())};
     case wire::TexRefProperty::AddressMode: {
-      const auto mode = RawEnum<CUaddress_mode>(call.value());
       if (CUresult r = needs(driver_.cuTexRefSetAddressMode); r != CUDA_SUCCESS) return {r};
-      return {driver_.cuTexRefSetAddressMode(texref, call.index(), mode)};
+      return {driver_.cuTexRefSetAddressMode(texref, call.index(), PassedOn<CUaddress_mode>(call.value()))};
     }
     case wire::TexRefProperty::FilterMode:
     case wire::TexRefProperty::MipmapFilterMode: {
-      const auto mode = RawEnum<CUfilter_mode>(call.value());
       const auto set = call.property() == wire::TexRefProperty::FilterMode ? driver_.cuTexRefSetFilterMode
                                                                            : driver_.cuTexRefSetMipmapFilterMode;
       if (CUresult r = needs(set); r != CUDA_SUCCESS) return {r};
-      return {set(texref, mode)};
+      return {set(texref, PassedOn<CUfilter_mode>(call.value()))};
     }
     case wire::TexRefProperty::MipmapLevelBias:
       if (CUresult r = needs(driver_.cuTexRefSetMipmapLevelBias); r != CUDA_SUCCESS) return {r};
@@ -181,10 +179,13 @@ Session::Outcome Session::TexRefGet(const wire::TexRefGet& call) {
   size_t int_count = 0;
   std::array<float, 4> floats{};
   size_t float_count = 0;
-  const auto one_int = [&](auto get, auto value) {
+  static_assert(sizeof(CUarray_format) == sizeof(int32_t) && sizeof(CUaddress_mode) == sizeof(int32_t) &&
+                sizeof(CUfilter_mode) == sizeof(int32_t));
+  // Integer answers are written by the driver straight into `ints`: a mode it took without cuda.h naming it (a
+  // filter mode of 5) is never read as the enum. `answer(get, out)` calls a getter of one value.
+  const auto answer = [&](auto get, auto* out) {
     if (get == nullptr) return;
-    result = get(&value, texref);
-    ints[0] = static_cast<int32_t>(value);
+    result = get(out, texref);
     int_count = 1;
   };
   switch (call.property()) {
@@ -225,32 +226,27 @@ Session::Outcome Session::TexRefGet(const wire::TexRefGet& call) {
       return {CUDA_ERROR_INVALID_VALUE};  // a setter only
     case wire::TexRefProperty::Format:
       if (driver_.cuTexRefGetFormat != nullptr) {
-        CUarray_format format = CU_AD_FORMAT_UNSIGNED_INT8;
-        int channels = 0;
-        result = driver_.cuTexRefGetFormat(&format, &channels, texref);
-        ints = {static_cast<int32_t>(format), channels};
+        result = driver_.cuTexRefGetFormat(reinterpret_cast<CUarray_format*>(&ints[0]), &ints[1], texref);
         int_count = 2;
       }
       break;
     case wire::TexRefProperty::AddressMode:
       if (driver_.cuTexRefGetAddressMode != nullptr) {
-        CUaddress_mode mode = CU_TR_ADDRESS_MODE_WRAP;
-        result = driver_.cuTexRefGetAddressMode(&mode, texref, call.index());
-        ints[0] = mode;
+        result = driver_.cuTexRefGetAddressMode(reinterpret_cast<CUaddress_mode*>(&ints[0]), texref, call.index());
         int_count = 1;
       }
       break;
     case wire::TexRefProperty::FilterMode:
-      one_int(driver_.cuTexRefGetFilterMode, CU_TR_FILTER_MODE_POINT);
+      answer(driver_.cuTexRefGetFilterMode, reinterpret_cast<CUfilter_mode*>(&ints[0]));
       break;
     case wire::TexRefProperty::MipmapFilterMode:
-      one_int(driver_.cuTexRefGetMipmapFilterMode, CU_TR_FILTER_MODE_POINT);
+      answer(driver_.cuTexRefGetMipmapFilterMode, reinterpret_cast<CUfilter_mode*>(&ints[0]));
       break;
     case wire::TexRefProperty::MaxAnisotropy:
-      one_int(driver_.cuTexRefGetMaxAnisotropy, 0);
+      answer(driver_.cuTexRefGetMaxAnisotropy, &ints[0]);
       break;
     case wire::TexRefProperty::Flags:
-      one_int(driver_.cuTexRefGetFlags, 0u);
+      answer(driver_.cuTexRefGetFlags, reinterpret_cast<unsigned int*>(&ints[0]));
       break;
     case wire::TexRefProperty::MipmapLevelBias:
       if (driver_.cuTexRefGetMipmapLevelBias != nullptr) {

@@ -224,6 +224,10 @@ class Session {
   void ForgetMipmappedArrays(CUcontext context);
   // JIT linking (handlers_link.cc).
   void ForgetModule(uint64_t module_id);
+  // The modules of a context the driver has just ended (and with them their functions and references).
+  void ForgetModulesOf(CUcontext context);
+  // The driver's current context on the session's thread (null: none, or the driver cannot say).
+  CUcontext CurrentDriverContext();
   Outcome PotentialBlockSize(const wire::Occupancy& call, CUfunction function);
   Outcome WithInteger(Outcome outcome, int64_t value);  // the outcome, answering `value` as an IntegerValue
   // Page-locked memory of a remote client, mirrored here (host_mirrors.h, handlers_host_memory.cc).
@@ -410,6 +414,9 @@ class Session {
   // are the driver's own, and a client could have made them up).
   std::set<std::array<uint8_t, sizeof(CUdevResource)>> resources_answered_;
   std::unordered_map<uint64_t, CUmodule> modules_;
+  // Each module's context: the driver frees a context's modules with it (EndContext forgets them, so that no freed
+  // handle reaches the driver later).
+  std::unordered_map<uint64_t, CUcontext> module_contexts_;
   std::unordered_map<uint64_t, uint64_t> library_modules_;
   struct Link {
     std::unique_ptr<JitOptionSet> jit;  // the link's options: its log buffers fill up over the link's life

@@ -1,7 +1,8 @@
 // The texture and surface references of a session (handlers_texture_references.cc): the driver's handles, by the
-// client's id. A module's references go with the module (unload, its library's unload); those of cuTexRefCreate are
-// destroyed when the client destroys them or the session ends. All of a context's go when it ends: the driver frees
-// its modules, and a handle kept past that would reach the driver freed.
+// client's id. A module's references go with the module (unload, its library's unload) or when the client destroys
+// them; those of cuTexRefCreate when the client destroys them or the session ends. All of a context's go when it
+// ends (a module's belong to the module's context): the driver frees them with it, and a handle kept past that
+// would reach the driver freed (the H200's driver crashes on one).
 #pragma once
 
 #include <cuda.h>
@@ -28,10 +29,10 @@ class TextureReferences {
     const auto found = references_.find(id);
     return found != references_.end() && found->second.surface == surface ? found->second.handle : nullptr;
   }
-  // Removes a reference cuTexRefCreate made; false if `id` names none.
-  bool RemoveCreated(uint64_t id) {
+  // Removes the texture reference `id` (a module's or a created one); false if `id` names none.
+  bool RemoveTexture(uint64_t id) {
     const auto found = references_.find(id);
-    if (found == references_.end() || found->second.module_id != 0 || found->second.surface) return false;
+    if (found == references_.end() || found->second.surface) return false;
     references_.erase(found);
     return true;
   }

@@ -4,6 +4,7 @@
 // programs call them while binding, not per launch). The client's handle names it on the wire; a module's
 // references are one handle per name and go with the module. The 32-bit forms of the CUDA 3.1 ABI
 // (cuTexRefSetAddress, cuTexRefGetAddress, cuTexRefSetAddress2D without a suffix) stay unsupported.
+#include <cstring>
 #include <mutex>
 #include <string>
 #include <unordered_map>
@@ -144,6 +145,16 @@ CUresult Address2D(CUtexref reference, const CUDA_ARRAY_DESCRIPTOR* descriptor, 
   return Set(reference, false, wire::TexRefProperty::Address2D, setting);
 }
 
+// An enum the application passed, as the int it holds: the driver takes values cuda.h does not name (an address
+// mode of 9 on the H200), which are passed on unchanged and never read as the enum.
+template <typename Enum>
+int AsInt(const Enum& value) {
+  static_assert(sizeof(Enum) == sizeof(int));
+  int raw;
+  std::memcpy(&raw, &value, sizeof raw);
+  return raw;
+}
+
 CUresult SetInt(CUtexref reference, wire::TexRefProperty property, int value, int index = 0) {
   Setting setting;
   setting.value = value;
@@ -181,7 +192,8 @@ CUresult cuTexRefCreate(CUtexref* reference) {
   return CUDA_SUCCESS;
 }
 
-// A module's reference is not the application's to destroy (cuda.h): the executor refuses it, and the handle stays.
+// A module's reference too, though cuda.h says not to: the driver destroys it, and the module then finds no
+// reference of that name (measured on the H200).
 CUresult cuTexRefDestroy(CUtexref reference) {
   Client* client;
   uint64_t id = 0;
@@ -189,6 +201,10 @@ CUresult cuTexRefDestroy(CUtexref reference) {
   auto& builder = Builder();
   const auto call = wire::CreateTexRefDestroy(builder, id).Union();
   CURELAY_RETURN_IF_ERROR(client->Call(builder, wire::Call::TexRefDestroy, call, {}, nullptr));
+  if (CUmodule module = reference->module; module != nullptr && client->modules.Contains(module)) {
+    std::lock_guard<std::mutex> lock(module->functions_mutex);
+    std::erase_if(module->texture_references, [&](const auto& entry) { return entry.second == reference; });
+  }
   client->texture_references.Destroy(reference);
   return CUDA_SUCCESS;
 }
@@ -238,21 +254,21 @@ CUresult cuTexRefSetMipmappedArray(CUtexref reference, CUmipmappedArray mipmap, 
 
 CUresult cuTexRefSetFormat(CUtexref reference, CUarray_format format, int channels) {
   Setting setting;
-  setting.format = format;
+  setting.format = AsInt(format);
   setting.channels = channels;
   return Set(reference, false, wire::TexRefProperty::Format, setting);
 }
 
 CUresult cuTexRefSetAddressMode(CUtexref reference, int dim, CUaddress_mode mode) {
-  return SetInt(reference, wire::TexRefProperty::AddressMode, mode, dim);
+  return SetInt(reference, wire::TexRefProperty::AddressMode, AsInt(mode), dim);
 }
 
 CUresult cuTexRefSetFilterMode(CUtexref reference, CUfilter_mode mode) {
-  return SetInt(reference, wire::TexRefProperty::FilterMode, mode);
+  return SetInt(reference, wire::TexRefProperty::FilterMode, AsInt(mode));
 }
 
 CUresult cuTexRefSetMipmapFilterMode(CUtexref reference, CUfilter_mode mode) {
-  return SetInt(reference, wire::TexRefProperty::MipmapFilterMode, mode);
+  return SetInt(reference, wire::TexRefProperty::MipmapFilterMode, AsInt(mode));
 }
 
 CUresult cuTexRefSetMipmapLevelBias(CUtexref reference, float bias) {
@@ -299,8 +315,8 @@ CUresult cuTexRefGetMipmappedArray(CUmipmappedArray* mipmap, CUtexref reference)
   return CUDA_SUCCESS;
 }
 
+// Either output may be null (both: the driver answers success and writes nothing).
 CUresult cuTexRefGetFormat(CUarray_format* format, int* channels, CUtexref reference) {
-  if (format == nullptr && channels == nullptr) return CUDA_ERROR_INVALID_VALUE;
   int32_t answer[2] = {};
   CURELAY_RETURN_IF_ERROR(IntAnswer(reference, wire::TexRefProperty::Format, 0, 2, answer));
   if (format != nullptr) *format = static_cast<CUarray_format>(answer[0]);

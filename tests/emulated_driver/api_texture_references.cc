@@ -7,6 +7,7 @@
 // is taken, and cuTexRefSetArray
 // takes flags 0 as well as CU_TRSA_OVERRIDE_FORMAT.
 #include <array>
+#include <cstring>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -21,18 +22,20 @@ namespace emu = curelay::emulated;
 namespace curelay::emulated {
 namespace {
 
+// Modes and formats are kept as the ints the application passed: the H200's driver takes values cuda.h does not
+// name, and reading such a value as the enum would be undefined (the fuzz build's UBSan stops there).
 struct Reference {
   bool surface = false;
-  uint64_t module = 0;  // the module's handle; 0: cuTexRefCreate's
+  uint64_t module = 0;   // the module's handle; 0: cuTexRefCreate's
+  uint64_t context = 0;  // cuTexRefCreate's: the context current then, which frees it when it ends
   CUdeviceptr address = 0;
   CUarray array = nullptr;
   CUmipmappedArray mipmap = nullptr;
-  CUarray_format format = CU_AD_FORMAT_FLOAT;
+  int format = CU_AD_FORMAT_FLOAT;
   int channels = 1;
-  std::array<CUaddress_mode, 3> address_modes{CU_TR_ADDRESS_MODE_WRAP, CU_TR_ADDRESS_MODE_WRAP,
-                                              CU_TR_ADDRESS_MODE_WRAP};
-  CUfilter_mode filter = CU_TR_FILTER_MODE_POINT;
-  CUfilter_mode mipmap_filter = CU_TR_FILTER_MODE_POINT;
+  std::array<int, 3> address_modes{CU_TR_ADDRESS_MODE_WRAP, CU_TR_ADDRESS_MODE_WRAP, CU_TR_ADDRESS_MODE_WRAP};
+  int filter = CU_TR_FILTER_MODE_POINT;
+  int mipmap_filter = CU_TR_FILTER_MODE_POINT;
   float level_bias = 0, min_clamp = 0, max_clamp = 0;
   unsigned int max_anisotropy = 0;
   std::array<float, 4> border{};
@@ -40,18 +43,35 @@ struct Reference {
 };
 
 std::mutex references_mu;
-std::map<uint64_t, Reference> references;                            // by handle
-std::map<std::pair<uint64_t, std::string>, uint64_t> module_references;  // (module, name) -> handle
+std::map<uint64_t, Reference> references;  // by handle
+// (module, name) -> handle; 0 once the application destroyed it (the module then finds no reference of that name).
+std::map<std::pair<uint64_t, std::string>, uint64_t> module_references;
 uint64_t next_reference = 0x7f0000;
 constexpr CUdeviceptr kTextureAlignment = 512;  // CU_DEVICE_ATTRIBUTE_TEXTURE_ALIGNMENT of the emulated GPU
 
-// The live reference `handle` of that kind, under references_mu. A module's goes with its module.
+// An enum argument as the int it holds, copied, not read as the enum.
+template <typename Enum>
+int Raw(const Enum& value) {
+  static_assert(sizeof(Enum) == sizeof(int));
+  int raw;
+  std::memcpy(&raw, &value, sizeof raw);
+  return raw;
+}
+
+// The live reference `handle` of that kind, under references_mu. A module's goes with its module, a created one
+// with its context.
 CUresult Find(const void* handle, bool surface, Reference** out) {
   const auto found = references.find(reinterpret_cast<uint64_t>(handle));
   if (found == references.end() || found->second.surface != surface) return CUDA_ERROR_INVALID_HANDLE;
   if (found->second.module != 0) {
     std::shared_ptr<Module> module;
     if (LookupModule(ToHandle<CUmodule>(found->second.module), &module) != CUDA_SUCCESS) {
+      return CUDA_ERROR_INVALID_HANDLE;
+    }
+  } else {
+    std::shared_ptr<Context> context;
+    if (LookupContext(ToHandle<CUcontext>(found->second.context), &context) != CUDA_SUCCESS) {
+      references.erase(found);
       return CUDA_ERROR_INVALID_HANDLE;
     }
   }
@@ -80,6 +100,7 @@ CUresult ModuleReference(void** out, CUmodule hmod, const char* name, bool surfa
   std::lock_guard lock(references_mu);
   const auto key = std::make_pair(HandleValue(hmod), std::string(name));
   auto known = module_references.find(key);
+  if (known != module_references.end() && known->second == 0) return CUDA_ERROR_NOT_FOUND;  // destroyed
   if (known == module_references.end() || references.count(known->second) == 0) {
     const uint64_t handle = ++next_reference;
     Reference reference;
@@ -102,7 +123,7 @@ CUresult BindAddress2D(CUtexref hTexRef, const CUDA_ARRAY_DESCRIPTOR* desc, CUde
     reference.address = dptr;
     reference.array = nullptr;
     reference.mipmap = nullptr;
-    reference.format = desc->Format;
+    reference.format = Raw(desc->Format);
     reference.channels = static_cast<int>(desc->NumChannels);
     return CUDA_SUCCESS;
   });
@@ -128,20 +149,25 @@ CUresult CUDAAPI cuTexRefCreate(CUtexref* pTexRef) {
     if (pTexRef == nullptr) return CUDA_ERROR_INVALID_VALUE;
     std::lock_guard lock(emu::references_mu);
     const uint64_t handle = ++emu::next_reference;
-    emu::references[handle] = emu::Reference{};
+    emu::Reference reference;
+    reference.context = context->handle;
+    emu::references[handle] = reference;
     *pTexRef = emu::ToHandle<CUtexref>(handle);
     return CUDA_SUCCESS;
   });
 }
 
+// A module's reference too (the H200's driver destroys it; the module then finds no reference of that name).
 CUresult CUDAAPI cuTexRefDestroy(CUtexref hTexRef) {
   return emu::Guard([&] {
+    if (CUresult r = emu::CheckInit(); r != CUDA_SUCCESS) return r;
     std::lock_guard lock(emu::references_mu);
-    const auto found = emu::references.find(emu::HandleValue(hTexRef));
-    if (found == emu::references.end() || found->second.surface || found->second.module != 0) {
-      return CUDA_ERROR_INVALID_HANDLE;
+    emu::Reference* reference = nullptr;
+    if (CUresult r = emu::Find(hTexRef, false, &reference); r != CUDA_SUCCESS) return r;
+    for (auto& [key, handle] : emu::module_references) {
+      if (handle == emu::HandleValue(hTexRef)) handle = 0;
     }
-    emu::references.erase(found);
+    emu::references.erase(emu::HandleValue(hTexRef));
     return CUDA_SUCCESS;
   });
 }
@@ -205,7 +231,7 @@ CUresult CUDAAPI cuTexRefSetFormat(CUtexref hTexRef, CUarray_format fmt, int Num
       return CUDA_ERROR_INVALID_VALUE;
     }
     return emu::WithReference(hTexRef, false, [&](emu::Reference& reference) {
-      reference.format = fmt;
+      reference.format = emu::Raw(fmt);
       reference.channels = NumPackedComponents;
       return CUDA_SUCCESS;
     });
@@ -217,8 +243,9 @@ CUresult CUDAAPI cuTexRefSetAddressMode(CUtexref hTexRef, int dim, CUaddress_mod
     if (dim < 0 || dim > 2) return CUDA_ERROR_INVALID_VALUE;
     return emu::WithReference(hTexRef, false, [&](emu::Reference& reference) {
       // A mode cuda.h does not name is taken and changes nothing, as on the H200 (580 took 9 and kept its mode).
-      if (am < CU_TR_ADDRESS_MODE_WRAP || am > CU_TR_ADDRESS_MODE_BORDER) return CUDA_SUCCESS;
-      reference.address_modes[static_cast<size_t>(dim)] = am;
+      const int mode = emu::Raw(am);
+      if (mode < CU_TR_ADDRESS_MODE_WRAP || mode > CU_TR_ADDRESS_MODE_BORDER) return CUDA_SUCCESS;
+      reference.address_modes[static_cast<size_t>(dim)] = mode;
       return CUDA_SUCCESS;
     });
   });
@@ -227,7 +254,7 @@ CUresult CUDAAPI cuTexRefSetAddressMode(CUtexref hTexRef, int dim, CUaddress_mod
 CUresult CUDAAPI cuTexRefSetFilterMode(CUtexref hTexRef, CUfilter_mode fm) {
   return emu::Guard([&] {
     return emu::WithReference(hTexRef, false, [&](emu::Reference& reference) {
-      reference.filter = fm;  // any mode is taken, as on the H200 (580 takes 5 and answers it back)
+      reference.filter = emu::Raw(fm);  // any mode is taken, as on the H200 (580 takes 5 and answers it back)
       return CUDA_SUCCESS;
     });
   });
@@ -236,7 +263,7 @@ CUresult CUDAAPI cuTexRefSetFilterMode(CUtexref hTexRef, CUfilter_mode fm) {
 CUresult CUDAAPI cuTexRefSetMipmapFilterMode(CUtexref hTexRef, CUfilter_mode fm) {
   return emu::Guard([&] {
     return emu::WithReference(hTexRef, false, [&](emu::Reference& reference) {
-      reference.mipmap_filter = fm;
+      reference.mipmap_filter = emu::Raw(fm);
       return CUDA_SUCCESS;
     });
   });
@@ -325,7 +352,7 @@ CUresult CUDAAPI cuTexRefGetMipmappedArray(CUmipmappedArray* phMipmappedArray, C
 CUresult CUDAAPI cuTexRefGetFormat(CUarray_format* pFormat, int* pNumChannels, CUtexref hTexRef) {
   return emu::Guard([&] {
     return emu::WithReference(hTexRef, false, [&](emu::Reference& reference) {
-      if (pFormat != nullptr) *pFormat = reference.format;
+      if (pFormat != nullptr) *pFormat = static_cast<CUarray_format>(reference.format);
       if (pNumChannels != nullptr) *pNumChannels = reference.channels;
       return CUDA_SUCCESS;
     });
@@ -336,7 +363,7 @@ CUresult CUDAAPI cuTexRefGetAddressMode(CUaddress_mode* pam, CUtexref hTexRef, i
   return emu::Guard([&] {
     if (pam == nullptr || dim < 0 || dim > 2) return CUDA_ERROR_INVALID_VALUE;
     return emu::WithReference(hTexRef, false, [&](emu::Reference& reference) {
-      *pam = reference.address_modes[static_cast<size_t>(dim)];
+      *pam = static_cast<CUaddress_mode>(reference.address_modes[static_cast<size_t>(dim)]);
       return CUDA_SUCCESS;
     });
   });
@@ -346,7 +373,7 @@ CUresult CUDAAPI cuTexRefGetFilterMode(CUfilter_mode* pfm, CUtexref hTexRef) {
   return emu::Guard([&] {
     if (pfm == nullptr) return CUDA_ERROR_INVALID_VALUE;
     return emu::WithReference(hTexRef, false, [&](emu::Reference& reference) {
-      *pfm = reference.filter;
+      *pfm = static_cast<CUfilter_mode>(reference.filter);
       return CUDA_SUCCESS;
     });
   });
@@ -356,7 +383,7 @@ CUresult CUDAAPI cuTexRefGetMipmapFilterMode(CUfilter_mode* pfm, CUtexref hTexRe
   return emu::Guard([&] {
     if (pfm == nullptr) return CUDA_ERROR_INVALID_VALUE;
     return emu::WithReference(hTexRef, false, [&](emu::Reference& reference) {
-      *pfm = reference.mipmap_filter;
+      *pfm = static_cast<CUfilter_mode>(reference.mipmap_filter);
       return CUDA_SUCCESS;
     });
   });

@@ -401,26 +401,60 @@ TEST_F(ArraysTest, TextureAndSurfaceReferences) {
   EXPECT_CU(cuParamSetTexRef(touch, CU_PARAM_TR_DEFAULT, texref));
   EXPECT_EQ(cuParamSetTexRef(touch, 0, texref), CUDA_ERROR_INVALID_VALUE);
 
-  // A created reference: the application's to destroy; a module's is not.
+  // Setters, getters and destroys need no current context (the H200's driver answers them without one).
+  ASSERT_CU(cuCtxSetCurrent(nullptr));
+  EXPECT_CU(cuTexRefSetFlags(texref, CU_TRSF_READ_AS_INTEGER));
+  EXPECT_CU(cuTexRefGetFlags(&flags, texref));
+  EXPECT_EQ(flags, unsigned{CU_TRSF_READ_AS_INTEGER});
+  EXPECT_CU(cuTexRefGetFormat(nullptr, nullptr, texref));  // both outputs may be null
+  ASSERT_CU(cuCtxSetCurrent(context_));
+
+  // A created reference is the application's to destroy; so, as the driver has it, is a module's, whose name the
+  // module then no longer finds.
   CUtexref created = nullptr;
   ASSERT_CU(cuTexRefCreate(&created));
   EXPECT_NE(created, texref);
   ASSERT_CU(cuTexRefSetFilterMode(created, CU_TR_FILTER_MODE_LINEAR));
   ASSERT_CU(cuTexRefGetFilterMode(&filter, created));
   EXPECT_EQ(filter, CU_TR_FILTER_MODE_LINEAR);
-  EXPECT_EQ(cuTexRefDestroy(texref), CUDA_ERROR_INVALID_HANDLE);
-  ASSERT_CU(cuTexRefGetFlags(&flags, texref));  // still there
   ASSERT_CU(cuTexRefDestroy(created));
   EXPECT_EQ(cuTexRefGetFilterMode(&filter, created), CUDA_ERROR_INVALID_HANDLE);
   EXPECT_EQ(cuTexRefDestroy(created), CUDA_ERROR_INVALID_HANDLE);
+  ASSERT_CU(cuTexRefDestroy(texref));
+  EXPECT_EQ(cuTexRefGetFlags(&flags, texref), CUDA_ERROR_INVALID_HANDLE);
+  EXPECT_EQ(cuModuleGetTexRef(&again, module, "tex_in"), CUDA_ERROR_NOT_FOUND);
 
   // A module's references go with it.
   ASSERT_CU(cuModuleUnload(module));
-  EXPECT_EQ(cuTexRefGetFlags(&flags, texref), CUDA_ERROR_INVALID_HANDLE);
   EXPECT_EQ(cuSurfRefGetArray(&surface_array, surfref), CUDA_ERROR_INVALID_HANDLE);
   EXPECT_CU(cuMipmappedArrayDestroy(mipmap));
   EXPECT_CU(cuArrayDestroy(array));
   EXPECT_CU(cuMemFree(memory));
+}
+
+// A module's references belong to the module's context, whichever context was current when they were looked up; a
+// created one to the context current when it was made. Each goes when its context ends (the driver frees it then).
+TEST_F(ArraysTest, TextureReferencesGoWithTheirContext) {
+  CUmodule module = nullptr;
+  ASSERT_CU(cuModuleLoadData(&module, kReferencesPtx));  // in the primary context
+  CUcontext other = nullptr;
+  ASSERT_CU(cuCtxCreate(&other, nullptr, 0, 0));  // now current
+  CUtexref looked_up_elsewhere = nullptr, created_elsewhere = nullptr;
+  ASSERT_CU(cuModuleGetTexRef(&looked_up_elsewhere, module, "tex_in"));
+  ASSERT_CU(cuTexRefCreate(&created_elsewhere));
+  CUmodule module_elsewhere = nullptr;
+  ASSERT_CU(cuModuleLoadData(&module_elsewhere, kReferencesPtx));
+  CUtexref of_module_elsewhere = nullptr;
+  ASSERT_CU(cuModuleGetTexRef(&of_module_elsewhere, module_elsewhere, "tex_in"));
+  ASSERT_CU(cuCtxDestroy(other));
+  ASSERT_CU(cuCtxSetCurrent(context_));
+  CUfilter_mode filter = CU_TR_FILTER_MODE_POINT;
+  EXPECT_CU(cuTexRefSetFilterMode(looked_up_elsewhere, CU_TR_FILTER_MODE_LINEAR));  // its module lives on
+  EXPECT_CU(cuTexRefGetFilterMode(&filter, looked_up_elsewhere));
+  EXPECT_EQ(filter, CU_TR_FILTER_MODE_LINEAR);
+  EXPECT_EQ(cuTexRefGetFilterMode(&filter, created_elsewhere), CUDA_ERROR_INVALID_HANDLE);
+  EXPECT_EQ(cuTexRefGetFilterMode(&filter, of_module_elsewhere), CUDA_ERROR_INVALID_HANDLE);
+  EXPECT_CU(cuModuleUnload(module));
 }
 #pragma GCC diagnostic pop
 

@@ -484,12 +484,13 @@ TEST_F(DriverApiTest, ErrorStringsProcAddressAndUnsupportedEntryPoints) {
   EXPECT_EQ(cuGetExportTable(&table, &unknown), CUDA_ERROR_INVALID_VALUE);
   EXPECT_EQ(table, nullptr);
 
-  // An entry point the shim does not implement answers NOT_SUPPORTED, never success.
-  using TexRefCreate = CUresult (*)(CUtexref*);
-  auto texref_create = reinterpret_cast<TexRefCreate>(dlsym(RTLD_DEFAULT, "cuTexRefCreate"));
-  ASSERT_NE(texref_create, nullptr);
-  CUtexref texref;
-  EXPECT_EQ(texref_create(&texref), CUDA_ERROR_NOT_SUPPORTED);
+  // An entry point the shim does not implement answers NOT_SUPPORTED, never success: here the 32-bit form of the
+  // CUDA 3.1 ABI, whose name cuda.h no longer declares.
+  using SetAddress32 = CUresult (*)(size_t*, CUtexref, unsigned int, unsigned int);
+  auto set_address_32 = reinterpret_cast<SetAddress32>(dlsym(RTLD_DEFAULT, "cuTexRefSetAddress"));
+  ASSERT_NE(set_address_32, nullptr);
+  size_t offset = 0;
+  EXPECT_EQ(set_address_32(&offset, nullptr, 0x1000, 64), CUDA_ERROR_NOT_SUPPORTED);
 }
 
 TEST_F(DriverApiTest, ModuleLoadersJitLogsAndFunctionAttributes) {

@@ -527,7 +527,7 @@ TEST_F(MiscApiTest, LegacyLaunchGridTakesTheParameterBuffer) {
   EXPECT_EQ(cuParamSeti(nullptr, 0, 1), CUDA_ERROR_INVALID_HANDLE);
   EXPECT_EQ(cuParamSeti(fill_, -4, 1), CUDA_ERROR_INVALID_VALUE);
   EXPECT_EQ(cuFuncSetBlockShape(fill_, 0, 1, 1), CUDA_ERROR_INVALID_VALUE);
-  EXPECT_EQ(cuParamSetTexRef(fill_, CU_PARAM_TR_DEFAULT, nullptr), CUDA_ERROR_NOT_SUPPORTED);
+  EXPECT_EQ(cuParamSetTexRef(fill_, CU_PARAM_TR_DEFAULT, nullptr), CUDA_ERROR_INVALID_HANDLE);  // no reference
   // Deprecated, forwarded: the emulated driver accepts a valid bank size.
   EXPECT_CU(cuFuncSetSharedMemConfig(fill_, CU_SHARED_MEM_CONFIG_FOUR_BYTE_BANK_SIZE));
   EXPECT_EQ(cuFuncSetSharedMemConfig(fill_, static_cast<CUsharedconfig>(9)), CUDA_ERROR_INVALID_VALUE);
