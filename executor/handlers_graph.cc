@@ -571,7 +571,8 @@ CUresult Session::DecodeNodeParameters(const wire::GraphAddNode& spec, std::span
       if (count > wire::kMostMemoryOperations) return CUDA_ERROR_INVALID_VALUE;
       parameters->operations.resize(count);
       for (size_t i = 0; i < count; ++i) {
-        if (!wire::DecodeMemoryOperation(*operations->Get(i), &parameters->operations[i])) {
+        if (!wire::DecodeMemoryOperation(wire::StructAt(*operations, static_cast<flatbuffers::uoffset_t>(i)),
+                                        &parameters->operations[i])) {
           return CUDA_ERROR_INVALID_VALUE;
         }
       }

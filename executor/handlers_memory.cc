@@ -402,7 +402,7 @@ Session::Outcome Session::MemBatchDecompress(const wire::MemBatchDecompress& cal
   if (const CUresult result = LookupStream(call.stream(), &stream); result != CUDA_SUCCESS) return {result};
   std::vector<CUmemDecompressParams> operations(encoded->size());
   for (size_t i = 0; i < operations.size(); ++i) {
-    const auto& operation = *encoded->Get(i);
+    const wire::DecompressOperation operation = wire::StructAt(*encoded, static_cast<flatbuffers::uoffset_t>(i));
     CUmemDecompressParams& params = operations[i];  // value-initialized: the padding is zero
     params.srcNumBytes = operation.src_bytes();
     params.dstNumBytes = operation.dst_bytes();

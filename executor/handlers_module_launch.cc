@@ -252,7 +252,7 @@ Session::Outcome Session::LaunchCooperativeMultiDevice(const wire::LaunchCoopera
   std::vector<CUDA_LAUNCH_PARAMS> list(launches->size());
   std::vector<std::vector<void*>> parameters(launches->size());
   for (size_t i = 0; i < launches->size(); ++i) {
-    const wire::MultiDeviceLaunch& launch = *launches->Get(i);
+    const wire::MultiDeviceLaunch launch = wire::StructAt(*launches, static_cast<flatbuffers::uoffset_t>(i));
     const auto function = functions_.find(launch.function());
     if (function == functions_.end()) return {CUDA_ERROR_INVALID_HANDLE};
     CUstream stream = nullptr;
@@ -278,7 +278,7 @@ Session::Outcome Session::LaunchCooperativeMultiDevice(const wire::LaunchCoopera
     entry.kernelParams = parameters[i].empty() ? nullptr : parameters[i].data();
   }
   // Scheduled as the first entry's launch (one GPU in the common case; the others go with it).
-  const wire::MultiDeviceLaunch& first = *launches->Get(0);
+  const wire::MultiDeviceLaunch first = wire::StructAt(*launches, 0);
   return {LaunchScheduled(first.function(), list[0].hStream, [&] {
     return driver_.cuLaunchCooperativeKernelMultiDevice(list.data(), static_cast<unsigned int>(list.size()),
                                                        call.flags());

@@ -189,7 +189,10 @@ Session::Outcome Session::StreamMemoryOperations(const wire::StreamMemoryOperati
   if (const CUresult result = LookupStream(call.stream(), &stream); result != CUDA_SUCCESS) return {result};
   std::vector<CUstreamBatchMemOpParams> operations(call.operations()->size());
   for (size_t i = 0; i < operations.size(); ++i) {
-    if (!wire::DecodeMemoryOperation(*call.operations()->Get(i), &operations[i])) return {CUDA_ERROR_INVALID_VALUE};
+    if (!wire::DecodeMemoryOperation(wire::StructAt(*call.operations(), static_cast<flatbuffers::uoffset_t>(i)),
+                                    &operations[i])) {
+      return {CUDA_ERROR_INVALID_VALUE};
+    }
   }
   // Gated like other stream work: a wait can hold its stream for as long as the value takes to appear.
   return {LaunchScheduled(kStreamMemoryOperationWork, stream, [&] {

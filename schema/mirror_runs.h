@@ -79,25 +79,28 @@ inline bool ApplyMirrorRuns(const MirrorUpdate& update, std::span<const uint8_t>
                             const MirrorMemoryWriter& write_memory = {}) {
   if (update.ranges() == nullptr || update.ranges()->size() > kMaxMirrorRanges) return false;
   uint64_t total = 0;
-  for (const MirrorRange* run : *update.ranges()) {
-    const MirrorTarget target = find(run->mirror());
-    if (target.memory == nullptr || run->offset() > target.bytes || run->bytes() > target.bytes - run->offset()) {
+  const auto& ranges = *update.ranges();
+  for (flatbuffers::uoffset_t i = 0; i < ranges.size(); ++i) {
+    const MirrorRange run = StructAt(ranges, i);
+    const MirrorTarget target = find(run.mirror());
+    if (target.memory == nullptr || run.offset() > target.bytes || run.bytes() > target.bytes - run.offset()) {
       return false;
     }
-    total += run->bytes();
+    total += run.bytes();
     if (total > payload.size()) return false;
   }
   if (total != payload.size()) return false;
   uint64_t at = 0;
-  for (const MirrorRange* run : *update.ranges()) {
-    const MirrorTarget target = find(run->mirror());
+  for (flatbuffers::uoffset_t i = 0; i < ranges.size(); ++i) {
+    const MirrorRange run = StructAt(ranges, i);
+    const MirrorTarget target = find(run.mirror());
     if (write_memory) {
-      write_memory(target.memory + run->offset(), payload.data() + at, run->bytes());
+      write_memory(target.memory + run.offset(), payload.data() + at, run.bytes());
     } else {
-      std::memcpy(target.memory + run->offset(), payload.data() + at, run->bytes());
+      std::memcpy(target.memory + run.offset(), payload.data() + at, run.bytes());
     }
-    std::memcpy(target.shadow + run->offset(), payload.data() + at, run->bytes());
-    at += run->bytes();
+    std::memcpy(target.shadow + run.offset(), payload.data() + at, run.bytes());
+    at += run.bytes();
   }
   return true;
 }

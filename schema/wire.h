@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <cstring>
 #include <span>
 
 #include "curelay_generated.h"
@@ -70,6 +71,16 @@ const T* ParseVerified(std::span<const uint8_t> bytes) {
   flatbuffers::Verifier verifier(bytes.data(), bytes.size(), options);
   if (!verifier.VerifyBuffer<T>(nullptr)) return nullptr;
   return flatbuffers::GetRoot<T>(bytes.data());
+}
+
+// Element `i` of a vector of structs, copied out. The verifier checks a vector's length prefix for alignment but not
+// its elements, so a malformed message can place a struct of 8-byte fields at a 4-byte boundary, where a reference
+// to it is undefined (session_fuzzer found one on the GPU host: UBSan, misaligned reference). Callers check `i`.
+template <typename Struct>
+Struct StructAt(const flatbuffers::Vector<const Struct*>& vector, flatbuffers::uoffset_t i) {
+  Struct value;
+  std::memcpy(static_cast<void*>(&value), vector.Data() + static_cast<size_t>(i) * sizeof(Struct), sizeof(Struct));
+  return value;
 }
 
 }  // namespace curelay::wire

@@ -912,7 +912,8 @@ CUresult cuGraphBatchMemOpNodeGetParams(CUgraphNode node, CUDA_BATCH_MEM_OP_NODE
   if (count > wire::kMostMemoryOperations) return CUDA_ERROR_UNKNOWN;
   std::vector<CUstreamBatchMemOpParams> operations(count);
   for (size_t i = 0; i < count; ++i) {
-    if (!wire::DecodeMemoryOperation(*encoded->Get(i), &operations[i])) return CUDA_ERROR_UNKNOWN;
+    const auto operation = wire::StructAt(*encoded, static_cast<flatbuffers::uoffset_t>(i));
+    if (!wire::DecodeMemoryOperation(operation, &operations[i])) return CUDA_ERROR_UNKNOWN;
   }
   *params = {};
   params->ctx = client->contexts.FindById(spec->context());

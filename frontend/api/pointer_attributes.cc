@@ -71,7 +71,7 @@ CUresult AskExecutor(Client& client, unsigned int count, const CUpointer_attribu
   // Every value is checked before any is written: the answer states each width, and one that is not the width the
   // driver writes for that attribute (the application's variable is that big, no bigger) is a broken answer.
   for (unsigned int i = 0; i < count; ++i) {
-    const uint32_t width = answer->values()->Get(i)->bytes();
+    const uint32_t width = wire::StructAt(*answer->values(), i).bytes();
     if (width == 0 || width != PointerAttributeWidth(attributes[i])) {
       Log().error("cuPointerGetAttributes: the executor answered attribute {} with {} bytes; the driver writes {}",
                   static_cast<int>(attributes[i]), width, PointerAttributeWidth(attributes[i]));
@@ -79,12 +79,12 @@ CUresult AskExecutor(Client& client, unsigned int count, const CUpointer_attribu
     }
   }
   for (unsigned int i = 0; i < count; ++i) {
-    const wire::AttributeValue* value = answer->values()->Get(i);
+    const wire::AttributeValue value = wire::StructAt(*answer->values(), i);
     if (attributes[i] == CU_POINTER_ATTRIBUTE_CONTEXT) {
-      Store(data[i], attributes[i], reinterpret_cast<uint64_t>(client.contexts.FindById(value->context())));
+      Store(data[i], attributes[i], reinterpret_cast<uint64_t>(client.contexts.FindById(value.context())));
       continue;
     }
-    Store(data[i], attributes[i], value->value());
+    Store(data[i], attributes[i], value.value());
   }
   return CUDA_SUCCESS;
 }

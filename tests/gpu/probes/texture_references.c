@@ -317,6 +317,29 @@ int main(void) {
   ANSWER("created_set_array", cuTexRefSetArray(created, array, CU_TRSA_OVERRIDE_FORMAT));
   ANSWER("destroy_created", cuTexRefDestroy(created));
 
+  /* A module's reference looked up while another context is current belongs to the module's context. */
+  CUcontext other = NULL;
+  ANSWER("other_context_create", cuCtxCreate(&other, NULL, 0, device));
+  CUtexref elsewhere = NULL;
+  r = cuModuleGetTexRef(&elsewhere, module, "tex_arr");
+  printf("other_context_get_tex_arr %d %s\n", (int)r, elsewhere == tex_arr ? "same" : "other");
+  ANSWER("other_context_destroy", cuCtxDestroy(other));
+  cuCtxSetCurrent(context);
+  ANSWER("after_other_context_set_filter", cuTexRefSetFilterMode(tex_arr, CU_TR_FILTER_MODE_POINT));
+
+  /* No current context: setters and getters are answered. */
+  cuCtxSetCurrent(NULL);
+  ANSWER("no_context_set_filter", cuTexRefSetFilterMode(tex_lin, CU_TR_FILTER_MODE_LINEAR));
+  filter = 99;
+  r = cuTexRefGetFilterMode(&filter, tex_lin);
+  printf("no_context_get_filter %d %d\n", (int)r, (int)filter);
+  ANSWER("get_format_both_null", cuTexRefGetFormat(NULL, NULL, tex_lin));
+  cuCtxSetCurrent(context);
+
+  /* A module's reference destroyed: the module then finds no reference of that name. */
+  ANSWER("destroy_module_ref", cuTexRefDestroy(tex_lin));
+  ANSWER("get_destroyed_module_ref", cuModuleGetTexRef(&again, module, "tex_lin"));
+
   ANSWER("mipmap_destroy", cuMipmappedArrayDestroy(mipmap));
   ANSWER("surface_array_destroy", cuArrayDestroy(surface_array));
   ANSWER("array_destroy", cuArrayDestroy(array));
