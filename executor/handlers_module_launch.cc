@@ -104,13 +104,6 @@ Session::Outcome Session::LoadWithJitOptions(
   return outcome;
 }
 
-// Drops the executor's records of a module: its functions, and the module itself.
-CUcontext Session::CurrentDriverContext() {
-  CUcontext context = nullptr;
-  if (driver_.cuCtxGetCurrent != nullptr && driver_.cuCtxGetCurrent(&context) != CUDA_SUCCESS) context = nullptr;
-  return context;
-}
-
 void Session::ForgetModulesOf(CUcontext context) {
   std::vector<uint64_t> gone;
   for (const auto& [module_id, module_context] : module_contexts_) {
@@ -119,6 +112,7 @@ void Session::ForgetModulesOf(CUcontext context) {
   for (uint64_t module_id : gone) ForgetModule(module_id);
 }
 
+// Drops the executor's records of a module: its functions, and the module itself.
 void Session::ForgetModule(uint64_t module_id) {
   managed_globals_.Forget({module_id, 0});
   texture_references_.ForgetModule(module_id);

@@ -226,8 +226,6 @@ class Session {
   void ForgetModule(uint64_t module_id);
   // The modules of a context the driver has just ended (and with them their functions and references).
   void ForgetModulesOf(CUcontext context);
-  // The driver's current context on the session's thread (null: none, or the driver cannot say).
-  CUcontext CurrentDriverContext();
   Outcome PotentialBlockSize(const wire::Occupancy& call, CUfunction function);
   Outcome WithInteger(Outcome outcome, int64_t value);  // the outcome, answering `value` as an IntegerValue
   // Page-locked memory of a remote client, mirrored here (host_mirrors.h, handlers_host_memory.cc).

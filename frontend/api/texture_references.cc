@@ -118,14 +118,16 @@ CUresult FloatAnswer(const void* reference, wire::TexRefProperty property, size_
   return CUDA_SUCCESS;
 }
 
-// The client's array handle the executor answered by id (null for none).
-CUresult ArrayAnswer(const void* reference, bool surface, CUarray* array) {
+// The client's array (or mipmapped array) the executor answered by id, from `registry` (null for none).
+template <typename Handle, typename Object>
+CUresult ArrayAnswer(const void* reference, bool surface, wire::TexRefProperty property,
+                     HandleRegistry<Object> Client::*registry, Handle* array) {
   if (array == nullptr) return CUDA_ERROR_INVALID_VALUE;
   ReplyMessage reply;
   const wire::TexRefValue* value;
   Client* client;
-  CURELAY_RETURN_IF_ERROR(Get(reference, surface, wire::TexRefProperty::Array, 0, &reply, &value, &client));
-  CUarray found = value->array_id() != 0 ? client->arrays.FindById(value->array_id()) : nullptr;
+  CURELAY_RETURN_IF_ERROR(Get(reference, surface, property, 0, &reply, &value, &client));
+  Handle found = value->array_id() != 0 ? (client->*registry).FindById(value->array_id()) : nullptr;
   if (value->array_id() != 0 && found == nullptr) return CUDA_ERROR_INVALID_HANDLE;
   *array = found;
   return CUDA_SUCCESS;
@@ -301,18 +303,12 @@ CUresult cuTexRefGetAddress_v2(CUdeviceptr* device, CUtexref reference) {
   return CUDA_SUCCESS;
 }
 
-CUresult cuTexRefGetArray(CUarray* array, CUtexref reference) { return ArrayAnswer(reference, false, array); }
+CUresult cuTexRefGetArray(CUarray* array, CUtexref reference) {
+  return ArrayAnswer(reference, false, wire::TexRefProperty::Array, &Client::arrays, array);
+}
 
 CUresult cuTexRefGetMipmappedArray(CUmipmappedArray* mipmap, CUtexref reference) {
-  if (mipmap == nullptr) return CUDA_ERROR_INVALID_VALUE;
-  ReplyMessage reply;
-  const wire::TexRefValue* value;
-  Client* client;
-  CURELAY_RETURN_IF_ERROR(Get(reference, false, wire::TexRefProperty::MipmappedArray, 0, &reply, &value, &client));
-  CUmipmappedArray found = value->array_id() != 0 ? client->mipmapped_arrays.FindById(value->array_id()) : nullptr;
-  if (value->array_id() != 0 && found == nullptr) return CUDA_ERROR_INVALID_HANDLE;
-  *mipmap = found;
-  return CUDA_SUCCESS;
+  return ArrayAnswer(reference, false, wire::TexRefProperty::MipmappedArray, &Client::mipmapped_arrays, mipmap);
 }
 
 // Either output may be null (both: the driver answers success and writes nothing).
@@ -390,7 +386,9 @@ CUresult cuSurfRefSetArray(CUsurfref reference, CUarray array, unsigned int flag
   return Set(reference, true, wire::TexRefProperty::Array, setting);
 }
 
-CUresult cuSurfRefGetArray(CUarray* array, CUsurfref reference) { return ArrayAnswer(reference, true, array); }
+CUresult cuSurfRefGetArray(CUarray* array, CUsurfref reference) {
+  return ArrayAnswer(reference, true, wire::TexRefProperty::Array, &Client::arrays, array);
+}
 
 CUresult cuParamSetTexRef(CUfunction function, int texunit, CUtexref reference) {
   Client* client;
