@@ -109,6 +109,16 @@ CUresult IntAnswer(const void* reference, wire::TexRefProperty property, int ind
   return CUDA_SUCCESS;
 }
 
+// A getter of one integer, written to the application's `out` as its type (an enum: converted, never read back).
+template <typename T>
+CUresult OneIntAnswer(T* out, const void* reference, wire::TexRefProperty property, int index = 0) {
+  if (out == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  int32_t answer = 0;
+  CURELAY_RETURN_IF_ERROR(IntAnswer(reference, property, index, 1, &answer));
+  *out = static_cast<T>(answer);
+  return CUDA_SUCCESS;
+}
+
 CUresult FloatAnswer(const void* reference, wire::TexRefProperty property, size_t count, float* out) {
   ReplyMessage reply;
   const wire::TexRefValue* value;
@@ -321,40 +331,23 @@ CUresult cuTexRefGetFormat(CUarray_format* format, int* channels, CUtexref refer
 }
 
 CUresult cuTexRefGetAddressMode(CUaddress_mode* mode, CUtexref reference, int dim) {
-  if (mode == nullptr) return CUDA_ERROR_INVALID_VALUE;
-  int32_t answer = 0;
-  CURELAY_RETURN_IF_ERROR(IntAnswer(reference, wire::TexRefProperty::AddressMode, dim, 1, &answer));
-  *mode = static_cast<CUaddress_mode>(answer);
-  return CUDA_SUCCESS;
+  return OneIntAnswer(mode, reference, wire::TexRefProperty::AddressMode, dim);
 }
 
 CUresult cuTexRefGetFilterMode(CUfilter_mode* mode, CUtexref reference) {
-  if (mode == nullptr) return CUDA_ERROR_INVALID_VALUE;
-  int32_t answer = 0;
-  CURELAY_RETURN_IF_ERROR(IntAnswer(reference, wire::TexRefProperty::FilterMode, 0, 1, &answer));
-  *mode = static_cast<CUfilter_mode>(answer);
-  return CUDA_SUCCESS;
+  return OneIntAnswer(mode, reference, wire::TexRefProperty::FilterMode);
 }
 
 CUresult cuTexRefGetMipmapFilterMode(CUfilter_mode* mode, CUtexref reference) {
-  if (mode == nullptr) return CUDA_ERROR_INVALID_VALUE;
-  int32_t answer = 0;
-  CURELAY_RETURN_IF_ERROR(IntAnswer(reference, wire::TexRefProperty::MipmapFilterMode, 0, 1, &answer));
-  *mode = static_cast<CUfilter_mode>(answer);
-  return CUDA_SUCCESS;
+  return OneIntAnswer(mode, reference, wire::TexRefProperty::MipmapFilterMode);
 }
 
 CUresult cuTexRefGetMaxAnisotropy(int* max_anisotropy, CUtexref reference) {
-  if (max_anisotropy == nullptr) return CUDA_ERROR_INVALID_VALUE;
-  return IntAnswer(reference, wire::TexRefProperty::MaxAnisotropy, 0, 1, max_anisotropy);
+  return OneIntAnswer(max_anisotropy, reference, wire::TexRefProperty::MaxAnisotropy);
 }
 
 CUresult cuTexRefGetFlags(unsigned int* flags, CUtexref reference) {
-  if (flags == nullptr) return CUDA_ERROR_INVALID_VALUE;
-  int32_t answer = 0;
-  CURELAY_RETURN_IF_ERROR(IntAnswer(reference, wire::TexRefProperty::Flags, 0, 1, &answer));
-  *flags = static_cast<unsigned int>(answer);
-  return CUDA_SUCCESS;
+  return OneIntAnswer(flags, reference, wire::TexRefProperty::Flags);
 }
 
 CUresult cuTexRefGetMipmapLevelBias(float* bias, CUtexref reference) {
