@@ -28,6 +28,8 @@ LOCAL = {
     "cuCtxPushCurrent": "per-thread context stack", "cuCtxPushCurrent_v2": "per-thread context stack",
     "cuCtxPopCurrent": "per-thread context stack", "cuCtxPopCurrent_v2": "per-thread context stack",
     "cuCtxGetDevice": "client context object",
+    "cuCtxAttach": "a usage count in the client context object (a primary context's is its retain count: the "
+                   "first retain asks the executor)",
     "cuDevicePrimaryCtxGetState": "retain count and flags mirrored in the client",
     "cuGetErrorName": "the driver's texts, learned at attach", "cuGetErrorString": "the driver's texts",
     "cuGetProcAddress": "generated symbol table", "cuGetProcAddress_v2": "generated symbol table",
@@ -132,7 +134,8 @@ UNSUPPORTED_REASONS = [
     (r"^cuMulticast", "multicast objects (NVLink fabric): not implemented"),
     (r"^cuCheckpointProcess",
      "process checkpoints: they would checkpoint the executor, not the application; not offered"),
-    (r"^cuCtx(Attach|Detach)$", "deprecated since CUDA 4.0 and absent from its headers"),
+    (r"^cuMemGetAttribute", "exported by the driver but declared in no CUDA header: no documented signature to "
+     "forward"),
     (r".", "not implemented yet"),
 ]
 

@@ -113,6 +113,54 @@ TEST_F(DriverApiTest, ContextStackIsPerThread) {
   EXPECT_EQ(active, 1);
 }
 
+// The deprecated usage count (cuda.h still declares it), with the answers the H200's driver gave
+// (tests/gpu/probes/multicast_attach.c).
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wdeprecated-declarations"
+TEST_F(DriverApiTest, AttachAndDetachCountUsagesOfTheCurrentContext) {
+  CUcontext attached = nullptr;
+  EXPECT_EQ(cuCtxAttach(nullptr, 0), CUDA_ERROR_INVALID_VALUE);
+  EXPECT_EQ(cuCtxAttach(&attached, 1), CUDA_ERROR_INVALID_VALUE);
+  ASSERT_CU(cuCtxAttach(&attached, 0));
+  EXPECT_EQ(attached, context_);
+  unsigned flags = 0;
+  int active = 0;
+  ASSERT_CU(cuDevicePrimaryCtxRelease(0));  // the attachment keeps the primary context active
+  ASSERT_CU(cuDevicePrimaryCtxGetState(0, &flags, &active));
+  EXPECT_EQ(active, 1);
+  CUcontext again = nullptr;
+  ASSERT_CU(cuDevicePrimaryCtxRetain(&again, 0));
+  ASSERT_CU(cuCtxDetach(context_));
+  CUdeviceptr ptr = 0;
+  ASSERT_CU(cuMemAlloc(&ptr, 256));
+  ASSERT_CU(cuMemFree(ptr));
+
+  CUcontext created = nullptr;
+  ASSERT_CU(cuCtxCreate(&created, nullptr, 0, 0));
+  ASSERT_CU(cuCtxAttach(&attached, 0));
+  EXPECT_EQ(attached, created);
+  ASSERT_CU(cuCtxSetCurrent(context_));
+  EXPECT_EQ(cuCtxDetach(created), CUDA_ERROR_INVALID_CONTEXT);  // not this thread's current context
+  EXPECT_EQ(cuCtxDetach(nullptr), CUDA_ERROR_INVALID_CONTEXT);
+  ASSERT_CU(cuCtxSetCurrent(created));
+  ASSERT_CU(cuCtxDetach(created));  // one usage left: still alive and current
+  CUcontext current = nullptr;
+  ASSERT_CU(cuCtxGetCurrent(&current));
+  EXPECT_EQ(current, created);
+  ASSERT_CU(cuMemAlloc(&ptr, 256));
+  ASSERT_CU(cuMemFree(ptr));
+  ASSERT_CU(cuCtxDetach(created));  // the last: destroyed, and the context below it is current
+  ASSERT_CU(cuCtxGetCurrent(&current));
+  EXPECT_EQ(current, context_);
+  unsigned version = 0;
+  EXPECT_EQ(cuCtxGetApiVersion(created, &version), CUDA_ERROR_INVALID_CONTEXT);
+  EXPECT_EQ(cuCtxDestroy(created), CUDA_ERROR_INVALID_CONTEXT);
+  ASSERT_CU(cuCtxSetCurrent(nullptr));
+  EXPECT_EQ(cuCtxAttach(&attached, 0), CUDA_ERROR_INVALID_CONTEXT);
+  ASSERT_CU(cuCtxSetCurrent(context_));
+}
+#pragma GCC diagnostic pop
+
 TEST_F(DriverApiTest, CopiesOfEverySizeAndDirectionAtUnalignedOffsets) {
   std::mt19937_64 random(7);
   for (const size_t bytes : {size_t{1}, size_t{3}, size_t{4095}, size_t{4096}, size_t{65537}, (size_t{1} << 20) + 7,
