@@ -277,6 +277,28 @@ def session_seeds():
         (request(6, "AsyncNotificationRegister", {"device": 1, "notify": 92}, context=0), b""),
     ]
     # Texture and surface references (protocol 24): a module's and a created one, set, read back, bound to an array.
+    multicast_prop = {"device_count": 1, "bytes": 4 << 20, "handle_types": 0}
+    seeds["multicast"] = [
+        retain,
+        (request(2, "MulticastGetGranularity", {"prop": multicast_prop, "option": 1}, context=0), b""),
+        (request(3, "MulticastCreate", {"handle": 80, "prop": multicast_prop}, context=0), b""),
+        (request(4, "MulticastAddDevice", {"handle": 80, "device": 0}), b""),
+        (request(5, "MemCreate", {"handle": 81, "bytes": 4 << 20,
+                                  "prop": {"type": 1, "location_type": 1, "location_id": 0}}), b""),
+        (request(6, "MulticastBind", {"handle": 80, "memory": 81, "memory_offset": 2 << 20, "bytes": 2 << 20}), b""),
+        (request(7, "MemAddressReserve", {"bytes": 4 << 20}), b""),
+        (request(8, "MemMap", {"ptr": address(0), "bytes": 4 << 20, "handle": 81}), b""),
+        (request(9, "MulticastBind", {"handle": 80, "offset": 2 << 20, "address": address(0), "by_address": True,
+                                      "bytes": 2 << 20}), b""),
+        (request(10, "MemAddressReserve", {"bytes": 4 << 20}), b""),
+        (request(11, "MemMap", {"ptr": address(1), "bytes": 4 << 20, "handle": 80}), b""),
+        (request(12, "MemSetAccess", {"ptr": address(1), "bytes": 4 << 20,
+                                      "descriptors": [{"location_type": 1, "location_id": 0, "flags": 3}]}), b""),
+        (request(13, "MemGetAllocationProperties", {"handle": 80}), b""),
+        (request(14, "MemUnmap", {"ptr": address(1), "bytes": 4 << 20}), b""),
+        (request(15, "MulticastUnbind", {"handle": 80, "device": 0, "bytes": 4 << 20}), b""),
+        (request(16, "MemRelease", {"handle": 80}), b""),
+    ]
     seeds["texture_references"] = [
         retain,
         (request(2, "ModuleLoad", {"module_id": 70}), REFERENCES_PTX),

@@ -126,6 +126,8 @@ executor::Driver* LoadDriver() {
   setenv("CURELAY_EMU_STREAM_WAIT_LIMIT_MS", "100", 0);
   // Allocations past 128 MiB raise asynchronous notifications (to registrations the input made).
   setenv("CURELAY_EMU_MEMORY_BUDGET", std::to_string(128 << 20).c_str(), 0);
+  // A device that can multicast, so multicast objects get past the support check.
+  setenv("CURELAY_EMU_MULTICAST", "1", 0);
   const char* path = std::getenv("CURELAY_FUZZ_DRIVER");
   auto* driver = new executor::Driver;
   std::string error;

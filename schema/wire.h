@@ -23,8 +23,9 @@ namespace curelay::wire {
 // PointerSetAttribute; 21: batch memory-operation graph nodes (GraphNodeKind BatchMemOp), LibraryGetUnifiedFunction,
 // LaunchCooperativeMultiDevice; 22: Reply.driver_log, MemBatchDecompress, MemPoolCreate.usage; 23: asynchronous
 // notifications (AsyncNotificationRegister/Next/Unregister, the AsyncNotification answer); 24: texture and surface
-// references (ReferenceGet, TexRefDestroy, TexRefSet, TexRefGet, ParamSetTexRef, the TexRefValue answer)
-inline constexpr uint32_t kProtocolVersion = 24;
+// references (ReferenceGet, TexRefDestroy, TexRefSet, TexRefGet, ParamSetTexRef, the TexRefValue answer); 25:
+// multicast objects (MulticastGetGranularity, MulticastCreate, MulticastAddDevice, MulticastBind, MulticastUnbind)
+inline constexpr uint32_t kProtocolVersion = 25;
 
 // Size limits: a header frame is small; a payload is one copy chunk or one module image.
 inline constexpr size_t kMaxHeaderBytes = 64 * 1024;

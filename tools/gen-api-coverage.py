@@ -78,6 +78,10 @@ LOCAL = {
 
 # Forwarded entry points that are answered inside the client in some cases (what libraries ask before launches).
 FORWARDED_UNLESS = {
+    **{name: "`CUDA_ERROR_NOT_SUPPORTED` locally where no device can multicast (`CU_DEVICE_ATTRIBUTE_MULTICAST_"
+             "SUPPORTED` 0, as the driver answers there)"
+       for name in ("cuMulticastCreate", "cuMulticastAddDevice", "cuMulticastBindMem", "cuMulticastBindAddr",
+                    "cuMulticastUnbind", "cuMulticastGetGranularity")},
     "cuCtxGetLimit": "once per limit and context, then local until a setting changes (`cuCtxSetLimit`, cache and "
                      "shared-memory configuration, a primary-context reset); `CU_LIMIT_STACK_SIZE` always (the driver "
                      "grows it at launches)",
@@ -131,7 +135,6 @@ UNSUPPORTED_REASONS = [
     (r"^cuMemGetHandleForAddressRange",
      "dma-buf descriptors of device memory (for NICs and other devices): a descriptor would be the executor's, "
      "useless in the application's process; not implemented (shareable handles between sessions are)"),
-    (r"^cuMulticast", "multicast objects (NVLink fabric): not implemented"),
     (r"^cuCheckpointProcess",
      "process checkpoints: they would checkpoint the executor, not the application; not offered"),
     (r"^cuMemGetAttribute", "exported by the driver but declared in no CUDA header: no documented signature to "
@@ -429,6 +432,20 @@ def main() -> None:
         "pool stops being importable when its exporter releases or destroys it (natively an open descriptor keeps "
         "it importable). Fabric handles answer `CUDA_ERROR_NOT_SUPPORTED` (docs/architecture.md, \"Shareable "
         "handles\") |",
+        "| multicast objects (`cuMulticastCreate`, `cuMulticastAddDevice`, `cuMulticastBindMem`, "
+        "`cuMulticastBindAddr`, `cuMulticastUnbind`, `cuMulticastGetGranularity`; NVLink fabric, as NCCL's NVLS "
+        "uses them) | made, joined and bound by the executor's driver; a multicast object is a generic allocation "
+        "handle of this process, which `cuMemMap`, `cuMemRelease`, `cuMemGetAllocationPropertiesFromHandle` and "
+        "`cuMemExportToShareableHandle` take as they take `cuMemCreate`'s (an export of one was not tried). Where no "
+        "device reports `CU_DEVICE_ATTRIBUTE_MULTICAST_SUPPORTED`, every call answers `CUDA_ERROR_NOT_SUPPORTED` "
+        "without a round trip, before its arguments are read, as the H200 host's driver (no NVSwitch fabric) "
+        "answered all of them: so no working multicast object has been run through curelay on a real GPU, only on "
+        "the emulated test driver (one device per object). A bind or map of an object whose team is not complete "
+        "waits in the driver until the other devices are added (by other processes): the session's executor waits "
+        "with it, so another thread of the same process cannot add a device meanwhile |",
+        "| `cuCtxAttach`/`cuCtxDetach` (deprecated) | a usage count of the current context: a created context's is "
+        "kept in the client (the last detach destroys it as `cuCtxDestroy` does), a primary context's is its "
+        "retain count (attach retains, detach releases) |",
         "| `cuTensorMapEncode*` and `cuTensorMapReplaceAddress` | encoded by the executor's driver, byte for byte what "
         "the driver encodes natively (checked on the H100 host with cuda-python); a map not aligned to 64 bytes is "
         "taken, as by the driver |",

@@ -2,9 +2,9 @@
 // driver. Reserved and mapped addresses are the executor's device addresses, passed through; the
 // CUmemGenericAllocationHandle values the application sees are ids this process assigns, which the executor maps to
 // its driver's handles. Structures travel as explicit fields, never as bytes (CUmemAllocationProp holds a pointer).
-#include <atomic>
 #include <vector>
 
+#include "frontend/api/allocation_ids.h"
 #include "frontend/api/api_support.h"
 #include "frontend/api/shareable_handle_file.h"
 
@@ -12,12 +12,6 @@ using namespace curelay;
 using namespace curelay::frontend;
 
 namespace {
-
-// Allocation handle ids: unique within the process, never 0 (which applications may take for "no handle").
-uint64_t NextAllocationId() {
-  static std::atomic<uint64_t> next{1};
-  return next.fetch_add(1);
-}
 
 CUresult EncodeProp(flatbuffers::FlatBufferBuilder& builder, const CUmemAllocationProp* prop,
                     flatbuffers::Offset<wire::MemAllocationProp>* encoded) {

@@ -2,18 +2,25 @@
 // (device addresses are host addresses here), a physical allocation is a memfd, and mapping one into a
 // reservation maps the file there. Only ranges whose access was set are entered in the MemoryMap (as borrowed
 // blocks, adjacent mappings merged), so copies, memsets and kernels reach exactly what the real driver lets them.
+// Multicast objects (CURELAY_EMU_MULTICAST=1) are generic allocation handles too: memory is bound to them per device,
+// and mapping one maps the memory bound for its device. Stores through a multicast mapping cannot fan out to several
+// devices' files, so the emulator maps an object of one device only (more answer CUDA_ERROR_NOT_SUPPORTED at
+// cuMemMap), maps only ranges that are bound, and exports none.
 #include <fcntl.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include <cstring>
+#include <algorithm>
 #include <map>
+#include <memory>
 #include <mutex>
 #include <unordered_map>
 #include <vector>
 
 #include "api_common.h"
+#include "device_properties.h"
 
 namespace emu = curelay::emulated;
 
@@ -23,7 +30,21 @@ namespace {
 // The real driver's granularity for device memory (minimum and recommended) on current GPUs.
 constexpr size_t kGranularity = size_t{2} << 20;
 
+// Memory bound to a multicast object for one device: `size` bytes of allocation `memory` from `memory_offset`.
+struct MulticastBinding {
+  uint64_t memory = 0;
+  uint64_t memory_offset = 0;
+  size_t size = 0;
+};
+
+struct MulticastObject {
+  CUmulticastObjectProp prop{};
+  std::vector<int> devices;                                      // in the order added
+  std::map<std::pair<int, uint64_t>, MulticastBinding> bindings;  // by device, then offset into the object
+};
+
 struct PhysicalAllocation {
+  std::unique_ptr<MulticastObject> multicast;  // set for a multicast object (no file of its own)
   int fd = -1;
   size_t size = 0;
   CUmemAllocationProp prop{};
@@ -35,6 +56,7 @@ struct PhysicalAllocation {
 struct Mapping {
   size_t size = 0;
   uint64_t handle = 0;
+  uint64_t offset = 0;  // into the allocation
   int device = 0;
   CUmemAccess_flags access = CU_MEM_ACCESS_FLAGS_PROT_NONE;
 };
@@ -101,6 +123,19 @@ void EnterAccessible(Reservation& reservation) {
 void DropPhysicalIfUnused(VirtualMemory& state, uint64_t handle) {
   auto it = state.physical.find(handle);
   if (it == state.physical.end() || it->second.references > 0 || it->second.mappings > 0) return;
+  if (it->second.multicast != nullptr) {
+    // Its bindings go with it, and with them the references they held on the bound memory.
+    std::vector<uint64_t> bound;
+    for (const auto& [key, binding] : it->second.multicast->bindings) bound.push_back(binding.memory);
+    state.physical.erase(it);
+    for (uint64_t memory : bound) {
+      auto found = state.physical.find(memory);
+      if (found == state.physical.end()) continue;
+      --found->second.references;
+      DropPhysicalIfUnused(state, memory);
+    }
+    return;
+  }
   close(it->second.fd);
   // Its device memory is free again (an imported one's is the exporter's to free).
   if (!it->second.imported) Driver::Get().memory().UnchargePhysical(it->second.prop.location.id, it->second.size);
@@ -121,6 +156,82 @@ CUresult CheckProp(const CUmemAllocationProp* prop) {
     return CUDA_ERROR_NOT_SUPPORTED;
   }
   return CheckDeviceLocation(prop->location);
+}
+
+// Maps the memory bound to `object` for [offset, offset + size) at `ptr`; `device` is set to the object's device.
+CUresult MapMulticast(VirtualMemory& state, const MulticastObject& object, uint64_t ptr, size_t size, uint64_t offset,
+                      int* device) {
+  if (object.devices.size() < object.prop.numDevices) return CUDA_ERROR_INVALID_VALUE;  // the real driver waits
+  if (object.devices.size() != 1) return CUDA_ERROR_NOT_SUPPORTED;  // stores cannot fan out here
+  *device = object.devices.front();
+  std::vector<std::pair<uint64_t, const MulticastBinding*>> pieces;  // offset into the object, binding
+  uint64_t next = offset;
+  for (const auto& [key, binding] : object.bindings) {
+    if (key.first != *device || key.second + binding.size <= offset || key.second >= offset + size) continue;
+    if (key.second > next) break;  // a hole: unbound memory is not emulated
+    pieces.emplace_back(key.second, &binding);
+    next = key.second + binding.size;
+  }
+  if (next < offset + size) return CUDA_ERROR_INVALID_VALUE;
+  for (const auto& [start, binding] : pieces) {
+    const uint64_t from = std::max<uint64_t>(start, offset);
+    const uint64_t to = std::min<uint64_t>(start + binding->size, offset + size);
+    const PhysicalAllocation& memory = state.physical.at(binding->memory);
+    void* mapped = mmap(reinterpret_cast<void*>(ptr + (from - offset)), to - from, PROT_READ | PROT_WRITE,
+                        MAP_SHARED | MAP_FIXED, memory.fd, static_cast<off_t>(binding->memory_offset + (from - start)));
+    if (mapped == MAP_FAILED) {
+      mmap(reinterpret_cast<void*>(ptr), size, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | MAP_FIXED,
+           -1, 0);
+      return CUDA_ERROR_OUT_OF_MEMORY;
+    }
+  }
+  return CUDA_SUCCESS;
+}
+
+// The multicast object `handle`, or nullptr.
+MulticastObject* FindMulticast(VirtualMemory& state, uint64_t handle) {
+  auto it = state.physical.find(handle);
+  if (it == state.physical.end() || it->second.references == 0) return nullptr;
+  return it->second.multicast.get();
+}
+
+CUresult CheckMulticastProp(const CUmulticastObjectProp* prop) {
+  if (prop == nullptr || prop->numDevices == 0 || prop->flags != 0) return CUDA_ERROR_INVALID_VALUE;
+  if (prop->numDevices > static_cast<unsigned>(Driver::Get().device_count())) return CUDA_ERROR_INVALID_VALUE;
+  if (prop->handleTypes != CU_MEM_HANDLE_TYPE_NONE && prop->handleTypes != CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR) {
+    return CUDA_ERROR_NOT_SUPPORTED;
+  }
+  return CUDA_SUCCESS;
+}
+
+// cuMulticastBindMem's checks and the binding, once the memory is named by its handle.
+CUresult BindMulticast(VirtualMemory& state, uint64_t handle, uint64_t offset, uint64_t memory,
+                       uint64_t memory_offset, size_t size, unsigned long long flags) {
+  MulticastObject* object = FindMulticast(state, handle);
+  if (object == nullptr || flags != 0 || size == 0) return CUDA_ERROR_INVALID_VALUE;
+  if (!Aligned(offset) || !Aligned(memory_offset) || !Aligned(size)) return CUDA_ERROR_INVALID_VALUE;
+  if (object->devices.size() < object->prop.numDevices) return CUDA_ERROR_INVALID_VALUE;  // the real driver waits
+  auto found = state.physical.find(memory);
+  if (found == state.physical.end() || found->second.references == 0 || found->second.multicast != nullptr) {
+    return CUDA_ERROR_INVALID_VALUE;
+  }
+  PhysicalAllocation& bound = found->second;
+  if (offset > object->prop.size || size > object->prop.size - offset || memory_offset > bound.size ||
+      size > bound.size - memory_offset) {
+    return CUDA_ERROR_INVALID_VALUE;
+  }
+  const int device = bound.prop.location.id;
+  if (std::find(object->devices.begin(), object->devices.end(), device) == object->devices.end()) {
+    return CUDA_ERROR_INVALID_DEVICE;
+  }
+  for (const auto& [key, binding] : object->bindings) {
+    if (key.first == device && key.second < offset + size && offset < key.second + binding.size) {
+      return CUDA_ERROR_INVALID_VALUE;  // that range of the device is bound already
+    }
+  }
+  object->bindings[{device, offset}] = {memory, memory_offset, size};
+  ++bound.references;  // bound memory lives on until unbound
+  return CUDA_SUCCESS;
 }
 
 // Device work queued before an unmap may still touch the range.
@@ -242,6 +353,7 @@ CUresult CUDAAPI cuMemExportToShareableHandle(void* shareable, CUmemGenericAlloc
     std::lock_guard lock(state.mu);
     auto it = state.physical.find(handle);
     if (it == state.physical.end() || it->second.references == 0) return CUDA_ERROR_INVALID_HANDLE;
+    if (it->second.multicast != nullptr) return CUDA_ERROR_NOT_SUPPORTED;  // no file to pass on
     if (it->second.prop.requestedHandleTypes != CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR) {
       return CUDA_ERROR_INVALID_VALUE;  // not made shareable as a descriptor
     }
@@ -299,10 +411,18 @@ CUresult CUDAAPI cuMemMap(CUdeviceptr ptr, size_t size, size_t offset, CUmemGene
     for (const auto& [addr, mapping] : reservation->mappings) {
       if (addr < ptr + size && ptr < addr + mapping.size) return CUDA_ERROR_INVALID_VALUE;  // already mapped
     }
-    void* mapped = mmap(reinterpret_cast<void*>(ptr), size, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_FIXED,
-                        physical->second.fd, static_cast<off_t>(offset));
-    if (mapped == MAP_FAILED) return CUDA_ERROR_OUT_OF_MEMORY;
-    reservation->mappings[ptr] = {size, handle, physical->second.prop.location.id};
+    int device = physical->second.prop.location.id;
+    if (physical->second.multicast != nullptr) {
+      if (CUresult r = emu::MapMulticast(state, *physical->second.multicast, ptr, size, offset, &device);
+          r != CUDA_SUCCESS) {
+        return r;
+      }
+    } else {
+      void* mapped = mmap(reinterpret_cast<void*>(ptr), size, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_FIXED,
+                          physical->second.fd, static_cast<off_t>(offset));
+      if (mapped == MAP_FAILED) return CUDA_ERROR_OUT_OF_MEMORY;
+    }
+    reservation->mappings[ptr] = {size, handle, offset, device};
     ++physical->second.mappings;
     return CUDA_SUCCESS;
   });
@@ -428,6 +548,126 @@ CUresult CUDAAPI cuMemGetAllocationPropertiesFromHandle(CUmemAllocationProp* pro
     auto it = state.physical.find(handle);
     if (it == state.physical.end() || it->second.references == 0) return CUDA_ERROR_INVALID_VALUE;
     *prop = it->second.prop;
+    return CUDA_SUCCESS;
+  });
+}
+
+
+CUresult CUDAAPI cuMulticastGetGranularity(size_t* granularity, const CUmulticastObjectProp* prop,
+                                           CUmulticastGranularity_flags option) {
+  return emu::Guard([&] {
+    if (CUresult r = emu::CheckInit(); r != CUDA_SUCCESS) return r;
+    if (!emu::MulticastSupported()) return CUDA_ERROR_NOT_SUPPORTED;
+    if (granularity == nullptr) return CUDA_ERROR_INVALID_VALUE;
+    if (option != CU_MULTICAST_GRANULARITY_MINIMUM && option != CU_MULTICAST_GRANULARITY_RECOMMENDED) {
+      return CUDA_ERROR_INVALID_VALUE;
+    }
+    if (CUresult r = emu::CheckMulticastProp(prop); r != CUDA_SUCCESS) return r;
+    *granularity = emu::kGranularity;
+    return CUDA_SUCCESS;
+  });
+}
+
+CUresult CUDAAPI cuMulticastCreate(CUmemGenericAllocationHandle* handle, const CUmulticastObjectProp* prop) {
+  return emu::Guard([&] {
+    if (CUresult r = emu::CheckInit(); r != CUDA_SUCCESS) return r;
+    if (!emu::MulticastSupported()) return CUDA_ERROR_NOT_SUPPORTED;
+    if (handle == nullptr) return CUDA_ERROR_INVALID_VALUE;
+    if (CUresult r = emu::CheckMulticastProp(prop); r != CUDA_SUCCESS) return r;
+    if (prop->size == 0 || !emu::Aligned(prop->size)) return CUDA_ERROR_INVALID_VALUE;
+    emu::VirtualMemory& state = emu::State();
+    std::lock_guard lock(state.mu);
+    const uint64_t id = state.next_handle++;
+    emu::PhysicalAllocation& physical = state.physical[id];
+    physical.multicast = std::make_unique<emu::MulticastObject>();
+    physical.multicast->prop = *prop;
+    physical.size = prop->size;
+    physical.prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
+    physical.prop.requestedHandleTypes = static_cast<CUmemAllocationHandleType>(prop->handleTypes);
+    physical.prop.location = {CU_MEM_LOCATION_TYPE_INVALID, 0};
+    *handle = id;
+    return CUDA_SUCCESS;
+  });
+}
+
+CUresult CUDAAPI cuMulticastAddDevice(CUmemGenericAllocationHandle handle, CUdevice dev) {
+  return emu::Guard([&] {
+    if (CUresult r = emu::CheckInit(); r != CUDA_SUCCESS) return r;
+    if (!emu::MulticastSupported()) return CUDA_ERROR_NOT_SUPPORTED;
+    emu::VirtualMemory& state = emu::State();
+    std::lock_guard lock(state.mu);
+    emu::MulticastObject* object = emu::FindMulticast(state, handle);
+    if (object == nullptr) return CUDA_ERROR_INVALID_VALUE;
+    if (CUresult r = emu::Driver::Get().CheckDevice(dev); r != CUDA_SUCCESS) return r;
+    if (object->devices.size() == object->prop.numDevices ||
+        std::find(object->devices.begin(), object->devices.end(), dev) != object->devices.end()) {
+      return CUDA_ERROR_INVALID_VALUE;
+    }
+    object->devices.push_back(dev);
+    return CUDA_SUCCESS;
+  });
+}
+
+CUresult CUDAAPI cuMulticastBindMem(CUmemGenericAllocationHandle handle, size_t offset,
+                                    CUmemGenericAllocationHandle memory, size_t memory_offset, size_t size,
+                                    unsigned long long flags) {
+  return emu::Guard([&] {
+    if (CUresult r = emu::CheckInit(); r != CUDA_SUCCESS) return r;
+    if (!emu::MulticastSupported()) return CUDA_ERROR_NOT_SUPPORTED;
+    emu::VirtualMemory& state = emu::State();
+    std::lock_guard lock(state.mu);
+    return emu::BindMulticast(state, handle, offset, memory, memory_offset, size, flags);
+  });
+}
+
+CUresult CUDAAPI cuMulticastBindAddr(CUmemGenericAllocationHandle handle, size_t offset, CUdeviceptr address,
+                                     size_t size, unsigned long long flags) {
+  return emu::Guard([&] {
+    if (CUresult r = emu::CheckInit(); r != CUDA_SUCCESS) return r;
+    if (!emu::MulticastSupported()) return CUDA_ERROR_NOT_SUPPORTED;
+    emu::VirtualMemory& state = emu::State();
+    std::lock_guard lock(state.mu);
+    // The address must lie in one mapping of a memory allocation, for all of `size`.
+    emu::Reservation* reservation = emu::FindReservation(state, address, size == 0 ? 1 : size);
+    if (reservation == nullptr) return CUDA_ERROR_INVALID_VALUE;
+    auto it = reservation->mappings.upper_bound(address);
+    if (it == reservation->mappings.begin()) return CUDA_ERROR_INVALID_VALUE;
+    --it;
+    const uint64_t into = address - it->first;
+    if (into >= it->second.size || size > it->second.size - into) return CUDA_ERROR_INVALID_VALUE;
+    return emu::BindMulticast(state, handle, offset, it->second.handle, it->second.offset + into, size, flags);
+  });
+}
+
+CUresult CUDAAPI cuMulticastUnbind(CUmemGenericAllocationHandle handle, CUdevice dev, size_t offset, size_t size) {
+  return emu::Guard([&] {
+    if (CUresult r = emu::CheckInit(); r != CUDA_SUCCESS) return r;
+    if (!emu::MulticastSupported()) return CUDA_ERROR_NOT_SUPPORTED;
+    emu::VirtualMemory& state = emu::State();
+    std::lock_guard lock(state.mu);
+    emu::MulticastObject* object = emu::FindMulticast(state, handle);
+    if (object == nullptr || size == 0 || !emu::Aligned(offset) || !emu::Aligned(size)) {
+      return CUDA_ERROR_INVALID_VALUE;
+    }
+    if (CUresult r = emu::Driver::Get().CheckDevice(dev); r != CUDA_SUCCESS) return r;
+    // Whole bindings of the device inside the range go.
+    std::vector<uint64_t> unbound;
+    for (auto it = object->bindings.begin(); it != object->bindings.end();) {
+      const auto& [key, binding] = *it;
+      if (key.first == dev && key.second >= offset && key.second + binding.size <= offset + size) {
+        unbound.push_back(binding.memory);
+        it = object->bindings.erase(it);
+      } else {
+        ++it;
+      }
+    }
+    if (unbound.empty()) return CUDA_ERROR_INVALID_VALUE;
+    for (uint64_t memory : unbound) {
+      auto found = state.physical.find(memory);
+      if (found == state.physical.end()) continue;
+      --found->second.references;
+      emu::DropPhysicalIfUnused(state, memory);
+    }
     return CUDA_SUCCESS;
   });
 }

@@ -1,8 +1,17 @@
 #include "device_properties.h"
 
+#include <cstdlib>
 #include <cstring>
 
 namespace curelay::emulated {
+
+bool MulticastSupported() {
+  static const bool supported = [] {
+    const char* env = std::getenv("CURELAY_EMU_MULTICAST");
+    return env != nullptr && std::strcmp(env, "1") == 0;
+  }();
+  return supported;
+}
 
 std::string DeviceName(int) { return "NVIDIA H200 (curelay emulated)"; }
 
@@ -153,7 +162,7 @@ CUresult DeviceAttribute(CUdevice_attribute attribute, int device, int* value) {
     case CU_DEVICE_ATTRIBUTE_UNIFIED_FUNCTION_POINTERS: v = 0; break;
     case CU_DEVICE_ATTRIBUTE_NUMA_CONFIG: v = CU_DEVICE_NUMA_CONFIG_NONE; break;
     case CU_DEVICE_ATTRIBUTE_NUMA_ID: v = -1; break;
-    case CU_DEVICE_ATTRIBUTE_MULTICAST_SUPPORTED: v = 0; break;
+    case CU_DEVICE_ATTRIBUTE_MULTICAST_SUPPORTED: v = MulticastSupported() ? 1 : 0; break;
     case CU_DEVICE_ATTRIBUTE_MPS_ENABLED: v = 0; break;
     case CU_DEVICE_ATTRIBUTE_HOST_NUMA_ID: v = -1; break;
     case CU_DEVICE_ATTRIBUTE_D3D12_CIG_SUPPORTED: v = 0; break;

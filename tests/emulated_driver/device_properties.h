@@ -25,6 +25,10 @@ inline constexpr int kGreatestStreamPriority = -5;
 // The decompression engine the emulated device plays (api_decompress.cc): Snappy, buffers of up to 4 MiB.
 inline constexpr size_t kMaxDecompressLength = 4u << 20;
 
+// Multicast objects (api_virtual_memory.cc) are off unless CURELAY_EMU_MULTICAST=1, as on a GPU host without an
+// NVSwitch fabric (the H200 host answers CU_DEVICE_ATTRIBUTE_MULTICAST_SUPPORTED 0).
+bool MulticastSupported();
+
 std::string DeviceName(int device);
 CUuuid DeviceUuid(int device);
 

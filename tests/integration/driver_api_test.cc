@@ -161,6 +161,28 @@ TEST_F(DriverApiTest, AttachAndDetachCountUsagesOfTheCurrentContext) {
 }
 #pragma GCC diagnostic pop
 
+// Where no device can multicast (the emulated driver's default, as on the H200 host), every multicast call answers
+// CUDA_ERROR_NOT_SUPPORTED before looking at its arguments, as the H200's driver did.
+TEST_F(DriverApiTest, MulticastIsRefusedWhereNoDeviceCanMulticast) {
+  int supported = -1;
+  ASSERT_CU(cuDeviceGetAttribute(&supported, CU_DEVICE_ATTRIBUTE_MULTICAST_SUPPORTED, 0));
+  EXPECT_EQ(supported, 0);
+  CUmulticastObjectProp prop{};
+  prop.numDevices = 1;
+  prop.size = 2u << 20;
+  size_t granularity = 0;
+  CUmemGenericAllocationHandle handle = 0;
+  EXPECT_EQ(cuMulticastGetGranularity(nullptr, &prop, CU_MULTICAST_GRANULARITY_MINIMUM), CUDA_ERROR_NOT_SUPPORTED);
+  EXPECT_EQ(cuMulticastGetGranularity(&granularity, &prop, CU_MULTICAST_GRANULARITY_MINIMUM),
+            CUDA_ERROR_NOT_SUPPORTED);
+  EXPECT_EQ(cuMulticastCreate(nullptr, nullptr), CUDA_ERROR_NOT_SUPPORTED);
+  EXPECT_EQ(cuMulticastCreate(&handle, &prop), CUDA_ERROR_NOT_SUPPORTED);
+  EXPECT_EQ(cuMulticastAddDevice(0, 0), CUDA_ERROR_NOT_SUPPORTED);
+  EXPECT_EQ(cuMulticastBindMem(0, 0, 0, 0, 2u << 20, 0), CUDA_ERROR_NOT_SUPPORTED);
+  EXPECT_EQ(cuMulticastBindAddr(0, 0, 0, 2u << 20, 0), CUDA_ERROR_NOT_SUPPORTED);
+  EXPECT_EQ(cuMulticastUnbind(0, 0, 0, 2u << 20), CUDA_ERROR_NOT_SUPPORTED);
+}
+
 TEST_F(DriverApiTest, CopiesOfEverySizeAndDirectionAtUnalignedOffsets) {
   std::mt19937_64 random(7);
   for (const size_t bytes : {size_t{1}, size_t{3}, size_t{4095}, size_t{4096}, size_t{65537}, (size_t{1} << 20) + 7,

@@ -14,7 +14,7 @@ namespace curelay::testing {
 namespace {
 
 const auto* const environment = AddSessionEnvironment(
-    "virtual-memory", {{"CURELAY_EMU_DEVICE_MEMORY", std::to_string(1ull << 30)}});
+    "virtual-memory", {{"CURELAY_EMU_DEVICE_MEMORY", std::to_string(1ull << 30)}, {"CURELAY_EMU_MULTICAST", "1"}});
 
 CUmemAllocationProp DeviceProp() {
   CUmemAllocationProp prop{};
@@ -201,6 +201,84 @@ TEST_F(VirtualMemoryTest, ErrorsAreTheDriversErrors) {
   CUmemGenericAllocationHandle refused = 0;
   EXPECT_EQ(cuMemCreate(&refused, granularity_, &windows, 0), CUDA_ERROR_NOT_SUPPORTED);
   ASSERT_CU(cuMemRelease(handle));
+}
+
+// Multicast objects, answered by the executor's driver (the emulated one plays a device that can multicast, one
+// device per object): created, its device added, memory bound by handle and by address, mapped, written through the
+// multicast mapping (a memset and a kernel) and read through the memory's own mapping, unbound and released; the
+// driver's refusals pass through.
+TEST_F(VirtualMemoryTest, MulticastObjectsBroadcastIntoTheMemoryBoundToThem) {
+  int supported = 0;
+  ASSERT_CU(cuDeviceGetAttribute(&supported, CU_DEVICE_ATTRIBUTE_MULTICAST_SUPPORTED, 0));
+  ASSERT_EQ(supported, 1);
+  CUmulticastObjectProp prop{};
+  prop.numDevices = 1;
+  prop.size = 2 * granularity_;
+  size_t multicast_granularity = 0;
+  ASSERT_CU(cuMulticastGetGranularity(&multicast_granularity, &prop, CU_MULTICAST_GRANULARITY_MINIMUM));
+  EXPECT_EQ(multicast_granularity, granularity_);
+  EXPECT_EQ(cuMulticastGetGranularity(&multicast_granularity, &prop, static_cast<CUmulticastGranularity_flags>(7)),
+            CUDA_ERROR_INVALID_VALUE);
+  CUmulticastObjectProp no_devices = prop;
+  no_devices.numDevices = 0;
+  CUmemGenericAllocationHandle multicast = 0;
+  EXPECT_EQ(cuMulticastCreate(&multicast, &no_devices), CUDA_ERROR_INVALID_VALUE);
+  EXPECT_EQ(cuMulticastCreate(nullptr, &prop), CUDA_ERROR_INVALID_VALUE);
+  ASSERT_CU(cuMulticastCreate(&multicast, &prop));
+  EXPECT_EQ(cuMulticastAddDevice(multicast, 99), CUDA_ERROR_INVALID_DEVICE);
+
+  const CUmemAllocationProp memory_prop = DeviceProp();
+  CUmemGenericAllocationHandle memory = 0;
+  ASSERT_CU(cuMemCreate(&memory, 2 * granularity_, &memory_prop, 0));
+  // Every device of the team comes first.
+  EXPECT_EQ(cuMulticastBindMem(multicast, 0, memory, 0, granularity_, 0), CUDA_ERROR_INVALID_VALUE);
+  ASSERT_CU(cuMulticastAddDevice(multicast, 0));
+  EXPECT_EQ(cuMulticastAddDevice(multicast, 0), CUDA_ERROR_INVALID_VALUE);
+  // The memory's second granule at the object's first.
+  ASSERT_CU(cuMulticastBindMem(multicast, 0, memory, granularity_, granularity_, 0));
+  EXPECT_EQ(cuMulticastBindMem(multicast, 0, memory, 0, granularity_, 0), CUDA_ERROR_INVALID_VALUE);  // bound
+  EXPECT_EQ(cuMulticastBindMem(multicast, granularity_, memory, 0, granularity_, 1), CUDA_ERROR_INVALID_VALUE);
+
+  CUmemAccessDesc access{};
+  access.location = memory_prop.location;
+  access.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
+  CUdeviceptr unicast = 0, broadcast = 0;
+  ASSERT_CU(cuMemAddressReserve(&unicast, 2 * granularity_, 0, 0, 0));
+  ASSERT_CU(cuMemMap(unicast, 2 * granularity_, 0, memory, 0));
+  ASSERT_CU(cuMemSetAccess(unicast, 2 * granularity_, &access, 1));
+  // The memory's first granule, named by its address, at the object's second.
+  ASSERT_CU(cuMulticastBindAddr(multicast, granularity_, unicast, granularity_, 0));
+  ASSERT_CU(cuMemAddressReserve(&broadcast, 2 * granularity_, 0, 0, 0));
+  ASSERT_CU(cuMemMap(broadcast, 2 * granularity_, 0, multicast, 0));
+  ASSERT_CU(cuMemSetAccess(broadcast, 2 * granularity_, &access, 1));
+
+  ASSERT_CU(cuMemsetD32(unicast, 0, 2 * granularity_ / sizeof(uint32_t)));
+  ASSERT_CU(cuMemsetD32(broadcast, 0x11111111u, 1024));
+  ASSERT_CU(Fill(broadcast + granularity_, 0x22222222u, 1024));
+  ASSERT_CU(cuCtxSynchronize());
+  std::vector<uint32_t> first(1025), second(1025);
+  ASSERT_CU(cuMemcpyDtoH(first.data(), unicast, first.size() * sizeof(uint32_t)));
+  ASSERT_CU(cuMemcpyDtoH(second.data(), unicast + granularity_, second.size() * sizeof(uint32_t)));
+  EXPECT_EQ(first[0], 0x22222222u);
+  EXPECT_EQ(first[1023], 0x22222222u);
+  EXPECT_EQ(first[1024], 0u);
+  EXPECT_EQ(second[0], 0x11111111u);
+  EXPECT_EQ(second[1023], 0x11111111u);
+  EXPECT_EQ(second[1024], 0u);
+
+  CUmemAllocationProp properties{};
+  ASSERT_CU(cuMemGetAllocationPropertiesFromHandle(&properties, multicast));
+  EXPECT_EQ(properties.requestedHandleTypes, CU_MEM_HANDLE_TYPE_NONE);
+
+  ASSERT_CU(cuMemUnmap(broadcast, 2 * granularity_));
+  ASSERT_CU(cuMulticastUnbind(multicast, 0, 0, 2 * granularity_));
+  EXPECT_EQ(cuMulticastUnbind(multicast, 0, 0, 2 * granularity_), CUDA_ERROR_INVALID_VALUE);  // nothing bound
+  ASSERT_CU(cuMemRelease(multicast));
+  EXPECT_EQ(cuMulticastAddDevice(multicast, 0), CUDA_ERROR_INVALID_VALUE);  // released
+  ASSERT_CU(cuMemUnmap(unicast, 2 * granularity_));
+  ASSERT_CU(cuMemRelease(memory));
+  ASSERT_CU(cuMemAddressFree(unicast, 2 * granularity_));
+  ASSERT_CU(cuMemAddressFree(broadcast, 2 * granularity_));
 }
 
 }  // namespace
