@@ -28,8 +28,7 @@ LOCAL = {
     "cuCtxPushCurrent": "per-thread context stack", "cuCtxPushCurrent_v2": "per-thread context stack",
     "cuCtxPopCurrent": "per-thread context stack", "cuCtxPopCurrent_v2": "per-thread context stack",
     "cuCtxGetDevice": "client context object",
-    "cuCtxAttach": "a usage count in the client context object (a primary context's is its retain count: the "
-                   "first retain asks the executor)",
+    "cuCtxAttach": "a usage count in the client context object",
     "cuDevicePrimaryCtxGetState": "retain count and flags mirrored in the client",
     "cuGetErrorName": "the driver's texts, learned at attach", "cuGetErrorString": "the driver's texts",
     "cuGetProcAddress": "generated symbol table", "cuGetProcAddress_v2": "generated symbol table",
@@ -443,9 +442,9 @@ def main() -> None:
         "the emulated test driver (one device per object). A bind or map of an object whose team is not complete "
         "waits in the driver until the other devices are added (by other processes): the session's executor waits "
         "with it, so another thread of the same process cannot add a device meanwhile |",
-        "| `cuCtxAttach`/`cuCtxDetach` (deprecated) | a usage count of the current context: a created context's is "
-        "kept in the client (the last detach destroys it as `cuCtxDestroy` does), a primary context's is its "
-        "retain count (attach retains, detach releases) |",
+        "| `cuCtxAttach`/`cuCtxDetach` (deprecated) | a usage count of the current context, kept in the client: the "
+        "last detach of a created context destroys it as `cuCtxDestroy` does, a primary context's is never released "
+        "by a detach (compared with the H200's driver: `tests/gpu/probes/multicast_attach.c`, ipc:// and tcp://) |",
         "| `cuTensorMapEncode*` and `cuTensorMapReplaceAddress` | encoded by the executor's driver, byte for byte what "
         "the driver encodes natively (checked on the H100 host with cuda-python); a map not aligned to 64 bytes is "
         "taken, as by the driver |",

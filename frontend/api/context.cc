@@ -89,21 +89,18 @@ CUresult cuCtxDestroy(CUcontext context) {
   return CUDA_SUCCESS;
 }
 
-// Deprecated since CUDA 4.0 (cuda.h still declares them): a usage count on the current context. As measured on the
-// H200: either call answers CUDA_ERROR_INVALID_CONTEXT for a context that is not this thread's current one, and the
-// last cuCtxDetach of a created context destroys it as cuCtxDestroy does (the context below it becomes current).
+// Deprecated since CUDA 4.0 (cuda.h still declares them): a usage count on the current context, kept in the client.
+// As measured on the H200: either call answers CUDA_ERROR_INVALID_CONTEXT for a context that is not this thread's
+// current one; the last cuCtxDetach of a created context destroys it as cuCtxDestroy does (the context below it
+// becomes current); a primary context's detach never releases it (retained once and detached, it stayed active, and
+// the one cuDevicePrimaryCtxRelease still succeeded).
 CUresult cuCtxAttach(CUcontext* attached, unsigned int flags) {
   Client* client;
   CURELAY_RETURN_IF_ERROR(RequireClient(&client));
   if (attached == nullptr || flags != 0) return CUDA_ERROR_INVALID_VALUE;
   CUcontext current = CurrentContext();
   if (current == nullptr) return CUDA_ERROR_INVALID_CONTEXT;
-  if (current->primary) {
-    CUcontext retained = nullptr;
-    CURELAY_RETURN_IF_ERROR(cuDevicePrimaryCtxRetain(&retained, current->device));
-  } else {
-    current->attachments.fetch_add(1, std::memory_order_relaxed);
-  }
+  current->attachments.fetch_add(1, std::memory_order_relaxed);
   *attached = current;
   return CUDA_SUCCESS;
 }
@@ -112,14 +109,13 @@ CUresult cuCtxDetach(CUcontext context) {
   Client* client;
   CURELAY_RETURN_IF_ERROR(RequireClient(&client));
   if (context == nullptr || context != CurrentContext()) return CUDA_ERROR_INVALID_CONTEXT;
-  if (context->primary) return cuDevicePrimaryCtxRelease_v2(context->device);
   int attachments = context->attachments.load(std::memory_order_relaxed);
   while (attachments > 0) {
     if (context->attachments.compare_exchange_weak(attachments, attachments - 1, std::memory_order_relaxed)) {
       return CUDA_SUCCESS;
     }
   }
-  return cuCtxDestroy_v2(context);
+  return context->primary ? CUDA_SUCCESS : cuCtxDestroy_v2(context);
 }
 
 CUresult cuCtxPushCurrent(CUcontext context) {

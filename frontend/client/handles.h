@@ -36,8 +36,7 @@ struct CUctx_st {
   bool primary;
   uint64_t unique_id = curelay::frontend::NextContextUniqueId();  // what cuCtxGetId answers
   CUgreenCtx_st* green = nullptr;  // the green context this context is (cuCtxFromGreenCtx), if it is one
-  // Usages added by cuCtxAttach to a created context: cuCtxDetach takes one back, and destroys the context when
-  // none is left (a primary context's usages are its retains instead).
+  // Usages added by cuCtxAttach: cuCtxDetach takes one back, and destroys a created context when none is left.
   std::atomic<int> attachments{0};
   // cuCtxGetLimit answers by limit, for the client's configuration epoch they were read in. The stack size is never
   // kept: the driver grows it by itself when a launch needs more.

@@ -123,17 +123,16 @@ TEST_F(DriverApiTest, AttachAndDetachCountUsagesOfTheCurrentContext) {
   EXPECT_EQ(cuCtxAttach(&attached, 1), CUDA_ERROR_INVALID_VALUE);
   ASSERT_CU(cuCtxAttach(&attached, 0));
   EXPECT_EQ(attached, context_);
-  unsigned flags = 0;
-  int active = 0;
-  ASSERT_CU(cuDevicePrimaryCtxRelease(0));  // the attachment keeps the primary context active
-  ASSERT_CU(cuDevicePrimaryCtxGetState(0, &flags, &active));
-  EXPECT_EQ(active, 1);
-  CUcontext again = nullptr;
-  ASSERT_CU(cuDevicePrimaryCtxRetain(&again, 0));
   ASSERT_CU(cuCtxDetach(context_));
   CUdeviceptr ptr = 0;
   ASSERT_CU(cuMemAlloc(&ptr, 256));
   ASSERT_CU(cuMemFree(ptr));
+  // Detaching a primary context never releases it: it stays active with its one retain.
+  ASSERT_CU(cuCtxDetach(context_));
+  unsigned flags = 0;
+  int active = 0;
+  ASSERT_CU(cuDevicePrimaryCtxGetState(0, &flags, &active));
+  EXPECT_EQ(active, 1);
 
   CUcontext created = nullptr;
   ASSERT_CU(cuCtxCreate(&created, nullptr, 0, 0));
