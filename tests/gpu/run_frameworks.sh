@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
-# Framework acceptance (GPU host): PyTorch, CuPy and JAX cases natively (twice, to see that the native run repeats
-# itself) and through curelay; one PASS/FAIL line per case.
+# Framework acceptance (GPU host): PyTorch, CuPy, JAX and NCCL (torch.distributed) cases natively (twice, to see
+# that the native run repeats itself) and through curelay; one PASS/FAIL line per case.
 #
-# Usage: tests/gpu/run_frameworks.sh [build-dir] [torch|cupy|jax ...]   (default: all three)
+# Usage: tests/gpu/run_frameworks.sh [build-dir] [torch|cupy|jax|nccl ...]   (default: all four)
 #
 # A case passes when the curelay run prints exactly what the native run printed. Cases are written to be bitwise
 # deterministic (seeded, deterministic algorithms); a case whose two native runs differ is reported as WARN by
@@ -12,7 +12,7 @@ here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 build=${1:-$here/../../build}
 shift || true
 suites=("$@")
-[ ${#suites[@]} -gt 0 ] || suites=(torch cupy jax)
+[ ${#suites[@]} -gt 0 ] || suites=(torch cupy jax nccl)
 
 # shellcheck source=tests/gpu/backend_env.sh
 source "$here/backend_env.sh"
