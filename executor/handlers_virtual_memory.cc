@@ -131,7 +131,7 @@ Session::Outcome Session::MemUnmap(const wire::MemUnmap& call) {
 }
 
 bool Session::StillMapped(CUmemGenericAllocationHandle handle) const {
-  if (mappings_per_handle_.count(handle) != 0) return true;
+  if (mappings_per_handle_.count(handle) != 0 || bindings_per_handle_.count(handle) != 0) return true;
   const auto backing = sparse_backings_.find(handle);
   return backing != sparse_backings_.end() && !backing->second.empty();
 }
@@ -244,8 +244,9 @@ Session::Outcome Session::MemGetAllocationProperties(const wire::MemGetAllocatio
 }
 
 void Session::ReleaseVirtualMemory() {
-  // Mappings first: a physical allocation is only freed once nothing maps it, and a reservation can only be
-  // freed once nothing is mapped in it.
+  // Multicast bindings first, then mappings: a physical allocation is only freed once nothing binds or maps it, and
+  // a reservation can only be freed once nothing is mapped in it.
+  ReleaseMulticastBindings();
   if (driver_.cuMemUnmap != nullptr) {
     for (const auto& [ptr, mapping] : virtual_mappings_) {
       if (const CUresult result = driver_.cuMemUnmap(ptr, mapping.bytes); result != CUDA_SUCCESS) {

@@ -338,6 +338,8 @@ class Session {
   bool StillMapped(CUmemGenericAllocationHandle handle) const;
   // A handle the driver answered for new memory is no longer one of the released ones.
   void TakeBackReusedHandle(CUmemGenericAllocationHandle handle);
+  // Multicast objects (handlers_multicast.cc): unbinds what the session left bound, before its memory is released.
+  void ReleaseMulticastBindings();
   // CUDA IPC (handlers_ipc.cc): publishes an exported handle and answers it.
   Outcome IpcHandleReply(IpcRegistry::Kind kind, std::span<const uint8_t> handle, uint64_t owner);
   // The descriptor a shareable-handle token names, fetched from its exporter if this session may import it; -1 if not.
@@ -484,6 +486,18 @@ class Session {
   // the resources, as (array or mipmapped array, client id). Kept until the resource is destroyed: unmapping single
   // tiles does not count, so a released allocation stays charged until its array goes (never too short).
   std::unordered_map<CUmemGenericAllocationHandle, std::set<std::pair<bool, uint64_t>>> sparse_backings_;
+  // Memory bound to multicast objects, by the object's client id: the driver keeps bound memory until it is unbound,
+  // so it stays charged (StillMapped) until then, or until the session ends (ReleaseMulticastBindings unbinds it
+  // first). `memory` is the driver's handle of the bound allocation; memory bound by an address that no cuMemMap of
+  // the session mapped (a pool's) is not recorded: it is charged as its pool's.
+  struct MulticastBinding {
+    int device = 0;
+    uint64_t offset = 0;
+    uint64_t bytes = 0;
+    CUmemGenericAllocationHandle memory = 0;
+  };
+  std::unordered_map<uint64_t, std::vector<MulticastBinding>> multicast_bindings_;
+  std::unordered_map<CUmemGenericAllocationHandle, size_t> bindings_per_handle_;  // of multicast_bindings_
   std::map<CUdeviceptr, uint64_t> address_reservations_;
   std::unordered_map<CUdeviceptr, uint64_t> pool_allocations_;  // by cuMemAllocAsync, not yet freed; bytes
   std::unordered_set<CUdeviceptr> imported_pool_pointers_;  // by cuMemPoolImportPointer, not yet freed

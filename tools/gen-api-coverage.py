@@ -29,6 +29,8 @@ LOCAL = {
     "cuCtxPopCurrent": "per-thread context stack", "cuCtxPopCurrent_v2": "per-thread context stack",
     "cuCtxGetDevice": "client context object",
     "cuCtxAttach": "a usage count in the client context object",
+    "cuCtxDetach": "a usage count in the client context object (the last detach of a created context destroys it "
+                   "through the executor, as `cuCtxDestroy`)",
     "cuDevicePrimaryCtxGetState": "retain count and flags mirrored in the client",
     "cuGetErrorName": "the driver's texts, learned at attach", "cuGetErrorString": "the driver's texts",
     "cuGetProcAddress": "generated symbol table", "cuGetProcAddress_v2": "generated symbol table",
@@ -435,7 +437,10 @@ def main() -> None:
         "`cuMulticastBindAddr`, `cuMulticastUnbind`, `cuMulticastGetGranularity`; NVLink fabric, as NCCL's NVLS "
         "uses them) | made, joined and bound by the executor's driver; a multicast object is a generic allocation "
         "handle of this process, which `cuMemMap`, `cuMemRelease`, `cuMemGetAllocationPropertiesFromHandle` and "
-        "`cuMemExportToShareableHandle` take as they take `cuMemCreate`'s (an export of one was not tried). Where no "
+        "`cuMemExportToShareableHandle` take as they take `cuMemCreate`'s (an export of one was not tried). Memory "
+        "bound to one stays charged to the tenant until it is unbound (even once released and unmapped), or until "
+        "the session ends, which unbinds what is left; `cuMemAlloc` memory of a swapping session cannot be bound "
+        "(`CUDA_ERROR_INVALID_VALUE`, as natively for memory not made by `cuMemCreate` or a pool). Where no "
         "device reports `CU_DEVICE_ATTRIBUTE_MULTICAST_SUPPORTED`, every call answers `CUDA_ERROR_NOT_SUPPORTED` "
         "without a round trip, before its arguments are read, as the H200 host's driver (no NVSwitch fabric) "
         "answered all of them: so no working multicast object has been run through curelay on a real GPU, only on "

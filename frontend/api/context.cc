@@ -99,7 +99,8 @@ CUresult cuCtxAttach(CUcontext* attached, unsigned int flags) {
   CURELAY_RETURN_IF_ERROR(RequireClient(&client));
   if (attached == nullptr || flags != 0) return CUDA_ERROR_INVALID_VALUE;
   CUcontext current = CurrentContext();
-  if (current == nullptr) return CUDA_ERROR_INVALID_CONTEXT;
+  // Another thread may have destroyed the context this thread still has current.
+  if (current == nullptr || !client->contexts.Contains(current)) return CUDA_ERROR_INVALID_CONTEXT;
   current->attachments.fetch_add(1, std::memory_order_relaxed);
   *attached = current;
   return CUDA_SUCCESS;
@@ -108,7 +109,9 @@ CUresult cuCtxAttach(CUcontext* attached, unsigned int flags) {
 CUresult cuCtxDetach(CUcontext context) {
   Client* client;
   CURELAY_RETURN_IF_ERROR(RequireClient(&client));
-  if (context == nullptr || context != CurrentContext()) return CUDA_ERROR_INVALID_CONTEXT;
+  if (context == nullptr || context != CurrentContext() || !client->contexts.Contains(context)) {
+    return CUDA_ERROR_INVALID_CONTEXT;
+  }
   int attachments = context->attachments.load(std::memory_order_relaxed);
   while (attachments > 0) {
     if (context->attachments.compare_exchange_weak(attachments, attachments - 1, std::memory_order_relaxed)) {

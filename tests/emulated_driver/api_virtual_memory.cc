@@ -49,7 +49,8 @@ struct PhysicalAllocation {
   size_t size = 0;
   CUmemAllocationProp prop{};
   int references = 1;  // cuMemCreate and each cuMemRetainAllocationHandle; cuMemRelease drops one
-  int mappings = 0;    // the memory lives on while mapped, even once released
+  int mappings = 0;    // the memory lives on while mapped, even once released (a multicast mapping counts too)
+  int bindings = 0;    // ... and while bound to a multicast object
   bool imported = false;  // from another process's export: its device memory is charged there
 };
 
@@ -59,6 +60,7 @@ struct Mapping {
   uint64_t offset = 0;  // into the allocation
   int device = 0;
   CUmemAccess_flags access = CU_MEM_ACCESS_FLAGS_PROT_NONE;
+  std::vector<uint64_t> bound;  // a multicast mapping's: the memory it reaches, held while mapped
 };
 
 struct Reservation {
@@ -120,20 +122,30 @@ void EnterAccessible(Reservation& reservation) {
   flush();
 }
 
+void DropPhysicalIfUnused(VirtualMemory& state, uint64_t handle);
+
+// Memory that multicast bindings held, given back.
+void ReleaseBoundMemory(VirtualMemory& state, const std::vector<uint64_t>& bound) {
+  for (uint64_t memory : bound) {
+    auto found = state.physical.find(memory);
+    if (found == state.physical.end()) continue;
+    --found->second.bindings;
+    DropPhysicalIfUnused(state, memory);
+  }
+}
+
 void DropPhysicalIfUnused(VirtualMemory& state, uint64_t handle) {
   auto it = state.physical.find(handle);
-  if (it == state.physical.end() || it->second.references > 0 || it->second.mappings > 0) return;
+  if (it == state.physical.end() || it->second.references > 0 || it->second.mappings > 0 ||
+      it->second.bindings > 0) {
+    return;
+  }
   if (it->second.multicast != nullptr) {
-    // Its bindings go with it, and with them the references they held on the bound memory.
+    // Its bindings go with it.
     std::vector<uint64_t> bound;
     for (const auto& [key, binding] : it->second.multicast->bindings) bound.push_back(binding.memory);
     state.physical.erase(it);
-    for (uint64_t memory : bound) {
-      auto found = state.physical.find(memory);
-      if (found == state.physical.end()) continue;
-      --found->second.references;
-      DropPhysicalIfUnused(state, memory);
-    }
+    ReleaseBoundMemory(state, bound);
     return;
   }
   close(it->second.fd);
@@ -160,7 +172,7 @@ CUresult CheckProp(const CUmemAllocationProp* prop) {
 
 // Maps the memory bound to `object` for [offset, offset + size) at `ptr`; `device` is set to the object's device.
 CUresult MapMulticast(VirtualMemory& state, const MulticastObject& object, uint64_t ptr, size_t size, uint64_t offset,
-                      int* device) {
+                      int* device, std::vector<uint64_t>* reached) {
   if (object.devices.size() < object.prop.numDevices) return CUDA_ERROR_INVALID_VALUE;  // the real driver waits
   if (object.devices.size() != 1) return CUDA_ERROR_NOT_SUPPORTED;  // stores cannot fan out here
   *device = object.devices.front();
@@ -184,6 +196,11 @@ CUresult MapMulticast(VirtualMemory& state, const MulticastObject& object, uint6
            -1, 0);
       return CUDA_ERROR_OUT_OF_MEMORY;
     }
+  }
+  // The mapping holds what it reaches, as a mapping of the memory itself would.
+  for (const auto& [start, binding] : pieces) {
+    ++state.physical.at(binding->memory).mappings;
+    reached->push_back(binding->memory);
   }
   return CUDA_SUCCESS;
 }
@@ -230,7 +247,7 @@ CUresult BindMulticast(VirtualMemory& state, uint64_t handle, uint64_t offset, u
     }
   }
   object->bindings[{device, offset}] = {memory, memory_offset, size};
-  ++bound.references;  // bound memory lives on until unbound
+  ++bound.bindings;  // bound memory lives on until unbound
   return CUDA_SUCCESS;
 }
 
@@ -412,8 +429,9 @@ CUresult CUDAAPI cuMemMap(CUdeviceptr ptr, size_t size, size_t offset, CUmemGene
       if (addr < ptr + size && ptr < addr + mapping.size) return CUDA_ERROR_INVALID_VALUE;  // already mapped
     }
     int device = physical->second.prop.location.id;
+    std::vector<uint64_t> reached;
     if (physical->second.multicast != nullptr) {
-      if (CUresult r = emu::MapMulticast(state, *physical->second.multicast, ptr, size, offset, &device);
+      if (CUresult r = emu::MapMulticast(state, *physical->second.multicast, ptr, size, offset, &device, &reached);
           r != CUDA_SUCCESS) {
         return r;
       }
@@ -422,7 +440,7 @@ CUresult CUDAAPI cuMemMap(CUdeviceptr ptr, size_t size, size_t offset, CUmemGene
                           physical->second.fd, static_cast<off_t>(offset));
       if (mapped == MAP_FAILED) return CUDA_ERROR_OUT_OF_MEMORY;
     }
-    reservation->mappings[ptr] = {size, handle, offset, device};
+    reservation->mappings[ptr] = {size, handle, offset, device, CU_MEM_ACCESS_FLAGS_PROT_NONE, std::move(reached)};
     ++physical->second.mappings;
     return CUDA_SUCCESS;
   });
@@ -446,8 +464,11 @@ CUresult CUDAAPI cuMemUnmap(CUdeviceptr ptr, size_t size) {
     if (next != ptr + size) return CUDA_ERROR_INVALID_VALUE;
     auto first = reservation->mappings.lower_bound(ptr);
     auto last = reservation->mappings.lower_bound(ptr + size);
-    std::vector<uint64_t> handles;
-    for (auto it = first; it != last; ++it) handles.push_back(it->second.handle);
+    std::vector<uint64_t> handles;  // each mapping's allocation, and what a multicast mapping reached
+    for (auto it = first; it != last; ++it) {
+      handles.push_back(it->second.handle);
+      handles.insert(handles.end(), it->second.bound.begin(), it->second.bound.end());
+    }
     reservation->mappings.erase(first, last);
     emu::EnterAccessible(*reservation);
     lock.unlock();
@@ -662,12 +683,7 @@ CUresult CUDAAPI cuMulticastUnbind(CUmemGenericAllocationHandle handle, CUdevice
       }
     }
     if (unbound.empty()) return CUDA_ERROR_INVALID_VALUE;
-    for (uint64_t memory : unbound) {
-      auto found = state.physical.find(memory);
-      if (found == state.physical.end()) continue;
-      --found->second.references;
-      emu::DropPhysicalIfUnused(state, memory);
-    }
+    emu::ReleaseBoundMemory(state, unbound);
     return CUDA_SUCCESS;
   });
 }

@@ -4,6 +4,7 @@
 #include <cuda.h>
 #include <gtest/gtest.h>
 
+#include <cstring>
 #include <fstream>
 #include <sstream>
 #include <vector>
@@ -217,8 +218,6 @@ TEST_F(VirtualMemoryTest, MulticastObjectsBroadcastIntoTheMemoryBoundToThem) {
   size_t multicast_granularity = 0;
   ASSERT_CU(cuMulticastGetGranularity(&multicast_granularity, &prop, CU_MULTICAST_GRANULARITY_MINIMUM));
   EXPECT_EQ(multicast_granularity, granularity_);
-  EXPECT_EQ(cuMulticastGetGranularity(&multicast_granularity, &prop, static_cast<CUmulticastGranularity_flags>(7)),
-            CUDA_ERROR_INVALID_VALUE);
   CUmulticastObjectProp no_devices = prop;
   no_devices.numDevices = 0;
   CUmemGenericAllocationHandle multicast = 0;
@@ -266,17 +265,29 @@ TEST_F(VirtualMemoryTest, MulticastObjectsBroadcastIntoTheMemoryBoundToThem) {
   EXPECT_EQ(second[1023], 0x11111111u);
   EXPECT_EQ(second[1024], 0u);
 
-  CUmemAllocationProp properties{};
+  CUmemAllocationProp properties;
+  std::memset(&properties, 0xff, sizeof(properties));
+  properties.win32HandleMetaData = nullptr;
   ASSERT_CU(cuMemGetAllocationPropertiesFromHandle(&properties, multicast));
+  EXPECT_EQ(properties.type, CU_MEM_ALLOCATION_TYPE_PINNED);  // as the emulated driver describes one
   EXPECT_EQ(properties.requestedHandleTypes, CU_MEM_HANDLE_TYPE_NONE);
 
   ASSERT_CU(cuMemUnmap(broadcast, 2 * granularity_));
+  ASSERT_CU(cuMemUnmap(unicast, 2 * granularity_));
+  // Memory released while bound lives on until it is unbound.
+  size_t free_bound = 0, free_unbound = 0, total = 0;
+  ASSERT_CU(cuMemGetInfo(&free_bound, &total));
+  ASSERT_CU(cuMemRelease(memory));
+  size_t free_released = 0;
+  ASSERT_CU(cuMemGetInfo(&free_released, &total));
+  EXPECT_EQ(free_released, free_bound);
+  EXPECT_EQ(cuMulticastUnbind(multicast, 0, 0, granularity_ / 2), CUDA_ERROR_INVALID_VALUE);  // no whole binding
   ASSERT_CU(cuMulticastUnbind(multicast, 0, 0, 2 * granularity_));
+  ASSERT_CU(cuMemGetInfo(&free_unbound, &total));
+  EXPECT_EQ(free_unbound, free_bound + 2 * granularity_);
   EXPECT_EQ(cuMulticastUnbind(multicast, 0, 0, 2 * granularity_), CUDA_ERROR_INVALID_VALUE);  // nothing bound
   ASSERT_CU(cuMemRelease(multicast));
   EXPECT_EQ(cuMulticastAddDevice(multicast, 0), CUDA_ERROR_INVALID_VALUE);  // released
-  ASSERT_CU(cuMemUnmap(unicast, 2 * granularity_));
-  ASSERT_CU(cuMemRelease(memory));
   ASSERT_CU(cuMemAddressFree(unicast, 2 * granularity_));
   ASSERT_CU(cuMemAddressFree(broadcast, 2 * granularity_));
 }
