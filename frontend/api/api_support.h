@@ -78,3 +78,18 @@ inline CUresult RequireDevice(Client& client, CUdevice device) {
       return curelay_result_;                                 \
     }                                                         \
   } while (0)
+
+namespace curelay::frontend {
+
+// A request answered with an IntegerValue body: the value, or the call's error.
+inline CUresult CallForInteger(Client& client, flatbuffers::FlatBufferBuilder& builder, wire::Call type,
+                               flatbuffers::Offset<void> call, int64_t* value) {
+  ReplyMessage reply;
+  CURELAY_RETURN_IF_ERROR(client.Call(builder, type, call, {}, &reply));
+  const auto* answer = reply.reply->body_as_IntegerValue();
+  if (answer == nullptr) return CUDA_ERROR_UNKNOWN;
+  *value = answer->value();
+  return CUDA_SUCCESS;
+}
+
+}  // namespace curelay::frontend

@@ -48,11 +48,9 @@ CUresult cuMulticastGetGranularity(size_t* granularity, const CUmulticastObjectP
   const auto call =
       wire::CreateMulticastGetGranularity(builder, EncodeMulticastProp(builder, *prop), static_cast<int32_t>(option))
           .Union();
-  ReplyMessage reply;
-  CURELAY_RETURN_IF_ERROR(client->Call(builder, wire::Call::MulticastGetGranularity, call, {}, &reply));
-  const auto* answer = reply.reply->body_as_IntegerValue();
-  if (answer == nullptr) return CUDA_ERROR_UNKNOWN;
-  *granularity = static_cast<size_t>(answer->value());
+  int64_t value = 0;
+  CURELAY_RETURN_IF_ERROR(CallForInteger(*client, builder, wire::Call::MulticastGetGranularity, call, &value));
+  *granularity = static_cast<size_t>(value);
   return CUDA_SUCCESS;
 }
 

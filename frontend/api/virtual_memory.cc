@@ -24,16 +24,6 @@ CUresult EncodeProp(flatbuffers::FlatBufferBuilder& builder, const CUmemAllocati
   return CUDA_SUCCESS;
 }
 
-CUresult CallForInteger(Client& client, flatbuffers::FlatBufferBuilder& builder, wire::Call type,
-                        flatbuffers::Offset<void> call, int64_t* value) {
-  ReplyMessage reply;
-  CURELAY_RETURN_IF_ERROR(client.Call(builder, type, call, {}, &reply));
-  const auto* answer = reply.reply->body_as_IntegerValue();
-  if (answer == nullptr) return CUDA_ERROR_UNKNOWN;
-  *value = answer->value();
-  return CUDA_SUCCESS;
-}
-
 }  // namespace
 
 extern "C" {

@@ -93,6 +93,18 @@ Reservation* FindReservation(VirtualMemory& state, uint64_t addr, size_t size) {
   return &it->second;
 }
 
+// The mapping holding `addr` and its base address, or nullptr.
+const Mapping* FindMapping(VirtualMemory& state, uint64_t addr, uint64_t* base) {
+  Reservation* reservation = FindReservation(state, addr, 1);
+  if (reservation == nullptr) return nullptr;
+  auto it = reservation->mappings.upper_bound(addr);
+  if (it == reservation->mappings.begin()) return nullptr;
+  --it;
+  if (addr - it->first >= it->second.size) return nullptr;
+  *base = it->first;
+  return &it->second;
+}
+
 // Re-enters the accessible mappings of `reservation` in the MemoryMap, adjacent ones of a device as one block, so a
 // copy or memset may cross from one mapping into the next as on the real device.
 void EnterAccessible(Reservation& reservation) {
@@ -203,6 +215,18 @@ CUresult MapMulticast(VirtualMemory& state, const MulticastObject& object, uint6
     reached->push_back(binding->memory);
   }
   return CUDA_SUCCESS;
+}
+
+// A multicast entry point's body, run under the virtual memory lock once the driver is initialized and can multicast.
+template <typename Body>
+CUresult Multicast(Body body) {
+  return Guard([&] {
+    if (CUresult r = CheckInit(); r != CUDA_SUCCESS) return r;
+    if (!MulticastSupported()) return CUDA_ERROR_NOT_SUPPORTED;
+    VirtualMemory& state = State();
+    std::lock_guard lock(state.mu);
+    return body(state);
+  });
 }
 
 // The multicast object `handle`, or nullptr.
@@ -529,13 +553,10 @@ CUresult CUDAAPI cuMemGetAccess(unsigned long long* flags, const CUmemLocation* 
     if (CUresult r = emu::CheckDeviceLocation(*location); r != CUDA_SUCCESS) return r;
     emu::VirtualMemory& state = emu::State();
     std::lock_guard lock(state.mu);
-    emu::Reservation* reservation = emu::FindReservation(state, ptr, 1);
-    if (reservation == nullptr) return CUDA_ERROR_INVALID_VALUE;
-    auto it = reservation->mappings.upper_bound(ptr);
-    if (it == reservation->mappings.begin()) return CUDA_ERROR_INVALID_VALUE;
-    --it;
-    if (ptr - it->first >= it->second.size) return CUDA_ERROR_INVALID_VALUE;
-    *flags = it->second.access;
+    uint64_t base = 0;
+    const emu::Mapping* mapping = emu::FindMapping(state, ptr, &base);
+    if (mapping == nullptr) return CUDA_ERROR_INVALID_VALUE;
+    *flags = mapping->access;
     return CUDA_SUCCESS;
   });
 }
@@ -547,14 +568,11 @@ CUresult CUDAAPI cuMemRetainAllocationHandle(CUmemGenericAllocationHandle* handl
     const auto ptr = reinterpret_cast<uint64_t>(addr);
     emu::VirtualMemory& state = emu::State();
     std::lock_guard lock(state.mu);
-    emu::Reservation* reservation = emu::FindReservation(state, ptr, 1);
-    if (reservation == nullptr) return CUDA_ERROR_INVALID_VALUE;
-    auto it = reservation->mappings.upper_bound(ptr);
-    if (it == reservation->mappings.begin()) return CUDA_ERROR_INVALID_VALUE;
-    --it;
-    if (ptr - it->first >= it->second.size) return CUDA_ERROR_INVALID_VALUE;
-    ++state.physical.at(it->second.handle).references;
-    *handle = it->second.handle;
+    uint64_t base = 0;
+    const emu::Mapping* mapping = emu::FindMapping(state, ptr, &base);
+    if (mapping == nullptr) return CUDA_ERROR_INVALID_VALUE;
+    ++state.physical.at(mapping->handle).references;
+    *handle = mapping->handle;
     return CUDA_SUCCESS;
   });
 }
@@ -576,9 +594,7 @@ CUresult CUDAAPI cuMemGetAllocationPropertiesFromHandle(CUmemAllocationProp* pro
 
 CUresult CUDAAPI cuMulticastGetGranularity(size_t* granularity, const CUmulticastObjectProp* prop,
                                            CUmulticastGranularity_flags option) {
-  return emu::Guard([&] {
-    if (CUresult r = emu::CheckInit(); r != CUDA_SUCCESS) return r;
-    if (!emu::MulticastSupported()) return CUDA_ERROR_NOT_SUPPORTED;
+  return emu::Multicast([&](emu::VirtualMemory&) {
     if (granularity == nullptr) return CUDA_ERROR_INVALID_VALUE;
     if (option != CU_MULTICAST_GRANULARITY_MINIMUM && option != CU_MULTICAST_GRANULARITY_RECOMMENDED) {
       return CUDA_ERROR_INVALID_VALUE;
@@ -590,14 +606,10 @@ CUresult CUDAAPI cuMulticastGetGranularity(size_t* granularity, const CUmulticas
 }
 
 CUresult CUDAAPI cuMulticastCreate(CUmemGenericAllocationHandle* handle, const CUmulticastObjectProp* prop) {
-  return emu::Guard([&] {
-    if (CUresult r = emu::CheckInit(); r != CUDA_SUCCESS) return r;
-    if (!emu::MulticastSupported()) return CUDA_ERROR_NOT_SUPPORTED;
+  return emu::Multicast([&](emu::VirtualMemory& state) {
     if (handle == nullptr) return CUDA_ERROR_INVALID_VALUE;
     if (CUresult r = emu::CheckMulticastProp(prop); r != CUDA_SUCCESS) return r;
     if (prop->size == 0 || !emu::Aligned(prop->size)) return CUDA_ERROR_INVALID_VALUE;
-    emu::VirtualMemory& state = emu::State();
-    std::lock_guard lock(state.mu);
     const uint64_t id = state.next_handle++;
     emu::PhysicalAllocation& physical = state.physical[id];
     physical.multicast = std::make_unique<emu::MulticastObject>();
@@ -612,11 +624,7 @@ CUresult CUDAAPI cuMulticastCreate(CUmemGenericAllocationHandle* handle, const C
 }
 
 CUresult CUDAAPI cuMulticastAddDevice(CUmemGenericAllocationHandle handle, CUdevice dev) {
-  return emu::Guard([&] {
-    if (CUresult r = emu::CheckInit(); r != CUDA_SUCCESS) return r;
-    if (!emu::MulticastSupported()) return CUDA_ERROR_NOT_SUPPORTED;
-    emu::VirtualMemory& state = emu::State();
-    std::lock_guard lock(state.mu);
+  return emu::Multicast([&](emu::VirtualMemory& state) {
     emu::MulticastObject* object = emu::FindMulticast(state, handle);
     if (object == nullptr) return CUDA_ERROR_INVALID_VALUE;
     if (CUresult r = emu::Driver::Get().CheckDevice(dev); r != CUDA_SUCCESS) return r;
@@ -632,40 +640,24 @@ CUresult CUDAAPI cuMulticastAddDevice(CUmemGenericAllocationHandle handle, CUdev
 CUresult CUDAAPI cuMulticastBindMem(CUmemGenericAllocationHandle handle, size_t offset,
                                     CUmemGenericAllocationHandle memory, size_t memory_offset, size_t size,
                                     unsigned long long flags) {
-  return emu::Guard([&] {
-    if (CUresult r = emu::CheckInit(); r != CUDA_SUCCESS) return r;
-    if (!emu::MulticastSupported()) return CUDA_ERROR_NOT_SUPPORTED;
-    emu::VirtualMemory& state = emu::State();
-    std::lock_guard lock(state.mu);
+  return emu::Multicast([&](emu::VirtualMemory& state) {
     return emu::BindMulticast(state, handle, offset, memory, memory_offset, size, flags);
   });
 }
 
 CUresult CUDAAPI cuMulticastBindAddr(CUmemGenericAllocationHandle handle, size_t offset, CUdeviceptr address,
                                      size_t size, unsigned long long flags) {
-  return emu::Guard([&] {
-    if (CUresult r = emu::CheckInit(); r != CUDA_SUCCESS) return r;
-    if (!emu::MulticastSupported()) return CUDA_ERROR_NOT_SUPPORTED;
-    emu::VirtualMemory& state = emu::State();
-    std::lock_guard lock(state.mu);
+  return emu::Multicast([&](emu::VirtualMemory& state) {
     // The address must lie in one mapping of a memory allocation, for all of `size`.
-    emu::Reservation* reservation = emu::FindReservation(state, address, size == 0 ? 1 : size);
-    if (reservation == nullptr) return CUDA_ERROR_INVALID_VALUE;
-    auto it = reservation->mappings.upper_bound(address);
-    if (it == reservation->mappings.begin()) return CUDA_ERROR_INVALID_VALUE;
-    --it;
-    const uint64_t into = address - it->first;
-    if (into >= it->second.size || size > it->second.size - into) return CUDA_ERROR_INVALID_VALUE;
-    return emu::BindMulticast(state, handle, offset, it->second.handle, it->second.offset + into, size, flags);
+    uint64_t base = 0;
+    const emu::Mapping* mapping = emu::FindMapping(state, address, &base);
+    if (mapping == nullptr || size > mapping->size - (address - base)) return CUDA_ERROR_INVALID_VALUE;
+    return emu::BindMulticast(state, handle, offset, mapping->handle, mapping->offset + (address - base), size, flags);
   });
 }
 
 CUresult CUDAAPI cuMulticastUnbind(CUmemGenericAllocationHandle handle, CUdevice dev, size_t offset, size_t size) {
-  return emu::Guard([&] {
-    if (CUresult r = emu::CheckInit(); r != CUDA_SUCCESS) return r;
-    if (!emu::MulticastSupported()) return CUDA_ERROR_NOT_SUPPORTED;
-    emu::VirtualMemory& state = emu::State();
-    std::lock_guard lock(state.mu);
+  return emu::Multicast([&](emu::VirtualMemory& state) {
     emu::MulticastObject* object = emu::FindMulticast(state, handle);
     if (object == nullptr || size == 0 || !emu::Aligned(offset) || !emu::Aligned(size)) {
       return CUDA_ERROR_INVALID_VALUE;
