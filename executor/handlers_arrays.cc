@@ -236,9 +236,9 @@ Session::Outcome Session::MemMapArray(const wire::MemMapArray& call) {
       info.subresource.miptail.size = entry->miptail_size();
     }
     if (entry->mem_handle() != 0) {
-      const auto found = physical_allocations_.find(entry->mem_handle());
-      if (found == physical_allocations_.end()) return {CUDA_ERROR_INVALID_VALUE};
-      info.memHandle.memHandle = found->second.handle;
+      const VirtualMemory::Physical* found = virtual_memory_.Find(entry->mem_handle());
+      if (found == nullptr) return {CUDA_ERROR_INVALID_VALUE};
+      info.memHandle.memHandle = found->handle;
     }
     info.offset = entry->offset();
     info.deviceBitMask = entry->device_mask();
@@ -250,7 +250,7 @@ Session::Outcome Session::MemMapArray(const wire::MemMapArray& call) {
     for (size_t i = 0; i < infos.size(); ++i) {
       if (infos[i].memOperationType != CU_MEM_OPERATION_TYPE_MAP || infos[i].memHandle.memHandle == 0) continue;
       const bool mipmapped = infos[i].resourceType == CU_RESOURCE_TYPE_MIPMAPPED_ARRAY;
-      sparse_backings_[infos[i].memHandle.memHandle].insert({mipmapped, call.entries()->Get(i)->resource_id()});
+      virtual_memory_.BackedSparse(infos[i].memHandle.memHandle, mipmapped, call.entries()->Get(i)->resource_id());
     }
   }
   return {result};

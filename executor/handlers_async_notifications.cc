@@ -8,10 +8,7 @@ Session::Outcome Session::AsyncNotificationRegister(const wire::AsyncNotificatio
   uint64_t id = 0;
   const CUresult result = async_notifications_.Register(call.device(), call.notify(), &id);
   if (result != CUDA_SUCCESS) return {result};
-  Outcome outcome;
-  outcome.body = wire::CreateIntegerValue(builder_, static_cast<int64_t>(id)).Union();
-  outcome.body_type = wire::ReplyBody::IntegerValue;
-  return outcome;
+  return WithInteger({}, static_cast<int64_t>(id));
 }
 
 Session::Outcome Session::AsyncNotificationNext(const wire::AsyncNotificationNext& call) {

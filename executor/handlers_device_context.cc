@@ -231,11 +231,8 @@ Session::Outcome Session::ContextLimit(const wire::ContextLimit& call) {
   CUlimit limit = CU_LIMIT_STACK_SIZE;
   if (!WireEnum(call.limit(), CU_LIMIT_MAX, &limit)) return {CUDA_ERROR_INVALID_VALUE};
   size_t value = static_cast<size_t>(call.value());
-  Outcome outcome;
-  outcome.result = call.set() ? driver_.cuCtxSetLimit(limit, value) : driver_.cuCtxGetLimit(&value, limit);
-  outcome.body = wire::CreateIntegerValue(builder_, static_cast<int64_t>(value)).Union();
-  outcome.body_type = wire::ReplyBody::IntegerValue;
-  return outcome;
+  const CUresult result = call.set() ? driver_.cuCtxSetLimit(limit, value) : driver_.cuCtxGetLimit(&value, limit);
+  return WithInteger({result}, static_cast<int64_t>(value));
 }
 
 Session::Outcome Session::ContextSetting(const wire::ContextSetting& call) {
@@ -267,12 +264,6 @@ Session::Outcome Session::ContextSetting(const wire::ContextSetting& call) {
       return outcome;
   }
   return {CUDA_ERROR_NOT_SUPPORTED};
-}
-
-Session::Outcome Session::WithInteger(Outcome outcome, int64_t value) {
-  outcome.body = wire::CreateIntegerValue(builder_, value).Union();
-  outcome.body_type = wire::ReplyBody::IntegerValue;
-  return outcome;
 }
 
 }  // namespace curelay::executor

@@ -34,9 +34,7 @@ Session::Outcome Session::ExecAffinityQuery(const wire::ExecAffinityQuery& call)
     outcome.result = driver_.cuDeviceGetExecAffinitySupport(&supported, type, call.device());
     answer = supported;
   }
-  outcome.body = wire::CreateIntegerValue(builder_, answer).Union();
-  outcome.body_type = wire::ReplyBody::IntegerValue;
-  return outcome;
+  return WithInteger(outcome, answer);
 }
 
 Session::Outcome Session::AtomicCapabilities(const wire::AtomicCapabilities& call) {

@@ -348,10 +348,7 @@ Session::Outcome Session::StreamEndCapture(const wire::StreamEndCapture& call) {
       ForgetGraphNodes(graph_id);  // the driver destroyed the graph with the capture
     }
   }
-  Outcome outcome(result);
-  outcome.body = wire::CreateIntegerValue(builder_, ended ? 1 : 0).Union();
-  outcome.body_type = wire::ReplyBody::IntegerValue;
-  return outcome;
+  return WithInteger({result}, ended ? 1 : 0);
 }
 
 Session::Outcome Session::StreamIsCapturing(const wire::StreamIsCapturing& call) {
@@ -367,10 +364,7 @@ Session::Outcome Session::StreamIsCapturing(const wire::StreamIsCapturing& call)
       status = CU_STREAM_CAPTURE_STATUS_INVALIDATED;
     }
   }
-  Outcome outcome;
-  outcome.body = wire::CreateIntegerValue(builder_, status).Union();
-  outcome.body_type = wire::ReplyBody::IntegerValue;
-  return outcome;
+  return WithInteger({}, status);
 }
 
 Session::Outcome Session::StreamUpdateCaptureDependencies(const wire::StreamUpdateCaptureDependencies& call) {
@@ -724,12 +718,9 @@ Session::Outcome Session::GraphConditionalHandleCreate(const wire::GraphConditio
   CUgraph graph = FindGraph(call.graph());
   if (graph == nullptr) return {CUDA_ERROR_INVALID_VALUE};
   CUgraphConditionalHandle handle = 0;
-  Outcome outcome;
-  outcome.result = driver_.cuGraphConditionalHandleCreate(&handle, graph, CurrentDriverContext(),
-                                                          call.default_value(), call.flags());
-  outcome.body = wire::CreateIntegerValue(builder_, static_cast<int64_t>(handle)).Union();
-  outcome.body_type = wire::ReplyBody::IntegerValue;
-  return outcome;
+  const CUresult result = driver_.cuGraphConditionalHandleCreate(&handle, graph, CurrentDriverContext(),
+                                                                 call.default_value(), call.flags());
+  return WithInteger({result}, static_cast<int64_t>(handle));
 }
 
 Session::Outcome Session::GraphExecNodeUpdate(const wire::GraphExecNodeUpdate& call, std::span<const uint8_t> payload) {
@@ -1336,10 +1327,8 @@ Session::Outcome Session::GraphNodeEnabled(const wire::GraphNodeEnabled& call) {
   if (exec == graph_execs_.end() || node == graph_nodes_.end()) return {CUDA_ERROR_INVALID_VALUE};
   if (call.set()) return {driver_.cuGraphNodeSetEnabled(exec->second, node->second, call.enabled())};
   unsigned int enabled = 0;
-  Outcome outcome(driver_.cuGraphNodeGetEnabled(exec->second, node->second, &enabled));
-  outcome.body = wire::CreateIntegerValue(builder_, enabled).Union();
-  outcome.body_type = wire::ReplyBody::IntegerValue;
-  return outcome;
+  const CUresult result = driver_.cuGraphNodeGetEnabled(exec->second, node->second, &enabled);
+  return WithInteger({result}, enabled);
 }
 
 // The driver's child graph belongs to the node: it gets the client's new id unless it already has one (a graph
@@ -1361,10 +1350,7 @@ Session::Outcome Session::GraphChildGraph(const wire::GraphChildGraph& call) {
     moved_graph_owners_[id] = call.graph();
     graph_owner_nodes_[id] = call.node();
   }
-  Outcome outcome;
-  outcome.body = wire::CreateIntegerValue(builder_, static_cast<int64_t>(id)).Union();
-  outcome.body_type = wire::ReplyBody::IntegerValue;
-  return outcome;
+  return WithInteger({}, static_cast<int64_t>(id));
 }
 
 Session::Outcome Session::GraphClone(const wire::GraphClone& call) {
@@ -1509,10 +1495,8 @@ Session::Outcome Session::DeviceGraphMem(const wire::DeviceGraphMem& call) {
   if (!WireEnum(call.attribute(), CU_GRAPH_MEM_ATTR_RESERVED_MEM_HIGH, &attribute)) return {CUDA_ERROR_INVALID_VALUE};
   cuuint64_t value = call.value();
   if (call.set()) return {driver_.cuDeviceSetGraphMemAttribute(call.device(), attribute, &value)};
-  Outcome outcome(driver_.cuDeviceGetGraphMemAttribute(call.device(), attribute, &value));
-  outcome.body = wire::CreateIntegerValue(builder_, static_cast<int64_t>(value)).Union();
-  outcome.body_type = wire::ReplyBody::IntegerValue;
-  return outcome;
+  const CUresult result = driver_.cuDeviceGetGraphMemAttribute(call.device(), attribute, &value);
+  return WithInteger({result}, static_cast<int64_t>(value));
 }
 
 }  // namespace curelay::executor

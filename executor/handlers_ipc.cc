@@ -147,11 +147,11 @@ Session::Outcome Session::MemExportShareable(const wire::MemExportShareable& cal
   if (!ipc_registry_.enabled() || !shareable_handles_.enabled() || driver_.cuMemExportToShareableHandle == nullptr) {
     return {CUDA_ERROR_NOT_SUPPORTED};
   }
-  const auto found = physical_allocations_.find(call.handle());
-  if (found == physical_allocations_.end() || call.flags() != 0) return {CUDA_ERROR_INVALID_VALUE};
+  const VirtualMemory::Physical* found = virtual_memory_.Find(call.handle());
+  if (found == nullptr || call.flags() != 0) return {CUDA_ERROR_INVALID_VALUE};
   ShareableHandleServer::Token token;
-  const CUresult result = ExportOnce(shareable_handles_, call.handle(), found->second.bytes, [&](int* fd) {
-    return driver_.cuMemExportToShareableHandle(fd, found->second.handle, type, call.flags());
+  const CUresult result = ExportOnce(shareable_handles_, call.handle(), found->bytes, [&](int* fd) {
+    return driver_.cuMemExportToShareableHandle(fd, found->handle, type, call.flags());
   }, &token);
   if (result != CUDA_SUCCESS) return {result};
   return IpcHandleReply(IpcRegistry::Kind::kShareable, token, call.handle());
@@ -162,7 +162,7 @@ Session::Outcome Session::MemImportShareable(const wire::MemImportShareable& cal
   if (const CUresult checked = CheckShareableImport(call.handle_type(), call.token(), &type); checked != CUDA_SUCCESS) {
     return {checked};
   }
-  if (call.handle() == 0 || physical_allocations_.count(call.handle()) != 0) {
+  if (call.handle() == 0 || virtual_memory_.Contains(call.handle())) {
     return {CUDA_ERROR_INVALID_VALUE};
   }
   if (!ipc_registry_.enabled() || !shareable_handles_.enabled() ||
@@ -180,8 +180,7 @@ Session::Outcome Session::MemImportShareable(const wire::MemImportShareable& cal
   });
   close(fd);  // the import holds the memory; the descriptor itself is not needed any more
   if (result != CUDA_SUCCESS) return {result};
-  TakeBackReusedHandle(handle);
-  physical_allocations_[call.handle()] = {handle, 1, bytes};
+  virtual_memory_.Add(call.handle(), handle, bytes);
   return {CUDA_SUCCESS};
 }
 
@@ -215,7 +214,7 @@ Session::Outcome Session::MemPoolImportShareable(const wire::MemPoolImportSharea
   if (const CUresult checked = CheckShareableImport(call.handle_type(), call.token(), &type); checked != CUDA_SUCCESS) {
     return {checked};
   }
-  if (call.pool() == 0 || memory_pools_.count(call.pool()) != 0 || call.flags() != 0) {
+  if (call.pool() == 0 || memory_pools_.Contains(call.pool()) || call.flags() != 0) {
     return {CUDA_ERROR_INVALID_VALUE};
   }
   if (!ipc_registry_.enabled() || !shareable_handles_.enabled() ||
@@ -230,8 +229,7 @@ Session::Outcome Session::MemPoolImportShareable(const wire::MemPoolImportSharea
       &pool, reinterpret_cast<void*>(static_cast<intptr_t>(fd)), type, call.flags());
   close(fd);
   if (result == CUDA_SUCCESS) {
-    memory_pools_[call.pool()] = pool;  // destroyed with the session's other pools
-    imported_pools_.insert(call.pool());
+    memory_pools_.Add(call.pool(), pool, /*imported=*/true);  // destroyed with the session's other pools
   }
   return {result};
 }
@@ -258,7 +256,7 @@ Session::Outcome Session::MemPoolImportPointer(const wire::MemPoolImportPointer&
   // Only into a pool imported from another session (natively the driver refuses other pools too; here it is also
   // the registry's check that stands behind the pointer's bytes).
   CUmemoryPool pool = nullptr;
-  if (imported_pools_.count(call.pool()) == 0) return {CUDA_ERROR_INVALID_VALUE};
+  if (!memory_pools_.Imported(call.pool())) return {CUDA_ERROR_INVALID_VALUE};
   if (const CUresult resolved = ResolvePool(call.device(), call.pool(), &pool); resolved != CUDA_SUCCESS) {
     return {resolved};
   }
@@ -266,7 +264,7 @@ Session::Outcome Session::MemPoolImportPointer(const wire::MemPoolImportPointer&
   Outcome outcome;
   outcome.result = driver_.cuMemPoolImportPointer(&ptr, pool, &data);
   if (outcome.result != CUDA_SUCCESS) return outcome;
-  imported_pool_pointers_.insert(ptr);
+  memory_pools_.PointerImported(ptr);
   outcome.body = wire::CreatePointer(builder_, ptr, 0).Union();
   outcome.body_type = wire::ReplyBody::Pointer;
   return outcome;

@@ -37,7 +37,7 @@ Session::Outcome Session::MemFree(const wire::MemFree& call) {
   }
   if (outcome.result == CUDA_SUCCESS) {
     ipc_registry_.Withdraw(IpcRegistry::Kind::kMemory, call.ptr());
-    imported_pool_pointers_.erase(call.ptr());
+    memory_pools_.ImportedPointerFreed(call.ptr());
     const auto found = allocations_.find(call.ptr());
     if (found != allocations_.end()) {
       memory_quota_.Refund(found->second);
@@ -316,17 +316,14 @@ Session::Outcome Session::Memset(const wire::Memset& call) {
 }
 
 bool Session::OwnsDeviceAddress(CUdeviceptr address) const {
-  for (const auto* owned : {&allocations_, &pool_allocations_}) {
-    for (const auto& [base, bytes] : *owned) {
-      if (address >= base && address - base < bytes) return true;
-    }
+  for (const auto& [base, bytes] : allocations_) {
+    if (address >= base && address - base < bytes) return true;
   }
+  if (memory_pools_.Holds(address)) return true;
   for (const auto& [base, allocation] : graph_allocations_) {
     if (address >= base && address - base < allocation.bytes) return true;
   }
-  for (const auto& [base, mapping] : virtual_mappings_) {  // mapped virtual memory (handlers_virtual_memory.cc)
-    if (address >= base && address - base < mapping.bytes) return true;
-  }
+  if (virtual_memory_.MappedAt(address) != 0) return true;  // mapped virtual memory (handlers_virtual_memory.cc)
   // Device memory this session did not allocate by name (module and library globals, graph allocations) is still
   // its own: this process holds no other. Host memory other than the lists above is the executor's.
   CUpointer_attribute type_attribute = CU_POINTER_ATTRIBUTE_MEMORY_TYPE;
@@ -425,8 +422,7 @@ Session::Outcome Session::MemBatchDecompress(const wire::MemBatchDecompress& cal
                            : error_index == kNotSet || error_index >= operations.size()
                                ? -2
                                : static_cast<int64_t>(error_index);
-    outcome.body = wire::CreateIntegerValue(builder_, answer).Union();
-    outcome.body_type = wire::ReplyBody::IntegerValue;
+    outcome = WithInteger(outcome, answer);
   }
   return outcome;
 }

@@ -1,5 +1,5 @@
-// Stream-ordered allocation from each device's default pool and from pools the client created. Allocations the
-// client has not freed are freed at session end, then its pools are destroyed (ReleasePoolAllocations).
+// Stream-ordered allocation from each device's default pool and from pools the client created, kept in the session's
+// MemoryPools (executor/memory_pools.h), which frees what the client left and destroys its pools at session end.
 #include <vector>
 
 #include "executor/session.h"
@@ -22,10 +22,8 @@ CUresult Session::ResolvePool(int device, uint64_t pool_id, CUmemoryPool* pool) 
     if (driver_.cuDeviceGetDefaultMemPool == nullptr) return CUDA_ERROR_NOT_SUPPORTED;
     return driver_.cuDeviceGetDefaultMemPool(pool, device);
   }
-  auto found = memory_pools_.find(pool_id);
-  if (found == memory_pools_.end()) return CUDA_ERROR_INVALID_VALUE;
-  *pool = found->second;
-  return CUDA_SUCCESS;
+  *pool = memory_pools_.Find(pool_id);
+  return *pool != nullptr ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
 }
 
 Session::Outcome Session::MemAllocAsync(const wire::MemAllocAsync& call) {
@@ -58,7 +56,7 @@ Session::Outcome Session::MemAllocAsync(const wire::MemAllocAsync& call) {
     return pool != nullptr ? driver_.cuMemAllocFromPoolAsync(&ptr, call.bytes(), pool, stream)
                            : driver_.cuMemAllocAsync(&ptr, call.bytes(), stream);
   });
-  if (outcome.result == CUDA_SUCCESS) pool_allocations_[ptr] = call.bytes();
+  if (outcome.result == CUDA_SUCCESS) memory_pools_.Allocated(ptr, call.bytes());
   outcome.body = wire::CreatePointer(builder_, ptr, call.bytes()).Union();
   outcome.body_type = wire::ReplyBody::Pointer;
   return outcome;
@@ -72,13 +70,9 @@ Session::Outcome Session::MemFreeAsync(const wire::MemFreeAsync& call) {
   const bool captured = result == CUDA_SUCCESS && StreamCapturing(stream);
   if (result == CUDA_SUCCESS) result = driver_.cuMemFreeAsync(call.ptr(), stream);
   // The application freed it (a captured free when its graph runs): never freed again at session end.
-  if (result == CUDA_SUCCESS) imported_pool_pointers_.erase(call.ptr());
-  if (captured) return {result};
-  const auto found = pool_allocations_.find(call.ptr());
-  if (result == CUDA_SUCCESS && found != pool_allocations_.end()) {
-    memory_quota_.Refund(found->second);
-    pool_allocations_.erase(found);
-  }
+  if (result == CUDA_SUCCESS) memory_pools_.ImportedPointerFreed(call.ptr());
+  if (captured || result != CUDA_SUCCESS) return {result};
+  if (const uint64_t bytes = memory_pools_.Freed(call.ptr()); bytes != 0) memory_quota_.Refund(bytes);
   return {result};
 }
 
@@ -98,9 +92,7 @@ Session::Outcome Session::MemPoolAttribute(const wire::MemPoolAttribute& call) {
   if (call.set()) return {driver_.cuMemPoolSetAttribute(pool, attribute, value)};
   outcome.result = driver_.cuMemPoolGetAttribute(pool, attribute, value);
   const int64_t answer = IntAttribute(attribute) ? int_value : static_cast<int64_t>(wide_value);
-  outcome.body = wire::CreateIntegerValue(builder_, answer).Union();
-  outcome.body_type = wire::ReplyBody::IntegerValue;
-  return outcome;
+  return WithInteger(outcome, answer);
 }
 
 Session::Outcome Session::MemPoolTrimTo(const wire::MemPoolTrimTo& call) {
@@ -113,7 +105,7 @@ Session::Outcome Session::MemPoolTrimTo(const wire::MemPoolTrimTo& call) {
 
 Session::Outcome Session::MemPoolCreate(const wire::MemPoolCreate& call) {
   if (driver_.cuMemPoolCreate == nullptr || driver_.cuMemPoolDestroy == nullptr) return {CUDA_ERROR_NOT_SUPPORTED};
-  if (call.pool() == 0 || memory_pools_.count(call.pool()) != 0) return {CUDA_ERROR_INVALID_VALUE};
+  if (call.pool() == 0 || memory_pools_.Contains(call.pool())) return {CUDA_ERROR_INVALID_VALUE};
   CUmemPoolProps props{};
   if (!WireEnum(call.allocation_type(), CU_MEM_ALLOCATION_TYPE_MAX, &props.allocType) ||
       !WireEnum(call.handle_types(), CU_MEM_HANDLE_TYPE_MAX, &props.handleTypes) ||
@@ -125,17 +117,17 @@ Session::Outcome Session::MemPoolCreate(const wire::MemPoolCreate& call) {
   props.usage = call.usage();
   CUmemoryPool pool = nullptr;
   const CUresult result = driver_.cuMemPoolCreate(&pool, &props);
-  if (result == CUDA_SUCCESS) memory_pools_[call.pool()] = pool;
+  if (result == CUDA_SUCCESS) memory_pools_.Add(call.pool(), pool, /*imported=*/false);
   return {result};
 }
 
 Session::Outcome Session::MemPoolDestroy(const wire::MemPoolDestroy& call) {
-  auto found = memory_pools_.find(call.pool());
-  if (found == memory_pools_.end()) return {CUDA_ERROR_INVALID_VALUE};
-  const CUresult result = driver_.cuMemPoolDestroy(found->second);
+  if (driver_.cuMemPoolDestroy == nullptr) return {CUDA_ERROR_NOT_SUPPORTED};
+  const CUmemoryPool pool = memory_pools_.Find(call.pool());
+  if (pool == nullptr) return {CUDA_ERROR_INVALID_VALUE};
+  const CUresult result = driver_.cuMemPoolDestroy(pool);
   if (result == CUDA_SUCCESS) {
-    memory_pools_.erase(found);
-    imported_pools_.erase(call.pool());
+    memory_pools_.Destroyed(call.pool());
     ipc_registry_.Withdraw(IpcRegistry::Kind::kShareable, SharedPoolOwner(call.pool()));
     shareable_handles_.Withdraw(SharedPoolOwner(call.pool()));
   }
@@ -181,21 +173,7 @@ Session::Outcome Session::MemPoolAccess(const wire::MemPoolAccess& call) {
   location.id = call.location_id();
   CUmemAccess_flags flags = CU_MEM_ACCESS_FLAGS_PROT_NONE;
   outcome.result = driver_.cuMemPoolGetAccess(&flags, pool, &location);
-  outcome.body = wire::CreateIntegerValue(builder_, flags).Union();
-  outcome.body_type = wire::ReplyBody::IntegerValue;
-  return outcome;
-}
-
-void Session::ReleasePoolAllocations() {
-  for (const auto& [ptr, bytes] : pool_allocations_) driver_.cuMemFree(ptr);
-  pool_allocations_.clear();
-  // Another session's memory, imported: freed here as the application should have (the exporter's pool keeps it).
-  for (const CUdeviceptr ptr : imported_pool_pointers_) driver_.cuMemFree(ptr);
-  imported_pool_pointers_.clear();
-  // Destroying a device's current pool makes its default pool current again, for the next session of this process.
-  for (const auto& [id, pool] : memory_pools_) driver_.cuMemPoolDestroy(pool);
-  memory_pools_.clear();
-  imported_pools_.clear();
+  return WithInteger(outcome, flags);
 }
 
 }  // namespace curelay::executor

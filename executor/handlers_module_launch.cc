@@ -430,10 +430,7 @@ Session::Outcome Session::Occupancy(const wire::Occupancy& call) {
       break;
     }
   }
-  Outcome outcome{result};
-  outcome.body = wire::CreateIntegerValue(builder_, value).Union();
-  outcome.body_type = wire::ReplyBody::IntegerValue;
-  return outcome;
+  return WithInteger({result}, value);
 }
 
 Session::Outcome Session::FunctionGetAttribute(const wire::FunctionGetAttribute& call) {
@@ -442,11 +439,8 @@ Session::Outcome Session::FunctionGetAttribute(const wire::FunctionGetAttribute&
   CUfunction_attribute attribute = CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK;
   if (!WireEnum(call.attribute(), CU_FUNC_ATTRIBUTE_MAX, &attribute)) return {CUDA_ERROR_INVALID_VALUE};
   int value = 0;
-  Outcome outcome;
-  outcome.result = driver_.cuFuncGetAttribute(&value, attribute, found->second);
-  outcome.body = wire::CreateIntegerValue(builder_, value).Union();
-  outcome.body_type = wire::ReplyBody::IntegerValue;
-  return outcome;
+  const CUresult result = driver_.cuFuncGetAttribute(&value, attribute, found->second);
+  return WithInteger({result}, value);
 }
 
 Session::Outcome Session::LibraryLoad(const wire::LibraryLoad& call, std::span<const uint8_t> payload) {

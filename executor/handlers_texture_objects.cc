@@ -101,10 +101,7 @@ Session::Outcome Session::TexObjectCreate(const wire::TexObjectCreate& call) {
   const CUresult result = driver_.cuTexObjectCreate(&object, &resource, &texture, wire_view != nullptr ? &view : nullptr);
   if (result != CUDA_SUCCESS) return {result};
   texture_objects_.Add(object, false);
-  Outcome outcome;
-  outcome.body = wire::CreateIntegerValue(builder_, static_cast<int64_t>(object)).Union();
-  outcome.body_type = wire::ReplyBody::IntegerValue;
-  return outcome;
+  return WithInteger({}, static_cast<int64_t>(object));
 }
 
 Session::Outcome Session::SurfObjectCreate(const wire::SurfObjectCreate& call) {
@@ -115,10 +112,7 @@ Session::Outcome Session::SurfObjectCreate(const wire::SurfObjectCreate& call) {
   const CUresult result = driver_.cuSurfObjectCreate(&object, &resource);
   if (result != CUDA_SUCCESS) return {result};
   texture_objects_.Add(object, true);
-  Outcome outcome;
-  outcome.body = wire::CreateIntegerValue(builder_, static_cast<int64_t>(object)).Union();
-  outcome.body_type = wire::ReplyBody::IntegerValue;
-  return outcome;
+  return WithInteger({}, static_cast<int64_t>(object));
 }
 
 Session::Outcome Session::TextureObjectDestroy(const wire::TextureObjectDestroy& call) {

@@ -100,10 +100,7 @@ Session::Outcome Session::TexRefSet(const wire::TexRefSet& call) {
       size_t offset = 0;
       const CUresult result = driver_.cuTexRefSetAddress(&offset, texref, call.device(), call.bytes());
       if (result != CUDA_SUCCESS) return {result};
-      Outcome outcome;
-      outcome.body = wire::CreateIntegerValue(builder_, static_cast<int64_t>(offset)).Union();
-      outcome.body_type = wire::ReplyBody::IntegerValue;
-      return outcome;
+      return WithInteger({}, static_cast<int64_t>(offset));
     }
     case wire::TexRefProperty::Address2D: {
       const auto set = call.version() == 2 ? driver_.cuTexRefSetAddress2D_v2 : driver_.cuTexRefSetAddress2D;

@@ -171,6 +171,12 @@ Session::Outcome Session::Defer(std::vector<CUevent> markers, uint64_t client_ev
   return outcome;
 }
 
+Session::Outcome Session::WithInteger(Outcome outcome, int64_t value) {
+  outcome.body = wire::CreateIntegerValue(builder_, value).Union();
+  outcome.body_type = wire::ReplyBody::IntegerValue;
+  return outcome;
+}
+
 bool Session::PollPendingWaits(bool before_answer) {
   const RelaxedCapture relaxed(*this);  // these queries are the executor's own, not the client's
   // Completion is sampled newest first and answers go out oldest first. The GPU only moves forward, so when a wait
@@ -540,8 +546,8 @@ void Session::ReleaseEverything() {
   for (auto& [id, link] : links_) driver_.cuLinkDestroy(link.state);
   links_.clear();
   ReleaseIpc();  // before the memory its handles (and kept shareable descriptors) name is freed
-  ReleaseVirtualMemory();
-  ReleasePoolAllocations();
+  virtual_memory_.Release();
+  memory_pools_.Release();
   ReleaseGraphAllocations();  // after ReleaseGraphs: the graphs that could free them are gone
   ReleaseArrays();
   for (auto& [ptr, bytes] : allocations_) {

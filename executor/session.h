@@ -28,6 +28,7 @@
 #include "executor/event_pool.h"
 #include "executor/host_mirrors.h"
 #include "executor/managed_global_mirrors.h"
+#include "executor/memory_pools.h"
 #include "executor/receive_buffers.h"
 #include "executor/host_nvml.h"
 #include "executor/ipc_registry.h"
@@ -39,6 +40,7 @@
 #include "executor/swappable_memory.h"
 #include "executor/texture_objects.h"
 #include "executor/texture_references.h"
+#include "executor/virtual_memory.h"
 #include "schema/wire.h"
 #include "transport/channel.h"
 #include "transport/serialized_channel.h"
@@ -331,15 +333,9 @@ class Session {
   CUresult Quiesce();
   void PublishMovable();
   void RestoreCurrentContext();
-  // Virtual memory management (handlers_virtual_memory.cc).
-  void ReleaseVirtualMemory();
-  // Refunds the memory of released allocations that nothing maps any more.
+  // Virtual memory management (handlers_virtual_memory.cc): refunds the memory of released allocations that nothing
+  // maps, binds or backs any more (VirtualMemory::Settle, with this session's arrays).
   void SettleReleasedAllocations();
-  bool StillMapped(CUmemGenericAllocationHandle handle) const;
-  // A handle the driver answered for new memory is no longer one of the released ones.
-  void TakeBackReusedHandle(CUmemGenericAllocationHandle handle);
-  // Multicast objects (handlers_multicast.cc): unbinds what the session left bound, before its memory is released.
-  void ReleaseMulticastBindings();
   // CUDA IPC (handlers_ipc.cc): publishes an exported handle and answers it.
   Outcome IpcHandleReply(IpcRegistry::Kind kind, std::span<const uint8_t> handle, uint64_t owner);
   // The descriptor a shareable-handle token names, fetched from its exporter if this session may import it; -1 if not.
@@ -350,7 +346,6 @@ class Session {
   void ReleaseIpc();
   // Stream-ordered allocation from the default pools (handlers_memory_pools.cc).
   CUresult ResolvePool(int device, uint64_t pool_id, CUmemoryPool* pool);
-  void ReleasePoolAllocations();
 
   Driver& driver_;
   DriverLog driver_log_;  // the driver's messages for the application, sent with the next reply
@@ -465,43 +460,6 @@ class Session {
   // Answers' payloads, alive until the reply is sent: a DOT description, a kernel node's packed arguments.
   std::string dot_text_;
   std::vector<uint8_t> node_arguments_;
-  // Virtual memory: client allocation-handle id -> the driver's handle and how many releases it still needs
-  // (cuMemRetainAllocationHandle adds one); mapped ranges and address reservations, by address.
-  struct PhysicalAllocation {
-    CUmemGenericAllocationHandle handle = 0;
-    int references = 0;
-    uint64_t bytes = 0;
-  };
-  std::unordered_map<uint64_t, PhysicalAllocation> physical_allocations_;
-  struct VirtualMapping {
-    uint64_t bytes = 0;
-    CUmemGenericAllocationHandle handle = 0;  // the driver's handle of the memory mapped there
-  };
-  std::map<CUdeviceptr, VirtualMapping> virtual_mappings_;
-  std::unordered_map<CUmemGenericAllocationHandle, size_t> mappings_per_handle_;  // of virtual_mappings_
-  // Physical memory the client released while it was still mapped: the driver frees it only at its last unmap
-  // (cuda.h), so its charge stays until then (SettleReleasedAllocations). The driver's handle -> bytes charged.
-  std::unordered_map<CUmemGenericAllocationHandle, uint64_t> released_while_mapped_;
-  // Sparse arrays and mipmapped arrays that cuMemMapArrayAsync backed with physical memory: the driver's handle ->
-  // the resources, as (array or mipmapped array, client id). Kept until the resource is destroyed: unmapping single
-  // tiles does not count, so a released allocation stays charged until its array goes (never too short).
-  std::unordered_map<CUmemGenericAllocationHandle, std::set<std::pair<bool, uint64_t>>> sparse_backings_;
-  // Memory bound to multicast objects, by the object's client id: the driver keeps bound memory until it is unbound,
-  // so it stays charged (StillMapped) until then, or until the session ends (ReleaseMulticastBindings unbinds it
-  // first). `memory` is the driver's handle of the bound allocation; memory bound by an address that no cuMemMap of
-  // the session mapped (a pool's) is not recorded: it is charged as its pool's.
-  struct MulticastBinding {
-    int device = 0;
-    uint64_t offset = 0;
-    uint64_t bytes = 0;
-    CUmemGenericAllocationHandle memory = 0;
-  };
-  std::unordered_map<uint64_t, std::vector<MulticastBinding>> multicast_bindings_;
-  std::unordered_map<CUmemGenericAllocationHandle, size_t> bindings_per_handle_;  // of multicast_bindings_
-  std::map<CUdeviceptr, uint64_t> address_reservations_;
-  std::unordered_map<CUdeviceptr, uint64_t> pool_allocations_;  // by cuMemAllocAsync, not yet freed; bytes
-  std::unordered_set<CUdeviceptr> imported_pool_pointers_;  // by cuMemPoolImportPointer, not yet freed
-  std::unordered_set<uint64_t> imported_pools_;  // client pool ids of pools imported from other sessions
   // Every address a graph allocation node of this session was given (explicitly, or by capturing cuMemAllocAsync):
   // its bytes and device. The memory is the session's while the graph's allocation lives; what no graph and no
   // application free freed is freed at session end (ReleaseGraphAllocations).
@@ -515,7 +473,7 @@ class Session {
   // Whether `graph` (or a child graph of it) has allocation nodes.
   bool GraphAllocates(CUgraph graph);
   void ReleaseGraphAllocations();
-  std::unordered_map<uint64_t, CUmemoryPool> memory_pools_;  // created by the client (cuMemPoolCreate), by id
+  MemoryPools memory_pools_{driver_};  // stream-ordered allocation (handlers_memory_pools.cc)
   struct ArrayRecord {
     CUarray array = nullptr;
     uint64_t charged_bytes = 0;  // what the array counts against the tenant's quota
@@ -535,6 +493,8 @@ class Session {
   ShareableHandleServer shareable_handles_;  // descriptors this session exported, served to importing executors
   std::unordered_set<CUdeviceptr> ipc_opened_memory_;  // by cuIpcOpenMemHandle, not yet closed
   SessionMemoryQuota memory_quota_;
+  // Virtual memory and multicast objects (handlers_virtual_memory.cc, handlers_multicast.cc), charging memory_quota_.
+  VirtualMemory virtual_memory_{driver_, memory_quota_};
   SwappableMemory swappable_{driver_};
   SwapSpace swap_space_{driver_};
   std::vector<int> host_gpus_;
