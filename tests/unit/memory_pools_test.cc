@@ -8,23 +8,20 @@
 #include <string>
 #include <vector>
 
+#include "tests/unit/recorded_calls.h"
+
 namespace curelay::executor {
 namespace {
 
-std::vector<std::string>& Calls() {
-  static std::vector<std::string> calls;
-  return calls;
-}
-
 Driver RecordingDriver() {
-  Calls().clear();
+  RecordedCalls().clear();
   Driver driver;
   driver.cuMemFree = [](CUdeviceptr ptr) {
-    Calls().push_back("free " + std::to_string(ptr));
+    RecordedCalls().push_back("free " + std::to_string(ptr));
     return CUDA_SUCCESS;
   };
   driver.cuMemPoolDestroy = [](CUmemoryPool pool) {
-    Calls().push_back("destroy " + std::to_string(reinterpret_cast<uintptr_t>(pool)));
+    RecordedCalls().push_back("destroy " + std::to_string(reinterpret_cast<uintptr_t>(pool)));
     return CUDA_SUCCESS;
   };
   return driver;
@@ -59,7 +56,7 @@ TEST(MemoryPoolsStateTest, AFreedAllocationAnswersItsChargeOnce) {
   EXPECT_EQ(pools.Freed(0x1000), 0u);
   EXPECT_FALSE(pools.Holds(0x1000));
   pools.Release();
-  EXPECT_TRUE(Calls().empty());
+  EXPECT_TRUE(RecordedCalls().empty());
 }
 
 TEST(MemoryPoolsStateTest, TheSessionsEndFreesWhatIsLeftBeforeDestroyingThePools) {
@@ -71,10 +68,10 @@ TEST(MemoryPoolsStateTest, TheSessionsEndFreesWhatIsLeftBeforeDestroyingThePools
   pools.PointerImported(0x3000);
   pools.ImportedPointerFreed(0x3000);
   pools.Release();
-  EXPECT_EQ(Calls(), (std::vector<std::string>{"free 4096", "free 8192", "destroy 16"}));
-  Calls().clear();
+  EXPECT_EQ(RecordedCalls(), (std::vector<std::string>{"free 4096", "free 8192", "destroy 16"}));
+  RecordedCalls().clear();
   pools.Release();
-  EXPECT_TRUE(Calls().empty());
+  EXPECT_TRUE(RecordedCalls().empty());
 }
 
 }  // namespace

@@ -9,32 +9,29 @@
 #include <string>
 #include <vector>
 
+#include "tests/unit/recorded_calls.h"
+
 namespace curelay::executor {
 namespace {
 
-std::vector<std::string>& Calls() {
-  static std::vector<std::string> calls;
-  return calls;
-}
-
 Driver RecordingDriver() {
-  Calls().clear();
+  RecordedCalls().clear();
   Driver driver;
   driver.cuMulticastUnbind = [](CUmemGenericAllocationHandle handle, CUdevice device, size_t offset, size_t bytes) {
-    Calls().push_back("unbind " + std::to_string(handle) + " " + std::to_string(device) + " " +
+    RecordedCalls().push_back("unbind " + std::to_string(handle) + " " + std::to_string(device) + " " +
                       std::to_string(offset) + " " + std::to_string(bytes));
     return CUDA_SUCCESS;
   };
   driver.cuMemUnmap = [](CUdeviceptr ptr, size_t bytes) {
-    Calls().push_back("unmap " + std::to_string(ptr) + " " + std::to_string(bytes));
+    RecordedCalls().push_back("unmap " + std::to_string(ptr) + " " + std::to_string(bytes));
     return CUDA_SUCCESS;
   };
   driver.cuMemRelease = [](CUmemGenericAllocationHandle handle) {
-    Calls().push_back("release " + std::to_string(handle));
+    RecordedCalls().push_back("release " + std::to_string(handle));
     return CUDA_SUCCESS;
   };
   driver.cuMemAddressFree = [](CUdeviceptr ptr, size_t bytes) {
-    Calls().push_back("free " + std::to_string(ptr) + " " + std::to_string(bytes));
+    RecordedCalls().push_back("free " + std::to_string(ptr) + " " + std::to_string(bytes));
     return CUDA_SUCCESS;
   };
   return driver;
@@ -84,7 +81,7 @@ TEST(VirtualMemoryStateTest, OneUnmapEndsTheMappingsItCoversAndNoOthers) {
   EXPECT_EQ(memory.MappedAt(0x2800), 0u);
   EXPECT_EQ(memory.MappedAt(0x3000), 0xcu);
   memory.Release();
-  EXPECT_EQ(Calls(), std::vector<std::string>{"unmap 12288 4096"});
+  EXPECT_EQ(RecordedCalls(), std::vector<std::string>{"unmap 12288 4096"});
 }
 
 TEST(VirtualMemoryStateTest, UnbindingTakesOnlyTheDevicesBindingsInsideTheRange) {
@@ -98,7 +95,7 @@ TEST(VirtualMemoryStateTest, UnbindingTakesOnlyTheDevicesBindingsInsideTheRange)
   memory.Unbound(1, 0, 0, 0x200000);         // device 0's first binding only
   memory.Unbound(1, 0, 0x100000, 0x200000);  // covers half of device 0's second: nothing
   memory.Release();
-  EXPECT_EQ(Calls(), (std::vector<std::string>{"unbind 256 0 2097152 2097152", "unbind 256 1 0 2097152",
+  EXPECT_EQ(RecordedCalls(), (std::vector<std::string>{"unbind 256 0 2097152 2097152", "unbind 256 1 0 2097152",
                                                "release 256"}));
 }
 
@@ -115,18 +112,18 @@ TEST(VirtualMemoryStateTest, TheSessionsEndUnbindsThenUnmapsThenReleasesEachRefe
   memory.Reserved(0x40000, 0x1000);
   memory.ReservationFreed(0x40000);
   memory.Release();
-  ASSERT_EQ(Calls().size(), 6u);
-  EXPECT_EQ(Calls()[0], "unbind 34 0 0 4096");
-  EXPECT_EQ(Calls()[1], "unmap 65536 4096");
+  ASSERT_EQ(RecordedCalls().size(), 6u);
+  EXPECT_EQ(RecordedCalls()[0], "unbind 34 0 0 4096");
+  EXPECT_EQ(RecordedCalls()[1], "unmap 65536 4096");
   // The two physical allocations in either order, the retained one twice.
-  std::vector<std::string> releases(Calls().begin() + 2, Calls().begin() + 5);
+  std::vector<std::string> releases(RecordedCalls().begin() + 2, RecordedCalls().begin() + 5);
   std::sort(releases.begin(), releases.end());
   EXPECT_EQ(releases, (std::vector<std::string>{"release 17", "release 17", "release 34"}));
-  EXPECT_EQ(Calls()[5], "free 65536 65536");
+  EXPECT_EQ(RecordedCalls()[5], "free 65536 65536");
   // Nothing is held after it.
-  Calls().clear();
+  RecordedCalls().clear();
   memory.Release();
-  EXPECT_TRUE(Calls().empty());
+  EXPECT_TRUE(RecordedCalls().empty());
   EXPECT_FALSE(memory.Contains(1));
 }
 
@@ -139,7 +136,7 @@ TEST(VirtualMemoryStateTest, AReleasedObjectsBindingsCannotBeUnboundAtTheEnd) {
   memory.Bound(3, {0, 0, 0x1000, 0x44});
   EXPECT_TRUE(memory.Released(3));
   memory.Release();
-  EXPECT_TRUE(Calls().empty());
+  EXPECT_TRUE(RecordedCalls().empty());
 }
 
 }  // namespace
